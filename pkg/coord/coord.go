@@ -1,0 +1,233 @@
+// Package coord defines fence's lease coordinator: the API that the CLI, the
+// dashboard and other Go programs use to take, keep and inspect leases on
+// named locks, whatever backend stands behind it.
+//
+// A lease is granted to one holder at a time. Every grant carries a fencing
+// token, an integer strictly greater than every token issued before for the
+// same lock, so that protected storage can refuse a stale holder's writes.
+//
+// Two backends implement Coordinator: package local (one host, no server; the
+// default) and package etcd (an etcd v3 cluster).
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unicode/utf8"
+)
+
+// WaitForever, as AcquireOptions.Wait, waits until the lease is acquired or
+// the context ends.
+const WaitForever time.Duration = -1
+
+// MaxNameLen is the longest lock name, in bytes.
+const MaxNameLen = 256
+
+// AcquireOptions says how to take a lease.
+type AcquireOptions struct {
+	// TTL is the requested time to live. A backend may grant more (etcd
+	// rounds up to whole seconds and has a minimum); Lease.TTL is what it
+	// granted.
+	TTL time.Duration
+	// Holder names the holder (default "HOSTNAME:PID").
+	Holder string
+	// Wait is how long to wait for a held lock: 0 fails at once with
+	// ErrBusy, WaitForever waits until acquired (or ctx ends). Waiters are
+	// served first come, first served.
+	Wait time.Duration
+	// Process, when set, attaches the lease to running processes (as fence
+	// run does): the local backend may then hand the lock over before the
+	// TTL runs out once all of them are gone. Ignored by etcd.
+	Process *ProcessInfo
+	// OnWait, when set, is called once if the lock is held when the request
+	// arrives, with the current holder, before waiting (fence run prints
+	// "waiting for HOLDER (token N)").
+	OnWait func(current LockInfo)
+}
+
+// ProcessInfo identifies the processes that keep a lease alive on this host.
+type ProcessInfo struct {
+	// PIDs are the supervising processes (fence and its watchdog).
+	PIDs []int `json:"pids,omitempty"`
+	// PGID is the command's process group, 0 until known.
+	PGID int `json:"pgid,omitempty"`
+}
+
+// Lease is a granted lease.
+type Lease struct {
+	Name   string        // lock name
+	Holder string        // holder identity
+	Token  uint64        // fencing token
+	ID     string        // lease id, for Renew and Release
+	TTL    time.Duration // granted TTL
+	// AcquiredAt is the wall-clock time of the grant, for display.
+	AcquiredAt time.Time
+	// Sent is the local monotonic time at which the request that granted the
+	// lease was sent. The lease is certainly alive on the coordinator until
+	// Sent+TTL (the coordinator starts counting no earlier than it received
+	// the request).
+	Sent time.Time
+}
+
+// SafeUntil is the latest instant, on this host's monotonic clock, at which
+// the lease is certainly still held, less margin: Sent + TTL - margin.
+func (l *Lease) SafeUntil(margin time.Duration) time.Time {
+	return l.Sent.Add(l.TTL - margin)
+}
+
+// Renewal is an acknowledged renewal.
+type Renewal struct {
+	// Sent is the local monotonic time at which the acknowledged request was
+	// sent: the lease is alive until Sent+TTL.
+	Sent time.Time
+	// TTL is the TTL the coordinator granted for this renewal.
+	TTL time.Duration
+}
+
+// LockInfo describes one lock as a reader sees it.
+type LockInfo struct {
+	Name string `json:"name"`
+	// Held is false for a free lock; the holder fields are then empty.
+	Held       bool          `json:"held"`
+	Holder     string        `json:"holder,omitempty"`
+	Token      uint64        `json:"token,omitempty"`
+	LeaseID    string        `json:"lease_id,omitempty"`
+	TTL        time.Duration `json:"-"` // granted TTL
+	TTLLeft    time.Duration `json:"-"` // time left before expiry, as of the read
+	AcquiredAt time.Time     `json:"acquired_at,omitempty"`
+	// Waiters counts processes queued for the lock (where known).
+	Waiters int `json:"waiters"`
+	// LastToken is the largest token ever issued for the lock (0 if none).
+	LastToken uint64 `json:"last_token,omitempty"`
+	// Process is set for a local lease attached to processes.
+	Process *ProcessInfo `json:"process,omitempty"`
+}
+
+// HeldFor is how long the current holder has held the lock, as of now.
+func (i LockInfo) HeldFor(now time.Time) time.Duration {
+	if !i.Held || i.AcquiredAt.IsZero() {
+		return 0
+	}
+	d := now.Sub(i.AcquiredAt)
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// EventType says what changed in a watch.
+type EventType string
+
+const (
+	EventAcquired EventType = "acquired" // a new holder
+	EventRenewed  EventType = "renewed"  // the holder renewed (local only; etcd renewals are not visible)
+	EventReleased EventType = "released" // the lock became free (release, revoke or expiry)
+	EventWaiters  EventType = "waiters"  // the queue changed
+	// EventReset means the watch lost track (e.g. etcd compaction); the
+	// consumer should List again. Info is empty.
+	EventReset EventType = "reset"
+)
+
+// Event is one change seen by Watch: the lock's state after the change.
+type Event struct {
+	Type EventType
+	Info LockInfo
+}
+
+// Coordinator is a lease coordinator. Implementations are safe for
+// concurrent use by many goroutines and, for local, many processes.
+type Coordinator interface {
+	// Acquire takes a lease on name. It returns ErrBusy when the lock was not
+	// acquired within opts.Wait, and ctx.Err() when ctx ended first.
+	Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error)
+	// Renew extends the lease identified by (name, leaseID) by its TTL. It
+	// returns ErrLeaseLost when the lease no longer exists (expired, revoked
+	// or released).
+	Renew(ctx context.Context, name, leaseID string) (Renewal, error)
+	// Release ends the lease. Releasing a lease that is already gone is not an
+	// error.
+	Release(ctx context.Context, name, leaseID string) error
+	// Revoke ends the current holder's lease, whoever holds it, and returns
+	// what it ended. It returns ErrNotHeld when the lock is free.
+	Revoke(ctx context.Context, name string) (LockInfo, error)
+	// Inspect returns the state of one lock (Held false when free).
+	Inspect(ctx context.Context, name string) (LockInfo, error)
+	// List returns every known lock whose name starts with prefix, sorted by
+	// name. Free locks with a token history are listed with Held false.
+	List(ctx context.Context, prefix string) ([]LockInfo, error)
+	// Watch sends the state of each lock under prefix whenever it changes,
+	// until ctx ends; then the channel is closed.
+	Watch(ctx context.Context, prefix string) (<-chan Event, error)
+	// Describe says where the coordinator is, for messages and the
+	// dashboard: "local /var/lib/fence", "etcd 127.0.0.1:2379".
+	Describe() string
+	// Close releases the coordinator's resources (not the leases).
+	Close() error
+}
+
+// ProcessAttacher is implemented by backends that can attach a lease to
+// processes after it was granted (local: fence run records the command's
+// process group once it has started).
+type ProcessAttacher interface {
+	AttachProcess(ctx context.Context, name, leaseID string, p ProcessInfo) error
+}
+
+var (
+	// ErrBusy: the lock was not acquired in time.
+	ErrBusy = errors.New("lock is held by another holder")
+	// ErrLeaseLost: the lease is gone (expired, revoked, released).
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrNotHeld: the lock is free.
+	ErrNotHeld = errors.New("lock is not held")
+	// ErrInvalid: bad input (a name, a TTL). Wrapped with details.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrUnavailable: the coordinator cannot be reached or its state cannot
+	// be read safely (corrupt state fails closed with this). Wrapped.
+	ErrUnavailable = errors.New("coordinator unavailable")
+)
+
+// ValidateName checks a lock name: 1 to 256 bytes of printable UTF-8, no
+// control characters. The error wraps ErrInvalid.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: lock name is empty", ErrInvalid)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: lock name is %d bytes, the limit is %d", ErrInvalid, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: lock name %q is not valid UTF-8", ErrInvalid, name)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+			return fmt.Errorf("%w: lock name %q contains control character %U", ErrInvalid, name, r)
+		}
+	}
+	return nil
+}
+
+// ValidateTTL checks a TTL: positive and at most MaxTTL.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalid, ttl)
+	}
+	if ttl > MaxTTL {
+		return fmt.Errorf("%w: TTL %v exceeds the maximum %v", ErrInvalid, ttl, MaxTTL)
+	}
+	return nil
+}
+
+// MaxTTL is the longest TTL a lease may have.
+const MaxTTL = 7 * 24 * time.Hour
+
+// DefaultHolder is the holder identity used when none is given:
+// "HOSTNAME:PID".
+func DefaultHolder() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "localhost"
+	}
+	return fmt.Sprintf("%s:%d", h, os.Getpid())
+}
