@@ -43,8 +43,9 @@ type AcquireOptions struct {
 	// TTL runs out once all of them are gone. Ignored by etcd.
 	Process *ProcessInfo
 	// OnWait, when set, is called once if the lock is held when the request
-	// arrives, with the current holder, before waiting (fence run prints
-	// "waiting for HOLDER (token N)").
+	// arrives, with the current holder, after the caller has taken its place
+	// in the queue and before it waits (fence run prints "waiting for HOLDER
+	// (token N)"). A waiter that arrives later queues behind this one.
 	OnWait func(current LockInfo)
 }
 
@@ -155,8 +156,9 @@ type Coordinator interface {
 	Revoke(ctx context.Context, name string) (LockInfo, error)
 	// Inspect returns the state of one lock (Held false when free).
 	Inspect(ctx context.Context, name string) (LockInfo, error)
-	// List returns every known lock whose name starts with prefix, sorted by
-	// name. Free locks with a token history are listed with Held false.
+	// List returns every lock whose name starts with prefix, sorted by name:
+	// held locks, locks with waiters, and, where the backend remembers them
+	// (local), free locks with a token history (Held false).
 	List(ctx context.Context, prefix string) ([]LockInfo, error)
 	// Watch sends the state of each lock under prefix whenever it changes,
 	// until ctx ends; then the channel is closed.
