@@ -1,0 +1,135 @@
+// Package faultproxy is a TCP proxy for fault tests: it forwards loopback
+// connections to a target and can, at any moment, blackhole the requests
+// (client to server), the responses (server to client) or both, or delay the
+// responses. A blackholed direction keeps the connection open and silently
+// drops the bytes, as a network partition does: no RST, no FIN.
+package faultproxy
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// Mode is what the proxy does with the traffic.
+type Mode int
+
+const (
+	Pass               Mode = iota // forward both directions
+	BlackholeBoth                  // drop everything
+	BlackholeRequests              // drop client to server
+	BlackholeResponses             // drop server to client
+)
+
+// Proxy forwards connections from Addr() to a target.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	mode  Mode
+	delay time.Duration // added to each response chunk
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// New starts a proxy on a free loopback port in front of target (host:port).
+func New(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the proxy's listening address (host:port).
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetMode changes what happens to traffic from now on, on every connection.
+func (p *Proxy) SetMode(m Mode) { p.mu.Lock(); p.mode = m; p.mu.Unlock() }
+
+// SetResponseDelay delays every chunk of server-to-client traffic by d.
+func (p *Proxy) SetResponseDelay(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock() }
+
+func (p *Proxy) state() (Mode, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode, p.delay
+}
+
+// Close stops the proxy and closes every connection.
+func (p *Proxy) Close() error {
+	err := p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) track(c net.Conn, add bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if add {
+		p.conns[c] = struct{}{}
+	} else {
+		delete(p.conns, c)
+	}
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		p.track(client, true)
+		p.track(server, true)
+		p.wg.Add(2)
+		go p.pipe(server, client, false)
+		go p.pipe(client, server, true)
+	}
+}
+
+// pipe copies src to dst, dropping or delaying according to the mode.
+func (p *Proxy) pipe(dst, src net.Conn, response bool) {
+	defer p.wg.Done()
+	defer func() {
+		dst.Close()
+		src.Close()
+		p.track(dst, false)
+		p.track(src, false)
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			mode, delay := p.state()
+			drop := mode == BlackholeBoth ||
+				(mode == BlackholeRequests && !response) ||
+				(mode == BlackholeResponses && response)
+			if !drop {
+				if response && delay > 0 {
+					time.Sleep(delay)
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil { // EOF or a closed connection: close both sides
+			return
+		}
+	}
+}
