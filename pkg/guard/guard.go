@@ -1,0 +1,128 @@
+// Package guard is the storage side of fencing: a store that accepts a write
+// only when its fencing token is at least the largest token it has accepted
+// for the same key, so that a lease holder that was paused past its lease
+// cannot overwrite the work of its successor.
+//
+// A Guard compares and writes in one atomic step. Implementations:
+//
+//   - package localstore: files under a state directory (the local backend's
+//     `fence guard` store);
+//   - package etcdstore: one etcd transaction per write (the etcd backend's
+//     `fence guard` store);
+//   - package sqlguard: a key/value table on database/sql (PostgreSQL,
+//     SQLite), plus the fenced UPDATE and upsert forms for tables of your own.
+//
+// The rule is "token >= accepted", not ">": one holder writes many times with
+// the same token, and a retried write must not fail. See docs/fencing.md.
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Guard is a store of fenced values, one per key. Implementations are safe
+// for concurrent use.
+type Guard interface {
+	// Put stores value under key when token is at least the largest token
+	// accepted for key so far (any token for a new key), comparing and
+	// writing in one atomic step. A smaller token is refused with a
+	// *StaleError (errors.Is(err, ErrStale)) and changes nothing. An invalid
+	// key or token gives an error wrapping coord.ErrInvalid.
+	Put(ctx context.Context, key string, token uint64, value []byte) error
+	// Get returns the value last accepted for key, or an error wrapping
+	// ErrNotFound when nothing was ever accepted for it.
+	Get(ctx context.Context, key string) (Value, error)
+}
+
+// Value is a stored value with the token that wrote it.
+type Value struct {
+	// Data is the value as written (nil or empty for an empty value).
+	Data []byte `json:"data"`
+	// Token is the fencing token of the write that stored Data: the largest
+	// token accepted for the key.
+	Token uint64 `json:"token"`
+	// UpdatedAt is the writer's wall-clock time of that write, for display
+	// (zero when the store does not record it).
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+var (
+	// ErrStale is matched (errors.Is) by the error of a write refused because
+	// a larger token was already accepted for its key. The error itself is a
+	// *StaleError. The CLI maps it to exit code 77.
+	ErrStale = errors.New("stale fencing token")
+	// ErrNotFound: no value was ever accepted for the key (or, for a fenced
+	// UPDATE, the row does not exist).
+	ErrNotFound = errors.New("guard key not found")
+)
+
+// StaleError is the error of a refused write: Token was smaller than
+// Accepted, the largest token already accepted for Key.
+type StaleError struct {
+	Key      string
+	Token    uint64 // the refused token
+	Accepted uint64 // the largest token accepted for Key when the write was refused
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("stale fencing token %d for key %q: token %d was already accepted", e.Token, e.Key, e.Accepted)
+}
+
+// Is reports whether target is ErrStale, so that errors.Is(err, ErrStale)
+// holds for a *StaleError.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// MaxKeyLen is the longest key, in bytes.
+const MaxKeyLen = coord.MaxNameLen
+
+// MaxToken is the largest token a guard accepts: tokens are stored as signed
+// 64-bit integers by SQL stores (BIGINT), and no coordinator issues a larger
+// one (etcd revisions are int64).
+const MaxToken = math.MaxInt64
+
+// ValidateKey checks a key with the rules of lock names: 1 to 256 bytes of
+// printable UTF-8, no control characters. `/` is allowed and has no nesting
+// meaning. The error wraps coord.ErrInvalid.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: guard key is empty", coord.ErrInvalid)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: guard key is %d bytes, the limit is %d", coord.ErrInvalid, len(key), MaxKeyLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: guard key %q is not valid UTF-8", coord.ErrInvalid, key)
+	}
+	for _, r := range key {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+			return fmt.Errorf("%w: guard key %q contains control character %U", coord.ErrInvalid, key, r)
+		}
+	}
+	return nil
+}
+
+// ValidateToken checks a token: 1 to MaxToken. The error wraps
+// coord.ErrInvalid.
+func ValidateToken(token uint64) error {
+	if token == 0 {
+		return fmt.Errorf("%w: fencing token must be positive", coord.ErrInvalid)
+	}
+	if token > MaxToken {
+		return fmt.Errorf("%w: fencing token %d exceeds the maximum %d", coord.ErrInvalid, token, uint64(MaxToken))
+	}
+	return nil
+}
+
+// CheckPut validates the arguments of a Put; stores call it first.
+func CheckPut(key string, token uint64) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	return ValidateToken(token)
+}

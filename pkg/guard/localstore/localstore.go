@@ -1,0 +1,307 @@
+// Package localstore is the guard store of fence's local backend: one JSON
+// file per key under <state-dir>/guards/.
+//
+// A write takes an exclusive flock on the key's sibling lock file for the
+// read-modify-write only, compares the stored token, and replaces the value
+// file atomically (temp file, fsync, rename, fsync of the directory): a crash
+// leaves the old or the new value, never a mix, and Put returns only once the
+// new value is durable. A corrupt, truncated or symlinked value file is an
+// error wrapping coord.ErrUnavailable, and a write never replaces it (it fails
+// closed). Reads take no lock.
+//
+// Many processes on one host may share a store.
+package localstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/guard"
+)
+
+// Dir is the name of the store's directory inside the state directory.
+const Dir = "guards"
+
+// maxEscaped is the longest escaped key used as a file name; longer escapes
+// use a SHA-256 name (the key is stored inside the file either way).
+const maxEscaped = 200
+
+// maxFileSize bounds what Get reads, so that a wrong file cannot exhaust
+// memory.
+const maxFileSize = 1 << 30
+
+// Store is a guard.Guard on files under <state-dir>/guards/.
+type Store struct {
+	dir string
+	now func() time.Time
+}
+
+var _ guard.Guard = (*Store)(nil)
+
+// Open opens the store under stateDir, creating stateDir (0700) and its
+// guards/ directory (0700) when missing. It fails when guards/ is a symlink
+// or not a directory.
+func Open(stateDir string) (*Store, error) {
+	if stateDir == "" {
+		return nil, fmt.Errorf("%w: empty state directory", coord.ErrInvalid)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
+	}
+	dir := filepath.Join(stateDir, Dir)
+	if err := os.Mkdir(dir, 0o700); err == nil {
+		if err := syncDir(stateDir); err != nil {
+			return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%w: guard store: %s is not a directory", coord.ErrUnavailable, dir)
+	}
+	return &Store{dir: dir, now: time.Now}, nil
+}
+
+// Dir returns the store's directory (<state-dir>/guards).
+func (s *Store) Dir() string { return s.dir }
+
+// record is the on-disk form of a value.
+type record struct {
+	Version   int       `json:"version"`
+	Key       string    `json:"key"`
+	Token     uint64    `json:"token"`
+	Data      []byte    `json:"data"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Put implements guard.Guard.
+func (s *Store) Put(ctx context.Context, key string, token uint64, value []byte) error {
+	if err := guard.CheckPut(key, token); err != nil {
+		return err
+	}
+	base := fileBase(key)
+	unlock, err := s.lock(ctx, base)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	cur, err := s.read(key, base)
+	switch {
+	case errors.Is(err, guard.ErrNotFound):
+	case err != nil:
+		return err
+	case cur.Token > token:
+		return &guard.StaleError{Key: key, Token: token, Accepted: cur.Token}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rec := record{Version: 1, Key: key, Token: token, Data: value, UpdatedAt: s.now().UTC()}
+	if rec.Data == nil {
+		rec.Data = []byte{}
+	}
+	buf, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := s.writeAtomic(base+".json", append(buf, '\n')); err != nil {
+		return fmt.Errorf("%w: guard %q: %w", coord.ErrUnavailable, key, err)
+	}
+	return nil
+}
+
+// Get implements guard.Guard.
+func (s *Store) Get(ctx context.Context, key string) (guard.Value, error) {
+	if err := guard.ValidateKey(key); err != nil {
+		return guard.Value{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return guard.Value{}, err
+	}
+	rec, err := s.read(key, fileBase(key))
+	if err != nil {
+		return guard.Value{}, err
+	}
+	return guard.Value{Data: rec.Data, Token: rec.Token, UpdatedAt: rec.UpdatedAt}, nil
+}
+
+// read reads and checks the value file of key; guard.ErrNotFound when absent.
+func (s *Store) read(key, base string) (record, error) {
+	path := filepath.Join(s.dir, base+".json")
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return record{}, fmt.Errorf("%w: %q", guard.ErrNotFound, key)
+	}
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			err = fmt.Errorf("%s is a symlink", path)
+		}
+		return record{}, fmt.Errorf("%w: guard %q: %w", coord.ErrUnavailable, key, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return record{}, fmt.Errorf("%w: guard %q: %w", coord.ErrUnavailable, key, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return record{}, fmt.Errorf("%w: guard %q: %s is not a regular file", coord.ErrUnavailable, key, path)
+	}
+	buf, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return record{}, fmt.Errorf("%w: guard %q: %w", coord.ErrUnavailable, key, err)
+	}
+	corrupt := func(why string) (record, error) {
+		return record{}, fmt.Errorf("%w: guard %q: corrupt value file %s (%s); refusing to read or overwrite it",
+			coord.ErrUnavailable, key, path, why)
+	}
+	if len(buf) > maxFileSize {
+		return corrupt("too large")
+	}
+	var rec record
+	dec := json.NewDecoder(bytes.NewReader(buf))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return corrupt(err.Error())
+	}
+	if dec.More() {
+		return corrupt("trailing data")
+	}
+	switch {
+	case rec.Version != 1:
+		return corrupt(fmt.Sprintf("unknown version %d", rec.Version))
+	case rec.Key != key:
+		return corrupt(fmt.Sprintf("it holds key %q", rec.Key))
+	case guard.ValidateToken(rec.Token) != nil:
+		return corrupt(fmt.Sprintf("invalid token %d", rec.Token))
+	}
+	return rec, nil
+}
+
+// lock takes the exclusive flock of the key's lock file. The flock call
+// blocks in a goroutine so that ctx can abandon the wait; an abandoned lock
+// is released as soon as it is obtained.
+func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error) {
+	path := filepath.Join(s.dir, base+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: guard lock: %w", coord.ErrUnavailable, err)
+	}
+	fd := int(f.Fd())
+	// Fast path: uncontended.
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == nil {
+		return func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }, nil
+	} else if !errors.Is(err, unix.EWOULDBLOCK) {
+		f.Close()
+		return nil, fmt.Errorf("%w: guard lock %s: %w", coord.ErrUnavailable, path, err)
+	}
+	// Unbuffered: the goroutine hands the result over only to a waiting
+	// receiver; once abandon is closed it releases the lock itself.
+	done := make(chan error)
+	abandon := make(chan struct{})
+	go func() {
+		var err error
+		for {
+			err = unix.Flock(fd, unix.LOCK_EX)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		select {
+		case done <- err:
+		case <-abandon:
+			if err == nil {
+				_ = unix.Flock(fd, unix.LOCK_UN)
+			}
+			f.Close()
+		}
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("%w: guard lock %s: %w", coord.ErrUnavailable, path, err)
+		}
+		return func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }, nil
+	case <-ctx.Done():
+		close(abandon)
+		return nil, ctx.Err()
+	}
+}
+
+// writeAtomic replaces name in the store's directory with data: temp file
+// (0600), fsync, rename, fsync of the directory.
+func (s *Store) writeAtomic(name string, data []byte) error {
+	tmp, err := os.CreateTemp(s.dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	cleanup := func() { tmp.Close(); os.Remove(tmp.Name()) }
+	if _, err := tmp.Write(data); err != nil {
+		cleanup()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		cleanup()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(s.dir, name)); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return syncDir(s.dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// fileBase names a key's files: a reversible escape (bytes other than
+// [A-Za-z0-9_.-] as %XX, and a leading '.' as %2E) or, when that would be
+// longer than maxEscaped, "~" and the SHA-256 of the key ('~' never appears
+// in an escape, so the two forms cannot collide). The key is stored in the
+// file and checked on every read.
+func fileBase(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || (c == '.' && i > 0) {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	if b.Len() > maxEscaped {
+		sum := sha256.Sum256([]byte(key))
+		return "~" + hex.EncodeToString(sum[:])
+	}
+	return b.String()
+}

@@ -1,0 +1,544 @@
+// Package sqlguard fences writes to SQL tables on database/sql, for
+// PostgreSQL and SQLite.
+//
+// A fenced table has an integer fence column holding the largest token that
+// wrote each row. A write names its token and changes the row only when the
+// stored fence is not larger, in the same statement:
+//
+//	UPDATE t SET value = $1, fence = $2 WHERE id = $3 AND fence <= $2
+//
+// and, for rows that may not exist yet, an insert-or-update whose update
+// half carries the same condition:
+//
+//	INSERT INTO t AS cur (id, value, fence) VALUES ($1, $2, $3)
+//	ON CONFLICT (id) DO UPDATE SET value = EXCLUDED.value, fence = EXCLUDED.fence
+//	WHERE cur.fence <= EXCLUDED.fence
+//
+// The database evaluates the condition on the row it is about to change (in
+// PostgreSQL under READ COMMITTED, an UPDATE that waited for a concurrent
+// writer re-checks its WHERE on the committed row), so the compare and the
+// write are one atomic step. When no row changed, sqlguard reads the fence to
+// tell a refused write (*guard.StaleError) from a missing row
+// (guard.ErrNotFound).
+//
+// Table implements guard.Guard on a key/value table (Put is the upsert form);
+// its Update and UpdateColumns methods fence writes to tables of your own,
+// and AddFenceColumn adds the fence column to an existing table. Identifiers
+// are quoted (PostgreSQL "…", SQLite `…`), never interpolated raw, and values
+// are always bound as parameters.
+//
+// The package imports no driver: open the *sql.DB with the driver of your
+// choice (fence's tests use github.com/jackc/pgx/v5/stdlib and the pure-Go
+// modernc.org/sqlite). With SQLite, set a busy timeout (modernc:
+// "?_pragma=busy_timeout(10000)") so that concurrent writers wait for each
+// other instead of failing with SQLITE_BUSY.
+package sqlguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/guard"
+)
+
+// Dialect selects placeholders, identifier quoting and column types.
+type Dialect string
+
+const (
+	// Postgres: $n placeholders, "identifiers", BIGINT/BYTEA/TIMESTAMPTZ.
+	Postgres Dialect = "postgres"
+	// SQLite: ? placeholders, `identifiers` (never mistaken for string
+	// literals), INTEGER/BLOB/TIMESTAMP. Needs SQLite 3.24 or later (upsert).
+	SQLite Dialect = "sqlite"
+)
+
+// DB is what sqlguard runs statements on: *sql.DB, *sql.Tx and *sql.Conn
+// satisfy it.
+type DB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// NoColumn, as Config.UpdatedAtColumn, means the table has no timestamp
+// column.
+const NoColumn = "-"
+
+// Config names a fenced table and its columns. Empty column names take the
+// defaults.
+type Config struct {
+	Dialect Dialect
+	// Schema optionally qualifies Table (PostgreSQL schema, SQLite attached
+	// database name).
+	Schema string
+	// Table is the table's name (required).
+	Table string
+	// KeyColumn is the primary key (or unique) column: "id".
+	KeyColumn string
+	// ValueColumn holds the value of Put, Get and Update: "value".
+	ValueColumn string
+	// FenceColumn holds the token of the last accepted write: "fence".
+	FenceColumn string
+	// UpdatedAtColumn records the writer's time of the last accepted write:
+	// "updated_at"; NoColumn when the table has none.
+	UpdatedAtColumn string
+}
+
+// Table is a fenced table. It implements guard.Guard (keys are text, values
+// are bytes) and is safe for concurrent use when its DB is.
+type Table struct {
+	db  DB
+	cfg Config
+	// quoted identifiers
+	table, key, value, fence, updatedAt string
+	now                                 func() time.Time
+}
+
+var _ guard.Guard = (*Table)(nil)
+
+// New returns the fenced table described by cfg, reached through db. It
+// checks the configuration only; it does not touch the database.
+func New(db DB, cfg Config) (*Table, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: sqlguard: nil DB", coord.ErrInvalid)
+	}
+	if cfg.Dialect != Postgres && cfg.Dialect != SQLite {
+		return nil, fmt.Errorf("%w: sqlguard: unknown dialect %q (want %q or %q)", coord.ErrInvalid, cfg.Dialect, Postgres, SQLite)
+	}
+	def := func(s *string, d string) {
+		if *s == "" {
+			*s = d
+		}
+	}
+	def(&cfg.KeyColumn, "id")
+	def(&cfg.ValueColumn, "value")
+	def(&cfg.FenceColumn, "fence")
+	def(&cfg.UpdatedAtColumn, "updated_at")
+	t := &Table{db: db, cfg: cfg, now: time.Now}
+	var err error
+	if t.table, err = qualified(cfg.Dialect, cfg.Schema, cfg.Table); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		dst  *string
+		name string
+	}{{&t.key, cfg.KeyColumn}, {&t.value, cfg.ValueColumn}, {&t.fence, cfg.FenceColumn}} {
+		if *c.dst, err = QuoteIdent(cfg.Dialect, c.name); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.UpdatedAtColumn != NoColumn {
+		if t.updatedAt, err = QuoteIdent(cfg.Dialect, cfg.UpdatedAtColumn); err != nil {
+			return nil, err
+		}
+	}
+	cols := []string{cfg.KeyColumn, cfg.ValueColumn, cfg.FenceColumn}
+	if t.updatedAt != "" {
+		cols = append(cols, cfg.UpdatedAtColumn)
+	}
+	for i, a := range cols {
+		for _, b := range cols[i+1:] {
+			if strings.EqualFold(a, b) {
+				return nil, fmt.Errorf("%w: sqlguard: column %q is used twice", coord.ErrInvalid, a)
+			}
+		}
+	}
+	return t, nil
+}
+
+// Config returns the table's configuration, defaults filled in.
+func (t *Table) Config() Config { return t.cfg }
+
+// QuoteIdent quotes an identifier for dialect d: PostgreSQL "name", SQLite
+// `name`, with embedded quote characters doubled. It refuses an empty name,
+// invalid UTF-8 and NUL, and, for PostgreSQL, names over 63 bytes (which the
+// server would silently truncate). The error wraps coord.ErrInvalid.
+func QuoteIdent(d Dialect, name string) (string, error) {
+	switch {
+	case name == "":
+		return "", fmt.Errorf("%w: sqlguard: empty identifier", coord.ErrInvalid)
+	case !utf8.ValidString(name):
+		return "", fmt.Errorf("%w: sqlguard: identifier %q is not valid UTF-8", coord.ErrInvalid, name)
+	case strings.ContainsRune(name, 0):
+		return "", fmt.Errorf("%w: sqlguard: identifier %q contains NUL", coord.ErrInvalid, name)
+	}
+	switch d {
+	case Postgres:
+		if len(name) > 63 {
+			return "", fmt.Errorf("%w: sqlguard: identifier %q is longer than PostgreSQL's 63 bytes", coord.ErrInvalid, name)
+		}
+		return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`, nil
+	case SQLite:
+		return "`" + strings.ReplaceAll(name, "`", "``") + "`", nil
+	}
+	return "", fmt.Errorf("%w: sqlguard: unknown dialect %q", coord.ErrInvalid, d)
+}
+
+func qualified(d Dialect, schema, table string) (string, error) {
+	qt, err := QuoteIdent(d, table)
+	if err != nil {
+		return "", fmt.Errorf("table: %w", err)
+	}
+	if schema == "" {
+		return qt, nil
+	}
+	qs, err := QuoteIdent(d, schema)
+	if err != nil {
+		return "", fmt.Errorf("schema: %w", err)
+	}
+	return qs + "." + qt, nil
+}
+
+// stmt builds a statement with the dialect's placeholders. A named
+// parameter used twice is bound once in PostgreSQL ($n again) and twice in
+// SQLite (? and the argument repeated). Parameter names start with a space
+// or "col\x00", so they never collide with each other.
+type stmt struct {
+	d     Dialect
+	sb    strings.Builder
+	args  []any
+	named map[string]int
+}
+
+func (s *stmt) sql(parts ...string) *stmt {
+	for _, p := range parts {
+		s.sb.WriteString(p)
+	}
+	return s
+}
+
+// param writes the placeholder of the parameter called name with value v.
+func (s *stmt) param(name string, v any) *stmt {
+	if s.d == Postgres {
+		if n, ok := s.named[name]; ok {
+			s.sb.WriteString("$" + strconv.Itoa(n))
+			return s
+		}
+		if s.named == nil {
+			s.named = map[string]int{}
+		}
+		s.args = append(s.args, v)
+		s.named[name] = len(s.args)
+		s.sb.WriteString("$" + strconv.Itoa(len(s.args)))
+		return s
+	}
+	s.args = append(s.args, v)
+	s.sb.WriteString("?")
+	return s
+}
+
+func (s *stmt) String() string { return s.sb.String() }
+
+// Statements are the statements a Table runs, with the dialect's
+// placeholders, for reading or for use outside sqlguard.
+type Statements struct {
+	// Update: the fenced UPDATE of the value (row must exist).
+	Update string
+	// Upsert: the fenced insert-or-update of Put.
+	Upsert string
+	// Select: Get's query (value, fence, timestamp).
+	Select string
+	// Fence: the query that reads a row's fence after a write changed
+	// nothing.
+	Fence string
+	// AddFenceColumn: the ALTER TABLE of AddFenceColumn.
+	AddFenceColumn string
+	// Create: the CREATE TABLE IF NOT EXISTS of CreateTable.
+	Create string
+}
+
+// Statements returns the statements the table runs.
+func (t *Table) Statements() Statements {
+	return Statements{
+		Update:         t.updateStmt("k", 1, map[string]any{t.cfg.ValueColumn: []byte(nil)}).String(),
+		Upsert:         t.upsertStmt("k", 1, nil).String(),
+		Select:         t.selectStmt("k").String(),
+		Fence:          t.fenceStmt("k").String(),
+		AddFenceColumn: t.addFenceStmt(),
+		Create:         t.createStmt(),
+	}
+}
+
+func (t *Table) createStmt() string {
+	var s string
+	switch t.cfg.Dialect {
+	case Postgres:
+		s = fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s TEXT PRIMARY KEY, %s BYTEA, %s BIGINT NOT NULL DEFAULT 0",
+			t.table, t.key, t.value, t.fence)
+		if t.updatedAt != "" {
+			s += ", " + t.updatedAt + " TIMESTAMPTZ"
+		}
+	case SQLite:
+		s = fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s TEXT PRIMARY KEY NOT NULL, %s BLOB, %s INTEGER NOT NULL DEFAULT 0",
+			t.table, t.key, t.value, t.fence)
+		if t.updatedAt != "" {
+			s += ", " + t.updatedAt + " TIMESTAMP"
+		}
+	}
+	return s + ")"
+}
+
+func (t *Table) addFenceStmt() string {
+	switch t.cfg.Dialect {
+	case Postgres:
+		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s BIGINT NOT NULL DEFAULT 0", t.table, t.fence)
+	default:
+		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s INTEGER NOT NULL DEFAULT 0", t.table, t.fence)
+	}
+}
+
+// updateStmt: UPDATE t SET c1 = $1, …, [updated_at = $n,] fence = $m
+// WHERE key = $k AND fence <= $m. set's columns are quoted by the caller's
+// check (UpdateColumns) and sorted here.
+func (t *Table) updateStmt(key any, token int64, set map[string]any) *stmt {
+	s := &stmt{d: t.cfg.Dialect}
+	s.sql("UPDATE ", t.table, " SET ")
+	for _, c := range slices.Sorted(maps.Keys(set)) {
+		q, _ := QuoteIdent(t.cfg.Dialect, c)
+		s.sql(q, " = ").param("col\x00"+c, set[c]).sql(", ")
+	}
+	if t.updatedAt != "" {
+		s.sql(t.updatedAt, " = ").param(" now", t.now().UTC()).sql(", ")
+	}
+	s.sql(t.fence, " = ").param(" token", token)
+	s.sql(" WHERE ", t.key, " = ").param(" key", key)
+	s.sql(" AND ", t.fence, " <= ").param(" token", token)
+	return s
+}
+
+// upsertStmt: INSERT INTO t AS cur (key, value, [updated_at,] fence)
+// VALUES (…) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, …
+// WHERE cur.fence <= EXCLUDED.fence.
+func (t *Table) upsertStmt(key string, token int64, value []byte) *stmt {
+	cur, _ := QuoteIdent(t.cfg.Dialect, "cur")
+	cols := []string{t.key, t.value}
+	if t.updatedAt != "" {
+		cols = append(cols, t.updatedAt)
+	}
+	cols = append(cols, t.fence)
+	s := &stmt{d: t.cfg.Dialect}
+	s.sql("INSERT INTO ", t.table, " AS ", cur, " (", strings.Join(cols, ", "), ") VALUES (")
+	s.param(" key", key).sql(", ").param(" value", value).sql(", ")
+	if t.updatedAt != "" {
+		s.param(" now", t.now().UTC()).sql(", ")
+	}
+	s.param(" token", token).sql(") ON CONFLICT (", t.key, ") DO UPDATE SET ")
+	for i, c := range cols[1:] {
+		if i > 0 {
+			s.sql(", ")
+		}
+		s.sql(c, " = EXCLUDED.", c)
+	}
+	s.sql(" WHERE ", cur, ".", t.fence, " <= EXCLUDED.", t.fence)
+	return s
+}
+
+func (t *Table) selectStmt(key string) *stmt {
+	s := &stmt{d: t.cfg.Dialect}
+	ts := "NULL"
+	if t.updatedAt != "" {
+		ts = t.updatedAt
+	}
+	s.sql("SELECT ", t.value, ", ", t.fence, ", ", ts, " FROM ", t.table, " WHERE ", t.key, " = ").param(" key", key)
+	return s
+}
+
+func (t *Table) fenceStmt(key any) *stmt {
+	s := &stmt{d: t.cfg.Dialect}
+	s.sql("SELECT ", t.fence, " FROM ", t.table, " WHERE ", t.key, " = ").param(" key", key)
+	return s
+}
+
+// CreateTable creates the key/value table if it does not exist: key TEXT
+// PRIMARY KEY, value BYTEA/BLOB, fence BIGINT NOT NULL DEFAULT 0, and the
+// timestamp column TIMESTAMPTZ/TIMESTAMP.
+func (t *Table) CreateTable(ctx context.Context) error {
+	if _, err := t.db.ExecContext(ctx, t.createStmt()); err != nil {
+		return fmt.Errorf("sqlguard: create table %s: %w", t.table, err)
+	}
+	return nil
+}
+
+// AddFenceColumn adds the fence column (BIGINT/INTEGER NOT NULL DEFAULT 0)
+// to an existing table; it does nothing when the column exists. Existing
+// rows get fence 0, below every token, so the first fenced write to each row
+// is accepted.
+func (t *Table) AddFenceColumn(ctx context.Context) error {
+	if t.cfg.Dialect == SQLite {
+		exists, err := t.sqliteHasColumn(ctx, t.cfg.FenceColumn)
+		if err != nil || exists {
+			return err
+		}
+	}
+	_, err := t.db.ExecContext(ctx, t.addFenceStmt())
+	if err != nil && t.cfg.Dialect == SQLite {
+		// A concurrent AddFenceColumn may have added it first.
+		if exists, err2 := t.sqliteHasColumn(ctx, t.cfg.FenceColumn); err2 == nil && exists {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("sqlguard: add fence column to %s: %w", t.table, err)
+	}
+	return nil
+}
+
+func (t *Table) sqliteHasColumn(ctx context.Context, column string) (bool, error) {
+	q := "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ? COLLATE NOCASE"
+	args := []any{t.cfg.Table, column}
+	if t.cfg.Schema != "" {
+		q = "SELECT COUNT(*) FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE"
+		args = []any{t.cfg.Table, t.cfg.Schema, column}
+	}
+	var n int
+	if err := t.db.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
+		return false, fmt.Errorf("sqlguard: inspect table %s: %w", t.table, err)
+	}
+	return n > 0, nil
+}
+
+// attempts bounds the retries of a write whose row changed between the
+// write and the read that explains why it changed nothing (a row deleted and
+// inserted again in between).
+const attempts = 3
+
+// Put implements guard.Guard with the fenced upsert: it inserts the row for
+// key or updates it when the stored fence is at most token.
+func (t *Table) Put(ctx context.Context, key string, token uint64, value []byte) error {
+	if err := guard.CheckPut(key, token); err != nil {
+		return err
+	}
+	if value == nil {
+		value = []byte{}
+	}
+	for range attempts {
+		s := t.upsertStmt(key, int64(token), value)
+		res, err := t.db.ExecContext(ctx, s.String(), s.args...)
+		if err != nil {
+			return fmt.Errorf("sqlguard: put %q: %w", key, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("sqlguard: put %q: %w", key, err)
+		} else if n > 0 {
+			return nil
+		}
+		err = t.explain(ctx, key, key, token)
+		if !errors.Is(err, errRetry) && !errors.Is(err, guard.ErrNotFound) {
+			return err
+		}
+	}
+	return fmt.Errorf("sqlguard: put %q: the row kept changing under the write; giving up", key)
+}
+
+// Update runs the fenced UPDATE of the value column (and the timestamp)
+// of the row whose key column equals key. It returns *guard.StaleError when
+// the row's fence is larger than token and an error wrapping
+// guard.ErrNotFound when there is no such row. key may be of any type the
+// driver accepts (an integer id, a string).
+func (t *Table) Update(ctx context.Context, key any, token uint64, value []byte) error {
+	return t.UpdateColumns(ctx, key, token, map[string]any{t.cfg.ValueColumn: value})
+}
+
+// UpdateColumns is the general fenced UPDATE: it sets each column of set to
+// its value, the timestamp column (unless NoColumn) and the fence to token,
+// in the row whose key column equals key, when the row's fence is at most
+// token. Errors are those of Update. set must not name the key or fence
+// column.
+func (t *Table) UpdateColumns(ctx context.Context, key any, token uint64, set map[string]any) error {
+	if err := guard.ValidateToken(token); err != nil {
+		return err
+	}
+	if key == nil {
+		return fmt.Errorf("%w: sqlguard: nil key", coord.ErrInvalid)
+	}
+	if len(set) == 0 {
+		return fmt.Errorf("%w: sqlguard: no column to update", coord.ErrInvalid)
+	}
+	for c := range set {
+		if _, err := QuoteIdent(t.cfg.Dialect, c); err != nil {
+			return err
+		}
+		for _, reserved := range []string{t.cfg.KeyColumn, t.cfg.FenceColumn, t.cfg.UpdatedAtColumn} {
+			if strings.EqualFold(c, reserved) {
+				return fmt.Errorf("%w: sqlguard: column %q is set by the fenced update itself", coord.ErrInvalid, c)
+			}
+		}
+	}
+	name := fmt.Sprint(key)
+	for range attempts {
+		s := t.updateStmt(key, int64(token), set)
+		res, err := t.db.ExecContext(ctx, s.String(), s.args...)
+		if err != nil {
+			return fmt.Errorf("sqlguard: update %q: %w", name, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("sqlguard: update %q: %w", name, err)
+		} else if n > 0 {
+			return nil
+		}
+		if err := t.explain(ctx, key, name, token); !errors.Is(err, errRetry) {
+			return err
+		}
+	}
+	return fmt.Errorf("sqlguard: update %q: the row kept changing under the write; giving up", name)
+}
+
+var errRetry = errors.New("retry")
+
+// explain says why a fenced write changed no row: the row is missing
+// (guard.ErrNotFound), its fence is larger (*guard.StaleError), or it
+// changed since (errRetry).
+func (t *Table) explain(ctx context.Context, key any, name string, token uint64) error {
+	s := t.fenceStmt(key)
+	var fence sql.NullInt64
+	err := t.db.QueryRowContext(ctx, s.String(), s.args...).Scan(&fence)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: %q (no row in %s)", guard.ErrNotFound, name, t.table)
+	case err != nil:
+		return fmt.Errorf("sqlguard: read fence of %q: %w", name, err)
+	case !fence.Valid:
+		return fmt.Errorf("sqlguard: the fence of %q in %s is NULL; make the column NOT NULL DEFAULT 0", name, t.table)
+	case fence.Int64 < 0 || uint64(fence.Int64) <= token:
+		return errRetry
+	}
+	return &guard.StaleError{Key: name, Token: token, Accepted: uint64(fence.Int64)}
+}
+
+// Get implements guard.Guard: the row's value, fence and timestamp.
+func (t *Table) Get(ctx context.Context, key string) (guard.Value, error) {
+	if err := guard.ValidateKey(key); err != nil {
+		return guard.Value{}, err
+	}
+	s := t.selectStmt(key)
+	var (
+		data  []byte
+		fence sql.NullInt64
+		ts    sql.NullTime
+	)
+	err := t.db.QueryRowContext(ctx, s.String(), s.args...).Scan(&data, &fence, &ts)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return guard.Value{}, fmt.Errorf("%w: %q", guard.ErrNotFound, key)
+	case err != nil:
+		return guard.Value{}, fmt.Errorf("sqlguard: get %q: %w", key, err)
+	case !fence.Valid || fence.Int64 < 0:
+		return guard.Value{}, fmt.Errorf("sqlguard: get %q: bad fence %v in %s", key, fence, t.table)
+	}
+	if fence.Int64 == 0 {
+		// A row no fenced write has touched yet (fence column just added).
+		return guard.Value{}, fmt.Errorf("%w: %q (row never written with a token)", guard.ErrNotFound, key)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return guard.Value{Data: data, Token: uint64(fence.Int64), UpdatedAt: ts.Time}, nil
+}
