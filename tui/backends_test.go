@@ -1,0 +1,186 @@
+package tui
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/exp/teatest"
+	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/coord/local"
+)
+
+// These tests drive the dashboard through a real coordinator: real leases,
+// real Watch events, real reads, on the real clock.
+
+func openLocal(t *testing.T) coord.Coordinator {
+	t.Helper()
+	c, err := local.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func openEtcd(t *testing.T) coord.Coordinator {
+	t.Helper()
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func acquire(t *testing.T, c coord.Coordinator, name, holder string, ttl time.Duration) *coord.Lease {
+	t.Helper()
+	l, err := c.Acquire(t.Context(), name, coord.AcquireOptions{TTL: ttl, Holder: holder})
+	if err != nil {
+		t.Fatalf("acquire %s: %v", name, err)
+	}
+	return l
+}
+
+func TestLocalBackend(t *testing.T) {
+	dashboardScenario(t, openLocal(t), "local ", 0)
+}
+
+func TestEtcdBackend(t *testing.T) {
+	// etcd's watch does not show renewals: the dashboard sees one when a
+	// read finds the expiry moved on by more than a quarter of the TTL,
+	// so the renewal comes a few seconds after the grant.
+	dashboardScenario(t, openEtcd(t), "etcd 127.0.0.1:", 3*time.Second)
+}
+
+// dashboardScenario: holders come and go, renew, queue and are revoked from
+// the keyboard; the dashboard follows each step.
+func dashboardScenario(t *testing.T, c coord.Coordinator, backend string, renewAfter time.Duration) {
+	// The first lease is short, so that a renewal after renewAfter moves
+	// its expiry by more than a quarter of its TTL; the others outlive a
+	// slow run.
+	const short, ttl = 6 * time.Second, time.Minute
+	ctx := t.Context()
+	first := acquire(t, c, "deploy/prod", "ci:1", short)
+
+	h := newHarness(t, c, Options{Now: time.Now, Refresh: 300 * time.Millisecond})
+	h.settle()
+	if !strings.HasPrefix(h.m.backend, backend) || !strings.Contains(h.screen()[22], backend) {
+		t.Fatalf("backend %q; status bar %q", h.m.backend, h.screen()[22])
+	}
+	row := h.m.store.Get("deploy/prod")
+	if row == nil || !row.Info.Held || row.Info.Holder != "ci:1" || row.Info.Token != first.Token {
+		t.Fatalf("deploy/prod: %+v", row)
+	}
+	if f := fields(h.screen()[lineOf(h.screen(), "deploy/prod")]); f[1] != "held" || f[2] != "ci:1" {
+		t.Fatalf("deploy/prod row %q", f)
+	}
+
+	// A second holder appears through the watch.
+	second := acquire(t, c, "batch/x", "batch:2", ttl)
+	h.until("batch/x on screen", func() bool {
+		r := h.m.store.Get("batch/x")
+		return r != nil && r.Info.Held && r.Info.Token == second.Token
+	})
+
+	// A renewal is counted.
+	if renewAfter > 0 {
+		time.Sleep(renewAfter)
+	}
+	if _, err := c.Renew(ctx, "deploy/prod", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.until("the renewal", func() bool { return h.m.store.Get("deploy/prod").Renewals >= 1 })
+
+	// A waiter queues behind ci:1, then takes over when ci:1 releases.
+	next := make(chan *coord.Lease, 1)
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	go func() {
+		l, err := c.Acquire(waitCtx, "deploy/prod", coord.AcquireOptions{TTL: ttl, Holder: "next:3", Wait: coord.WaitForever})
+		if err != nil {
+			l = nil
+		}
+		next <- l
+	}()
+	h.until("the waiter", func() bool { return h.m.store.Get("deploy/prod").Info.Waiters == 1 })
+	if s := h.screen()[22]; !strings.Contains(s, "1 waiting") {
+		t.Fatalf("status bar %q", s)
+	}
+	if err := c.Release(ctx, "deploy/prod", first.ID); err != nil {
+		t.Fatal(err)
+	}
+	third := <-next
+	if third == nil {
+		t.Fatal("the waiter did not get the lock")
+	}
+	h.until("the waiter holding", func() bool {
+		r := h.m.store.Get("deploy/prod")
+		return r.Info.Held && r.Info.Holder == "next:3" && r.Info.Token == third.Token
+	})
+	if r := h.m.store.Get("deploy/prod"); r.Renewals != 0 || third.Token <= first.Token {
+		t.Fatalf("new lease: renewals %d, token %d after %d", r.Renewals, third.Token, first.Token)
+	}
+
+	// Revoke batch/x from the keyboard (it sorts first by name).
+	h.key("g", "r")
+	if h.m.confirm == nil || h.m.confirm.name != "batch/x" {
+		t.Fatalf("no question for batch/x: %q", h.screen()[23])
+	}
+	h.key("y")
+	h.until("the revoke", func() bool { return !h.m.revoking })
+	if s := h.screen()[23]; !strings.Contains(s, "revoked batch/x") {
+		t.Fatalf("message %q", s)
+	}
+	if info, err := c.Inspect(ctx, "batch/x"); err != nil || info.Held {
+		t.Fatalf("batch/x after the revoke: %+v, %v", info, err)
+	}
+	if _, err := c.Renew(ctx, "batch/x", second.ID); !errors.Is(err, coord.ErrLeaseLost) {
+		t.Fatalf("renewing the revoked lease: %v", err)
+	}
+	// Free on screen, or gone (etcd keeps nothing for a free lock).
+	h.until("batch/x free", func() bool { r := h.m.store.Get("batch/x"); return r == nil || !r.Info.Held })
+
+	if err := c.Release(ctx, "deploy/prod", third.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.until("deploy/prod free", func() bool { r := h.m.store.Get("deploy/prod"); return r == nil || !r.Info.Held })
+	if h.m.readErr != nil || h.m.watchErr != nil {
+		t.Fatalf("health: read %v, watch %v", h.m.readErr, h.m.watchErr)
+	}
+}
+
+// TestLocalBackendProgram runs the whole Bubble Tea program (teatest)
+// against a local coordinator: the lock shows up on the screen, and r then
+// y revoke it for real.
+func TestLocalBackendProgram(t *testing.T) {
+	c := openLocal(t)
+	l := acquire(t, c, "jobs/nightly", "cron:7", time.Minute)
+	m := New(t.Context(), c, Options{})
+	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(100, 30))
+	wait := func(what string) {
+		t.Helper()
+		teatest.WaitFor(t, tm.Output(), func(b []byte) bool { return bytes.Contains(b, []byte(what)) },
+			teatest.WithDuration(20*time.Second), teatest.WithCheckInterval(10*time.Millisecond))
+	}
+	wait("cron:7")
+	tm.Send(keyMsg("r"))
+	wait("[y/N]")
+	tm.Send(keyMsg("y"))
+	wait("revoked jobs/nightly")
+	if info, err := c.Inspect(t.Context(), "jobs/nightly"); err != nil || info.Held {
+		t.Fatalf("after the revoke: %+v, %v", info, err)
+	}
+	tm.Send(tea.KeyMsg{Type: tea.KeyCtrlC})
+	tm.WaitFinished(t, teatest.WithFinalTimeout(20*time.Second))
+	_ = l
+}

@@ -1,0 +1,318 @@
+// Package details draws one lock: its holder, token, lease and counters,
+// live from the dashboard's rows, and its event timeline from the
+// coordinator's history, newest first, in a scrolling viewport.
+package details
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/viewport"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/tui/internal/format"
+	"github.com/fence-dev/fence/tui/internal/store"
+	"github.com/fence-dev/fence/tui/styles"
+)
+
+// headerLines is the number of lines above the timeline.
+const headerLines = 8
+
+// TimeLayout is how the timeline prints times (the history is bounded by
+// age: the year would only take room).
+const TimeLayout = "01-02 15:04:05"
+
+// acquiredLayout is how the acquisition time is printed.
+const acquiredLayout = "2006-01-02 15:04:05"
+
+// Model is the details view of one lock.
+type Model struct {
+	styles *styles.Styles
+	loc    *time.Location
+	width  int
+	height int
+	name   string
+	vp     viewport.Model
+	events []coord.HistoryEvent // newest first
+	err    error
+	loaded bool
+	// NoHistory says the coordinator keeps no history.
+	NoHistory bool
+}
+
+// New returns a details view drawn with s, printing times in loc.
+func New(s *styles.Styles, loc *time.Location) Model {
+	if loc == nil {
+		loc = time.Local
+	}
+	return Model{styles: s, loc: loc, vp: viewport.New(0, 0)}
+}
+
+// Open shows lock name, with its timeline not loaded yet.
+func (m *Model) Open(name string) {
+	m.name = name
+	m.events, m.err, m.loaded = nil, nil, false
+	m.render()
+	m.vp.GotoTop()
+}
+
+// Loaded says the timeline has been read (or failed to be).
+func (m *Model) Loaded() bool { return m.loaded }
+
+// Name is the lock shown.
+func (m *Model) Name() string { return m.name }
+
+// SetSize sets the view's size in cells.
+func (m *Model) SetSize(width, height int) {
+	m.width, m.height = max(width, 0), max(height, 0)
+	m.vp.Width = m.width
+	m.vp.Height = max(m.height-headerLines, 0)
+	m.render()
+}
+
+// SetHistory sets the timeline: events oldest first, as
+// coord.Historian.History returns them, or the error that reading them
+// gave. The scroll position is kept.
+func (m *Model) SetHistory(events []coord.HistoryEvent, err error) {
+	m.loaded = true
+	m.err = err
+	if err == nil {
+		m.events = slices.Clone(events)
+		slices.Reverse(m.events)
+	}
+	m.render()
+}
+
+// ScrollDown scrolls the timeline by n lines (negative: up).
+func (m *Model) ScrollDown(n int) {
+	if n < 0 {
+		m.vp.ScrollUp(-n)
+	} else {
+		m.vp.ScrollDown(n)
+	}
+}
+
+// PageDown scrolls the timeline by pages (negative: up).
+func (m *Model) PageDown(pages int) { m.ScrollDown(pages * max(m.vp.Height, 1)) }
+
+// Top scrolls to the newest event.
+func (m *Model) Top() { m.vp.GotoTop() }
+
+// Bottom scrolls to the oldest event.
+func (m *Model) Bottom() { m.vp.GotoBottom() }
+
+func (m *Model) render() {
+	if m.width == 0 {
+		return
+	}
+	s := m.styles
+	var lines []string
+	switch {
+	case m.NoHistory:
+		lines = []string{s.Label.Render(format.Fit("  this coordinator keeps no history", m.width))}
+	case !m.loaded:
+		lines = []string{s.Label.Render(format.Fit("  loading…", m.width))}
+	case m.err != nil:
+		lines = []string{s.Err.Render(format.Fit("  history: "+m.err.Error(), m.width))}
+	case len(m.events) == 0:
+		lines = []string{s.Label.Render(format.Fit("  no events recorded", m.width))}
+	default:
+		lines = make([]string, 0, len(m.events))
+		for _, ev := range m.events {
+			lines = append(lines, m.eventLine(ev))
+		}
+	}
+	m.vp.SetContent(strings.Join(lines, "\n"))
+}
+
+// kindWidth fits the longest kind, "deadline_exceeded".
+const kindWidth = 17
+
+func (m *Model) eventLine(ev coord.HistoryEvent) string {
+	s := m.styles
+	ts := ev.Time.In(m.loc).Format(TimeLayout)
+	rest := m.width - 2 - len(TimeLayout) - 2 - kindWidth - 1
+	kind := format.Fit(string(ev.Kind), kindWidth)
+	switch ev.Kind {
+	case coord.HistAcquired, coord.HistReleased:
+		kind = s.Good.Render(kind)
+	default:
+		kind = s.Bad.Render(kind)
+	}
+	if rest < 1 {
+		return format.Fit("  "+ts+"  "+string(ev.Kind), m.width)
+	}
+	return "  " + s.Label.Render(ts) + "  " + kind + " " + format.Fit(Describe(ev), rest)
+}
+
+// Describe says what an event means, after its kind.
+func Describe(ev coord.HistoryEvent) string {
+	who := fmt.Sprintf("token %d", ev.Token)
+	if ev.Holder != "" {
+		who += " by " + ev.Holder
+	}
+	switch ev.Kind {
+	case coord.HistAcquired:
+		if ev.Wait > 0 {
+			return fmt.Sprintf("%s, waited %s", who, roundDur(ev.Wait))
+		}
+		return who
+	case coord.HistReleased:
+		return fmt.Sprintf("%s, held %s", who, roundDur(ev.HeldFor))
+	case coord.HistRenewalFailed:
+		n := max(ev.Count, 1)
+		msg := fmt.Sprintf("%s: %d failed renewal", who, n)
+		if n > 1 {
+			msg += "s"
+		}
+		if ev.Error != "" {
+			msg += ", last: " + ev.Error
+		}
+		return msg
+	case coord.HistLeaseLost:
+		return who + ": lease lost, command stopped"
+	case coord.HistDeadlineExceeded:
+		return who + ": deadline reached, command stopped"
+	case coord.HistExpired:
+		return who + ": expired, taken over"
+	case coord.HistRevoked:
+		return who + ": revoked"
+	case coord.HistStaleRefused:
+		msg := fmt.Sprintf("token %d refused, %d accepted", ev.Token, ev.AcceptedToken)
+		if ev.Key != "" {
+			msg = "key " + strconv.Quote(ev.Key) + ": " + msg
+		}
+		return msg
+	}
+	if ev.Error != "" {
+		return who + ": " + ev.Error
+	}
+	return who
+}
+
+func roundDur(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Minute:
+		return d.Round(time.Second)
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond)
+	default:
+		return d.Round(time.Millisecond)
+	}
+}
+
+// View draws the lock (r is its row, nil when the coordinator no longer
+// lists it) and the timeline: exactly height lines of at most width cells.
+func (m *Model) View(r *store.Row, now time.Time) string {
+	if m.width == 0 || m.height == 0 {
+		return ""
+	}
+	s := m.styles
+	w := m.width
+	lines := make([]string, 0, m.height)
+
+	// Line 1: the name and the state.
+	state := "not listed"
+	stateStyle := s.Free
+	if r != nil {
+		st := r.State(now)
+		state = st.String()
+		switch st {
+		case store.Held:
+			stateStyle = s.Held
+		case store.Expiring:
+			stateStyle = s.Expiring
+		}
+	}
+	nameW := max(w-2-len(state)-2, 1)
+	lines = append(lines, "  "+s.Title.Render(format.Fit(m.name, nameW))+"  "+stateStyle.Render(state))
+
+	half := max((w-2)/2, 1)
+	pair := func(l1, v1, l2, v2 string) string {
+		const lw = 10
+		if l2 == "" {
+			return "  " + s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(w-2-lw, 0))
+		}
+		left := s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(half-lw, 0))
+		right := ""
+		{
+			right = s.Label.Render(format.Fit(l2, lw)) + format.Fit(v2, max(w-2-half-lw, 0))
+		}
+		return "  " + left + right
+	}
+	var (
+		holder, token, lease, ttl, acquired, held, waiters = "-", "-", "-", "-", "-", "-", "-"
+		renewals, failures, stale                          = "-", "-", "-"
+		process                                            = "-"
+	)
+	if r != nil {
+		i := r.Info
+		token = "-"
+		if i.LastToken > 0 {
+			token = fmt.Sprintf("last %d", i.LastToken)
+		}
+		if i.Held {
+			holder = i.Holder
+			token = strconv.FormatUint(i.Token, 10)
+			if i.LastToken > i.Token {
+				token += fmt.Sprintf(" (last %d)", i.LastToken)
+			}
+			lease = i.LeaseID
+			left := r.TTLLeft(now)
+			barW := min(max(half-10-18, 4), 20)
+			full, empty := format.Bar(left, i.TTL, barW)
+			ttl = full + empty + " " + format.Duration(format.Ceil(left)) + " of " + format.Duration(i.TTL)
+			renewals = strconv.Itoa(r.Renewals)
+			if !i.AcquiredAt.IsZero() {
+				acquired = i.AcquiredAt.In(m.loc).Format(acquiredLayout)
+				held = format.Duration(i.HeldFor(now))
+			}
+		}
+		waiters = strconv.Itoa(i.Waiters)
+		if !m.NoHistory && r.Failures >= 0 {
+			failures, stale = strconv.Itoa(r.Failures), strconv.Itoa(r.Stale)
+		}
+		if p := i.Process; p != nil {
+			var ps []string
+			for _, pid := range p.PIDs {
+				ps = append(ps, strconv.Itoa(pid))
+			}
+			process = "pids " + strings.Join(ps, ",")
+			if p.PGID > 0 {
+				process += fmt.Sprintf(", pgid %d", p.PGID)
+			}
+		}
+	}
+	lines = append(lines,
+		pair("holder", holder, "token", token),
+		pair("lease", lease, "ttl", ttl),
+		pair("acquired", acquired, "held for", held),
+		pair("renewals", renewals, "waiters", waiters),
+		pair("failures", failures, "stale", stale),
+	)
+	lines = append(lines, pair("process", process, "", ""))
+	title := "── history, newest first "
+	lines = append(lines, s.Rule.Render(format.Fit("  "+title+strings.Repeat("─", max(w-2-len([]rune(title)), 0)), w)))
+	for len(lines) > m.height {
+		lines = lines[:m.height]
+	}
+	if len(lines) < m.height {
+		body := m.vp.View()
+		lines = append(lines, body)
+		out := strings.Join(lines, "\n")
+		return padLines(out, m.height)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// padLines makes s exactly n lines long.
+func padLines(s string, n int) string {
+	got := strings.Count(s, "\n") + 1
+	if got > n {
+		parts := strings.SplitN(s, "\n", n+1)
+		return strings.Join(parts[:n], "\n")
+	}
+	return s + strings.Repeat("\n", n-got)
+}

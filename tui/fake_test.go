@@ -1,0 +1,219 @@
+package tui
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// fakeCoord stands for a coordinator's feed in the unit and golden tests:
+// a list, a history, and watches the test sends events into. The real
+// backends are driven in local_test.go.
+type fakeCoord struct {
+	mu       sync.Mutex
+	desc     string
+	locks    map[string]coord.LockInfo
+	history  map[string][]coord.HistoryEvent
+	watches  []chan coord.Event
+	lists    int
+	listErr  error
+	watchErr error
+	revoked  []string
+	inspects int
+}
+
+var errFake = errors.New("not supported by the fake")
+
+func newFake(infos ...coord.LockInfo) *fakeCoord {
+	f := &fakeCoord{desc: "fake /run/fence", locks: map[string]coord.LockInfo{}, history: map[string][]coord.HistoryEvent{}}
+	for _, i := range infos {
+		f.locks[i.Name] = i
+	}
+	return f
+}
+
+func (f *fakeCoord) Acquire(context.Context, string, coord.AcquireOptions) (*coord.Lease, error) {
+	return nil, errFake
+}
+func (f *fakeCoord) Renew(context.Context, string, string) (coord.Renewal, error) {
+	return coord.Renewal{}, errFake
+}
+func (f *fakeCoord) Release(context.Context, string, string) error { return errFake }
+func (f *fakeCoord) Close() error                                  { return nil }
+func (f *fakeCoord) Describe() string                              { return f.desc }
+
+func (f *fakeCoord) Revoke(_ context.Context, name string) (coord.LockInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i, ok := f.locks[name]
+	if !ok || !i.Held {
+		return coord.LockInfo{}, coord.ErrNotHeld
+	}
+	f.revoked = append(f.revoked, name)
+	f.locks[name] = coord.LockInfo{Name: name, LastToken: i.Token}
+	return i, nil
+}
+
+func (f *fakeCoord) Inspect(_ context.Context, name string) (coord.LockInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inspects++
+	if i, ok := f.locks[name]; ok {
+		return i, nil
+	}
+	return coord.LockInfo{Name: name}, nil
+}
+
+func (f *fakeCoord) List(_ context.Context, prefix string) ([]coord.LockInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	var out []coord.LockInfo
+	for _, i := range f.locks {
+		if strings.HasPrefix(i.Name, prefix) {
+			out = append(out, i)
+		}
+	}
+	slices.SortFunc(out, func(a, b coord.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func (f *fakeCoord) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+	f.mu.Lock()
+	if f.watchErr != nil {
+		err := f.watchErr
+		f.mu.Unlock()
+		return nil, err
+	}
+	in := make(chan coord.Event, 1024)
+	f.watches = append(f.watches, in)
+	f.mu.Unlock()
+	out := make(chan coord.Event)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (f *fakeCoord) Record(_ context.Context, ev coord.HistoryEvent) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.history[ev.Lock] = append(f.history[ev.Lock], ev)
+	return nil
+}
+
+func (f *fakeCoord) History(_ context.Context, lock string, limit int) ([]coord.HistoryEvent, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.history[lock]
+	if limit > 0 && len(h) > limit {
+		h = h[len(h)-limit:]
+	}
+	return slices.Clone(h), nil
+}
+
+// set changes a lock and sends the event to the current watch.
+func (f *fakeCoord) set(typ coord.EventType, info coord.LockInfo) {
+	f.mu.Lock()
+	f.locks[info.Name] = info
+	w := f.watches[len(f.watches)-1]
+	f.mu.Unlock()
+	w <- coord.Event{Type: typ, Info: info}
+}
+
+// send sends an event to the current watch without changing the locks.
+func (f *fakeCoord) send(ev coord.Event) {
+	f.mu.Lock()
+	w := f.watches[len(f.watches)-1]
+	f.mu.Unlock()
+	w <- ev
+}
+
+// endWatch closes the current watch, as a lost connection would.
+func (f *fakeCoord) endWatch() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.watches[len(f.watches)-1])
+}
+
+func (f *fakeCoord) counts() (lists, watches, inspects int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists, len(f.watches), f.inspects
+}
+
+// noHistory hides the fake's Historian.
+type noHistory struct{ coord.Coordinator }
+
+// epoch is the fixed clock of the tests.
+var epoch = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
+
+func fixedClock() time.Time { return epoch }
+
+// held is a held lock acquired ago before epoch with left of ttl to go.
+func held(name, holder string, token uint64, ttl, left, ago time.Duration) coord.LockInfo {
+	return coord.LockInfo{
+		Name: name, Held: true, Holder: holder, Token: token, LastToken: token,
+		LeaseID: "lease-" + name, TTL: ttl, TTLLeft: left, AcquiredAt: epoch.Add(-ago),
+	}
+}
+
+func free(name string, last uint64) coord.LockInfo {
+	return coord.LockInfo{Name: name, LastToken: last}
+}
+
+// sampleLocks is a small, varied set of locks.
+func sampleLocks() []coord.LockInfo {
+	return []coord.LockInfo{
+		held("billing/reconcile", "batch-7:4121", 812, 15*time.Second, 14*time.Second, 3*time.Minute+5*time.Second),
+		held("deploy/prod", "ci-runner-3:88", 57, 30*time.Second, 6*time.Second, 42*time.Second),
+		free("migrations", 9),
+		held("reports/daily", "cron:1999", 4, time.Minute, 45*time.Second, 2*time.Hour+7*time.Minute),
+		held("search/reindex", "worker-1:311", 1200345, 15*time.Second, 11*time.Second, 9*time.Second),
+		free("cache/warm", 0),
+	}
+}
+
+func sampleHistory(f *fakeCoord) {
+	t := epoch.Add(-10 * time.Minute)
+	add := func(ev coord.HistoryEvent) {
+		t = t.Add(30 * time.Second)
+		ev.Time = t
+		f.history[ev.Lock] = append(f.history[ev.Lock], ev)
+	}
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistAcquired, Token: 55, Holder: "ci-runner-1:12", Wait: 1200 * time.Millisecond})
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistRenewalFailed, Token: 55, Holder: "ci-runner-1:12", Count: 3, Error: "context deadline exceeded"})
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistLeaseLost, Token: 55, Holder: "ci-runner-1:12"})
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistExpired, Token: 55, Holder: "ci-runner-1:12"})
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistAcquired, Token: 56, Holder: "ci-runner-2:40"})
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistStaleRefused, Key: "release/current", Token: 55, AcceptedToken: 56})
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistReleased, Token: 56, Holder: "ci-runner-2:40", HeldFor: 95 * time.Second})
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistAcquired, Token: 57, Holder: "ci-runner-3:88", Wait: 300 * time.Millisecond})
+	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistRenewalFailed, Token: 57, Holder: "ci-runner-3:88", Count: 1, Error: "etcdserver: request timed out"})
+	add(coord.HistoryEvent{Lock: "billing/reconcile", Kind: coord.HistAcquired, Token: 812, Holder: "batch-7:4121"})
+	add(coord.HistoryEvent{Lock: "migrations", Kind: coord.HistRevoked, Token: 9, Holder: "dba:77"})
+	add(coord.HistoryEvent{Lock: "reports/daily", Kind: coord.HistDeadlineExceeded, Token: 3, Holder: "cron:1888"})
+}

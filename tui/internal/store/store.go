@@ -1,0 +1,518 @@
+// Package store keeps the dashboard's rows: one per lock, kept sorted and
+// filtered as changes arrive, so that drawing a frame only reads the rows on
+// screen. It does no I/O and is not safe for concurrent use: the Bubble Tea
+// model owns it and changes it in Update.
+package store
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// State is what the dashboard says about a lock.
+type State int
+
+const (
+	Free     State = iota // nobody holds it
+	Held                  // held, renewed in time
+	Expiring              // held, less than a third of its TTL left: a renewal is overdue
+)
+
+// String is the state as the STATE column shows it.
+func (s State) String() string {
+	switch s {
+	case Held:
+		return "held"
+	case Expiring:
+		return "expiring"
+	default:
+		return "free"
+	}
+}
+
+// Row is one lock as the dashboard knows it.
+type Row struct {
+	Info coord.LockInfo
+	// ReadAt is when Info was read (on the dashboard's clock); Info.TTLLeft
+	// is as of then.
+	ReadAt time.Time
+	// Expiry is ReadAt + Info.TTLLeft for a held lock, zero for a free one.
+	Expiry time.Time
+	// Renewals counts the renewals seen for the current lease: every renewal
+	// the watch reports (local), or a later expiry found by a read (etcd,
+	// whose renewals the watch does not show).
+	Renewals int
+	// Failures is the number of renewal failures in the lock's kept history
+	// and Stale the number of stale tokens refused; -1 until read.
+	Failures int
+	Stale    int
+	// HistAt is when Failures and Stale were read (zero: never).
+	HistAt time.Time
+
+	match string // lower-cased "name\nholder", for the filter
+	// state is State as of the row's last change or the store's last
+	// Tick: the state sort and the totals use it, so that neither needs a
+	// pass over every row between ticks.
+	state State
+}
+
+// TTLLeft is the time left on the lease at now, counted down from the last
+// read (display only: the coordinator decides).
+func (r *Row) TTLLeft(now time.Time) time.Duration {
+	if !r.Info.Held {
+		return 0
+	}
+	d := r.Expiry.Sub(now)
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+// State is the row's state at now.
+func (r *Row) State(now time.Time) State {
+	if !r.Info.Held {
+		return Free
+	}
+	if r.Info.TTL > 0 && r.TTLLeft(now) < r.Info.TTL/3 {
+		return Expiring
+	}
+	return Held
+}
+
+// Token is the holder's token, or the last token issued for a free lock.
+func (r *Row) Token() uint64 {
+	if r.Info.Held {
+		return r.Info.Token
+	}
+	return r.Info.LastToken
+}
+
+// SortKey is a column the table can be sorted by.
+type SortKey int
+
+const (
+	ByName     SortKey = iota // name, A to Z
+	ByState                   // expiring, then held, then free
+	ByTTL                     // least TTL left first
+	ByHeldFor                 // held longest first
+	ByToken                   // largest token first
+	ByFailures                // most renewal failures first
+	ByStale                   // most stale refusals first
+	numSortKeys
+)
+
+// String names the key as the status bar shows it.
+func (k SortKey) String() string {
+	return [...]string{"name", "state", "ttl", "held for", "token", "failures", "stale"}[k]
+}
+
+// Next is the key after k, wrapping around.
+func (k SortKey) Next() SortKey { return (k + 1) % numSortKeys }
+
+// Change is one new state of a lock.
+type Change struct {
+	Info coord.LockInfo
+	// Renewed says the watch reported a renewal (coord.EventRenewed).
+	Renewed bool
+}
+
+// Totals counts the rows.
+type Totals struct {
+	Locks, Held, Expiring, Free, Waiters int
+	// Failures and Stale add up the known counters.
+	Failures, Stale int
+}
+
+// Store is the set of rows, sorted by a key and filtered by a string.
+type Store struct {
+	rows     map[string]*Row
+	all      []*Row // every row, in sort order
+	filtered []*Row // the rows matching filter, in sort order
+	key      SortKey
+	reverse  bool
+	filter   string // lower case; "" matches everything
+	now      time.Time
+	totals   Totals // kept up to date as rows change
+}
+
+// New returns an empty store sorted by name.
+func New() *Store {
+	return &Store{rows: make(map[string]*Row)}
+}
+
+// Len is the number of rows, filtered or not.
+func (s *Store) Len() int { return len(s.all) }
+
+// Rows is the filtered rows in order. The slice belongs to the store and is
+// valid until the next change.
+func (s *Store) Rows() []*Row {
+	if s.filter == "" {
+		return s.all
+	}
+	return s.filtered
+}
+
+// Get is the row of a lock, nil if unknown.
+func (s *Store) Get(name string) *Row { return s.rows[name] }
+
+// Index is the position of a lock in Rows, -1 when it is not there.
+func (s *Store) Index(name string) int {
+	r := s.rows[name]
+	if r == nil {
+		return -1
+	}
+	rows := s.Rows()
+	if s.filter != "" && !s.matches(r) {
+		return -1
+	}
+	return s.find(rows, r)
+}
+
+// Sort is the current sort key and direction.
+func (s *Store) Sort() (SortKey, bool) { return s.key, s.reverse }
+
+// Filter is the current filter.
+func (s *Store) Filter() string { return s.filter }
+
+// SetSort sorts by key, reversed or not, as of now.
+func (s *Store) SetSort(key SortKey, reverse bool, now time.Time) {
+	s.key, s.reverse, s.now = key, reverse, now
+	for _, r := range s.all {
+		if st := r.State(now); st != r.state {
+			s.account(r, -1)
+			r.state = st
+			s.account(r, +1)
+		}
+	}
+	s.sortAll()
+}
+
+// SetFilter keeps the rows whose name or holder contains f, ignoring case.
+func (s *Store) SetFilter(f string) {
+	f = strings.ToLower(f)
+	if f == s.filter {
+		return
+	}
+	s.filter = f
+	s.refilter()
+}
+
+// Tick moves the store's clock to now: rows whose state changed with the
+// time (a held lock becoming expiring as its TTL runs down) are counted
+// again and, when sorted by state, moved. It is one pass over the rows,
+// for the once-a-second tick; frames do not need it.
+func (s *Store) Tick(now time.Time) {
+	s.now = now
+	var changed []*Row
+	for _, r := range s.all {
+		if st := r.State(now); st != r.state {
+			changed = append(changed, r)
+		}
+	}
+	if len(changed) == 0 {
+		return
+	}
+	if s.key != ByState || len(changed) > 64 {
+		for _, r := range changed {
+			s.account(r, -1)
+			r.state = r.State(now)
+			s.account(r, +1)
+		}
+		if s.key == ByState {
+			s.sortAll()
+		}
+		return
+	}
+	for _, r := range changed {
+		s.move(r, func() { r.state = r.State(now) })
+	}
+}
+
+// Apply records new states of locks read at at. A few changes move their
+// rows in place; many are applied in one resort.
+func (s *Store) Apply(at time.Time, changes ...Change) {
+	if len(changes) > 64 {
+		for _, c := range changes {
+			s.recount(c, at)
+		}
+		s.sortAll()
+		return
+	}
+	for _, c := range changes {
+		if s.rows[c.Info.Name] == nil {
+			r := s.update(c, at)
+			s.all = insert(s.all, r, s.cmp)
+			if s.filter != "" && s.matches(r) {
+				s.filtered = insert(s.filtered, r, s.cmp)
+			}
+			continue
+		}
+		r := s.rows[c.Info.Name]
+		s.move(r, func() { s.update(c, at) })
+	}
+}
+
+// move applies change to r and moves r to where the order then puts it, in
+// the sorted rows and the filtered ones, keeping the totals.
+func (s *Store) move(r *Row, change func()) {
+	i := s.find(s.all, r)
+	fi := -1
+	if s.filter != "" && s.matches(r) {
+		fi = s.find(s.filtered, r)
+	}
+	s.account(r, -1)
+	change()
+	s.account(r, +1)
+	s.all = s.reposition(s.all, i, r)
+	if s.filter != "" {
+		switch m := s.matches(r); {
+		case fi >= 0 && m:
+			s.filtered = s.reposition(s.filtered, fi, r)
+		case fi >= 0:
+			s.filtered = slices.Delete(s.filtered, fi, fi+1)
+		case m:
+			s.filtered = insert(s.filtered, r, s.cmp)
+		}
+	}
+}
+
+// Replace makes the store hold exactly the locks of a full listing read at
+// at: rows missing from it are dropped, the others updated.
+func (s *Store) Replace(at time.Time, infos []coord.LockInfo) {
+	seen := make(map[string]struct{}, len(infos))
+	for _, info := range infos {
+		seen[info.Name] = struct{}{}
+		s.recount(Change{Info: info}, at)
+	}
+	for name, r := range s.rows {
+		if _, ok := seen[name]; !ok {
+			s.account(r, -1)
+			delete(s.rows, name)
+		}
+	}
+	s.sortAll()
+}
+
+// Remove drops a lock's row.
+func (s *Store) Remove(name string) {
+	r := s.rows[name]
+	if r == nil {
+		return
+	}
+	if i := s.find(s.all, r); i >= 0 {
+		s.all = slices.Delete(s.all, i, i+1)
+	}
+	if s.filter != "" {
+		if i := s.find(s.filtered, r); i >= 0 {
+			s.filtered = slices.Delete(s.filtered, i, i+1)
+		}
+	}
+	s.account(r, -1)
+	delete(s.rows, name)
+}
+
+// SetCounts records a lock's history counters, read at at.
+func (s *Store) SetCounts(name string, failures, stale int, at time.Time) {
+	r := s.rows[name]
+	if r == nil {
+		return
+	}
+	r.HistAt = at
+	if r.Failures == failures && r.Stale == stale {
+		return
+	}
+	s.move(r, func() { r.Failures, r.Stale = failures, stale })
+}
+
+// Totals counts the rows (all of them, not only the filtered ones), with
+// the states as of the last change or Tick. It costs nothing: the counts
+// are kept as rows change.
+func (s *Store) Totals() Totals {
+	t := s.totals
+	t.Locks = len(s.rows)
+	t.Free = t.Locks - t.Held
+	return t
+}
+
+// account adds (sign +1) or removes (-1) a row's share of the totals.
+func (s *Store) account(r *Row, sign int) {
+	t := &s.totals
+	if r.Info.Held {
+		t.Held += sign
+	}
+	if r.state == Expiring {
+		t.Expiring += sign
+	}
+	t.Waiters += sign * r.Info.Waiters
+	t.Failures += sign * max(r.Failures, 0)
+	t.Stale += sign * max(r.Stale, 0)
+}
+
+// update applies c to its row, creating it, without moving it. It counts
+// a new row in the totals; for an existing row, the caller recounts it.
+func (s *Store) update(c Change, at time.Time) *Row {
+	info := c.Info
+	r := s.rows[info.Name]
+	if r == nil {
+		r = &Row{Failures: -1, Stale: -1}
+		s.rows[info.Name] = r
+		defer s.account(r, +1)
+	}
+	old := r.Info
+	oldExpiry := r.Expiry
+	r.Info, r.ReadAt = info, at
+	if info.Held {
+		r.Expiry = at.Add(info.TTLLeft)
+	} else {
+		r.Expiry = time.Time{}
+	}
+	switch {
+	case !info.Held || !old.Held || old.LeaseID != info.LeaseID || old.Token != info.Token:
+		r.Renewals = 0
+	case c.Renewed:
+		r.Renewals++
+	case r.Expiry.Sub(oldExpiry) > info.TTL/4:
+		// The expiry moved on by more than clock noise between two
+		// reads: the holder renewed at least once (etcd shows no
+		// renewal events).
+		r.Renewals++
+	}
+	if old.Name == "" || old.Holder != info.Holder {
+		r.match = strings.ToLower(info.Name + "\n" + info.Holder)
+	}
+	r.state = r.State(at)
+	return r
+}
+
+// recount is update for changes applied in bulk: the row is recounted in
+// the totals, and the caller sorts.
+func (s *Store) recount(c Change, at time.Time) {
+	r := s.rows[c.Info.Name]
+	if r == nil {
+		s.update(c, at)
+		return
+	}
+	s.account(r, -1)
+	s.update(c, at)
+	s.account(r, +1)
+}
+
+func (s *Store) matches(r *Row) bool {
+	return s.filter == "" || strings.Contains(r.match, s.filter)
+}
+
+func (s *Store) sortAll() {
+	s.all = s.all[:0]
+	for _, r := range s.rows {
+		s.all = append(s.all, r)
+	}
+	slices.SortFunc(s.all, s.cmp)
+	s.refilter()
+}
+
+func (s *Store) refilter() {
+	s.filtered = s.filtered[:0]
+	if s.filter == "" {
+		return
+	}
+	for _, r := range s.all {
+		if s.matches(r) {
+			s.filtered = append(s.filtered, r)
+		}
+	}
+}
+
+// find is the index of r in rows, sorted by s.cmp, or -1.
+func (s *Store) find(rows []*Row, r *Row) int {
+	i, ok := slices.BinarySearchFunc(rows, r, s.cmp)
+	if ok && rows[i] == r {
+		return i
+	}
+	// Not where the order says: cannot happen while every change goes
+	// through reposition, but never lose a row over it.
+	return slices.Index(rows, r)
+}
+
+// reposition moves r, which was at index i of rows before it changed, to
+// where the order puts it now.
+func (s *Store) reposition(rows []*Row, i int, r *Row) []*Row {
+	if i < 0 {
+		return insert(rows, r, s.cmp)
+	}
+	if (i == 0 || s.cmp(rows[i-1], r) < 0) && (i == len(rows)-1 || s.cmp(r, rows[i+1]) < 0) {
+		return rows
+	}
+	rows = slices.Delete(rows, i, i+1)
+	return insert(rows, r, s.cmp)
+}
+
+func insert(rows []*Row, r *Row, cmpf func(a, b *Row) int) []*Row {
+	i, _ := slices.BinarySearchFunc(rows, r, cmpf)
+	return slices.Insert(rows, i, r)
+}
+
+// cmp is the total order of the rows: the sort key, then the name, so that
+// equal keys never swap places between frames.
+func (s *Store) cmp(a, b *Row) int {
+	c := s.cmpKey(a, b)
+	if c == 0 {
+		c = strings.Compare(a.Info.Name, b.Info.Name)
+	}
+	if s.reverse {
+		return -c
+	}
+	return c
+}
+
+func (s *Store) cmpKey(a, b *Row) int {
+	switch s.key {
+	case ByState:
+		// expiring (2), held (1), free (0): highest first.
+		return cmp.Compare(b.state, a.state)
+	case ByTTL:
+		if c := heldFirst(a, b); c != 0 || !a.Info.Held {
+			return c
+		}
+		return a.Expiry.Compare(b.Expiry)
+	case ByHeldFor:
+		if c := heldFirst(a, b); c != 0 || !a.Info.Held {
+			return c
+		}
+		za, zb := a.Info.AcquiredAt.IsZero(), b.Info.AcquiredAt.IsZero()
+		if za || zb {
+			return boolCmp(za, zb)
+		}
+		return a.Info.AcquiredAt.Compare(b.Info.AcquiredAt)
+	case ByToken:
+		return cmp.Compare(b.Token(), a.Token())
+	case ByFailures:
+		return cmp.Compare(b.Failures, a.Failures)
+	case ByStale:
+		return cmp.Compare(b.Stale, a.Stale)
+	}
+	return 0
+}
+
+// heldFirst orders held rows before free ones.
+func heldFirst(a, b *Row) int { return boolCmp(!a.Info.Held, !b.Info.Held) }
+
+// boolCmp orders false before true.
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	default:
+		return -1
+	}
+}
+
+// All is every row in order, ignoring the filter. The slice belongs to the
+// store and is valid until the next change.
+func (s *Store) All() []*Row { return s.all }

@@ -1,0 +1,74 @@
+// Package keys is the key map of the fence top dashboard. It implements
+// bubbles/help.KeyMap, so the "?" screen and the short help line are
+// generated from the same bindings that Update matches.
+package keys
+
+import "github.com/charmbracelet/bubbles/key"
+
+// KeyMap is every key binding of the dashboard.
+type KeyMap struct {
+	Up       key.Binding
+	Down     key.Binding
+	PageUp   key.Binding
+	PageDown key.Binding
+	Top      key.Binding
+	Bottom   key.Binding
+
+	Details key.Binding // open the selected lock
+	Back    key.Binding // leave the details, the help, the filter
+	Filter  key.Binding // start typing a filter
+	Sort    key.Binding // next sort column
+	Reverse key.Binding // reverse the sort
+	Revoke  key.Binding // revoke the selected lease (asks first)
+	Help    key.Binding
+	Quit    key.Binding
+	// Interrupt quits from anywhere, also while typing a filter.
+	Interrupt key.Binding
+
+	Yes key.Binding // confirm a revoke
+	No  key.Binding // cancel a revoke
+
+	Apply key.Binding // keep the typed filter and leave the input
+}
+
+// Default returns the standard bindings.
+func Default() KeyMap {
+	return KeyMap{
+		Up:       key.NewBinding(key.WithKeys("up", "k"), key.WithHelp("↑/k", "up")),
+		Down:     key.NewBinding(key.WithKeys("down", "j"), key.WithHelp("↓/j", "down")),
+		PageUp:   key.NewBinding(key.WithKeys("pgup", "ctrl+b"), key.WithHelp("pgup", "page up")),
+		PageDown: key.NewBinding(key.WithKeys("pgdown", "ctrl+f", " "), key.WithHelp("pgdn", "page down")),
+		Top:      key.NewBinding(key.WithKeys("home", "g"), key.WithHelp("g/home", "first")),
+		Bottom:   key.NewBinding(key.WithKeys("end", "G"), key.WithHelp("G/end", "last")),
+
+		Details: key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "details")),
+		Back:    key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
+		Filter:  key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter")),
+		Sort:    key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "sort")),
+		Reverse: key.NewBinding(key.WithKeys("S"), key.WithHelp("S", "reverse")),
+		Revoke:  key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "revoke")),
+		Help:    key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "keys")),
+		Quit:    key.NewBinding(key.WithKeys("q", "ctrl+c"), key.WithHelp("q", "quit")),
+
+		Interrupt: key.NewBinding(key.WithKeys("ctrl+c"), key.WithHelp("ctrl+c", "quit")),
+
+		Yes: key.NewBinding(key.WithKeys("y", "Y"), key.WithHelp("y", "revoke")),
+		No:  key.NewBinding(key.WithKeys("n", "N", "esc", "q"), key.WithHelp("n/esc", "cancel")),
+
+		Apply: key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply")),
+	}
+}
+
+// ShortHelp is the one-line help of the table.
+func (k KeyMap) ShortHelp() []key.Binding {
+	return []key.Binding{k.Details, k.Filter, k.Sort, k.Revoke, k.Help, k.Quit}
+}
+
+// FullHelp is the "?" screen, in columns.
+func (k KeyMap) FullHelp() [][]key.Binding {
+	return [][]key.Binding{
+		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom},
+		{k.Details, k.Back, k.Filter, k.Sort, k.Reverse},
+		{k.Revoke, k.Help, k.Quit},
+	}
+}

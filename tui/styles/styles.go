@@ -1,0 +1,151 @@
+// Package styles holds the one set of lipgloss styles the fence top
+// dashboard draws with. Every component takes its look from a *Styles built
+// here, so the colour profile (and NO_COLOR) is decided in one place: the
+// renderer passed to New.
+package styles
+
+import (
+	"strings"
+
+	"github.com/charmbracelet/bubbles/help"
+	"github.com/charmbracelet/lipgloss"
+)
+
+// Styles is every style of the dashboard. Build it with New.
+type Styles struct {
+	// Table.
+	Header   lipgloss.Style // the column titles
+	Selected lipgloss.Style // the whole selected row (cells are unstyled inside it)
+	Held     lipgloss.Style // state "held"
+	Free     lipgloss.Style // state "free"
+	Expiring lipgloss.Style // state "expiring" and its TTL bar
+	Dim      lipgloss.Style // unknown values, zero counters
+	Alert    lipgloss.Style // non-zero renewal failures and stale refusals
+	BarFull  lipgloss.Style // the filled part of a healthy TTL bar
+	BarEmpty lipgloss.Style // the empty part of a TTL bar
+
+	// Details view.
+	Title lipgloss.Style // the lock name
+	Label lipgloss.Style // field names
+	Rule  lipgloss.Style // the timeline separator
+	Good  lipgloss.Style // acquired, released
+	Bad   lipgloss.Style // renewal failed, lease lost, deadline, expired, revoked, stale refused
+
+	// Bottom lines.
+	Status   lipgloss.Style // the status bar
+	OK       lipgloss.Style // healthy
+	Warn     lipgloss.Style // degraded (watch lost, retrying)
+	Down     lipgloss.Style // unavailable, in the status bar
+	Err      lipgloss.Style // error messages
+	Confirm  lipgloss.Style // the revoke confirmation
+	Prompt   lipgloss.Style // the filter prompt
+	Help     help.Styles    // the key help (bubbles/help)
+	Renderer *lipgloss.Renderer
+
+	// Cell holds the table's cell styles as Paints: a frame styles a few
+	// hundred cells, and Paint costs a concatenation where
+	// lipgloss.Style.Render lays the text out again each time.
+	Cell struct {
+		Held, Free, Expiring, Dim, Alert, BarFull, BarEmpty Paint
+	}
+}
+
+// Paint is an inline style (colours, bold) reduced to the escape sequences
+// around the text. It cannot pad, align or wrap: use it on text already
+// cut to its width.
+type Paint struct{ on, off string }
+
+// marker stands for the text while a style is rendered once.
+const marker = "\uE000"
+
+// NewPaint reduces st to a Paint. Styles with layout (width, padding,
+// borders) lose it.
+func NewPaint(st lipgloss.Style) Paint {
+	out := st.Inline(true).Render(marker)
+	on, off, ok := strings.Cut(out, marker)
+	if !ok {
+		return Paint{}
+	}
+	return Paint{on: on, off: off}
+}
+
+// Render wraps s in the paint's escape sequences (none under the ASCII
+// profile).
+func (p Paint) Render(s string) string {
+	if p.on == "" && p.off == "" {
+		return s
+	}
+	return p.on + s + p.off
+}
+
+// New builds the styles on renderer r (nil: lipgloss's default renderer).
+// The renderer decides the colour profile: a renderer on a terminal honours
+// NO_COLOR and CLICOLOR; lipgloss.SetColorProfile(termenv.Ascii) or
+// r.SetColorProfile(termenv.Ascii) turns colour off.
+//
+// Nothing here depends on colour to be read: states are words, the selected
+// row has a cursor mark, TTL bars are drawn with characters.
+func New(r *lipgloss.Renderer) *Styles {
+	if r == nil {
+		r = lipgloss.DefaultRenderer()
+	}
+	c := func(light, dark string) lipgloss.AdaptiveColor {
+		return lipgloss.AdaptiveColor{Light: light, Dark: dark}
+	}
+	var (
+		green  = c("#007a3d", "#5fd787")
+		yellow = c("#9a6700", "#ffd75f")
+		red    = c("#c62828", "#ff6b6b")
+		dim    = c("#8a8a8a", "#6c6c6c")
+		text   = c("#1a1a1a", "#e4e4e4")
+		accent = c("#3451b2", "#87afff")
+		barBg  = c("#d0d0d0", "#3a3a3a")
+		selBg  = c("#dde4ff", "#303a5f")
+		statBg = c("#e8e8e8", "#262626")
+	)
+	s := &Styles{Renderer: r}
+	s.Header = r.NewStyle().Bold(true).Foreground(accent)
+	s.Selected = r.NewStyle().Bold(true).Foreground(text).Background(selBg)
+	s.Held = r.NewStyle().Foreground(green)
+	s.Free = r.NewStyle().Foreground(dim)
+	s.Expiring = r.NewStyle().Bold(true).Foreground(yellow)
+	s.Dim = r.NewStyle().Foreground(dim)
+	s.Alert = r.NewStyle().Bold(true).Foreground(red)
+	s.BarFull = r.NewStyle().Foreground(green)
+	s.BarEmpty = r.NewStyle().Foreground(barBg)
+
+	s.Title = r.NewStyle().Bold(true).Foreground(accent)
+	s.Label = r.NewStyle().Foreground(dim)
+	s.Rule = r.NewStyle().Foreground(dim)
+	s.Good = r.NewStyle().Foreground(green)
+	s.Bad = r.NewStyle().Bold(true).Foreground(red)
+
+	s.Status = r.NewStyle().Foreground(text).Background(statBg)
+	s.OK = r.NewStyle().Foreground(green).Background(statBg)
+	s.Warn = r.NewStyle().Bold(true).Foreground(yellow).Background(statBg)
+	s.Down = r.NewStyle().Bold(true).Foreground(red).Background(statBg)
+	s.Err = r.NewStyle().Bold(true).Foreground(red)
+	s.Confirm = r.NewStyle().Bold(true).Foreground(yellow)
+	s.Prompt = r.NewStyle().Bold(true).Foreground(accent)
+
+	s.Cell.Held = NewPaint(s.Held)
+	s.Cell.Free = NewPaint(s.Free)
+	s.Cell.Expiring = NewPaint(s.Expiring)
+	s.Cell.Dim = NewPaint(s.Dim)
+	s.Cell.Alert = NewPaint(s.Alert)
+	s.Cell.BarFull = NewPaint(s.BarFull)
+	s.Cell.BarEmpty = NewPaint(s.BarEmpty)
+
+	key := r.NewStyle().Foreground(accent)
+	desc := r.NewStyle().Foreground(dim)
+	s.Help = help.Styles{
+		Ellipsis:       desc,
+		ShortKey:       key,
+		ShortDesc:      desc,
+		ShortSeparator: desc,
+		FullKey:        key,
+		FullDesc:       desc,
+		FullSeparator:  desc,
+	}
+	return s
+}

@@ -1,0 +1,508 @@
+package tui
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/tui/internal/store"
+)
+
+// errWatchEnded is the watch's health detail when its channel closed.
+var errWatchEnded = errors.New("watch ended")
+
+// Update applies one message. It never reads the coordinator: reads are the
+// commands it returns.
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	m.now = m.opts.Now()
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.setSize(msg.Width, msg.Height)
+		return m, nil
+	case tea.KeyMsg:
+		return m, m.onKey(msg)
+	case describeMsg:
+		m.backend = msg.text
+		return m, nil
+	case watchStartedMsg:
+		return m, m.onWatchStarted(msg)
+	case eventsMsg:
+		return m, m.onEvents(msg)
+	case restartWatchMsg:
+		if msg.gen != m.watchGen || m.ctx.Err() != nil {
+			return m, nil
+		}
+		m.cancelWatch()
+		m.watchGen++
+		return m, m.watchCmd(m.watchGen)
+	case listMsg:
+		return m, m.onList(msg)
+	case inspectMsg:
+		delete(m.inspecting, msg.name)
+		m.noteRead(msg.err, msg.latency)
+		if msg.err == nil && m.store.Get(msg.name) != nil {
+			m.store.Apply(m.now, store.Change{Info: msg.info})
+			m.changed()
+		}
+		return m, nil
+	case historyMsg:
+		return m, m.onHistory(msg)
+	case detailsMsg:
+		return m, m.onDetails(msg)
+	case revokeMsg:
+		m.onRevoke(msg)
+		return m, nil
+	case tickMsg:
+		return m, m.onTick()
+	}
+	return m, nil
+}
+
+func (m *Model) setSize(w, h int) {
+	m.width, m.height = w, h
+	body := max(h-2, 0) // the status line and the bottom line
+	m.table.SetSize(w, body)
+	m.details.SetSize(w, body)
+	m.help.Width = w
+	m.filter.Width = max(w-2, 1)
+	m.table.Sync(m.store)
+}
+
+// changed brings the table and the totals up to date after the store
+// changed.
+func (m *Model) changed() {
+	m.table.Sync(m.store)
+	m.totals = m.store.Totals()
+}
+
+func (m *Model) noteRead(err error, latency time.Duration) {
+	if errors.Is(err, coord.ErrNotHeld) {
+		err = nil
+	}
+	m.readErr = err
+	if err == nil {
+		m.latency, m.read = latency, true
+	}
+}
+
+func (m *Model) cancelWatch() {
+	if m.watchCancel != nil {
+		m.watchCancel()
+		m.watchCancel = nil
+	}
+	m.watchCh = nil
+	m.watching = false
+}
+
+func (m *Model) onWatchStarted(msg watchStartedMsg) tea.Cmd {
+	if msg.gen != m.watchGen {
+		if msg.cancel != nil {
+			msg.cancel()
+		}
+		return nil
+	}
+	if msg.err != nil {
+		m.watchErr = msg.err
+		m.watching = false
+		d := m.retry
+		m.retry = min(m.retry*2, maxRetry)
+		// List anyway: the table is still worth showing.
+		return tea.Batch(m.after(d, restartWatchMsg{gen: m.watchGen}), m.startList())
+	}
+	m.watchCh, m.watchCancel = msg.ch, msg.cancel
+	m.watching, m.watchErr, m.retry = true, nil, minRetry
+	// Events from now on are not missed; the list fills in the rest.
+	return tea.Batch(m.nextEventsCmd(m.watchGen, m.watchCh), m.startList())
+}
+
+// startList lists every lock, or asks for another list when one is on its
+// way. Events arriving meanwhile are kept and applied after the list, so a
+// list read before an event never overwrites it.
+func (m *Model) startList() tea.Cmd {
+	if m.listing {
+		m.relist = true
+		return nil
+	}
+	m.listing = true
+	m.pending = m.pending[:0]
+	return m.listCmd()
+}
+
+func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
+	if msg.gen != m.watchGen {
+		return nil
+	}
+	var cmds []tea.Cmd
+	changes := make([]store.Change, 0, len(msg.events))
+	touched := false
+	flush := func() {
+		if len(changes) > 0 {
+			m.store.Apply(m.now, changes...)
+			changes = changes[:0]
+		}
+	}
+	for _, ev := range msg.events {
+		if ev.Type == coord.EventReset {
+			flush()
+			cmds = append(cmds, m.startList())
+			continue
+		}
+		if ev.Info.Name == "" {
+			continue
+		}
+		if m.mode == modeDetails && ev.Info.Name == m.details.Name() {
+			touched = true
+		}
+		if m.listing {
+			if len(m.pending) >= maxPending {
+				// Too many to keep: the list after this one
+				// will have them all.
+				m.pending = m.pending[:0]
+				m.relist = true
+			}
+			m.pending = append(m.pending, ev)
+			continue
+		}
+		changes = append(changes, store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed})
+	}
+	flush()
+	m.changed()
+	if touched {
+		cmds = append(cmds, m.fetchDetails())
+	}
+	if msg.closed {
+		m.cancelWatch()
+		if m.ctx.Err() == nil {
+			m.watchErr = errWatchEnded
+			d := m.retry
+			m.retry = min(m.retry*2, maxRetry)
+			cmds = append(cmds, m.after(d, restartWatchMsg{gen: m.watchGen}))
+		}
+	} else {
+		cmds = append(cmds, m.nextEventsCmd(m.watchGen, m.watchCh))
+	}
+	return tea.Batch(cmds...)
+}
+
+func (m *Model) onList(msg listMsg) tea.Cmd {
+	m.listing = false
+	m.lastList = m.now
+	m.noteRead(msg.err, msg.latency)
+	if msg.err == nil {
+		m.store.Replace(m.now, msg.infos)
+		m.listEvery = max(m.opts.Refresh, 10*msg.latency)
+	}
+	if len(m.pending) > 0 {
+		changes := make([]store.Change, len(m.pending))
+		for i, ev := range m.pending {
+			changes[i] = store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed}
+		}
+		m.store.Apply(m.now, changes...)
+		m.pending = m.pending[:0]
+	}
+	m.changed()
+	var cmds []tea.Cmd
+	if m.relist {
+		m.relist = false
+		cmds = append(cmds, m.startList())
+	}
+	cmds = append(cmds, m.historyBatch())
+	return tea.Batch(cmds...)
+}
+
+// historyBatch reads the history counters of the rows on screen that are
+// older than the refresh period, then of the next locks of the background
+// sweep that covers every lock once per period, so that sorting by a
+// counter sees them all. One batch at a time.
+func (m *Model) historyBatch() tea.Cmd {
+	if m.hist == nil || m.histBusy {
+		return nil
+	}
+	names := make([]string, 0, sweepBatch)
+	seen := make(map[string]bool)
+	for _, r := range m.table.Visible(m.store) {
+		if r.HistAt.IsZero() || m.now.Sub(r.HistAt) >= m.opts.Refresh {
+			names = append(names, r.Info.Name)
+			seen[r.Info.Name] = true
+		}
+	}
+	visible := len(names) > 0
+	if len(m.sweep) == 0 && m.store.Len() > 0 && (m.sweepStart.IsZero() || m.now.Sub(m.sweepStart) >= m.listEvery) {
+		m.sweepStart = m.now
+		for _, r := range m.store.All() {
+			m.sweep = append(m.sweep, r.Info.Name)
+		}
+	}
+	for len(names) < sweepBatch && len(m.sweep) > 0 {
+		name := m.sweep[0]
+		m.sweep = m.sweep[1:]
+		if r := m.store.Get(name); r != nil && !seen[name] && (r.HistAt.IsZero() || m.now.Sub(r.HistAt) >= m.opts.Refresh) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	m.histBusy = true
+	var delay time.Duration
+	if !visible {
+		delay = m.lastBatch // the sweep reads at most half of the time
+	}
+	return m.historyCmd(names, delay)
+}
+
+func (m *Model) onHistory(msg historyMsg) tea.Cmd {
+	m.histBusy = false
+	m.lastBatch = msg.elapsed
+	for _, c := range msg.counts {
+		if c.err == nil {
+			m.store.SetCounts(c.name, c.failures, c.stale, m.now)
+		}
+	}
+	m.changed()
+	if len(m.sweep) > 0 {
+		return m.historyBatch()
+	}
+	return nil
+}
+
+func (m *Model) fetchDetails() tea.Cmd {
+	if m.mode != modeDetails {
+		return nil
+	}
+	if m.detailsBusy {
+		m.detailsDirty = true
+		return nil
+	}
+	m.detailsBusy, m.detailsDirty = true, false
+	m.detailsAt = m.now
+	return m.detailsCmd(m.details.Name())
+}
+
+func (m *Model) onDetails(msg detailsMsg) tea.Cmd {
+	m.detailsBusy = false
+	m.noteRead(msg.infoErr, msg.latency)
+	if msg.infoErr == nil && m.store.Get(msg.name) != nil {
+		m.store.Apply(m.now, store.Change{Info: msg.info})
+	}
+	if m.hist != nil && msg.histErr == nil {
+		f, s := countHistory(msg.events)
+		m.store.SetCounts(msg.name, f, s, m.now)
+	}
+	m.changed()
+	if m.mode != modeDetails || msg.name != m.details.Name() {
+		return nil
+	}
+	if m.hist != nil {
+		m.details.SetHistory(msg.events, msg.histErr)
+	}
+	if m.detailsDirty {
+		return m.fetchDetails()
+	}
+	return nil
+}
+
+func (m *Model) onRevoke(msg revokeMsg) {
+	m.revoking = false
+	t := msg.target
+	switch {
+	case errors.Is(msg.err, errChanged):
+		m.setFlash(fmt.Sprintf("not revoked: %s changed hands (%v)", t.name, msg.err), true)
+	case errors.Is(msg.err, coord.ErrNotHeld):
+		m.setFlash(fmt.Sprintf("not revoked: %s is free already", t.name), false)
+	case msg.err != nil:
+		m.setFlash(fmt.Sprintf("revoke %s: %v", t.name, msg.err), true)
+	default:
+		m.setFlash(fmt.Sprintf("revoked %s: token %d of %s", t.name, msg.ended.Token, msg.ended.Holder), false)
+	}
+}
+
+func (m *Model) setFlash(s string, isErr bool) {
+	m.flash, m.flashErr, m.flashUntil = s, isErr, m.now.Add(flashFor)
+}
+
+func (m *Model) onTick() tea.Cmd {
+	cmds := []tea.Cmd{m.after(m.tick, tickMsg{})}
+	m.store.Tick(m.now)
+	if m.flash != "" && !m.now.Before(m.flashUntil) {
+		m.flash = ""
+	}
+	if !m.listing && !m.lastList.IsZero() && m.now.Sub(m.lastList) >= m.listEvery {
+		cmds = append(cmds, m.startList())
+	}
+	cmds = append(cmds, m.historyBatch())
+	// Re-read the expiring rows on screen: on etcd a renewal shows only
+	// to a read, and an operator looking at a lock must not see it expire
+	// when it was renewed.
+	for _, r := range m.table.Visible(m.store) {
+		if len(m.inspecting) >= maxInspect {
+			break
+		}
+		if r.State(m.now) == store.Expiring && !m.inspecting[r.Info.Name] && m.now.Sub(r.ReadAt) >= time.Second {
+			m.inspecting[r.Info.Name] = true
+			cmds = append(cmds, m.inspectCmd(r.Info.Name))
+		}
+	}
+	if m.mode == modeDetails && m.now.Sub(m.detailsAt) >= m.opts.Refresh {
+		cmds = append(cmds, m.fetchDetails())
+	}
+	m.changed()
+	return tea.Batch(cmds...)
+}
+
+// quit ends every read and the watch (their contexts derive from m.ctx)
+// and the program. The screen is left as it was for the last frame.
+func (m *Model) quit() tea.Cmd {
+	m.stop()
+	return tea.Quit
+}
+
+func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
+	k := m.keys
+	if key.Matches(msg, k.Interrupt) {
+		return m.quit()
+	}
+	if m.confirm != nil {
+		t := *m.confirm
+		m.confirm = nil
+		if key.Matches(msg, k.Yes) {
+			m.revoking = true
+			m.setFlash(fmt.Sprintf("revoking %s…", t.name), false)
+			return m.revokeCmd(t)
+		}
+		m.setFlash("revoke cancelled", false)
+		return nil
+	}
+	if m.filtering {
+		switch {
+		case key.Matches(msg, k.Apply):
+			m.filtering = false
+			m.filter.Blur()
+		case msg.Type == tea.KeyEsc:
+			m.filtering = false
+			m.filter.Blur()
+			m.filter.SetValue("")
+			m.store.SetFilter("") // the selection stays where it was
+		default:
+			var cmd tea.Cmd
+			m.filter, cmd = m.filter.Update(msg)
+			if m.filter.Value() != m.store.Filter() {
+				m.store.SetFilter(m.filter.Value())
+				m.table.Top(m.store)
+			}
+			m.changed()
+			return cmd
+		}
+		m.changed()
+		return nil
+	}
+	m.flash = ""
+	switch m.mode {
+	case modeHelp:
+		switch {
+		case key.Matches(msg, k.Quit):
+			return m.quit()
+		case key.Matches(msg, k.Help, k.Back):
+			m.mode = modeTable
+			if m.details.Name() != "" && m.prevDetails {
+				m.mode = modeDetails
+			}
+		}
+		return nil
+	case modeDetails:
+		switch {
+		case key.Matches(msg, k.Quit):
+			return m.quit()
+		case key.Matches(msg, k.Back, k.Details):
+			m.mode = modeTable
+			m.prevDetails = false
+		case key.Matches(msg, k.Help):
+			m.mode, m.prevDetails = modeHelp, true
+		case key.Matches(msg, k.Up):
+			m.details.ScrollDown(-1)
+		case key.Matches(msg, k.Down):
+			m.details.ScrollDown(1)
+		case key.Matches(msg, k.PageUp):
+			m.details.PageDown(-1)
+		case key.Matches(msg, k.PageDown):
+			m.details.PageDown(1)
+		case key.Matches(msg, k.Top):
+			m.details.Top()
+		case key.Matches(msg, k.Bottom):
+			m.details.Bottom()
+		case key.Matches(msg, k.Revoke):
+			m.askRevoke(m.details.Name())
+		}
+		return nil
+	}
+	switch {
+	case key.Matches(msg, k.Quit):
+		return m.quit()
+	case key.Matches(msg, k.Up):
+		m.table.Move(m.store, -1)
+	case key.Matches(msg, k.Down):
+		m.table.Move(m.store, 1)
+	case key.Matches(msg, k.PageUp):
+		m.table.Page(m.store, -1)
+	case key.Matches(msg, k.PageDown):
+		m.table.Page(m.store, 1)
+	case key.Matches(msg, k.Top):
+		m.table.Top(m.store)
+	case key.Matches(msg, k.Bottom):
+		m.table.Bottom(m.store)
+	case key.Matches(msg, k.Details):
+		name := m.table.Selected()
+		if name == "" {
+			return nil
+		}
+		m.mode = modeDetails
+		m.details.Open(name)
+		return m.fetchDetails()
+	case key.Matches(msg, k.Filter):
+		m.filtering = true
+		m.filter.SetValue(m.store.Filter())
+		m.filter.CursorEnd()
+		return m.filter.Focus()
+	case key.Matches(msg, k.Back):
+		if m.store.Filter() != "" {
+			m.filter.SetValue("")
+			m.store.SetFilter("")
+			m.changed()
+		}
+	case key.Matches(msg, k.Sort):
+		key, rev := m.store.Sort()
+		m.store.SetSort(key.Next(), rev, m.now)
+		m.table.Top(m.store) // a new order is read from its top
+		m.changed()
+	case key.Matches(msg, k.Reverse):
+		key, rev := m.store.Sort()
+		m.store.SetSort(key, !rev, m.now)
+		m.table.Top(m.store)
+		m.changed()
+	case key.Matches(msg, k.Revoke):
+		m.askRevoke(m.table.Selected())
+	case key.Matches(msg, k.Help):
+		m.mode, m.prevDetails = modeHelp, false
+	}
+	// Rows that scrolled into view get their counters soon, not at the
+	// next tick.
+	return m.historyBatch()
+}
+
+func (m *Model) askRevoke(name string) {
+	r := m.store.Get(name)
+	switch {
+	case r == nil:
+		return
+	case m.revoking:
+		m.setFlash("a revoke is on its way", false)
+	case !r.Info.Held:
+		m.setFlash(name+" is free: nothing to revoke", false)
+	default:
+		m.confirm = &revokeTarget{name: name, holder: r.Info.Holder, token: r.Info.Token}
+	}
+}

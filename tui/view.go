@@ -1,0 +1,137 @@
+package tui
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/charmbracelet/bubbles/key"
+	"github.com/charmbracelet/x/ansi"
+
+	"github.com/fence-dev/fence/tui/components/statusbar"
+	"github.com/fence-dev/fence/tui/internal/format"
+)
+
+// The smallest screen drawn; below it a one-line notice is shown.
+const (
+	minWidth  = 40
+	minHeight = 8
+)
+
+// View draws the screen: exactly the terminal's height in lines, none wider
+// than it. It reads only the model.
+func (m *Model) View() string {
+	if m.width < minWidth || m.height < minHeight {
+		return format.Fit(fmt.Sprintf("fence top needs %dx%d, the terminal is %dx%d", minWidth, minHeight, m.width, m.height), max(m.width, 1))
+	}
+	var b strings.Builder
+	switch m.mode {
+	case modeHelp:
+		b.WriteString(m.helpView())
+	case modeDetails:
+		b.WriteString(m.details.View(m.store.Get(m.details.Name()), m.now))
+	default:
+		b.WriteString(m.table.View(m.store, m.now))
+	}
+	b.WriteByte('\n')
+	b.WriteString(m.statusView())
+	b.WriteByte('\n')
+	b.WriteString(m.bottomView())
+	return b.String()
+}
+
+func (m *Model) statusView() string {
+	d := statusbar.Data{
+		Backend: m.backend,
+		Latency: m.latency,
+		Read:    m.read,
+		Totals:  m.totals,
+		Shown:   len(m.store.Rows()),
+		Filter:  m.store.Filter(),
+	}
+	d.Sort, d.Reverse = m.store.Sort()
+	switch {
+	case m.readErr != nil:
+		d.Health, d.Detail = statusbar.Unavailable, "unavailable: "+m.readErr.Error()
+	case m.watchErr != nil:
+		d.Health, d.Detail = statusbar.Degraded, m.watchErr.Error()+", retrying"
+	case m.watching && m.read:
+		d.Health = statusbar.OK
+	}
+	return statusbar.View(m.styles, m.width, d)
+}
+
+// bottomView is the last line: the revoke question, the filter being
+// typed, a message, or the keys.
+func (m *Model) bottomView() string {
+	s := m.styles
+	var line string
+	switch {
+	case m.confirm != nil:
+		t := m.confirm
+		line = s.Confirm.Render(fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", t.name, t.holder, t.token))
+	case m.filtering:
+		line = m.filter.View()
+	case m.flash != "":
+		if m.flashErr {
+			line = s.Err.Render(m.flash)
+		} else {
+			line = m.flash
+		}
+	default:
+		var bindings []key.Binding
+		k := m.keys
+		switch m.mode {
+		case modeDetails:
+			bindings = []key.Binding{k.Back, k.Up, k.Down, k.Revoke, k.Help, k.Quit}
+		case modeHelp:
+			bindings = []key.Binding{k.Back, k.Quit}
+		default:
+			bindings = k.ShortHelp()
+		}
+		prefix := ""
+		if f := m.store.Filter(); f != "" && m.mode == modeTable {
+			prefix = s.Prompt.Render("/"+f) + s.Dim.Render(" (esc clears) ")
+		}
+		line = prefix + m.help.ShortHelpView(bindings)
+	}
+	if ansi.StringWidth(line) > m.width {
+		line = ansi.Truncate(line, m.width, "…")
+	}
+	return line
+}
+
+// legend explains the columns on the help screen.
+var legend = [][2]string{
+	{"STATE", "held; expiring: under a third of the TTL left, a renewal is late; free"},
+	{"TOKEN", "the holder's fencing token"},
+	{"TTL", "time left on the lease, counted down since the last read"},
+	{"HELD", "how long the current holder has held the lock"},
+	{"RENEW", "renewals seen for the current lease"},
+	{"FAIL", "renewal failures in the lock's history"},
+	{"STALE", "stale tokens refused by guards, from the history"},
+}
+
+func (m *Model) helpView() string {
+	s := m.styles
+	h := max(m.height-2, 0)
+	lines := []string{s.Header.Render(format.Fit("  keys", m.width)), ""}
+	for _, l := range strings.Split(m.help.FullHelpView(m.keys.FullHelp()), "\n") {
+		lines = append(lines, "  "+l)
+	}
+	lines = append(lines, "", s.Header.Render(format.Fit("  columns", m.width)), "")
+	for _, l := range legend {
+		lines = append(lines, "  "+s.Help.FullKey.Render(format.Fit(l[0], 7))+s.Help.FullDesc.Render(l[1]))
+	}
+	for i, l := range lines {
+		if ansi.StringWidth(l) > m.width {
+			lines[i] = ansi.Truncate(l, m.width, "…")
+		}
+	}
+	if len(lines) > h {
+		lines = lines[:h]
+	}
+	for len(lines) < h {
+		lines = append(lines, "")
+	}
+	return strings.Join(lines, "\n")
+}
