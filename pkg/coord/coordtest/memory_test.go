@@ -1,0 +1,349 @@
+package coordtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// TestSuiteOnMemory runs the suite against mem, a small in-memory reference
+// coordinator, to show that a correct backend passes it (the real backends
+// run it in pkg/coord's TestConformance). TestSuiteCatches shows that it
+// fails broken ones.
+func TestSuiteOnMemory(t *testing.T) {
+	st := newMemState(os.Getenv(memBugEnv))
+	Run(t, Harness{
+		New:      func(testing.TB) coord.Coordinator { return &memClient{st: st} },
+		ShortTTL: 200 * time.Millisecond,
+	})
+}
+
+// memState is the shared state of an in-memory coordinator; bug, when set,
+// breaks it on purpose.
+type memState struct {
+	bug     string
+	mu      sync.Mutex
+	locks   map[string]*memLock
+	leaseID int
+	changed chan struct{} // closed on every change
+	watches map[chan coord.Event]string
+}
+
+type memLock struct {
+	holder *memLease
+	last   uint64
+	queue  []*int // tickets, FIFO
+}
+
+type memLease struct {
+	id, holder     string
+	token          uint64
+	ttl            time.Duration
+	expires, at    time.Time
+	acquiredAtWall time.Time
+}
+
+func newMemState(bug string) *memState {
+	return &memState{bug: bug, locks: map[string]*memLock{}, changed: make(chan struct{}), watches: map[chan coord.Event]string{}}
+}
+
+// memBugEnv names the bug TestSuiteOnMemory plants, for TestSuiteCatches.
+const memBugEnv = "FENCE_COORDTEST_MEMBUG"
+
+func init() {
+	if os.Getenv(memBugEnv) != "" {
+		guard = 5 * time.Second // a planted bug may show as a hang
+	}
+}
+
+// TestSuiteCatches runs the suite, in a child process, against in-memory
+// coordinators with one bug each, and checks that the case meant to catch
+// the bug fails.
+func TestSuiteCatches(t *testing.T) {
+	if os.Getenv(memBugEnv) != "" {
+		t.Skip("inside a child")
+	}
+	for _, c := range []struct{ bug, test string }{
+		{"no-exclusion", "MutualExclusion"},
+		{"lifo", "FIFO"},
+		{"token-reuse", "TokensAcrossRestart"},
+		{"early-expiry", "ExpiryTakeover"},
+		{"early-expiry", "ExpiryFree"},
+		{"cancel-leaves-ticket", "CancelWhileWaiting"},
+		{"release-any", "ReleaseIdempotent"},
+		{"no-validation", "BadInput"},
+		{"sent-late", "Inspect"},
+	} {
+		t.Run(c.bug+"/"+c.test, func(t *testing.T) {
+			t.Parallel()
+			exe, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(exe, "-test.run=^TestSuiteOnMemory$/^"+c.test+"$", "-test.v")
+			cmd.Env = append(os.Environ(), memBugEnv+"="+c.bug)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the suite passed a coordinator with bug %q:\n%s", c.bug, out)
+			}
+			if !strings.Contains(string(out), "--- FAIL: TestSuiteOnMemory/"+c.test+" ") {
+				t.Fatalf("bug %q: %s did not fail:\n%s", c.bug, c.test, out)
+			}
+		})
+	}
+}
+
+// lock returns name's lock with its expired holder dropped; mu is held.
+func (s *memState) lock(name string) *memLock {
+	l := s.locks[name]
+	if l == nil {
+		l = &memLock{}
+		s.locks[name] = l
+	}
+	if l.holder != nil && !time.Now().Before(l.holder.expires) {
+		l.holder = nil
+		s.change(name, coord.EventReleased)
+	}
+	return l
+}
+
+func (s *memState) info(name string, l *memLock) coord.LockInfo {
+	i := coord.LockInfo{Name: name, LastToken: l.last, Waiters: len(l.queue)}
+	if h := l.holder; h != nil {
+		i.Held, i.Holder, i.Token, i.LeaseID, i.TTL = true, h.holder, h.token, h.id, h.ttl
+		i.TTLLeft, i.AcquiredAt = time.Until(h.expires), h.acquiredAtWall
+	}
+	return i
+}
+
+// change wakes waiters and tells watchers; mu is held.
+func (s *memState) change(name string, typ coord.EventType) {
+	close(s.changed)
+	s.changed = make(chan struct{})
+	for ch, prefix := range s.watches {
+		if strings.HasPrefix(name, prefix) {
+			select {
+			case ch <- coord.Event{Type: typ, Info: s.info(name, s.locks[name])}:
+			default:
+			}
+		}
+	}
+}
+
+type memClient struct{ st *memState }
+
+func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
+	if err := coord.ValidateName(name); err != nil && c.st.bug != "no-validation" {
+		return nil, err
+	}
+	if err := coord.ValidateTTL(o.TTL); err != nil {
+		return nil, err
+	}
+	if o.Holder == "" {
+		o.Holder = coord.DefaultHolder()
+	}
+	s := c.st
+	sent := time.Now()
+	var deadline <-chan time.Time
+	if o.Wait >= 0 {
+		tm := time.NewTimer(o.Wait)
+		defer tm.Stop()
+		deadline = tm.C
+	}
+	ticket := new(int)
+	s.mu.Lock()
+	l := s.lock(name)
+	l.queue = append(l.queue, ticket)
+	leave := func() {
+		l.queue = slicesDelete(l.queue, ticket)
+		s.change(name, coord.EventWaiters)
+	}
+	notified := false
+	for {
+		l = s.lock(name)
+		head := l.queue[0] == ticket
+		if s.bug == "lifo" {
+			head = l.queue[len(l.queue)-1] == ticket
+		}
+		if (l.holder == nil || s.bug == "no-exclusion") && head {
+			l.queue = slicesDelete(l.queue, ticket)
+			l.last++
+			if s.bug == "token-reuse" && l.last > 1 {
+				l.last--
+			}
+			s.leaseID++
+			now := time.Now()
+			h := &memLease{id: fmt.Sprint(s.leaseID), holder: o.Holder, token: l.last, ttl: o.TTL, expires: sent.Add(o.TTL), acquiredAtWall: now}
+			if s.bug == "early-expiry" {
+				h.expires = sent.Add(o.TTL / 2)
+			}
+			if s.bug == "sent-late" {
+				sent = time.Now().Add(time.Millisecond)
+			}
+			l.holder = h
+			s.change(name, coord.EventAcquired)
+			s.mu.Unlock()
+			return &coord.Lease{Name: name, Holder: h.holder, Token: h.token, ID: h.id, TTL: h.ttl, AcquiredAt: now, Sent: sent}, nil
+		}
+		if o.Wait == 0 {
+			leave()
+			s.mu.Unlock()
+			return nil, coord.ErrBusy
+		}
+		if !notified && l.holder != nil && o.OnWait != nil {
+			notified = true
+			info := s.info(name, l)
+			s.mu.Unlock()
+			o.OnWait(info)
+			s.mu.Lock()
+			continue
+		}
+		var expiry <-chan time.Time
+		if l.holder != nil {
+			tm := time.NewTimer(time.Until(l.holder.expires))
+			defer tm.Stop()
+			expiry = tm.C
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		select {
+		case <-changed:
+		case <-expiry:
+		case <-deadline:
+			s.mu.Lock()
+			leave()
+			s.mu.Unlock()
+			return nil, coord.ErrBusy
+		case <-ctx.Done():
+			s.mu.Lock()
+			if s.bug != "cancel-leaves-ticket" {
+				leave()
+			}
+			s.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+}
+
+func slicesDelete(q []*int, t *int) []*int {
+	for i, x := range q {
+		if x == t {
+			return append(q[:i:i], q[i+1:]...)
+		}
+	}
+	return q
+}
+
+func (c *memClient) Renew(ctx context.Context, name, id string) (coord.Renewal, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.Renewal{}, err
+	}
+	s := c.st
+	sent := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lock(name)
+	if l.holder == nil || l.holder.id != id {
+		return coord.Renewal{}, coord.ErrLeaseLost
+	}
+	l.holder.expires = sent.Add(l.holder.ttl)
+	return coord.Renewal{Sent: sent, TTL: l.holder.ttl}, nil
+}
+
+func (c *memClient) Release(ctx context.Context, name, id string) error {
+	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
+	s := c.st
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lock(name)
+	if l.holder != nil && (l.holder.id == id || s.bug == "release-any") {
+		l.holder = nil
+		s.change(name, coord.EventReleased)
+	}
+	return nil
+}
+
+func (c *memClient) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.LockInfo{}, err
+	}
+	s := c.st
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lock(name)
+	if l.holder == nil {
+		return coord.LockInfo{}, coord.ErrNotHeld
+	}
+	i := s.info(name, l)
+	l.holder = nil
+	s.change(name, coord.EventReleased)
+	return i, nil
+}
+
+func (c *memClient) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.LockInfo{}, err
+	}
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	return c.st.info(name, c.st.lock(name)), nil
+}
+
+func (c *memClient) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	s := c.st
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []coord.LockInfo
+	for name := range s.locks {
+		if strings.HasPrefix(name, prefix) {
+			if l := s.lock(name); l.holder != nil || l.last > 0 {
+				out = append(out, s.info(name, l))
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (c *memClient) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+	in := make(chan coord.Event, 1024)
+	out := make(chan coord.Event)
+	c.st.mu.Lock()
+	c.st.watches[in] = prefix
+	c.st.mu.Unlock()
+	go func() {
+		defer close(out)
+		defer func() {
+			c.st.mu.Lock()
+			delete(c.st.watches, in)
+			c.st.mu.Unlock()
+		}()
+		for {
+			select {
+			case ev := <-in:
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (c *memClient) Describe() string { return "memory" }
+func (c *memClient) Close() error     { return nil }

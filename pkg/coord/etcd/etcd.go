@@ -1,0 +1,247 @@
+// Package etcd is fence's etcd backend: a coord.Coordinator on an etcd v3
+// cluster, through go.etcd.io/etcd/client/v3.
+//
+// # Layout
+//
+// Every lease on lock NAME is an etcd lease with one key attached:
+//
+//	<prefix>locks/<url.PathEscape(NAME)>/<lease id, hex>
+//
+// whose value is JSON metadata: the holder, the requested TTL and, once the
+// lease holds the lock, acquired_at (a waiter's key has queued_at instead).
+// PathEscape escapes "/" (and "%"), so an escaped name never contains "/" and
+// every key of a lock lies in the range "<prefix>locks/<escaped name>/":
+// no lock's range contains another's ("a" never waits behind "a/b").
+// Escaping works byte by byte, so the keys of every name starting with P
+// start with "<prefix>locks/<escaped P>", which List and Watch use.
+//
+// # Locking
+//
+// The holder of a lock is its key with the smallest create revision; the
+// others are waiters, served in create-revision order (first come, first
+// served). Acquire grants a lease (the TTL rounded up to whole seconds; the
+// cluster may grant more, and the lease carries what it granted), then puts
+// its key in one transaction that also tells whether the lock was free (a
+// no-wait attempt on a held lock writes nothing). A waiter watches the
+// deletion of the key just ahead of it, as concurrency.Mutex does: one
+// watch, no polling, and only one waiter wakes per release. While it waits
+// it keeps its own lease alive; once its turn comes it renews the lease
+// (Lease.Sent is that renewal's send time) and records acquired_at. A
+// waiter that times out or is cancelled revokes its lease, which takes its
+// key out of the queue. The fencing token is the create revision of the
+// holder's key: etcd revisions only go up, across restarts too, so tokens
+// are strictly increasing per lock (and across locks) and never reused.
+//
+// Renew is KeepAliveOnce, after checking that the key of the lease on the
+// named lock still exists; its send time is recorded before the request
+// leaves. Release and Revoke revoke the lease, which deletes its key in the
+// same step. Every read is linearizable.
+//
+// # Access
+//
+// With etcd authentication on, the user needs read-write permission on the
+// key range of the prefix (etcdctl role grant-permission --prefix=true ROLE
+// readwrite /fence/). A refused login or permission is one error line
+// wrapping coord.ErrUnavailable, at once: it is not retried.
+//
+// Only client/v3 and api/v3 are imported: the etcd server is never linked
+// into programs that use this package.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// DefaultPrefix is the key prefix used when Config.Prefix is empty.
+const DefaultPrefix = "/fence/"
+
+// DefaultDialTimeout is used when Config.DialTimeout is zero.
+const DefaultDialTimeout = 5 * time.Second
+
+// cleanupTimeout bounds the requests that undo a failed Acquire (revoking
+// its lease) after the caller's context has ended.
+const cleanupTimeout = 5 * time.Second
+
+// Config says which etcd cluster to use and how.
+type Config struct {
+	// Endpoints are the cluster's client URLs ("https://10.0.0.1:2379") or
+	// host:port pairs.
+	Endpoints []string
+	// Prefix is put before every key, as given (end it with "/");
+	// DefaultPrefix when empty.
+	Prefix string
+	// DialTimeout bounds New's connection check and login
+	// (DefaultDialTimeout when zero).
+	DialTimeout time.Duration
+	// TLS, when set, is used for every connection.
+	TLS *tls.Config
+	// Username and Password log in when both are set.
+	Username, Password string
+}
+
+// Coordinator is a coord.Coordinator on an etcd cluster. It is safe for
+// concurrent use.
+type Coordinator struct {
+	cli    *clientv3.Client
+	prefix string
+	user   string
+	where  string // "host:port,host:port" for messages
+	closed atomic.Bool
+}
+
+var _ coord.Coordinator = (*Coordinator)(nil)
+
+// New connects to the cluster and checks, with a real request, that it
+// answers and that the user may read the prefix. It fails within
+// cfg.DialTimeout (or when ctx ends) with an error wrapping
+// coord.ErrUnavailable; a refused login or a missing permission says so.
+func New(ctx context.Context, cfg Config) (*Coordinator, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: etcd: no endpoints", coord.ErrInvalid)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints)}
+	if cfg.Username != "" && cfg.Password == "" {
+		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.Username)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: cfg.DialTimeout,
+		TLS:         cfg.TLS,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
+	}
+	c.cli = cli
+	// The client dials lazily: ask something to know the cluster answers.
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(pctx, c.locksKey(""), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
+	}
+	return c, nil
+}
+
+// connectErr explains a failed connection check.
+func (c *Coordinator) connectErr(ctx context.Context, timeout time.Duration, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("etcd %s: %w", c.where, ctx.Err())
+	}
+	if isTimeout(err) {
+		return fmt.Errorf("%w: etcd %s did not answer within %v", coord.ErrUnavailable, c.where, timeout)
+	}
+	return c.mapErr(ctx, "connect", err)
+}
+
+// Client returns the coordinator's etcd client, for packages that keep
+// their own keys next to the locks (guards). It is closed by Close.
+func (c *Coordinator) Client() *clientv3.Client { return c.cli }
+
+// Prefix returns the key prefix in use ("/fence/" by default).
+func (c *Coordinator) Prefix() string { return c.prefix }
+
+// Describe returns "etcd HOST:PORT,...".
+func (c *Coordinator) Describe() string { return "etcd " + c.where }
+
+// Close closes the client. Leases stay until they are released or expire;
+// waiting Acquire calls fail with an error wrapping coord.ErrUnavailable and
+// Watch channels are closed.
+func (c *Coordinator) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := c.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("etcd %s: close: %v", c.where, err)
+	}
+	return nil
+}
+
+// errClosed is returned by calls on a closed coordinator.
+var errClosed = fmt.Errorf("%w: etcd coordinator is closed", coord.ErrUnavailable)
+
+// check fails calls on a closed coordinator at once (a closed client would
+// retry for seconds before it gave up).
+func (c *Coordinator) check() error {
+	if c.closed.Load() {
+		return errClosed
+	}
+	return nil
+}
+
+// mapErr turns a client error into the coord error a caller can act on:
+// the caller's context error as is, refused credentials and permissions
+// as one clear line wrapping coord.ErrUnavailable, anything else as
+// ErrUnavailable with the cluster's address.
+func (c *Coordinator) mapErr(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if c.closed.Load() {
+		return errClosed
+	}
+	if ctx.Err() != nil && (isTimeout(err) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled) {
+		return fmt.Errorf("etcd %s: %w", op, ctx.Err())
+	}
+	switch {
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		who := "anonymous access"
+		if c.user != "" {
+			who = fmt.Sprintf("user %q", c.user)
+		}
+		return fmt.Errorf("%w: etcd %s: permission denied: %s may not use keys under %q (grant it read-write on that prefix)",
+			coord.ErrUnavailable, c.where, who, c.prefix)
+	case errors.Is(err, rpctypes.ErrAuthFailed):
+		return fmt.Errorf("%w: etcd %s: authentication failed: wrong user name or password", coord.ErrUnavailable, c.where)
+	case errors.Is(err, rpctypes.ErrUserEmpty):
+		return fmt.Errorf("%w: etcd %s requires authentication: set a user and a password", coord.ErrUnavailable, c.where)
+	case errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrInvalidAuthMgmt),
+		errors.Is(err, rpctypes.ErrAuthOldRevision), errors.Is(err, rpctypes.ErrUserNotFound):
+		return fmt.Errorf("%w: etcd %s: authentication: %v", coord.ErrUnavailable, c.where, err)
+	}
+	return fmt.Errorf("%w: etcd %s: %s: %s", coord.ErrUnavailable, c.where, op, oneLine(err))
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
+}
+
+// oneLine keeps an error message on one line.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// hosts lists the endpoints' host:port, without schemes.
+func hosts(endpoints []string) string {
+	hs := make([]string, len(endpoints))
+	for i, ep := range endpoints {
+		hs[i] = ep
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			hs[i] = u.Host
+		}
+	}
+	return strings.Join(hs, ",")
+}

@@ -1,0 +1,106 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Renew extends the lease by its TTL with one KeepAliveOnce, whose send
+// time the Renewal reports. It first checks, with a linearizable read, that
+// the lease has its key on lock name: a lease id given with the wrong lock
+// name is ErrLeaseLost and is not renewed. Once the key is seen, the only
+// ways it can go are the lease ending (the keep-alive then fails) or a
+// foreign delete; fence itself removes a key only by revoking its lease.
+func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.Renewal{}, err
+	}
+	id, err := parseID(leaseID)
+	if err != nil {
+		return coord.Renewal{}, err
+	}
+	if err := c.check(); err != nil {
+		return coord.Renewal{}, err
+	}
+	if err := c.ownsKey(ctx, name, id, "renew"); err != nil {
+		return coord.Renewal{}, err
+	}
+	sent := time.Now()
+	resp, err := c.cli.KeepAliveOnce(ctx, id)
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return coord.Renewal{}, fmt.Errorf("%w: lease %s on %q has ended", coord.ErrLeaseLost, leaseID, name)
+		}
+		return coord.Renewal{}, c.mapErr(ctx, "renew", err)
+	}
+	return coord.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second}, nil
+}
+
+// ownsKey checks that lease id has its key on lock name.
+func (c *Coordinator) ownsKey(ctx context.Context, name string, id clientv3.LeaseID, op string) error {
+	resp, err := c.cli.Get(ctx, c.leaseKey(name, id), clientv3.WithCountOnly())
+	if err != nil {
+		return c.mapErr(ctx, op, err)
+	}
+	if resp.Count == 0 {
+		return fmt.Errorf("%w: lease %s holds no place on %q", coord.ErrLeaseLost, formatID(id), name)
+	}
+	return nil
+}
+
+// Release revokes the lease, which removes its key. A lease that is gone,
+// or that is not on lock name, is left alone and is not an error.
+func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
+	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
+	id, err := parseID(leaseID)
+	if err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := c.ownsKey(ctx, name, id, "release"); err != nil {
+		if errors.Is(err, coord.ErrLeaseLost) {
+			return nil
+		}
+		return err
+	}
+	if _, err := c.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return c.mapErr(ctx, "release", err)
+	}
+	return nil
+}
+
+// Revoke ends the lease of the current holder of name, whoever holds it,
+// and returns the holder it ended. The first waiter then holds the lock.
+func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+	info, err := c.Inspect(ctx, name)
+	if err != nil {
+		return info, err
+	}
+	if !info.Held {
+		return info, fmt.Errorf("%w: %q", coord.ErrNotHeld, name)
+	}
+	if info.LeaseID == "" {
+		return info, fmt.Errorf("%w: the holder's key on %q has no lease: it was not written by fence", coord.ErrUnavailable, name)
+	}
+	id, err := parseID(info.LeaseID)
+	if err != nil {
+		return info, err
+	}
+	// A lease that ended since the read (released, expired) is what the
+	// caller asked for: not an error.
+	if _, err := c.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return info, c.mapErr(ctx, "revoke", err)
+	}
+	return info, nil
+}

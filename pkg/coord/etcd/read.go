@@ -1,0 +1,99 @@
+package etcd
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// byCreate sorts a lock's keys: holder first, then waiters in line.
+var byCreate = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)
+
+// Inspect returns the state of lock name, from a linearizable read. The
+// holder's TTLLeft is in whole seconds, as etcd reports it.
+func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.LockInfo{Name: name}, err
+	}
+	if err := c.check(); err != nil {
+		return coord.LockInfo{Name: name}, err
+	}
+	resp, err := c.cli.Get(ctx, c.lockRange(name), clientv3.WithPrefix(), byCreate)
+	if err != nil {
+		return coord.LockInfo{Name: name}, c.mapErr(ctx, "inspect", err)
+	}
+	return c.lockInfo(ctx, name, resp.Kvs, true)
+}
+
+// List returns the locks whose names start with prefix that have a holder
+// or waiters, sorted by name. etcd keeps nothing for a free lock.
+func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	resp, err := c.cli.Get(ctx, c.locksKey(prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, c.mapErr(ctx, "list", err)
+	}
+	byName := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range resp.Kvs {
+		if name, ok := c.parseKey(string(kv.Key)); ok && hasPrefix(name, prefix) {
+			byName[name] = append(byName[name], kv)
+		}
+	}
+	infos := make([]coord.LockInfo, 0, len(byName))
+	for name, kvs := range byName {
+		sort.Slice(kvs, func(i, j int) bool { return kvs[i].CreateRevision < kvs[j].CreateRevision })
+		info, err := c.lockInfo(ctx, name, kvs, true)
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, info)
+	}
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Name < infos[j].Name })
+	return infos, nil
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// lockInfo describes a lock from its keys sorted by create revision. With
+// ttl, it asks etcd for the holder's lease TTL.
+func (c *Coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
+	info := coord.LockInfo{Name: name}
+	if len(kvs) == 0 {
+		return info, nil
+	}
+	h := kvs[0]
+	m := decodeMeta(h.Value)
+	info.Held = true
+	info.Holder = m.Holder
+	info.Token = uint64(h.CreateRevision)
+	info.LastToken = info.Token
+	info.Waiters = len(kvs) - 1
+	if h.Lease != 0 {
+		info.LeaseID = formatID(clientv3.LeaseID(h.Lease))
+	}
+	if m.AcquiredAt != nil {
+		info.AcquiredAt = *m.AcquiredAt
+	} else {
+		// A waiter that has just become the holder and not yet recorded
+		// it: as far as anyone knows, it has held the lock for no time.
+		info.AcquiredAt = time.Now()
+	}
+	if ttl && h.Lease != 0 {
+		resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
+		if err != nil {
+			return info, c.mapErr(ctx, "lease ttl", err)
+		}
+		if resp.TTL >= 0 { // -1: expired since the read
+			info.TTL = time.Duration(resp.GrantedTTL) * time.Second
+			info.TTLLeft = time.Duration(resp.TTL) * time.Second
+		}
+	}
+	return info, nil
+}
