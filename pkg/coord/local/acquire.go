@@ -1,0 +1,343 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/proc"
+)
+
+// Acquire takes a lease on name; see coord.Coordinator. Waiters queue first
+// come, first served; OnWait is called once the caller's ticket is stored.
+func (c *Coordinator) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if err := coord.ValidateTTL(o.TTL); err != nil {
+		return nil, err
+	}
+	if o.Wait < 0 && o.Wait != coord.WaitForever {
+		return nil, fmt.Errorf("%w: wait %v is negative", coord.ErrInvalid, o.Wait)
+	}
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := ctxDone(ctx); err != nil {
+		return nil, err
+	}
+	self, err := selfID()
+	if err != nil {
+		return nil, err
+	}
+	a := &acquirer{c: c, f: c.files(name), o: o, self: self, start: time.Now()}
+	if a.o.Holder == "" {
+		a.o.Holder = coord.DefaultHolder()
+	}
+	if o.Process != nil {
+		if a.pids, a.group, err = resolveProcess(*o.Process); err != nil {
+			return nil, err
+		}
+	}
+	return a.run(ctx)
+}
+
+func selfID() (proc.ID, error) {
+	id, err := proc.Self()
+	if err != nil {
+		return proc.ID{}, unavailable("cannot read this process's start time: %v", err)
+	}
+	return id, nil
+}
+
+// resolveProcess records the start times of the processes a lease is
+// attached to. A PID that is already gone is recorded as gone (start 0); a
+// process group whose leader is gone is recorded with start 0 (see
+// proc.GroupMembers).
+func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID, error) {
+	var ids []proc.ID
+	for _, pid := range p.PIDs {
+		if pid <= 0 {
+			return nil, nil, fmt.Errorf("%w: process id %d", coord.ErrInvalid, pid)
+		}
+		id, err := proc.Lookup(pid)
+		if err != nil {
+			id = proc.ID{PID: pid}
+		}
+		ids = append(ids, id)
+	}
+	var group *proc.ID
+	switch {
+	case p.PGID < 0 || p.PGID == 1:
+		return nil, nil, fmt.Errorf("%w: process group %d", coord.ErrInvalid, p.PGID)
+	case p.PGID > 0:
+		leader, err := proc.Lookup(p.PGID)
+		if err != nil {
+			leader = proc.ID{PID: p.PGID}
+		}
+		group = &leader
+	}
+	return ids, group, nil
+}
+
+type acquirer struct {
+	c      *Coordinator
+	f      lockFiles
+	o      coord.AcquireOptions
+	self   proc.ID
+	start  time.Time
+	pids   []proc.ID
+	group  *proc.ID
+	ticket string // my ticket's ID once queued
+}
+
+// attempt is the outcome of one read-modify-write.
+type attempt struct {
+	lease   *coord.Lease
+	v       verdict
+	info    coord.LockInfo
+	mayKill bool // the lease ended, its group runs, and it is our turn
+}
+
+func newID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// try takes the lock if it is free and it is our turn; otherwise, when
+// enqueue is set, it makes sure our ticket is in the queue.
+func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
+	var out attempt
+	sent := time.Now()
+	err := a.c.update(ctx, a.f, func(st *state) (bool, bool, error) {
+		changed := prune(st, a.self)
+		now := clock.Now()
+		v, err := assess(st.Holder, now)
+		if err != nil {
+			return changed, false, err
+		}
+		pos := position(st.Queue, a.ticket, a.self)
+		ourTurn := pos.head == -1 || (pos.mine >= 0 && pos.head == pos.mine)
+		if v.free && ourTurn {
+			if pos.mine >= 0 {
+				st.Queue = slices.Delete(st.Queue, pos.mine, pos.mine+1)
+			}
+			st.LastToken++
+			h := &holder{
+				LeaseID:    newID(),
+				Holder:     a.o.Holder,
+				Token:      st.LastToken,
+				TTL:        a.o.TTL,
+				AcquiredAt: time.Now().Round(0),
+				ExpiresAt:  clock.Now().Add(a.o.TTL),
+				PIDs:       a.pids,
+				Group:      a.group,
+			}
+			if h.attached() {
+				h.PIDNS = proc.PIDNamespace()
+			}
+			st.Holder = h
+			out.lease = &coord.Lease{Name: a.f.name, Holder: h.Holder, Token: h.Token, ID: h.LeaseID,
+				TTL: h.TTL, AcquiredAt: h.AcquiredAt, Sent: sent}
+			return true, true, nil // the token is new: store it durably
+		}
+		out.v = v
+		out.mayKill = v.kill && ourTurn
+		if pos.mine < 0 && (enqueue || a.ticket != "") {
+			if a.ticket == "" {
+				a.ticket = newID()
+				liveTickets.Store(a.ticket, struct{}{})
+			}
+			st.Queue = append(st.Queue, ticket{ID: a.ticket, PID: a.self.PID, Start: a.self.Start,
+				Holder: a.o.Holder, PIDNS: proc.PIDNamespace()})
+			changed = true
+		}
+		out.info = info(st, v, now, a.self)
+		return changed, false, nil
+	})
+	if err != nil {
+		return attempt{}, err
+	}
+	if out.lease != nil && a.ticket != "" {
+		liveTickets.Delete(a.ticket)
+		a.ticket = ""
+	}
+	return out, nil
+}
+
+// leave removes our ticket after a failed or abandoned wait.
+func (a *acquirer) leave() {
+	if a.ticket == "" {
+		return
+	}
+	id := a.ticket
+	ctx, cancel := context.WithTimeout(context.Background(), a.c.opts.lockTimeout)
+	defer cancel()
+	_ = a.c.update(ctx, a.f, func(st *state) (bool, bool, error) {
+		i := slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == id })
+		if i < 0 {
+			return false, false, nil
+		}
+		st.Queue = slices.Delete(st.Queue, i, i+1)
+		return true, false, nil
+	})
+	liveTickets.Delete(id)
+	a.ticket = ""
+}
+
+func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
+	defer a.leave()
+	res, err := a.try(ctx, a.o.Wait != 0)
+	if err != nil {
+		return nil, err
+	}
+	if res.lease != nil {
+		return res.lease, nil
+	}
+	if a.o.Wait == 0 {
+		return a.noWait(ctx, res)
+	}
+	if a.o.OnWait != nil {
+		a.o.OnWait(res.info)
+	}
+	return a.wait(ctx)
+}
+
+// noWait handles a busy lock for Wait 0: only the command group of an
+// ended lease is worth a short wait, once it has been killed.
+func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error) {
+	if !res.mayKill || a.kill(res.v) != nil {
+		return nil, busy(a.f.name, res.info)
+	}
+	kctx, cancel := context.WithTimeout(ctx, a.c.opts.killWait)
+	for _, m := range res.v.group {
+		if proc.WaitExit(kctx, m) != nil {
+			break
+		}
+	}
+	cancel()
+	res, err := a.try(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	if res.lease != nil {
+		return res.lease, nil
+	}
+	return nil, busy(a.f.name, res.info)
+}
+
+// kill sends SIGKILL to the command group of an ended lease. An error means
+// we may not (another user's processes, or our own group).
+func (a *acquirer) kill(v verdict) error {
+	if len(v.group) == 0 {
+		return nil
+	}
+	pgid := v.pgid
+	if st, err := proc.ReadStat(os.Getpid()); err == nil && st.PGID == pgid {
+		return fmt.Errorf("process group %d is our own", pgid)
+	}
+	err := proc.SignalGroup(pgid, syscall.SIGKILL)
+	if errors.Is(err, proc.ErrNoProcess) {
+		return nil
+	}
+	return err
+}
+
+// wait waits in the queue until the lock is ours, Wait has passed or ctx
+// has ended. Every round starts with a fresh read of the state, taken after
+// the change subscription is in place, so no change is missed; then it
+// sleeps until the state file changes, a process it depends on exits, or a
+// time at which the verdict changes comes.
+func (a *acquirer) wait(ctx context.Context) (*coord.Lease, error) {
+	h, err := a.c.getHub()
+	if err != nil {
+		return nil, err
+	}
+	sub := h.subscribe(a.f.base)
+	defer sub.close()
+	var deadline <-chan time.Time
+	if a.o.Wait > 0 {
+		t := time.NewTimer(time.Until(a.start.Add(a.o.Wait)))
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		st, err := load(a.f)
+		if err != nil {
+			return nil, err
+		}
+		now := clock.Now()
+		v, err := assess(st.Holder, now)
+		if err != nil {
+			return nil, err
+		}
+		pos := position(st.Queue, a.ticket, a.self)
+		var stall time.Duration
+		switch {
+		case pos.mine < 0 || (v.free && pos.head == pos.mine):
+			// Our turn (or our ticket went missing: take a place again).
+			res, err := a.try(ctx, true)
+			if err != nil {
+				return nil, err
+			}
+			if res.lease != nil {
+				return res.lease, nil
+			}
+			if res.mayKill {
+				v = res.v
+				_ = a.kill(v) // not permitted: wait for the group to end
+			}
+		case v.kill && pos.head == pos.mine:
+			_ = a.kill(v)
+		case (v.free || v.kill) && pos.head != pos.mine:
+			// The waiter ahead should act now; if it does not (it was
+			// stopped), look again in a while.
+			stall = a.c.opts.stallCheck
+		}
+		deps := v.waitOn
+		if pos.pred != (proc.ID{}) {
+			deps = append(slices.Clip(deps), pos.pred)
+		}
+		wake := untilWake(v.until)
+		if stall > 0 && (wake < 0 || stall < wake) {
+			wake = stall
+		}
+		switch sleep(ctx, a.c.closed, sub, deps, wake, deadline) {
+		case wokeDeadline:
+			// One last look before giving up.
+			res, err := a.try(ctx, false)
+			if err != nil {
+				return nil, err
+			}
+			if res.lease != nil {
+				return res.lease, nil
+			}
+			return nil, busy(a.f.name, res.info)
+		case wokeCtx:
+			return nil, ctx.Err()
+		case wokeClosed:
+			return nil, errClosed
+		}
+	}
+}
+
+// busy is the ErrBusy error for a lock not acquired in time.
+func busy(name string, li coord.LockInfo) error {
+	switch {
+	case li.Held:
+		return fmt.Errorf("%w: lock %q is held by %s (token %d)", coord.ErrBusy, name, li.Holder, li.Token)
+	case li.Waiters > 0:
+		return fmt.Errorf("%w: lock %q has %d waiter(s) ahead", coord.ErrBusy, name, li.Waiters)
+	default:
+		return fmt.Errorf("%w: lock %q: the command of an ended lease is still running", coord.ErrBusy, name)
+	}
+}

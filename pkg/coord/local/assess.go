@@ -1,0 +1,194 @@
+package local
+
+import (
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/proc"
+)
+
+// verdict is what a lock's holder means for readers and successors, as of
+// one instant.
+type verdict struct {
+	// live: the lease is held (not expired, revoked or abandoned); it can be
+	// renewed and is shown as the holder.
+	live bool
+	// free: a successor may take the lock now.
+	free bool
+	// kill: the lease ended but its command's process group still has
+	// members (group): a successor must stop them before taking over.
+	kill  bool
+	pgid  int
+	group []proc.ID
+	// The verdict may change at until (0: not by time) or when one of
+	// waitOn exits.
+	until  clock.Boot
+	waitOn []proc.ID
+	// why the lease is not live (for ErrLeaseLost messages).
+	why string
+}
+
+// assess judges the holder h at now. It reads /proc for attached leases.
+func assess(h *holder, now clock.Boot) (verdict, error) {
+	if h == nil {
+		return verdict{free: true, why: "was released"}, nil
+	}
+	expired := now >= h.ExpiresAt
+	if !h.ours() {
+		// Processes of another PID namespace: the TTL alone counts.
+		switch {
+		case h.Revoked:
+			return verdict{free: true, why: "was revoked"}, nil
+		case expired:
+			return verdict{free: true, why: "expired"}, nil
+		}
+		return verdict{live: true, until: h.ExpiresAt}, nil
+	}
+	var sup []proc.ID // live supervising processes
+	for _, id := range h.PIDs {
+		if id.Alive() {
+			sup = append(sup, id)
+		}
+	}
+	var members []proc.ID
+	if h.Group != nil && (len(sup) == 0 || expired || h.Revoked) {
+		m, err := proc.GroupMembers(h.Group.PID, *h.Group)
+		if err != nil {
+			return verdict{}, unavailable("cannot read the processes of process group %d: %v", h.Group.PID, err)
+		}
+		members = m
+	}
+	if h.attached() && len(sup) == 0 && len(members) == 0 {
+		return verdict{free: true, why: "was abandoned: its processes are gone"}, nil
+	}
+	if !expired && !h.Revoked {
+		v := verdict{live: true, until: h.ExpiresAt, waitOn: sup}
+		if len(sup) == 0 {
+			v.waitOn = members
+		}
+		return v, nil
+	}
+	why := "expired"
+	if h.Revoked {
+		why = "was revoked"
+	}
+	if len(members) > 0 {
+		if expired || len(sup) == 0 {
+			return verdict{kill: true, pgid: h.Group.PID, group: members, waitOn: members, why: why}, nil
+		}
+		// Revoked, its supervisors still run: they get until the TTL to stop
+		// their command themselves.
+		return verdict{until: h.ExpiresAt, waitOn: append(sup, members...), why: why}, nil
+	}
+	if h.Revoked && !expired && len(sup) > 0 && h.Group == nil {
+		// Revoked before its command's group was attached: the supervisor
+		// may be starting the command right now.
+		return verdict{until: h.ExpiresAt, waitOn: sup, why: why}, nil
+	}
+	return verdict{free: true, why: why}, nil
+}
+
+// liveTicket reports whether a waiter's process is alive (running or
+// stopped) and, for this process's tickets, whether its Acquire still runs.
+func liveTicket(t ticket, self proc.ID) proc.Status {
+	if t.PIDNS != proc.PIDNamespace() {
+		// A waiter of another PID namespace cannot be checked from here: it
+		// keeps its place, is passed over, and is dropped only by a process
+		// of its own namespace.
+		return proc.Stopped
+	}
+	if t.proc() == self {
+		if _, ok := liveTickets.Load(t.ID); ok {
+			return proc.Running
+		}
+		return proc.Gone
+	}
+	return proc.Check(t.proc())
+}
+
+// queuePos describes the queue from one waiter's point of view.
+type queuePos struct {
+	head int     // index of the first running waiter, -1 when none
+	mine int     // index of my ticket, -1 when absent
+	pred proc.ID // the nearest live waiter ahead of mine in another process
+}
+
+func position(q []ticket, myID string, self proc.ID) queuePos {
+	p := queuePos{head: -1, mine: -1}
+	for i, t := range q {
+		if t.ID == myID && myID != "" {
+			p.mine = i
+			break
+		}
+	}
+	for i, t := range q {
+		if i == p.mine {
+			p.head = i
+			break
+		}
+		if liveTicket(t, self) == proc.Running {
+			p.head = i
+			break
+		}
+	}
+	if p.mine > 0 {
+		for i := p.mine - 1; i >= 0; i-- {
+			t := q[i]
+			if t.proc() != self && t.PIDNS == proc.PIDNamespace() && proc.Check(t.proc()) != proc.Gone {
+				p.pred = t.proc()
+				break
+			}
+		}
+	}
+	return p
+}
+
+// prune drops the tickets of dead waiters; it reports whether it did.
+func prune(st *state, self proc.ID) bool {
+	kept := st.Queue[:0]
+	for _, t := range st.Queue {
+		if liveTicket(t, self) != proc.Gone {
+			kept = append(kept, t)
+		}
+	}
+	changed := len(kept) != len(st.Queue)
+	st.Queue = kept
+	if len(st.Queue) == 0 {
+		st.Queue = nil
+	}
+	return changed
+}
+
+func countWaiters(q []ticket, self proc.ID) int {
+	n := 0
+	for _, t := range q {
+		if liveTicket(t, self) != proc.Gone {
+			n++
+		}
+	}
+	return n
+}
+
+// info is the LockInfo of st as judged by v.
+func info(st *state, v verdict, now clock.Boot, self proc.ID) coord.LockInfo {
+	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken, Waiters: countWaiters(st.Queue, self)}
+	if h := st.Holder; h != nil && v.live {
+		li.Held = true
+		li.Holder = h.Holder
+		li.Token = h.Token
+		li.LeaseID = h.LeaseID
+		li.TTL = h.TTL
+		li.TTLLeft = max(0, h.ExpiresAt.Sub(now))
+		li.AcquiredAt = h.AcquiredAt
+		if h.attached() {
+			p := &coord.ProcessInfo{}
+			for _, id := range h.PIDs {
+				p.PIDs = append(p.PIDs, id.PID)
+			}
+			if h.Group != nil {
+				p.PGID = h.Group.PID
+			}
+			li.Process = p
+		}
+	}
+	return li
+}

@@ -1,0 +1,299 @@
+// Package local is fence's single-host coordinator (the default): leases on
+// named locks shared by many processes of one host through a state directory,
+// with no server.
+//
+// # Layout
+//
+// The state directory (0700) holds locks/ (0700). Each lock has a JSON state
+// file (0600) named by a reversible, filesystem-safe escape of the lock name
+// (bytes outside [A-Za-z0-9._-], and a leading '.', become %XX), or
+// "=<sha256 of the name>" when the escape would not fit in a file name; the
+// real name is stored inside. Beside it, a lock file of the same base name is
+// taken with flock(2) only for the short read-modify-write of the state;
+// nothing is held open or locked while a holder waits or runs its command.
+// Readers (Inspect, List, Watch and waiters deciding whether to act) read the
+// state without the lock: it is always replaced whole by rename(2).
+//
+// # Safety
+//
+// A state is written to a temporary file, fsynced, renamed over the old one;
+// when it issues a token the directory is fsynced too, before the lease is
+// returned. A crash leaves the old or the new state, never a mix, and the
+// token never goes down. Only the token must outlive a reboot: holders and
+// waiters are stored with the boot id, and a state from another boot has no
+// live lease and no waiter.
+//
+// A state file that is corrupt, truncated, unreadable, a symbolic link, not
+// a regular file, owned by another user or open to group or others (mode
+// other than 0600) is an error wrapping coord.ErrUnavailable, and is never
+// reset. Open refuses a state directory (or its locks/ directory) that is a
+// symbolic link, not a directory, or owned by another user; one that is open
+// to group or others is tightened to 0700 (its files are checked one by one).
+//
+// # Expiry and takeover
+//
+// A lease expires at its TTL on the boot clock (CLOCK_BOOTTIME). A lease
+// attached to processes (AcquireOptions.Process, AttachProcess) records their
+// PIDs with start times and the command's process group; once all of them are
+// gone it may be taken over before its TTL. When a lease ended (TTL or
+// revoke) while its command's process group still has members, the successor
+// kills that group (SIGKILL) first when it may signal it, and waits for it to
+// be gone; when it may not, it waits for the group to end, and the lock counts
+// as busy meanwhile. A revoked lease whose supervisors still run is given
+// until its TTL to stop its own command before the successor kills it.
+//
+// # Waiting
+//
+// Waiters are served first come, first served: a waiter appends a ticket (its
+// PID and start time) to the lock's queue and takes the lock when it is the
+// first running waiter and the lock is free. It sleeps until the state file
+// changes (inotify, through fsnotify), the holder's expiry passes (a timer),
+// or a process it depends on exits (the holder's processes, the waiter ahead;
+// a pidfd): there is no polling loop. Tickets of dead processes are dropped. A
+// stopped waiter (SIGSTOP, Ctrl-Z) keeps its place but is passed over while
+// it is stopped. Where inotify cannot be had (the per-user limit of inotify
+// instances is reached), waiters fall back to re-reading the state every
+// 200ms.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Coordinator is the local backend. It implements coord.Coordinator and
+// coord.ProcessAttacher and is safe for concurrent use; any number of
+// Coordinators, in any number of processes of one host, may share a state
+// directory.
+type Coordinator struct {
+	dir      string
+	locksDir string
+	opts     options
+
+	mu     sync.Mutex
+	hub    *hub // started on first use, guarded by mu
+	closed chan struct{}
+}
+
+var (
+	_ coord.Coordinator     = (*Coordinator)(nil)
+	_ coord.ProcessAttacher = (*Coordinator)(nil)
+)
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	killWait    time.Duration
+	stallCheck  time.Duration
+	lockTimeout time.Duration
+}
+
+// WithKillWait sets how long an Acquire that does not wait (Wait 0) gives a
+// stale command group it has just killed to disappear before it reports the
+// lock busy (default 2s).
+func WithKillWait(d time.Duration) Option { return func(o *options) { o.killWait = d } }
+
+// WithStallCheck sets how long a waiter gives the waiter ahead of it to take
+// a free lock before it checks whether that waiter was stopped (default 1s).
+// This timer runs only while the lock is free and another waiter should be
+// taking it.
+func WithStallCheck(d time.Duration) Option { return func(o *options) { o.stallCheck = d } }
+
+// WithLockTimeout bounds the wait for the short per-lock file lock taken
+// around each state update (default 30s); a process stopped in the middle
+// of an update is the only way to reach it. The error wraps
+// coord.ErrUnavailable.
+func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockTimeout = d } }
+
+// DefaultDir is the default state directory: /var/lib/fence for root, else
+// $XDG_STATE_HOME/fence, falling back to ~/.local/state/fence. It is ""
+// when neither XDG_STATE_HOME nor a home directory is known.
+func DefaultDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/fence"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
+		return filepath.Join(x, "fence")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".local", "state", "fence")
+}
+
+// Open opens (creating it, 0700, when missing) the state directory dir.
+// Errors about the directory wrap coord.ErrUnavailable; an empty dir wraps
+// coord.ErrInvalid.
+func Open(dir string, opts ...Option) (*Coordinator, error) {
+	o := options{killWait: 2 * time.Second, stallCheck: time.Second, lockTimeout: 30 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if dir == "" {
+		return nil, fmt.Errorf("%w: no state directory (set --state-dir or HOME)", coord.ErrInvalid)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: state directory %q: %v", coord.ErrInvalid, dir, err)
+	}
+	if _, err := ensureDir(dir, true); err != nil {
+		return nil, err
+	}
+	locks := filepath.Join(dir, "locks")
+	created, err := ensureDir(locks, false)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		// Make the new locks/ entry itself durable.
+		if err := syncDir(dir); err != nil {
+			return nil, unavailable("state directory %s: %v", dir, err)
+		}
+	}
+	c := &Coordinator{dir: dir, locksDir: locks, opts: o, closed: make(chan struct{})}
+	c.removeStaleTemps()
+	return c, nil
+}
+
+// Dir returns the state directory.
+func (c *Coordinator) Dir() string { return c.dir }
+
+// StateFile returns the path of the state file of lock name (which may not
+// exist yet), for messages and tools.
+func (c *Coordinator) StateFile(name string) string { return c.files(name).state }
+
+// Describe says where the coordinator is: "local /var/lib/fence".
+func (c *Coordinator) Describe() string { return "local " + c.dir }
+
+// Close releases the coordinator's resources; leases stay as they are.
+// Waiting Acquire calls return an error wrapping coord.ErrUnavailable and
+// Watch channels are closed.
+func (c *Coordinator) Close() error {
+	c.mu.Lock()
+	select {
+	case <-c.closed:
+		c.mu.Unlock()
+		return nil
+	default:
+	}
+	close(c.closed)
+	h := c.hub
+	c.hub = nil
+	c.mu.Unlock()
+	if h != nil {
+		h.release()
+	}
+	return nil
+}
+
+var errClosed = fmt.Errorf("%w: coordinator is closed", coord.ErrUnavailable)
+
+func (c *Coordinator) checkOpen() error {
+	select {
+	case <-c.closed:
+		return errClosed
+	default:
+		return nil
+	}
+}
+
+// getHub returns the change notifier for locks/, started on first use.
+func (c *Coordinator) getHub() (*hub, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.closed:
+		return nil, errClosed
+	default:
+	}
+	if c.hub == nil {
+		c.hub = acquireHub(c.locksDir)
+	}
+	return c.hub, nil
+}
+
+// ensureDir checks (creating it when missing) a directory of the state tree:
+// not a symlink, a directory, owned by the effective user, mode 0700 (looser
+// modes are tightened).
+func ensureDir(path string, parents bool) (created bool, err error) {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		mk := os.Mkdir
+		if parents {
+			mk = os.MkdirAll
+		}
+		if err := mk(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return false, unavailable("cannot create state directory %s: %v", path, err)
+		}
+		created = true
+		fi, err = os.Lstat(path)
+	}
+	if err != nil {
+		return false, unavailable("state directory %s: %v", path, err)
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		return false, unavailable("state directory %s is a symbolic link; give its real path", path)
+	case !fi.IsDir():
+		return false, unavailable("state directory %s is not a directory", path)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return false, unavailable("state directory %s is owned by uid %d, not by the current user (uid %d)", path, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(path, 0o700); err != nil {
+			return false, unavailable("state directory %s has mode %04o and cannot be set to 0700: %v", path, fi.Mode().Perm(), err)
+		}
+	}
+	return created, nil
+}
+
+func syncDir(path string) error {
+	d, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// removeStaleTemps removes temporary files left by a crash in the middle of
+// a write (older than a minute: younger ones may be in use).
+func (c *Coordinator) removeStaleTemps() {
+	ents, err := os.ReadDir(c.locksDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !isTempName(e.Name()) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			os.Remove(filepath.Join(c.locksDir, e.Name()))
+		}
+	}
+}
+
+func unavailable(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{coord.ErrUnavailable}, args...)...)
+}
+
+// ctxDone returns ctx.Err() if ctx has ended.
+func ctxDone(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,113 @@
+package local
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+	"strings"
+)
+
+const (
+	stateSuffix = ".json"
+	lockSuffix  = ".lock"
+	hashPrefix  = "=" // never produced by escapeName
+	tempPrefix  = ".tmp-"
+	maxFileName = 255
+)
+
+// lockFiles names the files of one lock.
+type lockFiles struct {
+	name  string // lock name
+	base  string // file name without suffix
+	state string // path of the JSON state file
+	lock  string // path of the flock file
+}
+
+func (c *Coordinator) files(name string) lockFiles {
+	base := fileBase(name)
+	return lockFiles{
+		name:  name,
+		base:  base,
+		state: filepath.Join(c.locksDir, base+stateSuffix),
+		lock:  filepath.Join(c.locksDir, base+lockSuffix),
+	}
+}
+
+// fileBase is the escaped name, or "=<sha256>" when the escape is too long
+// for a file name.
+func fileBase(name string) string {
+	esc := escapeName(name)
+	if len(esc)+len(stateSuffix) > maxFileName {
+		sum := sha256.Sum256([]byte(name))
+		return hashPrefix + hex.EncodeToString(sum[:])
+	}
+	return esc
+}
+
+func safeByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.'
+}
+
+// escapeName maps a lock name to a file-name-safe string, reversibly: bytes
+// other than [A-Za-z0-9._-], and a leading '.', become %XX.
+func escapeName(name string) string {
+	var b strings.Builder
+	const hexdig = "0123456789ABCDEF"
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if safeByte(c) && !(i == 0 && c == '.') {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexdig[c>>4])
+		b.WriteByte(hexdig[c&15])
+	}
+	return b.String()
+}
+
+// unescapeName reverses escapeName; ok is false for a string escapeName
+// cannot have produced.
+func unescapeName(s string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(s) {
+				return "", false
+			}
+			v, err := hex.DecodeString(s[i+1 : i+3])
+			if err != nil || strings.ToUpper(s[i+1:i+3]) != s[i+1:i+3] {
+				return "", false
+			}
+			b.WriteByte(v[0])
+			i += 2
+		case safeByte(c) && !(i == 0 && c == '.'):
+			b.WriteByte(c)
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// stateFileBase returns the base of a state file's name, and whether the
+// name is one of a state file (not a temporary or lock file).
+func stateFileBase(fileName string) (string, bool) {
+	if !strings.HasSuffix(fileName, stateSuffix) || strings.HasPrefix(fileName, ".") {
+		return "", false
+	}
+	return strings.TrimSuffix(fileName, stateSuffix), true
+}
+
+// nameFromBase returns the lock name for an escaped base; ok is false for a
+// hashed base (the name is only in the file).
+func nameFromBase(base string) (string, bool) {
+	if strings.HasPrefix(base, hashPrefix) {
+		return "", false
+	}
+	return unescapeName(base)
+}
+
+func isTempName(fileName string) bool { return strings.HasPrefix(fileName, tempPrefix) }

@@ -1,0 +1,242 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/proc"
+)
+
+// lost is the ErrLeaseLost error for a lease that is not live.
+func lost(name, leaseID string, st *state, v verdict) error {
+	why := v.why
+	if h := st.Holder; h != nil && h.LeaseID != leaseID {
+		why = fmt.Sprintf("is gone: the lock's holder is now %s (token %d)", h.Holder, h.Token)
+	} else if h == nil {
+		why = "is gone (released, revoked or expired)"
+	}
+	return fmt.Errorf("%w: lease %s on lock %q %s", coord.ErrLeaseLost, leaseID, name, why)
+}
+
+// Renew extends the lease by its TTL from now. It returns ErrLeaseLost when
+// the lease is not live: released, revoked, expired, replaced, or attached
+// to processes that are all gone.
+func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.Renewal{}, err
+	}
+	var r coord.Renewal
+	sent := time.Now()
+	err := c.update(ctx, c.files(name), func(st *state) (bool, bool, error) {
+		h := st.Holder
+		v, err := assess(h, clock.Now())
+		if err != nil {
+			return false, false, err
+		}
+		if h == nil || h.LeaseID != leaseID || !v.live {
+			return false, false, lost(name, leaseID, st, v)
+		}
+		h.ExpiresAt = clock.Now().Add(h.TTL)
+		r = coord.Renewal{Sent: sent, TTL: h.TTL}
+		return true, false, nil
+	})
+	if err != nil {
+		return coord.Renewal{}, err
+	}
+	return r, nil
+}
+
+// Release ends the lease; a lease that is already gone is not an error.
+func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
+	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
+	f := c.files(name)
+	if _, err := os.Lstat(f.state); os.IsNotExist(err) {
+		return nil // never used
+	}
+	return c.update(ctx, f, func(st *state) (bool, bool, error) {
+		if st.Holder == nil || st.Holder.LeaseID != leaseID {
+			return false, false, nil
+		}
+		st.Holder = nil
+		return true, false, nil
+	})
+}
+
+// Revoke ends the current holder's lease and returns what it ended; it
+// returns ErrNotHeld when the lock is free. The holder's next Renew fails
+// with ErrLeaseLost. A lease with no process attached is gone at once; one
+// attached to processes leaves its command until its TTL to stop (fence run
+// stops it at its next renewal): a successor takes over once the command's
+// group is gone, and kills it when the TTL has run out.
+func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.LockInfo{}, err
+	}
+	self, err := selfID()
+	if err != nil {
+		return coord.LockInfo{}, err
+	}
+	var li coord.LockInfo
+	err = c.update(ctx, c.files(name), func(st *state) (bool, bool, error) {
+		now := clock.Now()
+		v, err := assess(st.Holder, now)
+		if err != nil {
+			return false, false, err
+		}
+		if !v.live {
+			return false, false, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)
+		}
+		li = info(st, v, now, self)
+		if st.Holder.attached() {
+			st.Holder.Revoked = true
+		} else {
+			st.Holder = nil
+		}
+		return true, false, nil
+	})
+	return li, err
+}
+
+// AttachProcess attaches the live lease (name, leaseID) to processes: PIDs,
+// when given, replace the supervising processes; PGID, when not 0, sets the
+// command's process group. It returns ErrLeaseLost when the lease is not
+// live.
+func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
+	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
+	pids, group, err := resolveProcess(p)
+	if err != nil {
+		return err
+	}
+	return c.update(ctx, c.files(name), func(st *state) (bool, bool, error) {
+		h := st.Holder
+		v, err := assess(h, clock.Now())
+		if err != nil {
+			return false, false, err
+		}
+		if h == nil || h.LeaseID != leaseID || !v.live {
+			return false, false, lost(name, leaseID, st, v)
+		}
+		if !h.ours() && h.attached() {
+			return false, false, fmt.Errorf("%w: lease %s on lock %q is attached to processes of another PID namespace", coord.ErrInvalid, leaseID, name)
+		}
+		if len(pids) > 0 {
+			h.PIDs = pids
+		}
+		if group != nil {
+			h.Group = group
+		}
+		h.PIDNS = proc.PIDNamespace()
+		return true, false, nil
+	})
+}
+
+// Inspect returns the state of one lock.
+func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.LockInfo{}, err
+	}
+	if err := c.checkOpen(); err != nil {
+		return coord.LockInfo{}, err
+	}
+	if err := ctxDone(ctx); err != nil {
+		return coord.LockInfo{}, err
+	}
+	li, _, err := c.inspectFiles(c.files(name))
+	return li, err
+}
+
+// inspectFiles reads and judges one lock, returning its info and verdict.
+func (c *Coordinator) inspectFiles(f lockFiles) (coord.LockInfo, *state, error) {
+	self, err := selfID()
+	if err != nil {
+		return coord.LockInfo{}, nil, err
+	}
+	st, err := load(f)
+	if err != nil {
+		return coord.LockInfo{}, nil, err
+	}
+	now := clock.Now()
+	v, err := assess(st.Holder, now)
+	if err != nil {
+		return coord.LockInfo{}, nil, err
+	}
+	return info(st, v, now, self), st, nil
+}
+
+// List returns the locks whose names start with prefix, sorted by name:
+// held ones, ones with waiters, and free ones that have issued a token. A
+// state file that cannot be trusted makes List fail (naming it).
+func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := ctxDone(ctx); err != nil {
+		return nil, err
+	}
+	bases, err := c.stateBases()
+	if err != nil {
+		return nil, err
+	}
+	var out []coord.LockInfo
+	for _, base := range bases {
+		if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, prefix) {
+			continue
+		}
+		f, ok := c.filesForBase(base)
+		if !ok {
+			continue
+		}
+		li, _, err := c.inspectFiles(f)
+		if err != nil {
+			return nil, err
+		}
+		if !strings.HasPrefix(li.Name, prefix) {
+			continue
+		}
+		if li.Held || li.Waiters > 0 || li.LastToken > 0 {
+			out = append(out, li)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// stateBases lists the bases of the state files in locks/.
+func (c *Coordinator) stateBases() ([]string, error) {
+	ents, err := os.ReadDir(c.locksDir)
+	if err != nil {
+		return nil, unavailable("read state directory %s: %v", c.locksDir, err)
+	}
+	var bases []string
+	for _, e := range ents {
+		if base, ok := stateFileBase(e.Name()); ok {
+			bases = append(bases, base)
+		}
+	}
+	return bases, nil
+}
+
+// filesForBase returns the files of the lock stored under base. For a
+// hashed base the name is read from the file (and checked by load); ok is
+// false for a file fence cannot have written.
+func (c *Coordinator) filesForBase(base string) (lockFiles, bool) {
+	if name, ok := nameFromBase(base); ok {
+		if coord.ValidateName(name) != nil || fileBase(name) != base {
+			return lockFiles{}, false
+		}
+		return c.files(name), true
+	}
+	f := lockFiles{base: base, state: filepath.Join(c.locksDir, base+stateSuffix), lock: filepath.Join(c.locksDir, base+lockSuffix)}
+	return f, true
+}

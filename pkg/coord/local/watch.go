@@ -1,0 +1,408 @@
+package local
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/proc"
+)
+
+// fallbackPoll is how often subscribers look again when inotify cannot be
+// had.
+const fallbackPoll = 200 * time.Millisecond
+
+// hub turns inotify events on one locks/ directory into wake-ups of the
+// subscribers interested in each lock. One hub (one inotify instance) serves
+// every Coordinator of this process on that directory; it is started by the
+// first that needs it and stopped when the last of them is closed.
+type hub struct {
+	dir  string
+	w    *fsnotify.Watcher // nil: no inotify, poke everyone every fallbackPoll
+	refs int               // guarded by hubs
+
+	mu   sync.Mutex
+	subs map[*subscription]struct{}
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// newWatcher watches dir with inotify (a variable for tests).
+var newWatcher = defaultWatcher
+
+func defaultWatcher(dir string) (*fsnotify.Watcher, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+var hubs = struct {
+	sync.Mutex
+	m map[string]*hub
+}{m: map[string]*hub{}}
+
+func acquireHub(dir string) *hub {
+	hubs.Lock()
+	defer hubs.Unlock()
+	if h := hubs.m[dir]; h != nil {
+		h.refs++
+		return h
+	}
+	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if w, err := newWatcher(dir); err == nil {
+		h.w = w
+	}
+	hubs.m[dir] = h
+	go h.run()
+	return h
+}
+
+func (h *hub) release() {
+	hubs.Lock()
+	h.refs--
+	last := h.refs == 0
+	if last {
+		delete(hubs.m, h.dir)
+	}
+	hubs.Unlock()
+	if last {
+		close(h.stop)
+		<-h.done
+		if h.w != nil {
+			h.w.Close()
+		}
+	}
+}
+
+func (h *hub) run() {
+	defer close(h.done)
+	if h.w == nil {
+		t := time.NewTicker(fallbackPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-h.stop:
+				return
+			case <-t.C:
+				h.notify("", true)
+			}
+		}
+	}
+	for {
+		select {
+		case <-h.stop:
+			return
+		case ev, ok := <-h.w.Events:
+			if !ok {
+				return
+			}
+			if base, ok := stateFileBase(filepath.Base(ev.Name)); ok {
+				h.notify(base, false)
+			}
+		case _, ok := <-h.w.Errors:
+			if !ok {
+				return
+			}
+			// Overflow (or worse): events were lost, everyone looks again.
+			h.notify("", true)
+		}
+	}
+}
+
+// notify wakes the subscribers of base (all of them when all is set).
+func (h *hub) notify(base string, all bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		if !all && s.base != "" && s.base != base {
+			continue
+		}
+		s.mu.Lock()
+		if all {
+			s.all = true
+		} else {
+			s.dirty[base] = struct{}{}
+		}
+		s.mu.Unlock()
+		select {
+		case s.c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// subscription receives a wake-up (coalesced) on c after changes to the
+// state file of base, or of any lock when base is "".
+type subscription struct {
+	h    *hub
+	base string
+	c    chan struct{}
+
+	mu    sync.Mutex
+	dirty map[string]struct{}
+	all   bool
+}
+
+func (h *hub) subscribe(base string) *subscription {
+	s := &subscription{h: h, base: base, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
+	h.mu.Lock()
+	h.subs[s] = struct{}{}
+	h.mu.Unlock()
+	return s
+}
+
+func (s *subscription) close() {
+	s.h.mu.Lock()
+	delete(s.h.subs, s)
+	s.h.mu.Unlock()
+}
+
+// take returns and clears what changed since the last take.
+func (s *subscription) take() (bases []string, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for b := range s.dirty {
+		bases = append(bases, b)
+	}
+	clear(s.dirty)
+	all, s.all = s.all, false
+	return bases, all
+}
+
+type wakeReason int
+
+const (
+	wokeChange   wakeReason = iota // the state file changed
+	wokeRecheck                    // a time passed or a process exited
+	wokeDeadline                   // the Wait deadline passed
+	wokeCtx                        // ctx ended
+	wokeClosed                     // the Coordinator was closed
+)
+
+// sleep waits for one wake-up: a change notified on sub, the exit of one of
+// deps, wake passing (when >= 0), deadline, ctx or closed.
+func sleep(ctx context.Context, closed <-chan struct{}, sub *subscription, deps []proc.ID, wake time.Duration, deadline <-chan time.Time) wakeReason {
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	exited := make(chan struct{}, 1)
+	if len(deps) > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := proc.WaitAny(wctx, deps...); err == nil {
+				exited <- struct{}{}
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	var timer <-chan time.Time
+	if wake >= 0 {
+		t := time.NewTimer(wake)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case <-sub.c:
+		return wokeChange
+	case <-exited:
+		return wokeRecheck
+	case <-timer:
+		return wokeRecheck
+	case <-deadline:
+		return wokeDeadline
+	case <-ctx.Done():
+		return wokeCtx
+	case <-closed:
+		return wokeClosed
+	}
+}
+
+// untilWake converts a boot-clock instant into a timer duration (-1: none).
+func untilWake(b clock.Boot) time.Duration {
+	if b == 0 {
+		return -1
+	}
+	return max(clock.Until(b)+time.Millisecond, time.Millisecond)
+}
+
+// Watch sends an Event with the lock's state after each change of a lock
+// under prefix: a new holder (acquired), a renewal (renewed), the end of a
+// lease by release, revoke, expiry or the death of its processes
+// (released), and a change in the number of waiters (waiters). The number
+// of waiters is as of the last change of the state file. The channel is
+// closed when ctx ends or the Coordinator is closed; a consumer that does
+// not read holds up only its own Watch.
+func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := ctxDone(ctx); err != nil {
+		return nil, err
+	}
+	self, err := selfID()
+	if err != nil {
+		return nil, err
+	}
+	w := &watcher{c: c, prefix: prefix, self: self, views: map[string]view{}}
+	h, err := c.getHub()
+	if err != nil {
+		return nil, err
+	}
+	w.sub = h.subscribe("")
+	// The first scan, after subscribing, is the baseline: no events.
+	bases, err := c.stateBases()
+	if err != nil {
+		w.sub.close()
+		return nil, err
+	}
+	w.scan(ctx, bases, nil)
+	ch := make(chan coord.Event, 16)
+	go w.run(ctx, ch)
+	return ch, nil
+}
+
+type watcher struct {
+	c      *Coordinator
+	prefix string
+	self   proc.ID
+	sub    *subscription
+	views  map[string]view // by file base
+}
+
+// view is what a watcher last saw of one lock.
+type view struct {
+	info    coord.LockInfo
+	expires clock.Boot // the live holder's expiry
+	until   clock.Boot
+	waitOn  []proc.ID
+}
+
+func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
+	defer close(ch)
+	defer w.sub.close()
+	emit := func(ev coord.Event) bool {
+		select {
+		case ch <- ev:
+			return true
+		case <-ctx.Done():
+		case <-w.c.closed:
+		}
+		return false
+	}
+	for {
+		var deps []proc.ID
+		var next clock.Boot
+		for _, v := range w.views {
+			deps = append(deps, v.waitOn...)
+			if v.until != 0 && (next == 0 || v.until < next) {
+				next = v.until
+			}
+		}
+		var bases []string
+		switch sleep(ctx, w.c.closed, w.sub, deps, untilWake(next), nil) {
+		case wokeCtx, wokeClosed:
+			return
+		case wokeChange:
+			var all bool
+			if bases, all = w.sub.take(); all {
+				if bases, _ = w.c.stateBases(); bases == nil {
+					bases = []string{}
+				}
+				for b := range w.views {
+					bases = append(bases, b)
+				}
+			}
+		default:
+			for b := range w.views {
+				bases = append(bases, b)
+			}
+		}
+		if !w.scan(ctx, bases, emit) {
+			return
+		}
+	}
+}
+
+// scan reads the locks stored under bases and emits an event for each
+// change (emit nil: just record). It returns false when emit gave up.
+func (w *watcher) scan(ctx context.Context, bases []string, emit func(coord.Event) bool) bool {
+	seen := map[string]bool{}
+	for _, base := range bases {
+		if seen[base] {
+			continue
+		}
+		seen[base] = true
+		if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, w.prefix) {
+			continue
+		}
+		f, ok := w.c.filesForBase(base)
+		if !ok {
+			continue
+		}
+		st, err := load(f)
+		if err != nil {
+			continue // a state that cannot be trusted: nothing to report
+		}
+		old, had := w.views[base]
+		if st.Name == "" && had { // a hashed state file was removed
+			st.Name = old.info.Name
+		}
+		if !strings.HasPrefix(st.Name, w.prefix) || st.Name == "" {
+			continue
+		}
+		now := clock.Now()
+		v, err := assess(st.Holder, now)
+		if err != nil {
+			continue
+		}
+		nv := view{info: info(st, v, now, w.self), until: v.until, waitOn: v.waitOn}
+		if v.live {
+			nv.expires = st.Holder.ExpiresAt
+		}
+		if !nv.info.Held && nv.info.Waiters == 0 {
+			nv.until, nv.waitOn = 0, nil
+		}
+		w.views[base] = nv
+		if emit == nil {
+			continue
+		}
+		if typ, ok := change(old, nv); ok {
+			if !emit(coord.Event{Type: typ, Info: nv.info}) {
+				return false
+			}
+		}
+		if !nv.info.Held && nv.info.Waiters == 0 && nv.info.LastToken == 0 {
+			delete(w.views, base)
+		}
+	}
+	return true
+}
+
+// change says which event, if any, turns old into nu.
+func change(old, nu view) (coord.EventType, bool) {
+	o, n := old.info, nu.info
+	switch {
+	case n.Held && (!o.Held || o.LeaseID != n.LeaseID):
+		return coord.EventAcquired, true
+	case o.Held && !n.Held:
+		return coord.EventReleased, true
+	case o.Held && n.Held && old.expires != nu.expires:
+		return coord.EventRenewed, true
+	case o.Waiters != n.Waiters:
+		return coord.EventWaiters, true
+	}
+	return "", false
+}

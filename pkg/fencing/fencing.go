@@ -1,0 +1,531 @@
+// Package fencing keeps a lease alive for a Go program and tells it, through
+// a context, the moment the lease can no longer be trusted.
+//
+// Hold renews a lease every third of its TTL (in the manner of restic's lock
+// refresh) and tracks its safe-until: the send time of the last acknowledged
+// renewal (or of the grant) plus the granted TTL, less a margin. The
+// coordinator starts counting the TTL no earlier than it received the
+// request, so until safe-until the lease is certainly still held. The
+// context of the Held is cancelled, with a *LostError as its cause, when
+//
+//   - a renewal reports the lease gone (coord.ErrLeaseLost: expired, revoked,
+//     or released by someone else): Reason Lost;
+//   - safe-until passes with no newer acknowledgment (the coordinator is slow
+//     or unreachable): Reason Unsafe;
+//   - the process wakes up past safe-until after it was paused (SIGSTOP, a
+//     long stall, a system suspend): Reason Paused. A renewal acknowledged
+//     after safe-until does not save the hold: the lease may have lapsed in
+//     between, and another holder may have worked under a newer token.
+//
+// Work done under the lease should stop when the context ends; storage that
+// accepts writes should check the fencing token (Held.Token) so that a
+// holder that did not stop in time is refused.
+//
+// Time is read from clock.Boot (CLOCK_BOOTTIME): it never jumps and, unlike
+// Go's monotonic clock, it counts time spent in system suspend, so a laptop
+// that slept through the TTL does not believe its lease is still safe.
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// ErrReleased is the cause of Held.Context() after Release.
+var ErrReleased = errors.New("lease released")
+
+// Reason says why a lease can no longer be trusted.
+type Reason int
+
+const (
+	// Lost: the coordinator reported the lease gone (expired, revoked or
+	// released elsewhere).
+	Lost Reason = iota + 1
+	// Unsafe: safe-until passed with no newer acknowledged renewal.
+	Unsafe
+	// Paused: the process was not running (stopped, stalled, suspended)
+	// when safe-until passed, and found out on waking.
+	Paused
+)
+
+func (r Reason) String() string {
+	switch r {
+	case Lost:
+		return "lost"
+	case Unsafe:
+		return "unsafe"
+	case Paused:
+		return "paused"
+	default:
+		return fmt.Sprintf("Reason(%d)", int(r))
+	}
+}
+
+// LostError is the cause of Held.Context() when the lease can no longer be
+// trusted. errors.Is(err, coord.ErrLeaseLost) holds for it.
+type LostError struct {
+	Reason Reason
+	Lock   string
+	Token  uint64
+	// SafeUntil is the safe-until that passed (Unsafe, Paused) or the last
+	// one known (Lost).
+	SafeUntil clock.Boot
+	// Late is how far past SafeUntil the loss was detected (Unsafe, Paused).
+	Late time.Duration
+	// NoRenew is set when the hold did not renew (HoldOptions.NoRenew).
+	NoRenew bool
+	// Failures counts the renewals that failed since the last
+	// acknowledgment; LastErr is the last of them (or, for Lost, the error
+	// that reported the loss).
+	Failures int
+	LastErr  error
+}
+
+func (e *LostError) Error() string {
+	head := fmt.Sprintf("lease on %q (token %d)", e.Lock, e.Token)
+	switch e.Reason {
+	case Lost:
+		detail := "expired or revoked"
+		if e.LastErr != nil {
+			// The backend's error wraps coord.ErrLeaseLost: say it once.
+			detail = strings.TrimPrefix(e.LastErr.Error(), coord.ErrLeaseLost.Error()+": ")
+		}
+		if detail == coord.ErrLeaseLost.Error() {
+			detail = "expired or revoked"
+		}
+		return fmt.Sprintf("%s was lost on the coordinator (%s)", head, detail)
+	case Paused:
+		return fmt.Sprintf("%s is no longer safe: this process was paused or starved and woke %v past its safe-until",
+			head, e.Late.Round(time.Millisecond))
+	default:
+		if e.NoRenew {
+			return head + " reached the end of what its TTL covers (not renewed)"
+		}
+		msg := head + " is no longer safe: no renewal was acknowledged in time"
+		switch {
+		case e.Failures == 1:
+			msg += fmt.Sprintf(" (1 attempt failed: %v)", e.LastErr)
+		case e.Failures > 1:
+			msg += fmt.Sprintf(" (%d attempts failed, last: %v)", e.Failures, e.LastErr)
+		}
+		return msg
+	}
+}
+
+// Unwrap makes errors.Is(err, coord.ErrLeaseLost) true.
+func (e *LostError) Unwrap() error { return coord.ErrLeaseLost }
+
+// DefaultMargin is the margin Hold uses when none is given: a tenth of the
+// TTL, at least 100ms and at most 2s, and never more than a fifth of the TTL
+// (so that very short TTLs stay usable).
+func DefaultMargin(ttl time.Duration) time.Duration {
+	m := min(max(ttl/10, 100*time.Millisecond), 2*time.Second)
+	return min(m, ttl/5)
+}
+
+// HoldOptions tunes Hold. The zero value renews every TTL/3 with
+// DefaultMargin.
+type HoldOptions struct {
+	// RenewInterval is the time from one renewal's send to the next
+	// (default: granted TTL / 3). Two renewal attempts must fit before
+	// safe-until: 2*RenewInterval < TTL - Margin.
+	RenewInterval time.Duration
+	// RetryInterval is the wait after a failed renewal before the next
+	// attempt (default RenewInterval/4). A renewal that is not answered
+	// within RenewInterval is abandoned and retried.
+	RetryInterval time.Duration
+	// Margin is subtracted from Sent+TTL: it covers what has to happen after
+	// safe-until before the lease really expires (the caller stopping its
+	// work, clock rate differences). Default DefaultMargin(TTL).
+	Margin time.Duration
+	// NoRenew holds the lease without renewing it: the context ends at the
+	// first safe-until (Reason Unsafe, LostError.NoRenew set).
+	NoRenew bool
+	// OnSafeUntil, when set, is called with each later safe-until after an
+	// acknowledged renewal (not for the initial one: see Held.SafeUntil).
+	// It runs on the renewal goroutine and must not block.
+	OnSafeUntil func(clock.Boot)
+	// OnRenewError, when set, is called after each failed renewal with the
+	// error and the number of failures since the last acknowledgment. It
+	// runs on the renewal goroutine and must not block.
+	OnRenewError func(err error, failures int)
+	// Clock replaces the boot clock and the timers, for tests only: with a
+	// clockwork.FakeClock, a boot reading is the fake time in Unix
+	// nanoseconds, and Lease.Sent is read the same way.
+	Clock clockwork.Clock
+}
+
+// Stats is a snapshot of a hold's renewals.
+type Stats struct {
+	// Renewals counts acknowledged renewals; Failures counts failed renewal
+	// attempts (all of them); Consecutive the failures since the last
+	// acknowledgment.
+	Renewals, Failures, Consecutive int
+	// LastError is the last renewal error (nil if none failed).
+	LastError error
+	// SafeUntil is the current safe-until.
+	SafeUntil clock.Boot
+}
+
+// Held is a lease kept alive by Hold. Its methods are safe for concurrent
+// use.
+type Held struct {
+	c      coord.Coordinator
+	lease  coord.Lease
+	clk    clk
+	opts   HoldOptions
+	hb     time.Duration // longest sleep between two looks at the clock
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   chan struct{}
+	done   chan struct{}
+
+	stopOnce sync.Once
+	mu       sync.Mutex
+	st       Stats
+}
+
+// pauseTolerance is how late past its planned wake-up the renewal loop may
+// run before a loss is put down to the process having been paused rather
+// than to the renewals having failed. It only chooses the Reason.
+const pauseTolerance = 100 * time.Millisecond
+
+// Acquire takes a lease with c.Acquire and holds it (see Hold). If Hold
+// refuses the options, the lease is released and the error returned.
+func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts HoldOptions) (*Held, error) {
+	if err := opts.check(acq.TTL); err != nil {
+		return nil, err
+	}
+	l, err := c.Acquire(ctx, name, acq)
+	if err != nil {
+		return nil, err
+	}
+	h, err := Hold(ctx, c, l, opts)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = c.Release(rctx, l.Name, l.ID)
+		return nil, err
+	}
+	return h, nil
+}
+
+// Hold keeps lease renewed on c until Release or until ctx ends, and returns
+// at once. The lease's Sent must be the send time of the request that
+// granted it (as Coordinator.Acquire and Renew report it); a lease with no
+// Sent is renewed once before Hold returns. Hold fails with an error wrapping
+// coord.ErrInvalid when the options cannot keep the lease safe, and with a
+// *LostError when the lease is already past its safe-until.
+//
+// When ctx ends, renewals stop and Context() ends with ctx's cause; the
+// lease then runs out at its TTL unless released.
+func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions) (*Held, error) {
+	if lease == nil {
+		return nil, fmt.Errorf("%w: no lease to hold", coord.ErrInvalid)
+	}
+	if err := opts.check(lease.TTL); err != nil {
+		return nil, err
+	}
+	h := &Held{c: c, lease: *lease, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	h.opts.fill(lease.TTL)
+	if opts.Clock != nil {
+		h.clk = fakeClk{opts.Clock}
+	} else {
+		h.clk = bootClk{clockwork.NewRealClock()}
+	}
+	h.hb = min(max(h.opts.RenewInterval/4, 5*time.Millisecond), 250*time.Millisecond)
+
+	var sent clock.Boot
+	if lease.Sent.IsZero() {
+		s := h.clk.now()
+		r, err := c.Renew(ctx, lease.Name, lease.ID)
+		if err != nil {
+			if errors.Is(err, coord.ErrLeaseLost) {
+				return nil, &LostError{Reason: Lost, Lock: lease.Name, Token: lease.Token, LastErr: err}
+			}
+			return nil, fmt.Errorf("renew lease on %q: %w", lease.Name, err)
+		}
+		sent = s
+		if r.TTL > 0 {
+			h.lease.TTL = r.TTL
+		}
+	} else {
+		sent = h.clk.toBoot(lease.Sent)
+	}
+	su := sent.Add(h.lease.TTL - h.opts.Margin)
+	h.st.SafeUntil = su
+	if now := h.clk.now(); now > su {
+		return nil, h.lostErr(now, su, su)
+	}
+	h.ctx, h.cancel = context.WithCancelCause(ctx)
+	go h.run(sent)
+	return h, nil
+}
+
+func (o *HoldOptions) check(ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: lease TTL must be positive, got %v", coord.ErrInvalid, ttl)
+	}
+	if o.RenewInterval < 0 || o.RetryInterval < 0 || o.Margin < 0 {
+		return fmt.Errorf("%w: negative renew interval, retry interval or margin", coord.ErrInvalid)
+	}
+	f := *o
+	f.fill(ttl)
+	if f.Margin >= ttl {
+		return fmt.Errorf("%w: margin %v leaves nothing of the TTL %v", coord.ErrInvalid, f.Margin, ttl)
+	}
+	if !f.NoRenew && 2*f.RenewInterval >= ttl-f.Margin {
+		return fmt.Errorf("%w: renew interval %v leaves no room for two renewal attempts before the lease's safe-until (TTL %v - margin %v)",
+			coord.ErrInvalid, f.RenewInterval, ttl, f.Margin)
+	}
+	return nil
+}
+
+func (o *HoldOptions) fill(ttl time.Duration) {
+	if o.RenewInterval == 0 {
+		o.RenewInterval = ttl / 3
+	}
+	if o.RetryInterval == 0 {
+		o.RetryInterval = max(o.RenewInterval/4, time.Millisecond)
+	}
+	if o.Margin == 0 {
+		o.Margin = DefaultMargin(ttl)
+	}
+}
+
+// Context is cancelled when the lease can no longer be trusted (cause: a
+// *LostError), after Release (cause ErrReleased), or when the context given
+// to Hold ends (its cause). context.Cause(h.Context()) says which.
+func (h *Held) Context() context.Context { return h.ctx }
+
+// Err is nil while the lease is safe, else the cause of Context().
+func (h *Held) Err() error {
+	if h.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(h.ctx)
+}
+
+// Check reads the clock now and returns nil if the lease is still safe,
+// else the cause of Context(). Call it right before an action that must not
+// happen without the lease (a write to storage that does not check tokens):
+// a process that was just resumed after a pause may run briefly before the
+// renewal loop cancels Context(), and Check closes that gap. When it finds
+// safe-until passed, it cancels Context() itself.
+func (h *Held) Check() error {
+	if err := h.Err(); err != nil {
+		return err
+	}
+	now, su := h.clk.now(), h.SafeUntil()
+	if now <= su {
+		return nil
+	}
+	h.lose(h.lostErr(now, su, su))
+	return h.Err()
+}
+
+// Lease returns the held lease as granted.
+func (h *Held) Lease() coord.Lease { return h.lease }
+
+// Token is the lease's fencing token.
+func (h *Held) Token() uint64 { return h.lease.Token }
+
+// SafeUntil is the instant, on the boot clock, until which the lease is
+// certainly held (less the margin).
+func (h *Held) SafeUntil() clock.Boot {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.st.SafeUntil
+}
+
+// Margin is the margin in use.
+func (h *Held) Margin() time.Duration { return h.opts.Margin }
+
+// RenewInterval is the renew interval in use.
+func (h *Held) RenewInterval() time.Duration { return h.opts.RenewInterval }
+
+// Stats returns a snapshot of the renewals so far.
+func (h *Held) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.st
+}
+
+// Release stops renewing, cancels Context() (cause ErrReleased unless it was
+// already cancelled) and releases the lease on the coordinator. It may be
+// called more than once and after the lease was lost: releasing a lease that
+// is gone is not an error.
+func (h *Held) Release(ctx context.Context) error {
+	h.stopOnce.Do(func() { close(h.stop) })
+	<-h.done
+	h.cancel(ErrReleased)
+	if err := h.c.Release(ctx, h.lease.Name, h.lease.ID); err != nil {
+		return fmt.Errorf("release lease on %q: %w", h.lease.Name, err)
+	}
+	return nil
+}
+
+type renewResult struct {
+	sent clock.Boot
+	r    coord.Renewal
+	err  error
+}
+
+// run is the renewal loop. It looks at the clock on every wake-up (at the
+// latest every h.hb, so that a suspend, which stops Go's timers, is noticed
+// soon after resume) and ends the hold as soon as safe-until has passed,
+// before it would accept a late acknowledgment.
+func (h *Held) run(sent clock.Boot) {
+	defer close(h.done)
+	var (
+		next      = sent.Add(h.opts.RenewInterval) // next renewal send
+		inflight  chan renewResult
+		reqCancel context.CancelFunc = func() {}
+		reqEnd    clock.Boot         // when the request in flight is abandoned
+		planned   = h.clk.now()
+	)
+	defer func() { reqCancel() }()
+	for {
+		now := h.clk.now()
+		su := h.SafeUntil()
+		if now > su {
+			h.lose(h.lostErr(now, su, planned))
+			return
+		}
+		if inflight == nil && !h.opts.NoRenew && now >= next {
+			inflight, reqCancel = h.renew(now)
+			reqEnd = min(now.Add(h.opts.RenewInterval), su)
+		}
+		if inflight != nil && now >= reqEnd {
+			reqCancel() // abandon a request that hangs; its error comes back on inflight
+		}
+		wake := su + 1 // the first instant past safe-until
+		if inflight == nil && !h.opts.NoRenew {
+			wake = min(wake, next)
+		}
+		if inflight != nil && now < reqEnd {
+			wake = min(wake, reqEnd)
+		}
+		wake = min(wake, now.Add(h.hb))
+		planned = wake
+		t := h.clk.newTimer(wake.Sub(now))
+		select {
+		case <-t.Chan():
+			continue
+		case res := <-inflight:
+			t.Stop()
+			inflight = nil
+			reqCancel()
+			if h.ctx.Err() != nil {
+				return // the parent context ended
+			}
+			now = h.clk.now()
+			if now > su {
+				// The acknowledgment came too late: the lease may have
+				// lapsed in between, whatever the coordinator says now.
+				h.lose(h.lostErr(now, su, planned))
+				return
+			}
+			if res.err != nil {
+				if errors.Is(res.err, coord.ErrLeaseLost) {
+					h.mu.Lock()
+					e := &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: su,
+						Failures: h.st.Consecutive, LastErr: res.err}
+					h.mu.Unlock()
+					h.lose(e)
+					return
+				}
+				h.mu.Lock()
+				h.st.Failures++
+				h.st.Consecutive++
+				h.st.LastError = res.err
+				n := h.st.Consecutive
+				h.mu.Unlock()
+				if h.opts.OnRenewError != nil {
+					h.opts.OnRenewError(res.err, n)
+				}
+				next = now.Add(h.opts.RetryInterval)
+				continue
+			}
+			ttl := res.r.TTL
+			if ttl <= 0 {
+				ttl = h.lease.TTL
+			}
+			nsu := res.sent.Add(ttl - h.opts.Margin)
+			h.mu.Lock()
+			h.st.Renewals++
+			h.st.Consecutive = 0
+			extended := nsu > h.st.SafeUntil
+			if extended {
+				h.st.SafeUntil = nsu
+			}
+			h.mu.Unlock()
+			if extended && h.opts.OnSafeUntil != nil {
+				h.opts.OnSafeUntil(nsu)
+			}
+			next = res.sent.Add(h.opts.RenewInterval)
+		case <-h.stop:
+			t.Stop()
+			return
+		case <-h.ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// renew sends one renewal, stamped with its send time, and returns where its
+// result will arrive and how to abandon it.
+func (h *Held) renew(sent clock.Boot) (chan renewResult, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	ch := make(chan renewResult, 1)
+	go func() {
+		r, err := h.c.Renew(ctx, h.lease.Name, h.lease.ID)
+		ch <- renewResult{sent: sent, r: r, err: err}
+	}()
+	return ch, cancel
+}
+
+// lostErr builds the error for safe-until su found passed at now; planned
+// is when the loop meant to look at the clock (so now-planned is how long
+// the process did not run when it should have).
+func (h *Held) lostErr(now, su, planned clock.Boot) *LostError {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := Unsafe
+	if now.Sub(max(planned, su)) > pauseTolerance {
+		r = Paused
+	}
+	return &LostError{Reason: r, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: su, Late: now.Sub(su),
+		NoRenew: h.opts.NoRenew, Failures: h.st.Consecutive, LastErr: h.st.LastError}
+}
+
+func (h *Held) lose(e *LostError) { h.cancel(e) }
+
+// clk is the time source of a hold: the boot clock, or a fake for tests.
+type clk interface {
+	now() clock.Boot
+	toBoot(time.Time) clock.Boot
+	newTimer(time.Duration) clockwork.Timer
+}
+
+type bootClk struct{ c clockwork.Clock }
+
+func (b bootClk) now() clock.Boot                          { return clock.Now() }
+func (b bootClk) toBoot(t time.Time) clock.Boot            { return clock.FromMono(t) }
+func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
+
+type fakeClk struct{ c clockwork.Clock }
+
+func (f fakeClk) now() clock.Boot                          { return clock.Boot(f.c.Now().UnixNano()) }
+func (f fakeClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
+func (f fakeClk) newTimer(d time.Duration) clockwork.Timer { return f.c.NewTimer(d) }

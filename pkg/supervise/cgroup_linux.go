@@ -1,0 +1,197 @@
+package supervise
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroup is a cgroup v2 made for one command: every process the command
+// starts stays in it (leaving it takes privileges the command normally does
+// not use), so the whole tree can be signalled and killed at once
+// (cgroup.kill), whatever setsid or double forks it did.
+//
+// It is created under the watchdog's own cgroup on the cgroup2 hierarchy,
+// which exists on unified (v2) and hybrid (v1 + v2 at .../unified) systems.
+// Where there is no cgroup2 mount, or the watchdog may not create a child of
+// its cgroup (an unprivileged user outside a delegated subtree), there is no
+// cgroup and the watchdog falls back to what a child subreaper sees.
+type cgroup struct {
+	dir string
+	fd  int // O_PATH-like directory fd for clone3(CLONE_INTO_CGROUP)
+}
+
+// newCgroup creates the cgroup name beside the caller's own cgroup v2.
+func newCgroup(name string) (*cgroup, error) {
+	base, err := ownCgroupDir()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(base, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("open cgroup: %w", err)
+	}
+	return &cgroup{dir: dir, fd: fd}, nil
+}
+
+// ownCgroupDir finds the directory of the calling process's cgroup v2.
+func ownCgroupDir() (string, error) {
+	mount, root, err := cgroup2Mount()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	var own string
+	found := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			own, found = rest, true
+			break
+		}
+	}
+	if !found {
+		return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
+	}
+	rel, ok := strings.CutPrefix(own, root)
+	if root == "/" {
+		rel, ok = own, true
+	}
+	if !ok || strings.Contains(own, "(deleted)") {
+		return "", fmt.Errorf("cgroup %q is not under the cgroup2 mount's root %q", own, root)
+	}
+	return filepath.Join(mount, rel), nil
+}
+
+// cgroup2Mount returns the mount point and mounted root of the first cgroup2
+// file system in /proc/self/mountinfo.
+func cgroup2Mount() (mount, root string, err error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, fl := range fields {
+			if fl == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 5 || sep+1 >= len(fields) || fields[sep+1] != "cgroup2" {
+			continue
+		}
+		return unescapeMount(fields[4]), unescapeMount(fields[3]), nil
+	}
+	return "", "", errors.New("no cgroup2 file system is mounted")
+}
+
+// unescapeMount undoes the octal escapes of /proc/self/mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// procs lists the processes in the cgroup.
+func (c *cgroup) procs() ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range bytes.Fields(b) {
+		if pid, err := strconv.Atoi(string(f)); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// signal sends sig to every process in the cgroup.
+func (c *cgroup) signal(sig syscall.Signal) {
+	pids, _ := c.procs()
+	for _, pid := range pids {
+		_ = unix.Kill(pid, sig)
+	}
+}
+
+// kill kills every process in the cgroup with SIGKILL, atomically through
+// cgroup.kill (Linux 5.14+), else one by one.
+func (c *cgroup) kill() {
+	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0); err == nil {
+		return
+	}
+	c.signal(syscall.SIGKILL)
+}
+
+// populated reports whether a live process is left in the cgroup.
+func (c *cgroup) populated() bool {
+	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
+	if err != nil {
+		pids, err := c.procs()
+		return err == nil && len(pids) > 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "populated "); ok {
+			return strings.TrimSpace(v) != "0"
+		}
+	}
+	return false
+}
+
+// remove deletes the cgroup once it is empty (it retries for a short while:
+// the kernel empties a cgroup slightly after its last process exits).
+func (c *cgroup) remove() error {
+	if c.fd >= 0 {
+		_ = unix.Close(c.fd)
+		c.fd = -1
+	}
+	return removeCgroupDir(c.dir)
+}
+
+func removeCgroupDir(dir string) error {
+	var err error
+	for range 50 {
+		if err = unix.Rmdir(dir); err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", dir, err)
+}

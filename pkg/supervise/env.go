@@ -1,0 +1,96 @@
+package supervise
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// credentialVars are never passed on to the command.
+var credentialVars = []string{"FENCE_PASSWORD", "FENCE_PASSWORD_FILE"}
+
+// locationVars say where the coordinator is; Options.Location replaces them.
+var locationVars = []string{"FENCE_STATE_DIR", "FENCE_ENDPOINTS", "FENCE_PREFIX"}
+
+// leaseVars are set by fence for the command; inherited values are replaced
+// (FENCE_DEADLINE is removed when no deadline applies).
+var leaseVars = []string{"FENCE_LOCK", "FENCE_TOKEN", "FENCE_LEASE_ID", "FENCE_HOLDER", "FENCE_TTL", "FENCE_DEADLINE"}
+
+// scrubEnv removes credentials, fence's own variables and the coordinator's
+// location from env, then adds location.
+func scrubEnv(env []string, location map[string]string) []string {
+	drop := map[string]bool{}
+	for _, k := range credentialVars {
+		drop[k] = true
+	}
+	for _, k := range locationVars {
+		drop[k] = true
+	}
+	for _, k := range leaseVars {
+		drop[k] = true
+	}
+	out := make([]string, 0, len(env)+len(location))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if drop[k] || isCredential(k) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return setEnv(out, location)
+}
+
+// isCredential catches the like of FENCE_PASSWORD: a FENCE_ variable that
+// names a password or a secret.
+func isCredential(k string) bool {
+	if !strings.HasPrefix(k, "FENCE_") {
+		return false
+	}
+	return strings.Contains(k, "PASSWORD") || strings.Contains(k, "SECRET")
+}
+
+// setEnv sets the variables of vars in env, replacing earlier values, in a
+// stable order.
+func setEnv(env []string, vars map[string]string) []string {
+	if len(vars) == 0 {
+		return env
+	}
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := vars[k]; !ok {
+			out = append(out, kv)
+		}
+	}
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if isCredential(k) {
+			continue
+		}
+		out = append(out, k+"="+vars[k])
+	}
+	return out
+}
+
+// leaseEnv is what the command learns about its lease.
+func leaseEnv(l coord.Lease, deadline clock.Boot) map[string]string {
+	m := map[string]string{
+		"FENCE_LOCK":     l.Name,
+		"FENCE_TOKEN":    strconv.FormatUint(l.Token, 10),
+		"FENCE_LEASE_ID": l.ID,
+		"FENCE_HOLDER":   l.Holder,
+		"FENCE_TTL":      strconv.FormatFloat(l.TTL.Seconds(), 'f', -1, 64),
+	}
+	if deadline != 0 {
+		m["FENCE_DEADLINE"] = time.Now().Add(clock.Until(deadline)).Format(time.RFC3339)
+	}
+	return m
+}

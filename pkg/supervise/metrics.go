@@ -1,0 +1,139 @@
+package supervise
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// metrics is what --metrics-file reports about one run.
+type metrics struct {
+	lock               string
+	exitCode           int
+	duration, wait     time.Duration
+	renewals, failures int
+	lost               bool
+	deadlineExceeded   bool
+	token              uint64
+}
+
+const lastSuccessName = "fence_run_last_success_timestamp_seconds"
+
+// writeMetrics writes m to path as a Prometheus textfile (for the
+// node_exporter textfile collector), atomically: a temporary file in the
+// same directory, renamed over path. The file is world-readable (0644), as
+// the exporter usually runs as another user. A run that failed carries over
+// fence_run_last_success_timestamp_seconds from the file it replaces.
+func writeMetrics(path string, m *metrics) error {
+	labels := prometheus.Labels{"lock": m.lock}
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, v float64) {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
+		g.Set(v)
+		reg.MustRegister(g)
+	}
+	counter := func(name, help string, v float64) {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
+		c.Add(v)
+		reg.MustRegister(c)
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	gauge("fence_run_exit_code", "Exit code of the last fence run.", float64(m.exitCode))
+	gauge("fence_run_duration_seconds", "How long the command ran.", m.duration.Seconds())
+	gauge("fence_lease_acquire_wait_seconds", "How long fence waited for the lock.", m.wait.Seconds())
+	counter("fence_lease_renewals_total", "Acknowledged lease renewals during the run.", float64(m.renewals))
+	counter("fence_lease_renewal_failures_total", "Failed lease renewal attempts during the run.", float64(m.failures))
+	gauge("fence_lease_lost", "1 if the lease was lost or became unsafe and the command was stopped.", b2f(m.lost))
+	gauge("fence_run_deadline_exceeded", "1 if the command was stopped at its deadline.", b2f(m.deadlineExceeded))
+	gauge("fence_lease_token", "Fencing token of the run's lease (0 if none was acquired).", float64(m.token))
+	var last float64
+	if m.exitCode == 0 {
+		last = float64(time.Now().UnixNano()) / 1e9
+	} else {
+		last = previousLastSuccess(path, m.lock)
+	}
+	if last > 0 {
+		gauge(lastSuccessName, "Unix time of the last successful fence run.", last)
+	}
+
+	fams, err := reg.Gather()
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := os.CreateTemp(dir, "."+base+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("write metrics file: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename: a no-op
+	enc := expfmt.NewEncoder(tmp, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err = enc.Encode(f); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("write metrics file %s: %w", path, err)
+	}
+	return nil
+}
+
+// previousLastSuccess reads the last-success timestamp of lock from an
+// earlier metrics file at path (0 if there is none).
+func previousLastSuccess(path, lock string) float64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(f)
+	if err != nil {
+		return 0
+	}
+	fam := fams[lastSuccessName]
+	if fam == nil {
+		return 0
+	}
+	for _, m := range fam.GetMetric() {
+		if labelValue(m, "lock") == lock && m.GetGauge() != nil {
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
+}
+
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

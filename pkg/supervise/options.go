@@ -1,0 +1,198 @@
+package supervise
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/fencing"
+)
+
+// Options says what `fence run` does. Lock, Command and TTL are required.
+type Options struct {
+	// Lock is the lock's name.
+	Lock string
+	// Command is the command and its arguments. With Shell it must be one
+	// string, run as /bin/sh -c STRING (nothing of fence's is interpolated
+	// into it).
+	Command []string
+	Shell   bool
+	// TTL is the lease's requested TTL (the contract's default is 15s).
+	TTL time.Duration
+	// Holder names the holder (default coord.DefaultHolder()).
+	Holder string
+	// Wait is how long to wait for the lock, as coord.AcquireOptions.Wait:
+	// 0 does not wait, coord.WaitForever waits until acquired.
+	Wait time.Duration
+	// Deadline (0: none) limits the command's run time: the stop sequence
+	// starts when it has passed (exit 124). With NoRenew it defaults to, and
+	// may not exceed, what the lease covers: TTL - margin - grace.
+	Deadline time.Duration
+	// Grace is the time between the stop signal and SIGKILL (0: DefaultGrace).
+	Grace time.Duration
+	// Signal starts the stop sequence (0: SIGTERM).
+	Signal syscall.Signal
+	// NoRenew takes a fixed lease that is never renewed.
+	NoRenew bool
+	// ConflictExitCode is the exit code when the lock is busy. The zero
+	// value is exit code 0; the CLI passes --conflict-exit-code
+	// (exitcode.Busy by default).
+	ConflictExitCode int
+	// MetricsFile, when set, receives a Prometheus textfile at exit.
+	MetricsFile string
+	// Verbose reports each step on Stderr; otherwise Stderr stays quiet
+	// unless fence has to say why it did not run the command or stopped it
+	// (that one line is Run's error, for the caller to print).
+	Verbose bool
+
+	// Stdin, Stdout and Stderr are the command's (nil: the process's own).
+	// Files are passed on as they are; other readers and writers through
+	// pipes.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Env is the environment the command inherits (nil: os.Environ()),
+	// before fence removes credentials and sets FENCE_*.
+	Env []string
+	// Location is set in the command's environment, replacing inherited
+	// values, so that nested fence calls reach the same coordinator:
+	// FENCE_STATE_DIR for local, FENCE_ENDPOINTS and FENCE_PREFIX for etcd
+	// (and TLS file settings where used). Inherited FENCE_STATE_DIR,
+	// FENCE_ENDPOINTS and FENCE_PREFIX not named here are removed.
+	Location map[string]string
+	// Dir is the command's working directory ("": fence's).
+	Dir string
+
+	// Margin and RenewInterval tune the lease (0: fencing's defaults,
+	// fencing.DefaultMargin and TTL/3).
+	Margin, RenewInterval time.Duration
+	// Executable is the fence binary to run as the watchdog (default
+	// /proc/self/exe: the running binary, even if replaced on disk since).
+	// Its main must dispatch WatchdogArg to WatchdogMain.
+	Executable string
+	// NoCgroup keeps the command out of a cgroup of its own even where one
+	// could be made; the watchdog then finds the command's descendants as
+	// their subreaper.
+	NoCgroup bool
+}
+
+// DefaultGrace is the grace period used when none is given: a fifth of the
+// TTL, at most 5s.
+func DefaultGrace(ttl time.Duration) time.Duration { return min(ttl/5, 5*time.Second) }
+
+// plan is Options checked and completed.
+type plan struct {
+	Options
+	grace, margin, interval time.Duration
+	signal                  syscall.Signal
+}
+
+// check validates opts and fills in defaults. Errors wrap coord.ErrInvalid
+// and say which setting is wrong and why.
+func check(opts Options) (*plan, error) {
+	p := &plan{Options: opts}
+	if err := coord.ValidateName(opts.Lock); err != nil {
+		return nil, err
+	}
+	if err := coord.ValidateTTL(opts.TTL); err != nil {
+		return nil, err
+	}
+	if len(opts.Command) == 0 {
+		return nil, fmt.Errorf("%w: no command to run", coord.ErrInvalid)
+	}
+	if opts.Shell && len(opts.Command) != 1 {
+		return nil, fmt.Errorf("%w: --shell takes the command as one string, got %d arguments (quote it)", coord.ErrInvalid, len(opts.Command))
+	}
+	if opts.Command[0] == "" {
+		return nil, fmt.Errorf("%w: the command is empty", coord.ErrInvalid)
+	}
+	if opts.Wait < 0 && opts.Wait != coord.WaitForever {
+		return nil, fmt.Errorf("%w: --wait must not be negative, got %v", coord.ErrInvalid, opts.Wait)
+	}
+	if opts.Deadline < 0 {
+		return nil, fmt.Errorf("%w: --deadline must be positive, got %v", coord.ErrInvalid, opts.Deadline)
+	}
+	if opts.Grace < 0 {
+		return nil, fmt.Errorf("%w: --grace must not be negative, got %v", coord.ErrInvalid, opts.Grace)
+	}
+	if opts.Margin < 0 || opts.RenewInterval < 0 {
+		return nil, fmt.Errorf("%w: margin and renew interval must not be negative", coord.ErrInvalid)
+	}
+	if opts.ConflictExitCode < 0 || opts.ConflictExitCode > 255 {
+		return nil, fmt.Errorf("%w: --conflict-exit-code must be 0 to 255, got %d", coord.ErrInvalid, opts.ConflictExitCode)
+	}
+	p.signal = opts.Signal
+	if p.signal == 0 {
+		p.signal = syscall.SIGTERM
+	}
+	if p.signal < 1 || p.signal > 64 {
+		return nil, fmt.Errorf("%w: --signal %d is not a signal", coord.ErrInvalid, int(p.signal))
+	}
+	switch p.signal {
+	case syscall.SIGSTOP, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGCONT:
+		return nil, fmt.Errorf("%w: --signal %s does not end a process", coord.ErrInvalid, SignalName(p.signal))
+	}
+	ttl := opts.TTL
+	p.grace = opts.Grace
+	if p.grace == 0 {
+		p.grace = DefaultGrace(ttl)
+	}
+	p.margin = opts.Margin
+	if p.margin == 0 {
+		p.margin = fencing.DefaultMargin(ttl)
+	}
+	p.interval = opts.RenewInterval
+	if p.interval == 0 {
+		p.interval = ttl / 3
+	}
+	covered := ttl - p.margin - p.grace // from the grant's send to the stop signal
+	if opts.NoRenew {
+		if covered <= 0 {
+			return nil, fmt.Errorf("%w: --ttl %v does not cover --grace %v plus the safety margin %v: nothing is left to run the command",
+				coord.ErrInvalid, ttl, p.grace, p.margin)
+		}
+		if opts.Deadline > covered {
+			return nil, fmt.Errorf("%w: --deadline %v exceeds what a --no-renew lease of --ttl %v covers: %v (TTL - grace %v - margin %v)",
+				coord.ErrInvalid, opts.Deadline, ttl, covered, p.grace, p.margin)
+		}
+		return p, nil
+	}
+	if 2*p.interval >= covered {
+		return nil, fmt.Errorf("%w: --ttl %v with --grace %v and the safety margin %v leaves no room for two renewal attempts (every %v) before the command must be stopped; raise --ttl or lower --grace",
+			coord.ErrInvalid, ttl, p.grace, p.margin, p.interval)
+	}
+	return p, nil
+}
+
+// SignalName is the name of sig without "SIG" ("TERM"), or its number.
+func SignalName(sig syscall.Signal) string {
+	if n := unix.SignalName(sig); n != "" {
+		return strings.TrimPrefix(n, "SIG")
+	}
+	return strconv.Itoa(int(sig))
+}
+
+// ParseSignal reads a signal given as a name ("TERM", "SIGTERM", "term") or
+// a number ("15"). The error wraps coord.ErrInvalid.
+func ParseSignal(s string) (syscall.Signal, error) {
+	t := strings.TrimSpace(s)
+	if n, err := strconv.Atoi(t); err == nil {
+		if n >= 1 && n <= 64 {
+			return syscall.Signal(n), nil
+		}
+		return 0, fmt.Errorf("%w: signal number %d is out of range", coord.ErrInvalid, n)
+	}
+	u := strings.ToUpper(t)
+	if !strings.HasPrefix(u, "SIG") {
+		u = "SIG" + u
+	}
+	if sig := unix.SignalNum(u); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("%w: unknown signal %q", coord.ErrInvalid, s)
+}

@@ -1,0 +1,141 @@
+package supervise
+
+import (
+	"encoding/json"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/clock"
+)
+
+// The watchdog talks with fence over two pipes, one JSON object per line:
+// fence writes orders on the watchdog's fd 3, the watchdog writes reports on
+// its fd 4. The end of fd 3 means that fence is gone.
+
+// Orders from fence.
+const (
+	opStart  = "start"  // Spec: start the command
+	opExtend = "extend" // LeaseStop: a later stop time
+	opStop   = "stop"   // Reason: run the stop sequence now
+	opSignal = "signal" // Signal: forward a signal to the command's group
+)
+
+// Reports from the watchdog.
+const (
+	evStarted   = "started"    // PID, PGID, Cgroup
+	evExecError = "exec_error" // Code (126, 127), Msg
+	evStopping  = "stopping"   // Reason, Signal: the stop signal was sent
+	evKilling   = "killing"    // SIGKILL was sent to what was left
+	evExited    = "exited"     // Exit
+	evError     = "error"      // Msg: the watchdog failed (fence exits 125)
+)
+
+// Stop reasons. All but reasonDeadline end in exit code 76.
+const (
+	reasonLease     = "lease"      // the stop time passed without extension
+	reasonLost      = "lost"       // fence reported the lease gone or unsafe
+	reasonDeadline  = "deadline"   // --deadline
+	reasonFenceGone = "fence_gone" // the pipe from fence closed
+	reasonCanceled  = "canceled"   // Run's context ended (exit 125)
+)
+
+type order struct {
+	Op        string     `json:"op"`
+	Spec      *spec      `json:"spec,omitempty"`
+	LeaseStop clock.Boot `json:"lease_stop,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	Signal    int        `json:"signal,omitempty"`
+}
+
+// spec is what the watchdog needs to run the command.
+type spec struct {
+	Path string   `json:"path"`
+	Args []string `json:"args"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir,omitempty"`
+	// Signal starts the stop sequence, SIGKILL follows after Grace.
+	Signal int           `json:"signal"`
+	Grace  time.Duration `json:"grace"`
+	// LeaseStop is when the stop sequence must start unless extended;
+	// Deadline (0: none) when it starts regardless.
+	LeaseStop clock.Boot `json:"lease_stop"`
+	Deadline  clock.Boot `json:"deadline,omitempty"`
+	// Ignore lists signals that fence found ignored when it started (nohup):
+	// the command inherits them ignored.
+	Ignore []int `json:"ignore,omitempty"`
+	// Foreground puts the command's group in the foreground of the
+	// terminal on stdin.
+	Foreground bool `json:"foreground,omitempty"`
+	// Cgroup asks for a cgroup v2 of its own where the machine allows.
+	Cgroup bool `json:"cgroup,omitempty"`
+}
+
+type report struct {
+	Ev     string `json:"ev"`
+	PID    int    `json:"pid,omitempty"`
+	PGID   int    `json:"pgid,omitempty"`
+	Cgroup string `json:"cgroup,omitempty"`
+	Code   int    `json:"code,omitempty"`
+	Msg    string `json:"msg,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Signal int    `json:"signal,omitempty"`
+	// At is when the event happened, on the boot clock.
+	At   clock.Boot `json:"at,omitempty"`
+	Exit *exitInfo  `json:"exit,omitempty"`
+}
+
+// exitInfo is how the command ended.
+type exitInfo struct {
+	// Code is the exit code, or -1 when killed by Signal.
+	Code   int `json:"code"`
+	Signal int `json:"signal,omitempty"`
+	// Stopped is the reason of the stop sequence the watchdog ran, "" when
+	// the command ended on its own first.
+	Stopped string `json:"stopped,omitempty"`
+	// Killed: SIGKILL was needed.
+	Killed bool `json:"killed,omitempty"`
+	// Leftovers counts processes of the command's tree still running after
+	// the command itself ended (they were stopped).
+	Leftovers int `json:"leftovers,omitempty"`
+	// Died is when the command's main process ended, on the boot clock.
+	Died clock.Boot `json:"died"`
+}
+
+// lineWriter writes JSON lines; safe for concurrent use.
+type lineWriter struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+	err error
+}
+
+func newLineWriter(w io.Writer) *lineWriter { return &lineWriter{enc: json.NewEncoder(w)} }
+
+func (l *lineWriter) send(v any) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	l.err = l.enc.Encode(v)
+	return l.err
+}
+
+// readLines decodes JSON lines from r into a channel of T, closed (as is r)
+// at the end of r or at the first malformed line.
+func readLines[T any](r io.ReadCloser) <-chan T {
+	ch := make(chan T, 16)
+	go func() {
+		defer close(ch)
+		defer r.Close()
+		dec := json.NewDecoder(r)
+		for {
+			var v T
+			if err := dec.Decode(&v); err != nil {
+				return
+			}
+			ch <- v
+		}
+	}()
+	return ch
+}

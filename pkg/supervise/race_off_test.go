@@ -1,0 +1,5 @@
+//go:build linux && !race
+
+package supervise_test
+
+const raceEnabled = false
