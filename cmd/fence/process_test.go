@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	st "github.com/fence-dev/fence/cmd/fence/internal/scripttest"
+)
+
+// TestListWatchRedrawsOnEachChange on the local coordinator (etcd: see
+// internal/etcdit).
+func TestListWatchRedrawsOnEachChange(t *testing.T) {
+	st.ListWatch(t, st.Env(t.TempDir()))
+}
+
+// waitForWaiters polls status until the lock has n waiters.
+func waitForWaiters(t *testing.T, env []string, lock string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(st.HangGuard)
+	for time.Now().Before(deadline) {
+		cmd := exec.Command("fence", "status", lock, "-o", "json")
+		cmd.Env = env
+		out, _ := cmd.Output()
+		var v struct{ Waiters int }
+		if json.Unmarshal(out, &v) == nil && v.Waiters == n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never had %d waiters", lock, n)
+}
+
+// TestAcquireWaitsThenGetsTheLock: a waiting acquire gets the lock when the
+// holder releases it, with a larger token.
+func TestAcquireWaitsThenGetsTheLock(t *testing.T) {
+	env := st.Env(t.TempDir())
+	first := st.Output(t, env, "acquire", "q", "--ttl", "1m", "-o", "env")
+	waiter := exec.Command("fence", "acquire", "q", "--wait", "25s", "-o", "env")
+	waiter.Env = env
+	ch := st.Lines(t, waiter)
+	waitForWaiters(t, env, "q", 1)
+	st.Output(t, env, "release", "q", "--lease", st.LeaseID(first))
+	var got []string
+	for l := range ch {
+		got = append(got, l)
+	}
+	if code := st.ExitCode(t, waiter); code != 0 || len(got) != 3 || got[1] != "FENCE_TOKEN=2" {
+		t.Fatalf("waiter exited %d with %q, want 0 and token 2", code, got)
+	}
+}
+
+// TestAcquireInterrupted: SIGINT and SIGTERM end a waiting acquire with
+// 128+signal and one line, and it leaves the queue.
+func TestAcquireInterrupted(t *testing.T) {
+	env := st.Env(t.TempDir())
+	st.Output(t, env, "acquire", "busy", "--ttl", "1m")
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		cmd := exec.Command("fence", "acquire", "busy")
+		cmd.Env = env
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		st.Lines(t, cmd)
+		waitForWaiters(t, env, "busy", 1)
+		cmd.Process.Signal(sig)
+		if code := st.ExitCode(t, cmd); code != 128+int(sig) || !st.OneErrorLine.MatchString(stderr.String()) || !strings.Contains(stderr.String(), "interrupted") {
+			t.Fatalf("%v: exit %d, stderr %q; want %d and one line", sig, code, stderr.String(), 128+int(sig))
+		}
+		waitForWaiters(t, env, "busy", 0)
+	}
+}
+
+// TestUnreachableWithinDialTimeout: nothing listens on the endpoint; fence
+// gives up with one line, exit 125, after about --dial-timeout and not much
+// later.
+func TestUnreachableWithinDialTimeout(t *testing.T) {
+	for _, args := range [][]string{{"status", "x"}, {"acquire", "x"}, {"list", "--watch"}} {
+		start := time.Now()
+		code, stderr := st.Run(t, st.Env(t.TempDir()), append([]string{"--endpoints", "127.0.0.1:9", "--dial-timeout", "1s"}, args...)...)
+		elapsed := time.Since(start)
+		if code != 125 || !st.OneErrorLine.MatchString(stderr) {
+			t.Errorf("%v: exit %d, stderr %q; want 125 and one line", args, code, stderr)
+		}
+		if elapsed > 15*time.Second { // hang guard; the dial timeout is 1s
+			t.Errorf("%v: took %v with --dial-timeout 1s", args, elapsed)
+		}
+	}
+}

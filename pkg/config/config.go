@@ -1,0 +1,429 @@
+// Package config resolves fence's configuration and opens the coordinator it
+// names.
+//
+// Every setting is a global flag of the fence command. Its value comes from,
+// in order of precedence: the flag, the environment (FENCE_ and the flag name
+// in upper case with '-' as '_': --state-dir is FENCE_STATE_DIR), the config
+// file (keys are the flag names), and the default. The config file is
+// --config (env FENCE_CONFIG), else $XDG_CONFIG_HOME/fence/config.yaml
+// (~/.config/fence/config.yaml), then /etc/fence/config.yaml; only the first
+// that exists is read. An explicit config file that is missing, a malformed
+// file, an unknown key and a value of the wrong type are errors.
+//
+// The etcd password is never a flag: it comes from FENCE_PASSWORD or from
+// --password-file, a file readable by its owner only.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
+)
+
+// Setting names: the global flags, also the config file's keys.
+const (
+	KeyStateDir          = "state-dir"
+	KeyEndpoints         = "endpoints"
+	KeyPrefix            = "prefix"
+	KeyCACert            = "cacert"
+	KeyCert              = "cert"
+	KeyKey               = "key"
+	KeyUser              = "user"
+	KeyPasswordFile      = "password-file"
+	KeyInsecureTransport = "insecure-transport"
+	KeyDialTimeout       = "dial-timeout"
+	KeyHolder            = "holder"
+	KeyConfig            = "config"
+	KeyVerbose           = "verbose"
+	// KeyPassword is not a flag nor a file key: only FENCE_PASSWORD sets it.
+	KeyPassword = "password"
+)
+
+// Defaults.
+const (
+	DefaultPrefix      = "/fence/"
+	DefaultDialTimeout = 5 * time.Second
+)
+
+// EnvPassword is the environment variable holding the etcd password.
+const EnvPassword = "FENCE_PASSWORD"
+
+// fileKeys are the keys a config file may hold, in display order.
+var fileKeys = []string{
+	KeyStateDir, KeyEndpoints, KeyPrefix, KeyCACert, KeyCert, KeyKey, KeyUser,
+	KeyPasswordFile, KeyInsecureTransport, KeyDialTimeout, KeyHolder, KeyVerbose,
+}
+
+// Source says where a setting's value came from.
+type Source string
+
+// The sources, strongest first.
+const (
+	SourceFlag    Source = "flag"
+	SourceEnv     Source = "env"
+	SourceFile    Source = "file"
+	SourceDefault Source = "default"
+)
+
+// ErrConfig is wrapped by every configuration error (exit 125).
+var ErrConfig = errors.New("configuration")
+
+// configError is a configuration error: it wraps ErrConfig without adding
+// a prefix to its message.
+type configError struct{ msg string }
+
+func (e *configError) Error() string        { return e.msg }
+func (e *configError) Is(target error) bool { return target == ErrConfig }
+
+func configErr(format string, args ...any) error {
+	return &configError{fmt.Sprintf(format, args...)}
+}
+
+// Config is the resolved configuration.
+type Config struct {
+	// StateDir is the local coordinator's directory ("" for its default).
+	StateDir string
+	// Endpoints, when set, select the etcd coordinator.
+	Endpoints []string
+	// Prefix is the etcd key prefix.
+	Prefix string
+	// CACert, Cert and Key are PEM files for TLS to etcd.
+	CACert, Cert, Key string
+	// User and Password authenticate to etcd.
+	User, Password string
+	// PasswordFile is where Password was read from, if anywhere.
+	PasswordFile string
+	// InsecureTransport allows plaintext to a non-loopback etcd endpoint.
+	InsecureTransport bool
+	// DialTimeout bounds connecting to the coordinator.
+	DialTimeout time.Duration
+	// Holder is the holder identity ("" for coord.DefaultHolder()).
+	Holder string
+	// File is the config file that was read ("" if none).
+	File string
+	// Verbose asks for progress messages on stderr.
+	Verbose bool
+
+	sources map[string]Source
+	pwFile  string // password-file setting, read lazily by Validate
+}
+
+// AddFlags defines the global flags on fs.
+func AddFlags(fs *pflag.FlagSet) {
+	fs.String(KeyStateDir, "", "state directory of the local coordinator (default /var/lib/fence for root, else $XDG_STATE_HOME/fence)")
+	fs.String(KeyEndpoints, "", "etcd endpoints, comma-separated; selects the etcd coordinator")
+	fs.String(KeyPrefix, DefaultPrefix, "etcd key prefix")
+	fs.String(KeyCACert, "", "CA certificate (PEM) to verify etcd's TLS certificate")
+	fs.String(KeyCert, "", "client certificate (PEM) for TLS to etcd")
+	fs.String(KeyKey, "", "client key (PEM) for TLS to etcd")
+	fs.String(KeyUser, "", "etcd user name (the password comes from FENCE_PASSWORD or --password-file)")
+	fs.String(KeyPasswordFile, "", "file holding the etcd password (mode 0600 or stricter)")
+	fs.Bool(KeyInsecureTransport, false, "allow plaintext to a non-loopback etcd endpoint")
+	fs.Duration(KeyDialTimeout, DefaultDialTimeout, "how long to try to reach the coordinator")
+	fs.String(KeyHolder, "", "holder identity (default HOSTNAME:PID)")
+	fs.String(KeyConfig, "", "config file (default $XDG_CONFIG_HOME/fence/config.yaml, then /etc/fence/config.yaml)")
+	fs.BoolP(KeyVerbose, "v", false, "print progress messages on stderr")
+}
+
+// EnvName is the environment variable of a setting: FENCE_STATE_DIR for
+// state-dir.
+func EnvName(key string) string {
+	return "FENCE_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+}
+
+// Load resolves the configuration from the flags in fs (defined by AddFlags
+// and parsed), the environment, the config file and the defaults. It checks
+// types and syntax; Validate checks what connecting needs.
+func Load(fs *pflag.FlagSet) (*Config, error) {
+	v := viper.New()
+	v.SetEnvPrefix("FENCE")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(fs); err != nil {
+		return nil, configErr("%v", err)
+	}
+	c := &Config{sources: map[string]Source{}}
+
+	// The config file.
+	file, explicit := v.GetString(KeyConfig), true
+	c.sources[KeyConfig] = sourceOf(fs, KeyConfig, nil)
+	if file == "" {
+		explicit = false
+		file = findConfigFile()
+	}
+	var fileMap map[string]any
+	if file != "" {
+		m, err := readFile(file, explicit)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil {
+			fileMap = m
+			c.File = file
+			if err := v.MergeConfigMap(m); err != nil {
+				return nil, configErr("config file %s: %v", file, err)
+			}
+		}
+	}
+	for _, k := range fileKeys {
+		c.sources[k] = sourceOf(fs, k, fileMap)
+	}
+
+	var err error
+	str := func(key string) string {
+		if err != nil {
+			return ""
+		}
+		var s string
+		s, err = toString(key, v.Get(key), c.sources[key])
+		return s
+	}
+	c.StateDir = str(KeyStateDir)
+	endpoints := v.Get(KeyEndpoints)
+	c.Prefix = str(KeyPrefix)
+	c.CACert = str(KeyCACert)
+	c.Cert = str(KeyCert)
+	c.Key = str(KeyKey)
+	c.User = str(KeyUser)
+	c.pwFile = str(KeyPasswordFile)
+	c.Holder = str(KeyHolder)
+	if err != nil {
+		return nil, err
+	}
+	if c.Endpoints, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
+		return nil, err
+	}
+	if c.InsecureTransport, err = toBool(KeyInsecureTransport, v.Get(KeyInsecureTransport), c.sources[KeyInsecureTransport]); err != nil {
+		return nil, err
+	}
+	if c.Verbose, err = toBool(KeyVerbose, v.Get(KeyVerbose), c.sources[KeyVerbose]); err != nil {
+		return nil, err
+	}
+	if c.DialTimeout, err = toDuration(KeyDialTimeout, v.Get(KeyDialTimeout), c.sources[KeyDialTimeout]); err != nil {
+		return nil, err
+	}
+	if c.Prefix == "" {
+		return nil, configErr("%s must not be empty", KeyPrefix)
+	}
+	for _, s := range []string{c.StateDir, c.CACert, c.Cert, c.Key, c.pwFile} {
+		if strings.ContainsRune(s, 0) {
+			return nil, configErr("a path contains a NUL byte")
+		}
+	}
+	if pw, ok := os.LookupEnv(EnvPassword); ok && pw != "" {
+		c.Password = pw
+		c.sources[KeyPassword] = SourceEnv
+	}
+	return c, nil
+}
+
+// sourceOf says where key's value comes from.
+func sourceOf(fs *pflag.FlagSet, key string, file map[string]any) Source {
+	if f := fs.Lookup(key); f != nil && f.Changed {
+		return SourceFlag
+	}
+	if s, ok := os.LookupEnv(EnvName(key)); ok && s != "" {
+		return SourceEnv
+	}
+	if _, ok := file[key]; ok {
+		return SourceFile
+	}
+	return SourceDefault
+}
+
+// findConfigFile returns the first default config file that exists, or "".
+func findConfigFile() string {
+	var candidates []string
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		candidates = append(candidates, filepath.Join(x, "fence", "config.yaml"))
+	} else if h, err := os.UserHomeDir(); err == nil {
+		candidates = append(candidates, filepath.Join(h, ".config", "fence", "config.yaml"))
+	}
+	candidates = append(candidates, "/etc/fence/config.yaml")
+	for _, p := range candidates {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// readFile reads and checks a config file. A missing file is an error only
+// when it was named explicitly.
+func readFile(path string, explicit bool) (map[string]any, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !explicit {
+			return nil, nil
+		}
+		return nil, configErr("config file: %v", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		return nil, configErr("config file %s: %s", path, oneLine(err.Error()))
+	}
+	if m == nil {
+		return map[string]any{}, nil // empty file
+	}
+	known := map[string]bool{}
+	for _, k := range fileKeys {
+		known[k] = true
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		switch {
+		case k == KeyPassword:
+			return nil, configErr("config file %s: key %q is not allowed: give the password with %s or %s", path, k, EnvPassword, KeyPasswordFile)
+		case k == KeyConfig:
+			return nil, configErr("config file %s: key %q is not allowed in a config file", path, k)
+		case !known[k]:
+			return nil, configErr("config file %s: unknown key %q (keys are the global flag names: %s)", path, k, strings.Join(fileKeys, ", "))
+		}
+	}
+	return m, nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func where(key string, src Source) string {
+	switch src {
+	case SourceEnv:
+		return EnvName(key)
+	case SourceFile:
+		return "config file key " + key
+	}
+	return "--" + key
+}
+
+func toString(key string, v any, src Source) (string, error) {
+	switch x := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return x, nil
+	case int, int64, float64, bool:
+		if key == KeyHolder || key == KeyUser {
+			return fmt.Sprint(x), nil
+		}
+	}
+	return "", configErr("%s: want a string, got %v", where(key, src), v)
+}
+
+func toList(key string, v any, src Source) ([]string, error) {
+	var parts []string
+	switch x := v.(type) {
+	case nil:
+	case string:
+		parts = strings.Split(x, ",")
+	case []string:
+		parts = x
+	case []any:
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return nil, configErr("%s: want a list of strings, got %v", where(key, src), v)
+			}
+			parts = append(parts, s)
+		}
+	default:
+		return nil, configErr("%s: want a comma-separated string or a list, got %v", where(key, src), v)
+	}
+	var out []string
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func toBool(key string, v any, src Source) (bool, error) {
+	switch x := v.(type) {
+	case nil:
+		return false, nil
+	case bool:
+		return x, nil
+	case string:
+		b, err := strconv.ParseBool(x)
+		if err == nil {
+			return b, nil
+		}
+	}
+	return false, configErr("%s: want true or false, got %q", where(key, src), fmt.Sprint(v))
+}
+
+func toDuration(key string, v any, src Source) (time.Duration, error) {
+	switch x := v.(type) {
+	case time.Duration:
+		if x > 0 {
+			return x, nil
+		}
+		return 0, configErr("%s: must be positive, got %v", where(key, src), x)
+	case string:
+		d, err := ParseDuration(x)
+		if err != nil {
+			return 0, configErr("%s: %v", where(key, src), err)
+		}
+		return d, nil
+	}
+	return 0, configErr("%s: want a duration with a unit such as 5s, got %v", where(key, src), v)
+}
+
+// MaxDuration is the longest duration ParseDuration accepts.
+const MaxDuration = 100 * 365 * 24 * time.Hour
+
+// ParseDuration parses a positive duration with a unit, as Go writes them
+// ("500ms", "15s", "1m30s"). Zero, negative, unit-less, garbled and absurdly
+// long (over 100 years) durations are errors.
+func ParseDuration(s string) (time.Duration, error) {
+	d, err := parseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if d == 0 {
+		return 0, fmt.Errorf("duration %q must be positive", s)
+	}
+	return d, nil
+}
+
+// ParseDurationOrZero is ParseDuration that also accepts zero ("0", "0s").
+func ParseDurationOrZero(s string) (time.Duration, error) {
+	return parseDuration(s)
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, fmt.Errorf("empty duration: want a number with a unit, such as 15s")
+	}
+	if len(s) > 64 {
+		return 0, fmt.Errorf("duration %.20q... is too long", s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil && s != "0" {
+			return 0, fmt.Errorf("duration %q has no unit: write %ss for seconds", s, s)
+		}
+		return 0, fmt.Errorf("invalid duration %q: want a number with a unit, such as 500ms, 15s or 1m30s", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("duration %q must not be negative", s)
+	}
+	if d > MaxDuration {
+		return 0, fmt.Errorf("duration %q is too long (at most 100 years)", s)
+	}
+	return d, nil
+}

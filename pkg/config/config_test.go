@@ -1,0 +1,340 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// cleanEnv removes every FENCE_ variable for the test and points the default
+// config search at an empty directory.
+func cleanEnv(t *testing.T) string {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "FENCE_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	dir := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	return dir
+}
+
+func load(t *testing.T, args ...string) (*Config, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("fence", pflag.ContinueOnError)
+	AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return Load(fs)
+}
+
+func mustLoad(t *testing.T, args ...string) *Config {
+	t.Helper()
+	c, err := load(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func writeFile(t *testing.T, path, content string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func sourceOfKey(c *Config, key string) Source {
+	for _, e := range c.Entries("", "") {
+		if e.Key == key {
+			return e.Source
+		}
+	}
+	return ""
+}
+
+func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
+	xdg := cleanEnv(t)
+	writeFile(t, filepath.Join(xdg, "fence", "config.yaml"), "state-dir: /from/file\nprefix: /file/\nholder: file-holder\ndial-timeout: 2s\n", 0o644)
+	t.Setenv("FENCE_PREFIX", "/env/")
+	t.Setenv("FENCE_HOLDER", "env-holder")
+	c := mustLoad(t, "--holder", "flag-holder")
+
+	if c.Holder != "flag-holder" || sourceOfKey(c, KeyHolder) != SourceFlag {
+		t.Errorf("holder = %q from %s, want the flag", c.Holder, sourceOfKey(c, KeyHolder))
+	}
+	if c.Prefix != "/env/" || sourceOfKey(c, KeyPrefix) != SourceEnv {
+		t.Errorf("prefix = %q from %s, want env", c.Prefix, sourceOfKey(c, KeyPrefix))
+	}
+	if c.StateDir != "/from/file" || sourceOfKey(c, KeyStateDir) != SourceFile {
+		t.Errorf("state-dir = %q from %s, want the file", c.StateDir, sourceOfKey(c, KeyStateDir))
+	}
+	if c.DialTimeout != 2*time.Second {
+		t.Errorf("dial-timeout = %v, want 2s from the file", c.DialTimeout)
+	}
+	if c.Verbose || sourceOfKey(c, KeyVerbose) != SourceDefault {
+		t.Errorf("verbose = %v from %s, want the default", c.Verbose, sourceOfKey(c, KeyVerbose))
+	}
+	if c.File != filepath.Join(xdg, "fence", "config.yaml") || sourceOfKey(c, KeyConfig) != SourceFile {
+		t.Errorf("config file = %q from %s", c.File, sourceOfKey(c, KeyConfig))
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cleanEnv(t)
+	c := mustLoad(t)
+	if c.Prefix != DefaultPrefix || c.DialTimeout != DefaultDialTimeout || c.Backend() != "local" || c.File != "" && !strings.HasPrefix(c.File, "/etc/") {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestEndpointsFromEnvFileAndFlag(t *testing.T) {
+	dir := cleanEnv(t)
+	t.Setenv("FENCE_ENDPOINTS", "127.0.0.1:2379, localhost:2380")
+	c := mustLoad(t)
+	if strings.Join(c.Endpoints, "|") != "127.0.0.1:2379|localhost:2380" || c.Backend() != "etcd" {
+		t.Fatalf("env endpoints: %q", c.Endpoints)
+	}
+	os.Unsetenv("FENCE_ENDPOINTS")
+	f := writeFile(t, filepath.Join(dir, "c.yaml"), "endpoints:\n  - 127.0.0.1:1\n  - 127.0.0.1:2\n", 0o644)
+	c = mustLoad(t, "--config", f)
+	if strings.Join(c.Endpoints, "|") != "127.0.0.1:1|127.0.0.1:2" {
+		t.Fatalf("file endpoints: %q", c.Endpoints)
+	}
+	c = mustLoad(t, "--config", f, "--endpoints", "[::1]:9")
+	if strings.Join(c.Endpoints, "|") != "[::1]:9" {
+		t.Fatalf("flag endpoints: %q", c.Endpoints)
+	}
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	dir := cleanEnv(t)
+	for name, tc := range map[string]struct {
+		content string
+		want    string
+	}{
+		"malformed":      {"state-dir: [unclosed\n", "config file"},
+		"unknown key":    {"state_dir: /x\n", `unknown key "state_dir"`},
+		"password":       {"password: hunter2\n", `key "password" is not allowed`},
+		"wrong type":     {"dial-timeout: 5\n", "dial-timeout"},
+		"zero duration":  {"dial-timeout: 0s\n", "must be positive"},
+		"bad bool":       {"insecure-transport: maybe\n", "want true or false"},
+		"not a mapping":  {"- a\n- b\n", "config file"},
+		"list of ints":   {"endpoints: [1, 2]\n", "list of strings"},
+		"nested mapping": {"prefix: {a: b}\n", "want a string"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := writeFile(t, filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".yaml"), tc.content, 0o644)
+			_, err := load(t, "--config", f)
+			if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("err = %v, want one line with %q wrapping ErrConfig", err, tc.want)
+			}
+		})
+	}
+	t.Run("explicit missing", func(t *testing.T) {
+		_, err := load(t, "--config", filepath.Join(dir, "nope.yaml"))
+		if err == nil || !errors.Is(err, ErrConfig) {
+			t.Fatalf("err = %v", err)
+		}
+		t.Setenv("FENCE_CONFIG", filepath.Join(dir, "nope.yaml"))
+		if _, err = load(t); err == nil {
+			t.Fatal("FENCE_CONFIG naming a missing file is accepted")
+		}
+	})
+	t.Run("empty file", func(t *testing.T) {
+		f := writeFile(t, filepath.Join(dir, "empty.yaml"), "", 0o644)
+		if _, err := load(t, "--config", f); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestEnvErrors(t *testing.T) {
+	cleanEnv(t)
+	for k, v := range map[string]string{"FENCE_DIAL_TIMEOUT": "5", "FENCE_INSECURE_TRANSPORT": "yes please"} {
+		t.Run(k, func(t *testing.T) {
+			t.Setenv(k, v)
+			_, err := load(t)
+			if err == nil || !strings.Contains(err.Error(), k) {
+				t.Fatalf("err = %v, want it to name %s", err, k)
+			}
+		})
+	}
+}
+
+func validate(t *testing.T, args ...string) error {
+	t.Helper()
+	c, err := load(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Validate()
+}
+
+func TestValidateTransport(t *testing.T) {
+	dir := cleanEnv(t)
+	ca := writeFile(t, filepath.Join(dir, "ca.pem"), "x", 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string // "" = accepted
+	}{
+		{[]string{"--endpoints", "127.0.0.1:2379"}, ""},
+		{[]string{"--endpoints", "localhost:2379,[::1]:2379"}, ""},
+		{[]string{"--endpoints", "http://127.0.0.1:2379"}, ""},
+		{[]string{"--endpoints", "unix:///run/etcd.sock"}, ""},
+		{[]string{"--endpoints", "10.0.0.1:2379"}, "refusing plaintext"},
+		{[]string{"--endpoints", "127.0.0.1:2379,etcd.example:2379"}, "refusing plaintext"},
+		{[]string{"--endpoints", "http://etcd.example:2379"}, "refusing plaintext"},
+		{[]string{"--endpoints", "10.0.0.1:2379", "--insecure-transport"}, ""},
+		{[]string{"--endpoints", "https://etcd.example:2379"}, ""},
+		{[]string{"--endpoints", "etcd.example:2379", "--cacert", ca}, ""},
+		{[]string{"--endpoints", "http://127.0.0.1:2379", "--cacert", ca}, "plaintext but TLS"},
+		{[]string{"--endpoints", "etcd.example:2379", "--cacert", ca, "--cert", ca}, "--cert and --key"},
+		{[]string{"--endpoints", "etcd.example"}, "want HOST:PORT"},
+		{[]string{"--endpoints", "ftp://etcd.example:21"}, "unknown scheme"},
+		{[]string{"--cacert", ca}, "needs --endpoints"},
+		{[]string{"--endpoints", "127.0.0.1:2379", "--user", "root:hunter2"}, "must not contain a password"},
+		{[]string{"--endpoints", "127.0.0.1:2379", "--user", "root"}, "needs a password"},
+	} {
+		err := validate(t, tc.args...)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: refused: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: err = %v, want %q", tc.args, err, tc.want)
+		case err != nil && !errors.Is(err, ErrConfig):
+			t.Errorf("%q: %v does not wrap ErrConfig", tc.args, err)
+		}
+	}
+}
+
+func TestPassword(t *testing.T) {
+	dir := cleanEnv(t)
+	ep := []string{"--endpoints", "127.0.0.1:2379", "--user", "fence"}
+
+	t.Run("env", func(t *testing.T) {
+		t.Setenv(EnvPassword, "s3cret")
+		c := mustLoad(t, ep...)
+		if err := c.Validate(); err != nil || c.Password != "s3cret" {
+			t.Fatalf("password %q, %v", c.Password, err)
+		}
+		for _, e := range c.Entries("", "") {
+			if strings.Contains(e.Value, "s3cret") {
+				t.Fatalf("the password shows in %s", e.Key)
+			}
+			if e.Key == KeyPassword && (e.Value != Redacted || e.Source != SourceEnv) {
+				t.Fatalf("password entry %+v", e)
+			}
+		}
+	})
+	t.Run("file", func(t *testing.T) {
+		f := writeFile(t, filepath.Join(dir, "pw"), "fromfile\n", 0o600)
+		c := mustLoad(t, append(ep, "--password-file", f)...)
+		if err := c.Validate(); err != nil || c.Password != "fromfile" {
+			t.Fatalf("password %q, %v", c.Password, err)
+		}
+	})
+	t.Run("file readable by others", func(t *testing.T) {
+		for _, mode := range []os.FileMode{0o644, 0o640, 0o602} {
+			f := writeFile(t, filepath.Join(dir, "pw-open"), "x\n", mode)
+			err := validate(t, append(ep, "--password-file", f)...)
+			if err == nil || !strings.Contains(err.Error(), "group or others") {
+				t.Fatalf("mode %04o: err = %v", mode, err)
+			}
+		}
+	})
+	t.Run("empty file", func(t *testing.T) {
+		f := writeFile(t, filepath.Join(dir, "pw-empty"), "\n", 0o600)
+		if err := validate(t, append(ep, "--password-file", f)...); err == nil || !strings.Contains(err.Error(), "empty") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("both", func(t *testing.T) {
+		t.Setenv(EnvPassword, "a")
+		f := writeFile(t, filepath.Join(dir, "pw2"), "b", 0o600)
+		if err := validate(t, append(ep, "--password-file", f)...); err == nil || !strings.Contains(err.Error(), "use one") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("password without user", func(t *testing.T) {
+		t.Setenv(EnvPassword, "a")
+		if err := validate(t, "--endpoints", "127.0.0.1:2379"); err == nil || !strings.Contains(err.Error(), "no --user") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestTLSConfig(t *testing.T) {
+	dir := cleanEnv(t)
+	c := mustLoad(t, "--endpoints", "https://etcd.example:2379")
+	tc, err := c.TLSConfig()
+	if err != nil || tc == nil || tc.InsecureSkipVerify || tc.RootCAs != nil {
+		t.Fatalf("https endpoint: %+v, %v (want verification against the system roots)", tc, err)
+	}
+	bad := writeFile(t, filepath.Join(dir, "ca.pem"), "not a pem", 0o644)
+	c = mustLoad(t, "--endpoints", "etcd.example:2379", "--cacert", bad)
+	if _, err := c.TLSConfig(); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("bad CA: %v", err)
+	}
+	c = mustLoad(t, "--endpoints", "127.0.0.1:2379")
+	if tc, err := c.TLSConfig(); tc != nil || err != nil {
+		t.Fatalf("plaintext: %v %v", tc, err)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for s, want := range map[string]time.Duration{"1ns": 1, "15s": 15 * time.Second, "1m30s": 90 * time.Second, "1.5h": 90 * time.Minute} {
+		if d, err := ParseDuration(s); err != nil || d != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", s, d, err, want)
+		}
+	}
+	for _, s := range []string{"", "0", "0s", "-1s", "15", "1.5", "s", "abc", "1x", " 1s", "1s ", "+-1s", "876000h1s", strings.Repeat("1", 70) + "s"} {
+		if d, err := ParseDuration(s); err == nil {
+			t.Errorf("ParseDuration(%q) = %v, want an error", s, d)
+		}
+	}
+	if d, err := ParseDurationOrZero("0"); err != nil || d != 0 {
+		t.Errorf("ParseDurationOrZero(0) = %v, %v", d, err)
+	}
+	if _, err := ParseDurationOrZero("-0.5s"); err == nil {
+		t.Error("ParseDurationOrZero(-0.5s) accepted")
+	}
+}
+
+// FuzzParseDuration: never panics; an accepted duration is positive, at most
+// MaxDuration, and its String form parses back to itself.
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"15s", "0", "-1s", "1h2m3.5s", "9223372036854775807ns", "1e3s", ".5s", "5µs", "\x00s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDuration(s)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("multi-line error for %q: %v", s, err)
+			}
+			return
+		}
+		if d <= 0 || d > MaxDuration {
+			t.Fatalf("ParseDuration(%q) = %v, out of range", s, d)
+		}
+		if back, err := ParseDuration(d.String()); err != nil || back != d {
+			t.Fatalf("round trip of %q: %v -> %v, %v", s, d, back, err)
+		}
+	})
+}

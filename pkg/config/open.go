@@ -1,0 +1,55 @@
+package config
+
+import (
+	"context"
+	"errors"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/coord/local"
+)
+
+// DefaultStateDir is the local coordinator's directory when --state-dir is
+// not set.
+func DefaultStateDir() string { return local.DefaultDir() }
+
+// Open validates cfg and opens the coordinator it selects: etcd when
+// Endpoints are set, else local in StateDir. Errors wrap coord.ErrUnavailable
+// or ErrConfig (both exit 125).
+func Open(ctx context.Context, cfg *Config) (coord.Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Endpoints) == 0 {
+		dir := cfg.StateDir
+		if dir == "" {
+			dir = local.DefaultDir()
+		}
+		c, err := local.Open(dir)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	tc, err := cfg.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := etcd.New(ctx, etcd.Config{
+		Endpoints:   cfg.Endpoints,
+		Prefix:      cfg.Prefix,
+		DialTimeout: cfg.DialTimeout,
+		TLS:         tc,
+		Username:    cfg.User,
+		Password:    cfg.Password,
+	})
+	if err != nil {
+		if errors.Is(err, coord.ErrUnavailable) && tc != nil && ctx.Err() == nil {
+			if terr := diagnoseTLS(ctx, cfg.Endpoints, tc, cfg.DialTimeout); terr != nil {
+				return nil, terr
+			}
+		}
+		return nil, err // names the endpoints already
+	}
+	return c, nil
+}
