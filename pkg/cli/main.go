@@ -12,11 +12,17 @@ import (
 	"strings"
 
 	"github.com/fence-dev/fence/pkg/exitcode"
+	"github.com/fence-dev/fence/pkg/supervise"
 )
 
 // Main runs fence with args (without the program name) on the process's
 // standard streams and returns the exit code.
 func Main(args []string) int {
+	// fence re-executes itself as the watchdog of `fence run`: dispatch it
+	// before building the command tree, to start fast.
+	if len(args) > 0 && args[0] == supervise.WatchdogArg {
+		return supervise.WatchdogMain(args)
+	}
 	return Run(context.Background(), args, System())
 }
 
