@@ -1,0 +1,28 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/etcdstore"
+	"github.com/fence-dev/fence/pkg/guard/localstore"
+)
+
+// OpenGuard returns the guard store that lives beside the coordinator c,
+// which Open returned for cfg: files under the state directory for local,
+// keys under the prefix for etcd (through c's client).
+func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
+	if ec, ok := c.(*etcd.Coordinator); ok {
+		return etcdstore.New(ec.Client(), ec.Prefix()), nil
+	}
+	if len(cfg.Endpoints) > 0 {
+		return nil, fmt.Errorf("internal error: coordinator %s is not etcd", c.Describe())
+	}
+	dir := cfg.StateDir
+	if dir == "" {
+		dir = DefaultStateDir()
+	}
+	return localstore.Open(dir)
+}
