@@ -1,0 +1,550 @@
+// Package exporter serves Prometheus metrics for every lock of a coordinator
+// (`fence exporter --listen ADDR`), with client_golang.
+//
+// Per lock (label lock):
+//
+//	fence_lock_held                      gauge     1 while the lock has a holder, else 0
+//	fence_lock_token                     gauge     the holder's fencing token; when free, the last token known
+//	fence_lock_ttl_remaining_seconds     gauge     time left on the holder's lease (0 when free)
+//	fence_lock_held_seconds              gauge     how long the holder has held the lock (0 when free)
+//	fence_lock_waiters                   gauge     processes queued for the lock
+//	fence_lock_holder_info               gauge     1, with label holder, while held (an info metric)
+//	fence_lock_critical_section_seconds  histogram how long each holder held the lock, observed when it ended
+//
+// and, when the coordinator keeps a history (a history.Recorder, or anything
+// that implements history.Reader):
+//
+//	fence_lock_renewal_failures_total    counter   failed renewals recorded (an event may stand for several)
+//	fence_lock_stale_refusals_total      counter   writes refused by a guard for a stale token
+//	fence_lock_events_total              counter   history events, by kind (label kind; every kind, from 0)
+//
+// plus fence_exporter_coordinator_up and fence_exporter_history_up (1 when
+// the last read succeeded), and the Go and process collectors.
+//
+// # How it is fed
+//
+// The state comes from one Watch of the coordinator, started after an
+// initial List; a watch that fails or resets is started again, and followed
+// by a List. Each scrape also Lists the locks (within Options.ScrapeTimeout)
+// to refresh the time left on leases (etcd renewals are not visible to a
+// watch) and to catch what a watch restart missed. Holder changes are taken
+// in order: tokens only grow, so a state with a smaller token than one
+// already seen is stale and dropped; a lease's end is taken from the watch
+// when the watch also reported its start, otherwise from a List, which is
+// never older than what was applied before it began. The histogram observes
+// a holder's time from its acquired_at to the moment its end was seen, so
+// sections that end between two scrapes are all counted when the watch
+// sees them. History counters are read at each scrape, from each lock's
+// sequence number on (history.Reader), and start from the history kept when
+// the exporter starts.
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
+)
+
+// DefaultScrapeTimeout is the default Options.ScrapeTimeout.
+const DefaultScrapeTimeout = 5 * time.Second
+
+// DefaultBuckets are the default buckets of
+// fence_lock_critical_section_seconds, in seconds: from 100ms to a day.
+var DefaultBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
+
+// Options configure the exporter. The zero value is usable.
+type Options struct {
+	// Prefix limits the export to locks whose names start with it.
+	Prefix string
+	// Logger receives warnings about failed reads (slog.Default()).
+	Logger *slog.Logger
+	// ScrapeTimeout bounds the reads of one scrape (DefaultScrapeTimeout).
+	ScrapeTimeout time.Duration
+	// Buckets of the critical-section histogram (DefaultBuckets).
+	Buckets []float64
+	// OnListen, when set, is called by Serve once it listens, with the
+	// address (useful with port 0).
+	OnListen func(net.Addr)
+}
+
+func (o *Options) fill() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ScrapeTimeout <= 0 {
+		o.ScrapeTimeout = DefaultScrapeTimeout
+	}
+	if len(o.Buckets) == 0 {
+		o.Buckets = DefaultBuckets
+	}
+}
+
+// Serve listens on addr (host:port) and serves Handler until ctx ends, then
+// shuts the server down and returns nil. A failure to listen, or of the
+// coordinator's first read, is returned at once.
+func Serve(ctx context.Context, addr string, c coord.Coordinator, opts Options) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("exporter: %w", err)
+	}
+	return ServeListener(ctx, ln, c, opts)
+}
+
+// ServeListener is Serve on a listener the caller made; it closes ln.
+func ServeListener(ctx context.Context, ln net.Listener, c coord.Coordinator, opts Options) error {
+	opts.fill()
+	h, err := Handler(ctx, c, opts)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	if opts.OnListen != nil {
+		opts.OnListen(ln.Addr())
+	}
+	opts.Logger.Info("exporter listening", "addr", ln.Addr().String(), "coordinator", c.Describe())
+	select {
+	case err := <-done:
+		return fmt.Errorf("exporter: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("exporter: %w", err)
+	}
+	return nil
+}
+
+// Handler returns the exporter's HTTP handler: /metrics, and a short page
+// at /. It reads the coordinator's locks once (an error is returned when
+// that fails) and follows its watch until ctx ends.
+func Handler(ctx context.Context, c coord.Coordinator, opts Options) (http.Handler, error) {
+	col, err := NewCollector(ctx, c, opts)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      slogPrinter{col.log},
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintf(w, "fence exporter for %s\nmetrics: /metrics\n", c.Describe())
+	})
+	return mux, nil
+}
+
+type slogPrinter struct{ l *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) {
+	p.l.Warn("exporter: " + strings.TrimSpace(fmt.Sprintln(v...)))
+}
+
+// Collector is the exporter's prometheus.Collector, for programs that
+// register it in a registry of their own.
+type Collector struct {
+	c    coord.Coordinator
+	hist history.Reader // nil: the coordinator keeps no history
+	opts Options
+	log  *slog.Logger
+
+	scrape sync.Mutex // one scrape's reads at a time
+
+	mu       sync.Mutex
+	locks    map[string]*lockState
+	watching bool // the watch runs
+	listOK   bool // the last List succeeded
+	histUp   bool
+	sections *prometheus.HistogramVec
+}
+
+// lockState is what the exporter knows of one lock.
+type lockState struct {
+	info      coord.LockInfo
+	seen      time.Time // when info was read (monotonic), for the TTL left
+	maxToken  uint64    // the largest token seen held
+	confirmed bool      // the holder was reported by the watch, which will report its end in order
+
+	cursor          uint64 // history sequence number read up to
+	renewalFailures float64
+	staleRefusals   float64
+	events          map[coord.HistoryKind]float64
+}
+
+var (
+	descHeld = prometheus.NewDesc("fence_lock_held",
+		"1 while the lock has a holder, else 0.", []string{"lock"}, nil)
+	descToken = prometheus.NewDesc("fence_lock_token",
+		"Fencing token of the lock's holder; when free, the last token known.", []string{"lock"}, nil)
+	descTTL = prometheus.NewDesc("fence_lock_ttl_remaining_seconds",
+		"Time left on the holder's lease, as of the scrape (0 when free).", []string{"lock"}, nil)
+	descHeldFor = prometheus.NewDesc("fence_lock_held_seconds",
+		"How long the lock's holder has held it, as of the scrape (0 when free).", []string{"lock"}, nil)
+	descWaiters = prometheus.NewDesc("fence_lock_waiters",
+		"Processes queued for the lock.", []string{"lock"}, nil)
+	descHolder = prometheus.NewDesc("fence_lock_holder_info",
+		"The lock's holder, as a label; 1 while held.", []string{"lock", "holder"}, nil)
+	descRenewalFailures = prometheus.NewDesc("fence_lock_renewal_failures_total",
+		"Failed lease renewals recorded in the lock's history.", []string{"lock"}, nil)
+	descStale = prometheus.NewDesc("fence_lock_stale_refusals_total",
+		"Writes refused by a guard because their fencing token was stale.", []string{"lock"}, nil)
+	descEvents = prometheus.NewDesc("fence_lock_events_total",
+		"Events recorded in the lock's history, by kind.", []string{"lock", "kind"}, nil)
+	descCoordUp = prometheus.NewDesc("fence_exporter_coordinator_up",
+		"1 when the exporter's last read of the coordinator succeeded and its watch runs.", nil, nil)
+	descHistUp = prometheus.NewDesc("fence_exporter_history_up",
+		"1 when the exporter's last read of the lock histories succeeded.", nil, nil)
+)
+
+// allKinds are the history event kinds exported for every lock.
+var allKinds = []coord.HistoryKind{
+	coord.HistAcquired, coord.HistReleased, coord.HistRenewalFailed, coord.HistLeaseLost,
+	coord.HistDeadlineExceeded, coord.HistExpired, coord.HistRevoked, coord.HistStaleRefused,
+}
+
+// NewCollector reads the coordinator's locks and history once (an error of
+// the coordinator is returned; one of the history is logged), and follows
+// the coordinator's watch until ctx ends.
+func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Collector, error) {
+	opts.fill()
+	col := &Collector{
+		c: c, opts: opts, log: opts.Logger,
+		locks: map[string]*lockState{},
+		sections: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fence_lock_critical_section_seconds",
+			Help:    "How long each holder held the lock (from its acquisition to the end of its lease, as seen by the exporter).",
+			Buckets: opts.Buckets,
+		}, []string{"lock"}),
+	}
+	if r, ok := c.(history.Reader); ok {
+		col.hist = r
+	}
+	rctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
+	infos, err := c.List(rctx, opts.Prefix)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("exporter: %w", err)
+	}
+	col.applyList(infos)
+	ch, err := c.Watch(ctx, opts.Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("exporter: %w", err)
+	}
+	col.watching = true
+	if col.hist != nil {
+		hctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
+		col.readHistory(hctx)
+		cancel()
+	}
+	go col.follow(ctx, ch)
+	return col, nil
+}
+
+// follow applies the watch's events, and starts the watch again when it
+// ends before ctx.
+func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
+	for {
+		for ev := range ch {
+			if ev.Type == coord.EventReset {
+				col.relist(ctx)
+				continue
+			}
+			if ev.Info.Name == "" || !strings.HasPrefix(ev.Info.Name, col.opts.Prefix) {
+				continue
+			}
+			col.mu.Lock()
+			col.apply(ev.Info, true)
+			col.mu.Unlock()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		col.setWatching(false)
+		col.log.Warn("exporter: the coordinator's watch ended; starting it again", "coordinator", col.c.Describe())
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			var err error
+			if ch, err = col.c.Watch(ctx, col.opts.Prefix); err == nil {
+				break
+			}
+			col.log.Debug("exporter: watch", "err", err)
+		}
+		col.setWatching(true)
+		col.relist(ctx)
+	}
+}
+
+// relist reads every lock after the watch lost track.
+func (col *Collector) relist(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, col.opts.ScrapeTimeout)
+	defer cancel()
+	infos, err := col.c.List(rctx, col.opts.Prefix)
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.listOK = err == nil
+	if err != nil {
+		col.log.Warn("exporter: list", "err", err)
+		return
+	}
+	col.applyListLocked(infos)
+	// Events the watch sends next may be older than this List: until the
+	// watch reports a holder itself, its "released" is not trusted.
+	for _, st := range col.locks {
+		st.confirmed = false
+	}
+}
+
+func (col *Collector) setWatching(on bool) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.watching = on
+}
+
+func (col *Collector) applyList(infos []coord.LockInfo) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.listOK = true
+	col.applyListLocked(infos)
+}
+
+// applyListLocked applies a List: the locks it shows, and the known locks it
+// does not show (etcd lists no free lock) as free.
+func (col *Collector) applyListLocked(infos []coord.LockInfo) {
+	listed := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		if !strings.HasPrefix(info.Name, col.opts.Prefix) {
+			continue
+		}
+		listed[info.Name] = true
+		col.apply(info, false)
+	}
+	for name := range col.locks {
+		if !listed[name] {
+			col.apply(coord.LockInfo{Name: name}, false)
+		}
+	}
+}
+
+// apply takes in a lock's state, from the watch (ordered) or from a List
+// (fresh, but possibly newer than watch events still in flight).
+func (col *Collector) apply(info coord.LockInfo, fromWatch bool) {
+	st := col.state(info.Name)
+	now := time.Now()
+	switch {
+	case info.Held && info.Token < st.maxToken:
+		return // an older holder: stale
+	case info.Held && info.Token == st.maxToken && st.maxToken != 0:
+		if !st.info.Held {
+			return // its end was seen already: stale
+		}
+		st.info, st.seen = info, now // same holder: renewed, waiters changed
+		if fromWatch {
+			st.confirmed = true
+		}
+	case info.Held:
+		col.endSection(st, now)
+		st.info, st.seen, st.maxToken, st.confirmed = info, now, info.Token, fromWatch
+	default: // free
+		if st.info.Held && fromWatch && !st.confirmed {
+			return // may be the end of an older lease; the next List tells
+		}
+		col.endSection(st, now)
+		st.info, st.seen, st.confirmed = info, now, false
+	}
+}
+
+// endSection observes the critical section of the holder in st, if any.
+func (col *Collector) endSection(st *lockState, now time.Time) {
+	if !st.info.Held || st.info.AcquiredAt.IsZero() {
+		return
+	}
+	d := now.Sub(st.info.AcquiredAt).Seconds()
+	if d < 0 {
+		d = 0
+	}
+	col.sections.WithLabelValues(st.info.Name).Observe(d)
+}
+
+func (col *Collector) state(name string) *lockState {
+	st := col.locks[name]
+	if st == nil {
+		st = &lockState{info: coord.LockInfo{Name: name}, events: map[coord.HistoryKind]float64{}}
+		col.locks[name] = st
+	}
+	return st
+}
+
+// readHistory counts the history events written since the last read.
+func (col *Collector) readHistory(ctx context.Context) {
+	heads, err := col.hist.Heads(ctx)
+	if err != nil {
+		col.log.Warn("exporter: history", "err", err)
+		col.mu.Lock()
+		col.histUp = false
+		col.mu.Unlock()
+		return
+	}
+	ok := true
+	for _, h := range heads {
+		if !strings.HasPrefix(h.Lock, col.opts.Prefix) {
+			continue
+		}
+		col.mu.Lock()
+		st := col.state(h.Lock)
+		cursor := st.cursor
+		col.mu.Unlock()
+		if h.Seq == cursor {
+			continue
+		}
+		if h.Seq < cursor {
+			cursor = 0 // the history was removed and started again
+		}
+		ents, err := col.hist.Since(ctx, h.Lock, cursor)
+		if err != nil {
+			col.log.Warn("exporter: history", "lock", h.Lock, "err", err)
+			ok = false
+			continue
+		}
+		col.mu.Lock()
+		st.cursor = h.Seq
+		for _, e := range ents {
+			st.cursor = max(st.cursor, e.Seq)
+			st.events[e.Event.Kind]++
+			switch e.Event.Kind {
+			case coord.HistRenewalFailed:
+				st.renewalFailures += float64(max(e.Event.Count, 1))
+			case coord.HistStaleRefused:
+				st.staleRefusals++
+			}
+		}
+		col.mu.Unlock()
+	}
+	col.mu.Lock()
+	col.histUp = ok
+	col.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHeld, descToken, descTTL, descHeldFor, descWaiters, descHolder, descCoordUp} {
+		ch <- d
+	}
+	if col.hist != nil {
+		for _, d := range []*prometheus.Desc{descRenewalFailures, descStale, descEvents, descHistUp} {
+			ch <- d
+		}
+	}
+	col.sections.Describe(ch)
+}
+
+// Collect implements prometheus.Collector: it reads the locks (and the
+// history) afresh, then reports what it knows.
+func (col *Collector) Collect(ch chan<- prometheus.Metric) {
+	col.refresh()
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	names := make([]string, 0, len(col.locks))
+	for n := range col.locks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	now := time.Now()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	for _, n := range names {
+		st := col.locks[n]
+		held, ttl := 0.0, 0.0
+		if st.info.Held {
+			held = 1
+			ttl = max(0, (st.info.TTLLeft - now.Sub(st.seen)).Seconds())
+			gauge(descHolder, 1, n, st.info.Holder)
+		}
+		gauge(descHeld, held, n)
+		gauge(descToken, float64(max(st.maxToken, st.info.LastToken)), n)
+		gauge(descTTL, ttl, n)
+		gauge(descHeldFor, st.info.HeldFor(now).Seconds(), n)
+		gauge(descWaiters, float64(st.info.Waiters), n)
+		if col.hist != nil {
+			counter(descRenewalFailures, st.renewalFailures, n)
+			counter(descStale, st.staleRefusals, n)
+			// Every kind, from 0, so that increase() sees the first one.
+			kinds := append([]coord.HistoryKind(nil), allKinds...)
+			for k := range st.events {
+				if !slices.Contains(allKinds, k) {
+					kinds = append(kinds, k)
+				}
+			}
+			slices.Sort(kinds)
+			for _, k := range kinds {
+				counter(descEvents, st.events[k], n, string(k))
+			}
+		}
+	}
+	gauge(descCoordUp, b2f(col.watching && col.listOK))
+	if col.hist != nil {
+		gauge(descHistUp, b2f(col.histUp))
+	}
+	col.sections.Collect(ch)
+}
+
+// refresh reads the locks and the history for a scrape.
+func (col *Collector) refresh() {
+	col.scrape.Lock()
+	defer col.scrape.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), col.opts.ScrapeTimeout)
+	defer cancel()
+	infos, err := col.c.List(ctx, col.opts.Prefix)
+	col.mu.Lock()
+	col.listOK = err == nil
+	if err != nil {
+		col.log.Warn("exporter: list", "err", err)
+	} else {
+		col.applyListLocked(infos)
+	}
+	col.mu.Unlock()
+	if col.hist != nil {
+		col.readHistory(ctx)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,86 @@
+// Package auto opens the history store that belongs to a coordinator: the
+// local store in a local coordinator's state directory, the etcd store under
+// an etcd coordinator's prefix, through its client. The CLI uses it to give
+// every command a coordinator that records its lease events:
+//
+//	c, err := config.Open(ctx, cfg)
+//	...
+//	r, err := auto.Wrap(c, history.WithLogger(logger))
+//	// r is a coord.Coordinator and a coord.Historian; r.Close() closes c.
+package auto
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/pkg/history/etcdstore"
+	"github.com/fence-dev/fence/pkg/history/localstore"
+)
+
+// localBackend is what a local coordinator (pkg/coord/local) offers.
+type localBackend interface {
+	Dir() string
+}
+
+// etcdBackend is what an etcd coordinator (pkg/coord/etcd) offers.
+type etcdBackend interface {
+	Client() *clientv3.Client
+	Prefix() string
+}
+
+// Store opens the history store of c (or of the coordinator a
+// history.Recorder decorates). A coordinator of another kind, or invalid
+// options, are refused with an error wrapping coord.ErrInvalid. A local
+// history directory that cannot be opened (a symbolic link, another user's)
+// does not fail Store: it returns a store whose every call fails with that
+// error, so that lease operations go on while reads of the history say what
+// is wrong.
+func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
+	if r, ok := c.(*history.Recorder); ok {
+		return r.Store(), nil
+	}
+	if _, err := history.NewOptions(opts...); err != nil {
+		return nil, err
+	}
+	switch b := c.(type) {
+	case etcdBackend:
+		return etcdstore.New(b.Client(), b.Prefix(), opts...)
+	case localBackend:
+		s, err := localstore.Open(b.Dir(), opts...)
+		if err != nil {
+			return failing{err}, nil
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("%w: coordinator %s keeps no history", coord.ErrInvalid, c.Describe())
+}
+
+// failing is a store that could not be opened.
+type failing struct{ err error }
+
+func (f failing) Record(context.Context, coord.HistoryEvent) error   { return f.err }
+func (f failing) Append(context.Context, []coord.HistoryEvent) error { return f.err }
+func (f failing) Heads(context.Context) ([]history.Head, error)      { return nil, f.err }
+func (f failing) Since(context.Context, string, uint64) ([]history.Entry, error) {
+	return nil, f.err
+}
+func (f failing) History(context.Context, string, int) ([]coord.HistoryEvent, error) {
+	return nil, f.err
+}
+
+// Wrap returns c decorated with a history.Recorder on its own store; c
+// itself when it is a Recorder already.
+func Wrap(c coord.Coordinator, opts ...history.Option) (*history.Recorder, error) {
+	if r, ok := c.(*history.Recorder); ok {
+		return r, nil
+	}
+	s, err := Store(c, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return history.Wrap(c, s, opts...), nil
+}

@@ -1,0 +1,444 @@
+// Package etcdstore is the history store of fence's etcd backend: one key
+// per event,
+//
+//	<prefix>history/<url.PathEscape(lock)>/<sequence number, 20 digits>
+//
+// whose value is the event as JSON, and one head key per lock,
+//
+//	<prefix>history-heads/<url.PathEscape(lock)>   {"seq":N,"first":F}
+//
+// saying that the lock's events are numbered F to N. PathEscape escapes "/",
+// so no lock's key range contains another's, and zero-padded numbers sort as
+// numbers.
+//
+// A write is one transaction that checks the head is as the writer last saw
+// it, puts the new events and the new head, and deletes, with one range
+// delete, the oldest events beyond the count bound and those, from the
+// oldest on, past the age bound; it also reads the oldest events left, for
+// the store's next write. When another writer came first, the transaction
+// reads the head and the oldest events instead, and the write is tried
+// again on them. The lock's history thus never holds more
+// than the bound (plus nothing: trimming is part of the write), and
+// concurrent writers, in any number of processes, lose no event. Reads are
+// linearizable and never return an event beyond either bound.
+//
+// A value or head that does not decode is an error wrapping
+// coord.ErrUnavailable, and the store neither returns nor overwrites it.
+// etcd keeps old revisions until it compacts them: run etcd with
+// --auto-compaction-retention as for any busy key space.
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/pkg/history/internal/codec"
+	"github.com/fence-dev/fence/pkg/history/internal/trim"
+)
+
+// DefaultPrefix is the key prefix used when none is given, as for the etcd
+// coordinator.
+const DefaultPrefix = "/fence/"
+
+// trimRead is how many of the oldest events a write reads to apply the age
+// bound; when all of them are past it, it reads on, trimPage at a time.
+const (
+	trimRead = 16
+	trimPage = 256
+)
+
+// maxBatch is the most events one transaction writes (etcd refuses
+// transactions of more than 128 operations by default).
+const maxBatch = 100
+
+// maxAttempts bounds the retries of a write that keeps losing the race for
+// the head to other writers.
+const maxAttempts = 1000
+
+// Store is a history.Store on an etcd cluster.
+type Store struct {
+	cli    *clientv3.Client
+	prefix string
+	opts   history.Options
+
+	mu    sync.Mutex
+	cache map[string]state // by lock: after this store's last write
+}
+
+var _ history.Store = (*Store)(nil)
+
+// New returns a store that keeps its events under <prefix>history/ through
+// cli (DefaultPrefix when prefix is empty; the prefix is used as given, so
+// end it with "/"). Options set the bounds and the clock. The store does not
+// own cli: closing it is the caller's business.
+func New(cli *clientv3.Client, prefix string, opts ...history.Option) (*Store, error) {
+	o, err := history.NewOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return &Store{cli: cli, prefix: prefix, opts: o, cache: map[string]state{}}, nil
+}
+
+// Range returns the key prefix of every event of lock.
+func (s *Store) Range(lock string) string {
+	return s.prefix + "history/" + url.PathEscape(lock) + "/"
+}
+
+// HeadKey returns the key of the head of lock.
+func (s *Store) HeadKey(lock string) string {
+	return s.headsPrefix() + url.PathEscape(lock)
+}
+
+func (s *Store) headsPrefix() string { return s.prefix + "history-heads/" }
+
+// key returns the key of event seq of lock.
+func (s *Store) key(lock string, seq uint64) string {
+	return s.Range(lock) + fmt.Sprintf("%020d", seq)
+}
+
+// head is the value of a head key.
+type head struct {
+	Seq   uint64 `json:"seq"`
+	First uint64 `json:"first"`
+}
+
+// Record implements history.Store.
+func (s *Store) Record(ctx context.Context, ev coord.HistoryEvent) error {
+	return s.Append(ctx, []coord.HistoryEvent{ev})
+}
+
+// Append implements history.Store: the events of one lock are written in one
+// transaction (per 100 events).
+func (s *Store) Append(ctx context.Context, evs []coord.HistoryEvent) error {
+	now := s.opts.Now()
+	norm := make([]coord.HistoryEvent, 0, len(evs))
+	for _, ev := range evs {
+		ev, err := history.Normalize(ev, now)
+		if err != nil {
+			return err
+		}
+		norm = append(norm, ev)
+	}
+	locks, byLock := trim.ByLock(norm)
+	for _, lock := range locks {
+		evs := byLock[lock]
+		for len(evs) > 0 {
+			n := min(len(evs), maxBatch)
+			if err := s.append(ctx, lock, evs[:n]); err != nil {
+				return err
+			}
+			evs = evs[n:]
+		}
+	}
+	return nil
+}
+
+func (s *Store) append(ctx context.Context, lock string, evs []coord.HistoryEvent) error {
+	cut := s.opts.Cutoff()
+	kept := evs[:0:0]
+	for _, ev := range evs {
+		if !ev.Time.Before(cut) {
+			kept = append(kept, ev)
+		}
+	}
+	if len(kept) == 0 {
+		return nil // already past the age bound: kept nowhere
+	}
+	vals := make([]string, len(kept))
+	for i, ev := range kept {
+		b, err := codec.Encode(0, ev)
+		if err != nil {
+			return err
+		}
+		vals[i] = string(b)
+	}
+	hk, rng := s.HeadKey(lock), s.Range(lock)
+	end := clientv3.GetPrefixRangeEnd(rng)
+	readOps := []clientv3.Op{
+		clientv3.OpGet(hk),
+		clientv3.OpGet(rng, clientv3.WithRange(end), clientv3.WithLimit(trimRead),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
+	}
+	st, ok := s.cached(lock)
+	if !ok {
+		resp, err := s.cli.Txn(ctx).Then(readOps...).Commit()
+		if err != nil {
+			return unavailable(ctx, lock, err)
+		}
+		if st, err = s.decodeState(lock, resp.Responses); err != nil {
+			return err
+		}
+	}
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		h := st.head
+		last := h.Seq + uint64(len(vals))
+		first := h.First
+		if n := uint64(s.opts.MaxEvents); last >= n && last-n+1 > first {
+			first = last - n + 1
+		}
+		// Past the age bound, from the oldest on: read further while all
+		// that was read is past it.
+		oldest := st.oldest
+		for limit := trimRead; len(oldest) > 0; limit = trimPage {
+			aged := 0
+			for _, e := range oldest {
+				if e.Seq < first {
+					aged++ // trimmed by count anyway
+					continue
+				}
+				if e.Seq > h.Seq || !e.Event.Time.Before(cut) {
+					break
+				}
+				first = max(first, e.Seq+1)
+				aged++
+			}
+			if aged < len(oldest) || len(oldest) < limit {
+				break
+			}
+			from := s.key(lock, oldest[len(oldest)-1].Seq+1)
+			more, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(trimPage),
+				clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithSerializable())
+			if err != nil {
+				s.forget(lock)
+				return unavailable(ctx, lock, err)
+			}
+			if oldest, err = s.decodeAll(lock, more.Kvs); err != nil {
+				return err
+			}
+		}
+		hv, _ := json.Marshal(head{Seq: last, First: first})
+		ops := []clientv3.Op{clientv3.OpPut(hk, string(hv))}
+		for i, v := range vals {
+			if seq := h.Seq + 1 + uint64(i); seq >= first { // (a batch larger than the bound)
+				ops = append(ops, clientv3.OpPut(s.key(lock, seq), v))
+			}
+		}
+		// Everything below first goes, including strays below the head's own
+		// first (none, unless keys were put by hand). Then the oldest kept,
+		// for the next write: a transaction's reads see its own writes.
+		ops = append(ops, clientv3.OpDelete(rng, clientv3.WithRange(s.key(lock, first))), readOps[1])
+		cmp := clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)
+		if st.exists {
+			cmp = clientv3.Compare(clientv3.ModRevision(hk), "=", st.modRev)
+		}
+		tr, err := s.cli.Txn(ctx).If(cmp).Then(ops...).Else(readOps...).Commit()
+		if err != nil {
+			s.forget(lock)
+			return unavailable(ctx, lock, err)
+		}
+		if !tr.Succeeded {
+			// Another writer came first; its result is in the Else reads.
+			if st, err = s.decodeState(lock, tr.Responses); err != nil {
+				s.forget(lock)
+				return err
+			}
+			continue
+		}
+		next := state{head: head{Seq: last, First: first}, exists: true, modRev: tr.Header.Revision}
+		if next.oldest, err = s.decodeAll(lock, tr.Responses[len(tr.Responses)-1].GetResponseRange().Kvs); err != nil {
+			s.forget(lock)
+			return err
+		}
+		s.keep(lock, next)
+		return nil
+	}
+	s.forget(lock)
+	return fmt.Errorf("%w: history of %q: gave up after %d attempts to write it against other writers",
+		coord.ErrUnavailable, lock, maxAttempts)
+}
+
+// state is what a write needs to know of a lock's history: its head (and
+// the head's revision, compared by the write) and its oldest events.
+type state struct {
+	head   head
+	exists bool
+	modRev int64
+	oldest []history.Entry
+}
+
+// decodeState reads the responses of readOps.
+func (s *Store) decodeState(lock string, resps []*etcdserverpb.ResponseOp) (state, error) {
+	if len(resps) != 2 || resps[0].GetResponseRange() == nil || resps[1].GetResponseRange() == nil {
+		return state{}, fmt.Errorf("%w: history of %q: unexpected transaction response", coord.ErrUnavailable, lock)
+	}
+	st := state{head: head{First: 1}}
+	if hkvs := resps[0].GetResponseRange().Kvs; len(hkvs) > 0 {
+		h, err := decodeHead(hkvs[0].Value)
+		if err != nil {
+			return state{}, corrupt(lock, string(hkvs[0].Key), err.Error())
+		}
+		st.head, st.exists, st.modRev = h, true, hkvs[0].ModRevision
+	}
+	oldest, err := s.decodeAll(lock, resps[1].GetResponseRange().Kvs)
+	if err != nil {
+		return state{}, err
+	}
+	st.oldest = oldest
+	return st, nil
+}
+
+// maxCached bounds the locks whose state a store remembers.
+const maxCached = 1024
+
+func (s *Store) cached(lock string) (state, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.cache[lock]
+	return st, ok
+}
+
+func (s *Store) keep(lock string, st state) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.cache) >= maxCached {
+		clear(s.cache)
+	}
+	s.cache[lock] = st
+}
+
+func (s *Store) forget(lock string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cache, lock)
+}
+
+// History implements history.Store.
+func (s *Store) History(ctx context.Context, lock string, limit int) ([]coord.HistoryEvent, error) {
+	if err := coord.ValidateName(lock); err != nil {
+		return nil, err
+	}
+	n := s.opts.MaxEvents
+	if limit > 0 && limit < n {
+		n = limit
+	}
+	rng := s.Range(lock)
+	resp, err := s.cli.Get(ctx, rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n)))
+	if err != nil {
+		return nil, unavailable(ctx, lock, err)
+	}
+	entries, err := s.decodeAll(lock, resp.Kvs)
+	if err != nil {
+		return nil, err
+	}
+	// Newest first from etcd; oldest first for the caller.
+	for i, j := 0, len(entries)-1; i < j; i, j = i+1, j-1 {
+		entries[i], entries[j] = entries[j], entries[i]
+	}
+	entries = trim.Kept(s.opts, entries, entryTime, limit)
+	out := make([]coord.HistoryEvent, len(entries))
+	for i, e := range entries {
+		out[i] = e.Event
+	}
+	return out, nil
+}
+
+// Since implements history.Reader.
+func (s *Store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
+	if err := coord.ValidateName(lock); err != nil {
+		return nil, err
+	}
+	rng := s.Range(lock)
+	resp, err := s.cli.Get(ctx, s.key(lock, after+1), clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, unavailable(ctx, lock, err)
+	}
+	entries, err := s.decodeAll(lock, resp.Kvs)
+	if err != nil {
+		return nil, err
+	}
+	return trim.Kept(s.opts, entries, entryTime, 0), nil
+}
+
+// Heads implements history.Reader.
+func (s *Store) Heads(ctx context.Context) ([]history.Head, error) {
+	p := s.headsPrefix()
+	resp, err := s.cli.Get(ctx, p, clientv3.WithPrefix())
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, fmt.Errorf("history heads: %w", ctxErr)
+		}
+		return nil, fmt.Errorf("%w: history heads: %w", coord.ErrUnavailable, err)
+	}
+	heads := make([]history.Head, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		lock, err := url.PathUnescape(strings.TrimPrefix(string(kv.Key), p))
+		if err != nil || coord.ValidateName(lock) != nil {
+			continue // not a key of ours
+		}
+		h, err := decodeHead(kv.Value)
+		if err != nil {
+			return nil, corrupt(lock, string(kv.Key), err.Error())
+		}
+		heads = append(heads, history.Head{Lock: lock, Seq: h.Seq})
+	}
+	sort.Slice(heads, func(i, j int) bool { return heads[i].Lock < heads[j].Lock })
+	return heads, nil
+}
+
+func entryTime(e history.Entry) time.Time { return e.Event.Time }
+
+// decodeAll decodes event keys of lock, in the order given.
+func (s *Store) decodeAll(lock string, kvs []*mvccpb.KeyValue) ([]history.Entry, error) {
+	rng := s.Range(lock)
+	out := make([]history.Entry, 0, len(kvs))
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		digits := strings.TrimPrefix(k, rng)
+		seq, err := strconv.ParseUint(digits, 10, 64)
+		if err != nil || len(digits) != 20 || seq == 0 {
+			return nil, corrupt(lock, k, "the key is not a sequence number")
+		}
+		_, ev, err := codec.Decode(kv.Value)
+		if err != nil {
+			return nil, corrupt(lock, k, err.Error())
+		}
+		if ev.Lock != lock {
+			return nil, corrupt(lock, k, fmt.Sprintf("it is an event of lock %q", ev.Lock))
+		}
+		out = append(out, history.Entry{Seq: seq, Event: ev})
+	}
+	return out, nil
+}
+
+func decodeHead(b []byte) (head, error) {
+	var h head
+	if err := json.Unmarshal(b, &h); err != nil {
+		return h, err
+	}
+	if h.First == 0 || h.First > h.Seq+1 {
+		return h, fmt.Errorf("head %s is inconsistent", b)
+	}
+	return h, nil
+}
+
+func corrupt(lock, key, why string) error {
+	return fmt.Errorf("%w: history of %q: bad value at %s (%s); refusing to read or overwrite it",
+		coord.ErrUnavailable, lock, key, why)
+}
+
+// unavailable wraps a failed etcd call: the context's own error stays
+// visible, anything else is coord.ErrUnavailable.
+func unavailable(ctx context.Context, lock string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("history of %q: %w", lock, ctxErr)
+	}
+	return fmt.Errorf("%w: history of %q: %w", coord.ErrUnavailable, lock, err)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package etcdstore
+
+const suiteEvents = 10_000

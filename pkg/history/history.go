@@ -1,0 +1,223 @@
+// Package history keeps a bounded, persistent history of events per lock:
+// acquisitions, releases, expiries, revocations, renewal failures, lost
+// leases, deadlines and stale tokens refused by a guard. It is what
+// `fence history`, `fence show`, the dashboard and the exporter read.
+//
+// A Store keeps the events. Two implementations sit beside the coordinator
+// backends, sharing their storage but none of their internals:
+//
+//   - package localstore: one append-only file per lock under
+//     <state-dir>/history/;
+//   - package etcdstore: one key per event under <prefix>history/.
+//
+// Both are bounded by count per lock (DefaultMaxEvents) and by age
+// (DefaultMaxAge), enforced when they are written, so that storage never
+// grows without limit; reads never return an event beyond either bound.
+//
+// Wrap decorates a coord.Coordinator so that it records acquisitions,
+// releases, revocations and expiries itself and implements coord.Historian;
+// package auto picks the store that belongs to a coordinator. Recording is
+// best effort: a failed write never fails the lease operation, it is logged
+// and retried with the next write (see Pending).
+package history
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// DefaultMaxEvents is the number of events kept per lock by default.
+const DefaultMaxEvents = 1000
+
+// DefaultMaxAge is how long an event is kept by default.
+const DefaultMaxAge = 7 * 24 * time.Hour
+
+// MaxTextLen bounds the free-text fields of an event (Holder, Error): longer
+// values are cut, at a UTF-8 boundary, when the event is recorded.
+const MaxTextLen = 1024
+
+// Store keeps the history of every lock. Implementations are safe for
+// concurrent use, and, for the ones in this module, by many processes.
+type Store interface {
+	// Record appends one event to its lock's history (coord.Historian).
+	// History returns the lock's most recent events, oldest first: at most
+	// limit of them (0: all that are kept).
+	coord.Historian
+	Reader
+	// Append records events in the order given. Events of one lock are
+	// written in one step where the backend can; an error may leave a
+	// prefix of the events of other locks written.
+	Append(ctx context.Context, evs []coord.HistoryEvent) error
+}
+
+// Reader is the incremental side of a Store, for followers such as the
+// exporter that count events as they arrive.
+type Reader interface {
+	// Since returns the kept events of lock whose sequence number is
+	// greater than after, oldest first.
+	Since(ctx context.Context, lock string, after uint64) ([]Entry, error)
+	// Heads returns every lock that has a history, sorted by name, with the
+	// sequence number of its latest event.
+	Heads(ctx context.Context) ([]Head, error)
+}
+
+// Entry is a recorded event with its sequence number. Sequence numbers of a
+// lock start at 1 and grow by one per event written, in the order the store
+// wrote them (which is also the order History returns). They survive
+// trimming; they start again only if the lock's history is removed by hand.
+type Entry struct {
+	Seq   uint64
+	Event coord.HistoryEvent
+}
+
+// Head is the sequence number of the latest event of a lock's history.
+type Head struct {
+	Lock string
+	Seq  uint64
+}
+
+// Options configure stores and the Recorder. Each reads the fields it
+// needs; the zero value of a field means its default.
+type Options struct {
+	// MaxEvents bounds the events kept per lock (DefaultMaxEvents).
+	MaxEvents int
+	// MaxAge bounds how long an event is kept (DefaultMaxAge).
+	MaxAge time.Duration
+	// Now is the wall clock, for event times and the age bound (time.Now).
+	// Tests inject their own.
+	Now func() time.Time
+	// Logger receives the Recorder's warnings about events it could not
+	// write (slog.Default()).
+	Logger *slog.Logger
+	// RecordTimeout bounds each write the Recorder makes on its own behalf
+	// (DefaultRecordTimeout), so that an unreachable store cannot hold up a
+	// lease operation for long.
+	RecordTimeout time.Duration
+	// MaxPending bounds the events a Recorder keeps in memory while the
+	// store cannot be written (DefaultMaxPending); beyond it the oldest are
+	// dropped.
+	MaxPending int
+}
+
+// DefaultRecordTimeout is the default Options.RecordTimeout.
+const DefaultRecordTimeout = 3 * time.Second
+
+// DefaultMaxPending is the default Options.MaxPending.
+const DefaultMaxPending = 256
+
+// Option sets a field of Options.
+type Option func(*Options)
+
+// WithMaxEvents keeps at most n events per lock (n > 0).
+func WithMaxEvents(n int) Option { return func(o *Options) { o.MaxEvents = n } }
+
+// WithMaxAge keeps events for at most d (d > 0).
+func WithMaxAge(d time.Duration) Option { return func(o *Options) { o.MaxAge = d } }
+
+// WithClock sets the wall clock used for event times and the age bound.
+func WithClock(now func() time.Time) Option { return func(o *Options) { o.Now = now } }
+
+// WithLogger sets the logger of the Recorder.
+func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
+
+// WithRecordTimeout bounds each write the Recorder makes.
+func WithRecordTimeout(d time.Duration) Option { return func(o *Options) { o.RecordTimeout = d } }
+
+// WithMaxPending bounds the events kept in memory while the store is down.
+func WithMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
+
+// NewOptions applies opts over the defaults. It fails, wrapping
+// coord.ErrInvalid, on a negative bound.
+func NewOptions(opts ...Option) (Options, error) {
+	var o Options
+	for _, f := range opts {
+		f(&o)
+	}
+	switch {
+	case o.MaxEvents < 0:
+		return o, fmt.Errorf("%w: history: max events %d is negative", coord.ErrInvalid, o.MaxEvents)
+	case o.MaxAge < 0:
+		return o, fmt.Errorf("%w: history: max age %v is negative", coord.ErrInvalid, o.MaxAge)
+	case o.RecordTimeout < 0:
+		return o, fmt.Errorf("%w: history: record timeout %v is negative", coord.ErrInvalid, o.RecordTimeout)
+	case o.MaxPending < 0:
+		return o, fmt.Errorf("%w: history: max pending %d is negative", coord.ErrInvalid, o.MaxPending)
+	}
+	if o.MaxEvents == 0 {
+		o.MaxEvents = DefaultMaxEvents
+	}
+	if o.MaxAge == 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.RecordTimeout == 0 {
+		o.RecordTimeout = DefaultRecordTimeout
+	}
+	if o.MaxPending == 0 {
+		o.MaxPending = DefaultMaxPending
+	}
+	return o, nil
+}
+
+// Cutoff is the oldest event time kept as of now.
+func (o Options) Cutoff() time.Time { return o.Now().Add(-o.MaxAge) }
+
+// knownKinds are the event kinds a store accepts.
+var knownKinds = map[coord.HistoryKind]bool{
+	coord.HistAcquired: true, coord.HistReleased: true, coord.HistRenewalFailed: true,
+	coord.HistLeaseLost: true, coord.HistDeadlineExceeded: true, coord.HistExpired: true,
+	coord.HistRevoked: true, coord.HistStaleRefused: true,
+}
+
+// Normalize checks an event before it is stored and fills in what may be
+// left out: a zero Time becomes now (in UTC, as every stored time), Holder
+// and Error are cut to MaxTextLen bytes. An event without a valid lock name,
+// with an unknown kind, a bad guard key or a negative duration or count is
+// refused with an error wrapping coord.ErrInvalid.
+func Normalize(ev coord.HistoryEvent, now time.Time) (coord.HistoryEvent, error) {
+	if err := coord.ValidateName(ev.Lock); err != nil {
+		return ev, fmt.Errorf("history event: %w", err)
+	}
+	if !knownKinds[ev.Kind] {
+		return ev, fmt.Errorf("%w: history event for %q: unknown kind %q", coord.ErrInvalid, ev.Lock, ev.Kind)
+	}
+	if ev.Key != "" {
+		if err := coord.ValidateName(ev.Key); err != nil {
+			return ev, fmt.Errorf("%w: history event for %q: bad guard key %q", coord.ErrInvalid, ev.Lock, ev.Key)
+		}
+	}
+	if ev.Wait < 0 || ev.HeldFor < 0 || ev.Count < 0 {
+		return ev, fmt.Errorf("%w: history event for %q: negative wait, held-for or count", coord.ErrInvalid, ev.Lock)
+	}
+	if ev.Time.IsZero() {
+		ev.Time = now
+	}
+	ev.Time = ev.Time.UTC().Round(0)
+	ev.Holder = cut(ev.Holder)
+	ev.Error = cut(ev.Error)
+	return ev, nil
+}
+
+// cut shortens s to at most MaxTextLen bytes without splitting a rune.
+func cut(s string) string {
+	if len(s) <= MaxTextLen {
+		return s
+	}
+	const ell = "…"
+	s = s[:MaxTextLen-len(ell)]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return strings.TrimRight(s, " ") + ell
+}

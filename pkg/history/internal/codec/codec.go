@@ -1,0 +1,81 @@
+// Package codec is the stored form of a history event, shared by the
+// history stores: one JSON object per event, durations in nanoseconds.
+//
+//	{"seq":7,"time":"2025-01-02T03:04:05.123456789Z","lock":"jobs/nightly","kind":"acquired",
+//	 "holder":"host:42","token":17,"wait_ns":1500000000}
+//
+// Unknown fields are ignored, so that a newer fence may add some; anything
+// else that does not decode into a valid event is corrupt.
+package codec
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// MaxLen bounds one encoded event, in bytes. Normalized events are far
+// smaller (names and keys are at most 256 bytes, free text 1 KiB).
+const MaxLen = 16 << 10
+
+type wire struct {
+	Seq           uint64            `json:"seq,omitempty"`
+	Time          time.Time         `json:"time"`
+	Lock          string            `json:"lock"`
+	Kind          coord.HistoryKind `json:"kind"`
+	Holder        string            `json:"holder,omitempty"`
+	Token         uint64            `json:"token,omitempty"`
+	WaitNS        int64             `json:"wait_ns,omitempty"`
+	HeldForNS     int64             `json:"held_for_ns,omitempty"`
+	Count         int               `json:"count,omitempty"`
+	Error         string            `json:"error,omitempty"`
+	Key           string            `json:"key,omitempty"`
+	AcceptedToken uint64            `json:"accepted_token,omitempty"`
+}
+
+// Encode returns the stored form of ev, with seq when it is not 0.
+func Encode(seq uint64, ev coord.HistoryEvent) ([]byte, error) {
+	b, err := json.Marshal(wire{
+		Seq: seq, Time: ev.Time, Lock: ev.Lock, Kind: ev.Kind, Holder: ev.Holder, Token: ev.Token,
+		WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor), Count: ev.Count, Error: ev.Error,
+		Key: ev.Key, AcceptedToken: ev.AcceptedToken,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxLen {
+		return nil, fmt.Errorf("%w: history event for %q is %d bytes encoded, the limit is %d",
+			coord.ErrInvalid, ev.Lock, len(b), MaxLen)
+	}
+	return b, nil
+}
+
+// Decode reads one stored event and its seq (0 when absent). The error
+// says what is wrong, for a "corrupt" message.
+func Decode(b []byte) (uint64, coord.HistoryEvent, error) {
+	if len(b) > MaxLen {
+		return 0, coord.HistoryEvent{}, fmt.Errorf("event is %d bytes long", len(b))
+	}
+	var w wire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return 0, coord.HistoryEvent{}, err
+	}
+	switch {
+	case w.Time.IsZero():
+		return 0, coord.HistoryEvent{}, errors.New("event has no time")
+	case coord.ValidateName(w.Lock) != nil:
+		return 0, coord.HistoryEvent{}, fmt.Errorf("event has an invalid lock name %q", w.Lock)
+	case w.Kind == "":
+		return 0, coord.HistoryEvent{}, errors.New("event has no kind")
+	case w.WaitNS < 0 || w.HeldForNS < 0 || w.Count < 0:
+		return 0, coord.HistoryEvent{}, errors.New("event has a negative duration or count")
+	}
+	return w.Seq, coord.HistoryEvent{
+		Time: w.Time, Lock: w.Lock, Kind: w.Kind, Holder: w.Holder, Token: w.Token,
+		Wait: time.Duration(w.WaitNS), HeldFor: time.Duration(w.HeldForNS), Count: w.Count,
+		Error: w.Error, Key: w.Key, AcceptedToken: w.AcceptedToken,
+	}, nil
+}

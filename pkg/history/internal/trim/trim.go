@@ -1,0 +1,43 @@
+// Package trim applies a history's bounds for the stores.
+package trim
+
+import (
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
+)
+
+// Kept applies the bounds to a lock's events (oldest first) as a reader
+// sees them: it drops the events older than the cutoff and keeps the last
+// MaxEvents, then the last limit (when limit > 0). It reuses evs.
+func Kept[E any](o history.Options, evs []E, at func(E) time.Time, limit int) []E {
+	cut := o.Cutoff()
+	out := evs[:0]
+	for _, e := range evs {
+		if !at(e).Before(cut) {
+			out = append(out, e)
+		}
+	}
+	n := o.MaxEvents
+	if limit > 0 && limit < n {
+		n = limit
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
+
+// ByLock splits events by lock, keeping each lock's events in order, and
+// returns the locks in order of first appearance.
+func ByLock(evs []coord.HistoryEvent) (locks []string, byLock map[string][]coord.HistoryEvent) {
+	byLock = map[string][]coord.HistoryEvent{}
+	for _, ev := range evs {
+		if _, ok := byLock[ev.Lock]; !ok {
+			locks = append(locks, ev.Lock)
+		}
+		byLock[ev.Lock] = append(byLock[ev.Lock], ev)
+	}
+	return locks, byLock
+}

@@ -1,0 +1,20 @@
+package history_test
+
+import (
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/fence-dev/fence/pkg/supervise"
+)
+
+// TestMain runs the tests, checking that the recorders, stores and
+// coordinators leave no goroutine behind; started as fence run's watchdog
+// (by TestRunLeavesEvents), it is the watchdog.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == supervise.WatchdogArg {
+		os.Exit(supervise.WatchdogMain(os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}

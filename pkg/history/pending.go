@@ -1,0 +1,135 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Pending writes events to a history and keeps, in memory, those it could
+// not write (the coordinator was unreachable), to write them before the next
+// event once a write succeeds again. The order of events is kept: an event
+// is never written before an older one that is still pending. Beyond max
+// pending events, the oldest are dropped and counted.
+//
+// fence run records renewal failures through a Pending, so that the ones seen
+// while the coordinator could not be reached are written when it comes back.
+// A Pending is safe for concurrent use; writes are serialized.
+type Pending struct {
+	h   coord.Historian
+	app func(ctx context.Context, evs []coord.HistoryEvent) error // h's Append, if it has one
+	max int
+
+	mu      sync.Mutex
+	evs     []coord.HistoryEvent
+	dropped int
+}
+
+// NewPending returns a Pending that writes to h and keeps at most max
+// events (DefaultMaxPending when max <= 0). When h has an Append method (a
+// Store, a Recorder), pending events are written with the new one in one
+// call.
+func NewPending(h coord.Historian, max int) *Pending {
+	if max <= 0 {
+		max = DefaultMaxPending
+	}
+	p := &Pending{h: h, max: max}
+	if a, ok := h.(interface {
+		Append(context.Context, []coord.HistoryEvent) error
+	}); ok {
+		p.app = a.Append
+	}
+	return p
+}
+
+// Record writes the pending events, then ev. When that fails, ev is kept
+// with them and the error is returned. An invalid event (see Normalize) is
+// refused at once with an error wrapping coord.ErrInvalid.
+func (p *Pending) Record(ctx context.Context, ev coord.HistoryEvent) error {
+	if _, err := Normalize(ev, time.Time{}); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.evs = append(p.evs, ev)
+	err := p.flushLocked(ctx)
+	p.trimLocked()
+	return err
+}
+
+// Append writes the pending events, then evs, as Record does for one.
+func (p *Pending) Append(ctx context.Context, evs []coord.HistoryEvent) error {
+	for _, ev := range evs {
+		if _, err := Normalize(ev, time.Time{}); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.evs = append(p.evs, evs...)
+	err := p.flushLocked(ctx)
+	p.trimLocked()
+	return err
+}
+
+// Flush writes the pending events, if any.
+func (p *Pending) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flushLocked(ctx)
+}
+
+// Len is the number of events waiting to be written.
+func (p *Pending) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.evs)
+}
+
+// Dropped is the number of events dropped because more than max were
+// pending.
+func (p *Pending) Dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
+}
+
+func (p *Pending) flushLocked(ctx context.Context) error {
+	if len(p.evs) == 0 {
+		return nil
+	}
+	if p.app != nil {
+		err := p.app(ctx, p.evs)
+		if err == nil {
+			p.evs = p.evs[:0]
+			return nil
+		}
+		if !errors.Is(err, coord.ErrInvalid) {
+			return err
+		}
+		// One event is invalid: fall back to one at a time to find it.
+	}
+	for len(p.evs) > 0 {
+		err := p.h.Record(ctx, p.evs[0])
+		if err != nil && !errors.Is(err, coord.ErrInvalid) {
+			return err
+		}
+		// Written, or refused for good: either way it leaves the queue.
+		p.evs = p.evs[1:]
+		if err != nil && len(p.evs) == 0 {
+			return err
+		}
+	}
+	p.evs = nil
+	return nil
+}
+
+func (p *Pending) trimLocked() {
+	if n := len(p.evs) - p.max; n > 0 {
+		p.dropped += n
+		p.evs = append(p.evs[:0:0], p.evs[n:]...)
+	}
+}

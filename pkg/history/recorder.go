@@ -1,0 +1,303 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Recorder is a coord.Coordinator that records the lease events it sees in a
+// Store, and a coord.Historian that reads them back:
+//
+//   - acquired (token, holder, wait) when Acquire succeeds, preceded by
+//     expired for the previous holder when its lease ended without a release
+//     or revoke on record (it expired, or its processes died, and was taken
+//     over);
+//   - released (held for) when Release ends a lease that still holds the
+//     lock, and expired when Release finds that lease already gone;
+//   - revoked when Revoke ends a lease.
+//
+// released and revoked are written just before the request that ends the
+// lease, so that a successor never finds the lock free with the end of its
+// previous lease not yet on record (it would take it for an expiry).
+//
+// Recording never fails a lease operation: a write that fails is logged
+// (slog, at warn level) and kept in memory, to be written before the next
+// event once the store can be written again (see Pending). The other events
+// (renewal_failed, lease_lost, deadline_exceeded, stale_refused) are the
+// caller's to Record.
+//
+// A Recorder is safe for concurrent use.
+type Recorder struct {
+	inner   coord.Coordinator
+	store   Store
+	opts    Options
+	log     *slog.Logger
+	pending *Pending
+
+	mu   sync.Mutex
+	held map[string]heldLease // by lease id: leases acquired through this Recorder
+}
+
+type heldLease struct {
+	token  uint64
+	holder string
+	start  time.Time // monotonic
+}
+
+// maxHeld bounds the leases a Recorder remembers (leases that end without a
+// Release through it, by expiry, would otherwise pile up).
+const maxHeld = 4096
+
+// scanBack is how many of a lock's latest events are searched for the last
+// lease event (acquired, released, revoked, expired) when looking for a
+// lease that ended unrecorded.
+const scanBack = 32
+
+var (
+	_ coord.Coordinator     = (*Recorder)(nil)
+	_ coord.Historian       = (*Recorder)(nil)
+	_ coord.ProcessAttacher = (*Recorder)(nil)
+	_ Reader                = (*Recorder)(nil)
+)
+
+// Wrap returns a Recorder that records c's lease events in s. Options set
+// the logger, the clock, the timeout of each write and the pending buffer
+// (the bounds are the store's own). Closing the Recorder closes c.
+func Wrap(c coord.Coordinator, s Store, opts ...Option) *Recorder {
+	o, err := NewOptions(opts...)
+	if err != nil {
+		// Only negative values fail; fall back to the defaults rather than
+		// refuse a decorator that has no error to return.
+		o, _ = NewOptions()
+	}
+	r := &Recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}}
+	r.pending = NewPending(s, o.MaxPending)
+	return r
+}
+
+// Unwrap returns the decorated coordinator.
+func (r *Recorder) Unwrap() coord.Coordinator { return r.inner }
+
+// Store returns the store the events are written to.
+func (r *Recorder) Store() Store { return r.store }
+
+// Acquire implements coord.Coordinator and records the acquisition.
+func (r *Recorder) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+	start := time.Now()
+	l, err := r.inner.Acquire(ctx, name, opts)
+	if err != nil {
+		return l, err
+	}
+	wait := time.Since(start)
+	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
+
+	// The lease is running: spend at most a quarter of it on the history.
+	timeout := r.opts.RecordTimeout
+	if q := l.TTL / 4; q > 0 && q < timeout {
+		timeout = q
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	now := r.opts.Now()
+	var evs []coord.HistoryEvent
+	if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == coord.HistAcquired && last.Token < l.Token {
+		evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistExpired, Holder: last.Holder, Token: last.Token})
+	}
+	evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistAcquired, Holder: l.Holder, Token: l.Token, Wait: wait})
+	r.write(rctx, evs...)
+	return l, nil
+}
+
+// Renew implements coord.Coordinator. Renewals are not recorded.
+func (r *Recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
+	return r.inner.Renew(ctx, name, leaseID)
+}
+
+// Release implements coord.Coordinator. It records released when the lease
+// still holds the lock, expired when it is gone with no end on record.
+func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
+	known, isKnown := r.forget(leaseID)
+	info, ierr := r.inner.Inspect(ctx, name)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
+	defer cancel()
+	now := r.opts.Now()
+	switch {
+	case ierr == nil && info.Held && info.LeaseID == leaseID:
+		ev := coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistReleased, Holder: info.Holder, Token: info.Token}
+		if isKnown && known.token == info.Token {
+			ev.HeldFor = time.Since(known.start)
+		} else {
+			ev.HeldFor = info.HeldFor(now)
+		}
+		r.write(rctx, ev)
+	case ierr == nil && isKnown:
+		// The lease is gone: unless its end is on record, it expired.
+		if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == coord.HistAcquired && last.Token == known.token {
+			r.write(rctx, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistExpired, Holder: known.holder, Token: known.token})
+		}
+	}
+	err := r.inner.Release(ctx, name, leaseID)
+	if err == nil && ierr != nil && isKnown {
+		// The lock could not be read but the release went through: the
+		// lease was held until now, or already gone; say released.
+		r.write(rctx, coord.HistoryEvent{Time: r.opts.Now(), Lock: name, Kind: coord.HistReleased,
+			Holder: known.holder, Token: known.token, HeldFor: time.Since(known.start)})
+	}
+	return err
+}
+
+// Revoke implements coord.Coordinator and records revoked for the lease it
+// ends.
+func (r *Recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+	info, ierr := r.inner.Inspect(ctx, name)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
+	defer cancel()
+	revoked := func(i coord.LockInfo) coord.HistoryEvent {
+		now := r.opts.Now()
+		return coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistRevoked, Holder: i.Holder, Token: i.Token, HeldFor: i.HeldFor(now)}
+	}
+	pre := ierr == nil && info.Held
+	if pre {
+		r.write(rctx, revoked(info))
+	}
+	got, err := r.inner.Revoke(ctx, name)
+	if err == nil && (!pre || got.Token != info.Token) {
+		// The holder changed between the read and the revoke.
+		r.write(rctx, revoked(got))
+	}
+	return got, err
+}
+
+// Inspect implements coord.Coordinator.
+func (r *Recorder) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+	return r.inner.Inspect(ctx, name)
+}
+
+// List implements coord.Coordinator.
+func (r *Recorder) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	return r.inner.List(ctx, prefix)
+}
+
+// Watch implements coord.Coordinator.
+func (r *Recorder) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+	return r.inner.Watch(ctx, prefix)
+}
+
+// Describe implements coord.Coordinator.
+func (r *Recorder) Describe() string { return r.inner.Describe() }
+
+// Close writes what is still pending (briefly) and closes the decorated
+// coordinator.
+func (r *Recorder) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.RecordTimeout)
+	defer cancel()
+	if err := r.pending.Flush(ctx); err != nil {
+		r.log.Warn("history: events could not be recorded", "events", r.pending.Len(), "err", err)
+	}
+	return r.inner.Close()
+}
+
+// AttachProcess implements coord.ProcessAttacher when the decorated
+// coordinator does; otherwise it does nothing and returns nil, as such
+// backends ignore AcquireOptions.Process.
+func (r *Recorder) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
+	if a, ok := r.inner.(coord.ProcessAttacher); ok {
+		return a.AttachProcess(ctx, name, leaseID, p)
+	}
+	return nil
+}
+
+// Record implements coord.Historian: it writes the events still pending,
+// then ev; when that fails, ev is kept to be written later and the error is
+// returned. A zero ev.Time is now.
+func (r *Recorder) Record(ctx context.Context, ev coord.HistoryEvent) error {
+	if ev.Time.IsZero() {
+		ev.Time = r.opts.Now()
+	}
+	return r.pending.Record(ctx, ev)
+}
+
+// Append records events in order, as Record does.
+func (r *Recorder) Append(ctx context.Context, evs []coord.HistoryEvent) error {
+	now := r.opts.Now()
+	evs = append([]coord.HistoryEvent(nil), evs...)
+	for i := range evs {
+		if evs[i].Time.IsZero() {
+			evs[i].Time = now
+		}
+	}
+	return r.pending.Append(ctx, evs)
+}
+
+// History implements coord.Historian.
+func (r *Recorder) History(ctx context.Context, lock string, limit int) ([]coord.HistoryEvent, error) {
+	return r.store.History(ctx, lock, limit)
+}
+
+// Since implements Reader.
+func (r *Recorder) Since(ctx context.Context, lock string, after uint64) ([]Entry, error) {
+	return r.store.Since(ctx, lock, after)
+}
+
+// Heads implements Reader.
+func (r *Recorder) Heads(ctx context.Context) ([]Head, error) { return r.store.Heads(ctx) }
+
+// Pending returns the number of events not yet written.
+func (r *Recorder) Pending() int { return r.pending.Len() }
+
+// write records events on the Recorder's own behalf: failures are logged,
+// and the events kept for later.
+func (r *Recorder) write(ctx context.Context, evs ...coord.HistoryEvent) {
+	err := r.pending.Append(ctx, evs)
+	if err == nil {
+		return
+	}
+	level := slog.LevelWarn
+	if errors.Is(err, coord.ErrInvalid) {
+		level = slog.LevelDebug // nothing an operator can do about it
+	}
+	r.log.Log(ctx, level, "history: could not record event", "lock", evs[0].Lock, "kind", string(evs[len(evs)-1].Kind),
+		"pending", r.pending.Len(), "err", err)
+}
+
+// lastLeaseEvent returns the latest acquired, released, revoked or expired
+// event among the last scanBack events of lock.
+func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (coord.HistoryEvent, bool) {
+	evs, err := r.store.History(ctx, lock, scanBack)
+	if err != nil {
+		r.log.Debug("history: could not read the lock's last events", "lock", lock, "err", err)
+		return coord.HistoryEvent{}, false
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		switch evs[i].Kind {
+		case coord.HistAcquired, coord.HistReleased, coord.HistRevoked, coord.HistExpired:
+			return evs[i], true
+		}
+	}
+	return coord.HistoryEvent{}, false
+}
+
+func (r *Recorder) remember(id string, h heldLease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.held) >= maxHeld {
+		for k := range r.held {
+			delete(r.held, k)
+			break
+		}
+	}
+	r.held[id] = h
+}
+
+func (r *Recorder) forget(id string) (heldLease, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.held[id]
+	delete(r.held, id)
+	return h, ok
+}
