@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/fence-dev/fence/pkg/config"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/pkg/history/auto"
+	"github.com/fence-dev/fence/pkg/logging"
 )
 
 // IOStreams are a command's standard streams.
@@ -63,6 +67,8 @@ type Factory struct {
 	Coordinator func(ctx context.Context) (coord.Coordinator, error)
 	// Now reads the wall clock (for "held for").
 	Now func() time.Time
+	// Logger is the structured log on stderr (--log-format, --log-level).
+	Logger func() (*slog.Logger, error)
 
 	flags *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
 }
@@ -87,13 +93,30 @@ func NewFactory(ios *IOStreams) *Factory {
 		})
 		return cfg, err
 	}
+	f.Logger = func() (*slog.Logger, error) {
+		cfg, err := f.Config()
+		if err != nil {
+			return nil, err
+		}
+		return logging.New(f.IO.ErrOut, cfg.LogFormat, cfg.LogLevel)
+	}
 	f.Coordinator = func(ctx context.Context) (coord.Coordinator, error) {
 		cfg, err := f.Config()
 		if err != nil {
 			return nil, err
 		}
-		c, err := config.Open(ctx, cfg)
+		logger, err := f.Logger()
 		if err != nil {
+			return nil, err
+		}
+		inner, err := config.Open(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		// Every command records its lease events in the lock's history.
+		c, err := auto.Wrap(inner, history.WithLogger(logger))
+		if err != nil {
+			inner.Close()
 			return nil, err
 		}
 		if cfg.Verbose {

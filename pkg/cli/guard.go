@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 	"unicode/utf8"
 
@@ -40,14 +41,15 @@ state directory (local) or under the key prefix (etcd).`,
 }
 
 func newCmdGuardPut(f *Factory) *cobra.Command {
-	var token string
+	var token, lock string
 	cmd := &cobra.Command{
 		Use:   "put KEY --token N [VALUE | -]",
 		Short: "Write a fenced value (exit 77 when a larger token was accepted)",
 		Long: `Write VALUE under KEY with fencing token N. The write is accepted when N is at
 least the largest token accepted for KEY so far (so one holder may write many
 times), and refused with exit 77 when it is smaller; the accepted token is
-named on stderr. With "-" or no VALUE, the value is read from standard input
+named on stderr, and the refusal is recorded in the history of --lock (default
+$FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the value is read from standard input
 (at most 1 MiB).`,
 		Example: `  fence run report -- sh -c 'make-report | fence guard put reports/latest --token "$FENCE_TOKEN" -'`,
 		Args:    cobra.RangeArgs(1, 2),
@@ -67,10 +69,26 @@ named on stderr. With "-" or no VALUE, the value is read from standard input
 			if err != nil {
 				return err
 			}
-			return withGuard(cmd.Context(), f, func(g guard.Guard) error {
-				err := g.Put(cmd.Context(), key, tok, value)
+			if lock == "" {
+				lock = os.Getenv("FENCE_LOCK") // set by fence run for its command
+			}
+			if lock != "" {
+				if err := coord.ValidateName(lock); err != nil {
+					return err
+				}
+			}
+			ctx := cmd.Context()
+			return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
+				err := g.Put(ctx, key, tok, value)
 				var stale *guard.StaleError
 				if errors.As(err, &stale) {
+					if h, ok := c.(coord.Historian); ok && lock != "" {
+						ev := coord.HistoryEvent{Time: f.Now(), Lock: lock, Kind: coord.HistStaleRefused,
+							Key: key, Token: stale.Token, AcceptedToken: stale.Accepted}
+						if herr := h.Record(ctx, ev); herr != nil {
+							f.verbosef("could not record the stale refusal: %v", herr)
+						}
+					}
 					return exitcode.New(exitcode.Stale, fmt.Errorf("stale token %d for %s: token %d was accepted", stale.Token, output.Clean(key), stale.Accepted))
 				}
 				return err
@@ -78,6 +96,7 @@ named on stderr. With "-" or no VALUE, the value is read from standard input
 		},
 	}
 	cmd.Flags().StringVar(&token, "token", "", "the writer's fencing token")
+	cmd.Flags().StringVar(&lock, "lock", "", "the lock whose history records a refused write (default $FENCE_LOCK)")
 	return cmd
 }
 
@@ -119,7 +138,7 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return withGuard(cmd.Context(), f, func(g guard.Guard) error {
+			return withGuard(cmd.Context(), f, func(_ coord.Coordinator, g guard.Guard) error {
 				v, err := g.Get(cmd.Context(), key)
 				if errors.Is(err, guard.ErrNotFound) {
 					return exitcode.New(exitcode.No, fmt.Errorf("no value was written for %s", output.Clean(key)))
@@ -154,7 +173,7 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 }
 
 // withGuard opens the coordinator and the guard store beside it.
-func withGuard(ctx context.Context, f *Factory, fn func(guard.Guard) error) error {
+func withGuard(ctx context.Context, f *Factory, fn func(coord.Coordinator, guard.Guard) error) error {
 	cfg, err := f.Config()
 	if err != nil {
 		return err
@@ -164,6 +183,6 @@ func withGuard(ctx context.Context, f *Factory, fn func(guard.Guard) error) erro
 		if err != nil {
 			return err
 		}
-		return fn(g)
+		return fn(c, g)
 	})
 }

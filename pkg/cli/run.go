@@ -67,18 +67,23 @@ that fence did not send), 75 when the lock was busy (--conflict-exit-code),
 	return cmd
 }
 
-// runArgs wants LOCK and a command after it.
+// runArgs wants LOCK, "--" and a command after it. The "--" is required:
+// without it, flags meant for the command (`fence run L rsync -n ...`) would
+// be taken as fence's own, silently.
 func runArgs(cmd *cobra.Command, args []string) error {
-	if len(args) == 0 {
+	dash := cmd.ArgsLenAtDash()
+	if len(args) == 0 || dash == 0 {
 		return usageErrorf("run needs a LOCK and a command: fence run LOCK [flags] -- COMMAND [ARG...]")
 	}
 	if _, err := ParseLockName(args[0]); err != nil {
 		return err
 	}
-	if len(args) == 1 {
+	switch {
+	case len(args) == 1:
 		return usageErrorf("run needs a command after the lock: fence run %s -- COMMAND [ARG...]", args[0])
-	}
-	if dash := cmd.ArgsLenAtDash(); dash > 1 {
+	case dash < 0:
+		return usageErrorf("run needs \"--\" before the command (so that its flags are not taken as fence's): fence run %s [flags] -- %s", args[0], strings.Join(args[1:], " "))
+	case dash > 1:
 		return usageErrorf("run takes one LOCK before \"--\", got %d arguments: %q", dash, args[:dash])
 	}
 	return nil

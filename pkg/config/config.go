@@ -45,6 +45,8 @@ const (
 	KeyHolder            = "holder"
 	KeyConfig            = "config"
 	KeyVerbose           = "verbose"
+	KeyLogFormat         = "log-format"
+	KeyLogLevel          = "log-level"
 	// KeyPassword is not a flag nor a file key: only FENCE_PASSWORD sets it.
 	KeyPassword = "password"
 )
@@ -62,6 +64,7 @@ const EnvPassword = "FENCE_PASSWORD"
 var fileKeys = []string{
 	KeyStateDir, KeyEndpoints, KeyPrefix, KeyCACert, KeyCert, KeyKey, KeyUser,
 	KeyPasswordFile, KeyInsecureTransport, KeyDialTimeout, KeyHolder, KeyVerbose,
+	KeyLogFormat, KeyLogLevel,
 }
 
 // Source says where a setting's value came from.
@@ -113,6 +116,9 @@ type Config struct {
 	File string
 	// Verbose asks for progress messages on stderr.
 	Verbose bool
+	// LogFormat ("text", "json") and LogLevel ("debug" ... "error") shape
+	// the structured log on stderr.
+	LogFormat, LogLevel string
 
 	sources map[string]Source
 	pwFile  string // password-file setting, read lazily by Validate
@@ -133,6 +139,8 @@ func AddFlags(fs *pflag.FlagSet) {
 	fs.String(KeyHolder, "", "holder identity (default HOSTNAME:PID)")
 	fs.String(KeyConfig, "", "config file (default $XDG_CONFIG_HOME/fence/config.yaml, then /etc/fence/config.yaml)")
 	fs.BoolP(KeyVerbose, "v", false, "print progress messages on stderr")
+	fs.String(KeyLogFormat, "text", "format of log messages on stderr: text or json")
+	fs.String(KeyLogLevel, "warn", "least severe log messages shown: debug, info, warn or error")
 }
 
 // EnvName is the environment variable of a setting: FENCE_STATE_DIR for
@@ -197,6 +205,8 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	c.User = str(KeyUser)
 	c.pwFile = str(KeyPasswordFile)
 	c.Holder = str(KeyHolder)
+	c.LogFormat = str(KeyLogFormat)
+	c.LogLevel = str(KeyLogLevel)
 	if err != nil {
 		return nil, err
 	}
