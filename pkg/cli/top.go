@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -86,8 +88,12 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	if !f.IO.IsStdoutTTY() {
 		return exitcode.New(exitcode.Failure, errNoTerminal)
 	}
-	// A signal ends the dashboard as q does, so the terminal is restored.
-	ctx, _, stop := interruptible(ctx)
+	// Bubble Tea ends the program itself on SIGINT and SIGTERM and restores
+	// the terminal. A second handler for them would race its own, and the
+	// loser deadlocks Bubble Tea's shutdown (charmbracelet/bubbletea#1806).
+	// SIGHUP, the terminal going away, is left to us: it ends the dashboard
+	// through ctx, as q does.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
 	defer stop()
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		err := tui.Run(ctx, c, tui.Options{
@@ -97,8 +103,8 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 			Output:  f.IO.Out,
 		})
 		if errors.Is(err, tea.ErrInterrupted) {
-			// SIGINT reached Bubble Tea's own handler first: the
-			// terminal is restored all the same.
+			// SIGINT from outside (on the raw terminal ctrl-c is a
+			// key): the terminal is restored, as on q.
 			return nil
 		}
 		if err != nil {
