@@ -1,0 +1,317 @@
+// Command bench is fence's benchmark harness. It measures fence side by side
+// with flock(1) and etcdctl lock (etcd 3.7, on the same etcd server), and
+// writes docs/benchmarks.md with its tables and SVG charts.
+//
+// Run it through bench/run (which installs missing Debian tools first):
+//
+//	bash bench/run            # the whole harness, about 6-8 minutes on 2 cores
+//	bash bench/run --smoke    # every section at toy sizes (CI): no timings asserted
+//
+// or directly: go run ./bench/cmd/bench [flags]. Flags:
+//
+//	--smoke            tiny sizes; the report goes to the work directory
+//	--out DIR          where benchmarks.md and benchmarks/ go (default docs/,
+//	                   or the work directory with --smoke)
+//	--keep             keep the work directory (binaries, logs, raw results)
+//	--etcd-data-dir D  etcd's data directory (default: a fresh directory on
+//	                   tmpfs, /dev/shm, so that disk fsync latency, the same
+//	                   for both tools, does not drown the difference)
+//	--render FILE      only rewrite the report from a results.json
+//	                   (after editing the report's text or floors.md)
+//
+// The sections, each described in docs/benchmarks.md: whole-process time of
+// one locked `true` (hyperfine), peak memory (/usr/bin/time -v), handoff
+// latency between processes (CLOCK_BOOTTIME stamps written by bench/cmd/stamp),
+// contended throughput (Go benchmark bench/contended), scale (10,000 leases
+// renewed by one process, `fence list` over them, the dashboard's frame).
+//
+// The hidden subcommand `bench leases` is the 10,000-lease holder that the
+// scale section starts.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is what the flags chose, plus the paths the harness set up.
+type config struct {
+	smoke       bool
+	out         string
+	keep        bool
+	etcdDataDir string
+
+	root    string // repository root
+	work    string // work directory
+	fence   string // built binaries
+	etcdctl string
+	stamp   string
+	self    string // this program, for `bench leases`
+	env     []string
+	log     io.Writer // progress, on stderr
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "leases" {
+		os.Exit(leasesMain(os.Args[2:]))
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := &config{log: os.Stderr}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.BoolVar(&cfg.smoke, "smoke", false, "run every section at toy sizes (CI); timings are not asserted")
+	fs.StringVar(&cfg.out, "out", "", "directory for benchmarks.md and benchmarks/ (default docs/, or the work directory with --smoke)")
+	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory")
+	fs.StringVar(&cfg.etcdDataDir, "etcd-data-dir", "", "etcd data directory (default: a fresh directory under /dev/shm)")
+	fromJSON := fs.String("render", "", "only rewrite the report from this results.json (no measurement)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	started := time.Now()
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	cfg.root = root
+	if *fromJSON != "" {
+		return render(cfg, *fromJSON)
+	}
+	if err := checkTools(); err != nil {
+		return err
+	}
+	if cfg.work, err = os.MkdirTemp("", "fence-bench-"); err != nil {
+		return err
+	}
+	if cfg.keep {
+		cfg.logf("work directory: %s", cfg.work)
+	} else {
+		defer os.RemoveAll(cfg.work)
+	}
+	if cfg.out == "" {
+		cfg.out = filepath.Join(root, "docs")
+		if cfg.smoke {
+			cfg.out = filepath.Join(cfg.work, "report")
+		}
+	}
+	cfg.env = cleanEnv(cfg.work)
+	if err := build(ctx, cfg); err != nil {
+		return err
+	}
+	if cfg.self, err = os.Executable(); err != nil {
+		return err
+	}
+
+	res := &Results{Smoke: cfg.smoke, Started: started.UTC()}
+	load := startLoadSampler(2 * time.Second)
+	res.Machine = machineInfo(ctx, cfg)
+
+	etcdDir := cfg.etcdDataDir
+	if etcdDir == "" {
+		var cleanup func()
+		etcdDir, cleanup = tmpfsDir(cfg)
+		if !cfg.keep {
+			defer cleanup()
+		}
+	}
+	srv, err := startEtcd(ctx, etcdDir, filepath.Join(cfg.work, "etcd.log"))
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	res.Machine.EtcdDataDir = describeFS(etcdDir)
+	res.Machine.StateDir = describeFS(cfg.work)
+
+	sections := []struct {
+		name string
+		fn   func(context.Context, *config, *etcdServer, *Results) error
+	}{
+		{"whole-process time", runWholeProcess},
+		{"peak memory", runMemory},
+		{"handoff latency", runHandoff},
+		{"contended throughput", runContended},
+		{"scale", runScale},
+	}
+	for _, s := range sections {
+		t0 := time.Now()
+		cfg.logf("== %s", s.name)
+		if err := s.fn(ctx, cfg, srv, res); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		res.SectionSeconds = append(res.SectionSeconds, SectionTime{s.name, time.Since(t0).Seconds()})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	res.Load = load.stop()
+	res.Seconds = time.Since(started).Seconds()
+	res.evaluate()
+	if err := writeReport(cfg, res); err != nil {
+		return err
+	}
+	cfg.logf("wrote %s (%.0fs)", filepath.Join(cfg.out, "benchmarks.md"), res.Seconds)
+	if cfg.smoke {
+		cfg.logf("smoke run: the harness works; its timings are not meant to be read or asserted")
+	}
+	for _, t := range res.Targets {
+		cfg.logf("  %-52s %s", t.Name, t.Verdict())
+	}
+	return nil
+}
+
+func (c *config) logf(format string, args ...any) {
+	fmt.Fprintf(c.log, "bench: "+format+"\n", args...)
+}
+
+// size picks the full or the smoke value.
+func (c *config) size(full, smoke int) int {
+	if c.smoke {
+		return smoke
+	}
+	return full
+}
+
+func (c *config) dur(full, smoke time.Duration) time.Duration {
+	if c.smoke {
+		return smoke
+	}
+	return full
+}
+
+// repoRoot is the directory of fence's go.mod, found from the working
+// directory upwards.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/fence-dev/fence\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from inside the fence repository (no go.mod of github.com/fence-dev/fence above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// checkTools names the Debian packages of missing tools in one error.
+func checkTools() error {
+	var missing []string
+	for _, t := range []struct{ path, pkg string }{
+		{"hyperfine", "hyperfine"}, {"flock", "util-linux"}, {"/usr/bin/time", "time"},
+		{etcdBinary(), "etcd-server"}, {"go", "golang (Go 1.26)"},
+	} {
+		if _, err := exec.LookPath(t.path); err != nil {
+			missing = append(missing, t.pkg)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing tools; install the Debian packages %s (bench/run does this as root)", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// cleanEnv is the environment of every measured process: no FENCE_ or
+// ETCDCTL_ variables from the caller, no config file (XDG_CONFIG_HOME points
+// into the work directory).
+func cleanEnv(work string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "FENCE_") || strings.HasPrefix(kv, "ETCDCTL_") ||
+			strings.HasPrefix(kv, "XDG_CONFIG_HOME=") || strings.HasPrefix(kv, "XDG_STATE_HOME=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "XDG_CONFIG_HOME="+filepath.Join(work, "xdg-config"), "XDG_STATE_HOME="+filepath.Join(work, "xdg-state"))
+}
+
+// build compiles fence (as `go build ./cmd/fence`), the stamp helper and
+// etcdctl 3.7 from the tools-only module bench/tools.
+func build(ctx context.Context, cfg *config) error {
+	bin := filepath.Join(cfg.work, "bin")
+	cfg.fence, cfg.stamp, cfg.etcdctl = filepath.Join(bin, "fence"), filepath.Join(bin, "stamp"), filepath.Join(bin, "etcdctl")
+	steps := []struct {
+		dir  string
+		args []string
+	}{
+		{cfg.root, []string{"build", "-o", cfg.fence, "./cmd/fence"}},
+		{cfg.root, []string{"build", "-o", cfg.stamp, "./bench/cmd/stamp"}},
+		{filepath.Join(cfg.root, "bench", "tools"), []string{"build", "-o", cfg.etcdctl, "go.etcd.io/etcd/etcdctl/v3"}},
+	}
+	for _, s := range steps {
+		t0 := time.Now()
+		cmd := exec.CommandContext(ctx, "go", s.args...)
+		cmd.Dir = s.dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go %s (in %s): %v\n%s", strings.Join(s.args, " "), s.dir, err, out)
+		}
+		cfg.logf("built %s (%.1fs)", filepath.Base(s.args[2]), time.Since(t0).Seconds())
+	}
+	return nil
+}
+
+// render rewrites the report from saved results (after a change to the
+// report's text or to floors.md).
+func render(cfg *config, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if cfg.out == "" {
+		cfg.out = filepath.Join(cfg.root, "docs")
+	}
+	res.evaluate()
+	if err := writeReport(cfg, &res); err != nil {
+		return err
+	}
+	cfg.logf("wrote %s from %s", filepath.Join(cfg.out, "benchmarks.md"), path)
+	return nil
+}
+
+// tmpfsDir returns a fresh directory on /dev/shm, or one in the work
+// directory when there is no tmpfs, and how to remove it.
+func tmpfsDir(cfg *config) (string, func()) {
+	if d, err := os.MkdirTemp("/dev/shm", "fence-bench-etcd-"); err == nil {
+		return d, func() { os.RemoveAll(d) }
+	}
+	return filepath.Join(cfg.work, "etcd-data"), func() {}
+}
+
+// writeJSON writes v indented to path.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fence-dev/fence/bench/internal/stats"
+)
+
+// Results is everything one run measured; it is also written as
+// docs/benchmarks/results.json.
+type Results struct {
+	Smoke          bool
+	Started        time.Time
+	Seconds        float64
+	SectionSeconds []SectionTime
+	Machine        Machine
+	Load           LoadStats
+
+	Run       RunResults
+	Memory    MemoryResults
+	Handoff   HandoffResults
+	Contended ContendedResults
+	Scale     ScaleResults
+
+	Targets []Target
+}
+
+// SectionTime is how long one section of the harness took.
+type SectionTime struct {
+	Name    string
+	Seconds float64
+}
+
+// Measure is one measured command or loop, summarised.
+type Measure struct {
+	Name string
+	// Cmd is the command line as measured (empty for Go loops).
+	Cmd  string
+	Unit string
+	S    stats.Summary
+}
+
+// find returns the measure called name (a zero Measure when absent).
+func find(ms []Measure, name string) Measure {
+	for _, m := range ms {
+		if m.Name == name {
+			return m
+		}
+	}
+	return Measure{Name: name}
+}
+
+// RunResults: whole-process time of one locked `true` (section 1).
+type RunResults struct {
+	Runs   int // runs per command, over all rounds
+	Rounds int // hyperfine invocations, alternating the commands
+	Local  []Measure
+	Etcd   []Measure
+	// Phases splits each tool's time around its command.
+	Phases []Phase
+}
+
+// MemoryResults: peak resident memory (section 5).
+type MemoryResults struct {
+	Runs int
+	// Peak is /usr/bin/time's maximum resident set size, in MiB.
+	Peak []Measure
+	// Holding is the resident memory of each process while a lock is held
+	// around a command that waits (fence and its watchdog counted apart), in
+	// MiB.
+	Holding []Measure
+}
+
+// HandoffResults: from one holder's command ending to the next holder's
+// command starting (section 2).
+type HandoffResults struct {
+	Waiters []int
+	Tools   []string
+	// Gaps[tool][i] is the gap for Waiters[i], in ms.
+	Gaps map[string][]Measure
+	// StartCost is the time from fork to the stamp helper's first stamp, when
+	// the harness starts it directly: the part of every gap that is the
+	// command's own start, for every tool alike.
+	StartCost Measure
+	// GoAPI is the coordinators' own handoff through the Go API, without
+	// processes (pkg/coord/etcd and pkg/coord/local BenchmarkHandoff): the
+	// median of each run, ms.
+	GoAPI []Measure
+}
+
+// ContendedResults: acquire, guarded write, release in a loop (section 3).
+type ContendedResults struct {
+	Workers   []int
+	Impls     []string
+	Count     int
+	Benchtime string
+	// Ops[impl][i] is the throughput with Workers[i] goroutines, in ops/s.
+	Ops map[string][]Measure
+}
+
+// ScaleResults: section 4.
+type ScaleResults struct {
+	Leases []LeaseScale
+	List   []Measure // `fence list` whole-process time, ms, per backend
+	// Frame is the dashboard's frame time at 10,000 locks (tui's Go
+	// benchmarks), in ms.
+	Frame []Measure
+}
+
+// LeaseScale is one process holding and renewing many leases.
+type LeaseScale struct {
+	Backend        string
+	Leases         int
+	TTL            string
+	AcquireSeconds float64
+	WindowSeconds  float64
+	CPUSeconds     float64 // user + system over the window
+	CPUShare       float64 // CPUSeconds / WindowSeconds: 1.0 = one core
+	UserShare      float64
+	SysShare       float64
+	Renewals       int // acknowledged renewals in the window
+	RenewFailures  int
+	Lost           int    // leases lost while held (should be 0)
+	LostFirst      string // the error of the first lost lease
+	RSSMiB         float64
+	HWMMiB         float64
+	HeapMiB        float64
+	Goroutines     int
+}
+
+// Target is one of the issue's targets, checked against the figures.
+type Target struct {
+	Name   string
+	Goal   string
+	Value  string
+	Met    bool
+	Absent bool // not measured in this run
+}
+
+// Verdict is "met", "MISSED" or "not measured".
+func (t Target) Verdict() string {
+	switch {
+	case t.Absent:
+		return "not measured"
+	case t.Met:
+		return "met (" + t.Value + ")"
+	default:
+		return "MISSED (" + t.Value + ")"
+	}
+}
+
+// Target names, used by the report to pick its explanations.
+const (
+	TargetLocalRun  = "local fence run vs flock"
+	TargetEtcdRun   = "etcd fence run vs etcdctl lock"
+	TargetHandoff   = "handoff median on loopback"
+	TargetContended = "contended throughput vs concurrency.Mutex"
+	TargetLeases    = "10,000 renewed leases (etcd)"
+	TargetLeasesLoc = "renewed leases (local), per 10,000"
+)
+
+// evaluate fills Targets from the figures.
+func (r *Results) evaluate() {
+	r.Targets = nil
+	add := func(t Target) { r.Targets = append(r.Targets, t) }
+
+	fl, fk := find(r.Run.Local, nameFenceLocal), find(r.Run.Local, nameFlock)
+	t := Target{Name: TargetLocalRun, Goal: "≤ 3x flock's wall time (medians)", Absent: fl.S.N == 0 || fk.S.N == 0}
+	if !t.Absent {
+		ratio := stats.RatioOf(fl.S, fk.S)
+		t.Value, t.Met = ratio.String(), ratio.Median <= 3
+	}
+	add(t)
+
+	fe, ec := find(r.Run.Etcd, nameFenceEtcd), find(r.Run.Etcd, nameEtcdctl)
+	t = Target{Name: TargetEtcdRun, Goal: "≤ 1x etcdctl lock's wall time (medians)", Absent: fe.S.N == 0 || ec.S.N == 0}
+	if !t.Absent {
+		ratio := stats.RatioOf(fe.S, ec.S)
+		t.Value, t.Met = ratio.String(), ratio.Median <= 1
+	}
+	add(t)
+
+	t = Target{Name: TargetHandoff, Goal: "median < 2 ms, fence on etcd, every waiter count", Absent: true}
+	worst, worstN := 0.0, 0
+	for i, m := range r.Handoff.Gaps[toolFenceEtcd] {
+		if m.S.N == 0 {
+			continue
+		}
+		t.Absent = false
+		if m.S.Median > worst {
+			worst, worstN = m.S.Median, r.Handoff.Waiters[i]
+		}
+	}
+	if !t.Absent {
+		t.Value = fmt.Sprintf("worst median %s ms, at %d waiter(s)", stats.Num(worst), worstN)
+		t.Met = worst < 2
+	}
+	add(t)
+
+	t = Target{Name: TargetContended, Goal: "≥ 0.9x the raw Mutex loop (medians), every N", Absent: true}
+	worstR, worstW := 0.0, 0
+	for i, f := range r.Contended.Ops[implFence] {
+		m := r.Contended.Ops[implMutex][i]
+		if f.S.N == 0 || m.S.N == 0 {
+			continue
+		}
+		ratio := stats.RatioOf(f.S, m.S).Median
+		if t.Absent || ratio < worstR {
+			worstR, worstW = ratio, r.Contended.Workers[i]
+		}
+		t.Absent = false
+	}
+	if !t.Absent {
+		t.Value = fmt.Sprintf("lowest %sx, at %d goroutine(s)", stats.Num(worstR), worstW)
+		t.Met = worstR >= 0.9
+	}
+	add(t)
+
+	for _, l := range r.Scale.Leases {
+		name := TargetLeases
+		switch l.Backend {
+		case "local":
+			name = TargetLeasesLoc
+		case "etcd":
+		default:
+			continue // a reference, not fence
+		}
+		// Renewal work grows with the number of leases: a run with fewer
+		// than 10,000 is scaled up to 10,000.
+		share := l.CPUShare * 10000 / float64(l.Leases)
+		v := fmt.Sprintf("%s%% of one core for %d leases", stats.Num(100*l.CPUShare), l.Leases)
+		if l.Leases != 10000 {
+			v += fmt.Sprintf(", so about %s%% for 10,000", stats.Num(100*share))
+		}
+		if l.Lost > 0 {
+			v += fmt.Sprintf("; %d leases lost", l.Lost)
+		}
+		add(Target{Name: name, Goal: "≤ 5% of one core", Value: v, Met: share <= 0.05 && l.Lost == 0})
+	}
+}
+
+// target returns the target called name.
+func (r *Results) target(name string) Target {
+	for _, t := range r.Targets {
+		if t.Name == name {
+			return t
+		}
+	}
+	return Target{Name: name, Absent: true}
+}
