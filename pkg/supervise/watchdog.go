@@ -80,15 +80,16 @@ type watchdog struct {
 	cg     *cgroup
 	leader int // the command's PID = its PGID
 
-	leaseStop  clock.Boot
-	stopping   string     // reason of the stop sequence, "" before
-	cleaning   bool       // the command ended; its leftovers are being stopped
-	killAt     clock.Boot // SIGKILL time once stopping or cleaning
-	killed     bool
-	sweeps     int       // SIGKILL passes so far
-	exit       *exitInfo // the command's status, once reaped
-	leftovers  int
-	foreground bool
+	leaseStop   clock.Boot
+	stopping    string     // reason of the stop sequence, "" before
+	cleaning    bool       // the command ended; its leftovers are being stopped
+	killAt      clock.Boot // SIGKILL time once stopping or cleaning
+	killed      bool
+	sweeps      int       // SIGKILL passes so far
+	emptyChecks int       // looks for an empty tree since the command ended
+	exit        *exitInfo // the command's status, once reaped
+	leftovers   int
+	foreground  bool
 }
 
 func (w *watchdog) run() error {
@@ -167,6 +168,12 @@ func (w *watchdog) run() error {
 			// uninterruptible sleep may take long to die.
 			wake = now.Add(min(sweep<<min(w.sweeps, 5), recheck))
 			w.sweeps++
+		case w.exit != nil && w.leftovers == 0:
+			// The command ended and left nothing that was seen: its
+			// cgroup empties a moment after the last exit, with no event
+			// to wake us, so look again soon, backing off from 1ms.
+			wake = min(wake, w.killAt, now.Add(time.Millisecond<<min(w.emptyChecks, 6)))
+			w.emptyChecks++
 		case w.stopping != "" || w.cleaning:
 			wake = min(wake, w.killAt)
 		default:
@@ -337,8 +344,9 @@ func (w *watchdog) reap() {
 
 // treeEmpty reports whether no live process of the command's tree is left.
 func (w *watchdog) treeEmpty() bool {
-	if w.cg != nil && w.cg.populated() {
-		return false
+	if w.cg != nil {
+		// No process leaves a cgroup on its own: the cgroup is the tree.
+		return !w.cg.populated()
 	}
 	ds, err := proc.Descendants(w.self)
 	if err != nil {
