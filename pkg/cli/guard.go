@@ -35,6 +35,8 @@ one atomic step. A holder that was paused past its lease and wakes up with an
 old token is refused (exit 77). Values live beside the coordinator: under the
 state directory (local) or under the key prefix (etcd).`,
 		Args: noArgs,
+		// Runnable, so that "fence guard bogus" is an error (noArgs), not help.
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newCmdGuardPut(f), newCmdGuardGet(f))
 	return cmd

@@ -72,8 +72,9 @@ type Options struct {
 	// fencing.DefaultMargin and TTL/3).
 	Margin, RenewInterval time.Duration
 	// Executable is the fence binary to run as the watchdog (default
-	// /proc/self/exe: the running binary, even if replaced on disk since).
-	// Its main must dispatch WatchdogArg to WatchdogMain.
+	// /proc/self/exe: the running binary, even if replaced on disk since,
+	// started with fence's own os.Args[0] as its argv[0]). Its main must
+	// dispatch WatchdogArg to WatchdogMain.
 	Executable string
 	// NoCgroup keeps the command out of a cgroup of its own even where one
 	// could be made; the watchdog then finds the command's descendants as

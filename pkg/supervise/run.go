@@ -100,6 +100,13 @@ func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
 	if err != nil {
 		return exitcode.Failure, err
 	}
+	if p.MetricsFile != "" {
+		// Checked here, not in run: there is no file to write the metrics of
+		// this failure to.
+		if st, err := os.Stat(filepath.Dir(p.MetricsFile)); err != nil || !st.IsDir() {
+			return exitcode.Failure, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
+		}
+	}
 	r := &runner{p: p, c: c, m: metrics{lock: p.Lock}}
 	code, err := r.run(ctx)
 	r.m.exitCode = code
@@ -157,11 +164,6 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	path, args, err := resolve(p, env)
 	if err != nil {
 		return execCode(err), err
-	}
-	if p.MetricsFile != "" {
-		if st, err := os.Stat(filepath.Dir(p.MetricsFile)); err != nil || !st.IsDir() {
-			return exitcode.Failure, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
-		}
 	}
 
 	// Signals: forwarded to the command once it runs; before, they end the
@@ -299,6 +301,12 @@ func (r *runner) startWatchdog() error {
 		return fmt.Errorf("start watchdog: %w", err)
 	}
 	cmd := exec.Command(exe, WatchdogArg)
+	if p.Executable == "" && len(os.Args) > 0 && os.Args[0] != "" {
+		// The running binary under the name it was started as (ps shows
+		// "fence __watchdog"), so that a binary that dispatches on argv[0]
+		// (a multi-call binary, testscript's commands) runs as fence again.
+		cmd.Args[0] = os.Args[0]
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
 	if cmd.Stdin == nil {
 		cmd.Stdin = os.Stdin

@@ -5,6 +5,7 @@ package scripttest
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +26,10 @@ var Commands = map[string]func(){
 
 // Params runs the scripts in dir on the local coordinator, with its state in
 // $WORK/state, no FENCE_ variable from outside and no config file outside
-// $WORK. Scripts get the expect command and the variables LONG256, LONG257,
-// CTRL, NEWLINE, TAB and ESC (lock names a script cannot write literally).
+// $WORK. Scripts get the commands expect, start, signal, expectbg and
+// waitfile (background processes: see background.go) and the variables
+// LONG256, LONG257, CTRL, NEWLINE, TAB and ESC (lock names a script cannot
+// write literally).
 func Params(dir string) testscript.Params {
 	return testscript.Params{
 		Dir: dir,
@@ -49,7 +52,11 @@ func Params(dir string) testscript.Params {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"expect": cmdExpect,
+			"expect":   cmdExpect,
+			"start":    cmdStart,
+			"signal":   cmdSignal,
+			"expectbg": cmdExpectBg,
+			"waitfile": cmdWaitFile,
 		},
 	}
 }
@@ -81,10 +88,54 @@ func cmdExpect(ts *testscript.TestScript, neg bool, args []string) {
 	if got != want {
 		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
 	}
-	stderr := ts.ReadFile("stderr")
-	if got != 0 && stderr != "" && args[1] == "fence" && !OneErrorLine.MatchString(stderr) {
-		ts.Fatalf("stderr is not one line starting with \"fence: \": %q", stderr)
+	if err := checkStderr(args[1:], got, ts.ReadFile("stderr")); err != nil {
+		ts.Fatalf("%v", err)
 	}
+}
+
+// checkStderr applies expect's rule to what PROGRAM ARGS... (args) printed
+// on stderr when it exited with code. The command of `fence run` has the
+// same stderr: there only fence's own lines are checked, at most one of
+// them.
+func checkStderr(args []string, code int, stderr string) error {
+	if code == 0 || stderr == "" || args[0] != "fence" {
+		return nil
+	}
+	switch run, verbose := isRun(args[1:]); {
+	case run && verbose:
+		return nil
+	case !run:
+		if !OneErrorLine.MatchString(stderr) {
+			return fmt.Errorf("stderr is not one line starting with \"fence: \": %q", stderr)
+		}
+		return nil
+	}
+	var own []string
+	for _, l := range strings.SplitAfter(stderr, "\n") {
+		if strings.HasPrefix(l, "fence: ") || strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "goroutine ") || strings.HasPrefix(l, "Usage:") {
+			own = append(own, l)
+		}
+	}
+	if len(own) > 1 || (len(own) == 1 && !OneErrorLine.MatchString(own[0])) {
+		return fmt.Errorf("fence run printed more than one line of its own, or not one starting with \"fence: \": %q", own)
+	}
+	return nil
+}
+
+// isRun reports whether fence's arguments run a command (`fence run ... --
+// ...`), and whether with --verbose.
+func isRun(args []string) (run, verbose bool) {
+	for _, a := range args {
+		switch {
+		case a == "--":
+			return run, verbose
+		case a == "-v" || a == "--verbose" || a == "--verbose=true":
+			verbose = true
+		case a == "run":
+			run = true
+		}
+	}
+	return false, verbose
 }
 
 // CleanEnviron is the test's environment without FENCE_ variables.
