@@ -403,7 +403,11 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 				startStop(reason, now)
 			}
 		}
-		if r.stopping != "" && r.exit == nil && r.started != nil {
+		// fence's own stop does not wait for the watchdog's report of the
+		// command's group: a watchdog frozen before it reported would
+		// otherwise leave the command running. signalAll reaches the
+		// command through the watchdog's descendants in any case.
+		if r.stopping != "" && r.exit == nil {
 			if !ownSignalled && r.wdStopped == "" && now >= ownSignalAt && p.signal != syscall.SIGKILL {
 				ownSignalled = true
 				r.signalAll(p.signal)
@@ -494,18 +498,19 @@ func (r *runner) report(ctx context.Context, rep report) {
 // signalAll is fence's own stop: the command's group, its cgroup and the
 // watchdog's descendants.
 func (r *runner) signalAll(sig syscall.Signal) {
-	if r.started == nil {
-		return
-	}
-	_ = unix.Kill(-r.started.PGID, sig)
-	if r.started.Cgroup != "" {
-		cg := &cgroup{dir: r.started.Cgroup, fd: -1}
-		if sig == syscall.SIGKILL {
-			cg.kill()
-		} else {
-			cg.signal(sig)
+	if r.started != nil {
+		_ = unix.Kill(-r.started.PGID, sig)
+		if r.started.Cgroup != "" {
+			cg := &cgroup{dir: r.started.Cgroup, fd: -1}
+			if sig == syscall.SIGKILL {
+				cg.kill()
+			} else {
+				cg.signal(sig)
+			}
 		}
 	}
+	// The command and everything it started are the watchdog's descendants
+	// (it is their subreaper), reported or not.
 	_, _ = proc.SignalDescendants(r.wd.Process.Pid, sig, nil)
 }
 

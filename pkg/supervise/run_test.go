@@ -452,3 +452,42 @@ func BenchmarkRunTrue(b *testing.B) {
 		}
 	}
 }
+
+// TestWatchdogFrozenBeforeReport freezes the watchdog after it started the
+// command and before it told fence the command's process group: fence alone
+// must still stop the command at the deadline.
+func TestWatchdogFrozenBeforeReport(t *testing.T) {
+	b := localBackend(t)
+	t.Setenv("FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT", "1")
+	pidFile := tempPath(t, "pid")
+	type result struct {
+		code int
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		code, err := run(t, b, supervise.Options{Lock: "frozen-before-report", TTL: 3 * time.Second, Deadline: time.Second,
+			Grace: 300 * time.Millisecond, Command: []string{"trap '' TERM; echo $$ > " + shell(pidFile) + "; while :; do sleep 0.05; done"}, Shell: true})
+		res <- result{code, err}
+	}()
+	pid := pids(t, waitFile(t, pidFile, 1))[0]
+	death := watchDeath(t, pid)
+	st, err := procStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchdog := st.PPID
+	defer syscall.Kill(watchdog, syscall.SIGCONT)
+	death.wait(t) // the command traps TERM: only fence's own SIGKILL ends it
+	wst, err := procStat(watchdog)
+	if err != nil || !wst.Stopped() {
+		t.Fatalf("the watchdog was not frozen while the command died: %+v, %v", wst, err)
+	}
+	if err := syscall.Kill(watchdog, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.code != exitcode.Deadline {
+		t.Fatalf("code %d, %v; want 124", r.code, r.err)
+	}
+}

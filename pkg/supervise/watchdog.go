@@ -26,6 +26,11 @@ const WatchdogArg = "__watchdog"
 // command may run after a resume past its stop time.
 const recheck = 100 * time.Millisecond
 
+// freezeBeforeReportEnv, set in the watchdog's environment, makes it stop
+// itself (SIGSTOP) after starting the command and before reporting it: a
+// fault that only tests inject.
+const freezeBeforeReportEnv = "FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT"
+
 // sweep is the pause between two passes that kill what is left of the
 // command's tree.
 const sweep = 5 * time.Millisecond
@@ -263,6 +268,11 @@ func (w *watchdog) start() error {
 		return w.out.send(report{Ev: evExecError, Code: code, Msg: fmt.Sprintf("%s: %v", sp.Args[0], err), At: clock.Now()})
 	}
 	w.leader = pid
+	if os.Getenv(freezeBeforeReportEnv) != "" {
+		// Fault injection for tests: a watchdog frozen between starting the
+		// command and reporting it. fence must stop the command alone.
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
 	r := report{Ev: evStarted, PID: pid, PGID: pid, At: at}
 	if w.cg != nil {
 		r.Cgroup = w.cg.dir
