@@ -241,6 +241,15 @@ func (a *acquirer) kill(v verdict) error {
 	if len(v.group) == 0 {
 		return nil
 	}
+	if v.pgid == 0 {
+		// No group on record: the processes one by one.
+		for _, m := range v.group {
+			if err := proc.SignalID(m, syscall.SIGKILL); err != nil && !errors.Is(err, proc.ErrNoProcess) {
+				return err
+			}
+		}
+		return nil
+	}
 	pgid := v.pgid
 	if st, err := proc.ReadStat(os.Getpid()); err == nil && st.PGID == pgid {
 		return fmt.Errorf("process group %d is our own", pgid)

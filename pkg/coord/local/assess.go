@@ -1,6 +1,8 @@
 package local
 
 import (
+	"os"
+
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/proc"
@@ -84,7 +86,44 @@ func assess(h *holder, now clock.Boot) (verdict, error) {
 		// may be starting the command right now.
 		return verdict{until: h.ExpiresAt, waitOn: sup, why: why}, nil
 	}
+	if h.Group == nil && len(sup) > 0 {
+		// Ended before its command's group was recorded while its
+		// supervisors live on (frozen, as a rule): the command may have been
+		// started just before, as their descendant. Those processes are
+		// stopped like a recorded group.
+		cmd, err := descendantsOf(sup)
+		if err != nil {
+			return verdict{}, unavailable("cannot read the processes started by the lease's supervisors: %v", err)
+		}
+		if len(cmd) > 0 {
+			return verdict{kill: true, group: cmd, waitOn: cmd, why: why}, nil
+		}
+	}
 	return verdict{free: true, why: why}, nil
+}
+
+// descendantsOf lists the live descendants of the supervisors sup, except
+// the supervisors themselves (fence's watchdog is fence's child) and this
+// process.
+func descendantsOf(sup []proc.ID) ([]proc.ID, error) {
+	skip := map[int]bool{os.Getpid(): true}
+	for _, s := range sup {
+		skip[s.PID] = true
+	}
+	var out []proc.ID
+	for _, s := range sup {
+		ds, err := proc.Descendants(s.PID)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range ds {
+			if !skip[d.PID] && !d.Gone() {
+				skip[d.PID] = true
+				out = append(out, d.ID())
+			}
+		}
+	}
+	return out, nil
 }
 
 // liveTicket reports whether a waiter's process is alive (running or
