@@ -179,7 +179,7 @@ type ProcessAttacher interface {
 
 var (
 	// ErrBusy: the lock was not acquired in time.
-	ErrBusy = errors.New("lock is held by another holder")
+	ErrBusy = errors.New("busy")
 	// ErrLeaseLost: the lease is gone (expired, revoked, released).
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrNotHeld: the lock is free.

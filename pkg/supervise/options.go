@@ -165,7 +165,7 @@ func check(opts Options) (*plan, error) {
 	}
 	if 2*p.interval >= covered {
 		return nil, fmt.Errorf("%w: --ttl %v with --grace %v and the safety margin %v leaves no room for two renewal attempts (every %v) before the command must be stopped; raise --ttl or lower --grace",
-			coord.ErrInvalid, ttl, p.grace, p.margin, p.interval)
+			coord.ErrInvalid, ttl, p.grace, p.margin, p.interval.Round(time.Millisecond))
 	}
 	return p, nil
 }

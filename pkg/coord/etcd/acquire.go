@@ -175,7 +175,7 @@ func busy(cur coord.LockInfo, waited time.Duration) error {
 	if waited > 0 {
 		after = fmt.Sprintf(" (gave up after %v)", waited)
 	}
-	return fmt.Errorf("%w: %q holds %q (token %d)%s", coord.ErrBusy, cur.Holder, cur.Name, cur.Token, after)
+	return fmt.Errorf("%w: lock %q is held by %s (token %d)%s", coord.ErrBusy, cur.Name, cur.Holder, cur.Token, after)
 }
 
 // waitTurn waits until no key of the lock has a create revision smaller
