@@ -314,7 +314,7 @@ type scenario struct {
 }
 
 // baseEnv is the test's environment without FENCE_ variables, anything of
-// an enclosing tmux or NO_COLOR, with the configuration and state kept in
+// an enclosing tmux, NO_COLOR or CI, with the configuration and state kept in
 // dir, TERM=xterm-256color, and the backend's variables.
 func baseEnv(dir string, backend []string) []string {
 	var env []string
@@ -322,7 +322,8 @@ func baseEnv(dir string, backend []string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
 		case strings.HasPrefix(k, "FENCE_"), strings.HasPrefix(k, "TMUX"), k == "NO_COLOR", k == "TERM",
-			k == "XDG_CONFIG_HOME", k == "XDG_STATE_HOME":
+			k == "XDG_CONFIG_HOME", k == "XDG_STATE_HOME",
+			k == "CI": // termenv draws no colour at all when CI is set
 			continue
 		}
 		env = append(env, kv)
