@@ -225,6 +225,50 @@ func pausedHolder(t *testing.T, be backend, via string, st store) {
 		t.Logf("local/%s: A's command (token %d) was gone when B wrote (B's fence stopped it); A exited %d", via, ar.Token, code)
 	}
 	checkStore("at the end")
+	checkHistory(t, env, be.name, via, ar.Token, bo.Token)
+}
+
+// checkHistory reads the lock's history with `fence history -o json` and
+// checks that the story left its events behind: A acquired, A's lease
+// expired and was taken over, B acquired and released, and A, resumed,
+// recorded its lost lease (exit 76) or its command's write was recorded as
+// a refused stale token (fence guard put, under $FENCE_LOCK).
+func checkHistory(t *testing.T, env []string, backend, via string, a, b uint64) {
+	t.Helper()
+	h := startFence(t, env, "history", "job-42", "-o", "json")
+	code, out := h.wait(t)
+	if code != 0 {
+		t.Fatalf("fence history exited %d:\n%s", code, out)
+	}
+	var events []struct {
+		Kind          string  `json:"kind"`
+		Token         *uint64 `json:"token"`
+		AcceptedToken *uint64 `json:"accepted_token"`
+	}
+	if err := json.Unmarshal([]byte(out), &events); err != nil {
+		t.Fatalf("fence history -o json: %v\n%s", err, out)
+	}
+	seen := map[string]bool{}
+	for _, e := range events {
+		if e.Token != nil {
+			seen[fmt.Sprintf("%s %d", e.Kind, *e.Token)] = true
+		}
+	}
+	want := []string{
+		fmt.Sprintf("acquired %d", a), fmt.Sprintf("expired %d", a),
+		fmt.Sprintf("acquired %d", b), fmt.Sprintf("released %d", b),
+	}
+	if backend == "local" {
+		want = append(want, fmt.Sprintf("lease_lost %d", a))
+	}
+	if backend == "etcd" && via == "guard" {
+		want = append(want, fmt.Sprintf("stale_refused %d", a))
+	}
+	for _, w := range want {
+		if !seen[w] {
+			t.Errorf("the history of job-42 lacks %q:\n%s", w, out)
+		}
+	}
 }
 
 // startFrozenHolder starts holder A and freezes its whole tree once its
