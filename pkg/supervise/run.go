@@ -57,6 +57,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -125,6 +126,10 @@ type runner struct {
 	m      metrics
 
 	held *fencing.Held
+	// hist records renewal failures as they are found to be over (see
+	// failuresBack); heldPtr is held for the renewal goroutine.
+	hist    failureRecorder
+	heldPtr atomic.Pointer[fencing.Held]
 
 	wd      *exec.Cmd
 	wdDone  chan struct{}
@@ -196,6 +201,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		NoRenew:       p.NoRenew,
 		OnSafeUntil: func(su clock.Boot) {
 			r.orders.push(order{Op: opExtend, LeaseStop: su.Add(-p.grace)})
+			r.failuresBack() // an acknowledgment: the coordinator is reachable
 		},
 		OnRenewError: func(err error, n int) {
 			r.verbosef("renewal %d failed: %v", n, err)
@@ -239,6 +245,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		// The hold outlives ctx: when ctx ends, the command is stopped
 		// first, and the lease released after.
 		r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, hopts)
+		r.heldPtr.Store(r.held)
 		if err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = r.c.Release(rctx, lease.Name, lease.ID)
