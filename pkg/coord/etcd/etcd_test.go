@@ -302,7 +302,7 @@ func TestNoWaitLeavesNothing(t *testing.T) {
 		t.Fatalf("leases: %v, %v", leases, err)
 	}
 	_, err = c2.Acquire(ctx(t), "nw", coord.AcquireOptions{TTL: guard, Wait: 0})
-	if !errors.Is(err, coord.ErrBusy) || !strings.Contains(err.Error(), `"holder"`) {
+	if !errors.Is(err, coord.ErrBusy) || !strings.Contains(err.Error(), `held by holder (token`) {
 		t.Fatalf("Acquire(no wait) = %v, want ErrBusy naming the holder", err)
 	}
 	if after := keys(t, cli, prefix); fmt.Sprint(after) != fmt.Sprint(before) {
