@@ -183,7 +183,6 @@ type Held struct {
 	lease  coord.Lease
 	clk    clk
 	opts   HoldOptions
-	hb     time.Duration // longest sleep between two looks at the clock
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	stop   chan struct{}
@@ -242,7 +241,6 @@ func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts Hol
 	} else {
 		h.clk = bootClk{clockwork.NewRealClock()}
 	}
-	h.hb = min(max(h.opts.RenewInterval/4, 5*time.Millisecond), 250*time.Millisecond)
 
 	var sent clock.Boot
 	if lease.Sent.IsZero() {
@@ -380,12 +378,13 @@ type renewResult struct {
 	err  error
 }
 
-// run is the renewal loop. It looks at the clock on every wake-up (at the
-// latest every h.hb, so that a suspend, which stops Go's timers, is noticed
-// soon after resume) and ends the hold as soon as safe-until has passed,
-// before it would accept a late acknowledgment.
+// run is the renewal loop. It looks at the clock on every wake-up (also
+// when the process-wide suspend watcher saw a system suspend, which stops
+// Go's timers) and ends the hold as soon as safe-until has passed, before it
+// would accept a late acknowledgment.
 func (h *Held) run(sent clock.Boot) {
 	defer close(h.done)
+	defer h.clk.watchSuspend()()
 	var (
 		next      = sent.Add(h.opts.RenewInterval) // next renewal send
 		inflight  chan renewResult
@@ -415,11 +414,13 @@ func (h *Held) run(sent clock.Boot) {
 		if inflight != nil && now < reqEnd {
 			wake = min(wake, reqEnd)
 		}
-		wake = min(wake, now.Add(h.hb))
 		planned = wake
 		t := h.clk.newTimer(wake.Sub(now))
 		select {
 		case <-t.Chan():
+			continue
+		case <-h.clk.suspended():
+			t.Stop()
 			continue
 		case res := <-inflight:
 			t.Stop()
@@ -516,6 +517,10 @@ type clk interface {
 	now() clock.Boot
 	toBoot(time.Time) clock.Boot
 	newTimer(time.Duration) clockwork.Timer
+	// watchSuspend joins the suspend watch and returns the func that leaves it.
+	watchSuspend() func()
+	// suspended is closed when a system suspend was noticed (nil: never).
+	suspended() <-chan struct{}
 }
 
 type bootClk struct{ c clockwork.Clock }
@@ -523,9 +528,13 @@ type bootClk struct{ c clockwork.Clock }
 func (b bootClk) now() clock.Boot                          { return clock.Now() }
 func (b bootClk) toBoot(t time.Time) clock.Boot            { return clock.FromMono(t) }
 func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
+func (b bootClk) watchSuspend() func()                     { return suspends.join() }
+func (b bootClk) suspended() <-chan struct{}               { return suspends.current() }
 
 type fakeClk struct{ c clockwork.Clock }
 
 func (f fakeClk) now() clock.Boot                          { return clock.Boot(f.c.Now().UnixNano()) }
 func (f fakeClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
 func (f fakeClk) newTimer(d time.Duration) clockwork.Timer { return f.c.NewTimer(d) }
+func (f fakeClk) watchSuspend() func()                     { return func() {} }
+func (f fakeClk) suspended() <-chan struct{}               { return nil }
