@@ -33,7 +33,8 @@ when released with 'fence release'.
 
 By default acquire waits until the lock is free (waiters are served first come,
 first served); --wait D gives up after D, -n (--wait 0) gives up at once. When
-it gives up, acquire exits 75.
+it gives up, acquire exits 75. Interrupted while it waits (SIGINT, SIGTERM,
+SIGHUP), it leaves the queue and exits 128+N.
 
 -o env prints FENCE_LOCK, FENCE_TOKEN and FENCE_LEASE_ID assignments, quoted
 for the shell, for eval.`,

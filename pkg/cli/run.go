@@ -31,7 +31,8 @@ func newCmdRun(f *Factory) *cobra.Command {
 		Long: `Take a lease on LOCK, run COMMAND as its holder, and keep the lease renewed
 (every third of the TTL) while COMMAND runs. COMMAND gets the fencing token in
 $FENCE_TOKEN (with FENCE_LOCK, FENCE_LEASE_ID, FENCE_HOLDER, FENCE_TTL, and
-FENCE_DEADLINE when a deadline applies).
+FENCE_DEADLINE when a deadline applies). COMMAND must follow "--", so that its
+own flags are never taken for fence's.
 
 COMMAND runs in its own process group under a watchdog process. When renewal
 becomes uncertain (no acknowledged renewal in time, or fence finds it was
