@@ -67,6 +67,8 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+
+	"github.com/fence-dev/fence/internal/atomicfile"
 )
 
 // Coordinator is the local backend. It implements coord.Coordinator and
@@ -156,7 +158,7 @@ func Open(dir string, opts ...Option) (*Coordinator, error) {
 	}
 	if created {
 		// Make the new locks/ entry itself durable.
-		if err := syncDir(dir); err != nil {
+		if err := atomicfile.SyncDir(dir); err != nil {
 			return nil, unavailable("state directory %s: %v", dir, err)
 		}
 	}
@@ -256,15 +258,6 @@ func ensureDir(path string, parents bool) (created bool, err error) {
 		}
 	}
 	return created, nil
-}
-
-func syncDir(path string) error {
-	d, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // removeStaleTemps removes temporary files left by a crash in the middle of

@@ -5,13 +5,15 @@ import (
 	"encoding/hex"
 	"path/filepath"
 	"strings"
+
+	"github.com/fence-dev/fence/internal/atomicfile"
 )
 
 const (
 	stateSuffix = ".json"
 	lockSuffix  = ".lock"
 	hashPrefix  = "=" // never produced by escapeName
-	tempPrefix  = ".tmp-"
+	tempPrefix  = atomicfile.TempPrefix
 	maxFileName = 255
 )
 
@@ -44,26 +46,13 @@ func fileBase(name string) string {
 	return esc
 }
 
+// escapeName maps a lock name to a file-name-safe string, reversibly
+// (atomicfile.Escape): bytes other than [A-Za-z0-9._-], and a leading '.',
+// become %XX.
+func escapeName(name string) string { return atomicfile.Escape(name) }
+
 func safeByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.'
-}
-
-// escapeName maps a lock name to a file-name-safe string, reversibly: bytes
-// other than [A-Za-z0-9._-], and a leading '.', become %XX.
-func escapeName(name string) string {
-	var b strings.Builder
-	const hexdig = "0123456789ABCDEF"
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if safeByte(c) && !(i == 0 && c == '.') {
-			b.WriteByte(c)
-			continue
-		}
-		b.WriteByte('%')
-		b.WriteByte(hexdig[c>>4])
-		b.WriteByte(hexdig[c&15])
-	}
-	return b.String()
 }
 
 // unescapeName reverses escapeName; ok is false for a string escapeName

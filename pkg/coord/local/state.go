@@ -16,6 +16,8 @@ import (
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/proc"
+
+	"github.com/fence-dev/fence/internal/atomicfile"
 )
 
 // formatVersion is the version of the state file format. It changes only for
@@ -184,32 +186,11 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 		return unavailable("lock %q: encode state: %v", f.name, err)
 	}
 	b = append(b, '\n')
-	tmp, err := os.CreateTemp(c.locksDir, tempPrefix+"*") // mode 0600
-	if err != nil {
+	if _, err := atomicfile.Write(f.state, b, false); err != nil { // mode 0600
 		return unavailable("lock %q: write state: %v", f.name, err)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(b); err != nil {
-		return unavailable("lock %q: write state: %v", f.name, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return unavailable("lock %q: write state: %v", f.name, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return unavailable("lock %q: write state: %v", f.name, err)
-	}
-	if err := os.Rename(tmp.Name(), f.state); err != nil {
-		return unavailable("lock %q: write state: %v", f.name, err)
-	}
-	ok = true
 	if sync {
-		if err := syncDir(c.locksDir); err != nil {
+		if err := atomicfile.SyncDir(c.locksDir); err != nil {
 			return unavailable("lock %q: sync state directory: %v", f.name, err)
 		}
 	}

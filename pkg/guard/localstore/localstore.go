@@ -24,7 +24,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +31,8 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
+
+	"github.com/fence-dev/fence/internal/atomicfile"
 )
 
 // Dir is the name of the store's directory inside the state directory.
@@ -65,7 +66,7 @@ func Open(stateDir string) (*Store, error) {
 	}
 	dir := filepath.Join(stateDir, Dir)
 	if err := os.Mkdir(dir, 0o700); err == nil {
-		if err := syncDir(stateDir); err != nil {
+		if err := atomicfile.SyncDir(stateDir); err != nil {
 			return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
 		}
 	} else if !errors.Is(err, fs.ErrExist) {
@@ -248,40 +249,11 @@ func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error
 	}
 }
 
-// writeAtomic replaces name in the store's directory with data: temp file
-// (0600), fsync, rename, fsync of the directory.
+// writeAtomic replaces name in the store's directory with data, durably
+// (atomicfile.Write with a directory fsync).
 func (s *Store) writeAtomic(name string, data []byte) error {
-	tmp, err := os.CreateTemp(s.dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	cleanup := func() { tmp.Close(); os.Remove(tmp.Name()) }
-	if _, err := tmp.Write(data); err != nil {
-		cleanup()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		cleanup()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(s.dir, name)); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return syncDir(s.dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	_, err := atomicfile.Write(filepath.Join(s.dir, name), data, true)
+	return err
 }
 
 // fileBase names a key's files: a reversible escape (bytes other than
@@ -290,18 +262,10 @@ func syncDir(dir string) error {
 // in an escape, so the two forms cannot collide). The key is stored in the
 // file and checked on every read.
 func fileBase(key string) string {
-	var b strings.Builder
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || (c == '.' && i > 0) {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	if b.Len() > maxEscaped {
+	esc := atomicfile.Escape(key)
+	if len(esc) > maxEscaped {
 		sum := sha256.Sum256([]byte(key))
 		return "~" + hex.EncodeToString(sum[:])
 	}
-	return b.String()
+	return esc
 }

@@ -48,6 +48,8 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
+
+	"github.com/fence-dev/fence/internal/atomicfile"
 )
 
 // Dir is the name of the store's directory inside the state directory.
@@ -56,7 +58,7 @@ const Dir = "history"
 const (
 	dataExt    = ".jsonl"
 	lockExt    = ".lock"
-	tempPrefix = ".tmp-"
+	tempPrefix = atomicfile.TempPrefix
 )
 
 // maxEscaped is the longest escaped lock name used as a file name; longer
@@ -100,7 +102,7 @@ func Open(stateDir string, opts ...history.Option) (*Store, error) {
 	}
 	dir := filepath.Join(stateDir, Dir)
 	if err := os.Mkdir(dir, 0o700); err == nil {
-		if err := syncDir(stateDir); err != nil {
+		if err := atomicfile.SyncDir(stateDir); err != nil {
 			return nil, unavailable("history store: %w", err)
 		}
 	} else if !errors.Is(err, fs.ErrExist) {
@@ -216,7 +218,7 @@ func (s *Store) append(ctx context.Context, lock string, evs []coord.HistoryEven
 		return unavailable("history of %q: %w", lock, err)
 	}
 	if created {
-		if err := syncDir(s.dir); err != nil {
+		if err := atomicfile.SyncDir(s.dir); err != nil {
 			return unavailable("history of %q: %w", lock, err)
 		}
 	}
@@ -247,33 +249,11 @@ func (s *Store) compact(lock, base string, f *os.File, add []byte) error {
 		st.lastSeq = l.seq
 		st.times = append(st.times, l.ev.Time.UnixNano())
 	}
-	tmp, err := os.CreateTemp(s.dir, tempPrefix+"*")
+	fi, err := atomicfile.Write(path, out.Bytes(), false)
 	if err != nil {
 		return unavailable("history of %q: %w", lock, err)
 	}
-	cleanup := func() { tmp.Close(); os.Remove(tmp.Name()) }
-	if _, err := tmp.Write(out.Bytes()); err != nil {
-		cleanup()
-		return unavailable("history of %q: %w", lock, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		cleanup()
-		return unavailable("history of %q: %w", lock, err)
-	}
-	fi, err := tmp.Stat()
-	if err != nil {
-		cleanup()
-		return unavailable("history of %q: %w", lock, err)
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return unavailable("history of %q: %w", lock, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return unavailable("history of %q: %w", lock, err)
-	}
-	if err := syncDir(s.dir); err != nil {
+	if err := atomicfile.SyncDir(s.dir); err != nil {
 		s.drop(base)
 		return unavailable("history of %q: %w", lock, err)
 	}
@@ -645,33 +625,16 @@ func (s *Store) removeStaleTemps() {
 	}
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // fileBase names a lock's files: a reversible escape (bytes other than
 // [A-Za-z0-9_.-] as %XX, and a leading '.' as %2E) or, when that would be
 // longer than maxEscaped, "~" and the SHA-256 of the name ('~' never appears
 // in an escape, so the two forms cannot collide). Every line holds the lock
 // name, checked on every read.
 func fileBase(lock string) string {
-	var b strings.Builder
-	for i := 0; i < len(lock); i++ {
-		c := lock[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || (c == '.' && i > 0) {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	if b.Len() > maxEscaped {
+	esc := atomicfile.Escape(lock)
+	if len(esc) > maxEscaped {
 		sum := sha256.Sum256([]byte(lock))
 		return "~" + hex.EncodeToString(sum[:])
 	}
-	return b.String()
+	return esc
 }

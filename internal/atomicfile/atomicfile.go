@@ -1,0 +1,89 @@
+// Package atomicfile holds what fence's file-backed stores (the local
+// coordinator, the local guard and history stores) share: replacing a file
+// atomically and durably, and a reversible file-name escape.
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// TempPrefix starts the name of every temporary file Write makes, so that
+// stores can recognise (and clean up) leftovers of a crash.
+const TempPrefix = ".tmp-"
+
+// Write replaces path with data: a temporary file (mode 0600) in the same
+// directory, fsync, rename over path, and, when syncDir is set, an fsync of
+// the directory so that the rename itself is durable. A crash at any instant
+// leaves the old or the new content, never a mix. It returns the file's info
+// as written (the renamed file keeps its device and inode).
+func Write(path string, data []byte, syncDir bool) (os.FileInfo, error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, TempPrefix+"*")
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (os.FileInfo, error) {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fail(err)
+	}
+	fi, err := tmp.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return nil, err
+	}
+	if syncDir {
+		if err := SyncDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	return fi, nil
+}
+
+// SyncDir fsyncs a directory, making the creations, renames and removals in
+// it durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Escape maps s to a string safe as a file name, reversibly: bytes other than
+// [A-Za-z0-9._-], and a leading '.', become %XX (upper-case hex). The result
+// never contains '/', '~' or '=', and never starts with '.'.
+func Escape(s string) string {
+	var b strings.Builder
+	const hexdig = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if safe(c) && !(i == 0 && c == '.') {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexdig[c>>4])
+		b.WriteByte(hexdig[c&15])
+	}
+	return b.String()
+}
+
+func safe(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.'
+}

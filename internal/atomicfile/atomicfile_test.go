@@ -1,0 +1,68 @@
+package atomicfile
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestWriteReplaces(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f.json")
+	for _, content := range []string{"first", "second, longer than the first"} {
+		fi, err := Write(path, []byte(content), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() != int64(len(content)) {
+			t.Fatalf("info size %d, want %d", fi.Size(), len(content))
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != content {
+			t.Fatalf("read %q, %v; want %q", got, err, content)
+		}
+		st, err := os.Stat(path)
+		if err != nil || st.Mode().Perm() != 0o600 || !os.SameFile(st, fi) {
+			t.Fatalf("mode %v, same file %v, %v", st.Mode().Perm(), os.SameFile(st, fi), err)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("leftovers in the directory: %v", entries)
+	}
+}
+
+func TestWriteFailureLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	// Renaming a file over a non-empty directory fails after the temp file
+	// was written: the temp file must not stay behind.
+	target := filepath.Join(dir, "d")
+	if err := os.MkdirAll(filepath.Join(target, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Write(target, []byte("x"), false); err == nil {
+		t.Fatal("rename over a non-empty directory succeeded")
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), TempPrefix) {
+			t.Fatalf("temporary file %s left behind", e.Name())
+		}
+	}
+}
+
+func TestEscape(t *testing.T) {
+	for in, want := range map[string]string{
+		"a/b":     "a%2Fb",
+		".hidden": "%2Ehidden",
+		"a.b-c_d": "a.b-c_d",
+		"x y%":    "x%20y%25",
+		"é":       "%C3%A9",
+		"~=":      "%7E%3D",
+	} {
+		if got := Escape(in); got != want {
+			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
