@@ -346,17 +346,48 @@ func TestMetricsFile(t *testing.T) {
 // TestWatchdogFrozen: with the watchdog stopped (SIGSTOP), fence alone
 // stops the command at its deadline: either process enforces it.
 func TestWatchdogFrozen(t *testing.T) {
+	frozenWatchdog(t, "frozen-watchdog", func(watchdog int) {
+		if err := syscall.Kill(watchdog, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}, func(watchdog int, res <-chan runResult) {
+		select {
+		case r := <-res:
+			t.Fatalf("fence returned before the watchdog resumed: %d, %v", r.code, r.err)
+		default:
+		}
+	})
+}
+
+// TestWatchdogFrozenBeforeReport freezes the watchdog after it started the
+// command and before it told fence the command's process group: fence alone
+// must still stop the command at the deadline.
+func TestWatchdogFrozenBeforeReport(t *testing.T) {
+	t.Setenv("FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT", "1")
+	frozenWatchdog(t, "frozen-before-report", func(int) {}, func(watchdog int, _ <-chan runResult) {
+		if wst, err := procStat(watchdog); err != nil || !wst.Stopped() {
+			t.Fatalf("the watchdog was not frozen while the command died: %+v, %v", wst, err)
+		}
+	})
+}
+
+type runResult struct {
+	code int
+	err  error
+}
+
+// frozenWatchdog runs a command that traps TERM under a 1s deadline, calls
+// freeze with the watchdog's PID once the command runs, waits for the
+// command to die (only fence's own SIGKILL after the grace ends it), calls
+// check, resumes the watchdog and expects exit 124.
+func frozenWatchdog(t *testing.T, lock string, freeze func(watchdog int), check func(watchdog int, res <-chan runResult)) {
 	b := localBackend(t)
 	pidFile := tempPath(t, "pid")
-	type result struct {
-		code int
-		err  error
-	}
-	res := make(chan result, 1)
+	res := make(chan runResult, 1)
 	go func() {
-		code, err := run(t, b, supervise.Options{Lock: "frozen-watchdog", TTL: 3 * time.Second, Deadline: time.Second,
+		code, err := run(t, b, supervise.Options{Lock: lock, TTL: 3 * time.Second, Deadline: time.Second,
 			Grace: 300 * time.Millisecond, Command: []string{"trap '' TERM; echo $$ > " + shell(pidFile) + "; while :; do sleep 0.05; done"}, Shell: true})
-		res <- result{code, err}
+		res <- runResult{code, err}
 	}()
 	pid := pids(t, waitFile(t, pidFile, 1))[0]
 	death := watchDeath(t, pid)
@@ -365,16 +396,10 @@ func TestWatchdogFrozen(t *testing.T) {
 		t.Fatal(err)
 	}
 	watchdog := st.PPID
-	if err := syscall.Kill(watchdog, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	freeze(watchdog)
 	defer syscall.Kill(watchdog, syscall.SIGCONT)
-	death.wait(t) // the command traps TERM: only fence's SIGKILL after grace ends it
-	select {
-	case r := <-res:
-		t.Fatalf("fence returned before the watchdog resumed: %d, %v", r.code, r.err)
-	default:
-	}
+	death.wait(t)
+	check(watchdog, res)
 	if err := syscall.Kill(watchdog, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -450,44 +475,5 @@ func BenchmarkRunTrue(b *testing.B) {
 		if code, err := supervise.Run(ctx, c, supervise.Options{Lock: "bench", TTL: 15 * time.Second, Command: []string{"true"}}); code != 0 {
 			b.Fatal(code, err)
 		}
-	}
-}
-
-// TestWatchdogFrozenBeforeReport freezes the watchdog after it started the
-// command and before it told fence the command's process group: fence alone
-// must still stop the command at the deadline.
-func TestWatchdogFrozenBeforeReport(t *testing.T) {
-	b := localBackend(t)
-	t.Setenv("FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT", "1")
-	pidFile := tempPath(t, "pid")
-	type result struct {
-		code int
-		err  error
-	}
-	res := make(chan result, 1)
-	go func() {
-		code, err := run(t, b, supervise.Options{Lock: "frozen-before-report", TTL: 3 * time.Second, Deadline: time.Second,
-			Grace: 300 * time.Millisecond, Command: []string{"trap '' TERM; echo $$ > " + shell(pidFile) + "; while :; do sleep 0.05; done"}, Shell: true})
-		res <- result{code, err}
-	}()
-	pid := pids(t, waitFile(t, pidFile, 1))[0]
-	death := watchDeath(t, pid)
-	st, err := procStat(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watchdog := st.PPID
-	defer syscall.Kill(watchdog, syscall.SIGCONT)
-	death.wait(t) // the command traps TERM: only fence's own SIGKILL ends it
-	wst, err := procStat(watchdog)
-	if err != nil || !wst.Stopped() {
-		t.Fatalf("the watchdog was not frozen while the command died: %+v, %v", wst, err)
-	}
-	if err := syscall.Kill(watchdog, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	r := <-res
-	if r.code != exitcode.Deadline {
-		t.Fatalf("code %d, %v; want 124", r.code, r.err)
 	}
 }
