@@ -57,9 +57,9 @@ func (w *watcher) run(ctx context.Context) {
 		if ctx.Err() != nil || w.c.closed.Load() {
 			return
 		}
-		if !w.send(ctx, coord.Event{Type: coord.EventReset}) {
-			return
-		}
+		// Read again first, then tell: a receiver that reads the locks
+		// when it gets the reset reads at the resync's revision or later,
+		// and every change after the resync comes as an event.
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 			if w.resync(ctx) == nil {
 				break
@@ -72,6 +72,9 @@ func (w *watcher) run(ctx context.Context) {
 				return
 			case <-time.After(backoff):
 			}
+		}
+		if !w.send(ctx, coord.Event{Type: coord.EventReset}) {
+			return
 		}
 	}
 }
