@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -46,18 +47,33 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 			byName[name] = append(byName[name], kv)
 		}
 	}
-	infos := make([]coord.LockInfo, 0, len(byName))
-	for name, kvs := range byName {
-		sort.Slice(kvs, func(i, j int) bool { return kvs[i].CreateRevision < kvs[j].CreateRevision })
-		info, err := c.lockInfo(ctx, name, kvs, true)
-		if err != nil {
-			return nil, err
-		}
-		infos = append(infos, info)
+	names := make([]string, 0, len(byName))
+	for name := range byName {
+		names = append(names, name)
 	}
-	sort.Slice(infos, func(i, j int) bool { return infos[i].Name < infos[j].Name })
+	sort.Strings(names)
+	// One TimeToLive per held lock: asked by a few workers at once, so that
+	// a long list costs round trips divided by the workers, not summed.
+	infos := make([]coord.LockInfo, len(names))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(listWorkers)
+	for i, name := range names {
+		g.Go(func() error {
+			kvs := byName[name]
+			sort.Slice(kvs, func(a, b int) bool { return kvs[a].CreateRevision < kvs[b].CreateRevision })
+			var err error
+			infos[i], err = c.lockInfo(gctx, name, kvs, true)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	return infos, nil
 }
+
+// listWorkers is how many TimeToLive requests List has in flight.
+const listWorkers = 32
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
