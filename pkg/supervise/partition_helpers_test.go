@@ -117,6 +117,33 @@ func (a *ackLogger) Renew(ctx context.Context, name, leaseID string) (coord.Rene
 	return r, err
 }
 
+// Release writes "release SENT" (boot-clock nanoseconds) before it asks:
+// on etcd, fence's own release deletes the lease's key, so a deletion after
+// it may not be the lease's expiry.
+func (a *ackLogger) Release(ctx context.Context, name, leaseID string) error {
+	a.mu.Lock()
+	fmt.Fprintf(a.log, "release %d\n", int64(clock.Now()))
+	a.mu.Unlock()
+	return a.Coordinator.Release(ctx, name, leaseID)
+}
+
+// releaseSent reads from an acknowledgment log when fence first asked to
+// release the lease (0: never).
+func releaseSent(t *testing.T, path string) clock.Boot {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ln := range strings.Split(string(b), "\n") {
+		var at int64
+		if _, err := fmt.Sscanf(ln, "release %d", &at); err == nil {
+			return clock.Boot(at)
+		}
+	}
+	return 0
+}
+
 // acks reads an acknowledgment log: how many acknowledgments it holds and
 // the latest sent+TTL among them (the lower bound of the lease's expiry).
 func acks(t *testing.T, path string) (n int, expiry clock.Boot) {
