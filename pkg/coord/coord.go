@@ -67,9 +67,11 @@ type Lease struct {
 	// AcquiredAt is the wall-clock time of the grant, for display.
 	AcquiredAt time.Time
 	// Sent is the local monotonic time at which the request that granted the
-	// lease was sent. The lease is certainly alive on the coordinator until
-	// Sent+TTL (the coordinator starts counting no earlier than it received
-	// the request).
+	// lease, or last extended it, was sent. The lease is certainly alive on
+	// the coordinator until Sent+TTL (the coordinator starts counting no
+	// earlier than it received the request). It may precede the Acquire
+	// call, by less than TTL/3: a lease granted ahead, or a waiter's last
+	// renewal before its turn.
 	Sent time.Time
 }
 

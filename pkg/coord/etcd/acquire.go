@@ -15,8 +15,8 @@ import (
 
 // Acquire takes a lease on name: it grants an etcd lease, puts its key on
 // the lock and, when the lock is held and opts.Wait allows, waits for its
-// turn. Lease.Sent is the send time of the grant, or of a renewal made right
-// after the wait. A failed or cancelled Acquire revokes its lease, which
+// turn. Lease.Sent is the send time of the grant, or of the last renewal a
+// waiter's keep-alive had acknowledged when its turn came. A failed or cancelled Acquire revokes its lease, which
 // removes its place in the queue.
 func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	if err := coord.ValidateName(name); err != nil {
@@ -35,13 +35,10 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	wait := opts.Wait != 0
 
 	secs := int64((opts.TTL + time.Second - 1) / time.Second)
-	sent := time.Now()
-	g, err := c.cli.Grant(ctx, secs)
+	id, granted, sent, reused, err := c.grant(ctx, name, secs)
 	if err != nil {
 		return nil, c.mapErr(ctx, "grant lease", err)
 	}
-	id := g.ID
-	l := &coord.Lease{Name: name, Holder: holder, ID: formatID(id), TTL: time.Duration(g.TTL) * time.Second, Sent: sent}
 	ok := false
 	defer func() {
 		if !ok {
@@ -52,29 +49,46 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	// One transaction: when no key is on the lock, ours is the holder;
 	// otherwise it queues (or, not waiting, nothing is written) and the
 	// lock's keys come back to find the holder.
-	key := c.leaseKey(name, id)
 	lockRange := c.lockRange(name)
 	now := time.Now()
 	held := meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now}
 	queued := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now}
-	els := []clientv3.Op{clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate)}
-	if wait {
-		els = []clientv3.Op{
-			clientv3.OpPut(key, queued.encode(), clientv3.WithLease(id)),
-			clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate),
+	put := func() (*clientv3.TxnResponse, error) {
+		key := c.leaseKey(name, id)
+		els := []clientv3.Op{clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate)}
+		if wait {
+			els = []clientv3.Op{
+				clientv3.OpPut(key, queued.encode(), clientv3.WithLease(id)),
+				clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate),
+			}
 		}
+		return c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(key, held.encode(), clientv3.WithLease(id))).
+			Else(els...).
+			Commit()
 	}
-	resp, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(key, held.encode(), clientv3.WithLease(id))).
-		Else(els...).
-		Commit()
+	resp, err := put()
+	if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		// The kept lease ended since its last acknowledgment (revoked by
+		// someone): a fresh one.
+		var g *clientv3.LeaseGrantResponse
+		sent = time.Now()
+		if g, err = c.cli.Grant(ctx, secs); err != nil {
+			return nil, c.mapErr(ctx, "grant lease", err)
+		}
+		id, granted = g.ID, time.Duration(g.TTL)*time.Second
+		resp, err = put()
+	}
 	if err != nil {
 		return nil, c.mapErr(ctx, "acquire", err)
 	}
+	key := c.leaseKey(name, id)
+	l := &coord.Lease{Name: name, Holder: holder, ID: formatID(id), TTL: granted, Sent: sent}
 	if resp.Succeeded {
 		l.Token = uint64(resp.Header.Revision)
 		l.AcquiredAt = now
+		c.leases.add(name, secs, id, l.TTL, l.Sent)
 		ok = true
 		return l, nil
 	}
@@ -92,9 +106,10 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	kctx, stopKeepAlive := context.WithCancel(ctx)
 	lost := make(chan error, 1)
 	kaDone := make(chan struct{})
+	last := &ack{sent: sent, ttl: l.TTL}
 	go func() {
 		defer close(kaDone)
-		if err := c.keepAlive(kctx, id, l.TTL); err != nil {
+		if err := c.keepAlive(kctx, id, last); err != nil {
 			lost <- err
 		}
 	}()
@@ -107,13 +122,17 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	}
 	// kvs are the lock's keys by create revision, ours included: the key
 	// just ahead of ours is the last one created before it.
-	var pred string
+	var pred *mvccpb.KeyValue
 	for _, kv := range kvs {
 		if kv.CreateRevision < myRev {
-			pred = string(kv.Key)
+			pred = kv
 		}
 	}
-	err = c.waitTurn(wctx, lockRange, myRev, pred, lost)
+	claim := func() string {
+		now = time.Now()
+		return meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now}.encode()
+	}
+	err = c.waitTurn(wctx, lockRange, key, id, myRev, pred, lost, claim)
 	cancel()
 	stopKeepAlive()
 	<-kaDone
@@ -129,32 +148,26 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		return nil, err
 	}
 
-	// Our turn. Renew once so that the caller gets a full TTL from now, and
-	// record acquired_at, which also checks that our key is still there.
-	sent = time.Now()
-	ka, err := c.cli.KeepAliveOnce(ctx, id)
-	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	// Our turn, claimed (acquired_at recorded at now). The caller's
+	// safe-until counts from the send time of the last acknowledged
+	// renewal (the grant, or the keep-alive's): when that is more than a
+	// renewal interval old (the keep-alive failed of late), renew now.
+	if time.Since(last.sent) >= last.ttl/3 {
+		s := time.Now()
+		ttl, err := c.ka.renew(ctx, id)
+		switch {
+		case err != nil:
+			return nil, c.mapErr(ctx, "renew lease", err)
+		case ttl <= 0:
 			return nil, waiterLost(name)
 		}
-		return nil, c.mapErr(ctx, "renew lease", err)
-	}
-	now = time.Now()
-	held = meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now}
-	up, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-		Then(clientv3.OpPut(key, held.encode(), clientv3.WithLease(id))).
-		Commit()
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && !up.Succeeded):
-		return nil, waiterLost(name)
-	case err != nil:
-		return nil, c.mapErr(ctx, "acquire", err)
+		last.sent, last.ttl = s, time.Duration(ttl)*time.Second
 	}
 	l.Token = uint64(myRev)
-	l.TTL = time.Duration(ka.TTL) * time.Second
-	l.Sent = sent
+	l.TTL = last.ttl
+	l.Sent = last.sent
 	l.AcquiredAt = now
+	c.leases.add(name, secs, id, l.TTL, l.Sent)
 	ok = true
 	return l, nil
 }
@@ -182,8 +195,11 @@ func busy(cur coord.LockInfo, waited time.Duration) error {
 // than myRev, or until lost reports that our lease ended. As
 // concurrency.Mutex does, it watches only the key just ahead of ours (pred,
 // taken from the transaction that put ours at myRev), so a release wakes
-// one waiter, and reads again what is ahead when that key is gone.
-func (c *Coordinator) waitTurn(ctx context.Context, lockRange string, myRev int64, pred string, lost <-chan error) (err error) {
+// one waiter. When that key is gone, one transaction claims the lock if
+// every key of the lock is ours or younger (recording acquired_at with the
+// value claim returns), or else returns the key now just ahead of ours and
+// whether ours is still there: one round trip per wake-up.
+func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id clientv3.LeaseID, myRev int64, pred *mvccpb.KeyValue, lost <-chan error, claim func() string) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Close ends the wait at once.
@@ -195,62 +211,109 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange string, myRev int6
 	}()
 	from := myRev + 1
 	for {
-		if err := c.waitDelete(ctx, pred, from, lost); err != nil {
-			return err
+		if pred != nil {
+			if err := c.waitDelete(ctx, pred, from, lost); err != nil {
+				return err
+			}
 		}
-		resp, err := c.cli.Get(ctx, lockRange, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1))...)
-		if err != nil {
+		resp, err := c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(lockRange), ">", myRev-1).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
+			Then(clientv3.OpPut(key, claim(), clientv3.WithLease(id))).
+			Else(clientv3.OpGet(lockRange, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1))...),
+				clientv3.OpGet(key, clientv3.WithCountOnly())).
+			Commit()
+		switch {
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return errLeaseGone
+		case err != nil:
 			return c.mapErr(ctx, "wait", err)
-		}
-		if len(resp.Kvs) == 0 {
+		case resp.Succeeded:
 			return nil
+		case resp.Responses[1].GetResponseRange().Count == 0:
+			return errLeaseGone // our key is gone: the lease ended
 		}
-		pred, from = string(resp.Kvs[0].Key), resp.Header.Revision+1
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		pred, from = nil, resp.Header.Revision+1
+		if len(kvs) > 0 {
+			pred = kvs[0]
+		}
 	}
 }
 
-// waitDelete returns nil when key is deleted at revision from or later, or
-// when its watch ends (compaction; the caller reads again); else ctx's
-// error or the lease-lost error.
+// waitDelete returns nil when pred's key is deleted at revision from or
+// later, or when its watch ends (compaction; the caller reads again); else
+// ctx's error or the lease-lost error.
 //
-// etcd serves a watch that starts at a past revision from a catch-up loop
-// that runs every 100ms. When revisions went by between the read that
-// found key and the watch's creation (often: a holder that releases at
-// once), a read tells at once whether key is already gone.
-func (c *Coordinator) waitDelete(ctx context.Context, key string, from int64, lost <-chan error) error {
+// etcd serves a watch that starts at a revision it has already reached
+// from a catch-up loop that runs every 100ms, for that revision and every
+// later one, until the watch has caught up: events come up to 100ms late.
+// When revisions went by between the read that found the key and the
+// watch's creation (often: the holder records acquired_at, or releases at
+// once), a read tells whether the key is already gone, or was created again
+// since (a Coordinator that acquires in a loop puts the same key on its
+// kept lease: a key with another create revision is another holding, and
+// pred's is gone); when it is not, the watch starts again after that read,
+// so that it follows live events (a few times at most, then the catch-up
+// is waited for).
+func (c *Coordinator) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, from int64, lost <-chan error) error {
+	key := string(pred.Key)
+	for restarts := 0; ; restarts++ {
+		again, err := c.watchDelete(ctx, key, pred.CreateRevision, from, lost, restarts < 3)
+		if err != nil || again == 0 {
+			return err
+		}
+		from = again
+	}
+}
+
+// watchDelete is one watch of waitDelete. It returns a revision to watch
+// from again when restart allows and the watch would be served late.
+func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, from int64, lost <-chan error, restart bool) (int64, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	for {
 		select {
 		case err := <-lost:
-			return err
+			return 0, err
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return ctx.Err() // nil: compacted, cancelled or closed
+				return 0, ctx.Err() // nil: compacted, cancelled or closed
 			}
 			if wr.Created && wr.Header.Revision >= from {
-				resp, err := c.cli.Get(ctx, key, clientv3.WithCountOnly())
+				resp, err := c.cli.Get(ctx, key, clientv3.WithKeysOnly())
 				if err != nil {
-					return c.mapErr(ctx, "wait", err)
+					return 0, c.mapErr(ctx, "wait", err)
 				}
-				if resp.Count == 0 {
-					return nil
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+					return 0, nil
+				}
+				if restart {
+					return resp.Header.Revision + 1, nil
 				}
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					return nil
+					return 0, nil
 				}
 			}
 		}
 	}
 }
 
-// keepAlive renews lease id every ttl/3 until ctx ends. It returns an error
-// only when the lease is gone.
-func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, ttl time.Duration) error {
-	t := time.NewTicker(max(ttl/3, 100*time.Millisecond))
+// ack is a waiter's last acknowledged renewal: its send time and the TTL it
+// granted. keepAlive writes it, Acquire reads it once keepAlive has ended.
+type ack struct {
+	sent time.Time
+	ttl  time.Duration
+}
+
+// keepAlive renews lease id every third of its TTL until ctx ends, and
+// records each acknowledged renewal in last. It returns an error only when
+// the lease is gone.
+func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *ack) error {
+	t := time.NewTicker(max(last.ttl/3, 100*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
@@ -258,8 +321,15 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, ttl ti
 			return nil
 		case <-t.C:
 		}
-		if _, err := c.cli.KeepAliveOnce(ctx, id); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, max(last.ttl/3, 100*time.Millisecond))
+		ttl, err := c.ka.renew(rctx, id)
+		cancel()
+		switch {
+		case err == nil && ttl <= 0:
 			return errLeaseGone
+		case err == nil:
+			last.sent, last.ttl = sent, time.Duration(ttl)*time.Second
 		}
 		// Other errors: the cluster is unreachable for now; the next tick
 		// tries again, and a lease that ran out is reported then.
@@ -273,6 +343,10 @@ func (c *Coordinator) revoke(id clientv3.LeaseID) {
 	if c.closed.Load() {
 		return
 	}
+	c.revokeNow(id)
+}
+
+func (c *Coordinator) revokeNow(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, _ = c.cli.Revoke(ctx, id)

@@ -32,10 +32,14 @@
 // holder's key: etcd revisions only go up, across restarts too, so tokens
 // are strictly increasing per lock (and across locks) and never reused.
 //
-// Renew is KeepAliveOnce, after checking that the key of the lease on the
-// named lock still exists; its send time is recorded before the request
-// leaves. Release and Revoke revoke the lease, which deletes its key in the
-// same step. Every read is linearizable.
+// Renew is one keep-alive request on a LeaseKeepAlive stream that all the
+// Coordinator's leases share; its send time is recorded before the request
+// leaves, and the answer is matched to it (see keeper). A lease whose key
+// this Coordinator did not put is read first, to check that the key is on
+// the named lock. Release and Revoke revoke the lease, which deletes its key
+// in the same step; a Coordinator that acquires in a loop deletes the key
+// and keeps the lease for the lock's next acquisition, as concurrency.Mutex
+// keeps its session's (see leases). Every read is linearizable.
 //
 // # Access
 //
@@ -102,6 +106,8 @@ type Coordinator struct {
 	user   string
 	where  string // "host:port,host:port" for messages
 	closed atomic.Bool
+	ka     *keeper
+	leases leases
 }
 
 var _ coord.Coordinator = (*Coordinator)(nil)
@@ -136,6 +142,8 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
 	}
 	c.cli = cli
+	c.ka = newKeeper(cli)
+	c.leases.init()
 	// The client dials lazily: ask something to know the cluster answers.
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
@@ -174,6 +182,8 @@ func (c *Coordinator) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	c.closeLeases()
+	c.ka.close()
 	if err := c.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("etcd %s: close: %v", c.where, err)
 	}

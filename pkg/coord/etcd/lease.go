@@ -12,12 +12,14 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// Renew extends the lease by its TTL with one KeepAliveOnce, whose send
-// time the Renewal reports. It first checks, with a linearizable read, that
-// the lease has its key on lock name: a lease id given with the wrong lock
-// name is ErrLeaseLost and is not renewed. Once the key is seen, the only
-// ways it can go are the lease ending (the keep-alive then fails) or a
-// foreign delete; fence itself removes a key only by revoking its lease.
+// Renew extends the lease by its TTL with one keep-alive on the
+// Coordinator's shared stream (see keeper); the Renewal reports the
+// request's send time and the TTL granted. A lease id given with the wrong
+// lock name is ErrLeaseLost and is not renewed: unless this Coordinator put
+// the lease's key on lock name itself, a linearizable read checks that the
+// key is there first. Once the key is known, the only ways it can go are the
+// lease ending (the keep-alive then says so) or a foreign delete; fence
+// itself removes a key only by revoking its lease.
 func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.Renewal{}, err
@@ -29,18 +31,22 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	if err := c.check(); err != nil {
 		return coord.Renewal{}, err
 	}
-	if err := c.ownsKey(ctx, name, id, "renew"); err != nil {
-		return coord.Renewal{}, err
+	if !c.leases.owns(name, id) {
+		if err := c.ownsKey(ctx, name, id, "renew"); err != nil {
+			return coord.Renewal{}, err
+		}
 	}
 	sent := time.Now()
-	resp, err := c.cli.KeepAliveOnce(ctx, id)
-	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return coord.Renewal{}, fmt.Errorf("%w: lease %s on %q has ended", coord.ErrLeaseLost, leaseID, name)
-		}
+	ttl, err := c.ka.renew(ctx, id)
+	switch {
+	case err != nil:
 		return coord.Renewal{}, c.mapErr(ctx, "renew", err)
+	case ttl <= 0:
+		c.leases.forget(id)
+		return coord.Renewal{}, fmt.Errorf("%w: lease %s on %q has ended", coord.ErrLeaseLost, leaseID, name)
 	}
-	return coord.Renewal{Sent: sent, TTL: time.Duration(resp.TTL) * time.Second}, nil
+	c.leases.acked(id, time.Duration(ttl)*time.Second, sent)
+	return coord.Renewal{Sent: sent, TTL: time.Duration(ttl) * time.Second}, nil
 }
 
 // ownsKey checks that lease id has its key on lock name.
@@ -55,8 +61,10 @@ func (c *Coordinator) ownsKey(ctx context.Context, name string, id clientv3.Leas
 	return nil
 }
 
-// Release revokes the lease, which removes its key. A lease that is gone,
-// or that is not on lock name, is left alone and is not an error.
+// Release revokes the lease, which removes its key (a Coordinator that
+// acquires in a loop deletes the key and keeps the lease: see leases). A lease that is gone,
+// or that is not on lock name, is left alone and is not an error (a lease
+// this Coordinator did not put on lock name itself is read first).
 func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err := coord.ValidateName(name); err != nil {
 		return err
@@ -68,15 +76,28 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if err := c.ownsKey(ctx, name, id, "release"); err != nil {
-		if errors.Is(err, coord.ErrLeaseLost) {
-			return nil
+	if o, keep := c.leases.keep(name, id); keep {
+		// A Coordinator that acquires in a loop keeps the lease for the
+		// lock's next acquisition (see leases) and deletes only the key.
+		if _, err := c.cli.Delete(ctx, c.leaseKey(name, id)); err != nil {
+			c.leases.drop(name, o)
+			return c.mapErr(ctx, "release", err)
 		}
-		return err
+		c.leases.kept(name, id, o)
+		return nil
+	}
+	if !c.leases.owns(name, id) {
+		if err := c.ownsKey(ctx, name, id, "release"); err != nil {
+			if errors.Is(err, coord.ErrLeaseLost) {
+				return nil
+			}
+			return err
+		}
 	}
 	if _, err := c.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return c.mapErr(ctx, "release", err)
 	}
+	c.leases.forget(id)
 	return nil
 }
 

@@ -1,0 +1,170 @@
+package etcd
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// leases is what a Coordinator remembers of the etcd leases it granted.
+//
+// own maps each lease that put a key on a lock through this Coordinator to
+// that lock and to its last acknowledged grant or renewal. Renew and
+// Release of such a lease skip the read that checks the key: fence removes
+// a key only by revoking its lease or, below, by deleting it itself, so
+// while the lease lives (the keep-alive says so) its key is there. A lease
+// id that this Coordinator did not put on the lock (given by another
+// process, or with another lock's name) is still checked with a read first.
+//
+// spares: once a Coordinator has acquired twice (a process that takes locks
+// in a loop, not `fence run`), Release deletes the holder's key and keeps
+// its lease, and the next Acquire of the same lock with the same TTL puts
+// its key on that lease, as concurrency.Mutex does with its session's
+// lease: a loop of acquire and release then costs one transaction and one
+// delete, not a grant, a transaction and a revoke. A kept lease is not
+// renewed while it waits; one older than a tenth of its TTL is renewed
+// (one keep-alive, which etcd answers without consensus) before it is
+// used, so every acquisition's Sent and TTL are as fresh as a grant's.
+// Successive holdings of a lock by one Coordinator may thus have the same
+// lease id; the token tells them apart. Close revokes the kept leases.
+type leases struct {
+	mu       sync.Mutex
+	own      map[clientv3.LeaseID]*owned
+	spares   map[spareKey]spare
+	acquires int
+	closed   bool
+}
+
+// owned is a lease with a key on a lock, through this Coordinator.
+type owned struct {
+	name string
+	secs int64         // the TTL asked for, in seconds
+	ttl  time.Duration // granted by the last acknowledgment
+	sent time.Time     // send time of the last acknowledged request
+}
+
+type spareKey struct {
+	name string
+	secs int64
+}
+
+// spare is a kept lease and its last acknowledged request.
+type spare struct {
+	id   clientv3.LeaseID
+	ttl  time.Duration
+	sent time.Time
+}
+
+func (l *leases) init() {
+	l.own = map[clientv3.LeaseID]*owned{}
+	l.spares = map[spareKey]spare{}
+}
+
+// owns tells whether lease id put its key on lock name through this
+// Coordinator and has not been released since.
+func (l *leases) owns(name string, id clientv3.LeaseID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.own[id]
+	return ok && o.name == name
+}
+
+func (l *leases) add(name string, secs int64, id clientv3.LeaseID, ttl time.Duration, sent time.Time) {
+	l.mu.Lock()
+	l.own[id] = &owned{name: name, secs: secs, ttl: ttl, sent: sent}
+	l.mu.Unlock()
+}
+
+// acked records an acknowledged renewal of an owned lease.
+func (l *leases) acked(id clientv3.LeaseID, ttl time.Duration, sent time.Time) {
+	l.mu.Lock()
+	if o, ok := l.own[id]; ok && sent.After(o.sent) {
+		o.ttl, o.sent = ttl, sent
+	}
+	l.mu.Unlock()
+}
+
+func (l *leases) forget(id clientv3.LeaseID) {
+	l.mu.Lock()
+	delete(l.own, id)
+	l.mu.Unlock()
+}
+
+// keep says whether Release of owned lease id on name should keep the lease
+// (delete its key only). It reserves the lock's spare slot: the caller
+// calls kept after the delete, or drop when it failed.
+func (l *leases) keep(name string, id clientv3.LeaseID) (*owned, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.own[id]
+	if !ok || o.name != name || l.acquires < 2 || l.closed {
+		return nil, false
+	}
+	if _, taken := l.spares[spareKey{name, o.secs}]; taken {
+		return nil, false
+	}
+	l.spares[spareKey{name, o.secs}] = spare{} // reserved: not usable while id is zero
+	return o, true
+}
+
+func (l *leases) kept(name string, id clientv3.LeaseID, o *owned) {
+	l.mu.Lock()
+	delete(l.own, id)
+	l.spares[spareKey{name, o.secs}] = spare{id: id, ttl: o.ttl, sent: o.sent}
+	l.mu.Unlock()
+}
+
+func (l *leases) drop(name string, o *owned) {
+	l.mu.Lock()
+	delete(l.spares, spareKey{name, o.secs})
+	l.mu.Unlock()
+}
+
+// grant returns a lease of secs seconds for lock name: the lock's kept
+// lease when there is one, else a new grant. sent is the send time of the
+// request that last extended it; reused tells that it was kept.
+func (c *Coordinator) grant(ctx context.Context, name string, secs int64) (id clientv3.LeaseID, ttl time.Duration, sent time.Time, reused bool, err error) {
+	l := &c.leases
+	l.mu.Lock()
+	sp, ok := l.spares[spareKey{name, secs}]
+	if ok && sp.id != 0 {
+		delete(l.spares, spareKey{name, secs})
+	} else {
+		ok = false
+	}
+	l.acquires++
+	l.mu.Unlock()
+	if ok {
+		if time.Since(sp.sent) < sp.ttl/10 {
+			return sp.id, sp.ttl, sp.sent, true, nil
+		}
+		sent := time.Now()
+		if t, err := c.ka.renew(ctx, sp.id); err == nil && t > 0 {
+			return sp.id, time.Duration(t) * time.Second, sent, true, nil
+		}
+		c.revoke(sp.id) // gone, or etcd is not answering: a fresh grant says which
+	}
+	sent = time.Now()
+	g, err := c.cli.Grant(ctx, secs)
+	if err != nil {
+		return 0, 0, time.Time{}, false, err
+	}
+	return g.ID, time.Duration(g.TTL) * time.Second, sent, false, nil
+}
+
+// closeLeases revokes the kept leases.
+func (c *Coordinator) closeLeases() {
+	l := &c.leases
+	l.mu.Lock()
+	l.closed = true
+	spares := l.spares
+	l.spares = map[spareKey]spare{}
+	l.mu.Unlock()
+	for _, sp := range spares {
+		if sp.id != 0 {
+			c.revokeNow(sp.id)
+		}
+	}
+}
