@@ -96,7 +96,8 @@ type acquirer struct {
 	start  time.Time
 	pids   []proc.ID
 	group  *proc.ID
-	ticket string // my ticket's ID once queued
+	ticket string  // my ticket's ID once queued
+	parsed *parsed // the last parse of the lock's state (parseWith)
 }
 
 // attempt is the outcome of one read-modify-write.
@@ -117,13 +118,26 @@ func newID() string {
 // enqueue is set, it makes sure our ticket is in the queue.
 func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 	var out attempt
+	var dropped []ticket
 	sent := time.Now()
-	err := a.c.update(ctx, a.f, func(st *state) (bool, bool, error) {
-		changed := prune(st, a.self)
+	err := a.c.updateWith(ctx, a.f, &a.parsed, func(st *state) (stateWrite, bool, error) {
+		// Dead waiters are dropped: all of them when we queue, those ahead
+		// of us when we are queued (it is only for them that we wait, and
+		// this runs at every handoff).
+		ahead := -1
+		if a.ticket != "" {
+			ahead = slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == a.ticket })
+		}
+		dropped = prune(st, a.self, ahead)
+		pruned := len(dropped) > 0
+		ch := noChange
+		if pruned {
+			ch = rewrite
+		}
 		now := clock.Now()
 		v, err := assess(st.Holder, now)
 		if err != nil {
-			return changed, false, err
+			return ch, pruned, err
 		}
 		pos := position(st.Queue, a.ticket, a.self)
 		ourTurn := pos.head == -1 || (pos.mine >= 0 && pos.head == pos.mine)
@@ -132,6 +146,16 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 				st.Queue = slices.Delete(st.Queue, pos.mine, pos.mine+1)
 			}
 			st.LastToken++
+			// The token must survive a crash before it is handed out: the
+			// state is always fsynced, and the directory too (making the
+			// rename durable) when the token is beyond the reserved block.
+			ch = rewrite
+			if !volatileOK() || st.LastToken > st.Reserved {
+				if volatileOK() {
+					st.Reserved = st.LastToken + tokenBlock - 1
+				}
+				ch = durable
+			}
 			h := &holder{
 				LeaseID:    newID(),
 				Holder:     a.o.Holder,
@@ -148,7 +172,8 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			st.Holder = h
 			out.lease = &coord.Lease{Name: a.f.name, Holder: h.Holder, Token: h.Token, ID: h.LeaseID,
 				TTL: h.TTL, AcquiredAt: h.AcquiredAt, Sent: sent}
-			return true, true, nil // the token is new: store it durably
+			// The waiters behind us move up: wake the new first ones.
+			return ch, pruned || pos.mine >= 0, nil
 		}
 		out.v = v
 		out.mayKill = v.kill && ourTurn
@@ -159,11 +184,14 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			}
 			st.Queue = append(st.Queue, ticket{ID: a.ticket, PID: a.self.PID, Start: a.self.Start,
 				Holder: a.o.Holder, PIDNS: proc.PIDNamespace()})
-			changed = true
+			ch = rewrite
 		}
 		out.info = info(st, v, now, a.self)
-		return changed, false, nil
+		return ch, pruned, nil
 	})
+	for _, t := range dropped {
+		a.c.removeBell(t)
+	}
 	if err != nil {
 		return attempt{}, err
 	}
@@ -182,13 +210,13 @@ func (a *acquirer) leave() {
 	id := a.ticket
 	ctx, cancel := context.WithTimeout(context.Background(), a.c.opts.lockTimeout)
 	defer cancel()
-	_ = a.c.update(ctx, a.f, func(st *state) (bool, bool, error) {
+	_ = a.c.update(ctx, a.f, func(st *state) (stateWrite, bool, error) {
 		i := slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == id })
 		if i < 0 {
-			return false, false, nil
+			return noChange, false, nil
 		}
 		st.Queue = slices.Delete(st.Queue, i, i+1)
-		return true, false, nil
+		return rewrite, true, nil
 	})
 	liveTickets.Delete(id)
 	a.ticket = ""
@@ -196,7 +224,7 @@ func (a *acquirer) leave() {
 
 func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	defer a.leave()
-	res, err := a.try(ctx, a.o.Wait != 0)
+	res, err := a.try(ctx, false)
 	if err != nil {
 		return nil, err
 	}
@@ -206,10 +234,25 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	if a.o.Wait == 0 {
 		return a.noWait(ctx, res)
 	}
+	// Queue up. The doorbell is in place before the ticket is stored, so
+	// that no wake-up is missed.
+	b, err := a.c.newBell(a.self)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	a.ticket = b.id
+	liveTickets.Store(a.ticket, struct{}{})
+	if res, err = a.try(ctx, true); err != nil {
+		return nil, err
+	}
+	if res.lease != nil {
+		return res.lease, nil
+	}
 	if a.o.OnWait != nil {
 		a.o.OnWait(res.info)
 	}
-	return a.wait(ctx)
+	return a.wait(ctx, b)
 }
 
 // noWait handles a busy lock for Wait 0: only the command group of an
@@ -263,16 +306,12 @@ func (a *acquirer) kill(v verdict) error {
 
 // wait waits in the queue until the lock is ours, Wait has passed or ctx
 // has ended. Every round starts with a fresh read of the state, taken after
-// the change subscription is in place, so no change is missed; then it
-// sleeps until the state file changes, a process it depends on exits, or a
-// time at which the verdict changes comes.
-func (a *acquirer) wait(ctx context.Context) (*coord.Lease, error) {
-	h, err := a.c.getHub()
-	if err != nil {
-		return nil, err
-	}
-	sub := h.subscribe(a.f.base)
-	defer sub.close()
+// the doorbell is in place, so no wake-up is missed; then it sleeps until
+// its doorbell rings, a process it depends on exits, or a time at which the
+// verdict changes comes. Only the first two running waiters follow the
+// holder (its expiry, its processes); the others wait for the waiter ahead
+// of them to exit or for their doorbell.
+func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 	var deadline <-chan time.Time
 	if a.o.Wait > 0 {
 		t := time.NewTimer(time.Until(a.start.Add(a.o.Wait)))
@@ -280,7 +319,7 @@ func (a *acquirer) wait(ctx context.Context) (*coord.Lease, error) {
 		deadline = t.C
 	}
 	for {
-		st, err := load(a.f)
+		st, err := loadWith(a.f, &a.parsed)
 		if err != nil {
 			return nil, err
 		}
@@ -292,8 +331,9 @@ func (a *acquirer) wait(ctx context.Context) (*coord.Lease, error) {
 		pos := position(st.Queue, a.ticket, a.self)
 		var stall time.Duration
 		switch {
-		case pos.mine < 0 || (v.free && pos.head == pos.mine):
+		case pos.mine < 0 || ((v.free || v.kill) && pos.head == pos.mine):
 			// Our turn (or our ticket went missing: take a place again).
+			// Whether to kill is decided under the lock.
 			res, err := a.try(ctx, true)
 			if err != nil {
 				return nil, err
@@ -301,26 +341,27 @@ func (a *acquirer) wait(ctx context.Context) (*coord.Lease, error) {
 			if res.lease != nil {
 				return res.lease, nil
 			}
+			v = res.v
 			if res.mayKill {
-				v = res.v
 				_ = a.kill(v) // not permitted: wait for the group to end
 			}
-		case v.kill && pos.head == pos.mine:
-			_ = a.kill(v)
 		case (v.free || v.kill) && pos.head != pos.mine:
 			// The waiter ahead should act now; if it does not (it was
 			// stopped), look again in a while.
 			stall = a.c.opts.stallCheck
 		}
-		deps := v.waitOn
+		var deps []proc.ID
+		wake := time.Duration(-1)
+		if pos.rank <= 1 {
+			deps, wake = v.waitOn, untilWake(v.until)
+		}
 		if pos.pred != (proc.ID{}) {
 			deps = append(slices.Clip(deps), pos.pred)
 		}
-		wake := untilWake(v.until)
 		if stall > 0 && (wake < 0 || stall < wake) {
 			wake = stall
 		}
-		switch sleep(ctx, a.c.closed, sub, deps, wake, deadline) {
+		switch sleep(ctx, a.c.closed, b.sub, deps, wake, deadline) {
 		case wokeDeadline:
 			// One last look before giving up.
 			res, err := a.try(ctx, false)

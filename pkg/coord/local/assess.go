@@ -148,6 +148,7 @@ func liveTicket(t ticket, self proc.ID) proc.Status {
 type queuePos struct {
 	head int     // index of the first running waiter, -1 when none
 	mine int     // index of my ticket, -1 when absent
+	rank int     // running waiters ahead of mine (capped at 2; 0 when absent)
 	pred proc.ID // the nearest live waiter ahead of mine in another process
 }
 
@@ -161,12 +162,21 @@ func position(q []ticket, myID string, self proc.ID) queuePos {
 	}
 	for i, t := range q {
 		if i == p.mine {
-			p.head = i
+			if p.head < 0 {
+				p.head = i
+			}
 			break
 		}
 		if liveTicket(t, self) == proc.Running {
-			p.head = i
-			break
+			if p.head < 0 {
+				p.head = i
+				if p.mine < 0 {
+					break
+				}
+			}
+			if p.rank++; p.rank == 2 {
+				break
+			}
 		}
 	}
 	if p.mine > 0 {
@@ -181,20 +191,22 @@ func position(q []ticket, myID string, self proc.ID) queuePos {
 	return p
 }
 
-// prune drops the tickets of dead waiters; it reports whether it did.
-func prune(st *state, self proc.ID) bool {
-	kept := st.Queue[:0]
-	for _, t := range st.Queue {
-		if liveTicket(t, self) != proc.Gone {
+// prune drops the tickets of dead waiters among the first n of the queue
+// (n < 0: all of them) and returns them.
+func prune(st *state, self proc.ID, n int) (dropped []ticket) {
+	kept := st.Queue[:0:0]
+	for i, t := range st.Queue {
+		if (n >= 0 && i >= n) || liveTicket(t, self) != proc.Gone {
 			kept = append(kept, t)
+		} else {
+			dropped = append(dropped, t)
 		}
 	}
-	changed := len(kept) != len(st.Queue)
 	st.Queue = kept
 	if len(st.Queue) == 0 {
 		st.Queue = nil
 	}
-	return changed
+	return dropped
 }
 
 func countWaiters(q []ticket, self proc.ID) int {

@@ -315,7 +315,7 @@ type execCmd = exec.Cmd
 
 var execCommand = exec.Command
 
-func failingWatcher(string) (*fsnotify.Watcher, error) { return nil, errors.New("no inotify") }
+func failingWatcher() (*fsnotify.Watcher, error) { return nil, errors.New("no inotify") }
 
 // newDir returns a fresh state directory path (not yet created).
 func newDir(t testing.TB) string { return filepath.Join(t.TempDir(), "state") }

@@ -4,24 +4,61 @@
 //
 // # Layout
 //
-// The state directory (0700) holds locks/ (0700). Each lock has a JSON state
-// file (0600) named by a reversible, filesystem-safe escape of the lock name
-// (bytes outside [A-Za-z0-9._-], and a leading '.', become %XX), or
-// "=<sha256 of the name>" when the escape would not fit in a file name; the
-// real name is stored inside. Beside it, a lock file of the same base name is
-// taken with flock(2) only for the short read-modify-write of the state;
-// nothing is held open or locked while a holder waits or runs its command.
-// Readers (Inspect, List, Watch and waiters deciding whether to act) read the
-// state without the lock: it is always replaced whole by rename(2).
+// The state directory (0700) holds locks/ (0700) and, once someone has
+// waited, waiters/ (0700). Each lock has a JSON state file (0600) in locks/
+// named by a reversible, filesystem-safe escape of the lock name (bytes
+// outside [A-Za-z0-9._-], and a leading '.', become %XX), or "=<sha256 of
+// the name>" when the escape would not fit in a file name; the real name is
+// stored inside. Beside it, a lock file of the same base name is taken with
+// flock(2) only for the short read-modify-write of the state; nothing is
+// locked while a holder waits or runs its command. Readers (Inspect, List,
+// Watch and waiters deciding whether to act) read the state without the
+// lock. waiters/ holds one empty doorbell file (0600) per waiting Acquire
+// (see Waiting).
 //
-// # Safety
+// # Durability
 //
-// A state is written to a temporary file, fsynced, renamed over the old one;
-// when it issues a token the directory is fsynced too, before the lease is
-// returned. A crash leaves the old or the new state, never a mix, and the
-// token never goes down. Only the token must outlive a reboot: holders and
-// waiters are stored with the boot id, and a state from another boot has no
-// live lease and no waiter.
+// Only the token must outlive a crash of the machine: holders and waiters
+// are stored with the boot id, and a state from another boot has no live
+// lease and no waiter. So writes are made as durable as what they change:
+//
+//   - Issuing a token replaces the state: a temporary file, fsynced, renamed
+//     over the old one, so that a crash leaves the old or the new state,
+//     never a mix. Each durable write also reserves the next tokenBlock
+//     (1000) tokens ("reserved_token") and fsyncs the directory, making the
+//     rename durable, before the lease is returned; grants within the
+//     reserved block skip the directory fsync. A crash may then lose the
+//     last grants' writes, but never the reservation: a state read after a
+//     reboot goes on above the reserved token. So tokens never go down and
+//     are never issued twice; after a crash up to tokenBlock numbers may be
+//     skipped.
+//   - Queueing and leaving the queue replace the state the same way (data
+//     fsynced before the rename, which keeps the token safe from a torn
+//     file), without the directory fsync: a waiter is not worth keeping
+//     across a crash.
+//   - The rest of a holder's life changes only its lease record, a
+//     fixed-length string at a fixed place in the state file ("lease", the
+//     second JSON member; format 2): Renew (the new expiry), Release (the
+//     lease ended), and AttachProcess with the supervising processes as
+//     recorded (the command's process group) overwrite it where it is, with
+//     one pwrite under the flock: no temporary file, no rename, no fsync.
+//     They need none: while the machine runs, every process sees the write
+//     at once (the page cache); after a crash of the machine the boot id has
+//     changed and the holder is void whatever its record says (a renewal
+//     that did not reach the disk cannot keep a dead lease alive, a release
+//     that did not reach it cannot bring one back). The bytes around the
+//     record are unchanged, so a torn write can damage only the record,
+//     which is then ignored with its holder. Where the boot id cannot be
+//     read (a state then outlives a reboot as it is), these writes replace
+//     the state and fsync the directory, and so does every grant.
+//
+// The record carries the holder's token and a checksum. A reader without
+// the flock that catches the record in the middle of an overwrite reads it
+// again; under the flock a record that does not check out, or names another
+// token than the holder, makes the state corrupt. A holder that renews keeps
+// the parse of its state file and reuses it while the file's bytes stay the
+// same but for the record, so a renewal parses no JSON: it is one open and
+// flock of the lock file, one open, read and write of the state file.
 //
 // A state file that is corrupt, truncated, unreadable, a symbolic link, not
 // a regular file, owned by another user or open to group or others (mode
@@ -29,6 +66,8 @@
 // reset. Open refuses a state directory (or its locks/ directory) that is a
 // symbolic link, not a directory, or owned by another user; one that is open
 // to group or others is tightened to 0700 (its files are checked one by one).
+// A state of format 1 (no lease record) is read as it is and rewritten in
+// format 2 at its first change; a fence of format 1 refuses format 2.
 //
 // # Expiry and takeover
 //
@@ -39,21 +78,33 @@
 // revoke) while its command's process group still has members, the successor
 // kills that group (SIGKILL) first when it may signal it, and waits for it to
 // be gone; when it may not, it waits for the group to end, and the lock counts
-// as busy meanwhile. A revoked lease whose supervisors still run is given
-// until its TTL to stop its own command before the successor kills it.
+// as busy meanwhile. The decision to kill is taken under the flock. A revoked
+// lease whose supervisors still run is given until its TTL to stop its own
+// command before the successor kills it.
 //
 // # Waiting
 //
 // Waiters are served first come, first served: a waiter appends a ticket (its
 // PID and start time) to the lock's queue and takes the lock when it is the
-// first running waiter and the lock is free. It sleeps until the state file
-// changes (inotify, through fsnotify), the holder's expiry passes (a timer),
-// or a process it depends on exits (the holder's processes, the waiter ahead;
-// a pidfd): there is no polling loop. Tickets of dead processes are dropped. A
-// stopped waiter (SIGSTOP, Ctrl-Z) keeps its place but is passed over while
-// it is stopped. Where inotify cannot be had (the per-user limit of inotify
-// instances is reached), waiters fall back to re-reading the state every
-// 200ms.
+// first running waiter and the lock is free. Before its ticket is stored it
+// creates its doorbell, waiters/<pidns>-<pid>-<start>-<ticket id>, and
+// watches that file alone with inotify (through fsnotify). Whoever ends a
+// holder (Release, Revoke) or takes a ticket out of the queue (a grant, a
+// waiter leaving, dead waiters pruned) rings the doorbells of the first two
+// running waiters of the queue as it left it, writing one byte to each: the
+// first may take the lock, the second watches that it does. So a handoff
+// wakes two waiters (and their two processes), however long the queue. The
+// first two running waiters also follow the holder: they sleep until its
+// expiry (a timer) or until one of its processes exits (a pidfd). Every
+// other waiter sleeps until its doorbell rings or the waiter ahead of it
+// exits (a pidfd): there is no polling loop. Tickets of dead processes are
+// dropped, with their doorbells. A stopped waiter (SIGSTOP, Ctrl-Z) keeps
+// its place but is passed over while it is stopped: doorbells ring the
+// first two running waiters, and a second waiter that finds the lock free
+// looks again after a stall check (1s), taking it if the first has been
+// stopped meanwhile. Where inotify
+// cannot be had (the per-user limit of inotify instances or watches is
+// reached), waiters fall back to re-reading the state every 200ms.
 package local
 
 import (
@@ -76,13 +127,21 @@ import (
 // Coordinators, in any number of processes of one host, may share a state
 // directory.
 type Coordinator struct {
-	dir      string
-	locksDir string
-	opts     options
+	dir        string
+	locksDir   string
+	waitersDir string
+	opts       options
 
-	mu     sync.Mutex
-	hub    *hub // started on first use, guarded by mu
-	closed chan struct{}
+	mu           sync.Mutex
+	hub          *hub // started on first use, guarded by mu
+	waitersReady bool // waiters/ checked (guarded by mu)
+	closed       chan struct{}
+
+	// cache holds, by lock name, the parse of the state files of the
+	// leases this Coordinator renews (*parsed), so that a renewal parses
+	// no JSON while the state stays the same but for its lease record
+	// (parseWith). An entry is dropped when its lease is released or lost.
+	cache sync.Map
 }
 
 var (
@@ -162,7 +221,7 @@ func Open(dir string, opts ...Option) (*Coordinator, error) {
 			return nil, unavailable("state directory %s: %v", dir, err)
 		}
 	}
-	c := &Coordinator{dir: dir, locksDir: locks, opts: o, closed: make(chan struct{})}
+	c := &Coordinator{dir: dir, locksDir: locks, waitersDir: filepath.Join(dir, "waiters"), opts: o, closed: make(chan struct{})}
 	c.removeStaleTemps()
 	return c, nil
 }

@@ -791,6 +791,10 @@ func TestStoppedAndDeadWaiters(t *testing.T) {
 	if len(st.Queue) != 1 || st.Queue[0].PID != stopped.cmd.Process.Pid {
 		t.Fatalf("queue %+v, want only the stopped waiter", st.Queue)
 	}
+	// The dead waiter's doorbell went with its ticket.
+	if b := bells(t, c); len(b) != 1 || !hasKey(b, stopped.cmd.Process.Pid) {
+		t.Fatalf("doorbells %v, want only the stopped waiter's", b)
+	}
 	// Once continued, the stopped waiter gets its turn.
 	stopped.signal(syscall.SIGCONT)
 	release(t, c, r.l)
@@ -829,9 +833,11 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 		{"truncated", replace(good[:len(good)/2], 0o600), "truncated"},
 		{"empty", replace(nil, 0o600), "empty"},
 		{"null", replace([]byte("null"), 0o600), "no format version"},
-		{"newer", replace(sub(`"version":1`, `"version":2`), 0o600), "newer fence"},
+		{"newer", replace(sub(`"version":2`, `"version":3`), 0o600), "newer fence"},
 		{"other-name", replace(sub(`"name":"c"`, `"name":"d"`), 0o600), `belongs to lock "d"`},
-		{"inconsistent", replace(sub(`"last_token":1`, `"last_token":1,"holder":{"lease_id":"x","holder":"h","token":7,"ttl_ns":1,"expires_at":1}`), 0o600), "inconsistent"},
+		{"inconsistent", replace([]byte(`{"version":2,"name":"c","last_token":1,"holder":{"lease_id":"x","holder":"h","token":7,"ttl_ns":1,"expires_at":1}}`), 0o600), "inconsistent"},
+		{"record", replace(sub(` s=r `, ` s=h `), 0o600), "lease record that does not check out"},
+		{"record-other-token", replace(recordOfToken(good), 0o600), "lease record of token 1, holder token 2"},
 		{"mode", replace(good, 0o644), "mode 0644"},
 		{"symlink", func() {
 			cp := filepath.Join(t.TempDir(), "copy")
@@ -890,6 +896,13 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 	if _, err := c.Acquire(tctx(t), "s", coord.AcquireOptions{TTL: time.Minute}); !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "symbolic link") {
 		t.Fatalf("Acquire with a symlinked lock file = %v", err)
 	}
+}
+
+// recordOfToken returns the state b (holder token 1) with its holder's
+// token (and last token) raised to 2 and its lease record left as it was.
+func recordOfToken(b []byte) []byte {
+	s := strings.Replace(string(b), `"last_token":1`, `"last_token":2`, 1)
+	return []byte(strings.Replace(s, `"token":1`, `"token":2`, 1))
 }
 
 func snapshot(path string) string {
@@ -971,8 +984,9 @@ func TestCrashSafety(t *testing.T) {
 // TestNoInotify: without inotify, waiters still get the lock (by looking
 // again every 200ms).
 func TestNoInotify(t *testing.T) {
+	old := newWatcher
 	newWatcher = failingWatcher
-	defer func() { newWatcher = defaultWatcher }()
+	defer func() { newWatcher = old }()
 	dir := newDir(t)
 	c := openTB(t, dir)
 	l := acquire(t, c, "n", coord.AcquireOptions{})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,21 +35,37 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	}
 	var r coord.Renewal
 	sent := time.Now()
-	err := c.update(ctx, c.files(name), func(st *state) (bool, bool, error) {
+	var (
+		f    lockFiles
+		slot *parsed
+	)
+	if p, ok := c.cache.Load(name); ok {
+		slot = p.(*parsed)
+		f = slot.f
+	} else {
+		f = c.files(name)
+	}
+	cached := slot
+	err := c.updateWith(ctx, f, &slot, func(st *state) (stateWrite, bool, error) {
 		h := st.Holder
-		v, err := assess(h, clock.Now())
+		now := clock.Now()
+		v, err := assess(h, now)
 		if err != nil {
-			return false, false, err
+			return noChange, false, err
 		}
 		if h == nil || h.LeaseID != leaseID || !v.live {
-			return false, false, lost(name, leaseID, st, v)
+			return noChange, false, lost(name, leaseID, st, v)
 		}
-		h.ExpiresAt = clock.Now().Add(h.TTL)
+		h.ExpiresAt = now.Add(h.TTL)
 		r = coord.Renewal{Sent: sent, TTL: h.TTL}
-		return true, false, nil
+		return recordOnly, false, nil
 	})
 	if err != nil {
+		c.cache.Delete(name)
 		return coord.Renewal{}, err
+	}
+	if slot != cached {
+		c.cache.Store(name, slot)
 	}
 	return r, nil
 }
@@ -59,15 +76,16 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 		return err
 	}
 	f := c.files(name)
+	defer c.cache.Delete(name) // after the update: a renewal in flight may have stored it
 	if _, err := os.Lstat(f.state); os.IsNotExist(err) {
 		return nil // never used
 	}
-	return c.update(ctx, f, func(st *state) (bool, bool, error) {
+	return c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
 		if st.Holder == nil || st.Holder.LeaseID != leaseID {
-			return false, false, nil
+			return noChange, false, nil
 		}
 		st.Holder = nil
-		return true, false, nil
+		return recordOnly, true, nil
 	})
 }
 
@@ -86,14 +104,14 @@ func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 		return coord.LockInfo{}, err
 	}
 	var li coord.LockInfo
-	err = c.update(ctx, c.files(name), func(st *state) (bool, bool, error) {
+	err = c.update(ctx, c.files(name), func(st *state) (stateWrite, bool, error) {
 		now := clock.Now()
 		v, err := assess(st.Holder, now)
 		if err != nil {
-			return false, false, err
+			return noChange, false, err
 		}
 		if !v.live {
-			return false, false, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)
+			return noChange, false, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)
 		}
 		li = info(st, v, now, self)
 		if st.Holder.attached() {
@@ -101,7 +119,7 @@ func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 		} else {
 			st.Holder = nil
 		}
-		return true, false, nil
+		return rewrite, true, nil
 	})
 	return li, err
 }
@@ -118,26 +136,35 @@ func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 	if err != nil {
 		return err
 	}
-	return c.update(ctx, c.files(name), func(st *state) (bool, bool, error) {
+	return c.update(ctx, c.files(name), func(st *state) (stateWrite, bool, error) {
 		h := st.Holder
 		v, err := assess(h, clock.Now())
 		if err != nil {
-			return false, false, err
+			return noChange, false, err
 		}
 		if h == nil || h.LeaseID != leaseID || !v.live {
-			return false, false, lost(name, leaseID, st, v)
+			return noChange, false, lost(name, leaseID, st, v)
 		}
 		if !h.ours() && h.attached() {
-			return false, false, fmt.Errorf("%w: lease %s on lock %q is attached to processes of another PID namespace", coord.ErrInvalid, leaseID, name)
+			return noChange, false, fmt.Errorf("%w: lease %s on lock %q is attached to processes of another PID namespace", coord.ErrInvalid, leaseID, name)
+		}
+		// The supervising processes as recorded and a new group go in the
+		// lease record (fence run attaches its command's group this way);
+		// anything else replaces the state.
+		ch := recordOnly
+		if (len(pids) > 0 && !slices.Equal(pids, h.PIDs)) || h.PIDNS != proc.PIDNamespace() {
+			ch = rewrite
 		}
 		if len(pids) > 0 {
 			h.PIDs = pids
 		}
 		if group != nil {
 			h.Group = group
+		} else if ch == recordOnly {
+			return noChange, false, nil
 		}
 		h.PIDNS = proc.PIDNamespace()
-		return true, false, nil
+		return ch, false, nil
 	})
 }
 

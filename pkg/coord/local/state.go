@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -22,18 +24,33 @@ import (
 
 // formatVersion is the version of the state file format. It changes only for
 // incompatible changes; a reader refuses a state of a later version. Data
-// added by later versions of format 1 goes under "ext", which writers that do
-// not know it keep as it is.
-const formatVersion = 1
+// added by later versions of a format goes under "ext", which writers that
+// do not know it keep as it is. Format 2 added the lease record ("lease")
+// and the reserved token ("reserved_token"): a reader of format 1 would miss
+// renewals and releases, and could issue a token again after a crash, so it
+// must refuse them. Format 1 states are read as they are.
+const formatVersion = 2
 
 // maxStateSize bounds a state file; a larger one is refused as corrupt.
 const maxStateSize = 16 << 20
 
+// tokenBlock is how many tokens one durable write reserves (see the package
+// doc, "Durability").
+const tokenBlock = 1000
+
 // state is the content of a lock's state file.
 type state struct {
-	Version   int    `json:"version"`
+	Version int `json:"version"`
+	// Lease is the holder's lease record (record.go), present exactly when
+	// there is a holder. It must stay the second member: it is overwritten
+	// in place at recordOffset.
+	Lease     string `json:"lease,omitempty"`
 	Name      string `json:"name"`
 	LastToken uint64 `json:"last_token"`
+	// Reserved is the largest token that may have been issued: every token
+	// up to it was covered by a durable write. After a crash LastToken may
+	// read lower; the next token then starts above Reserved.
+	Reserved uint64 `json:"reserved_token,omitempty"`
 	// BootID is the boot of the boot-clock readings and process IDs below.
 	BootID string   `json:"boot_id,omitempty"`
 	Holder *holder  `json:"holder,omitempty"`
@@ -42,7 +59,9 @@ type state struct {
 	Ext map[string]json.RawMessage `json:"ext,omitempty"`
 }
 
-// holder is the current (or last, until replaced) lease.
+// holder is the current (or last, until replaced) lease. Its expiry, group
+// and release are kept up to date by the lease record; the fields here are
+// as of the last time the whole state was written.
 type holder struct {
 	LeaseID    string        `json:"lease_id"`
 	Holder     string        `json:"holder"`
@@ -78,6 +97,12 @@ type ticket struct {
 
 func (t ticket) proc() proc.ID { return proc.ID{PID: t.PID, Start: t.Start} }
 
+// volatileOK reports whether writes that need not survive a reboot may skip
+// fsync: only when the boot is known, so that a state read after a reboot
+// is recognised as such (and its holders, waiters and lease records are
+// ignored).
+func volatileOK() bool { return clock.BootID() != "" }
+
 // corrupt is the fail-closed error for a state file that cannot be trusted.
 func corrupt(f lockFiles, what string, args ...any) error {
 	if f.name == "" {
@@ -89,11 +114,11 @@ func corrupt(f lockFiles, what string, args ...any) error {
 }
 
 // checkFile refuses a file of the state tree that is not a regular file
-// owned by the effective user with mode 0600.
-func checkFile(f lockFiles, path string, fd int) error {
+// owned by the effective user with mode 0600. It returns the file's size.
+func checkFile(f lockFiles, path string, fd int) (int64, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return unavailable("lock %q: %s: %v", f.name, path, err)
+		return 0, unavailable("lock %q: %s: %v", f.name, path, err)
 	}
 	what := "state file"
 	if path == f.lock {
@@ -101,41 +126,204 @@ func checkFile(f lockFiles, path string, fd int) error {
 	}
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return unavailable("lock %q: %s %s is not a regular file", f.name, what, path)
+		return 0, unavailable("lock %q: %s %s is not a regular file", f.name, what, path)
 	case int(st.Uid) != os.Geteuid():
-		return unavailable("lock %q: %s %s is owned by uid %d, not by the current user (uid %d)", f.name, what, path, st.Uid, os.Geteuid())
+		return 0, unavailable("lock %q: %s %s is owned by uid %d, not by the current user (uid %d)", f.name, what, path, st.Uid, os.Geteuid())
 	case st.Mode&0o777 != 0o600:
-		return unavailable("lock %q: %s %s has mode %04o, want 0600", f.name, what, path, st.Mode&0o777)
+		return 0, unavailable("lock %q: %s %s has mode %04o, want 0600", f.name, what, path, st.Mode&0o777)
 	}
-	return nil
+	return st.Size, nil
 }
 
-// load reads a lock's state without taking its lock (states are replaced
-// whole). A missing file is a lock never used: a fresh state. Anything that
-// cannot be trusted fails closed.
-func load(f lockFiles) (*state, error) {
-	fd, err := unix.Open(f.state, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+// errTorn marks a lease record that does not check out: read in the middle
+// of an overwrite (a reader without the lock reads again), or corrupt.
+var errTorn = errors.New("torn lease record")
+
+// openState opens a lock's state file (for writing too when rw is set) and
+// checks it. A missing file is fd -1 and no error.
+func openState(f lockFiles, rw bool) (fd int, size int64, err error) {
+	mode := unix.O_RDONLY
+	if rw {
+		mode = unix.O_RDWR
+	}
+	fd, err = unix.Open(f.state, mode|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return &state{Version: formatVersion, Name: f.name, BootID: clock.BootID()}, nil
+		return -1, 0, nil
 	case errors.Is(err, unix.ELOOP):
-		return nil, corrupt(f, "is a symbolic link")
+		return -1, 0, corrupt(f, "is a symbolic link")
+	case errors.Is(err, unix.EISDIR):
+		return -1, 0, unavailable("lock %q: state file %s is not a regular file", f.name, f.state)
 	case err != nil:
-		return nil, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
+		return -1, 0, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
 	}
-	file := os.NewFile(uintptr(fd), f.state)
-	defer file.Close()
-	if err := checkFile(f, f.state, fd); err != nil {
-		return nil, err
+	if size, err = checkFile(f, f.state, fd); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
 	}
-	b, err := io.ReadAll(io.LimitReader(file, maxStateSize+1))
-	if err != nil {
-		return nil, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
+	if size > maxStateSize {
+		unix.Close(fd)
+		return -1, 0, corrupt(f, "is larger than %d bytes", maxStateSize)
 	}
-	return parseState(f, b)
+	return fd, size, nil
 }
 
-func parseState(f lockFiles, b []byte) (*state, error) {
+// readAll reads an open state file of the given size. States are replaced
+// whole and the lease record is overwritten in place, so an open state file
+// never changes size.
+func readAll(f lockFiles, fd int, size int64) ([]byte, error) {
+	b := make([]byte, 0, size)
+	for len(b) < int(size) {
+		n, err := unix.Pread(fd, b[len(b):size], int64(len(b)))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
+		}
+		if n == 0 {
+			break // truncated under us: parsed (and refused) as it is
+		}
+		b = b[:len(b)+n]
+	}
+	return b, nil
+}
+
+func freshState(f lockFiles) *state {
+	return &state{Version: formatVersion, Name: f.name, BootID: clock.BootID()}
+}
+
+// load reads a lock's state without taking its lock. States are replaced
+// whole by rename; the lease record, overwritten in place, is checked by its
+// checksum and read again when it was caught in the middle of an overwrite.
+// A missing file is a lock never used: a fresh state. Anything that cannot
+// be trusted fails closed.
+func load(f lockFiles) (*state, error) { return loadWith(f, nil) }
+
+// loadWith is load, reusing and updating the parse in *slot (see parseWith).
+func loadWith(f lockFiles, slot **parsed) (*state, error) {
+	fd, size, err := openState(f, false)
+	if err != nil {
+		return nil, err
+	}
+	if fd < 0 {
+		return freshState(f), nil
+	}
+	defer unix.Close(fd)
+	for try := 0; ; try++ {
+		b, err := readAll(f, fd, size)
+		if err != nil {
+			return nil, err
+		}
+		st, err := parseWith(f, b, slot)
+		if !errors.Is(err, errTorn) {
+			return st, err
+		}
+		if try == 50 {
+			return nil, corrupt(f, "has a lease record that does not check out")
+		}
+		if try >= 3 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// parsed is a state file's bytes and their parse, before the lease record
+// was applied (see parseWith).
+type parsed struct {
+	f   lockFiles
+	raw []byte
+	st  *state
+}
+
+// loadLocked reads a lock's state under its flock. It returns the state,
+// the file's bytes and the file, open for writing (fd -1 when the file does
+// not exist yet); the caller closes it. slot, when not nil, is a parse to
+// reuse and update (see parseWith).
+func loadLocked(f lockFiles, slot **parsed) (*state, []byte, int, error) {
+	fd, size, err := openState(f, true)
+	if err != nil {
+		return nil, nil, -1, err
+	}
+	if fd < 0 {
+		return freshState(f), nil, -1, nil
+	}
+	b, err := readAll(f, fd, size)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, -1, err
+	}
+	st, err := parseWith(f, b, slot)
+	if errors.Is(err, errTorn) {
+		// Under the lock nothing overwrites the record: it is corrupt.
+		err = corrupt(f, "has a lease record that does not check out")
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, -1, err
+	}
+	return st, b, fd, nil
+}
+
+// parseWith parses a state file's bytes b. With slot not nil it keeps the
+// parse in *slot, and reuses the one there when b differs from its bytes at
+// most in the lease record (a holder renewing): then no JSON is parsed. The
+// bytes being the same, so is the parse.
+func parseWith(f lockFiles, b []byte, slot **parsed) (*state, error) {
+	if slot == nil {
+		return parseState(f, b, nil)
+	}
+	if p := *slot; p != nil && p.f == f && sameButRecord(p.raw, b) {
+		st := p.st.clone()
+		if hasRecord(b) {
+			st.Lease = string(b[recordOffset : recordOffset+recordLen])
+		}
+		if err := applyRecord(f, st); err != nil {
+			return nil, err
+		}
+		return st, nil
+	}
+	pre := new(state)
+	st, err := parseState(f, b, pre)
+	if err == nil {
+		*slot = &parsed{f: f, raw: b, st: pre}
+	}
+	return st, err
+}
+
+// sameButRecord reports whether two state files' bytes differ at most in
+// their lease records.
+func sameButRecord(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) <= recordOffset+recordLen || string(a[:recordOffset]) != recordPrefix {
+		return string(a) == string(b)
+	}
+	return string(a[:recordOffset]) == string(b[:recordOffset]) &&
+		string(a[recordOffset+recordLen:]) == string(b[recordOffset+recordLen:])
+}
+
+// clone returns a copy of st that shares nothing that callers change.
+func (st *state) clone() *state {
+	n := *st
+	if st.Holder != nil {
+		h := *st.Holder
+		h.PIDs = slices.Clone(h.PIDs)
+		if h.Group != nil {
+			g := *h.Group
+			h.Group = &g
+		}
+		n.Holder = &h
+	}
+	n.Queue = slices.Clone(st.Queue)
+	n.Ext = maps.Clone(st.Ext)
+	return &n
+}
+
+// parseState parses and checks a state file's bytes. When pre is not nil
+// it receives a copy of the state before the lease record was applied.
+func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	if len(b) == 0 {
 		return nil, corrupt(f, "is empty (truncated)")
 	}
@@ -167,20 +355,58 @@ func parseState(f lockFiles, b []byte) (*state, error) {
 			return nil, corrupt(f, "is inconsistent (a waiter without id or pid)")
 		}
 	}
-	// Holders and waiters of another boot are gone; only the token stays.
+	// Holders, waiters and lease records of another boot are gone; only the
+	// token stays, and it goes on above every token that may have been
+	// issued before the crash.
 	if id := clock.BootID(); st.BootID != id {
-		st.BootID, st.Holder, st.Queue = id, nil, nil
+		st.BootID, st.Holder, st.Queue, st.Lease = id, nil, nil, ""
+		st.LastToken = max(st.LastToken, st.Reserved)
+	} else if st.Lease != "" && st.Holder == nil {
+		return nil, corrupt(f, "is inconsistent (a lease record without a holder)")
+	}
+	if pre != nil {
+		*pre = *st.clone()
+	}
+	if err := applyRecord(f, st); err != nil {
+		return nil, err
 	}
 	return st, nil
 }
 
-// store writes st durably enough: the data is fsynced before the rename
-// (a crash never leaves a truncated state); the directory is fsynced too
-// when sync is set, which callers do whenever a token was issued, so that a
-// token, once handed out, survives a power loss.
+// applyRecord applies the lease record of st (as parsed) to its holder.
+func applyRecord(f lockFiles, st *state) error {
+	h := st.Holder
+	if st.Lease == "" || h == nil {
+		return nil
+	}
+	r, ok := decodeRecord(st.Lease)
+	if !ok {
+		return errTorn
+	}
+	if r.token != h.Token {
+		return corrupt(f, "is inconsistent (lease record of token %d, holder token %d)", r.token, h.Token)
+	}
+	h.ExpiresAt = max(h.ExpiresAt, r.expires)
+	if r.group != nil {
+		h.Group = r.group
+	}
+	if r.released {
+		st.Holder = nil
+	}
+	return nil
+}
+
+// store replaces the state file with st: the data is fsynced before the
+// rename, so a crash never leaves a truncated state; the directory is
+// fsynced too when sync is set (a token beyond the reserved one was issued),
+// so that the token survives a power loss.
 func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
 	st.BootID = clock.BootID()
+	st.Lease = ""
+	if st.Holder != nil {
+		st.Lease = recordOf(st.Holder).encode()
+	}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return unavailable("lock %q: encode state: %v", f.name, err)
@@ -197,6 +423,38 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 	return nil
 }
 
+// writeRecord overwrites the lease record of the open state file whose
+// bytes are raw, without fsync. It returns false, writing nothing, when the
+// file has no record at its place (a state of format 1) or volatile writes
+// are not allowed: the caller then replaces the whole state.
+func writeRecord(fd int, raw []byte, r record) (bool, error) {
+	if fd < 0 || !volatileOK() || !hasRecord(raw) {
+		return false, nil
+	}
+	var buf [recordLen]byte
+	b := r.append(buf[:0])
+	for {
+		n, err := unix.Pwrite(fd, b, int64(recordOffset))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err == nil && n != len(b) {
+			err = io.ErrShortWrite
+		}
+		if err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+}
+
+// hasRecord reports whether a state file's bytes have a lease record at
+// recordOffset.
+func hasRecord(raw []byte) bool {
+	return len(raw) > recordOffset+recordLen && string(raw[:recordOffset]) == recordPrefix &&
+		raw[recordOffset+recordLen] == '"'
+}
+
 // lockState takes the lock's flock for a read-modify-write. The returned
 // function releases it.
 func (c *Coordinator) lockState(ctx context.Context, f lockFiles) (func(), error) {
@@ -207,7 +465,7 @@ func (c *Coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 	case err != nil:
 		return nil, unavailable("lock %q: open lock file %s: %v", f.name, f.lock, err)
 	}
-	if err := checkFile(f, f.lock, fd); err != nil {
+	if _, err := checkFile(f, f.lock, fd); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
@@ -257,9 +515,34 @@ func flockEINTR(fd, how int) error {
 	}
 }
 
-// update runs fn on the lock's state under its flock and stores the state
-// when fn asks for it (write), fsyncing the directory when sync is set.
-func (c *Coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (write, sync bool, err error)) error {
+// stateWrite is what an update writes.
+type stateWrite int
+
+const (
+	// noChange: nothing is written.
+	noChange stateWrite = iota
+	// recordOnly: only the holder's expiry, group or release changed; the
+	// lease record is overwritten in place, without fsync (or, where it
+	// cannot be, the state is replaced as for rewrite).
+	recordOnly
+	// rewrite: the state file is replaced (data fsynced, renamed).
+	rewrite
+	// durable: as rewrite, and the directory is fsynced: a token beyond the
+	// reserved one was issued.
+	durable
+)
+
+// update runs fn on the lock's state under its flock and writes what fn
+// reports. When fn sets ring, the first waiters of the queue as updated are
+// woken (after the flock is dropped): fn sets it whenever a holder ended or
+// a ticket left the queue.
+func (c *Coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (w stateWrite, ring bool, err error)) error {
+	return c.updateWith(ctx, f, nil, fn)
+}
+
+// updateWith is update, reusing and updating the parse in *slot (see
+// parseWith) when slot is not nil.
+func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed, fn func(st *state) (w stateWrite, ring bool, err error)) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
@@ -267,18 +550,57 @@ func (c *Coordinator) update(ctx context.Context, f lockFiles, fn func(st *state
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	st, err := load(f)
+	st, raw, fd, err := loadLocked(f, slot)
 	if err != nil {
+		unlock()
 		return err
 	}
-	write, sync, err := fn(st)
-	if write {
-		if serr := c.store(f, st, sync); serr != nil {
-			return serr
-		}
+	var token uint64
+	if st.Holder != nil {
+		token = st.Holder.Token
+	}
+	ch, ring, err := fn(st)
+	werr := c.write(f, st, raw, fd, token, ch)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	unlock()
+	if werr != nil {
+		return werr
+	}
+	if ring && ch != noChange {
+		c.ring(st.Queue)
 	}
 	return err
+}
+
+// write writes st as ch says; token is the holder's token as read.
+func (c *Coordinator) write(f lockFiles, st *state, raw []byte, fd int, token uint64, ch stateWrite) error {
+	switch ch {
+	case noChange:
+		return nil
+	case recordOnly:
+		if !volatileOK() {
+			// Without a boot id a state outlives a reboot as it is: a
+			// release must be durable not to bring its holder back.
+			return c.store(f, st, true)
+		}
+		r := record{token: token, released: true}
+		if h := st.Holder; h != nil {
+			r = recordOf(h)
+		}
+		if r.token != 0 {
+			ok, err := writeRecord(fd, raw, r)
+			if err != nil {
+				return unavailable("lock %q: write state: %v", f.name, err)
+			}
+			if ok {
+				return nil
+			}
+		}
+		return c.store(f, st, false)
+	}
+	return c.store(f, st, ch == durable)
 }
 
 // The tickets of waiting Acquire calls in this process. A ticket of this

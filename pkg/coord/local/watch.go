@@ -18,36 +18,32 @@ import (
 // had.
 const fallbackPoll = 200 * time.Millisecond
 
-// hub turns inotify events on one locks/ directory into wake-ups of the
-// subscribers interested in each lock. One hub (one inotify instance) serves
-// every Coordinator of this process on that directory; it is started by the
-// first that needs it and stopped when the last of them is closed.
+// hub turns inotify events into wake-ups of subscribers. One hub (one
+// inotify instance) serves every Coordinator of this process on one state
+// directory; it is started by the first that needs it and stopped when the
+// last of them is closed. It watches two kinds of things:
+//
+//   - the locks/ directory, only while a Watch needs it: every change of a
+//     state file (replaced, or its lease record overwritten) wakes the
+//     subscribers of that lock (subscribe);
+//   - waiters' doorbell files, each its own inotify watch (subscribeFile):
+//     ringing a doorbell wakes that waiter alone, and no other process.
 type hub struct {
-	dir  string
-	w    *fsnotify.Watcher // nil: no inotify, poke everyone every fallbackPoll
+	dir  string            // the locks/ directory
+	w    *fsnotify.Watcher // nil: no inotify, every subscriber polls
 	refs int               // guarded by hubs
 
-	mu   sync.Mutex
-	subs map[*subscription]struct{}
+	mu         sync.Mutex
+	dirWatched bool
+	subs       map[*subscription]struct{} // directory subscribers
+	files      map[string]*subscription   // file subscribers by path
 
 	stop chan struct{}
 	done chan struct{}
 }
 
-// newWatcher watches dir with inotify (a variable for tests).
-var newWatcher = defaultWatcher
-
-func defaultWatcher(dir string) (*fsnotify.Watcher, error) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, err
-	}
-	if err := w.Add(dir); err != nil {
-		w.Close()
-		return nil, err
-	}
-	return w, nil
-}
+// newWatcher makes an inotify instance (a variable for tests).
+var newWatcher = fsnotify.NewWatcher
 
 var hubs = struct {
 	sync.Mutex
@@ -61,8 +57,9 @@ func acquireHub(dir string) *hub {
 		h.refs++
 		return h
 	}
-	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
-	if w, err := newWatcher(dir); err == nil {
+	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, files: map[string]*subscription{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if w, err := newWatcher(); err == nil {
 		h.w = w
 	}
 	hubs.m[dir] = h
@@ -90,16 +87,8 @@ func (h *hub) release() {
 func (h *hub) run() {
 	defer close(h.done)
 	if h.w == nil {
-		t := time.NewTicker(fallbackPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-h.stop:
-				return
-			case <-t.C:
-				h.notify("", true)
-			}
-		}
+		<-h.stop
+		return
 	}
 	for {
 		select {
@@ -109,9 +98,17 @@ func (h *hub) run() {
 			if !ok {
 				return
 			}
-			if base, ok := stateFileBase(filepath.Base(ev.Name)); ok {
-				h.notify(base, false)
+			if filepath.Dir(ev.Name) == h.dir {
+				if base, ok := stateFileBase(filepath.Base(ev.Name)); ok {
+					h.notify(base, false)
+				}
+				continue
 			}
+			h.mu.Lock()
+			if s := h.files[ev.Name]; s != nil {
+				s.poke()
+			}
+			h.mu.Unlock()
 		case _, ok := <-h.w.Errors:
 			if !ok {
 				return
@@ -122,7 +119,8 @@ func (h *hub) run() {
 	}
 }
 
-// notify wakes the subscribers of base (all of them when all is set).
+// notify wakes the directory subscribers of base (all subscribers, of
+// every kind, when all is set).
 func (h *hub) notify(base string, all bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -137,18 +135,24 @@ func (h *hub) notify(base string, all bool) {
 			s.dirty[base] = struct{}{}
 		}
 		s.mu.Unlock()
-		select {
-		case s.c <- struct{}{}:
-		default:
+		s.poke()
+	}
+	if all {
+		for _, s := range h.files {
+			s.poke()
 		}
 	}
 }
 
 // subscription receives a wake-up (coalesced) on c after changes to the
-// state file of base, or of any lock when base is "".
+// state file of base (any lock when base is ""), or to the file at path.
+// When poll is set no inotify watch could be had: the subscriber looks
+// again every fallbackPoll instead.
 type subscription struct {
 	h    *hub
 	base string
+	path string
+	poll bool
 	c    chan struct{}
 
 	mu    sync.Mutex
@@ -156,18 +160,48 @@ type subscription struct {
 	all   bool
 }
 
+func (s *subscription) poke() {
+	select {
+	case s.c <- struct{}{}:
+	default:
+	}
+}
+
+// subscribe subscribes to the changes of the state files of base (of all
+// locks when base is ""), watching the locks/ directory.
 func (h *hub) subscribe(base string) *subscription {
 	s := &subscription{h: h, base: base, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.w != nil && !h.dirWatched {
+		h.dirWatched = h.w.Add(h.dir) == nil
+	}
+	s.poll = !h.dirWatched
 	h.subs[s] = struct{}{}
-	h.mu.Unlock()
+	return s
+}
+
+// subscribeFile subscribes to writes to the file at path (a doorbell).
+func (h *hub) subscribeFile(path string) *subscription {
+	s := &subscription{h: h, path: path, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.poll = h.w == nil || h.w.Add(path) != nil
+	h.files[path] = s
 	return s
 }
 
 func (s *subscription) close() {
 	s.h.mu.Lock()
-	delete(s.h.subs, s)
-	s.h.mu.Unlock()
+	defer s.h.mu.Unlock()
+	if s.path == "" {
+		delete(s.h.subs, s)
+		return
+	}
+	delete(s.h.files, s.path)
+	if !s.poll {
+		_ = s.h.w.Remove(s.path) // already gone when the file was removed
+	}
 }
 
 // take returns and clears what changed since the last take.
@@ -185,20 +219,25 @@ func (s *subscription) take() (bases []string, all bool) {
 type wakeReason int
 
 const (
-	wokeChange   wakeReason = iota // the state file changed
+	wokeChange   wakeReason = iota // notified on the subscription
 	wokeRecheck                    // a time passed or a process exited
+	wokePoll                       // no inotify: time to look at everything again
 	wokeDeadline                   // the Wait deadline passed
 	wokeCtx                        // ctx ended
 	wokeClosed                     // the Coordinator was closed
 )
 
 // sleep waits for one wake-up: a change notified on sub, the exit of one of
-// deps, wake passing (when >= 0), deadline, ctx or closed.
+// deps, wake passing (when >= 0), the poll interval of a subscription
+// without inotify, deadline, ctx or closed.
 func sleep(ctx context.Context, closed <-chan struct{}, sub *subscription, deps []proc.ID, wake time.Duration, deadline <-chan time.Time) wakeReason {
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	exited := make(chan struct{}, 1)
+	var (
+		wg     sync.WaitGroup
+		exited chan struct{}
+	)
 	if len(deps) > 0 {
+		wctx, cancel := context.WithCancel(ctx)
+		exited = make(chan struct{}, 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -206,13 +245,19 @@ func sleep(ctx context.Context, closed <-chan struct{}, sub *subscription, deps 
 				exited <- struct{}{}
 			}
 		}()
+		defer func() { cancel(); wg.Wait() }()
 	}
-	defer func() { cancel(); wg.Wait() }()
 	var timer <-chan time.Time
 	if wake >= 0 {
 		t := time.NewTimer(wake)
 		defer t.Stop()
 		timer = t.C
+	}
+	var poll <-chan time.Time
+	if sub.poll {
+		t := time.NewTimer(fallbackPoll)
+		defer t.Stop()
+		poll = t.C
 	}
 	select {
 	case <-sub.c:
@@ -221,6 +266,8 @@ func sleep(ctx context.Context, closed <-chan struct{}, sub *subscription, deps 
 		return wokeRecheck
 	case <-timer:
 		return wokeRecheck
+	case <-poll:
+		return wokePoll
 	case <-deadline:
 		return wokeDeadline
 	case <-ctx.Done():
@@ -312,12 +359,13 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 			}
 		}
 		var bases []string
-		switch sleep(ctx, w.c.closed, w.sub, deps, untilWake(next), nil) {
+		switch r := sleep(ctx, w.c.closed, w.sub, deps, untilWake(next), nil); r {
 		case wokeCtx, wokeClosed:
 			return
-		case wokeChange:
+		case wokeChange, wokePoll:
 			var all bool
-			if bases, all = w.sub.take(); all {
+			bases, all = w.sub.take()
+			if all || r == wokePoll {
 				if bases, _ = w.c.stateBases(); bases == nil {
 					bases = []string{}
 				}

@@ -1,0 +1,130 @@
+package local
+
+import (
+	"hash/crc32"
+	"strconv"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/proc"
+)
+
+// The lease record is the part of a holder that changes while the lease is
+// held: its expiry (Renew), its command's process group (AttachProcess) and
+// whether it was released (Release). It is stored as the state's second
+// JSON member, "lease", a string of fixed length, so that these changes
+// overwrite it where it is (one pwrite, no fsync, no rename) instead of
+// replacing the state file. See the package doc, "Durability".
+//
+// Layout (recordLen bytes, ASCII):
+//
+//	t=<token, 20 digits> e=<expiry on the boot clock, ns, 20 digits> s=<h|r>
+//	g=<pgid, 10 digits>@<leader start, 20 digits> c=<crc32 of the rest, 8 hex>
+//
+// s is h while held, r once released; g is 0@0 when no group is recorded.
+// The checksum lets a reader that does not hold the lock tell a record it
+// read in the middle of an overwrite (it then reads again).
+type record struct {
+	token    uint64
+	expires  clock.Boot
+	released bool
+	group    *proc.ID
+}
+
+const (
+	recordBody = "t=00000000000000000000 e=00000000000000000000 s=h g=0000000000@00000000000000000000"
+	recordLen  = len(recordBody) + len(" c=00000000")
+	// recordPrefix starts every state file that has a lease record; the
+	// record's bytes follow it.
+	recordPrefix = `{"version":2,"lease":"`
+	recordOffset = len(recordPrefix)
+)
+
+// recordOf is the lease record of holder h.
+func recordOf(h *holder) record {
+	return record{token: h.Token, expires: h.ExpiresAt, group: h.Group}
+}
+
+func (r record) encode() string { return string(r.append(nil)) }
+
+// append appends the record's recordLen bytes to b.
+func (r record) append(b []byte) []byte {
+	start := len(b)
+	var pgid int
+	var gstart uint64
+	if r.group != nil {
+		pgid, gstart = r.group.PID, r.group.Start
+	}
+	s := byte('h')
+	if r.released {
+		s = 'r'
+	}
+	b = append(b, "t="...)
+	b = appendPadded(b, r.token, 20)
+	b = append(b, " e="...)
+	b = appendPadded(b, uint64(max(r.expires, 0)), 20)
+	b = append(b, " s="...)
+	b = append(b, s)
+	b = append(b, " g="...)
+	b = appendPadded(b, uint64(max(pgid, 0)), 10)
+	b = append(b, '@')
+	b = appendPadded(b, gstart, 20)
+	sum := crc32.ChecksumIEEE(b[start:])
+	b = append(b, " c="...)
+	const hexdig = "0123456789abcdef"
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, hexdig[(sum>>shift)&15])
+	}
+	return b
+}
+
+// appendPadded appends v in decimal, zero-padded to width digits.
+func appendPadded(b []byte, v uint64, width int) []byte {
+	var d [20]byte
+	n := strconv.AppendUint(d[:0], v, 10)
+	for i := len(n); i < width; i++ {
+		b = append(b, '0')
+	}
+	return append(b, n...)
+}
+
+// decodeRecord parses a lease record; ok is false for anything encode
+// cannot have written (or a record read while it was being overwritten).
+func decodeRecord(s string) (r record, ok bool) {
+	if len(s) != recordLen {
+		return record{}, false
+	}
+	body, sum := s[:len(recordBody)], s[len(recordBody):]
+	if sum[:3] != " c=" {
+		return record{}, false
+	}
+	want, err := strconv.ParseUint(sum[3:], 16, 32)
+	if err != nil || uint32(want) != crc32.ChecksumIEEE([]byte(body)) {
+		return record{}, false
+	}
+	// The checksum matched: the fields are as encode wrote them.
+	num := func(from, n int) uint64 {
+		v, err := strconv.ParseUint(body[from:from+n], 10, 64)
+		if err != nil {
+			ok = false
+		}
+		return v
+	}
+	ok = true
+	r.token = num(2, 20)
+	exp := num(25, 20)
+	r.expires = clock.Boot(exp)
+	switch body[48] {
+	case 'h':
+	case 'r':
+		r.released = true
+	default:
+		ok = false
+	}
+	if pgid := num(52, 10); pgid != 0 {
+		r.group = &proc.ID{PID: int(pgid), Start: num(63, 20)}
+	}
+	if exp > 1<<62 || r.token == 0 {
+		ok = false
+	}
+	return r, ok
+}
