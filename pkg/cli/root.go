@@ -69,7 +69,7 @@ not be run; run exits with its command's code.`,
 		c.GroupID = "inspect"
 		root.AddCommand(c)
 	}
-	root.AddCommand(newCmdConfig(f), newCmdVersion(f), newCmdGenDocs(f))
+	root.AddCommand(newCmdConfig(f), newCmdVersion(f))
 	for _, fn := range commandFactories {
 		root.AddCommand(fn(f))
 	}

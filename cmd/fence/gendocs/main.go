@@ -1,4 +1,20 @@
-package cli
+// Command gendocs writes fence's generated documentation from its command
+// tree (pkg/cli), under DIR (default ., the repository root):
+//
+//	docs/cli/*.md     a markdown reference page per command
+//	docs/man/*.1      a man page per command
+//	completions/      fence.bash, fence.zsh, fence.fish, fence.ps1
+//
+// Run it from the repository root after changing a command:
+//
+//	go run ./cmd/fence/gendocs .
+//
+// It is a program of its own, not a fence subcommand, so that cobra/doc and
+// its markdown and man renderers (go-md2man, blackfriday) are not linked into
+// fence: their package initialisation would be paid by every fence process,
+// the watchdog of each `fence run` included. TestGeneratedDocsAreCurrent
+// fails when the committed files differ from what it writes.
+package main
 
 import (
 	"fmt"
@@ -7,24 +23,39 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+
+	"github.com/fence-dev/fence/pkg/cli"
 )
+
+func main() {
+	dir := "."
+	switch len(os.Args) {
+	case 1:
+	case 2:
+		dir = os.Args[1]
+	default:
+		fmt.Fprintln(os.Stderr, "usage: go run ./cmd/fence/gendocs [DIR]")
+		os.Exit(2)
+	}
+	if err := GenDocs(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "gendocs: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "gendocs: wrote %s\n", strings.Join([]string{
+		filepath.Join(dir, "docs", "cli"), filepath.Join(dir, "docs", "man"), filepath.Join(dir, "completions"),
+	}, ", "))
+}
 
 // docsDate is the date printed in the man pages. It is fixed so that the
 // generated files change only when the commands do.
 var docsDate = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-// GenDocs writes, under dir (the repository root):
-//
-//	docs/cli/*.md     a markdown reference page per command
-//	docs/man/*.1      a man page per command
-//	completions/      fence.bash, fence.zsh, fence.fish, fence.ps1
-//
-// from the command tree of NewRootCmd, so that every command (including ones
-// registered later) is covered. Stale generated files are removed first.
+// GenDocs writes the generated files under dir from the command tree of
+// cli.NewRootCmd, so that every command (including ones registered later) is
+// covered. Stale generated files are removed first.
 func GenDocs(dir string) error {
-	root := NewRootCmd(NewFactory(Test(nil, nil)))
+	root := cli.NewRootCmd(cli.NewFactory(cli.Test(nil, nil)))
 	mdDir := filepath.Join(dir, "docs", "cli")
 	manDir := filepath.Join(dir, "docs", "man")
 	compDir := filepath.Join(dir, "completions")
@@ -69,26 +100,4 @@ func GenDocs(dir string) error {
 		}
 	}
 	return nil
-}
-
-func newCmdGenDocs(f *Factory) *cobra.Command {
-	return &cobra.Command{
-		Use:    "gen-docs [DIR]",
-		Short:  "Generate docs/cli, docs/man and completions/ under DIR (default .)",
-		Hidden: true,
-		Args:   maxArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			dir := "."
-			if len(args) == 1 {
-				dir = args[0]
-			}
-			if err := GenDocs(dir); err != nil {
-				return fmt.Errorf("gen-docs: %w", err)
-			}
-			fmt.Fprintf(f.IO.ErrOut, "fence: wrote %s\n", strings.Join([]string{
-				filepath.Join(dir, "docs", "cli"), filepath.Join(dir, "docs", "man"), filepath.Join(dir, "completions"),
-			}, ", "))
-			return nil
-		},
-	}
 }

@@ -1,20 +1,22 @@
-package cli
+package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 )
 
 // TestGeneratedDocsAreCurrent fails when docs/cli, docs/man or completions/
-// differ from what the command tree generates. Fix: go run ./cmd/fence gen-docs .
+// differ from what the command tree generates. Fix: go run ./cmd/fence/gendocs .
 func TestGeneratedDocsAreCurrent(t *testing.T) {
 	tmp := t.TempDir()
 	if err := GenDocs(tmp); err != nil {
 		t.Fatal(err)
 	}
-	repo := filepath.Join("..", "..")
+	repo := filepath.Join("..", "..", "..")
 	for _, d := range []struct{ dir, glob string }{
 		{filepath.Join("docs", "cli"), "*.md"},
 		{filepath.Join("docs", "man"), "*.1"},
@@ -41,7 +43,19 @@ func TestGeneratedDocsAreCurrent(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Log("regenerate with: go run ./cmd/fence gen-docs .")
+		t.Log("regenerate with: go run ./cmd/fence/gendocs .")
+	}
+}
+
+// TestFenceLinksNoDocRenderer: the fence binary does not link cobra/doc and
+// its renderers (their package initialisation would cost every fence start);
+// they belong to this program only.
+func TestFenceLinksNoDocRenderer(t *testing.T) {
+	for _, pkg := range fenceDeps(t) {
+		switch pkg {
+		case "github.com/spf13/cobra/doc", "github.com/cpuguy83/go-md2man/v2/md2man", "github.com/russross/blackfriday/v2":
+			t.Errorf("cmd/fence links %s: generate docs in cmd/fence/gendocs only", pkg)
+		}
 	}
 }
 
@@ -61,4 +75,18 @@ func listFiles(t *testing.T, dir, glob string) map[string]string {
 		m[filepath.Base(p)] = string(b)
 	}
 	return m
+}
+
+// fenceDeps lists the packages cmd/fence links, with `go list`.
+func fenceDeps(t *testing.T) []string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list cmd/fence's packages")
+	}
+	out, err := exec.Command(gobin, "list", "-deps", "..").Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/fence: %v", err)
+	}
+	return strings.Fields(string(out))
 }
