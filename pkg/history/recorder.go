@@ -13,7 +13,8 @@ import (
 // Recorder is a coord.Coordinator that records the lease events it sees in a
 // Store, and a coord.Historian that reads them back:
 //
-//   - acquired (token, holder, wait) when Acquire succeeds, preceded by
+//   - acquired (token, holder, wait) when Acquire (or AcquireDeferred,
+//     which writes it after returning) succeeds, preceded by
 //     expired for the previous holder when its lease ended without a release
 //     or revoke on record (it expired, or its processes died, and was taken
 //     over);
@@ -41,6 +42,8 @@ type Recorder struct {
 
 	mu   sync.Mutex
 	held map[string]heldLease // by lease id: leases acquired through this Recorder
+
+	inflight inflight // acquisitions being recorded (AcquireDeferred)
 }
 
 type heldLease struct {
@@ -95,7 +98,13 @@ func (r *Recorder) Acquire(ctx context.Context, name string, opts coord.AcquireO
 	}
 	wait := time.Since(start)
 	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
+	r.recordAcquired(ctx, name, l, wait)
+	return l, nil
+}
 
+// recordAcquired records the acquisition of l after wait: acquired,
+// preceded by expired for the previous holder when its end is not on record.
+func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration) {
 	// The lease is running: spend at most a quarter of it on the history.
 	timeout := r.opts.RecordTimeout
 	if q := l.TTL / 4; q > 0 && q < timeout {
@@ -110,7 +119,6 @@ func (r *Recorder) Acquire(ctx context.Context, name string, opts coord.AcquireO
 	}
 	evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistAcquired, Holder: l.Holder, Token: l.Token, Wait: wait})
 	r.write(rctx, evs...)
-	return l, nil
 }
 
 // Renew implements coord.Coordinator. Renewals are not recorded.
@@ -121,6 +129,7 @@ func (r *Recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renew
 // Release implements coord.Coordinator. It records released when the lease
 // still holds the lock, expired when it is gone with no end on record.
 func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
+	r.inflight.wait(name)
 	known, isKnown := r.forget(leaseID)
 	info, ierr := r.inner.Inspect(ctx, name)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
@@ -154,6 +163,7 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 // Revoke implements coord.Coordinator and records revoked for the lease it
 // ends.
 func (r *Recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+	r.inflight.wait(name)
 	info, ierr := r.inner.Inspect(ctx, name)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
 	defer cancel()
@@ -194,6 +204,7 @@ func (r *Recorder) Describe() string { return r.inner.Describe() }
 // Close writes what is still pending (briefly) and closes the decorated
 // coordinator.
 func (r *Recorder) Close() error {
+	r.inflight.wait()
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.RecordTimeout)
 	defer cancel()
 	if err := r.pending.Flush(ctx); err != nil {
@@ -219,6 +230,7 @@ func (r *Recorder) Record(ctx context.Context, ev coord.HistoryEvent) error {
 	if ev.Time.IsZero() {
 		ev.Time = r.opts.Now()
 	}
+	r.inflight.wait(ev.Lock)
 	return r.pending.Record(ctx, ev)
 }
 
@@ -230,6 +242,9 @@ func (r *Recorder) Append(ctx context.Context, evs []coord.HistoryEvent) error {
 		if evs[i].Time.IsZero() {
 			evs[i].Time = now
 		}
+	}
+	if len(evs) > 0 {
+		r.inflight.wait(locksOf(evs)...)
 	}
 	return r.pending.Append(ctx, evs)
 }

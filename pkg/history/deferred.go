@@ -1,0 +1,101 @@
+package history
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// AcquireDeferred acquires as Acquire does, but returns as soon as the lease
+// is granted: the acquisition is recorded (acquired, preceded by expired for
+// a previous holder whose end is not on record) on a goroutine of its own,
+// while the caller already uses the lease. `fence run` starts its command
+// meanwhile, so that the history's read and write (an fsync, or two etcd
+// requests) are not between the grant and the command's start.
+//
+// The events are never lost or reordered by the deferral: every later call
+// of this Recorder about the same lock (Release, Revoke, Record, Append)
+// first waits until the acquisition is recorded (or kept pending, as a
+// failed write is), and so does Close. A successor cannot take the lock
+// before the lease is released, so it always finds the acquisition, and the
+// release, on record.
+func (r *Recorder) AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+	start := time.Now()
+	l, err := r.inner.Acquire(ctx, name, opts)
+	if err != nil {
+		return l, err
+	}
+	wait := time.Since(start)
+	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
+	done := r.inflight.start(name)
+	go func() {
+		defer r.inflight.finish(name, done)
+		r.recordAcquired(ctx, name, l, wait)
+	}()
+	return l, nil
+}
+
+// inflight tracks the deferred records still being written, by lock.
+type inflight struct {
+	mu     sync.Mutex
+	byLock map[string]map[chan struct{}]struct{}
+}
+
+// start registers a record of lock about to be written; finish(lock, ch)
+// ends it.
+func (f *inflight) start(lock string) chan struct{} {
+	ch := make(chan struct{})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.byLock == nil {
+		f.byLock = map[string]map[chan struct{}]struct{}{}
+	}
+	if f.byLock[lock] == nil {
+		f.byLock[lock] = map[chan struct{}]struct{}{}
+	}
+	f.byLock[lock][ch] = struct{}{}
+	return ch
+}
+
+func (f *inflight) finish(lock string, ch chan struct{}) {
+	f.mu.Lock()
+	delete(f.byLock[lock], ch)
+	if len(f.byLock[lock]) == 0 {
+		delete(f.byLock, lock)
+	}
+	f.mu.Unlock()
+	close(ch)
+}
+
+// wait returns once the records of the given locks (all locks when none is
+// given) started before the call are written.
+func (f *inflight) wait(locks ...string) {
+	var chs []chan struct{}
+	f.mu.Lock()
+	for lock, set := range f.byLock {
+		if len(locks) > 0 && !slices.Contains(locks, lock) {
+			continue
+		}
+		for ch := range set {
+			chs = append(chs, ch)
+		}
+	}
+	f.mu.Unlock()
+	for _, ch := range chs {
+		<-ch
+	}
+}
+
+// locksOf returns the lock names of evs.
+func locksOf(evs []coord.HistoryEvent) []string {
+	var out []string
+	for _, ev := range evs {
+		if !slices.Contains(out, ev.Lock) {
+			out = append(out, ev.Lock)
+		}
+	}
+	return out
+}
