@@ -112,15 +112,11 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 	if err != nil {
 		return err
 	}
-	// Signals are supervise.Run's business: it forwards them to the command.
-	// The context must not end on SIGINT.
-	ctx := context.WithoutCancel(cmd.Context())
-	c, err := f.Coordinator(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	code, err := supervise.Run(ctx, c, supervise.Options{
+	// The watchdog process starts before the coordinator is opened: its
+	// start-up (fence started again) overlaps the connection and the
+	// acquisition instead of following them. r.Close ends it when the
+	// coordinator cannot be opened.
+	r, err := supervise.Start(supervise.Options{
 		Lock: lock, Command: command, Shell: o.shell,
 		TTL: o.ttl, Holder: holder, Wait: wait,
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
@@ -129,6 +125,19 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 		Stdin:   f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),
 	})
+	if err != nil {
+		return exitcode.New(exitcode.Failure, err)
+	}
+	defer r.Close()
+	// Signals are the Runner's business: it forwards them to the command.
+	// The context must not end on SIGINT.
+	ctx := context.WithoutCancel(cmd.Context())
+	c, err := f.Coordinator(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	code, err := r.Run(ctx, c)
 	if err != nil { // one line saying why fence did not run or stopped the command
 		return exitcode.New(code, err)
 	}

@@ -30,12 +30,9 @@ type cgroup struct {
 	fd  int // O_PATH-like directory fd for clone3(CLONE_INTO_CGROUP)
 }
 
-// newCgroup creates the cgroup name beside the caller's own cgroup v2.
-func newCgroup(name string) (*cgroup, error) {
-	base, err := ownCgroupDir()
-	if err != nil {
-		return nil, err
-	}
+// newCgroup creates the cgroup name under base, the caller's own cgroup v2
+// (ownCgroupDir).
+func newCgroup(base, name string) (*cgroup, error) {
 	dir := filepath.Join(base, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)

@@ -80,7 +80,13 @@ func ackFenceMain(cfg string) int {
 		return 125
 	}
 	defer c.Close()
-	code, err := supervise.Run(ctx, &ackLogger{Coordinator: c, log: log}, fc.Opts)
+	a := &ackLogger{Coordinator: c, log: log}
+	for _, kv := range fc.Opts.Env {
+		if dir, ok := strings.CutPrefix(kv, "D="); ok {
+			a.info = dir + "/info" // where heartbeatScript writes its PID
+		}
+	}
+	code, err := supervise.Run(ctx, a, fc.Opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence:", err)
 	}
@@ -91,8 +97,9 @@ func ackFenceMain(cfg string) int {
 // duration nanoseconds) for every grant and renewal it returns.
 type ackLogger struct {
 	coord.Coordinator
-	mu  sync.Mutex
-	log *os.File
+	mu   sync.Mutex
+	log  *os.File
+	info string // heartbeatScript's info file ("" if none)
 }
 
 func (a *ackLogger) note(sent time.Time, ttl time.Duration) {
@@ -117,19 +124,47 @@ func (a *ackLogger) Renew(ctx context.Context, name, leaseID string) (coord.Rene
 	return r, err
 }
 
-// Release writes "release SENT" (boot-clock nanoseconds) before it asks:
-// on etcd, fence's own release deletes the lease's key, so a deletion after
-// it may not be the lease's expiry.
+// Release writes "release SENT LIVE" before it asks: SENT in boot-clock
+// nanoseconds (on etcd, fence's own release deletes the lease's key, so a
+// deletion after it may not be the lease's expiry), and LIVE, how many
+// processes of the command's group were alive at that moment (-1: no
+// command started). Counted here, in fence, as the release is asked, it
+// needs no comparison of instants measured by different processes.
 func (a *ackLogger) Release(ctx context.Context, name, leaseID string) error {
+	at := clock.Now()
+	live := a.liveMembers()
 	a.mu.Lock()
-	fmt.Fprintf(a.log, "release %d\n", int64(clock.Now()))
+	fmt.Fprintf(a.log, "release %d %d\n", int64(at), live)
 	a.mu.Unlock()
 	return a.Coordinator.Release(ctx, name, leaseID)
 }
 
+// liveMembers counts the live (not zombie) processes of the command's group,
+// -1 when the command never reported its PID.
+func (a *ackLogger) liveMembers() int {
+	b, err := os.ReadFile(a.info)
+	if a.info == "" || err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	pgid, err := strconv.Atoi(f[0])
+	if err != nil {
+		return -1
+	}
+	members, err := proc.GroupMembers(pgid, proc.ID{})
+	if err != nil {
+		return -1
+	}
+	return len(members)
+}
+
 // releaseSent reads from an acknowledgment log when fence first asked to
-// release the lease (0: never).
-func releaseSent(t *testing.T, path string) clock.Boot {
+// release the lease (0: never) and how many processes of the command's
+// group were alive then.
+func releaseSent(t *testing.T, path string) (clock.Boot, int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -137,11 +172,12 @@ func releaseSent(t *testing.T, path string) clock.Boot {
 	}
 	for _, ln := range strings.Split(string(b), "\n") {
 		var at int64
-		if _, err := fmt.Sscanf(ln, "release %d", &at); err == nil {
-			return clock.Boot(at)
+		var live int
+		if _, err := fmt.Sscanf(ln, "release %d %d", &at, &live); err == nil {
+			return clock.Boot(at), live
 		}
 	}
-	return 0
+	return 0, 0
 }
 
 // acks reads an acknowledgment log: how many acknowledgments it holds and

@@ -96,27 +96,98 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // the command's process group (those that were ignored when Run started stay
 // ignored, for fence and the command); while it waits for the lock, they end
 // the wait (exit 128+N).
+//
+// Run is Start followed by Runner.Run: a caller that has work to do before
+// it can pass a coordinator (connecting to it) calls Start first, so that
+// the watchdog's start-up overlaps that work.
 func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
-	p, err := check(opts)
+	r, err := Start(opts)
 	if err != nil {
 		return exitcode.Failure, err
+	}
+	defer r.Close()
+	return r.Run(ctx, c)
+}
+
+// Runner is a `fence run` whose watchdog process is already starting. The
+// watchdog is the fence binary started again, and its start-up (the
+// package initialisation of a large Go program) takes about as long as
+// connecting to etcd and acquiring a lock: Start it before opening the
+// coordinator, and the two overlap.
+//
+// Run runs the command once; Close ends the watchdog when Run is not called
+// (the coordinator could not be opened) and is a no-op once Run was called.
+// A Runner must be closed or run, or its watchdog lives on until the calling
+// process exits.
+type Runner struct {
+	r *runner
+
+	mu     sync.Mutex
+	used   bool // Run was called
+	closed bool
+}
+
+// Start checks opts and starts the watchdog process. The error (exit code
+// exitcode.Failure) wraps coord.ErrInvalid when opts are invalid; no
+// watchdog is left running after an error.
+func Start(opts Options) (*Runner, error) {
+	p, err := check(opts)
+	if err != nil {
+		return nil, err
 	}
 	if p.MetricsFile != "" {
 		// Checked here, not in run: there is no file to write the metrics of
 		// this failure to.
 		if st, err := os.Stat(filepath.Dir(p.MetricsFile)); err != nil || !st.IsDir() {
-			return exitcode.Failure, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
+			return nil, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
 		}
 	}
-	r := &runner{p: p, c: c, m: metrics{lock: p.Lock}}
+	r := &runner{p: p, m: metrics{lock: p.Lock}}
+	r.setStreams()
+	if err := r.startWatchdog(); err != nil {
+		return nil, err
+	}
+	return &Runner{r: r}, nil
+}
+
+// WatchdogPID is the process ID of the watchdog.
+func (rr *Runner) WatchdogPID() int { return rr.r.wd.Process.Pid }
+
+// Run acquires the lock on c and runs the command, as the package-level Run
+// does; it returns the same exit codes and errors. It may be called once,
+// and not after Close.
+func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
+	rr.mu.Lock()
+	used, closed := rr.used, rr.closed
+	rr.used = true
+	rr.mu.Unlock()
+	if used || closed {
+		return exitcode.Failure, errors.New("supervise: Runner.Run called after Run or Close")
+	}
+	r := rr.r
+	defer r.closeWatchdog()
+	r.c = c
 	code, err := r.run(ctx)
 	r.m.exitCode = code
-	if p.MetricsFile != "" {
-		if werr := writeMetrics(p.MetricsFile, &r.m); werr != nil {
+	if r.p.MetricsFile != "" {
+		if werr := writeMetrics(r.p.MetricsFile, &r.m); werr != nil {
 			r.warnf("%v", werr)
 		}
 	}
 	return code, err
+}
+
+// Close kills the watchdog, which was never given a command, and waits for
+// it to exit. Once Run was called it does nothing: Run ends the watchdog
+// itself.
+func (rr *Runner) Close() {
+	rr.mu.Lock()
+	skip := rr.used || rr.closed
+	rr.closed = true
+	rr.mu.Unlock()
+	if !skip {
+		rr.r.closeWatchdog()
+	}
 }
 
 type runner struct {
@@ -131,10 +202,12 @@ type runner struct {
 	hist    failureRecorder
 	heldPtr atomic.Pointer[fencing.Held]
 
-	wd      *exec.Cmd
-	wdDone  chan struct{}
-	orders  *orderQueue
-	reports <-chan report
+	wd        *exec.Cmd
+	wdDone    chan struct{}
+	orders    *orderQueue
+	reports   <-chan report // nil once read to its end
+	reportsCh <-chan report
+	startSent bool // the start order was given: the watchdog may have a command
 
 	started   *report // the watchdog's started report
 	execErr   *report
@@ -145,9 +218,12 @@ type runner struct {
 	lostErr   error  // what fencing reported
 	cancelErr error  // why ctx ended
 	attaching sync.WaitGroup
+	warm      sync.WaitGroup
 }
 
-func (r *runner) run(ctx context.Context) (int, error) {
+// setStreams settles where fence's own lines go (r.stderr): the command's
+// stderr, serialized when it is not a file.
+func (r *runner) setStreams() {
 	p := r.p
 	switch p.Stderr.(type) {
 	case nil:
@@ -160,6 +236,10 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.stderr = &lockedWriter{w: p.Stderr}
 		p.Stderr = r.stderr
 	}
+}
+
+func (r *runner) run(ctx context.Context) (int, error) {
+	p := r.p
 	env := p.Env
 	if env == nil {
 		env = os.Environ()
@@ -184,13 +264,11 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	}
 	defer signal.Stop(sigs)
 
-	// The watchdog starts while the lock is acquired: its PID is recorded
-	// with the lease, and its start-up overlaps the wait.
-	if err := r.startWatchdog(); err != nil {
-		return exitcode.Failure, err
-	}
-	defer r.closeWatchdog()
+	defer r.warm.Wait()
 
+	// The watchdog was started by Start: its PID is recorded with the
+	// lease, and its start-up overlaps opening the coordinator and the
+	// acquisition. It is waited for after the release.
 	holder := p.Holder
 	if holder == "" {
 		holder = coord.DefaultHolder()
@@ -215,6 +293,9 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			PIDs: []int{os.Getpid(), r.wd.Process.Pid},
 		},
 		OnWait: func(cur coord.LockInfo) {
+			// A handoff is coming: warm up the coding of the start order
+			// meanwhile, as the watchdog does.
+			r.warm.Go(warmUp)
 			if p.Verbose || isTerminal(r.stderr) {
 				fmt.Fprintf(r.stderr, "fence: waiting for %q, held by %s (token %d)\n", p.Lock, cur.Holder, cur.Token)
 			}
@@ -230,8 +311,14 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		case <-acqDone:
 		}
 	}()
+	acquire := r.c.Acquire
+	if d, ok := r.c.(deferredAcquirer); ok {
+		// The history record of the acquisition overlaps the command's
+		// start; the coordinator's Release waits for it.
+		acquire = d.AcquireDeferred
+	}
 	t0 := clock.Now()
-	lease, err := r.c.Acquire(actx, p.Lock, acq)
+	lease, err := acquire(actx, p.Lock, acq)
 	close(acqDone)
 	r.m.wait = clock.Now().Sub(t0)
 	if err == nil && context.Cause(actx) != nil {
@@ -284,6 +371,13 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.verbosef("released %q (token %d)", p.Lock, lease.Token)
 	}
 	return code, runErr
+}
+
+// deferredAcquirer is a coordinator that records an acquisition after it
+// returns the lease (history.Recorder.AcquireDeferred), and makes Release
+// and its history records wait for that record.
+type deferredAcquirer interface {
+	AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error)
 }
 
 type interrupted struct{ sig syscall.Signal }
@@ -341,15 +435,24 @@ func (r *runner) startWatchdog() error {
 		close(r.wdDone)
 	}()
 	r.orders = newOrderQueue(ordW)
-	r.reports = readLines[report](repR) // it closes repR at the watchdog's end
+	r.reportsCh = readLines[report](repR) // it closes repR at the watchdog's end
+	r.reports = r.reportsCh
 	return nil
 }
 
 // closeWatchdog ends the order pipe (the watchdog exits when it has no
-// command, or stops it) and waits for the watchdog to exit.
+// command, or stops it) and waits for the watchdog to exit and its reports
+// to end. A watchdog that was never given a command has nothing to stop or
+// clean up: it is killed, so that a failure before the command does not
+// wait for its start-up.
 func (r *runner) closeWatchdog() {
+	if !r.startSent {
+		_ = r.wd.Process.Kill()
+	}
 	r.orders.close()
 	<-r.wdDone
+	for range r.reportsCh {
+	}
 }
 
 // supervise starts the command and follows it until the watchdog is done.
@@ -375,6 +478,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		Cgroup:     !p.NoCgroup,
 	}
 	r.orders.push(order{Op: opStart, Spec: sp})
+	r.startSent = true
 
 	heldDone := r.held.Context().Done()
 	ctxDone := ctx.Done()
@@ -424,7 +528,10 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 				r.signalAll(syscall.SIGKILL)
 			}
 		}
-		if r.reports == nil && isClosed(r.wdDone) {
+		// The watchdog's last word: the command could not be started, or it
+		// ended and nothing of its tree is left. The lease can go now; the
+		// watchdog exits meanwhile (it is waited for after the release).
+		if r.exit != nil || r.execErr != nil || (r.reports == nil && isClosed(r.wdDone)) {
 			break
 		}
 

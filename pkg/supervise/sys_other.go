@@ -27,9 +27,10 @@ type cgroup struct {
 	fd  int
 }
 
-func newCgroup(string) (*cgroup, error) { return nil, errors.ErrUnsupported }
-func (c *cgroup) signal(syscall.Signal) {}
-func (c *cgroup) kill()                 {}
-func (c *cgroup) populated() bool       { return false }
-func (c *cgroup) remove() error         { return nil }
-func removeCgroupDir(string) error      { return nil }
+func ownCgroupDir() (string, error)             { return "", errors.ErrUnsupported }
+func newCgroup(string, string) (*cgroup, error) { return nil, errors.ErrUnsupported }
+func (c *cgroup) signal(syscall.Signal)         {}
+func (c *cgroup) kill()                         {}
+func (c *cgroup) populated() bool               { return false }
+func (c *cgroup) remove() error                 { return nil }
+func removeCgroupDir(string) error              { return nil }

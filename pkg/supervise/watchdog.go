@@ -64,12 +64,20 @@ func WatchdogMain(args []string) int {
 	unix.CloseOnExec(4)
 	ctrl := os.NewFile(3, "fence-orders")
 	out := newLineWriter(os.NewFile(4, "fence-reports"))
-	w := &watchdog{orders: readLines[order](ctrl), out: out, self: os.Getpid()}
+	idle := !readable(3) // fence is still acquiring the lock
+	w := &watchdog{orders: readLines[order](ctrl), out: out, self: os.Getpid(), idle: idle}
 	if err := w.run(); err != nil {
 		_ = out.send(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
 		return 125
 	}
 	return 0
+}
+
+// readable reports whether fd has something to read (or is at its end).
+func readable(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
 }
 
 func isPipe(fd int) bool {
@@ -81,9 +89,15 @@ type watchdog struct {
 	orders <-chan order
 	out    *lineWriter
 	self   int
+	idle   bool // no order was waiting when the watchdog started
 	sp     *spec
 	cg     *cgroup
 	leader int // the command's PID = its PGID
+
+	// Found before the start order: the cgroup v2 the command's cgroup is
+	// made in, or why there is none.
+	cgBase    string
+	cgBaseErr error
 
 	leaseStop   clock.Boot
 	stopping    string     // reason of the stop sequence, "" before
@@ -92,6 +106,7 @@ type watchdog struct {
 	killed      bool
 	sweeps      int       // SIGKILL passes so far
 	emptyChecks int       // looks for an empty tree since the command ended
+	childless   bool      // the last reap found no child left
 	exit        *exitInfo // the command's status, once reaped
 	leftovers   int
 	foreground  bool
@@ -107,6 +122,17 @@ func (w *watchdog) run() error {
 		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
+
+	// While fence acquires the lock, get ready to start the command: become
+	// the subreaper of its tree, find where its cgroup goes, and, when no
+	// order was waiting, run the JSON coding of orders and reports once on
+	// the side (its first use costs about a millisecond, which would
+	// otherwise be paid between a handoff and the command's start).
+	if w.idle {
+		go warmUp()
+	}
+	subreaper := becomeSubreaper()
+	w.cgBase, w.cgBaseErr = ownCgroupDir()
 
 	// Wait for the start order; the end of the orders before it means fence
 	// gave up (the lock was busy) or died.
@@ -125,8 +151,8 @@ func (w *watchdog) run() error {
 	for _, s := range w.sp.Ignore {
 		signal.Ignore(syscall.Signal(s))
 	}
-	if err := becomeSubreaper(); err != nil {
-		return fmt.Errorf("become a child subreaper: %w", err)
+	if subreaper != nil {
+		return fmt.Errorf("become a child subreaper: %w", subreaper)
 	}
 	if err := w.start(); err != nil {
 		return err
@@ -137,7 +163,11 @@ func (w *watchdog) run() error {
 
 	for {
 		w.reap()
-		if w.exit != nil && w.treeEmpty() {
+		// Done once the command is reaped, every other process of its tree
+		// too (orphans come to the watchdog, their subreaper: no child
+		// left means none is left anywhere in the tree, not even a zombie),
+		// and its cgroup is empty. fence releases the lease on the report.
+		if w.exit != nil && w.childless && w.treeEmpty() {
 			return w.finish()
 		}
 		now := clock.Now()
@@ -236,8 +266,8 @@ func (w *watchdog) order(o order) {
 // start starts the command and reports it.
 func (w *watchdog) start() error {
 	sp := w.sp
-	if sp.Cgroup {
-		cg, err := newCgroup(fmt.Sprintf("fence-run-%d-%d", w.self, clock.Now()))
+	if sp.Cgroup && w.cgBaseErr == nil {
+		cg, err := newCgroup(w.cgBase, fmt.Sprintf("fence-run-%d-%d", w.self, clock.Now()))
 		if err == nil {
 			w.cg = cg
 		}
@@ -332,6 +362,7 @@ func (w *watchdog) reap() {
 			continue
 		}
 		if pid <= 0 || err != nil {
+			w.childless = errors.Is(err, unix.ECHILD)
 			return
 		}
 		if pid != w.leader || w.exit != nil {
@@ -370,10 +401,14 @@ func (w *watchdog) treeEmpty() bool {
 	return true
 }
 
+// finish reports the command's end once nothing of its tree is left: fence
+// releases the lease on this report, so the empty cgroup is removed after
+// it (fence waits for the watchdog's exit before its own).
 func (w *watchdog) finish() error {
+	w.exit.Leftovers = w.leftovers
+	err := w.out.send(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
 	if w.cg != nil {
 		_ = w.cg.remove()
 	}
-	w.exit.Leftovers = w.leftovers
-	return w.out.send(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
+	return err
 }
