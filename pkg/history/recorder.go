@@ -131,7 +131,9 @@ func (r *Recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renew
 func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 	r.inflight.wait(name)
 	known, isKnown := r.forget(leaseID)
-	info, ierr := r.inner.Inspect(ctx, name)
+	// Only the holder matters here, not its TTL: on etcd a Peek saves a
+	// request on the way to the release, which a successor waits for.
+	info, ierr := coord.Peek(ctx, r.inner, name)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
 	defer cancel()
 	now := r.opts.Now()

@@ -110,7 +110,10 @@ type Coordinator struct {
 	leases leases
 }
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var (
+	_ coord.Coordinator = (*Coordinator)(nil)
+	_ coord.Peeker      = (*Coordinator)(nil)
+)
 
 // New connects to the cluster and checks, with a real request, that it
 // answers and that the user may read the prefix. It fails within
