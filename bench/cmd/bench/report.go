@@ -174,7 +174,7 @@ func markdown(r *Results) string {
 	c := r.Contended
 	p("## 3. Contended throughput\n\n")
 	p("`go test ./bench/contended -bench BenchmarkContended -benchtime %s -count %d` against the harness's etcd server: N goroutines, each with its own etcd client, loop over acquire, one guarded write (pkg/guard/etcdstore: one compare-and-put transaction with the token), release, all on one lock. ", c.Benchtime, c.Count)
-	p("*fence* is `fencing.Acquire` on the etcd coordinator, `Put` with `Held.Token()`, `Held.Release`; *mutex* is etcd's `concurrency.Mutex` on one session per goroutine (the idiom), the revision of the lock as token; *mutex, session per op* takes a new session (a new lease) per acquisition, as fence does. Each loop checks that no two goroutines are inside at once and that no write is refused. Acquisitions per second, over the %d runs.\n\n", c.Count)
+	p("*fence* is `fencing.Acquire` on the etcd coordinator, `Put` with `Held.Token()`, `Held.Release`; *mutex* is etcd's `concurrency.Mutex` on one session per goroutine (the idiom), the revision of the lock as token; *mutex, session per op* takes a new session (a new lease) per acquisition, as fence did before it kept a looping caller's lease (pkg/coord/etcd, leases.go). Each loop checks that no two goroutines are inside at once and that no write is refused. Acquisitions per second, over the %d runs.\n\n", c.Count)
 	p("| goroutines | fence | mutex | fence / mutex | mutex, session per op | fence / (session per op) |\n|---|---|---|---|---|---|\n")
 	for i, n := range c.Workers {
 		get := func(im string) stats.Summary {
@@ -190,7 +190,7 @@ func markdown(r *Results) string {
 
 	// 4. Scale.
 	p("## 4. Scale\n\n")
-	p("**Leases held and renewed by one process.** `bench leases` (a mode of the harness's binary) takes the leases with `fencing.Acquire` (each `Held` renews every TTL/3 and watches its safe-until), waits until renewals are under way, then measures its own CPU time with getrusage(2) over a window; RSS from /proc/self/status at the end. CPU share is CPU time / wall time (100%% = one core). The reference row holds as many etcd leases with etcd's own client library, which keeps them alive over one shared stream. The local backend runs with fewer leases: each local renewal rewrites and fsyncs a state file, and 10,000 of them every 5 s would take several cores and the disk of this shared machine.\n\n")
+	p("**Leases held and renewed by one process.** `bench leases` (a mode of the harness's binary) takes the leases with `fencing.Acquire` (each `Held` renews every TTL/3 and watches its safe-until), waits until renewals are under way, then measures its own CPU time with getrusage(2) over a window; RSS from /proc/self/status at the end. CPU share is CPU time / wall time (100%% = one core). The reference row holds as many etcd leases with etcd's own client library, which keeps them alive over one shared stream. Both backends hold the same number of leases (a local renewal rewrites a lease record in place, without fsync).\n\n")
 	p("| backend | leases | TTL | acquired in | window | CPU share (user + sys) | renewals in window | lost | RSS | Go heap | goroutines |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, l := range r.Scale.Leases {
 		name, ren := "fence, "+l.Backend, fmt.Sprintf("%d (%s/s)", l.Renewals, stats.Num(float64(l.Renewals)/l.WindowSeconds))
