@@ -254,7 +254,7 @@ func cleanEnv(work string) []string {
 // build compiles fence (as `go build ./cmd/fence`), the stamp helper and
 // etcdctl 3.7 from the tools-only module bench/tools, all with
 // CGO_ENABLED=0, as the releases of both are built (goreleaser.yaml;
-// etcd's release scripts): a static binary starts 1.5 to 2.5 ms sooner than
+// etcd's release scripts): a static binary starts about 1 to 2.5 ms sooner than
 // one linked against the C library.
 func build(ctx context.Context, cfg *config) error {
 	bin := filepath.Join(cfg.work, "bin")
