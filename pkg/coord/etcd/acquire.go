@@ -302,15 +302,9 @@ func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, fr
 	}
 }
 
-// ack is a waiter's last acknowledged renewal: its send time and the TTL it
-// granted. keepAlive writes it, Acquire reads it once keepAlive has ended.
-type ack struct {
-	sent time.Time
-	ttl  time.Duration
-}
-
 // keepAlive renews lease id every third of its TTL until ctx ends, and
-// records each acknowledged renewal in last. It returns an error only when
+// records each acknowledged renewal in last (read by Acquire once
+// keepAlive has ended). It returns an error only when
 // the lease is gone.
 func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *ack) error {
 	t := time.NewTicker(max(last.ttl/3, 100*time.Millisecond))

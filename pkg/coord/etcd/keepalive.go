@@ -266,9 +266,3 @@ func (s *kaStream) fail(k *keeper, err error) {
 		}
 	}
 }
-
-func (s *kaStream) failure() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}

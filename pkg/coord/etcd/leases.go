@@ -37,12 +37,18 @@ type leases struct {
 	closed   bool
 }
 
+// ack is a lease's last acknowledged grant or renewal: the request's send
+// time and the TTL it granted. The lease lives at least until sent+ttl.
+type ack struct {
+	sent time.Time
+	ttl  time.Duration
+}
+
 // owned is a lease with a key on a lock, through this Coordinator.
 type owned struct {
 	name string
-	secs int64         // the TTL asked for, in seconds
-	ttl  time.Duration // granted by the last acknowledgment
-	sent time.Time     // send time of the last acknowledged request
+	secs int64 // the TTL asked for, in seconds
+	ack
 }
 
 type spareKey struct {
@@ -52,9 +58,8 @@ type spareKey struct {
 
 // spare is a kept lease and its last acknowledged request.
 type spare struct {
-	id   clientv3.LeaseID
-	ttl  time.Duration
-	sent time.Time
+	id clientv3.LeaseID
+	ack
 }
 
 func (l *leases) init() {
@@ -73,7 +78,7 @@ func (l *leases) owns(name string, id clientv3.LeaseID) bool {
 
 func (l *leases) add(name string, secs int64, id clientv3.LeaseID, ttl time.Duration, sent time.Time) {
 	l.mu.Lock()
-	l.own[id] = &owned{name: name, secs: secs, ttl: ttl, sent: sent}
+	l.own[id] = &owned{name: name, secs: secs, ack: ack{sent: sent, ttl: ttl}}
 	l.mu.Unlock()
 }
 
@@ -112,7 +117,7 @@ func (l *leases) keep(name string, id clientv3.LeaseID) (*owned, bool) {
 func (l *leases) kept(name string, id clientv3.LeaseID, o *owned) {
 	l.mu.Lock()
 	delete(l.own, id)
-	l.spares[spareKey{name, o.secs}] = spare{id: id, ttl: o.ttl, sent: o.sent}
+	l.spares[spareKey{name, o.secs}] = spare{id: id, ack: o.ack}
 	l.mu.Unlock()
 }
 
