@@ -27,12 +27,11 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
 
 	"github.com/fence-dev/fence/internal/atomicfile"
+	"github.com/fence-dev/fence/internal/flock"
 )
 
 // Dir is the name of the store's directory inside the state directory.
@@ -198,55 +197,18 @@ func (s *Store) read(key, base string) (record, error) {
 	return rec, nil
 }
 
-// lock takes the exclusive flock of the key's lock file. The flock call
-// blocks in a goroutine so that ctx can abandon the wait; an abandoned lock
-// is released as soon as it is obtained.
+// lock takes the exclusive flock of the key's lock file (internal/flock: ctx
+// can abandon the wait).
 func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error) {
 	path := filepath.Join(s.dir, base+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("%w: guard lock: %w", coord.ErrUnavailable, err)
+	unlock, err = flock.Lock(ctx, path)
+	switch {
+	case err == nil:
+		return unlock, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil, err
 	}
-	fd := int(f.Fd())
-	// Fast path: uncontended.
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == nil {
-		return func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }, nil
-	} else if !errors.Is(err, unix.EWOULDBLOCK) {
-		f.Close()
-		return nil, fmt.Errorf("%w: guard lock %s: %w", coord.ErrUnavailable, path, err)
-	}
-	// Unbuffered: the goroutine hands the result over only to a waiting
-	// receiver; once abandon is closed it releases the lock itself.
-	done := make(chan error)
-	abandon := make(chan struct{})
-	go func() {
-		var err error
-		for {
-			err = unix.Flock(fd, unix.LOCK_EX)
-			if !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		select {
-		case done <- err:
-		case <-abandon:
-			if err == nil {
-				_ = unix.Flock(fd, unix.LOCK_UN)
-			}
-			f.Close()
-		}
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%w: guard lock %s: %w", coord.ErrUnavailable, path, err)
-		}
-		return func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }, nil
-	case <-ctx.Done():
-		close(abandon)
-		return nil, ctx.Err()
-	}
+	return nil, fmt.Errorf("%w: guard lock: %w", coord.ErrUnavailable, err)
 }
 
 // writeAtomic replaces name in the store's directory with data, durably

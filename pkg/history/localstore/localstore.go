@@ -42,14 +42,13 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
 
 	"github.com/fence-dev/fence/internal/atomicfile"
+	"github.com/fence-dev/fence/internal/flock"
 )
 
 // Dir is the name of the store's directory inside the state directory.
@@ -560,52 +559,18 @@ func unavailable(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{coord.ErrUnavailable}, args...)...)
 }
 
-// lock takes the exclusive flock of a lock's lock file. The flock call
-// blocks in a goroutine so that ctx can abandon the wait; an abandoned lock
-// is released as soon as it is obtained.
+// lock takes the exclusive flock of a lock's lock file (internal/flock: ctx
+// can abandon the wait).
 func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error) {
 	path := filepath.Join(s.dir, base+lockExt)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, unavailable("history lock %s: %w", path, err)
+	unlock, err = flock.Lock(ctx, path)
+	switch {
+	case err == nil:
+		return unlock, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil, err
 	}
-	fd := int(f.Fd())
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == nil {
-		return func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }, nil
-	} else if !errors.Is(err, unix.EWOULDBLOCK) {
-		f.Close()
-		return nil, unavailable("history lock %s: %w", path, err)
-	}
-	done := make(chan error)
-	abandon := make(chan struct{})
-	go func() {
-		var err error
-		for {
-			err = unix.Flock(fd, unix.LOCK_EX)
-			if !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		select {
-		case done <- err:
-		case <-abandon:
-			if err == nil {
-				_ = unix.Flock(fd, unix.LOCK_UN)
-			}
-			f.Close()
-		}
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			f.Close()
-			return nil, unavailable("history lock %s: %w", path, err)
-		}
-		return func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }, nil
-	case <-ctx.Done():
-		close(abandon)
-		return nil, ctx.Err()
-	}
+	return nil, unavailable("history lock %s: %w", path, err)
 }
 
 // removeStaleTemps removes temporary files left by a crash in the middle of

@@ -1,0 +1,65 @@
+// Package flock takes an exclusive flock(2) on a lock file, with a context
+// that can abandon the wait. The local guard and history stores lock their
+// files with it.
+package flock
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Lock opens (creating it 0600, never through a symlink) the lock file at
+// path and takes its exclusive flock. An uncontended lock is taken at once;
+// otherwise the blocking flock runs in a goroutine, so that ctx can abandon
+// the wait (Lock then returns ctx.Err(), and a lock obtained after that is
+// released at once). unlock releases the lock and closes the file.
+func Lock(ctx context.Context, path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	fd := int(f.Fd())
+	unlock = func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == nil {
+		return unlock, nil
+	} else if !errors.Is(err, unix.EWOULDBLOCK) {
+		f.Close()
+		return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+	}
+	// Unbuffered: the goroutine hands the result over only to a waiting
+	// receiver; once abandon is closed it releases the lock itself.
+	done := make(chan error)
+	abandon := make(chan struct{})
+	go func() {
+		var err error
+		for {
+			err = unix.Flock(fd, unix.LOCK_EX)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		select {
+		case done <- err:
+		case <-abandon:
+			if err == nil {
+				_ = unix.Flock(fd, unix.LOCK_UN)
+			}
+			f.Close()
+		}
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			f.Close()
+			return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+		}
+		return unlock, nil
+	case <-ctx.Done():
+		close(abandon)
+		return nil, ctx.Err()
+	}
+}
