@@ -102,13 +102,20 @@ func startFence(t *testing.T, b *backend, o supervise.Options) *fenceProc {
 	if o.Location == nil {
 		o.Location = b.location()
 	}
-	cfg, err := json.Marshal(fenceConfig{StateDir: b.stateDir, Endpoints: b.endpoints, Opts: o})
+	return spawnFence(t, fenceEnv, fenceConfig{StateDir: b.stateDir, Endpoints: b.endpoints, Opts: o})
+}
+
+// spawnFence runs the test binary as a fence helper process: env names the
+// helper mode, cfg (JSON) its configuration. It is killed at cleanup.
+func spawnFence(t *testing.T, env string, cfg any) *fenceProc {
+	t.Helper()
+	b, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fenceProc{done: make(chan struct{})}
 	f.cmd = exec.Command(os.Args[0])
-	f.cmd.Env = append(os.Environ(), fenceEnv+"="+string(cfg))
+	f.cmd.Env = append(os.Environ(), env+"="+string(b))
 	f.cmd.Stderr = &f.stderr
 	f.cmd.Stdout = os.Stdout
 	if err := f.cmd.Start(); err != nil {

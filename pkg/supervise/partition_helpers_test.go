@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -219,29 +218,7 @@ func waitAcks(t *testing.T, path string, n int) {
 // acknowledgments to ackLog.
 func startAckFence(t *testing.T, endpoints []string, ackLog string, o supervise.Options) *fenceProc {
 	t.Helper()
-	cfg, err := json.Marshal(ackFenceConfig{Endpoints: endpoints, AckLog: ackLog, Opts: o})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fenceProc{done: make(chan struct{})}
-	f.cmd = exec.Command(os.Args[0])
-	f.cmd.Env = append(os.Environ(), ackFenceEnv+"="+string(cfg))
-	f.cmd.Stderr = &f.stderr
-	f.cmd.Stdout = os.Stdout
-	if err := f.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = f.cmd.Wait()
-		f.code = f.cmd.ProcessState.ExitCode()
-		close(f.done)
-	}()
-	t.Cleanup(func() {
-		_ = f.cmd.Process.Signal(syscall.SIGCONT)
-		_ = f.cmd.Process.Kill()
-		<-f.done
-	})
-	return f
+	return spawnFence(t, ackFenceEnv, ackFenceConfig{Endpoints: endpoints, AckLog: ackLog, Opts: o})
 }
 
 // heartbeatScript is the command of the fault tests: it ignores SIGTERM (so
