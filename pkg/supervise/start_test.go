@@ -19,14 +19,23 @@ import (
 )
 
 // isWatchdog reports whether pid is a watchdog started by this process.
+//
+// exec.Cmd.Start returns once the child's execve has closed its close-on-exec
+// descriptors, which the kernel does before it writes the new program's
+// arguments: /proc/PID/cmdline may read empty for a moment after Start (CI
+// saw it). An empty cmdline is therefore waited out, never taken as an answer.
 func isWatchdog(t *testing.T, pid int) bool {
 	t.Helper()
-	st, err := procStat(pid)
-	if err != nil || st.Gone() || st.PPID != os.Getpid() {
-		return false
+	for deadline := time.Now().Add(hang); ; time.Sleep(time.Millisecond) {
+		st, err := procStat(pid)
+		if err != nil || st.Gone() || st.PPID != os.Getpid() {
+			return false
+		}
+		args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if len(args) > 0 || time.Now().After(deadline) {
+			return strings.Contains(string(args), "\x00"+supervise.WatchdogArg)
+		}
 	}
-	args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.Contains(string(args), "\x00"+supervise.WatchdogArg)
 }
 
 // TestStartThenClose: Start starts the watchdog process at once, before any
