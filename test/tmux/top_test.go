@@ -273,7 +273,7 @@ func TestTopNoColorAndSignals(t *testing.T) {
 			s.start("reporter", "run", "reports/daily", "--holder", "reporter", "--ttl", "30s", "--", "sleep", "120")
 			p := s.startTop()
 			p.waitFor("the first frame", func(scr string) bool {
-				return hasRow(scr, "reports/daily", "reporter") && strings.Contains(scr, "1 locks · 1 held · 0 expiring")
+				return hasRow(scr, "reports/daily", "reporter") && strings.Contains(scr, "1 lock · 1 held · 0 expiring")
 			})
 			if scr := p.screenANSI(); colour.MatchString(scr) {
 				t.Errorf("NO_COLOR is set, yet the dashboard has colours:\n%q", scr)

@@ -62,7 +62,7 @@ func View(s *styles.Styles, width int, d Data) string {
 		read = "read " + format.Latency(d.Latency)
 	}
 	t := d.Totals
-	totals := fmt.Sprintf("%d locks · %d held · %d expiring", t.Locks, t.Held, t.Expiring)
+	totals := plural(t.Locks, "lock", "locks") + fmt.Sprintf(" · %d held · %d expiring", t.Held, t.Expiring)
 	if t.Waiters > 0 {
 		totals += fmt.Sprintf(" · %d waiting", t.Waiters)
 	}
@@ -121,4 +121,12 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// plural is "1 lock", "0 locks", "2 locks".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
