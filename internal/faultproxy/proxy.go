@@ -8,6 +8,7 @@ package faultproxy
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,8 @@ type Proxy struct {
 	delay time.Duration // added to each response chunk
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+
+	forwarded atomic.Int64 // response bytes passed to clients
 }
 
 // New starts a proxy on a free loopback port in front of target (host:port).
@@ -47,6 +50,10 @@ func New(target string) (*Proxy, error) {
 
 // Addr is the proxy's listening address (host:port).
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Forwarded is the number of response bytes passed on to clients so far:
+// which of several proxies carries a client's traffic.
+func (p *Proxy) Forwarded() int64 { return p.forwarded.Load() }
 
 // SetMode changes what happens to traffic from now on, on every connection.
 func (p *Proxy) SetMode(m Mode) { p.mu.Lock(); p.mode = m; p.mu.Unlock() }
@@ -125,6 +132,9 @@ func (p *Proxy) pipe(dst, src net.Conn, response bool) {
 				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
+				}
+				if response {
+					p.forwarded.Add(int64(n))
 				}
 			}
 		}

@@ -58,11 +58,17 @@ func TestModes(t *testing.T) {
 	if got, err := roundTrip(c, "a", 5*time.Second); err != nil || got != "a\n" {
 		t.Fatalf("pass: %q %v", got, err)
 	}
+	if n := p.Forwarded(); n != 2 {
+		t.Fatalf("Forwarded() = %d after one 2-byte answer", n)
+	}
 	for _, m := range []Mode{BlackholeBoth, BlackholeRequests, BlackholeResponses} {
 		p.SetMode(m)
 		if got, err := roundTrip(c, "lost", 200*time.Millisecond); err == nil {
 			t.Fatalf("mode %d: got %q through a blackhole", m, got)
 		}
+	}
+	if n := p.Forwarded(); n != 2 {
+		t.Fatalf("Forwarded() = %d: blackholed answers counted", n)
 	}
 	// A fresh connection works again once the partition heals.
 	p.SetMode(Pass)
