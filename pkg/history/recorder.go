@@ -285,7 +285,11 @@ func (r *Recorder) write(ctx context.Context, evs ...coord.HistoryEvent) {
 // lastLeaseEvent returns the latest acquired, released, revoked or expired
 // event among the last scanBack events of lock.
 func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (coord.HistoryEvent, bool) {
-	evs, err := r.store.History(ctx, lock, scanBack)
+	read := r.store.History
+	if l, ok := r.store.(latestReader); ok {
+		read = l.Latest
+	}
+	evs, err := read(ctx, lock, scanBack)
 	if err != nil {
 		r.log.Debug("history: could not read the lock's last events", "lock", lock, "err", err)
 		return coord.HistoryEvent{}, false
@@ -297,6 +301,13 @@ func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (coord.Histo
 		}
 	}
 	return coord.HistoryEvent{}, false
+}
+
+// latestReader is a Store that can read a lock's last events from the end
+// of its history, checking less than History does (package localstore):
+// enough to find the last lease event, on the path of every acquisition.
+type latestReader interface {
+	Latest(ctx context.Context, lock string, n int) ([]coord.HistoryEvent, error)
 }
 
 func (r *Recorder) remember(id string, h heldLease) {

@@ -6,21 +6,51 @@
 // A write takes an exclusive flock on the lock's sibling lock file for the
 // read-modify-write only, appends its events in one write(2) and fsyncs the
 // file (and, for a new file, the directory) before it returns: a recorded
-// event is durable. Appending keeps a write O(1) in the size of the history;
-// once a file holds a quarter more events than the count bound, or a quarter
-// of the count bound's worth of events past the age bound (see Slack), it is
-// compacted: the events kept are written to a temporary file (0600), fsynced
+// event is durable. A write reads only the file's first line and its tail
+// (see below), so that its cost does not grow with the history. Once the
+// sequence numbers of a file span a quarter more events than the count bound
+// (its lines are at most that many; fewer when a compaction dropped events
+// written out of time order from between others), or its Slack-th line is
+// past the age bound (see Slack), it is compacted: the whole file is read and
+// checked, the events kept are written to a temporary file (0600), fsynced
 // and renamed over it, and the directory is fsynced, so a crash leaves the
 // old or the new file, never a mix. A file thus never holds more than 1.25
-// times the count bound, and reads apply both bounds exactly.
+// times the count bound, and reads apply both bounds exactly. A compaction
+// also removes temporary files older than a minute that a crash in the
+// middle of one left in the directory.
 //
 // A crash in the middle of an append can leave a last line without its
 // newline: readers ignore it, and the next write cuts it off (the events in it
 // were never acknowledged). Any other damage (a line that is not a valid
 // event of this lock, sequence numbers that do not increase, a symbolic link,
 // a file that is not regular, owned by another user or open to group or
-// others) is an error wrapping coord.ErrUnavailable, and the file is neither
-// read nor written until it is repaired by hand: the store fails closed.
+// others) is an error wrapping coord.ErrUnavailable, and the file is not read
+// or written past it until it is repaired by hand: the store fails closed.
+//
+// # What is checked when
+//
+// The file itself (type, owner, mode, no symbolic link) is checked on every
+// read and write. Its lines are checked as they are read:
+//
+//   - History and Since read and check every line, and so does a
+//     compaction, before it writes anything;
+//   - a write checks the first line and the lines of the last block of the
+//     file (at least 4 KiB, and at least the last complete line): each is a
+//     valid event of the lock, their sequence numbers increase, and the
+//     first line's is below theirs. Lines it read before, in the same
+//     process and the same file, are not read again;
+//   - Latest checks the first line and the last lines it needs, and these
+//     count as read for the writes of the same Store that follow while the
+//     file has not changed: `fence run` reads the last lease event, then
+//     writes with no further read.
+//
+// Damage in the middle of a long file is thus not seen by the write that
+// follows it, and that write appends after it (it never writes over it);
+// every full read refuses the file, and so does the next compaction (after
+// at most Slack more events), and every write after it. Once a read (History,
+// Since, Latest) or a compaction of a Store has refused a file, that Store's
+// writes check the whole file again before they write to it, until it is
+// repaired: damage a Store has read is never written after.
 //
 // Readers take no lock. Many processes on one host may share a store.
 package localstore
@@ -71,17 +101,30 @@ type Store struct {
 
 	mu    sync.Mutex
 	cache map[string]fileState // by file base: what this process last validated
+	bad   map[string]fileID    // by file base: files a read or compaction found damaged
 }
 
 var _ history.Store = (*Store)(nil)
 
+// fileID names a file by device and inode.
+type fileID struct{ dev, ino uint64 }
+
 // fileState is what a writer knows of a history file it validated.
 type fileState struct {
-	dev, ino uint64
-	size     int64   // bytes of complete, validated lines
-	lines    int     // complete lines
-	lastSeq  uint64  // seq of the last line
-	times    []int64 // event time of each line (Unix ns), for the age bound
+	fileID
+	size      int64  // bytes of complete lines
+	lastSeq   uint64 // seq of the last line (0: the file has no line)
+	firstSeq  uint64 // seq of the first line
+	firstTime int64  // event time of the first line (Unix ns), for the age bound
+}
+
+// span is the number of sequence numbers from the first line to the last:
+// at least the number of lines.
+func (st fileState) span() int {
+	if st.lastSeq == 0 {
+		return 0
+	}
+	return int(st.lastSeq - st.firstSeq + 1)
 }
 
 // Open opens the store under stateDir, creating stateDir (0700) and its
@@ -117,9 +160,7 @@ func Open(stateDir string, opts ...history.Option) (*Store, error) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
 		return nil, unavailable("history store: %s is owned by uid %d, not by this user", dir, st.Uid)
 	}
-	s := &Store{dir: dir, opts: o, cache: map[string]fileState{}}
-	s.removeStaleTemps()
-	return s, nil
+	return &Store{dir: dir, opts: o, cache: map[string]fileState{}, bad: map[string]fileID{}}, nil
 }
 
 // Dir returns the store's directory (<state-dir>/history).
@@ -198,13 +239,21 @@ func (s *Store) append(ctx context.Context, lock string, evs []coord.HistoryEven
 		buf.Write(b)
 		buf.WriteByte('\n')
 		next.lastSeq++
-		next.lines++
-		next.times = append(next.times, ev.Time.UnixNano())
+		if next.firstSeq == 0 {
+			next.firstSeq, next.firstTime = next.lastSeq, ev.Time.UnixNano()
+		}
 	}
 	if buf.Len() == 0 {
 		return nil
 	}
-	if slack := Slack(s.opts.MaxEvents); next.lines > s.opts.MaxEvents+slack || aged(next.times, cut) >= slack {
+	slack := Slack(s.opts.MaxEvents)
+	compact := next.span() > s.opts.MaxEvents+slack
+	if !compact {
+		if compact, err = agedAtLeast(lock, path, f, st, cut, slack); err != nil {
+			return err
+		}
+	}
+	if compact {
 		return s.compact(lock, base, f, buf.Bytes())
 	}
 	if _, err := f.Write(buf.Bytes()); err != nil {
@@ -237,17 +286,21 @@ func (s *Store) compact(lock, base string, f *os.File, add []byte) error {
 	path := filepath.Join(s.dir, base+dataExt)
 	lines, err := parse(lock, path, append(completeLines(data), add...))
 	if err != nil {
+		s.markBad(base, f)
 		return err
 	}
 	lines = trim.Kept(s.opts, lines, func(l line) time.Time { return l.ev.Time }, 0)
 	var out bytes.Buffer
-	st := fileState{lines: len(lines), times: make([]int64, 0, len(lines))}
-	for _, l := range lines {
+	var st fileState
+	for i, l := range lines {
 		out.Write(l.raw)
 		out.WriteByte('\n')
 		st.lastSeq = l.seq
-		st.times = append(st.times, l.ev.Time.UnixNano())
+		if i == 0 {
+			st.firstSeq, st.firstTime = l.seq, l.ev.Time.UnixNano()
+		}
 	}
+	s.removeStaleTemps()
 	fi, err := atomicfile.Write(path, out.Bytes(), false)
 	if err != nil {
 		return unavailable("history of %q: %w", lock, err)
@@ -258,69 +311,109 @@ func (s *Store) compact(lock, base string, f *os.File, add []byte) error {
 	}
 	st.size = int64(out.Len())
 	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.dev, st.ino = uint64(sys.Dev), sys.Ino
+		st.fileID = fileID{dev: uint64(sys.Dev), ino: sys.Ino}
+		s.keep(base, st)
+	} else {
+		s.drop(base)
 	}
-	s.keep(base, st)
 	return nil
 }
 
-// scan validates the history file open in f (under the lock) and returns
-// its state, and whether it ends with an incomplete line. Lines validated
-// before by this process, in the same file, are not read again.
+// scan checks the history file open in f (under the lock) and returns its
+// state, and whether it ends with an incomplete line. It reads the file's
+// tail and first line (see the package doc), or nothing when this process
+// wrote the file last; the whole file when a full read found it damaged.
 func (s *Store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 	fi, err := checkFile(lock, path, f)
 	if err != nil {
 		return fileState{}, false, err
 	}
 	sys := fi.Sys().(*syscall.Stat_t)
+	id := fileID{dev: uint64(sys.Dev), ino: sys.Ino}
 	size := fi.Size()
 	base := strings.TrimSuffix(filepath.Base(path), dataExt)
 	s.mu.Lock()
-	st, ok := s.cache[base]
+	st, cached := s.cache[base]
+	bad, isBad := s.bad[base]
 	s.mu.Unlock()
-	if !ok || st.dev != uint64(sys.Dev) || st.ino != sys.Ino || st.size > size {
-		st = fileState{dev: uint64(sys.Dev), ino: sys.Ino}
+	if isBad && bad == id {
+		return s.scanAll(lock, path, base, f, id)
 	}
-	st.times = st.times[:len(st.times):len(st.times)] // appends must not share the cached array
-	if size == st.size {
+	if cached && st.fileID == id && st.size == size {
 		return st, false, nil
 	}
-	if size-st.size > maxFileSize {
-		return fileState{}, false, corrupt(lock, path, "it is too large")
-	}
-	buf := make([]byte, size-st.size)
-	if _, err := f.ReadAt(buf, st.size); err != nil && !errors.Is(err, io.EOF) {
+	data, start, err := readTail(f, size, 1)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			return fileState{}, false, corrupt(lock, path, "its last line is too large")
+		}
 		return fileState{}, false, unavailable("history of %q: %w", lock, err)
 	}
-	complete := completeLines(buf)
-	lines, err := parseAfter(lock, path, complete, st.lastSeq)
+	complete := completeLines(data)
+	st = fileState{fileID: id, size: start + int64(len(complete))}
+	torn := len(complete) < len(data)
+	if len(complete) == 0 {
+		return st, torn, nil // empty, or only an incomplete line (start is 0)
+	}
+	lines, err := parseAt(lock, path, complete, 0, start)
 	if err != nil {
 		return fileState{}, false, err
 	}
-	for _, l := range lines {
-		st.lines++
-		st.lastSeq = l.seq
-		st.times = append(st.times, l.ev.Time.UnixNano())
+	first := lines[0]
+	if start > 0 {
+		if first, err = firstLine(lock, path, f, start, first.seq); err != nil {
+			return fileState{}, false, err
+		}
 	}
-	st.size += int64(len(complete))
-	return st, len(complete) < len(buf), nil
+	st.lastSeq = lines[len(lines)-1].seq
+	st.firstSeq, st.firstTime = first.seq, first.ev.Time.UnixNano()
+	return st, torn, nil
+}
+
+// scanAll is scan reading and checking every line.
+func (s *Store) scanAll(lock, path, base string, f *os.File, id fileID) (fileState, bool, error) {
+	data, err := readAll(f)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			return fileState{}, false, corrupt(lock, path, "it is too large")
+		}
+		return fileState{}, false, unavailable("history of %q: %w", lock, err)
+	}
+	complete := completeLines(data)
+	lines, err := parse(lock, path, complete)
+	if err != nil {
+		return fileState{}, false, err
+	}
+	s.mu.Lock()
+	delete(s.bad, base) // repaired
+	s.mu.Unlock()
+	st := fileState{fileID: id, size: int64(len(complete))}
+	if len(lines) > 0 {
+		st.firstSeq, st.firstTime = lines[0].seq, lines[0].ev.Time.UnixNano()
+		st.lastSeq = lines[len(lines)-1].seq
+	}
+	return st, len(complete) < len(data), nil
+}
+
+// markBad notes that the file open in f, the history file named base, is
+// damaged: this Store's writes check it whole until it is repaired.
+func (s *Store) markBad(base string, f *os.File) {
+	fi, err := f.Stat()
+	if err != nil {
+		return
+	}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.bad[base] = fileID{dev: uint64(sys.Dev), ino: sys.Ino}
+		delete(s.cache, base)
+	}
 }
 
 // Slack is how many events beyond maxEvents a history file may hold before
-// it is compacted; as many events past the age bound also trigger a
-// compaction. Readers never see them.
+// it is compacted; as many events past the age bound at the start of the
+// file also trigger a compaction. Readers never see them.
 func Slack(maxEvents int) int { return max(maxEvents/4, 1) }
-
-// aged counts the times before cut.
-func aged(times []int64, cut time.Time) int {
-	c, n := cut.UnixNano(), 0
-	for _, t := range times {
-		if t < c {
-			n++
-		}
-	}
-	return n
-}
 
 func (s *Store) keep(base string, st fileState) {
 	s.mu.Lock()
@@ -332,6 +425,84 @@ func (s *Store) drop(base string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.cache, base)
+}
+
+// Latest returns what History(ctx, lock, n) returns, the lock's last n kept
+// events (n > 0), reading only the end of the file and checking only the
+// lines it reads (a lock's recent events, on every acquisition, should not
+// cost a read of its whole history). It reads the whole file when the last
+// n events are not all within the age bound, when n is 0, and when a full
+// read of this Store found the file damaged. It checks the lines it returns
+// (or would, but for the age bound) and the first line, not the rest.
+func (s *Store) Latest(ctx context.Context, lock string, n int) ([]coord.HistoryEvent, error) {
+	if n <= 0 {
+		return s.History(ctx, lock, 0)
+	}
+	if err := coord.ValidateName(lock); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	base := fileBase(lock)
+	s.mu.Lock()
+	_, isBad := s.bad[base]
+	s.mu.Unlock()
+	if isBad {
+		return s.History(ctx, lock, n)
+	}
+	path := s.File(lock)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, openErr(lock, path, err)
+	}
+	defer f.Close()
+	fi, err := checkFile(lock, path, f)
+	if err != nil {
+		return nil, err
+	}
+	want := min(n, s.opts.MaxEvents)
+	data, start, err := readTail(f, fi.Size(), want)
+	if err != nil {
+		if errors.Is(err, errTooLarge) {
+			return nil, corrupt(lock, path, "it is too large")
+		}
+		return nil, unavailable("history of %q: %w", lock, err)
+	}
+	complete := completeLines(data)
+	skip := len(complete) - len(lastLines(complete, want))
+	at := start + int64(skip)
+	lines, err := parseAt(lock, path, complete[skip:], 0, at)
+	if err != nil {
+		s.markBad(base, f)
+		return nil, err
+	}
+	if len(lines) > 0 {
+		// With the first line, what a write needs to know of the file: the
+		// write that follows (fence run's) need not read it again.
+		first := lines[0]
+		if at > 0 {
+			if first, err = firstLine(lock, path, f, at, first.seq); err != nil {
+				s.markBad(base, f)
+				return nil, err
+			}
+		}
+		sys := fi.Sys().(*syscall.Stat_t)
+		s.keep(base, fileState{fileID: fileID{dev: uint64(sys.Dev), ino: sys.Ino}, size: start + int64(len(complete)),
+			lastSeq: lines[len(lines)-1].seq, firstSeq: first.seq, firstTime: first.ev.Time.UnixNano()})
+	}
+	lines = trim.Kept(s.opts, lines, func(l line) time.Time { return l.ev.Time }, want)
+	if len(lines) < want && at > 0 {
+		return s.History(ctx, lock, n) // events past the age bound among the last ones
+	}
+	out := make([]coord.HistoryEvent, len(lines))
+	for i, l := range lines {
+		out[i] = l.ev
+	}
+	return out, nil
 }
 
 // History implements history.Store. It reads and checks the whole file.
@@ -406,9 +577,11 @@ func (s *Store) head(path string) (history.Head, bool, error) {
 	if err != nil {
 		return history.Head{}, false, err
 	}
-	n := min(fi.Size(), 2*codec.MaxLen+2)
-	buf := make([]byte, n)
-	if _, err := f.ReadAt(buf, fi.Size()-n); err != nil && !errors.Is(err, io.EOF) {
+	buf, _, err := readTail(f, fi.Size(), 1)
+	if errors.Is(err, errTooLarge) {
+		return history.Head{}, false, corrupt(what, path, "its last line is too large")
+	}
+	if err != nil {
 		return history.Head{}, false, unavailable("history file %s: %w", path, err)
 	}
 	last := lastLine(completeLines(buf))
@@ -448,11 +621,20 @@ func (s *Store) read(ctx context.Context, lock string) ([]line, error) {
 	data, err := readAll(f)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
+			s.markBad(fileBase(lock), f)
 			return nil, corrupt(lock, path, "it is too large")
 		}
 		return nil, unavailable("history of %q: %w", lock, err)
 	}
-	return parse(lock, path, completeLines(data))
+	lines, err := parse(lock, path, completeLines(data))
+	if err != nil {
+		s.markBad(fileBase(lock), f)
+		return nil, err
+	}
+	s.mu.Lock()
+	delete(s.bad, fileBase(lock)) // repaired, if it was damaged
+	s.mu.Unlock()
+	return lines, nil
 }
 
 // line is one parsed line of a history file.
@@ -462,26 +644,38 @@ type line struct {
 	ev  coord.HistoryEvent
 }
 
-func parse(lock, path string, data []byte) ([]line, error) { return parseAfter(lock, path, data, 0) }
+// parse parses the complete lines of a whole file.
+func parse(lock, path string, data []byte) ([]line, error) { return parseAt(lock, path, data, 0, 0) }
 
-// parseAfter parses complete lines, each an event of lock with a sequence
-// number greater than the one before (the first greater than after).
-func parseAfter(lock, path string, data []byte, after uint64) ([]line, error) {
+// parseAt parses complete lines that start at byte offset at of the file,
+// each an event of lock with a sequence number greater than the one before
+// (the first greater than after). Errors name a line by its number when at
+// is 0, by its offset otherwise.
+func parseAt(lock, path string, data []byte, after uint64, at int64) ([]line, error) {
 	var out []line
 	prev := after
+	numbered := at == 0
 	for n := 1; len(data) > 0; n++ {
 		i := bytes.IndexByte(data, '\n')
 		raw := data[:i]
+		lineAt := at
+		where := func() string {
+			if numbered {
+				return fmt.Sprintf("line %d", n)
+			}
+			return fmt.Sprintf("the line at byte %d", lineAt)
+		}
+		at += int64(i) + 1
 		data = data[i+1:]
 		seq, ev, err := codec.Decode(raw)
 		if err != nil {
-			return nil, corrupt(lock, path, fmt.Sprintf("line %d: %v", n, err))
+			return nil, corrupt(lock, path, fmt.Sprintf("%s: %v", where(), err))
 		}
 		if ev.Lock != lock {
-			return nil, corrupt(lock, path, fmt.Sprintf("line %d is an event of lock %q", n, ev.Lock))
+			return nil, corrupt(lock, path, fmt.Sprintf("%s is an event of lock %q", where(), ev.Lock))
 		}
 		if seq <= prev {
-			return nil, corrupt(lock, path, fmt.Sprintf("line %d: sequence number %d does not follow %d", n, seq, prev))
+			return nil, corrupt(lock, path, fmt.Sprintf("%s: sequence number %d does not follow %d", where(), seq, prev))
 		}
 		prev = seq
 		out = append(out, line{raw: raw, seq: seq, ev: ev})
@@ -492,6 +686,15 @@ func parseAfter(lock, path string, data []byte, after uint64) ([]line, error) {
 // completeLines returns data up to and including its last newline.
 func completeLines(data []byte) []byte {
 	return data[:bytes.LastIndexByte(data, '\n')+1]
+}
+
+// lastLines returns the last n of complete lines (all when there are fewer).
+func lastLines(data []byte, n int) []byte {
+	end := len(data) - 1 // the last line's newline
+	for ; n > 0 && end >= 0; n-- {
+		end = bytes.LastIndexByte(data[:end], '\n')
+	}
+	return data[end+1:]
 }
 
 // lastLine returns the last line of complete lines, without its newline.
@@ -574,7 +777,9 @@ func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error
 }
 
 // removeStaleTemps removes temporary files left by a crash in the middle of
-// a compaction (older than a minute: younger ones may be in use).
+// a compaction (older than a minute: younger ones may be in use). Only a
+// compaction makes them, and only a compaction calls it: it lists the whole
+// directory, which Open, on the path of every fence command, should not.
 func (s *Store) removeStaleTemps() {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {

@@ -1,0 +1,495 @@
+package localstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/pkg/history/historytest"
+)
+
+// writeFile writes data to a new file and returns it open for reading.
+func writeFile(t *testing.T, data []byte) *os.File {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestReadTail checks readTail on real files against what it must return:
+// the file from a line start on, holding want complete lines unless it is
+// the whole file, and no more than the blocks needed for them.
+func TestReadTail(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	line := func(n int) string { return strings.Repeat(string(rune('a'+rng.IntN(26))), n) + "\n" }
+	files := map[string]string{
+		"empty":             "",
+		"only a torn line":  "abc",
+		"one line":          "abc\n",
+		"one line and torn": "abc\nde",
+		"long lines":        line(3*tailBlock) + line(tailBlock+1) + line(2*tailBlock),
+		"long torn line":    line(10) + strings.Repeat("x", 3*tailBlock),
+		"long first line":   line(5*tailBlock) + line(10) + line(10),
+	}
+	var many strings.Builder
+	for range 3000 {
+		many.WriteString(line(1 + rng.IntN(300)))
+	}
+	files["many lines"] = many.String()
+	files["many lines and torn"] = many.String() + "{torn"
+	for name, content := range files {
+		t.Run(name, func(t *testing.T) {
+			f := writeFile(t, []byte(content))
+			size := int64(len(content))
+			for _, want := range []int{1, 2, 3, 32, 1000, 5000} {
+				data, start, err := readTail(f, size, want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(data) != content[start:] {
+					t.Fatalf("want %d: data is not the file from byte %d", want, start)
+				}
+				if start > 0 && content[start-1] != '\n' {
+					t.Fatalf("want %d: start %d is not the start of a line", want, start)
+				}
+				complete := bytes.Count(data, []byte{'\n'})
+				if start > 0 && complete < want {
+					t.Fatalf("want %d: %d complete lines from byte %d", want, complete, start)
+				}
+				// Not much more than needed: the lines wanted, the torn
+				// tail, the line cut by the block boundary, and a block
+				// size's doubling.
+				all := strings.SplitAfter(content, "\n")
+				need := 0
+				for i := len(all) - 1; i >= 0 && i >= len(all)-1-want-1; i-- {
+					need += len(all[i])
+				}
+				if start > 0 && int(size-start) > 2*need+tailBlock {
+					t.Fatalf("want %d: read %d bytes where %d hold the lines", want, size-start, need)
+				}
+			}
+		})
+	}
+}
+
+// TestReadTailShrunk: a writer cuts a torn tail off between a reader's stat
+// and its read: the reader gets the file as it is.
+func TestReadTailShrunk(t *testing.T) {
+	f := writeFile(t, []byte("a\nb\nc\ntorn"))
+	if err := os.Truncate(f.Name(), 6); err != nil {
+		t.Fatal(err)
+	}
+	data, start, err := readTail(f, 10, 1)
+	if err != nil || string(data) != "a\nb\nc\n" || start != 0 {
+		t.Fatalf("readTail = %q, %d, %v", data, start, err)
+	}
+}
+
+// longLine is a valid event of lock with seq, longer than the tail block
+// (an unknown field, as a newer fence may write).
+func longLine(lock string, seq uint64) string {
+	return fmt.Sprintf(`{"seq":%d,"time":"%s","lock":%q,"kind":"acquired","token":%d,"x":"%s"}`+"\n",
+		seq, time.Now().UTC().Format(time.RFC3339Nano), lock, seq, strings.Repeat("y", 2*tailBlock))
+}
+
+func TestLongLines(t *testing.T) {
+	s := open(t)
+	path := s.File("long")
+	var b strings.Builder
+	for seq := uint64(1); seq <= 5; seq++ {
+		b.WriteString(longLine("long", seq))
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	record(t, s, "long", 6)
+	evs, err := s.Latest(context.Background(), "long", 3)
+	if err != nil || len(evs) != 3 || evs[0].Token != 4 || evs[2].Token != 6 {
+		t.Fatalf("Latest = %+v, %v", evs, err)
+	}
+	heads, err := s.Heads(context.Background())
+	if err != nil || len(heads) != 1 || heads[0].Seq != 6 {
+		t.Fatalf("Heads = %+v, %v", heads, err)
+	}
+	ents, err := s.Since(context.Background(), "long", 0)
+	if err != nil || len(ents) != 6 || ents[5].Seq != 6 {
+		t.Fatalf("Since = %+v, %v", ents, err)
+	}
+}
+
+// TestTornOnly: a file holding nothing but a torn line (a crash in the
+// first append) reads as empty; the next write cuts it off and starts at 1.
+func TestTornOnly(t *testing.T) {
+	for name, content := range map[string]string{
+		"torn":       `{"seq":1,"time":"2030-01-01T00:00:00Z","lo`,
+		"empty file": "",
+		"long torn":  strings.TrimSuffix(longLine("t", 1), "\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			if err := os.WriteFile(s.File("t"), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if evs, err := s.History(ctx, "t", 0); err != nil || len(evs) != 0 {
+				t.Fatalf("History = %v, %v", evs, err)
+			}
+			if evs, err := s.Latest(ctx, "t", 5); err != nil || len(evs) != 0 {
+				t.Fatalf("Latest = %v, %v", evs, err)
+			}
+			if heads, err := s.Heads(ctx); err != nil || len(heads) != 0 {
+				t.Fatalf("Heads = %v, %v", heads, err)
+			}
+			record(t, s, "t", 7)
+			ents, err := s.Since(ctx, "t", 0)
+			if err != nil || len(ents) != 1 || ents[0].Seq != 1 || ents[0].Event.Token != 7 {
+				t.Fatalf("Since = %+v, %v", ents, err)
+			}
+			b, _ := os.ReadFile(s.File("t"))
+			if bytes.Count(b, []byte{'\n'}) != 1 || !bytes.HasPrefix(b, []byte(`{"seq":1,`)) {
+				t.Fatalf("file:\n%s", b)
+			}
+		})
+	}
+}
+
+// fill writes n events to lock, tokens 1..n, one Append.
+func fill(t testing.TB, s *Store, lock string, n int, at time.Time) {
+	t.Helper()
+	evs := make([]coord.HistoryEvent, n)
+	for i := range evs {
+		evs[i] = coord.HistoryEvent{Time: at, Lock: lock, Kind: coord.HistAcquired, Holder: "host:1234", Token: uint64(i + 1)}
+	}
+	if err := s.Append(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamageBeyondTheTail damages a file far from its end, where a write's
+// tail read does not look: full reads refuse it, a Store that saw that
+// refuses to write, and the next compaction refuses it too, without
+// writing; no write ever changes the damaged line.
+func TestDamageBeyondTheTail(t *testing.T) {
+	const max = 100 // Slack 25
+	opts := []history.Option{history.WithMaxEvents(max)}
+	s := open(t, opts...)
+	fill(t, s, "d", 100, time.Time{})
+	path := s.File("d")
+	insertLine(t, path, 5, "{garbage")
+	fresh := func() *Store {
+		st, err := Open(filepath.Dir(s.Dir()), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	// A new process's write reads the tail only: it appends after the
+	// damage (and leaves it as it is).
+	w := fresh()
+	record(t, w, "d", 101)
+	if evs, err := w.Latest(context.Background(), "d", 2); err != nil || len(evs) != 2 || evs[1].Token != 101 {
+		t.Fatalf("Latest = %+v, %v", evs, err)
+	}
+	// A full read refuses the file; then that Store writes no more.
+	r := fresh()
+	failsClosed(t, r, "d")
+	if _, err := r.Latest(context.Background(), "d", 2); err == nil {
+		t.Fatal("Latest after a full read found damage: no error")
+	}
+	// Writers that saw nothing go on until the compaction, which refuses,
+	// and so does every write after it.
+	var refused int
+	for i := uint64(102); i <= 140; i++ {
+		before, _ := os.ReadFile(path)
+		err := fresh().Record(context.Background(), coord.HistoryEvent{Lock: "d", Kind: coord.HistAcquired, Token: i})
+		if err == nil {
+			if refused > 0 {
+				t.Fatalf("event %d written after a refusal", i)
+			}
+			continue
+		}
+		if !strings.Contains(err.Error(), "line 6") {
+			t.Fatalf("error does not name the damaged line: %v", err)
+		}
+		refused++
+		if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+			t.Fatalf("a refused write changed the file")
+		}
+	}
+	if want := 140 - (max + Slack(max)); refused != want {
+		t.Fatalf("%d writes refused, want %d (all from the compaction on)", refused, want)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Contains(b, []byte("\n{garbage\n")) {
+		t.Fatal("the damaged line is gone")
+	}
+}
+
+// TestDamageInTheTail: damage in a write's tail read, or in the first line,
+// of a file longer than that read is refused by the first write.
+func TestDamageInTheTail(t *testing.T) {
+	cases := map[string]func(t *testing.T, path string){
+		"garbage near the end": func(t *testing.T, path string) { insertLine(t, path, 98, "{garbage") },
+		"first line garbage":   func(t *testing.T, path string) { insertLine(t, path, 0, "{garbage") },
+		"first line too high": func(t *testing.T, path string) {
+			insertLine(t, path, 0, fmt.Sprintf(`{"seq":500,"time":"%s","lock":"d","kind":"acquired"}`,
+				time.Now().UTC().Format(time.RFC3339Nano)))
+		},
+		"first line of another lock": func(t *testing.T, path string) {
+			insertLine(t, path, 0, fmt.Sprintf(`{"seq":0,"time":"%s","lock":"e","kind":"acquired"}`,
+				time.Now().UTC().Format(time.RFC3339Nano)))
+		},
+		"last line goes back": func(t *testing.T, path string) {
+			insertLine(t, path, 100, fmt.Sprintf(`{"seq":3,"time":"%s","lock":"d","kind":"acquired"}`,
+				time.Now().UTC().Format(time.RFC3339Nano)))
+		},
+	}
+	for name, damage := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			fill(t, s, "d", 100, time.Time{})
+			if fi, _ := os.Stat(s.File("d")); fi.Size() < 2*tailBlock {
+				t.Fatalf("file of %d bytes: too short for the test", fi.Size())
+			}
+			damage(t, s.File("d"))
+			before, _ := os.ReadFile(s.File("d"))
+			// A fresh Store's first write, before any full read.
+			fresh, err := Open(filepath.Dir(s.Dir()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = fresh.Record(context.Background(), coord.HistoryEvent{Lock: "d", Kind: coord.HistAcquired, Token: 200})
+			if !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "bad history file") {
+				t.Fatalf("first write = %v, want a bad history file", err)
+			}
+			if after, _ := os.ReadFile(s.File("d")); !bytes.Equal(before, after) {
+				t.Fatal("the refused write changed the file")
+			}
+			failsClosed(t, fresh, "d")
+		})
+	}
+}
+
+// TestLatest: Latest returns what History does, bounds applied, whether
+// the events it needs are in the tail or not.
+func TestLatest(t *testing.T) {
+	clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := open(t, history.WithMaxEvents(150), history.WithMaxAge(time.Hour), history.WithClock(clk.Now))
+	ctx := context.Background()
+	check := func(when string) {
+		t.Helper()
+		for _, n := range []int{0, 1, 2, 10, 149, 150, 151, 400} {
+			want, err := s.History(ctx, "l", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Latest(ctx, "l", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s: Latest(%d) = %d events, History %d", when, n, len(got), len(want))
+			}
+		}
+	}
+	check("no file")
+	for i := uint64(1); i <= 60; i++ {
+		record(t, s, "l", i)
+		clk.Advance(10 * time.Second)
+		if i%7 == 0 {
+			check(fmt.Sprintf("after %d", i))
+		}
+	}
+	// Events written out of time order: the tail's last ones are old, more
+	// of them than a tail block holds.
+	for i := uint64(61); i <= 110; i++ {
+		if err := s.Record(ctx, coord.HistoryEvent{Time: clk.Now().Add(-59 * time.Minute), Lock: "l", Kind: coord.HistReleased, Token: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(30 * time.Second)
+	check("old events last")
+	clk.Advance(30 * time.Minute)
+	check("half aged")
+	clk.Advance(2 * time.Hour)
+	check("all aged")
+}
+
+// TestStaleTemps: Open leaves temporary files alone (it does not list the
+// directory); a compaction removes those older than a minute.
+func TestStaleTemps(t *testing.T) {
+	s := open(t, history.WithMaxEvents(4))
+	old := filepath.Join(s.Dir(), tempPrefix+"old")
+	young := filepath.Join(s.Dir(), tempPrefix+"young")
+	for _, p := range []string{old, young} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(filepath.Dir(s.Dir()), history.WithMaxEvents(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(t, s2, "k", 1)
+	if _, err := os.Stat(old); err != nil {
+		t.Fatalf("Open or a plain write removed a temporary file: %v", err)
+	}
+	for i := uint64(2); i <= 6; i++ { // the sixth write compacts
+		record(t, s2, "k", i)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Fatalf("stale temporary file still there after a compaction: %v", err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Fatalf("young temporary file removed: %v", err)
+	}
+}
+
+// BenchmarkAppendAtBound measures what a fence run costs the history at
+// different history sizes: a fresh Store (a new process), the last lease
+// event (Latest, 32 events) and one write with its fsync. The file is cut
+// back to its size after each iteration, so every one sees the same file.
+func BenchmarkAppendAtBound(b *testing.B) {
+	for _, n := range []int{10, 1000, 1240} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			state := filepath.Join(b.TempDir(), "state")
+			s, err := Open(state)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fill(b, s, "hl", n, time.Time{})
+			path := s.File("hl")
+			fi, err := os.Stat(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			ev := coord.HistoryEvent{Lock: "hl", Kind: coord.HistAcquired, Holder: "host:1234", Token: 1}
+			b.ResetTimer()
+			for b.Loop() {
+				s, err := Open(state)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Latest(ctx, "hl", 32); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Record(ctx, ev); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := os.Truncate(path, fi.Size()); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkReadsAtBound is BenchmarkAppendAtBound without the write and
+// its fsync: the reads of a fence run's first write (a fresh Store, Latest,
+// the write's check of the file), which are what grew with the history.
+func BenchmarkReadsAtBound(b *testing.B) {
+	for _, n := range []int{10, 1000, 1240} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			state := filepath.Join(b.TempDir(), "state")
+			s, err := Open(state)
+			if err != nil {
+				b.Fatal(err)
+			}
+			fill(b, s, "hl", n, time.Time{})
+			path := s.File("hl")
+			ctx := context.Background()
+			for b.Loop() {
+				s, err := Open(state)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Latest(ctx, "hl", 32); err != nil {
+					b.Fatal(err)
+				}
+				f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := s.scan("hl", path, f); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+		})
+	}
+}
+
+func TestLastLines(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"", 1, ""}, {"a\n", 1, "a\n"}, {"a\nb\nc\n", 1, "c\n"}, {"a\nb\nc\n", 2, "b\nc\n"},
+		{"a\nb\nc\n", 3, "a\nb\nc\n"}, {"a\nb\nc\n", 9, "a\nb\nc\n"}, {"\n\n", 1, "\n"},
+	} {
+		if got := string(lastLines([]byte(c.in), c.n)); got != c.want {
+			t.Errorf("lastLines(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+	}
+}
+
+// TestLatestDamageStopsWrites: damage that Latest finds, beyond what a
+// write's own tail read covers, stops that Store's writes.
+func TestLatestDamageStopsWrites(t *testing.T) {
+	s := open(t)
+	fill(t, s, "d", 100, time.Time{})
+	insertLine(t, s.File("d"), 40, "{garbage") // 60 lines from the end, more than 4 KiB
+	s, err := Open(filepath.Dir(s.Dir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Latest(context.Background(), "d", 80); !errors.Is(err, coord.ErrUnavailable) {
+		t.Fatalf("Latest over the damage = %v", err)
+	}
+	before, _ := os.ReadFile(s.File("d"))
+	if err := s.Record(context.Background(), coord.HistoryEvent{Lock: "d", Kind: coord.HistAcquired}); !errors.Is(err, coord.ErrUnavailable) {
+		t.Fatalf("Record after Latest found damage = %v", err)
+	}
+	if after, _ := os.ReadFile(s.File("d")); !bytes.Equal(before, after) {
+		t.Fatal("the file changed")
+	}
+	// Another Store, which read nothing, checks only the tail and writes.
+	other, err := Open(filepath.Dir(s.Dir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	record(t, other, "d", 101)
+	// Repaired in place (same file): the first Store writes again.
+	b, _ := os.ReadFile(s.File("d"))
+	if err := os.WriteFile(s.File("d"), bytes.Replace(b, []byte("{garbage\n"), nil, 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	record(t, s, "d", 102)
+	if evs, err := s.Latest(context.Background(), "d", 80); err != nil || len(evs) != 80 || evs[79].Token != 102 {
+		t.Fatalf("after the repair: %d events, %v", len(evs), err)
+	}
+}
