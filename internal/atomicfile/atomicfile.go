@@ -4,9 +4,11 @@
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // TempPrefix starts the name of every temporary file Write makes, so that
@@ -19,11 +21,36 @@ const TempPrefix = ".tmp-"
 // leaves the old or the new content, never a mix. It returns the file's info
 // as written (the renamed file keeps its device and inode).
 func Write(path string, data []byte, syncDir bool) (os.FileInfo, error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, TempPrefix+"*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), TempPrefix+"*")
 	if err != nil {
 		return nil, err
 	}
+	return finish(tmp, path, data, syncDir)
+}
+
+// WriteVia is Write through the temporary file temp, in path's directory,
+// for a caller that alone may write temp (it holds a lock that every writer
+// of path takes): a file found at temp is a leftover of a writer that died
+// before its rename, and is replaced. temp is created afresh, never opened
+// through a symbolic link.
+func WriteVia(path, temp string, data []byte, syncDir bool) (os.FileInfo, error) {
+	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW
+	tmp, err := os.OpenFile(temp, flags, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		if err := os.Remove(temp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		tmp, err = os.OpenFile(temp, flags, 0o600)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return finish(tmp, path, data, syncDir)
+}
+
+// finish writes data to the new temporary file tmp, fsyncs it and renames it
+// over path; on failure tmp is removed.
+func finish(tmp *os.File, path string, data []byte, syncDir bool) (os.FileInfo, error) {
 	fail := func(err error) (os.FileInfo, error) {
 		tmp.Close()
 		os.Remove(tmp.Name())
@@ -47,7 +74,7 @@ func Write(path string, data []byte, syncDir bool) (os.FileInfo, error) {
 		return nil, err
 	}
 	if syncDir {
-		if err := SyncDir(dir); err != nil {
+		if err := SyncDir(filepath.Dir(path)); err != nil {
 			return nil, err
 		}
 	}

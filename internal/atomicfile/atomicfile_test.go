@@ -66,3 +66,40 @@ func TestEscape(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteViaReplacesLeftover: WriteVia writes through the named temp, and
+// a leftover there (a partial write, a symbolic link to a file elsewhere) is
+// replaced, never written through.
+func TestWriteViaReplacesLeftover(t *testing.T) {
+	dir := t.TempDir()
+	path, temp := filepath.Join(dir, "f.json"), filepath.Join(dir, ".tmp~f")
+	if err := os.WriteFile(temp, []byte("partial write of a dead wri"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WriteVia(path, temp, []byte("one"), false); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(outside, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, temp); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := WriteVia(path, temp, []byte("two"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "two" {
+		t.Fatalf("read %q, %v; want two", got, err)
+	}
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 || !os.SameFile(st, fi) {
+		t.Fatalf("%s: %v, %v", path, st.Mode(), err)
+	}
+	if got, _ := os.ReadFile(outside); string(got) != "keep" {
+		t.Fatalf("the symbolic link's target was written: %q", got)
+	}
+	if _, err := os.Lstat(temp); !os.IsNotExist(err) {
+		t.Fatalf("the temp is left behind: %v", err)
+	}
+}

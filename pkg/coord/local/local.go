@@ -16,6 +16,17 @@
 // lock. waiters/ holds one empty doorbell file (0600) per waiting Acquire
 // (see Waiting).
 //
+// A state file is replaced through its lock's temporary file beside it,
+// ".tmp~<base>" (see Durability). Only the holder of the lock's flock writes
+// that file, so one that the holder finds there was left by a writer that
+// died between creating and renaming it: the lock's next replacement of its
+// state removes it. A listing of locks/ (List, Watch), which reads the whole
+// directory anyway, also removes the temporary files of locks whose flock is
+// free, and those of older fence versions (".tmp-<random>") once they are a
+// minute old. Nothing else lists locks/: Open and the operations on one lock
+// (Acquire, Renew, Release, Inspect) cost the same however many locks the
+// directory holds.
+//
 // # Durability
 //
 // Only the token must outlive a crash of the machine: holders and waiters
@@ -221,9 +232,7 @@ func Open(dir string, opts ...Option) (*Coordinator, error) {
 			return nil, unavailable("state directory %s: %v", dir, err)
 		}
 	}
-	c := &Coordinator{dir: dir, locksDir: locks, waitersDir: filepath.Join(dir, "waiters"), opts: o, closed: make(chan struct{})}
-	c.removeStaleTemps()
-	return c, nil
+	return &Coordinator{dir: dir, locksDir: locks, waitersDir: filepath.Join(dir, "waiters"), opts: o, closed: make(chan struct{})}, nil
 }
 
 // Dir returns the state directory.
@@ -317,23 +326,6 @@ func ensureDir(path string, parents bool) (created bool, err error) {
 		}
 	}
 	return created, nil
-}
-
-// removeStaleTemps removes temporary files left by a crash in the middle of
-// a write (older than a minute: younger ones may be in use).
-func (c *Coordinator) removeStaleTemps() {
-	ents, err := os.ReadDir(c.locksDir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if !isTempName(e.Name()) {
-			continue
-		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
-			os.Remove(filepath.Join(c.locksDir, e.Name()))
-		}
-	}
 }
 
 func unavailable(format string, args ...any) error {

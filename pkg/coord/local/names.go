@@ -13,8 +13,16 @@ const (
 	stateSuffix = ".json"
 	lockSuffix  = ".lock"
 	hashPrefix  = "=" // never produced by escapeName
-	tempPrefix  = atomicfile.TempPrefix
 	maxFileName = 255
+
+	// tempPrefix starts the name of a lock's temporary state file:
+	// tempPrefix+base (at most 255 bytes, as base+stateSuffix is). '~' is
+	// never in a base, so the name cannot be one that atomicfile.Write
+	// (os.CreateTemp) makes.
+	tempPrefix = ".tmp~"
+	// legacyTempPrefix starts the temporary files of fence versions that
+	// wrote the state through atomicfile.Write (random names).
+	legacyTempPrefix = atomicfile.TempPrefix
 )
 
 // lockFiles names the files of one lock.
@@ -23,15 +31,20 @@ type lockFiles struct {
 	base  string // file name without suffix
 	state string // path of the JSON state file
 	lock  string // path of the flock file
+	temp  string // path of the temporary file a state is written to
 }
 
-func (c *Coordinator) files(name string) lockFiles {
-	base := fileBase(name)
+func (c *Coordinator) files(name string) lockFiles { return c.filesAt(name, fileBase(name)) }
+
+// filesAt names the files of lock name stored under base (name may be "" for
+// a hashed base read from a listing: it is then read from the state file).
+func (c *Coordinator) filesAt(name, base string) lockFiles {
 	return lockFiles{
 		name:  name,
 		base:  base,
 		state: filepath.Join(c.locksDir, base+stateSuffix),
 		lock:  filepath.Join(c.locksDir, base+lockSuffix),
+		temp:  filepath.Join(c.locksDir, tempPrefix+base),
 	}
 }
 
@@ -99,4 +112,8 @@ func nameFromBase(base string) (string, bool) {
 	return unescapeName(base)
 }
 
-func isTempName(fileName string) bool { return strings.HasPrefix(fileName, tempPrefix) }
+// isTempName reports whether fileName is one of a temporary file: a lock's
+// (tempPrefix) or one of an older fence (legacyTempPrefix).
+func isTempName(fileName string) bool {
+	return strings.HasPrefix(fileName, tempPrefix) || strings.HasPrefix(fileName, legacyTempPrefix)
+}

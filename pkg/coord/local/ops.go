@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -239,7 +238,9 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	return out, nil
 }
 
-// stateBases lists the bases of the state files in locks/.
+// stateBases lists the bases of the state files in locks/. As it reads the
+// whole directory anyway, it removes the stale temporary files it finds
+// (removeStaleTemp).
 func (c *Coordinator) stateBases() ([]string, error) {
 	ents, err := os.ReadDir(c.locksDir)
 	if err != nil {
@@ -249,6 +250,8 @@ func (c *Coordinator) stateBases() ([]string, error) {
 	for _, e := range ents {
 		if base, ok := stateFileBase(e.Name()); ok {
 			bases = append(bases, base)
+		} else if isTempName(e.Name()) {
+			c.removeStaleTemp(e.Name())
 		}
 	}
 	return bases, nil
@@ -264,6 +267,5 @@ func (c *Coordinator) filesForBase(base string) (lockFiles, bool) {
 		}
 		return c.files(name), true
 	}
-	f := lockFiles{base: base, state: filepath.Join(c.locksDir, base+stateSuffix), lock: filepath.Join(c.locksDir, base+lockSuffix)}
-	return f, true
+	return c.filesAt("", base), true
 }

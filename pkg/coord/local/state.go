@@ -396,10 +396,10 @@ func applyRecord(f lockFiles, st *state) error {
 	return nil
 }
 
-// store replaces the state file with st: the data is fsynced before the
-// rename, so a crash never leaves a truncated state; the directory is
-// fsynced too when sync is set (a token beyond the reserved one was issued),
-// so that the token survives a power loss.
+// store replaces the state file with st (replaceState): the data is
+// fsynced before the rename, so a crash never leaves a truncated state; the
+// directory is fsynced too when sync is set (a token beyond the reserved one
+// was issued), so that the token survives a power loss.
 func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
 	st.BootID = clock.BootID()
@@ -412,7 +412,7 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 		return unavailable("lock %q: encode state: %v", f.name, err)
 	}
 	b = append(b, '\n')
-	if _, err := atomicfile.Write(f.state, b, false); err != nil { // mode 0600
+	if err := replaceState(f, b); err != nil {
 		return unavailable("lock %q: write state: %v", f.name, err)
 	}
 	if sync {
