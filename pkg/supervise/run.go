@@ -36,6 +36,14 @@
 // acknowledged renewal, SIGKILL at 13.5s, and the lease cannot expire
 // before 15s.
 //
+// Revocation. Once the command has started, fence also watches its lease
+// when the coordinator can tell at once that it ended (coord.LeaseWatcher:
+// etcd watches the lease's key; the local backend cannot, and a revoke is
+// found at the next renewal there). A notice stops the command as a renewal
+// that found the lease lost does (exit 76, the same message and history
+// event); a watch that fails only leaves the renewals to find out. The
+// watch ends before fence's own release.
+//
 // Terminal. When stdin is a terminal and fence is in its foreground, the
 // command's group gets the terminal's foreground (it can read it, and ^C,
 // ^\ reach it directly, as without fence); the watchdog gives it back to
@@ -219,6 +227,7 @@ type runner struct {
 	cancelErr error  // why ctx ended
 	attaching sync.WaitGroup
 	warm      sync.WaitGroup
+	lw        leaseWatch // the coordinator's notice of the lease's end
 }
 
 // setStreams settles where fence's own lines go (r.stderr): the command's
@@ -480,6 +489,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	r.orders.push(order{Op: opStart, Spec: sp})
 	r.startSent = true
 
+	defer r.lw.stop()
 	heldDone := r.held.Context().Done()
 	ctxDone := ctx.Done()
 	wdDone := r.wdDone
@@ -563,7 +573,18 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 			heldDone = nil
 			cause := context.Cause(r.held.Context())
 			if errors.Is(cause, coord.ErrLeaseLost) {
-				r.lostErr = cause
+				if r.lostErr == nil {
+					r.lostErr = cause
+				}
+				startStop(reasonLost, clock.Now())
+			}
+		case err, ok := <-r.lw.ch:
+			r.lw.ch = nil
+			if ok && err != nil {
+				if r.lostErr == nil {
+					r.lostErr = r.lostNotice(err)
+				}
+				r.verbosef("the coordinator reports the lease ended: %v", err)
 				startStop(reasonLost, clock.Now())
 			}
 		case <-ctxDone:
@@ -585,6 +606,7 @@ func (r *runner) report(ctx context.Context, rep report) {
 	case evStarted:
 		r.started = &rep
 		r.verbosef("started the command: pid %d, process group %d%s", rep.PID, rep.PGID, cgroupNote(rep.Cgroup))
+		r.watchLease(ctx)
 		if a, ok := r.c.(coord.ProcessAttacher); ok {
 			lease := r.held.Lease()
 			pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}

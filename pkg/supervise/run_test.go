@@ -260,7 +260,8 @@ func TestNoRenew(t *testing.T) {
 }
 
 // TestRevokeStopsCommand: `fence revoke` (Coordinator.Revoke) ends the
-// lease; the next renewal sees it, the command is stopped, fence exits 76.
+// lease; the next renewal (local) or the watch of the lease's key (etcd, see
+// leasewatch_test.go) sees it, the command is stopped, fence exits 76.
 func TestRevokeStopsCommand(t *testing.T) {
 	for _, bk := range backends {
 		t.Run(bk.name, func(t *testing.T) {

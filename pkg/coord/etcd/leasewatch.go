@@ -1,0 +1,182 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+var _ coord.LeaseWatcher = (*Coordinator)(nil)
+
+// WatchLease implements coord.LeaseWatcher with one etcd watch on the
+// lease's key on lock name (that key only: no other lock's key, whatever its
+// name, is in the range). It reads the key first, then watches its deletion
+// from that revision on, so a deletion between the read and the watch is not
+// missed. The hold has certainly ended, and the channel gets an error
+// wrapping coord.ErrLeaseLost, when
+//
+//   - the watch delivers the deletion of the key (the lease revoked or
+//     expired, or the key deleted by someone else), or
+//   - a read finds the key gone and etcd says the lease no longer exists.
+//
+// A watch that fails (etcd unreachable, no leader) is opened again from the
+// last revision seen; the client also resumes it by itself across
+// reconnections. A watch cancelled because its revision was compacted
+// reads the key again: still there (the same key, the same create
+// revision), the watch goes on from the read; gone with the lease gone, the
+// hold has ended. Any other finding (the key gone while its lease lives, the
+// key put again) ends the watch without a report: it is not a revocation
+// that can be told for certain, and renewals go on as before.
+func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return nil, err
+	}
+	id, err := parseID(leaseID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	w := &leaseWatch{c: c, name: name, id: id, key: c.leaseKey(name, id)}
+	return w.start(ctx, 0, 0), nil
+}
+
+// leaseWatch follows one lease's key.
+type leaseWatch struct {
+	c    *Coordinator
+	name string
+	id   clientv3.LeaseID
+	key  string
+	// looked, when set (tests), is called after every read of the key.
+	looked func()
+}
+
+// Back-off between attempts after a failed read or watch.
+const (
+	leaseWatchMinBackoff = 100 * time.Millisecond
+	leaseWatchMaxBackoff = 5 * time.Second
+)
+
+// start runs the watch on a goroutine of its own (see run).
+func (w *leaseWatch) start(ctx context.Context, create, rev int64) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		defer close(ch)
+		if err := w.run(ctx, create, rev); err != nil {
+			ch <- err
+		}
+	}()
+	return ch
+}
+
+// run follows the key until its hold has certainly ended (the error to
+// report) or the watch must end without a report (nil). rev is the last
+// revision known to have been seen, create the key's create revision: both
+// 0 when the key must be read first.
+func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
+	backoff := leaseWatchMinBackoff
+	for {
+		if rev == 0 {
+			ended, cr, r, err := w.look(ctx)
+			if w.looked != nil {
+				w.looked()
+			}
+			switch {
+			case errors.Is(err, errGiveUp):
+				return nil
+			case err != nil:
+				// Retried below, after the back-off.
+			case ended:
+				return w.lost()
+			case create != 0 && cr != create:
+				return nil // the key was put again: not the hold we follow
+			default:
+				create, rev = cr, r
+				backoff = leaseWatchMinBackoff
+			}
+		}
+		if rev != 0 {
+			start := time.Now()
+			var ended bool
+			ended, rev = w.follow(ctx, rev)
+			if ended {
+				return w.lost()
+			}
+			if time.Since(start) > leaseWatchMaxBackoff {
+				backoff = leaseWatchMinBackoff // it had worked for a while
+			}
+		}
+		if ctx.Err() != nil || w.c.closed.Load() {
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, leaseWatchMaxBackoff)
+	}
+}
+
+// errGiveUp: the watch cannot tell for certain whether the hold ended.
+var errGiveUp = errors.New("lease watch: no certain answer")
+
+// look reads the key. ended is true when the key is gone and etcd no longer
+// has the lease; otherwise create is the key's create revision and rev the
+// revision of the read. errGiveUp: the key is gone but its lease lives.
+func (w *leaseWatch) look(ctx context.Context) (ended bool, create, rev int64, err error) {
+	resp, err := w.c.cli.Get(ctx, w.key)
+	if err != nil {
+		return false, 0, 0, err
+	}
+	if len(resp.Kvs) > 0 {
+		return false, resp.Kvs[0].CreateRevision, resp.Header.Revision, nil
+	}
+	ttl, err := w.c.cli.TimeToLive(ctx, w.id)
+	if err != nil {
+		return false, 0, 0, err
+	}
+	if ttl.TTL == -1 { // etcd's answer for a lease it does not have
+		return true, 0, 0, nil
+	}
+	return false, 0, 0, errGiveUp
+}
+
+// follow watches the key's deletion from rev+1 on. It returns ended when
+// the deletion came; otherwise, when the watch ended, the revision to go on
+// from: the last one seen, or 0 when the key must be read again (the
+// revision was compacted).
+func (w *leaseWatch) follow(ctx context.Context, rev int64) (ended bool, next int64) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range w.c.cli.Watch(wctx, w.key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		if wr.CompactRevision != 0 {
+			return false, 0
+		}
+		if wr.Canceled || wr.Err() != nil {
+			return false, rev
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE && string(ev.Kv.Key) == w.key {
+				return true, rev
+			}
+			rev = max(rev, ev.Kv.ModRevision)
+		}
+	}
+	return false, rev
+}
+
+// lost is the error reported when the hold has ended: what Renew says of a
+// lease that has ended.
+func (w *leaseWatch) lost() error {
+	return fmt.Errorf("%w: lease %s on %q has ended", coord.ErrLeaseLost, formatID(w.id), w.name)
+}

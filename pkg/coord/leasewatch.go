@@ -1,0 +1,42 @@
+package coord
+
+import "context"
+
+// LeaseWatcher is implemented by coordinators that can tell at once when a
+// lease's hold on its lock has ended (etcd: a watch on the lease's key),
+// rather than at its next renewal. fence run uses it to stop its command as
+// soon as `fence revoke` ends its lease.
+type LeaseWatcher interface {
+	// WatchLease follows the hold of lease leaseID on lock name until ctx
+	// ends. The channel receives one error, wrapping ErrLeaseLost, when the
+	// hold has certainly ended (the lease was revoked or expired, or its key
+	// on the lock was deleted), and is then closed. It is closed without a
+	// value when the watch ends otherwise: ctx ended, the coordinator was
+	// closed, or the watch lost track and could not tell for certain. A
+	// failed, cancelled or interrupted watch is never reported as a loss:
+	// renewals remain the way to find out then.
+	//
+	// The caller's own Release ends the hold too, and is reported like any
+	// other end: cancel ctx before releasing.
+	//
+	// The error is returned for bad input (wrapping ErrInvalid) or a closed
+	// coordinator; WatchLease does not wait for the coordinator.
+	WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error)
+}
+
+// LeaseWatcherOf returns c's LeaseWatcher, looking through decorators that
+// have an Unwrap() Coordinator method (history.Recorder), or nil when c has
+// none.
+func LeaseWatcherOf(c Coordinator) LeaseWatcher {
+	for c != nil {
+		if w, ok := c.(LeaseWatcher); ok {
+			return w
+		}
+		u, ok := c.(interface{ Unwrap() Coordinator })
+		if !ok {
+			return nil
+		}
+		c = u.Unwrap()
+	}
+	return nil
+}
