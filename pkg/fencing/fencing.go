@@ -137,7 +137,10 @@ func DefaultMargin(ttl time.Duration) time.Duration {
 type HoldOptions struct {
 	// RenewInterval is the time from one renewal's send to the next
 	// (default: granted TTL / 3). Two renewal attempts must fit before
-	// safe-until: 2*RenewInterval < TTL - Margin.
+	// safe-until: 2*RenewInterval < TTL - Margin. A renewal may go out up
+	// to RenewInterval/16 early, with the renewals of other holds that fall
+	// due then (one wake-up, one write for all of them); never late. An
+	// early renewal only moves safe-until less far.
 	RenewInterval time.Duration
 	// RetryInterval is the wait after a failed renewal before the next
 	// attempt (default RenewInterval/4). A renewal that is not answered
@@ -152,11 +155,14 @@ type HoldOptions struct {
 	NoRenew bool
 	// OnSafeUntil, when set, is called with each later safe-until after an
 	// acknowledged renewal (not for the initial one: see Held.SafeUntil).
-	// It runs on the renewal goroutine and must not block.
+	// It must not block: it runs on the goroutine that delivered the
+	// renewal's answer, which may deliver the answers of other holds too
+	// (etcd: the keep-alive stream's receiver). The callbacks of one hold
+	// are called one at a time, in order, and none once Release returned.
 	OnSafeUntil func(clock.Boot)
 	// OnRenewError, when set, is called after each failed renewal with the
 	// error and the number of failures since the last acknowledgment. It
-	// runs on the renewal goroutine and must not block.
+	// must not block, and runs as OnSafeUntil does.
 	OnRenewError func(err error, failures int)
 	// Clock replaces the boot clock and the timers, for tests only: with a
 	// clockwork.FakeClock, a boot reading is the fake time in Unix
@@ -178,6 +184,11 @@ type Stats struct {
 
 // Held is a lease kept alive by Hold. Its methods are safe for concurrent
 // use.
+//
+// A Held has no goroutine of its own: the holds of a process share one
+// scheduler goroutine (one per clock), which sends each renewal when it is
+// due and ends each hold at its safe-until; a renewal's answer is applied
+// by the goroutine that receives it (see scheduler).
 type Held struct {
 	c      coord.Coordinator
 	lease  coord.Lease
@@ -185,15 +196,26 @@ type Held struct {
 	opts   HoldOptions
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stop   chan struct{}
-	done   chan struct{}
 
-	stopOnce sync.Once
-	mu       sync.Mutex
-	st       Stats
+	mu sync.Mutex // guards st
+	st Stats
+
+	// cbMu is held while an answer is applied and the callbacks run.
+	cbMu sync.Mutex
+
+	// Scheduling, guarded by sched.mu.
+	sched       *scheduler
+	index       int           // in sched.holds; -1 when not there
+	wake        clock.Boot    // when the scheduler looks at the hold next
+	next        clock.Boot    // the next renewal's send
+	early       time.Duration // how much earlier than next it may go out
+	su          clock.Boot    // safe-until (st.SafeUntil, as the scheduler reads it)
+	inflight    *attempt      // the renewal in flight
+	removed     bool          // released, lost or ended: no more renewals
+	pendingLoss *LostError    // a loss to report once the callbacks running are done
 }
 
-// pauseTolerance is how late past its planned wake-up the renewal loop may
+// pauseTolerance is how late past its planned wake-up the scheduler may
 // run before a loss is put down to the process having been paused rather
 // than to the renewals having failed. It only chooses the Reason.
 const pauseTolerance = 100 * time.Millisecond
@@ -234,13 +256,17 @@ func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts Hol
 	if err := opts.check(lease.TTL); err != nil {
 		return nil, err
 	}
-	h := &Held{c: c, lease: *lease, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
-	h.opts.fill(lease.TTL)
+	var k clk = bootClk{clockwork.NewRealClock()}
 	if opts.Clock != nil {
-		h.clk = fakeClk{opts.Clock}
-	} else {
-		h.clk = bootClk{clockwork.NewRealClock()}
+		k = fakeClk{opts.Clock}
 	}
+	return hold(ctx, c, lease, opts, k)
+}
+
+// hold is Hold on clock k.
+func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, k clk) (*Held, error) {
+	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
+	h.opts.fill(lease.TTL)
 
 	var sent clock.Boot
 	if lease.Sent.IsZero() {
@@ -265,7 +291,14 @@ func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts Hol
 		return nil, h.lostErr(now, su, su)
 	}
 	h.ctx, h.cancel = context.WithCancelCause(ctx)
-	go h.run(sent)
+	h.su = su
+	h.next = sent.Add(h.opts.RenewInterval)
+	h.early = earlyFor(h.opts.RenewInterval)
+	h.wake = h.plan()
+	schedule(h)
+	// However the context ends (ctx, a loss, Release), the hold leaves the
+	// scheduler and its renewal in flight is abandoned.
+	context.AfterFunc(h.ctx, func() { h.sched.remove(h) })
 	return h, nil
 }
 
@@ -317,7 +350,7 @@ func (h *Held) Err() error {
 // else the cause of Context(). Call it right before an action that must not
 // happen without the lease (a write to storage that does not check tokens):
 // a process that was just resumed after a pause may run briefly before the
-// renewal loop cancels Context(), and Check closes that gap. When it finds
+// scheduler cancels Context(), and Check closes that gap. When it finds
 // safe-until passed, it cancels Context() itself.
 func (h *Held) Check() error {
 	if err := h.Err(); err != nil {
@@ -363,8 +396,7 @@ func (h *Held) Stats() Stats {
 // called more than once and after the lease was lost: releasing a lease that
 // is gone is not an error.
 func (h *Held) Release(ctx context.Context) error {
-	h.stopOnce.Do(func() { close(h.stop) })
-	<-h.done
+	h.sched.remove(h)
 	h.cancel(ErrReleased)
 	if err := h.c.Release(ctx, h.lease.Name, h.lease.ID); err != nil {
 		return fmt.Errorf("release lease on %q: %w", h.lease.Name, err)
@@ -372,132 +404,8 @@ func (h *Held) Release(ctx context.Context) error {
 	return nil
 }
 
-type renewResult struct {
-	sent clock.Boot
-	r    coord.Renewal
-	err  error
-}
-
-// run is the renewal loop. It looks at the clock on every wake-up (also
-// when the process-wide suspend watcher saw a system suspend, which stops
-// Go's timers) and ends the hold as soon as safe-until has passed, before it
-// would accept a late acknowledgment.
-func (h *Held) run(sent clock.Boot) {
-	defer close(h.done)
-	defer h.clk.watchSuspend()()
-	var (
-		next      = sent.Add(h.opts.RenewInterval) // next renewal send
-		inflight  chan renewResult
-		reqCancel context.CancelFunc = func() {}
-		reqEnd    clock.Boot         // when the request in flight is abandoned
-		planned   = h.clk.now()
-	)
-	defer func() { reqCancel() }()
-	for {
-		now := h.clk.now()
-		su := h.SafeUntil()
-		if now > su {
-			h.lose(h.lostErr(now, su, planned))
-			return
-		}
-		if inflight == nil && !h.opts.NoRenew && now >= next {
-			inflight, reqCancel = h.renew(now)
-			reqEnd = min(now.Add(h.opts.RenewInterval), su)
-		}
-		if inflight != nil && now >= reqEnd {
-			reqCancel() // abandon a request that hangs; its error comes back on inflight
-		}
-		wake := su + 1 // the first instant past safe-until
-		if inflight == nil && !h.opts.NoRenew {
-			wake = min(wake, next)
-		}
-		if inflight != nil && now < reqEnd {
-			wake = min(wake, reqEnd)
-		}
-		planned = wake
-		t := h.clk.newTimer(wake.Sub(now))
-		select {
-		case <-t.Chan():
-			continue
-		case <-h.clk.suspended():
-			t.Stop()
-			continue
-		case res := <-inflight:
-			t.Stop()
-			inflight = nil
-			reqCancel()
-			if h.ctx.Err() != nil {
-				return // the parent context ended
-			}
-			now = h.clk.now()
-			if now > su {
-				// The acknowledgment came too late: the lease may have
-				// lapsed in between, whatever the coordinator says now.
-				h.lose(h.lostErr(now, su, planned))
-				return
-			}
-			if res.err != nil {
-				if errors.Is(res.err, coord.ErrLeaseLost) {
-					h.mu.Lock()
-					e := &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: su,
-						Failures: h.st.Consecutive, LastErr: res.err}
-					h.mu.Unlock()
-					h.lose(e)
-					return
-				}
-				h.mu.Lock()
-				h.st.Failures++
-				h.st.Consecutive++
-				h.st.LastError = res.err
-				n := h.st.Consecutive
-				h.mu.Unlock()
-				if h.opts.OnRenewError != nil {
-					h.opts.OnRenewError(res.err, n)
-				}
-				next = now.Add(h.opts.RetryInterval)
-				continue
-			}
-			ttl := res.r.TTL
-			if ttl <= 0 {
-				ttl = h.lease.TTL
-			}
-			nsu := res.sent.Add(ttl - h.opts.Margin)
-			h.mu.Lock()
-			h.st.Renewals++
-			h.st.Consecutive = 0
-			extended := nsu > h.st.SafeUntil
-			if extended {
-				h.st.SafeUntil = nsu
-			}
-			h.mu.Unlock()
-			if extended && h.opts.OnSafeUntil != nil {
-				h.opts.OnSafeUntil(nsu)
-			}
-			next = res.sent.Add(h.opts.RenewInterval)
-		case <-h.stop:
-			t.Stop()
-			return
-		case <-h.ctx.Done():
-			t.Stop()
-			return
-		}
-	}
-}
-
-// renew sends one renewal, stamped with its send time, and returns where its
-// result will arrive and how to abandon it.
-func (h *Held) renew(sent clock.Boot) (chan renewResult, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(h.ctx)
-	ch := make(chan renewResult, 1)
-	go func() {
-		r, err := h.c.Renew(ctx, h.lease.Name, h.lease.ID)
-		ch <- renewResult{sent: sent, r: r, err: err}
-	}()
-	return ch, cancel
-}
-
 // lostErr builds the error for safe-until su found passed at now; planned
-// is when the loop meant to look at the clock (so now-planned is how long
+// is when the scheduler meant to look at the clock (so now-planned is how long
 // the process did not run when it should have).
 func (h *Held) lostErr(now, su, planned clock.Boot) *LostError {
 	h.mu.Lock()
@@ -517,7 +425,8 @@ type clk interface {
 	now() clock.Boot
 	toBoot(time.Time) clock.Boot
 	newTimer(time.Duration) clockwork.Timer
-	// watchSuspend joins the suspend watch and returns the func that leaves it.
+	// watchSuspend joins the suspend watch and returns the func that leaves
+	// it (the scheduler's goroutine is in it while it runs).
 	watchSuspend() func()
 	// suspended is closed when a system suspend was noticed (nil: never).
 	suspended() <-chan struct{}

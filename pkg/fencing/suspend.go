@@ -13,9 +13,10 @@ const suspendCheck = 250 * time.Millisecond
 
 // suspends notices system suspends for every hold of this process. A suspend
 // stops Go's timers (CLOCK_MONOTONIC) but not the boot clock, on which
-// leases are counted, so a hold sleeping until its next renewal could wake
-// long after its safe-until. One goroutine per process compares the two
-// clocks while any hold runs, instead of every hold waking on its own.
+// leases are counted, so the scheduler sleeping until a hold's next renewal
+// could wake long after another's safe-until. One goroutine per process
+// compares the two clocks while the scheduler runs, and wakes it when they
+// part.
 var suspends suspendWatch
 
 type suspendWatch struct {
@@ -25,8 +26,8 @@ type suspendWatch struct {
 	quit  chan struct{}
 }
 
-// join registers a hold and returns the func that unregisters it. The
-// watcher runs while at least one hold is registered.
+// join registers a user (a scheduler) and returns the func that
+// unregisters it. The watcher runs while at least one is registered.
 func (s *suspendWatch) join() func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,9 +2,9 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -24,10 +24,13 @@ import (
 // computes (acknowledged send time + TTL) stays what it was with
 // KeepAliveOnce.
 //
-// A stream that fails fails every renewal waiting on it, and the next
-// renewal opens a new one. A renewal whose caller gives up while the stream
-// has answered nothing since the request was sent resets the stream: a
-// stream stuck on a dead connection must not hold every later renewal.
+// A renewal is a waiter: a callback that the stream's receiver calls with
+// the answer (start, for RenewAsync: no goroutine waits), or that hands the
+// answer to a blocked caller (renew). A stream that fails fails every
+// renewal waiting on it, and the next renewal opens a new one. A renewal
+// whose caller gives up while the stream has answered nothing since the
+// request was sent resets the stream: a stream stuck on a dead connection
+// must not hold every later renewal.
 type keeper struct {
 	cli  *clientv3.Client
 	open chan struct{} // a one-slot lock: who holds it may open the stream
@@ -39,19 +42,37 @@ type keeper struct {
 type kaStream struct {
 	stream pb.Lease_LeaseKeepAliveClient
 	cancel context.CancelFunc
-	sendq  chan int64
+	kick   chan struct{} // one slot: requests were queued
 	done   chan struct{} // closed when the stream failed or was reset
 
 	mu       sync.Mutex
-	pending  map[int64][]chan kaResult
+	queue    []int64 // requests not yet taken by the sender, in order
+	pending  map[int64][]*kaWaiter
 	err      error     // why the stream ended, once done
 	lastRecv time.Time // when the last response arrived
+}
+
+// kaWaiter is one renewal waiting for its answer. fire delivers the answer
+// (ttl <= 0: the lease is not found) or an error, once.
+type kaWaiter struct {
+	done  func(ttl int64, err error)
+	fired atomic.Bool
+}
+
+func (w *kaWaiter) fire(ttl int64, err error) {
+	if w.fired.CompareAndSwap(false, true) {
+		w.done(ttl, err)
+	}
 }
 
 type kaResult struct {
 	ttl int64 // <= 0: the lease is not found
 	err error
 }
+
+// errAbandoned is the result of a renewal abandoned by its caller (start's
+// cancel).
+var errAbandoned = fmt.Errorf("keep-alive abandoned: %w", context.Canceled)
 
 func newKeeper(cli *clientv3.Client) *keeper {
 	return &keeper{cli: cli, open: make(chan struct{}, 1)}
@@ -64,36 +85,86 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) 
 	if err != nil {
 		return 0, err
 	}
-	// The request is queued and its answer awaited under one lock, so that
-	// the order of the waiting callers of a lease is the order of their
-	// requests on the stream, hence of the answers.
 	ch := make(chan kaResult, 1)
-	queued := time.Now()
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return 0, s.err
+	w := &kaWaiter{done: func(ttl int64, err error) { ch <- kaResult{ttl: ttl, err: err} }}
+	queued, err := s.enqueue(int64(id), w)
+	if err != nil {
+		return 0, err
 	}
-	select {
-	case s.sendq <- int64(id):
-	default:
-		s.mu.Unlock()
-		return 0, errQueueFull
-	}
-	s.pending[int64(id)] = append(s.pending[int64(id)], ch)
-	s.mu.Unlock()
 	select {
 	case r := <-ch:
 		return r.ttl, r.err
 	case <-ctx.Done():
-		k.giveUp(s, queued)
+		if w.fired.CompareAndSwap(false, true) {
+			k.resetIfStuck(s, queued)
+		}
 		return 0, ctx.Err()
 	}
 }
 
-// errQueueFull: more renewals are waiting to be sent than the queue holds.
-// The caller's renewal fails; its next one tries again.
-var errQueueFull = errors.New("keep-alive queue full")
+// start sends one keep-alive for id without waiting: done is called once,
+// with what renew would return, on another goroutine (the stream's
+// receiver, mostly), never on the caller's. The returned func
+// abandons the renewal: done then gets errAbandoned unless it had its
+// answer. Neither start nor its abandon func ever blocks or calls done
+// itself: when no stream is open, the opening and the renewal run on a
+// goroutine of their own.
+func (k *keeper) start(id clientv3.LeaseID, done func(ttl int64, err error)) (abandon func()) {
+	s := k.current()
+	if s == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			ttl, err := k.renew(ctx, id)
+			if ctx.Err() != nil {
+				err = errAbandoned
+			}
+			cancel()
+			done(ttl, err)
+		}()
+		return cancel
+	}
+	w := &kaWaiter{done: done}
+	queued, err := s.enqueue(int64(id), w)
+	if err != nil {
+		w.fired.Store(true)
+		go done(0, err)
+		return func() {}
+	}
+	return func() {
+		if w.fired.CompareAndSwap(false, true) {
+			go func() {
+				done(0, errAbandoned)
+				k.resetIfStuck(s, queued)
+			}()
+		}
+	}
+}
+
+// enqueue queues a request for id, whose answer goes to w, and returns when
+// it was queued, or the error of a stream that has ended.
+func (s *kaStream) enqueue(id int64, w *kaWaiter) (time.Time, error) {
+	queued := time.Now()
+	// The request and its waiter are queued under one lock, so that the
+	// order of the waiters of a lease is the order of their requests on the
+	// stream, hence of the answers.
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return queued, err
+	}
+	s.queue = append(s.queue, id)
+	s.pending[id] = append(s.pending[id], w)
+	first := len(s.queue) == 1
+	s.mu.Unlock()
+	if first {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return queued, nil
+}
 
 // stream returns the open stream, or opens one.
 func (k *keeper) stream(ctx context.Context) (*kaStream, error) {
@@ -123,8 +194,8 @@ func (k *keeper) stream(ctx context.Context) (*kaStream, error) {
 		cancel()
 		return nil, err
 	}
-	s := &kaStream{stream: st, cancel: cancel, sendq: make(chan int64, 4096), done: make(chan struct{}),
-		pending: map[int64][]chan kaResult{}, lastRecv: time.Now()}
+	s := &kaStream{stream: st, cancel: cancel, kick: make(chan struct{}, 1), done: make(chan struct{}),
+		pending: map[int64][]*kaWaiter{}, lastRecv: time.Now()}
 	go s.send()
 	go s.recv(k)
 	k.mu.Lock()
@@ -139,9 +210,12 @@ func (k *keeper) current() *kaStream {
 	return k.cur
 }
 
-// giveUp is a renewal's caller giving up. When the stream has answered
-// nothing since the request was queued, it is taken for stuck and reset.
-func (k *keeper) giveUp(s *kaStream, queued time.Time) {
+// resetIfStuck is called when a renewal's caller gave up (its waiter is
+// marked answered, and a late answer is dropped; the request stays on the
+// stream, so that the answers to the lease's later renewals are still told
+// apart). When the stream has answered nothing since the request was
+// queued, it is taken for stuck and reset.
+func (k *keeper) resetIfStuck(s *kaStream, queued time.Time) {
 	s.mu.Lock()
 	stuck := s.lastRecv.Before(queued)
 	s.mu.Unlock()
@@ -159,44 +233,38 @@ func (k *keeper) close() {
 
 // send writes the queued requests. gRPC writes the messages queued while
 // its writer is busy in one system call; under load (many leases, the
-// last batch less than busyGap ago) the sender also waits up to batchWait
-// for more requests before it writes, so that a renewal costs a fraction of
-// a write instead of one (a renewal's send time is taken before it is
+// last batch less than busyGap ago) the sender also waits batchWait for
+// more requests before it writes, so that a renewal costs a fraction of a
+// write instead of one (a renewal's send time is taken before it is
 // queued, so the wait only adds to its latency, never to its safe-until).
 // A lone renewal is written at once.
 func (s *kaStream) send() {
-	var last time.Time
-	batch := make([]int64, 0, 64)
+	var (
+		last  time.Time
+		batch []int64
+		t     = time.NewTimer(time.Hour)
+	)
+	t.Stop()
 	for {
 		select {
-		case id := <-s.sendq:
-			batch = append(batch[:0], id)
+		case <-s.kick:
 		case <-s.done:
 			return
 		}
 		if time.Since(last) < busyGap {
-			t := time.NewTimer(batchWait)
-		collect:
-			for len(batch) < cap(batch) {
-				select {
-				case id := <-s.sendq:
-					batch = append(batch, id)
-				case <-t.C:
-					break collect
-				case <-s.done:
-					t.Stop()
-					return
-				}
-			}
-			t.Stop()
-		}
-		for drained := false; !drained && len(batch) < cap(batch); {
+			t.Reset(batchWait)
 			select {
-			case id := <-s.sendq:
-				batch = append(batch, id)
-			default:
-				drained = true
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return
 			}
+		}
+		s.mu.Lock()
+		batch, s.queue = s.queue, batch[:0]
+		s.mu.Unlock()
+		if len(batch) == 0 {
+			continue
 		}
 		last = time.Now()
 		for _, id := range batch {
@@ -225,18 +293,19 @@ func (s *kaStream) recv(k *keeper) {
 		s.mu.Lock()
 		s.lastRecv = time.Now()
 		q := s.pending[resp.ID]
-		var ch chan kaResult
+		var w *kaWaiter
 		if len(q) > 0 {
-			ch = q[0]
+			w = q[0]
 			if len(q) == 1 {
 				delete(s.pending, resp.ID)
 			} else {
+				q[0] = nil
 				s.pending[resp.ID] = q[1:]
 			}
 		}
 		s.mu.Unlock()
-		if ch != nil {
-			ch <- kaResult{ttl: resp.TTL}
+		if w != nil {
+			w.fire(resp.TTL, nil)
 		}
 	}
 }
@@ -257,12 +326,13 @@ func (s *kaStream) fail(k *keeper, err error) {
 	s.err = err
 	pending := s.pending
 	s.pending = nil
+	s.queue = nil
 	close(s.done)
 	s.mu.Unlock()
 	s.cancel()
 	for _, q := range pending {
-		for _, ch := range q {
-			ch <- kaResult{err: err}
+		for _, w := range q {
+			w.fire(0, err)
 		}
 	}
 }

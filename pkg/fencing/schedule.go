@@ -1,0 +1,494 @@
+package fencing
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"math"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// A scheduler looks after every hold of a process that runs on one clock
+// (the boot clock; each fake clock of a test has its own). One goroutine
+// keeps the holds in a heap ordered by the instant each must next be looked
+// at (its wake): its next renewal, the abandonment of a renewal in flight,
+// or the first instant past its safe-until. It sleeps on one timer until the
+// earliest wake, or until a suspend is noticed (see suspends), and then does
+// for every hold that is due what a hold's own loop used to do: end it if
+// safe-until has passed, send its renewal (with the renewals due soon
+// after: see renewsEarly), abandon a renewal that hangs.
+//
+// The scheduler never calls anything that can block: a renewal goes out
+// through coord.AsyncRenewer, which answers on another goroutine (etcd: the
+// keep-alive stream's receiver), or else as a Renew call on a goroutine of
+// its own; abandoning a renewal is cancelling it. The answer is applied to
+// the hold by whichever goroutine delivers it (complete), which also runs
+// the hold's callbacks. So a renewal that hangs delays nothing but its own
+// hold's next renewal, and every hold's loss is found at its own wake.
+//
+// The goroutine runs while the scheduler has holds and exits with the last.
+type scheduler struct {
+	clk clk
+	key any // in schedulers (nil: not shared)
+
+	mu      sync.Mutex
+	holds   holdHeap
+	running bool
+	armed   clock.Boot    // the wake the goroutine sleeps until
+	poke    chan struct{} // one slot: a hold's wake moved before armed
+}
+
+// schedulers maps each clock to its scheduler while it has holds.
+var schedulers = struct {
+	mu sync.Mutex
+	m  map[any]*scheduler
+}{m: map[any]*scheduler{}}
+
+// realClockKey is the key of the boot clock's scheduler.
+type realClockKey struct{}
+
+// schedule puts h (its scheduling fields set) on the scheduler of its
+// clock, and starts the scheduler's goroutine if it is not running.
+func schedule(h *Held) {
+	key := clockKey(h.clk)
+	schedulers.mu.Lock()
+	defer schedulers.mu.Unlock()
+	s := schedulers.m[key]
+	if s == nil {
+		s = &scheduler{clk: h.clk, key: key, poke: make(chan struct{}, 1)}
+		if key != nil {
+			schedulers.m[key] = s
+		}
+	}
+	h.sched = s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	heap.Push(&s.holds, h)
+	if !s.running {
+		s.running = true
+		go s.run()
+		return
+	}
+	if h.wake < s.armed {
+		s.wakeUp()
+	}
+}
+
+// clockKey is the key of k's scheduler in schedulers: nil for a clock that
+// cannot be a map key, which gets a scheduler for each hold.
+func clockKey(k clk) any {
+	switch k := k.(type) {
+	case bootClk:
+		return realClockKey{}
+	case fakeClk:
+		if reflect.TypeOf(k.c).Comparable() {
+			return k.c
+		}
+	}
+	return nil
+}
+
+// exit stops the goroutine when no hold is left: it reports false when a
+// hold was added meanwhile.
+func (s *scheduler) exit() bool {
+	schedulers.mu.Lock()
+	defer schedulers.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.holds) > 0 {
+		return false
+	}
+	s.running = false
+	if s.key != nil && schedulers.m[s.key] == s {
+		delete(schedulers.m, s.key)
+	}
+	return true
+}
+
+func (s *scheduler) wakeUp() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}
+
+// pass is what one look at the due holds decided, done after the lock is
+// released: renewals to send, renewals to abandon, holds that ended.
+type pass struct {
+	starts  []*attempt
+	cancels []func()
+	losses  []loss
+	sent    []func() // the cancel funcs of starts, once sent
+}
+
+type loss struct {
+	h *Held
+	e *LostError
+}
+
+func (p *pass) reset() {
+	clear(p.starts)
+	clear(p.cancels)
+	clear(p.losses)
+	clear(p.sent)
+	p.starts, p.cancels, p.losses, p.sent = p.starts[:0], p.cancels[:0], p.losses[:0], p.sent[:0]
+}
+
+func (s *scheduler) run() {
+	defer s.clk.watchSuspend()()
+	t := s.clk.newTimer(time.Hour)
+	stopTimer(t)
+	var p pass
+	for {
+		now := s.clk.now()
+		s.mu.Lock()
+		if len(s.holds) == 0 {
+			s.armed = math.MaxInt64
+			s.mu.Unlock()
+			if s.exit() {
+				return
+			}
+			continue
+		}
+		p.reset()
+		for len(s.holds) > 0 {
+			h := s.holds[0].h
+			if h.wake > now && !h.renewsEarly(now) {
+				break
+			}
+			if e := h.step(now, &p); e != nil {
+				heap.Pop(&s.holds)
+				s.lose(h, e, &p)
+				continue
+			}
+			s.holds[0].wake = h.wake
+			heap.Fix(&s.holds, 0)
+		}
+		wake := clock.Boot(math.MaxInt64)
+		if len(s.holds) > 0 {
+			wake = s.holds[0].wake
+		}
+		s.armed = wake
+		s.mu.Unlock()
+
+		s.do(&p)
+		if wake == math.MaxInt64 {
+			continue
+		}
+		t.Reset(wake.Sub(s.clk.now()))
+		select {
+		case <-t.Chan():
+		case <-s.poke:
+			stopTimer(t)
+		case <-s.clk.suspended():
+			stopTimer(t)
+		}
+	}
+}
+
+// do carries out a pass, without the lock: the losses, then the renewals,
+// then the abandonments (on a goroutine, however unlikely it is that
+// cancelling blocks).
+func (s *scheduler) do(p *pass) {
+	for _, l := range p.losses {
+		l.h.cancel(l.e)
+	}
+	for _, a := range p.starts {
+		p.sent = append(p.sent, a.h.send(a))
+	}
+	if len(p.starts) > 0 {
+		var late []func()
+		s.mu.Lock()
+		for i, a := range p.starts {
+			if a.abandon {
+				late = append(late, p.sent[i]) // ended or abandoned before it was sent
+			} else {
+				a.cancel = p.sent[i]
+			}
+		}
+		s.mu.Unlock()
+		p.cancels = append(p.cancels, late...)
+	}
+	if len(p.cancels) > 0 {
+		cancels := append([]func(){}, p.cancels...)
+		go func() {
+			for _, c := range cancels {
+				c()
+			}
+		}()
+	}
+}
+
+// lose ends h, taken out of the heap, with e (s.mu held). When one of h's
+// answers is being applied (its callbacks may be running), that goroutine
+// cancels the context when it is done instead, so that what a callback
+// reported is in the Stats seen once the context has ended.
+func (s *scheduler) lose(h *Held, e *LostError, p *pass) {
+	h.removed = true
+	s.dropAttempt(h, p)
+	if h.cbMu.TryLock() {
+		h.cbMu.Unlock()
+		p.losses = append(p.losses, loss{h, e})
+		return
+	}
+	h.pendingLoss = e
+}
+
+// dropAttempt abandons h's renewal in flight, if any (s.mu held).
+func (s *scheduler) dropAttempt(h *Held, p *pass) {
+	a := h.inflight
+	if a == nil {
+		return
+	}
+	h.inflight = nil
+	if a.cancel != nil && !a.abandon {
+		p.cancels = append(p.cancels, a.cancel)
+	}
+	a.abandon = true
+}
+
+// remove takes h off the scheduler (Release, or its context ended) and
+// abandons its renewal in flight. It returns once no callback of h runs,
+// and none will.
+func (s *scheduler) remove(h *Held) {
+	var p pass
+	s.mu.Lock()
+	if !h.removed {
+		h.removed = true
+		if h.index >= 0 {
+			heap.Remove(&s.holds, h.index)
+		}
+		s.dropAttempt(h, &p)
+		if len(s.holds) == 0 {
+			s.wakeUp() // to exit
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range p.cancels {
+		c()
+	}
+	h.cbMu.Lock()
+	//lint:ignore SA2001 waits for a callback in progress
+	h.cbMu.Unlock()
+}
+
+// earlyFor is how early before it is due a renewal every RenewInterval may
+// go out (see renewsEarly): a sixteenth of the interval.
+func earlyFor(renew time.Duration) time.Duration { return renew / 16 }
+
+// renewsEarly tells whether h, the earliest hold but not due yet, waits
+// only for a renewal that may go out now (s.mu held). The scheduler sends
+// the renewals due within a hold's early of now together, so that the
+// renewals of many holds share a wake-up and a write instead of one each.
+// A renewal sent early is one whose safe-until is a little earlier: it
+// never extends a hold further than one sent on time would.
+func (h *Held) renewsEarly(now clock.Boot) bool {
+	return h.inflight == nil && !h.opts.NoRenew && h.wake == h.next && now >= h.next.Add(-h.early)
+}
+
+// attempt is one renewal of a hold.
+type attempt struct {
+	h    *Held
+	sent clock.Boot // taken before the request is queued
+	end  clock.Boot // when it is abandoned
+	// cancel abandons it once sent. abandon is set when it was given up:
+	// at its end (its answer, an error mostly, is still applied) or when its
+	// hold ended (its answer is ignored). cancel is called then, or as soon
+	// as it is known.
+	cancel  func()
+	abandon bool
+}
+
+// step looks at h at now (s.mu held): it returns the loss found, or adds to
+// p the renewal to send or to abandon, and sets h's next wake.
+func (h *Held) step(now clock.Boot, p *pass) *LostError {
+	if now > h.su {
+		return h.lostErr(now, h.su, h.wake)
+	}
+	if h.inflight == nil && !h.opts.NoRenew && now >= h.next.Add(-h.early) {
+		a := &attempt{h: h, sent: now, end: min(now.Add(h.opts.RenewInterval), h.su)}
+		h.inflight = a
+		p.starts = append(p.starts, a)
+	}
+	if a := h.inflight; a != nil && !a.abandon && now >= a.end {
+		// A request that hangs is abandoned; its error comes back to
+		// complete, as a failure.
+		a.abandon = true
+		if a.cancel != nil {
+			p.cancels = append(p.cancels, a.cancel)
+		}
+	}
+	h.wake = h.plan()
+	return nil
+}
+
+// plan is h's next wake (s.mu held): the first instant past safe-until, or
+// before it the next renewal, or the abandonment of the one in flight.
+func (h *Held) plan() clock.Boot {
+	wake := h.su + 1
+	if h.inflight == nil && !h.opts.NoRenew {
+		wake = min(wake, h.next)
+	}
+	if a := h.inflight; a != nil && !a.abandon {
+		wake = min(wake, a.end)
+	}
+	return wake
+}
+
+// send sends a renewal (without s.mu) and returns how to abandon it.
+func (h *Held) send(a *attempt) (cancel func()) {
+	if ar, ok := h.c.(coord.AsyncRenewer); ok {
+		return ar.RenewAsync(h.lease.Name, h.lease.ID, a.complete)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	go func() {
+		r, err := h.c.Renew(ctx, h.lease.Name, h.lease.ID)
+		cancel()
+		a.complete(r, err)
+	}()
+	return cancel
+}
+
+// complete applies the answer to a renewal, on the goroutine that delivered
+// it, and runs the hold's callbacks. An answer that comes after safe-until
+// ends the hold: the lease may have lapsed in between, whatever the
+// coordinator says now.
+func (a *attempt) complete(r coord.Renewal, err error) {
+	h := a.h
+	s := h.sched
+	h.cbMu.Lock()
+	defer func() {
+		// A loss found meanwhile by the scheduler is reported here, after
+		// the callbacks (see scheduler.lose).
+		s.mu.Lock()
+		e := h.pendingLoss
+		h.pendingLoss = nil
+		h.cbMu.Unlock()
+		s.mu.Unlock()
+		if e != nil {
+			h.cancel(e)
+		}
+	}()
+	now := h.clk.now()
+	s.mu.Lock()
+	if h.inflight != a || h.removed {
+		s.mu.Unlock()
+		return // abandoned before it was sent, or the hold ended
+	}
+	h.inflight = nil
+	su := h.su
+	var lost *LostError
+	switch {
+	case now > su:
+		lost = h.lostErr(now, su, h.wake)
+	case err != nil && errors.Is(err, coord.ErrLeaseLost):
+		h.mu.Lock()
+		lost = &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: su,
+			Failures: h.st.Consecutive, LastErr: err}
+		h.mu.Unlock()
+	}
+	if lost != nil {
+		h.removed = true
+		heap.Remove(&s.holds, h.index)
+		if len(s.holds) == 0 {
+			s.wakeUp()
+		}
+		s.mu.Unlock()
+		h.cancel(lost)
+		return
+	}
+	var (
+		failures int
+		nsu      clock.Boot
+		extended bool
+	)
+	if err != nil {
+		h.mu.Lock()
+		h.st.Failures++
+		h.st.Consecutive++
+		h.st.LastError = err
+		failures = h.st.Consecutive
+		h.mu.Unlock()
+		h.next = now.Add(h.opts.RetryInterval)
+	} else {
+		ttl := r.TTL
+		if ttl <= 0 {
+			ttl = h.lease.TTL
+		}
+		nsu = a.sent.Add(ttl - h.opts.Margin)
+		h.mu.Lock()
+		h.st.Renewals++
+		h.st.Consecutive = 0
+		extended = nsu > h.st.SafeUntil
+		if extended {
+			h.st.SafeUntil = nsu
+		}
+		h.mu.Unlock()
+		if extended {
+			h.su = nsu
+		}
+		h.next = a.sent.Add(h.opts.RenewInterval)
+	}
+	if w := h.plan(); w != h.wake {
+		h.wake = w
+		s.holds[h.index].wake = w
+		heap.Fix(&s.holds, h.index)
+	}
+	if h.wake < s.armed {
+		s.wakeUp()
+	}
+	s.mu.Unlock()
+	switch {
+	case err != nil && h.opts.OnRenewError != nil:
+		h.opts.OnRenewError(err, failures)
+	case extended && h.opts.OnSafeUntil != nil:
+		h.opts.OnSafeUntil(nsu)
+	}
+}
+
+// stopTimer stops t and drains its channel (a fake timer's channel keeps a
+// value that Reset does not take out).
+func stopTimer(t clockwork.Timer) {
+	t.Stop()
+	select {
+	case <-t.Chan():
+	default:
+	}
+}
+
+// holdHeap orders holds by wake (s.mu held). Each entry carries a copy of
+// its hold's wake, so that ordering reads the heap's own memory only.
+type holdHeap []heapEntry
+
+type heapEntry struct {
+	wake clock.Boot
+	h    *Held
+}
+
+func (q holdHeap) Len() int           { return len(q) }
+func (q holdHeap) Less(i, j int) bool { return q[i].wake < q[j].wake }
+func (q holdHeap) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].h.index, q[j].h.index = i, j
+}
+func (q *holdHeap) Push(x any) {
+	h := x.(*Held)
+	h.index = len(*q)
+	*q = append(*q, heapEntry{h.wake, h})
+}
+func (q *holdHeap) Pop() any {
+	old := *q
+	n := len(old)
+	h := old[n-1].h
+	old[n-1] = heapEntry{}
+	h.index = -1
+	*q = old[:n-1]
+	return h
+}

@@ -1,0 +1,171 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// stub renews every lease at once; nothing else of it is used.
+type stub struct {
+	coord.Coordinator
+	renewals atomic.Int32
+}
+
+func (s *stub) Renew(context.Context, string, string) (coord.Renewal, error) {
+	s.renewals.Add(1)
+	return coord.Renewal{TTL: 30 * time.Second}, nil
+}
+
+func (s *stub) Release(context.Context, string, string) error { return nil }
+
+// running reports whether fc has a scheduler whose goroutine runs.
+func running(fc clockwork.Clock) bool {
+	schedulers.mu.Lock()
+	s := schedulers.m[fc]
+	schedulers.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+
+func waitStopped(t *testing.T, fc clockwork.Clock) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); running(fc); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the scheduler did not stop")
+		}
+	}
+}
+
+// TestSchedulerStopsWithLastHold: a clock's scheduler runs while it has
+// holds and stops with the last, whether released or lost; a later hold
+// starts it again.
+func TestSchedulerStopsWithLastHold(t *testing.T) {
+	c := &stub{}
+	fc := clockwork.NewFakeClock()
+	hold := func(name string, opts HoldOptions) *Held {
+		t.Helper()
+		opts.Clock = fc
+		h, err := Hold(context.Background(), c, &coord.Lease{Name: name, ID: name, TTL: 30 * time.Second, Sent: fc.Now()}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a, b := hold("a", HoldOptions{}), hold("b", HoldOptions{})
+	if !running(fc) {
+		t.Fatal("no scheduler runs for two holds")
+	}
+	if err := a.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !running(fc) {
+		t.Fatal("the scheduler stopped with a hold left")
+	}
+	if err := b.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, fc)
+
+	// Again, and the new scheduler renews.
+	h := hold("c", HoldOptions{})
+	for end := time.Now().Add(20 * time.Second); h.Stats().Renewals == 0; {
+		if time.Now().After(end) {
+			t.Fatal("a hold on a restarted scheduler was not renewed")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if fc.BlockUntilContext(ctx, 1) == nil {
+			fc.Advance(time.Second)
+		}
+		cancel()
+	}
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, fc)
+
+	// A hold that is lost (not renewed, past its safe-until) stops it too.
+	h = hold("d", HoldOptions{NoRenew: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := fc.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(time.Minute)
+	<-h.Context().Done()
+	waitStopped(t, fc)
+}
+
+// suspendClk is a boot clock that can run on while the timers stand still,
+// as in a system suspend, and a suspend watcher that the test triggers.
+type suspendClk struct {
+	boot   atomic.Int64
+	timers *clockwork.FakeClock // never advanced
+	mu     sync.Mutex
+	ch     chan struct{}
+}
+
+func (c *suspendClk) now() clock.Boot                          { return clock.Boot(c.boot.Load()) }
+func (c *suspendClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
+func (c *suspendClk) newTimer(d time.Duration) clockwork.Timer { return c.timers.NewTimer(d) }
+func (c *suspendClk) watchSuspend() func()                     { return func() {} }
+func (c *suspendClk) suspended() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ch
+}
+
+// suspend is the watcher noticing a suspend.
+func (c *suspendClk) suspend() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.ch)
+	c.ch = make(chan struct{})
+}
+
+// TestSchedulerWakesOnSuspend: the boot clock runs past a hold's
+// safe-until while the timers stand still (a system suspend); the
+// scheduler finds out when the suspend watcher wakes it, and ends the hold
+// as paused.
+func TestSchedulerWakesOnSuspend(t *testing.T) {
+	sc := &suspendClk{timers: clockwork.NewFakeClock(), ch: make(chan struct{})}
+	const t0 = 1_000_000_000_000
+	sc.boot.Store(t0)
+	h, err := hold(context.Background(), &stub{}, &coord.Lease{Name: "s", ID: "s", TTL: 30 * time.Second, Sent: time.Unix(0, t0)}, HoldOptions{}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := sc.timers.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err) // the scheduler sleeps on its timer
+	}
+	sc.boot.Add(int64(2 * time.Minute))
+	time.Sleep(20 * time.Millisecond)
+	if h.Err() != nil {
+		t.Fatal("the hold ended with nothing to wake the scheduler: this test proves nothing")
+	}
+	sc.suspend()
+	select {
+	case <-h.Context().Done():
+	case <-ctx.Done():
+		t.Fatal("the scheduler did not wake up on the suspend")
+	}
+	var le *LostError
+	if !errors.As(context.Cause(h.Context()), &le) || le.Reason != Paused {
+		t.Fatalf("cause %v, want paused", context.Cause(h.Context()))
+	}
+}
