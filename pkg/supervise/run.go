@@ -686,6 +686,15 @@ func (r *runner) outcome() (int, error) {
 	}
 	switch reason {
 	case "":
+		if r.lostErr != nil && r.held != nil && e.Died > r.held.SafeUntil() {
+			// The command ended on its own, or killed by someone else, after
+			// the lease could no longer be trusted: fence and its watchdog
+			// were frozen past safe-until, so neither stopped it in time (on
+			// the local backend the next holder kills an expired holder's
+			// group). Its work was not covered by the lease to the end.
+			r.m.lost = true
+			return exitcode.LeaseLost, fmt.Errorf("%v: the command %s after that", r.lostErr, endText(e))
+		}
 		if e.Signal != 0 {
 			r.verbosef("the command was killed by SIG%s", SignalName(syscall.Signal(e.Signal)))
 			return 128 + e.Signal, nil
@@ -712,6 +721,14 @@ func deadlineText(p *plan) string {
 		return p.Deadline.String()
 	}
 	return "of the --no-renew lease"
+}
+
+// endText is how a command that fence did not stop ended.
+func endText(e *exitInfo) string {
+	if e.Signal != 0 {
+		return "was killed by SIG" + SignalName(syscall.Signal(e.Signal))
+	}
+	return fmt.Sprintf("exited with code %d", e.Code)
 }
 
 func stopText(p *plan, e *exitInfo) string {
