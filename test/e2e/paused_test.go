@@ -287,6 +287,13 @@ func startFrozenHolder(t *testing.T, be backend, env []string, via string, file 
 		if err == nil {
 			tree, err = treeOf(a.cmd.Process.Pid, ar.PID)
 		}
+		if err == nil {
+			// fence records `acquired` while the command starts: freeze A
+			// once it is on record, so that B records A's lease as expired
+			// (a holder frozen before that write records it when resumed,
+			// after B's events).
+			err = waitRecorded(be, "job-42", fmt.Sprintf("acquired %d", ar.Token), a.done)
+		}
 		if err == nil && be.name == "local" {
 			// The local backend stops an expired holder's command group only
 			// once the lease records it: fence does that just after the
@@ -333,6 +340,36 @@ func waitAttached(be backend, lock string, pgid int, stop <-chan struct{}) error
 		select {
 		case <-stop:
 			return fmt.Errorf("fence exited before its lease recorded process group %d", pgid)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitRecorded waits until the lock's history (`fence history -o json`)
+// holds the event "KIND TOKEN", or stop is closed.
+func waitRecorded(be backend, lock, event string, stop <-chan struct{}) error {
+	deadline := time.Now().Add(hangGuard)
+	for {
+		cmd := exec.Command(fenceBin, "history", lock, "-o", "json")
+		cmd.Env = be.env
+		out, err := cmd.Output()
+		var evs []struct {
+			Kind  string  `json:"kind"`
+			Token *uint64 `json:"token"`
+		}
+		if err == nil && json.Unmarshal(out, &evs) == nil {
+			for _, e := range evs {
+				if e.Token != nil && fmt.Sprintf("%s %d", e.Kind, *e.Token) == event {
+					return nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the history of %s never held %q: %v %s", lock, event, err, out)
+		}
+		select {
+		case <-stop:
+			return fmt.Errorf("fence exited before %q was on record", event)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
