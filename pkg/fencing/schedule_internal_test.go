@@ -79,17 +79,21 @@ func TestSchedulerStopsWithLastHold(t *testing.T) {
 	}
 	waitStopped(t, fc)
 
-	// Again, and the new scheduler renews.
+	// Again, and the new scheduler renews. The fake clock moves once, to the
+	// renewal, and then stands still until the answer is in: moving it on
+	// while the answer is on its way (a loaded machine) would pass the
+	// hold's safe-until, and the answer would rightly be refused.
 	h := hold("c", HoldOptions{})
-	for end := time.Now().Add(20 * time.Second); h.Stats().Renewals == 0; {
+	bctx, bcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer bcancel()
+	if err := fc.BlockUntilContext(bctx, 1); err != nil { // the scheduler sleeps until the renewal
+		t.Fatal(err)
+	}
+	fc.Advance(h.RenewInterval())
+	for end := time.Now().Add(20 * time.Second); h.Stats().Renewals == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatal("a hold on a restarted scheduler was not renewed")
+			t.Fatalf("a hold on a restarted scheduler was not renewed (%+v, %v)", h.Stats(), context.Cause(h.Context()))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if fc.BlockUntilContext(ctx, 1) == nil {
-			fc.Advance(time.Second)
-		}
-		cancel()
 	}
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
