@@ -190,7 +190,7 @@ func markdown(r *Results) string {
 
 	// 4. Scale.
 	p("## 4. Scale\n\n")
-	p("**Leases held and renewed by one process.** `bench leases` (a mode of the harness's binary) takes the leases with `fencing.Acquire` (each `Held` renews every TTL/3 and watches its safe-until), waits until renewals are under way, then measures its own CPU time with getrusage(2) over a window; RSS from /proc/self/status at the end. CPU share is CPU time / wall time (100%% = one core). The reference row holds as many etcd leases with etcd's own client library, which keeps them alive over one shared stream. Both backends hold the same number of leases (a local renewal rewrites a lease record in place, without fsync).\n\n")
+	p("**Leases held and renewed by one process.** `bench leases` (a mode of the harness's binary) takes the leases with `fencing.Acquire` (each `Held` is renewed every TTL/3 and its safe-until watched, by one scheduler for all of them), waits until renewals are under way, then measures its own CPU time with getrusage(2) over a window; RSS from /proc/self/status at the end. CPU share is CPU time / wall time (100%% = one core). The reference row holds as many etcd leases with etcd's own client library, which keeps them alive over one shared stream. Both backends hold the same number of leases (a local renewal rewrites a lease record in place, without fsync).\n\n")
 	p("| backend | leases | TTL | acquired in | window | CPU share (user + sys) | renewals in window | lost | RSS | Go heap | goroutines |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, l := range r.Scale.Leases {
 		name, ren := "fence, "+l.Backend, fmt.Sprintf("%d (%s/s)", l.Renewals, stats.Num(float64(l.Renewals)/l.WindowSeconds))
