@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/internal/faultproxy"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
@@ -38,6 +39,30 @@ func open(t testing.TB, srv *etcdtest.Server, prefix string) *etcd.Coordinator {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// openProxied opens a coordinator on srv through n fault proxies (its
+// endpoints, in order), all closed at cleanup.
+func openProxied(t testing.TB, srv *etcdtest.Server, n int) (*etcd.Coordinator, []*faultproxy.Proxy) {
+	t.Helper()
+	target := strings.TrimPrefix(srv.Endpoints()[0], "http://")
+	var pxs []*faultproxy.Proxy
+	var eps []string
+	for range n {
+		px, err := faultproxy.New(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { px.Close() })
+		pxs = append(pxs, px)
+		eps = append(eps, "http://"+px.Addr())
+	}
+	c, err := etcd.New(ctx(t), etcd.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("etcd.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, pxs
 }
 
 func acquire(t testing.TB, c coord.Coordinator, name string, opts coord.AcquireOptions) *coord.Lease {

@@ -2,14 +2,12 @@ package etcd_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/faultproxy"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
@@ -21,24 +19,7 @@ import (
 // by a live path before the lease runs out.
 func TestHolderSurvivesDeadPaths(t *testing.T) {
 	t.Parallel()
-	srv := etcdtest.Start(t)
-	target := strings.TrimPrefix(srv.Endpoints()[0], "http://")
-	var eps []string
-	var pxs []*faultproxy.Proxy
-	for range 3 {
-		px, err := faultproxy.New(target)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer px.Close()
-		pxs = append(pxs, px)
-		eps = append(eps, "http://"+px.Addr())
-	}
-	c, err := etcd.New(ctx(t), etcd.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, pxs := openProxied(t, etcdtest.Start(t), 3)
 	const ttl = 4 * time.Second
 	// The hold's context must outlive the test's phases: its parent is not
 	// the test's guarded context.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,18 +98,8 @@ func TestRenewSharesOneStream(t *testing.T) {
 // network heals (the stuck stream is dropped and a new one opened).
 func TestRenewRecoversFromPartition(t *testing.T) {
 	t.Parallel()
-	srv := etcdtest.Start(t)
-	target := strings.TrimPrefix(srv.Endpoints()[0], "http://")
-	px, err := faultproxy.New(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	c, err := etcd.New(ctx(t), etcd.Config{Endpoints: []string{"http://" + px.Addr()}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, pxs := openProxied(t, etcdtest.Start(t), 1)
+	px := pxs[0]
 	l := acquire(t, c, "p", coord.AcquireOptions{TTL: 20 * time.Second})
 	if _, err := c.Renew(ctx(t), l.Name, l.ID); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -122,17 +121,8 @@ func first(ch <-chan asyncResult, _ func()) <-chan asyncResult { return ch }
 // network heals.
 func TestRenewAsyncCancel(t *testing.T) {
 	t.Parallel()
-	srv := etcdtest.Start(t)
-	px, err := faultproxy.New(strings.TrimPrefix(srv.Endpoints()[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer px.Close()
-	c, err := etcd.New(ctx(t), etcd.Config{Endpoints: []string{"http://" + px.Addr()}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, pxs := openProxied(t, etcdtest.Start(t), 1)
+	px := pxs[0]
 	l := acquire(t, c, "p", coord.AcquireOptions{TTL: 20 * time.Second})
 	if res := await(t, first(renewAsync(t, c, l.Name, l.ID))); res.err != nil {
 		t.Fatal(res.err) // the stream is open
