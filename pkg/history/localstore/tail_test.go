@@ -370,6 +370,39 @@ func TestStaleTemps(t *testing.T) {
 // event (Latest, 32 events) and one write with its fsync. The file is cut
 // back to its size after each iteration, so every one sees the same file.
 func BenchmarkAppendAtBound(b *testing.B) {
+	ev := coord.HistoryEvent{Lock: "hl", Kind: coord.HistAcquired, Holder: "host:1234", Token: 1}
+	atBound(b, func(b *testing.B, s *Store, path string, size int64) {
+		if err := s.Record(context.Background(), ev); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := os.Truncate(path, size); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	})
+}
+
+// BenchmarkReadsAtBound is BenchmarkAppendAtBound without the write and
+// its fsync: the reads of a fence run's first write (a fresh Store, Latest,
+// the write's check of the file), which are what grew with the history.
+func BenchmarkReadsAtBound(b *testing.B) {
+	atBound(b, func(b *testing.B, s *Store, path string, _ int64) {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := s.scan("hl", path, f); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	})
+}
+
+// atBound runs, for histories of 10, 1000 and 1240 events, a loop of: a
+// fresh Store on the state directory, Latest(32) of the lock, then step
+// with the Store, the lock's history file and its size before the loop.
+func atBound(b *testing.B, step func(b *testing.B, s *Store, path string, size int64)) {
 	for _, n := range []int{10, 1000, 1240} {
 		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
 			state := filepath.Join(b.TempDir(), "state")
@@ -383,60 +416,15 @@ func BenchmarkAppendAtBound(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx := context.Background()
-			ev := coord.HistoryEvent{Lock: "hl", Kind: coord.HistAcquired, Holder: "host:1234", Token: 1}
-			b.ResetTimer()
 			for b.Loop() {
 				s, err := Open(state)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := s.Latest(ctx, "hl", 32); err != nil {
+				if _, err := s.Latest(context.Background(), "hl", 32); err != nil {
 					b.Fatal(err)
 				}
-				if err := s.Record(ctx, ev); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				if err := os.Truncate(path, fi.Size()); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-		})
-	}
-}
-
-// BenchmarkReadsAtBound is BenchmarkAppendAtBound without the write and
-// its fsync: the reads of a fence run's first write (a fresh Store, Latest,
-// the write's check of the file), which are what grew with the history.
-func BenchmarkReadsAtBound(b *testing.B) {
-	for _, n := range []int{10, 1000, 1240} {
-		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
-			state := filepath.Join(b.TempDir(), "state")
-			s, err := Open(state)
-			if err != nil {
-				b.Fatal(err)
-			}
-			fill(b, s, "hl", n, time.Time{})
-			path := s.File("hl")
-			ctx := context.Background()
-			for b.Loop() {
-				s, err := Open(state)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := s.Latest(ctx, "hl", 32); err != nil {
-					b.Fatal(err)
-				}
-				f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, _, err := s.scan("hl", path, f); err != nil {
-					b.Fatal(err)
-				}
-				f.Close()
+				step(b, s, path, fi.Size())
 			}
 		})
 	}
