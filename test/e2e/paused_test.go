@@ -321,55 +321,55 @@ func startFrozenHolder(t *testing.T, be backend, env []string, via string, file 
 // waitAttached waits until `fence status` shows the lock's lease attached to
 // the process group pgid, or stop is closed.
 func waitAttached(be backend, lock string, pgid int, stop <-chan struct{}) error {
-	deadline := time.Now().Add(hangGuard)
-	for {
-		cmd := exec.Command(fenceBin, "status", lock, "-o", "json")
-		cmd.Env = be.env
-		out, err := cmd.Output()
-		var st struct {
-			Process *struct {
-				PGID int `json:"pgid"`
-			} `json:"process"`
-		}
-		if err == nil && json.Unmarshal(out, &st) == nil && st.Process != nil && st.Process.PGID == pgid {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the lease on %s never recorded process group %d: %v %s", lock, pgid, err, out)
-		}
-		select {
-		case <-stop:
-			return fmt.Errorf("fence exited before its lease recorded process group %d", pgid)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return waitFence(be, []string{"status", lock, "-o", "json"}, stop, fmt.Sprintf("the lease on %s recording process group %d", lock, pgid),
+		func(out []byte) bool {
+			var st struct {
+				Process *struct {
+					PGID int `json:"pgid"`
+				} `json:"process"`
+			}
+			return json.Unmarshal(out, &st) == nil && st.Process != nil && st.Process.PGID == pgid
+		})
 }
 
 // waitRecorded waits until the lock's history (`fence history -o json`)
 // holds the event "KIND TOKEN", or stop is closed.
 func waitRecorded(be backend, lock, event string, stop <-chan struct{}) error {
-	deadline := time.Now().Add(hangGuard)
-	for {
-		cmd := exec.Command(fenceBin, "history", lock, "-o", "json")
-		cmd.Env = be.env
-		out, err := cmd.Output()
-		var evs []struct {
-			Kind  string  `json:"kind"`
-			Token *uint64 `json:"token"`
-		}
-		if err == nil && json.Unmarshal(out, &evs) == nil {
+	return waitFence(be, []string{"history", lock, "-o", "json"}, stop, fmt.Sprintf("%q in the history of %s", event, lock),
+		func(out []byte) bool {
+			var evs []struct {
+				Kind  string  `json:"kind"`
+				Token *uint64 `json:"token"`
+			}
+			if json.Unmarshal(out, &evs) != nil {
+				return false
+			}
 			for _, e := range evs {
 				if e.Token != nil && fmt.Sprintf("%s %d", e.Kind, *e.Token) == event {
-					return nil
+					return true
 				}
 			}
+			return false
+		})
+}
+
+// waitFence runs fence with args every 20 ms until its output satisfies ok,
+// or stop is closed, or the hang guard passes; what names what is awaited.
+func waitFence(be backend, args []string, stop <-chan struct{}, what string, ok func(out []byte) bool) error {
+	deadline := time.Now().Add(hangGuard)
+	for {
+		cmd := exec.Command(fenceBin, args...)
+		cmd.Env = be.env
+		out, err := cmd.Output()
+		if err == nil && ok(out) {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the history of %s never held %q: %v %s", lock, event, err, out)
+			return fmt.Errorf("never saw %s: %v %s", what, err, out)
 		}
 		select {
 		case <-stop:
-			return fmt.Errorf("fence exited before %q was on record", event)
+			return fmt.Errorf("fence exited before %s", what)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
