@@ -102,12 +102,7 @@ func TestFencePaused(t *testing.T) {
 			if err := f.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			if code := f.wait(t); code != exitcode.LeaseLost {
-				t.Fatalf("fence exited %d, want 76; stderr:\n%s", code, f.stderr.String())
-			}
-			if msg := f.stderr.String(); strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "process was paused") {
-				t.Fatalf("stderr should be one line about the pause:\n%s", msg)
-			}
+			f.expectLost(t, "process was paused")
 		})
 	}
 }

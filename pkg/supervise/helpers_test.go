@@ -25,6 +25,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
+	"github.com/fence-dev/fence/pkg/exitcode"
 	"github.com/fence-dev/fence/pkg/proc"
 	"github.com/fence-dev/fence/pkg/supervise"
 )
@@ -143,6 +144,18 @@ func (f *fenceProc) wait(t *testing.T) int {
 	case <-time.After(hang):
 		t.Fatalf("fence did not exit; stderr:\n%s", f.stderr.String())
 		return -1
+	}
+}
+
+// expectLost waits for fence to exit and checks that it exited 76 with one
+// line on stderr that contains phrase.
+func (f *fenceProc) expectLost(t *testing.T, phrase string) {
+	t.Helper()
+	if code := f.wait(t); code != exitcode.LeaseLost {
+		t.Fatalf("fence exited %d, want 76; stderr:\n%s", code, f.stderr.String())
+	}
+	if msg := f.stderr.String(); strings.Count(msg, "\n") != 1 || !strings.Contains(msg, phrase) {
+		t.Fatalf("stderr should be one line containing %q:\n%s", phrase, msg)
 	}
 }
 
