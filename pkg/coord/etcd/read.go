@@ -18,21 +18,16 @@ var byCreate = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAsc
 // Inspect returns the state of lock name, from a linearizable read. The
 // holder's TTLLeft is in whole seconds, as etcd reports it.
 func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{Name: name}, err
-	}
-	if err := c.check(); err != nil {
-		return coord.LockInfo{Name: name}, err
-	}
-	resp, err := c.cli.Get(ctx, c.lockRange(name), clientv3.WithPrefix(), byCreate)
-	if err != nil {
-		return coord.LockInfo{Name: name}, c.mapErr(ctx, "inspect", err)
-	}
-	return c.lockInfo(ctx, name, resp.Kvs, true)
+	return c.inspect(ctx, name, true)
 }
 
 // Peek is Inspect without the holder's TTL (one request fewer).
 func (c *Coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, error) {
+	return c.inspect(ctx, name, false)
+}
+
+// inspect reads lock name; withTTL asks etcd for the holder's TTL too.
+func (c *Coordinator) inspect(ctx context.Context, name string, withTTL bool) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{Name: name}, err
 	}
@@ -43,7 +38,7 @@ func (c *Coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, er
 	if err != nil {
 		return coord.LockInfo{Name: name}, c.mapErr(ctx, "inspect", err)
 	}
-	return c.lockInfo(ctx, name, resp.Kvs, false)
+	return c.lockInfo(ctx, name, resp.Kvs, withTTL)
 }
 
 // List returns the locks whose names start with prefix that have a holder
