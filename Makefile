@@ -4,23 +4,23 @@ GO ?= go
 .PHONY: build test race docs fuzz release-check
 
 build:
-	$(GO) build -o bin/fence ./cmd/fence
+	CGO_ENABLED=0 $(GO) build -o fence ./cmd/fence
 
 test:
 	$(GO) test ./...
 
 race:
-	$(GO) test -race ./cmd/... ./pkg/cli/... ./pkg/config/... ./pkg/output/... ./pkg/exitcode/...
+	$(GO) test -race ./pkg/... ./internal/supervise/... ./internal/config/...
 
 # Regenerate docs/cli, docs/man and completions/ from the command tree.
-# TestGeneratedDocsAreCurrent (pkg/cli) fails when they are stale.
+# TestGeneratedDocsAreCurrent (cmd/fence/gendocs) fails when they are stale.
 docs:
-	$(GO) run ./cmd/fence gen-docs .
+	$(GO) run ./cmd/fence/gendocs .
 
 fuzz:
-	$(GO) test ./pkg/cli -run '^$$' -fuzz FuzzParseLockName -fuzztime 30s
-	$(GO) test ./pkg/cli -run '^$$' -fuzz FuzzParseToken -fuzztime 15s
-	$(GO) test ./pkg/config -run '^$$' -fuzz FuzzParseDuration -fuzztime 30s
+	$(GO) test ./internal/cli -run '^$$' -fuzz FuzzParseLockName -fuzztime 30s
+	$(GO) test ./internal/cli -run '^$$' -fuzz FuzzParseToken -fuzztime 15s
+	$(GO) test ./internal/config -run '^$$' -fuzz FuzzParseDuration -fuzztime 30s
 
 release-check:
 	goreleaser check

@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/fence-dev/fence/pkg/cli"
+	"github.com/fence-dev/fence/internal/cli"
 )
 
 func main() {

@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fence-dev/fence/pkg/supervise"
+	"github.com/fence-dev/fence/internal/supervise"
 )
 
 // TestMain runs the tests, checking that the recorders, stores and

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/localstore"
-	"github.com/fence-dev/fence/pkg/supervise"
 )
 
 // flakyRenew is a coordinator whose renewals fail while failing is set: the

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
-	"github.com/fence-dev/fence/pkg/proc"
+	"github.com/fence-dev/fence/internal/proc"
 )
 
 // The programs TestMain builds: the fence binary, and the command the tests

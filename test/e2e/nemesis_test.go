@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
-	"github.com/fence-dev/fence/pkg/proc"
 	"github.com/fence-dev/fence/test/e2e/internal/oplog"
 )
 

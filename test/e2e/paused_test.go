@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
-	"github.com/fence-dev/fence/pkg/proc"
 )
 
 // ready and outcome are the files e2ehelper write leaves (see its doc).

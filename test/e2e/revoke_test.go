@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/proc"
+	"github.com/fence-dev/fence/internal/proc"
 )
 
 // revokeGuard bounds how long a revoked `fence run --ttl 60s` may take to

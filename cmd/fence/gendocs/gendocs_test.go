@@ -90,3 +90,61 @@ func fenceDeps(t *testing.T) []string {
 	}
 	return strings.Fields(string(out))
 }
+
+// TestPackageTableIsCurrent keeps docs/architecture.md's package tables true
+// to the tree: every package of the module is named in a row, and every
+// package a row names exists.
+func TestPackageTableIsCurrent(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list the module's packages")
+	}
+	repo := filepath.Join("..", "..", "..")
+	cmd := exec.Command(gobin, "list", "-f", "{{.Dir}}", "./...")
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	abs, err := filepath.Abs(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := map[string]bool{}
+	for _, dir := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(abs, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree[filepath.ToSlash(rel)] = true
+	}
+	doc, err := os.ReadFile(filepath.Join(repo, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		for _, f := range strings.Split(cells[1], ",") {
+			if p := strings.Trim(strings.TrimSpace(f), "`"); p != "" {
+				named[p] = true
+			}
+		}
+	}
+	if len(named) == 0 {
+		t.Fatal("docs/architecture.md has no package table")
+	}
+	for p := range tree {
+		if !named[p] {
+			t.Errorf("package %s is missing from docs/architecture.md's package tables", p)
+		}
+	}
+	for p := range named {
+		if !tree[p] {
+			t.Errorf("docs/architecture.md names package %s, which does not exist", p)
+		}
+	}
+}

@@ -1,5 +1,5 @@
 // Command gendocs writes fence's generated documentation from its command
-// tree (pkg/cli), under DIR (default ., the repository root):
+// tree (internal/cli), under DIR (default ., the repository root):
 //
 //	docs/cli/*.md     a markdown reference page per command
 //	docs/man/*.1      a man page per command
@@ -25,7 +25,7 @@ import (
 
 	"github.com/spf13/cobra/doc"
 
-	"github.com/fence-dev/fence/pkg/cli"
+	"github.com/fence-dev/fence/internal/cli"
 )
 
 func main() {

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fence-dev/fence/pkg/proc"
+	"github.com/fence-dev/fence/internal/proc"
 )
 
 // Doorbells. A waiter creates an empty file, its doorbell, in the state

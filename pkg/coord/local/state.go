@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/proc"
 
 	"github.com/fence-dev/fence/internal/atomicfile"
 )

@@ -9,9 +9,9 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/proc"
 )
 
 // fallbackPoll is how often subscribers look again when inotify cannot be

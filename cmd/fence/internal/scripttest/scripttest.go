@@ -16,7 +16,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/fence-dev/fence/pkg/cli"
+	"github.com/fence-dev/fence/internal/cli"
 )
 
 // Commands are the programs testscript.Main provides: fence itself.

@@ -38,10 +38,10 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard"
-	"github.com/fence-dev/fence/pkg/proc"
 	"github.com/fence-dev/fence/test/e2e/internal/oplog"
 )
 

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// DefaultTTL is the default lease TTL of acquire (and run).
+const DefaultTTL = 15 * time.Second
+
+type acquireOptions struct {
+	lock   string
+	ttl    time.Duration
+	wait   time.Duration
+	noWait bool
+	format string
+}
+
+func newCmdAcquire(f *Factory) *cobra.Command {
+	o := &acquireOptions{}
+	cmd := &cobra.Command{
+		Use:   "acquire LOCK [--ttl D] [--wait D | -n] [-o text|json|env]",
+		Short: "Take a lease with no process attached and print its token and lease id",
+		Long: `Take a lease on LOCK and print its fencing token and lease id. No process is
+attached to the lease: it ends at its TTL unless renewed with 'fence renew', or
+when released with 'fence release'.
+
+By default acquire waits until the lock is free (waiters are served first come,
+first served); --wait D gives up after D, -n (--wait 0) gives up at once. When
+it gives up, acquire exits 75. Interrupted while it waits (SIGINT, SIGTERM,
+SIGHUP), it leaves the queue and exits 128+N.
+
+-o env prints FENCE_LOCK, FENCE_TOKEN and FENCE_LEASE_ID assignments, quoted
+for the shell, for eval.`,
+		Example: `  eval "$(fence acquire nightly-backup --ttl 10m -n -o env)" || exit
+  do_backup --fencing-token "$FENCE_TOKEN"
+  fence release nightly-backup --lease "$FENCE_LEASE_ID"`,
+		Args:              lockArg,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.lock = args[0]
+			return runAcquire(cmd.Context(), f, cmd, o)
+		},
+	}
+	DurationVarP(cmd.Flags(), &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the lease")
+	DurationVarP(cmd.Flags(), &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
+	cmd.Flags().BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
+	formatFlag(cmd, &o.format, output.Text, output.JSON, output.Env)
+	return cmd
+}
+
+func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireOptions) error {
+	format, err := parseFormat(o.format, output.Text, output.JSON, output.Env)
+	if err != nil {
+		return err
+	}
+	if err := coord.ValidateTTL(o.ttl); err != nil {
+		return err
+	}
+	wait := coord.WaitForever
+	switch {
+	case o.noWait && cmd.Flags().Changed("wait"):
+		return usageErrorf("--wait and -n/--no-wait conflict: give one")
+	case o.noWait:
+		wait = 0
+	case cmd.Flags().Changed("wait"):
+		wait = o.wait
+	}
+	holder, err := f.holder()
+	if err != nil {
+		return err
+	}
+	ctx, interrupted, stop := interruptible(ctx)
+	defer stop()
+	var lease *coord.Lease
+	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		lease, err = c.Acquire(ctx, o.lock, coord.AcquireOptions{
+			TTL: o.ttl, Holder: holder, Wait: wait,
+			OnWait: func(cur coord.LockInfo) {
+				f.verbosef("waiting for %s (token %d)", output.Clean(cur.Holder), cur.Token)
+			},
+		})
+		return err
+	})
+	if sig, ok := interrupted(); ok && err != nil {
+		return interruptedError(sig)
+	}
+	if err != nil {
+		return fmt.Errorf("acquire %s: %w", output.Clean(o.lock), err)
+	}
+	out := f.IO.Out
+	switch format {
+	case output.JSON:
+		return output.WriteJSON(out, newLeaseView(lease))
+	case output.Env:
+		_, err := fmt.Fprintf(out, "FENCE_LOCK=%s\nFENCE_TOKEN=%d\nFENCE_LEASE_ID=%s\n",
+			output.ShellQuote(lease.Name), lease.Token, output.ShellQuote(lease.ID))
+		return err
+	}
+	return output.WriteFields(out, []output.Field{
+		{Key: "lock", Value: lease.Name},
+		{Key: "token", Value: fmt.Sprint(lease.Token)},
+		{Key: "lease_id", Value: lease.ID},
+		{Key: "holder", Value: lease.Holder},
+		{Key: "ttl", Value: output.Duration(lease.TTL)},
+	})
+}

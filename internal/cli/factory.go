@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/pflag"
+
+	"github.com/fence-dev/fence/internal/config"
+	"github.com/fence-dev/fence/internal/history/auto"
+	"github.com/fence-dev/fence/internal/logging"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
+)
+
+// IOStreams are a command's standard streams.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+
+	outTTY bool
+}
+
+// System returns the process's standard streams; Out is a terminal when
+// stdout is one.
+func System() *IOStreams {
+	fd := os.Stdout.Fd()
+	return &IOStreams{
+		In:     os.Stdin,
+		Out:    os.Stdout,
+		ErrOut: os.Stderr,
+		outTTY: isatty.IsTerminal(fd) || isatty.IsCygwinTerminal(fd),
+	}
+}
+
+// Test returns streams writing to the given writers, with stdin empty and
+// stdout not a terminal.
+func Test(out, errOut io.Writer) *IOStreams {
+	return &IOStreams{In: eofReader{}, Out: out, ErrOut: errOut}
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// IsStdoutTTY reports whether Out is a terminal (tables are then aligned and
+// headed, --watch redraws the screen).
+func (s *IOStreams) IsStdoutTTY() bool { return s.outTTY }
+
+// SetStdoutTTY overrides terminal detection (tests).
+func (s *IOStreams) SetStdoutTTY(tty bool) { s.outTTY = tty }
+
+// Factory gives commands what they need from the outside world, so that they
+// can be tested: the streams, the configuration, the coordinator and a clock.
+type Factory struct {
+	IO *IOStreams
+	// Config returns the resolved configuration (flags, env, file, defaults).
+	Config func() (*config.Config, error)
+	// Coordinator opens the configured coordinator; the caller closes it.
+	Coordinator func(ctx context.Context) (coord.Coordinator, error)
+	// Now reads the wall clock (for "held for").
+	Now func() time.Time
+	// Logger is the structured log on stderr (--log-format, --log-level).
+	Logger func() (*slog.Logger, error)
+
+	flags *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
+}
+
+// NewFactory returns a Factory whose configuration comes from the root
+// command's flags (see NewRootCmd) and whose coordinator is opened with
+// config.Open.
+func NewFactory(ios *IOStreams) *Factory {
+	f := &Factory{IO: ios, Now: time.Now}
+	var (
+		once sync.Once
+		cfg  *config.Config
+		err  error
+	)
+	f.Config = func() (*config.Config, error) {
+		once.Do(func() {
+			if f.flags == nil {
+				err = fmt.Errorf("internal error: configuration read before the flags were defined")
+				return
+			}
+			cfg, err = config.Load(f.flags)
+		})
+		return cfg, err
+	}
+	f.Logger = func() (*slog.Logger, error) {
+		cfg, err := f.Config()
+		if err != nil {
+			return nil, err
+		}
+		return logging.New(f.IO.ErrOut, cfg.LogFormat, cfg.LogLevel)
+	}
+	f.Coordinator = func(ctx context.Context) (coord.Coordinator, error) {
+		cfg, err := f.Config()
+		if err != nil {
+			return nil, err
+		}
+		logger, err := f.Logger()
+		if err != nil {
+			return nil, err
+		}
+		inner, err := config.Open(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		// Every command records its lease events in the lock's history.
+		c, err := auto.Wrap(inner, history.WithLogger(logger))
+		if err != nil {
+			inner.Close()
+			return nil, err
+		}
+		if cfg.Verbose {
+			fmt.Fprintf(f.IO.ErrOut, "fence: coordinator: %s\n", c.Describe())
+		}
+		return c, nil
+	}
+	return f
+}
+
+// holder returns the configured holder identity or the default.
+func (f *Factory) holder() (string, error) {
+	cfg, err := f.Config()
+	if err != nil {
+		return "", err
+	}
+	if cfg.Holder != "" {
+		return cfg.Holder, nil
+	}
+	return coord.DefaultHolder(), nil
+}
+
+// verbosef prints a progress message on stderr when --verbose is on.
+func (f *Factory) verbosef(format string, args ...any) {
+	if cfg, err := f.Config(); err == nil && cfg.Verbose {
+		fmt.Fprintf(f.IO.ErrOut, "fence: "+format+"\n", args...)
+	}
+}
+
+// withCoordinator opens the coordinator, calls fn and closes it.
+func (f *Factory) withCoordinator(ctx context.Context, fn func(coord.Coordinator) error) error {
+	c, err := f.Coordinator(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}

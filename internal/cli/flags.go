@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/fence-dev/fence/internal/config"
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// durationValue is a pflag.Value parsed strictly with config.ParseDuration:
+// a unit is required; zero is accepted only when allowZero.
+type durationValue struct {
+	d         *time.Duration
+	allowZero bool
+}
+
+func (v *durationValue) String() string {
+	if v.d == nil || *v.d == 0 {
+		return "" // no "(default 0s)" in the help
+	}
+	return v.d.String()
+}
+
+func (v *durationValue) Set(s string) error {
+	var (
+		d   time.Duration
+		err error
+	)
+	if v.allowZero {
+		d, err = config.ParseDurationOrZero(s)
+	} else {
+		d, err = config.ParseDuration(s)
+	}
+	if err != nil {
+		return err
+	}
+	*v.d = d
+	return nil
+}
+
+func (v *durationValue) Type() string { return "duration" }
+
+// DurationVarP defines a strictly parsed duration flag: garbled, unit-less,
+// negative and (unless allowZero) zero values are refused when the flag is
+// parsed.
+func DurationVarP(fs *pflag.FlagSet, p *time.Duration, name, short string, value time.Duration, allowZero bool, usage string) {
+	*p = value
+	fs.VarP(&durationValue{d: p, allowZero: allowZero}, name, short, usage)
+}
+
+// ParseLockName checks a lock name given on the command line (see
+// coord.ValidateName). The error wraps coord.ErrInvalid.
+func ParseLockName(s string) (string, error) {
+	if err := coord.ValidateName(s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// ParseToken parses a fencing token: a positive decimal integer, nothing else.
+func ParseToken(s string) (uint64, error) {
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("invalid token %q: want a positive integer", s)
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("invalid token %q: out of range", s)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("invalid token %q: tokens start at 1", s)
+	}
+	return n, nil
+}
+
+// formatFlag adds -o/--output to cmd, with the allowed formats, the first
+// being the default.
+func formatFlag(cmd *cobra.Command, p *string, allowed ...output.Format) {
+	names := make([]string, len(allowed))
+	for i, f := range allowed {
+		names[i] = string(f)
+	}
+	cmd.Flags().StringVarP(p, "output", "o", names[0], "output format: "+strings.Join(names, ", "))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// parseFormat checks the value of -o.
+func parseFormat(s string, allowed ...output.Format) (output.Format, error) {
+	f, err := output.ParseFormat(s, allowed...)
+	if err != nil {
+		return "", usageErrorf("%v", err)
+	}
+	return f, nil
+}
+
+// noArgs refuses positional arguments.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		if cmd.HasSubCommands() {
+			return usageErrorf("unknown command %q for %q (see '%s --help')", args[0], cmd.CommandPath(), cmd.CommandPath())
+		}
+		return usageErrorf("%s takes no arguments, got %q", cmd.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// lockArg requires exactly one LOCK argument and checks it.
+func lockArg(cmd *cobra.Command, args []string) error {
+	switch len(args) {
+	case 0:
+		return usageErrorf("%s needs a LOCK argument (usage: %s)", cmd.CommandPath(), cmd.UseLine())
+	case 1:
+		_, err := ParseLockName(args[0])
+		return err
+	default:
+		return usageErrorf("%s takes one LOCK argument, got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
+	}
+}
+
+// maxArgs allows at most n positional arguments.
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usageErrorf("%s takes at most %d argument(s), got %d (usage: %s)", cmd.CommandPath(), n, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// completeLocks completes a LOCK argument with the names of existing locks.
+func completeLocks(f *Factory) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []string
+		err := f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+			infos, err := c.List(cmd.Context(), toComplete)
+			for _, i := range infos {
+				names = append(names, i.Name)
+			}
+			return err
+		})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}

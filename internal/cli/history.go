@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/exporter"
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+func init() {
+	registerCommand(newCmdHistory)
+	registerCommand(newCmdExporter)
+}
+
+func newCmdHistory(f *Factory) *cobra.Command {
+	var format string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "history LOCK [-o text|json] [--limit N]",
+		Short: "Print a lock's recorded events, oldest first",
+		Long: `Print the events the coordinator keeps for LOCK, oldest first: acquired (token,
+holder, wait), released (held for), renewal failures, leases lost, deadlines
+exceeded, expiries taken over, revocations and stale tokens refused by a guard.
+The history is bounded: by default the last 1000 events of a lock, none older
+than 7 days.`,
+		Args:              lockArg,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fm, err := parseFormat(format, output.Text, output.JSON)
+			if err != nil {
+				return err
+			}
+			if limit < 0 {
+				return usageErrorf("--limit must not be negative, got %d", limit)
+			}
+			ctx := cmd.Context()
+			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+				h, ok := c.(coord.Historian)
+				if !ok {
+					return fmt.Errorf("the %s coordinator keeps no history", c.Describe())
+				}
+				events, err := h.History(ctx, args[0], limit)
+				if err != nil {
+					return fmt.Errorf("history %s: %w", output.Clean(args[0]), err)
+				}
+				if fm == output.JSON {
+					views := make([]eventView, 0, len(events))
+					for _, e := range events {
+						views = append(views, newEventView(e))
+					}
+					return output.WriteJSON(f.IO.Out, views)
+				}
+				rows := make([][]string, len(events))
+				for i, e := range events {
+					rows[i] = eventRow(e)
+				}
+				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), eventHeader, rows)
+			})
+		},
+	}
+	formatFlag(cmd, &format, output.Text, output.JSON)
+	cmd.Flags().IntVar(&limit, "limit", 0, "print only the last N events (0: all that are kept)")
+	return cmd
+}
+
+func newCmdExporter(f *Factory) *cobra.Command {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "exporter --listen ADDR [PREFIX]",
+		Short: "Serve Prometheus metrics of every lock on /metrics",
+		Long: `Serve a Prometheus /metrics endpoint for the whole coordinator (or the locks
+under PREFIX), fed by its watch: per lock, held (0/1), token, TTL remaining,
+holder (an info metric), renewal failures, stale refusals, and a histogram of
+critical-section durations. Runs until SIGINT or SIGTERM. See
+docs/observability.md for the metrics and example alerts.`,
+		Example: `  fence exporter --listen 127.0.0.1:9477`,
+		Args:    maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			logger, err := f.Logger()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+				err := exporter.Serve(ctx, listen, c, exporter.Options{
+					Prefix: prefix, Logger: logger,
+					OnListen: func(a net.Addr) { f.verbosef("serving metrics on http://%s/metrics", a) },
+				})
+				if ctx.Err() != nil && err == nil || err == context.Canceled {
+					return nil
+				}
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9477", "address to serve /metrics on")
+	return cmd
+}

@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+type checkOptions struct {
+	lock  string
+	token string
+}
+
+func newCmdCheck(f *Factory) *cobra.Command {
+	o := &checkOptions{}
+	cmd := &cobra.Command{
+		Use:   "check LOCK --token N",
+		Short: "Tell whether N is the token of the live holder",
+		Long: `Exit 0 when N is the fencing token of LOCK's live holder, else 1 with the
+reason on stderr. Prints nothing on success.
+
+The answer may be out of date as soon as it is given: storage that must refuse
+stale writers compares tokens itself (see 'fence guard').`,
+		Example:           `  fence check nightly-backup --token "$FENCE_TOKEN" || exit`,
+		Args:              lockArg,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.lock = args[0]
+			return runCheck(cmd.Context(), f, o)
+		},
+	}
+	cmd.Flags().StringVar(&o.token, "token", "", "fencing token (required)")
+	_ = cmd.MarkFlagRequired("token")
+	return cmd
+}
+
+func runCheck(ctx context.Context, f *Factory, o *checkOptions) error {
+	token, err := ParseToken(o.token)
+	if err != nil {
+		return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
+	}
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		info, err := c.Inspect(ctx, o.lock)
+		if err != nil {
+			return fmt.Errorf("check %s: %w", output.Clean(o.lock), err)
+		}
+		switch {
+		case !info.Held:
+			return exitcode.New(exitcode.No, fmt.Errorf("%s is free: token %d is not live", output.Clean(o.lock), token))
+		case info.Token != token:
+			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with token %d, not %d", output.Clean(o.lock), info.Token, token))
+		}
+		return nil
+	})
+}
+
+type statusOptions struct {
+	lock   string
+	format string
+}
+
+func newCmdStatus(f *Factory) *cobra.Command {
+	o := &statusOptions{}
+	cmd := &cobra.Command{
+		Use:   "status LOCK [-o text|json]",
+		Short: "Show a lock's holder, token and TTL left; exit 1 when free",
+		Long: `Show LOCK's state: holder, token, lease id, TTL and time left, how long it has
+been held and how many wait for it. Exits 0 when the lock is held and 1 when it
+is free (the state is printed either way).`,
+		Args:              lockArg,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.lock = args[0]
+			format, err := parseFormat(o.format, output.Text, output.JSON)
+			if err != nil {
+				return err
+			}
+			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+				info, err := c.Inspect(cmd.Context(), o.lock)
+				if err != nil {
+					return fmt.Errorf("status %s: %w", output.Clean(o.lock), err)
+				}
+				if info.Name == "" {
+					info.Name = o.lock
+				}
+				now := f.Now()
+				if format == output.JSON {
+					err = output.WriteJSON(f.IO.Out, newLockView(info, now))
+				} else {
+					err = output.WriteFields(f.IO.Out, lockFields(info, now))
+				}
+				if err == nil && !info.Held {
+					return exitcode.Silent(exitcode.No)
+				}
+				return err
+			})
+		},
+	}
+	formatFlag(cmd, &o.format, output.Text, output.JSON)
+	return cmd
+}
+
+type showOptions struct {
+	lock   string
+	format string
+	events int
+}
+
+func newCmdShow(f *Factory) *cobra.Command {
+	o := &showOptions{}
+	cmd := &cobra.Command{
+		Use:   "show LOCK [-o text|json]",
+		Short: "Show a lock's status and its recent events",
+		Long: `Show LOCK's status (as 'fence status') followed by its recent events
+(acquired, released, renewal failures, leases lost, deadlines, expiries,
+revocations, refused stale writes), oldest first, where the coordinator keeps
+them. Exits 0 whether the lock is held or free.`,
+		Args:              lockArg,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.lock = args[0]
+			return runShow(cmd.Context(), f, o)
+		},
+	}
+	formatFlag(cmd, &o.format, output.Text, output.JSON)
+	cmd.Flags().IntVar(&o.events, "events", 20, "how many recent events to show (0: all that are kept)")
+	return cmd
+}
+
+func runShow(ctx context.Context, f *Factory, o *showOptions) error {
+	format, err := parseFormat(o.format, output.Text, output.JSON)
+	if err != nil {
+		return err
+	}
+	if o.events < 0 {
+		return usageErrorf("--events must not be negative, got %d", o.events)
+	}
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		info, err := c.Inspect(ctx, o.lock)
+		if err != nil {
+			return fmt.Errorf("show %s: %w", output.Clean(o.lock), err)
+		}
+		if info.Name == "" {
+			info.Name = o.lock
+		}
+		var events []coord.HistoryEvent
+		h, hasHistory := c.(coord.Historian)
+		if hasHistory {
+			if events, err = h.History(ctx, o.lock, o.events); err != nil {
+				return fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)
+			}
+		}
+		now := f.Now()
+		out := f.IO.Out
+		if format == output.JSON {
+			v := showView{Lock: newLockView(info, now)}
+			if hasHistory {
+				v.Events = make([]eventView, 0, len(events))
+				for _, e := range events {
+					v.Events = append(v.Events, newEventView(e))
+				}
+			}
+			return output.WriteJSON(out, v)
+		}
+		if err := output.WriteFields(out, lockFields(info, now)); err != nil {
+			return err
+		}
+		switch {
+		case !hasHistory:
+			_, err = fmt.Fprintf(out, "\nevents: not recorded by the %s coordinator\n", c.Describe())
+			return err
+		case len(events) == 0:
+			_, err = fmt.Fprintln(out, "\nevents: none")
+			return err
+		}
+		fmt.Fprintln(out, "\nevents:")
+		rows := make([][]string, len(events))
+		for i, e := range events {
+			rows[i] = eventRow(e)
+		}
+		return output.WriteTable(out, f.IO.IsStdoutTTY(), eventHeader, rows)
+	})
+}

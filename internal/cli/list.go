@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+type listOptions struct {
+	prefix string
+	format string
+	watch  bool
+}
+
+func newCmdList(f *Factory) *cobra.Command {
+	o := &listOptions{}
+	cmd := &cobra.Command{
+		Use:   "list [PREFIX] [-o table|json|yaml] [--watch]",
+		Short: "List locks: name, holder, token, TTL left, held for",
+		Long: `List the locks whose names start with PREFIX (all by default), sorted by name:
+held locks, locks with waiters and, on the local coordinator, free locks that
+have a token history.
+
+On a terminal the table is aligned and has a header; piped, each lock is one
+line of tab-separated fields (NAME, HOLDER, TOKEN, TTL LEFT, HELD FOR, WAITERS)
+with no header, "-" for the fields of a free lock.
+
+--watch prints the list again on every change the coordinator reports (on a
+terminal it redraws the screen) until interrupted. With -o json each list is
+one line (JSON Lines); with -o yaml each is a YAML document.`,
+		Example: `  fence list
+  fence list deploy/ -o json | jq -r '.[] | select(.held) | .holder'
+  fence list --watch`,
+		Args: maxArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return completeLocks(f)(cmd, args, toComplete)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.prefix = args[0]
+				if len(o.prefix) > coord.MaxNameLen {
+					return fmt.Errorf("%w: prefix is %d bytes, longer than any lock name", coord.ErrInvalid, len(o.prefix))
+				}
+				if o.prefix != "" {
+					if _, err := ParseLockName(o.prefix); err != nil {
+						return err
+					}
+				}
+			}
+			return runList(cmd.Context(), f, o)
+		},
+	}
+	formatFlag(cmd, &o.format, output.Table, output.JSON, output.YAML)
+	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "print the list again on every change, until interrupted")
+	return cmd
+}
+
+func runList(ctx context.Context, f *Factory, o *listOptions) error {
+	format, err := parseFormat(o.format, output.Table, output.JSON, output.YAML)
+	if err != nil {
+		return err
+	}
+	if !o.watch {
+		return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+			infos, err := c.List(ctx, o.prefix)
+			if err != nil {
+				return fmt.Errorf("list: %w", err)
+			}
+			return printList(f, format, infos, false)
+		})
+	}
+	ctx, interrupted, stop := interruptible(ctx)
+	defer stop()
+	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		return watchList(ctx, f, c, o.prefix, format)
+	})
+	if _, ok := interrupted(); ok {
+		return nil // the normal way to end --watch
+	}
+	return err
+}
+
+// watchList prints the list, then again after every change seen by the
+// watch. Changes that arrive together are coalesced into one redraw.
+func watchList(ctx context.Context, f *Factory, c coord.Coordinator, prefix string, format output.Format) error {
+	events, err := c.Watch(ctx, prefix) // before the first List: no change is missed
+	if err != nil {
+		return fmt.Errorf("list --watch: %w", err)
+	}
+	for {
+		infos, err := c.List(ctx, prefix)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("list --watch: %w", err)
+		}
+		if err := printList(f, format, infos, true); err != nil {
+			return err
+		}
+		if _, ok := <-events; !ok {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("list --watch: the watch ended: %w", coord.ErrUnavailable)
+		}
+	drain:
+		for {
+			select {
+			case _, ok := <-events:
+				if !ok {
+					break drain // reported on the next receive
+				}
+			default:
+				break drain
+			}
+		}
+	}
+}
+
+// clearScreen moves the cursor home and clears the screen.
+const clearScreen = "\x1b[H\x1b[2J"
+
+func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch bool) error {
+	now := f.Now()
+	out := f.IO.Out
+	tty := f.IO.IsStdoutTTY()
+	switch format {
+	case output.JSON, output.YAML:
+		views := make([]lockView, 0, len(infos))
+		for _, i := range infos {
+			views = append(views, newLockView(i, now))
+		}
+		switch {
+		case format == output.YAML && watch:
+			fmt.Fprintln(out, "---")
+			return output.WriteYAML(out, views)
+		case format == output.YAML:
+			return output.WriteYAML(out, views)
+		case watch:
+			return output.WriteJSONLine(out, views)
+		}
+		return output.WriteJSON(out, views)
+	}
+	rows := make([][]string, len(infos))
+	for i, info := range infos {
+		rows[i] = listRow(info, now)
+	}
+	var buf bytes.Buffer
+	if watch && tty {
+		buf.WriteString(clearScreen)
+		fmt.Fprintf(&buf, "%s  (updated %s)\n\n", output.Clean(f.describe()), now.Format(time.TimeOnly))
+	}
+	if len(rows) == 0 && tty {
+		buf.WriteString("no locks\n")
+	} else if err := output.WriteTable(&buf, tty, listHeader, rows); err != nil {
+		return err
+	}
+	if watch && !tty {
+		buf.WriteString("\n") // a blank line ends each list
+	}
+	_, err := out.Write(buf.Bytes())
+	return err
+}
+
+// describe names the coordinator in use for a heading.
+func (f *Factory) describe() string {
+	cfg, err := f.Config()
+	if err != nil {
+		return "fence"
+	}
+	if len(cfg.Endpoints) > 0 {
+		return fmt.Sprintf("etcd %v", cfg.Endpoints)
+	}
+	return "local"
+}

@@ -1,0 +1,76 @@
+// Package cli is the fence command line: a cobra command tree whose commands
+// are thin (an options struct, one call into pkg/coord, one printer), a
+// Factory that makes them testable, and Main, the one place where an error
+// becomes a message and an exit code.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/supervise"
+)
+
+// Main runs fence with args (without the program name) on the process's
+// standard streams and returns the exit code.
+func Main(args []string) int {
+	// fence re-executes itself as the watchdog of `fence run`: dispatch it
+	// before building the command tree, to start fast.
+	if len(args) > 0 && args[0] == supervise.WatchdogArg {
+		return supervise.WatchdogMain(args)
+	}
+	return Run(context.Background(), args, System())
+}
+
+// Run runs fence with args on ios and returns the exit code. An error is
+// printed as one line "fence: ..." on ErrOut; a panic becomes exit 125 with
+// one line, never a stack trace (FENCE_DEBUG_PANIC=1 prints the stack).
+func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(ios.ErrOut, "fence: internal error: %s\n", oneLine(fmt.Sprint(r)))
+			if os.Getenv("FENCE_DEBUG_PANIC") == "1" {
+				ios.ErrOut.Write(debug.Stack())
+			}
+			code = exitcode.Failure
+		}
+	}()
+	f := NewFactory(ios)
+	root := NewRootCmd(f)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	return report(ios, err)
+}
+
+// report prints err (unless silent) and returns its exit code.
+func report(ios *IOStreams, err error) int {
+	if err == nil {
+		return exitcode.OK
+	}
+	if !exitcode.IsSilent(err) {
+		if msg := oneLine(err.Error()); msg != "" {
+			fmt.Fprintf(ios.ErrOut, "fence: %s\n", msg)
+		}
+	}
+	return exitcode.Code(err)
+}
+
+// oneLine folds a message onto one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// usageError is a usage error: a bad flag, argument or combination of them
+// (exit 125).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+func (e *usageError) Unwrap() error { return exitcode.ErrUsage }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}

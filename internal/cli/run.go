@@ -1,0 +1,174 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/config"
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/supervise"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+func init() { registerCommand(newCmdRun) }
+
+type runOptions struct {
+	ttl, wait, deadline, grace time.Duration
+	noWait, noRenew, shell     bool
+	signal                     string
+	conflictExitCode           int
+	metricsFile                string
+}
+
+func newCmdRun(f *Factory) *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run LOCK [flags] -- COMMAND [ARG...]",
+		Short: "Run a command as the holder of a lease, stopping it before the lease can expire",
+		Long: `Take a lease on LOCK, run COMMAND as its holder, and keep the lease renewed
+(every third of the TTL) while COMMAND runs. COMMAND gets the fencing token in
+$FENCE_TOKEN (with FENCE_LOCK, FENCE_LEASE_ID, FENCE_HOLDER, FENCE_TTL, and
+FENCE_DEADLINE when a deadline applies). COMMAND must follow "--", so that its
+own flags are never taken for fence's.
+
+COMMAND runs in its own process group under a watchdog process. When renewal
+becomes uncertain (no acknowledged renewal in time, or fence finds it was
+paused), the whole group gets --signal, then SIGKILL after --grace, all before
+the lease can expire on the coordinator, even when fence itself is frozen; fence
+exits 76. At --deadline the same stop runs and fence exits 124. If fence dies,
+even by SIGKILL, the command's group is stopped too.
+
+SIGINT, SIGTERM and SIGHUP sent to fence go to the command's group; fence then
+waits for it, releases the lease and exits with the command's status. Otherwise
+fence exits with the command's own exit code (128+N when it died of signal N
+that fence did not send), 75 when the lock was busy (--conflict-exit-code),
+125 when fence itself failed, 126/127 when COMMAND could not be run.`,
+		Example: `  fence run nightly-backup --ttl 30s -n -- /usr/local/bin/backup --token-from-env
+  fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'`,
+		Args:              runArgs,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd, f, o, args[0], args[1:])
+		},
+	}
+	fs := cmd.Flags()
+	DurationVarP(fs, &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the lease")
+	DurationVarP(fs, &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
+	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
+	DurationVarP(fs, &o.deadline, "deadline", "", 0, false, "hard limit on the command's run time (exit 124)")
+	DurationVarP(fs, &o.grace, "grace", "", 0, false, "time between the stop signal and SIGKILL (default: TTL/5, at most 5s)")
+	fs.StringVar(&o.signal, "signal", "TERM", "signal that starts the stop sequence")
+	fs.BoolVar(&o.noRenew, "no-renew", false, "take a fixed lease that is never renewed; the deadline defaults to, and may not exceed, what it covers")
+	fs.BoolVar(&o.shell, "shell", false, "COMMAND is one string run by /bin/sh -c")
+	fs.IntVar(&o.conflictExitCode, "conflict-exit-code", exitcode.Busy, "exit code when the lock was not acquired in time")
+	fs.StringVar(&o.metricsFile, "metrics-file", "", "write a Prometheus textfile here at exit")
+	return cmd
+}
+
+// runArgs wants LOCK, "--" and a command after it. The "--" is required:
+// without it, flags meant for the command (`fence run L rsync -n ...`) would
+// be taken as fence's own, silently.
+func runArgs(cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	if len(args) == 0 || dash == 0 {
+		return usageErrorf("run needs a LOCK and a command: fence run LOCK [flags] -- COMMAND [ARG...]")
+	}
+	if _, err := ParseLockName(args[0]); err != nil {
+		return err
+	}
+	switch {
+	case len(args) == 1:
+		return usageErrorf("run needs a command after the lock: fence run %s -- COMMAND [ARG...]", args[0])
+	case dash < 0:
+		return usageErrorf("run needs \"--\" before the command (so that its flags are not taken as fence's): fence run %s [flags] -- %s", args[0], strings.Join(args[1:], " "))
+	case dash > 1:
+		return usageErrorf("run takes one LOCK before \"--\", got %d arguments: %q", dash, args[:dash])
+	}
+	return nil
+}
+
+func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command []string) error {
+	wait := coord.WaitForever
+	switch {
+	case o.noWait && cmd.Flags().Changed("wait"):
+		return usageErrorf("--wait and -n/--no-wait conflict: give one")
+	case o.noWait:
+		wait = 0
+	case cmd.Flags().Changed("wait"):
+		wait = o.wait
+	}
+	sig, err := supervise.ParseSignal(o.signal)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.Config()
+	if err != nil {
+		return err
+	}
+	holder, err := f.holder()
+	if err != nil {
+		return err
+	}
+	// The watchdog process starts before the coordinator is opened: its
+	// start-up (fence started again) overlaps the connection and the
+	// acquisition instead of following them. r.Close ends it when the
+	// coordinator cannot be opened.
+	r, err := supervise.Start(supervise.Options{
+		Lock: lock, Command: command, Shell: o.shell,
+		TTL: o.ttl, Holder: holder, Wait: wait,
+		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
+		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
+		Verbose: cfg.Verbose,
+		Stdin:   f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
+		Location: location(cfg),
+	})
+	if err != nil {
+		return exitcode.New(exitcode.Failure, err)
+	}
+	defer r.Close()
+	// Signals are the Runner's business: it forwards them to the command.
+	// The context must not end on SIGINT.
+	ctx := context.WithoutCancel(cmd.Context())
+	c, err := f.Coordinator(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	code, err := r.Run(ctx, c)
+	if err != nil { // one line saying why fence did not run or stopped the command
+		return exitcode.New(code, err)
+	}
+	if code != 0 {
+		return exitcode.Silent(code)
+	}
+	return nil
+}
+
+// location is the coordinator's location for the command's environment, so
+// that nested fence calls reach the same coordinator. Credentials are not
+// passed on (supervise removes them).
+func location(cfg *config.Config) map[string]string {
+	if len(cfg.Endpoints) == 0 {
+		dir := cfg.StateDir
+		if dir == "" {
+			dir = config.DefaultStateDir()
+		}
+		return map[string]string{"FENCE_STATE_DIR": dir}
+	}
+	m := map[string]string{
+		"FENCE_ENDPOINTS": strings.Join(cfg.Endpoints, ","),
+		"FENCE_PREFIX":    cfg.Prefix,
+	}
+	for k, v := range map[string]string{"FENCE_CACERT": cfg.CACert, "FENCE_CERT": cfg.Cert, "FENCE_KEY": cfg.Key, "FENCE_USER": cfg.User} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if cfg.InsecureTransport {
+		m["FENCE_INSECURE_TRANSPORT"] = "true"
+	}
+	return m
+}

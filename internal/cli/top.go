@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/tui"
+)
+
+func init() { registerCommand(newCmdTop) }
+
+// errNoTerminal is why fence top refuses to start when stdout is not a
+// terminal.
+var errNoTerminal = errors.New("fence top needs a terminal; use fence list --watch")
+
+type topOptions struct {
+	prefix  string
+	refresh time.Duration
+}
+
+func newCmdTop(f *Factory) *cobra.Command {
+	o := &topOptions{}
+	cmd := &cobra.Command{
+		Use:   "top [PREFIX] [--refresh D]",
+		Short: "Live dashboard of holders, tokens, TTLs and renewal failures",
+		Long: `Show the locks whose names start with PREFIX (all by default) in a live
+dashboard: state (held, expiring, free), holder, fencing token, TTL left,
+how long the lock has been held, renewals, renewal failures and stale tokens
+refused. It follows the coordinator's watch and lists every lock again each
+--refresh period. The status line shows the coordinator, its health, the
+latency of the last read and the totals.
+
+Keys: enter opens a lock's details and its event timeline, / filters by name
+or holder, s cycles the sort (S reverses it), r revokes the selected lease
+after asking (a fence run holding it stops its command and exits 76), ? shows
+every key, q or ctrl-c quits.
+
+fence top needs a terminal (at least 40x8; 80x24 and up shows every column);
+it refuses to start, exit 125, when stdout is not one: use 'fence list
+--watch' there. NO_COLOR=1 draws without colour. SIGINT, SIGTERM and SIGHUP
+end it like q.`,
+		Example: `  fence top
+  fence top deploy/
+  FENCE_ENDPOINTS=etcd-1:2379 fence top --refresh 2s`,
+		Args: maxArgs(1),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return completeLocks(f)(cmd, args, toComplete)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				if err := checkPrefix(args[0]); err != nil {
+					return err
+				}
+				o.prefix = args[0]
+			}
+			return runTop(cmd.Context(), f, o)
+		},
+	}
+	cmd.GroupID = "inspect"
+	DurationVarP(cmd.Flags(), &o.refresh, "refresh", "", tui.DefaultRefresh, false, "list every lock again this often, besides following the watch")
+	return cmd
+}
+
+// checkPrefix checks a PREFIX argument: a prefix of some valid lock name.
+func checkPrefix(p string) error {
+	if len(p) > coord.MaxNameLen {
+		return fmt.Errorf("%w: prefix is %d bytes, longer than any lock name", coord.ErrInvalid, len(p))
+	}
+	if p == "" {
+		return nil
+	}
+	_, err := ParseLockName(p)
+	return err
+}
+
+func runTop(ctx context.Context, f *Factory, o *topOptions) error {
+	if !f.IO.IsStdoutTTY() {
+		return exitcode.New(exitcode.Failure, errNoTerminal)
+	}
+	// Bubble Tea ends the program itself on SIGINT and SIGTERM and restores
+	// the terminal. A second handler for them would race its own, and the
+	// loser deadlocks Bubble Tea's shutdown (charmbracelet/bubbletea#1806).
+	// SIGHUP, the terminal going away, is left to us: it ends the dashboard
+	// through ctx, as q does.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
+	defer stop()
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		err := tui.Run(ctx, c, tui.Options{
+			Prefix:  o.prefix,
+			Refresh: o.refresh,
+			Input:   topInput(f.IO.In),
+			Output:  f.IO.Out,
+		})
+		if errors.Is(err, tea.ErrInterrupted) {
+			// SIGINT from outside (on the raw terminal ctrl-c is a
+			// key): the terminal is restored, as on q.
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("top: %w", err)
+		}
+		return nil
+	})
+}
+
+// topInput is the dashboard's keyboard. For the process's own stdin it is
+// nil, so that Bubble Tea reads the controlling terminal (/dev/tty) when
+// stdin is redirected.
+func topInput(in io.Reader) io.Reader {
+	if in == os.Stdin {
+		return nil
+	}
+	return in
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// The shapes of fence's JSON and YAML output. Every field is always present
+// (null when it does not apply), names are snake_case, times are RFC 3339 in
+// UTC and durations are seconds. docs/json.md documents them; change both
+// together, and only by adding fields.
+
+// lockView is one lock: status, list, show, revoke.
+type lockView struct {
+	Name           string       `json:"name" yaml:"name"`
+	Held           bool         `json:"held" yaml:"held"`
+	Holder         *string      `json:"holder" yaml:"holder"`
+	Token          *uint64      `json:"token" yaml:"token"`
+	LeaseID        *string      `json:"lease_id" yaml:"lease_id"`
+	TTLSeconds     *float64     `json:"ttl_seconds" yaml:"ttl_seconds"`
+	TTLLeftSeconds *float64     `json:"ttl_left_seconds" yaml:"ttl_left_seconds"`
+	AcquiredAt     *string      `json:"acquired_at" yaml:"acquired_at"`
+	HeldForSeconds *float64     `json:"held_for_seconds" yaml:"held_for_seconds"`
+	Waiters        int          `json:"waiters" yaml:"waiters"`
+	LastToken      uint64       `json:"last_token" yaml:"last_token"`
+	Process        *processView `json:"process" yaml:"process"`
+}
+
+type processView struct {
+	PIDs []int `json:"pids" yaml:"pids"`
+	PGID int   `json:"pgid" yaml:"pgid"`
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func newLockView(i coord.LockInfo, now time.Time) lockView {
+	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, LastToken: i.LastToken}
+	if i.Held {
+		v.Holder = ptr(i.Holder)
+		v.Token = ptr(i.Token)
+		v.LeaseID = ptr(i.LeaseID)
+		v.TTLSeconds = ptr(output.Seconds(i.TTL))
+		v.TTLLeftSeconds = ptr(output.Seconds(max(i.TTLLeft, 0)))
+		v.AcquiredAt = output.Time(i.AcquiredAt)
+		if !i.AcquiredAt.IsZero() {
+			v.HeldForSeconds = ptr(output.Seconds(i.HeldFor(now)))
+		}
+		if v.LastToken < i.Token {
+			v.LastToken = i.Token
+		}
+	}
+	if i.Process != nil {
+		v.Process = &processView{PIDs: append([]int{}, i.Process.PIDs...), PGID: i.Process.PGID}
+	}
+	return v
+}
+
+// leaseView is a granted lease: acquire.
+type leaseView struct {
+	Lock       string  `json:"lock" yaml:"lock"`
+	Token      uint64  `json:"token" yaml:"token"`
+	LeaseID    string  `json:"lease_id" yaml:"lease_id"`
+	Holder     string  `json:"holder" yaml:"holder"`
+	TTLSeconds float64 `json:"ttl_seconds" yaml:"ttl_seconds"`
+	AcquiredAt *string `json:"acquired_at" yaml:"acquired_at"`
+}
+
+func newLeaseView(l *coord.Lease) leaseView {
+	return leaseView{
+		Lock: l.Name, Token: l.Token, LeaseID: l.ID, Holder: l.Holder,
+		TTLSeconds: output.Seconds(l.TTL), AcquiredAt: output.Time(l.AcquiredAt),
+	}
+}
+
+// eventView is one history event: show.
+type eventView struct {
+	Time           *string  `json:"time" yaml:"time"`
+	Kind           string   `json:"kind" yaml:"kind"`
+	Holder         *string  `json:"holder" yaml:"holder"`
+	Token          *uint64  `json:"token" yaml:"token"`
+	WaitSeconds    *float64 `json:"wait_seconds" yaml:"wait_seconds"`
+	HeldForSeconds *float64 `json:"held_for_seconds" yaml:"held_for_seconds"`
+	Count          *int     `json:"count" yaml:"count"`
+	Error          *string  `json:"error" yaml:"error"`
+	Key            *string  `json:"key" yaml:"key"`
+	AcceptedToken  *uint64  `json:"accepted_token" yaml:"accepted_token"`
+}
+
+func nonZero[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}
+
+func newEventView(e coord.HistoryEvent) eventView {
+	v := eventView{
+		Time: output.Time(e.Time), Kind: string(e.Kind),
+		Holder: nonZero(e.Holder), Token: nonZero(e.Token), Count: nonZero(e.Count),
+		Error: nonZero(e.Error), Key: nonZero(e.Key), AcceptedToken: nonZero(e.AcceptedToken),
+	}
+	if e.Kind == coord.HistAcquired {
+		v.WaitSeconds = ptr(output.Seconds(e.Wait))
+	}
+	if e.HeldFor > 0 {
+		v.HeldForSeconds = ptr(output.Seconds(e.HeldFor))
+	}
+	return v
+}
+
+// showView is a lock and its recent events: show.
+type showView struct {
+	Lock lockView `json:"lock" yaml:"lock"`
+	// Events is null when the coordinator keeps no history.
+	Events []eventView `json:"events" yaml:"events"`
+}
+
+// textTime formats a time for text output: RFC 3339 in local time, to the
+// second.
+func textTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(time.RFC3339)
+}
+
+// lockFields is the text form of a lock.
+func lockFields(i coord.LockInfo, now time.Time) []output.Field {
+	if !i.Held {
+		fs := []output.Field{{Key: "lock", Value: i.Name}, {Key: "state", Value: "free"}}
+		if i.LastToken > 0 {
+			fs = append(fs, output.Field{Key: "last_token", Value: strconv.FormatUint(i.LastToken, 10)})
+		}
+		return append(fs, output.Field{Key: "waiters", Value: strconv.Itoa(i.Waiters)})
+	}
+	fs := []output.Field{
+		{Key: "lock", Value: i.Name},
+		{Key: "state", Value: "held"},
+		{Key: "holder", Value: i.Holder},
+		{Key: "token", Value: strconv.FormatUint(i.Token, 10)},
+		{Key: "lease_id", Value: i.LeaseID},
+		{Key: "ttl", Value: output.Duration(i.TTL)},
+		{Key: "ttl_left", Value: output.Duration(i.TTLLeft)},
+		{Key: "acquired_at", Value: textTime(i.AcquiredAt)},
+		{Key: "held_for", Value: output.Duration(i.HeldFor(now))},
+		{Key: "waiters", Value: strconv.Itoa(i.Waiters)},
+	}
+	if p := i.Process; p != nil {
+		fs = append(fs, output.Field{Key: "process", Value: fmt.Sprintf("pids %v, pgid %d", p.PIDs, p.PGID)})
+	}
+	return fs
+}
+
+// listHeader and listRow are the table form of locks.
+var listHeader = []string{"NAME", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS"}
+
+func listRow(i coord.LockInfo, now time.Time) []string {
+	if !i.Held {
+		return []string{i.Name, "-", "-", "-", "-", strconv.Itoa(i.Waiters)}
+	}
+	return []string{
+		i.Name, i.Holder, strconv.FormatUint(i.Token, 10),
+		output.Duration(i.TTLLeft), output.Duration(i.HeldFor(now)), strconv.Itoa(i.Waiters),
+	}
+}
+
+// eventHeader and eventRow are the table form of history events.
+var eventHeader = []string{"TIME", "EVENT", "HOLDER", "TOKEN", "DETAIL"}
+
+func eventRow(e coord.HistoryEvent) []string {
+	token := "-"
+	if e.Token > 0 {
+		token = strconv.FormatUint(e.Token, 10)
+	}
+	holder := e.Holder
+	if holder == "" {
+		holder = "-"
+	}
+	var detail string
+	switch e.Kind {
+	case coord.HistAcquired:
+		detail = "waited " + output.Duration(e.Wait)
+	case coord.HistReleased:
+		detail = "held " + output.Duration(e.HeldFor)
+	case coord.HistRenewalFailed:
+		detail = fmt.Sprintf("%d failed: %s", e.Count, e.Error)
+	case coord.HistStaleRefused:
+		detail = fmt.Sprintf("key %s: token %d < accepted %d", e.Key, e.Token, e.AcceptedToken)
+	default:
+		if e.Error != "" {
+			detail = e.Error
+		}
+	}
+	if detail == "" {
+		detail = "-"
+	}
+	return []string{textTime(e.Time), string(e.Kind), holder, token, detail}
+}

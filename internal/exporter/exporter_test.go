@@ -1,0 +1,440 @@
+package exporter_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/internal/exporter"
+	"github.com/fence-dev/fence/internal/history/auto"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/coord/local"
+	"github.com/fence-dev/fence/pkg/history"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// backend opens coordinators on one storage; each call is a new client.
+type backend struct {
+	name     string
+	open     func(t *testing.T) coord.Coordinator // plain
+	shortTTL time.Duration
+}
+
+var prefixes atomic.Int64
+
+func backends(t *testing.T) []backend {
+	dir := filepath.Join(t.TempDir(), "state")
+	srv := etcdtest.Start(t)
+	prefix := fmt.Sprintf("/x%d/", prefixes.Add(1))
+	return []backend{
+		{name: "local", shortTTL: 300 * time.Millisecond, open: func(t *testing.T) coord.Coordinator {
+			c, err := local.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+		{name: "etcd", shortTTL: time.Second, open: func(t *testing.T) coord.Coordinator {
+			c, err := etcd.New(context.Background(), etcd.Config{Endpoints: srv.Endpoints(), Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+	}
+}
+
+func recorder(t *testing.T, c coord.Coordinator) *history.Recorder {
+	t.Helper()
+	r, err := auto.Wrap(c, history.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// serve starts the exporter on a loopback port for the test's duration and
+// returns its base URL.
+func serve(t *testing.T, c coord.Coordinator, opts exporter.Options) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	opts.Logger = quiet
+	ready := make(chan struct{})
+	opts.OnListen = func(net.Addr) { close(ready) }
+	go func() { done <- exporter.ServeListener(ctx, ln, c, opts) }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("ServeListener: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ServeListener returned %v after the context ended", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// scrape fetches /metrics with a real HTTP client and parses it with the
+// Prometheus text parser.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctxT(t), http.MethodGet, url+"/metrics", nil)
+	req.Header.Set("Accept", "text/plain")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET /metrics: %s %s\n%s", resp.Status, resp.Header.Get("Content-Type"), b)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return fams
+}
+
+// metric finds the sample of name whose labels include want.
+func metric(fams map[string]*dto.MetricFamily, name string, want map[string]string) (*dto.Metric, bool) {
+	f := fams[name]
+	if f == nil {
+		return nil, false
+	}
+next:
+	for _, m := range f.Metric {
+		have := map[string]string{}
+		for _, l := range m.Label {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if have[k] != v {
+				continue next
+			}
+		}
+		return m, true
+	}
+	return nil, false
+}
+
+// value returns the value of a gauge or counter sample, failing the test
+// when it is missing.
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
+	t.Helper()
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	m, ok := metric(fams, name, want)
+	if !ok {
+		t.Fatalf("no %s%v in the scrape", name, want)
+	}
+	switch {
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	}
+	t.Fatalf("%s%v is neither a gauge nor a counter", name, want)
+	return 0
+}
+
+func histogram(t *testing.T, fams map[string]*dto.MetricFamily, lock string) (count uint64, sum float64) {
+	t.Helper()
+	m, ok := metric(fams, "fence_lock_critical_section_seconds", map[string]string{"lock": lock})
+	if !ok {
+		return 0, 0
+	}
+	if fams["fence_lock_critical_section_seconds"].GetType() != dto.MetricType_HISTOGRAM {
+		t.Fatal("fence_lock_critical_section_seconds is not a histogram")
+	}
+	return m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum()
+}
+
+func TestExporter(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) { testExporter(t, b) })
+	}
+}
+
+func testExporter(t *testing.T, b backend) {
+	ctx := ctxT(t)
+	drv := recorder(t, b.open(t))
+	// A lock held before the exporter starts is in the first scrape.
+	early, err := drv.Acquire(ctx, "early", coord.AcquireOptions{TTL: 30 * time.Second, Holder: "early-bird"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serve(t, recorder(t, b.open(t)), exporter.Options{})
+
+	fams := scrape(t, url)
+	if v := value(t, fams, "fence_lock_held", "lock", "early"); v != 1 {
+		t.Errorf("early: held %v", v)
+	}
+	if v := value(t, fams, "fence_lock_holder_info", "lock", "early", "holder", "early-bird"); v != 1 {
+		t.Errorf("early: holder info %v", v)
+	}
+	if v := value(t, fams, "fence_exporter_coordinator_up"); v != 1 {
+		t.Errorf("coordinator_up %v", v)
+	}
+	if v := value(t, fams, "fence_exporter_history_up"); v != 1 {
+		t.Errorf("history_up %v", v)
+	}
+
+	// Acquire.
+	a, err := drv.Acquire(ctx, "jobs/a", coord.AcquireOptions{TTL: 30 * time.Second, Holder: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams = scrape(t, url)
+	if v := value(t, fams, "fence_lock_held", "lock", "jobs/a"); v != 1 {
+		t.Errorf("held %v after Acquire", v)
+	}
+	if v := value(t, fams, "fence_lock_token", "lock", "jobs/a"); v != float64(a.Token) {
+		t.Errorf("token %v, want %d", v, a.Token)
+	}
+	if v := value(t, fams, "fence_lock_ttl_remaining_seconds", "lock", "jobs/a"); v <= 0 || v > a.TTL.Seconds() {
+		t.Errorf("ttl remaining %v, want in (0, %v]", v, a.TTL.Seconds())
+	}
+	if v := value(t, fams, "fence_lock_holder_info", "lock", "jobs/a", "holder", "alice"); v != 1 {
+		t.Errorf("holder info %v", v)
+	}
+	if v := value(t, fams, "fence_lock_held_seconds", "lock", "jobs/a"); v < 0 || v > 60 {
+		t.Errorf("held seconds %v", v)
+	}
+	if v := value(t, fams, "fence_lock_held_seconds", "lock", "early"); v <= 0 {
+		t.Errorf("early: held seconds %v, want > 0", v)
+	}
+	if v := value(t, fams, "fence_lock_events_total", "lock", "jobs/a", "kind", "acquired"); v != 1 {
+		t.Errorf("acquired events %v", v)
+	}
+	if v := value(t, fams, "fence_lock_renewal_failures_total", "lock", "jobs/a"); v != 0 {
+		t.Errorf("renewal failures %v before any", v)
+	}
+	if v := value(t, fams, "fence_lock_events_total", "lock", "jobs/a", "kind", "lease_lost"); v != 0 {
+		t.Errorf("lease_lost events %v before any", v)
+	}
+
+	// Renewal failures (one event standing for 3) and stale refusals, as
+	// fence run and the guards record them; then a renewal.
+	for _, e := range []coord.HistoryEvent{
+		{Lock: "jobs/a", Kind: coord.HistRenewalFailed, Holder: "alice", Token: a.Token, Count: 3, Error: "timeout"},
+		{Lock: "jobs/a", Kind: coord.HistStaleRefused, Key: "k", Token: a.Token - 1, AcceptedToken: a.Token},
+		{Lock: "jobs/a", Kind: coord.HistStaleRefused, Key: "k", Token: a.Token - 1, AcceptedToken: a.Token},
+	} {
+		if err := drv.Record(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := drv.Renew(ctx, "jobs/a", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	fams = scrape(t, url)
+	if v := value(t, fams, "fence_lock_renewal_failures_total", "lock", "jobs/a"); v != 3 {
+		t.Errorf("renewal failures %v, want 3", v)
+	}
+	if v := value(t, fams, "fence_lock_stale_refusals_total", "lock", "jobs/a"); v != 2 {
+		t.Errorf("stale refusals %v, want 2", v)
+	}
+	if v := value(t, fams, "fence_lock_held", "lock", "jobs/a"); v != 1 {
+		t.Errorf("held %v after Renew", v)
+	}
+
+	// Release: the critical section is observed.
+	time.Sleep(50 * time.Millisecond)
+	if err := drv.Release(ctx, "jobs/a", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	fams = scrape(t, url)
+	if v := value(t, fams, "fence_lock_held", "lock", "jobs/a"); v != 0 {
+		t.Errorf("held %v after Release", v)
+	}
+	if _, ok := metric(fams, "fence_lock_holder_info", map[string]string{"lock": "jobs/a"}); ok {
+		t.Error("holder info still there after Release")
+	}
+	if v := value(t, fams, "fence_lock_ttl_remaining_seconds", "lock", "jobs/a"); v != 0 {
+		t.Errorf("ttl remaining %v after Release", v)
+	}
+	if v := value(t, fams, "fence_lock_held_seconds", "lock", "jobs/a"); v != 0 {
+		t.Errorf("held seconds %v after Release", v)
+	}
+	if v := value(t, fams, "fence_lock_token", "lock", "jobs/a"); v != float64(a.Token) {
+		t.Errorf("token %v after Release, want the last one %d", v, a.Token)
+	}
+	if n, sum := histogram(t, fams, "jobs/a"); n != 1 || sum < 0.05 || sum > 60 {
+		t.Errorf("critical section: %d observations, sum %v; want 1 of at least 0.05s", n, sum)
+	}
+	if v := value(t, fams, "fence_lock_events_total", "lock", "jobs/a", "kind", "released"); v != 1 {
+		t.Errorf("released events %v", v)
+	}
+
+	// Expiry: a lease that is never renewed ends at its TTL.
+	x, err := drv.Acquire(ctx, "jobs/x", coord.AcquireOptions{TTL: b.shortTTL, Holder: "xavier"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := value(t, scrape(t, url), "fence_lock_held", "lock", "jobs/x"); v != 1 {
+		t.Errorf("jobs/x held %v", v)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		fams = scrape(t, url)
+		if value(t, fams, "fence_lock_held", "lock", "jobs/x") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("jobs/x still held long after its TTL")
+		}
+	}
+	if n, _ := histogram(t, fams, "jobs/x"); n != 1 {
+		t.Errorf("jobs/x: %d critical sections observed, want 1", n)
+	}
+	if v := value(t, fams, "fence_lock_token", "lock", "jobs/x"); v != float64(x.Token) {
+		t.Errorf("jobs/x token %v", v)
+	}
+	_ = drv.Release(ctx, "early", early.ID)
+}
+
+// TestWatchSeesEverySection: sections that begin and end between two
+// scrapes are counted, from the watch (etcd reports every change).
+func TestWatchSeesEverySection(t *testing.T) {
+	b := backends(t)[1]
+	url := serve(t, b.open(t), exporter.Options{})
+	drv := b.open(t)
+	scrape(t, url) // the exporter runs
+	const cycles = 3
+	for i := 0; i < cycles; i++ {
+		l, err := drv.Acquire(ctxT(t), "w", coord.AcquireOptions{TTL: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.Release(ctxT(t), "w", l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		fams := scrape(t, url)
+		n, _ := histogram(t, fams, "w")
+		if n == cycles {
+			break
+		}
+		if n > cycles || time.Now().After(deadline) {
+			t.Fatalf("%d critical sections observed, want %d", n, cycles)
+		}
+	}
+}
+
+// TestNoHistory: a coordinator without history exports no history metrics.
+func TestNoHistory(t *testing.T) {
+	b := backends(t)[0]
+	c := b.open(t)
+	l, err := c.Acquire(ctxT(t), "plain", coord.AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release(ctxT(t), "plain", l.ID)
+	fams := scrape(t, serve(t, c, exporter.Options{}))
+	if v := value(t, fams, "fence_lock_held", "lock", "plain"); v != 1 {
+		t.Errorf("held %v", v)
+	}
+	for _, name := range []string{"fence_lock_renewal_failures_total", "fence_lock_stale_refusals_total", "fence_exporter_history_up"} {
+		if _, ok := fams[name]; ok {
+			t.Errorf("%s exported without a history", name)
+		}
+	}
+	if _, ok := fams["go_goroutines"]; !ok {
+		t.Error("no Go collector metrics")
+	}
+}
+
+func TestPrefix(t *testing.T) {
+	b := backends(t)[0]
+	drv := b.open(t)
+	for _, n := range []string{"team-a/x", "team-b/y"} {
+		if _, err := drv.Acquire(ctxT(t), n, coord.AcquireOptions{TTL: 30 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams := scrape(t, serve(t, recorder(t, b.open(t)), exporter.Options{Prefix: "team-a/"}))
+	if v := value(t, fams, "fence_lock_held", "lock", "team-a/x"); v != 1 {
+		t.Errorf("team-a/x held %v", v)
+	}
+	if _, ok := metric(fams, "fence_lock_held", map[string]string{"lock": "team-b/y"}); ok {
+		t.Error("team-b/y exported under prefix team-a/")
+	}
+}
+
+func TestServeErrors(t *testing.T) {
+	b := backends(t)[0]
+	if err := exporter.Serve(ctxT(t), "127.0.0.1:notaport", b.open(t), exporter.Options{Logger: quiet}); err == nil {
+		t.Error("Serve on a bad address succeeded")
+	}
+	c := b.open(t)
+	c.Close()
+	if _, err := exporter.Handler(ctxT(t), c, exporter.Options{Logger: quiet}); err == nil {
+		t.Error("Handler on a closed coordinator succeeded")
+	}
+	// Serve on a free port stops when its context ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var addr atomic.Value
+	go func() {
+		done <- exporter.Serve(ctx, "127.0.0.1:0", b.open(t), exporter.Options{Logger: quiet,
+			OnListen: func(a net.Addr) { addr.Store(a.String()); cancel() }})
+	}()
+	select {
+	case err := <-done:
+		if err != nil || addr.Load() == nil {
+			t.Fatalf("Serve = %v (listened on %v)", err, addr.Load())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return after its context ended")
+	}
+	// The landing page.
+	url := serve(t, b.open(t), exporter.Options{})
+	resp, err := http.Get(url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "/metrics") {
+		t.Errorf("GET / = %s %q", resp.Status, body)
+	}
+	if resp, err := http.Get(url + "/nothing"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /nothing = %v, %v", resp.Status, err)
+	} else {
+		resp.Body.Close()
+	}
+}

@@ -1,0 +1,77 @@
+//go:build linux
+
+package supervise_test
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fence-dev/fence/internal/supervise"
+)
+
+// TestCommandEndsWhileFenceFrozen: fence and its watchdog are both frozen
+// past the lease's safe-until, so nothing can stop the command, which ends on
+// its own (exit 0) after the lease could no longer be trusted. Its work was
+// not covered by the lease to the end: once resumed, fence exits 76 and says
+// how the command ended, whichever it notices first, the command's exit
+// report or the lapsed lease.
+func TestCommandEndsWhileFenceFrozen(t *testing.T) {
+	for _, bk := range backends {
+		t.Run(bk.name, func(t *testing.T) {
+			b := bk.open(t)
+			dir := t.TempDir()
+			pidFile, goFile := dir+"/pid", dir+"/go"
+			const ttl = 2 * time.Second
+			f := startFence(t, b, supervise.Options{Lock: "frozen-both", TTL: ttl, Shell: true,
+				Command: []string{"echo $$ > " + shell(pidFile) + "; while [ ! -e " + shell(goFile) + " ]; do sleep 0.02; done; exit 0"}})
+			pid := pids(t, waitFile(t, pidFile, 1))[0]
+			st, err := procStat(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			watchdog := st.PPID
+			if err := f.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Kill(watchdog, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Kill(watchdog, syscall.SIGCONT)
+			time.Sleep(2 * ttl) // past safe-until: nobody renews, nobody stops the command
+
+			// The command ends on its own; the frozen watchdog, its parent,
+			// leaves it a zombie until it is resumed and reaps it.
+			if err := os.WriteFile(goFile, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, pid, func(s byte) bool { return s == 'Z' }, "a zombie")
+			if err := syscall.Kill(watchdog, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, pid, nil, "reaped")
+			if err := f.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			// 76, not the command's 0: it ended after the lease lapsed.
+			f.expectLost(t, "exited with code 0 after that")
+		})
+	}
+}
+
+// waitState waits until pid's state satisfies ok, or (ok nil) until pid is
+// gone.
+func waitState(t *testing.T, pid int, ok func(byte) bool, what string) {
+	t.Helper()
+	for end := time.Now().Add(hang); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		st, err := procStat(pid)
+		if ok == nil && (err != nil || st.Gone()) {
+			return
+		}
+		if ok != nil && err == nil && ok(st.State) {
+			return
+		}
+	}
+	t.Fatalf("process %d never became %s", pid, what)
+}

@@ -1,0 +1,940 @@
+// Package supervise runs a command as the holder of a lease: the heart of
+// `fence run`.
+//
+// Three processes take part: fence (the caller of Run), a watchdog (the
+// fence binary re-executed with WatchdogArg) and the command, which the
+// watchdog starts in a process group of its own. fence acquires the lease,
+// keeps it renewed (package fencing) and sends each new stop time to the
+// watchdog: the lease's safe-until less the grace period, on the boot clock.
+// The watchdog sends the stop signal to the command's group and every
+// descendant when the stop time passes without extension, SIGKILL after the
+// grace period, and does the same at once when the pipe from fence closes
+// (fence died, even by SIGKILL). fence keeps the same deadline itself, so
+// either process alone stops the command before its lease can expire: a
+// frozen fence (SIGSTOP, a stall) is covered by the watchdog, a frozen
+// watchdog by fence.
+//
+// Descendants that leave the process group (setsid, double forks) are
+// caught in two ways: the command runs in a cgroup v2 of its own where the
+// machine allows it (root, or a delegated subtree; cgroup2 mounted, also at
+// /sys/fs/cgroup/unified on hybrid v1 systems), which cgroup.kill empties at
+// once; and the watchdog is a child subreaper, so orphans are re-parented
+// to it and found by walking /proc. Without a cgroup, a descendant is missed
+// only if the watchdog itself is killed (SIGKILL of both fence and the
+// watchdog, e.g. `kill -9` of fence's process group): then the command's
+// main process still dies (parent-death signal), but its other descendants
+// are orphaned to init.
+//
+// Timing. fence renews every TTL/3; the lease is safe until the send time
+// of the last acknowledged renewal + TTL - margin; the stop signal goes at
+// safe-until - grace and SIGKILL at safe-until. Defaults: grace
+// DefaultGrace(TTL) = min(TTL/5, 5s); margin fencing.DefaultMargin(TTL) =
+// TTL/10 within [100ms, 2s] (at most TTL/5). Run refuses settings that do
+// not leave room for two renewal attempts before the stop signal
+// (2*TTL/3 < TTL - margin - grace). With the default TTL of 15s: grace 3s,
+// margin 1.5s, so the stop signal comes 10.5s after the send of the last
+// acknowledged renewal, SIGKILL at 13.5s, and the lease cannot expire
+// before 15s.
+//
+// Revocation. Once the command has started, fence also watches its lease
+// when the coordinator can tell at once that it ended (coord.LeaseWatcher:
+// etcd watches the lease's key; the local backend cannot, and a revoke is
+// found at the next renewal there). A notice stops the command as a renewal
+// that found the lease lost does (exit 76, the same message and history
+// event); a watch that fails only leaves the renewals to find out. The
+// watch ends before fence's own release.
+//
+// Terminal. When stdin is a terminal and fence is in its foreground, the
+// command's group gets the terminal's foreground (it can read it, and ^C,
+// ^\ reach it directly, as without fence); the watchdog gives it back to
+// fence's group when the command ends.
+//
+// Across a system suspend, all processes stop and resume together; the
+// watchdog reads the boot clock at least every 100ms, so the command runs
+// at most about that long after a resume past its stop time.
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"golang.org/x/sys/unix"
+
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/proc"
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/fencing"
+)
+
+// forwarded are the signals fence passes on to the command's group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// Run acquires the lock, runs the command under a watchdog as the lease's
+// holder, releases the lock once no process of the command's tree is left,
+// and returns fence's exit code: the command's own code; 128+N when it died
+// of signal N that fence did not send for a stop (a forwarded signal counts
+// as the command's); or one of package exitcode's: Busy (as
+// Options.ConflictExitCode), LeaseLost, Deadline, Failure, CannotExec,
+// NotFound.
+//
+// err is non-nil when fence has something to say: one line for stderr (why
+// the command did not run, or why it was stopped), to be printed by the
+// caller; it wraps coord.ErrBusy, coord.ErrInvalid, ... as the cause
+// requires, but the code returned is the one to exit with. Run itself
+// writes to Stderr only with Verbose, the "waiting for" line when Stderr is
+// a terminal, and a warning when the lease could not be released or the
+// metrics file not written.
+//
+// When ctx ends, the command is stopped as at a deadline and Run returns
+// exitcode.Failure; the lease is released after. While it runs, SIGINT,
+// SIGTERM, SIGHUP and SIGQUIT sent to the calling process are forwarded to
+// the command's process group (those that were ignored when Run started stay
+// ignored, for fence and the command); while it waits for the lock, they end
+// the wait (exit 128+N).
+//
+// Run is Start followed by Runner.Run: a caller that has work to do before
+// it can pass a coordinator (connecting to it) calls Start first, so that
+// the watchdog's start-up overlaps that work.
+func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
+	r, err := Start(opts)
+	if err != nil {
+		return exitcode.Failure, err
+	}
+	defer r.Close()
+	return r.Run(ctx, c)
+}
+
+// Runner is a `fence run` whose watchdog process is already starting. The
+// watchdog is the fence binary started again, and its start-up (the
+// package initialisation of a large Go program) takes about as long as
+// connecting to etcd and acquiring a lock: Start it before opening the
+// coordinator, and the two overlap.
+//
+// Run runs the command once; Close ends the watchdog when Run is not called
+// (the coordinator could not be opened) and is a no-op once Run was called.
+// A Runner must be closed or run, or its watchdog lives on until the calling
+// process exits.
+type Runner struct {
+	r *runner
+
+	mu     sync.Mutex
+	used   bool // Run was called
+	closed bool
+}
+
+// Start checks opts and starts the watchdog process. The error (exit code
+// exitcode.Failure) wraps coord.ErrInvalid when opts are invalid; no
+// watchdog is left running after an error.
+func Start(opts Options) (*Runner, error) {
+	p, err := check(opts)
+	if err != nil {
+		return nil, err
+	}
+	if p.MetricsFile != "" {
+		// Checked here, not in run: there is no file to write the metrics of
+		// this failure to.
+		if st, err := os.Stat(filepath.Dir(p.MetricsFile)); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
+		}
+	}
+	r := &runner{p: p, m: metrics{lock: p.Lock}}
+	r.setStreams()
+	if err := r.startWatchdog(); err != nil {
+		return nil, err
+	}
+	return &Runner{r: r}, nil
+}
+
+// WatchdogPID is the process ID of the watchdog.
+func (rr *Runner) WatchdogPID() int { return rr.r.wd.Process.Pid }
+
+// Run acquires the lock on c and runs the command, as the package-level Run
+// does; it returns the same exit codes and errors. It may be called once,
+// and not after Close.
+func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
+	rr.mu.Lock()
+	used, closed := rr.used, rr.closed
+	rr.used = true
+	rr.mu.Unlock()
+	if used || closed {
+		return exitcode.Failure, errors.New("supervise: Runner.Run called after Run or Close")
+	}
+	r := rr.r
+	defer r.closeWatchdog()
+	r.c = c
+	code, err := r.run(ctx)
+	r.m.exitCode = code
+	if r.p.MetricsFile != "" {
+		if werr := writeMetrics(r.p.MetricsFile, &r.m); werr != nil {
+			r.warnf("%v", werr)
+		}
+	}
+	return code, err
+}
+
+// Close kills the watchdog, which was never given a command, and waits for
+// it to exit. Once Run was called it does nothing: Run ends the watchdog
+// itself.
+func (rr *Runner) Close() {
+	rr.mu.Lock()
+	skip := rr.used || rr.closed
+	rr.closed = true
+	rr.mu.Unlock()
+	if !skip {
+		rr.r.closeWatchdog()
+	}
+}
+
+type runner struct {
+	p      *plan
+	c      coord.Coordinator
+	stderr io.Writer
+	m      metrics
+
+	held *fencing.Held
+	// hist records renewal failures as they are found to be over (see
+	// failuresBack); heldPtr is held for the renewal goroutine.
+	hist    failureRecorder
+	heldPtr atomic.Pointer[fencing.Held]
+
+	wd        *exec.Cmd
+	wdDone    chan struct{}
+	orders    *orderQueue
+	reports   <-chan report // nil once read to its end
+	reportsCh <-chan report
+	startSent bool // the start order was given: the watchdog may have a command
+
+	started   *report // the watchdog's started report
+	execErr   *report
+	wdErr     string
+	exit      *exitInfo
+	stopping  string // fence's stop reason, "" before
+	wdStopped string // the reason the watchdog reported
+	lostErr   error  // what fencing reported
+	cancelErr error  // why ctx ended
+	attaching sync.WaitGroup
+	warm      sync.WaitGroup
+	lw        leaseWatch // the coordinator's notice of the lease's end
+}
+
+// setStreams settles where fence's own lines go (r.stderr): the command's
+// stderr, serialized when it is not a file.
+func (r *runner) setStreams() {
+	p := r.p
+	switch p.Stderr.(type) {
+	case nil:
+		r.stderr = os.Stderr
+	case *os.File:
+		r.stderr = p.Stderr
+	default:
+		// The command's stderr is copied into it from a pipe, concurrently
+		// with fence's own lines.
+		r.stderr = &lockedWriter{w: p.Stderr}
+		p.Stderr = r.stderr
+	}
+}
+
+func (r *runner) run(ctx context.Context) (int, error) {
+	p := r.p
+	env := p.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	env = scrubEnv(env, p.Location)
+
+	path, args, err := resolve(p, env)
+	if err != nil {
+		return execCode(err), err
+	}
+
+	// Signals: forwarded to the command once it runs; before, they end the
+	// wait for the lock.
+	sigs := make(chan os.Signal, 4)
+	var ignored []int
+	for _, s := range forwarded {
+		if signal.Ignored(s) {
+			ignored = append(ignored, int(s.(syscall.Signal)))
+			continue
+		}
+		signal.Notify(sigs, s)
+	}
+	defer signal.Stop(sigs)
+
+	defer r.warm.Wait()
+
+	// The watchdog was started by Start: its PID is recorded with the
+	// lease, and its start-up overlaps opening the coordinator and the
+	// acquisition. It is waited for after the release.
+	holder := p.Holder
+	if holder == "" {
+		holder = coord.DefaultHolder()
+	}
+	hopts := fencing.HoldOptions{
+		RenewInterval: p.interval,
+		Margin:        p.margin,
+		NoRenew:       p.NoRenew,
+		OnSafeUntil: func(su clock.Boot) {
+			r.orders.push(order{Op: opExtend, LeaseStop: su.Add(-p.grace)})
+			r.failuresBack() // an acknowledgment: the coordinator is reachable
+		},
+		OnRenewError: func(err error, n int) {
+			r.verbosef("renewal %d failed: %v", n, err)
+		},
+	}
+	acq := coord.AcquireOptions{
+		TTL:    p.TTL,
+		Holder: holder,
+		Wait:   p.Wait,
+		Process: &coord.ProcessInfo{
+			PIDs: []int{os.Getpid(), r.wd.Process.Pid},
+		},
+		OnWait: func(cur coord.LockInfo) {
+			// A handoff is coming: warm up the coding of the start order
+			// meanwhile, as the watchdog does.
+			r.warm.Go(warmUp)
+			if p.Verbose || isTerminal(r.stderr) {
+				fmt.Fprintf(r.stderr, "fence: waiting for %q, held by %s (token %d)\n", p.Lock, cur.Holder, cur.Token)
+			}
+		},
+	}
+	actx, cancelAcq := context.WithCancelCause(ctx)
+	defer cancelAcq(nil)
+	acqDone := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			cancelAcq(interrupted{s.(syscall.Signal)})
+		case <-acqDone:
+		}
+	}()
+	acquire := r.c.Acquire
+	if d, ok := r.c.(deferredAcquirer); ok {
+		// The history record of the acquisition overlaps the command's
+		// start; the coordinator's Release waits for it.
+		acquire = d.AcquireDeferred
+	}
+	t0 := clock.Now()
+	lease, err := acquire(actx, p.Lock, acq)
+	close(acqDone)
+	r.m.wait = clock.Now().Sub(t0)
+	if err == nil && context.Cause(actx) != nil {
+		// A signal came as the lock was granted: do not start the command.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = r.c.Release(rctx, lease.Name, lease.ID)
+		cancel()
+		err = context.Cause(actx)
+	}
+	if err == nil {
+		// The hold outlives ctx: when ctx ends, the command is stopped
+		// first, and the lease released after.
+		r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, hopts)
+		r.heldPtr.Store(r.held)
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = r.c.Release(rctx, lease.Name, lease.ID)
+			cancel()
+			return exitcode.Failure, err
+		}
+	}
+	if err != nil {
+		var intr interrupted
+		switch cause := context.Cause(actx); {
+		case errors.As(cause, &intr):
+			return 128 + int(intr.sig), fmt.Errorf("interrupted by SIG%s while waiting for %q", SignalName(intr.sig), p.Lock)
+		case errors.Is(err, coord.ErrBusy):
+			return p.ConflictExitCode, err
+		case ctx.Err() != nil:
+			return exitcode.Failure, fmt.Errorf("waiting for %q: %w", p.Lock, context.Cause(ctx))
+		default:
+			return exitcode.Failure, err
+		}
+	}
+	held := r.held
+	r.m.token = lease.Token
+	r.verbosef("acquired %q: token %d, lease %s, TTL %v, waited %v", p.Lock, lease.Token, lease.ID, lease.TTL, r.m.wait.Round(time.Millisecond))
+
+	code, runErr := r.supervise(ctx, path, args, env, ignored, sigs)
+	r.attaching.Wait()
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	st := held.Stats()
+	r.m.renewals, r.m.failures = st.Renewals, st.Failures
+	r.record(rctx, code, runErr)
+	if err := held.Release(rctx); err != nil {
+		r.warnf("%v", err)
+	} else {
+		r.verbosef("released %q (token %d)", p.Lock, lease.Token)
+	}
+	return code, runErr
+}
+
+// deferredAcquirer is a coordinator that records an acquisition after it
+// returns the lease (history.Recorder.AcquireDeferred), and makes Release
+// and its history records wait for that record.
+type deferredAcquirer interface {
+	AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error)
+}
+
+type interrupted struct{ sig syscall.Signal }
+
+func (i interrupted) Error() string { return "interrupted by SIG" + SignalName(i.sig) }
+
+// startWatchdog starts the watchdog process with its two pipes.
+func (r *runner) startWatchdog() error {
+	p := r.p
+	exe := p.Executable
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	ordR, ordW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("start watchdog: %w", err)
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		ordR.Close()
+		ordW.Close()
+		return fmt.Errorf("start watchdog: %w", err)
+	}
+	cmd := exec.Command(exe, WatchdogArg)
+	if p.Executable == "" && len(os.Args) > 0 && os.Args[0] != "" {
+		// The running binary under the name it was started as (ps shows
+		// "fence __watchdog"), so that a binary that dispatches on argv[0]
+		// (a multi-call binary, testscript's commands) runs as fence again.
+		cmd.Args[0] = os.Args[0]
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
+	if cmd.Stdin == nil {
+		cmd.Stdin = os.Stdin
+	}
+	if cmd.Stdout == nil {
+		cmd.Stdout = os.Stdout
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
+	cmd.ExtraFiles = []*os.File{ordR, repW}
+	cmd.WaitDelay = time.Second
+	err = cmd.Start()
+	ordR.Close()
+	repW.Close()
+	if err != nil {
+		ordW.Close()
+		repR.Close()
+		return fmt.Errorf("start watchdog %s: %w", exe, err)
+	}
+	r.wd = cmd
+	r.wdDone = make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(r.wdDone)
+	}()
+	r.orders = newOrderQueue(ordW)
+	r.reportsCh = readLines[report](repR) // it closes repR at the watchdog's end
+	r.reports = r.reportsCh
+	return nil
+}
+
+// closeWatchdog ends the order pipe (the watchdog exits when it has no
+// command, or stops it) and waits for the watchdog to exit and its reports
+// to end. A watchdog that was never given a command has nothing to stop or
+// clean up: it is killed, so that a failure before the command does not
+// wait for its start-up.
+func (r *runner) closeWatchdog() {
+	if !r.startSent {
+		_ = r.wd.Process.Kill()
+	}
+	r.orders.close()
+	<-r.wdDone
+	for range r.reportsCh {
+	}
+}
+
+// supervise starts the command and follows it until the watchdog is done.
+func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
+	p := r.p
+	lease := r.held.Lease()
+	leaseStop := r.held.SafeUntil().Add(-p.grace)
+	var deadline clock.Boot
+	now := clock.Now()
+	if p.Deadline > 0 {
+		deadline = now.Add(p.Deadline)
+	}
+	if p.NoRenew && (deadline == 0 || deadline > leaseStop) {
+		deadline = leaseStop // what the lease covers
+	}
+	env = setEnv(env, leaseEnv(lease, deadline))
+	sp := &spec{
+		Path: path, Args: args, Env: env, Dir: p.Dir,
+		Signal: int(p.signal), Grace: p.grace,
+		LeaseStop: leaseStop, Deadline: deadline,
+		Ignore:     ignored,
+		Foreground: foreground(r.wd.Stdin),
+		Cgroup:     !p.NoCgroup,
+	}
+	r.orders.push(order{Op: opStart, Spec: sp})
+	r.startSent = true
+
+	defer r.lw.stop()
+	heldDone := r.held.Context().Done()
+	ctxDone := ctx.Done()
+	wdDone := r.wdDone
+	var (
+		ownSignalAt, ownKillAt clock.Boot // fence's own stop sequence
+		ownSignalled           bool
+		lastKill               clock.Boot
+	)
+	allowance := min(p.grace/4, 100*time.Millisecond) // the watchdog acts first
+	startStop := func(reason string, now clock.Boot) {
+		if r.stopping != "" || r.exit != nil || r.execErr != nil {
+			return
+		}
+		r.stopping = reason
+		r.orders.push(order{Op: opStop, Reason: reason})
+		ownSignalAt = now.Add(allowance)
+		ownKillAt = min(now.Add(p.grace), leaseStop.Add(p.grace))
+		if p.signal == syscall.SIGKILL {
+			ownKillAt = ownSignalAt
+		}
+		r.verbosef("stopping the command (%s)", reason)
+	}
+	for {
+		now := clock.Now()
+		if r.stopping == "" && r.exit == nil {
+			leaseStop = max(leaseStop, r.held.SafeUntil().Add(-p.grace))
+			stop, reason := leaseStop, reasonLease
+			if deadline != 0 && deadline <= leaseStop {
+				stop, reason = deadline, reasonDeadline
+			}
+			if now >= stop {
+				startStop(reason, now)
+			}
+		}
+		// fence's own stop does not wait for the watchdog's report of the
+		// command's group: a watchdog frozen before it reported would
+		// otherwise leave the command running. signalAll reaches the
+		// command through the watchdog's descendants in any case.
+		if r.stopping != "" && r.exit == nil {
+			if !ownSignalled && r.wdStopped == "" && now >= ownSignalAt && p.signal != syscall.SIGKILL {
+				ownSignalled = true
+				r.signalAll(p.signal)
+			}
+			if now >= ownKillAt && now.Sub(lastKill) >= 50*time.Millisecond {
+				lastKill = now
+				r.signalAll(syscall.SIGKILL)
+			}
+		}
+		// The watchdog's last word: the command could not be started, or it
+		// ended and nothing of its tree is left. The lease can go now; the
+		// watchdog exits meanwhile (it is waited for after the release).
+		if r.exit != nil || r.execErr != nil || (r.reports == nil && isClosed(r.wdDone)) {
+			break
+		}
+
+		wake := now.Add(recheck)
+		switch {
+		case r.stopping == "" && r.exit == nil:
+			wake = min(wake, leaseStop)
+			if deadline != 0 {
+				wake = min(wake, deadline)
+			}
+		case r.exit == nil:
+			if !ownSignalled {
+				wake = min(wake, ownSignalAt)
+			}
+			wake = min(wake, max(ownKillAt, lastKill.Add(50*time.Millisecond)))
+		}
+		t := time.NewTimer(max(wake.Sub(now), 0))
+		select {
+		case <-t.C:
+		case rep, ok := <-r.reports:
+			if !ok {
+				r.reports = nil
+				break
+			}
+			r.report(ctx, rep)
+		case <-wdDone:
+			wdDone = nil // the reports are read to their end before deciding
+		case <-heldDone:
+			heldDone = nil
+			cause := context.Cause(r.held.Context())
+			if errors.Is(cause, coord.ErrLeaseLost) {
+				if r.lostErr == nil {
+					r.lostErr = cause
+				}
+				startStop(reasonLost, clock.Now())
+			}
+		case err, ok := <-r.lw.ch:
+			r.lw.ch = nil
+			if ok && err != nil {
+				if r.lostErr == nil {
+					r.lostErr = r.lostNotice(err)
+				}
+				r.verbosef("the coordinator reports the lease ended: %v", err)
+				startStop(reasonLost, clock.Now())
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			r.cancelErr = context.Cause(ctx)
+			startStop(reasonCanceled, clock.Now())
+		case s := <-sigs:
+			r.verbosef("forwarding SIG%s to the command", SignalName(s.(syscall.Signal)))
+			r.orders.push(order{Op: opSignal, Signal: int(s.(syscall.Signal))})
+		}
+		t.Stop()
+	}
+	return r.outcome()
+}
+
+// report takes in one report of the watchdog.
+func (r *runner) report(ctx context.Context, rep report) {
+	switch rep.Ev {
+	case evStarted:
+		r.started = &rep
+		r.verbosef("started the command: pid %d, process group %d%s", rep.PID, rep.PGID, cgroupNote(rep.Cgroup))
+		r.watchLease(ctx)
+		if a, ok := r.c.(coord.ProcessAttacher); ok {
+			lease := r.held.Lease()
+			pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
+			r.attaching.Add(1)
+			go func() {
+				defer r.attaching.Done()
+				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if err := a.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
+					r.verbosef("could not record the command's process group with the lease: %v", err)
+				}
+			}()
+		}
+	case evExecError:
+		r.execErr = &rep
+	case evStopping:
+		r.wdStopped = rep.Reason
+	case evExited:
+		r.exit = rep.Exit
+	case evError:
+		r.wdErr = rep.Msg
+	}
+}
+
+// signalAll is fence's own stop: the command's group, its cgroup and the
+// watchdog's descendants.
+func (r *runner) signalAll(sig syscall.Signal) {
+	if r.started != nil {
+		_ = unix.Kill(-r.started.PGID, sig)
+		if r.started.Cgroup != "" {
+			cg := &cgroup{dir: r.started.Cgroup, fd: -1}
+			if sig == syscall.SIGKILL {
+				cg.kill()
+			} else {
+				cg.signal(sig)
+			}
+		}
+	}
+	// The command and everything it started are the watchdog's descendants
+	// (it is their subreaper), reported or not.
+	_, _ = proc.SignalDescendants(r.wd.Process.Pid, sig, nil)
+}
+
+// outcome maps how things ended to fence's exit code and message.
+func (r *runner) outcome() (int, error) {
+	p := r.p
+	switch {
+	case r.execErr != nil:
+		return r.execErr.Code, errors.New(r.execErr.Msg)
+	case r.exit == nil:
+		// The watchdog died without a last word: make sure nothing is left.
+		if r.started != nil {
+			_ = unix.Kill(-r.started.PGID, syscall.SIGKILL)
+			if r.started.Cgroup != "" {
+				(&cgroup{dir: r.started.Cgroup, fd: -1}).kill()
+				_ = removeCgroupDir(r.started.Cgroup)
+			}
+		}
+		if r.wdErr != "" {
+			return exitcode.Failure, fmt.Errorf("watchdog: %s", r.wdErr)
+		}
+		return exitcode.Failure, fmt.Errorf("the watchdog process ended unexpectedly (%v)", r.wd.ProcessState)
+	}
+	e := r.exit
+	if r.lostErr == nil && r.held != nil {
+		// fence may have been resumed a moment ago: see for itself.
+		if err := r.held.Check(); errors.Is(err, coord.ErrLeaseLost) {
+			r.lostErr = err
+		}
+	}
+	if r.started != nil {
+		r.m.duration = e.Died.Sub(r.started.At)
+	}
+	reason := e.Stopped
+	if reason == "" && e.Signal != 0 && r.stopping != "" {
+		reason = r.stopping // fence's own stop got there first
+	}
+	switch reason {
+	case "":
+		if r.lostErr != nil && r.held != nil && e.Died > r.held.SafeUntil() {
+			// The command ended on its own, or killed by someone else, after
+			// the lease could no longer be trusted: fence and its watchdog
+			// were frozen past safe-until, so neither stopped it in time (on
+			// the local backend the next holder kills an expired holder's
+			// group). Its work was not covered by the lease to the end.
+			r.m.lost = true
+			return exitcode.LeaseLost, fmt.Errorf("%v: the command %s after that", r.lostErr, endText(e))
+		}
+		if e.Signal != 0 {
+			r.verbosef("the command was killed by SIG%s", SignalName(syscall.Signal(e.Signal)))
+			return 128 + e.Signal, nil
+		}
+		r.verbosef("the command exited with code %d", e.Code)
+		return e.Code, nil
+	case reasonCanceled:
+		return exitcode.Failure, fmt.Errorf("%w: the command was stopped (%s)", r.cancelErr, stopText(p, e))
+	case reasonDeadline:
+		r.m.deadlineExceeded = true
+		return exitcode.Deadline, fmt.Errorf("deadline %s reached: the command was stopped (%s)", deadlineText(p), stopText(p, e))
+	default:
+		r.m.lost = true
+		if r.lostErr != nil {
+			return exitcode.LeaseLost, fmt.Errorf("%v: the command was stopped (%s)", r.lostErr, stopText(p, e))
+		}
+		return exitcode.LeaseLost, fmt.Errorf("lease on %q (token %d) was not renewed in time: the command was stopped before it could expire (%s)",
+			p.Lock, r.m.token, stopText(p, e))
+	}
+}
+
+func deadlineText(p *plan) string {
+	if p.Deadline > 0 {
+		return p.Deadline.String()
+	}
+	return "of the --no-renew lease"
+}
+
+// endText is how a command that fence did not stop ended.
+func endText(e *exitInfo) string {
+	if e.Signal != 0 {
+		return "was killed by SIG" + SignalName(syscall.Signal(e.Signal))
+	}
+	return fmt.Sprintf("exited with code %d", e.Code)
+}
+
+func stopText(p *plan, e *exitInfo) string {
+	s := "SIG" + SignalName(p.signal)
+	if e.Killed && p.signal != syscall.SIGKILL {
+		s += fmt.Sprintf(", then SIGKILL after %v", p.grace)
+	}
+	return s
+}
+
+func cgroupNote(cg string) string {
+	if cg == "" {
+		return ""
+	}
+	return ", cgroup " + cg
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *runner) verbosef(format string, args ...any) {
+	if r.p.Verbose {
+		fmt.Fprintf(r.stderr, "fence: "+format+"\n", args...)
+	}
+}
+
+func (r *runner) warnf(format string, args ...any) {
+	fmt.Fprintf(r.stderr, "fence: warning: "+format+"\n", args...)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
+// orderQueue writes orders to the watchdog from its own goroutine, so that a
+// frozen watchdog (a full pipe) never blocks fence. Of the extensions not
+// yet written only the latest is kept.
+type orderQueue struct {
+	mu      sync.Mutex
+	pending []order
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+	w       *lineWriter
+	f       *os.File
+}
+
+func newOrderQueue(f *os.File) *orderQueue {
+	q := &orderQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), w: newLineWriter(f), f: f}
+	go q.loop()
+	return q
+}
+
+func (q *orderQueue) push(o order) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	if o.Op == opExtend && len(q.pending) > 0 && q.pending[len(q.pending)-1].Op == opExtend {
+		q.pending[len(q.pending)-1] = o
+	} else {
+		q.pending = append(q.pending, o)
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close writes what is pending, then closes the pipe.
+func (q *orderQueue) close() {
+	q.mu.Lock()
+	already := q.closed
+	q.closed = true
+	q.mu.Unlock()
+	if !already {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+	<-q.done
+}
+
+func (q *orderQueue) loop() {
+	defer close(q.done)
+	defer q.f.Close()
+	for range q.wake {
+		for {
+			q.mu.Lock()
+			batch := q.pending
+			q.pending = nil
+			closed := q.closed
+			q.mu.Unlock()
+			if len(batch) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			for _, o := range batch {
+				if err := q.w.send(o); err != nil {
+					// The watchdog is gone; drop orders until closed.
+					break
+				}
+			}
+		}
+	}
+}
+
+// resolve finds the program to run: /bin/sh for --shell, else the command
+// looked up in the command's PATH like a shell does. The errors wrap
+// errNotFound (127) or errNoExec (126).
+func resolve(p *plan, env []string) (string, []string, error) {
+	if p.Shell {
+		return "/bin/sh", []string{"sh", "-c", p.Command[0]}, nil
+	}
+	name := p.Command[0]
+	args := append([]string(nil), p.Command...)
+	if strings.Contains(name, "/") {
+		full := name
+		if !filepath.IsAbs(full) && p.Dir != "" {
+			full = filepath.Join(p.Dir, full)
+		}
+		if err := executable(full); err != nil {
+			return "", nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return name, args, nil
+	}
+	pathVar := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	var denied error
+	for _, dir := range filepath.SplitList(pathVar) {
+		if dir == "" {
+			dir = "."
+		}
+		full := filepath.Join(dir, name)
+		if !filepath.IsAbs(full) {
+			base := p.Dir
+			if base == "" {
+				base, _ = os.Getwd()
+			}
+			full = filepath.Join(base, full)
+		}
+		switch err := executable(full); {
+		case err == nil:
+			return full, args, nil
+		case errors.Is(err, errNoExec) && denied == nil:
+			denied = fmt.Errorf("%s: %w", full, err)
+		}
+	}
+	if denied != nil {
+		return "", nil, denied
+	}
+	return "", nil, fmt.Errorf("%s: %w", name, errNotFound)
+}
+
+var (
+	errNotFound = errors.New("command not found")
+	errNoExec   = errors.New("permission denied (not an executable file)")
+)
+
+func executable(path string) error {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return errNotFound
+	case err != nil:
+		return fmt.Errorf("%w: %v", errNoExec, err)
+	case st.IsDir() || st.Mode()&0o111 == 0:
+		return errNoExec
+	}
+	if unix.Access(path, unix.X_OK) != nil {
+		return errNoExec
+	}
+	return nil
+}
+
+func execCode(err error) int {
+	if errors.Is(err, errNotFound) {
+		return exitcode.NotFound
+	}
+	return exitcode.CannotExec
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}

@@ -1,0 +1,414 @@
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fence-dev/fence/internal/proc"
+	"github.com/fence-dev/fence/pkg/clock"
+)
+
+// WatchdogArg is the hidden first argument that makes the fence binary run
+// as the watchdog of a `fence run`: cli.Main dispatches
+// os.Args[1] == WatchdogArg to WatchdogMain before any flag parsing.
+const WatchdogArg = "__watchdog"
+
+// recheck is the longest the watchdog sleeps between two readings of the
+// boot clock. Go timers run on CLOCK_MONOTONIC, which stops while the system
+// is suspended; the periodic reading of CLOCK_BOOTTIME bounds how long the
+// command may run after a resume past its stop time.
+const recheck = 100 * time.Millisecond
+
+// freezeBeforeReportEnv, set in the watchdog's environment, makes it stop
+// itself (SIGSTOP) after starting the command and before reporting it: a
+// fault that only tests inject.
+const freezeBeforeReportEnv = "FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT"
+
+// sweep is the pause between two passes that kill what is left of the
+// command's tree.
+const sweep = 5 * time.Millisecond
+
+// WatchdogMain runs the watchdog: the process between fence and the command.
+// args are the arguments after WatchdogArg (a leading WatchdogArg is
+// skipped). It returns the watchdog's exit code: 0 when it did its job
+// (however the command ended), 125 when it could not.
+//
+// The watchdog reads orders from fd 3 and writes reports to fd 4 (see
+// protocol.go). It starts the command in its own process group, stops the
+// group when the stop time passes without extension (the stop signal, then
+// SIGKILL after the grace period), and does the same at once when fd 3
+// reaches its end because fence died. It is a child subreaper, and puts the
+// command in a cgroup of its own where it can, so that descendants that
+// left the process group (setsid) are stopped too. It exits once no process
+// of the command's tree is left.
+func WatchdogMain(args []string) int {
+	if len(args) > 0 && args[0] == WatchdogArg {
+		args = args[1:]
+	}
+	if len(args) != 0 || !isPipe(3) || !isPipe(4) {
+		fmt.Fprintln(os.Stderr, "fence: "+WatchdogArg+" is used internally by fence run")
+		return 125
+	}
+	// The main goroutine starts the command and must stay on one thread:
+	// the command's parent-death signal is tied to the thread that forked.
+	runtime.LockOSThread()
+	// Neither pipe may reach the command.
+	unix.CloseOnExec(3)
+	unix.CloseOnExec(4)
+	ctrl := os.NewFile(3, "fence-orders")
+	out := newLineWriter(os.NewFile(4, "fence-reports"))
+	idle := !readable(3) // fence is still acquiring the lock
+	w := &watchdog{orders: readLines[order](ctrl), out: out, self: os.Getpid(), idle: idle}
+	if err := w.run(); err != nil {
+		_ = out.send(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
+		return 125
+	}
+	return 0
+}
+
+// readable reports whether fd has something to read (or is at its end).
+func readable(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0
+}
+
+func isPipe(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+}
+
+type watchdog struct {
+	orders <-chan order
+	out    *lineWriter
+	self   int
+	idle   bool // no order was waiting when the watchdog started
+	sp     *spec
+	cg     *cgroup
+	leader int // the command's PID = its PGID
+
+	// Found before the start order: the cgroup v2 the command's cgroup is
+	// made in, or why there is none.
+	cgBase    string
+	cgBaseErr error
+
+	leaseStop   clock.Boot
+	stopping    string     // reason of the stop sequence, "" before
+	cleaning    bool       // the command ended; its leftovers are being stopped
+	killAt      clock.Boot // SIGKILL time once stopping or cleaning
+	killed      bool
+	sweeps      int       // SIGKILL passes so far
+	emptyChecks int       // looks for an empty tree since the command ended
+	childless   bool      // the last reap found no child left
+	exit        *exitInfo // the command's status, once reaped
+	leftovers   int
+	foreground  bool
+}
+
+func (w *watchdog) run() error {
+	// Signals aimed at fence's process group (a terminal's ^C, ^Z) reach the
+	// watchdog too: fence forwards what the command should get. They are
+	// caught, not ignored, so that the command starts with them at default,
+	// except those fence itself found ignored (spec.Ignore).
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+
+	// While fence acquires the lock, get ready to start the command: become
+	// the subreaper of its tree, find where its cgroup goes, and, when no
+	// order was waiting, run the JSON coding of orders and reports once on
+	// the side (its first use costs about a millisecond, which would
+	// otherwise be paid between a handoff and the command's start).
+	if w.idle {
+		go warmUp()
+	}
+	subreaper := becomeSubreaper()
+	w.cgBase, w.cgBaseErr = ownCgroupDir()
+
+	// Wait for the start order; the end of the orders before it means fence
+	// gave up (the lock was busy) or died.
+	var o order
+	var ok bool
+	for {
+		if o, ok = <-w.orders; !ok {
+			return nil
+		}
+		if o.Op == opStart && o.Spec != nil {
+			break
+		}
+	}
+	w.sp = o.Spec
+	w.leaseStop = w.sp.LeaseStop
+	for _, s := range w.sp.Ignore {
+		signal.Ignore(syscall.Signal(s))
+	}
+	if subreaper != nil {
+		return fmt.Errorf("become a child subreaper: %w", subreaper)
+	}
+	if err := w.start(); err != nil {
+		return err
+	}
+	if w.leader == 0 {
+		return nil // exec failed and was reported
+	}
+
+	for {
+		w.reap()
+		// Done once the command is reaped, every other process of its tree
+		// too (orphans come to the watchdog, their subreaper: no child
+		// left means none is left anywhere in the tree, not even a zombie),
+		// and its cgroup is empty. fence releases the lease on the report.
+		if w.exit != nil && w.childless && w.treeEmpty() {
+			return w.finish()
+		}
+		now := clock.Now()
+		if w.stopping == "" && w.exit == nil {
+			if stop, reason := w.stopTime(); now >= stop {
+				w.beginStop(reason, now)
+			}
+		}
+		if w.exit != nil && !w.cleaning && w.stopping == "" {
+			// The command ended on its own: stop what it left behind.
+			w.cleaning = true
+			w.leftovers = w.signalTree(syscall.Signal(w.sp.Signal))
+			w.signalTree(syscall.SIGCONT)
+			w.killAt = min(now.Add(w.sp.Grace), w.leaseStop.Add(w.sp.Grace))
+		}
+		if (w.stopping != "" || w.cleaning) && !w.killed && now >= w.killAt {
+			w.killAll()
+			w.killed = true
+			if w.exit == nil || w.leftovers > 0 {
+				_ = w.out.send(report{Ev: evKilling, At: now})
+			}
+		}
+		if w.killed {
+			w.killAll() // again: catch what forked meanwhile
+		}
+
+		// Sleep until the next thing to do, reading the boot clock at
+		// least every recheck.
+		wake := now.Add(recheck)
+		switch {
+		case w.killed:
+			// Sweep again soon, then less often: a process in
+			// uninterruptible sleep may take long to die.
+			wake = now.Add(min(sweep<<min(w.sweeps, 5), recheck))
+			w.sweeps++
+		case w.exit != nil && w.leftovers == 0:
+			// The command ended and left nothing that was seen: its
+			// cgroup empties a moment after the last exit, with no event
+			// to wake us, so look again soon, backing off from 1ms.
+			wake = min(wake, w.killAt, now.Add(time.Millisecond<<min(w.emptyChecks, 6)))
+			w.emptyChecks++
+		case w.stopping != "" || w.cleaning:
+			wake = min(wake, w.killAt)
+		default:
+			stop, _ := w.stopTime()
+			wake = min(wake, stop)
+		}
+		t := time.NewTimer(max(wake.Sub(now), 0))
+		select {
+		case <-t.C:
+		case <-chld:
+		case <-sigs:
+		case o, ok := <-w.orders:
+			if !ok {
+				w.orders = nil // fence is gone: stop now
+				if w.stopping == "" && w.exit == nil {
+					w.beginStop(reasonFenceGone, clock.Now())
+				}
+				break
+			}
+			w.order(o)
+		}
+		t.Stop()
+	}
+}
+
+// stopTime is when the stop sequence must start, and why.
+func (w *watchdog) stopTime() (clock.Boot, string) {
+	if d := w.sp.Deadline; d != 0 && d <= w.leaseStop {
+		return d, reasonDeadline
+	}
+	return w.leaseStop, reasonLease
+}
+
+func (w *watchdog) order(o order) {
+	switch o.Op {
+	case opExtend:
+		if w.stopping == "" && o.LeaseStop > w.leaseStop {
+			w.leaseStop = o.LeaseStop
+		}
+	case opStop:
+		if w.stopping == "" && w.exit == nil {
+			r := o.Reason
+			if r == "" {
+				r = reasonLost
+			}
+			w.beginStop(r, clock.Now())
+		}
+	case opSignal:
+		if w.exit == nil && o.Signal > 0 {
+			_ = unix.Kill(-w.leader, syscall.Signal(o.Signal))
+		}
+	}
+}
+
+// start starts the command and reports it.
+func (w *watchdog) start() error {
+	sp := w.sp
+	if sp.Cgroup && w.cgBaseErr == nil {
+		cg, err := newCgroup(w.cgBase, fmt.Sprintf("fence-run-%d-%d", w.self, clock.Now()))
+		if err == nil {
+			w.cg = cg
+		}
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   sp.Dir,
+		Env:   sp.Env,
+		Files: []uintptr{0, 1, 2},
+		Sys:   sysProcAttr(sp.Foreground, w.cg),
+	}
+	w.foreground = sp.Foreground
+	at := clock.Now()
+	pid, err := syscall.ForkExec(sp.Path, sp.Args, attr)
+	if err != nil && w.cg != nil {
+		// clone3 into a cgroup may be refused (old kernel, no permission):
+		// retry without; an exec error repeats itself.
+		_ = w.cg.remove()
+		w.cg = nil
+		attr.Sys = sysProcAttr(sp.Foreground, nil)
+		pid, err = syscall.ForkExec(sp.Path, sp.Args, attr)
+	}
+	if err != nil {
+		w.foreground = false
+		code := 126
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+			code = 127
+		}
+		return w.out.send(report{Ev: evExecError, Code: code, Msg: fmt.Sprintf("%s: %v", sp.Args[0], err), At: clock.Now()})
+	}
+	w.leader = pid
+	if os.Getenv(freezeBeforeReportEnv) != "" {
+		// Fault injection for tests: a watchdog frozen between starting the
+		// command and reporting it. fence must stop the command alone.
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
+	r := report{Ev: evStarted, PID: pid, PGID: pid, At: at}
+	if w.cg != nil {
+		r.Cgroup = w.cg.dir
+	}
+	return w.out.send(r)
+}
+
+// beginStop sends the stop signal to the command's tree and plans SIGKILL
+// after the grace period, at the latest when the lease's safe-until comes.
+func (w *watchdog) beginStop(reason string, now clock.Boot) {
+	w.stopping = reason
+	sig := syscall.Signal(w.sp.Signal)
+	w.killAt = min(now.Add(w.sp.Grace), w.leaseStop.Add(w.sp.Grace))
+	if sig == syscall.SIGKILL {
+		w.killAt = now
+	} else {
+		w.signalTree(sig)
+		// A stopped process (^Z, SIGTTIN) acts on the signal only once
+		// continued.
+		w.signalTree(syscall.SIGCONT)
+	}
+	_ = w.out.send(report{Ev: evStopping, Reason: reason, Signal: int(sig), At: now})
+}
+
+// signalTree sends sig to the command's process group and to every other
+// descendant of the watchdog (those that left the group), each process
+// once. It returns how many processes outside the group it signalled
+// (after the command ended, every descendant is outside it).
+func (w *watchdog) signalTree(sig syscall.Signal) int {
+	if w.exit == nil {
+		_ = unix.Kill(-w.leader, sig)
+	}
+	n, _ := proc.SignalDescendants(w.self, sig, func(st proc.Stat) bool {
+		return w.exit == nil && st.PGID == w.leader
+	})
+	return n
+}
+
+// killAll sends SIGKILL to everything left of the command's tree.
+func (w *watchdog) killAll() {
+	if w.cg != nil {
+		w.cg.kill()
+	}
+	if w.exit == nil {
+		_ = unix.Kill(-w.leader, syscall.SIGKILL)
+	}
+	_, _ = proc.SignalDescendants(w.self, syscall.SIGKILL, nil)
+}
+
+// reap collects every exited child (the command, and orphans handed to the
+// watchdog as subreaper), recording the command's status.
+func (w *watchdog) reap() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			w.childless = errors.Is(err, unix.ECHILD)
+			return
+		}
+		if pid != w.leader || w.exit != nil {
+			continue
+		}
+		e := &exitInfo{Code: ws.ExitStatus(), Died: clock.Now(), Stopped: w.stopping, Killed: w.killed}
+		if ws.Signaled() {
+			e.Code, e.Signal = -1, int(ws.Signal())
+			if ws.Signal() == syscall.SIGKILL && w.stopping != "" {
+				e.Killed = true
+			}
+		}
+		w.exit = e
+		if w.foreground {
+			w.foreground = false
+			restoreForeground()
+		}
+	}
+}
+
+// treeEmpty reports whether no live process of the command's tree is left.
+func (w *watchdog) treeEmpty() bool {
+	if w.cg != nil {
+		// No process leaves a cgroup on its own: the cgroup is the tree.
+		return !w.cg.populated()
+	}
+	ds, err := proc.Descendants(w.self)
+	if err != nil {
+		return true // cannot see: the SIGKILLs were sent; do not hang
+	}
+	for _, d := range ds {
+		if !d.Gone() {
+			return false
+		}
+	}
+	return true
+}
+
+// finish reports the command's end once nothing of its tree is left: fence
+// releases the lease on this report, so the empty cgroup is removed after
+// it (fence waits for the watchdog's exit before its own).
+func (w *watchdog) finish() error {
+	w.exit.Leftovers = w.leftovers
+	err := w.out.send(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
+	if w.cg != nil {
+		_ = w.cg.remove()
+	}
+	return err
+}
