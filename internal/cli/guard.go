@@ -19,8 +19,6 @@ import (
 	"github.com/fence-dev/fence/pkg/guard"
 )
 
-func init() { registerCommand(newCmdGuard) }
-
 // maxGuardValue bounds a value read from stdin (etcd's default request limit
 // is 1.5 MiB).
 const maxGuardValue = 1 << 20

@@ -15,11 +15,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-func init() {
-	registerCommand(newCmdHistory)
-	registerCommand(newCmdExporter)
-}
-
 func newCmdHistory(f *Factory) *cobra.Command {
 	var format string
 	var limit int

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -11,11 +13,13 @@ import (
 	"github.com/fence-dev/fence/internal/exitcode"
 )
 
-// withCommand registers a top-level command for one test.
+// withCommand adds a top-level command to the tree for one test.
 func withCommand(t *testing.T, c *cobra.Command) {
-	saved := commandFactories
-	t.Cleanup(func() { commandFactories = saved })
-	registerCommand(func(*Factory) *cobra.Command { return c })
+	saved := commandGroups
+	t.Cleanup(func() { commandGroups = saved })
+	commandGroups = append(slices.Clone(saved), commandGroup{"test", "Test:", []func(*Factory) *cobra.Command{
+		func(*Factory) *cobra.Command { return c },
+	}})
 }
 
 func run(args ...string) (int, string, string) {
@@ -56,6 +60,22 @@ func TestRegisteredCommandsJoinTheTree(t *testing.T) {
 	}
 	if code, _, errOut := run("extra"); code != exitcode.Deadline || errOut != "fence: deadline\n" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestEveryCommandIsInAGroup: `fence --help` shows every command under its
+// group; none falls to "Additional Commands" (run did, when it registered
+// itself apart from the list).
+func TestEveryCommandIsInAGroup(t *testing.T) {
+	code, out, _ := run("--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if strings.Contains(out, "Additional Commands") {
+		t.Errorf("fence --help has commands outside the groups:\n%s", out)
+	}
+	if i, j := strings.Index(out, "Running commands under a lock:\n  run "), strings.Index(out, "Leases:"); i < 0 || j < i {
+		t.Errorf("run is not the first command of fence --help:\n%s", out)
 	}
 }
 

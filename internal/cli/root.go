@@ -6,15 +6,20 @@ import (
 	"github.com/fence-dev/fence/internal/config"
 )
 
-// commandFactories are commands that register themselves from other files of
-// this package (registerCommand in an init function), so that NewRootCmd,
-// the completions and the generated docs pick them up.
-var commandFactories []func(*Factory) *cobra.Command
+type commandGroup struct {
+	id, title string
+	cmds      []func(*Factory) *cobra.Command
+}
 
-// registerCommand adds a top-level command to every root built by
-// NewRootCmd. Call it from an init function.
-func registerCommand(fn func(*Factory) *cobra.Command) {
-	commandFactories = append(commandFactories, fn)
+// commandGroups is every top-level command, in the groups and the order
+// that `fence --help` shows them. A new command is added here (and nowhere
+// else), so that the help, the completions and the generated docs see it.
+var commandGroups = []commandGroup{
+	{"run", "Running commands under a lock:", []func(*Factory) *cobra.Command{newCmdRun}},
+	{"lease", "Leases:", []func(*Factory) *cobra.Command{newCmdAcquire, newCmdRenew, newCmdRelease, newCmdRevoke}},
+	{"inspect", "Inspection:", []func(*Factory) *cobra.Command{newCmdCheck, newCmdStatus, newCmdList, newCmdShow, newCmdHistory, newCmdTop}},
+	{"guard", "Fenced writes:", []func(*Factory) *cobra.Command{newCmdGuard}},
+	{"tools", "Tools:", []func(*Factory) *cobra.Command{newCmdExporter, newCmdConfig, newCmdVersion}},
 }
 
 // NewRootCmd builds the fence command tree on f. It also points f's
@@ -53,26 +58,16 @@ not be run; run exits with its command's code.`,
 	config.AddFlags(root.PersistentFlags())
 	f.flags = root.PersistentFlags()
 
-	root.AddGroup(
-		&cobra.Group{ID: "lease", Title: "Leases:"},
-		&cobra.Group{ID: "inspect", Title: "Inspection:"},
-	)
-	for _, c := range []*cobra.Command{
-		newCmdAcquire(f), newCmdRenew(f), newCmdRelease(f), newCmdRevoke(f),
-	} {
-		c.GroupID = "lease"
-		root.AddCommand(c)
+	for _, g := range commandGroups {
+		root.AddGroup(&cobra.Group{ID: g.id, Title: g.title})
+		for _, fn := range g.cmds {
+			c := fn(f)
+			c.GroupID = g.id
+			root.AddCommand(c)
+		}
 	}
-	for _, c := range []*cobra.Command{
-		newCmdCheck(f), newCmdStatus(f), newCmdList(f), newCmdShow(f),
-	} {
-		c.GroupID = "inspect"
-		root.AddCommand(c)
-	}
-	root.AddCommand(newCmdConfig(f), newCmdVersion(f))
-	for _, fn := range commandFactories {
-		root.AddCommand(fn(f))
-	}
+	root.SetCompletionCommandGroupID("tools")
+	root.SetHelpCommandGroupID("tools")
 	root.InitDefaultCompletionCmd()
 	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {

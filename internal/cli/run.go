@@ -13,8 +13,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-func init() { registerCommand(newCmdRun) }
-
 type runOptions struct {
 	ttl, wait, deadline, grace time.Duration
 	noWait, noRenew, shell     bool

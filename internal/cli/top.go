@@ -18,8 +18,6 @@ import (
 	"github.com/fence-dev/fence/tui"
 )
 
-func init() { registerCommand(newCmdTop) }
-
 // errNoTerminal is why fence top refuses to start when stdout is not a
 // terminal.
 var errNoTerminal = errors.New("fence top needs a terminal; use fence list --watch")
