@@ -134,11 +134,13 @@ func WriteTable(w io.Writer, tty bool, header []string, rows [][]string) error {
 		})),
 		tablewriter.WithConfig(tablewriter.Config{
 			Header: tw.CellConfig{
-				Formatting: tw.CellFormatting{Alignment: tw.AlignLeft, AutoFormat: tw.Off},
+				Formatting: tw.CellFormatting{AutoFormat: tw.Off},
+				Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
 				Padding:    tw.CellPadding{Global: tw.Padding{Right: "  ", Overwrite: true}},
 			},
 			Row: tw.CellConfig{
-				Formatting: tw.CellFormatting{Alignment: tw.AlignLeft, AutoWrap: tw.WrapNone},
+				Formatting: tw.CellFormatting{AutoWrap: tw.WrapNone},
+				Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
 				Padding:    tw.CellPadding{Global: tw.Padding{Right: "  ", Overwrite: true}},
 			},
 		}),

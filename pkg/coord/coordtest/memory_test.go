@@ -47,7 +47,7 @@ type memLease struct {
 	id, holder     string
 	token          uint64
 	ttl            time.Duration
-	expires, at    time.Time
+	expires        time.Time
 	acquiredAtWall time.Time
 }
 
