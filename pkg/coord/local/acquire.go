@@ -134,6 +134,11 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		if pruned {
 			ch = rewrite
 		}
+		if st.LastToken >= coord.MaxToken {
+			// No lease can ever be granted again: refuse at once, also
+			// while the last token's holder still holds.
+			return ch, pruned, exhausted(a.f.name, st.LastToken)
+		}
 		now := clock.Now()
 		v, err := assess(st.Holder, now)
 		if err != nil {
@@ -149,10 +154,13 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			// The token must survive a crash before it is handed out: the
 			// state is always fsynced, and the directory too (making the
 			// rename durable) when the token is beyond the reserved block.
+			// A block never passes the ceiling (nor wraps); without a boot
+			// id every grant is durable and reserves only itself.
 			ch = rewrite
 			if !volatileOK() || st.LastToken > st.Reserved {
+				st.Reserved = max(st.Reserved, st.LastToken)
 				if volatileOK() {
-					st.Reserved = st.LastToken + tokenBlock - 1
+					st.Reserved = min(st.LastToken+(tokenBlock-1), coord.MaxToken)
 				}
 				ch = durable
 			}
@@ -378,6 +386,13 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 			return nil, errClosed
 		}
 	}
+}
+
+// exhausted is the error for a lock that has issued coord.MaxToken: a new
+// lease would need a larger token, which a signed 64-bit column cannot hold.
+func exhausted(name string, last uint64) error {
+	return unavailable("lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
+		name, last)
 }
 
 // busy is the ErrBusy error for a lock not acquired in time.
