@@ -64,14 +64,16 @@ func ParseLockName(s string) (string, error) {
 	return s, nil
 }
 
-// ParseToken parses a fencing token: a positive decimal integer, nothing else.
+// ParseToken parses a fencing token: a positive decimal integer of at most
+// coord.MaxToken (2^63-1, the largest token a coordinator issues), nothing
+// else.
 func ParseToken(s string) (uint64, error) {
 	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
 		return 0, fmt.Errorf("invalid token %q: want a positive integer", s)
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("invalid token %q: out of range", s)
+	if err != nil || n > coord.MaxToken {
+		return 0, fmt.Errorf("invalid token %q: out of range (tokens are at most %d)", s, uint64(coord.MaxToken))
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("invalid token %q: tokens start at 1", s)

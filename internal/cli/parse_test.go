@@ -28,12 +28,12 @@ func TestParseLockName(t *testing.T) {
 }
 
 func TestParseToken(t *testing.T) {
-	for s, want := range map[string]uint64{"1": 1, "42": 42, "0042": 42, "18446744073709551615": 1<<64 - 1} {
+	for s, want := range map[string]uint64{"1": 1, "42": 42, "0042": 42, "9223372036854775807": 1<<63 - 1} {
 		if n, err := ParseToken(s); err != nil || n != want {
 			t.Errorf("ParseToken(%q) = %d, %v", s, n, err)
 		}
 	}
-	for _, s := range []string{"", "0", "-1", "+1", " 1", "1 ", "1e3", "0x10", "18446744073709551616", "abc"} {
+	for _, s := range []string{"", "0", "-1", "+1", " 1", "1 ", "1e3", "0x10", "9223372036854775808", "18446744073709551615", "18446744073709551616", "abc"} {
 		if n, err := ParseToken(s); err == nil {
 			t.Errorf("ParseToken(%q) = %d, want an error", s, n)
 		}
@@ -88,10 +88,10 @@ func FuzzParseLockName(f *testing.F) {
 	})
 }
 
-// FuzzParseToken: never panics; an accepted token is positive and prints
-// back as the input without leading zeros.
+// FuzzParseToken: never panics; an accepted token is positive, at most
+// coord.MaxToken, and prints back as the input without leading zeros.
 func FuzzParseToken(f *testing.F) {
-	for _, s := range []string{"1", "0", "-1", "007", "18446744073709551616"} {
+	for _, s := range []string{"1", "0", "-1", "007", "9223372036854775807", "9223372036854775808", "18446744073709551616"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -99,7 +99,7 @@ func FuzzParseToken(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if n == 0 || strings.TrimLeft(s, "0") != strings.TrimLeft(strings.TrimSpace(s), "0") {
+		if n == 0 || n > coord.MaxToken || strings.TrimLeft(s, "0") != strings.TrimLeft(strings.TrimSpace(s), "0") {
 			t.Fatalf("ParseToken(%q) = %d", s, n)
 		}
 	})

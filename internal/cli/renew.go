@@ -37,8 +37,9 @@ func newCmdRenew(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "renew LOCK --lease ID",
 		Short: "Extend a lease by its TTL",
-		Long: `Extend the lease ID on LOCK by its TTL. Prints nothing; exits 0 when renewed and
-76 when the lease is gone (expired, revoked or released).`,
+		Long: `Extend the lease ID on LOCK by its TTL. Prints nothing; exits 0 when renewed,
+76 when the lease is gone (expired, revoked or released), and 125 when ID is not
+a lease id or is the lease of another lock (nothing is renewed).`,
 		Example:           `  fence renew nightly-backup --lease "$FENCE_LEASE_ID" || exit`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
@@ -74,7 +75,8 @@ func newCmdRelease(f *Factory) *cobra.Command {
 		Use:   "release LOCK --lease ID",
 		Short: "End a lease",
 		Long: `End the lease ID on LOCK. Prints nothing; exits 0, also when the lease is
-already gone.`,
+already gone, and 125 when ID is not a lease id or is the lease of another lock
+(nothing is released).`,
 		Example:           `  fence release nightly-backup --lease "$FENCE_LEASE_ID"`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),

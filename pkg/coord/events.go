@@ -9,12 +9,12 @@ import (
 type HistoryKind string
 
 const (
-	HistAcquired         HistoryKind = "acquired"          // Token, Holder, Wait
+	HistAcquired         HistoryKind = "acquired"          // Token, Holder, Wait, LeaseID
 	HistReleased         HistoryKind = "released"          // Token, Holder, HeldFor
 	HistRenewalFailed    HistoryKind = "renewal_failed"    // Token, Holder, Count, Error
 	HistLeaseLost        HistoryKind = "lease_lost"        // Token, Holder: the command was stopped
 	HistDeadlineExceeded HistoryKind = "deadline_exceeded" // Token, Holder: the command was stopped
-	HistExpired          HistoryKind = "expired"           // Token, Holder: taken over after expiry
+	HistExpired          HistoryKind = "expired"           // Token, Holder, LeaseID: ended without a release or revoke
 	HistRevoked          HistoryKind = "revoked"           // Token, Holder
 	HistStaleRefused     HistoryKind = "stale_refused"     // Key, Token (refused), AcceptedToken
 )
@@ -32,6 +32,10 @@ type HistoryEvent struct {
 	Error         string        `json:"error,omitempty"`
 	Key           string        `json:"key,omitempty"`
 	AcceptedToken uint64        `json:"accepted_token,omitempty"`
+	// LeaseID is the lease of an acquired or expired event (empty in
+	// events recorded before fence kept it): a Release from another
+	// process finds by it that the lease it releases had lapsed.
+	LeaseID string `json:"lease_id,omitempty"`
 }
 
 // Historian is implemented by coordinators that keep a bounded, persistent

@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 	"unicode/utf8"
 
@@ -84,8 +83,8 @@ const MaxKeyLen = coord.MaxNameLen
 
 // MaxToken is the largest token a guard accepts: tokens are stored as signed
 // 64-bit integers by SQL stores (BIGINT), and no coordinator issues a larger
-// one (etcd revisions are int64).
-const MaxToken = math.MaxInt64
+// one (coord.MaxToken).
+const MaxToken = coord.MaxToken
 
 // ValidateKey checks a key with the rules of lock names: 1 to 256 bytes of
 // printable UTF-8, no control characters. `/` is allowed and has no nesting

@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/fence-dev/fence/pkg/coord"
@@ -173,6 +174,10 @@ func NewOptions(opts ...Option) (Options, error) {
 // Cutoff is the oldest event time kept as of now.
 func (o Options) Cutoff() time.Time { return o.Now().Add(-o.MaxAge) }
 
+// maxLeaseIDLen bounds an event's lease id (etcd's are at most 16 hex
+// digits, the local backend's 24).
+const maxLeaseIDLen = 256
+
 // knownKinds are the event kinds a store accepts.
 var knownKinds = map[coord.HistoryKind]bool{
 	coord.HistAcquired: true, coord.HistReleased: true, coord.HistRenewalFailed: true,
@@ -183,8 +188,9 @@ var knownKinds = map[coord.HistoryKind]bool{
 // Normalize checks an event before it is stored and fills in what may be
 // left out: a zero Time becomes now (in UTC, as every stored time), Holder
 // and Error are cut to MaxTextLen bytes. An event without a valid lock name,
-// with an unknown kind, a bad guard key or a negative duration or count is
-// refused with an error wrapping coord.ErrInvalid.
+// with an unknown kind, a bad guard key, a negative duration or count, or a
+// token above coord.MaxToken is refused with an error wrapping
+// coord.ErrInvalid.
 func Normalize(ev coord.HistoryEvent, now time.Time) (coord.HistoryEvent, error) {
 	if err := coord.ValidateName(ev.Lock); err != nil {
 		return ev, fmt.Errorf("history event: %w", err)
@@ -196,6 +202,12 @@ func Normalize(ev coord.HistoryEvent, now time.Time) (coord.HistoryEvent, error)
 		if err := coord.ValidateName(ev.Key); err != nil {
 			return ev, fmt.Errorf("%w: history event for %q: bad guard key %q", coord.ErrInvalid, ev.Lock, ev.Key)
 		}
+	}
+	if len(ev.LeaseID) > maxLeaseIDLen || strings.ContainsFunc(ev.LeaseID, unicode.IsControl) || !utf8.ValidString(ev.LeaseID) {
+		return ev, fmt.Errorf("%w: history event for %q: bad lease id %q", coord.ErrInvalid, ev.Lock, ev.LeaseID)
+	}
+	if ev.Token > coord.MaxToken || ev.AcceptedToken > coord.MaxToken {
+		return ev, fmt.Errorf("%w: history event for %q: token above %d", coord.ErrInvalid, ev.Lock, uint64(coord.MaxToken))
 	}
 	if ev.Wait < 0 || ev.HeldFor < 0 || ev.Count < 0 {
 		return ev, fmt.Errorf("%w: history event for %q: negative wait, held-for or count", coord.ErrInvalid, ev.Lock)

@@ -115,9 +115,9 @@ func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lea
 	now := r.opts.Now()
 	var evs []coord.HistoryEvent
 	if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == coord.HistAcquired && last.Token < l.Token {
-		evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistExpired, Holder: last.Holder, Token: last.Token})
+		evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistExpired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 	}
-	evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistAcquired, Holder: l.Holder, Token: l.Token, Wait: wait})
+	evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistAcquired, Holder: l.Holder, Token: l.Token, Wait: wait, LeaseID: l.ID})
 	r.write(rctx, evs...)
 }
 
@@ -127,7 +127,10 @@ func (r *Recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renew
 }
 
 // Release implements coord.Coordinator. It records released when the lease
-// still holds the lock, expired when it is gone with no end on record.
+// still holds the lock, expired when it is gone with no end on record: the
+// lock's last lease event is its acquired, found by its token when the
+// lease was acquired through this Recorder, else by its lease id (a release
+// from another process, such as `fence release` after `fence acquire`).
 func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 	r.inflight.wait(name)
 	known, isKnown := r.forget(leaseID)
@@ -146,10 +149,14 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 			ev.HeldFor = info.HeldFor(now)
 		}
 		r.write(rctx, ev)
-	case ierr == nil && isKnown:
-		// The lease is gone: unless its end is on record, it expired.
-		if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == coord.HistAcquired && last.Token == known.token {
-			r.write(rctx, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistExpired, Holder: known.holder, Token: known.token})
+	case ierr == nil:
+		// The lease is gone: unless its end is on record, it expired. (A
+		// successor that takes the lock meanwhile finds this expired on
+		// record, or writes it itself, before its acquired.)
+		last, ok := r.lastLeaseEvent(rctx, name)
+		if ok && last.Kind == coord.HistAcquired &&
+			(isKnown && last.Token == known.token || !isKnown && last.LeaseID != "" && last.LeaseID == leaseID) {
+			r.write(rctx, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistExpired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 		}
 	}
 	err := r.inner.Release(ctx, name, leaseID)

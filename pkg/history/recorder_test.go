@@ -135,6 +135,7 @@ func TestRecorder(t *testing.T) {
 			t.Run("ExpiredAndTakenOver", func(t *testing.T) { testTakeover(t, b) })
 			t.Run("ExpiredFoundAtRelease", func(t *testing.T) { testExpiredAtRelease(t, b) })
 			t.Run("ReleaseFromAnotherProcess", func(t *testing.T) { testCrossProcess(t, b) })
+			t.Run("LapsedReleasedFromAnotherProcess", func(t *testing.T) { testLapsedCrossProcess(t, b) })
 			t.Run("RecordByOthers", func(t *testing.T) { testRecordByOthers(t, b) })
 			t.Run("PassThrough", func(t *testing.T) { testPassThrough(t, b) })
 		})
@@ -274,6 +275,44 @@ func testCrossProcess(t *testing.T, b backend) {
 	evs, _ := other.History(ctxT(t), "xp", 1)
 	if evs[0].HeldFor < 100*time.Millisecond || evs[0].HeldFor > time.Minute {
 		t.Errorf("held for %v, want at least the 100ms slept", evs[0].HeldFor)
+	}
+}
+
+// testLapsedCrossProcess: `fence acquire`, the TTL passes with nobody
+// taking the lock, then `fence release --lease` in another process: the
+// release records the expiry (it is what happened), once; a release naming
+// another lease, or the lapsed one again, records nothing more.
+func testLapsedCrossProcess(t *testing.T, b backend) {
+	a := b.open(t)
+	la := acquire(t, a, "lapse", "cron", b.shortTTL)
+	lo := acquire(t, a, "lapse-other", "other", 30*time.Second)
+	a.Close()
+	waitFree(t, b.open(t), "lapse")
+	other := b.open(t)
+	if err := other.Release(ctxT(t), "lapse", lo.ID); !errors.Is(err, coord.ErrInvalid) {
+		t.Fatalf("Release of another lock's lease = %v, want ErrInvalid", err)
+	}
+	if got, want := kinds(t, other, "lapse"), fmt.Sprintf("acquired:cron:%d", la.Token); got != want {
+		t.Fatalf("history after releasing another lock's lease: %s, want %s", got, want)
+	}
+	for range 2 {
+		if err := b.open(t).Release(ctxT(t), "lapse", la.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := fmt.Sprintf("acquired:cron:%d expired:cron:%d", la.Token, la.Token)
+	if got := kinds(t, other, "lapse"); got != want {
+		t.Fatalf("history %s, want %s", got, want)
+	}
+	evs, _ := other.History(ctxT(t), "lapse", 0)
+	if evs[0].LeaseID != la.ID || evs[1].LeaseID != la.ID {
+		t.Errorf("lease ids on record: %q, %q; want %q", evs[0].LeaseID, evs[1].LeaseID, la.ID)
+	}
+	// The next holder does not record the expiry twice.
+	lb := acquire(t, b.open(t), "lapse", "next", 30*time.Second)
+	want += fmt.Sprintf(" acquired:next:%d", lb.Token)
+	if got := kinds(t, other, "lapse"); got != want {
+		t.Fatalf("history %s, want %s", got, want)
 	}
 }
 

@@ -401,8 +401,9 @@ func (s *suite) renewKeepsLease(t *testing.T) {
 }
 
 // releaseIdempotent: Release twice is fine; releasing or renewing an old
-// lease never touches the current holder, nor does naming the holder's lease
-// under another lock.
+// lease never touches the current holder. Naming the holder's lease under
+// another lock touches nothing either and is bad input (ErrInvalid: the
+// lease exists, on another lock), from any client, its owner's too.
 func (s *suite) releaseIdempotent(t *testing.T) {
 	name := s.name(t, "release")
 	other := s.name(t, "release-other")
@@ -422,18 +423,60 @@ func (s *suite) releaseIdempotent(t *testing.T) {
 		t.Errorf("Renew of a released lease = %v, want ErrLeaseLost", err)
 	}
 	wantHeldBy(t, c2, l2)
-	if err := c1.Release(ctx(t), other, l2.ID); err != nil {
-		t.Errorf("Release(%q, id of the lease on %q) = %v, want nil (no such lease)", other, name, err)
+	for _, c := range []coord.Coordinator{c1, c2} {
+		err := c.Release(ctx(t), other, l2.ID)
+		if !errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrLeaseLost) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Release(%q, id of the lease on %q) = %v, want ErrInvalid (another lock's lease)", other, name, err)
+		}
+		_, err = c.Renew(ctx(t), other, l2.ID)
+		if !errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrLeaseLost) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Renew(%q, id of the lease on %q) = %v, want ErrInvalid (another lock's lease)", other, name, err)
+		}
+		wantHeldBy(t, c2, l2)
+		if info := inspect(t, c, other); info.Held {
+			t.Errorf("%q held by %q after a Renew or Release of another lock's lease", other, info.Holder)
+		}
 	}
-	if _, err := c1.Renew(ctx(t), other, l2.ID); !errors.Is(err, coord.ErrLeaseLost) {
-		t.Errorf("Renew(%q, id of the lease on %q) = %v, want ErrLeaseLost", other, name, err)
+	if _, err := c2.Renew(ctx(t), name, l2.ID); err != nil {
+		t.Errorf("Renew of the holder's lease after the refusals: %v", err)
 	}
-	wantHeldBy(t, c2, l2)
 	release(t, c2, l2)
 	release(t, c1, l2)
 	if info := inspect(t, c1, name); info.Held {
 		t.Errorf("lock held by %q after every lease was released", info.Holder)
 	}
+}
+
+// badLeaseID: a lease id that no backend can have issued is bad input for
+// Renew and Release (ErrInvalid, one line, not ErrLeaseLost), on a held lock
+// or a free one, and touches nothing.
+func (s *suite) badLeaseID(t *testing.T) {
+	name := s.name(t, "held")
+	free := s.name(t, "free")
+	c1, c2 := s.client(t), s.client(t)
+	l := acquire(t, c1, name, coord.AcquireOptions{Holder: "holder"})
+	for _, id := range []string{"zz!", "", "0", "-1", "not a lease", "ab\x00cd", "\n", strings.Repeat("f", 300)} {
+		for _, n := range []string{name, free} {
+			for _, c := range []coord.Coordinator{c1, c2} {
+				_, err := c.Renew(ctx(t), n, id)
+				if !errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrLeaseLost) || strings.Contains(err.Error(), "\n") {
+					t.Errorf("Renew(%q, %q) = %v, want a one-line ErrInvalid", n, id, err)
+				}
+				err = c.Release(ctx(t), n, id)
+				if !errors.Is(err, coord.ErrInvalid) || strings.Contains(err.Error(), "\n") {
+					t.Errorf("Release(%q, %q) = %v, want a one-line ErrInvalid", n, id, err)
+				}
+			}
+		}
+	}
+	wantHeldBy(t, c2, l)
+	if info := inspect(t, c2, free); info.Held {
+		t.Errorf("%q held by %q", free, info.Holder)
+	}
+	if _, err := c1.Renew(ctx(t), name, l.ID); err != nil {
+		t.Errorf("Renew of the holder's lease after the refusals: %v", err)
+	}
+	release(t, c1, l)
 }
 
 // revoke: an operator ends the holder's lease; the holder's Renew then fails,

@@ -2,7 +2,7 @@
 // backend must pass, unchanged: mutual exclusion, fencing tokens that only go
 // up (across holders, releases, expiry, revocation and restarts), FIFO
 // waiting, the three wait modes, expiry and takeover, renewal, idempotent
-// release, revocation, inspection, listing, watching, name validation and
+// release, lease ids (malformed, or of another lock), revocation, inspection, listing, watching, name validation and
 // context cancellation. Backends with more promises (the local backend's
 // process-attached leases and fail-closed state files) opt into the cases for
 // them through the Harness.
@@ -118,6 +118,7 @@ var cases = []struct {
 	{"ExpiryFree", (*suite).expiryFree},
 	{"RenewKeepsLease", (*suite).renewKeepsLease},
 	{"ReleaseIdempotent", (*suite).releaseIdempotent},
+	{"BadLeaseID", (*suite).badLeaseID},
 	{"Revoke", (*suite).revoke},
 	{"Inspect", (*suite).inspect},
 	{"List", (*suite).list},

@@ -33,7 +33,8 @@ type memState struct {
 	mu      sync.Mutex
 	locks   map[string]*memLock
 	leaseID int
-	changed chan struct{} // closed on every change
+	owners  map[string]string // lease id -> its lock
+	changed chan struct{}     // closed on every change
 	watches map[chan coord.Event]string
 }
 
@@ -52,7 +53,21 @@ type memLease struct {
 }
 
 func newMemState(bug string) *memState {
-	return &memState{bug: bug, locks: map[string]*memLock{}, changed: make(chan struct{}), watches: map[chan coord.Event]string{}}
+	return &memState{bug: bug, locks: map[string]*memLock{}, owners: map[string]string{}, changed: make(chan struct{}), watches: map[chan coord.Event]string{}}
+}
+
+// checkID refuses a lease id mem cannot have issued (a positive decimal
+// number) and one of another lock, as ErrInvalid. Called with s.mu held.
+func (s *memState) checkID(name, id string) error {
+	if s.bug != "lease-id-unchecked" {
+		if id == "" || strings.Trim(id, "0123456789") != "" || id[0] == '0' || len(id) > 18 {
+			return fmt.Errorf("%w: lease id %q", coord.ErrInvalid, id)
+		}
+	}
+	if lock, ok := s.owners[id]; ok && lock != name && s.bug != "lease-any-lock" {
+		return fmt.Errorf("%w: lease %s belongs to lock %q", coord.ErrInvalid, id, lock)
+	}
+	return nil
 }
 
 // memBugEnv names the bug TestSuiteOnMemory plants, for TestSuiteCatches.
@@ -79,6 +94,8 @@ func TestSuiteCatches(t *testing.T) {
 		{"early-expiry", "ExpiryFree"},
 		{"cancel-leaves-ticket", "CancelWhileWaiting"},
 		{"release-any", "ReleaseIdempotent"},
+		{"lease-any-lock", "ReleaseIdempotent"},
+		{"lease-id-unchecked", "BadLeaseID"},
 		{"no-validation", "BadInput"},
 		{"sent-late", "Inspect"},
 	} {
@@ -180,6 +197,7 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 				l.last--
 			}
 			s.leaseID++
+			s.owners[fmt.Sprint(s.leaseID)] = name
 			now := time.Now()
 			h := &memLease{id: fmt.Sprint(s.leaseID), holder: o.Holder, token: l.last, ttl: o.TTL, expires: sent.Add(o.TTL), acquiredAtWall: now}
 			if s.bug == "early-expiry" {
@@ -251,6 +269,9 @@ func (c *memClient) Renew(ctx context.Context, name, id string) (coord.Renewal, 
 	sent := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.checkID(name, id); err != nil {
+		return coord.Renewal{}, err
+	}
 	l := s.lock(name)
 	if l.holder == nil || l.holder.id != id {
 		return coord.Renewal{}, coord.ErrLeaseLost
@@ -266,6 +287,9 @@ func (c *memClient) Release(ctx context.Context, name, id string) error {
 	s := c.st
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.checkID(name, id); err != nil {
+		return err
+	}
 	l := s.lock(name)
 	if l.holder != nil && (l.holder.id == id || s.bug == "release-any") {
 		l.holder = nil

@@ -86,7 +86,9 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	key := c.leaseKey(name, id)
 	l := &coord.Lease{Name: name, Holder: holder, ID: formatID(id), TTL: granted, Sent: sent}
 	if resp.Succeeded {
-		l.Token = uint64(resp.Header.Revision)
+		if l.Token, err = tokenOf(name, resp.Header.Revision); err != nil {
+			return nil, err
+		}
 		l.AcquiredAt = now
 		c.leases.add(name, secs, id, l.TTL, l.Sent)
 		ok = true
@@ -163,7 +165,9 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		}
 		last.sent, last.ttl = s, time.Duration(ttl)*time.Second
 	}
-	l.Token = uint64(myRev)
+	if l.Token, err = tokenOf(name, myRev); err != nil {
+		return nil, err
+	}
 	l.TTL = last.ttl
 	l.Sent = last.sent
 	l.AcquiredAt = now

@@ -57,6 +57,17 @@ func parseID(s string) (clientv3.LeaseID, error) {
 	return clientv3.LeaseID(v), nil
 }
 
+// tokenOf is the fencing token of a key created at revision rev. etcd
+// revisions are positive int64s, so a token is at most coord.MaxToken by
+// construction; anything else (which etcd never sends) is refused rather
+// than turned into token 0 or a wrapped one.
+func tokenOf(name string, rev int64) (uint64, error) {
+	if rev <= 0 {
+		return 0, fmt.Errorf("%w: lock %q: etcd reported revision %d for its holder's key: no token can be issued", coord.ErrUnavailable, name, rev)
+	}
+	return uint64(rev), nil
+}
+
 // meta is the JSON value of a lease's key.
 type meta struct {
 	Holder string `json:"holder"`

@@ -15,9 +15,9 @@ import (
 // Renew extends the lease by its TTL with one keep-alive on the
 // Coordinator's shared stream (see keeper); the Renewal reports the
 // request's send time and the TTL granted. A lease id given with the wrong
-// lock name is ErrLeaseLost and is not renewed: unless this Coordinator put
-// the lease's key on lock name itself, a linearizable read checks that the
-// key is there first. Once the key is known, the only ways it can go are the
+// lock name is not renewed: unless this Coordinator put the lease's key on
+// lock name itself, a linearizable read checks that the key is there first
+// (see ownsKey: ErrInvalid when the lease lives on another lock). Once the key is known, the only ways it can go are the
 // lease ending (the keep-alive then says so) or a foreign delete; fence
 // itself removes a key only by revoking its lease.
 func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
@@ -49,22 +49,37 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	return coord.Renewal{Sent: sent, TTL: time.Duration(ttl) * time.Second}, nil
 }
 
-// ownsKey checks that lease id has its key on lock name.
+// ownsKey checks that lease id has its key on lock name. When it has not,
+// the lease's keys tell why: a lease that lives with a key on another lock
+// is bad input (ErrInvalid, naming that lock); one that is gone, or holds
+// no lock any more, is ErrLeaseLost.
 func (c *Coordinator) ownsKey(ctx context.Context, name string, id clientv3.LeaseID, op string) error {
 	resp, err := c.cli.Get(ctx, c.leaseKey(name, id), clientv3.WithCountOnly())
 	if err != nil {
 		return c.mapErr(ctx, op, err)
 	}
-	if resp.Count == 0 {
-		return fmt.Errorf("%w: lease %s holds no place on %q", coord.ErrLeaseLost, formatID(id), name)
+	if resp.Count > 0 {
+		return nil
 	}
-	return nil
+	ttl, err := c.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return c.mapErr(ctx, op, err)
+	}
+	if err == nil && ttl.TTL > 0 {
+		for _, k := range ttl.Keys {
+			if other, ok := c.parseKey(string(k)); ok && other != name {
+				return fmt.Errorf("%w: lease %s belongs to lock %q, not to %q", coord.ErrInvalid, formatID(id), other, name)
+			}
+		}
+	}
+	return fmt.Errorf("%w: lease %s holds no place on %q", coord.ErrLeaseLost, formatID(id), name)
 }
 
 // Release revokes the lease, which removes its key (a Coordinator that
-// acquires in a loop deletes the key and keeps the lease: see leases). A lease that is gone,
-// or that is not on lock name, is left alone and is not an error (a lease
-// this Coordinator did not put on lock name itself is read first).
+// acquires in a loop deletes the key and keeps the lease: see leases). A
+// lease that is gone is left alone and is not an error; one that lives on
+// another lock is left alone too, with ErrInvalid (a lease this Coordinator
+// did not put on lock name itself is read first: see ownsKey).
 func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err := coord.ValidateName(name); err != nil {
 		return err

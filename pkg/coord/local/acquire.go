@@ -3,11 +3,13 @@ package local
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -108,10 +110,47 @@ type attempt struct {
 	mayKill bool // the lease ended, its group runs, and it is our turn
 }
 
-func newID() string {
+// A lease id is 24 lower-case hex digits: the tag of its lock's name (the
+// first 4 bytes of its SHA-256) and 8 random bytes. The tag lets Renew and
+// Release tell a lease of another lock from one that is gone without reading
+// any other lock's state. Fences before the tag issued 16 random digits;
+// those are read as ids of no known lock.
+const (
+	tagLen      = 8
+	leaseIDLen  = tagLen + 16
+	legacyIDLen = 16
+)
+
+// nameTag is the tag of lock name in its lease ids.
+func nameTag(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return hex.EncodeToString(sum[:tagLen/2])
+}
+
+// newID returns a new lease id for lock name.
+func newID(name string) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return nameTag(name) + hex.EncodeToString(b[:])
+}
+
+// newTicketID returns a new id for a waiter's ticket.
+func newTicketID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// checkLeaseID refuses, with ErrInvalid, a lease id that fence cannot have
+// issued, and one issued for a lock other than name.
+func checkLeaseID(name, id string) error {
+	if len(id) != leaseIDLen && len(id) != legacyIDLen || strings.Trim(id, "0123456789abcdef") != "" {
+		return fmt.Errorf("%w: lease id %q is not a lease id of the local coordinator (%d lower-case hex digits)", coord.ErrInvalid, id, leaseIDLen)
+	}
+	if len(id) == leaseIDLen && id[:tagLen] != nameTag(name) {
+		return fmt.Errorf("%w: lease %s belongs to another lock, not to %q", coord.ErrInvalid, id, name)
+	}
+	return nil
 }
 
 // try takes the lock if it is free and it is our turn; otherwise, when
@@ -134,6 +173,11 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		if pruned {
 			ch = rewrite
 		}
+		if st.LastToken >= coord.MaxToken {
+			// No lease can ever be granted again: refuse at once, also
+			// while the last token's holder still holds.
+			return ch, pruned, exhausted(a.f.name, st.LastToken)
+		}
 		now := clock.Now()
 		v, err := assess(st.Holder, now)
 		if err != nil {
@@ -149,15 +193,18 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			// The token must survive a crash before it is handed out: the
 			// state is always fsynced, and the directory too (making the
 			// rename durable) when the token is beyond the reserved block.
+			// A block never passes the ceiling (nor wraps); without a boot
+			// id every grant is durable and reserves only itself.
 			ch = rewrite
 			if !volatileOK() || st.LastToken > st.Reserved {
+				st.Reserved = max(st.Reserved, st.LastToken)
 				if volatileOK() {
-					st.Reserved = st.LastToken + tokenBlock - 1
+					st.Reserved = min(st.LastToken+(tokenBlock-1), coord.MaxToken)
 				}
 				ch = durable
 			}
 			h := &holder{
-				LeaseID:    newID(),
+				LeaseID:    newID(a.f.name),
 				Holder:     a.o.Holder,
 				Token:      st.LastToken,
 				TTL:        a.o.TTL,
@@ -179,7 +226,7 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		out.mayKill = v.kill && ourTurn
 		if pos.mine < 0 && (enqueue || a.ticket != "") {
 			if a.ticket == "" {
-				a.ticket = newID()
+				a.ticket = newTicketID()
 				liveTickets.Store(a.ticket, struct{}{})
 			}
 			st.Queue = append(st.Queue, ticket{ID: a.ticket, PID: a.self.PID, Start: a.self.Start,
@@ -378,6 +425,13 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 			return nil, errClosed
 		}
 	}
+}
+
+// exhausted is the error for a lock that has issued coord.MaxToken: a new
+// lease would need a larger token, which a signed 64-bit column cannot hold.
+func exhausted(name string, last uint64) error {
+	return unavailable("lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
+		name, last)
 }
 
 // busy is the ErrBusy error for a lock not acquired in time.

@@ -50,7 +50,7 @@ type bell struct {
 // newBell creates a doorbell for a new ticket of process self and
 // subscribes to it.
 func (c *Coordinator) newBell(self proc.ID) (*bell, error) {
-	t := ticket{ID: newID(), PID: self.PID, Start: self.Start, PIDNS: proc.PIDNamespace()}
+	t := ticket{ID: newTicketID(), PID: self.PID, Start: self.Start, PIDNS: proc.PIDNamespace()}
 	path := filepath.Join(c.waitersDir, bellName(t))
 	for retry := true; ; retry = false {
 		if err := c.prepareWaiters(); err != nil {

@@ -42,7 +42,8 @@
 //     last grants' writes, but never the reservation: a state read after a
 //     reboot goes on above the reserved token. So tokens never go down and
 //     are never issued twice; after a crash up to tokenBlock numbers may be
-//     skipped.
+//     skipped. Tokens stop at coord.MaxToken: a block never passes it, and
+//     a lock that has issued it refuses every Acquire (ErrUnavailable).
 //   - Queueing and leaving the queue replace the state the same way (data
 //     fsynced before the rename, which keeps the token safe from a torn
 //     file), without the directory fsync: a waiter is not worth keeping

@@ -875,7 +875,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 			check("Acquire", err)
 			_, err = c2.Acquire(ctx, "c", coord.AcquireOptions{TTL: time.Minute, Wait: coord.WaitForever})
 			check("Acquire(wait)", err)
-			_, err = c2.Renew(ctx, "c", "x")
+			_, err = c2.Renew(ctx, "c", newID("c"))
 			check("Renew", err)
 			_, err = c2.Revoke(ctx, "c")
 			check("Revoke", err)

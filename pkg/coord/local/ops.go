@@ -27,9 +27,13 @@ func lost(name, leaseID string, st *state, v verdict) error {
 
 // Renew extends the lease by its TTL from now. It returns ErrLeaseLost when
 // the lease is not live: released, revoked, expired, replaced, or attached
-// to processes that are all gone.
+// to processes that are all gone; ErrInvalid for a malformed lease id or one
+// of another lock.
 func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
 	if err := coord.ValidateName(name); err != nil {
+		return coord.Renewal{}, err
+	}
+	if err := checkLeaseID(name, leaseID); err != nil {
 		return coord.Renewal{}, err
 	}
 	var r coord.Renewal
@@ -69,9 +73,13 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	return r, nil
 }
 
-// Release ends the lease; a lease that is already gone is not an error.
+// Release ends the lease; a lease that is already gone is not an error. A
+// malformed lease id, or one of another lock, is ErrInvalid.
 func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
+	if err := checkLeaseID(name, leaseID); err != nil {
 		return err
 	}
 	f := c.files(name)
@@ -129,6 +137,9 @@ func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 // live.
 func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
 	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
+	if err := checkLeaseID(name, leaseID); err != nil {
 		return err
 	}
 	pids, group, err := resolveProcess(p)

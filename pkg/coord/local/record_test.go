@@ -224,14 +224,15 @@ func TestRebootDropsRecordKeepsTokens(t *testing.T) {
 }
 
 // TestFormat1State: a state written by a fence of format 1 (no lease
-// record) is honoured; its first renewal rewrites it in format 2, and the
-// next ones overwrite the record.
+// record, a lease id of 16 digits without its lock's tag) is honoured; its
+// first renewal rewrites it in format 2, and the next ones overwrite the
+// record.
 func TestFormat1State(t *testing.T) {
 	c := openTB(t, newDir(t))
 	path := c.StateFile("v1")
 	exp := clock.Now().Add(time.Minute)
 	v1 := `{"version":1,"name":"v1","last_token":7,"boot_id":"` + clock.BootID() + `",` +
-		`"holder":{"lease_id":"abc","holder":"old","token":7,"ttl_ns":60000000000,"acquired_at":"2020-01-01T00:00:00Z","expires_at":` +
+		`"holder":{"lease_id":"0123456789abcdef","holder":"old","token":7,"ttl_ns":60000000000,"acquired_at":"2020-01-01T00:00:00Z","expires_at":` +
 		strconv.FormatInt(int64(exp), 10) + `}}`
 	if err := os.WriteFile(path, []byte(v1), 0o600); err != nil {
 		t.Fatal(err)
@@ -239,20 +240,20 @@ func TestFormat1State(t *testing.T) {
 	if li := inspect(t, c, "v1"); !li.Held || li.Token != 7 || li.Holder != "old" {
 		t.Fatalf("format 1 holder: %+v", li)
 	}
-	if _, err := c.Renew(tctx(t), "v1", "abc"); err != nil {
+	if _, err := c.Renew(tctx(t), "v1", "0123456789abcdef"); err != nil {
 		t.Fatal(err)
 	}
 	ino1, b1 := stateInfo(t, path)
 	if !hasRecord(b1) {
 		t.Fatalf("after a renewal: %s", b1)
 	}
-	if _, err := c.Renew(tctx(t), "v1", "abc"); err != nil {
+	if _, err := c.Renew(tctx(t), "v1", "0123456789abcdef"); err != nil {
 		t.Fatal(err)
 	}
 	if ino2, b2 := stateInfo(t, path); ino2 != ino1 || !sameButRecord(b1, b2) {
 		t.Fatalf("second renewal replaced the state:\n%s\n%s", b1, b2)
 	}
-	if err := c.Release(tctx(t), "v1", "abc"); err != nil {
+	if err := c.Release(tctx(t), "v1", "0123456789abcdef"); err != nil {
 		t.Fatal(err)
 	}
 	if l := acquire(t, c, "v1", coord.AcquireOptions{Wait: 0}); l.Token != 8 {

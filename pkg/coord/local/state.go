@@ -345,6 +345,17 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	case f.name == "" && (coord.ValidateName(st.Name) != nil || fileBase(st.Name) != f.base):
 		return nil, corrupt(f, "names lock %q, which does not match its file name", st.Name)
 	}
+	// Tokens never pass coord.MaxToken, and every token up to reserved_token
+	// was covered by a durable write: a state beyond the ceiling (an older
+	// fence wrapped its counter) or with a reservation below its last token
+	// is damaged, and its next token could repeat one.
+	switch {
+	case st.LastToken > coord.MaxToken || st.Reserved > coord.MaxToken:
+		return nil, corrupt(f, "holds token %d, above the largest fencing token %d",
+			max(st.LastToken, st.Reserved), uint64(coord.MaxToken))
+	case st.Reserved != 0 && st.Reserved < st.LastToken:
+		return nil, corrupt(f, "is inconsistent (reserved token %d below last token %d)", st.Reserved, st.LastToken)
+	}
 	if h := st.Holder; h != nil {
 		if h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
 			return nil, corrupt(f, "is inconsistent (holder token %d, last token %d)", h.Token, st.LastToken)

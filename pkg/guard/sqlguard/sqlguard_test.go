@@ -175,6 +175,16 @@ func testUpdate(t *testing.T, b backend) {
 	if err := tab.Update(ctx, "k", 0, nil); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("Update(token 0) = %v, want ErrInvalid", err)
 	}
+	// A token the BIGINT fence cannot hold is refused, not stored negative
+	// (which would let any later token through).
+	for _, tok := range []uint64{coord.MaxToken + 1, 1<<64 - 1} {
+		if err := tab.Update(ctx, "k", tok, []byte("huge")); !errors.Is(err, coord.ErrInvalid) {
+			t.Errorf("Update(token %d) = %v, want ErrInvalid", tok, err)
+		}
+	}
+	if v, err := tab.Get(ctx, "k"); err != nil || v.Token != 4 || string(v.Data) != "four" {
+		t.Fatalf("after refused updates: Get = %q@%d, %v", v.Data, v.Token, err)
+	}
 }
 
 // testAddFenceColumn fences a table that already has rows.

@@ -189,6 +189,11 @@ func testInvalid(t *testing.T, h Harness) {
 		{Lock: "ok", Kind: coord.HistAcquired, Wait: -time.Second},
 		{Lock: "ok", Kind: coord.HistRenewalFailed, Count: -1},
 		{Lock: "ok", Kind: coord.HistStaleRefused, Key: "bad\x00key"},
+		// No coordinator issues a token above coord.MaxToken (2^63-1).
+		{Lock: "ok", Kind: coord.HistAcquired, Token: coord.MaxToken + 1},
+		{Lock: "ok", Kind: coord.HistStaleRefused, Key: "k", Token: 1, AcceptedToken: 1<<64 - 1},
+		{Lock: "ok", Kind: coord.HistAcquired, Token: 1, LeaseID: "a\nb"},
+		{Lock: "ok", Kind: coord.HistAcquired, Token: 1, LeaseID: strings.Repeat("f", 257)},
 	}
 	for _, e := range bad {
 		if err := s.Record(ctxT(t), e); !errors.Is(err, coord.ErrInvalid) {

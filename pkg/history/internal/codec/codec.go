@@ -2,7 +2,7 @@
 // history stores: one JSON object per event, durations in nanoseconds.
 //
 //	{"seq":7,"time":"2025-01-02T03:04:05.123456789Z","lock":"jobs/nightly","kind":"acquired",
-//	 "holder":"host:42","token":17,"wait_ns":1500000000}
+//	 "holder":"host:42","token":17,"wait_ns":1500000000,"lease_id":"1f2e…"}
 //
 // Unknown fields are ignored, so that a newer fence may add some; anything
 // else that does not decode into a valid event is corrupt.
@@ -34,6 +34,7 @@ type wire struct {
 	Error         string            `json:"error,omitempty"`
 	Key           string            `json:"key,omitempty"`
 	AcceptedToken uint64            `json:"accepted_token,omitempty"`
+	LeaseID       string            `json:"lease_id,omitempty"`
 }
 
 // Encode returns the stored form of ev, with seq when it is not 0.
@@ -41,7 +42,7 @@ func Encode(seq uint64, ev coord.HistoryEvent) ([]byte, error) {
 	b, err := json.Marshal(wire{
 		Seq: seq, Time: ev.Time, Lock: ev.Lock, Kind: ev.Kind, Holder: ev.Holder, Token: ev.Token,
 		WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor), Count: ev.Count, Error: ev.Error,
-		Key: ev.Key, AcceptedToken: ev.AcceptedToken,
+		Key: ev.Key, AcceptedToken: ev.AcceptedToken, LeaseID: ev.LeaseID,
 	})
 	if err != nil {
 		return nil, err
@@ -76,6 +77,6 @@ func Decode(b []byte) (uint64, coord.HistoryEvent, error) {
 	return w.Seq, coord.HistoryEvent{
 		Time: w.Time, Lock: w.Lock, Kind: w.Kind, Holder: w.Holder, Token: w.Token,
 		Wait: time.Duration(w.WaitNS), HeldFor: time.Duration(w.HeldForNS), Count: w.Count,
-		Error: w.Error, Key: w.Key, AcceptedToken: w.AcceptedToken,
+		Error: w.Error, Key: w.Key, AcceptedToken: w.AcceptedToken, LeaseID: w.LeaseID,
 	}, nil
 }

@@ -13,6 +13,7 @@ func TestRoundTrip(t *testing.T) {
 	ev := coord.HistoryEvent{
 		Time: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC), Lock: "a/b", Kind: coord.HistAcquired, Holder: "h:1",
 		Token: 42, Wait: 1500 * time.Millisecond, HeldFor: time.Hour, Count: 3, Error: "e", Key: "k", AcceptedToken: 43,
+		LeaseID: "694d7a0b1c2d3e4f",
 	}
 	b, err := Encode(7, ev)
 	if err != nil {
