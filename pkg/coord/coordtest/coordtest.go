@@ -119,6 +119,7 @@ var cases = []struct {
 	{"RenewKeepsLease", (*suite).renewKeepsLease},
 	{"ReleaseIdempotent", (*suite).releaseIdempotent},
 	{"Revoke", (*suite).revoke},
+	{"StopRequest", (*suite).stopRequest},
 	{"Inspect", (*suite).inspect},
 	{"List", (*suite).list},
 	{"NamesIndependent", (*suite).namesIndependent},
