@@ -246,12 +246,11 @@ func writeRevoke(f *Factory, format output.Format, r revokeView) error {
 			WaitedSeconds float64 `json:"waited_seconds"`
 		}{newLockView(info, f.Now()), r.Ended, r.WaitedSeconds})
 	}
-	how := ""
 	if r.Ended == "released" {
-		how = " (released by its holder)"
+		f.verbosef("the holder released the lease when asked, after %.3fs", r.WaitedSeconds)
 	}
-	_, err := fmt.Fprintf(f.IO.Out, "revoked %s: lease %s of %s, token %d%s\n",
-		output.Clean(info.Name), output.Clean(info.LeaseID), output.Clean(info.Holder), info.Token, how)
+	_, err := fmt.Fprintf(f.IO.Out, "revoked %s: lease %s of %s, token %d\n",
+		output.Clean(info.Name), output.Clean(info.LeaseID), output.Clean(info.Holder), info.Token)
 	return err
 }
 

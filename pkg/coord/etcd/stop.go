@@ -53,7 +53,7 @@ func (c *Coordinator) holderKV(ctx context.Context, name string, token uint64, o
 // AcquireOptions.Process: fence acquire) is not asked.
 func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
 	for {
-		kv, info, err := c.holderKV(ctx, name, token, "stop request", false)
+		kv, info, err := c.holderKV(ctx, name, token, "stop request", true)
 		if err != nil {
 			return info, false, err
 		}
