@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -98,43 +99,190 @@ already gone, and 125 when ID is not a lease id or is the lease of another lock
 }
 
 type revokeOptions struct {
-	lock   string
-	format string
+	lock    string
+	format  string
+	token   string
+	force   bool
+	timeout time.Duration
 }
 
 func newCmdRevoke(f *Factory) *cobra.Command {
 	o := &revokeOptions{}
 	cmd := &cobra.Command{
-		Use:   "revoke LOCK [-o text|json]",
-		Short: "End the current holder's lease, whoever holds it",
-		Long: `End the current holder's lease on LOCK, whoever holds it: an operator's tool.
-A 'fence run' holding the lock stops its command and exits 76. Prints the lease
-it ended; exits 0, or 1 when the lock is free.`,
+		Use:   "revoke LOCK [--token N] [--force] [--timeout D] [-o text|json]",
+		Short: "End the current holder's lease, after asking its fence run to stop",
+		Long: `End the current holder's lease on LOCK: an operator's tool.
+
+By default fence first asks the holder's 'fence run' to stop its command and
+release the lease, and waits up to --timeout (default: the lease's TTL) for
+that release: the run stops its command with its usual stop sequence (its
+--signal, then SIGKILL after its --grace), waits until nothing of the
+command's tree is left, releases and exits 76. So the next holder never
+starts beside the old command. The ask reaches a running 'fence run' at once,
+on both coordinators. When the holder has not released by --timeout (it is
+frozen, say), or at once with --force, fence ends the lease itself; a lease
+with no 'fence run' attached (taken with 'fence acquire') is ended at once.
+
+--token N revokes only the holder with token N. Prints the lease it ended;
+exits 0, or 1 when the lock is free or, with --token, held under another
+token.`,
+		Example: `  fence revoke nightly-backup
+  fence revoke nightly-backup --token 42 --timeout 30s
+  fence revoke nightly-backup --force`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.lock = args[0]
-			format, err := parseFormat(o.format, output.Text, output.JSON)
-			if err != nil {
-				return err
-			}
-			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
-				info, err := c.Revoke(cmd.Context(), o.lock)
-				if errors.Is(err, coord.ErrNotHeld) {
-					return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: the lock is free", output.Clean(o.lock)))
-				}
-				if err != nil {
-					return fmt.Errorf("revoke %s: %w", output.Clean(o.lock), err)
-				}
-				if format == output.JSON {
-					return output.WriteJSON(f.IO.Out, newLockView(info, f.Now()))
-				}
-				_, err = fmt.Fprintf(f.IO.Out, "revoked %s: lease %s of %s, token %d\n",
-					output.Clean(info.Name), output.Clean(info.LeaseID), output.Clean(info.Holder), info.Token)
-				return err
-			})
+			return runRevoke(cmd.Context(), f, o, cmd.Flags().Changed("timeout"))
 		},
 	}
 	formatFlag(cmd, &o.format, output.Text, output.JSON)
+	cmd.Flags().StringVar(&o.token, "token", "", "revoke only the holder with this fencing token")
+	cmd.Flags().BoolVar(&o.force, "force", false, "end the lease at once, without asking its fence run to stop first")
+	DurationVarP(cmd.Flags(), &o.timeout, "timeout", "", 0, false, "how long to wait for the holder to stop and release before ending its lease (default: the lease's TTL)")
 	return cmd
+}
+
+// defaultRevokeTimeout is --timeout when the lease's TTL is not known.
+const defaultRevokeTimeout = 15 * time.Second
+
+func runRevoke(ctx context.Context, f *Factory, o *revokeOptions, timeoutSet bool) error {
+	format, err := parseFormat(o.format, output.Text, output.JSON)
+	if err != nil {
+		return err
+	}
+	var token uint64
+	if o.token != "" {
+		if token, err = ParseToken(o.token); err != nil {
+			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
+		}
+	}
+	if timeoutSet && o.force {
+		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
+	}
+	name := output.Clean(o.lock)
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		sr, ok := c.(coord.StopRequester)
+		if !ok {
+			sr = revokeOnly{c}
+		}
+		no := func(info coord.LockInfo, err error) error {
+			switch {
+			case errors.Is(err, coord.ErrNotHeld):
+				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: the lock is free", name))
+			case errors.Is(err, coord.ErrOtherToken):
+				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held by %s under token %d, not %d: nothing was revoked",
+					name, output.Clean(info.Holder), info.Token, token))
+			}
+			return fmt.Errorf("revoke %s: %w", name, err)
+		}
+		start := time.Now()
+		res := revokeView{Ended: "revoked"}
+		asked := false
+		if !o.force {
+			var info coord.LockInfo
+			info, asked, err = sr.RequestStop(ctx, o.lock, token)
+			if errors.Is(err, errors.ErrUnsupported) {
+				sr, err = revokeOnly{c}, nil
+			}
+			if err != nil {
+				return no(info, err)
+			}
+			res.info = info
+		}
+		if asked {
+			timeout := o.timeout
+			if !timeoutSet {
+				timeout = res.info.TTL
+				if timeout <= 0 {
+					timeout = defaultRevokeTimeout
+				}
+			}
+			f.verbosef("asked %s (token %d) to stop and release %s; waiting up to %v", output.Clean(res.info.Holder), res.info.Token, name, timeout)
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			err := sr.WaitEnded(wctx, o.lock, res.info.Token)
+			cancel()
+			switch {
+			case err == nil:
+				res.Ended = "released"
+				res.WaitedSeconds = output.Seconds(time.Since(start))
+				return writeRevoke(f, format, res)
+			case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+				fmt.Fprintf(f.IO.ErrOut, "fence: revoke %s: the holder did not release the lease within %v: ending it\n", name, timeout)
+			default:
+				return fmt.Errorf("revoke %s: waiting for the holder to release: %w", name, err)
+			}
+			token = res.info.Token
+		}
+		info, err := sr.RevokeToken(ctx, o.lock, token)
+		if asked && (errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrOtherToken)) {
+			// It ended just now, after all.
+			res.Ended = "released"
+			err = nil
+		} else {
+			res.info = info
+		}
+		if err != nil {
+			return no(info, err)
+		}
+		res.WaitedSeconds = output.Seconds(time.Since(start))
+		return writeRevoke(f, format, res)
+	})
+}
+
+// revokeView is what revoke prints: the lease it ended, and how it ended.
+type revokeView struct {
+	info coord.LockInfo
+	// Ended is "released" when the holder released the lease when asked,
+	// "revoked" when fence ended it.
+	Ended         string  `json:"ended"`
+	WaitedSeconds float64 `json:"waited_seconds"`
+}
+
+func writeRevoke(f *Factory, format output.Format, r revokeView) error {
+	info := r.info
+	if format == output.JSON {
+		return output.WriteJSON(f.IO.Out, struct {
+			lockView
+			Ended         string  `json:"ended"`
+			WaitedSeconds float64 `json:"waited_seconds"`
+		}{newLockView(info, f.Now()), r.Ended, r.WaitedSeconds})
+	}
+	if r.Ended == "released" {
+		f.verbosef("the holder released the lease when asked, after %.3fs", r.WaitedSeconds)
+	}
+	_, err := fmt.Fprintf(f.IO.Out, "revoked %s: lease %s of %s, token %d\n",
+		output.Clean(info.Name), output.Clean(info.LeaseID), output.Clean(info.Holder), info.Token)
+	return err
+}
+
+// revokeOnly is the StopRequester of a coordinator that has none: it asks
+// no one, and guards the token with a read before the revoke.
+type revokeOnly struct{ c coord.Coordinator }
+
+func (r revokeOnly) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+	info, err := r.holder(ctx, name, token)
+	return info, false, err
+}
+
+func (r revokeOnly) WaitEnded(context.Context, string, uint64) error { return errors.ErrUnsupported }
+
+func (r revokeOnly) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	if _, err := r.holder(ctx, name, token); err != nil {
+		return coord.LockInfo{Name: name}, err
+	}
+	return r.c.Revoke(ctx, name)
+}
+
+func (r revokeOnly) holder(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	info, err := r.c.Inspect(ctx, name)
+	switch {
+	case err != nil:
+		return info, err
+	case !info.Held:
+		return info, fmt.Errorf("%w: %q", coord.ErrNotHeld, name)
+	case token != 0 && info.Token != token:
+		return info, fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, info.Holder, info.Token, token)
+	}
+	return info, nil
 }

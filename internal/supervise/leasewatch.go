@@ -3,16 +3,18 @@ package supervise
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
-// leaseWatch is the coordinator's notice that the lease has ended
-// (coord.LeaseWatcher; etcd: a watch on the lease's key), so that a revoked
-// lease stops the command at once rather than at the next renewal. Without
-// it (the local backend) the renewals find out, as they always do; with it
-// they still do, should the watch fail.
+// leaseWatch is the coordinator's notice that the lease has ended, or that
+// its holder is asked to stop (coord.LeaseWatcher; etcd: a watch on the
+// lease's key; local: on the lock's lock file), so that a revoke stops the
+// command at once rather than at the next renewal. Without it the renewals
+// find a revoked lease out, as they always do; with it they still do,
+// should the watch fail.
 type leaseWatch struct {
 	ch     <-chan error // nil when there is no watch, or once it has spoken
 	all    <-chan error // the watch's channel, drained by stop
@@ -60,7 +62,26 @@ func (r *runner) lostNotice(err error) error {
 	if herr := r.held.Check(); errors.Is(herr, coord.ErrLeaseLost) {
 		return herr
 	}
+	if errors.Is(err, coord.ErrStopRequested) {
+		lease := r.held.Lease()
+		return &revokedError{lock: lease.Name, token: lease.Token, err: err}
+	}
 	lease := r.held.Lease()
 	return &fencing.LostError{Reason: fencing.Lost, Lock: lease.Name, Token: lease.Token,
 		SafeUntil: r.held.SafeUntil(), LastErr: err}
 }
+
+// revokedError is why a run stopped on a stop request (`fence revoke`
+// without --force): its lease was still held, and fence releases it once the
+// command's tree is gone.
+type revokedError struct {
+	lock  string
+	token uint64
+	err   error // wraps coord.ErrStopRequested
+}
+
+func (e *revokedError) Error() string {
+	return fmt.Sprintf("lease on %q (token %d) was revoked (fence revoke asked this run to stop and release it)", e.lock, e.token)
+}
+
+func (e *revokedError) Unwrap() error { return e.err }

@@ -37,12 +37,16 @@
 // before 15s.
 //
 // Revocation. Once the command has started, fence also watches its lease
-// when the coordinator can tell at once that it ended (coord.LeaseWatcher:
-// etcd watches the lease's key; the local backend cannot, and a revoke is
-// found at the next renewal there). A notice stops the command as a renewal
+// when the coordinator can tell at once that it ended, or that `fence
+// revoke` asks the holder to stop (coord.LeaseWatcher: etcd watches the
+// lease's key; the local backend the lock's lock file, which a revoke
+// writes to). A notice that the lease ended stops the command as a renewal
 // that found the lease lost does (exit 76, the same message and history
-// event); a watch that fails only leaves the renewals to find out. The
-// watch ends before fence's own release.
+// event); a stop request runs the same stop sequence while the lease is
+// still held, and once nothing of the command's tree is left fence releases
+// the lease, as the revoker waits for, and exits 76 saying it was revoked. A
+// watch that fails only leaves the renewals to find out. The watch ends
+// before fence's own release.
 //
 // Terminal. When stdin is a terminal and fence is in its foreground, the
 // command's group gets the terminal's foreground (it can read it, and ^C,
@@ -584,7 +588,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 				if r.lostErr == nil {
 					r.lostErr = r.lostNotice(err)
 				}
-				r.verbosef("the coordinator reports the lease ended: %v", err)
+				r.verbosef("the coordinator reports: %v", err)
 				startStop(reasonLost, clock.Now())
 			}
 		case <-ctxDone:

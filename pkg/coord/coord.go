@@ -40,7 +40,10 @@ type AcquireOptions struct {
 	Wait time.Duration
 	// Process, when set, attaches the lease to running processes (as fence
 	// run does): the local backend may then hand the lock over before the
-	// TTL runs out once all of them are gone. Ignored by etcd.
+	// TTL runs out once all of them are gone. It also says that the lease
+	// has a supervisor that watches it (LeaseWatcher) and answers stop
+	// requests: StopRequester.RequestStop asks it rather than leaving the
+	// lease to be ended at once. etcd records only that.
 	Process *ProcessInfo
 	// OnWait, when set, is called once if the lock is held when the request
 	// arrives, with the current holder, after the caller has taken its place

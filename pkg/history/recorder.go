@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -20,7 +21,9 @@ import (
 //     over);
 //   - released (held for) when Release ends a lease that still holds the
 //     lock, and expired when Release finds that lease already gone;
-//   - revoked when Revoke ends a lease.
+//   - revoked when Revoke or RevokeToken ends a lease, or when
+//     RequestStop asks its holder to stop (once per lease: a RevokeToken
+//     after the ask records nothing more).
 //
 // released and revoked are written just before the request that ends the
 // lease, so that a successor never finds the lock free with the end of its
@@ -40,8 +43,9 @@ type Recorder struct {
 	log     *slog.Logger
 	pending *Pending
 
-	mu   sync.Mutex
-	held map[string]heldLease // by lease id: leases acquired through this Recorder
+	mu    sync.Mutex
+	held  map[string]heldLease // by lease id: leases acquired through this Recorder
+	asked map[string]uint64    // by lock: the token a stop was requested of (revoked on record)
 
 	inflight inflight // acquisitions being recorded (AcquireDeferred)
 }
@@ -65,6 +69,7 @@ var (
 	_ coord.Coordinator     = (*Recorder)(nil)
 	_ coord.Historian       = (*Recorder)(nil)
 	_ coord.ProcessAttacher = (*Recorder)(nil)
+	_ coord.StopRequester   = (*Recorder)(nil)
 	_ Reader                = (*Recorder)(nil)
 )
 
@@ -78,7 +83,7 @@ func Wrap(c coord.Coordinator, s Store, opts ...Option) *Recorder {
 		// refuse a decorator that has no error to return.
 		o, _ = NewOptions()
 	}
-	r := &Recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}}
+	r := &Recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}, asked: map[string]uint64{}}
 	r.pending = NewPending(s, o.MaxPending)
 	return r
 }
@@ -172,24 +177,94 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 // Revoke implements coord.Coordinator and records revoked for the lease it
 // ends.
 func (r *Recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+	return r.revoke(ctx, name, 0, func() (coord.LockInfo, error) { return r.inner.Revoke(ctx, name) })
+}
+
+// revoke records revoked around end, which ends the lease of lock name held
+// under token (0: whoever holds it).
+func (r *Recorder) revoke(ctx context.Context, name string, token uint64, end func() (coord.LockInfo, error)) (coord.LockInfo, error) {
 	r.inflight.wait(name)
 	info, ierr := r.inner.Inspect(ctx, name)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
 	defer cancel()
-	revoked := func(i coord.LockInfo) coord.HistoryEvent {
-		now := r.opts.Now()
-		return coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistRevoked, Holder: i.Holder, Token: i.Token, HeldFor: i.HeldFor(now)}
+	pre := ierr == nil && info.Held && (token == 0 || info.Token == token)
+	if pre && !r.wasAsked(name, info.Token) {
+		r.write(rctx, r.revoked(name, info))
 	}
-	pre := ierr == nil && info.Held
-	if pre {
-		r.write(rctx, revoked(info))
-	}
-	got, err := r.inner.Revoke(ctx, name)
-	if err == nil && (!pre || got.Token != info.Token) {
+	got, err := end()
+	if err == nil && (!pre || got.Token != info.Token) && !r.wasAsked(name, got.Token) {
 		// The holder changed between the read and the revoke.
-		r.write(rctx, revoked(got))
+		r.write(rctx, r.revoked(name, got))
 	}
 	return got, err
+}
+
+// revoked is the revoked event of the holder i.
+func (r *Recorder) revoked(name string, i coord.LockInfo) coord.HistoryEvent {
+	now := r.opts.Now()
+	return coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistRevoked, Holder: i.Holder, Token: i.Token, HeldFor: i.HeldFor(now)}
+}
+
+// wasAsked reports whether this Recorder recorded a stop request of the
+// holder of lock name with token (its revoked is on record).
+func (r *Recorder) wasAsked(name string, token uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return token != 0 && r.asked[name] == token
+}
+
+// stopRequester is the decorated coordinator's StopRequester.
+func (r *Recorder) stopRequester() (coord.StopRequester, error) {
+	if s, ok := r.inner.(coord.StopRequester); ok {
+		return s, nil
+	}
+	return nil, fmt.Errorf("%w: %s cannot ask a holder to stop", errors.ErrUnsupported, r.inner.Describe())
+}
+
+// RequestStop implements coord.StopRequester when the decorated
+// coordinator does (else the error wraps errors.ErrUnsupported). A holder
+// that was asked is on record as revoked: asked to stop, it ends its lease.
+func (r *Recorder) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+	s, err := r.stopRequester()
+	if err != nil {
+		return coord.LockInfo{Name: name}, false, err
+	}
+	r.inflight.wait(name)
+	info, asked, err := s.RequestStop(ctx, name, token)
+	if err != nil || !asked || r.wasAsked(name, info.Token) {
+		return info, asked, err
+	}
+	r.mu.Lock()
+	if len(r.asked) >= maxHeld {
+		clear(r.asked)
+	}
+	r.asked[name] = info.Token
+	r.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
+	defer cancel()
+	r.write(rctx, r.revoked(name, info))
+	return info, asked, nil
+}
+
+// WaitEnded implements coord.StopRequester when the decorated coordinator
+// does (else the error wraps errors.ErrUnsupported).
+func (r *Recorder) WaitEnded(ctx context.Context, name string, token uint64) error {
+	s, err := r.stopRequester()
+	if err != nil {
+		return err
+	}
+	return s.WaitEnded(ctx, name, token)
+}
+
+// RevokeToken implements coord.StopRequester when the decorated
+// coordinator does (else the error wraps errors.ErrUnsupported), and
+// records revoked as Revoke does, unless it is on record from RequestStop.
+func (r *Recorder) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	s, err := r.stopRequester()
+	if err != nil {
+		return coord.LockInfo{Name: name}, err
+	}
+	return r.revoke(ctx, name, token, func() (coord.LockInfo, error) { return s.RevokeToken(ctx, name, token) })
 }
 
 // Inspect implements coord.Coordinator.

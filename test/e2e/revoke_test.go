@@ -22,7 +22,8 @@ import (
 const revokeGuard = 10 * time.Second
 
 // TestRevokeStopsRunAtOnce: on etcd, `fence revoke L` ends the lease of a
-// running `fence run --ttl 60s L`; fence learns of it from its watch of the
+// running `fence run --ttl 60s L` (with --force: at once, without asking the
+// run to stop first); fence learns of it from its watch of the
 // lease's key, not at its next renewal: the command's whole process group is
 // gone and fence has exited 76 within revokeGuard, with the message and the
 // history event of a lost lease. A run that ends by itself exits with the
@@ -37,7 +38,7 @@ func TestRevokeStopsRunAtOnce(t *testing.T) {
 		t.Fatalf("the command's group has %d live members, want 2 (sh and sleep)", n)
 	}
 
-	out, code := fence(t, be.env, "revoke", "revoked")
+	out, code := fence(t, be.env, "revoke", "--force", "revoked")
 	if code != 0 {
 		t.Fatalf("fence revoke: exit %d: %s", code, out)
 	}

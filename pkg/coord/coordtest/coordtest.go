@@ -120,6 +120,7 @@ var cases = []struct {
 	{"ReleaseIdempotent", (*suite).releaseIdempotent},
 	{"BadLeaseID", (*suite).badLeaseID},
 	{"Revoke", (*suite).revoke},
+	{"StopRequest", (*suite).stopRequest},
 	{"Inspect", (*suite).inspect},
 	{"List", (*suite).list},
 	{"NamesIndependent", (*suite).namesIndependent},

@@ -51,8 +51,9 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	// lock's keys come back to find the holder.
 	lockRange := c.lockRange(name)
 	now := time.Now()
-	held := meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now}
-	queued := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now}
+	supervised := opts.Process != nil
+	held := meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised}
+	queued := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now, Supervised: supervised}
 	put := func() (*clientv3.TxnResponse, error) {
 		key := c.leaseKey(name, id)
 		els := []clientv3.Op{clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate)}
@@ -132,7 +133,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	}
 	claim := func() string {
 		now = time.Now()
-		return meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now}.encode()
+		return meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised}.encode()
 	}
 	err = c.waitTurn(wctx, lockRange, key, id, myRev, pred, lost, claim)
 	cancel()

@@ -77,6 +77,13 @@ type meta struct {
 	AcquiredAt *time.Time `json:"acquired_at,omitempty"`
 	// QueuedAt is set while the lease waits for the lock.
 	QueuedAt *time.Time `json:"queued_at,omitempty"`
+	// Supervised: the lease was acquired with AcquireOptions.Process (fence
+	// run), whose supervisor watches this key and answers a stop request.
+	Supervised bool `json:"supervised,omitempty"`
+	// StopRequestedAt is set by RequestStop: the holder is asked to stop and
+	// release. It lives on this key, which goes with the holding, so an ask
+	// never reaches a later holder.
+	StopRequestedAt *time.Time `json:"stop_requested_at,omitempty"`
 }
 
 func (m meta) encode() string {

@@ -119,24 +119,5 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 // Revoke ends the lease of the current holder of name, whoever holds it,
 // and returns the holder it ended. The first waiter then holds the lock.
 func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
-	info, err := c.Inspect(ctx, name)
-	if err != nil {
-		return info, err
-	}
-	if !info.Held {
-		return info, fmt.Errorf("%w: %q", coord.ErrNotHeld, name)
-	}
-	if info.LeaseID == "" {
-		return info, fmt.Errorf("%w: the holder's key on %q has no lease: it was not written by fence", coord.ErrUnavailable, name)
-	}
-	id, err := parseID(info.LeaseID)
-	if err != nil {
-		return info, err
-	}
-	// A lease that ended since the read (released, expired) is what the
-	// caller asked for: not an error.
-	if _, err := c.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return info, c.mapErr(ctx, "revoke", err)
-	}
-	return info, nil
+	return c.RevokeToken(ctx, name, 0)
 }

@@ -25,6 +25,11 @@ var _ coord.LeaseWatcher = (*Coordinator)(nil)
 //     expired, or the key deleted by someone else), or
 //   - a read finds the key gone and etcd says the lease no longer exists.
 //
+// A stop request (RequestStop) is a put of the same key with
+// stop_requested_at in its value: the watch (or the first read, for an ask
+// that came before it) reports it with an error wrapping
+// coord.ErrStopRequested. So one watch per run serves both.
+//
 // A watch that fails (etcd unreachable, no leader) is opened again from the
 // last revision seen; the client also resumes it by itself across
 // reconnections. A watch cancelled because its revision was compacted
@@ -84,7 +89,7 @@ func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
 	backoff := leaseWatchMinBackoff
 	for {
 		if rev == 0 {
-			ended, cr, r, err := w.look(ctx)
+			ended, asked, cr, r, err := w.look(ctx)
 			if w.looked != nil {
 				w.looked()
 			}
@@ -97,6 +102,8 @@ func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
 				return w.lost()
 			case create != 0 && cr != create:
 				return nil // the key was put again: not the hold we follow
+			case asked:
+				return w.asked()
 			default:
 				create, rev = cr, r
 				backoff = leaseWatchMinBackoff
@@ -104,10 +111,13 @@ func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
 		}
 		if rev != 0 {
 			start := time.Now()
-			var ended bool
-			ended, rev = w.follow(ctx, rev)
+			var ended, asked bool
+			ended, asked, rev = w.follow(ctx, create, rev)
 			if ended {
 				return w.lost()
+			}
+			if asked {
+				return w.asked()
 			}
 			if time.Since(start) > leaseWatchMaxBackoff {
 				backoff = leaseWatchMinBackoff // it had worked for a while
@@ -131,48 +141,63 @@ func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
 var errGiveUp = errors.New("lease watch: no certain answer")
 
 // look reads the key. ended is true when the key is gone and etcd no longer
-// has the lease; otherwise create is the key's create revision and rev the
-// revision of the read. errGiveUp: the key is gone but its lease lives.
-func (w *leaseWatch) look(ctx context.Context) (ended bool, create, rev int64, err error) {
+// has the lease; otherwise create is the key's create revision, rev the
+// revision of the read, and asked whether its value carries a stop request.
+// errGiveUp: the key is gone but its lease lives.
+func (w *leaseWatch) look(ctx context.Context) (ended, asked bool, create, rev int64, err error) {
 	resp, err := w.c.cli.Get(ctx, w.key)
 	if err != nil {
-		return false, 0, 0, err
+		return false, false, 0, 0, err
 	}
 	if len(resp.Kvs) > 0 {
-		return false, resp.Kvs[0].CreateRevision, resp.Header.Revision, nil
+		kv := resp.Kvs[0]
+		return false, decodeMeta(kv.Value).StopRequestedAt != nil, kv.CreateRevision, resp.Header.Revision, nil
 	}
 	ttl, err := w.c.cli.TimeToLive(ctx, w.id)
 	if err != nil {
-		return false, 0, 0, err
+		return false, false, 0, 0, err
 	}
 	if ttl.TTL == -1 { // etcd's answer for a lease it does not have
-		return true, 0, 0, nil
+		return true, false, 0, 0, nil
 	}
-	return false, 0, 0, errGiveUp
+	return false, false, 0, 0, errGiveUp
 }
 
-// follow watches the key's deletion from rev+1 on. It returns ended when
-// the deletion came; otherwise, when the watch ended, the revision to go on
-// from: the last one seen, or 0 when the key must be read again (the
-// revision was compacted).
-func (w *leaseWatch) follow(ctx context.Context, rev int64) (ended bool, next int64) {
+// follow watches the key from rev+1 on: its deletion, and puts of it (the
+// only ones after the holder's claim are stop requests). It returns ended
+// when the deletion came, asked when a put of the key with the create
+// revision create carries a stop request; otherwise, when the watch ended,
+// the revision to go on from: the last one seen, or 0 when the key must be
+// read again (the revision was compacted).
+func (w *leaseWatch) follow(ctx context.Context, create, rev int64) (ended, asked bool, next int64) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wr := range w.c.cli.Watch(wctx, w.key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+	for wr := range w.c.cli.Watch(wctx, w.key, clientv3.WithRev(rev+1)) {
 		if wr.CompactRevision != 0 {
-			return false, 0
+			return false, false, 0
 		}
 		if wr.Canceled || wr.Err() != nil {
-			return false, rev
+			return false, false, rev
 		}
 		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE && string(ev.Kv.Key) == w.key {
-				return true, rev
+			if string(ev.Kv.Key) != w.key {
+				continue
+			}
+			switch {
+			case ev.Type == mvccpb.DELETE:
+				return true, false, rev
+			case ev.Kv.CreateRevision == create && decodeMeta(ev.Kv.Value).StopRequestedAt != nil:
+				return false, true, rev
 			}
 			rev = max(rev, ev.Kv.ModRevision)
 		}
 	}
-	return false, rev
+	return false, false, rev
+}
+
+// asked is the error reported for a stop request.
+func (w *leaseWatch) asked() error {
+	return fmt.Errorf("%w: lease %s on %q: a stop was requested", coord.ErrStopRequested, formatID(w.id), w.name)
 }
 
 // lost is the error reported when the hold has ended: what Renew says of a

@@ -87,22 +87,34 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if _, err := os.Lstat(f.state); os.IsNotExist(err) {
 		return nil // never used
 	}
-	return c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
+	asked := false
+	err := c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
 		if st.Holder == nil || st.Holder.LeaseID != leaseID {
 			return noChange, false, nil
 		}
+		asked = stopAsked(st) == st.Holder.Token
 		st.Holder = nil
 		return recordOnly, true, nil
 	})
+	if err == nil && asked {
+		c.ringLock(f) // a revoker waits for this release (WaitEnded)
+	}
+	return err
 }
 
 // Revoke ends the current holder's lease and returns what it ended; it
 // returns ErrNotHeld when the lock is free. The holder's next Renew fails
-// with ErrLeaseLost. A lease with no process attached is gone at once; one
+// with ErrLeaseLost, and its lease watch (WatchLease: fence run) reports the
+// loss at once. A lease with no process attached is gone at once; one
 // attached to processes leaves its command until its TTL to stop (fence run
-// stops it at its next renewal): a successor takes over once the command's
-// group is gone, and kills it when the TTL has run out.
+// stops it at once): a successor takes over once the command's group is
+// gone, and kills it when the TTL has run out.
 func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+	return c.revoke(ctx, name, 0)
+}
+
+// revoke is Revoke of the holder with token (0: any holder).
+func (c *Coordinator) revoke(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
@@ -110,8 +122,9 @@ func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 	if err != nil {
 		return coord.LockInfo{}, err
 	}
+	f := c.files(name)
 	var li coord.LockInfo
-	err = c.update(ctx, c.files(name), func(st *state) (stateWrite, bool, error) {
+	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
 		now := clock.Now()
 		v, err := assess(st.Holder, now)
 		if err != nil {
@@ -121,6 +134,9 @@ func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 			return noChange, false, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)
 		}
 		li = info(st, v, now, self)
+		if err := checkToken(name, st.Holder, token); err != nil {
+			return noChange, false, err
+		}
 		if st.Holder.attached() {
 			st.Holder.Revoked = true
 		} else {
@@ -128,6 +144,9 @@ func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 		}
 		return rewrite, true, nil
 	})
+	if err == nil {
+		c.ringLock(f) // the holder's lease watch, and revokers waiting
+	}
 	return li, err
 }
 

@@ -26,8 +26,10 @@ const fallbackPoll = 200 * time.Millisecond
 //   - the locks/ directory, only while a Watch needs it: every change of a
 //     state file (replaced, or its lease record overwritten) wakes the
 //     subscribers of that lock (subscribe);
-//   - waiters' doorbell files, each its own inotify watch (subscribeFile):
-//     ringing a doorbell wakes that waiter alone, and no other process.
+//   - single files, each its own inotify watch (subscribeFile): a waiter's
+//     doorbell (ringing it wakes that waiter alone, and no other process),
+//     and a lock's lock file, which Revoke and RequestStop write to (see
+//     stop.go) and the holder's lease watch follows.
 type hub struct {
 	dir  string            // the locks/ directory
 	w    *fsnotify.Watcher // nil: no inotify, every subscriber polls
@@ -36,7 +38,7 @@ type hub struct {
 	mu         sync.Mutex
 	dirWatched bool
 	subs       map[*subscription]struct{} // directory subscribers
-	files      map[string]*subscription   // file subscribers by path
+	files      map[string]*fileWatch      // file subscribers by path
 
 	stop chan struct{}
 	done chan struct{}
@@ -57,7 +59,7 @@ func acquireHub(dir string) *hub {
 		h.refs++
 		return h
 	}
-	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, files: map[string]*subscription{},
+	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, files: map[string]*fileWatch{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if w, err := newWatcher(); err == nil {
 		h.w = w
@@ -98,17 +100,18 @@ func (h *hub) run() {
 			if !ok {
 				return
 			}
+			h.mu.Lock()
+			if fw := h.files[ev.Name]; fw != nil {
+				for s := range fw.subs {
+					s.poke()
+				}
+			}
+			h.mu.Unlock()
 			if filepath.Dir(ev.Name) == h.dir {
 				if base, ok := stateFileBase(filepath.Base(ev.Name)); ok {
 					h.notify(base, false)
 				}
-				continue
 			}
-			h.mu.Lock()
-			if s := h.files[ev.Name]; s != nil {
-				s.poke()
-			}
-			h.mu.Unlock()
 		case _, ok := <-h.w.Errors:
 			if !ok {
 				return
@@ -138,10 +141,18 @@ func (h *hub) notify(base string, all bool) {
 		s.poke()
 	}
 	if all {
-		for _, s := range h.files {
-			s.poke()
+		for _, fw := range h.files {
+			for s := range fw.subs {
+				s.poke()
+			}
 		}
 	}
+}
+
+// fileWatch is the inotify watch of one file and its subscribers.
+type fileWatch struct {
+	watched bool // an inotify watch was added (else its subscribers poll)
+	subs    map[*subscription]struct{}
 }
 
 // subscription receives a wake-up (coalesced) on c after changes to the
@@ -181,13 +192,19 @@ func (h *hub) subscribe(base string) *subscription {
 	return s
 }
 
-// subscribeFile subscribes to writes to the file at path (a doorbell).
+// subscribeFile subscribes to writes to the file at path (a doorbell, a
+// lock file). Several subscribers of one path share its inotify watch.
 func (h *hub) subscribeFile(path string) *subscription {
 	s := &subscription{h: h, path: path, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s.poll = h.w == nil || h.w.Add(path) != nil
-	h.files[path] = s
+	fw := h.files[path]
+	if fw == nil {
+		fw = &fileWatch{watched: h.w != nil && h.w.Add(path) == nil, subs: map[*subscription]struct{}{}}
+		h.files[path] = fw
+	}
+	s.poll = !fw.watched
+	fw.subs[s] = struct{}{}
 	return s
 }
 
@@ -198,8 +215,16 @@ func (s *subscription) close() {
 		delete(s.h.subs, s)
 		return
 	}
+	fw := s.h.files[s.path]
+	if fw == nil {
+		return
+	}
+	delete(fw.subs, s)
+	if len(fw.subs) > 0 {
+		return
+	}
 	delete(s.h.files, s.path)
-	if !s.poll {
+	if fw.watched {
 		_ = s.h.w.Remove(s.path) // already gone when the file was removed
 	}
 }

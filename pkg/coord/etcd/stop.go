@@ -1,0 +1,158 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+var _ coord.StopRequester = (*Coordinator)(nil)
+
+// holderKV reads lock name and returns its holder's key (nil when the lock
+// is free) with the lock's info (with the holder's TTL when withTTL),
+// refusing a holder whose token is not token (0: any).
+func (c *Coordinator) holderKV(ctx context.Context, name string, token uint64, op string, withTTL bool) (*mvccpb.KeyValue, coord.LockInfo, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return nil, coord.LockInfo{Name: name}, err
+	}
+	if err := c.check(); err != nil {
+		return nil, coord.LockInfo{Name: name}, err
+	}
+	resp, err := c.cli.Get(ctx, c.lockRange(name), clientv3.WithPrefix(), byCreate)
+	if err != nil {
+		return nil, coord.LockInfo{Name: name}, c.mapErr(ctx, op, err)
+	}
+	info, err := c.lockInfo(ctx, name, resp.Kvs, withTTL)
+	if err != nil {
+		return nil, info, err
+	}
+	if !info.Held {
+		return nil, info, fmt.Errorf("%w: %q", coord.ErrNotHeld, name)
+	}
+	if token != 0 && info.Token != token {
+		return nil, info, fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, info.Holder, info.Token, token)
+	}
+	if info.LeaseID == "" {
+		return nil, info, fmt.Errorf("%w: the holder's key on %q has no lease: it was not written by fence", coord.ErrUnavailable, name)
+	}
+	return resp.Kvs[0], info, nil
+}
+
+// RequestStop implements coord.StopRequester: it sets stop_requested_at in
+// the value of the holder's key, with one transaction that puts it only if
+// the key has not changed since it was read (and keeps the key's lease).
+// The holder's lease watch (WatchLease) follows that very key and sees the
+// put at once. A key without "supervised" (a lease acquired without
+// AcquireOptions.Process: fence acquire) is not asked.
+func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+	for {
+		kv, info, err := c.holderKV(ctx, name, token, "stop request", true)
+		if err != nil {
+			return info, false, err
+		}
+		m := decodeMeta(kv.Value)
+		if !m.Supervised {
+			return info, false, nil
+		}
+		if m.StopRequestedAt != nil {
+			return info, true, nil // asked already
+		}
+		now := time.Now()
+		m.StopRequestedAt = &now
+		resp, err := c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(string(kv.Key), m.encode(), clientv3.WithIgnoreLease())).
+			Commit()
+		switch {
+		case err != nil:
+			return info, false, c.mapErr(ctx, "stop request", err)
+		case resp.Succeeded:
+			return info, true, nil
+		}
+		// The key changed (a new holder recording acquired_at, a release):
+		// read again.
+	}
+}
+
+// RevokeToken implements coord.StopRequester: Revoke, limited to the holder
+// with token. The lease read with that token is revoked; the read and the
+// revoke are two requests, and a Coordinator that acquires the same lock in
+// a loop (keeping its lease, see leases) could hold it again in between
+// under the same lease. fence run never does.
+func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	_, info, err := c.holderKV(ctx, name, token, "revoke", true)
+	if err != nil {
+		return info, err
+	}
+	id, err := parseID(info.LeaseID)
+	if err != nil {
+		return info, err
+	}
+	// A lease that ended since the read (released, expired) is what the
+	// caller asked for: not an error.
+	if _, err := c.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return info, c.mapErr(ctx, "revoke", err)
+	}
+	return info, nil
+}
+
+// WaitEnded implements coord.StopRequester: it reads the holder's key and
+// watches it until it is deleted (the lease released, revoked or expired).
+// A failed watch reads the key again.
+func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
+	if token == 0 {
+		return fmt.Errorf("%w: WaitEnded needs a token", coord.ErrInvalid)
+	}
+	backoff := leaseWatchMinBackoff
+	for {
+		kv, _, err := c.holderKV(ctx, name, token, "wait", false)
+		switch {
+		case errors.Is(err, coord.ErrNotHeld), errors.Is(err, coord.ErrOtherToken):
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && c.closed.Load():
+			return errClosed
+		case err == nil:
+			if c.waitDeleted(ctx, string(kv.Key), kv.ModRevision) {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, leaseWatchMaxBackoff)
+	}
+}
+
+// waitDeleted watches key from rev+1 and reports whether it was deleted;
+// false when the watch ended otherwise (the caller reads again).
+func (c *Coordinator) waitDeleted(ctx context.Context, key string, rev int64) bool {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range c.cli.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		if wr.Canceled || wr.Err() != nil {
+			return false
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,263 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Stop requests and the lease watch.
+//
+// An ask (RequestStop) is recorded in the lock's state, under the flock, as
+// ext.stop = {"token": N}: it names the holder's token, so it can never
+// reach a later holder (tokens are never issued twice), and it stays there
+// for a holder whose watch starts after it. It goes in ext, which fence
+// versions that do not know it keep as they found it.
+//
+// The wake-up is a write of one byte to the lock's lock file (the file taken
+// with flock around each update; nothing else ever writes to it, and
+// opening it for the flock raises no inotify event): the holder's lease
+// watch (WatchLease, `fence run`) and a revoker waiting for the end of the
+// hold (WaitEnded) watch that one file with inotify, so only they wake, and
+// at once. Revoke writes to it too, so that a lease ended by force is
+// noticed at once as well, and so does a Release that ends a lease whose
+// holder was asked to stop (the revoker waits for it). Renewals, grants and
+// every other release write nothing there: a lease watch costs nothing
+// while no one asks.
+
+// stopAsk is ext.stop.
+type stopAsk struct {
+	Token uint64 `json:"token"`
+}
+
+const extStop = "stop"
+
+// stopAsked returns the token named by the state's stop request, 0 when
+// there is none (or it cannot be read: a request is then as good as none,
+// and the revoker ends the lease at its timeout).
+func stopAsked(st *state) uint64 {
+	raw, ok := st.Ext[extStop]
+	if !ok {
+		return 0
+	}
+	var a stopAsk
+	if json.Unmarshal(raw, &a) != nil {
+		return 0
+	}
+	return a.Token
+}
+
+// ringLock writes one byte to the lock file of f, waking the lease watches
+// and the WaitEnded calls of the lock. A lock file that is missing or not a
+// regular file of ours is left alone.
+func (c *Coordinator) ringLock(f lockFiles) {
+	fd, err := unix.Open(f.lock, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+		return
+	}
+	_, _ = unix.Pwrite(fd, []byte{'!'}, 0)
+}
+
+var _ coord.StopRequester = (*Coordinator)(nil)
+
+// checkToken refuses a live holder h whose token is not token (0: any).
+func checkToken(name string, h *holder, token uint64) error {
+	if token != 0 && h.Token != token {
+		return fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, h.Holder, h.Token, token)
+	}
+	return nil
+}
+
+// RequestStop implements coord.StopRequester. A lease is asked when it is
+// attached to processes (fence run) and one of its supervising processes
+// is alive (or it was recorded in another PID namespace, where they cannot
+// be checked): they are the ones who answer. A lease taken without
+// processes (fence acquire), or whose supervisors are gone, is not asked.
+func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.LockInfo{}, false, err
+	}
+	self, err := selfID()
+	if err != nil {
+		return coord.LockInfo{}, false, err
+	}
+	f := c.files(name)
+	var (
+		li    coord.LockInfo
+		asked bool
+	)
+	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
+		now := clock.Now()
+		h := st.Holder
+		v, err := assess(h, now)
+		if err != nil {
+			return noChange, false, err
+		}
+		if !v.live {
+			return noChange, false, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)
+		}
+		li = info(st, v, now, self)
+		if err := checkToken(name, h, token); err != nil {
+			return noChange, false, err
+		}
+		if len(h.PIDs) == 0 || !supervised(h) {
+			return noChange, false, nil
+		}
+		asked = true
+		if stopAsked(st) == h.Token {
+			return noChange, false, nil // asked already
+		}
+		raw, err := json.Marshal(stopAsk{Token: h.Token})
+		if err != nil {
+			return noChange, false, err
+		}
+		if st.Ext == nil {
+			st.Ext = map[string]json.RawMessage{}
+		}
+		st.Ext[extStop] = raw
+		return rewrite, false, nil
+	})
+	if err != nil {
+		return li, false, err
+	}
+	if asked {
+		c.ringLock(f)
+	}
+	return li, asked, nil
+}
+
+// supervised reports whether one of h's supervising processes may answer an
+// ask: one is alive, or they are in another PID namespace.
+func supervised(h *holder) bool {
+	if !h.ours() {
+		return true
+	}
+	for _, id := range h.PIDs {
+		if id.Alive() {
+			return true
+		}
+	}
+	return false
+}
+
+// RevokeToken implements coord.StopRequester: Revoke, limited to the holder
+// with token (0: any).
+func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	return c.revoke(ctx, name, token)
+}
+
+// WaitEnded implements coord.StopRequester. It follows the hold as a
+// waiter does, without a place in the queue: it wakes when the lock file
+// is written (the holder released after an ask, or the lease was revoked),
+// when one of the holder's processes exits, and at the lease's expiry.
+func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
+	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
+	if token == 0 {
+		return fmt.Errorf("%w: WaitEnded needs a token", coord.ErrInvalid)
+	}
+	h, err := c.getHub()
+	if err != nil {
+		return err
+	}
+	f := c.files(name)
+	sub := h.subscribeFile(f.lock)
+	defer sub.close()
+	for {
+		st, err := load(f)
+		if err != nil {
+			return err
+		}
+		v, err := assess(st.Holder, clock.Now())
+		if err != nil {
+			return err
+		}
+		if !v.live || st.Holder.Token != token {
+			return nil
+		}
+		switch sleep(ctx, c.closed, sub, v.waitOn, untilWake(v.until), nil) {
+		case wokeCtx:
+			return ctx.Err()
+		case wokeClosed:
+			return errClosed
+		}
+	}
+}
+
+var _ coord.LeaseWatcher = (*Coordinator)(nil)
+
+// WatchLease implements coord.LeaseWatcher. It wakes only when the lock's
+// lock file is written (see above), then reads the state: a stop request
+// for the lease's token is ErrStopRequested; the lease no longer live
+// (revoked, released or replaced, expired, abandoned) is ErrLeaseLost.
+// Without inotify it reads the state every 200ms. A state that cannot be
+// read ends the watch without a report: renewals find out then.
+func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return nil, err
+	}
+	if leaseID == "" {
+		return nil, fmt.Errorf("%w: empty lease id", coord.ErrInvalid)
+	}
+	h, err := c.getHub()
+	if err != nil {
+		return nil, err
+	}
+	f := c.files(name)
+	sub := h.subscribeFile(f.lock)
+	ch := make(chan error, 1)
+	go func() {
+		defer close(ch)
+		defer sub.close()
+		for {
+			if err := c.leaseNews(f, leaseID); err != nil {
+				if !errors.Is(err, errNoNews) {
+					ch <- err
+				}
+				return
+			}
+			switch sleep(ctx, c.closed, sub, nil, -1, nil) {
+			case wokeCtx, wokeClosed:
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// errNoNews ends a lease watch without a report.
+var errNoNews = errors.New("no news")
+
+// leaseNews reads the lock for WatchLease: nil when the lease holds on and
+// no stop was asked; otherwise the error to report (errNoNews: none).
+func (c *Coordinator) leaseNews(f lockFiles, leaseID string) error {
+	st, err := load(f)
+	if err != nil {
+		return errNoNews
+	}
+	h := st.Holder
+	v, err := assess(h, clock.Now())
+	if err != nil {
+		return errNoNews
+	}
+	if h == nil || h.LeaseID != leaseID || !v.live {
+		return lost(f.name, leaseID, st, v)
+	}
+	if stopAsked(st) == h.Token {
+		return fmt.Errorf("%w: lease %s on lock %q (token %d): a stop was requested", coord.ErrStopRequested, leaseID, f.name, h.Token)
+	}
+	return nil
+}
