@@ -74,6 +74,23 @@ import (
 // DefaultPrefix is the key prefix used when Config.Prefix is empty.
 const DefaultPrefix = "/fence/"
 
+// NormalPrefix is the key prefix that prefix stands for: DefaultPrefix when
+// it is empty, else prefix ending in "/" ("/fence" is "/fence/"). Two
+// spellings of one prefix are then one namespace: without it "/fence" put
+// lock keys at "/fencelocks/..." beside "/fence/locks/...", and two hosts
+// whose configurations differed by a slash held one lock at once. New and
+// the guard and history stores on etcd apply it to the prefix they are
+// given.
+func NormalPrefix(prefix string) string {
+	if prefix == "" {
+		return DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return prefix
+}
+
 // DefaultDialTimeout is used when Config.DialTimeout is zero.
 const DefaultDialTimeout = 5 * time.Second
 
@@ -86,8 +103,8 @@ type Config struct {
 	// Endpoints are the cluster's client URLs ("https://10.0.0.1:2379") or
 	// host:port pairs.
 	Endpoints []string
-	// Prefix is put before every key, as given (end it with "/");
-	// DefaultPrefix when empty.
+	// Prefix is put before every key, ending in "/" (one is added when it
+	// does not: see NormalPrefix); DefaultPrefix when empty.
 	Prefix string
 	// DialTimeout bounds New's connection check and login
 	// (DefaultDialTimeout when zero).
@@ -123,9 +140,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, fmt.Errorf("%w: etcd: no endpoints", coord.ErrInvalid)
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
+	cfg.Prefix = NormalPrefix(cfg.Prefix)
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}

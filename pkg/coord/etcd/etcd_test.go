@@ -109,6 +109,7 @@ func TestBackend(t *testing.T) {
 		{"MutualExclusion", testMutualExclusion},
 		{"FIFO", testFIFO},
 		{"KeyLayout", testKeyLayout},
+		{"PrefixWithoutSlash", testPrefixWithoutSlash},
 		{"NamesIndependent", testNamesIndependent},
 		{"TimeoutAndCancelLeaveNoKeys", testTimeoutAndCancelLeaveNoKeys},
 		{"RenewKeepsLease", testRenewKeepsLease},
@@ -285,6 +286,33 @@ func testKeyLayout(t *testing.T, srv *etcdtest.Server, prefix string) {
 	}
 	if d := c.Describe(); d != "etcd "+strings.TrimPrefix(srv.Endpoints()[0], "http://") {
 		t.Errorf("Describe() = %q", d)
+	}
+}
+
+// testPrefixWithoutSlash: a prefix not ending in "/" is the one that does
+// ("/p" is "/p/"): coordinators given either spelling share one namespace,
+// so a lock held through one is busy through the other, and no key lands
+// at "/plocks/...".
+func testPrefixWithoutSlash(t *testing.T, srv *etcdtest.Server, prefix string) {
+	bare := strings.TrimSuffix(prefix, "/")
+	a, b := open(t, srv, bare), open(t, srv, prefix)
+	if a.Prefix() != prefix {
+		t.Fatalf("Prefix() of %q = %q, want %q", bare, a.Prefix(), prefix)
+	}
+	l := acquire(t, a, "shared", coord.AcquireOptions{Holder: "a"})
+	if _, err := b.Acquire(ctx(t), "shared", coord.AcquireOptions{TTL: guard, Holder: "b"}); !errors.Is(err, coord.ErrBusy) {
+		t.Fatalf("the lock held under %q, acquired under %q: %v (want busy: one namespace)", bare, prefix, err)
+	}
+	if info, err := b.Inspect(ctx(t), "shared"); err != nil || !info.Held || info.Token != l.Token {
+		t.Fatalf("Inspect under %q: %+v, %v", prefix, info, err)
+	}
+	cli := srv.Client(t)
+	if k := keys(t, cli, bare+"locks/"); len(k) != 0 {
+		t.Fatalf("keys beside the prefix: %v", k)
+	}
+	release(t, a, l)
+	if etcd.NormalPrefix("") != etcd.DefaultPrefix || etcd.NormalPrefix("x") != "x/" || etcd.NormalPrefix("/") != "/" {
+		t.Fatal("NormalPrefix")
 	}
 }
 
