@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -20,6 +21,15 @@ func (c *Config) Backend() string {
 		return "etcd"
 	}
 	return "local"
+}
+
+// ShortenDialTimeout lowers DialTimeout to d when no source set it (flag,
+// env, file): interactive commands wait less than the default for an
+// unreachable coordinator, and keep a timeout that was asked for.
+func (c *Config) ShortenDialTimeout(d time.Duration) {
+	if c.sources[KeyDialTimeout] == SourceDefault && c.DialTimeout > d {
+		c.DialTimeout = d
+	}
 }
 
 // UsesTLS reports whether the etcd connection uses TLS: when a certificate
