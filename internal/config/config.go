@@ -136,7 +136,7 @@ type Config struct {
 func AddFlags(fs *pflag.FlagSet) {
 	fs.String(KeyStateDir, "", "state directory of the local coordinator (default /var/lib/fence for root, else $XDG_STATE_HOME/fence)")
 	fs.String(KeyEndpoints, "", "etcd endpoints, comma-separated; selects the etcd coordinator")
-	fs.String(KeyPrefix, DefaultPrefix, "etcd key prefix")
+	fs.String(KeyPrefix, DefaultPrefix, "etcd key prefix; it ends in / (/fence means /fence/)")
 	fs.String(KeyCACert, "", "CA certificate (PEM) to verify etcd's TLS certificate")
 	fs.String(KeyCert, "", "client certificate (PEM) for TLS to etcd")
 	fs.String(KeyKey, "", "client key (PEM) for TLS to etcd")
