@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"net"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -88,4 +91,90 @@ func TestUnreachableWithinDialTimeout(t *testing.T) {
 			t.Errorf("%v: took %v with --dial-timeout 1s", args, elapsed)
 		}
 	}
+}
+
+// TestRefusedReportedAtOnce: every endpoint refuses the connection (nothing
+// listens on loopback port 9): fence says "connection refused" with one
+// line, exit 125, at once, not "did not answer within 5s" after the default
+// dial timeout. Completion lists nothing, as quickly.
+func TestRefusedReportedAtOnce(t *testing.T) {
+	env := st.Env(t.TempDir())
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "FENCE_STATE_DIR=") })
+	for _, args := range [][]string{{"status", "x"}, {"acquire", "x"}, {"list", "--watch"}, {"run", "x", "--", "true"}, {"guard", "get", "k"}} {
+		start := time.Now()
+		code, stderr := st.Run(t, env, append([]string{"--endpoints", "127.0.0.1:9"}, args...)...)
+		elapsed := time.Since(start)
+		t.Logf("%v: %v: %q", args, elapsed, stderr)
+		if code != 125 || !st.OneErrorLine.MatchString(stderr) || !strings.HasSuffix(stderr, "coordinator unavailable: etcd 127.0.0.1:9: connection refused\n") {
+			t.Errorf("%v: exit %d, stderr %q; want 125 and one line saying connection refused", args, code, stderr)
+		}
+		if elapsed > 2*time.Second { // generous: the dial timeout is 5s
+			t.Errorf("%v: refused after %v", args, elapsed)
+		}
+	}
+	start := time.Now()
+	out, err := completion(env, "--endpoints", "127.0.0.1:9", "__complete", "status", "")
+	if elapsed := time.Since(start); err != nil || elapsed > 2*time.Second {
+		t.Errorf("completion on a refusing coordinator: %v after %v (%q)", err, elapsed, out)
+	}
+}
+
+// TestCompletionBounded: shell completion does not wait for the dial
+// timeout of a coordinator that takes the connection and never answers: it
+// lists nothing after about a second (completionTimeout).
+func TestCompletionBounded(t *testing.T) {
+	env := st.Env(t.TempDir())
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "FENCE_STATE_DIR=") })
+	silent := silentEndpoint(t)
+	for _, args := range [][]string{{"__complete", "status", ""}, {"__complete", "run", ""}, {"__complete", "top", ""}} {
+		start := time.Now()
+		out, err := completion(env, append([]string{"--endpoints", silent}, args...)...)
+		elapsed := time.Since(start)
+		t.Logf("%v: %v: %q", args, elapsed, out)
+		if err != nil || !strings.HasPrefix(out, ":") { // only the directive line: no candidates
+			t.Errorf("%v: %v, stdout %q", args, err, out)
+		}
+		if elapsed > 3*time.Second { // the bound is 1s; the dial timeout 5s
+			t.Errorf("%v: completion took %v", args, elapsed)
+		}
+	}
+}
+
+// completion runs fence's completion command and returns its stdout.
+func completion(env []string, args ...string) (string, error) {
+	cmd := exec.Command("fence", args...)
+	cmd.Env = env
+	out, err := cmd.Output()
+	return string(out), err
+}
+
+// silentEndpoint takes connections and never answers them.
+func silentEndpoint(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
 }

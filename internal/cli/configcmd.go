@@ -42,7 +42,7 @@ FENCE_CONFIG, else $XDG_CONFIG_HOME/fence/config.yaml, then
 			}
 			verr := cfg.Validate()
 			stateDir := ""
-			if len(cfg.Endpoints) == 0 {
+			if cfg.Backend() == "local" {
 				stateDir = config.DefaultStateDir()
 			}
 			entries := cfg.Entries(stateDir, coord.DefaultHolder())

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -135,15 +136,24 @@ func maxArgs(n int) cobra.PositionalArgs {
 	}
 }
 
-// completeLocks completes a LOCK argument with the names of existing locks.
+// completionTimeout bounds completing a LOCK argument, connection
+// included: a shell waiting on tab for an unreachable coordinator's dial
+// timeout is worse than no candidates.
+const completionTimeout = time.Second
+
+// completeLocks completes a LOCK argument with the names of existing locks,
+// or with none when the coordinator does not answer within
+// completionTimeout.
 func completeLocks(f *Factory) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+		defer cancel()
 		var names []string
-		err := f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
-			infos, err := c.List(cmd.Context(), toComplete)
+		err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+			infos, err := c.List(ctx, toComplete)
 			for _, i := range infos {
 				names = append(names, i.Name)
 			}

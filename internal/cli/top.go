@@ -18,6 +18,9 @@ import (
 	"github.com/fence-dev/fence/tui"
 )
 
+// topDialTimeout is fence top's dial timeout unless one is configured.
+const topDialTimeout = 2 * time.Second
+
 // errNoTerminal is why fence top refuses to start when stdout is not a
 // terminal.
 var errNoTerminal = errors.New("fence top needs a terminal; use fence list --watch")
@@ -93,6 +96,12 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	// through ctx, as q does.
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
 	defer stop()
+	// The dashboard is interactive: an unreachable coordinator is reported
+	// after a short wait, not the default dial timeout (an explicit
+	// --dial-timeout is kept).
+	if cfg, err := f.Config(); err == nil {
+		cfg.ShortenDialTimeout(topDialTimeout)
+	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		err := tui.Run(ctx, c, tui.Options{
 			Prefix:  o.prefix,

@@ -28,6 +28,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
 // Setting names: the global flags, also the config file's keys.
@@ -122,13 +124,19 @@ type Config struct {
 
 	sources map[string]Source
 	pwFile  string // password-file setting, read lazily by Validate
+
+	// endpointsSet: some source sets endpoints, perhaps to nothing
+	// (endpointsText as written; endpointsBlank empty entries in it).
+	endpointsSet   bool
+	endpointsText  string
+	endpointsBlank int
 }
 
 // AddFlags defines the global flags on fs.
 func AddFlags(fs *pflag.FlagSet) {
 	fs.String(KeyStateDir, "", "state directory of the local coordinator (default /var/lib/fence for root, else $XDG_STATE_HOME/fence)")
 	fs.String(KeyEndpoints, "", "etcd endpoints, comma-separated; selects the etcd coordinator")
-	fs.String(KeyPrefix, DefaultPrefix, "etcd key prefix")
+	fs.String(KeyPrefix, DefaultPrefix, "etcd key prefix; it ends in / (/fence means /fence/)")
 	fs.String(KeyCACert, "", "CA certificate (PEM) to verify etcd's TLS certificate")
 	fs.String(KeyCert, "", "client certificate (PEM) for TLS to etcd")
 	fs.String(KeyKey, "", "client key (PEM) for TLS to etcd")
@@ -186,6 +194,15 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	for _, k := range fileKeys {
 		c.sources[k] = sourceOf(fs, k, fileMap)
 	}
+	// The endpoints and the prefix say which coordinator and which of its
+	// namespaces: a variable set but empty (FENCE_ENDPOINTS= from a
+	// template with an unset variable) is set, not absent, and is refused
+	// rather than passed over for the file or the default.
+	endpoints, epSet := lookupSet(fs, KeyEndpoints, fileMap, c.sources)
+	prefix, prefixSet := lookupSet(fs, KeyPrefix, fileMap, c.sources)
+	if !prefixSet {
+		prefix = DefaultPrefix
+	}
 
 	var err error
 	str := func(key string) string {
@@ -197,8 +214,9 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 		return s
 	}
 	c.StateDir = str(KeyStateDir)
-	endpoints := v.Get(KeyEndpoints)
-	c.Prefix = str(KeyPrefix)
+	if err == nil {
+		c.Prefix, err = toString(KeyPrefix, prefix, c.sources[KeyPrefix])
+	}
 	c.CACert = str(KeyCACert)
 	c.Cert = str(KeyCert)
 	c.Key = str(KeyKey)
@@ -210,8 +228,12 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Endpoints, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
+	if c.Endpoints, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
 		return nil, err
+	}
+	if epSet {
+		c.endpointsSet = true
+		c.endpointsText = listText(endpoints)
 	}
 	if c.InsecureTransport, err = toBool(KeyInsecureTransport, v.Get(KeyInsecureTransport), c.sources[KeyInsecureTransport]); err != nil {
 		return nil, err
@@ -222,9 +244,14 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	if c.DialTimeout, err = toDuration(KeyDialTimeout, v.Get(KeyDialTimeout), c.sources[KeyDialTimeout]); err != nil {
 		return nil, err
 	}
-	if c.Prefix == "" {
-		return nil, configErr("%s must not be empty", KeyPrefix)
+	switch {
+	case c.Prefix == "":
+		return nil, configErr("%s must not be empty", where(KeyPrefix, c.sources[KeyPrefix]))
+	case strings.TrimSpace(c.Prefix) != c.Prefix:
+		return nil, configErr("%s %q begins or ends with white space", where(KeyPrefix, c.sources[KeyPrefix]), c.Prefix)
 	}
+	// "/fence" is "/fence/": one namespace, whichever way it is written.
+	c.Prefix = etcd.NormalPrefix(c.Prefix)
 	for _, s := range []string{c.StateDir, c.CACert, c.Cert, c.Key, c.pwFile} {
 		if strings.ContainsRune(s, 0) {
 			return nil, configErr("a path contains a NUL byte")
@@ -235,6 +262,43 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 		c.sources[KeyPassword] = SourceEnv
 	}
 	return c, nil
+}
+
+// lookupSet reads key from its strongest source as sourceOf does, except that
+// a variable set to "" counts as set; it records the source in sources. set
+// is false when no source names key (the flag's default applies).
+func lookupSet(fs *pflag.FlagSet, key string, file map[string]any, sources map[string]Source) (v any, set bool) {
+	if f := fs.Lookup(key); f != nil && f.Changed {
+		sources[key] = SourceFlag
+		return f.Value.String(), true
+	}
+	if s, ok := os.LookupEnv(EnvName(key)); ok {
+		sources[key] = SourceEnv
+		return s, true
+	}
+	if x, ok := file[key]; ok {
+		sources[key] = SourceFile
+		return x, true
+	}
+	sources[key] = SourceDefault
+	return nil, false
+}
+
+// listText is a list setting as it was written, for messages.
+func listText(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []any:
+		parts := make([]string, len(x))
+		for i, e := range x {
+			parts[i] = fmt.Sprint(e)
+		}
+		return strings.Join(parts, ",")
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
 }
 
 // sourceOf says where key's value comes from.
@@ -333,7 +397,10 @@ func toString(key string, v any, src Source) (string, error) {
 	return "", configErr("%s: want a string, got %v", where(key, src), v)
 }
 
-func toList(key string, v any, src Source) ([]string, error) {
+// toList splits a list setting (a comma-separated string or a list of
+// strings) into its entries, without the white space around them. blank
+// counts the entries that are empty or white space only, which are left out.
+func toList(key string, v any, src Source) (out []string, blank int, err error) {
 	var parts []string
 	switch x := v.(type) {
 	case nil:
@@ -345,20 +412,21 @@ func toList(key string, v any, src Source) ([]string, error) {
 		for _, e := range x {
 			s, ok := e.(string)
 			if !ok {
-				return nil, configErr("%s: want a list of strings, got %v", where(key, src), v)
+				return nil, 0, configErr("%s: want a list of strings, got %v", where(key, src), v)
 			}
 			parts = append(parts, s)
 		}
 	default:
-		return nil, configErr("%s: want a comma-separated string or a list, got %v", where(key, src), v)
+		return nil, 0, configErr("%s: want a comma-separated string or a list, got %v", where(key, src), v)
 	}
-	var out []string
 	for _, p := range parts {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
+		} else {
+			blank++
 		}
 	}
-	return out, nil
+	return out, blank, nil
 }
 
 func toBool(key string, v any, src Source) (bool, error) {

@@ -338,3 +338,229 @@ func FuzzParseDuration(f *testing.F) {
 		}
 	})
 }
+
+// TestEndpointsSetToNothing: endpoints set in any source (the flag, the
+// variable, a file key) but naming no endpoint are refused, never read as
+// "use the local coordinator"; so is an empty entry among endpoints. An
+// unset variable is not set.
+func TestEndpointsSetToNothing(t *testing.T) {
+	dir := cleanEnv(t)
+	check := func(t *testing.T, c *Config, want string) {
+		t.Helper()
+		if c.Backend() != "etcd" {
+			t.Errorf("backend %s: endpoints set to nothing would change the coordinator", c.Backend())
+		}
+		err := c.Validate()
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("err = %v, want one line with %q", err, want)
+		}
+	}
+	for _, v := range []string{"", " ", ",", ",,", " , ", "\t"} {
+		t.Run("flag "+strconvQuote(v), func(t *testing.T) {
+			c := mustLoad(t, "--endpoints", v)
+			check(t, c, `--endpoints "`)
+			check(t, c, "names no endpoint")
+		})
+		t.Run("env "+strconvQuote(v), func(t *testing.T) {
+			t.Setenv("FENCE_ENDPOINTS", v)
+			check(t, mustLoad(t), "FENCE_ENDPOINTS")
+		})
+		t.Run("file "+strconvQuote(v), func(t *testing.T) {
+			f := writeFile(t, filepath.Join(dir, "ep.yaml"), "endpoints: \""+v+"\"\n", 0o644)
+			check(t, mustLoad(t, "--config", f), "config file key endpoints")
+		})
+		t.Run("env over file "+strconvQuote(v), func(t *testing.T) {
+			// viper takes an empty variable for an unset one and would
+			// use the file's endpoints: the variable is the stronger.
+			f := writeFile(t, filepath.Join(dir, "ep-good.yaml"), "endpoints: 127.0.0.1:2379\n", 0o644)
+			t.Setenv("FENCE_ENDPOINTS", v)
+			check(t, mustLoad(t, "--config", f), "FENCE_ENDPOINTS")
+		})
+	}
+	for _, content := range []string{"endpoints: []\n", "endpoints:\n", "endpoints: [\"\", \" \"]\n"} {
+		t.Run("file "+strconvQuote(content), func(t *testing.T) {
+			f := writeFile(t, filepath.Join(dir, "ep-list.yaml"), content, 0o644)
+			check(t, mustLoad(t, "--config", f), "names no endpoint")
+		})
+	}
+	for _, v := range []string{"127.0.0.1:2379,", ",127.0.0.1:2379", "127.0.0.1:2379,,127.0.0.1:2380", "127.0.0.1:2379, ,127.0.0.1:2380"} {
+		t.Run("empty entry "+strconvQuote(v), func(t *testing.T) {
+			check(t, mustLoad(t, "--endpoints", v), "has an empty entry")
+		})
+	}
+	t.Run("unset", func(t *testing.T) {
+		os.Unsetenv("FENCE_ENDPOINTS")
+		c := mustLoad(t)
+		if c.Backend() != "local" || c.Validate() != nil {
+			t.Fatalf("no endpoints anywhere: %s, %v", c.Backend(), c.Validate())
+		}
+	})
+	t.Run("flag over an empty variable", func(t *testing.T) {
+		t.Setenv("FENCE_ENDPOINTS", "")
+		c := mustLoad(t, "--endpoints", "127.0.0.1:2379")
+		if err := c.Validate(); err != nil || strings.Join(c.Endpoints, ",") != "127.0.0.1:2379" {
+			t.Fatalf("%q: %v", c.Endpoints, err)
+		}
+	})
+}
+
+func strconvQuote(s string) string { return "\"" + s + "\"" }
+
+// TestMalformedEndpoints: each is refused with one line naming it; white
+// space around an endpoint is not part of it.
+func TestMalformedEndpoints(t *testing.T) {
+	cleanEnv(t)
+	for v, want := range map[string]string{
+		"127.0.0.1":                  "want HOST:PORT",
+		"127.0.0.1:":                 "want HOST:PORT",
+		":2379":                      "want HOST:PORT",
+		"127.0.0.1:abc":              `port "abc" is not a number`,
+		"127.0.0.1:0":                `port "0"`,
+		"127.0.0.1:65536":            `port "65536"`,
+		"127.0.0.1:+1":               `port "+1"`,
+		"local host:2379":            "white space",
+		"127.0.0.1:2379 127.0.0.1:1": "white space",
+		"a\x01b:2379":                "control character",
+		"exa$mple:2379":              "is not a host name",
+		"-x:2379":                    "is not a host name",
+		"http://127.0.0.1:2379/v3":   "a path is not allowed",
+		"http://127.0.0.1:2379?x=1":  "query",
+		"http://127.0.0.1:2379#x":    "fragment",
+		"http://u:p@127.0.0.1:2379":  "a user name is not allowed",
+		"ftp://127.0.0.1:21":         "unknown scheme",
+		"unix://":                    "no socket path",
+		"http://":                    "want HOST:PORT",
+	} {
+		c, err := load(t, "--endpoints", v)
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("--endpoints %q: err = %v, want one line with %q", v, err, want)
+		}
+	}
+	for _, v := range []string{" 127.0.0.1:2379 ", "127.0.0.1:2379 , localhost:2380", "[::1]:2379", "[fe80::1%lo]:2379", "http://127.0.0.1:2379/", "unix:///run/etcd.sock", "etcd_1.local:2379"} {
+		args := []string{"--endpoints", v}
+		if strings.Contains(v, "etcd_1") || strings.Contains(v, "fe80") {
+			args = append(args, "--insecure-transport")
+		}
+		c := mustLoad(t, args...)
+		if err := c.Validate(); err != nil {
+			t.Errorf("--endpoints %q refused: %v", v, err)
+		}
+	}
+}
+
+// TestDuplicateEndpoints: one endpoint given twice, in any spelling, is
+// refused (a template that repeats a variable where it meant another has
+// one endpoint fewer than its operator thinks): fence does not quietly
+// de-duplicate.
+func TestDuplicateEndpoints(t *testing.T) {
+	cleanEnv(t)
+	for _, v := range []string{
+		"127.0.0.1:2379,127.0.0.1:2379",
+		"127.0.0.1:2379,http://127.0.0.1:2379",
+		"LOCALHOST:2379,localhost:2379",
+		"127.0.0.1:2379, 127.0.0.1:2380 ,127.0.0.1:2379",
+		"unix:///run/e.sock, unix:///run/e.sock",
+	} {
+		err := validate(t, "--endpoints", v)
+		if err == nil || !strings.Contains(err.Error(), "names one endpoint twice") {
+			t.Errorf("--endpoints %q: err = %v", v, err)
+		}
+	}
+	// Two ports, or two schemes of one host, are two endpoints.
+	if err := validate(t, "--endpoints", "127.0.0.1:2379,127.0.0.1:2380"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestStateDirWithEndpoints: a state directory and endpoints from sources
+// of the same strength, or the state directory from the stronger one, are
+// refused; endpoints from a stronger source than the state directory
+// choose etcd, as precedence says (a nested call inside a local fence run
+// has FENCE_STATE_DIR and may name etcd with --endpoints; a host's config
+// file may name a state directory).
+func TestStateDirWithEndpoints(t *testing.T) {
+	dir := cleanEnv(t)
+	both := writeFile(t, filepath.Join(dir, "both.yaml"), "state-dir: /from/file\nendpoints: 127.0.0.1:2379\n", 0o644)
+	stateFile := writeFile(t, filepath.Join(dir, "state.yaml"), "state-dir: /from/file\n", 0o644)
+	epFile := writeFile(t, filepath.Join(dir, "ep.yaml"), "endpoints: 127.0.0.1:2379\n", 0o644)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // "" = accepted, on etcd
+	}{
+		{"both flags", nil, []string{"--state-dir", "/x", "--endpoints", "127.0.0.1:2379"}, "--state-dir and --endpoints name two coordinators"},
+		{"both variables", map[string]string{"FENCE_STATE_DIR": "/x", "FENCE_ENDPOINTS": "127.0.0.1:2379"}, nil, "FENCE_STATE_DIR and FENCE_ENDPOINTS name two coordinators"},
+		{"both file keys", nil, []string{"--config", both}, "config file key state-dir and config file key endpoints"},
+		{"state-dir flag, endpoints variable", map[string]string{"FENCE_ENDPOINTS": "127.0.0.1:2379"}, []string{"--state-dir", "/x"}, "--state-dir and FENCE_ENDPOINTS"},
+		{"state-dir flag, endpoints file", nil, []string{"--config", epFile, "--state-dir", "/x"}, "--state-dir and config file key endpoints"},
+		{"state-dir variable, endpoints file", map[string]string{"FENCE_STATE_DIR": "/x"}, []string{"--config", epFile}, "FENCE_STATE_DIR and config file key endpoints"},
+		{"endpoints flag over FENCE_STATE_DIR", map[string]string{"FENCE_STATE_DIR": "/x"}, []string{"--endpoints", "127.0.0.1:2379"}, ""},
+		{"endpoints flag over the file's state-dir", nil, []string{"--config", stateFile, "--endpoints", "127.0.0.1:2379"}, ""},
+		{"endpoints variable over the file's state-dir", map[string]string{"FENCE_ENDPOINTS": "127.0.0.1:2379"}, []string{"--config", stateFile}, ""},
+		{"an empty state-dir is none", map[string]string{"FENCE_STATE_DIR": ""}, []string{"--state-dir", "", "--endpoints", "127.0.0.1:2379"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			c, err := load(t, tc.args...)
+			if err == nil {
+				err = c.Validate()
+			}
+			switch {
+			case tc.want == "" && (err != nil || c.Backend() != "etcd"):
+				t.Fatalf("refused or not etcd (%v): %v", c.Backend(), err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig)):
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPrefixEndsInSlash: "/fence" is "/fence/" from every source, so two
+// spellings are one namespace; an empty or space-padded prefix is refused,
+// also from a variable set to nothing.
+func TestPrefixEndsInSlash(t *testing.T) {
+	dir := cleanEnv(t)
+	if c := mustLoad(t, "--prefix", "/fence"); c.Prefix != "/fence/" {
+		t.Errorf("--prefix /fence = %q", c.Prefix)
+	}
+	if c := mustLoad(t, "--prefix", "/fence/"); c.Prefix != "/fence/" {
+		t.Errorf("--prefix /fence/ = %q", c.Prefix)
+	}
+	if c := mustLoad(t, "--prefix", "team"); c.Prefix != "team/" {
+		t.Errorf("--prefix team = %q", c.Prefix)
+	}
+	f := writeFile(t, filepath.Join(dir, "p.yaml"), "prefix: /from/file\n", 0o644)
+	if c := mustLoad(t, "--config", f); c.Prefix != "/from/file/" || sourceOfKey(c, KeyPrefix) != SourceFile {
+		t.Errorf("file prefix = %q from %s", c.Prefix, sourceOfKey(c, KeyPrefix))
+	}
+	t.Setenv("FENCE_PREFIX", "/env")
+	if c := mustLoad(t, "--config", f); c.Prefix != "/env/" || sourceOfKey(c, KeyPrefix) != SourceEnv {
+		t.Errorf("env prefix = %q from %s", c.Prefix, sourceOfKey(c, KeyPrefix))
+	}
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"-", []string{"--prefix", ""}, "--prefix must not be empty"},
+		{"", nil, "FENCE_PREFIX must not be empty"},
+		{"", []string{"--config", f}, "FENCE_PREFIX must not be empty"},
+		{"-", []string{"--prefix", " /fence"}, "white space"},
+		{"/fence/ ", nil, "white space"},
+	} {
+		if tc.env == "-" {
+			os.Unsetenv("FENCE_PREFIX")
+		} else {
+			t.Setenv("FENCE_PREFIX", tc.env)
+		}
+		if _, err := load(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig) {
+			t.Errorf("FENCE_PREFIX=%q %q: err = %v, want %q", tc.env, tc.args, err, tc.want)
+		}
+	}
+}

@@ -20,7 +20,7 @@ func Open(ctx context.Context, cfg *Config) (coord.Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if len(cfg.Endpoints) == 0 {
+	if cfg.Backend() == "local" {
 		dir := cfg.StateDir
 		if dir == "" {
 			dir = local.DefaultDir()

@@ -7,15 +7,29 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"time"
+	"unicode"
 )
 
-// Backend names the coordinator a configuration selects.
+// Backend names the coordinator a configuration selects: etcd when any
+// source sets endpoints, even to nothing (which Validate refuses: it never
+// falls back to local).
 func (c *Config) Backend() string {
-	if len(c.Endpoints) > 0 {
+	if len(c.Endpoints) > 0 || c.endpointsSet {
 		return "etcd"
 	}
 	return "local"
+}
+
+// ShortenDialTimeout lowers DialTimeout to d when no source set it (flag,
+// env, file): interactive commands wait less than the default for an
+// unreachable coordinator, and keep a timeout that was asked for.
+func (c *Config) ShortenDialTimeout(d time.Duration) {
+	if c.sources[KeyDialTimeout] == SourceDefault && c.DialTimeout > d {
+		c.DialTimeout = d
+	}
 }
 
 // UsesTLS reports whether the etcd connection uses TLS: when a certificate
@@ -33,12 +47,17 @@ func (c *Config) UsesTLS() bool {
 }
 
 // Validate checks what connecting to the coordinator needs, and reads the
-// password file: well-formed endpoints; TLS flags that agree with the
-// endpoints; plaintext only to loopback endpoints unless InsecureTransport;
-// a user name without a password in it; a password from FENCE_PASSWORD or a
-// password file readable by its owner only, not both. The errors wrap
-// ErrConfig.
+// password file: endpoints, when set, that name at least one endpoint, each
+// well-formed, none empty or given twice; no state directory beside them
+// from as strong a source (see checkCoordinator); TLS flags that agree with
+// the endpoints; plaintext only to loopback endpoints unless
+// InsecureTransport; a user name without a password in it; a password from
+// FENCE_PASSWORD or a password file readable by its owner only, not both.
+// The errors wrap ErrConfig.
 func (c *Config) Validate() error {
+	if err := c.checkCoordinator(); err != nil {
+		return err
+	}
 	if len(c.Endpoints) == 0 {
 		for _, k := range []string{KeyCACert, KeyCert, KeyKey, KeyUser, KeyPasswordFile} {
 			if c.sources[k] == SourceFlag {
@@ -48,11 +67,17 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	useTLS := c.UsesTLS()
+	seen := map[string]string{}
 	for _, raw := range c.Endpoints {
 		ep, err := parseEndpoint(raw)
 		if err != nil {
 			return err
 		}
+		id := ep.id(useTLS)
+		if first, ok := seen[id]; ok {
+			return configErr("%s names one endpoint twice (%q and %q): give each once", where(KeyEndpoints, c.sources[KeyEndpoints]), first, raw)
+		}
+		seen[id] = raw
 		switch {
 		case useTLS && (ep.scheme == "http" || ep.scheme == "unix"):
 			return configErr("endpoint %q is plaintext but TLS is configured: use https://", raw)
@@ -84,6 +109,50 @@ func (c *Config) Validate() error {
 		return configErr("a password is given (%s or --password-file) but no --user", EnvPassword)
 	}
 	return nil
+}
+
+// checkCoordinator refuses what would change the coordinator without a
+// word: endpoints set to nothing (empty, blank, only commas: the local
+// coordinator would be used instead of etcd), an empty entry among them,
+// and a state directory from a source at least as strong as the endpoints'
+// (both flags, both variables, both file keys, or a --state-dir flag beside
+// FENCE_ENDPOINTS: fence cannot tell which coordinator was meant). A state
+// directory from a weaker source than the endpoints (FENCE_STATE_DIR or the
+// config file under an --endpoints flag) is overridden, as precedence says:
+// it is how a nested fence call, or a host whose config file names a local
+// state directory, reaches etcd by a flag.
+func (c *Config) checkCoordinator() error {
+	if !c.endpointsSet {
+		return nil
+	}
+	src := c.sources[KeyEndpoints]
+	w := where(KeyEndpoints, src)
+	if len(c.Endpoints) == 0 {
+		return configErr("%s %q names no endpoint: give HOST:PORT[,HOST:PORT...], or unset it for the local coordinator", w, c.endpointsText)
+	}
+	if c.endpointsBlank > 0 {
+		return configErr("%s %q has an empty entry: give HOST:PORT[,HOST:PORT...] with no empty one", w, c.endpointsText)
+	}
+	if c.StateDir != "" {
+		if ss := c.sources[KeyStateDir]; rank(ss) <= rank(src) {
+			return configErr("%s and %s name two coordinators (local %s, etcd %s): give one of them",
+				where(KeyStateDir, ss), w, c.StateDir, strings.Join(c.Endpoints, ","))
+		}
+	}
+	return nil
+}
+
+// rank orders the sources, the strongest first.
+func rank(s Source) int {
+	switch s {
+	case SourceFlag:
+		return 0
+	case SourceEnv:
+		return 1
+	case SourceFile:
+		return 2
+	}
+	return 3
 }
 
 // readPasswordFile reads a password file: a regular file that group and
@@ -119,16 +188,39 @@ func readPasswordFile(path string) (string, error) {
 type endpoint struct {
 	scheme   string // "", http, https, unix, unixs
 	host     string
+	port     string
+	path     string // of a unix socket
 	loopback bool
 }
+
+// id is what two spellings of one endpoint have in common: the scheme
+// (none is http, or https with TLS), the host in lower case and the port,
+// or a unix socket's path.
+func (ep endpoint) id(useTLS bool) string {
+	switch ep.scheme {
+	case "unix", "unixs":
+		return "unix " + ep.path
+	case "":
+		if useTLS {
+			return "https " + strings.ToLower(ep.host) + " " + ep.port
+		}
+		return "http " + strings.ToLower(ep.host) + " " + ep.port
+	}
+	return ep.scheme + " " + strings.ToLower(ep.host) + " " + ep.port
+}
+
+const wantEndpoint = "want HOST:PORT, http://HOST:PORT, https://HOST:PORT or unix:///PATH"
 
 func parseEndpoint(raw string) (endpoint, error) {
 	var ep endpoint
 	hostport := raw
+	if strings.IndexFunc(raw, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return ep, configErr("endpoint %q: white space or a control character inside it: %s", raw, wantEndpoint)
+	}
 	if i := strings.Index(raw, "://"); i >= 0 {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return ep, configErr("endpoint %q: %v", raw, err)
+			return ep, configErr("endpoint %q: %s", raw, oneLine(err.Error()))
 		}
 		ep.scheme = strings.ToLower(u.Scheme)
 		switch ep.scheme {
@@ -136,25 +228,59 @@ func parseEndpoint(raw string) (endpoint, error) {
 			hostport = u.Host
 		case "unix", "unixs":
 			ep.loopback = true
+			ep.path = raw[i+3:]
+			if ep.path == "" {
+				return ep, configErr("endpoint %q: no socket path: %s", raw, wantEndpoint)
+			}
 			return ep, nil
 		default:
 			return ep, configErr("endpoint %q: unknown scheme %q (want http, https, unix or unixs)", raw, u.Scheme)
 		}
-		if u.Path != "" && u.Path != "/" {
+		switch {
+		case u.User != nil:
+			return ep, configErr("endpoint %q: a user name is not allowed in it: give --user", raw)
+		case u.Path != "" && u.Path != "/":
 			return ep, configErr("endpoint %q: a path is not allowed", raw)
+		case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(raw, "?#"):
+			return ep, configErr("endpoint %q: a query or fragment is not allowed", raw)
 		}
 	}
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil || host == "" || port == "" {
-		return ep, configErr("endpoint %q: want HOST:PORT, http://HOST:PORT or https://HOST:PORT", raw)
+		return ep, configErr("endpoint %q: %s", raw, wantEndpoint)
 	}
-	ep.host = host
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] == '+' {
+		return ep, configErr("endpoint %q: port %q is not a number from 1 to 65535", raw, port)
+	}
+	if !validHost(host) {
+		return ep, configErr("endpoint %q: %q is not a host name nor an IP address", raw, host)
+	}
+	ep.host, ep.port = host, port
 	if strings.EqualFold(host, "localhost") {
 		ep.loopback = true
 	} else if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		ep.loopback = true
 	}
 	return ep, nil
+}
+
+// validHost accepts an IP address (an IPv6 one with a zone too) or a DNS
+// name: letters, digits, '-', '_' and '.', not starting with '-' or '.'.
+func validHost(h string) bool {
+	if ip, _, _ := strings.Cut(h, "%"); net.ParseIP(ip) != nil {
+		return true
+	}
+	if h == "" || len(h) > 253 || h[0] == '-' || h[0] == '.' {
+		return false
+	}
+	for _, r := range h {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // TLSConfig builds the TLS configuration for etcd: nil when TLS is not used,

@@ -83,8 +83,21 @@ type Options struct {
 }
 
 // DefaultGrace is the grace period used when none is given: a fifth of the
-// TTL, at most 5s.
-func DefaultGrace(ttl time.Duration) time.Duration { return min(ttl/5, 5*time.Second) }
+// TTL (rounded up), at most 5s.
+func DefaultGrace(ttl time.Duration) time.Duration { return min(ceilDiv(ttl, 5), 5*time.Second) }
+
+// ceilDiv is d/n rounded up (d >= 0, n > 0). The grace, the margin and the
+// renewal interval that check weighs are fractions of the TTL rounded up:
+// rounded down, a TTL of a few nanoseconds got a zero grace, margin and
+// interval, and "two renewals of 0s fit in 1ns" passed the check that
+// refuses every TTL up to 750ms with the default grace.
+func ceilDiv(d time.Duration, n int64) time.Duration {
+	q := d / time.Duration(n)
+	if d%time.Duration(n) != 0 {
+		q++
+	}
+	return q
+}
 
 // plan is Options checked and completed.
 type plan struct {
@@ -149,7 +162,7 @@ func check(opts Options) (*plan, error) {
 	}
 	p.interval = opts.RenewInterval
 	if p.interval == 0 {
-		p.interval = ttl / 3
+		p.interval = ceilDiv(ttl, 3)
 	}
 	covered := ttl - p.margin - p.grace // from the grant's send to the stop signal
 	if opts.NoRenew {
@@ -165,9 +178,18 @@ func check(opts Options) (*plan, error) {
 	}
 	if 2*p.interval >= covered {
 		return nil, fmt.Errorf("%w: --ttl %v with --grace %v and the safety margin %v leaves no room for two renewal attempts (every %v) before the command must be stopped; raise --ttl or lower --grace",
-			coord.ErrInvalid, ttl, p.grace, p.margin, p.interval.Round(time.Millisecond))
+			coord.ErrInvalid, ttl, p.grace, p.margin, roundForDisplay(p.interval))
 	}
 	return p, nil
+}
+
+// roundForDisplay rounds d to milliseconds for a message, unless that would
+// show a sub-millisecond interval as 0s.
+func roundForDisplay(d time.Duration) time.Duration {
+	if d < time.Millisecond {
+		return d
+	}
+	return d.Round(time.Millisecond)
 }
 
 // SignalName is the name of sig without "SIG" ("TERM"), or its number.

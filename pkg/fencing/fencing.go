@@ -126,10 +126,21 @@ func (e *LostError) Unwrap() error { return coord.ErrLeaseLost }
 
 // DefaultMargin is the margin Hold uses when none is given: a tenth of the
 // TTL, at least 100ms and at most 2s, and never more than a fifth of the TTL
-// (so that very short TTLs stay usable).
+// (so that very short TTLs stay usable). The fractions are rounded up, never
+// down to nothing: a positive TTL gets a positive margin.
 func DefaultMargin(ttl time.Duration) time.Duration {
-	m := min(max(ttl/10, 100*time.Millisecond), 2*time.Second)
-	return min(m, ttl/5)
+	m := min(max(ceilDiv(ttl, 10), 100*time.Millisecond), 2*time.Second)
+	return min(m, ceilDiv(ttl, 5))
+}
+
+// ceilDiv is d/n rounded up (d >= 0, n > 0): the fraction of a duration
+// that a safety rule uses, which must not round down (1ns/3 is 1ns, not 0).
+func ceilDiv(d time.Duration, n int64) time.Duration {
+	q := d / time.Duration(n)
+	if d%time.Duration(n) != 0 {
+		q++
+	}
+	return q
 }
 
 // HoldOptions tunes Hold. The zero value renews every TTL/3 with
@@ -323,7 +334,7 @@ func (o *HoldOptions) check(ttl time.Duration) error {
 
 func (o *HoldOptions) fill(ttl time.Duration) {
 	if o.RenewInterval == 0 {
-		o.RenewInterval = ttl / 3
+		o.RenewInterval = ceilDiv(ttl, 3)
 	}
 	if o.RetryInterval == 0 {
 		o.RetryInterval = max(o.RenewInterval/4, time.Millisecond)

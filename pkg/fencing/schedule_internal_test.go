@@ -173,3 +173,23 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 		t.Fatalf("cause %v, want paused", context.Cause(h.Context()))
 	}
 }
+
+// TestTinyTTLNeverGetsZeroIntervalOrMargin: the defaults are fractions of the
+// TTL rounded up, so no TTL is accepted with a zero renewal interval (a
+// scheduler that renews in a loop) or a zero margin (safe until the very
+// expiry); a TTL of 1ns or 2ns was.
+func TestTinyTTLNeverGetsZeroIntervalOrMargin(t *testing.T) {
+	for ttl := time.Duration(1); ttl <= 2000; ttl++ {
+		o := HoldOptions{}
+		if err := o.check(ttl); err != nil {
+			continue
+		}
+		o.fill(ttl)
+		if o.RenewInterval <= 0 || o.Margin <= 0 || 2*o.RenewInterval >= ttl-o.Margin {
+			t.Fatalf("TTL %v accepted with renew interval %v and margin %v", ttl, o.RenewInterval, o.Margin)
+		}
+	}
+	if m := DefaultMargin(15 * time.Second); m != 1500*time.Millisecond {
+		t.Fatalf("DefaultMargin(15s) = %v", m)
+	}
+}

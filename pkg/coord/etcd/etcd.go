@@ -65,6 +65,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -73,6 +74,23 @@ import (
 
 // DefaultPrefix is the key prefix used when Config.Prefix is empty.
 const DefaultPrefix = "/fence/"
+
+// NormalPrefix is the key prefix that prefix stands for: DefaultPrefix when
+// it is empty, else prefix ending in "/" ("/fence" is "/fence/"). Two
+// spellings of one prefix are then one namespace: without it "/fence" put
+// lock keys at "/fencelocks/..." beside "/fence/locks/...", and two hosts
+// whose configurations differed by a slash held one lock at once. New and
+// the guard and history stores on etcd apply it to the prefix they are
+// given.
+func NormalPrefix(prefix string) string {
+	if prefix == "" {
+		return DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return prefix
+}
 
 // DefaultDialTimeout is used when Config.DialTimeout is zero.
 const DefaultDialTimeout = 5 * time.Second
@@ -86,8 +104,8 @@ type Config struct {
 	// Endpoints are the cluster's client URLs ("https://10.0.0.1:2379") or
 	// host:port pairs.
 	Endpoints []string
-	// Prefix is put before every key, as given (end it with "/");
-	// DefaultPrefix when empty.
+	// Prefix is put before every key, ending in "/" (one is added when it
+	// does not: see NormalPrefix); DefaultPrefix when empty.
 	Prefix string
 	// DialTimeout bounds New's connection check and login
 	// (DefaultDialTimeout when zero).
@@ -108,6 +126,8 @@ type Coordinator struct {
 	closed atomic.Bool
 	ka     *keeper
 	leases leases
+	// endLife cancels the client's context (after Close).
+	endLife context.CancelFunc
 }
 
 var (
@@ -123,15 +143,31 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, fmt.Errorf("%w: etcd: no endpoints", coord.ErrInvalid)
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
+	cfg.Prefix = NormalPrefix(cfg.Prefix)
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
 	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints)}
 	if cfg.Username != "" && cfg.Password == "" {
 		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.Username)
+	}
+	// The client's own context (its login in clientv3.New is bounded by it
+	// and the dial timeout) and the connection check's: a refusal by every
+	// endpoint ends both at once.
+	life, endLife := context.WithCancel(context.Background())
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	rw := newRefusalWatch(cfg.Endpoints, c.where, func() { endLife(); cancel() })
+	// ctx bounds the login too, until New returns.
+	detach := context.AfterFunc(ctx, endLife)
+	fail := func(err error) (*Coordinator, error) {
+		detach()
+		rw.end()
+		endLife()
+		if rerr := rw.failed(); rerr != nil {
+			return nil, rerr
+		}
+		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
@@ -140,20 +176,31 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		Username:    cfg.Username,
 		Password:    cfg.Password,
 		Logger:      zap.NewNop(),
+		Context:     life,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(rw.interceptor)},
 	})
 	if err != nil {
-		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
+		return fail(err)
 	}
-	c.cli = cli
-	c.ka = newKeeper(cli)
-	c.leases.init()
 	// The client dials lazily: ask something to know the cluster answers.
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
-	defer cancel()
 	if _, err := cli.Get(pctx, c.locksKey(""), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
+		return fail(err)
 	}
+	rw.end()
+	if !detach() || rw.failed() != nil { // ctx ended, or refused, just as the answer came
+		err := rw.failed()
+		if err == nil {
+			err = c.connectErr(ctx, cfg.DialTimeout, ctx.Err())
+		}
+		cli.Close()
+		endLife()
+		return nil, err
+	}
+	c.cli = cli
+	c.endLife = endLife
+	c.ka = newKeeper(cli)
+	c.leases.init()
 	return c, nil
 }
 
@@ -187,7 +234,9 @@ func (c *Coordinator) Close() error {
 	}
 	c.closeLeases()
 	c.ka.close()
-	if err := c.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+	err := c.cli.Close()
+	c.endLife()
+	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("etcd %s: close: %v", c.where, err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"sync"
@@ -109,6 +110,7 @@ func TestBackend(t *testing.T) {
 		{"MutualExclusion", testMutualExclusion},
 		{"FIFO", testFIFO},
 		{"KeyLayout", testKeyLayout},
+		{"PrefixWithoutSlash", testPrefixWithoutSlash},
 		{"NamesIndependent", testNamesIndependent},
 		{"TimeoutAndCancelLeaveNoKeys", testTimeoutAndCancelLeaveNoKeys},
 		{"RenewKeepsLease", testRenewKeepsLease},
@@ -285,6 +287,33 @@ func testKeyLayout(t *testing.T, srv *etcdtest.Server, prefix string) {
 	}
 	if d := c.Describe(); d != "etcd "+strings.TrimPrefix(srv.Endpoints()[0], "http://") {
 		t.Errorf("Describe() = %q", d)
+	}
+}
+
+// testPrefixWithoutSlash: a prefix not ending in "/" is the one that does
+// ("/p" is "/p/"): coordinators given either spelling share one namespace,
+// so a lock held through one is busy through the other, and no key lands
+// at "/plocks/...".
+func testPrefixWithoutSlash(t *testing.T, srv *etcdtest.Server, prefix string) {
+	bare := strings.TrimSuffix(prefix, "/")
+	a, b := open(t, srv, bare), open(t, srv, prefix)
+	if a.Prefix() != prefix {
+		t.Fatalf("Prefix() of %q = %q, want %q", bare, a.Prefix(), prefix)
+	}
+	l := acquire(t, a, "shared", coord.AcquireOptions{Holder: "a"})
+	if _, err := b.Acquire(ctx(t), "shared", coord.AcquireOptions{TTL: guard, Holder: "b"}); !errors.Is(err, coord.ErrBusy) {
+		t.Fatalf("the lock held under %q, acquired under %q: %v (want busy: one namespace)", bare, prefix, err)
+	}
+	if info, err := b.Inspect(ctx(t), "shared"); err != nil || !info.Held || info.Token != l.Token {
+		t.Fatalf("Inspect under %q: %+v, %v", prefix, info, err)
+	}
+	cli := srv.Client(t)
+	if k := keys(t, cli, bare+"locks/"); len(k) != 0 {
+		t.Fatalf("keys beside the prefix: %v", k)
+	}
+	release(t, a, l)
+	if etcd.NormalPrefix("") != etcd.DefaultPrefix || etcd.NormalPrefix("x") != "x/" || etcd.NormalPrefix("/") != "/" {
+		t.Fatal("NormalPrefix")
 	}
 }
 
@@ -640,15 +669,14 @@ func TestTokensAcrossRestart(t *testing.T) {
 	release(t, c2, l)
 }
 
-// TestUnreachable: New fails within its dial timeout with ErrUnavailable.
+// TestUnreachable: New fails within its dial timeout with ErrUnavailable
+// when an endpoint takes the connection and never answers.
 func TestUnreachable(t *testing.T) {
-	srv := etcdtest.Start(t)
-	eps := srv.Endpoints()
-	srv.Stop()
+	eps := []string{silentEndpoint(t)}
 	start := time.Now()
 	_, err := etcd.New(ctx(t), etcd.Config{Endpoints: eps, DialTimeout: 500 * time.Millisecond})
 	if !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "did not answer within 500ms") {
-		t.Fatalf("New on a stopped server = %v", err)
+		t.Fatalf("New on a server that never answers = %v", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("New took %v with a 500ms dial timeout", d)
@@ -659,6 +687,114 @@ func TestUnreachable(t *testing.T) {
 	if _, err := etcd.New(cctx, etcd.Config{Endpoints: eps, DialTimeout: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("New with an ending context = %v", err)
 	}
+	// ... also while it logs in (inside the etcd client, which is not
+	// given ctx).
+	cctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := etcd.New(cctx, etcd.Config{Endpoints: eps, DialTimeout: time.Minute, Username: "u", Password: "p"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("New logging in with an ending context = %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("New logging in took %v with a context of 100ms", d)
+	}
+}
+
+// silentEndpoint is an endpoint whose connections are taken and never
+// answered (a stalled server, a half-open path).
+func silentEndpoint(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// refusedEndpoint is an endpoint that refuses connections: a stopped
+// server's port.
+func refusedEndpoint(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestRefusedAtOnce: when every endpoint refuses the connection, New says
+// so at once, not "did not answer" after its dial timeout; with a user too
+// (the login happens inside the etcd client). One endpoint that answers is
+// enough for New to succeed; one that is silent leaves the timeout.
+func TestRefusedAtOnce(t *testing.T) {
+	const dial = 5 * time.Second
+	srv := etcdtest.Start(t)
+	stopped := etcdtest.Start(t)
+	stoppedEps := stopped.Endpoints()
+	stopped.Stop()
+	for _, tc := range []struct {
+		name string
+		cfg  etcd.Config
+		want string
+	}{
+		{"one", etcd.Config{Endpoints: []string{refusedEndpoint(t)}}, ": connection refused"},
+		{"stopped server", etcd.Config{Endpoints: stoppedEps}, ": connection refused"},
+		{"every one", etcd.Config{Endpoints: []string{refusedEndpoint(t), "http://" + refusedEndpoint(t)}}, "connection refused by every endpoint"},
+		{"with a user", etcd.Config{Endpoints: []string{refusedEndpoint(t)}, Username: "u", Password: "p"}, ": connection refused"},
+		{"unix socket", etcd.Config{Endpoints: []string{"unix://" + t.TempDir() + "/none.sock"}}, "no such socket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.DialTimeout = dial
+			start := time.Now()
+			_, err := etcd.New(ctx(t), tc.cfg)
+			elapsed := time.Since(start)
+			if !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "did not answer") {
+				t.Fatalf("New = %v, want it to say %q", err, tc.want)
+			}
+			t.Logf("%v after %v", err, elapsed)
+			if elapsed > 2*time.Second { // generous: the dial timeout is 5s
+				t.Errorf("reported after %v with a %v dial timeout", elapsed, dial)
+			}
+		})
+	}
+	t.Run("one answers", func(t *testing.T) {
+		c, err := etcd.New(ctx(t), etcd.Config{Endpoints: append([]string{refusedEndpoint(t)}, srv.Endpoints()...), DialTimeout: dial})
+		if err != nil {
+			t.Fatalf("New with one live endpoint: %v", err)
+		}
+		defer c.Close()
+		l := acquire(t, c, "refused-then-live", coord.AcquireOptions{})
+		release(t, c, l)
+	})
+	t.Run("one silent", func(t *testing.T) {
+		_, err := etcd.New(ctx(t), etcd.Config{Endpoints: []string{refusedEndpoint(t), silentEndpoint(t)}, DialTimeout: 500 * time.Millisecond})
+		if err == nil || !strings.Contains(err.Error(), "did not answer within 500ms") {
+			t.Fatalf("New = %v, want a timeout (one endpoint may still answer)", err)
+		}
+	})
 }
 
 // TestTLS: with client-certificate auth on, the backend works with the

@@ -35,6 +35,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/guard"
 )
 
@@ -52,13 +53,12 @@ type Store struct {
 var _ guard.Guard = (*Store)(nil)
 
 // New returns a store that keeps its values under <prefix>guards/ through
-// cli (DefaultPrefix when prefix is empty; the prefix is used as given, so
-// end it with "/"). The store does not own cli: closing cli is the caller's
+// cli (DefaultPrefix when prefix is empty; a prefix not ending in "/" gets
+// one, as etcd.NormalPrefix says, so "/fence" and "/fence/" are one
+// namespace). The store does not own cli: closing cli is the caller's
 // business.
 func New(cli *clientv3.Client, prefix string) *Store {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	prefix = etcd.NormalPrefix(prefix)
 	return &Store{cli: cli, prefix: prefix, now: time.Now}
 }
 

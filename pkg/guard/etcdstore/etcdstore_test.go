@@ -177,3 +177,17 @@ func TestDocRecipe(t *testing.T) {
 		t.Fatalf("result = %v, %v", resp, err)
 	}
 }
+
+// TestPrefixWithoutSlash: "/p" is "/p/", as for the coordinator: the
+// guards of one namespace are at one place whichever way its prefix is
+// written (not at "/pguards/...").
+func TestPrefixWithoutSlash(t *testing.T) {
+	for _, p := range []string{"/p", "/p/"} {
+		if k := New(nil, p).Key("k"); k != "/p/guards/k" {
+			t.Errorf("prefix %q: key %q, want /p/guards/k", p, k)
+		}
+	}
+	if k := New(nil, "").Key("k"); k != DefaultPrefix+"guards/k" {
+		t.Errorf("default prefix: key %q", k)
+	}
+}

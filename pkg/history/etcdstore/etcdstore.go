@@ -44,6 +44,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
@@ -81,17 +82,16 @@ type Store struct {
 var _ history.Store = (*Store)(nil)
 
 // New returns a store that keeps its events under <prefix>history/ through
-// cli (DefaultPrefix when prefix is empty; the prefix is used as given, so
-// end it with "/"). Options set the bounds and the clock. The store does not
-// own cli: closing it is the caller's business.
+// cli (DefaultPrefix when prefix is empty; a prefix not ending in "/" gets
+// one, as etcd.NormalPrefix says, so "/fence" and "/fence/" are one
+// namespace). Options set the bounds and the clock. The store does not own
+// cli: closing it is the caller's business.
 func New(cli *clientv3.Client, prefix string, opts ...history.Option) (*Store, error) {
 	o, err := history.NewOptions(opts...)
 	if err != nil {
 		return nil, err
 	}
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	prefix = etcd.NormalPrefix(prefix)
 	return &Store{cli: cli, prefix: prefix, opts: o, cache: map[string]state{}}, nil
 }
 

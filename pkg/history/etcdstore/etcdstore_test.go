@@ -209,3 +209,18 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("Record against a stopped server = %v", err)
 	}
 }
+
+// TestPrefixWithoutSlash: "/p" is "/p/", as for the coordinator: a lock's
+// history is at one place whichever way the prefix is written (not at
+// "/phistory/...").
+func TestPrefixWithoutSlash(t *testing.T) {
+	for _, p := range []string{"/p", "/p/"} {
+		s, err := New(nil, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, h := s.Range("L"), s.HeadKey("L"); r != "/p/history/L/" || h != "/p/history-heads/L" {
+			t.Errorf("prefix %q: range %q, head %q", p, r, h)
+		}
+	}
+}

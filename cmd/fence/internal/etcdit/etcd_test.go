@@ -7,6 +7,7 @@ package etcdit
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,9 @@ func TestEtcdScript(t *testing.T) {
 		env.Setenv("CA", ca)
 		env.Setenv("CERT", cert)
 		env.Setenv("KEY", key)
+		// etcd, not the local state directory of the local scripts: both
+		// in the environment would be refused.
+		env.Vars = slices.DeleteFunc(env.Vars, func(kv string) bool { return strings.HasPrefix(kv, "FENCE_STATE_DIR=") })
 		env.Setenv("FENCE_ENDPOINTS", s.plain.Endpoints()[0])
 		env.Setenv("FENCE_PREFIX", "/t/"+filepath.Base(env.WorkDir)+"/")
 		return nil
@@ -119,5 +123,6 @@ func TestEtcdPermissionDeniedIsNotRetried(t *testing.T) {
 // TestListWatchRedrawsOnEachChange on etcd.
 func TestListWatchRedrawsOnEachChange(t *testing.T) {
 	srv := etcdtest.Start(t)
-	st.ListWatch(t, append(st.Env(t.TempDir()), "FENCE_ENDPOINTS="+srv.Endpoints()[0]))
+	env := slices.DeleteFunc(st.Env(t.TempDir()), func(kv string) bool { return strings.HasPrefix(kv, "FENCE_STATE_DIR=") })
+	st.ListWatch(t, append(env, "FENCE_ENDPOINTS="+srv.Endpoints()[0]))
 }

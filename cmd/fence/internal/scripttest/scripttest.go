@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -34,11 +35,11 @@ func Params(dir string) testscript.Params {
 	return testscript.Params{
 		Dir: dir,
 		Setup: func(env *testscript.Env) error {
-			for _, kv := range os.Environ() {
-				if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "FENCE_") {
-					env.Setenv(k, "")
-				}
-			}
+			// No FENCE_ variable from outside: removed, not set empty (a
+			// FENCE_ENDPOINTS set to nothing is refused, not unset).
+			env.Vars = slices.DeleteFunc(env.Vars, func(kv string) bool {
+				return strings.HasPrefix(kv, "FENCE_")
+			})
 			env.Setenv("FENCE_STATE_DIR", filepath.Join(env.WorkDir, "state"))
 			env.Setenv("XDG_CONFIG_HOME", filepath.Join(env.WorkDir, ".config"))
 			env.Setenv("XDG_STATE_HOME", filepath.Join(env.WorkDir, ".state"))
