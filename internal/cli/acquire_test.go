@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRequestsEnv: every spelling of -o env before "--" asks for the failing
+// snippet; nothing else does.
+func TestRequestsEnv(t *testing.T) {
+	for _, c := range []struct {
+		args string
+		want bool
+	}{
+		{"acquire L -o env", true},
+		{"acquire L -oenv", true},
+		{"acquire L -o=env", true},
+		{"acquire L -no env", true},
+		{"acquire L -noenv", true},
+		{"acquire L -vno=env", true},
+		{"acquire L --output env", true},
+		{"acquire L --output=env", true},
+		{"acquire L --bogus -o env", true},
+		{"--endpoints x acquire L -o env -n", true},
+		{"aquire L -o env", true},
+		{"acquire L -o json -o env", true},
+		{"acquire L", false},
+		{"acquire L -n", false},
+		{"acquire L -o json", false},
+		{"acquire L -o", false},
+		{"acquire L -o envx", false},
+		{"acquire L --output=json env", false},
+		{"acquire L --outputs env", false},
+		{"acquire env", false},
+		{"run L -- sh -c x -o env", false},
+		{"acquire L -- -o env", false},
+	} {
+		if got := requestsEnv(strings.Fields(c.args)); got != c.want {
+			t.Errorf("requestsEnv(%s) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}
