@@ -3,6 +3,11 @@ package cli
 import (
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/output"
 )
 
 // TestRequestsEnv: every spelling of -o env before "--" asks for the failing
@@ -38,5 +43,22 @@ func TestRequestsEnv(t *testing.T) {
 		if got := requestsEnv(strings.Fields(c.args)); got != c.want {
 			t.Errorf("requestsEnv(%s) = %v, want %v", c.args, got, c.want)
 		}
+	}
+}
+
+// TestEnvFailureAfterPanic: a panic in a command run with -o env still
+// leaves the failing snippet on stdout (and one line on stderr).
+func TestEnvFailureAfterPanic(t *testing.T) {
+	var format string
+	boom := &cobra.Command{Use: "boom", RunE: func(*cobra.Command, []string) error {
+		var m map[string]int
+		m["x"]++ // a real runtime panic
+		return nil
+	}}
+	formatFlag(boom, &format, output.Text, output.Env)
+	withCommand(t, boom)
+	code, out, errOut := run("boom", "-o", "env")
+	if code != exitcode.Failure || out != "(exit 125)\n" || errOut != "fence: internal error: assignment to entry in nil map\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
