@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os/exec"
 	"slices"
@@ -57,22 +58,36 @@ func TestAcquireWaitsThenGetsTheLock(t *testing.T) {
 }
 
 // TestAcquireInterrupted: SIGINT and SIGTERM end a waiting acquire with
-// 128+signal and one line, and it leaves the queue.
+// 128+signal and one line, and it leaves the queue. With -o env, stdout
+// holds "(exit 128+signal)" for eval.
 func TestAcquireInterrupted(t *testing.T) {
 	env := st.Env(t.TempDir())
 	st.Output(t, env, "acquire", "busy", "--ttl", "1m")
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
-		cmd := exec.Command("fence", "acquire", "busy")
-		cmd.Env = env
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		st.Lines(t, cmd)
-		waitForWaiters(t, env, "busy", 1)
-		cmd.Process.Signal(sig)
-		if code := st.ExitCode(t, cmd); code != 128+int(sig) || !st.OneErrorLine.MatchString(stderr.String()) || !strings.Contains(stderr.String(), "interrupted") {
-			t.Fatalf("%v: exit %d, stderr %q; want %d and one line", sig, code, stderr.String(), 128+int(sig))
+		for _, args := range [][]string{{"acquire", "busy"}, {"acquire", "busy", "-o", "env"}} {
+			cmd := exec.Command("fence", args...)
+			cmd.Env = env
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			ch := st.Lines(t, cmd)
+			waitForWaiters(t, env, "busy", 1)
+			cmd.Process.Signal(sig)
+			if code := st.ExitCode(t, cmd); code != 128+int(sig) || !st.OneErrorLine.MatchString(stderr.String()) || !strings.Contains(stderr.String(), "interrupted") {
+				t.Fatalf("%v %v: exit %d, stderr %q; want %d and one line", args, sig, code, stderr.String(), 128+int(sig))
+			}
+			var out []string
+			for l := range ch {
+				out = append(out, l)
+			}
+			want := []string{}
+			if len(args) > 2 {
+				want = []string{fmt.Sprintf("(exit %d)", 128+int(sig))}
+			}
+			if !slices.Equal(out, want) {
+				t.Fatalf("%v %v: stdout %q, want %q", args, sig, out, want)
+			}
+			waitForWaiters(t, env, "busy", 0)
 		}
-		waitForWaiters(t, env, "busy", 0)
 	}
 }
 

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,10 +39,13 @@ it gives up, acquire exits 75. Interrupted while it waits (SIGINT, SIGTERM,
 SIGHUP), it leaves the queue and exits 128+N.
 
 -o env prints FENCE_LOCK, FENCE_TOKEN and FENCE_LEASE_ID assignments, quoted
-for the shell, for eval.`,
-		Example: `  eval "$(fence acquire nightly-backup --ttl 10m -n -o env)" || exit
-  do_backup --fencing-token "$FENCE_TOKEN"
-  fence release nightly-backup --lease "$FENCE_LEASE_ID"`,
+for the shell, for eval. When no lease was taken (busy, interrupted, coordinator
+unreachable, bad input), it prints "(exit N)" instead, N being its exit code, so
+that the eval fails with that code. Write 'eval "$(fence acquire ...)" || exit $?'
+and the script stops there, with or without set -e.`,
+		Example: `  eval "$(fence acquire nightly-backup --ttl 10m -n -o env)" || exit $?
+  trap 'fence release nightly-backup --lease "$FENCE_LEASE_ID"' EXIT
+  backup-db --fencing-token "$FENCE_TOKEN"`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -110,4 +115,49 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 		{Key: "holder", Value: lease.Holder},
 		{Key: "ttl", Value: output.Duration(lease.TTL)},
 	})
+}
+
+// requestsEnv reports whether fence's arguments args ask for -o env
+// (-o env, -oenv, -o=env, a cluster such as -no env, --output env,
+// --output=env) before a "--". It reads the arguments themselves, not the
+// parsed flags, so that a failure before or during the parsing of the flags
+// (an unknown flag, a bad lock name, a mistyped command) also gets the
+// failing snippet: when in doubt it answers yes, as printing the snippet for
+// nothing costs less than an empty eval that runs the work unlocked.
+func requestsEnv(args []string) bool {
+	env := string(output.Env)
+	for i, a := range args {
+		// value is the flag's value: what follows in a, else the next argument.
+		value := func(rest string) string {
+			if rest != "" {
+				return strings.TrimPrefix(rest, "=")
+			}
+			if i+1 < len(args) {
+				return args[i+1]
+			}
+			return ""
+		}
+		switch {
+		case a == "--":
+			return false
+		case a == "--output" || strings.HasPrefix(a, "--output="):
+			if value(strings.TrimPrefix(a, "--output")) == env {
+				return true
+			}
+		case len(a) > 1 && a[0] == '-' && a[1] != '-':
+			if _, rest, ok := strings.Cut(a[1:], "o"); ok && value(rest) == env {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeEnvFailure prints what a failed -o env leaves on stdout for eval: a
+// subshell that exits with fence's exit code. eval then fails with that code
+// in every POSIX shell (sh, dash, bash, ksh, zsh), which stops a script
+// under set -e or '|| exit $?'; being a subshell, it never exits an
+// interactive shell, and it assigns no variable.
+func writeEnvFailure(w io.Writer, code int) {
+	fmt.Fprintf(w, "(exit %d)\n", code)
 }

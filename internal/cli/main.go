@@ -29,6 +29,9 @@ func Main(args []string) int {
 // Run runs fence with args on ios and returns the exit code. An error is
 // printed as one line "fence: ..." on ErrOut; a panic becomes exit 125 with
 // one line, never a stack trace (FENCE_DEBUG_PANIC=1 prints the stack).
+// When fence fails and args ask for -o env, stdout gets "(exit N)", so that
+// `eval "$(fence acquire ... -o env)"` fails with fence's exit code N
+// instead of evaluating nothing and succeeding.
 func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -37,6 +40,9 @@ func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
 				ios.ErrOut.Write(debug.Stack())
 			}
 			code = exitcode.Failure
+		}
+		if code != exitcode.OK && requestsEnv(args) {
+			writeEnvFailure(ios.Out, code)
 		}
 	}()
 	f := NewFactory(ios)
