@@ -58,6 +58,7 @@ var notRecipes = map[string]string{
 	"fence top":      "the interactive dashboard",
 	"fence exporter": "a server",
 	"fence config":   "a config file",
+	"fence revoke":   "an operator's command, no work",
 }
 
 type recipe struct {

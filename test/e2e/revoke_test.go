@@ -34,7 +34,12 @@ func TestRevokeStopsRunAtOnce(t *testing.T) {
 	f := startFence(t, be.env, "run", "--ttl", "60s", "revoked", "--",
 		"sh", "-c", `sleep 600 & echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; wait`, pidFile)
 	leader := waitLeader(t, pidFile)
-	if n := groupSize(t, leader); n != 2 {
+	// The mv that published the pid file may not have exited yet.
+	n := groupSize(t, leader)
+	for end := time.Now().Add(5 * time.Second); n != 2 && time.Now().Before(end); n = groupSize(t, leader) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n != 2 {
 		t.Fatalf("the command's group has %d live members, want 2 (sh and sleep)", n)
 	}
 
