@@ -69,6 +69,9 @@ type spec struct {
 	// Foreground puts the command's group in the foreground of the
 	// terminal on stdin.
 	Foreground bool `json:"foreground,omitempty"`
+	// FencePgrp is fence's process group, which gets the terminal back
+	// when the command ends (the watchdog is in a group of its own).
+	FencePgrp int `json:"fence_pgrp,omitempty"`
 	// Cgroup asks for a cgroup v2 of its own where the machine allows.
 	Cgroup bool `json:"cgroup,omitempty"`
 }

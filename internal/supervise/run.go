@@ -428,6 +428,12 @@ func (r *runner) startWatchdog() error {
 		cmd.Stderr = os.Stderr
 	}
 	cmd.ExtraFiles = []*os.File{ordR, repW}
+	// A process group of its own, in fence's session: a signal sent to
+	// fence's whole group (timeout(1), a supervisor's group kill, a shell's
+	// job control: KILL, STOP) does not reach the watchdog, which then
+	// stops the command as when fence alone dies or freezes. It stays in
+	// the session so that it can give the command the terminal.
+	cmd.SysProcAttr = watchdogProcAttr()
 	cmd.WaitDelay = time.Second
 	err = cmd.Start()
 	ordR.Close()
@@ -484,6 +490,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		LeaseStop: leaseStop, Deadline: deadline,
 		Ignore:     ignored,
 		Foreground: foreground(r.wd.Stdin),
+		FencePgrp:  unix.Getpgrp(),
 		Cgroup:     !p.NoCgroup,
 	}
 	r.orders.push(order{Op: opStart, Spec: sp})

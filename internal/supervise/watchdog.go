@@ -113,10 +113,12 @@ type watchdog struct {
 }
 
 func (w *watchdog) run() error {
-	// Signals aimed at fence's process group (a terminal's ^C, ^Z) reach the
-	// watchdog too: fence forwards what the command should get. They are
-	// caught, not ignored, so that the command starts with them at default,
-	// except those fence itself found ignored (spec.Ignore).
+	// The watchdog is in a process group of its own, so signals aimed at
+	// fence's group (a terminal's ^C, ^Z, timeout(1)) do not reach it; those
+	// sent to it by PID (pkill fence) are caught and dropped: fence forwards
+	// what the command should get. They are caught, not ignored, so that the
+	// command starts with them at default, except those fence itself found
+	// ignored (spec.Ignore).
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
@@ -378,7 +380,7 @@ func (w *watchdog) reap() {
 		w.exit = e
 		if w.foreground {
 			w.foreground = false
-			restoreForeground()
+			restoreForeground(w.sp.FencePgrp, w.leader)
 		}
 	}
 }
