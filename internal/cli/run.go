@@ -136,8 +136,8 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 	if err != nil {
 		return err
 	}
-	defer c.Close()
 	code, err := r.Run(ctx, c)
+	closeAfterRun(c, code)
 	if err != nil { // one line saying why fence did not run or stopped the command
 		return exitcode.New(code, err)
 	}
@@ -145,6 +145,21 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 		return exitcode.Silent(code)
 	}
 	return nil
+}
+
+// closeAfterRun closes the coordinator after fence run. After a stop of the
+// command (76, 124) the history events still pending get the same short
+// budget as Run gave its release: fence exits within about a second even
+// when the coordinator does not answer.
+func closeAfterRun(c coord.Coordinator, code int) {
+	cc, ok := c.(interface{ CloseContext(context.Context) error })
+	if !ok || (code != exitcode.LeaseLost && code != exitcode.Deadline) {
+		_ = c.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), supervise.AfterStop/3)
+	defer cancel()
+	_ = cc.CloseContext(ctx)
 }
 
 // location is the coordinator's location for the command's environment, so

@@ -369,7 +369,14 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	code, runErr := r.supervise(ctx, path, args, env, ignored, sigs)
 	r.attaching.Wait()
 
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// After a stop the coordinator may well not answer (that may be why the
+	// lease was lost): the history records and the release then get what is
+	// left of a second, so that fence exits soon after its command.
+	budget := 10 * time.Second
+	if r.stopped(code) {
+		budget = AfterStop
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	st := held.Stats()
 	r.m.renewals, r.m.failures = st.Renewals, st.Failures
@@ -380,6 +387,22 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.verbosef("released %q (token %d)", p.Lock, lease.Token)
 	}
 	return code, runErr
+}
+
+// AfterStop bounds what Run does with the coordinator once the command was
+// stopped (lease lost or unsafe, deadline, cancelled): the history records
+// and the release. A caller that closes the coordinator after Run should
+// bound its close as tightly (history.Recorder.CloseContext), so that fence
+// exits within about a second of stopping its command even when the
+// coordinator does not answer.
+const AfterStop = 750 * time.Millisecond
+
+// stopped reports whether the run ended in a stop of the command (or in a
+// lease lost while fence could not stop it), after which the coordinator
+// is not waited for long.
+func (r *runner) stopped(code int) bool {
+	return r.stopping != "" || r.wdStopped != "" || r.lostErr != nil ||
+		code == exitcode.LeaseLost || code == exitcode.Deadline
 }
 
 // deferredAcquirer is a coordinator that records an acquisition after it
