@@ -39,7 +39,14 @@ becomes uncertain (no acknowledged renewal in time, or fence finds it was
 paused), the whole group gets --signal, then SIGKILL after --grace, all before
 the lease can expire on the coordinator, even when fence itself is frozen; fence
 exits 76. At --deadline the same stop runs and fence exits 124. If fence dies,
-even by SIGKILL, the command's group is stopped too.
+even by SIGKILL, the command's group is stopped too. The watchdog is not in
+fence's process group, so a signal sent to that whole group (timeout(1), a
+supervisor's group kill, a shell's job control: KILL or STOP) leaves it able to
+stop the command in time. Not covered: fence and the watchdog both SIGKILLed at
+once by PID (the command's main process dies with the watchdog, processes it
+started may be left running); outside Linux (macOS), processes that leave the
+command's group are never stopped, and nothing stops the command if the
+watchdog dies.
 
 SIGINT, SIGTERM and SIGHUP sent to fence go to the command's group; fence then
 waits for it, releases the lease and exits with the command's status. Otherwise

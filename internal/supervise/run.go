@@ -19,11 +19,16 @@
 // machine allows it (root, or a delegated subtree; cgroup2 mounted, also at
 // /sys/fs/cgroup/unified on hybrid v1 systems), which cgroup.kill empties at
 // once; and the watchdog is a child subreaper, so orphans are re-parented
-// to it and found by walking /proc. Without a cgroup, a descendant is missed
-// only if the watchdog itself is killed (SIGKILL of both fence and the
-// watchdog, e.g. `kill -9` of fence's process group): then the command's
-// main process still dies (parent-death signal), but its other descendants
-// are orphaned to init.
+// to it and found by walking /proc. A descendant is missed only if the
+// watchdog itself is killed (SIGKILL of both fence and the watchdog by PID):
+// then the command's main process still dies (parent-death signal), but its
+// other descendants are orphaned to init (in a cgroup too: nothing kills
+// it). The watchdog runs in a process group of its own, in fence's session,
+// so that a signal to fence's whole group (timeout -s KILL, a supervisor's
+// group kill, kill -STOP of a shell's job) does not reach it: it then stops
+// the command as when fence alone dies or freezes. Outside Linux there is no
+// parent-death signal, cgroup or subreaper: the watchdog stops the command's
+// group only, and nothing stops it if the watchdog dies.
 //
 // Timing. fence renews every TTL/3; the lease is safe until the send time
 // of the last acknowledged renewal + TTL - margin; the stop signal goes at
@@ -46,8 +51,10 @@
 //
 // Terminal. When stdin is a terminal and fence is in its foreground, the
 // command's group gets the terminal's foreground (it can read it, and ^C,
-// ^\ reach it directly, as without fence); the watchdog gives it back to
-// fence's group when the command ends.
+// ^\ reach it directly, as without fence); the watchdog, from its own
+// background group with SIGTTOU blocked, gives it back to fence's group when
+// the command ends, unless someone else (the shell of a job that was
+// stopped) took it meanwhile.
 //
 // Across a system suspend, all processes stop and resume together; the
 // watchdog reads the boot clock at least every 100ms, so the command runs
