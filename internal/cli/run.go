@@ -37,7 +37,14 @@ becomes uncertain (no acknowledged renewal in time, or fence finds it was
 paused), the whole group gets --signal, then SIGKILL after --grace, all before
 the lease can expire on the coordinator, even when fence itself is frozen; fence
 exits 76. At --deadline the same stop runs and fence exits 124. If fence dies,
-even by SIGKILL, the command's group is stopped too.
+even by SIGKILL, the command's group is stopped too. The watchdog is not in
+fence's process group, so a signal sent to that whole group (timeout(1), a
+supervisor's group kill, a shell's job control: KILL or STOP) leaves it able to
+stop the command in time. Not covered: fence and the watchdog both SIGKILLed at
+once by PID (the command's main process dies with the watchdog, processes it
+started may be left running); outside Linux (macOS), processes that leave the
+command's group are never stopped, and nothing stops the command if the
+watchdog dies.
 
 SIGINT, SIGTERM and SIGHUP sent to fence go to the command's group; fence then
 waits for it, releases the lease and exits with the command's status. Otherwise
@@ -134,8 +141,8 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 	if err != nil {
 		return err
 	}
-	defer c.Close()
 	code, err := r.Run(ctx, c)
+	closeAfterRun(c, code)
 	if err != nil { // one line saying why fence did not run or stopped the command
 		return exitcode.New(code, err)
 	}
@@ -143,6 +150,21 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 		return exitcode.Silent(code)
 	}
 	return nil
+}
+
+// closeAfterRun closes the coordinator after fence run. After a stop of the
+// command (76, 124) the history events still pending get the same short
+// budget as Run gave its release: fence exits within about a second even
+// when the coordinator does not answer.
+func closeAfterRun(c coord.Coordinator, code int) {
+	cc, ok := c.(interface{ CloseContext(context.Context) error })
+	if !ok || (code != exitcode.LeaseLost && code != exitcode.Deadline) {
+		_ = c.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), supervise.AfterStop/3)
+	defer cancel()
+	_ = cc.CloseContext(ctx)
 }
 
 // location is the coordinator's location for the command's environment, so

@@ -119,6 +119,9 @@ func spawnFence(t *testing.T, env string, cfg any) *fenceProc {
 	f.cmd.Env = append(os.Environ(), env+"="+string(b))
 	f.cmd.Stderr = &f.stderr
 	f.cmd.Stdout = os.Stdout
+	// A process group of its own, as a shell's job or timeout(1) gives it:
+	// the tests may signal the whole group.
+	f.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := f.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,15 @@ func (r *runner) record(ctx context.Context, code int, _ error) {
 	ev := func(kind coord.HistoryKind) coord.HistoryEvent {
 		return coord.HistoryEvent{Time: time.Now(), Lock: lease.Name, Kind: kind, Holder: lease.Holder, Token: lease.Token}
 	}
-	r.hist.wg.Wait() // the failures recorded during the run, first
+	// The failures recorded during the run, first (each write is bounded by
+	// the renewal interval; ctx may end sooner).
+	wrote := make(chan struct{})
+	go func() { r.hist.wg.Wait(); close(wrote) }()
+	select {
+	case <-wrote:
+	case <-ctx.Done():
+		return
+	}
 	r.recordFailures(ctx, h, r.held)
 	switch code {
 	case exitcode.LeaseLost:

@@ -3,10 +3,13 @@ package supervise
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/pkg/clock"
 )
@@ -69,6 +72,9 @@ type spec struct {
 	// Foreground puts the command's group in the foreground of the
 	// terminal on stdin.
 	Foreground bool `json:"foreground,omitempty"`
+	// FencePgrp is fence's process group, which gets the terminal back
+	// when the command ends (the watchdog is in a group of its own).
+	FencePgrp int `json:"fence_pgrp,omitempty"`
 	// Cgroup asks for a cgroup v2 of its own where the machine allows.
 	Cgroup bool `json:"cgroup,omitempty"`
 }
@@ -157,4 +163,100 @@ func readLines[T any](r io.ReadCloser) <-chan T {
 		}
 	}()
 	return ch
+}
+
+// orderPipe is the watchdog's end of the order pipe, read without blocking
+// by the goroutine that decides: take returns every order fence wrote
+// before it was called. A watchdog resumed after a freeze reads the boot
+// clock, then takes what fence sent meanwhile (the extensions of a lease
+// that fence kept renewing), and only then compares its stop time with
+// that reading. A reader goroutine and a channel could not promise that:
+// an order read from the pipe but not yet handed over would be missed.
+type orderPipe struct {
+	fd    int
+	buf   []byte
+	ended bool
+	// ready is signalled when the pipe has something to read (or is at its
+	// end); the watcher then waits for again before it polls once more.
+	ready chan struct{}
+	again chan struct{}
+}
+
+func newOrderPipe(fd int) (*orderPipe, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, err
+	}
+	p := &orderPipe{fd: fd, ready: make(chan struct{}, 1), again: make(chan struct{}, 1)}
+	go p.watch()
+	return p, nil
+}
+
+func (p *orderPipe) watch() {
+	fds := []unix.PollFd{{Fd: int32(p.fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, -1)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if n <= 0 {
+			continue
+		}
+		p.ready <- struct{}{}
+		if _, ok := <-p.again; !ok {
+			return
+		}
+	}
+}
+
+// woken is called after a receive from ready: the watcher may poll again.
+func (p *orderPipe) woken() {
+	if !p.ended {
+		p.again <- struct{}{}
+	}
+}
+
+// take reads every order waiting in the pipe; ended reports that fence
+// closed it (fence is gone) or wrote a malformed line.
+func (p *orderPipe) take() (orders []order, ended bool) {
+	if p.ended {
+		return nil, true
+	}
+	var chunk [16 << 10]byte
+	for {
+		n, err := unix.Read(p.fd, chunk[:])
+		if n > 0 {
+			p.buf = append(p.buf, chunk[:n]...)
+			continue
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			break
+		}
+		p.end() // n == 0: the end of the pipe; or an error
+		break
+	}
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		var o order
+		if err := json.Unmarshal(p.buf[:i], &o); err != nil {
+			p.end()
+			break
+		}
+		orders = append(orders, o)
+		p.buf = p.buf[i+1:]
+	}
+	return orders, p.ended
+}
+
+func (p *orderPipe) end() {
+	if !p.ended {
+		p.ended = true
+		p.buf = nil
+		close(p.again)
+	}
 }

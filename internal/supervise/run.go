@@ -19,11 +19,16 @@
 // machine allows it (root, or a delegated subtree; cgroup2 mounted, also at
 // /sys/fs/cgroup/unified on hybrid v1 systems), which cgroup.kill empties at
 // once; and the watchdog is a child subreaper, so orphans are re-parented
-// to it and found by walking /proc. Without a cgroup, a descendant is missed
-// only if the watchdog itself is killed (SIGKILL of both fence and the
-// watchdog, e.g. `kill -9` of fence's process group): then the command's
-// main process still dies (parent-death signal), but its other descendants
-// are orphaned to init.
+// to it and found by walking /proc. A descendant is missed only if the
+// watchdog itself is killed (SIGKILL of both fence and the watchdog by PID):
+// then the command's main process still dies (parent-death signal), but its
+// other descendants are orphaned to init (in a cgroup too: nothing kills
+// it). The watchdog runs in a process group of its own, in fence's session,
+// so that a signal to fence's whole group (timeout -s KILL, a supervisor's
+// group kill, kill -STOP of a shell's job) does not reach it: it then stops
+// the command as when fence alone dies or freezes. Outside Linux there is no
+// parent-death signal, cgroup or subreaper: the watchdog stops the command's
+// group only, and nothing stops it if the watchdog dies.
 //
 // Timing. fence renews every TTL/3; the lease is safe until the send time
 // of the last acknowledged renewal + TTL - margin; the stop signal goes at
@@ -50,8 +55,10 @@
 //
 // Terminal. When stdin is a terminal and fence is in its foreground, the
 // command's group gets the terminal's foreground (it can read it, and ^C,
-// ^\ reach it directly, as without fence); the watchdog gives it back to
-// fence's group when the command ends.
+// ^\ reach it directly, as without fence); the watchdog, from its own
+// background group with SIGTTOU blocked, gives it back to fence's group when
+// the command ends, unless someone else (the shell of a job that was
+// stopped) took it meanwhile.
 //
 // Across a system suspend, all processes stop and resume together; the
 // watchdog reads the boot clock at least every 100ms, so the command runs
@@ -373,7 +380,14 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	code, runErr := r.supervise(ctx, path, args, env, ignored, sigs)
 	r.attaching.Wait()
 
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// After a stop the coordinator may well not answer (that may be why the
+	// lease was lost): the history records and the release then get what is
+	// left of a second, so that fence exits soon after its command.
+	budget := 10 * time.Second
+	if r.stopped(code) {
+		budget = AfterStop
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	st := held.Stats()
 	r.m.renewals, r.m.failures = st.Renewals, st.Failures
@@ -384,6 +398,22 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.verbosef("released %q (token %d)", p.Lock, lease.Token)
 	}
 	return code, runErr
+}
+
+// AfterStop bounds what Run does with the coordinator once the command was
+// stopped (lease lost or unsafe, deadline, cancelled): the history records
+// and the release. A caller that closes the coordinator after Run should
+// bound its close as tightly (history.Recorder.CloseContext), so that fence
+// exits within about a second of stopping its command even when the
+// coordinator does not answer.
+const AfterStop = 750 * time.Millisecond
+
+// stopped reports whether the run ended in a stop of the command (or in a
+// lease lost while fence could not stop it), after which the coordinator
+// is not waited for long.
+func (r *runner) stopped(code int) bool {
+	return r.stopping != "" || r.wdStopped != "" || r.lostErr != nil ||
+		code == exitcode.LeaseLost || code == exitcode.Deadline
 }
 
 // deferredAcquirer is a coordinator that records an acquisition after it
@@ -432,6 +462,12 @@ func (r *runner) startWatchdog() error {
 		cmd.Stderr = os.Stderr
 	}
 	cmd.ExtraFiles = []*os.File{ordR, repW}
+	// A process group of its own, in fence's session: a signal sent to
+	// fence's whole group (timeout(1), a supervisor's group kill, a shell's
+	// job control: KILL, STOP) does not reach the watchdog, which then
+	// stops the command as when fence alone dies or freezes. It stays in
+	// the session so that it can give the command the terminal.
+	cmd.SysProcAttr = watchdogProcAttr()
 	cmd.WaitDelay = time.Second
 	err = cmd.Start()
 	ordR.Close()
@@ -488,6 +524,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		LeaseStop: leaseStop, Deadline: deadline,
 		Ignore:     ignored,
 		Foreground: foreground(r.wd.Stdin),
+		FencePgrp:  unix.Getpgrp(),
 		Cgroup:     !p.NoCgroup,
 	}
 	r.orders.push(order{Op: opStart, Spec: sp})

@@ -40,16 +40,28 @@ func foreground(stdin io.Reader) bool {
 	return err == nil && pg == unix.Getpgrp()
 }
 
-// restoreForeground gives the terminal on stdin back to the watchdog's (=
-// fence's) process group after the command, which had it, ended. SIGTTOU is
-// blocked on this thread meanwhile: a background group may then take the
-// terminal.
-func restoreForeground() {
+// watchdogProcAttr puts the watchdog in a process group of its own, in
+// fence's session (it keeps the controlling terminal, so that it can give
+// it to the command).
+func watchdogProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// restoreForeground gives the terminal on stdin back to fence's process
+// group, pgrp, after the command's group, from, which had it, ended; not
+// when someone else took it meanwhile (a shell whose job, fence, stopped or
+// died). SIGTTOU is blocked on this thread meanwhile: the watchdog's own
+// group, in the background, may then set the terminal's foreground.
+func restoreForeground(pgrp, from int) {
+	if pgrp <= 0 {
+		return
+	}
+	if fg, err := unix.IoctlGetInt(0, unix.TIOCGPGRP); err != nil || fg != from {
+		return
+	}
 	var old, block unix.Sigset_t
 	block.Val[0] = 1 << (uint(syscall.SIGTTOU) - 1)
 	if unix.PthreadSigmask(unix.SIG_BLOCK, &block, &old) != nil {
 		return
 	}
 	defer func() { _ = unix.PthreadSigmask(unix.SIG_SETMASK, &old, nil) }()
-	_ = unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, unix.Getpgrp())
+	_ = unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, pgrp)
 }

@@ -20,7 +20,9 @@ func sysProcAttr(fg bool, cg *cgroup) *syscall.SysProcAttr {
 
 func foreground(io.Reader) bool { return false }
 
-func restoreForeground() {}
+func restoreForeground(int, int) {}
+
+func watchdogProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 type cgroup struct {
 	dir string

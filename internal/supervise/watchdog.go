@@ -62,10 +62,14 @@ func WatchdogMain(args []string) int {
 	// Neither pipe may reach the command.
 	unix.CloseOnExec(3)
 	unix.CloseOnExec(4)
-	ctrl := os.NewFile(3, "fence-orders")
 	out := newLineWriter(os.NewFile(4, "fence-reports"))
 	idle := !readable(3) // fence is still acquiring the lock
-	w := &watchdog{orders: readLines[order](ctrl), out: out, self: os.Getpid(), idle: idle}
+	orders, err := newOrderPipe(3)
+	if err != nil {
+		_ = out.send(report{Ev: evError, Msg: "order pipe: " + err.Error(), At: clock.Now()})
+		return 125
+	}
+	w := &watchdog{orders: orders, out: out, self: os.Getpid(), idle: idle}
 	if err := w.run(); err != nil {
 		_ = out.send(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
 		return 125
@@ -86,7 +90,7 @@ func isPipe(fd int) bool {
 }
 
 type watchdog struct {
-	orders <-chan order
+	orders *orderPipe
 	out    *lineWriter
 	self   int
 	idle   bool // no order was waiting when the watchdog started
@@ -113,10 +117,12 @@ type watchdog struct {
 }
 
 func (w *watchdog) run() error {
-	// Signals aimed at fence's process group (a terminal's ^C, ^Z) reach the
-	// watchdog too: fence forwards what the command should get. They are
-	// caught, not ignored, so that the command starts with them at default,
-	// except those fence itself found ignored (spec.Ignore).
+	// The watchdog is in a process group of its own, so signals aimed at
+	// fence's group (a terminal's ^C, ^Z, timeout(1)) do not reach it; those
+	// sent to it by PID (pkill fence) are caught and dropped: fence forwards
+	// what the command should get. They are caught, not ignored, so that the
+	// command starts with them at default, except those fence itself found
+	// ignored (spec.Ignore).
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
@@ -135,18 +141,26 @@ func (w *watchdog) run() error {
 	w.cgBase, w.cgBaseErr = ownCgroupDir()
 
 	// Wait for the start order; the end of the orders before it means fence
-	// gave up (the lock was busy) or died.
-	var o order
-	var ok bool
-	for {
-		if o, ok = <-w.orders; !ok {
-			return nil
+	// gave up (the lock was busy) or died. Orders after it in the same read
+	// are taken once the command runs.
+	var later []order
+	for w.sp == nil {
+		orders, ended := w.orders.take()
+		for i, o := range orders {
+			if o.Op == opStart && o.Spec != nil {
+				w.sp, later = o.Spec, orders[i+1:]
+				break
+			}
 		}
-		if o.Op == opStart && o.Spec != nil {
+		if w.sp != nil {
 			break
 		}
+		if ended {
+			return nil
+		}
+		<-w.orders.ready
+		w.orders.woken()
 	}
-	w.sp = o.Spec
 	w.leaseStop = w.sp.LeaseStop
 	for _, s := range w.sp.Ignore {
 		signal.Ignore(syscall.Signal(s))
@@ -160,7 +174,12 @@ func (w *watchdog) run() error {
 	if w.leader == 0 {
 		return nil // exec failed and was reported
 	}
+	for _, o := range later {
+		w.order(o)
+	}
 
+	ready := w.orders.ready
+	woke := false // ready was received: its watcher waits for the orders to be taken
 	for {
 		w.reap()
 		// Done once the command is reaped, every other process of its tree
@@ -171,6 +190,17 @@ func (w *watchdog) run() error {
 			return w.finish()
 		}
 		now := clock.Now()
+		// Every order fence sent before now is taken before the stop time
+		// is judged: after a freeze of the watchdog, the extensions fence
+		// sent meanwhile are waiting in the pipe.
+		if ready != nil {
+			if w.takeOrders() {
+				ready = nil
+			} else if woke {
+				w.orders.woken()
+			}
+			woke = false
+		}
 		if w.stopping == "" && w.exit == nil {
 			if stop, reason := w.stopTime(); now >= stop {
 				w.beginStop(reason, now)
@@ -220,18 +250,25 @@ func (w *watchdog) run() error {
 		case <-t.C:
 		case <-chld:
 		case <-sigs:
-		case o, ok := <-w.orders:
-			if !ok {
-				w.orders = nil // fence is gone: stop now
-				if w.stopping == "" && w.exit == nil {
-					w.beginStop(reasonFenceGone, clock.Now())
-				}
-				break
-			}
-			w.order(o)
+		case <-ready:
+			woke = true // the orders are taken at the top of the loop
 		}
 		t.Stop()
 	}
+}
+
+// takeOrders carries out every order waiting in the pipe, and starts the
+// stop sequence when the pipe has ended (fence is gone). It reports whether
+// the pipe has ended.
+func (w *watchdog) takeOrders() bool {
+	orders, ended := w.orders.take()
+	for _, o := range orders {
+		w.order(o)
+	}
+	if ended && w.stopping == "" && w.exit == nil {
+		w.beginStop(reasonFenceGone, clock.Now())
+	}
+	return ended
 }
 
 // stopTime is when the stop sequence must start, and why.
@@ -378,7 +415,7 @@ func (w *watchdog) reap() {
 		w.exit = e
 		if w.foreground {
 			w.foreground = false
-			restoreForeground()
+			restoreForeground(w.sp.FencePgrp, w.leader)
 		}
 	}
 }

@@ -142,7 +142,7 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 	// Only the holder matters here, not its TTL: on etcd a Peek saves a
 	// request on the way to the release, which a successor waits for.
 	info, ierr := coord.Peek(ctx, r.inner, name)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
+	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	now := r.opts.Now()
 	switch {
@@ -174,6 +174,18 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 	return err
 }
 
+// recordContext bounds a write the Recorder makes on its own behalf
+// around a call with ctx: by RecordTimeout, and by ctx's deadline when that
+// comes first, but not by ctx's cancellation (a record that must precede a
+// release is not dropped because the caller gave up waiting).
+func (r *Recorder) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := r.opts.RecordTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		d = max(min(d, time.Until(dl)), 0)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
 // Revoke implements coord.Coordinator and records revoked for the lease it
 // ends.
 func (r *Recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
@@ -185,7 +197,7 @@ func (r *Recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, err
 func (r *Recorder) revoke(ctx context.Context, name string, token uint64, end func() (coord.LockInfo, error)) (coord.LockInfo, error) {
 	r.inflight.wait(name)
 	info, ierr := r.inner.Inspect(ctx, name)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.RecordTimeout)
+	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	pre := ierr == nil && info.Held && (token == 0 || info.Token == token)
 	if pre && !r.wasAsked(name, info.Token) {
@@ -287,9 +299,15 @@ func (r *Recorder) Describe() string { return r.inner.Describe() }
 
 // Close writes what is still pending (briefly) and closes the decorated
 // coordinator.
-func (r *Recorder) Close() error {
+func (r *Recorder) Close() error { return r.CloseContext(context.Background()) }
+
+// CloseContext is Close with the writes of what is still pending bounded by
+// ctx's deadline too (a caller that must exit soon, like `fence run` after
+// it stopped its command on a coordinator that does not answer): what
+// cannot be written by then is logged as lost.
+func (r *Recorder) CloseContext(ctx context.Context) error {
 	r.inflight.wait()
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.RecordTimeout)
+	ctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	if err := r.pending.Flush(ctx); err != nil {
 		r.log.Warn("history: events could not be recorded", "events", r.pending.Len(), "err", err)
