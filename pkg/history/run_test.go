@@ -84,11 +84,15 @@ func TestRunLeavesEvents(t *testing.T) {
 		r := open(t)
 		done := make(chan int, 1)
 		go func() { done <- run(t, r, "revoked", 0, "sleep", "30") }()
-		// Revoke as soon as the run holds the lock.
+		// Revoke as soon as the run's deferred 'acquired' is on record (a
+		// revoke before it would be recorded first: docs/architecture.md,
+		// History).
 		admin := open(t)
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if _, err := admin.Revoke(ctxT(t), "revoked"); err == nil {
-				break
+			if evs, err := admin.History(ctxT(t), "revoked", 0); err == nil && len(evs) > 0 {
+				if _, err := admin.Revoke(ctxT(t), "revoked"); err == nil {
+					break
+				}
 			}
 			if time.Now().After(deadline) {
 				t.Fatal("the run never held the lock")
