@@ -36,6 +36,8 @@ type HistoryEvent struct {
 	// events recorded before fence kept it): a Release from another
 	// process finds by it that the lease it releases had lapsed.
 	LeaseID string `json:"lease_id,omitempty"`
+	// Reason says why, in words: why a shard moved (package shards).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Historian is implemented by coordinators that keep a bounded, persistent
