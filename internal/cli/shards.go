@@ -21,12 +21,12 @@ import (
 	"github.com/fence-dev/fence/pkg/shards"
 )
 
-// History kinds of package shards' events (coord.HistoryEvent.Kind).
+// History kinds of package shards' events.
 const (
-	histShardTaken   coord.HistoryKind = "shard_taken"
-	histShardGivenUp coord.HistoryKind = "shard_given_up"
-	histShardLost    coord.HistoryKind = "shard_lost"
-	histRestarted    coord.HistoryKind = "restarted"
+	histShardTaken   = coord.HistShardTaken
+	histShardGivenUp = coord.HistShardGivenUp
+	histShardLost    = coord.HistShardLost
+	histRestarted    = coord.HistRestarted
 )
 
 func newCmdShards(f *Factory) *cobra.Command {

@@ -17,6 +17,14 @@ const (
 	HistExpired          HistoryKind = "expired"           // Token, Holder, LeaseID: ended without a release or revoke
 	HistRevoked          HistoryKind = "revoked"           // Token, Holder
 	HistStaleRefused     HistoryKind = "stale_refused"     // Key, Token (refused), AcceptedToken
+	// Package shards (fence shards run), on a shard's lock: Holder (the
+	// member), Token, Reason.
+	HistShardTaken   HistoryKind = "shard_taken"
+	HistShardGivenUp HistoryKind = "shard_given_up" // the map moved it to another member
+	HistShardLost    HistoryKind = "shard_lost"     // its lease ended
+	// On a member's lock: Holder (the member), Count (restarts so far),
+	// Reason.
+	HistRestarted HistoryKind = "restarted"
 )
 
 // HistoryEvent is one entry of a lock's persistent history.
