@@ -18,6 +18,7 @@ var commandGroups = []commandGroup{
 	{"run", "Running commands under a lock:", []func(*Factory) *cobra.Command{newCmdRun}},
 	{"lease", "Leases:", []func(*Factory) *cobra.Command{newCmdAcquire, newCmdRenew, newCmdRelease, newCmdRevoke}},
 	{"inspect", "Inspection:", []func(*Factory) *cobra.Command{newCmdCheck, newCmdStatus, newCmdList, newCmdShow, newCmdHistory, newCmdTop}},
+	{"shards", "Ownership partitioning:", []func(*Factory) *cobra.Command{newCmdShards}},
 	{"guard", "Fenced writes:", []func(*Factory) *cobra.Command{newCmdGuard}},
 	{"tools", "Tools:", []func(*Factory) *cobra.Command{newCmdExporter, newCmdConfig, newCmdVersion}},
 }

@@ -216,6 +216,7 @@ type runner struct {
 	m      metrics
 
 	held *fencing.Held
+	hold holdView // held, or Options.Holds
 	// hist records renewal failures as they are found to be over (see
 	// failuresBack); heldPtr is held for the renewal goroutine.
 	hist    failureRecorder
@@ -286,6 +287,11 @@ func (r *runner) run(ctx context.Context) (int, error) {
 
 	defer r.warm.Wait()
 
+	if p.Holds != nil {
+		r.useHolds()
+		return r.supervise(ctx, path, args, env, ignored, sigs)
+	}
+
 	// The watchdog was started by Start: its PID is recorded with the
 	// lease, and its start-up overlaps opening the coordinator and the
 	// acquisition. It is waited for after the release.
@@ -353,6 +359,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		// first, and the lease released after.
 		r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, hopts)
 		r.heldPtr.Store(r.held)
+		r.hold = r.held
 		if err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = r.c.Release(rctx, lease.Name, lease.ID)
@@ -507,8 +514,7 @@ func (r *runner) closeWatchdog() {
 // supervise starts the command and follows it until the watchdog is done.
 func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
 	p := r.p
-	lease := r.held.Lease()
-	leaseStop := r.held.SafeUntil().Add(-p.grace)
+	leaseStop := r.hold.SafeUntil().Add(-p.grace)
 	var deadline clock.Boot
 	now := clock.Now()
 	if p.Deadline > 0 {
@@ -517,7 +523,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	if p.NoRenew && (deadline == 0 || deadline > leaseStop) {
 		deadline = leaseStop // what the lease covers
 	}
-	env = setEnv(env, leaseEnv(lease, deadline))
+	env = setEnv(env, r.commandEnv(deadline))
 	sp := &spec{
 		Path: path, Args: args, Env: env, Dir: p.Dir,
 		Signal: int(p.signal), Grace: p.grace,
@@ -531,7 +537,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	r.startSent = true
 
 	defer r.lw.stop()
-	heldDone := r.held.Context().Done()
+	heldDone := r.hold.Context().Done()
 	ctxDone := ctx.Done()
 	wdDone := r.wdDone
 	var (
@@ -556,7 +562,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	for {
 		now := clock.Now()
 		if r.stopping == "" && r.exit == nil {
-			leaseStop = max(leaseStop, r.held.SafeUntil().Add(-p.grace))
+			leaseStop = max(leaseStop, r.hold.SafeUntil().Add(-p.grace))
 			stop, reason := leaseStop, reasonLease
 			if deadline != 0 && deadline <= leaseStop {
 				stop, reason = deadline, reasonDeadline
@@ -612,7 +618,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 			wdDone = nil // the reports are read to their end before deciding
 		case <-heldDone:
 			heldDone = nil
-			cause := context.Cause(r.held.Context())
+			cause := context.Cause(r.hold.Context())
 			if errors.Is(cause, coord.ErrLeaseLost) {
 				if r.lostErr == nil {
 					r.lostErr = cause
@@ -649,17 +655,18 @@ func (r *runner) report(ctx context.Context, rep report) {
 		r.verbosef("started the command: pid %d, process group %d%s", rep.PID, rep.PGID, cgroupNote(rep.Cgroup))
 		r.watchLease(ctx)
 		if a, ok := r.c.(coord.ProcessAttacher); ok {
-			lease := r.held.Lease()
 			pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
-			r.attaching.Add(1)
-			go func() {
-				defer r.attaching.Done()
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				if err := a.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
-					r.verbosef("could not record the command's process group with the lease: %v", err)
-				}
-			}()
+			for _, lease := range r.leases() {
+				r.attaching.Add(1)
+				go func() {
+					defer r.attaching.Done()
+					actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					defer cancel()
+					if err := a.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
+						r.verbosef("could not record the command's process group with the lease: %v", err)
+					}
+				}()
+			}
 		}
 	case evExecError:
 		r.execErr = &rep
@@ -712,9 +719,9 @@ func (r *runner) outcome() (int, error) {
 		return exitcode.Failure, fmt.Errorf("the watchdog process ended unexpectedly (%v)", r.wd.ProcessState)
 	}
 	e := r.exit
-	if r.lostErr == nil && r.held != nil {
+	if r.lostErr == nil && r.hold != nil {
 		// fence may have been resumed a moment ago: see for itself.
-		if err := r.held.Check(); errors.Is(err, coord.ErrLeaseLost) {
+		if err := r.hold.Check(); errors.Is(err, coord.ErrLeaseLost) {
 			r.lostErr = err
 		}
 	}
@@ -727,7 +734,7 @@ func (r *runner) outcome() (int, error) {
 	}
 	switch reason {
 	case "":
-		if r.lostErr != nil && r.held != nil && e.Died > r.held.SafeUntil() {
+		if r.lostErr != nil && r.hold != nil && e.Died > r.hold.SafeUntil() {
 			// The command ended on its own, or killed by someone else, after
 			// the lease could no longer be trusted: fence and its watchdog
 			// were frozen past safe-until, so neither stopped it in time (on

@@ -183,6 +183,7 @@ var knownKinds = map[coord.HistoryKind]bool{
 	coord.HistAcquired: true, coord.HistReleased: true, coord.HistRenewalFailed: true,
 	coord.HistLeaseLost: true, coord.HistDeadlineExceeded: true, coord.HistExpired: true,
 	coord.HistRevoked: true, coord.HistStaleRefused: true,
+	coord.HistShardTaken: true, coord.HistShardGivenUp: true, coord.HistShardLost: true, coord.HistRestarted: true,
 }
 
 // Normalize checks an event before it is stored and fills in what may be
@@ -218,6 +219,7 @@ func Normalize(ev coord.HistoryEvent, now time.Time) (coord.HistoryEvent, error)
 	ev.Time = ev.Time.UTC().Round(0)
 	ev.Holder = cut(ev.Holder)
 	ev.Error = cut(ev.Error)
+	ev.Reason = cut(ev.Reason)
 	return ev, nil
 }
 
