@@ -71,6 +71,7 @@ type Factory struct {
 	Logger func() (*slog.Logger, error)
 
 	flags *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
+	args  []string       // the command line, set by Run (for hints in flag errors)
 }
 
 // NewFactory returns a Factory whose configuration comes from the root
