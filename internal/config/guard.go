@@ -14,14 +14,8 @@ import (
 // which Open returned for cfg: files under the state directory for local,
 // keys under the prefix for etcd (through c's client).
 func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
-	for {
-		u, ok := c.(interface{ Unwrap() coord.Coordinator })
-		if !ok {
-			break
-		}
-		c = u.Unwrap()
-	}
-	if ec, ok := c.(*etcd.Coordinator); ok {
+	var ec *etcd.Coordinator
+	if coord.As(c, &ec) {
 		return etcdstore.New(ec.Client(), ec.Prefix()), nil
 	}
 	if len(cfg.Endpoints) > 0 {

@@ -7,7 +7,9 @@
 // same lock, so that protected storage can refuse a stale holder's writes.
 //
 // Two backends implement Coordinator: package local (one host, no server; the
-// default) and package etcd (an etcd v3 cluster).
+// default) and package etcd (an etcd v3 cluster). What a backend can do
+// beyond Coordinator (ProcessAttacher, LeaseWatcher, Peeker, AsyncRenewer,
+// Historian) is found with As, through decorators such as history.Recorder.
 package coord
 
 import (

@@ -191,6 +191,7 @@ type Stats struct {
 // by the goroutine that receives it (see scheduler).
 type Held struct {
 	c      coord.Coordinator
+	async  coord.AsyncRenewer // c's, found with coord.As; nil if it has none
 	lease  coord.Lease
 	clk    clk
 	opts   HoldOptions
@@ -266,6 +267,7 @@ func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts Hol
 // hold is Hold on clock k.
 func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, k clk) (*Held, error) {
 	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
+	coord.As(c, &h.async)
 	h.opts.fill(lease.TTL)
 
 	var sent clock.Boot

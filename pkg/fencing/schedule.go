@@ -344,8 +344,8 @@ func (h *Held) plan() clock.Boot {
 
 // send sends a renewal (without s.mu) and returns how to abandon it.
 func (h *Held) send(a *attempt) (cancel func()) {
-	if ar, ok := h.c.(coord.AsyncRenewer); ok {
-		return ar.RenewAsync(h.lease.Name, h.lease.ID, a.complete)
+	if h.async != nil {
+		return h.async.RenewAsync(h.lease.Name, h.lease.ID, a.complete)
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
 	go func() {

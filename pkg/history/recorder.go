@@ -62,10 +62,10 @@ const maxHeld = 4096
 const scanBack = 32
 
 var (
-	_ coord.Coordinator     = (*Recorder)(nil)
-	_ coord.Historian       = (*Recorder)(nil)
-	_ coord.ProcessAttacher = (*Recorder)(nil)
-	_ Reader                = (*Recorder)(nil)
+	_ coord.Coordinator = (*Recorder)(nil)
+	_ coord.Historian   = (*Recorder)(nil)
+	_ coord.Unwrapper   = (*Recorder)(nil)
+	_ Reader            = (*Recorder)(nil)
 )
 
 // Wrap returns a Recorder that records c's lease events in s. Options set
@@ -83,7 +83,9 @@ func Wrap(c coord.Coordinator, s Store, opts ...Option) *Recorder {
 	return r
 }
 
-// Unwrap returns the decorated coordinator.
+// Unwrap returns the decorated coordinator (coord.Unwrapper): coord.As finds
+// its optional capabilities (AsyncRenewer, Peeker, LeaseWatcher,
+// ProcessAttacher) past the Recorder, which changes none of them.
 func (r *Recorder) Unwrap() coord.Coordinator { return r.inner }
 
 // Store returns the store the events are written to.
@@ -213,16 +215,6 @@ func (r *Recorder) Close() error {
 		r.log.Warn("history: events could not be recorded", "events", r.pending.Len(), "err", err)
 	}
 	return r.inner.Close()
-}
-
-// AttachProcess implements coord.ProcessAttacher when the decorated
-// coordinator does; otherwise it does nothing and returns nil, as such
-// backends ignore AcquireOptions.Process.
-func (r *Recorder) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
-	if a, ok := r.inner.(coord.ProcessAttacher); ok {
-		return a.AttachProcess(ctx, name, leaseID, p)
-	}
-	return nil
 }
 
 // Record implements coord.Historian: it writes the events still pending,

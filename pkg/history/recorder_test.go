@@ -17,6 +17,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/coordtest"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/history"
@@ -338,14 +339,22 @@ func testPassThrough(t *testing.T, b backend) {
 	if _, err := r.Renew(ctxT(t), "pt", l.ID); err != nil {
 		t.Fatal(err)
 	}
-	pgid := syscall.Getpgrp()
-	err = r.AttachProcess(ctxT(t), "pt", l.ID, coord.ProcessInfo{PIDs: []int{os.Getpid()}, PGID: pgid})
-	if err != nil {
-		t.Fatalf("AttachProcess = %v", err)
+	// The Recorder keeps every capability of its backend, found with
+	// coord.As (AttachProcess reaches the backend that has it), and claims
+	// none that its backend lacks, except the history itself.
+	coordtest.CheckDecorator(t, r.Unwrap(), r, "Historian")
+	var a coord.ProcessAttacher
+	if coord.As(r, &a) != b.attaches {
+		t.Errorf("coord.As(ProcessAttacher) = %v, want %v", !b.attaches, b.attaches)
 	}
-	info, _ = r.Inspect(ctxT(t), "pt")
-	if b.attaches && (info.Process == nil || info.Process.PGID != pgid) {
-		t.Errorf("AttachProcess did not reach the backend: %+v", info.Process)
+	if b.attaches {
+		pgid := syscall.Getpgrp()
+		if err := a.AttachProcess(ctxT(t), "pt", l.ID, coord.ProcessInfo{PIDs: []int{os.Getpid()}, PGID: pgid}); err != nil {
+			t.Fatalf("AttachProcess = %v", err)
+		}
+		if info, _ = r.Inspect(ctxT(t), "pt"); info.Process == nil || info.Process.PGID != pgid {
+			t.Errorf("AttachProcess did not reach the backend: %+v", info.Process)
+		}
 	}
 	if err := r.Release(ctxT(t), "pt", l.ID); err != nil {
 		t.Fatal(err)
