@@ -49,8 +49,7 @@ func holdAt(t *testing.T, c coord.Coordinator, fc *clockwork.FakeClock, lock str
 		t.Fatal(err)
 	}
 	l.Sent = fc.Now()
-	opts.Clock = fc
-	h, err := fencing.Hold(context.Background(), c, l, opts)
+	h, err := fencing.HoldOn(context.Background(), c, l, opts, fc)
 	if err != nil {
 		t.Fatal(err)
 	}
