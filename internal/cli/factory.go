@@ -134,6 +134,10 @@ func (f *Factory) holder() (string, error) {
 		return "", err
 	}
 	if cfg.Holder != "" {
+		// Checked here, before anything starts, as every backend would.
+		if err := coord.ValidateHolder(cfg.Holder); err != nil {
+			return "", fmt.Errorf("--holder: %w", err)
+		}
 		return cfg.Holder, nil
 	}
 	return coord.DefaultHolder(), nil

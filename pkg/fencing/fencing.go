@@ -236,6 +236,10 @@ const pauseTolerance = 100 * time.Millisecond
 // Acquire takes a lease with c.Acquire and holds it (see Hold). If Hold
 // refuses the options, the lease is released and the error returned.
 func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts HoldOptions) (*Held, error) {
+	acq, err := coord.CheckAcquire(name, acq) // the TTL that opts must fit (DefaultTTL for 0)
+	if err != nil {
+		return nil, err
+	}
 	if err := opts.check(acq.TTL); err != nil {
 		return nil, err
 	}

@@ -125,6 +125,7 @@ var cases = []struct {
 	{"NameBoundaries", (*suite).nameBoundaries},
 	{"Watch", (*suite).watch},
 	{"BadInput", (*suite).badInput},
+	{"ZeroOptions", (*suite).zeroOptions},
 	{"CancelWhileWaiting", (*suite).cancelWhileWaiting},
 	{"KilledHolderKeepsLease", (*suite).killedHolderKeepsLease},
 	{"DeadWaiter", (*suite).deadWaiter},

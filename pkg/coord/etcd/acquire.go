@@ -19,19 +19,14 @@ import (
 // waiter's keep-alive had acknowledged when its turn came. A failed or cancelled Acquire revokes its lease, which
 // removes its place in the queue.
 func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return nil, err
-	}
-	if err := coord.ValidateTTL(opts.TTL); err != nil {
+	opts, err := coord.CheckAcquire(name, opts)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	holder := opts.Holder
-	if holder == "" {
-		holder = coord.DefaultHolder()
-	}
 	wait := opts.Wait != 0
 
 	secs := int64((opts.TTL + time.Second - 1) / time.Second)

@@ -558,8 +558,8 @@ func testBadInput(t *testing.T, srv *etcdtest.Server, prefix string) {
 	if _, err := c.Acquire(ctx(t), "bad\x00", coord.AcquireOptions{TTL: time.Second}); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("bad name: %v", err)
 	}
-	if _, err := c.Acquire(ctx(t), "ok", coord.AcquireOptions{TTL: 0}); !errors.Is(err, coord.ErrInvalid) {
-		t.Errorf("zero TTL: %v", err)
+	if _, err := c.Acquire(ctx(t), "ok", coord.AcquireOptions{TTL: -time.Second}); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("negative TTL: %v", err)
 	}
 	for _, id := range []string{"", "xyz", "0", "-1", "ffffffffffffffff"} {
 		if _, err := c.Renew(ctx(t), "ok", id); !errors.Is(err, coord.ErrInvalid) {

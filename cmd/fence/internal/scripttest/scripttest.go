@@ -28,8 +28,9 @@ var Commands = map[string]func(){
 // $WORK/state, no FENCE_ variable from outside and no config file outside
 // $WORK. Scripts get the commands expect, start, signal, expectbg and
 // waitfile (background processes: see background.go) and the variables
-// LONG256, LONG257, CTRL, NEWLINE, TAB and ESC (lock names a script cannot
-// write literally).
+// LONG256, LONG257, CTRL, NEWLINE, TAB, ESC, RLO (a right-to-left override,
+// U+202E), ZWSP (a zero-width space, U+200B) and NBSP (a no-break space,
+// U+00A0): lock names a script cannot write literally, or not visibly.
 func Params(dir string) testscript.Params {
 	return testscript.Params{
 		Dir: dir,
@@ -49,6 +50,9 @@ func Params(dir string) testscript.Params {
 			env.Setenv("NEWLINE", "a\nb")
 			env.Setenv("TAB", "a\tb")
 			env.Setenv("ESC", "a\x1b[2Jb")
+			env.Setenv("RLO", "evil\u202etxt.sh")
+			env.Setenv("ZWSP", "jo\u200bb")
+			env.Setenv("NBSP", "a\u00a0b")
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
