@@ -198,7 +198,7 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Close ends the wait at once.
-	defer context.AfterFunc(c.cli.Ctx(), cancel)()
+	defer context.AfterFunc(c.ctx, cancel)()
 	defer func() {
 		if err != nil && c.closed.Load() {
 			err = errClosed
@@ -329,8 +329,8 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *
 // caller's context may have ended. Errors are ignored: the lease then ends
 // at its TTL.
 func (c *Coordinator) revoke(id clientv3.LeaseID) {
-	if c.closed.Load() {
-		return
+	if c.closed.Load() && c.owned {
+		return // the client is closed too; the lease runs out at its TTL
 	}
 	c.revokeNow(id)
 }
