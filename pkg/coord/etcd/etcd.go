@@ -109,9 +109,9 @@ type Coordinator struct {
 	owned  bool // the client is the Coordinator's own: Close closes it
 	// ctx ends when the Coordinator is closed (or its client is): the
 	// waits and watches that Close must end are bound to it.
-	ctx  context.Context
-	stop context.CancelFunc
-	ka   *keeper
+	ctx    context.Context
+	stop   context.CancelFunc
+	ka     *keeper
 	leases leases
 }
 
