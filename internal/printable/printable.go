@@ -22,14 +22,13 @@ import (
 //   - the other characters that Unicode says to render as nothing (the
 //     default ignorable code points that are letters or marks: Hangul
 //     fillers, the combining grapheme joiner, variation selectors);
-//   - spaces other than the ASCII space (U+00A0, U+2000–U+200A, U+3000 and
-//     the like), which look like one;
 //   - private-use characters (Co), whose look depends on the font, and
 //     unassigned code points (Cn), which terminals draw as they please.
 //
 // Surrogates cannot occur: they are not valid UTF-8, which is refused.
-// Everything else that unicode.IsPrint accepts is allowed: letters, marks,
-// digits, punctuation, symbols, the ASCII space; `/` has no meaning.
+// Everything else that unicode.IsGraphic accepts is allowed: letters,
+// marks, digits, punctuation, symbols and spaces (U+00A0 and U+3000 too:
+// they are drawn, as spaces); `/` has no meaning.
 func Check(what, s string, maxLen int) error {
 	switch {
 	case s == "":
@@ -59,11 +58,9 @@ func refused(r rune) string {
 		return "invisible format character"
 	case unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r), unicode.Is(unicode.Variation_Selector, r):
 		return "invisible character"
-	case unicode.Is(unicode.Zs, r):
-		return "space character"
 	case unicode.Is(unicode.Co, r):
 		return "private-use character"
-	case !unicode.IsPrint(r):
+	case !unicode.IsGraphic(r):
 		return "unassigned code point"
 	}
 	return ""

@@ -214,8 +214,8 @@ var (
 // UTF-8. Refused, besides invalid UTF-8: control characters, invisible
 // format characters (Unicode category Cf: bidirectional overrides,
 // zero-width spaces and joiners), the other characters drawn as nothing
-// (Hangul fillers, variation selectors), spaces other than the ASCII space,
-// private-use characters and unassigned code points: a name reads as what
+// (Hangul fillers, variation selectors), private-use characters and
+// unassigned code points: a name reads as what
 // it is, on a terminal and on the dashboard. `/` is allowed and has no
 // nesting meaning. The error wraps ErrInvalid.
 func ValidateName(name string) error {

@@ -756,8 +756,8 @@ func (s *suite) badInput(t *testing.T) {
 	bad := []string{"", "a\x00b", "tab\there", "nl\n", "\x1b[31mred", "del\x7f", "c1\u0085", "\xff\xfe",
 		strings.Repeat("x", coord.MaxNameLen+1), strings.Repeat("é", coord.MaxNameLen/2) + "x",
 		// Invisible: a right-to-left override, a zero-width space, a
-		// byte order mark, a Hangul filler, a no-break space, private use.
-		"evil\u202etxt.sh", "a\u200bb", "\ufeffa", "a\u3164", "a\u00a0b", "a\ue000"}
+		// byte order mark, a Hangul filler; private use, unassigned.
+		"evil\u202etxt.sh", "a\u200bb", "\ufeffa", "a\u3164", "a\ue000", "a\u0378"}
 	for _, n := range bad {
 		cx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := c.Acquire(cx, n, coord.AcquireOptions{TTL: time.Minute, Wait: coord.WaitForever})

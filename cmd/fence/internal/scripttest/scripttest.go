@@ -29,8 +29,8 @@ var Commands = map[string]func(){
 // $WORK. Scripts get the commands expect, start, signal, expectbg and
 // waitfile (background processes: see background.go) and the variables
 // LONG256, LONG257, CTRL, NEWLINE, TAB, ESC, RLO (a right-to-left override,
-// U+202E), ZWSP (a zero-width space, U+200B) and NBSP (a no-break space,
-// U+00A0): lock names a script cannot write literally, or not visibly.
+// U+202E) and ZWSP (a zero-width space, U+200B): lock names a script cannot
+// write literally, or not visibly.
 func Params(dir string) testscript.Params {
 	return testscript.Params{
 		Dir: dir,
@@ -52,7 +52,6 @@ func Params(dir string) testscript.Params {
 			env.Setenv("ESC", "a\x1b[2Jb")
 			env.Setenv("RLO", "evil\u202etxt.sh")
 			env.Setenv("ZWSP", "jo\u200bb")
-			env.Setenv("NBSP", "a\u00a0b")
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
