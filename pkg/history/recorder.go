@@ -70,13 +70,14 @@ var (
 
 // Wrap returns a Recorder that records c's lease events in s. Options set
 // the logger, the clock, the timeout of each write and the pending buffer
-// (the bounds are the store's own). Closing the Recorder closes c.
+// (the bounds are the store's own). A negative value, which NewOptions
+// refuses, is replaced by its default and logged at warn level: Wrap has
+// no error to return, and the other options are kept. Closing the Recorder
+// closes c.
 func Wrap(c coord.Coordinator, s Store, opts ...Option) *Recorder {
-	o, err := NewOptions(opts...)
-	if err != nil {
-		// Only negative values fail; fall back to the defaults rather than
-		// refuse a decorator that has no error to return.
-		o, _ = NewOptions()
+	o, errs := options(opts)
+	for _, err := range errs {
+		o.Logger.Warn("history: option ignored, the default is used", "err", err)
 	}
 	r := &Recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}}
 	r.pending = NewPending(s, o.MaxPending)

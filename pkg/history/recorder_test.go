@@ -375,6 +375,46 @@ func stoppableStore(t *testing.T) (*etcdtest.Server, history.Store) {
 
 // TestRecorderStoreDown: when the history cannot be written, lease
 // operations go on, the failure is logged, and the events are written, in
+
+// TestWrapKeepsValidOptions: an option with a negative value falls back to
+// its default (with a warning) and the other options are kept: the clock
+// and the logger given beside it are the Recorder's.
+func TestWrapKeepsValidOptions(t *testing.T) {
+	dir := t.TempDir()
+	c, err := local.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := localstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	var logged strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	r := history.Wrap(c, s, history.WithMaxPending(-1), history.WithClock(func() time.Time { return at }), history.WithLogger(logger))
+	defer r.Close()
+	l := acquire(t, r, "opts", "w", time.Minute)
+	if err := r.Release(ctxT(t), "opts", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := r.History(ctxT(t), "opts", 0)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("History = %+v, %v", evs, err)
+	}
+	for _, ev := range evs {
+		if !ev.Time.Equal(at) {
+			t.Errorf("%s recorded at %v, want the given clock's %v", ev.Kind, ev.Time, at)
+		}
+	}
+	if !strings.Contains(logged.String(), "max pending -1 is negative") {
+		t.Errorf("the given logger did not get the warning; it got %q", logged.String())
+	}
+	if _, err := history.NewOptions(history.WithMaxPending(-1)); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("NewOptions(negative) = %v, want ErrInvalid", err)
+	}
+}
+
 // order, once a later write succeeds.
 func TestRecorderStoreDown(t *testing.T) {
 	srv, store := stoppableStore(t)
