@@ -21,9 +21,5 @@ func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
 	if len(cfg.Endpoints) > 0 {
 		return nil, fmt.Errorf("internal error: coordinator %s is not etcd", c.Describe())
 	}
-	dir := cfg.StateDir
-	if dir == "" {
-		dir = DefaultStateDir()
-	}
-	return localstore.Open(dir)
+	return localstore.Open(cfg.LocalStateDir())
 }
