@@ -1,7 +1,6 @@
 package history_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/internal/syncbuf"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/coordtest"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
@@ -422,7 +422,7 @@ func TestRecorderStoreDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	r := history.Wrap(c, store, history.WithRecordTimeout(300*time.Millisecond),
 		history.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	defer r.Close()
@@ -543,21 +543,4 @@ func TestPendingKeepsOrderUnderConcurrency(t *testing.T) {
 			t.Fatalf("writer %s: event %d has count %d", e.Holder, next[e.Holder], e.Count)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
