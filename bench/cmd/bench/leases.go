@@ -138,7 +138,11 @@ func holdLeases(ctx context.Context, o leaseOpts) (LeaseScale, error) {
 	t0 := time.Now()
 	helds := make([]*fencing.Held, o.n)
 	err := parallel(o.n, o.conc, func(i int) error {
-		h, err := fencing.Acquire(ctx, c, lockName(i),
+		name := lockName(i)
+		if o.backend == "etcd-history" {
+			name = "history-" + name // beside the etcd row's leases, which outlive their process by a TTL
+		}
+		h, err := fencing.Acquire(ctx, c, name,
 			coord.AcquireOptions{TTL: o.ttl, Holder: "bench-scale", Wait: 0}, fencing.HoldOptions{})
 		helds[i] = h
 		return err
