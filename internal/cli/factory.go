@@ -140,6 +140,10 @@ func (f *Factory) holderOr(def func() string) (string, error) {
 		return "", err
 	}
 	if cfg.Holder != "" {
+		// Checked here, before anything starts, as every backend would.
+		if err := coord.ValidateHolder(cfg.Holder); err != nil {
+			return "", fmt.Errorf("--holder: %w", err)
+		}
 		return cfg.Holder, nil
 	}
 	return def(), nil

@@ -82,7 +82,8 @@ $FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the va
 				err := g.Put(ctx, key, tok, value)
 				var stale *guard.StaleError
 				if errors.As(err, &stale) {
-					if h, ok := c.(coord.Historian); ok && lock != "" {
+					var h coord.Historian
+					if lock != "" && coord.As(c, &h) {
 						ev := coord.HistoryEvent{Time: f.Now(), Lock: lock, Kind: coord.HistStaleRefused,
 							Key: key, Token: stale.Token, AcceptedToken: stale.Accepted}
 						if herr := h.Record(ctx, ev); herr != nil {

@@ -150,7 +150,8 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	if err != nil {
 		return err
 	}
-	hist, _ := c.(coord.Historian)
+	var hist coord.Historian
+	coord.As(c, &hist)
 	record := func(ev coord.HistoryEvent) {
 		if hist == nil {
 			return

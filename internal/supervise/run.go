@@ -654,7 +654,8 @@ func (r *runner) report(ctx context.Context, rep report) {
 		r.started = &rep
 		r.verbosef("started the command: pid %d, process group %d%s", rep.PID, rep.PGID, cgroupNote(rep.Cgroup))
 		r.watchLease(ctx)
-		if a, ok := r.c.(coord.ProcessAttacher); ok {
+		var a coord.ProcessAttacher
+		if coord.As(r.c, &a) {
 			pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
 			for _, lease := range r.leases() {
 				r.attaching.Add(1)
