@@ -17,6 +17,8 @@ const (
 	HistExpired          HistoryKind = "expired"           // Token, Holder: taken over after expiry
 	HistRevoked          HistoryKind = "revoked"           // Token, Holder
 	HistStaleRefused     HistoryKind = "stale_refused"     // Key, Token (refused), AcceptedToken
+	HistCompleted        HistoryKind = "completed"         // Key, Token, Holder: a --once job succeeded and was recorded
+	HistSkipped          HistoryKind = "skipped"           // Key, Holder, AcceptedToken (the record's): a --once job was already done
 )
 
 // HistoryEvent is one entry of a lock's persistent history.

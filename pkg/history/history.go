@@ -177,7 +177,8 @@ func (o Options) Cutoff() time.Time { return o.Now().Add(-o.MaxAge) }
 var knownKinds = map[coord.HistoryKind]bool{
 	coord.HistAcquired: true, coord.HistReleased: true, coord.HistRenewalFailed: true,
 	coord.HistLeaseLost: true, coord.HistDeadlineExceeded: true, coord.HistExpired: true,
-	coord.HistRevoked: true, coord.HistStaleRefused: true,
+	coord.HistRevoked: true, coord.HistStaleRefused: true, coord.HistCompleted: true,
+	coord.HistSkipped: true,
 }
 
 // Normalize checks an event before it is stored and fills in what may be

@@ -133,6 +133,9 @@ var cases = []struct {
 	{"AttachProcessTakeover", (*suite).attachProcessTakeover},
 	{"ExpiredHolderGroupStopped", (*suite).expiredHolderGroupStopped},
 	{"CorruptStateFailsClosed", (*suite).corruptState},
+	{"OnceRecords", (*suite).onceRecords},
+	{"OnceNeedsTheLease", (*suite).onceNeedsTheLease},
+	{"OnceRetention", (*suite).onceRetention},
 }
 
 // client opens a new client that is closed when t ends.
@@ -159,6 +162,9 @@ type closedOnce struct {
 	coord.Coordinator
 	closed *atomic.Bool
 }
+
+// Unwrap lets the optional capabilities (coord.CompleterOf) be found.
+func (c closedOnce) Unwrap() coord.Coordinator { return c.Coordinator }
 
 func (c closedOnce) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
