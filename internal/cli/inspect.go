@@ -155,10 +155,20 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 				return fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)
 			}
 		}
+		var done []coord.Completion
+		if k := coord.CompleterOf(c); k != nil {
+			if done, err = k.Completions(ctx, o.lock); err != nil {
+				return fmt.Errorf("show %s: completion records: %w", output.Clean(o.lock), err)
+			}
+			done = latestCompletions(done, 5)
+		}
 		now := f.Now()
 		out := f.IO.Out
 		if format == output.JSON {
 			v := showView{Lock: newLockView(info, now)}
+			for _, d := range done {
+				v.Completions = append(v.Completions, newCompletionView(d))
+			}
 			if hasHistory {
 				v.Events = make([]eventView, 0, len(events))
 				for _, e := range events {
@@ -169,6 +179,16 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		}
 		if err := output.WriteFields(out, lockFields(info, now)); err != nil {
 			return err
+		}
+		if len(done) > 0 {
+			fmt.Fprintln(out, "\nlast completions:")
+			rows := make([][]string, len(done))
+			for i, d := range done {
+				rows[i] = completionRow(d)
+			}
+			if err := output.WriteTable(out, f.IO.IsStdoutTTY(), onceHeader, rows); err != nil {
+				return err
+			}
 		}
 		switch {
 		case !hasHistory:

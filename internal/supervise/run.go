@@ -177,6 +177,7 @@ func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 	r.c = c
 	code, err := r.run(ctx)
 	r.m.exitCode = code
+	r.onceMetrics()
 	if r.p.MetricsFile != "" {
 		if werr := writeMetrics(r.p.MetricsFile, &r.m); werr != nil {
 			r.warnf("%v", werr)
@@ -228,6 +229,7 @@ type runner struct {
 	attaching sync.WaitGroup
 	warm      sync.WaitGroup
 	lw        leaseWatch // the coordinator's notice of the lease's end
+	once      onceState  // --once (once.go)
 }
 
 // setStreams settles where fence's own lines go (r.stderr): the command's
@@ -305,7 +307,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			// A handoff is coming: warm up the coding of the start order
 			// meanwhile, as the watchdog does.
 			r.warm.Go(warmUp)
-			if p.Verbose || isTerminal(r.stderr) {
+			if p.Verbose || (!p.Quiet && isTerminal(r.stderr)) {
 				fmt.Fprintf(r.stderr, "fence: waiting for %q, held by %s (token %d)\n", p.Lock, cur.Holder, cur.Token)
 			}
 		},
@@ -320,6 +322,9 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		case <-acqDone:
 		}
 	}()
+	if ok, code, err := r.oncePending(ctx); !ok {
+		return code, err // --once: done already (or the record cannot be read)
+	}
 	acquire := r.c.Acquire
 	if d, ok := r.c.(deferredAcquirer); ok {
 		// The history record of the acquisition overlaps the command's
@@ -348,6 +353,13 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			cancel()
 			return exitcode.Failure, err
 		}
+		if ok, code, err := r.oncePending(ctx); !ok {
+			// --once: done by the holder before us.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = r.held.Release(rctx)
+			cancel()
+			return code, err
+		}
 	}
 	if err != nil {
 		var intr interrupted
@@ -371,6 +383,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	code, runErr = r.onceComplete(rctx, code, runErr) // --once: before the release
 	st := held.Stats()
 	r.m.renewals, r.m.failures = st.Renewals, st.Failures
 	r.record(rctx, code, runErr)
