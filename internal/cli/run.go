@@ -145,7 +145,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
 		Once: key, OnceKeep: o.onceFor, DoneExitCode: o.doneExitCode,
 		Verbose: cfg.Verbose, Quiet: cfg.Quiet,
-		Stdin:   f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
+		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),
 	})
 	if err != nil {
