@@ -21,9 +21,22 @@ const TempPrefix = ".tmp-"
 // leaves the old or the new content, never a mix. It returns the file's info
 // as written (the renamed file keeps its device and inode).
 func Write(path string, data []byte, syncDir bool) (os.FileInfo, error) {
+	return WritePerm(path, data, syncDir, 0o600)
+}
+
+// WritePerm is Write with the file's permission perm, set explicitly
+// (whatever the umask) before the rename.
+func WritePerm(path string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), TempPrefix+"*")
 	if err != nil {
 		return nil, err
+	}
+	if perm != 0o600 {
+		if err := tmp.Chmod(perm); err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			return nil, err
+		}
 	}
 	return finish(tmp, path, data, syncDir)
 }

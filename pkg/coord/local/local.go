@@ -317,7 +317,7 @@ func openTop(path string) (*sharing, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !s.group {
+	if !s.group() {
 		if err := s.checkDir(path, fi); err != nil {
 			return nil, err
 		}
