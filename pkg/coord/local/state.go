@@ -461,11 +461,7 @@ func (c *Coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 	case err != nil:
 		return nil, unavailable("lock %q: open lock file %s: %v", f.name, f.lock, err)
 	}
-	if err := f.shared().created(fd); err != nil {
-		unix.Close(fd)
-		return nil, unavailable("lock %q: lock file %s: %v", f.name, f.lock, err)
-	}
-	if _, err := checkFile(f, f.lock, fd); err != nil {
+	if _, err := checkFile(f, f.lock, fd); err != nil { // gives a new one of ours the tree's mode
 		unix.Close(fd)
 		return nil, err
 	}
