@@ -35,4 +35,3 @@ func TestOncePerKeyFollowsTheClock(t *testing.T) {
 		}
 	}
 }
-
