@@ -116,10 +116,12 @@ func newCmdShow(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show LOCK [-o text|json]",
 		Short: "Show a lock's status and its recent events",
-		Long: `Show LOCK's status (as 'fence status') followed by its recent events
-(acquired, released, renewal failures, leases lost, deadlines, expiries,
-revocations, refused stale writes), oldest first, where the coordinator keeps
-them. Exits 0 whether the lock is held or free.`,
+		Long: `Show LOCK's status (as 'fence status'), its last completions of
+'fence run --once' (newest first, at most 5; all with 'fence once list'), and its
+recent events (acquired, released, renewal failures, leases lost, deadlines,
+expiries, revocations, refused stale writes, completed and skipped --once runs),
+oldest first, where the coordinator keeps them. Exits 0 whether the lock is held
+or free.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
