@@ -85,8 +85,23 @@ func TestSharedStateDirTwoUsers(t *testing.T) {
 	var out1 lockedBuffer
 	u1.Stdout, u1.Stderr = &out1, &out1
 	must(u1.Start())
-	t.Cleanup(func() { _ = u1.Process.Kill(); _ = u1.Wait() })
-	waitFile(t, filepath.Join(marks, "u1-start"))
+	u1done := make(chan struct{})
+	var u1err error
+	go func() { u1err = u1.Wait(); close(u1done) }()
+	t.Cleanup(func() { _ = u1.Process.Kill(); <-u1done })
+	for end := time.Now().Add(hangGuard); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(marks, "u1-start")); err == nil {
+			break
+		}
+		select {
+		case <-u1done:
+			t.Fatalf("user1 fence run ended before its command started: %v: %s", u1err, out1.String())
+		default:
+		}
+		if time.Now().After(end) {
+			t.Fatalf("user1's command did not start within %v", hangGuard)
+		}
+	}
 
 	busy := asUser(t, bin, env, user2UID, user2UID, group, "run", "-n", "shared", "--", "true")
 	if out, err := busy.CombinedOutput(); exitOf(err) != 75 {
@@ -96,8 +111,8 @@ func TestSharedStateDirTwoUsers(t *testing.T) {
 	if out, err := u2.CombinedOutput(); err != nil {
 		t.Fatalf("user2 fence run: %v: %s", err, out)
 	}
-	if err := u1.Wait(); err != nil {
-		t.Fatalf("user1 fence run: %v: %s", err, out1.String())
+	if <-u1done; u1err != nil {
+		t.Fatalf("user1 fence run: %v: %s", u1err, out1.String())
 	}
 	u1end, u2start := readStamp(t, filepath.Join(marks, "u1-end")), readStamp(t, filepath.Join(marks, "u2-start"))
 	if !u2start.After(u1end) {
@@ -164,16 +179,6 @@ func exitOf(err error) int {
 		return 0
 	}
 	return -1
-}
-
-func waitFile(t *testing.T, path string) {
-	t.Helper()
-	for end := time.Now().Add(hangGuard); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-	}
-	t.Fatalf("%s did not appear within %v", path, hangGuard)
 }
 
 func readStamp(t *testing.T, path string) time.Time {
