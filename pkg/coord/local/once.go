@@ -114,16 +114,21 @@ func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error
 	err := c.update(ctx, c.files(lock), func(*state) (stateWrite, bool, error) {
 		path := c.oncePath(lock, key)
 		rec, ok, err := c.readRecord(path, lock)
-		if err != nil {
-			return noChange, false, err
-		}
-		if !ok || rec.Key != key {
+		switch {
+		case err != nil:
+			// A record that cannot be read (corrupt, left by hand) is what
+			// forget is for: it goes. One that is not a file stays.
+			if fi, serr := os.Lstat(path); serr != nil || !fi.Mode().IsRegular() {
+				return noChange, false, err
+			}
+			rec = coord.Completion{Key: key}
+		case !ok || rec.Key != key:
 			return noChange, false, nil
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return noChange, false, unavailable("lock %q: remove completion record %s: %v", lock, path, err)
 		}
-		removed = !(!rec.Expires.IsZero() && !time.Now().Before(rec.Expires))
+		removed = rec.Expires.IsZero() || time.Now().Before(rec.Expires) // an expired one was gone already
 		return noChange, false, atomicfile.SyncDir(filepath.Dir(path))
 	})
 	return removed, err
