@@ -15,7 +15,8 @@ type commandGroup struct {
 // that `fence --help` shows them. A new command is added here (and nowhere
 // else), so that the help, the completions and the generated docs see it.
 var commandGroups = []commandGroup{
-	{"run", "Running commands under a lock:", []func(*Factory) *cobra.Command{newCmdRun, newCmdOnce}},
+	{"run", "Running commands under a lock:", []func(*Factory) *cobra.Command{newCmdRun}},
+	{"once", "Jobs that run once (fence run --once):", []func(*Factory) *cobra.Command{newCmdOnce}},
 	{"lease", "Leases:", []func(*Factory) *cobra.Command{newCmdAcquire, newCmdRenew, newCmdRelease, newCmdRevoke}},
 	{"inspect", "Inspection:", []func(*Factory) *cobra.Command{newCmdCheck, newCmdStatus, newCmdList, newCmdShow, newCmdHistory, newCmdTop}},
 	{"guard", "Fenced writes:", []func(*Factory) *cobra.Command{newCmdGuard}},

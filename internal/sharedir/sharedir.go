@@ -179,7 +179,7 @@ func (m Mode) EnsureDir(path string, parents bool) (created bool, err error) {
 	}
 	switch {
 	case fi.Mode()&os.ModeSymlink != 0:
-		return false, refused("state directory %s is a symbolic link; give its real path", path)
+		return false, refused("state directory %s is a symbolic link, not a directory; give its real path", path)
 	case !fi.IsDir():
 		return false, refused("state directory %s is not a directory", path)
 	}
