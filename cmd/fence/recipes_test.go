@@ -47,6 +47,7 @@ var recipeWork = []string{
 	"./compute-and-store.sh", "./compute",
 	"/usr/local/bin/reindex", "/usr/local/bin/backup-db", "/usr/local/bin/backup",
 	"backup-db", "export_part_1", "export_part_2", "make-report", "generate", "upload",
+	"/usr/local/bin/charge-customers", "./migrate",
 }
 
 // notRecipes are the commands whose Example is not a recipe to run, and why.
@@ -60,6 +61,7 @@ var notRecipes = map[string]string{
 	"fence config":     "a config file",
 	"fence shards run": "a long-running worker of a group, one per host",
 	"fence revoke":     "an operator's command, no work",
+	"fence once list":  "inspection, no work",
 }
 
 type recipe struct {
@@ -135,6 +137,9 @@ func cronCommands(tab string) (string, error) {
 		l = strings.TrimSpace(l)
 		if l == "" || l[0] == '#' {
 			continue
+		}
+		if i := strings.IndexByte(l, '='); i > 0 && !strings.ContainsAny(l[:i], " \t") {
+			continue // an environment setting (MAILTO=...)
 		}
 		if strings.HasSuffix(l, `\`) {
 			return "", fmt.Errorf("cron has no continuation lines: %q", l)

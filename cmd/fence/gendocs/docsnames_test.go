@@ -45,7 +45,7 @@ var foreignFlags = map[string]string{
 	"--snapshot": "goreleaser", "--clean": "goreleaser", "--skip": "goreleaser", "--build": ".ci/package",
 	"--collector": "node_exporter", "--fencing-token": "the example job", "--token-from-env": "the example job",
 	"--backend": "bench/run", "--cpuprofile": "go test", "--smoke": "bench/run", "--now": "systemctl",
-	"--n": "bench/run",
+	"--n": "bench/run", "--system": "groupadd",
 }
 
 // fenceNames is what the command tree, the exit code table and the code's

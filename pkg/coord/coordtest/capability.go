@@ -32,6 +32,7 @@ var capabilities = []capability{
 	capabilityOf[coord.AsyncRenewer](),
 	capabilityOf[coord.Historian](),
 	capabilityOf[coord.StopRequester](),
+	capabilityOf[coord.Completer](),
 }
 
 // Capabilities returns the names of the optional capabilities of package
