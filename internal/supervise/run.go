@@ -226,7 +226,8 @@ type runner struct {
 	orders    *orderQueue
 	reports   <-chan report // nil once read to its end
 	reportsCh <-chan report
-	startSent bool // the start order was given: the watchdog may have a command
+	startSent bool  // the start order was given: the watchdog may have a command
+	phase     phase // of the supervision: running from the start order on
 
 	started   *report // the watchdog's started report
 	execErr   *report
@@ -508,20 +509,18 @@ func (r *runner) closeWatchdog() {
 func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
 	p := r.p
 	lease := r.held.Lease()
-	leaseStop := r.held.SafeUntil().Add(-p.grace)
-	var deadline clock.Boot
-	now := clock.Now()
+	l := &loop{ctx: ctx, sigs: sigs, leaseStop: leaseStopOf(r.held.SafeUntil(), p.grace)}
 	if p.Deadline > 0 {
-		deadline = now.Add(p.Deadline)
+		l.deadline = clock.Now().Add(p.Deadline)
 	}
-	if p.NoRenew && (deadline == 0 || deadline > leaseStop) {
-		deadline = leaseStop // what the lease covers
+	if p.NoRenew && (l.deadline == 0 || l.deadline > l.leaseStop) {
+		l.deadline = l.leaseStop // what the lease covers
 	}
-	env = setEnv(env, leaseEnv(lease, deadline))
+	env = setEnv(env, leaseEnv(lease, l.deadline))
 	sp := &spec{
 		Path: path, Args: args, Env: env, Dir: p.Dir,
 		Signal: int(p.signal), Grace: p.grace,
-		LeaseStop: leaseStop, Deadline: deadline,
+		LeaseStop: l.leaseStop, Deadline: l.deadline,
 		Ignore:     ignored,
 		Foreground: foreground(r.wd.Stdin),
 		FencePgrp:  unix.Getpgrp(),
@@ -529,116 +528,132 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	}
 	r.orders.push(order{Op: opStart, Spec: sp})
 	r.startSent = true
+	r.phase = r.phase.next(stepStart)
 
 	defer r.lw.stop()
-	heldDone := r.held.Context().Done()
-	ctxDone := ctx.Done()
-	wdDone := r.wdDone
-	var (
-		ownSignalAt, ownKillAt clock.Boot // fence's own stop sequence
-		ownSignalled           bool
-		lastKill               clock.Boot
-	)
-	allowance := min(p.grace/4, 100*time.Millisecond) // the watchdog acts first
-	startStop := func(reason string, now clock.Boot) {
-		if r.stopping != "" || r.exit != nil || r.execErr != nil {
-			return
-		}
-		r.stopping = reason
-		r.orders.push(order{Op: opStop, Reason: reason})
-		ownSignalAt = now.Add(allowance)
-		ownKillAt = min(now.Add(p.grace), leaseStop.Add(p.grace))
-		if p.signal == syscall.SIGKILL {
-			ownKillAt = ownSignalAt
-		}
-		r.verbosef("stopping the command (%s)", reason)
-	}
+	l.heldDone = r.held.Context().Done()
+	l.ctxDone = ctx.Done()
+	l.wdDone = r.wdDone
 	for {
 		now := clock.Now()
-		if r.stopping == "" && r.exit == nil {
-			leaseStop = max(leaseStop, r.held.SafeUntil().Add(-p.grace))
-			stop, reason := leaseStop, reasonLease
-			if deadline != 0 && deadline <= leaseStop {
-				stop, reason = deadline, reasonDeadline
-			}
-			if now >= stop {
-				startStop(reason, now)
-			}
-		}
-		// fence's own stop does not wait for the watchdog's report of the
-		// command's group: a watchdog frozen before it reported would
-		// otherwise leave the command running. signalAll reaches the
-		// command through the watchdog's descendants in any case.
-		if r.stopping != "" && r.exit == nil {
-			if !ownSignalled && r.wdStopped == "" && now >= ownSignalAt && p.signal != syscall.SIGKILL {
-				ownSignalled = true
-				r.signalAll(p.signal)
-			}
-			if now >= ownKillAt && now.Sub(lastKill) >= 50*time.Millisecond {
-				lastKill = now
-				r.signalAll(syscall.SIGKILL)
-			}
-		}
+		r.act(l, now)
 		// The watchdog's last word: the command could not be started, or it
 		// ended and nothing of its tree is left. The lease can go now; the
 		// watchdog exits meanwhile (it is waited for after the release).
-		if r.exit != nil || r.execErr != nil || (r.reports == nil && isClosed(r.wdDone)) {
+		if r.reports == nil && isClosed(r.wdDone) {
+			r.phase = r.phase.next(stepDone)
+		}
+		if r.phase == phaseDone {
 			break
 		}
-
-		wake := now.Add(recheck)
-		switch {
-		case r.stopping == "" && r.exit == nil:
-			wake = min(wake, leaseStop)
-			if deadline != 0 {
-				wake = min(wake, deadline)
-			}
-		case r.exit == nil:
-			if !ownSignalled {
-				wake = min(wake, ownSignalAt)
-			}
-			wake = min(wake, max(ownKillAt, lastKill.Add(50*time.Millisecond)))
-		}
-		t := time.NewTimer(max(wake.Sub(now), 0))
-		select {
-		case <-t.C:
-		case rep, ok := <-r.reports:
-			if !ok {
-				r.reports = nil
-				break
-			}
-			r.report(ctx, rep)
-		case <-wdDone:
-			wdDone = nil // the reports are read to their end before deciding
-		case <-heldDone:
-			heldDone = nil
-			cause := context.Cause(r.held.Context())
-			if errors.Is(cause, coord.ErrLeaseLost) {
-				if r.lostErr == nil {
-					r.lostErr = cause
-				}
-				startStop(reasonLost, clock.Now())
-			}
-		case err, ok := <-r.lw.ch:
-			r.lw.ch = nil
-			if ok && err != nil {
-				if r.lostErr == nil {
-					r.lostErr = r.lostNotice(err)
-				}
-				r.verbosef("the coordinator reports: %v", err)
-				startStop(reasonLost, clock.Now())
-			}
-		case <-ctxDone:
-			ctxDone = nil
-			r.cancelErr = context.Cause(ctx)
-			startStop(reasonCanceled, clock.Now())
-		case s := <-sigs:
-			r.verbosef("forwarding SIG%s to the command", SignalName(s.(syscall.Signal)))
-			r.orders.push(order{Op: opSignal, Signal: int(s.(syscall.Signal))})
-		}
-		t.Stop()
+		r.await(l, now, nextWake(r.schedule(l), now))
 	}
 	return r.outcome()
+}
+
+// loop is what fence's supervision loop follows besides the phase.
+type loop struct {
+	ctx       context.Context
+	sigs      <-chan os.Signal
+	leaseStop clock.Boot // when the stop sequence must start unless extended
+	deadline  clock.Boot // 0: none
+	own       ownStop    // fence's own stop sequence, once stopping
+	// What the loop waits for; nil once received (or, sigs, never).
+	heldDone, ctxDone, wdDone <-chan struct{}
+}
+
+// act does what the phase asks at now: start the stop sequence when the
+// stop time has come (the lease's, extended by every renewal, or the
+// deadline), and fence's own stop signal and SIGKILL when theirs has.
+func (r *runner) act(l *loop, now clock.Boot) {
+	p := r.p
+	if r.phase == phaseRunning {
+		l.leaseStop = max(l.leaseStop, leaseStopOf(r.held.SafeUntil(), p.grace))
+		if stop, reason := stopStart(l.leaseStop, l.deadline); now >= stop {
+			r.startStop(l, reason, now)
+		}
+	}
+	// fence's own stop does not wait for the watchdog's report of the
+	// command's group: a watchdog frozen before it reported would
+	// otherwise leave the command running. signalAll reaches the command
+	// through the watchdog's descendants in any case.
+	if r.phase.stopping() {
+		signal, kill := l.own.due(now, r.wdStopped != "")
+		if signal {
+			r.signalAll(p.signal)
+		}
+		if kill {
+			r.phase = r.phase.next(stepKill)
+			r.signalAll(syscall.SIGKILL)
+		}
+	}
+}
+
+// startStop starts the stop sequence for reason at now, unless it runs
+// already or the command is done: the watchdog is told to stop the
+// command, and fence's own stop backs it.
+func (r *runner) startStop(l *loop, reason string, now clock.Boot) {
+	if r.phase != phaseRunning {
+		return
+	}
+	r.phase = r.phase.next(stepStop)
+	r.stopping = reason
+	r.orders.push(order{Op: opStop, Reason: reason})
+	l.own = beginOwnStop(now, l.leaseStop, r.p.grace, r.p.signal)
+	r.verbosef("stopping the command (%s)", reason)
+}
+
+// schedule is what fence's loop waits for in its phase.
+func (r *runner) schedule(l *loop) schedule {
+	if r.phase == phaseRunning {
+		stop, _ := stopStart(l.leaseStop, l.deadline)
+		return schedule{phase: r.phase, stop: stop}
+	}
+	return l.own.schedule(r.phase)
+}
+
+// await sleeps from now until wake, a report of the watchdog, its exit, the end of
+// the hold, a notice of the lease watch, the end of ctx or a signal to
+// forward, and takes it in.
+func (r *runner) await(l *loop, now, wake clock.Boot) {
+	t := time.NewTimer(wake.Sub(now))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case rep, ok := <-r.reports:
+		if !ok {
+			r.reports = nil
+			break
+		}
+		r.report(l.ctx, rep)
+	case <-l.wdDone:
+		l.wdDone = nil // the reports are read to their end before deciding
+	case <-l.heldDone:
+		l.heldDone = nil
+		cause := context.Cause(r.held.Context())
+		if errors.Is(cause, coord.ErrLeaseLost) {
+			if r.lostErr == nil {
+				r.lostErr = cause
+			}
+			r.startStop(l, reasonLost, clock.Now())
+		}
+	case err, ok := <-r.lw.ch:
+		r.lw.ch = nil
+		if ok && err != nil {
+			if r.lostErr == nil {
+				r.lostErr = r.lostNotice(err)
+			}
+			r.verbosef("the coordinator reports: %v", err)
+			r.startStop(l, reasonLost, clock.Now())
+		}
+	case <-l.ctxDone:
+		l.ctxDone = nil
+		r.cancelErr = context.Cause(l.ctx)
+		r.startStop(l, reasonCanceled, clock.Now())
+	case s := <-l.sigs:
+		r.verbosef("forwarding SIG%s to the command", SignalName(s.(syscall.Signal)))
+		r.orders.push(order{Op: opSignal, Signal: int(s.(syscall.Signal))})
+	}
 }
 
 // report takes in one report of the watchdog.
@@ -663,10 +678,12 @@ func (r *runner) report(ctx context.Context, rep report) {
 		}
 	case evExecError:
 		r.execErr = &rep
+		r.phase = r.phase.next(stepDone)
 	case evStopping:
 		r.wdStopped = rep.Reason
 	case evExited:
 		r.exit = rep.Exit
+		r.phase = r.phase.next(stepDone)
 	case evError:
 		r.wdErr = rep.Msg
 	}
