@@ -708,12 +708,14 @@ func (r *runner) signalAll(sig syscall.Signal) {
 	_, _ = proc.SignalDescendants(r.wd.Process.Pid, sig, nil)
 }
 
-// outcome maps how things ended to fence's exit code and message.
+// outcome maps how things ended to fence's exit code and message
+// (outcomeOf), after what it must do first: when the watchdog died without
+// a last word, make sure nothing of the command is left; when the command
+// ended, see whether the lease was lost meanwhile.
 func (r *runner) outcome() (int, error) {
-	p := r.p
+	e := ending{execErr: r.execErr, exit: r.exit, wdErr: r.wdErr, stopping: r.stopping, cancelErr: r.cancelErr, token: r.m.token}
 	switch {
 	case r.execErr != nil:
-		return r.execErr.Code, errors.New(r.execErr.Msg)
 	case r.exit == nil:
 		// The watchdog died without a last word: make sure nothing is left.
 		if r.started != nil {
@@ -723,55 +725,29 @@ func (r *runner) outcome() (int, error) {
 				_ = removeCgroupDir(r.started.Cgroup)
 			}
 		}
-		if r.wdErr != "" {
-			return exitcode.Failure, fmt.Errorf("watchdog: %s", r.wdErr)
-		}
-		return exitcode.Failure, fmt.Errorf("the watchdog process ended unexpectedly (%v)", r.wd.ProcessState)
-	}
-	e := r.exit
-	if r.lostErr == nil && r.held != nil {
-		// fence may have been resumed a moment ago: see for itself.
-		if err := r.held.Check(); errors.Is(err, coord.ErrLeaseLost) {
-			r.lostErr = err
-		}
-	}
-	if r.started != nil {
-		r.m.duration = e.Died.Sub(r.started.At)
-	}
-	reason := e.Stopped
-	if reason == "" && e.Signal != 0 && r.stopping != "" {
-		reason = r.stopping // fence's own stop got there first
-	}
-	switch reason {
-	case "":
-		if r.lostErr != nil && r.held != nil && e.Died > r.held.SafeUntil() {
-			// The command ended on its own, or killed by someone else, after
-			// the lease could no longer be trusted: fence and its watchdog
-			// were frozen past safe-until, so neither stopped it in time (on
-			// the local backend the next holder kills an expired holder's
-			// group). Its work was not covered by the lease to the end.
-			r.m.lost = true
-			return exitcode.LeaseLost, fmt.Errorf("%v: the command %s after that", r.lostErr, endText(e))
-		}
-		if e.Signal != 0 {
-			r.verbosef("the command was killed by SIG%s", SignalName(syscall.Signal(e.Signal)))
-			return 128 + e.Signal, nil
-		}
-		r.verbosef("the command exited with code %d", e.Code)
-		return e.Code, nil
-	case reasonCanceled:
-		return exitcode.Failure, fmt.Errorf("%w: the command was stopped (%s)", r.cancelErr, stopText(p, e))
-	case reasonDeadline:
-		r.m.deadlineExceeded = true
-		return exitcode.Deadline, fmt.Errorf("deadline %s reached: the command was stopped (%s)", deadlineText(p), stopText(p, e))
+		e.wdState = fmt.Sprint(r.wd.ProcessState) // the loop ended once it had exited
 	default:
-		r.m.lost = true
-		if r.lostErr != nil {
-			return exitcode.LeaseLost, fmt.Errorf("%v: the command was stopped (%s)", r.lostErr, stopText(p, e))
+		if r.lostErr == nil && r.held != nil {
+			// fence may have been resumed a moment ago: see for itself.
+			if err := r.held.Check(); errors.Is(err, coord.ErrLeaseLost) {
+				r.lostErr = err
+			}
 		}
-		return exitcode.LeaseLost, fmt.Errorf("lease on %q (token %d) was not renewed in time: the command was stopped before it could expire (%s)",
-			p.Lock, r.m.token, stopText(p, e))
+		if r.started != nil {
+			r.m.duration = r.exit.Died.Sub(r.started.At)
+		}
 	}
+	e.lostErr = r.lostErr
+	if r.held != nil {
+		e.safeUntil = r.held.SafeUntil()
+	}
+	res := outcomeOf(r.p, e)
+	r.m.lost = r.m.lost || res.lost
+	r.m.deadlineExceeded = r.m.deadlineExceeded || res.deadline
+	if res.verbose != "" {
+		r.verbosef("%s", res.verbose)
+	}
+	return res.code, res.err
 }
 
 func deadlineText(p *plan) string {
