@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fence-dev/fence/internal/syncbuf"
 )
 
 // openPTY opens a pseudo-terminal pair: the test holds the master side,
@@ -49,25 +50,6 @@ func setWinsize(t *testing.T, tty *os.File, cols, rows int) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// since returns what was written after offset, and the new offset.
-func (s *syncBuffer) since(off int) ([]byte, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.b.Bytes()
-	return bytes.Clone(b[off:]), len(b)
-}
-
 // TestRunOnARealTerminal runs Run on a pseudo-terminal: Bubble Tea puts it
 // in raw mode, reads its size, and, when the size changes and SIGWINCH
 // comes (sent here by hand: the pty is not this process's controlling
@@ -77,7 +59,7 @@ func (s *syncBuffer) since(off int) ([]byte, int) {
 func TestRunOnARealTerminal(t *testing.T) {
 	master, slave := openPTY(t)
 	setWinsize(t, slave, 80, 24)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
@@ -99,7 +81,7 @@ func TestRunOnARealTerminal(t *testing.T) {
 		limit := time.Now().Add(20 * time.Second) // a hang guard only
 		for {
 			var b []byte
-			b, off = out.since(off)
+			b, off = out.Since(off)
 			seen = append(seen, b...)
 			if cond(seen) {
 				return
@@ -152,7 +134,7 @@ func TestRunOnARealTerminal(t *testing.T) {
 func TestRunEndsWithItsContext(t *testing.T) {
 	master, slave := openPTY(t)
 	setWinsize(t, slave, 132, 40)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	go io.Copy(out, master)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -160,7 +142,7 @@ func TestRunEndsWithItsContext(t *testing.T) {
 	// Wait for a frame at the terminal's size: Bubble Tea's first size
 	// check, which Run does not wait for, is over.
 	limit := time.Now().Add(20 * time.Second)
-	for b, _ := out.since(0); !bytes.Contains(b, []byte("billing/reconcile ")); b, _ = out.since(0) {
+	for b, _ := out.Since(0); !bytes.Contains(b, []byte("billing/reconcile ")); b, _ = out.Since(0) {
 		if time.Now().After(limit) {
 			t.Fatalf("no frame at 132 columns:\n%q", b)
 		}

@@ -212,7 +212,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		retry:      minRetry,
 		inspecting: make(map[string]bool),
 	}
-	m.hist, _ = c.(coord.Historian)
+	coord.As(c, &m.hist)
 	m.table.NoHistory = m.hist == nil
 	m.details.NoHistory = m.hist == nil
 

@@ -4,6 +4,8 @@
 package atomicfile
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -109,6 +111,58 @@ func Escape(s string) string {
 		b.WriteByte(hexdig[c&15])
 	}
 	return b.String()
+}
+
+// Unescape reverses Escape; ok is false for a string Escape cannot have
+// produced (a bad or lower-case %XX, an unsafe byte, a leading '.').
+func Unescape(s string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '%':
+			if i+2 >= len(s) {
+				return "", false
+			}
+			hi, lo := unhex(s[i+1]), unhex(s[i+2])
+			if hi < 0 || lo < 0 {
+				return "", false
+			}
+			b.WriteByte(byte(hi<<4 | lo))
+			i += 2
+		case safe(c) && !(i == 0 && c == '.'):
+			b.WriteByte(c)
+		default:
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// unhex is the value of an upper-case hex digit, -1 for anything else.
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// FileBase is the base of the file names that hold s: Escape(s) when it is
+// at most maxLen bytes, else hashPrefix and the hex SHA-256 of s (the real
+// s must then be stored in the file). Escape never yields '~' or '=', so
+// with one of those as hashPrefix a hashed base is never an escaped one.
+// maxLen and hashPrefix are part of a store's layout on disk: a store
+// passes its own, always the same.
+func FileBase(s string, maxLen int, hashPrefix string) string {
+	esc := Escape(s)
+	if len(esc) > maxLen {
+		sum := sha256.Sum256([]byte(s))
+		return hashPrefix + hex.EncodeToString(sum[:])
+	}
+	return esc
 }
 
 func safe(c byte) bool {

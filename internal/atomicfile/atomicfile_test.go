@@ -103,3 +103,32 @@ func TestWriteViaReplacesLeftover(t *testing.T) {
 		t.Fatalf("the temp is left behind: %v", err)
 	}
 }
+
+// TestFileBase: an escape up to maxLen, the hash prefix and the SHA-256
+// beyond; Unescape reverses Escape and refuses what Escape cannot yield.
+func TestFileBase(t *testing.T) {
+	for _, tc := range []struct {
+		s      string
+		maxLen int
+		want   string
+	}{
+		{"a/b", 200, "a%2Fb"},
+		{".x", 200, "%2Ex"},
+		{strings.Repeat("/", 66), 200, strings.Repeat("%2F", 66)},
+		{strings.Repeat("/", 67), 200, "~3eb1349aab9dc074e2028d6801ffe27e5de46b30e87a4e66e5fbb0b764f514e1"},
+	} {
+		if got := FileBase(tc.s, tc.maxLen, "~"); got != tc.want {
+			t.Errorf("FileBase(%q, %d) = %q, want %q", tc.s, tc.maxLen, got, tc.want)
+		}
+	}
+	for _, s := range []string{"", "a", "a/b", ".hidden", "ü日本", "%", "a b\x00\xff"} {
+		if got, ok := Unescape(Escape(s)); !ok || got != s {
+			t.Errorf("Unescape(Escape(%q)) = %q, %v", s, got, ok)
+		}
+	}
+	for _, bad := range []string{"%", "%2", "%2f", "%G0", "a/b", ".x", "a b", "~x", "=x"} {
+		if _, ok := Unescape(bad); ok {
+			t.Errorf("Unescape(%q) accepted", bad)
+		}
+	}
+}

@@ -77,7 +77,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	case cmd.Flags().Changed("wait"):
 		wait = o.wait
 	}
-	holder, err := f.holder()
+	holder, err := f.holderOr(parentHolder)
 	if err != nil {
 		return err
 	}

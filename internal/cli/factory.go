@@ -71,6 +71,7 @@ type Factory struct {
 	Logger func() (*slog.Logger, error)
 
 	flags *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
+	args  []string       // the command line, set by Run (for hints in flag errors)
 }
 
 // NewFactory returns a Factory whose configuration comes from the root
@@ -129,14 +130,34 @@ func NewFactory(ios *IOStreams) *Factory {
 
 // holder returns the configured holder identity or the default.
 func (f *Factory) holder() (string, error) {
+	return f.holderOr(coord.DefaultHolder)
+}
+
+// holderOr is --holder, else def().
+func (f *Factory) holderOr(def func() string) (string, error) {
 	cfg, err := f.Config()
 	if err != nil {
 		return "", err
 	}
 	if cfg.Holder != "" {
+		// Checked here, before anything starts, as every backend would.
+		if err := coord.ValidateHolder(cfg.Holder); err != nil {
+			return "", fmt.Errorf("--holder: %w", err)
+		}
 		return cfg.Holder, nil
 	}
-	return coord.DefaultHolder(), nil
+	return def(), nil
+}
+
+// parentHolder is HOSTNAME:PPID: fence acquire's default holder. The lease
+// outlives fence acquire, which exits at once; the process that holds it is
+// the one that ran fence acquire (the script), so that is the PID to name.
+func parentHolder() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "localhost"
+	}
+	return fmt.Sprintf("%s:%d", h, os.Getppid())
 }
 
 // verbosef prints a progress message on stderr when --verbose is on.

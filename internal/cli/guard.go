@@ -82,7 +82,8 @@ $FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the va
 				err := g.Put(ctx, key, tok, value)
 				var stale *guard.StaleError
 				if errors.As(err, &stale) {
-					if h, ok := c.(coord.Historian); ok && lock != "" {
+					var h coord.Historian
+					if lock != "" && coord.As(c, &h) {
 						ev := coord.HistoryEvent{Time: f.Now(), Lock: lock, Kind: coord.HistStaleRefused,
 							Key: key, Token: stale.Token, AcceptedToken: stale.Accepted}
 						if herr := h.Record(ctx, ev); herr != nil {
@@ -115,11 +116,14 @@ func guardValue(in io.Reader, args []string) ([]byte, error) {
 	return b, nil
 }
 
+// guardView is guard get's JSON: a key with no value has found false and
+// null for the rest, as status -o json prints a free lock (and exits 1).
 type guardView struct {
 	Key       string  `json:"key" yaml:"key"`
-	Token     uint64  `json:"token" yaml:"token"`
-	Value     string  `json:"value" yaml:"value"`
-	Encoding  string  `json:"encoding" yaml:"encoding"` // "utf-8" or "base64"
+	Found     bool    `json:"found" yaml:"found"`
+	Token     *uint64 `json:"token" yaml:"token"`
+	Value     *string `json:"value" yaml:"value"`
+	Encoding  *string `json:"encoding" yaml:"encoding"` // "utf-8" or "base64"
 	UpdatedAt *string `json:"updated_at" yaml:"updated_at"`
 }
 
@@ -141,28 +145,31 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 			return withGuard(cmd.Context(), f, func(_ coord.Coordinator, g guard.Guard) error {
 				v, err := g.Get(cmd.Context(), key)
 				if errors.Is(err, guard.ErrNotFound) {
+					if fm == output.JSON {
+						if err := output.WriteJSON(f.IO.Out, guardView{Key: key}); err != nil {
+							return err
+						}
+					}
 					return exitcode.New(exitcode.No, fmt.Errorf("no value was written for %s", output.Clean(key)))
 				}
 				if err != nil {
 					return err
 				}
-				view := guardView{Key: key, Token: v.Token, Value: string(v.Data), Encoding: "utf-8"}
+				value, encoding := string(v.Data), "utf-8"
 				if !utf8.Valid(v.Data) {
-					view.Value, view.Encoding = base64.StdEncoding.EncodeToString(v.Data), "base64"
-				}
-				if !v.UpdatedAt.IsZero() {
-					view.UpdatedAt = ptr(v.UpdatedAt.UTC().Format(time.RFC3339Nano))
+					value, encoding = base64.StdEncoding.EncodeToString(v.Data), "base64"
 				}
 				if fm == output.JSON {
-					return output.WriteJSON(f.IO.Out, view)
+					return output.WriteJSON(f.IO.Out, guardView{Key: key, Found: true, Token: &v.Token,
+						Value: &value, Encoding: &encoding, UpdatedAt: output.Time(v.UpdatedAt)})
 				}
 				fields := []output.Field{{Key: "key", Value: key}, {Key: "token", Value: fmt.Sprint(v.Token)}}
-				if view.UpdatedAt != nil {
-					fields = append(fields, output.Field{Key: "updated_at", Value: *view.UpdatedAt})
+				if !v.UpdatedAt.IsZero() {
+					fields = append(fields, output.Field{Key: "updated_at", Value: v.UpdatedAt.UTC().Format(time.RFC3339Nano)})
 				}
-				fields = append(fields, output.Field{Key: "value", Value: view.Value})
-				if view.Encoding != "utf-8" {
-					fields = append(fields, output.Field{Key: "encoding", Value: view.Encoding})
+				fields = append(fields, output.Field{Key: "value", Value: value})
+				if encoding != "utf-8" {
+					fields = append(fields, output.Field{Key: "encoding", Value: encoding})
 				}
 				return output.WriteFields(f.IO.Out, fields)
 			})

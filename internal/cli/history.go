@@ -38,8 +38,8 @@ than 7 days.`,
 			}
 			ctx := cmd.Context()
 			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-				h, ok := c.(coord.Historian)
-				if !ok {
+				var h coord.Historian
+				if !coord.As(c, &h) {
 					return fmt.Errorf("the %s coordinator keeps no history", c.Describe())
 				}
 				events, err := h.History(ctx, args[0], limit)

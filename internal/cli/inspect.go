@@ -149,7 +149,8 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 			info.Name = o.lock
 		}
 		var events []coord.HistoryEvent
-		h, hasHistory := c.(coord.Historian)
+		var h coord.Historian
+		hasHistory := coord.As(c, &h)
 		if hasHistory {
 			if events, err = h.History(ctx, o.lock, o.events); err != nil {
 				return fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)

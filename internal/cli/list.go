@@ -16,6 +16,7 @@ type listOptions struct {
 	prefix string
 	format string
 	watch  bool
+	held   bool
 }
 
 func newCmdList(f *Factory) *cobra.Command {
@@ -29,13 +30,15 @@ have a token history.
 
 On a terminal the table is aligned and has a header; piped, each lock is one
 line of tab-separated fields (NAME, HOLDER, TOKEN, TTL LEFT, HELD FOR, WAITERS)
-with no header, "-" for the fields of a free lock.
+with no header, "-" for the fields of a free lock. --held lists only the locks
+that a live lease holds.
 
 --watch prints the list again on every change the coordinator reports (on a
 terminal it redraws the screen) until interrupted. With -o json each list is
 one line (JSON Lines); with -o yaml each is a YAML document.`,
 		Example: `  fence list
   fence list deploy/ -o json | jq -r '.[] | select(.held) | .holder'
+  fence list --held
   fence list --watch`,
 		Args: maxArgs(1),
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
@@ -58,6 +61,7 @@ one line (JSON Lines); with -o yaml each is a YAML document.`,
 	}
 	formatFlag(cmd, &o.format, output.Table, output.JSON, output.YAML)
 	cmd.Flags().BoolVarP(&o.watch, "watch", "w", false, "print the list again on every change, until interrupted")
+	cmd.Flags().BoolVar(&o.held, "held", false, "list only the locks a live lease holds (not free locks, nor locks with only waiters)")
 	return cmd
 }
 
@@ -72,13 +76,13 @@ func runList(ctx context.Context, f *Factory, o *listOptions) error {
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}
-			return printList(f, format, infos, false)
+			return printList(f, format, o.filter(infos), false)
 		})
 	}
 	ctx, interrupted, stop := interruptible(ctx)
 	defer stop()
 	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		return watchList(ctx, f, c, o.prefix, format)
+		return watchList(ctx, f, c, o, format)
 	})
 	if _, ok := interrupted(); ok {
 		return nil // the normal way to end --watch
@@ -88,7 +92,8 @@ func runList(ctx context.Context, f *Factory, o *listOptions) error {
 
 // watchList prints the list, then again after every change seen by the
 // watch. Changes that arrive together are coalesced into one redraw.
-func watchList(ctx context.Context, f *Factory, c coord.Coordinator, prefix string, format output.Format) error {
+func watchList(ctx context.Context, f *Factory, c coord.Coordinator, o *listOptions, format output.Format) error {
+	prefix := o.prefix
 	events, err := c.Watch(ctx, prefix) // before the first List: no change is missed
 	if err != nil {
 		return fmt.Errorf("list --watch: %w", err)
@@ -101,7 +106,7 @@ func watchList(ctx context.Context, f *Factory, c coord.Coordinator, prefix stri
 			}
 			return fmt.Errorf("list --watch: %w", err)
 		}
-		if err := printList(f, format, infos, true); err != nil {
+		if err := printList(f, format, o.filter(infos), true); err != nil {
 			return err
 		}
 		if _, ok := <-events; !ok {
@@ -122,6 +127,20 @@ func watchList(ctx context.Context, f *Factory, c coord.Coordinator, prefix stri
 			}
 		}
 	}
+}
+
+// filter keeps the held locks with --held, else every lock.
+func (o *listOptions) filter(infos []coord.LockInfo) []coord.LockInfo {
+	if !o.held {
+		return infos
+	}
+	held := make([]coord.LockInfo, 0, len(infos))
+	for _, i := range infos {
+		if i.Held {
+			held = append(held, i)
+		}
+	}
+	return held
 }
 
 // clearScreen moves the cursor home and clears the screen.

@@ -46,6 +46,7 @@ func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
 		}
 	}()
 	f := NewFactory(ios)
+	f.args = args
 	root := NewRootCmd(f)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

@@ -162,8 +162,8 @@ func runRevoke(ctx context.Context, f *Factory, o *revokeOptions, timeoutSet boo
 	}
 	name := output.Clean(o.lock)
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		sr, ok := c.(coord.StopRequester)
-		if !ok {
+		var sr coord.StopRequester
+		if !coord.As(c, &sr) {
 			sr = revokeOnly{c}
 		}
 		no := func(info coord.LockInfo, err error) error {

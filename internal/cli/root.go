@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"slices"
+
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/config"
@@ -18,6 +20,7 @@ var commandGroups = []commandGroup{
 	{"run", "Running commands under a lock:", []func(*Factory) *cobra.Command{newCmdRun}},
 	{"lease", "Leases:", []func(*Factory) *cobra.Command{newCmdAcquire, newCmdRenew, newCmdRelease, newCmdRevoke}},
 	{"inspect", "Inspection:", []func(*Factory) *cobra.Command{newCmdCheck, newCmdStatus, newCmdList, newCmdShow, newCmdHistory, newCmdTop}},
+	{"shards", "Ownership partitioning:", []func(*Factory) *cobra.Command{newCmdShards}},
 	{"guard", "Fenced writes:", []func(*Factory) *cobra.Command{newCmdGuard}},
 	{"tools", "Tools:", []func(*Factory) *cobra.Command{newCmdExporter, newCmdConfig, newCmdVersion}},
 }
@@ -53,6 +56,14 @@ not be run; run exits with its command's code.`,
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if c.Name() == "run" && c.HasParent() && c.Parent() == root && !slices.Contains(f.args, "--") {
+			// fence run job1 ls -la: the command's own flag, without "--".
+			lock := "LOCK"
+			if a := c.Flags().Args(); len(a) > 0 {
+				lock = a[0]
+			}
+			return usageErrorf("%s; run needs \"--\" before the command (so that its flags are not taken as fence's): fence run %s [flags] -- COMMAND [ARG...]", err, lock)
+		}
 		return usageErrorf("%s (see '%s --help')", err, c.CommandPath())
 	})
 	config.AddFlags(root.PersistentFlags())

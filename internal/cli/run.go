@@ -172,11 +172,7 @@ func closeAfterRun(c coord.Coordinator, code int) {
 // passed on (supervise removes them).
 func location(cfg *config.Config) map[string]string {
 	if len(cfg.Endpoints) == 0 {
-		dir := cfg.StateDir
-		if dir == "" {
-			dir = config.DefaultStateDir()
-		}
-		return map[string]string{"FENCE_STATE_DIR": dir}
+		return map[string]string{"FENCE_STATE_DIR": cfg.LocalStateDir()}
 	}
 	m := map[string]string{
 		"FENCE_ENDPOINTS": strings.Join(cfg.Endpoints, ","),

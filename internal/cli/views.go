@@ -191,9 +191,14 @@ func eventRow(e coord.HistoryEvent) []string {
 		detail = fmt.Sprintf("%d failed: %s", e.Count, e.Error)
 	case coord.HistStaleRefused:
 		detail = fmt.Sprintf("key %s: token %d < accepted %d", e.Key, e.Token, e.AcceptedToken)
+	case coord.HistRestarted:
+		detail = fmt.Sprintf("restart %d: %s", e.Count, e.Reason)
 	default:
 		if e.Error != "" {
 			detail = e.Error
+		}
+		if e.Reason != "" {
+			detail = e.Reason
 		}
 	}
 	if detail == "" {

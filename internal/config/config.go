@@ -144,7 +144,7 @@ func AddFlags(fs *pflag.FlagSet) {
 	fs.String(KeyPasswordFile, "", "file holding the etcd password (mode 0600 or stricter)")
 	fs.Bool(KeyInsecureTransport, false, "allow plaintext to a non-loopback etcd endpoint")
 	fs.Duration(KeyDialTimeout, DefaultDialTimeout, "how long to try to reach the coordinator")
-	fs.String(KeyHolder, "", "holder identity (default HOSTNAME:PID)")
+	fs.String(KeyHolder, "", "holder identity (default HOSTNAME:PID; for acquire, the PID of the process that ran it)")
 	fs.String(KeyConfig, "", "config file (default $XDG_CONFIG_HOME/fence/config.yaml, then /etc/fence/config.yaml)")
 	fs.BoolP(KeyVerbose, "v", false, "print progress messages on stderr")
 	fs.String(KeyLogFormat, "text", "format of log messages on stderr: text or json")

@@ -14,22 +14,12 @@ import (
 // which Open returned for cfg: files under the state directory for local,
 // keys under the prefix for etcd (through c's client).
 func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
-	for {
-		u, ok := c.(interface{ Unwrap() coord.Coordinator })
-		if !ok {
-			break
-		}
-		c = u.Unwrap()
-	}
-	if ec, ok := c.(*etcd.Coordinator); ok {
+	var ec *etcd.Coordinator
+	if coord.As(c, &ec) {
 		return etcdstore.New(ec.Client(), ec.Prefix()), nil
 	}
 	if len(cfg.Endpoints) > 0 {
 		return nil, fmt.Errorf("internal error: coordinator %s is not etcd", c.Describe())
 	}
-	dir := cfg.StateDir
-	if dir == "" {
-		dir = DefaultStateDir()
-	}
-	return localstore.Open(dir)
+	return localstore.Open(cfg.LocalStateDir())
 }

@@ -13,6 +13,16 @@ import (
 // not set.
 func DefaultStateDir() string { return local.DefaultDir() }
 
+// LocalStateDir is the state directory of the local coordinator that cfg
+// selects: StateDir, else DefaultStateDir(). Open, OpenGuard and the
+// environment fence run gives its command all take it from here.
+func (c *Config) LocalStateDir() string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	return DefaultStateDir()
+}
+
 // Open validates cfg and opens the coordinator it selects: etcd when
 // Endpoints are set, else local in StateDir. Errors wrap coord.ErrUnavailable
 // or ErrConfig (both exit 125).
@@ -21,11 +31,7 @@ func Open(ctx context.Context, cfg *Config) (coord.Coordinator, error) {
 		return nil, err
 	}
 	if cfg.Backend() == "local" {
-		dir := cfg.StateDir
-		if dir == "" {
-			dir = local.DefaultDir()
-		}
-		c, err := local.Open(dir)
+		c, err := local.Open(cfg.LocalStateDir())
 		if err != nil {
 			return nil, err
 		}

@@ -243,9 +243,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 			Buckets: opts.Buckets,
 		}, []string{"lock"}),
 	}
-	if r, ok := c.(history.Reader); ok {
-		col.hist = r
-	}
+	coord.As(c, &col.hist) // through decorators, as every capability
 	rctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
 	infos, err := c.List(rctx, opts.Prefix)
 	cancel()

@@ -3,16 +3,22 @@
 //
 //	logger, err := logging.New(os.Stderr, "json", "debug")
 //
-// Text is slog's key=value format, JSON one object per line; both carry
-// time, level and msg first. Levels are debug, info, warn (or warning) and
+// Text is fence's own line style, the one of its messages and warnings:
+// "fence: warning: MSG key=value ..." (values quoted as slog's text format
+// quotes them; "fence: MSG" at info, "fence: debug: ", "fence: error: "),
+// so that one run never mixes two styles on stderr. JSON is slog's, one
+// object per line carrying time, level and msg first. Levels are debug, info, warn (or warning) and
 // error, in any case, optionally with an offset as slog allows ("info+2").
 package logging
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -40,7 +46,7 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(strings.TrimSpace(format)) {
 	case "", "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(newLineHandler(w, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
@@ -67,3 +73,69 @@ func ParseLevel(s string) (slog.Level, error) {
 // Discard returns a logger that writes nothing, for library callers and
 // tests that want no logs.
 func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// lineHandler writes a record as one line in fence's style: "fence: ",
+// the level (nothing for info), the message, and the attributes as slog's
+// text handler writes them (key=value, quoted where needed, groups as
+// dotted keys). The text handler formats the attributes into a buffer that
+// the handler and its derivatives (WithAttrs, WithGroup) share under one
+// mutex.
+type lineHandler struct {
+	mu    *sync.Mutex
+	w     io.Writer
+	buf   *bytes.Buffer
+	inner slog.Handler
+}
+
+func newLineHandler(w io.Writer, opts *slog.HandlerOptions) *lineHandler {
+	buf := new(bytes.Buffer)
+	inner := slog.NewTextHandler(buf, &slog.HandlerOptions{
+		Level: opts.Level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == slog.LevelKey || a.Key == slog.MessageKey) {
+				return slog.Attr{}
+			}
+			return a
+		},
+	})
+	return &lineHandler{mu: new(sync.Mutex), w: w, buf: buf, inner: inner}
+}
+
+func (h *lineHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.inner.Enabled(ctx, l)
+}
+
+func (h *lineHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.buf.Reset()
+	if err := h.inner.Handle(ctx, r); err != nil {
+		return err
+	}
+	var line strings.Builder
+	line.WriteString("fence: ")
+	switch {
+	case r.Level >= slog.LevelError:
+		line.WriteString("error: ")
+	case r.Level >= slog.LevelWarn:
+		line.WriteString("warning: ")
+	case r.Level < slog.LevelInfo:
+		line.WriteString("debug: ")
+	}
+	line.WriteString(strings.Join(strings.Fields(r.Message), " "))
+	if attrs := strings.TrimSpace(h.buf.String()); attrs != "" {
+		line.WriteString(" ")
+		line.WriteString(attrs)
+	}
+	line.WriteString("\n")
+	_, err := io.WriteString(h.w, line.String())
+	return err
+}
+
+func (h *lineHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &lineHandler{mu: h.mu, w: h.w, buf: h.buf, inner: h.inner.WithAttrs(as)}
+}
+
+func (h *lineHandler) WithGroup(name string) slog.Handler {
+	return &lineHandler{mu: h.mu, w: h.w, buf: h.buf, inner: h.inner.WithGroup(name)}
+}

@@ -18,12 +18,12 @@ func TestFormats(t *testing.T) {
 		check  func(t *testing.T, out string)
 	}{
 		{"text", func(t *testing.T, out string) {
-			if !strings.Contains(out, "level=INFO") || !strings.Contains(out, `msg=acquired lock=jobs/a token=7`) {
+			if out != `fence: acquired lock=jobs/a token=7` {
 				t.Errorf("text output %q", out)
 			}
 		}},
 		{"", func(t *testing.T, out string) {
-			if !strings.Contains(out, "level=INFO msg=acquired") {
+			if out != `fence: acquired lock=jobs/a token=7` {
 				t.Errorf("default output %q", out)
 			}
 		}},
@@ -69,8 +69,30 @@ func TestLevels(t *testing.T) {
 	l.Info("no")
 	l.Warn("yes")
 	l.Error("also")
-	if out := buf.String(); strings.Contains(out, "msg=no") || !strings.Contains(out, "msg=yes") || !strings.Contains(out, "msg=also") {
+	if out := buf.String(); out != "fence: warning: yes\nfence: error: also\n" {
 		t.Errorf("warn level output %q", out)
+	}
+}
+
+// TestTextIsFenceStyle: the text format is the style of fence's own
+// messages ("fence: warning: ..."), never slog's time=... level=WARN, so a
+// run's warnings from the history recorder and from fence run read alike;
+// values are quoted, attributes and groups of derived loggers kept.
+func TestTextIsFenceStyle(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := New(&buf, "text", "debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Warn("history: events could not be recorded", "events", 2, "err", errors.New("disk full: no space"))
+	l.With("lock", "jobs/a").WithGroup("g").Debug("multi\nline", "k", "v")
+	want := "fence: warning: history: events could not be recorded events=2 err=\"disk full: no space\"\n" +
+		"fence: debug: multi line lock=jobs/a g.k=v\n"
+	if got := buf.String(); got != want {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+	if strings.Contains(buf.String(), "level=") || strings.Contains(buf.String(), "time=") {
+		t.Errorf("slog's text format leaked: %q", buf.String())
 	}
 }
 

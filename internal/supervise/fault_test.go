@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,20 +19,11 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// margins collects the measured margins between a command's death and the
-// moment its lease could be taken, for the report at the end of the run.
-var margins struct {
-	sync.Mutex
-	lines []string
-}
-
+// noteMargin logs a measured margin between a command's death and the
+// moment its lease could be taken (go test -v shows it).
 func noteMargin(t *testing.T, format string, args ...any) {
 	t.Helper()
-	s := t.Name() + ": " + fmt.Sprintf(format, args...)
-	t.Log(s)
-	margins.Lock()
-	margins.lines = append(margins.lines, s)
-	margins.Unlock()
+	t.Logf(format, args...)
 }
 
 // TestFencePaused: fence alone (not the command) is frozen with SIGSTOP
@@ -305,14 +295,6 @@ func TestContention(t *testing.T) {
 				t.Fatalf("tokens not increasing in log order: %v", tokens)
 			}
 		})
-	}
-}
-
-func TestZMarginReport(t *testing.T) {
-	margins.Lock()
-	defer margins.Unlock()
-	for _, l := range margins.lines {
-		t.Log(l)
 	}
 }
 

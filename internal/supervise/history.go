@@ -15,8 +15,8 @@ import (
 // Acquisitions and releases are the coordinator's own to record. Best
 // effort: the history must never change the run's outcome.
 func (r *runner) record(ctx context.Context, code int, _ error) {
-	h, ok := r.c.(coord.Historian)
-	if !ok || r.held == nil {
+	var h coord.Historian
+	if !coord.As(r.c, &h) || r.held == nil {
 		return
 	}
 	lease := r.held.Lease()
@@ -62,7 +62,8 @@ type failureRecorder struct {
 // failuresBack is called on the renewal goroutine after an acknowledged
 // renewal. It must not block: the write runs on a goroutine of its own.
 func (r *runner) failuresBack() {
-	h, ok := r.c.(coord.Historian)
+	var h coord.Historian
+	ok := coord.As(r.c, &h)
 	held := r.heldPtr.Load()
 	if !ok || held == nil {
 		return

@@ -27,8 +27,8 @@ func (r *runner) watchLease(ctx context.Context) {
 	if r.lw.cancel != nil || r.held == nil {
 		return
 	}
-	w := coord.LeaseWatcherOf(r.c)
-	if w == nil {
+	var w coord.LeaseWatcher
+	if !coord.As(r.c, &w) {
 		return
 	}
 	lease := r.held.Lease()

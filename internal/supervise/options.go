@@ -80,6 +80,12 @@ type Options struct {
 	// could be made; the watchdog then finds the command's descendants as
 	// their subreaper.
 	NoCgroup bool
+
+	// Holds, when set, are leases the caller holds and releases itself
+	// (`fence shards run`): the command runs under them, stopped before
+	// the earliest can expire, and Wait, NoRenew and ConflictExitCode do
+	// not apply. Lock names them in messages (the group).
+	Holds Holds
 }
 
 // DefaultGrace is the grace period used when none is given: a fifth of the

@@ -216,6 +216,7 @@ type runner struct {
 	m      metrics
 
 	held *fencing.Held
+	hold holdView // held, or Options.Holds
 	// hist records renewal failures as they are found to be over (see
 	// failuresBack); heldPtr is held for the renewal goroutine.
 	hist    failureRecorder
@@ -287,6 +288,11 @@ func (r *runner) run(ctx context.Context) (int, error) {
 
 	defer r.warm.Wait()
 
+	if p.Holds != nil {
+		r.useHolds()
+		return r.supervise(ctx, path, args, env, ignored, sigs)
+	}
+
 	// The watchdog was started by Start: its PID is recorded with the
 	// lease, and its start-up overlaps opening the coordinator and the
 	// acquisition. It is waited for after the release.
@@ -354,6 +360,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		// first, and the lease released after.
 		r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, hopts)
 		r.heldPtr.Store(r.held)
+		r.hold = r.held
 		if err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = r.c.Release(rctx, lease.Name, lease.ID)
@@ -508,15 +515,14 @@ func (r *runner) closeWatchdog() {
 // supervise starts the command and follows it until the watchdog is done.
 func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
 	p := r.p
-	lease := r.held.Lease()
-	l := &loop{ctx: ctx, sigs: sigs, leaseStop: leaseStopOf(r.held.SafeUntil(), p.grace)}
+	l := &loop{ctx: ctx, sigs: sigs, leaseStop: leaseStopOf(r.hold.SafeUntil(), p.grace)}
 	if p.Deadline > 0 {
 		l.deadline = clock.Now().Add(p.Deadline)
 	}
 	if p.NoRenew && (l.deadline == 0 || l.deadline > l.leaseStop) {
 		l.deadline = l.leaseStop // what the lease covers
 	}
-	env = setEnv(env, leaseEnv(lease, l.deadline))
+	env = setEnv(env, r.commandEnv(l.deadline))
 	sp := &spec{
 		Path: path, Args: args, Env: env, Dir: p.Dir,
 		Signal: int(p.signal), Grace: p.grace,
@@ -531,7 +537,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	r.phase = r.phase.next(stepStart)
 
 	defer r.lw.stop()
-	l.heldDone = r.held.Context().Done()
+	l.heldDone = r.hold.Context().Done()
 	l.ctxDone = ctx.Done()
 	l.wdDone = r.wdDone
 	for {
@@ -568,7 +574,7 @@ type loop struct {
 func (r *runner) act(l *loop, now clock.Boot) {
 	p := r.p
 	if r.phase == phaseRunning {
-		l.leaseStop = max(l.leaseStop, leaseStopOf(r.held.SafeUntil(), p.grace))
+		l.leaseStop = max(l.leaseStop, leaseStopOf(r.hold.SafeUntil(), p.grace))
 		if stop, reason := stopStart(l.leaseStop, l.deadline); now >= stop {
 			r.startStop(l, reason, now)
 		}
@@ -630,7 +636,7 @@ func (r *runner) await(l *loop, now, wake clock.Boot) {
 		l.wdDone = nil // the reports are read to their end before deciding
 	case <-l.heldDone:
 		l.heldDone = nil
-		cause := context.Cause(r.held.Context())
+		cause := context.Cause(r.hold.Context())
 		if errors.Is(cause, coord.ErrLeaseLost) {
 			if r.lostErr == nil {
 				r.lostErr = cause
@@ -663,18 +669,20 @@ func (r *runner) report(ctx context.Context, rep report) {
 		r.started = &rep
 		r.verbosef("started the command: pid %d, process group %d%s", rep.PID, rep.PGID, cgroupNote(rep.Cgroup))
 		r.watchLease(ctx)
-		if a, ok := r.c.(coord.ProcessAttacher); ok {
-			lease := r.held.Lease()
+		var a coord.ProcessAttacher
+		if coord.As(r.c, &a) {
 			pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
-			r.attaching.Add(1)
-			go func() {
-				defer r.attaching.Done()
-				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				if err := a.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
-					r.verbosef("could not record the command's process group with the lease: %v", err)
-				}
-			}()
+			for _, lease := range r.leases() {
+				r.attaching.Add(1)
+				go func() {
+					defer r.attaching.Done()
+					actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+					defer cancel()
+					if err := a.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
+						r.verbosef("could not record the command's process group with the lease: %v", err)
+					}
+				}()
+			}
 		}
 	case evExecError:
 		r.execErr = &rep
@@ -727,9 +735,9 @@ func (r *runner) outcome() (int, error) {
 		}
 		e.wdState = fmt.Sprint(r.wd.ProcessState) // the loop ended once it had exited
 	default:
-		if r.lostErr == nil && r.held != nil {
+		if r.lostErr == nil && r.hold != nil {
 			// fence may have been resumed a moment ago: see for itself.
-			if err := r.held.Check(); errors.Is(err, coord.ErrLeaseLost) {
+			if err := r.hold.Check(); errors.Is(err, coord.ErrLeaseLost) {
 				r.lostErr = err
 			}
 		}
@@ -738,8 +746,8 @@ func (r *runner) outcome() (int, error) {
 		}
 	}
 	e.lostErr = r.lostErr
-	if r.held != nil {
-		e.safeUntil = r.held.SafeUntil()
+	if r.hold != nil {
+		e.safeUntil = r.hold.SafeUntil()
 	}
 	res := outcomeOf(r.p, e)
 	r.m.lost = r.m.lost || res.lost

@@ -7,7 +7,9 @@
 // same lock, so that protected storage can refuse a stale holder's writes.
 //
 // Two backends implement Coordinator: package local (one host, no server; the
-// default) and package etcd (an etcd v3 cluster).
+// default) and package etcd (an etcd v3 cluster). What a backend can do
+// beyond Coordinator (ProcessAttacher, LeaseWatcher, Peeker, AsyncRenewer,
+// Historian) is found with As, through decorators such as history.Recorder.
 package coord
 
 import (
@@ -16,7 +18,8 @@ import (
 	"fmt"
 	"os"
 	"time"
-	"unicode/utf8"
+
+	"github.com/fence-dev/fence/internal/printable"
 )
 
 // WaitForever, as AcquireOptions.Wait, waits until the lease is acquired or
@@ -26,24 +29,38 @@ const WaitForever time.Duration = -1
 // MaxNameLen is the longest lock name, in bytes.
 const MaxNameLen = 256
 
-// AcquireOptions says how to take a lease.
+// DefaultTTL is the TTL of a lease asked for with a zero
+// AcquireOptions.TTL: fence run's default --ttl.
+const DefaultTTL = 15 * time.Second
+
+// AcquireOptions says how to take a lease. Every backend checks them with
+// CheckAcquire, so that all refuse the same input.
+//
+// The zero AcquireOptions is a try-lock: a lease of DefaultTTL for
+// DefaultHolder() when the lock is free, else ErrBusy at once. To wait as
+// etcd's concurrency.Mutex.Lock does, set Wait to WaitForever (the wait
+// then ends with ctx). The zero Wait stays "do not wait" because that is
+// what every caller that sets Wait: 0 means, fence's own included.
 type AcquireOptions struct {
-	// TTL is the requested time to live. A backend may grant more (etcd
-	// rounds up to whole seconds and has a minimum); Lease.TTL is what it
-	// granted.
+	// TTL is the requested time to live, 0 for DefaultTTL. A backend may
+	// grant more (etcd rounds up to whole seconds and has a minimum);
+	// Lease.TTL is what it granted.
 	TTL time.Duration
-	// Holder names the holder (default "HOSTNAME:PID").
+	// Holder names the holder (default DefaultHolder(): "HOSTNAME:PID");
+	// see ValidateHolder.
 	Holder string
 	// Wait is how long to wait for a held lock: 0 fails at once with
-	// ErrBusy, WaitForever waits until acquired (or ctx ends). Waiters are
-	// served first come, first served.
+	// ErrBusy, WaitForever waits until acquired (or ctx ends); any other
+	// negative value is refused. Waiters are served first come, first
+	// served.
 	Wait time.Duration
 	// Process, when set, attaches the lease to running processes (as fence
 	// run does): the local backend may then hand the lock over before the
 	// TTL runs out once all of them are gone. It also says that the lease
 	// has a supervisor that watches it (LeaseWatcher) and answers stop
 	// requests: StopRequester.RequestStop asks it rather than leaving the
-	// lease to be ended at once. etcd records only that.
+	// lease to be ended at once. etcd records only that. Checked by every
+	// backend.
 	Process *ProcessInfo
 	// OnWait, when set, is called once if the lock is held when the request
 	// arrives, with the current holder, after the caller has taken its place
@@ -196,21 +213,83 @@ var (
 	ErrUnavailable = errors.New("coordinator unavailable")
 )
 
-// ValidateName checks a lock name: 1 to 256 bytes of printable UTF-8, no
-// control characters. The error wraps ErrInvalid.
+// ValidateName checks a lock name: 1 to MaxNameLen bytes of printable
+// UTF-8. Refused, besides invalid UTF-8: control characters, invisible
+// format characters (Unicode category Cf: bidirectional overrides,
+// zero-width spaces and joiners), the other characters drawn as nothing
+// (Hangul fillers, variation selectors), private-use characters and
+// unassigned code points: a name reads as what
+// it is, on a terminal and on the dashboard. `/` is allowed and has no
+// nesting meaning. The error wraps ErrInvalid.
 func ValidateName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("%w: lock name is empty", ErrInvalid)
-	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: lock name is %d bytes, the limit is %d", ErrInvalid, len(name), MaxNameLen)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: lock name %q is not valid UTF-8", ErrInvalid, name)
+	return invalid(printable.Check("lock name", name, MaxNameLen))
+}
+
+// MaxHolderLen is the longest holder identity, in bytes.
+const MaxHolderLen = 1024
+
+// ValidateHolder checks a holder identity (AcquireOptions.Holder) by the
+// rules of lock names, up to MaxHolderLen bytes; "" is allowed (the
+// default). The error wraps ErrInvalid.
+func ValidateHolder(holder string) error {
+	if holder == "" {
+		return nil
 	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
-			return fmt.Errorf("%w: lock name %q contains control character %U", ErrInvalid, name, r)
+	return invalid(printable.Check("holder", holder, MaxHolderLen))
+}
+
+// invalid wraps err, if any, in ErrInvalid.
+func invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %v", ErrInvalid, err)
+}
+
+// CheckAcquire checks the arguments of an Acquire and returns the options
+// with their defaults: a zero TTL is DefaultTTL, an empty Holder
+// DefaultHolder(). Every backend calls it first, so that they refuse the
+// same input, each with an error wrapping ErrInvalid: a bad name
+// (ValidateName), a TTL that is negative or above MaxTTL, a negative Wait
+// other than WaitForever, a bad holder (ValidateHolder), and a Process with
+// a PID that is not positive or a process group that is negative or init's.
+func CheckAcquire(name string, o AcquireOptions) (AcquireOptions, error) {
+	if err := ValidateName(name); err != nil {
+		return o, err
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if err := ValidateTTL(o.TTL); err != nil {
+		return o, err
+	}
+	if o.Wait < 0 && o.Wait != WaitForever {
+		return o, fmt.Errorf("%w: wait %v is negative (WaitForever waits until acquired)", ErrInvalid, o.Wait)
+	}
+	if err := ValidateHolder(o.Holder); err != nil {
+		return o, err
+	}
+	if o.Holder == "" {
+		o.Holder = DefaultHolder()
+	}
+	if o.Process != nil {
+		if err := o.Process.Validate(); err != nil {
+			return o, err
 		}
+	}
+	return o, nil
+}
+
+// Validate checks p: every PID positive, the process group 0 (not known
+// yet) or another process's than init's. The error wraps ErrInvalid.
+func (p ProcessInfo) Validate() error {
+	for _, pid := range p.PIDs {
+		if pid <= 0 {
+			return fmt.Errorf("%w: process id %d", ErrInvalid, pid)
+		}
+	}
+	if p.PGID < 0 || p.PGID == 1 {
+		return fmt.Errorf("%w: process group %d", ErrInvalid, p.PGID)
 	}
 	return nil
 }

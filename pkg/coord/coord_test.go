@@ -8,13 +8,14 @@ import (
 )
 
 func TestValidateName(t *testing.T) {
-	good := []string{"a", "a/b", "/", "jobs/nightly-backup", "ünïcode ✓", strings.Repeat("x", MaxNameLen)}
+	good := []string{"a", "a/b", "/", "jobs/nightly-backup", "ünïcode ✓", "a\u00a0b", strings.Repeat("x", MaxNameLen)}
 	for _, n := range good {
 		if err := ValidateName(n); err != nil {
 			t.Errorf("ValidateName(%q) = %v, want nil", n, err)
 		}
 	}
-	bad := []string{"", "a\x00b", "tab\there", "nl\n", "del\x7f", "c1\u0085", strings.Repeat("x", MaxNameLen+1), "\xff\xfe"}
+	bad := []string{"", "a\x00b", "tab\there", "nl\n", "del\x7f", "c1\u0085", strings.Repeat("x", MaxNameLen+1), "\xff\xfe",
+		"a\u202eb", "a\u200bb", "\ufeff", "a\ue000", "a\u0378"}
 	for _, n := range bad {
 		err := ValidateName(n)
 		if !errors.Is(err, ErrInvalid) {
@@ -39,6 +40,51 @@ func FuzzValidateName(f *testing.F) {
 			t.Fatalf("error %v does not wrap ErrInvalid", err)
 		}
 	})
+}
+
+// TestValidateHolder: a holder is checked as a lock name is, up to
+// MaxHolderLen bytes; "" (the default) is allowed.
+func TestValidateHolder(t *testing.T) {
+	for _, h := range []string{"", "host:123", "ci runner ✓", strings.Repeat("h", MaxHolderLen)} {
+		if err := ValidateHolder(h); err != nil {
+			t.Errorf("ValidateHolder(%q) = %v", h, err)
+		}
+	}
+	for _, h := range []string{"a\nb", "root\u202e", "ops\u200b", "\xff", strings.Repeat("h", MaxHolderLen+1)} {
+		if err := ValidateHolder(h); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ValidateHolder(%q) = %v, want ErrInvalid", h, err)
+		}
+	}
+}
+
+// TestCheckAcquire: defaults filled in, bad options refused (the
+// conformance suite checks that every backend refuses them).
+func TestCheckAcquire(t *testing.T) {
+	o, err := CheckAcquire("a", AcquireOptions{})
+	if err != nil || o.TTL != DefaultTTL || o.Holder != DefaultHolder() || o.Wait != 0 {
+		t.Errorf("CheckAcquire(zero) = %+v, %v", o, err)
+	}
+	o, err = CheckAcquire("a", AcquireOptions{TTL: time.Second, Holder: "me", Wait: WaitForever})
+	if err != nil || o.TTL != time.Second || o.Holder != "me" || o.Wait != WaitForever {
+		t.Errorf("CheckAcquire kept %+v, %v", o, err)
+	}
+	for what, tc := range map[string]struct {
+		name string
+		o    AcquireOptions
+	}{
+		"bad name":       {"a\u202e", AcquireOptions{}},
+		"negative TTL":   {"a", AcquireOptions{TTL: -time.Second}},
+		"TTL too long":   {"a", AcquireOptions{TTL: MaxTTL + 1}},
+		"negative wait":  {"a", AcquireOptions{Wait: -time.Second}},
+		"bad holder":     {"a", AcquireOptions{Holder: "a\x00"}},
+		"pid 0":          {"a", AcquireOptions{Process: &ProcessInfo{PIDs: []int{0}}}},
+		"init's group":   {"a", AcquireOptions{Process: &ProcessInfo{PGID: 1}}},
+		"negative group": {"a", AcquireOptions{Process: &ProcessInfo{PGID: -3}}},
+	} {
+		if _, err := CheckAcquire(tc.name, tc.o); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: CheckAcquire = %v, want ErrInvalid", what, err)
+		}
+	}
 }
 
 func TestValidateTTL(t *testing.T) {

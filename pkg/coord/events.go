@@ -17,6 +17,14 @@ const (
 	HistExpired          HistoryKind = "expired"           // Token, Holder, LeaseID: ended without a release or revoke
 	HistRevoked          HistoryKind = "revoked"           // Token, Holder
 	HistStaleRefused     HistoryKind = "stale_refused"     // Key, Token (refused), AcceptedToken
+	// Package shards (fence shards run), on a shard's lock: Holder (the
+	// member), Token, Reason.
+	HistShardTaken   HistoryKind = "shard_taken"
+	HistShardGivenUp HistoryKind = "shard_given_up" // the map moved it to another member
+	HistShardLost    HistoryKind = "shard_lost"     // its lease ended
+	// On a member's lock: Holder (the member), Count (restarts so far),
+	// Reason.
+	HistRestarted HistoryKind = "restarted"
 )
 
 // HistoryEvent is one entry of a lock's persistent history.
@@ -36,6 +44,8 @@ type HistoryEvent struct {
 	// events recorded before fence kept it): a Release from another
 	// process finds by it that the lease it releases had lapsed.
 	LeaseID string `json:"lease_id,omitempty"`
+	// Reason says why, in words: why a shard moved (package shards).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Historian is implemented by coordinators that keep a bounded, persistent

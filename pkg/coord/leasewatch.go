@@ -27,20 +27,3 @@ type LeaseWatcher interface {
 	// coordinator; WatchLease does not wait for the coordinator.
 	WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error)
 }
-
-// LeaseWatcherOf returns c's LeaseWatcher, looking through decorators that
-// have an Unwrap() Coordinator method (history.Recorder), or nil when c has
-// none.
-func LeaseWatcherOf(c Coordinator) LeaseWatcher {
-	for c != nil {
-		if w, ok := c.(LeaseWatcher); ok {
-			return w
-		}
-		u, ok := c.(interface{ Unwrap() Coordinator })
-		if !ok {
-			return nil
-		}
-		c = u.Unwrap()
-	}
-	return nil
-}

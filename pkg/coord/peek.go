@@ -9,9 +9,11 @@ type Peeker interface {
 	Peek(ctx context.Context, name string) (LockInfo, error)
 }
 
-// Peek reads lock name through c's Peek when it has one, else Inspect.
+// Peek reads lock name through c's Peeker when it has one (found with As),
+// else Inspect.
 func Peek(ctx context.Context, c Coordinator, name string) (LockInfo, error) {
-	if p, ok := c.(Peeker); ok {
+	var p Peeker
+	if As(c, &p) {
 		return p.Peek(ctx, name)
 	}
 	return c.Inspect(ctx, name)

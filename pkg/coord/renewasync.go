@@ -18,7 +18,8 @@ type AsyncRenewer interface {
 	// being called, it is called with an error that wraps context.Canceled.
 	// cancel never blocks, and may be called more than once, and after done.
 	//
-	// A type that wraps a Coordinator and changes its Renew must not
-	// promote the wrapped RenewAsync.
+	// A decorator that changes Renew must implement RenewAsync itself or
+	// have no Unwrap (see Unwrapper), so that coord.As does not find the
+	// wrapped one past it.
 	RenewAsync(name, leaseID string, done func(Renewal, error)) (cancel func())
 }

@@ -175,10 +175,6 @@ type HoldOptions struct {
 	// error and the number of failures since the last acknowledgment. It
 	// must not block, and runs as OnSafeUntil does.
 	OnRenewError func(err error, failures int)
-	// Clock replaces the boot clock and the timers, for tests only: with a
-	// clockwork.FakeClock, a boot reading is the fake time in Unix
-	// nanoseconds, and Lease.Sent is read the same way.
-	Clock clockwork.Clock
 }
 
 // Stats is a snapshot of a hold's renewals.
@@ -200,8 +196,25 @@ type Stats struct {
 // scheduler goroutine (one per clock), which sends each renewal when it is
 // due and ends each hold at its safe-until; a renewal's answer is applied
 // by the goroutine that receives it (see scheduler).
+//
+// Lock order. A goroutine holding one of these locks takes only those to
+// its right: schedulers.mu → h.cbMu → sched.mu → h.mu.
+//   - schedulers.mu → sched.mu: schedule and exit (a scheduler joins or
+//     leaves the map while its holds are looked at).
+//   - h.cbMu → sched.mu → h.mu: attempt.complete applies an answer (cbMu
+//     for the whole of it and its callbacks, sched.mu for the scheduling
+//     fields, h.mu for Stats).
+//   - scheduler.lose runs under sched.mu and only tries cbMu (TryLock: it
+//     never waits for it); scheduler.remove takes cbMu after releasing
+//     sched.mu, to wait for a callback in progress.
+//   - h.cancel is never called with sched.mu held: the context's AfterFunc
+//     (remove) takes sched.mu and cbMu, on a goroutine of its own.
+//
+// The callbacks (OnSafeUntil, OnRenewError) run under cbMu only: they may
+// call SafeUntil and Stats (h.mu), not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
+	async  coord.AsyncRenewer // c's, found with coord.As; nil if it has none
 	lease  coord.Lease
 	clk    clk
 	opts   HoldOptions
@@ -234,6 +247,10 @@ const pauseTolerance = 100 * time.Millisecond
 // Acquire takes a lease with c.Acquire and holds it (see Hold). If Hold
 // refuses the options, the lease is released and the error returned.
 func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts HoldOptions) (*Held, error) {
+	acq, err := coord.CheckAcquire(name, acq) // the TTL that opts must fit (DefaultTTL for 0)
+	if err != nil {
+		return nil, err
+	}
 	if err := opts.check(acq.TTL); err != nil {
 		return nil, err
 	}
@@ -261,22 +278,24 @@ func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.Ac
 // When ctx ends, renewals stop and Context() ends with ctx's cause; the
 // lease then runs out at its TTL unless released.
 func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions) (*Held, error) {
+	return holdOn(ctx, c, lease, opts, bootClk{clockwork.NewRealClock()})
+}
+
+// holdOn is Hold on clock k (a test's fake clock: see export_test.go).
+func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, k clk) (*Held, error) {
 	if lease == nil {
 		return nil, fmt.Errorf("%w: no lease to hold", coord.ErrInvalid)
 	}
 	if err := opts.check(lease.TTL); err != nil {
 		return nil, err
 	}
-	var k clk = bootClk{clockwork.NewRealClock()}
-	if opts.Clock != nil {
-		k = fakeClk{opts.Clock}
-	}
 	return hold(ctx, c, lease, opts, k)
 }
 
-// hold is Hold on clock k.
+// hold is Hold on clock k, with checked options.
 func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, k clk) (*Held, error) {
 	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
+	coord.As(c, &h.async)
 	h.opts.fill(lease.TTL)
 
 	var sent clock.Boot
@@ -451,7 +470,9 @@ func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer
 func (b bootClk) watchSuspend() func()                     { return suspends.join() }
 func (b bootClk) suspended() <-chan struct{}               { return suspends.current() }
 
-type fakeClk struct{ c clockwork.Clock }
+// fakeClk is a test's clockwork.FakeClock: a boot reading is the fake time
+// in Unix nanoseconds, and Lease.Sent is read the same way.
+type fakeClk struct{ c *clockwork.FakeClock }
 
 func (f fakeClk) now() clock.Boot                          { return clock.Boot(f.c.Now().UnixNano()) }
 func (f fakeClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }

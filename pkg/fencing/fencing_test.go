@@ -195,8 +195,7 @@ func fakeHold(t *testing.T, c coord.Coordinator, ttl time.Duration, opts fencing
 		t.Fatal(err)
 	}
 	fc := clockwork.NewFakeClockAt(l.Sent)
-	opts.Clock = fc
-	h, err := fencing.Hold(context.Background(), c, l, opts)
+	h, err := fencing.HoldOn(context.Background(), c, l, opts, fc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"reflect"
 	"sync"
 	"time"
 
@@ -36,7 +35,7 @@ import (
 // The goroutine runs while the scheduler has holds and exits with the last.
 type scheduler struct {
 	clk clk
-	key any // in schedulers (nil: not shared)
+	key any // in schedulers
 
 	mu      sync.Mutex
 	holds   holdHeap
@@ -63,9 +62,7 @@ func schedule(h *Held) {
 	s := schedulers.m[key]
 	if s == nil {
 		s = &scheduler{clk: h.clk, key: key, poke: make(chan struct{}, 1)}
-		if key != nil {
-			schedulers.m[key] = s
-		}
+		schedulers.m[key] = s
 	}
 	h.sched = s
 	s.mu.Lock()
@@ -81,18 +78,15 @@ func schedule(h *Held) {
 	}
 }
 
-// clockKey is the key of k's scheduler in schedulers: nil for a clock that
-// cannot be a map key, which gets a scheduler for each hold.
+// clockKey is the key of k's scheduler in schedulers: one for the boot
+// clock, one for each fake clock of a test.
 func clockKey(k clk) any {
 	switch k := k.(type) {
-	case bootClk:
-		return realClockKey{}
 	case fakeClk:
-		if reflect.TypeOf(k.c).Comparable() {
-			return k.c
-		}
+		return k.c
+	default:
+		return realClockKey{}
 	}
-	return nil
 }
 
 // exit stops the goroutine when no hold is left: it reports false when a
@@ -106,7 +100,7 @@ func (s *scheduler) exit() bool {
 		return false
 	}
 	s.running = false
-	if s.key != nil && schedulers.m[s.key] == s {
+	if schedulers.m[s.key] == s {
 		delete(schedulers.m, s.key)
 	}
 	return true
@@ -344,8 +338,8 @@ func (h *Held) plan() clock.Boot {
 
 // send sends a renewal (without s.mu) and returns how to abandon it.
 func (h *Held) send(a *attempt) (cancel func()) {
-	if ar, ok := h.c.(coord.AsyncRenewer); ok {
-		return ar.RenewAsync(h.lease.Name, h.lease.ID, a.complete)
+	if h.async != nil {
+		return h.async.RenewAsync(h.lease.Name, h.lease.ID, a.complete)
 	}
 	ctx, cancel := context.WithCancel(h.ctx)
 	go func() {

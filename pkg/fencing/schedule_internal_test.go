@@ -57,8 +57,7 @@ func TestSchedulerStopsWithLastHold(t *testing.T) {
 	fc := clockwork.NewFakeClock()
 	hold := func(name string, opts HoldOptions) *Held {
 		t.Helper()
-		opts.Clock = fc
-		h, err := Hold(context.Background(), c, &coord.Lease{Name: name, ID: name, TTL: 30 * time.Second, Sent: fc.Now()}, opts)
+		h, err := HoldOn(context.Background(), c, &coord.Lease{Name: name, ID: name, TTL: 30 * time.Second, Sent: fc.Now()}, opts, fc)
 		if err != nil {
 			t.Fatal(err)
 		}

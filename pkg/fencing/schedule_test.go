@@ -12,7 +12,10 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/pkg/history/localstore"
 )
 
 // hangOne wraps a real coordinator: the renewals of lock hang (until
@@ -46,8 +49,7 @@ func holdAt(t *testing.T, c coord.Coordinator, fc *clockwork.FakeClock, lock str
 		t.Fatal(err)
 	}
 	l.Sent = fc.Now()
-	opts.Clock = fc
-	h, err := fencing.Hold(context.Background(), c, l, opts)
+	h, err := fencing.HoldOn(context.Background(), c, l, opts, fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,6 +238,30 @@ func TestAsyncRenewer(t *testing.T) {
 	}
 	if st := answered.Stats(); st.Renewals < 2 || st.SafeUntil <= su {
 		t.Fatalf("answered hold: %+v, want renewals past the silent one's safe-until", st)
+	}
+}
+
+// TestAsyncRenewerThroughDecorator: a hold on a decorated coordinator (the
+// lease history, as fence run holds its lease) renews through the
+// AsyncRenewer of the coordinator it decorates, never through Renew.
+func TestAsyncRenewerThroughDecorator(t *testing.T) {
+	dir := t.TempDir()
+	inner, err := local.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := localstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &asyncFake{Coordinator: inner, lock: "none"}
+	c := history.Wrap(fake, s)
+	t.Cleanup(func() { c.Close() })
+	fc := clockwork.NewFakeClockAt(time.Now())
+	h := holdAt(t, c, fc, "decorated", 30*time.Second, fencing.HoldOptions{})
+	stepUntil(t, fc, func() int32 { return fake.active.Load() }, time.Second, "two renewals", func() bool { return h.Stats().Renewals >= 2 })
+	if n := fake.async.Load(); n < 2 {
+		t.Fatalf("%d renewals through RenewAsync, want every one of %d", n, h.Stats().Renewals)
 	}
 }
 

@@ -21,8 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
+	"github.com/fence-dev/fence/internal/printable"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -86,22 +86,13 @@ const MaxKeyLen = coord.MaxNameLen
 // one (coord.MaxToken).
 const MaxToken = coord.MaxToken
 
-// ValidateKey checks a key with the rules of lock names: 1 to 256 bytes of
-// printable UTF-8, no control characters. `/` is allowed and has no nesting
-// meaning. The error wraps coord.ErrInvalid.
+// ValidateKey checks a key by the rules of lock names (coord.ValidateName:
+// the same check, not a copy): 1 to MaxKeyLen bytes of printable UTF-8, no
+// control characters, no invisible or private-use characters. `/` is
+// allowed and has no nesting meaning. The error wraps coord.ErrInvalid.
 func ValidateKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: guard key is empty", coord.ErrInvalid)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: guard key is %d bytes, the limit is %d", coord.ErrInvalid, len(key), MaxKeyLen)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: guard key %q is not valid UTF-8", coord.ErrInvalid, key)
-	}
-	for _, r := range key {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
-			return fmt.Errorf("%w: guard key %q contains control character %U", coord.ErrInvalid, key, r)
-		}
+	if err := printable.Check("guard key", key, MaxKeyLen); err != nil {
+		return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/fence-dev/fence/pkg/coord"
@@ -30,9 +31,15 @@ func TestValidate(t *testing.T) {
 			t.Errorf("ValidateKey(%q) = %v", k, err)
 		}
 	}
-	for _, k := range []string{"", "\x00", "a\tb", "\xff"} {
+	for _, k := range []string{"", "\x00", "a\tb", "\xff", "a\u202eb", "a\u200bb", "\ue000"} {
 		if err := guard.ValidateKey(k); !errors.Is(err, coord.ErrInvalid) {
 			t.Errorf("ValidateKey(%q) = %v, want ErrInvalid", k, err)
+		}
+	}
+	// A key is checked as a lock name is: one rule.
+	for _, k := range []string{"a", "x y", "a\u00a0b", "a\u2028", "a\u3164", "\u0378", "é", "a\ufe0f", strings.Repeat("k", guard.MaxKeyLen+1)} {
+		if kerr, nerr := guard.ValidateKey(k), coord.ValidateName(k); (kerr == nil) != (nerr == nil) {
+			t.Errorf("%q: ValidateKey = %v, but ValidateName = %v", k, kerr, nerr)
 		}
 	}
 	for tok, ok := range map[uint64]bool{0: false, 1: true, guard.MaxToken: true, guard.MaxToken + 1: false} {

@@ -136,19 +136,35 @@ func WithMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n }
 // NewOptions applies opts over the defaults. It fails, wrapping
 // coord.ErrInvalid, on a negative bound.
 func NewOptions(opts ...Option) (Options, error) {
-	var o Options
+	o, errs := options(opts)
+	if len(errs) > 0 {
+		return o, errs[0]
+	}
+	return o, nil
+}
+
+// options applies opts over the defaults. A negative bound is replaced by
+// its default, and reported in errs (each wrapping coord.ErrInvalid); the
+// other options are kept.
+func options(opts []Option) (o Options, errs []error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	switch {
-	case o.MaxEvents < 0:
-		return o, fmt.Errorf("%w: history: max events %d is negative", coord.ErrInvalid, o.MaxEvents)
-	case o.MaxAge < 0:
-		return o, fmt.Errorf("%w: history: max age %v is negative", coord.ErrInvalid, o.MaxAge)
-	case o.RecordTimeout < 0:
-		return o, fmt.Errorf("%w: history: record timeout %v is negative", coord.ErrInvalid, o.RecordTimeout)
-	case o.MaxPending < 0:
-		return o, fmt.Errorf("%w: history: max pending %d is negative", coord.ErrInvalid, o.MaxPending)
+	if o.MaxEvents < 0 {
+		errs = append(errs, fmt.Errorf("%w: history: max events %d is negative", coord.ErrInvalid, o.MaxEvents))
+		o.MaxEvents = 0
+	}
+	if o.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("%w: history: max age %v is negative", coord.ErrInvalid, o.MaxAge))
+		o.MaxAge = 0
+	}
+	if o.RecordTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: history: record timeout %v is negative", coord.ErrInvalid, o.RecordTimeout))
+		o.RecordTimeout = 0
+	}
+	if o.MaxPending < 0 {
+		errs = append(errs, fmt.Errorf("%w: history: max pending %d is negative", coord.ErrInvalid, o.MaxPending))
+		o.MaxPending = 0
 	}
 	if o.MaxEvents == 0 {
 		o.MaxEvents = DefaultMaxEvents
@@ -168,7 +184,7 @@ func NewOptions(opts ...Option) (Options, error) {
 	if o.MaxPending == 0 {
 		o.MaxPending = DefaultMaxPending
 	}
-	return o, nil
+	return o, errs
 }
 
 // Cutoff is the oldest event time kept as of now.
@@ -183,6 +199,7 @@ var knownKinds = map[coord.HistoryKind]bool{
 	coord.HistAcquired: true, coord.HistReleased: true, coord.HistRenewalFailed: true,
 	coord.HistLeaseLost: true, coord.HistDeadlineExceeded: true, coord.HistExpired: true,
 	coord.HistRevoked: true, coord.HistStaleRefused: true,
+	coord.HistShardTaken: true, coord.HistShardGivenUp: true, coord.HistShardLost: true, coord.HistRestarted: true,
 }
 
 // Normalize checks an event before it is stored and fills in what may be
@@ -218,6 +235,7 @@ func Normalize(ev coord.HistoryEvent, now time.Time) (coord.HistoryEvent, error)
 	ev.Time = ev.Time.UTC().Round(0)
 	ev.Holder = cut(ev.Holder)
 	ev.Error = cut(ev.Error)
+	ev.Reason = cut(ev.Reason)
 	return ev, nil
 }
 

@@ -66,29 +66,32 @@ const maxHeld = 4096
 const scanBack = 32
 
 var (
-	_ coord.Coordinator     = (*Recorder)(nil)
-	_ coord.Historian       = (*Recorder)(nil)
-	_ coord.ProcessAttacher = (*Recorder)(nil)
-	_ coord.StopRequester   = (*Recorder)(nil)
-	_ Reader                = (*Recorder)(nil)
+	_ coord.Coordinator   = (*Recorder)(nil)
+	_ coord.Historian     = (*Recorder)(nil)
+	_ coord.StopRequester = (*Recorder)(nil)
+	_ coord.Unwrapper     = (*Recorder)(nil)
+	_ Reader              = (*Recorder)(nil)
 )
 
 // Wrap returns a Recorder that records c's lease events in s. Options set
 // the logger, the clock, the timeout of each write and the pending buffer
-// (the bounds are the store's own). Closing the Recorder closes c.
+// (the bounds are the store's own). A negative value, which NewOptions
+// refuses, is replaced by its default and logged at warn level: Wrap has
+// no error to return, and the other options are kept. Closing the Recorder
+// closes c.
 func Wrap(c coord.Coordinator, s Store, opts ...Option) *Recorder {
-	o, err := NewOptions(opts...)
-	if err != nil {
-		// Only negative values fail; fall back to the defaults rather than
-		// refuse a decorator that has no error to return.
-		o, _ = NewOptions()
+	o, errs := options(opts)
+	for _, err := range errs {
+		o.Logger.Warn("history: option ignored, the default is used", "err", err)
 	}
 	r := &Recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}, asked: map[string]uint64{}}
 	r.pending = NewPending(s, o.MaxPending)
 	return r
 }
 
-// Unwrap returns the decorated coordinator.
+// Unwrap returns the decorated coordinator (coord.Unwrapper): coord.As finds
+// its optional capabilities (AsyncRenewer, Peeker, LeaseWatcher,
+// ProcessAttacher) past the Recorder, which changes none of them.
 func (r *Recorder) Unwrap() coord.Coordinator { return r.inner }
 
 // Store returns the store the events are written to.
@@ -227,7 +230,8 @@ func (r *Recorder) wasAsked(name string, token uint64) bool {
 
 // stopRequester is the decorated coordinator's StopRequester.
 func (r *Recorder) stopRequester() (coord.StopRequester, error) {
-	if s, ok := r.inner.(coord.StopRequester); ok {
+	var s coord.StopRequester
+	if coord.As(r.inner, &s) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("%w: %s cannot ask a holder to stop", errors.ErrUnsupported, r.inner.Describe())
@@ -313,16 +317,6 @@ func (r *Recorder) CloseContext(ctx context.Context) error {
 		r.log.Warn("history: events could not be recorded", "events", r.pending.Len(), "err", err)
 	}
 	return r.inner.Close()
-}
-
-// AttachProcess implements coord.ProcessAttacher when the decorated
-// coordinator does; otherwise it does nothing and returns nil, as such
-// backends ignore AcquireOptions.Process.
-func (r *Recorder) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
-	if a, ok := r.inner.(coord.ProcessAttacher); ok {
-		return a.AttachProcess(ctx, name, leaseID, p)
-	}
-	return nil
 }
 
 // Record implements coord.Historian: it writes the events still pending,

@@ -1,7 +1,6 @@
 package history_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +15,9 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/internal/syncbuf"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/coordtest"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/history"
@@ -377,14 +378,22 @@ func testPassThrough(t *testing.T, b backend) {
 	if _, err := r.Renew(ctxT(t), "pt", l.ID); err != nil {
 		t.Fatal(err)
 	}
-	pgid := syscall.Getpgrp()
-	err = r.AttachProcess(ctxT(t), "pt", l.ID, coord.ProcessInfo{PIDs: []int{os.Getpid()}, PGID: pgid})
-	if err != nil {
-		t.Fatalf("AttachProcess = %v", err)
+	// The Recorder keeps every capability of its backend, found with
+	// coord.As (AttachProcess reaches the backend that has it), and claims
+	// none that its backend lacks, except the history itself.
+	coordtest.CheckDecorator(t, r.Unwrap(), r, "Historian")
+	var a coord.ProcessAttacher
+	if coord.As(r, &a) != b.attaches {
+		t.Errorf("coord.As(ProcessAttacher) = %v, want %v", !b.attaches, b.attaches)
 	}
-	info, _ = r.Inspect(ctxT(t), "pt")
-	if b.attaches && (info.Process == nil || info.Process.PGID != pgid) {
-		t.Errorf("AttachProcess did not reach the backend: %+v", info.Process)
+	if b.attaches {
+		pgid := syscall.Getpgrp()
+		if err := a.AttachProcess(ctxT(t), "pt", l.ID, coord.ProcessInfo{PIDs: []int{os.Getpid()}, PGID: pgid}); err != nil {
+			t.Fatalf("AttachProcess = %v", err)
+		}
+		if info, _ = r.Inspect(ctxT(t), "pt"); info.Process == nil || info.Process.PGID != pgid {
+			t.Errorf("AttachProcess did not reach the backend: %+v", info.Process)
+		}
 	}
 	if err := r.Release(ctxT(t), "pt", l.ID); err != nil {
 		t.Fatal(err)
@@ -405,6 +414,46 @@ func stoppableStore(t *testing.T) (*etcdtest.Server, history.Store) {
 
 // TestRecorderStoreDown: when the history cannot be written, lease
 // operations go on, the failure is logged, and the events are written, in
+
+// TestWrapKeepsValidOptions: an option with a negative value falls back to
+// its default (with a warning) and the other options are kept: the clock
+// and the logger given beside it are the Recorder's.
+func TestWrapKeepsValidOptions(t *testing.T) {
+	dir := t.TempDir()
+	c, err := local.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := localstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	var logged strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	r := history.Wrap(c, s, history.WithMaxPending(-1), history.WithClock(func() time.Time { return at }), history.WithLogger(logger))
+	defer r.Close()
+	l := acquire(t, r, "opts", "w", time.Minute)
+	if err := r.Release(ctxT(t), "opts", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := r.History(ctxT(t), "opts", 0)
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("History = %+v, %v", evs, err)
+	}
+	for _, ev := range evs {
+		if !ev.Time.Equal(at) {
+			t.Errorf("%s recorded at %v, want the given clock's %v", ev.Kind, ev.Time, at)
+		}
+	}
+	if !strings.Contains(logged.String(), "max pending -1 is negative") {
+		t.Errorf("the given logger did not get the warning; it got %q", logged.String())
+	}
+	if _, err := history.NewOptions(history.WithMaxPending(-1)); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("NewOptions(negative) = %v, want ErrInvalid", err)
+	}
+}
+
 // order, once a later write succeeds.
 func TestRecorderStoreDown(t *testing.T) {
 	srv, store := stoppableStore(t)
@@ -412,7 +461,7 @@ func TestRecorderStoreDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	r := history.Wrap(c, store, history.WithRecordTimeout(300*time.Millisecond),
 		history.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	defer r.Close()
@@ -533,21 +582,4 @@ func TestPendingKeepsOrderUnderConcurrency(t *testing.T) {
 			t.Fatalf("writer %s: event %d has count %d", e.Holder, next[e.Holder], e.Count)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

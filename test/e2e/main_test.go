@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/proc"
+	"github.com/fence-dev/fence/internal/syncbuf"
 )
 
 // The programs TestMain builds: the fence binary, and the command the tests
@@ -125,7 +124,7 @@ func localBackend(t *testing.T) backend {
 // fenceProc is a running fence process started by a test.
 type fenceProc struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer // fence's stdout and stderr
+	stderr *syncbuf.Buffer // fence's stdout and stderr
 	done   chan struct{}
 	code   int // exit code, -1 when killed by a signal; valid after done
 }
@@ -149,7 +148,7 @@ func startFence(t *testing.T, env []string, args ...string) *fenceProc {
 func spawnFence(env []string, args ...string) (*fenceProc, error) {
 	cmd := exec.Command(fenceBin, args...)
 	cmd.Env = env
-	stderr := &lockedBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -333,22 +332,4 @@ func waitJSON(ctx context.Context, path string, stop <-chan struct{}, v any) err
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
@@ -33,13 +34,15 @@ import (
 // `fence list` over the locks).
 //
 // Backends: etcd and local take each lease with fencing.Acquire (each Held
-// renews every TTL/3); etcd-session is the reference: etcd's own
-// concurrency.Mutex, one concurrency.Session (one lease) per lock, kept
-// alive by the client's shared keep-alive stream.
+// renews every TTL/3); etcd-history does the same through the coordinator
+// that fence run holds its lease with (the etcd backend decorated by the
+// lease history, internal/history/auto); etcd-session is the reference:
+// etcd's own concurrency.Mutex, one concurrency.Session (one lease) per
+// lock, kept alive by the client's shared keep-alive stream.
 func leasesMain(args []string) int {
 	fs := flag.NewFlagSet("bench leases", flag.ContinueOnError)
 	o := leaseOpts{}
-	fs.StringVar(&o.backend, "backend", "etcd", "etcd, local, or etcd-session (concurrency.Mutex, the reference)")
+	fs.StringVar(&o.backend, "backend", "etcd", "etcd, etcd-history (as fence run: with the lease history), local, or etcd-session (concurrency.Mutex, the reference)")
 	fs.StringVar(&o.endpoints, "endpoints", "", "etcd endpoints, comma-separated")
 	fs.StringVar(&o.stateDir, "state-dir", "", "local state directory")
 	fs.IntVar(&o.n, "n", 10000, "leases")
@@ -112,12 +115,17 @@ func holdLeases(ctx context.Context, o leaseOpts) (LeaseScale, error) {
 	}
 	var c coord.Coordinator
 	switch o.backend {
-	case "etcd":
+	case "etcd", "etcd-history":
 		ec, err := etcd.New(ctx, etcd.Config{Endpoints: strings.Split(o.endpoints, ","), DialTimeout: 10 * time.Second})
 		if err != nil {
 			return res, err
 		}
 		c = ec
+		if o.backend == "etcd-history" {
+			if c, err = auto.Wrap(ec); err != nil {
+				return res, err
+			}
+		}
 	case "local":
 		lc, err := local.Open(o.stateDir)
 		if err != nil {
@@ -130,7 +138,11 @@ func holdLeases(ctx context.Context, o leaseOpts) (LeaseScale, error) {
 	t0 := time.Now()
 	helds := make([]*fencing.Held, o.n)
 	err := parallel(o.n, o.conc, func(i int) error {
-		h, err := fencing.Acquire(ctx, c, lockName(i),
+		name := lockName(i)
+		if o.backend == "etcd-history" {
+			name = "history-" + name // beside the etcd row's leases, which outlive their process by a TTL
+		}
+		h, err := fencing.Acquire(ctx, c, name,
 			coord.AcquireOptions{TTL: o.ttl, Holder: "bench-scale", Wait: 0}, fencing.HoldOptions{})
 		helds[i] = h
 		return err

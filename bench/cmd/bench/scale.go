@@ -30,6 +30,10 @@ func runScale(ctx context.Context, cfg *config, srv *etcdServer, res *Results) e
 		list    []string // fence list over the held locks (nil: none)
 	}{
 		{"etcd", cfg.size(10000, 300), []string{cfg.fence, "--endpoints", srv.endpoint, "list"}},
+		// The coordinator fence run holds its lease with: etcd decorated by
+		// the lease history. Its renewals must cost what the bare
+		// backend's do (the decorator keeps coord.AsyncRenewer).
+		{"etcd-history", cfg.size(10000, 300), nil},
 		// The reference: the same number of etcd leases kept by etcd's own
 		// client (concurrency.Mutex, one session each).
 		{"etcd-session", cfg.size(10000, 300), nil},

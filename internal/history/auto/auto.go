@@ -32,25 +32,28 @@ type etcdBackend interface {
 	Prefix() string
 }
 
-// Store opens the history store of c (or of the coordinator a
-// history.Recorder decorates). A coordinator of another kind, or invalid
-// options, are refused with an error wrapping coord.ErrInvalid. A local
+// Store opens the history store of c (the Recorder's own when c is a
+// history.Recorder; decorators are looked through with coord.As). A
+// coordinator of another kind, or invalid options, are refused with an error wrapping coord.ErrInvalid. A local
 // history directory that cannot be opened (a symbolic link, another user's)
 // does not fail Store: it returns a store whose every call fails with that
 // error, so that lease operations go on while reads of the history say what
 // is wrong.
 func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
-	if r, ok := c.(*history.Recorder); ok {
+	var r *history.Recorder
+	if coord.As(c, &r) {
 		return r.Store(), nil
 	}
 	if _, err := history.NewOptions(opts...); err != nil {
 		return nil, err
 	}
-	switch b := c.(type) {
-	case etcdBackend:
-		return etcdstore.New(b.Client(), b.Prefix(), opts...)
-	case localBackend:
-		s, err := localstore.Open(b.Dir(), opts...)
+	var eb etcdBackend
+	if coord.As(c, &eb) {
+		return etcdstore.New(eb.Client(), eb.Prefix(), opts...)
+	}
+	var lb localBackend
+	if coord.As(c, &lb) {
+		s, err := localstore.Open(lb.Dir(), opts...)
 		if err != nil {
 			return failing{err}, nil
 		}
@@ -76,7 +79,7 @@ func (f failing) History(context.Context, string, int) ([]coord.HistoryEvent, er
 // itself when it is a Recorder already.
 func Wrap(c coord.Coordinator, opts ...history.Option) (*history.Recorder, error) {
 	if r, ok := c.(*history.Recorder); ok {
-		return r, nil
+		return r, nil // not through other decorators: they would be lost
 	}
 	s, err := Store(c, opts...)
 	if err != nil {

@@ -797,7 +797,10 @@ func (s *suite) watch(t *testing.T) {
 func (s *suite) badInput(t *testing.T) {
 	c := s.client(t)
 	bad := []string{"", "a\x00b", "tab\there", "nl\n", "\x1b[31mred", "del\x7f", "c1\u0085", "\xff\xfe",
-		strings.Repeat("x", coord.MaxNameLen+1), strings.Repeat("é", coord.MaxNameLen/2) + "x"}
+		strings.Repeat("x", coord.MaxNameLen+1), strings.Repeat("é", coord.MaxNameLen/2) + "x",
+		// Invisible: a right-to-left override, a zero-width space, a
+		// byte order mark, a Hangul filler; private use, unassigned.
+		"evil\u202etxt.sh", "a\u200bb", "\ufeffa", "a\u3164", "a\ue000", "a\u0378"}
 	for _, n := range bad {
 		cx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := c.Acquire(cx, n, coord.AcquireOptions{TTL: time.Minute, Wait: coord.WaitForever})
@@ -815,12 +818,72 @@ func (s *suite) badInput(t *testing.T) {
 		cancel()
 	}
 	name := s.name(t, "ttl")
-	for _, ttl := range []time.Duration{0, -time.Second, coord.MaxTTL + time.Second} {
+	for _, ttl := range []time.Duration{-time.Second, -time.Nanosecond, coord.MaxTTL + time.Second} {
 		_, err := c.Acquire(ctx(t), name, coord.AcquireOptions{TTL: ttl, Wait: 0})
 		wantErr(t, fmt.Sprintf("Acquire with TTL %v", ttl), err, coord.ErrInvalid)
 	}
+	// The other options are checked alike by every backend
+	// (coord.CheckAcquire), also those a backend does not use, and on a
+	// free lock as on a held one.
+	other := s.client(t)
+	held := s.name(t, "held")
+	hl := acquire(t, other, held, coord.AcquireOptions{})
+	for _, tc := range []struct {
+		what string
+		o    coord.AcquireOptions
+	}{
+		{"negative wait", coord.AcquireOptions{Wait: -2 * time.Second}},
+		{"wait of -1ms", coord.AcquireOptions{Wait: -time.Millisecond}},
+		{"holder with a newline", coord.AcquireOptions{Holder: "a\nb"}},
+		{"holder with a right-to-left override", coord.AcquireOptions{Holder: "root\u202e"}},
+		{"holder with a zero-width space", coord.AcquireOptions{Holder: "ops\u200b"}},
+		{"holder too long", coord.AcquireOptions{Holder: strings.Repeat("h", coord.MaxHolderLen+1)}},
+		{"holder not UTF-8", coord.AcquireOptions{Holder: "\xff"}},
+		{"process id 0", coord.AcquireOptions{Process: &coord.ProcessInfo{PIDs: []int{0}}}},
+		{"negative process id", coord.AcquireOptions{Process: &coord.ProcessInfo{PIDs: []int{-5}}}},
+		{"negative process group", coord.AcquireOptions{Process: &coord.ProcessInfo{PGID: -1}}},
+		{"init's process group", coord.AcquireOptions{Process: &coord.ProcessInfo{PGID: 1}}},
+	} {
+		for _, n := range []string{name, held} {
+			cx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			o := tc.o
+			o.TTL = time.Minute
+			l, err := c.Acquire(cx, n, o)
+			cancel()
+			wantErr(t, fmt.Sprintf("Acquire(%q) with %s", n, tc.what), err, coord.ErrInvalid)
+			if err == nil {
+				release(t, c, l)
+			}
+		}
+	}
+	release(t, other, hl)
 	l := acquire(t, c, name, coord.AcquireOptions{Wait: 0})
 	release(t, c, l)
+}
+
+// zeroOptions: the zero AcquireOptions takes a lease of coord.DefaultTTL
+// (at least: a backend may grant more) for coord.DefaultHolder(), and does
+// not wait for a held lock (a try-lock).
+func (s *suite) zeroOptions(t *testing.T) {
+	name := s.name(t, "")
+	c1, c2 := s.client(t), s.client(t)
+	l, err := c1.Acquire(ctx(t), name, coord.AcquireOptions{})
+	if err != nil {
+		t.Fatalf("Acquire with zero options: %v", err)
+	}
+	if l.TTL < coord.DefaultTTL || l.Holder != coord.DefaultHolder() {
+		t.Errorf("zero options: TTL %v, holder %q; want at least %v, %q", l.TTL, l.Holder, coord.DefaultTTL, coord.DefaultHolder())
+	}
+	if info := inspect(t, c2, name); !info.Held || info.Token != l.Token || info.Holder != coord.DefaultHolder() || info.TTL < coord.DefaultTTL {
+		t.Errorf("Inspect after a zero-options Acquire: %+v", info)
+	}
+	start := time.Now()
+	_, err = c2.Acquire(ctx(t), name, coord.AcquireOptions{})
+	wantErr(t, "zero-options Acquire of a held lock", err, coord.ErrBusy)
+	if d := time.Since(start); d > guard/2 {
+		t.Errorf("zero-options Acquire of a held lock took %v: it waited", d)
+	}
+	release(t, c1, l)
 }
 
 // cancelWhileWaiting: cancelling a waiter's context ends its Acquire with the

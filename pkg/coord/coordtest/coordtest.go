@@ -127,6 +127,7 @@ var cases = []struct {
 	{"NameBoundaries", (*suite).nameBoundaries},
 	{"Watch", (*suite).watch},
 	{"BadInput", (*suite).badInput},
+	{"ZeroOptions", (*suite).zeroOptions},
 	{"CancelWhileWaiting", (*suite).cancelWhileWaiting},
 	{"KilledHolderKeepsLease", (*suite).killedHolderKeepsLease},
 	{"DeadWaiter", (*suite).deadWaiter},
@@ -161,6 +162,10 @@ type closedOnce struct {
 	coord.Coordinator
 	closed *atomic.Bool
 }
+
+// Unwrap implements coord.Unwrapper: the client's capabilities are its
+// coordinator's.
+func (c closedOnce) Unwrap() coord.Coordinator { return c.Coordinator }
 
 func (c closedOnce) Close() error {
 	if c.closed.CompareAndSwap(false, true) {

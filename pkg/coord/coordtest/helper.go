@@ -2,7 +2,6 @@ package coordtest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/syncbuf"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -178,7 +178,7 @@ type proc struct {
 	msgs   chan helperMsg
 	done   chan struct{} // closed when reaped
 	err    error         // Wait's error, valid after done
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 }
 
 // spawn starts a helper and registers its end with t: stdin closed, then
@@ -190,7 +190,7 @@ func (s *suite) spawn(t testing.TB, setup func(*exec.Cmd), args ...string) *proc
 	if setup != nil {
 		setup(cmd)
 	}
-	p := &proc{cmd: cmd, msgs: make(chan helperMsg, 16), done: make(chan struct{}), stderr: &lockedBuffer{}}
+	p := &proc{cmd: cmd, msgs: make(chan helperMsg, 16), done: make(chan struct{}), stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
@@ -278,21 +278,4 @@ func (p *proc) finish(t testing.TB) {
 	if p.err != nil {
 		t.Errorf("helper %d: %v; stderr: %s", p.cmd.Process.Pid, p.err, p.stderr.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -97,6 +97,8 @@ func TestSuiteCatches(t *testing.T) {
 		{"lease-any-lock", "ReleaseIdempotent"},
 		{"lease-id-unchecked", "BadLeaseID"},
 		{"no-validation", "BadInput"},
+		{"options-unchecked", "BadInput"},
+		{"options-unchecked", "ZeroOptions"},
 		{"sent-late", "Inspect"},
 	} {
 		t.Run(c.bug+"/"+c.test, func(t *testing.T) {
@@ -158,14 +160,27 @@ func (s *memState) change(name string, typ coord.EventType) {
 type memClient struct{ st *memState }
 
 func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
-	if err := coord.ValidateName(name); err != nil && c.st.bug != "no-validation" {
-		return nil, err
-	}
-	if err := coord.ValidateTTL(o.TTL); err != nil {
-		return nil, err
-	}
-	if o.Holder == "" {
-		o.Holder = coord.DefaultHolder()
+	switch c.st.bug {
+	case "no-validation", "options-unchecked":
+		// As backends checked before coord.CheckAcquire: the name (unless
+		// no-validation) and a positive TTL, nothing else.
+		if err := coord.ValidateName(name); err != nil && c.st.bug != "no-validation" {
+			return nil, err
+		}
+		if c.st.bug == "no-validation" && o.TTL == 0 {
+			o.TTL = coord.DefaultTTL
+		}
+		if err := coord.ValidateTTL(o.TTL); err != nil {
+			return nil, err
+		}
+		if o.Holder == "" {
+			o.Holder = coord.DefaultHolder()
+		}
+	default:
+		var err error
+		if o, err = coord.CheckAcquire(name, o); err != nil {
+			return nil, err
+		}
 	}
 	s := c.st
 	sent := time.Now()

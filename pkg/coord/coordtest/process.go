@@ -28,10 +28,8 @@ func (s *suite) needProcessLeases(t *testing.T) {
 
 // attacher returns the client's ProcessAttacher, if it has one.
 func attacher(c coord.Coordinator) (coord.ProcessAttacher, bool) {
-	if w, ok := c.(closedOnce); ok {
-		c = w.Coordinator
-	}
-	a, ok := c.(coord.ProcessAttacher)
+	var a coord.ProcessAttacher
+	ok := coord.As(c, &a)
 	return a, ok
 }
 

@@ -14,12 +14,11 @@ import (
 // backend has them not.
 func stopper(t *testing.T, c coord.Coordinator) (coord.StopRequester, coord.LeaseWatcher) {
 	t.Helper()
-	if o, ok := c.(closedOnce); ok {
-		c = o.Coordinator
-	}
-	s, ok := c.(coord.StopRequester)
-	w := coord.LeaseWatcherOf(c)
-	if !ok || w == nil {
+	var (
+		s coord.StopRequester
+		w coord.LeaseWatcher
+	)
+	if !coord.As(c, &s) || !coord.As(c, &w) {
 		t.Skip("the backend has no StopRequester and LeaseWatcher")
 	}
 	return s, w

@@ -19,19 +19,14 @@ import (
 // waiter's keep-alive had acknowledged when its turn came. A failed or cancelled Acquire revokes its lease, which
 // removes its place in the queue.
 func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return nil, err
-	}
-	if err := coord.ValidateTTL(opts.TTL); err != nil {
+	opts, err := coord.CheckAcquire(name, opts)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	holder := opts.Holder
-	if holder == "" {
-		holder = coord.DefaultHolder()
-	}
 	wait := opts.Wait != 0
 
 	secs := int64((opts.TTL + time.Second - 1) / time.Second)
@@ -208,7 +203,7 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Close ends the wait at once.
-	defer context.AfterFunc(c.cli.Ctx(), cancel)()
+	defer context.AfterFunc(c.ctx, cancel)()
 	defer func() {
 		if err != nil && c.closed.Load() {
 			err = errClosed
@@ -339,8 +334,8 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *
 // caller's context may have ended. Errors are ignored: the lease then ends
 // at its TTL.
 func (c *Coordinator) revoke(id clientv3.LeaseID) {
-	if c.closed.Load() {
-		return
+	if c.closed.Load() && c.owned {
+		return // the client is closed too; the lease runs out at its TTL
 	}
 	c.revokeNow(id)
 }

@@ -124,6 +124,11 @@ type Coordinator struct {
 	user   string
 	where  string // "host:port,host:port" for messages
 	closed atomic.Bool
+	owned  bool // the client is the Coordinator's own: Close closes it
+	// ctx ends when the Coordinator is closed (or its client is): the
+	// waits and watches that Close must end are bound to it.
+	ctx    context.Context
+	stop   context.CancelFunc
 	ka     *keeper
 	leases leases
 	// endLife cancels the client's context (after Close).
@@ -147,7 +152,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
-	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints)}
+	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints), owned: true}
 	if cfg.Username != "" && cfg.Password == "" {
 		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.Username)
 	}
@@ -183,7 +188,8 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return fail(err)
 	}
 	// The client dials lazily: ask something to know the cluster answers.
-	if _, err := cli.Get(pctx, c.locksKey(""), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+	c.start(cli)
+	if err := c.ping(pctx); err != nil {
 		cli.Close()
 		return fail(err)
 	}
@@ -197,11 +203,56 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		endLife()
 		return nil, err
 	}
-	c.cli = cli
 	c.endLife = endLife
+	return c, nil
+}
+
+// NewFromClient returns a Coordinator that uses cli, an etcd client the
+// caller made and keeps (as concurrency.NewSession takes one): its
+// endpoints, TLS, credentials, logger and dial options are the client's.
+// Keys go under prefix (DefaultPrefix when empty; end it with "/"). Like
+// New, it checks with one request, within ctx, that the cluster answers
+// and that the client may read the prefix. Close stops the Coordinator's
+// keep-alives and watches but does not close cli.
+func NewFromClient(ctx context.Context, cli *clientv3.Client, prefix string) (*Coordinator, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("%w: etcd: no client", coord.ErrInvalid)
+	}
+	prefix = NormalPrefix(prefix)
+	c := &Coordinator{prefix: prefix, user: cli.Username, where: hosts(cli.Endpoints())}
+	c.start(cli)
+	if err := c.ping(ctx); err != nil {
+		c.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("etcd %s: %w", c.where, ctx.Err())
+		}
+		return nil, c.mapErr(ctx, "connect", err)
+	}
+	return c, nil
+}
+
+// start sets c up on cli.
+func (c *Coordinator) start(cli *clientv3.Client) {
+	c.cli = cli
+	c.ctx, c.stop = context.WithCancel(cli.Ctx())
 	c.ka = newKeeper(cli)
 	c.leases.init()
-	return c, nil
+}
+
+// bound returns a context that ends with ctx or when c is closed, for the
+// goroutines of a watch; what it registers goes when it ends.
+func (c *Coordinator) bound(ctx context.Context) context.Context {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.ctx, cancel)
+	context.AfterFunc(ctx, func() { stop() })
+	return ctx
+}
+
+// ping asks the cluster one cheap question that needs read access to the
+// prefix.
+func (c *Coordinator) ping(ctx context.Context) error {
+	_, err := c.cli.Get(ctx, c.locksKey(""), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	return err
 }
 
 // connectErr explains a failed connection check.
@@ -216,7 +267,8 @@ func (c *Coordinator) connectErr(ctx context.Context, timeout time.Duration, err
 }
 
 // Client returns the coordinator's etcd client, for packages that keep
-// their own keys next to the locks (guards). It is closed by Close.
+// their own keys next to the locks (guards). Close closes it when New made
+// it, not when it was given to NewFromClient.
 func (c *Coordinator) Client() *clientv3.Client { return c.cli }
 
 // Prefix returns the key prefix in use ("/fence/" by default).
@@ -225,17 +277,24 @@ func (c *Coordinator) Prefix() string { return c.prefix }
 // Describe returns "etcd HOST:PORT,...".
 func (c *Coordinator) Describe() string { return "etcd " + c.where }
 
-// Close closes the client. Leases stay until they are released or expire;
-// waiting Acquire calls fail with an error wrapping coord.ErrUnavailable and
-// Watch channels are closed.
+// Close closes the client (unless it came from NewFromClient). Leases stay
+// until they are released or expire, except those kept for reuse (see
+// leases); waiting Acquire calls fail with an error wrapping
+// coord.ErrUnavailable and Watch channels are closed.
 func (c *Coordinator) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	c.closeLeases()
 	c.ka.close()
+	c.stop()
+	if !c.owned {
+		return nil
+	}
 	err := c.cli.Close()
-	c.endLife()
+	if c.endLife != nil {
+		c.endLife()
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("etcd %s: close: %v", c.where, err)
 	}

@@ -587,8 +587,8 @@ func testBadInput(t *testing.T, srv *etcdtest.Server, prefix string) {
 	if _, err := c.Acquire(ctx(t), "bad\x00", coord.AcquireOptions{TTL: time.Second}); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("bad name: %v", err)
 	}
-	if _, err := c.Acquire(ctx(t), "ok", coord.AcquireOptions{TTL: 0}); !errors.Is(err, coord.ErrInvalid) {
-		t.Errorf("zero TTL: %v", err)
+	if _, err := c.Acquire(ctx(t), "ok", coord.AcquireOptions{TTL: -time.Second}); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("negative TTL: %v", err)
 	}
 	for _, id := range []string{"", "xyz", "0", "-1", "ffffffffffffffff"} {
 		if _, err := c.Renew(ctx(t), "ok", id); !errors.Is(err, coord.ErrInvalid) {
@@ -915,4 +915,78 @@ func testWaiterLeaseRevoked(t *testing.T, srv *etcdtest.Server, prefix string) {
 		t.Fatal("waiter whose lease was revoked still waiting")
 	}
 	release(t, c1, l)
+}
+
+// TestNewFromClient: a Coordinator on the caller's own client (as
+// concurrency.NewSession takes one) works as one from New, excludes one from
+// New on the same keys, and its Close ends its waits and watches but leaves
+// the client open: the caller can go on with it and open another
+// Coordinator on it.
+func TestNewFromClient(t *testing.T) {
+	srv := etcdtest.Start(t)
+	const prefix = "/from-client/"
+	cli := srv.Client(t)
+	if _, err := etcd.NewFromClient(ctx(t), nil, prefix); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("NewFromClient(nil) = %v, want ErrInvalid", err)
+	}
+	own := open(t, srv, prefix)
+	c, err := etcd.NewFromClient(ctx(t), cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Client() != cli || c.Prefix() != prefix || c.Describe() != own.Describe() {
+		t.Errorf("Client %p (want %p), Prefix %q, Describe %q (want %q)", c.Client(), cli, c.Prefix(), c.Describe(), own.Describe())
+	}
+	l := acquire(t, own, "shared", coord.AcquireOptions{})
+	if _, err := c.Acquire(ctx(t), "shared", coord.AcquireOptions{}); !errors.Is(err, coord.ErrBusy) {
+		t.Fatalf("Acquire of a lock held through New = %v, want ErrBusy", err)
+	}
+	mine := acquire(t, c, "mine", coord.AcquireOptions{})
+	if _, err := c.Renew(ctx(t), "mine", mine.ID); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	leaseCh, err := c.WatchLease(ctx(t), "mine", mine.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := c.Watch(ctx(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan struct{})
+	res := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx(t), "shared", coord.AcquireOptions{Wait: coord.WaitForever, OnWait: func(coord.LockInfo) { close(queued) }})
+		res <- err
+	}()
+	<-queued
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, coord.ErrUnavailable) {
+			t.Errorf("waiting Acquire after Close = %v, want ErrUnavailable", err)
+		}
+	case <-time.After(guard):
+		t.Fatal("waiting Acquire did not end at Close")
+	}
+	for range ch {
+	}
+	for err := range leaseCh {
+		t.Errorf("the lease watch reported %v at Close, want a close without a value", err)
+	}
+	// The client is the caller's: still open.
+	if _, err := cli.Get(ctx(t), "anything"); err != nil {
+		t.Fatalf("the client after Close: %v", err)
+	}
+	c2, err := etcd.NewFromClient(ctx(t), cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	release(t, own, l)
+	l2 := acquire(t, c2, "shared", coord.AcquireOptions{})
+	release(t, c2, l2)
+	release(t, c2, mine)
 }

@@ -50,7 +50,7 @@ func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		return nil, err
 	}
 	w := &leaseWatch{c: c, name: name, id: id, key: c.leaseKey(name, id)}
-	return w.start(ctx, 0, 0), nil
+	return w.start(c.bound(ctx), 0, 0), nil
 }
 
 // leaseWatch follows one lease's key.

@@ -30,7 +30,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 	if err := w.resync(ctx); err != nil {
 		return nil, c.mapErr(ctx, "watch", err)
 	}
-	go w.run(ctx)
+	go w.run(c.bound(ctx))
 	return w.ch, nil
 }
 

@@ -21,14 +21,9 @@ import (
 // Acquire takes a lease on name; see coord.Coordinator. Waiters queue first
 // come, first served; OnWait is called once the caller's ticket is stored.
 func (c *Coordinator) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
-	if err := coord.ValidateName(name); err != nil {
+	o, err := coord.CheckAcquire(name, o)
+	if err != nil {
 		return nil, err
-	}
-	if err := coord.ValidateTTL(o.TTL); err != nil {
-		return nil, err
-	}
-	if o.Wait < 0 && o.Wait != coord.WaitForever {
-		return nil, fmt.Errorf("%w: wait %v is negative", coord.ErrInvalid, o.Wait)
 	}
 	if err := c.checkOpen(); err != nil {
 		return nil, err
@@ -41,9 +36,6 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, o coord.AcquireO
 		return nil, err
 	}
 	a := &acquirer{c: c, f: c.files(name), o: o, self: self, start: time.Now()}
-	if a.o.Holder == "" {
-		a.o.Holder = coord.DefaultHolder()
-	}
 	if o.Process != nil {
 		if a.pids, a.group, err = resolveProcess(*o.Process); err != nil {
 			return nil, err
@@ -61,15 +53,15 @@ func selfID() (proc.ID, error) {
 }
 
 // resolveProcess records the start times of the processes a lease is
-// attached to. A PID that is already gone is recorded as gone (start 0); a
-// process group whose leader is gone is recorded with start 0 (see
-// proc.GroupMembers).
+// attached to, once p.Validate accepts them. A PID that is already gone is
+// recorded as gone (start 0); a process group whose leader is gone is
+// recorded with start 0 (see proc.GroupMembers).
 func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID, error) {
+	if err := p.Validate(); err != nil {
+		return nil, nil, err
+	}
 	var ids []proc.ID
 	for _, pid := range p.PIDs {
-		if pid <= 0 {
-			return nil, nil, fmt.Errorf("%w: process id %d", coord.ErrInvalid, pid)
-		}
 		id, err := proc.Lookup(pid)
 		if err != nil {
 			id = proc.ID{PID: pid}
@@ -77,10 +69,7 @@ func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID, error) {
 		ids = append(ids, id)
 	}
 	var group *proc.ID
-	switch {
-	case p.PGID < 0 || p.PGID == 1:
-		return nil, nil, fmt.Errorf("%w: process group %d", coord.ErrInvalid, p.PGID)
-	case p.PGID > 0:
+	if p.PGID > 0 {
 		leader, err := proc.Lookup(p.PGID)
 		if err != nil {
 			leader = proc.ID{PID: p.PGID}

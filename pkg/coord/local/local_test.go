@@ -232,6 +232,22 @@ func TestNamesEscapeAndHash(t *testing.T) {
 	}
 }
 
+// TestFileBaseLayout pins the state files' names, part of the layout on
+// disk: an escape while the file name fits 255 bytes, then "=" and the
+// SHA-256 of the name.
+func TestFileBaseLayout(t *testing.T) {
+	for name, want := range map[string]string{
+		"jobs/nightly":          "jobs%2Fnightly",
+		".dot":                  "%2Edot",
+		strings.Repeat("/", 83): strings.Repeat("%2F", 83),
+		strings.Repeat("/", 84): "=8d8a0b8f6e594de79f1b6c7498568015a008f8d1ba2e3f866fef151c090975bf",
+	} {
+		if got := fileBase(name); got != want {
+			t.Errorf("fileBase(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
 // TestMutualExclusion: goroutines with their own Coordinators and separate
 // processes contend for one lock; the log of entries and exits must show no
 // overlap and strictly increasing tokens.

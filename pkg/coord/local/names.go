@@ -1,8 +1,6 @@
 package local
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"path/filepath"
 	"strings"
 
@@ -12,7 +10,7 @@ import (
 const (
 	stateSuffix = ".json"
 	lockSuffix  = ".lock"
-	hashPrefix  = "=" // never produced by escapeName
+	hashPrefix  = "=" // never produced by atomicfile.Escape
 	maxFileName = 255
 
 	// tempPrefix starts the name of a lock's temporary state file:
@@ -48,51 +46,16 @@ func (c *Coordinator) filesAt(name, base string) lockFiles {
 	}
 }
 
-// fileBase is the escaped name, or "=<sha256>" when the escape is too long
-// for a file name.
+// fileBase is the escaped name (atomicfile.Escape: bytes other than
+// [A-Za-z0-9._-], and a leading '.', become %XX), or "=<sha256>" when the
+// escape is too long for a file name.
 func fileBase(name string) string {
-	esc := escapeName(name)
-	if len(esc)+len(stateSuffix) > maxFileName {
-		sum := sha256.Sum256([]byte(name))
-		return hashPrefix + hex.EncodeToString(sum[:])
-	}
-	return esc
+	return atomicfile.FileBase(name, maxFileName-len(stateSuffix), hashPrefix)
 }
 
-// escapeName maps a lock name to a file-name-safe string, reversibly
-// (atomicfile.Escape): bytes other than [A-Za-z0-9._-], and a leading '.',
-// become %XX.
-func escapeName(name string) string { return atomicfile.Escape(name) }
-
-func safeByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.'
-}
-
-// unescapeName reverses escapeName; ok is false for a string escapeName
-// cannot have produced.
-func unescapeName(s string) (string, bool) {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '%':
-			if i+2 >= len(s) {
-				return "", false
-			}
-			v, err := hex.DecodeString(s[i+1 : i+3])
-			if err != nil || strings.ToUpper(s[i+1:i+3]) != s[i+1:i+3] {
-				return "", false
-			}
-			b.WriteByte(v[0])
-			i += 2
-		case safeByte(c) && !(i == 0 && c == '.'):
-			b.WriteByte(c)
-		default:
-			return "", false
-		}
-	}
-	return b.String(), true
-}
+// unescapeName reverses the escape of fileBase; ok is false for a string
+// it cannot have produced.
+func unescapeName(s string) (string, bool) { return atomicfile.Unescape(s) }
 
 // stateFileBase returns the base of a state file's name, and whether the
 // name is one of a state file (not a temporary or lock file).

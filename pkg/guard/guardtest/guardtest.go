@@ -166,7 +166,7 @@ func testOddKeys(t *testing.T, g guard.Guard) {
 
 func testInvalid(t *testing.T, g guard.Guard) {
 	ctx := ctxT(t)
-	badKeys := []string{"", strings.Repeat("k", guard.MaxKeyLen+1), "a\x00b", "a\nb", "\x1b[31m", "a\x7f", "\xff\xfe", "a\u2028b", "\u0085"}
+	badKeys := []string{"", strings.Repeat("k", guard.MaxKeyLen+1), "a\x00b", "a\nb", "\x1b[31m", "a\x7f", "\xff\xfe", "a\u2028b", "\u0085", "a\u202eb", "a\u200bb"}
 	for _, k := range badKeys {
 		if err := g.Put(ctx, k, 1, []byte("x")); !errors.Is(err, coord.ErrInvalid) {
 			t.Errorf("Put(%q) = %v, want ErrInvalid", k, err)

@@ -15,8 +15,6 @@ package localstore
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -223,11 +221,4 @@ func (s *Store) writeAtomic(name string, data []byte) error {
 // longer than maxEscaped, "~" and the SHA-256 of the key ('~' never appears
 // in an escape, so the two forms cannot collide). The key is stored in the
 // file and checked on every read.
-func fileBase(key string) string {
-	esc := atomicfile.Escape(key)
-	if len(esc) > maxEscaped {
-		sum := sha256.Sum256([]byte(key))
-		return "~" + hex.EncodeToString(sum[:])
-	}
-	return esc
-}
+func fileBase(key string) string { return atomicfile.FileBase(key, maxEscaped, "~") }

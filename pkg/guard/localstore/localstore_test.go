@@ -98,6 +98,13 @@ func TestFileNames(t *testing.T) {
 	if got := fileBase(long); !strings.HasPrefix(got, "~") || len(got) != 65 {
 		t.Errorf("fileBase(long) = %q, want ~ and a SHA-256", got)
 	}
+	// The layout on disk: hashed beyond 200 bytes of escape.
+	if got, want := fileBase(strings.Repeat("/", 67)), "~3eb1349aab9dc074e2028d6801ffe27e5de46b30e87a4e66e5fbb0b764f514e1"; got != want {
+		t.Errorf("fileBase(67 slashes) = %q, want %q", got, want)
+	}
+	if got, want := fileBase(strings.Repeat("/", 66)), strings.Repeat("%2F", 66); got != want {
+		t.Errorf("fileBase(66 slashes) = %q, want %q", got, want)
+	}
 	seen := map[string]string{}
 	for _, k := range append(guardtest.OddKeys, "a", "A", "a/b", "a%2Fb", "a%2fb") {
 		b := fileBase(k)

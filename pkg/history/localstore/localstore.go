@@ -58,8 +58,6 @@ package localstore
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -800,11 +798,4 @@ func (s *Store) removeStaleTemps() {
 // longer than maxEscaped, "~" and the SHA-256 of the name ('~' never appears
 // in an escape, so the two forms cannot collide). Every line holds the lock
 // name, checked on every read.
-func fileBase(lock string) string {
-	esc := atomicfile.Escape(lock)
-	if len(esc) > maxEscaped {
-		sum := sha256.Sum256([]byte(lock))
-		return "~" + hex.EncodeToString(sum[:])
-	}
-	return esc
-}
+func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped, "~") }

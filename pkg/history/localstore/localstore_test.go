@@ -107,6 +107,9 @@ func TestFileNames(t *testing.T) {
 		"x.y":                    "x.y.jsonl",
 		"%":                      "%25.jsonl",
 		strings.Repeat("/", 100): "~",
+		// The layout on disk: hashed beyond 200 bytes of escape.
+		strings.Repeat("/", 66): strings.Repeat("%2F", 66) + ".jsonl",
+		strings.Repeat("/", 67): "~3eb1349aab9dc074e2028d6801ffe27e5de46b30e87a4e66e5fbb0b764f514e1.jsonl",
 	} {
 		if got := filepath.Base(s.File(name)); got != want && !(want == "~" && strings.HasPrefix(got, "~")) {
 			t.Errorf("File(%q) = %s, want %s", name, got, want)

@@ -29,8 +29,9 @@ var Commands = map[string]func(){
 // $WORK/state, no FENCE_ variable from outside and no config file outside
 // $WORK. Scripts get the commands expect, start, signal, expectbg and
 // waitfile (background processes: see background.go) and the variables
-// LONG256, LONG257, CTRL, NEWLINE, TAB and ESC (lock names a script cannot
-// write literally).
+// LONG256, LONG257, CTRL, NEWLINE, TAB, ESC, RLO (a right-to-left override,
+// U+202E) and ZWSP (a zero-width space, U+200B): lock names a script cannot
+// write literally, or not visibly.
 func Params(dir string) testscript.Params {
 	return testscript.Params{
 		Dir: dir,
@@ -50,6 +51,8 @@ func Params(dir string) testscript.Params {
 			env.Setenv("NEWLINE", "a\nb")
 			env.Setenv("TAB", "a\tb")
 			env.Setenv("ESC", "a\x1b[2Jb")
+			env.Setenv("RLO", "evil\u202etxt.sh")
+			env.Setenv("ZWSP", "jo\u200bb")
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

@@ -33,6 +33,7 @@ type wire struct {
 	Count         int               `json:"count,omitempty"`
 	Error         string            `json:"error,omitempty"`
 	Key           string            `json:"key,omitempty"`
+	Reason        string            `json:"reason,omitempty"`
 	AcceptedToken uint64            `json:"accepted_token,omitempty"`
 	LeaseID       string            `json:"lease_id,omitempty"`
 }
@@ -42,7 +43,7 @@ func Encode(seq uint64, ev coord.HistoryEvent) ([]byte, error) {
 	b, err := json.Marshal(wire{
 		Seq: seq, Time: ev.Time, Lock: ev.Lock, Kind: ev.Kind, Holder: ev.Holder, Token: ev.Token,
 		WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor), Count: ev.Count, Error: ev.Error,
-		Key: ev.Key, AcceptedToken: ev.AcceptedToken, LeaseID: ev.LeaseID,
+		Key: ev.Key, AcceptedToken: ev.AcceptedToken, LeaseID: ev.LeaseID, Reason: ev.Reason,
 	})
 	if err != nil {
 		return nil, err
@@ -77,6 +78,6 @@ func Decode(b []byte) (uint64, coord.HistoryEvent, error) {
 	return w.Seq, coord.HistoryEvent{
 		Time: w.Time, Lock: w.Lock, Kind: w.Kind, Holder: w.Holder, Token: w.Token,
 		Wait: time.Duration(w.WaitNS), HeldFor: time.Duration(w.HeldForNS), Count: w.Count,
-		Error: w.Error, Key: w.Key, AcceptedToken: w.AcceptedToken, LeaseID: w.LeaseID,
+		Error: w.Error, Key: w.Key, AcceptedToken: w.AcceptedToken, LeaseID: w.LeaseID, Reason: w.Reason,
 	}, nil
 }

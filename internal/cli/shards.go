@@ -1,0 +1,446 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/config"
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/internal/supervise"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/shards"
+)
+
+// History kinds of package shards' events.
+const (
+	histShardTaken   = coord.HistShardTaken
+	histShardGivenUp = coord.HistShardGivenUp
+	histShardLost    = coord.HistShardLost
+	histRestarted    = coord.HistRestarted
+)
+
+func newCmdShards(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "shards",
+		Short: "Ownership partitioning: a group's shards, each owned by one member under its own lease and token",
+		Long: `The members of a group share N shards. Each shard is owned by one member at a
+time, under a lease of its own with its own fencing token, so that storage can
+fence each shard separately. Every member computes the same balanced map from
+the live members (rendezvous hashing with a balance bound); a shard moves only
+after its old owner released it or its lease ended.
+
+Locks used: GROUP/members/ID (a member), GROUP/shard/N (a shard),
+GROUP/settings (written under by drain, serial and parallel).`,
+	}
+	cmd.AddCommand(newCmdShardsRun(f), newCmdShardsShow(f), newCmdShardsDrain(f, true), newCmdShardsDrain(f, false),
+		newCmdShardsSerial(f), newCmdShardsParallel(f))
+	return cmd
+}
+
+type shardsRunOptions struct {
+	shards      int
+	member      string
+	ttl, settle time.Duration
+	grace       time.Duration
+	signal      string
+	shell       bool
+}
+
+func newCmdShardsRun(f *Factory) *cobra.Command {
+	o := &shardsRunOptions{}
+	cmd := &cobra.Command{
+		Use:   "run GROUP --shards N [--member ID] [--settle D] -- COMMAND [ARG...]",
+		Short: "Join GROUP and run a command under the shards it gives this member",
+		Long: `Join GROUP as member ID (default HOSTNAME:PID) and run COMMAND under the shards
+the group's map gives this member. COMMAND gets FENCE_GROUP, FENCE_MEMBER,
+FENCE_SHARDS (comma-separated shard numbers) and FENCE_SHARD_TOKENS
+(shard:token,...): fence each shard's writes with its own token.
+
+When the member's set changes (members join or leave, drain, serial,
+parallel), COMMAND is stopped with --signal (SIGKILL after --grace), the
+shards given up are released, new ones taken, and COMMAND started again with
+the new set. A membership change applies after --settle without a further
+change. Losing one shard's lease stops COMMAND before that lease can expire,
+even when fence is frozen, as fence run does; it is then started again with
+the shards left. fence exits with COMMAND's code when it ends on its own.`,
+		Example: `  fence shards run billing --shards 64 -- ./worker   # reads $FENCE_SHARDS, $FENCE_SHARD_TOKENS`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			dash := cmd.ArgsLenAtDash()
+			if len(args) == 0 || dash == 0 {
+				return usageErrorf("shards run needs a GROUP and a command: fence shards run GROUP --shards N -- COMMAND [ARG...]")
+			}
+			if err := shards.ValidateGroup(args[0]); err != nil {
+				return err
+			}
+			switch {
+			case len(args) == 1:
+				return usageErrorf("shards run needs a command after the group: fence shards run %s --shards N -- COMMAND", args[0])
+			case dash < 0:
+				return usageErrorf("shards run needs \"--\" before the command: fence shards run %s --shards N -- %s", args[0], strings.Join(args[1:], " "))
+			case dash > 1:
+				return usageErrorf("shards run takes one GROUP before \"--\", got %d arguments: %q", dash, args[:dash])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runShardsRun(cmd, f, o, args[0], args[1:])
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&o.shards, "shards", 0, "number of shards of the group (the same for every member)")
+	fs.StringVar(&o.member, "member", "", "this member's id (default HOSTNAME:PID)")
+	DurationVarP(fs, &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the member's and the shards' leases")
+	DurationVarP(fs, &o.settle, "settle", "", shards.DefaultSettle, true, "how long a membership change must last before the map changes")
+	DurationVarP(fs, &o.grace, "grace", "", 0, false, "time between the stop signal and SIGKILL (default: TTL/5, at most 5s)")
+	fs.StringVar(&o.signal, "signal", "TERM", "signal that starts the stop sequence")
+	fs.BoolVar(&o.shell, "shell", false, "COMMAND is one string run by /bin/sh -c")
+	return cmd
+}
+
+func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group string, command []string) error {
+	if !cmd.Flags().Changed("shards") {
+		return usageErrorf("shards run needs --shards N (the same for every member of %q)", group)
+	}
+	if o.shards < 1 || o.shards > shards.MaxShards {
+		return fmt.Errorf("%w: --shards must be 1 to %d, got %d", coord.ErrInvalid, shards.MaxShards, o.shards)
+	}
+	if o.member != "" {
+		if err := shards.ValidateMember(o.member); err != nil {
+			return err
+		}
+	}
+	sig, err := supervise.ParseSignal(o.signal)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.Config()
+	if err != nil {
+		return err
+	}
+	sopts := supervise.Options{
+		Lock: group, Command: command, Shell: o.shell, TTL: o.ttl,
+		Grace: o.grace, Signal: sig, Verbose: cfg.Verbose,
+		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
+		Location: location(cfg),
+	}
+	// The options are checked before joining: a bad --ttl or --grace is
+	// refused without taking a lease.
+	r, err := supervise.Start(sopts)
+	if err != nil {
+		return exitcode.New(exitcode.Failure, err)
+	}
+	r.Close()
+	ctx := context.WithoutCancel(cmd.Context())
+	c, err := f.Coordinator(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	g, err := config.OpenGuard(cfg, c)
+	if err != nil {
+		return err
+	}
+	var hist coord.Historian
+	coord.As(c, &hist)
+	record := func(ev coord.HistoryEvent) {
+		if hist == nil {
+			return
+		}
+		ev.Time = time.Now()
+		go func() {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = hist.Record(rctx, ev)
+		}()
+	}
+	sr := &supervise.ShardRunner{}
+	m, err := shards.Join(ctx, c, group, shards.Options{
+		Shards: o.shards, Member: o.member, TTL: o.ttl, Settle: o.settle, Guard: g,
+		Process: &coord.ProcessInfo{PIDs: []int{os.Getpid()}},
+		Hold:    holdOptions(o.ttl, sr),
+		OnMove: func(mv shards.Move) {
+			kind := map[string]coord.HistoryKind{"taken": histShardTaken, "given_up": histShardGivenUp, "lost": histShardLost}[mv.Kind]
+			f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
+			record(coord.HistoryEvent{Lock: shards.ShardLock(group, mv.Shard), Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
+		},
+	})
+	if err != nil {
+		if errors.Is(err, coord.ErrBusy) {
+			return exitcode.New(exitcode.Failure, fmt.Errorf("%w: %v", coord.ErrInvalid, err))
+		}
+		return err
+	}
+	sr.OnRestart = func(n int, _ []int, reason string) {
+		f.verbosef("restarting the command (%d): %s", n, reason)
+		record(coord.HistoryEvent{Lock: shards.MemberLock(group, m.ID()), Kind: histRestarted, Holder: m.ID(), Count: n, Reason: reason})
+	}
+	code, runErr := sr.Run(ctx, c, m, sopts, o.settle)
+	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Leave(lctx); err != nil {
+		fmt.Fprintf(f.IO.ErrOut, "fence: warning: leaving group %q: %v\n", group, err)
+	}
+	if runErr != nil {
+		return exitcode.New(code, runErr)
+	}
+	if code != 0 {
+		return exitcode.Silent(code)
+	}
+	return nil
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
+}
+
+// shardsView is `fence shards show`'s JSON.
+type shardsView struct {
+	Group    string           `json:"group"`
+	Members  []memberView     `json:"members"`
+	Settings shards.Settings  `json:"settings"`
+	Shards   []shardView      `json:"shards"`
+	Map      map[string][]int `json:"map"`
+}
+
+type memberView struct {
+	ID      string  `json:"id"`
+	Since   *string `json:"since,omitempty"`
+	Drained bool    `json:"drained,omitempty"`
+	Shards  int     `json:"shards"`
+}
+
+type shardView struct {
+	Shard int     `json:"shard"`
+	Owner string  `json:"owner,omitempty"`
+	Token uint64  `json:"token,omitempty"`
+	Since *string `json:"since,omitempty"`
+}
+
+func newCmdShardsShow(f *Factory) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "show GROUP [-o text|json]",
+		Short: "Show a group's members, settings, and each shard's owner, token and since when",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			group := args[0]
+			if err := shards.ValidateGroup(group); err != nil {
+				return err
+			}
+			fm, err := parseFormat(format, output.Text, output.JSON)
+			if err != nil {
+				return err
+			}
+			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+				cfg, err := f.Config()
+				if err != nil {
+					return err
+				}
+				g, err := config.OpenGuard(cfg, c)
+				if err != nil {
+					return err
+				}
+				st, err := shards.LoadSettings(cmd.Context(), g, group)
+				if err != nil {
+					return err
+				}
+				infos, err := c.List(cmd.Context(), group+"/")
+				if err != nil {
+					return err
+				}
+				v := shardsView{Group: group, Settings: st, Map: map[string][]int{}, Shards: []shardView{}, Members: []memberView{}}
+				count := map[string]int{}
+				var ids []string
+				n := 0
+				for _, in := range infos {
+					if !in.Held {
+						continue
+					}
+					rest := strings.TrimPrefix(in.Name, group+"/")
+					if id, ok := strings.CutPrefix(rest, "members/"); ok && shards.ValidateMember(id) == nil {
+						ids = append(ids, id)
+						v.Members = append(v.Members, memberView{ID: id, Since: output.Time(in.AcquiredAt), Drained: slices.Contains(st.Drained, id)})
+					}
+					if s, ok := strings.CutPrefix(rest, "shard/"); ok {
+						k, err := strconv.Atoi(s)
+						if err != nil || strconv.Itoa(k) != s {
+							continue
+						}
+						n = max(n, k+1)
+						v.Shards = append(v.Shards, shardView{Shard: k, Owner: in.Holder, Token: in.Token, Since: output.Time(in.AcquiredAt)})
+						v.Map[in.Holder] = append(v.Map[in.Holder], k)
+						count[in.Holder]++
+					}
+				}
+				slices.SortFunc(v.Shards, func(a, b shardView) int { return a.Shard - b.Shard })
+				for i := range v.Members {
+					v.Members[i].Shards = count[v.Members[i].ID]
+				}
+				for _, id := range ids {
+					slices.Sort(v.Map[id])
+				}
+				if fm == output.JSON {
+					return output.WriteJSON(f.IO.Out, v)
+				}
+				w := f.IO.Out
+				fmt.Fprintf(w, "group %s: %d members, %d shards held", group, len(v.Members), len(v.Shards))
+				if len(st.Drained) > 0 || st.Serial != nil {
+					fmt.Fprintf(w, " (%s)", settingsText(st))
+				}
+				fmt.Fprintln(w)
+				rows := [][]string{}
+				for _, mv := range v.Members {
+					d := ""
+					if mv.Drained {
+						d = "drained"
+					}
+					rows = append(rows, []string{mv.ID, strconv.Itoa(mv.Shards), ranges(v.Map[mv.ID]), d})
+				}
+				if err := output.WriteTable(w, f.IO.IsStdoutTTY(), []string{"MEMBER", "SHARDS", "OWNS", "STATE"}, rows); err != nil {
+					return err
+				}
+				rows = rows[:0]
+				for _, s := range v.Shards {
+					since := ""
+					if s.Since != nil {
+						since = *s.Since
+					}
+					rows = append(rows, []string{strconv.Itoa(s.Shard), s.Owner, strconv.FormatUint(s.Token, 10), since})
+				}
+				return output.WriteTable(w, f.IO.IsStdoutTTY(), []string{"SHARD", "OWNER", "TOKEN", "SINCE"}, rows)
+			})
+		},
+	}
+	formatFlag(cmd, &format, output.Text, output.JSON)
+	return cmd
+}
+
+func settingsText(st shards.Settings) string {
+	var p []string
+	if len(st.Drained) > 0 {
+		p = append(p, "drained: "+strings.Join(st.Drained, ","))
+	}
+	if st.Serial != nil {
+		s := "serial"
+		if *st.Serial != "" {
+			s += " on " + *st.Serial
+		}
+		p = append(p, s)
+	}
+	return strings.Join(p, "; ")
+}
+
+// ranges writes shard numbers as "0-3,7".
+func ranges(ns []int) string {
+	var b []string
+	for i := 0; i < len(ns); {
+		j := i
+		for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
+			j++
+		}
+		if j > i {
+			b = append(b, fmt.Sprintf("%d-%d", ns[i], ns[j]))
+		} else {
+			b = append(b, strconv.Itoa(ns[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(b, ",")
+}
+
+func updateSettings(cmd *cobra.Command, f *Factory, group string, change func(*shards.Settings)) error {
+	if err := shards.ValidateGroup(group); err != nil {
+		return err
+	}
+	return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+		cfg, err := f.Config()
+		if err != nil {
+			return err
+		}
+		g, err := config.OpenGuard(cfg, c)
+		if err != nil {
+			return err
+		}
+		st, err := shards.UpdateSettings(cmd.Context(), c, g, group, 10*time.Second, change)
+		if err != nil {
+			return err
+		}
+		text := settingsText(st)
+		if text == "" {
+			text = "parallel, nothing drained"
+		}
+		fmt.Fprintf(f.IO.Out, "group %s: %s\n", group, text)
+		return nil
+	})
+}
+
+func newCmdShardsDrain(f *Factory, drain bool) *cobra.Command {
+	use, short := "drain GROUP MEMBER", "Give MEMBER's shards away (before maintenance); it takes none until undrained"
+	if !drain {
+		use, short = "undrain GROUP MEMBER", "Let a drained MEMBER take shards again"
+	}
+	return &cobra.Command{
+		Use: use, Short: short, Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := shards.ValidateMember(args[1]); err != nil {
+				return err
+			}
+			return updateSettings(cmd, f, args[0], func(s *shards.Settings) {
+				s.Drained = slices.DeleteFunc(s.Drained, func(id string) bool { return id == args[1] })
+				if drain {
+					s.Drained = append(s.Drained, args[1])
+				}
+			})
+		},
+	}
+}
+
+func newCmdShardsSerial(f *Factory) *cobra.Command {
+	var member string
+	cmd := &cobra.Command{
+		Use:   "serial GROUP [--member ID]",
+		Short: "Kill switch: one member takes every shard (safe serial processing)",
+		Long: `One member of GROUP takes every shard: --member ID when it is live and not
+drained, else the first live undrained member in byte order. The setting
+persists until fence shards parallel GROUP.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if member != "" {
+				if err := shards.ValidateMember(member); err != nil {
+					return err
+				}
+			}
+			return updateSettings(cmd, f, args[0], func(s *shards.Settings) { s.Serial = &member })
+		},
+	}
+	cmd.Flags().StringVar(&member, "member", "", "the member that takes every shard")
+	return cmd
+}
+
+func newCmdShardsParallel(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use: "parallel GROUP", Short: "End serial mode: the shards are spread over the members again", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return updateSettings(cmd, f, args[0], func(s *shards.Settings) { s.Serial = nil })
+		},
+	}
+}
+
+// holdOptions renews the shards' leases as fence run renews its lease, and
+// tells sr of each renewal (its watchdog's stop time follows the earliest).
+func holdOptions(ttl time.Duration, sr *supervise.ShardRunner) fencing.HoldOptions {
+	return fencing.HoldOptions{OnSafeUntil: sr.OnSafeUntil}
+}

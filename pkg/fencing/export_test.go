@@ -1,0 +1,17 @@
+package fencing
+
+import (
+	"context"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// HoldOn is Hold with fc in place of the boot clock and the timers, for
+// tests only: a boot reading is fc's time in Unix nanoseconds, and
+// Lease.Sent is read the same way. The holds on one fake clock share a
+// scheduler.
+func HoldOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, fc *clockwork.FakeClock) (*Held, error) {
+	return holdOn(ctx, c, lease, opts, fakeClk{fc})
+}

@@ -1,0 +1,89 @@
+package shards
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/guard"
+)
+
+// Settings are a group's persistent operator settings: drained members and
+// the serial kill switch. They are stored as one fenced guard value,
+// SettingsKey(group), written only under a lease on SettingsLock(group):
+// Update takes that lease, reads the value, changes it and writes it with
+// the lease's token, so two operators never lose each other's change, and
+// one frozen past its lease is refused (guard.ErrStale) instead of
+// overwriting a later change. The lease's acquisition and release are also
+// what tells the members (they watch the group's locks) to read them again.
+type Settings struct {
+	// Drained members take no shard and give theirs away.
+	Drained []string `json:"drained,omitempty"`
+	// Serial, when set, puts one member in charge of every shard: the one
+	// it names, or, when that is "" or not a live undrained member, the
+	// first live undrained member in byte order.
+	Serial *string `json:"serial,omitempty"`
+}
+
+// SettingsKey is the guard key of group's settings.
+func SettingsKey(group string) string { return group + "/settings" }
+
+// SettingsLock is the lock under which group's settings are written.
+func SettingsLock(group string) string { return group + "/settings" }
+
+// LoadSettings reads group's settings (the zero Settings when none were
+// written).
+func LoadSettings(ctx context.Context, g guard.Guard, group string) (Settings, error) {
+	var st Settings
+	v, err := g.Get(ctx, SettingsKey(group))
+	switch {
+	case errors.Is(err, guard.ErrNotFound):
+		return st, nil
+	case err != nil:
+		return st, fmt.Errorf("read the settings of group %q: %w", group, err)
+	}
+	if len(v.Data) == 0 {
+		return st, nil
+	}
+	if err := json.Unmarshal(v.Data, &st); err != nil {
+		return st, fmt.Errorf("%w: the settings of group %q are not valid: %v", coord.ErrUnavailable, group, err)
+	}
+	return st, nil
+}
+
+// UpdateSettings changes group's settings with change, under a lease on
+// SettingsLock(group) (waiting for it up to wait), and returns them as
+// written.
+func UpdateSettings(ctx context.Context, c coord.Coordinator, g guard.Guard, group string, wait time.Duration, change func(*Settings)) (Settings, error) {
+	if err := ValidateGroup(group); err != nil {
+		return Settings{}, err
+	}
+	l, err := c.Acquire(ctx, SettingsLock(group), coord.AcquireOptions{TTL: 10 * time.Second, Wait: wait, Holder: coord.DefaultHolder()})
+	if err != nil {
+		return Settings{}, fmt.Errorf("lock the settings of group %q: %w", group, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = c.Release(rctx, l.Name, l.ID)
+	}()
+	st, err := LoadSettings(ctx, g, group)
+	if err != nil {
+		return st, err
+	}
+	change(&st)
+	slices.Sort(st.Drained)
+	st.Drained = slices.Compact(st.Drained)
+	b, err := json.Marshal(st)
+	if err != nil {
+		return st, err
+	}
+	if err := g.Put(ctx, SettingsKey(group), l.Token, b); err != nil {
+		return st, fmt.Errorf("write the settings of group %q: %w", group, err)
+	}
+	return st, nil
+}

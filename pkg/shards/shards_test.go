@@ -1,0 +1,368 @@
+package shards_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/coord/local"
+	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/etcdstore"
+	"github.com/fence-dev/fence/pkg/guard/localstore"
+	"github.com/fence-dev/fence/pkg/shards"
+)
+
+// backend opens, for each member, a coordinator of its own (as separate
+// processes have) and the group's guard store.
+type backend struct {
+	name  string
+	open  func(t *testing.T) coord.Coordinator
+	guard func(t *testing.T, c coord.Coordinator) guard.Guard
+}
+
+func backends(t *testing.T) []backend {
+	dir := t.TempDir()
+	var srv *etcdtest.Server
+	return []backend{
+		{name: "local",
+			open: func(t *testing.T) coord.Coordinator {
+				c, err := local.Open(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				return c
+			},
+			guard: func(t *testing.T, _ coord.Coordinator) guard.Guard {
+				g, err := localstore.Open(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return g
+			}},
+		{name: "etcd",
+			open: func(t *testing.T) coord.Coordinator {
+				if srv == nil {
+					srv = etcdtest.Start(t)
+				}
+				c, err := etcd.New(context.Background(), etcd.Config{Endpoints: srv.Endpoints(), Prefix: "/shards/", DialTimeout: 5 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				return c
+			},
+			guard: func(t *testing.T, c coord.Coordinator) guard.Guard {
+				ec := c.(*etcd.Coordinator)
+				return etcdstore.New(ec.Client(), ec.Prefix())
+			}},
+	}
+}
+
+// ledger is the work done under the shards: a worker claims a shard when
+// its member holds it with a live context, and gives the claim back before
+// it releases the shard. Two claims of one shard at once are a violation.
+type ledger struct {
+	mu         sync.Mutex
+	owner      map[int]string
+	events     []ledgerEvent
+	violations []string
+}
+
+type ledgerEvent struct {
+	at     time.Time
+	shard  int
+	member string
+	claim  bool
+	token  uint64
+}
+
+func newLedger() *ledger { return &ledger{owner: map[int]string{}} }
+
+func (l *ledger) claim(shard int, member string, token uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if o, ok := l.owner[shard]; ok && o != member {
+		l.violations = append(l.violations, fmt.Sprintf("shard %d claimed by %s while %s works on it", shard, member, o))
+	}
+	l.owner[shard] = member
+	l.events = append(l.events, ledgerEvent{time.Now(), shard, member, true, token})
+}
+
+func (l *ledger) unclaim(shard int, member string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.owner[shard] == member {
+		delete(l.owner, shard)
+	}
+	l.events = append(l.events, ledgerEvent{time.Now(), shard, member, false, 0})
+}
+
+// snapshot is the claims now: by shard.
+func (l *ledger) snapshot() map[int]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps(l.owner)
+}
+
+func maps(m map[int]string) map[int]string {
+	out := make(map[int]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// checkLog replays the event log: per shard, claims and unclaims alternate
+// between members, and tokens only grow.
+func (l *ledger) checkLog(t *testing.T) int {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur := map[int]string{}
+	last := map[int]uint64{}
+	for _, e := range l.events {
+		if e.claim {
+			if o, ok := cur[e.shard]; ok && o != e.member {
+				t.Errorf("log: shard %d claimed by %s at %v while %s held it", e.shard, e.member, e.at.Format(time.StampMicro), o)
+			}
+			if e.token <= last[e.shard] {
+				t.Errorf("log: shard %d token %d after %d", e.shard, e.token, last[e.shard])
+			}
+			last[e.shard] = e.token
+			cur[e.shard] = e.member
+		} else if cur[e.shard] == e.member {
+			delete(cur, e.shard)
+		}
+	}
+	for _, v := range l.violations {
+		t.Error(v)
+	}
+	return len(l.events)
+}
+
+// worker follows a member: it claims what the member holds and gives up
+// (unclaims, then releases) what it must.
+func worker(m *shards.Member, l *ledger) (stop func()) {
+	done := make(chan struct{})
+	quit := make(chan struct{})
+	claimed := map[int]*shards.Shard{}
+	go func() {
+		defer close(done)
+		for {
+			for _, s := range m.Shards() {
+				if s.Context().Err() != nil {
+					if claimed[s.Number] == s {
+						l.unclaim(s.Number, m.ID())
+						delete(claimed, s.Number)
+					}
+					_ = s.Release(context.Background())
+					continue
+				}
+				if claimed[s.Number] != s {
+					l.claim(s.Number, m.ID(), s.Token())
+					claimed[s.Number] = s
+				}
+			}
+			select {
+			case <-m.Changed():
+			case <-quit:
+				for n := range claimed {
+					l.unclaim(n, m.ID())
+				}
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+type group struct {
+	t       *testing.T
+	b       backend
+	name    string
+	n       int
+	l       *ledger
+	members map[string]*shards.Member
+	stops   map[string]func()
+	samples int
+	opts    shards.Options
+}
+
+func (g *group) join(id string) {
+	g.t.Helper()
+	c := g.b.open(g.t)
+	o := g.opts
+	o.Shards, o.Member, o.Guard = g.n, id, g.b.guard(g.t, c)
+	m, err := shards.Join(context.Background(), c, g.name, o)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.members[id] = m
+	g.stops[id] = worker(m, g.l)
+}
+
+func (g *group) leave(id string) {
+	g.t.Helper()
+	g.stops[id]()
+	if err := g.members[id].Leave(context.Background()); err != nil {
+		g.t.Error(err)
+	}
+	delete(g.members, id)
+	delete(g.stops, id)
+}
+
+func (g *group) ids() []string {
+	var out []string
+	for id := range g.members {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// settle waits until the claims are the map of the live members under st,
+// sampling the claims meanwhile: no sample may show a shard claimed twice
+// (the ledger catches that at the claim) or a member over the bound.
+func (g *group) settle(st shards.Settings) map[int]string {
+	g.t.Helper()
+	want := shards.Target(g.n, g.ids(), st)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		snap := g.l.snapshot()
+		g.samples++
+		ok := len(snap) == g.n
+		for s, id := range want {
+			if snap[s] != id {
+				ok = false
+			}
+		}
+		settled := true
+		for _, m := range g.members {
+			if !m.Settled() {
+				settled = false
+			}
+		}
+		if ok && settled {
+			// Complete and within one shard of each other.
+			count := map[string]int{}
+			for _, id := range snap {
+				count[id]++
+			}
+			lo, hi := g.n, 0
+			active := 0
+			for _, id := range g.ids() {
+				if slices.Contains(st.Drained, id) || (st.Serial != nil && count[id] == 0) {
+					continue
+				}
+				active++
+				lo, hi = min(lo, count[id]), max(hi, count[id])
+			}
+			if active > 0 && hi-lo > 1 {
+				g.t.Errorf("spread %d..%d over %d members: %v", lo, hi, active, count)
+			}
+			return snap
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("not settled after 30s: claims %d of %d, members %v", len(snap), g.n, g.ids())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func moved(a, b map[int]string) int {
+	n := 0
+	for s, id := range a {
+		if b[s] != id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGroup: 4 members share 64 shards on both backends; a fifth joins, one
+// leaves, one is drained and undrained, the group goes serial and parallel
+// again. At every sampled instant and in the whole event log no shard is
+// worked on by two members; once settled, the union is complete, the map is
+// Target's and the spread within one shard; a join moves only what the map
+// moves.
+func TestGroup(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			g := &group{t: t, b: b, name: "jobs-" + b.name, n: 64, l: newLedger(),
+				members: map[string]*shards.Member{}, stops: map[string]func(){},
+				opts: shards.Options{TTL: 3 * time.Second, Settle: 200 * time.Millisecond}}
+			for _, id := range []string{"m1", "m2", "m3", "m4"} {
+				g.join(id)
+			}
+			t0 := time.Now()
+			before := g.settle(shards.Settings{})
+			t.Logf("4 members settled in %v", time.Since(t0).Round(time.Millisecond))
+
+			g.join("m5")
+			after := g.settle(shards.Settings{})
+			got, least := moved(before, after), len(shards.Of(mapOf(after, g.n), "m5"))
+			t.Logf("m5 joined: %d shards moved, %d to m5 (the least possible)", got, least)
+			if got*10 > least*16 {
+				t.Errorf("join moved %d shards; the new member got %d", got, least)
+			}
+
+			g.leave("m2")
+			after2 := g.settle(shards.Settings{})
+			t.Logf("m2 left: %d shards moved", moved(after, after2))
+
+			ctx := context.Background()
+			admin := b.open(t)
+			gd := b.guard(t, admin)
+			st, err := shards.UpdateSettings(ctx, admin, gd, g.name, 10*time.Second, func(s *shards.Settings) { s.Drained = append(s.Drained, "m3") })
+			if err != nil {
+				t.Fatal(err)
+			}
+			drained := g.settle(st)
+			if n := len(shards.Of(mapOf(drained, g.n), "m3")); n != 0 {
+				t.Errorf("drained m3 still owns %d shards", n)
+			}
+			one := ""
+			st, err = shards.UpdateSettings(ctx, admin, gd, g.name, 10*time.Second, func(s *shards.Settings) { s.Serial = &one })
+			if err != nil {
+				t.Fatal(err)
+			}
+			serial := g.settle(st)
+			owners := map[string]bool{}
+			for _, id := range serial {
+				owners[id] = true
+			}
+			if len(owners) != 1 {
+				t.Errorf("serial: %d owners", len(owners))
+			}
+			st, err = shards.UpdateSettings(ctx, admin, gd, g.name, 10*time.Second, func(s *shards.Settings) { s.Serial = nil; s.Drained = nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.settle(st)
+
+			for _, id := range g.ids() {
+				g.leave(id)
+			}
+			n := g.l.checkLog(t)
+			t.Logf("invariants held over %d samples and %d claim events", g.samples, n)
+		})
+	}
+}
+
+func mapOf(m map[int]string, n int) []string {
+	out := make([]string, n)
+	for s, id := range m {
+		out[s] = id
+	}
+	return out
+}
+
+func TestMain(m *testing.M) { os.Exit(m.Run()) }
