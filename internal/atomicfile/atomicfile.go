@@ -23,9 +23,22 @@ const TempPrefix = ".tmp-"
 // leaves the old or the new content, never a mix. It returns the file's info
 // as written (the renamed file keeps its device and inode).
 func Write(path string, data []byte, syncDir bool) (os.FileInfo, error) {
+	return WritePerm(path, data, syncDir, 0o600)
+}
+
+// WritePerm is Write with the file's permission perm, set explicitly
+// (whatever the umask) before the rename.
+func WritePerm(path string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), TempPrefix+"*")
 	if err != nil {
 		return nil, err
+	}
+	if perm != 0o600 {
+		if err := tmp.Chmod(perm); err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			return nil, err
+		}
 	}
 	return finish(tmp, path, data, syncDir)
 }
@@ -36,6 +49,12 @@ func Write(path string, data []byte, syncDir bool) (os.FileInfo, error) {
 // before its rename, and is replaced. temp is created afresh, never opened
 // through a symbolic link.
 func WriteVia(path, temp string, data []byte, syncDir bool) (os.FileInfo, error) {
+	return WriteViaPerm(path, temp, data, syncDir, 0o600)
+}
+
+// WriteViaPerm is WriteVia with the file's permission perm, set explicitly
+// (whatever the umask) before the rename.
+func WriteViaPerm(path, temp string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
 	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW
 	tmp, err := os.OpenFile(temp, flags, 0o600)
 	if errors.Is(err, os.ErrExist) {
@@ -46,6 +65,13 @@ func WriteVia(path, temp string, data []byte, syncDir bool) (os.FileInfo, error)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if perm != 0o600 {
+		if err := tmp.Chmod(perm); err != nil {
+			tmp.Close()
+			os.Remove(temp)
+			return nil, err
+		}
 	}
 	return finish(tmp, path, data, syncDir)
 }

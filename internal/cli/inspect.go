@@ -116,10 +116,12 @@ func newCmdShow(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show LOCK [-o text|json]",
 		Short: "Show a lock's status and its recent events",
-		Long: `Show LOCK's status (as 'fence status') followed by its recent events
-(acquired, released, renewal failures, leases lost, deadlines, expiries,
-revocations, refused stale writes), oldest first, where the coordinator keeps
-them. Exits 0 whether the lock is held or free.`,
+		Long: `Show LOCK's status (as 'fence status'), its last completions of
+'fence run --once' (newest first, at most 5; all with 'fence once list'), and its
+recent events (acquired, released, renewal failures, leases lost, deadlines,
+expiries, revocations, refused stale writes, completed and skipped --once runs),
+oldest first, where the coordinator keeps them. Exits 0 whether the lock is held
+or free.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -156,10 +158,20 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 				return fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)
 			}
 		}
+		var done []coord.Completion
+		if k := coord.CompleterOf(c); k != nil {
+			if done, err = k.Completions(ctx, o.lock); err != nil {
+				return fmt.Errorf("show %s: completion records: %w", output.Clean(o.lock), err)
+			}
+			done = latestCompletions(done, 5)
+		}
 		now := f.Now()
 		out := f.IO.Out
 		if format == output.JSON {
 			v := showView{Lock: newLockView(info, now)}
+			for _, d := range done {
+				v.Completions = append(v.Completions, newCompletionView(d))
+			}
 			if hasHistory {
 				v.Events = make([]eventView, 0, len(events))
 				for _, e := range events {
@@ -170,6 +182,16 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		}
 		if err := output.WriteFields(out, lockFields(info, now)); err != nil {
 			return err
+		}
+		if len(done) > 0 {
+			fmt.Fprintln(out, "\nlast completions:")
+			rows := make([][]string, len(done))
+			for i, d := range done {
+				rows[i] = completionRow(d)
+			}
+			if err := output.WriteTable(out, f.IO.IsStdoutTTY(), onceHeader, rows); err != nil {
+				return err
+			}
 		}
 		switch {
 		case !hasHistory:

@@ -6,6 +6,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
+	"github.com/fence-dev/fence/pkg/coord"
 )
 
 // Main runs fence with args (without the program name) on the process's
@@ -50,15 +52,26 @@ func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
 	root := NewRootCmd(f)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	return report(ios, err)
+	return report(ios, err, quiet(f, err))
 }
 
-// report prints err (unless silent) and returns its exit code.
-func report(ios *IOStreams, err error) int {
+// quiet reports whether err is an expected outcome of a wrapper (busy,
+// already done, frozen: a lock whose limit keeps it from being taken is
+// busy) that -q/--quiet keeps off stderr.
+func quiet(f *Factory, err error) bool {
+	if err == nil || !(errors.Is(err, coord.ErrBusy) || errors.Is(err, coord.ErrCompleted)) {
+		return false
+	}
+	cfg, cerr := f.Config()
+	return cerr == nil && cfg.Quiet
+}
+
+// report prints err (unless silent or quiet) and returns its exit code.
+func report(ios *IOStreams, err error, quiet bool) int {
 	if err == nil {
 		return exitcode.OK
 	}
-	if !exitcode.IsSilent(err) {
+	if !exitcode.IsSilent(err) && !quiet {
 		if msg := oneLine(err.Error()); msg != "" {
 			fmt.Fprintf(ios.ErrOut, "fence: %s\n", msg)
 		}

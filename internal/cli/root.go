@@ -18,6 +18,7 @@ type commandGroup struct {
 // else), so that the help, the completions and the generated docs see it.
 var commandGroups = []commandGroup{
 	{"run", "Running commands under a lock:", []func(*Factory) *cobra.Command{newCmdRun}},
+	{"once", "Jobs that run once (fence run --once):", []func(*Factory) *cobra.Command{newCmdOnce}},
 	{"lease", "Leases:", []func(*Factory) *cobra.Command{newCmdAcquire, newCmdRenew, newCmdRelease, newCmdRevoke}},
 	{"inspect", "Inspection:", []func(*Factory) *cobra.Command{newCmdCheck, newCmdStatus, newCmdList, newCmdShow, newCmdHistory, newCmdTop}},
 	{"shards", "Ownership partitioning:", []func(*Factory) *cobra.Command{newCmdShards}},

@@ -19,6 +19,9 @@ type runOptions struct {
 	signal                     string
 	conflictExitCode           int
 	metricsFile                string
+	once                       string
+	oncePer, onceFor           time.Duration
+	doneExitCode               int
 }
 
 func newCmdRun(f *Factory) *cobra.Command {
@@ -50,9 +53,22 @@ SIGINT, SIGTERM and SIGHUP sent to fence go to the command's group; fence then
 waits for it, releases the lease and exits with the command's status. Otherwise
 fence exits with the command's own exit code (128+N when it died of signal N
 that fence did not send), 75 when the lock was busy (--conflict-exit-code),
-125 when fence itself failed, 126/127 when COMMAND could not be run.`,
+125 when fence itself failed, 126/127 when COMMAND could not be run.
+
+--once KEY runs COMMAND at most once to success per (LOCK, KEY), across all
+hosts that share the coordinator: fence looks for KEY's completion record
+before it waits and again once it holds the lease, and when there is one it
+takes no lease, runs nothing and exits 0 (--done-exit-code). When COMMAND
+exits 0 while the lease is still safe, the record is written in one step with
+the check that the lease is still held; a failed COMMAND leaves no record, so
+the next attempt runs it. A lease lost before the record is written is exit
+76. --once-per D is --once with KEY the start of the current period (UTC,
+periods aligned to the Unix epoch: --once-per 24h is one run per UTC day).
+Records are kept for --once-for (default 30 days); see 'fence once'.`,
 		Example: `  fence run nightly-backup --ttl 30s -n -- /usr/local/bin/backup --token-from-env
-  fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'`,
+  fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'
+  fence run -q billing --once-per 24h -- /usr/local/bin/charge-customers
+  fence run migrate --once "schema-v42" -- ./migrate up`,
 		Args:              runArgs,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -70,6 +86,10 @@ that fence did not send), 75 when the lock was busy (--conflict-exit-code),
 	fs.BoolVar(&o.shell, "shell", false, "COMMAND is one string run by /bin/sh -c")
 	fs.IntVar(&o.conflictExitCode, "conflict-exit-code", exitcode.Busy, "exit code when the lock was not acquired in time")
 	fs.StringVar(&o.metricsFile, "metrics-file", "", "write a Prometheus textfile here at exit")
+	fs.StringVar(&o.once, "once", "", "run the command at most once to success for this key of the lock, across hosts")
+	DurationVarP(fs, &o.oncePer, "once-per", "", 0, false, "--once with the key the start of the current period (UTC, aligned to the Unix epoch)")
+	DurationVarP(fs, &o.onceFor, "once-for", "", coord.DefaultKeep, false, "how long a completion record is kept")
+	fs.IntVar(&o.doneExitCode, "done-exit-code", 0, "exit code when the --once key was already done")
 	return cmd
 }
 
@@ -109,6 +129,10 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 	if err != nil {
 		return err
 	}
+	key, err := onceKey(cmd, f, o)
+	if err != nil {
+		return err
+	}
 	cfg, err := f.Config()
 	if err != nil {
 		return err
@@ -126,8 +150,9 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 		TTL: o.ttl, Holder: holder, Wait: wait,
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
-		Verbose: cfg.Verbose,
-		Stdin:   f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
+		Once: key, OnceKeep: o.onceFor, DoneExitCode: o.doneExitCode,
+		Verbose: cfg.Verbose, Quiet: cfg.Quiet,
+		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),
 	})
 	if err != nil {
@@ -165,6 +190,37 @@ func closeAfterRun(c coord.Coordinator, code int) {
 	ctx, cancel := context.WithTimeout(context.Background(), supervise.AfterStop/3)
 	defer cancel()
 	_ = cc.CloseContext(ctx)
+}
+
+// onceKey is the --once key of a run: --once KEY, or the period's start for
+// --once-per ("" without either). The combinations that cannot keep the
+// promise are refused.
+func onceKey(cmd *cobra.Command, f *Factory, o *runOptions) (string, error) {
+	fl := cmd.Flags()
+	switch {
+	case fl.Changed("once") && fl.Changed("once-per"):
+		return "", usageErrorf("--once and --once-per conflict: give one")
+	case !fl.Changed("once") && !fl.Changed("once-per"):
+		for _, n := range []string{"once-for", "done-exit-code"} {
+			if fl.Changed(n) {
+				return "", usageErrorf("--%s needs --once KEY or --once-per D", n)
+			}
+		}
+		return "", nil
+	case fl.Changed("once"):
+		if err := coord.ValidateKey(o.once); err != nil {
+			return "", err
+		}
+		return o.once, nil
+	}
+	if o.oncePer < time.Second {
+		return "", usageErrorf("--once-per %v is shorter than a second", o.oncePer)
+	}
+	if o.onceFor < o.oncePer {
+		// The record would go before its period ends, and the job run again.
+		return "", usageErrorf("--once-for %v is shorter than --once-per %v: the job would run again within its period", o.onceFor, o.oncePer)
+	}
+	return coord.PeriodKey(f.Now(), o.oncePer), nil
 }
 
 // location is the coordinator's location for the command's environment, so

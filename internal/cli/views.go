@@ -118,6 +118,9 @@ type showView struct {
 	Lock lockView `json:"lock" yaml:"lock"`
 	// Events is null when the coordinator keeps no history.
 	Events []eventView `json:"events" yaml:"events"`
+	// Completions are the lock's latest --once completion records, newest
+	// first (absent when it has none).
+	Completions []completionView `json:"completions,omitempty" yaml:"completions,omitempty"`
 }
 
 // textTime formats a time for text output: RFC 3339 in local time, to the
@@ -193,6 +196,13 @@ func eventRow(e coord.HistoryEvent) []string {
 		detail = fmt.Sprintf("key %s: token %d < accepted %d", e.Key, e.Token, e.AcceptedToken)
 	case coord.HistRestarted:
 		detail = fmt.Sprintf("restart %d: %s", e.Count, e.Reason)
+	case coord.HistCompleted:
+		detail = "key " + output.Clean(e.Key)
+	case coord.HistSkipped:
+		detail = "key " + output.Clean(e.Key) + " done already"
+		if e.AcceptedToken > 0 {
+			detail += fmt.Sprintf(" (token %d)", e.AcceptedToken)
+		}
 	default:
 		if e.Error != "" {
 			detail = e.Error

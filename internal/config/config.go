@@ -47,6 +47,7 @@ const (
 	KeyHolder            = "holder"
 	KeyConfig            = "config"
 	KeyVerbose           = "verbose"
+	KeyQuiet             = "quiet"
 	KeyLogFormat         = "log-format"
 	KeyLogLevel          = "log-level"
 	// KeyPassword is not a flag nor a file key: only FENCE_PASSWORD sets it.
@@ -66,7 +67,7 @@ const EnvPassword = "FENCE_PASSWORD"
 var fileKeys = []string{
 	KeyStateDir, KeyEndpoints, KeyPrefix, KeyCACert, KeyCert, KeyKey, KeyUser,
 	KeyPasswordFile, KeyInsecureTransport, KeyDialTimeout, KeyHolder, KeyVerbose,
-	KeyLogFormat, KeyLogLevel,
+	KeyQuiet, KeyLogFormat, KeyLogLevel,
 }
 
 // Source says where a setting's value came from.
@@ -118,6 +119,9 @@ type Config struct {
 	File string
 	// Verbose asks for progress messages on stderr.
 	Verbose bool
+	// Quiet keeps the expected outcomes of a wrapper (busy, already done,
+	// frozen) off stderr; errors still print.
+	Quiet bool
 	// LogFormat ("text", "json") and LogLevel ("debug" ... "error") shape
 	// the structured log on stderr.
 	LogFormat, LogLevel string
@@ -147,6 +151,7 @@ func AddFlags(fs *pflag.FlagSet) {
 	fs.String(KeyHolder, "", "holder identity (default HOSTNAME:PID; for acquire, the PID of the process that ran it)")
 	fs.String(KeyConfig, "", "config file (default $XDG_CONFIG_HOME/fence/config.yaml, then /etc/fence/config.yaml)")
 	fs.BoolP(KeyVerbose, "v", false, "print progress messages on stderr")
+	fs.BoolP(KeyQuiet, "q", false, "print nothing on stderr for the expected outcomes of a wrapper (busy, already done, frozen); errors still print")
 	fs.String(KeyLogFormat, "text", "format of log messages on stderr: text or json")
 	fs.String(KeyLogLevel, "warn", "least severe log messages shown: debug, info, warn or error")
 }
@@ -239,6 +244,9 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 		return nil, err
 	}
 	if c.Verbose, err = toBool(KeyVerbose, v.Get(KeyVerbose), c.sources[KeyVerbose]); err != nil {
+		return nil, err
+	}
+	if c.Quiet, err = toBool(KeyQuiet, v.Get(KeyQuiet), c.sources[KeyQuiet]); err != nil {
 		return nil, err
 	}
 	if c.DialTimeout, err = toDuration(KeyDialTimeout, v.Get(KeyDialTimeout), c.sources[KeyDialTimeout]); err != nil {

@@ -362,6 +362,7 @@ func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 		{KeyDialTimeout, c.DialTimeout.String(), src(KeyDialTimeout)},
 		{KeyHolder, or(c.Holder, defaultHolder), src(KeyHolder)},
 		{KeyVerbose, fmt.Sprint(c.Verbose), src(KeyVerbose)},
+		{KeyQuiet, fmt.Sprint(c.Quiet), src(KeyQuiet)},
 		{KeyLogFormat, c.LogFormat, src(KeyLogFormat)},
 		{KeyLogLevel, c.LogLevel, src(KeyLogLevel)},
 	}

@@ -196,6 +196,7 @@ type lockState struct {
 	renewalFailures float64
 	staleRefusals   float64
 	events          map[coord.HistoryKind]float64
+	lastCompletion  time.Time // of the last completed --once run in the history
 }
 
 var (
@@ -217,6 +218,8 @@ var (
 		"Writes refused by a guard because their fencing token was stale.", []string{"lock"}, nil)
 	descEvents = prometheus.NewDesc("fence_lock_events_total",
 		"Events recorded in the lock's history, by kind.", []string{"lock", "kind"}, nil)
+	descLastCompletion = prometheus.NewDesc("fence_lock_last_completion_timestamp_seconds",
+		"Unix time of the lock's last completed --once run in its history.", []string{"lock"}, nil)
 	descCoordUp = prometheus.NewDesc("fence_exporter_coordinator_up",
 		"1 when the exporter's last read of the coordinator succeeded and its watch runs.", nil, nil)
 	descHistUp = prometheus.NewDesc("fence_exporter_history_up",
@@ -227,6 +230,7 @@ var (
 var allKinds = []coord.HistoryKind{
 	coord.HistAcquired, coord.HistReleased, coord.HistRenewalFailed, coord.HistLeaseLost,
 	coord.HistDeadlineExceeded, coord.HistExpired, coord.HistRevoked, coord.HistStaleRefused,
+	coord.HistCompleted, coord.HistSkipped,
 }
 
 // NewCollector reads the coordinator's locks and history once (an error of
@@ -444,6 +448,10 @@ func (col *Collector) readHistory(ctx context.Context) {
 				st.renewalFailures += float64(max(e.Event.Count, 1))
 			case coord.HistStaleRefused:
 				st.staleRefusals++
+			case coord.HistCompleted:
+				if e.Event.Time.After(st.lastCompletion) {
+					st.lastCompletion = e.Event.Time
+				}
 			}
 		}
 		col.mu.Unlock()
@@ -459,7 +467,7 @@ func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	if col.hist != nil {
-		for _, d := range []*prometheus.Desc{descRenewalFailures, descStale, descEvents, descHistUp} {
+		for _, d := range []*prometheus.Desc{descRenewalFailures, descStale, descEvents, descLastCompletion, descHistUp} {
 			ch <- d
 		}
 	}
@@ -500,6 +508,9 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		if col.hist != nil {
 			counter(descRenewalFailures, st.renewalFailures, n)
 			counter(descStale, st.staleRefusals, n)
+			if !st.lastCompletion.IsZero() {
+				gauge(descLastCompletion, float64(st.lastCompletion.UnixNano())/1e9, n)
+			}
 			// Every kind, from 0, so that increase() sees the first one.
 			kinds := append([]coord.HistoryKind(nil), allKinds...)
 			for k := range st.events {

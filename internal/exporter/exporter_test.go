@@ -247,12 +247,16 @@ func testExporter(t *testing.T, b backend) {
 		t.Errorf("lease_lost events %v before any", v)
 	}
 
-	// Renewal failures (one event standing for 3) and stale refusals, as
-	// fence run and the guards record them; then a renewal.
+	// Renewal failures (one event standing for 3), stale refusals and --once
+	// runs, as fence run and the guards record them; then a renewal.
+	completedAt := time.Now().Add(-time.Minute).Truncate(time.Second)
 	for _, e := range []coord.HistoryEvent{
 		{Lock: "jobs/a", Kind: coord.HistRenewalFailed, Holder: "alice", Token: a.Token, Count: 3, Error: "timeout"},
 		{Lock: "jobs/a", Kind: coord.HistStaleRefused, Key: "k", Token: a.Token - 1, AcceptedToken: a.Token},
 		{Lock: "jobs/a", Kind: coord.HistStaleRefused, Key: "k", Token: a.Token - 1, AcceptedToken: a.Token},
+		{Time: completedAt, Lock: "jobs/a", Kind: coord.HistCompleted, Key: "2026-05-06T00:00:00Z", Holder: "alice", Token: a.Token},
+		{Lock: "jobs/a", Kind: coord.HistSkipped, Key: "2026-05-06T00:00:00Z", Holder: "bob", AcceptedToken: a.Token},
+		{Lock: "jobs/a", Kind: coord.HistSkipped, Key: "2026-05-06T00:00:00Z", Holder: "carol", AcceptedToken: a.Token},
 	} {
 		if err := drv.Record(ctx, e); err != nil {
 			t.Fatal(err)
@@ -267,6 +271,16 @@ func testExporter(t *testing.T, b backend) {
 	}
 	if v := value(t, fams, "fence_lock_stale_refusals_total", "lock", "jobs/a"); v != 2 {
 		t.Errorf("stale refusals %v, want 2", v)
+	}
+	// --once runs: completed and skipped counted, the last completion's time.
+	if v := value(t, fams, "fence_lock_events_total", "lock", "jobs/a", "kind", "completed"); v != 1 {
+		t.Errorf("completed events %v, want 1", v)
+	}
+	if v := value(t, fams, "fence_lock_events_total", "lock", "jobs/a", "kind", "skipped"); v != 2 {
+		t.Errorf("skipped events %v, want 2", v)
+	}
+	if v := value(t, fams, "fence_lock_last_completion_timestamp_seconds", "lock", "jobs/a"); v != float64(completedAt.Unix()) {
+		t.Errorf("last completion %v, want %d", v, completedAt.Unix())
 	}
 	if v := value(t, fams, "fence_lock_held", "lock", "jobs/a"); v != 1 {
 		t.Errorf("held %v after Renew", v)

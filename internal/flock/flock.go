@@ -18,9 +18,27 @@ import (
 // the wait (Lock then returns ctx.Err(), and a lock obtained after that is
 // released at once). unlock releases the lock and closes the file.
 func Lock(ctx context.Context, path string) (unlock func(), err error) {
+	return LockPerm(ctx, path, 0o600)
+}
+
+// LockPerm is Lock with the permission of a lock file it creates, set
+// explicitly (whatever the umask): 0660 in a group-shared state directory.
+func LockPerm(ctx context.Context, path string, perm os.FileMode) (unlock func(), err error) {
+	_, statErr := os.Lstat(path)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, err
+	}
+	if perm != 0o600 && errors.Is(statErr, os.ErrNotExist) {
+		// Created here, unless another process got there first: then it
+		// is that process's to set.
+		var st unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &st) == nil && int(st.Uid) == os.Geteuid() && st.Mode&0o777 != uint32(perm) {
+			if err := f.Chmod(perm); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
 	}
 	fd := int(f.Fd())
 	unlock = func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }

@@ -21,9 +21,16 @@ type metrics struct {
 	lost               bool
 	deadlineExceeded   bool
 	token              uint64
+	// --once: whether the run recorded a completion or skipped a done job,
+	// and the finish time of the job's record it wrote or found.
+	once, completed, skipped bool
+	lastCompletion           time.Time
 }
 
-const lastSuccessName = "fence_run_last_success_timestamp_seconds"
+const (
+	lastSuccessName    = "fence_run_last_success_timestamp_seconds"
+	lastCompletionName = "fence_lock_last_completion_timestamp_seconds"
+)
 
 // writeMetrics writes m to path as a Prometheus textfile (for the
 // node_exporter textfile collector), atomically: a temporary file in the
@@ -61,10 +68,21 @@ func writeMetrics(path string, m *metrics) error {
 	if m.exitCode == 0 {
 		last = float64(time.Now().UnixNano()) / 1e9
 	} else {
-		last = previousLastSuccess(path, m.lock)
+		last = previousGauge(path, lastSuccessName, m.lock)
 	}
 	if last > 0 {
 		gauge(lastSuccessName, "Unix time of the last successful fence run.", last)
+	}
+	if m.once {
+		gauge("fence_run_once_completed", "1 if the run's command succeeded and its --once completion was recorded.", b2f(m.completed))
+		gauge("fence_run_once_skipped", "1 if the run found its --once key done already and ran nothing.", b2f(m.skipped))
+		lastDone := previousGauge(path, lastCompletionName, m.lock)
+		if !m.lastCompletion.IsZero() {
+			lastDone = max(lastDone, float64(m.lastCompletion.UnixNano())/1e9)
+		}
+		if lastDone > 0 {
+			gauge(lastCompletionName, "Unix time of the last recorded --once completion of the lock known to this file.", lastDone)
+		}
 	}
 
 	fams, err := reg.Gather()
@@ -104,9 +122,9 @@ func writeMetrics(path string, m *metrics) error {
 	return nil
 }
 
-// previousLastSuccess reads the last-success timestamp of lock from an
-// earlier metrics file at path (0 if there is none).
-func previousLastSuccess(path, lock string) float64 {
+// previousGauge reads the gauge name of lock (a timestamp carried over) from
+// an earlier metrics file at path (0 if there is none).
+func previousGauge(path, name, lock string) float64 {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0
@@ -117,7 +135,7 @@ func previousLastSuccess(path, lock string) float64 {
 	if err != nil {
 		return 0
 	}
-	fam := fams[lastSuccessName]
+	fam := fams[name]
 	if fam == nil {
 		return 0
 	}

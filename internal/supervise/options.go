@@ -44,6 +44,19 @@ type Options struct {
 	// value is exit code 0; the CLI passes --conflict-exit-code
 	// (exitcode.Busy by default).
 	ConflictExitCode int
+	// Once, when set, runs the command at most once to success for this key
+	// of the lock (`--once KEY`, coord.Completer): a completion record is
+	// checked before the wait and once the lease is held, and written when
+	// the command exits 0 while the lease is safe.
+	Once string
+	// OnceKeep is how long the completion record is kept (0:
+	// coord.DefaultKeep).
+	OnceKeep time.Duration
+	// DoneExitCode is the exit code when the job was done already (the
+	// zero value is exit code 0, the CLI's default).
+	DoneExitCode int
+	// Quiet keeps fence's "waiting for" line off a terminal (-q).
+	Quiet bool
 	// MetricsFile, when set, receives a Prometheus textfile at exit.
 	MetricsFile string
 	// Verbose reports each step on Stderr; otherwise Stderr stays quiet
@@ -145,6 +158,17 @@ func check(opts Options) (*plan, error) {
 	}
 	if opts.ConflictExitCode < 0 || opts.ConflictExitCode > 255 {
 		return nil, fmt.Errorf("%w: --conflict-exit-code must be 0 to 255, got %d", coord.ErrInvalid, opts.ConflictExitCode)
+	}
+	if opts.Once != "" {
+		if err := coord.ValidateKey(opts.Once); err != nil {
+			return nil, err
+		}
+	}
+	if err := coord.ValidateKeep(opts.OnceKeep); err != nil {
+		return nil, err
+	}
+	if opts.DoneExitCode < 0 || opts.DoneExitCode > 255 {
+		return nil, fmt.Errorf("%w: --done-exit-code must be 0 to 255, got %d", coord.ErrInvalid, opts.DoneExitCode)
 	}
 	p.signal = opts.Signal
 	if p.signal == 0 {

@@ -188,6 +188,7 @@ func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 	r.c = c
 	code, err := r.run(ctx)
 	r.m.exitCode = code
+	r.onceMetrics()
 	if r.p.MetricsFile != "" {
 		if werr := writeMetrics(r.p.MetricsFile, &r.m); werr != nil {
 			r.warnf("%v", werr)
@@ -241,6 +242,7 @@ type runner struct {
 	attaching sync.WaitGroup
 	warm      sync.WaitGroup
 	lw        leaseWatch // the coordinator's notice of the lease's end
+	once      onceState  // --once (once.go)
 }
 
 // setStreams settles where fence's own lines go (r.stderr): the command's
@@ -323,7 +325,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			// A handoff is coming: warm up the coding of the start order
 			// meanwhile, as the watchdog does.
 			r.warm.Go(warmUp)
-			if p.Verbose || isTerminal(r.stderr) {
+			if p.Verbose || (!p.Quiet && isTerminal(r.stderr)) {
 				fmt.Fprintf(r.stderr, "fence: waiting for %q, held by %s (token %d)\n", p.Lock, cur.Holder, cur.Token)
 			}
 		},
@@ -338,6 +340,9 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		case <-acqDone:
 		}
 	}()
+	if ok, code, err := r.oncePending(ctx); !ok {
+		return code, err // --once: done already (or the record cannot be read)
+	}
 	acquire := r.c.Acquire
 	if d, ok := r.c.(deferredAcquirer); ok {
 		// The history record of the acquisition overlaps the command's
@@ -366,6 +371,13 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			_ = r.c.Release(rctx, lease.Name, lease.ID)
 			cancel()
 			return exitcode.Failure, err
+		}
+		if ok, code, err := r.oncePending(ctx); !ok {
+			// --once: done by the holder before us.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = r.held.Release(rctx)
+			cancel()
+			return code, err
 		}
 	}
 	if err != nil {
@@ -397,6 +409,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
+	code, runErr = r.onceComplete(rctx, code, runErr) // --once: before the release
 	st := held.Stats()
 	r.m.renewals, r.m.failures = st.Renewals, st.Failures
 	r.record(rctx, code, runErr)

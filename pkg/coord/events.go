@@ -25,6 +25,8 @@ const (
 	// On a member's lock: Holder (the member), Count (restarts so far),
 	// Reason.
 	HistRestarted HistoryKind = "restarted"
+	HistCompleted HistoryKind = "completed" // Key, Token, Holder: a --once job succeeded and was recorded
+	HistSkipped   HistoryKind = "skipped"   // Key, Holder, AcceptedToken (the record's): a --once job was already done
 )
 
 // HistoryEvent is one entry of a lock's persistent history.

@@ -200,6 +200,8 @@ var knownKinds = map[coord.HistoryKind]bool{
 	coord.HistLeaseLost: true, coord.HistDeadlineExceeded: true, coord.HistExpired: true,
 	coord.HistRevoked: true, coord.HistStaleRefused: true,
 	coord.HistShardTaken: true, coord.HistShardGivenUp: true, coord.HistShardLost: true, coord.HistRestarted: true,
+	coord.HistCompleted: true,
+	coord.HistSkipped:   true,
 }
 
 // Normalize checks an event before it is stored and fills in what may be

@@ -381,7 +381,7 @@ func testPassThrough(t *testing.T, b backend) {
 	// The Recorder keeps every capability of its backend, found with
 	// coord.As (AttachProcess reaches the backend that has it), and claims
 	// none that its backend lacks, except the history itself.
-	coordtest.CheckDecorator(t, r.Unwrap(), r, "Historian")
+	coordtest.CheckDecorator(t, r.Unwrap(), r, "Historian", "StopRequester") // it records the ask
 	var a coord.ProcessAttacher
 	if coord.As(r, &a) != b.attaches {
 		t.Errorf("coord.As(ProcessAttacher) = %v, want %v", !b.attaches, b.attaches)

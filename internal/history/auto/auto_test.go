@@ -35,7 +35,7 @@ func roundTrip(t *testing.T, c coord.Coordinator, want history.Store) {
 	// fence's commands hold their leases through r: it must keep every
 	// capability of c (on etcd, the asynchronous renewals, the lease watch
 	// and the cheap read of the holder).
-	coordtest.CheckDecorator(t, c, r, "Historian")
+	coordtest.CheckDecorator(t, c, r, "Historian", "StopRequester") // the Recorder records the ask
 	if again, err := auto.Wrap(r); err != nil || again != r {
 		t.Fatalf("Wrap(Recorder) = %v, %v; want the same Recorder", again, err)
 	}

@@ -136,6 +136,9 @@ var cases = []struct {
 	{"AttachProcessTakeover", (*suite).attachProcessTakeover},
 	{"ExpiredHolderGroupStopped", (*suite).expiredHolderGroupStopped},
 	{"CorruptStateFailsClosed", (*suite).corruptState},
+	{"OnceRecords", (*suite).onceRecords},
+	{"OnceNeedsTheLease", (*suite).onceNeedsTheLease},
+	{"OnceRetention", (*suite).onceRetention},
 }
 
 // client opens a new client that is closed when t ends.

@@ -67,7 +67,12 @@ func (c *Coordinator) newBell(self proc.ID) (*bell, error) {
 		if err != nil {
 			return nil, unavailable("cannot create waiter file %s: %v", path, err)
 		}
+		err = c.share.created(fd) // others of a shared directory's group ring it
 		unix.Close(fd)
+		if err != nil {
+			os.Remove(path)
+			return nil, unavailable("cannot set the mode of waiter file %s: %v", path, err)
+		}
 		break
 	}
 	h, err := c.getHub()
@@ -91,7 +96,7 @@ func (c *Coordinator) prepareWaiters() error {
 	if c.waitersReady {
 		return nil
 	}
-	if _, err := ensureDir(c.waitersDir, false); err != nil {
+	if _, err := c.ensureDir(c.waitersDir, false); err != nil {
 		return err
 	}
 	c.waitersReady = true
@@ -157,7 +162,7 @@ func (c *Coordinator) ringBell(t ticket) {
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || c.share.checkFileStat("waiter file", path, -1, &st) != nil {
 		return
 	}
 	if _, err := unix.Pwrite(fd, []byte{'!'}, 0); err != nil && !errors.Is(err, unix.EINTR) {

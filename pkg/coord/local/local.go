@@ -126,7 +126,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
@@ -143,6 +142,7 @@ type Coordinator struct {
 	locksDir   string
 	waitersDir string
 	opts       options
+	share      *sharing // how the state directory is shared (perm.go)
 
 	mu           sync.Mutex
 	hub          *hub // started on first use, guarded by mu
@@ -219,11 +219,12 @@ func Open(dir string, opts ...Option) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: state directory %q: %v", coord.ErrInvalid, dir, err)
 	}
-	if _, err := ensureDir(dir, true); err != nil {
+	share, err := openTop(dir)
+	if err != nil {
 		return nil, err
 	}
 	locks := filepath.Join(dir, "locks")
-	created, err := ensureDir(locks, false)
+	created, err := ensureTreeDir(share, locks, false)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +234,7 @@ func Open(dir string, opts ...Option) (*Coordinator, error) {
 			return nil, unavailable("state directory %s: %v", dir, err)
 		}
 	}
-	return &Coordinator{dir: dir, locksDir: locks, waitersDir: filepath.Join(dir, "waiters"), opts: o, closed: make(chan struct{})}, nil
+	return &Coordinator{dir: dir, locksDir: locks, waitersDir: filepath.Join(dir, "waiters"), opts: o, share: share, closed: make(chan struct{})}, nil
 }
 
 // Dir returns the state directory.
@@ -293,40 +294,36 @@ func (c *Coordinator) getHub() (*hub, error) {
 	return c.hub, nil
 }
 
-// ensureDir checks (creating it when missing) a directory of the state tree:
-// not a symlink, a directory, owned by the effective user, mode 0700 (looser
-// modes are tightened).
-func ensureDir(path string, parents bool) (created bool, err error) {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		mk := os.Mkdir
-		if parents {
-			mk = os.MkdirAll
+// openTop checks (creating it, 0700, when missing) the state directory
+// itself and decides how it is shared (sharingOf). A directory of the
+// user's own that is open to group or others, and not shared with a group,
+// is tightened to 0700.
+func openTop(path string) (*sharing, error) {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, unavailable("cannot create state directory %s: %v", path, err)
 		}
-		if err := mk(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return false, unavailable("cannot create state directory %s: %v", path, err)
-		}
-		created = true
-		fi, err = os.Lstat(path)
 	}
+	fi, err := os.Lstat(path)
 	if err != nil {
-		return false, unavailable("state directory %s: %v", path, err)
+		return nil, unavailable("state directory %s: %v", path, err)
 	}
 	switch {
 	case fi.Mode()&os.ModeSymlink != 0:
-		return false, unavailable("state directory %s is a symbolic link; give its real path", path)
+		return nil, unavailable("state directory %s is a symbolic link; give its real path", path)
 	case !fi.IsDir():
-		return false, unavailable("state directory %s is not a directory", path)
+		return nil, unavailable("state directory %s is not a directory", path)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return false, unavailable("state directory %s is owned by uid %d, not by the current user (uid %d)", path, st.Uid, os.Geteuid())
+	s, err := sharingOf(path, fi)
+	if err != nil {
+		return nil, err
 	}
-	if fi.Mode().Perm() != 0o700 {
-		if err := os.Chmod(path, 0o700); err != nil {
-			return false, unavailable("state directory %s has mode %04o and cannot be set to 0700: %v", path, fi.Mode().Perm(), err)
+	if !s.group() {
+		if err := s.checkDir(path, fi); err != nil {
+			return nil, err
 		}
 	}
-	return created, nil
+	return s, nil
 }
 
 func unavailable(format string, args ...any) error {

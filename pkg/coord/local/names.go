@@ -30,6 +30,15 @@ type lockFiles struct {
 	state string // path of the JSON state file
 	lock  string // path of the flock file
 	temp  string // path of the temporary file a state is written to
+	share *sharing
+}
+
+// shared is how the lock's state directory is shared.
+func (f lockFiles) shared() *sharing {
+	if f.share == nil {
+		return private
+	}
+	return f.share
 }
 
 func (c *Coordinator) files(name string) lockFiles { return c.filesAt(name, fileBase(name)) }
@@ -43,6 +52,7 @@ func (c *Coordinator) filesAt(name, base string) lockFiles {
 		state: filepath.Join(c.locksDir, base+stateSuffix),
 		lock:  filepath.Join(c.locksDir, base+lockSuffix),
 		temp:  filepath.Join(c.locksDir, tempPrefix+base),
+		share: c.share,
 	}
 }
 

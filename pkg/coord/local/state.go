@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -114,7 +113,9 @@ func corrupt(f lockFiles, what string, args ...any) error {
 }
 
 // checkFile refuses a file of the state tree that is not a regular file
-// owned by the effective user with mode 0600. It returns the file's size.
+// with the tree's owner and mode (0600 and the effective user's, or 0660
+// and the group's in a shared state directory: perm.go). It returns the
+// file's size.
 func checkFile(f lockFiles, path string, fd int) (int64, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -124,13 +125,8 @@ func checkFile(f lockFiles, path string, fd int) (int64, error) {
 	if path == f.lock {
 		what = "lock file"
 	}
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		return 0, unavailable("lock %q: %s %s is not a regular file", f.name, what, path)
-	case int(st.Uid) != os.Geteuid():
-		return 0, unavailable("lock %q: %s %s is owned by uid %d, not by the current user (uid %d)", f.name, what, path, st.Uid, os.Geteuid())
-	case st.Mode&0o777 != 0o600:
-		return 0, unavailable("lock %q: %s %s has mode %04o, want 0600", f.name, what, path, st.Mode&0o777)
+	if err := f.shared().checkFileStat(fmt.Sprintf("lock %q: %s", f.name, what), path, fd, &st); err != nil {
+		return 0, err
 	}
 	return st.Size, nil
 }
@@ -476,7 +472,7 @@ func (c *Coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 	case err != nil:
 		return nil, unavailable("lock %q: open lock file %s: %v", f.name, f.lock, err)
 	}
-	if _, err := checkFile(f, f.lock, fd); err != nil {
+	if _, err := checkFile(f, f.lock, fd); err != nil { // gives a new one of ours the tree's mode
 		unix.Close(fd)
 		return nil, err
 	}

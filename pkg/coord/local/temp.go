@@ -23,7 +23,7 @@ const legacyTempAge = time.Minute
 // creating it and renaming it, and is replaced (atomicfile.WriteVia). The
 // directory is not fsynced.
 func replaceState(f lockFiles, data []byte) error {
-	_, err := atomicfile.WriteVia(f.state, f.temp, data, false)
+	_, err := atomicfile.WriteViaPerm(f.state, f.temp, data, false, f.shared().filePerm())
 	return err
 }
 

@@ -30,6 +30,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/internal/flock"
+	"github.com/fence-dev/fence/internal/sharedir"
 )
 
 // Dir is the name of the store's directory inside the state directory.
@@ -45,8 +46,9 @@ const maxFileSize = 1 << 30
 
 // Store is a guard.Guard on files under <state-dir>/guards/.
 type Store struct {
-	dir string
-	now func() time.Time
+	dir   string
+	share sharedir.Mode // how the state directory is shared
+	now   func() time.Time
 }
 
 var _ guard.Guard = (*Store)(nil)
@@ -61,22 +63,21 @@ func Open(stateDir string) (*Store, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
 	}
-	dir := filepath.Join(stateDir, Dir)
-	if err := os.Mkdir(dir, 0o700); err == nil {
-		if err := atomicfile.SyncDir(stateDir); err != nil {
-			return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
-		}
-	} else if !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
-	}
-	fi, err := os.Lstat(dir)
+	share, err := sharedir.OfDir(stateDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("%w: guard store: %s is not a directory", coord.ErrUnavailable, dir)
+	dir := filepath.Join(stateDir, Dir)
+	created, err := share.EnsureDir(dir, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
 	}
-	return &Store{dir: dir, now: time.Now}, nil
+	if created {
+		if err := atomicfile.SyncDir(stateDir); err != nil {
+			return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
+		}
+	}
+	return &Store{dir: dir, share: share, now: time.Now}, nil
 }
 
 // Dir returns the store's directory (<state-dir>/guards).
@@ -199,7 +200,7 @@ func (s *Store) read(key, base string) (record, error) {
 // can abandon the wait).
 func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error) {
 	path := filepath.Join(s.dir, base+".lock")
-	unlock, err = flock.Lock(ctx, path)
+	unlock, err = flock.LockPerm(ctx, path, s.share.FilePerm())
 	switch {
 	case err == nil:
 		return unlock, nil
@@ -212,7 +213,7 @@ func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error
 // writeAtomic replaces name in the store's directory with data, durably
 // (atomicfile.Write with a directory fsync).
 func (s *Store) writeAtomic(name string, data []byte) error {
-	_, err := atomicfile.Write(filepath.Join(s.dir, name), data, true)
+	_, err := atomicfile.WritePerm(filepath.Join(s.dir, name), data, true, s.share.FilePerm())
 	return err
 }
 

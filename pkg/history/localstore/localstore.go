@@ -77,6 +77,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/internal/flock"
+	"github.com/fence-dev/fence/internal/sharedir"
 )
 
 // Dir is the name of the store's directory inside the state directory.
@@ -94,8 +95,9 @@ const maxEscaped = 200
 
 // Store is a history.Store on files under <state-dir>/history/.
 type Store struct {
-	dir  string
-	opts history.Options
+	dir   string
+	opts  history.Options
+	share sharedir.Mode // how the state directory is shared
 
 	mu    sync.Mutex
 	cache map[string]fileState // by file base: what this process last validated
@@ -140,25 +142,21 @@ func Open(stateDir string, opts ...history.Option) (*Store, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, unavailable("history store: %w", err)
 	}
-	dir := filepath.Join(stateDir, Dir)
-	if err := os.Mkdir(dir, 0o700); err == nil {
-		if err := atomicfile.SyncDir(stateDir); err != nil {
-			return nil, unavailable("history store: %w", err)
-		}
-	} else if !errors.Is(err, fs.ErrExist) {
-		return nil, unavailable("history store: %w", err)
-	}
-	fi, err := os.Lstat(dir)
+	share, err := sharedir.OfDir(stateDir)
 	if err != nil {
 		return nil, unavailable("history store: %w", err)
 	}
-	if !fi.IsDir() {
-		return nil, unavailable("history store: %s is not a directory", dir)
+	dir := filepath.Join(stateDir, Dir)
+	created, err := share.EnsureDir(dir, false)
+	if err != nil {
+		return nil, unavailable("history store: %w", err)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return nil, unavailable("history store: %s is owned by uid %d, not by this user", dir, st.Uid)
+	if created {
+		if err := atomicfile.SyncDir(stateDir); err != nil {
+			return nil, unavailable("history store: %w", err)
+		}
 	}
-	return &Store{dir: dir, opts: o, cache: map[string]fileState{}, bad: map[string]fileID{}}, nil
+	return &Store{dir: dir, opts: o, share: share, cache: map[string]fileState{}, bad: map[string]fileID{}}, nil
 }
 
 // Dir returns the store's directory (<state-dir>/history).
@@ -212,6 +210,11 @@ func (s *Store) append(ctx context.Context, lock string, evs []coord.HistoryEven
 		return openErr(lock, path, err)
 	}
 	defer f.Close()
+	if created {
+		if err := s.share.Created(int(f.Fd())); err != nil {
+			return unavailable("history of %q: %w", lock, err)
+		}
+	}
 	st, torn, err := s.scan(lock, path, f)
 	if err != nil {
 		return err
@@ -299,7 +302,7 @@ func (s *Store) compact(lock, base string, f *os.File, add []byte) error {
 		}
 	}
 	s.removeStaleTemps()
-	fi, err := atomicfile.Write(path, out.Bytes(), false)
+	fi, err := atomicfile.WritePerm(path, out.Bytes(), false, s.share.FilePerm())
 	if err != nil {
 		return unavailable("history of %q: %w", lock, err)
 	}
@@ -322,7 +325,7 @@ func (s *Store) compact(lock, base string, f *os.File, add []byte) error {
 // tail and first line (see the package doc), or nothing when this process
 // wrote the file last; the whole file when a full read found it damaged.
 func (s *Store) scan(lock, path string, f *os.File) (fileState, bool, error) {
-	fi, err := checkFile(lock, path, f)
+	fi, err := s.checkFile(lock, path, f)
 	if err != nil {
 		return fileState{}, false, err
 	}
@@ -458,7 +461,7 @@ func (s *Store) Latest(ctx context.Context, lock string, n int) ([]coord.History
 		return nil, openErr(lock, path, err)
 	}
 	defer f.Close()
-	fi, err := checkFile(lock, path, f)
+	fi, err := s.checkFile(lock, path, f)
 	if err != nil {
 		return nil, err
 	}
@@ -571,7 +574,7 @@ func (s *Store) head(path string) (history.Head, bool, error) {
 		return history.Head{}, false, openErr(what, path, err)
 	}
 	defer f.Close()
-	fi, err := checkFile(what, path, f)
+	fi, err := s.checkFile(what, path, f)
 	if err != nil {
 		return history.Head{}, false, err
 	}
@@ -613,7 +616,7 @@ func (s *Store) read(ctx context.Context, lock string) ([]line, error) {
 		return nil, openErr(lock, path, err)
 	}
 	defer f.Close()
-	if _, err := checkFile(lock, path, f); err != nil {
+	if _, err := s.checkFile(lock, path, f); err != nil {
 		return nil, err
 	}
 	data, err := readAll(f)
@@ -723,13 +726,20 @@ func readAll(f *os.File) ([]byte, error) {
 
 // checkFile checks an open history file: a regular file of this user that
 // group and others cannot open.
-func checkFile(what, path string, f *os.File) (os.FileInfo, error) {
+func (s *Store) checkFile(what, path string, f *os.File) (os.FileInfo, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, unavailable("history of %q: %w", what, err)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, corrupt(what, path, "it is not a regular file")
+	}
+	if s.share.Group {
+		// A shared state directory: the group's files, 0660.
+		if err := s.share.CheckOpen("history file", f); err != nil {
+			return nil, corrupt(what, path, err.Error())
+		}
+		return fi, nil
 	}
 	sys, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
@@ -764,7 +774,7 @@ func unavailable(format string, args ...any) error {
 // can abandon the wait).
 func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error) {
 	path := filepath.Join(s.dir, base+lockExt)
-	unlock, err = flock.Lock(ctx, path)
+	unlock, err = flock.LockPerm(ctx, path, s.share.FilePerm())
 	switch {
 	case err == nil:
 		return unlock, nil

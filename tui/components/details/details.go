@@ -136,7 +136,7 @@ func (m *Model) eventLine(ev coord.HistoryEvent) string {
 	rest := m.width - 2 - len(TimeLayout) - 2 - kindWidth - 1
 	kind := format.Fit(string(ev.Kind), kindWidth)
 	switch ev.Kind {
-	case coord.HistAcquired, coord.HistReleased:
+	case coord.HistAcquired, coord.HistReleased, coord.HistCompleted, coord.HistSkipped:
 		kind = s.Good.Render(kind)
 	default:
 		kind = s.Bad.Render(kind)
@@ -179,6 +179,17 @@ func Describe(ev coord.HistoryEvent) string {
 		return who + ": expired, taken over"
 	case coord.HistRevoked:
 		return who + ": revoked"
+	case coord.HistCompleted:
+		return fmt.Sprintf("key %s: ran to success, %s", strconv.Quote(ev.Key), who)
+	case coord.HistSkipped:
+		msg := fmt.Sprintf("key %s: done already, nothing run", strconv.Quote(ev.Key))
+		if ev.AcceptedToken > 0 {
+			msg += fmt.Sprintf(" (done under token %d)", ev.AcceptedToken)
+		}
+		if ev.Holder != "" {
+			msg += ", by " + ev.Holder
+		}
+		return msg
 	case coord.HistStaleRefused:
 		msg := fmt.Sprintf("token %d refused, %d accepted", ev.Token, ev.AcceptedToken)
 		if ev.Key != "" {

@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+func newCmdOnce(f *Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "once",
+		Short: "The completion records of 'fence run --once': list, forget, mark",
+		Long: `'fence run LOCK --once KEY' (or --once-per D) runs its command at most once to
+success per (LOCK, KEY): the success is a completion record on the
+coordinator, kept for --once-for (default 30 days), then dropped on its own.
+These commands show and change those records: forget a key to let the job run
+again, mark one to keep it from running.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newCmdOnceList(f), newCmdOnceForget(f), newCmdOnceMark(f))
+	return cmd
+}
+
+// completionView is a completion record in JSON and YAML.
+type completionView struct {
+	Key             string  `json:"key" yaml:"key"`
+	Holder          string  `json:"holder" yaml:"holder"`
+	Token           uint64  `json:"token" yaml:"token"`
+	Started         *string `json:"started" yaml:"started"`
+	Finished        *string `json:"finished" yaml:"finished"`
+	DurationSeconds float64 `json:"duration" yaml:"duration"`
+	Expires         *string `json:"expires" yaml:"expires"`
+}
+
+func newCompletionView(c coord.Completion) completionView {
+	return completionView{
+		Key: c.Key, Holder: c.Holder, Token: c.Token,
+		Started: output.Time(c.Started), Finished: output.Time(c.Finished),
+		DurationSeconds: output.Seconds(c.Duration()), Expires: output.Time(c.Expires),
+	}
+}
+
+var onceHeader = []string{"KEY", "HOLDER", "TOKEN", "FINISHED", "DURATION"}
+
+func newCmdOnceList(f *Factory) *cobra.Command {
+	var format string
+	cmd := &cobra.Command{
+		Use:   "list LOCK [-o table|json|yaml]",
+		Short: "List a lock's completion records: key, holder, token, finished, duration",
+		Long: `List the completion records of LOCK, sorted by key. With -o json each record
+has key, holder, token, started, finished, duration (seconds) and expires; a
+record marked by hand has token 0.`,
+		Example:           `  fence once list billing -o json | jq -r '.[].key'`,
+		Args:              lockArg,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fm, err := parseFormat(format, output.Table, output.JSON, output.YAML)
+			if err != nil {
+				return err
+			}
+			return withCompleter(cmd.Context(), f, func(k coord.Completer) error {
+				recs, err := k.Completions(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				switch fm {
+				case output.JSON, output.YAML:
+					views := make([]completionView, 0, len(recs))
+					for _, r := range recs {
+						views = append(views, newCompletionView(r))
+					}
+					if fm == output.YAML {
+						return output.WriteYAML(f.IO.Out, views)
+					}
+					return output.WriteJSON(f.IO.Out, views)
+				}
+				rows := make([][]string, len(recs))
+				for i, r := range recs {
+					rows[i] = completionRow(r)
+				}
+				if len(rows) == 0 && f.IO.IsStdoutTTY() {
+					_, err := fmt.Fprintln(f.IO.Out, "no completion records")
+					return err
+				}
+				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), onceHeader, rows)
+			})
+		},
+	}
+	formatFlag(cmd, &format, output.Table, output.JSON, output.YAML)
+	return cmd
+}
+
+// latestCompletions is the n records finished last, newest first.
+func latestCompletions(recs []coord.Completion, n int) []coord.Completion {
+	recs = slices.Clone(recs)
+	slices.SortFunc(recs, func(a, b coord.Completion) int { return b.Finished.Compare(a.Finished) })
+	return recs[:min(n, len(recs))]
+}
+
+func completionRow(r coord.Completion) []string {
+	holder := r.Holder
+	if holder == "" {
+		holder = "-"
+	}
+	return []string{output.Clean(r.Key), output.Clean(holder), strconv.FormatUint(r.Token, 10), textTime(r.Finished), output.Duration(r.Duration())}
+}
+
+func newCmdOnceForget(f *Factory) *cobra.Command {
+	return &cobra.Command{
+		Use:   "forget LOCK KEY",
+		Short: "Remove a completion record, so that the job runs again (exit 1 when there was none)",
+		Args:  onceArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withCompleter(cmd.Context(), f, func(k coord.Completer) error {
+				removed, err := k.Forget(cmd.Context(), args[0], args[1])
+				if err != nil {
+					return err
+				}
+				if !removed {
+					return noRecord(args[0], args[1])
+				}
+				f.verbosef("forgot the completion of %q for key %q", args[0], args[1])
+				return nil
+			})
+		},
+	}
+}
+
+func newCmdOnceMark(f *Factory) *cobra.Command {
+	var keep time.Duration
+	cmd := &cobra.Command{
+		Use:   "mark LOCK KEY [--once-for D]",
+		Short: "Record a key as done by hand, so that 'fence run --once' skips it",
+		Long: `Write a completion record for KEY of LOCK without running anything (token 0,
+holder --holder), replacing any record of KEY: 'fence run LOCK --once KEY'
+then runs nothing. It is kept for --once-for (default 30 days).`,
+		Args: onceArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := coord.ValidateKeep(keep); err != nil {
+				return err
+			}
+			holder, err := f.holder()
+			if err != nil {
+				return err
+			}
+			if holder == "" {
+				holder = coord.DefaultHolder()
+			}
+			now := f.Now()
+			return withCompleter(cmd.Context(), f, func(k coord.Completer) error {
+				return k.Mark(cmd.Context(), coord.Completion{Lock: args[0], Key: args[1], Holder: holder, Started: now, Finished: now}, keep)
+			})
+		},
+	}
+	DurationVarP(cmd.Flags(), &keep, "once-for", "", coord.DefaultKeep, false, "how long the record is kept")
+	return cmd
+}
+
+// onceArgs wants LOCK and KEY.
+func onceArgs(cmd *cobra.Command, args []string) error {
+	if len(args) != 2 {
+		return usageErrorf("%s needs LOCK and KEY, got %d arguments", cmd.CommandPath(), len(args))
+	}
+	if _, err := ParseLockName(args[0]); err != nil {
+		return err
+	}
+	return coord.ValidateKey(args[1])
+}
+
+func noRecord(lock, key string) error {
+	return &noRecordError{fmt.Sprintf("no completion record of %s for key %s", output.Clean(lock), output.Clean(key))}
+}
+
+type noRecordError struct{ msg string }
+
+func (e *noRecordError) Error() string { return e.msg }
+func (e *noRecordError) ExitCode() int { return 1 }
+
+// withCompleter opens the coordinator and calls fn with its completion
+// records.
+func withCompleter(ctx context.Context, f *Factory, fn func(coord.Completer) error) error {
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		k := coord.CompleterOf(c)
+		if k == nil {
+			return fmt.Errorf("%w: the coordinator (%s) keeps no completion records", coord.ErrInvalid, c.Describe())
+		}
+		return fn(k)
+	})
+}

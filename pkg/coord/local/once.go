@@ -1,0 +1,288 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fence-dev/fence/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Completion records (coord.Completer, `fence run --once`).
+//
+// The records of lock NAME live in once/<base of NAME>/, one JSON file per
+// key, named by the key's base (the escape of the key, or "=<sha256>" for a
+// long one; the key is inside): <base of KEY>.json, mode 0600 (0660 in a
+// group-shared state directory). Every write (Complete, Mark, Forget, and
+// the pruning of expired records) is made under the lock's flock, the one
+// that its state's read-modify-writes take, through a temporary file
+// (.tmp~<base of KEY>), fsynced and renamed, with the directory fsynced, so a
+// record is whole or absent, also after a crash or a kill -9, and is on disk
+// before Complete returns. Complete checks, under that flock, that the lease
+// is still the lock's live holder on the boot clock: a lease that expired,
+// was revoked or replaced cannot write a record. Readers read without the
+// flock (a rename is atomic). An expired record reads as absent and is
+// removed by the lock's next write or listing.
+
+var _ coord.Completer = (*Coordinator)(nil)
+
+// onceDir is the directory of lock name's completion records.
+func (c *Coordinator) onceDir(name string) string {
+	return filepath.Join(c.dir, "once", fileBase(name))
+}
+
+func (c *Coordinator) oncePath(name, key string) string {
+	return filepath.Join(c.onceDir(name), fileBase(key)+stateSuffix)
+}
+
+// Completion returns the record of (lock, key).
+func (c *Coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
+	if err := checkOnce(lock, key); err != nil {
+		return coord.Completion{}, false, err
+	}
+	if err := c.checkOpen(); err != nil {
+		return coord.Completion{}, false, err
+	}
+	if err := ctxDone(ctx); err != nil {
+		return coord.Completion{}, false, err
+	}
+	rec, ok, err := c.readRecord(c.oncePath(lock, key), lock)
+	if err != nil || !ok || rec.Key != key {
+		return coord.Completion{}, false, err
+	}
+	if !rec.Expires.IsZero() && !time.Now().Before(rec.Expires) {
+		return coord.Completion{}, false, nil
+	}
+	return rec, true, nil
+}
+
+// Complete writes rec under the flock of rec.Lock when leaseID is its live
+// holder.
+func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
+	if err := checkOnce(rec.Lock, rec.Key); err != nil {
+		return err
+	}
+	if err := coord.ValidateKeep(keep); err != nil {
+		return err
+	}
+	return c.update(ctx, c.files(rec.Lock), func(st *state) (stateWrite, bool, error) {
+		h := st.Holder
+		v, err := assess(h, clock.Now())
+		if err != nil {
+			return noChange, false, err
+		}
+		if h == nil || h.LeaseID != leaseID || !v.live {
+			return noChange, false, fmt.Errorf("%s: cannot record the completion of %q: %w", rec.Lock, rec.Key, lost(rec.Lock, leaseID, st, v))
+		}
+		path := c.oncePath(rec.Lock, rec.Key)
+		if old, ok, err := c.readRecord(path, rec.Lock); err != nil {
+			return noChange, false, err
+		} else if ok && old.Key == rec.Key && (old.Expires.IsZero() || time.Now().Before(old.Expires)) {
+			return noChange, false, nil // marked meanwhile: kept
+		}
+		return noChange, false, c.writeRecord(rec, keep)
+	})
+}
+
+// Mark writes rec without a lease, under the lock's flock.
+func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
+	if err := checkOnce(rec.Lock, rec.Key); err != nil {
+		return err
+	}
+	if err := coord.ValidateKeep(keep); err != nil {
+		return err
+	}
+	return c.update(ctx, c.files(rec.Lock), func(*state) (stateWrite, bool, error) {
+		return noChange, false, c.writeRecord(rec, keep)
+	})
+}
+
+// Forget removes the record of (lock, key).
+func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
+	if err := checkOnce(lock, key); err != nil {
+		return false, err
+	}
+	var removed bool
+	err := c.update(ctx, c.files(lock), func(*state) (stateWrite, bool, error) {
+		path := c.oncePath(lock, key)
+		rec, ok, err := c.readRecord(path, lock)
+		switch {
+		case err != nil:
+			// A record that cannot be read (corrupt, left by hand) is what
+			// forget is for: it goes. One that is not a file stays.
+			if fi, serr := os.Lstat(path); serr != nil || !fi.Mode().IsRegular() {
+				return noChange, false, err
+			}
+			rec = coord.Completion{Key: key}
+		case !ok || rec.Key != key:
+			return noChange, false, nil
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return noChange, false, unavailable("lock %q: remove completion record %s: %v", lock, path, err)
+		}
+		removed = rec.Expires.IsZero() || time.Now().Before(rec.Expires) // an expired one was gone already
+		return noChange, false, atomicfile.SyncDir(filepath.Dir(path))
+	})
+	return removed, err
+}
+
+// Completions lists the lock's live records, sorted by key, and removes the
+// expired ones.
+func (c *Coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
+	if err := coord.ValidateName(lock); err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(c.onceDir(lock)); errors.Is(err, os.ErrNotExist) {
+		return nil, c.checkOpen()
+	}
+	var out []coord.Completion
+	err := c.update(ctx, c.files(lock), func(*state) (stateWrite, bool, error) {
+		recs, err := c.prune(lock)
+		out = recs
+		return noChange, false, err
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, err
+}
+
+// prune reads every record of lock, removes the expired ones and returns
+// the others. The caller holds the lock's flock.
+func (c *Coordinator) prune(lock string) ([]coord.Completion, error) {
+	dir := c.onceDir(lock)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unavailable("lock %q: read completion records %s: %v", lock, dir, err)
+	}
+	now := time.Now()
+	var out []coord.Completion
+	removed := false
+	for _, e := range ents {
+		path := filepath.Join(dir, e.Name())
+		if isTempName(e.Name()) {
+			os.Remove(path) // left by a writer killed before its rename; we hold the flock
+			continue
+		}
+		if !strings.HasSuffix(e.Name(), stateSuffix) {
+			continue
+		}
+		rec, ok, err := c.readRecord(path, lock)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if !rec.Expires.IsZero() && !now.Before(rec.Expires) {
+			os.Remove(path)
+			removed = true
+			continue
+		}
+		out = append(out, rec)
+	}
+	if removed {
+		_ = atomicfile.SyncDir(dir)
+	}
+	return out, nil
+}
+
+// writeRecord writes rec durably (temporary file, fsync, rename, directory
+// fsync) and prunes the lock's expired records. The caller holds the lock's
+// flock.
+func (c *Coordinator) writeRecord(rec coord.Completion, keep time.Duration) error {
+	keep = coord.KeepOrDefault(keep)
+	if rec.Finished.IsZero() {
+		rec.Finished = time.Now()
+	}
+	rec.Expires = rec.Finished.Add(keep)
+	if rec.Finished.Before(time.Now()) {
+		// Retention counts from now at the latest: a record written late
+		// (marked for a run long past) is still kept for keep.
+		rec.Expires = time.Now().Add(keep)
+	}
+	dir := c.onceDir(rec.Lock)
+	if err := c.ensureOnceDir(dir); err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return unavailable("lock %q: encode completion record: %v", rec.Lock, err)
+	}
+	kb := fileBase(rec.Key)
+	path := filepath.Join(dir, kb+stateSuffix)
+	if _, err := atomicfile.WriteVia(path, filepath.Join(dir, tempPrefix+kb), append(b, '\n'), true); err != nil {
+		return unavailable("lock %q: write completion record %s: %v", rec.Lock, path, err)
+	}
+	if err := c.fixMode(path); err != nil {
+		return err
+	}
+	_, err = c.prune(rec.Lock)
+	return err
+}
+
+// ensureOnceDir creates once/ and the lock's directory in it when missing.
+func (c *Coordinator) ensureOnceDir(dir string) error {
+	parent := filepath.Dir(dir)
+	for _, d := range []string{parent, dir} {
+		created, err := c.ensureDir(d, false)
+		if err != nil {
+			return err
+		}
+		if created {
+			if err := atomicfile.SyncDir(filepath.Dir(d)); err != nil {
+				return unavailable("state directory %s: %v", filepath.Dir(d), err)
+			}
+		}
+	}
+	return nil
+}
+
+// readRecord reads one record file; ok is false when it does not exist. A
+// record that cannot be trusted (not a regular file of ours, not JSON, of
+// another lock) fails closed.
+func (c *Coordinator) readRecord(path, lock string) (coord.Completion, bool, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unixNoFollow, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return coord.Completion{}, false, nil
+	}
+	if err != nil {
+		return coord.Completion{}, false, unavailable("lock %q: completion record %s: %v", lock, path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return coord.Completion{}, false, unavailable("lock %q: completion record %s: %v", lock, path, err)
+	}
+	if err := c.checkPerm(path, fi, false); err != nil {
+		return coord.Completion{}, false, fmt.Errorf("lock %q: completion record: %w", lock, err)
+	}
+	if fi.Size() > 1<<20 {
+		return coord.Completion{}, false, unavailable("lock %q: completion record %s is larger than 1 MiB", lock, path)
+	}
+	var rec coord.Completion
+	dec := json.NewDecoder(f)
+	if err := dec.Decode(&rec); err != nil {
+		return coord.Completion{}, false, unavailable("lock %q: completion record %s is corrupt (%v); remove it with fence once forget or by hand", lock, path, err)
+	}
+	if rec.Lock != lock || coord.ValidateKey(rec.Key) != nil {
+		return coord.Completion{}, false, unavailable("lock %q: completion record %s belongs to lock %q, key %q", lock, path, rec.Lock, rec.Key)
+	}
+	return rec, true, nil
+}
+
+func checkOnce(lock, key string) error {
+	if err := coord.ValidateName(lock); err != nil {
+		return err
+	}
+	return coord.ValidateKey(key)
+}

@@ -1,0 +1,131 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultKeep is how long a completion record is kept when no retention is
+// given: 30 days.
+const DefaultKeep = 30 * 24 * time.Hour
+
+// MaxKeep is the longest retention of a completion record (10 years).
+const MaxKeep = 10 * 366 * 24 * time.Hour
+
+// ErrCompleted: the job already ran to success for its key (a completion
+// record exists). It is the expected outcome of a `fence run --once` that
+// another host got to first, not a failure.
+var ErrCompleted = errors.New("already completed")
+
+// Completion is the record that a job ran to success for a key of a lock
+// (`fence run LOCK --once KEY`): at most one per (Lock, Key).
+type Completion struct {
+	Lock string `json:"lock"`
+	Key  string `json:"key"`
+	// Holder and Token are those of the lease the job ran under (Token 0
+	// for a record marked by hand).
+	Holder string `json:"holder,omitempty"`
+	Token  uint64 `json:"token,omitempty"`
+	// Started and Finished are the job's wall-clock start and end.
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	// Expires is when the record is dropped (Finished plus the retention
+	// it was written with).
+	Expires time.Time `json:"expires"`
+}
+
+// Duration is how long the job ran.
+func (c Completion) Duration() time.Duration {
+	if c.Started.IsZero() || c.Finished.Before(c.Started) {
+		return 0
+	}
+	return c.Finished.Sub(c.Started)
+}
+
+// Completer is implemented by coordinators that keep completion records: the
+// optional capability behind `fence run --once` (both backends have it).
+//
+// A record is written only by Complete, atomically with the check that the
+// lease it names still holds the lock (etcd: one transaction; local: under
+// the lock's state lock), or by hand with Mark. Records are kept for the
+// retention they were written with, then disappear on their own.
+type Completer interface {
+	// Completion returns the record of (lock, key); ok is false when there
+	// is none (never written, forgotten or expired).
+	Completion(ctx context.Context, lock, key string) (rec Completion, ok bool, err error)
+	// Complete records that the job rec.Key of lock rec.Lock succeeded under
+	// the lease leaseID, keeping the record for keep (DefaultKeep when 0).
+	// It writes nothing and returns an error wrapping ErrLeaseLost when the
+	// lease no longer holds the lock. A record already there (marked by
+	// hand meanwhile) is kept as it is, and Complete returns nil.
+	Complete(ctx context.Context, leaseID string, rec Completion, keep time.Duration) error
+	// Mark writes rec without a lease (an operator's `fence once mark`),
+	// replacing any record of its key.
+	Mark(ctx context.Context, rec Completion, keep time.Duration) error
+	// Forget removes the record of (lock, key); removed is false when there
+	// was none.
+	Forget(ctx context.Context, lock, key string) (removed bool, err error)
+	// Completions returns the records of lock, sorted by key.
+	Completions(ctx context.Context, lock string) ([]Completion, error)
+}
+
+// CompleterOf returns c's Completer, looking through decorators that have an
+// Unwrap() Coordinator method (history.Recorder), or nil when c has none.
+func CompleterOf(c Coordinator) Completer {
+	for c != nil {
+		if w, ok := c.(Completer); ok {
+			return w
+		}
+		u, ok := c.(interface{ Unwrap() Coordinator })
+		if !ok {
+			return nil
+		}
+		c = u.Unwrap()
+	}
+	return nil
+}
+
+// ValidateKey checks a completion key: the rules of a lock name (1 to 256
+// bytes of printable UTF-8). The error wraps ErrInvalid.
+func ValidateKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: once key is empty", ErrInvalid)
+	}
+	if err := ValidateName(key); err != nil {
+		return fmt.Errorf("%w: once key %q is not valid (1 to %d bytes of printable UTF-8)", ErrInvalid, key, MaxNameLen)
+	}
+	return nil
+}
+
+// ValidateKeep checks a retention: at least a second, at most MaxKeep (0
+// means DefaultKeep). The error wraps ErrInvalid.
+func ValidateKeep(keep time.Duration) error {
+	if keep != 0 && (keep < time.Second || keep > MaxKeep) {
+		return fmt.Errorf("%w: once retention %v must be between 1s and %v", ErrInvalid, keep, MaxKeep)
+	}
+	return nil
+}
+
+// KeepOrDefault is keep, or DefaultKeep when keep is 0.
+func KeepOrDefault(keep time.Duration) time.Duration {
+	if keep == 0 {
+		return DefaultKeep
+	}
+	return keep
+}
+
+// PeriodKey is the key of `--once-per period` at t: the start of the period
+// that contains t, in UTC, periods aligned to the Unix epoch, written in RFC
+// 3339 ("2025-03-01T00:00:00Z"; fractions of a second only when the period
+// has them). period must be positive.
+func PeriodKey(t time.Time, period time.Duration) string {
+	ns := t.UnixNano()
+	p := int64(period)
+	start := ns - ns%p
+	if ns%p < 0 {
+		start -= p // before the epoch: floor, not truncation
+	}
+	return time.Unix(0, start).UTC().Format(time.RFC3339Nano)
+}

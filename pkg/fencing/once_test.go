@@ -1,0 +1,63 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/fencing"
+)
+
+// TestDo: fencing.Do runs a job at most once to success per key, on both
+// backends: a failed job leaves no record and runs again; after a success it
+// is skipped (coord.ErrCompleted, fn not called); a job whose lease was lost
+// before it returned is not recorded (ErrLeaseLost) and runs again.
+func TestDo(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.open(t)
+			other := c // one client: the backends open a store of their own each
+			ctx, cancel := context.WithTimeout(context.Background(), hang)
+			defer cancel()
+			opts := fencing.OnceOptions{Acquire: coord.AcquireOptions{TTL: 3 * time.Second, Holder: "worker", Wait: coord.WaitForever}}
+			runs := 0
+			job := func(err error) func(context.Context, *fencing.Held) error {
+				return func(context.Context, *fencing.Held) error { runs++; return err }
+			}
+			boom := errors.New("boom")
+			if err := fencing.Do(ctx, c, "charge", "2026-01", opts, job(boom)); !errors.Is(err, boom) {
+				t.Fatalf("failing job: Do = %v, want its error", err)
+			}
+			if err := fencing.Do(ctx, c, "charge", "2026-01", opts, job(nil)); err != nil {
+				t.Fatalf("Do after a failure: %v", err)
+			}
+			if err := fencing.Do(ctx, other, "charge", "2026-01", opts, job(nil)); !errors.Is(err, coord.ErrCompleted) {
+				t.Fatalf("Do after a success = %v, want ErrCompleted", err)
+			}
+			if runs != 2 {
+				t.Fatalf("the job ran %d times, want 2 (a failure, a success)", runs)
+			}
+			recs, err := coord.CompleterOf(other).Completions(ctx, "charge")
+			if err != nil || len(recs) != 1 || recs[0].Holder != "worker" || recs[0].Token == 0 {
+				t.Fatalf("records %+v, %v; want one of worker", recs, err)
+			}
+
+			// The lease revoked under the job: not recorded.
+			lost := func(ctx context.Context, h *fencing.Held) error {
+				if _, err := other.Revoke(ctx, "charge"); err != nil {
+					return err
+				}
+				<-ctx.Done() // the next renewal finds it
+				return nil
+			}
+			if err := fencing.Do(ctx, c, "charge", "2026-02", opts, lost); !errors.Is(err, coord.ErrLeaseLost) {
+				t.Fatalf("job whose lease was revoked: Do = %v, want ErrLeaseLost", err)
+			}
+			if _, ok, _ := coord.CompleterOf(other).Completion(ctx, "charge", "2026-02"); ok {
+				t.Fatal("a job whose lease was lost was recorded")
+			}
+		})
+	}
+}
