@@ -153,8 +153,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	// renewal (the grant, or the keep-alive's): when that is more than a
 	// renewal interval old (the keep-alive failed of late), renew now.
 	if time.Since(last.sent) >= last.ttl/3 {
-		s := time.Now()
-		ttl, err := c.ka.renew(ctx, id)
+		ttl, s, err := c.ka.renew(ctx, id)
 		switch {
 		case err != nil:
 			return nil, c.mapErr(ctx, "renew lease", err)
@@ -315,9 +314,8 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *
 			return nil
 		case <-t.C:
 		}
-		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, max(last.ttl/3, 100*time.Millisecond))
-		ttl, err := c.ka.renew(rctx, id)
+		ttl, sent, err := c.ka.renew(rctx, id)
 		cancel()
 		switch {
 		case err == nil && ttl <= 0:

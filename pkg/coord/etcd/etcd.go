@@ -77,6 +77,12 @@ const DefaultPrefix = "/fence/"
 // DefaultDialTimeout is used when Config.DialTimeout is zero.
 const DefaultDialTimeout = 5 * time.Second
 
+// gRPC keepalive of every connection (see New).
+const (
+	dialKeepAliveTime    = 10 * time.Second
+	dialKeepAliveTimeout = 2 * time.Second
+)
+
 // cleanupTimeout bounds the requests that undo a failed Acquire (revoking
 // its lease) after the caller's context has ended.
 const cleanupTimeout = 5 * time.Second
@@ -133,19 +139,27 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if cfg.Username != "" && cfg.Password == "" {
 		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.Username)
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		TLS:         cfg.TLS,
 		Username:    cfg.Username,
 		Password:    cfg.Password,
 		Logger:      zap.NewNop(),
-	})
+		// A connection that hears nothing (a frozen or partitioned
+		// member: the TCP connection stays open) is pinged and closed
+		// when the ping is not answered, so that its streams end and
+		// are opened again elsewhere. gRPC pings no more often than
+		// every 10 s; etcd refuses pings more often than every 5 s.
+		DialKeepAliveTime:    dialKeepAliveTime,
+		DialKeepAliveTimeout: dialKeepAliveTimeout,
+	}
+	cli, err := clientv3.New(ccfg)
 	if err != nil {
 		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
 	}
 	c.cli = cli
-	c.ka = newKeeper(cli)
+	c.ka = newKeeper(cli, ccfg)
 	c.leases.init()
 	// The client dials lazily: ask something to know the cluster answers.
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)

@@ -36,8 +36,7 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 			return coord.Renewal{}, err
 		}
 	}
-	sent := time.Now()
-	ttl, err := c.ka.renew(ctx, id)
+	ttl, sent, err := c.ka.renew(ctx, id)
 	switch {
 	case err != nil:
 		return coord.Renewal{}, c.mapErr(ctx, "renew", err)

@@ -145,8 +145,7 @@ func (c *Coordinator) grant(ctx context.Context, name string, secs int64) (id cl
 		if time.Since(sp.sent) < sp.ttl/10 {
 			return sp.id, sp.ttl, sp.sent, true, nil
 		}
-		sent := time.Now()
-		if t, err := c.ka.renew(ctx, sp.id); err == nil && t > 0 {
+		if t, sent, err := c.ka.renew(ctx, sp.id); err == nil && t > 0 {
 			return sp.id, time.Duration(t) * time.Second, sent, true, nil
 		}
 		c.revoke(sp.id) // gone, or etcd is not answering: a fresh grant says which
