@@ -309,7 +309,7 @@ type attempt struct {
 	// Sent later than it (a hedged re-send, answered) moves sent on by
 	// as much, on the boot clock only (see complete).
 	sentMono time.Time
-	end  clock.Boot // when it is abandoned
+	end      clock.Boot // when it is abandoned
 	// cancel abandons it once sent. abandon is set when it was given up:
 	// at its end (its answer, an error mostly, is still applied) or when its
 	// hold ended (its answer is ignored). cancel is called then, or as soon
