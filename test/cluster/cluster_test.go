@@ -219,7 +219,7 @@ var (
 )
 
 type row struct {
-	trials, kills, overlaps int
+	trials, kills, overlaps, revoked int
 	margins, latencies      []time.Duration
 }
 
@@ -248,6 +248,13 @@ func record(scenario, version string, ttl time.Duration, killed, overlapped bool
 	}
 }
 
+// recordRevoke counts a trial whose lease etcd itself revoked (etcd#15247).
+func recordRevoke(scenario, version string, ttl time.Duration) {
+	tableMu.Lock()
+	defer tableMu.Unlock()
+	table[fmt.Sprintf("%-34s %-5s %-4v", scenario, version, ttl)].revoked++
+}
+
 func span(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "-"
@@ -268,9 +275,9 @@ func printTable() {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Printf("\n%-34s %-5s %-4s %6s %5s %8s %-14s %s\n", "scenario", "etcd", "ttl", "trials", "kills", "overlaps", "margin", "waiter latency")
+	fmt.Printf("\n%-34s %-5s %-4s %6s %5s %8s %13s %-14s %s\n", "scenario", "etcd", "ttl", "trials", "kills", "overlaps", "etcd-revoked", "margin", "waiter latency")
 	for _, k := range rows {
 		r := table[k]
-		fmt.Printf("%s %6d %5d %8d %-14s %s\n", k, r.trials, r.kills, r.overlaps, span(r.margins), span(r.latencies))
+		fmt.Printf("%s %6d %5d %8d %13d %-14s %s\n", k, r.trials, r.kills, r.overlaps, r.revoked, span(r.margins), span(r.latencies))
 	}
 }

@@ -93,7 +93,7 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 			return err
 		}
 	}
-	if _, err := c.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := c.revokeBounded(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return c.mapErr(ctx, "release", err)
 	}
 	c.leases.forget(id)
@@ -123,4 +123,20 @@ func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 		return info, c.mapErr(ctx, "revoke", err)
 	}
 	return info, nil
+}
+
+// revokeBounded revokes lease id with attempts of claimTimeout each, while
+// ctx allows: an attempt that went to a member that stopped answering must
+// not hold a release (and so the next holder) until that member resumes.
+// A revoke sent twice finds the lease gone the second time.
+func (c *Coordinator) revokeBounded(ctx context.Context, id clientv3.LeaseID) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, claimTimeout)
+		_, err := c.cli.Revoke(actx, id)
+		timedOut := actx.Err() != nil
+		cancel()
+		if err == nil || !timedOut || ctx.Err() != nil {
+			return err
+		}
+	}
 }
