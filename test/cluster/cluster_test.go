@@ -220,7 +220,7 @@ var (
 
 type row struct {
 	trials, kills, overlaps, revoked int
-	margins, latencies      []time.Duration
+	margins, latencies               []time.Duration
 }
 
 func record(scenario, version string, ttl time.Duration, killed, overlapped bool, margin, latency time.Duration) {

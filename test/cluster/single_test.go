@@ -2,8 +2,8 @@ package cluster
 
 import (
 	"fmt"
-	"strings"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
