@@ -83,12 +83,13 @@ func trials() int {
 
 // A run is one `fence run` started by a test.
 type run struct {
-	name string
-	cmd  *exec.Cmd
-	out  strings.Builder
-	done chan struct{}
-	code int
-	end  time.Time // when fence exited
+	name  string
+	cmd   *exec.Cmd
+	outMu sync.Mutex
+	out   strings.Builder // fence's stdout and stderr, each line with the time it came
+	done  chan struct{}
+	code  int
+	end   time.Time // when fence exited
 }
 
 // start runs `fence run LOCK ARGS... -- sh -c SCRIPT`, where SCRIPT logs
@@ -101,11 +102,14 @@ func start(t *testing.T, c *etcdproc.Cluster, name, lock, log string, work time.
 	// line and counts as running until its fence exited.
 	script := fmt.Sprintf(`trap 'echo "end $FENCE_TOKEN $(date +%%s%%N) %[1]s" >> %[2]s; exit 143' TERM; echo "start $FENCE_TOKEN $(date +%%s%%N) %[1]s" >> %[2]s; sleep %[3]s & wait $!; echo "end $FENCE_TOKEN $(date +%%s%%N) %[1]s" >> %[2]s`,
 		name, log, strconv.FormatFloat(work.Seconds(), 'f', 3, 64))
-	argv := append([]string{"run", lock, "--endpoints", strings.Join(c.Endpoints(), ","), "--holder", name}, args...)
+	argv := append([]string{"run", lock, "-v", "--endpoints", strings.Join(c.Endpoints(), ","), "--holder", name}, args...)
 	argv = append(argv, "--", "sh", "-c", script)
 	r := &run{name: name, cmd: exec.Command(fenceBin, argv...), done: make(chan struct{})}
-	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	r.cmd.Stdout, r.cmd.Stderr = stamped{r}, stamped{r}
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if os.Getenv("FENCE_CLUSTER_DUMP") != "" {
+		r.cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
+	}
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +131,48 @@ func start(t *testing.T, c *etcdproc.Cluster, name, lock, log string, work time.
 	return r
 }
 
+// stamped writes into a run's out, each line with the time it came.
+type stamped struct{ r *run }
+
+func (s stamped) Write(p []byte) (int, error) {
+	s.r.outMu.Lock()
+	defer s.r.outMu.Unlock()
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		if line == "" {
+			continue
+		}
+		if o := s.r.out.String(); o == "" || strings.HasSuffix(o, "\n") {
+			s.r.out.WriteString(time.Now().Format("15:04:05.000 "))
+		}
+		s.r.out.WriteString(line)
+	}
+	return len(p), nil
+}
+
+// output is what fence wrote so far.
+func (r *run) output() string {
+	r.outMu.Lock()
+	defer r.outMu.Unlock()
+	return r.out.String()
+}
+
+// waitFor is wait that reports a run still going as false.
+func (r *run) waitFor(within time.Duration) (int, bool) {
+	select {
+	case <-r.done:
+		return r.code, true
+	case <-time.After(within):
+		return 0, false
+	}
+}
+
 func (r *run) wait(t *testing.T, within time.Duration) int {
 	t.Helper()
 	select {
 	case <-r.done:
 		return r.code
 	case <-time.After(within):
-		t.Fatalf("%s: fence run did not end within %v\n%s", r.name, within, r.out.String())
+		t.Fatalf("%s: fence run did not end within %v\n%s", r.name, within, r.output())
 		return 0
 	}
 }

@@ -109,18 +109,18 @@ func singleFault(t *testing.T, c *etcdproc.Cluster, version, fault, target strin
 	// plain clientv3 KeepAliveOnce loop loses its lease the same way). That
 	// is the server's loss, reported as "has ended", not fence's stop.
 	serverRevoked := hc == 76 && fault == "stop" && victim == leader && ttl < stallFor+ttl/3 &&
-		strings.Contains(holder.out.String(), "has ended")
+		strings.Contains(holder.output(), "has ended")
 	record(fault+" one member: "+target, version, ttl, hc != 0 && !serverRevoked, overlapped, 0, latency)
 	if serverRevoked {
-		t.Logf("etcd revoked the lease when its frozen old leader resumed (etcd#15247): %s", strings.TrimSpace(holder.out.String()))
+		t.Logf("etcd revoked the lease when its frozen old leader resumed (etcd#15247): %s", strings.TrimSpace(holder.output()))
 		recordRevoke(fault+" one member: "+target, version, ttl)
 		return
 	}
 	if hc != 0 {
-		t.Errorf("the holder was stopped (exit %d) with the quorum intact:\n%s", hc, holder.out.String())
+		t.Errorf("the holder was stopped (exit %d) with the quorum intact:\n%s", hc, holder.output())
 	}
 	if wc != 0 {
-		t.Errorf("the waiter exited %d:\n%s", wc, waiter.out.String())
+		t.Errorf("the waiter exited %d:\n%s", wc, waiter.output())
 	}
 	if err := c.WaitHealthy(30 * time.Second); err != nil {
 		t.Fatal(err)

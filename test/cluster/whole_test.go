@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,10 +43,10 @@ func TestQuorumLoss(t *testing.T) {
 		wc := waiter.wait(t, 60*time.Second)
 		ivs := checkLog(t, log, map[string]time.Time{"holder": holder.end, "waiter": waiter.end})
 		if hc != 76 {
-			t.Errorf("holder exit %d, want 76:\n%s", hc, holder.out.String())
+			t.Errorf("holder exit %d, want 76:\n%s", hc, holder.output())
 		}
 		if wc != 0 {
-			t.Errorf("waiter exit %d:\n%s", wc, waiter.out.String())
+			t.Errorf("waiter exit %d:\n%s", wc, waiter.output())
 		}
 		var margin time.Duration
 		if len(ivs) > 0 && ivs[0].name == "holder" && !ivs[0].end.IsZero() {
@@ -60,6 +62,7 @@ func TestQuorumLoss(t *testing.T) {
 				t.Errorf("fence exited %v after its command ended", d)
 			}
 		}
+		t.Logf("lost the quorum at %s; holder:\n%s", lost.Format("15:04:05.000"), holder.output())
 		record("quorum loss (2 of 3 stopped 8 s)", version, ttl, hc != 0, t.Failed(), margin, 0)
 	})
 }
@@ -87,7 +90,7 @@ func TestLeaderKilled(t *testing.T) {
 			}
 			record("leader SIGKILL + restart", version, ttl, hc != 0, t.Failed(), 0, latency)
 			if hc != 0 || wc != 0 {
-				t.Errorf("holder exit %d, waiter exit %d:\n%s\n%s", hc, wc, holder.out.String(), waiter.out.String())
+				t.Errorf("holder exit %d, waiter exit %d:\n%s\n%s", hc, wc, holder.output(), waiter.output())
 			}
 			if err := c.WaitHealthy(30 * time.Second); err != nil {
 				t.Fatal(err)
@@ -113,8 +116,15 @@ func TestWatchMemberStalled(t *testing.T) {
 				t.Fatal(err)
 			}
 			hc := holder.wait(t, 30*time.Second)
-			wc := waiter.wait(t, 5*time.Second)
+			wc, ended := waiter.waitFor(5 * time.Second)
 			m.Thaw()
+			if !ended && os.Getenv("FENCE_CLUSTER_DUMP") != "" {
+				waiter.cmd.Process.Signal(syscall.SIGABRT)
+				waiter.waitFor(2 * time.Second)
+			}
+			if !ended {
+				t.Fatalf("%s frozen: the waiter did not acquire within 5 s of the release\nholder:\n%s\nwaiter:\n%s", m.Name, holder.output(), waiter.output())
+			}
 			ivs := checkLog(t, log, map[string]time.Time{"holder": holder.end, "waiter": waiter.end})
 			var latency time.Duration
 			if len(ivs) == 2 {
@@ -123,9 +133,12 @@ func TestWatchMemberStalled(t *testing.T) {
 					t.Errorf("%s frozen: the waiter started %v after the release", m.Name, latency)
 				}
 			}
+			if t.Failed() {
+				t.Logf("%s frozen; holder:\n%s\nwaiter:\n%s", m.Name, holder.output(), waiter.output())
+			}
 			record("one member stopped, waiter waits", version, ttl, hc != 0, t.Failed(), 0, latency)
 			if hc != 0 || wc != 0 {
-				t.Errorf("holder exit %d, waiter exit %d:\n%s\n%s", hc, wc, holder.out.String(), waiter.out.String())
+				t.Errorf("holder exit %d, waiter exit %d:\n%s\n%s", hc, wc, holder.output(), waiter.output())
 			}
 			if err := c.WaitHealthy(30 * time.Second); err != nil {
 				t.Fatal(err)
@@ -168,7 +181,7 @@ func TestWholeClusterStall(t *testing.T) {
 		}
 		record("whole cluster stopped "+stall.String(), version, ttl, false, t.Failed(), 0, latency)
 		if wc != 0 {
-			t.Errorf("the waiter gave up (exit %d):\n%s", wc, waiter.out.String())
+			t.Errorf("the waiter gave up (exit %d):\n%s", wc, waiter.output())
 		}
 	})
 }

@@ -31,6 +31,8 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	if err := c.check(); err != nil {
 		return nil, err
 	}
+	// A waiter waits through a cluster that does not answer (hedge.go).
+	ctx = persist(ctx)
 	holder := opts.Holder
 	if holder == "" {
 		holder = coord.DefaultHolder()
@@ -331,7 +333,37 @@ func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, fr
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wctx = metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10))
-	wch := c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	// Deaf: read whether the key is still there (a read is hedged across
+	// members), then watch again, elsewhere.
+	deaf := func() (int64, error) {
+		resp, err := c.cli.Get(ctx, key, clientv3.WithKeysOnly())
+		switch {
+		case err != nil:
+			return from, nil
+		case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev:
+			return 0, nil
+		default:
+			return resp.Header.Revision + 1, nil
+		}
+	}
+	// Watch returns once the member has created the watch: a frozen one
+	// never does.
+	wchc := make(chan clientv3.WatchChan, 1)
+	go func() {
+		wchc <- c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	}()
+	var wch clientv3.WatchChan
+	created := time.NewTimer(2 * watchCheck)
+	defer created.Stop()
+	select {
+	case wch = <-wchc:
+	case err := <-lost:
+		return 0, err
+	case <-created.C:
+		return deaf()
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 	tick := time.NewTicker(watchCheck)
 	defer tick.Stop()
 	heard := time.Now()
@@ -341,7 +373,7 @@ func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, fr
 			return 0, err
 		case <-tick.C:
 			if time.Since(heard) >= 2*watchCheck {
-				return from, nil // deaf: again, elsewhere
+				return deaf()
 			}
 			go c.cli.RequestProgress(wctx)
 			continue

@@ -58,6 +58,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -114,6 +116,7 @@ type Coordinator struct {
 	closed atomic.Bool
 	ka     *keeper
 	leases leases
+	health *health // see hedge.go
 }
 
 var (
@@ -135,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
-	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints)}
+	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints), health: newHealth()}
 	if cfg.Username != "" && cfg.Password == "" {
 		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.Username)
 	}
@@ -154,12 +157,16 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		DialKeepAliveTime:    dialKeepAliveTime,
 		DialKeepAliveTimeout: dialKeepAliveTimeout,
 	}
-	cli, err := clientv3.New(ccfg)
+	// The keeper's lanes dial each member with ccfg; the Coordinator's own
+	// client hedges and bounds its requests (hedge.go).
+	mcfg := ccfg
+	mcfg.DialOptions = append(slices.Clip(ccfg.DialOptions), grpc.WithChainUnaryInterceptor(c.interceptUnary))
+	cli, err := clientv3.New(mcfg)
 	if err != nil {
 		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
 	}
 	c.cli = cli
-	c.ka = newKeeper(cli, ccfg)
+	c.ka = newKeeper(cli, ccfg, c.health)
 	c.leases.init()
 	// The client dials lazily: ask something to know the cluster answers.
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)

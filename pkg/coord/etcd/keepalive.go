@@ -45,7 +45,8 @@ import (
 // caller (renew). A renewal whose caller gives up resets every stream it
 // waits on that answered nothing since it was queued there.
 type keeper struct {
-	lanes []*lane
+	lanes  []*lane
+	health *health // told of every answer, and of renewals no member answered
 
 	mu      sync.Mutex
 	primary int
@@ -109,6 +110,7 @@ type kaReq struct {
 // request, or an error, once.
 type kaWaiter struct {
 	id    int64
+	first int64 // health.now() when it was made
 	done  func(ttl int64, sent time.Time, err error)
 	fired atomic.Bool
 
@@ -142,8 +144,8 @@ var errKeeperClosed = fmt.Errorf("keep-alive: %w", context.Canceled)
 
 // newKeeper makes a keeper on cli. cfg is cli's configuration: with more
 // than one endpoint, each lane dials its own member with it.
-func newKeeper(cli *clientv3.Client, cfg clientv3.Config) *keeper {
-	k := &keeper{}
+func newKeeper(cli *clientv3.Client, cfg clientv3.Config, h *health) *keeper {
+	k := &keeper{health: h}
 	if len(cfg.Endpoints) <= 1 {
 		k.lanes = []*lane{{k: k, cli: cli}}
 		return k
@@ -166,7 +168,7 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 		return 0, time.Time{}, err
 	}
 	ch := make(chan kaResult, 1)
-	w := &kaWaiter{id: int64(id), done: func(ttl int64, sent time.Time, err error) { ch <- kaResult{ttl, sent, err} }}
+	w := &kaWaiter{id: int64(id), first: k.health.now(), done: func(ttl int64, sent time.Time, err error) { ch <- kaResult{ttl, sent, err} }}
 	k.send(w, k.primaryLane())
 	select {
 	case r := <-ch:
@@ -185,7 +187,7 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 // done then gets errAbandoned unless it had its answer. Neither start nor
 // its abandon func ever blocks or calls done itself.
 func (k *keeper) start(id clientv3.LeaseID, done func(ttl int64, sent time.Time, err error)) (abandon func()) {
-	w := &kaWaiter{id: int64(id), done: done}
+	w := &kaWaiter{id: int64(id), first: k.health.now(), done: done}
 	k.send(w, k.primaryLane())
 	return func() {
 		if w.fired.CompareAndSwap(false, true) {
@@ -419,6 +421,10 @@ func (w *kaWaiter) resetIfStuck() {
 	w.mu.Lock()
 	streams, queued := w.streams, w.queued
 	w.mu.Unlock()
+	if len(streams) > 0 {
+		// Given up on with no answer from any member meanwhile: silent.
+		streams[0].lane.k.health.noAnswerSince(w.first)
+	}
 	for i, s := range streams {
 		s.mu.Lock()
 		stuck := s.lastRecv.Before(queued[i])
@@ -517,6 +523,7 @@ func (s *kaStream) recv() {
 			s.fail(err)
 			return
 		}
+		s.lane.k.health.answer()
 		s.mu.Lock()
 		s.lastRecv = time.Now()
 		var r *kaReq
@@ -590,6 +597,10 @@ func (s *kaStream) fail(err error) {
 		if !errors.Is(err, errKeeperClosed) && k.hedge(w, l.idx) {
 			continue
 		}
-		w.fire(0, time.Time{}, err)
+		if w.fire(0, time.Time{}, err) && !errors.Is(err, errKeeperClosed) {
+			// Every member it was sent to failed it: silent, unless
+			// something answered meanwhile.
+			k.health.noAnswerSince(w.first)
+		}
 	}
 }
