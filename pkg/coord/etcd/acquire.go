@@ -67,7 +67,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 				clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate),
 			}
 		}
-		return c.cli.Txn(ctx).
+		return c.cli.Txn(once(ctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(key, held.encode(), clientv3.WithLease(id))).
 			Else(els...).

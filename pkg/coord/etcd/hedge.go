@@ -27,7 +27,8 @@ import (
 // finds the lease gone), puts, deletes and transactions (fence's guard
 // their writes with a compare, so the second copy finds the first done; a
 // copy that reports its compare failed waits for the others, so that it does
-// not hide the one that succeeded). A grant is not: two would leak a lease.
+// not hide the one that succeeded). A grant is not: two would leak a lease;
+// nor is Acquire's first transaction (once).
 //
 // Silence. When no member has answered anything for answerBound while
 // asked (renewals on every lane, or a hedged request), the cluster is
@@ -89,6 +90,13 @@ var (
 
 type persistKey struct{}
 
+type onceKey struct{}
+
+// once marks ctx as a request's that must not be sent twice: Acquire's
+// first transaction, whose second copy would find the lock taken by the
+// first and put its queued record over the holder's.
+func once(ctx context.Context) context.Context { return context.WithValue(ctx, onceKey{}, true) }
+
 // persist marks ctx as a caller's that waits through a silent cluster (see
 // health): its requests are hedged but not cut short.
 func persist(ctx context.Context) context.Context { return context.WithValue(ctx, persistKey{}, true) }
@@ -143,7 +151,8 @@ func (c *Coordinator) interceptUnary(ctx context.Context, method string, req, re
 	h := c.health
 	_, persists := ctx.Value(persistKey{}).(bool)
 	silent := h.silent() && !persists
-	multi := hedgeable(method) && c.ka != nil && c.ka.multi()
+	_, single := ctx.Value(onceKey{}).(bool)
+	multi := hedgeable(method) && !single && c.ka != nil && c.ka.multi()
 	if !multi && !silent {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if answered(err) {
