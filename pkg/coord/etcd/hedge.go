@@ -128,7 +128,7 @@ func answered(err error) bool {
 }
 
 // hedgeOnly drops the call options that write into the caller's variables
-// (a copy that runs beside the first must not race it).
+// (a copy that runs on after the call returned must not race the caller).
 func hedgeOnly(opts []grpc.CallOption) []grpc.CallOption {
 	var out []grpc.CallOption
 	for _, o := range opts {
@@ -177,14 +177,17 @@ func (c *Coordinator) interceptUnary(ctx context.Context, method string, req, re
 			results <- attemptResult{r, f(r)}
 		}()
 	}
-	launch(func(r any) error { return invoker(actx, method, req, r, cc, opts...) })
+	// No copy gets the options that write into the caller's variables (the
+	// client's grpc.Peer, read once this returns): a copy may still run
+	// after its answer was not waited for.
+	hopts := hedgeOnly(opts)
+	launch(func(r any) error { return invoker(actx, method, req, r, cc, hopts...) })
 	hedged := false
 	hedge := func() {
 		if hedged || !multi || ctx.Err() != nil {
 			return
 		}
 		hedged = true
-		hopts := hedgeOnly(opts)
 		for _, l := range c.ka.lanes {
 			launch(func(r any) error {
 				cli, err := l.client()
