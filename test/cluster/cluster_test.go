@@ -278,7 +278,7 @@ type row struct {
 func record(scenario, version string, ttl time.Duration, killed, overlapped bool, margin, latency time.Duration) {
 	tableMu.Lock()
 	defer tableMu.Unlock()
-	k := fmt.Sprintf("%-34s %-5s %-4v", scenario, version, ttl)
+	k := fmt.Sprintf("%-38s %-5s %-4v", scenario, version, ttl)
 	r := table[k]
 	if r == nil {
 		r = &row{}
@@ -304,7 +304,7 @@ func record(scenario, version string, ttl time.Duration, killed, overlapped bool
 func recordRevoke(scenario, version string, ttl time.Duration) {
 	tableMu.Lock()
 	defer tableMu.Unlock()
-	table[fmt.Sprintf("%-34s %-5s %-4v", scenario, version, ttl)].revoked++
+	table[fmt.Sprintf("%-38s %-5s %-4v", scenario, version, ttl)].revoked++
 }
 
 func span(ds []time.Duration) string {
@@ -327,7 +327,7 @@ func printTable() {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Printf("\n%-34s %-5s %-4s %6s %5s %8s %13s %-14s %s\n", "scenario", "etcd", "ttl", "trials", "kills", "overlaps", "etcd-revoked", "margin", "waiter latency")
+	fmt.Printf("\n%-38s %-5s %-4s %6s %5s %8s %13s %-14s %s\n", "scenario", "etcd", "ttl", "trials", "kills", "overlaps", "etcd-revoked", "margin", "waiter latency")
 	for _, k := range rows {
 		r := table[k]
 		fmt.Printf("%s %6d %5d %8d %13d %-14s %s\n", k, r.trials, r.kills, r.overlaps, r.revoked, span(r.margins), span(r.latencies))
