@@ -32,7 +32,14 @@ type LeaseBug struct {
 	Fixed map[string]string
 	// Summary says what happens, in one line.
 	Summary string
+	// Since, for a bug no release fixes: the first version of each line
+	// that has it ("3.4" -> "3.4.31"; a line not listed and newer than
+	// every listed one has it from its first release).
+	Since map[string]string
 }
+
+// Unfixed reports whether no release fixes b.
+func (b LeaseBug) Unfixed() bool { return b.Since != nil }
 
 // KnownLeaseBugs are the lease-safety bugs fence warns about (see
 // docs/operations.md, which lists them with their sources).
@@ -41,6 +48,11 @@ var KnownLeaseBugs = []LeaseBug{
 		Issue: "etcd#15247", Fix: "PR #16822 (3.4 backport: #17465)",
 		Fixed:   map[string]string{"3.4": "3.4.31", "3.5": "3.5.13"},
 		Summary: "a stalled leader that resumes revokes leases the new leader kept alive, and answers keep-alives while it is no longer the leader",
+	},
+	{
+		Issue: "etcd#15247 (residual)", Fix: "none yet",
+		Since:   map[string]string{"3.4": "3.4.31", "3.5": "3.5.13"},
+		Summary: "a leader frozen longer than a lease's TTL still revokes it when it resumes: the fix's leadership check (ensureLeadership, server/etcdserver/server.go) is skipped while raft ticks look recent (isActive), as they do at once after a resume",
 	},
 }
 
@@ -54,6 +66,14 @@ func BugsOf(version string) []LeaseBug {
 	line := fmt.Sprintf("%d.%d", maj, minor)
 	var out []LeaseBug
 	for _, b := range KnownLeaseBugs {
+		if b.Unfixed() {
+			since, ok := b.Since[line]
+			_, _, sp, _ := parseVersion(since)
+			if (ok && patch >= sp) || (!ok && minor >= 6) {
+				out = append(out, b)
+			}
+			continue
+		}
 		fixed, ok := b.Fixed[line]
 		switch {
 		case ok:
@@ -124,11 +144,16 @@ func (c *Coordinator) ServerVersions(ctx context.Context) []MemberVersion {
 }
 
 // VersionWarnings returns one line per member whose version has a known
-// lease-safety bug, for an operator.
+// lease-safety bug that a release fixes (an upgrade helps), for an
+// operator. Bugs no release fixes are shown by fence config and the
+// dashboard, not warned about on every command.
 func VersionWarnings(vs []MemberVersion) []string {
 	var out []string
 	for _, v := range vs {
 		for _, b := range BugsOf(v.Version) {
+			if b.Unfixed() {
+				continue
+			}
 			fix := "not fixed in any release yet"
 			if maj, minor, _, _ := parseVersion(v.Version); b.Fixed[fmt.Sprintf("%d.%d", maj, minor)] != "" {
 				fix = "fixed in " + b.Fixed[fmt.Sprintf("%d.%d", maj, minor)]

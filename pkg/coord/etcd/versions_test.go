@@ -13,7 +13,8 @@ import (
 func TestBugsOf(t *testing.T) {
 	for v, want := range map[string]string{
 		"3.4.23": "etcd#15247", "3.4.30": "etcd#15247", "3.5.12": "etcd#15247", "3.3.27": "etcd#15247",
-		"3.4.31": "", "3.5.13": "", "3.6.0": "", "3.7.3": "", "v3.5.9": "etcd#15247",
+		"3.4.31": "etcd#15247 (residual)", "3.5.13": "etcd#15247 (residual)", "3.6.0": "etcd#15247 (residual)",
+		"3.7.3": "etcd#15247 (residual)", "v3.5.9": "etcd#15247",
 		"": "", "garbage": "", "2.3.8": "",
 	} {
 		var got []string
@@ -24,8 +25,9 @@ func TestBugsOf(t *testing.T) {
 			t.Errorf("BugsOf(%q) = %v, want %q", v, got, want)
 		}
 	}
+	// The residual has no fixed release: no warning on every command.
 	w := etcd.VersionWarnings([]etcd.MemberVersion{{Endpoint: "http://10.0.0.1:2379", Version: "3.4.23"}, {Endpoint: "x:1", Version: "3.4.31"},
-		{Endpoint: "y:1", Version: "3.3.27"}})
+		{Endpoint: "y:1", Version: "3.3.27"}, {Endpoint: "z:1", Version: "3.7.3"}})
 	if len(w) != 2 || !strings.Contains(w[0], "10.0.0.1:2379 runs 3.4.23") || !strings.Contains(w[0], "fixed in 3.4.31") ||
 		!strings.Contains(w[1], "fixed in 3.4.31 and 3.5.13") {
 		t.Errorf("VersionWarnings = %q", w)
