@@ -207,6 +207,55 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+// TestNoAnswer: a coordinator that stops answering (a list that never
+// returns, as on a frozen etcd) is shown as such on the status line, with
+// how long and since when, and the TTLs as unknown instead of counting
+// down to expiring; once it answers again, all is as before.
+func TestNoAnswer(t *testing.T) {
+	var mu sync.Mutex
+	now := epoch
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f := newFake(held("job", "w:1", 3, 15*time.Second, 15*time.Second, 0))
+	h := newHarness(t, f, Options{Now: clock, Refresh: 5 * time.Second, Location: time.UTC})
+	h.settle()
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.listGate = gate
+	f.mu.Unlock()
+	advance(5 * time.Second)
+	h.send(tickMsg{}) // the list is due: it does not come back
+	h.until("the list on its way", func() bool { return h.m.listing })
+	advance(7 * time.Second)
+	h.send(tickMsg{})
+	s := h.screen()
+	if !strings.Contains(s[22], "✖ no answer for 12s (since "+epoch.UTC().Format("15:04:05")+")") {
+		t.Fatalf("status bar %q", s[22])
+	}
+	if got := fields(s[lineOf(s, "job")]); got[1] != "held" || got[4] != "?" {
+		t.Fatalf("row while the coordinator does not answer: %q", got)
+	}
+	close(gate)
+	h.until("the list back", func() bool { return !h.m.listing })
+	s = h.screen()
+	if !strings.Contains(s[22], "● ok") {
+		t.Fatalf("status bar once answered %q", s[22])
+	}
+	if got := fields(s[lineOf(s, "job")]); got[5] != "15s" {
+		t.Fatalf("row once answered: %q", got)
+	}
+}
+
+// TestWarning: a known problem of the coordinator (an etcd version's
+// lease-safety bug) shows on the status line while it answers.
+func TestWarning(t *testing.T) {
+	h := newHarness(t, newFake(sampleLocks()...), Options{Warning: "etcd 3.4.23: etcd#15247"})
+	h.settle()
+	if s := h.screen(); !strings.Contains(s[22], "▲ etcd 3.4.23: etcd#15247") {
+		t.Fatalf("status bar %q", s[22])
+	}
+}
+
 func TestFilter(t *testing.T) {
 	f := newFake(sampleLocks()...)
 	h := newHarness(t, f, Options{})

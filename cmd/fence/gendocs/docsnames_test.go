@@ -45,7 +45,7 @@ var foreignFlags = map[string]string{
 	"--snapshot": "goreleaser", "--clean": "goreleaser", "--skip": "goreleaser", "--build": ".ci/package",
 	"--collector": "node_exporter", "--fencing-token": "the example job", "--token-from-env": "the example job",
 	"--backend": "bench/run", "--cpuprofile": "go test", "--smoke": "bench/run", "--now": "systemctl",
-	"--n": "bench/run", "--system": "groupadd",
+	"--n": "bench/run", "--system": "groupadd", "--listen-client-urls": "etcd",
 }
 
 // fenceNames is what the command tree, the exit code table and the code's
@@ -86,17 +86,23 @@ func collectNames(t *testing.T, repo string) fenceNames {
 	// FENCE_ variables and JSON field names as the program's Go code spells them.
 	envRe := regexp.MustCompile(`"(FENCE_[A-Z0-9_]+)`)
 	jsonRe := regexp.MustCompile("json:\"([a-z0-9_]+)")
-	for _, dir := range []string{"internal", "pkg"} {
+	// Test code counts for the variables only: the knobs of the test suites
+	// (FENCE_CLUSTER_TESTS) are documented too.
+	for _, dir := range []string{"internal", "pkg", "test"} {
 		err := filepath.Walk(filepath.Join(repo, dir), func(p string, info os.FileInfo, err error) error {
-			if err != nil || info.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			if err != nil || info.IsDir() || !strings.HasSuffix(p, ".go") {
 				return err
 			}
+			isTest := strings.HasSuffix(p, "_test.go")
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
 			}
 			for _, m := range envRe.FindAllStringSubmatch(string(b), -1) {
 				n.env[strings.TrimSuffix(m[1], "_")] = true
+			}
+			if isTest {
+				return nil
 			}
 			for _, m := range jsonRe.FindAllStringSubmatch(string(b), -1) {
 				n.json[m[1]] = true
