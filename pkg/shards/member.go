@@ -444,14 +444,15 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	}
 
 	var (
-		settle    *time.Timer
-		settleC   <-chan time.Time
-		retry     *time.Timer
-		retryC    <-chan time.Time
-		acquiring = map[int]bool{}
-		again     = map[int]bool{} // freed while an attempt was in flight
-		reading   bool             // a settings read in flight
-		reread    bool
+		settle         *time.Timer
+		settleC        <-chan time.Time
+		retry          *time.Timer
+		retryC         <-chan time.Time
+		acquiring      = map[int]bool{}
+		again          = map[int]bool{} // freed while an attempt was in flight
+		reading        bool             // a settings read in flight
+		reread         bool
+		settingsFailed bool // the last settings read failed: again at the retry
 	)
 	arm := func() {
 		m.mu.Lock()
@@ -701,6 +702,15 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 					m.settings = e.st
 					m.mu.Unlock()
 					arm()
+				} else if m.ctx.Err() == nil {
+					// Read them again in a second (with the retry below).
+					settingsFailed = true
+					if retry == nil {
+						retry = time.NewTimer(time.Second)
+					} else {
+						retry.Reset(time.Second)
+					}
+					retryC = retry.C
 				}
 				if reread {
 					reread = false
@@ -709,6 +719,10 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 			}
 		case <-retryC:
 			retryC = nil
+			if settingsFailed {
+				settingsFailed = false
+				readSettings()
+			}
 			clear(owner) // read again below: what was busy may be free
 			if infos, err := m.c.List(m.ctx, m.group+"/"); err == nil {
 				for _, info := range infos {
