@@ -28,7 +28,9 @@ func (m *Model) View() string {
 	case modeHelp:
 		b.WriteString(m.helpView())
 	case modeDetails:
-		b.WriteString(m.details.View(m.store.Get(m.details.Name()), m.now))
+		d := m.details
+		d.Group = groupSummary(m.store.All(), d.Name())
+		b.WriteString(d.View(m.store.Get(d.Name()), m.now))
 	default:
 		b.WriteString(m.table.View(m.store, m.now))
 	}
