@@ -586,3 +586,72 @@ func TestShardsAdmin(t *testing.T) {
 		})
 	}
 }
+
+// TestShardsScale (FENCE_SHARDS_SCALE=1; slow): 1,000 shards and 10
+// `fence shards run` members on etcd: the time to a settled map (every
+// shard held, every member's command running with its set), the time to
+// recover from one member's death (killed -9: its shards held by the
+// others), and the CPU used by a member holding 100 shard leases (fence and
+// its watchdog, from /proc, over a minute; the default TTL of 15s).
+func TestShardsScale(t *testing.T) {
+	if os.Getenv("FENCE_SHARDS_SCALE") == "" {
+		t.Skip("set FENCE_SHARDS_SCALE=1 to measure (about 2 minutes)")
+	}
+	be := etcdBackend(t)
+	const ttl, settle = 5 * time.Second, time.Second
+	g := newShardGroup(t, be, "scale", 1000, ttl, settle)
+	t0 := time.Now()
+	for i := range 10 {
+		g.join(fmt.Sprintf("m%02d", i))
+	}
+	g.settled(nil)
+	t.Logf("1000 shards, 10 members: settled %v after the first start", time.Since(t0).Round(time.Millisecond))
+	p := g.members["m03"]
+	t1 := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	g.settled(nil)
+	t.Logf("m03 killed -9: its shards held by the other 9 after %v (TTL %v, settle %v)", time.Since(t1).Round(time.Millisecond), ttl, settle)
+	samples, runs := g.obs.check()
+	t.Logf("invariants checked over %d samples and %d command runs", samples, runs)
+	for _, p := range g.members {
+		p.kill()
+	}
+
+	c := newShardGroup(t, be, "cpu", 100, 15*time.Second, settle)
+	m := c.join("solo")
+	c.settled(nil)
+	cmd := c.obs.live()["solo"]
+	tree, err := treeOf(m.cmd.Process.Pid, cmd.ID.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := func() (f, w uint64) { return cpuTicks(t, tree.fence.PID), cpuTicks(t, tree.watchdog.PID) }
+	f0, w0 := ticks()
+	const span = time.Minute
+	time.Sleep(span)
+	f1, w1 := ticks()
+	const hz = 100 // USER_HZ
+	t.Logf("a member holding 100 shard leases (TTL 15s) over %v: fence %.2fs of CPU (%.2f%%), its watchdog %.2fs",
+		span, float64(f1-f0)/hz, float64(f1-f0)/hz/span.Seconds()*100, float64(w1-w0)/hz)
+	if out, err := os.ReadFile(cmd.base + ".first"); err != nil || strings.Count(string(out), "ok") != 100 {
+		t.Errorf("the member's command did not write its 100 shards: %s %v", out, err)
+	}
+}
+
+// cpuTicks is utime + stime of pid, in clock ticks (/proc/PID/stat fields
+// 14 and 15).
+func cpuTicks(t *testing.T, pid int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	u, _ := strconv.ParseUint(f[11], 10, 64)
+	k, _ := strconv.ParseUint(f[12], 10, 64)
+	return u + k
+}
