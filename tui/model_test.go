@@ -608,3 +608,43 @@ func TestSortByFailuresSeesEveryLock(t *testing.T) {
 		t.Fatalf("top row %q", got)
 	}
 }
+
+// TestDetailsOfAGroup: the details of a `fence shards` member show its
+// part of the group's map (the shards it owns, of those held) and the live
+// members; those of a shard show its owner. Other locks show no group.
+func TestDetailsOfAGroup(t *testing.T) {
+	locks := []coord.LockInfo{
+		held("billing/members/a", "a", 1, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/members/b", "b", 1, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/shard/0", "a", 3, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/shard/1", "b", 2, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/shard/2", "a", 3, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/shard/3", "a", 5, 15*time.Second, 14*time.Second, time.Minute),
+		free("billing/shard/4", 7),
+		held("other", "x", 1, 15*time.Second, 14*time.Second, time.Minute),
+	}
+	f := newFake(locks...)
+	h := newHarness(t, f, Options{})
+	h.settle()
+	h.send(tea.WindowSizeMsg{Width: 140, Height: 30})
+	open := func(name string) string {
+		t.Helper()
+		h.m.mode = modeDetails
+		h.m.details.Open(name)
+		view := h.m.View()
+		checkFrame(t, view, 140, 30)
+		return view
+	}
+	if v := open("billing/members/a"); !strings.Contains(v, "billing · owns 3/4: 0,2-3 · 2 members") {
+		t.Errorf("member a's details lack its part of the map:\n%s", v)
+	}
+	if v := open("billing/shard/1"); !strings.Contains(v, "billing · shard 1 of 4 held · owner b · 2 members") {
+		t.Errorf("shard 1's details lack its owner:\n%s", v)
+	}
+	if v := open("billing/shard/4"); !strings.Contains(v, "owner nobody") {
+		t.Errorf("free shard 4's details:\n%s", v)
+	}
+	if v := open("other"); strings.Contains(v, "group") {
+		t.Errorf("a lock of no group shows a group:\n%s", v)
+	}
+}

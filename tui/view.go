@@ -29,7 +29,9 @@ func (m *Model) View() string {
 	case modeHelp:
 		b.WriteString(m.helpView())
 	case modeDetails:
-		b.WriteString(m.details.View(m.store.Get(m.details.Name()), m.now))
+		d := m.details
+		d.Group = groupSummary(m.store.All(), d.Name())
+		b.WriteString(d.View(m.store.Get(d.Name()), m.now))
 	default:
 		_, m.table.Unconfirmed = m.unanswered()
 		b.WriteString(m.table.View(m.store, m.now))
