@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,12 +20,13 @@ type runOptions struct {
 	signal                     string
 	conflictExitCode           int
 	metricsFile                string
+	anyOrder                   bool
 }
 
 func newCmdRun(f *Factory) *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run LOCK [flags] -- COMMAND [ARG...]",
+		Use:   "run LOCK... [flags] -- COMMAND [ARG...]",
 		Short: "Run a command as the holder of a lease, stopping it before the lease can expire",
 		Long: `Take a lease on LOCK, run COMMAND as its holder, and keep the lease renewed
 (every third of the TTL) while COMMAND runs. COMMAND gets the fencing token in
@@ -50,13 +52,29 @@ SIGINT, SIGTERM and SIGHUP sent to fence go to the command's group; fence then
 waits for it, releases the lease and exits with the command's status. Otherwise
 fence exits with the command's own exit code (128+N when it died of signal N
 that fence did not send), 75 when the lock was busy (--conflict-exit-code),
-125 when fence itself failed, 126/127 when COMMAND could not be run.`,
+125 when fence itself failed, 126/127 when COMMAND could not be run.
+
+Several locks (fence run A B C -- COMMAND) are always taken in byte order of
+their names, whatever the order given, so that two runs that need overlapping
+sets never deadlock; all or none within --wait (the locks taken are released
+when one is busy: exit 75 naming it), released in reverse order. COMMAND gets
+FENCE_LOCKS=N and FENCE_LOCK_i, FENCE_TOKEN_i, FENCE_LEASE_ID_i (i = 1..N, in
+the order given) instead of FENCE_LOCK, FENCE_TOKEN and FENCE_LEASE_ID. Losing
+any of the leases stops it (76, naming the lock).
+
+A fence run started by a command that already runs under locks of the same
+coordinator (an enclosing fence run) refuses, with exit 125, to take a lock
+that sorts before one of them: nesting locks out of order is how two runs
+deadlock. Take the locks in one run, or nest them in byte order;
+--any-order allows it (and the deadlock).`,
 		Example: `  fence run nightly-backup --ttl 30s -n -- /usr/local/bin/backup --token-from-env
-  fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'`,
+  fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'
+  fence run db/orders db/invoices --wait 1m -- ./reconcile`,
 		Args:              runArgs,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd, f, o, args[0], args[1:])
+			dash := cmd.ArgsLenAtDash()
+			return runRun(cmd, f, o, args[:dash], args[dash:])
 		},
 	}
 	fs := cmd.Flags()
@@ -70,6 +88,7 @@ that fence did not send), 75 when the lock was busy (--conflict-exit-code),
 	fs.BoolVar(&o.shell, "shell", false, "COMMAND is one string run by /bin/sh -c")
 	fs.IntVar(&o.conflictExitCode, "conflict-exit-code", exitcode.Busy, "exit code when the lock was not acquired in time")
 	fs.StringVar(&o.metricsFile, "metrics-file", "", "write a Prometheus textfile here at exit")
+	fs.BoolVar(&o.anyOrder, "any-order", false, "take a lock that sorts before one an enclosing fence run holds (this is how nested runs deadlock)")
 	return cmd
 }
 
@@ -89,13 +108,13 @@ func runArgs(cmd *cobra.Command, args []string) error {
 		return usageErrorf("run needs a command after the lock: fence run %s -- COMMAND [ARG...]", args[0])
 	case dash < 0:
 		return usageErrorf("run needs \"--\" before the command (so that its flags are not taken as fence's): fence run %s [flags] -- %s", args[0], strings.Join(args[1:], " "))
-	case dash > 1:
-		return usageErrorf("run takes one LOCK before \"--\", got %d arguments: %q", dash, args[:dash])
+	case dash == len(args):
+		return usageErrorf("run needs a command after the locks: fence run %s -- COMMAND [ARG...]", strings.Join(args[:dash], " "))
 	}
-	return nil
+	return checkLocks("run", args[:dash])
 }
 
-func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command []string) error {
+func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []string) error {
 	wait := coord.WaitForever
 	switch {
 	case o.noWait && cmd.Flags().Changed("wait"):
@@ -113,16 +132,23 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 	if err != nil {
 		return err
 	}
+	order := newOrderCheck(cfg, "run", locks, o.anyOrder)
 	holder, err := f.holder()
 	if err != nil {
 		return err
+	}
+	lock := locks[0]
+	if len(locks) > 1 {
+		lock, locks = "", slices.Clone(locks)
+	} else {
+		locks = nil
 	}
 	// The watchdog process starts before the coordinator is opened: its
 	// start-up (fence started again) overlaps the connection and the
 	// acquisition instead of following them. r.Close ends it when the
 	// coordinator cannot be opened.
 	r, err := supervise.Start(supervise.Options{
-		Lock: lock, Command: command, Shell: o.shell,
+		Lock: lock, Locks: locks, Command: command, Shell: o.shell,
 		TTL: o.ttl, Holder: holder, Wait: wait,
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
@@ -139,6 +165,10 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 	ctx := context.WithoutCancel(cmd.Context())
 	c, err := f.Coordinator(ctx)
 	if err != nil {
+		return err
+	}
+	if err := order.check(ctx, c); err != nil { // only for a nested run
+		_ = c.Close()
 		return err
 	}
 	code, err := r.Run(ctx, c)

@@ -291,6 +291,9 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.useHolds()
 		return r.supervise(ctx, path, args, env, ignored, sigs)
 	}
+	if len(p.Locks) > 0 {
+		return r.runSet(ctx, path, args, env, ignored, sigs) // set.go
+	}
 
 	// The watchdog was started by Start: its PID is recorded with the
 	// lease, and its start-up overlaps opening the coordinator and the
@@ -759,8 +762,9 @@ func (r *runner) outcome() (int, error) {
 		if r.lostErr != nil {
 			return exitcode.LeaseLost, fmt.Errorf("%v: the command was stopped (%s)", r.lostErr, stopText(p, e))
 		}
+		lock, token := r.unrenewed()
 		return exitcode.LeaseLost, fmt.Errorf("lease on %q (token %d) was not renewed in time: the command was stopped before it could expire (%s)",
-			p.Lock, r.m.token, stopText(p, e))
+			lock, token, stopText(p, e))
 	}
 }
 

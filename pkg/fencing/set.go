@@ -57,7 +57,8 @@ func (e *SetError) Unwrap() error { return e.Err }
 // holds b and waits for a), so they cannot deadlock. Each lease is held
 // (renewed) as soon as it is taken, while the next one is waited for.
 //
-// acq applies to every lock; acq.Wait is one budget for the whole set: the
+// acq applies to every lock (OnWait is told which lock it waits for in
+// the LockInfo's Name); acq.Wait is one budget for the whole set: the
 // wait for each lock gets what is left of it (0 does not wait for any lock,
 // coord.WaitForever waits until all are taken). When a lock is not taken
 // (busy when the wait ran out, ctx ended, a lease already taken was lost
@@ -128,6 +129,14 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 		a := acq
 		if acq.Wait > 0 {
 			a.Wait = max(time.Until(deadline), 0)
+		}
+		if acq.OnWait != nil {
+			a.OnWait = func(cur coord.LockInfo) {
+				if cur.Name == "" {
+					cur.Name = name
+				}
+				acq.OnWait(cur)
+			}
 		}
 		l, err := c.Acquire(actx, name, a)
 		if err == nil && actx.Err() != nil {
