@@ -69,7 +69,7 @@ deadlock. Take the locks in one run, or nest them in byte order;
 --any-order allows it (and the deadlock).`,
 		Example: `  fence run nightly-backup --ttl 30s -n -- /usr/local/bin/backup --token-from-env
   fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'
-  fence run db/orders db/invoices --wait 1m -- ./reconcile`,
+  fence run db/orders db/invoices --wait 1m --shell -- './compute-and-store.sh "$FENCE_TOKEN_1" "$FENCE_TOKEN_2"'`,
 		Args:              runArgs,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
