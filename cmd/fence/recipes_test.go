@@ -514,7 +514,8 @@ func records(t *testing.T, dir string) [][]string {
 }
 
 // lockedBy reads the fence calls recorded in dir and returns the locks that
-// acquire and run took, as fence's own command tree parses the arguments.
+// acquire and run took (each of several), as fence's own command tree
+// parses the arguments.
 func lockedBy(t *testing.T, dir string) []string {
 	t.Helper()
 	var locks []string
@@ -527,8 +528,15 @@ func lockedBy(t *testing.T, dir string) []string {
 		if err := cmd.ParseFlags(rest); err != nil {
 			continue
 		}
-		if pos := cmd.Flags().Args(); len(pos) > 0 && !slices.Contains(locks, pos[0]) {
-			locks = append(locks, pos[0])
+		// Every LOCK: fence run takes them before "--", acquire all.
+		pos := cmd.Flags().Args()
+		if n := cmd.Flags().ArgsLenAtDash(); cmd.Name() == "run" && n >= 0 {
+			pos = pos[:n]
+		}
+		for _, l := range pos {
+			if !slices.Contains(locks, l) {
+				locks = append(locks, l)
+			}
 		}
 	}
 	slices.Sort(locks)

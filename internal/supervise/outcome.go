@@ -22,9 +22,12 @@ type ending struct {
 	// Run's context ended.
 	lostErr, cancelErr error
 	// safeUntil is the hold's last safe-until (0: no hold); token the
-	// lease's token.
+	// lease's token. unrenewed, when set, names the lock whose lease was
+	// not renewed in time (of a set: the one that would expire first), and
+	// token is then its token.
 	safeUntil clock.Boot
 	token     uint64
+	unrenewed string
 }
 
 // result is fence's exit code and message for an ending, what the metrics
@@ -76,7 +79,11 @@ func outcomeOf(p *plan, e ending) result {
 	if e.lostErr != nil {
 		return result{code: exitcode.LeaseLost, lost: true, err: fmt.Errorf("%v: the command was stopped (%s)", e.lostErr, stopText(p, x))}
 	}
+	lock := p.Lock
+	if e.unrenewed != "" {
+		lock = e.unrenewed
+	}
 	return result{code: exitcode.LeaseLost, lost: true,
 		err: fmt.Errorf("lease on %q (token %d) was not renewed in time: the command was stopped before it could expire (%s)",
-			p.Lock, e.token, stopText(p, x))}
+			lock, e.token, stopText(p, x))}
 }

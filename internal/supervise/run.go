@@ -294,6 +294,9 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.useHolds()
 		return r.supervise(ctx, path, args, env, ignored, sigs)
 	}
+	if len(p.Locks) > 0 {
+		return r.runSet(ctx, path, args, env, ignored, sigs) // set.go
+	}
 
 	// The watchdog was started by Start: its PID is recorded with the
 	// lease, and its start-up overlaps opening the coordinator and the
@@ -761,6 +764,9 @@ func (r *runner) outcome() (int, error) {
 	e.lostErr = r.lostErr
 	if r.hold != nil {
 		e.safeUntil = r.hold.SafeUntil()
+	}
+	if _, ok := r.p.Holds.(*setHolds); ok {
+		e.unrenewed, e.token = r.unrenewed()
 	}
 	res := outcomeOf(r.p, e)
 	r.m.lost = r.m.lost || res.lost
