@@ -210,8 +210,13 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	// The client dials lazily: ask something to know the cluster answers.
 	c.start(cli, ccfg)
-	if err := c.ping(pctx); err != nil {
+	abandon := func() { // what start made: the lanes' clients (hedged requests dial them), the client
+		c.ka.close()
+		c.stop()
 		cli.Close()
+	}
+	if err := c.ping(pctx); err != nil {
+		abandon()
 		return fail(err)
 	}
 	rw.end()
@@ -220,7 +225,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		if err == nil {
 			err = c.connectErr(ctx, cfg.DialTimeout, ctx.Err())
 		}
-		cli.Close()
+		abandon()
 		endLife()
 		return nil, err
 	}
