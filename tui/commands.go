@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	tea "github.com/charmbracelet/bubbletea"
+
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -58,7 +61,7 @@ type (
 		name    string
 		info    coord.LockInfo
 		infoErr error
-		events  []coord.HistoryEvent
+		events  []history.Event
 		histErr error
 		latency time.Duration
 	}
@@ -204,12 +207,12 @@ func (m *Model) historyCmd(names []string, delay time.Duration) tea.Cmd {
 // countHistory adds up the renewal failures (an event may stand for Count
 // failures seen while the coordinator was unreachable) and the stale tokens
 // refused.
-func countHistory(evs []coord.HistoryEvent) (failures, stale int) {
+func countHistory(evs []history.Event) (failures, stale int) {
 	for _, ev := range evs {
 		switch ev.Kind {
-		case coord.HistRenewalFailed:
+		case history.RenewalFailed:
 			failures += max(ev.Count, 1)
-		case coord.HistStaleRefused:
+		case history.StaleRefused:
 			stale++
 		}
 	}

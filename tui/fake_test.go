@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -18,7 +20,7 @@ type fakeCoord struct {
 	mu       sync.Mutex
 	desc     string
 	locks    map[string]coord.LockInfo
-	history  map[string][]coord.HistoryEvent
+	history  map[string][]history.Event
 	watches  []chan coord.Event
 	lists    int
 	listErr  error
@@ -31,7 +33,7 @@ type fakeCoord struct {
 var errFake = errors.New("not supported by the fake")
 
 func newFake(infos ...coord.LockInfo) *fakeCoord {
-	f := &fakeCoord{desc: "fake /run/fence", locks: map[string]coord.LockInfo{}, history: map[string][]coord.HistoryEvent{}}
+	f := &fakeCoord{desc: "fake /run/fence", locks: map[string]coord.LockInfo{}, history: map[string][]history.Event{}}
 	for _, i := range infos {
 		f.locks[i.Name] = i
 	}
@@ -129,14 +131,14 @@ func (f *fakeCoord) Watch(ctx context.Context, prefix string) (<-chan coord.Even
 	return out, nil
 }
 
-func (f *fakeCoord) Record(_ context.Context, ev coord.HistoryEvent) error {
+func (f *fakeCoord) Record(_ context.Context, ev history.Event) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.history[ev.Lock] = append(f.history[ev.Lock], ev)
 	return nil
 }
 
-func (f *fakeCoord) History(_ context.Context, lock string, limit int) ([]coord.HistoryEvent, error) {
+func (f *fakeCoord) History(_ context.Context, lock string, limit int) ([]history.Event, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h := f.history[lock]
@@ -210,21 +212,21 @@ func sampleLocks() []coord.LockInfo {
 
 func sampleHistory(f *fakeCoord) {
 	t := epoch.Add(-10 * time.Minute)
-	add := func(ev coord.HistoryEvent) {
+	add := func(ev history.Event) {
 		t = t.Add(30 * time.Second)
 		ev.Time = t
 		f.history[ev.Lock] = append(f.history[ev.Lock], ev)
 	}
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistAcquired, Token: 55, Holder: "ci-runner-1:12", Wait: 1200 * time.Millisecond})
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistRenewalFailed, Token: 55, Holder: "ci-runner-1:12", Count: 3, Error: "context deadline exceeded"})
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistLeaseLost, Token: 55, Holder: "ci-runner-1:12"})
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistExpired, Token: 55, Holder: "ci-runner-1:12"})
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistAcquired, Token: 56, Holder: "ci-runner-2:40"})
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistStaleRefused, Key: "release/current", Token: 55, AcceptedToken: 56})
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistReleased, Token: 56, Holder: "ci-runner-2:40", HeldFor: 95 * time.Second})
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistAcquired, Token: 57, Holder: "ci-runner-3:88", Wait: 300 * time.Millisecond})
-	add(coord.HistoryEvent{Lock: "deploy/prod", Kind: coord.HistRenewalFailed, Token: 57, Holder: "ci-runner-3:88", Count: 1, Error: "etcdserver: request timed out"})
-	add(coord.HistoryEvent{Lock: "billing/reconcile", Kind: coord.HistAcquired, Token: 812, Holder: "batch-7:4121"})
-	add(coord.HistoryEvent{Lock: "migrations", Kind: coord.HistRevoked, Token: 9, Holder: "dba:77"})
-	add(coord.HistoryEvent{Lock: "reports/daily", Kind: coord.HistDeadlineExceeded, Token: 3, Holder: "cron:1888"})
+	add(history.Event{Lock: "deploy/prod", Kind: history.Acquired, Token: 55, Holder: "ci-runner-1:12", Wait: 1200 * time.Millisecond})
+	add(history.Event{Lock: "deploy/prod", Kind: history.RenewalFailed, Token: 55, Holder: "ci-runner-1:12", Count: 3, Error: "context deadline exceeded"})
+	add(history.Event{Lock: "deploy/prod", Kind: history.LeaseLost, Token: 55, Holder: "ci-runner-1:12"})
+	add(history.Event{Lock: "deploy/prod", Kind: history.Expired, Token: 55, Holder: "ci-runner-1:12"})
+	add(history.Event{Lock: "deploy/prod", Kind: history.Acquired, Token: 56, Holder: "ci-runner-2:40"})
+	add(history.Event{Lock: "deploy/prod", Kind: history.StaleRefused, Key: "release/current", Token: 55, AcceptedToken: 56})
+	add(history.Event{Lock: "deploy/prod", Kind: history.Released, Token: 56, Holder: "ci-runner-2:40", HeldFor: 95 * time.Second})
+	add(history.Event{Lock: "deploy/prod", Kind: history.Acquired, Token: 57, Holder: "ci-runner-3:88", Wait: 300 * time.Millisecond})
+	add(history.Event{Lock: "deploy/prod", Kind: history.RenewalFailed, Token: 57, Holder: "ci-runner-3:88", Count: 1, Error: "etcdserver: request timed out"})
+	add(history.Event{Lock: "billing/reconcile", Kind: history.Acquired, Token: 812, Holder: "batch-7:4121"})
+	add(history.Event{Lock: "migrations", Kind: history.Revoked, Token: 9, Holder: "dba:77"})
+	add(history.Event{Lock: "reports/daily", Kind: history.DeadlineExceeded, Token: 3, Holder: "cron:1888"})
 }

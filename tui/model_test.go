@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	tea "github.com/charmbracelet/bubbletea"
-	"github.com/fence-dev/fence/pkg/coord"
 	"pgregory.net/rapid"
+
+	"github.com/fence-dev/fence/pkg/coord"
 )
 
 func TestTableShowsEveryColumn(t *testing.T) {
@@ -388,7 +391,7 @@ func TestDetails(t *testing.T) {
 	}
 	// An event for the lock reads its timeline again.
 	f.mu.Lock()
-	f.history["deploy/prod"] = append(f.history["deploy/prod"], coord.HistoryEvent{Time: epoch, Lock: "deploy/prod", Kind: coord.HistRevoked, Token: 57, Holder: "ci-runner-3:88"})
+	f.history["deploy/prod"] = append(f.history["deploy/prod"], history.Event{Time: epoch, Lock: "deploy/prod", Kind: history.Revoked, Token: 57, Holder: "ci-runner-3:88"})
 	f.mu.Unlock()
 	f.set(coord.EventReleased, free("deploy/prod", 57))
 	h.until("the revoke in the timeline", func() bool { return strings.Contains(h.screen()[8], "revoked") })
@@ -573,14 +576,14 @@ func TestTinyTerminal(t *testing.T) {
 
 // The counters add up what the history kinds of pkg/coord/events.go say.
 func TestCountHistory(t *testing.T) {
-	evs := []coord.HistoryEvent{
-		{Kind: coord.HistAcquired},
-		{Kind: coord.HistRenewalFailed, Count: 3}, // three failures written when the coordinator came back
-		{Kind: coord.HistRenewalFailed},           // one
-		{Kind: coord.HistStaleRefused},
-		{Kind: coord.HistStaleRefused},
-		{Kind: coord.HistLeaseLost},
-		{Kind: coord.HistRevoked},
+	evs := []history.Event{
+		{Kind: history.Acquired},
+		{Kind: history.RenewalFailed, Count: 3}, // three failures written when the coordinator came back
+		{Kind: history.RenewalFailed},           // one
+		{Kind: history.StaleRefused},
+		{Kind: history.StaleRefused},
+		{Kind: history.LeaseLost},
+		{Kind: history.Revoked},
 	}
 	if f, s := countHistory(evs); f != 4 || s != 2 {
 		t.Fatalf("countHistory = %d, %d; want 4, 2", f, s)
@@ -596,7 +599,7 @@ func TestSortByFailuresSeesEveryLock(t *testing.T) {
 		locks = append(locks, held(fmt.Sprintf("lock-%03d", i), "h:1", uint64(i+1), 15*time.Second, 15*time.Second, 0))
 	}
 	f := newFake(locks...)
-	f.history["lock-577"] = []coord.HistoryEvent{{Lock: "lock-577", Kind: coord.HistRenewalFailed, Count: 5}}
+	f.history["lock-577"] = []history.Event{{Lock: "lock-577", Kind: history.RenewalFailed, Count: 5}}
 	h := newHarness(t, f, Options{})
 	h.settle()
 	h.key("s", "s", "s", "s", "s") // state, ttl, held for, token, failures

@@ -4,7 +4,7 @@
 //
 // The dashboard reads only through the pkg/coord API: Watch keeps the table
 // live, List loads it (and again on coord.EventReset and every refresh
-// period), Inspect and, when the coordinator implements coord.Historian,
+// period), Inspect and, when the coordinator implements history.Historian,
 // History fill the details and the counters. Every read runs in a tea.Cmd;
 // Update and View do no I/O. A frame draws only the rows on screen.
 //
@@ -18,6 +18,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/fence-dev/fence/pkg/history"
 
 	"github.com/charmbracelet/bubbles/cursor"
 	"github.com/charmbracelet/bubbles/help"
@@ -115,7 +117,7 @@ type Model struct {
 	ctx    context.Context
 	stop   context.CancelFunc
 	c      coord.Coordinator
-	hist   coord.Historian // nil when the coordinator keeps no history
+	hist   history.Historian // nil when the coordinator keeps no history
 	opts   Options
 	tick   time.Duration
 	styles *styles.Styles

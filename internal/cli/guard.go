@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/config"
@@ -82,9 +84,9 @@ $FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the va
 				err := g.Put(ctx, key, tok, value)
 				var stale *guard.StaleError
 				if errors.As(err, &stale) {
-					var h coord.Historian
+					var h history.Historian
 					if lock != "" && coord.As(c, &h) {
-						ev := coord.HistoryEvent{Time: f.Now(), Lock: lock, Kind: coord.HistStaleRefused,
+						ev := history.Event{Time: f.Now(), Lock: lock, Kind: history.StaleRefused,
 							Key: key, Token: stale.Token, AcceptedToken: stale.Accepted}
 						if herr := h.Record(ctx, ev); herr != nil {
 							f.verbosef("could not record the stale refusal: %v", herr)

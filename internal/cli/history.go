@@ -8,6 +8,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/exporter"
@@ -38,7 +40,7 @@ than 7 days.`,
 			}
 			ctx := cmd.Context()
 			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-				var h coord.Historian
+				var h history.Historian
 				if !coord.As(c, &h) {
 					return fmt.Errorf("the %s coordinator keeps no history", c.Describe())
 				}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/exitcode"
@@ -150,8 +152,8 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		if info.Name == "" {
 			info.Name = o.lock
 		}
-		var events []coord.HistoryEvent
-		var h coord.Historian
+		var events []history.Event
+		var h history.Historian
 		hasHistory := coord.As(c, &h)
 		if hasHistory {
 			if events, err = h.History(ctx, o.lock, o.events); err != nil {

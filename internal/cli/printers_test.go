@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -151,11 +153,11 @@ func TestLockFieldsText(t *testing.T) {
 }
 
 func TestEventRows(t *testing.T) {
-	evs := []coord.HistoryEvent{
-		{Time: testNow, Kind: coord.HistAcquired, Holder: "h", Token: 3, Wait: 1500 * time.Millisecond},
-		{Time: testNow, Kind: coord.HistReleased, Holder: "h", Token: 3, HeldFor: time.Minute},
-		{Time: testNow, Kind: coord.HistRenewalFailed, Holder: "h", Token: 3, Count: 2, Error: "timeout"},
-		{Time: testNow, Kind: coord.HistStaleRefused, Key: "k", Token: 2, AcceptedToken: 3},
+	evs := []history.Event{
+		{Time: testNow, Kind: history.Acquired, Holder: "h", Token: 3, Wait: 1500 * time.Millisecond},
+		{Time: testNow, Kind: history.Released, Holder: "h", Token: 3, HeldFor: time.Minute},
+		{Time: testNow, Kind: history.RenewalFailed, Holder: "h", Token: 3, Count: 2, Error: "timeout"},
+		{Time: testNow, Kind: history.StaleRefused, Key: "k", Token: 2, AcceptedToken: 3},
 	}
 	details := []string{"waited 1.5s", "held 1m0s", "2 failed: timeout", "key k: token 2 < accepted 3"}
 	for i, e := range evs {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/config"
@@ -23,10 +25,10 @@ import (
 
 // History kinds of package shards' events.
 const (
-	histShardTaken   = coord.HistShardTaken
-	histShardGivenUp = coord.HistShardGivenUp
-	histShardLost    = coord.HistShardLost
-	histRestarted    = coord.HistRestarted
+	histShardTaken   = history.ShardTaken
+	histShardGivenUp = history.ShardGivenUp
+	histShardLost    = history.ShardLost
+	histRestarted    = history.Restarted
 )
 
 func newCmdShards(f *Factory) *cobra.Command {
@@ -153,9 +155,9 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	if err != nil {
 		return err
 	}
-	var hist coord.Historian
+	var hist history.Historian
 	coord.As(c, &hist)
-	record := func(ev coord.HistoryEvent) {
+	record := func(ev history.Event) {
 		if hist == nil {
 			return
 		}
@@ -172,9 +174,9 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		Process: &coord.ProcessInfo{PIDs: []int{os.Getpid()}},
 		Hold:    holdOptions(o.ttl, sr),
 		OnMove: func(mv shards.Move) {
-			kind := map[string]coord.HistoryKind{"taken": histShardTaken, "given_up": histShardGivenUp, "lost": histShardLost}[mv.Kind]
+			kind := map[string]history.Kind{"taken": histShardTaken, "given_up": histShardGivenUp, "lost": histShardLost}[mv.Kind]
 			f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
-			record(coord.HistoryEvent{Lock: shards.ShardLock(group, mv.Shard), Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
+			record(history.Event{Lock: shards.ShardLock(group, mv.Shard), Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
 		},
 	})
 	if err != nil {
@@ -185,7 +187,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	}
 	sr.OnRestart = func(n int, _ []int, reason string) {
 		f.verbosef("restarting the command (%d): %s", n, reason)
-		record(coord.HistoryEvent{Lock: shards.MemberLock(group, m.ID()), Kind: histRestarted, Holder: m.ID(), Count: n, Reason: reason})
+		record(history.Event{Lock: shards.MemberLock(group, m.ID()), Kind: histRestarted, Holder: m.ID(), Count: n, Reason: reason})
 	}
 	code, runErr := sr.Run(ctx, c, m, sopts, o.settle)
 	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -98,13 +100,13 @@ func nonZero[T comparable](v T) *T {
 	return &v
 }
 
-func newEventView(e coord.HistoryEvent) eventView {
+func newEventView(e history.Event) eventView {
 	v := eventView{
 		Time: output.Time(e.Time), Kind: string(e.Kind),
 		Holder: nonZero(e.Holder), Token: nonZero(e.Token), Count: nonZero(e.Count),
 		Error: nonZero(e.Error), Key: nonZero(e.Key), AcceptedToken: nonZero(e.AcceptedToken),
 	}
-	if e.Kind == coord.HistAcquired {
+	if e.Kind == history.Acquired {
 		v.WaitSeconds = ptr(output.Seconds(e.Wait))
 	}
 	if e.HeldFor > 0 {
@@ -175,7 +177,7 @@ func listRow(i coord.LockInfo, now time.Time) []string {
 // eventHeader and eventRow are the table form of history events.
 var eventHeader = []string{"TIME", "EVENT", "HOLDER", "TOKEN", "DETAIL"}
 
-func eventRow(e coord.HistoryEvent) []string {
+func eventRow(e history.Event) []string {
 	token := "-"
 	if e.Token > 0 {
 		token = strconv.FormatUint(e.Token, 10)
@@ -186,19 +188,19 @@ func eventRow(e coord.HistoryEvent) []string {
 	}
 	var detail string
 	switch e.Kind {
-	case coord.HistAcquired:
+	case history.Acquired:
 		detail = "waited " + output.Duration(e.Wait)
-	case coord.HistReleased:
+	case history.Released:
 		detail = "held " + output.Duration(e.HeldFor)
-	case coord.HistRenewalFailed:
+	case history.RenewalFailed:
 		detail = fmt.Sprintf("%d failed: %s", e.Count, e.Error)
-	case coord.HistStaleRefused:
+	case history.StaleRefused:
 		detail = fmt.Sprintf("key %s: token %d < accepted %d", e.Key, e.Token, e.AcceptedToken)
-	case coord.HistRestarted:
+	case history.Restarted:
 		detail = fmt.Sprintf("restart %d: %s", e.Count, e.Reason)
-	case coord.HistCompleted:
+	case history.Completed:
 		detail = "key " + output.Clean(e.Key)
-	case coord.HistSkipped:
+	case history.Skipped:
 		detail = "key " + output.Clean(e.Key) + " done already"
 		if e.AcceptedToken > 0 {
 			detail += fmt.Sprintf(" (token %d)", e.AcceptedToken)

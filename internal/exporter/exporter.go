@@ -196,7 +196,7 @@ type lockState struct {
 	cursor          uint64 // history sequence number read up to
 	renewalFailures float64
 	staleRefusals   float64
-	events          map[coord.HistoryKind]float64
+	events          map[history.Kind]float64
 	lastCompletion  time.Time // of the last completed --once run in the history
 }
 
@@ -230,23 +230,23 @@ var (
 // groupKinds are the kinds also exported from 0 for a lock of a `fence
 // shards` group: a shard's moves (GROUP/shard/N) and a member's restarts of
 // its command (GROUP/members/ID).
-func groupKinds(name string) []coord.HistoryKind {
+func groupKinds(name string) []history.Kind {
 	if i := strings.LastIndex(name, "/shard/"); i > 0 {
 		if k, err := strconv.Atoi(name[i+len("/shard/"):]); err == nil && k >= 0 {
-			return []coord.HistoryKind{coord.HistShardTaken, coord.HistShardGivenUp, coord.HistShardLost}
+			return []history.Kind{history.ShardTaken, history.ShardGivenUp, history.ShardLost}
 		}
 	}
 	if i := strings.LastIndex(name, "/members/"); i > 0 && !strings.Contains(name[i+len("/members/"):], "/") {
-		return []coord.HistoryKind{coord.HistRestarted}
+		return []history.Kind{history.Restarted}
 	}
 	return nil
 }
 
 // allKinds are the history event kinds exported for every lock.
-var allKinds = []coord.HistoryKind{
-	coord.HistAcquired, coord.HistReleased, coord.HistRenewalFailed, coord.HistLeaseLost,
-	coord.HistDeadlineExceeded, coord.HistExpired, coord.HistRevoked, coord.HistStaleRefused,
-	coord.HistCompleted, coord.HistSkipped,
+var allKinds = []history.Kind{
+	history.Acquired, history.Released, history.RenewalFailed, history.LeaseLost,
+	history.DeadlineExceeded, history.Expired, history.Revoked, history.StaleRefused,
+	history.Completed, history.Skipped,
 }
 
 // NewCollector reads the coordinator's locks and history once (an error of
@@ -417,7 +417,7 @@ func (col *Collector) endSection(st *lockState, now time.Time) {
 func (col *Collector) state(name string) *lockState {
 	st := col.locks[name]
 	if st == nil {
-		st = &lockState{info: coord.LockInfo{Name: name}, events: map[coord.HistoryKind]float64{}}
+		st = &lockState{info: coord.LockInfo{Name: name}, events: map[history.Kind]float64{}}
 		col.locks[name] = st
 	}
 	return st
@@ -460,11 +460,11 @@ func (col *Collector) readHistory(ctx context.Context) {
 			st.cursor = max(st.cursor, e.Seq)
 			st.events[e.Event.Kind]++
 			switch e.Event.Kind {
-			case coord.HistRenewalFailed:
+			case history.RenewalFailed:
 				st.renewalFailures += float64(max(e.Event.Count, 1))
-			case coord.HistStaleRefused:
+			case history.StaleRefused:
 				st.staleRefusals++
-			case coord.HistCompleted:
+			case history.Completed:
 				if e.Event.Time.After(st.lastCompletion) {
 					st.lastCompletion = e.Event.Time
 				}
@@ -528,7 +528,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 				gauge(descLastCompletion, float64(st.lastCompletion.UnixNano())/1e9, n)
 			}
 			// Every kind, from 0, so that increase() sees the first one.
-			kinds := append(append([]coord.HistoryKind(nil), allKinds...), groupKinds(n)...)
+			kinds := append(append([]history.Kind(nil), allKinds...), groupKinds(n)...)
 			for k := range st.events {
 				if !slices.Contains(allKinds, k) {
 					kinds = append(kinds, k)

@@ -250,13 +250,13 @@ func testExporter(t *testing.T, b backend) {
 	// Renewal failures (one event standing for 3), stale refusals and --once
 	// runs, as fence run and the guards record them; then a renewal.
 	completedAt := time.Now().Add(-time.Minute).Truncate(time.Second)
-	for _, e := range []coord.HistoryEvent{
-		{Lock: "jobs/a", Kind: coord.HistRenewalFailed, Holder: "alice", Token: a.Token, Count: 3, Error: "timeout"},
-		{Lock: "jobs/a", Kind: coord.HistStaleRefused, Key: "k", Token: a.Token - 1, AcceptedToken: a.Token},
-		{Lock: "jobs/a", Kind: coord.HistStaleRefused, Key: "k", Token: a.Token - 1, AcceptedToken: a.Token},
-		{Time: completedAt, Lock: "jobs/a", Kind: coord.HistCompleted, Key: "2026-05-06T00:00:00Z", Holder: "alice", Token: a.Token},
-		{Lock: "jobs/a", Kind: coord.HistSkipped, Key: "2026-05-06T00:00:00Z", Holder: "bob", AcceptedToken: a.Token},
-		{Lock: "jobs/a", Kind: coord.HistSkipped, Key: "2026-05-06T00:00:00Z", Holder: "carol", AcceptedToken: a.Token},
+	for _, e := range []history.Event{
+		{Lock: "jobs/a", Kind: history.RenewalFailed, Holder: "alice", Token: a.Token, Count: 3, Error: "timeout"},
+		{Lock: "jobs/a", Kind: history.StaleRefused, Key: "k", Token: a.Token - 1, AcceptedToken: a.Token},
+		{Lock: "jobs/a", Kind: history.StaleRefused, Key: "k", Token: a.Token - 1, AcceptedToken: a.Token},
+		{Time: completedAt, Lock: "jobs/a", Kind: history.Completed, Key: "2026-05-06T00:00:00Z", Holder: "alice", Token: a.Token},
+		{Lock: "jobs/a", Kind: history.Skipped, Key: "2026-05-06T00:00:00Z", Holder: "bob", AcceptedToken: a.Token},
+		{Lock: "jobs/a", Kind: history.Skipped, Key: "2026-05-06T00:00:00Z", Holder: "carol", AcceptedToken: a.Token},
 	} {
 		if err := drv.Record(ctx, e); err != nil {
 			t.Fatal(err)
@@ -479,11 +479,11 @@ func TestShardEvents(t *testing.T) {
 	if v := value(t, fams, "fence_lock_events_total", "lock", "g/members/a", "kind", "restarted"); v != 0 {
 		t.Errorf("restarted: %v before any", v)
 	}
-	for _, ev := range []coord.HistoryEvent{
-		{Lock: "g/shard/3", Kind: coord.HistShardTaken, Holder: "a", Token: l.Token},
-		{Lock: "g/shard/3", Kind: coord.HistShardGivenUp, Holder: "a", Token: l.Token, Reason: "members a → a,b (to b)"},
-		{Lock: "g/members/a", Kind: coord.HistRestarted, Holder: "a", Count: 1, Reason: "the member's shards changed"},
-		{Lock: "g/members/a", Kind: coord.HistRestarted, Holder: "a", Count: 2, Reason: "the member's shards changed"},
+	for _, ev := range []history.Event{
+		{Lock: "g/shard/3", Kind: history.ShardTaken, Holder: "a", Token: l.Token},
+		{Lock: "g/shard/3", Kind: history.ShardGivenUp, Holder: "a", Token: l.Token, Reason: "members a → a,b (to b)"},
+		{Lock: "g/members/a", Kind: history.Restarted, Holder: "a", Count: 1, Reason: "the member's shards changed"},
+		{Lock: "g/members/a", Kind: history.Restarted, Holder: "a", Count: 2, Reason: "the member's shards changed"},
 	} {
 		ev.Time = time.Now()
 		if err := drv.Record(ctx, ev); err != nil {

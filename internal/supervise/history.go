@@ -5,23 +5,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
 // record leaves what happened in the lock's history, where the coordinator
-// keeps one (coord.Historian): renewal failures, a lost lease, a deadline.
+// keeps one (history.Historian): renewal failures, a lost lease, a deadline.
 // Acquisitions and releases are the coordinator's own to record. Best
 // effort: the history must never change the run's outcome.
 func (r *runner) record(ctx context.Context, code int, _ error) {
-	var h coord.Historian
+	var h history.Historian
 	if !coord.As(r.c, &h) || r.held == nil {
 		return
 	}
 	lease := r.held.Lease()
-	ev := func(kind coord.HistoryKind) coord.HistoryEvent {
-		return coord.HistoryEvent{Time: time.Now(), Lock: lease.Name, Kind: kind, Holder: lease.Holder, Token: lease.Token}
+	ev := func(kind history.Kind) history.Event {
+		return history.Event{Time: time.Now(), Lock: lease.Name, Kind: kind, Holder: lease.Holder, Token: lease.Token}
 	}
 	// The failures recorded during the run, first (each write is bounded by
 	// the renewal interval; ctx may end sooner).
@@ -36,7 +38,7 @@ func (r *runner) record(ctx context.Context, code int, _ error) {
 	switch code {
 	case exitcode.LeaseLost:
 		if r.m.lost {
-			e := ev(coord.HistLeaseLost)
+			e := ev(history.LeaseLost)
 			if r.lostErr != nil {
 				e.Error = r.lostErr.Error()
 			}
@@ -44,7 +46,7 @@ func (r *runner) record(ctx context.Context, code int, _ error) {
 		}
 	case exitcode.Deadline:
 		if r.m.deadlineExceeded {
-			_ = h.Record(ctx, ev(coord.HistDeadlineExceeded))
+			_ = h.Record(ctx, ev(history.DeadlineExceeded))
 		}
 	}
 }
@@ -62,7 +64,7 @@ type failureRecorder struct {
 // failuresBack is called on the renewal goroutine after an acknowledged
 // renewal. It must not block: the write runs on a goroutine of its own.
 func (r *runner) failuresBack() {
-	var h coord.Historian
+	var h history.Historian
 	ok := coord.As(r.c, &h)
 	held := r.heldPtr.Load()
 	if !ok || held == nil {
@@ -87,7 +89,7 @@ func (r *runner) failuresBack() {
 
 // recordFailures writes one renewal_failed event for the failures not yet
 // written (their count and the last error).
-func (r *runner) recordFailures(ctx context.Context, h coord.Historian, held *fencing.Held) {
+func (r *runner) recordFailures(ctx context.Context, h history.Historian, held *fencing.Held) {
 	st := held.Stats()
 	r.hist.mu.Lock()
 	n := st.Failures - r.hist.recorded
@@ -99,7 +101,7 @@ func (r *runner) recordFailures(ctx context.Context, h coord.Historian, held *fe
 		return
 	}
 	lease := held.Lease()
-	e := coord.HistoryEvent{Time: time.Now(), Lock: lease.Name, Kind: coord.HistRenewalFailed,
+	e := history.Event{Time: time.Now(), Lock: lease.Name, Kind: history.RenewalFailed,
 		Holder: lease.Holder, Token: lease.Token, Count: n}
 	if st.LastError != nil {
 		e.Error = st.LastError.Error()

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sys/unix"
 
@@ -125,15 +127,15 @@ func assertGone(t *testing.T, ps []int, bound time.Duration) {
 }
 
 // history returns the kinds of lock's recorded events.
-func (w *watchRun) history(t *testing.T, lock string) []coord.HistoryKind {
+func (w *watchRun) history(t *testing.T, lock string) []history.Kind {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	evs, err := w.c.(coord.Historian).History(ctx, lock, 0)
+	evs, err := w.c.(history.Historian).History(ctx, lock, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kinds []coord.HistoryKind
+	var kinds []history.Kind
 	for _, ev := range evs {
 		kinds = append(kinds, ev.Kind)
 	}
@@ -167,12 +169,12 @@ func (w *watchRun) assertLostAtOnce(t *testing.T, lock string, ps []int, info co
 		t.Fatalf("code %d, %v; want 76, %s", r.code, r.err, want)
 	}
 	kinds := w.history(t, lock)
-	if !containsKind(kinds, coord.HistLeaseLost) {
-		t.Errorf("history of %q: %v, want a %s event", lock, kinds, coord.HistLeaseLost)
+	if !containsKind(kinds, history.LeaseLost) {
+		t.Errorf("history of %q: %v, want a %s event", lock, kinds, history.LeaseLost)
 	}
 }
 
-func containsKind(kinds []coord.HistoryKind, k coord.HistoryKind) bool {
+func containsKind(kinds []history.Kind, k history.Kind) bool {
 	for _, x := range kinds {
 		if x == k {
 			return true
@@ -209,7 +211,7 @@ func TestWatchedRunEndsNormally(t *testing.T) {
 		if err != nil || info.Held {
 			t.Fatalf("after the run: %+v, %v; want the lock free", info, err)
 		}
-		if kinds := w.history(t, "normal"); containsKind(kinds, coord.HistLeaseLost) || !containsKind(kinds, coord.HistReleased) {
+		if kinds := w.history(t, "normal"); containsKind(kinds, history.LeaseLost) || !containsKind(kinds, history.Released) {
 			t.Fatalf("history %v: want released and no lease_lost", kinds)
 		}
 	}

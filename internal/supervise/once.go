@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -46,7 +48,7 @@ func (r *runner) oncePending(ctx context.Context) (ok bool, code int, err error)
 		return true, 0, nil
 	}
 	r.once.skipped = &rec
-	r.recordOnce(ctx, coord.HistoryEvent{Kind: coord.HistSkipped, AcceptedToken: rec.Token})
+	r.recordOnce(ctx, history.Event{Kind: history.Skipped, AcceptedToken: rec.Token})
 	by := rec.Holder
 	if by == "" {
 		by = "hand"
@@ -102,13 +104,13 @@ func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int,
 	}
 	r.once.completed = &rec
 	r.verbosef("recorded the completion of %q for key %q (token %d)", p.Lock, p.Once, lease.Token)
-	r.recordOnce(ctx, coord.HistoryEvent{Kind: coord.HistCompleted, Token: lease.Token})
+	r.recordOnce(ctx, history.Event{Kind: history.Completed, Token: lease.Token})
 	return 0, nil
 }
 
 // recordOnce leaves a completed or skipped event in the lock's history.
-func (r *runner) recordOnce(ctx context.Context, e coord.HistoryEvent) {
-	h, ok := r.c.(coord.Historian)
+func (r *runner) recordOnce(ctx context.Context, e history.Event) {
+	h, ok := r.c.(history.Historian)
 	if !ok {
 		return
 	}

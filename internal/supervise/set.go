@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -247,16 +249,16 @@ func (r *runner) lostLock() string {
 // recordSet is record for a set: renewal failures of each lease, the lost
 // lease, the deadline on every lease.
 func (r *runner) recordSet(ctx context.Context, set *fencing.Set, code int) {
-	h, ok := r.c.(coord.Historian)
+	h, ok := r.c.(history.Historian)
 	if !ok {
 		return
 	}
-	ev := func(l coord.Lease, kind coord.HistoryKind) coord.HistoryEvent {
-		return coord.HistoryEvent{Time: time.Now(), Lock: l.Name, Kind: kind, Holder: l.Holder, Token: l.Token}
+	ev := func(l coord.Lease, kind history.Kind) history.Event {
+		return history.Event{Time: time.Now(), Lock: l.Name, Kind: kind, Holder: l.Holder, Token: l.Token}
 	}
 	for _, held := range set.Helds() {
 		if st := held.Stats(); st.Failures > 0 {
-			e := ev(held.Lease(), coord.HistRenewalFailed)
+			e := ev(held.Lease(), history.RenewalFailed)
 			e.Count = st.Failures
 			if st.LastError != nil {
 				e.Error = st.LastError.Error()
@@ -267,7 +269,7 @@ func (r *runner) recordSet(ctx context.Context, set *fencing.Set, code int) {
 	switch {
 	case code == exitcode.LeaseLost && r.m.lost:
 		if held := set.Held(r.lostLock()); held != nil {
-			e := ev(held.Lease(), coord.HistLeaseLost)
+			e := ev(held.Lease(), history.LeaseLost)
 			if r.lostErr != nil {
 				e.Error = r.lostErr.Error()
 			}
@@ -275,7 +277,7 @@ func (r *runner) recordSet(ctx context.Context, set *fencing.Set, code int) {
 		}
 	case code == exitcode.Deadline && r.m.deadlineExceeded:
 		for _, held := range set.Helds() {
-			_ = h.Record(ctx, ev(held.Lease(), coord.HistDeadlineExceeded))
+			_ = h.Record(ctx, ev(held.Lease(), history.DeadlineExceeded))
 		}
 	}
 }

@@ -90,7 +90,7 @@ func (f *inflight) wait(locks ...string) {
 }
 
 // locksOf returns the lock names of evs.
-func locksOf(evs []coord.HistoryEvent) []string {
+func locksOf(evs []Event) []string {
 	var out []string
 	for _, ev := range evs {
 		if !slices.Contains(out, ev.Lock) {

@@ -40,7 +40,7 @@ func TestAcquireDeferred(t *testing.T) {
 			t.Run("RecordAtOnce", func(t *testing.T) {
 				r := b.open(t)
 				l := deferred(t, r, "d-rec", "alice", 10*time.Second)
-				if err := r.Record(ctxT(t), coord.HistoryEvent{Lock: "d-rec", Kind: coord.HistDeadlineExceeded, Holder: "alice", Token: l.Token}); err != nil {
+				if err := r.Record(ctxT(t), history.Event{Lock: "d-rec", Kind: history.DeadlineExceeded, Holder: "alice", Token: l.Token}); err != nil {
 					t.Fatal(err)
 				}
 				if err := r.Release(ctxT(t), "d-rec", l.ID); err != nil {
@@ -105,12 +105,12 @@ func (s *blockingStore) block() {
 	<-s.unblock
 }
 
-func (s *blockingStore) Record(ctx context.Context, ev coord.HistoryEvent) error {
+func (s *blockingStore) Record(ctx context.Context, ev history.Event) error {
 	s.block()
 	return s.Store.Record(ctx, ev)
 }
 
-func (s *blockingStore) Append(ctx context.Context, evs []coord.HistoryEvent) error {
+func (s *blockingStore) Append(ctx context.Context, evs []history.Event) error {
 	s.block()
 	return s.Store.Append(ctx, evs)
 }

@@ -3,6 +3,11 @@
 // leases, deadlines and stale tokens refused by a guard. It is what
 // `fence history`, `fence show`, the dashboard and the exporter read.
 //
+// Import it for the event types (Event and its Kind), for Historian, the
+// optional coordinator capability of a kept history (found with coord.As),
+// and for Wrap, a coordinator that records the lease events of the one it
+// decorates.
+//
 // A Store keeps the events. Two implementations sit beside the coordinator
 // backends, sharing their storage but none of their internals:
 //
@@ -15,7 +20,7 @@
 // grows without limit; reads never return an event beyond either bound.
 //
 // Wrap decorates a coord.Coordinator so that it records acquisitions,
-// releases, revocations and expiries itself and implements coord.Historian;
+// releases, revocations and expiries itself and implements Historian;
 // package auto picks the store that belongs to a coordinator. Recording is
 // best effort: a failed write never fails the lease operation, it is logged
 // and retried with the next write (see Pending).
@@ -46,15 +51,15 @@ const MaxTextLen = 1024
 // Store keeps the history of every lock. Implementations are safe for
 // concurrent use, and, for the ones in this module, by many processes.
 type Store interface {
-	// Record appends one event to its lock's history (coord.Historian).
+	// Record appends one event to its lock's history (Historian).
 	// History returns the lock's most recent events, oldest first: at most
 	// limit of them (0: all that are kept).
-	coord.Historian
+	Historian
 	Reader
 	// Append records events in the order given. Events of one lock are
 	// written in one step where the backend can; an error may leave a
 	// prefix of the events of other locks written.
-	Append(ctx context.Context, evs []coord.HistoryEvent) error
+	Append(ctx context.Context, evs []Event) error
 }
 
 // Reader is the incremental side of a Store, for followers such as the
@@ -74,7 +79,7 @@ type Reader interface {
 // trimming; they start again only if the lock's history is removed by hand.
 type Entry struct {
 	Seq   uint64
-	Event coord.HistoryEvent
+	Event Event
 }
 
 // Head is the sequence number of the latest event of a lock's history.
@@ -195,13 +200,13 @@ func (o Options) Cutoff() time.Time { return o.Now().Add(-o.MaxAge) }
 const maxLeaseIDLen = 256
 
 // knownKinds are the event kinds a store accepts.
-var knownKinds = map[coord.HistoryKind]bool{
-	coord.HistAcquired: true, coord.HistReleased: true, coord.HistRenewalFailed: true,
-	coord.HistLeaseLost: true, coord.HistDeadlineExceeded: true, coord.HistExpired: true,
-	coord.HistRevoked: true, coord.HistStaleRefused: true,
-	coord.HistShardTaken: true, coord.HistShardGivenUp: true, coord.HistShardLost: true, coord.HistRestarted: true,
-	coord.HistCompleted: true,
-	coord.HistSkipped:   true,
+var knownKinds = map[Kind]bool{
+	Acquired: true, Released: true, RenewalFailed: true,
+	LeaseLost: true, DeadlineExceeded: true, Expired: true,
+	Revoked: true, StaleRefused: true,
+	ShardTaken: true, ShardGivenUp: true, ShardLost: true, Restarted: true,
+	Completed: true,
+	Skipped:   true,
 }
 
 // Normalize checks an event before it is stored and fills in what may be
@@ -210,7 +215,7 @@ var knownKinds = map[coord.HistoryKind]bool{
 // with an unknown kind, a bad guard key, a negative duration or count, or a
 // token above coord.MaxToken is refused with an error wrapping
 // coord.ErrInvalid.
-func Normalize(ev coord.HistoryEvent, now time.Time) (coord.HistoryEvent, error) {
+func Normalize(ev Event, now time.Time) (Event, error) {
 	if err := coord.ValidateName(ev.Lock); err != nil {
 		return ev, fmt.Errorf("history event: %w", err)
 	}

@@ -19,12 +19,12 @@ import (
 // while the coordinator could not be reached are written when it comes back.
 // A Pending is safe for concurrent use; writes are serialized.
 type Pending struct {
-	h   coord.Historian
-	app func(ctx context.Context, evs []coord.HistoryEvent) error // h's Append, if it has one
+	h   Historian
+	app func(ctx context.Context, evs []Event) error // h's Append, if it has one
 	max int
 
 	mu      sync.Mutex
-	evs     []coord.HistoryEvent
+	evs     []Event
 	dropped int
 }
 
@@ -32,13 +32,13 @@ type Pending struct {
 // events (DefaultMaxPending when max <= 0). When h has an Append method (a
 // Store, a Recorder), pending events are written with the new one in one
 // call.
-func NewPending(h coord.Historian, max int) *Pending {
+func NewPending(h Historian, max int) *Pending {
 	if max <= 0 {
 		max = DefaultMaxPending
 	}
 	p := &Pending{h: h, max: max}
 	if a, ok := h.(interface {
-		Append(context.Context, []coord.HistoryEvent) error
+		Append(context.Context, []Event) error
 	}); ok {
 		p.app = a.Append
 	}
@@ -48,7 +48,7 @@ func NewPending(h coord.Historian, max int) *Pending {
 // Record writes the pending events, then ev. When that fails, ev is kept
 // with them and the error is returned. An invalid event (see Normalize) is
 // refused at once with an error wrapping coord.ErrInvalid.
-func (p *Pending) Record(ctx context.Context, ev coord.HistoryEvent) error {
+func (p *Pending) Record(ctx context.Context, ev Event) error {
 	if _, err := Normalize(ev, time.Time{}); err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (p *Pending) Record(ctx context.Context, ev coord.HistoryEvent) error {
 }
 
 // Append writes the pending events, then evs, as Record does for one.
-func (p *Pending) Append(ctx context.Context, evs []coord.HistoryEvent) error {
+func (p *Pending) Append(ctx context.Context, evs []Event) error {
 	for _, ev := range evs {
 		if _, err := Normalize(ev, time.Time{}); err != nil {
 			return err

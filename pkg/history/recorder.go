@@ -12,7 +12,7 @@ import (
 )
 
 // Recorder is a coord.Coordinator that records the lease events it sees in a
-// Store, and a coord.Historian that reads them back:
+// Store, and a Historian that reads them back:
 //
 //   - acquired (token, holder, wait) when Acquire (or AcquireDeferred,
 //     which writes it after returning) succeeds, preceded by
@@ -67,7 +67,7 @@ const scanBack = 32
 
 var (
 	_ coord.Coordinator   = (*Recorder)(nil)
-	_ coord.Historian     = (*Recorder)(nil)
+	_ Historian           = (*Recorder)(nil)
 	_ coord.StopRequester = (*Recorder)(nil)
 	_ coord.Unwrapper     = (*Recorder)(nil)
 	_ Reader              = (*Recorder)(nil)
@@ -121,11 +121,11 @@ func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lea
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	now := r.opts.Now()
-	var evs []coord.HistoryEvent
-	if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == coord.HistAcquired && last.Token < l.Token {
-		evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistExpired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
+	var evs []Event
+	if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == Acquired && last.Token < l.Token {
+		evs = append(evs, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 	}
-	evs = append(evs, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistAcquired, Holder: l.Holder, Token: l.Token, Wait: wait, LeaseID: l.ID})
+	evs = append(evs, Event{Time: now, Lock: name, Kind: Acquired, Holder: l.Holder, Token: l.Token, Wait: wait, LeaseID: l.ID})
 	r.write(rctx, evs...)
 }
 
@@ -150,7 +150,7 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 	now := r.opts.Now()
 	switch {
 	case ierr == nil && info.Held && info.LeaseID == leaseID:
-		ev := coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistReleased, Holder: info.Holder, Token: info.Token}
+		ev := Event{Time: now, Lock: name, Kind: Released, Holder: info.Holder, Token: info.Token}
 		if isKnown && known.token == info.Token {
 			ev.HeldFor = time.Since(known.start)
 		} else {
@@ -162,16 +162,16 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 		// successor that takes the lock meanwhile finds this expired on
 		// record, or writes it itself, before its acquired.)
 		last, ok := r.lastLeaseEvent(rctx, name)
-		if ok && last.Kind == coord.HistAcquired &&
+		if ok && last.Kind == Acquired &&
 			(isKnown && last.Token == known.token || !isKnown && last.LeaseID != "" && last.LeaseID == leaseID) {
-			r.write(rctx, coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistExpired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
+			r.write(rctx, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 		}
 	}
 	err := r.inner.Release(ctx, name, leaseID)
 	if err == nil && ierr != nil && isKnown {
 		// The lock could not be read but the release went through: the
 		// lease was held until now, or already gone; say released.
-		r.write(rctx, coord.HistoryEvent{Time: r.opts.Now(), Lock: name, Kind: coord.HistReleased,
+		r.write(rctx, Event{Time: r.opts.Now(), Lock: name, Kind: Released,
 			Holder: known.holder, Token: known.token, HeldFor: time.Since(known.start)})
 	}
 	return err
@@ -215,9 +215,9 @@ func (r *Recorder) revoke(ctx context.Context, name string, token uint64, end fu
 }
 
 // revoked is the revoked event of the holder i.
-func (r *Recorder) revoked(name string, i coord.LockInfo) coord.HistoryEvent {
+func (r *Recorder) revoked(name string, i coord.LockInfo) Event {
 	now := r.opts.Now()
-	return coord.HistoryEvent{Time: now, Lock: name, Kind: coord.HistRevoked, Holder: i.Holder, Token: i.Token, HeldFor: i.HeldFor(now)}
+	return Event{Time: now, Lock: name, Kind: Revoked, Holder: i.Holder, Token: i.Token, HeldFor: i.HeldFor(now)}
 }
 
 // wasAsked reports whether this Recorder recorded a stop request of the
@@ -319,10 +319,10 @@ func (r *Recorder) CloseContext(ctx context.Context) error {
 	return r.inner.Close()
 }
 
-// Record implements coord.Historian: it writes the events still pending,
+// Record implements Historian: it writes the events still pending,
 // then ev; when that fails, ev is kept to be written later and the error is
 // returned. A zero ev.Time is now.
-func (r *Recorder) Record(ctx context.Context, ev coord.HistoryEvent) error {
+func (r *Recorder) Record(ctx context.Context, ev Event) error {
 	if ev.Time.IsZero() {
 		ev.Time = r.opts.Now()
 	}
@@ -331,9 +331,9 @@ func (r *Recorder) Record(ctx context.Context, ev coord.HistoryEvent) error {
 }
 
 // Append records events in order, as Record does.
-func (r *Recorder) Append(ctx context.Context, evs []coord.HistoryEvent) error {
+func (r *Recorder) Append(ctx context.Context, evs []Event) error {
 	now := r.opts.Now()
-	evs = append([]coord.HistoryEvent(nil), evs...)
+	evs = append([]Event(nil), evs...)
 	for i := range evs {
 		if evs[i].Time.IsZero() {
 			evs[i].Time = now
@@ -345,8 +345,8 @@ func (r *Recorder) Append(ctx context.Context, evs []coord.HistoryEvent) error {
 	return r.pending.Append(ctx, evs)
 }
 
-// History implements coord.Historian.
-func (r *Recorder) History(ctx context.Context, lock string, limit int) ([]coord.HistoryEvent, error) {
+// History implements Historian.
+func (r *Recorder) History(ctx context.Context, lock string, limit int) ([]Event, error) {
 	return r.store.History(ctx, lock, limit)
 }
 
@@ -363,7 +363,7 @@ func (r *Recorder) Pending() int { return r.pending.Len() }
 
 // write records events on the Recorder's own behalf: failures are logged,
 // and the events kept for later.
-func (r *Recorder) write(ctx context.Context, evs ...coord.HistoryEvent) {
+func (r *Recorder) write(ctx context.Context, evs ...Event) {
 	err := r.pending.Append(ctx, evs)
 	if err == nil {
 		return
@@ -378,7 +378,7 @@ func (r *Recorder) write(ctx context.Context, evs ...coord.HistoryEvent) {
 
 // lastLeaseEvent returns the latest acquired, released, revoked or expired
 // event among the last scanBack events of lock.
-func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (coord.HistoryEvent, bool) {
+func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (Event, bool) {
 	read := r.store.History
 	if l, ok := r.store.(latestReader); ok {
 		read = l.Latest
@@ -386,22 +386,22 @@ func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (coord.Histo
 	evs, err := read(ctx, lock, scanBack)
 	if err != nil {
 		r.log.Debug("history: could not read the lock's last events", "lock", lock, "err", err)
-		return coord.HistoryEvent{}, false
+		return Event{}, false
 	}
 	for i := len(evs) - 1; i >= 0; i-- {
 		switch evs[i].Kind {
-		case coord.HistAcquired, coord.HistReleased, coord.HistRevoked, coord.HistExpired:
+		case Acquired, Released, Revoked, Expired:
 			return evs[i], true
 		}
 	}
-	return coord.HistoryEvent{}, false
+	return Event{}, false
 }
 
 // latestReader is a Store that can read a lock's last events from the end
 // of its history, checking less than History does (package localstore):
 // enough to find the last lease event, on the path of every acquisition.
 type latestReader interface {
-	Latest(ctx context.Context, lock string, n int) ([]coord.HistoryEvent, error)
+	Latest(ctx context.Context, lock string, n int) ([]Event, error)
 }
 
 func (r *Recorder) remember(id string, h heldLease) {

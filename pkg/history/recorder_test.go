@@ -86,7 +86,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // kinds renders a lock's history as "kind:holder:token" items.
-func kinds(t *testing.T, h coord.Historian, lock string) string {
+func kinds(t *testing.T, h history.Historian, lock string) string {
 	t.Helper()
 	evs, err := h.History(ctxT(t), lock, 0)
 	if err != nil {
@@ -320,16 +320,16 @@ func testLapsedCrossProcess(t *testing.T, b backend) {
 func testRecordByOthers(t *testing.T, b backend) {
 	r := b.open(t)
 	l := acquire(t, r, "ro", "runner", 30*time.Second)
-	for _, e := range []coord.HistoryEvent{
-		{Lock: "ro", Kind: coord.HistRenewalFailed, Holder: "runner", Token: l.Token, Count: 2, Error: "timeout"},
-		{Lock: "ro", Kind: coord.HistLeaseLost, Holder: "runner", Token: l.Token},
-		{Lock: "ro", Kind: coord.HistStaleRefused, Key: "k", Token: l.Token - 1, AcceptedToken: l.Token},
+	for _, e := range []history.Event{
+		{Lock: "ro", Kind: history.RenewalFailed, Holder: "runner", Token: l.Token, Count: 2, Error: "timeout"},
+		{Lock: "ro", Kind: history.LeaseLost, Holder: "runner", Token: l.Token},
+		{Lock: "ro", Kind: history.StaleRefused, Key: "k", Token: l.Token - 1, AcceptedToken: l.Token},
 	} {
 		if err := r.Record(ctxT(t), e); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := r.Record(ctxT(t), coord.HistoryEvent{Lock: "ro", Kind: "nonsense"}); !errors.Is(err, coord.ErrInvalid) {
+	if err := r.Record(ctxT(t), history.Event{Lock: "ro", Kind: "nonsense"}); !errors.Is(err, coord.ErrInvalid) {
 		t.Fatalf("Record(bad kind) = %v", err)
 	}
 	if r.Pending() != 0 {
@@ -345,7 +345,7 @@ func testRecordByOthers(t *testing.T, b backend) {
 		t.Fatalf("Heads = %v, %v", heads, err)
 	}
 	ents, err := r.Since(ctxT(t), "ro", 2)
-	if err != nil || len(ents) != 2 || ents[0].Event.Kind != coord.HistLeaseLost {
+	if err != nil || len(ents) != 2 || ents[0].Event.Kind != history.LeaseLost {
 		t.Fatalf("Since(2) = %+v, %v", ents, err)
 	}
 }
@@ -474,7 +474,7 @@ func TestRecorderStoreDown(t *testing.T) {
 	if err := r.Release(ctxT(t), "down", l.ID); err != nil {
 		t.Fatalf("Release with the history down: %v", err)
 	}
-	rf := coord.HistoryEvent{Lock: "down", Kind: coord.HistRenewalFailed, Holder: "h", Token: l.Token, Count: 1}
+	rf := history.Event{Lock: "down", Kind: history.RenewalFailed, Holder: "h", Token: l.Token, Count: 1}
 	ctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
 	err = r.Record(ctx, rf)
 	cancel()
@@ -505,13 +505,13 @@ func TestRecorderStoreDown(t *testing.T) {
 func TestPending(t *testing.T) {
 	srv, store := stoppableStore(t)
 	p := history.NewPending(store, 3)
-	ev := func(i int) coord.HistoryEvent {
-		return coord.HistoryEvent{Lock: "p", Kind: coord.HistRenewalFailed, Token: uint64(i), Count: i}
+	ev := func(i int) history.Event {
+		return history.Event{Lock: "p", Kind: history.RenewalFailed, Token: uint64(i), Count: i}
 	}
 	if err := p.Record(ctxT(t), ev(1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Record(ctxT(t), coord.HistoryEvent{Lock: "", Kind: coord.HistAcquired}); !errors.Is(err, coord.ErrInvalid) {
+	if err := p.Record(ctxT(t), history.Event{Lock: "", Kind: history.Acquired}); !errors.Is(err, coord.ErrInvalid) {
 		t.Fatalf("invalid event: %v", err)
 	}
 	srv.Stop()
@@ -530,7 +530,7 @@ func TestPending(t *testing.T) {
 	if err := p.Flush(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Append(ctxT(t), []coord.HistoryEvent{ev(7)}); err != nil {
+	if err := p.Append(ctxT(t), []history.Event{ev(7)}); err != nil {
 		t.Fatal(err)
 	}
 	evs, err := store.History(ctxT(t), "p", 0)
@@ -563,7 +563,7 @@ func TestPendingKeepsOrderUnderConcurrency(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 1; i <= 25; i++ {
-				if err := p.Record(context.Background(), coord.HistoryEvent{Lock: "q", Kind: coord.HistRenewalFailed,
+				if err := p.Record(context.Background(), history.Event{Lock: "q", Kind: history.RenewalFailed,
 					Holder: fmt.Sprint(w), Count: i}); err != nil {
 					t.Error(err)
 				}

@@ -66,7 +66,7 @@ func TestRenewalFailuresRecordedWhenBack(t *testing.T) {
 	time.Sleep(1400 * time.Millisecond)
 	flaky.failing.Store(false)
 
-	var failed coord.HistoryEvent
+	var failed history.Event
 	for deadline := time.Now().Add(20 * time.Second); failed.Kind == ""; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no renewal_failed event while the command runs")
@@ -76,7 +76,7 @@ func TestRenewalFailuresRecordedWhenBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range evs {
-			if e.Kind == coord.HistRenewalFailed {
+			if e.Kind == history.RenewalFailed {
 				failed = e
 			}
 		}
@@ -101,7 +101,7 @@ func TestRenewalFailuresRecordedWhenBack(t *testing.T) {
 	}
 	n := 0
 	for _, e := range evs {
-		if e.Kind == coord.HistRenewalFailed {
+		if e.Kind == history.RenewalFailed {
 			n++
 		}
 	}

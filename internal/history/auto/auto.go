@@ -6,7 +6,7 @@
 //	c, err := config.Open(ctx, cfg)
 //	...
 //	r, err := auto.Wrap(c, history.WithLogger(logger))
-//	// r is a coord.Coordinator and a coord.Historian; r.Close() closes c.
+//	// r is a coord.Coordinator and a history.Historian; r.Close() closes c.
 package auto
 
 import (
@@ -65,13 +65,13 @@ func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 // failing is a store that could not be opened.
 type failing struct{ err error }
 
-func (f failing) Record(context.Context, coord.HistoryEvent) error   { return f.err }
-func (f failing) Append(context.Context, []coord.HistoryEvent) error { return f.err }
-func (f failing) Heads(context.Context) ([]history.Head, error)      { return nil, f.err }
+func (f failing) Record(context.Context, history.Event) error   { return f.err }
+func (f failing) Append(context.Context, []history.Event) error { return f.err }
+func (f failing) Heads(context.Context) ([]history.Head, error) { return nil, f.err }
 func (f failing) Since(context.Context, string, uint64) ([]history.Entry, error) {
 	return nil, f.err
 }
-func (f failing) History(context.Context, string, int) ([]coord.HistoryEvent, error) {
+func (f failing) History(context.Context, string, int) ([]history.Event, error) {
 	return nil, f.err
 }
 

@@ -47,7 +47,7 @@ func roundTrip(t *testing.T, c coord.Coordinator, want history.Store) {
 		t.Fatal(err)
 	}
 	evs, err := want.History(ctx, "auto", 0)
-	if err != nil || len(evs) != 2 || evs[0].Kind != coord.HistAcquired || evs[1].Kind != coord.HistReleased {
+	if err != nil || len(evs) != 2 || evs[0].Kind != history.Acquired || evs[1].Kind != history.Released {
 		t.Fatalf("history through another store: %+v, %v", evs, err)
 	}
 }

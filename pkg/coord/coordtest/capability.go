@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -30,7 +32,7 @@ var capabilities = []capability{
 	capabilityOf[coord.LeaseWatcher](),
 	capabilityOf[coord.Peeker](),
 	capabilityOf[coord.AsyncRenewer](),
-	capabilityOf[coord.Historian](),
+	capabilityOf[history.Historian](),
 	capabilityOf[coord.StopRequester](),
 	capabilityOf[coord.Completer](),
 }

@@ -119,15 +119,15 @@ type head struct {
 }
 
 // Record implements history.Store.
-func (s *Store) Record(ctx context.Context, ev coord.HistoryEvent) error {
-	return s.Append(ctx, []coord.HistoryEvent{ev})
+func (s *Store) Record(ctx context.Context, ev history.Event) error {
+	return s.Append(ctx, []history.Event{ev})
 }
 
 // Append implements history.Store: the events of one lock are written in one
 // transaction (per 100 events).
-func (s *Store) Append(ctx context.Context, evs []coord.HistoryEvent) error {
+func (s *Store) Append(ctx context.Context, evs []history.Event) error {
 	now := s.opts.Now()
-	norm := make([]coord.HistoryEvent, 0, len(evs))
+	norm := make([]history.Event, 0, len(evs))
 	for _, ev := range evs {
 		ev, err := history.Normalize(ev, now)
 		if err != nil {
@@ -149,7 +149,7 @@ func (s *Store) Append(ctx context.Context, evs []coord.HistoryEvent) error {
 	return nil
 }
 
-func (s *Store) append(ctx context.Context, lock string, evs []coord.HistoryEvent) error {
+func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {
 	cut := s.opts.Cutoff()
 	kept := evs[:0:0]
 	for _, ev := range evs {
@@ -319,7 +319,7 @@ func (s *Store) forget(lock string) {
 }
 
 // History implements history.Store.
-func (s *Store) History(ctx context.Context, lock string, limit int) ([]coord.HistoryEvent, error) {
+func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
@@ -342,7 +342,7 @@ func (s *Store) History(ctx context.Context, lock string, limit int) ([]coord.Hi
 		entries[i], entries[j] = entries[j], entries[i]
 	}
 	entries = trim.Kept(s.opts, entries, entryTime, limit)
-	out := make([]coord.HistoryEvent, len(entries))
+	out := make([]history.Event, len(entries))
 	for i, e := range entries {
 		out[i] = e.Event
 	}

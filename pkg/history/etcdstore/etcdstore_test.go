@@ -100,7 +100,7 @@ func TestLayout(t *testing.T) {
 		t.Errorf("HeadKey = %q", got)
 	}
 	for i := uint64(1); i <= 5; i++ {
-		if err := s.Record(ctx, coord.HistoryEvent{Lock: "job", Kind: coord.HistAcquired, Token: i, Wait: time.Second}); err != nil {
+		if err := s.Record(ctx, history.Event{Lock: "job", Kind: history.Acquired, Token: i, Wait: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,7 +153,7 @@ func TestCorruptFailsClosed(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := uint64(1); i <= 3; i++ {
-				if err := s.Record(ctx, coord.HistoryEvent{Lock: "c", Kind: coord.HistAcquired, Token: i}); err != nil {
+				if err := s.Record(ctx, history.Event{Lock: "c", Kind: history.Acquired, Token: i}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -164,7 +164,7 @@ func TestCorruptFailsClosed(t *testing.T) {
 			before, _ := cli.Get(ctx, s.prefix, clientv3.WithPrefix())
 			_, herr := s.History(ctx, "c", 0)
 			_, serr := s.Since(ctx, "c", 0)
-			rerr := s.Record(ctx, coord.HistoryEvent{Lock: "c", Kind: coord.HistAcquired, Token: 9})
+			rerr := s.Record(ctx, history.Event{Lock: "c", Kind: history.Acquired, Token: 9})
 			_, hderr := s.Heads(ctx)
 			after, _ := cli.Get(ctx, s.prefix, clientv3.WithPrefix())
 			if strings.Contains(name, "head") {
@@ -204,7 +204,7 @@ func TestUnreachable(t *testing.T) {
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	err = s.Record(ctx, coord.HistoryEvent{Lock: "x", Kind: coord.HistAcquired})
+	err = s.Record(ctx, history.Event{Lock: "x", Kind: history.Acquired})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, coord.ErrUnavailable) {
 		t.Fatalf("Record against a stopped server = %v", err)
 	}

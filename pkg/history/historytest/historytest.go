@@ -104,11 +104,11 @@ func (c *Clock) Advance(d time.Duration) {
 
 var epoch = time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
 
-func ev(lock string, kind coord.HistoryKind, token uint64, holder string) coord.HistoryEvent {
-	return coord.HistoryEvent{Lock: lock, Kind: kind, Token: token, Holder: holder}
+func ev(lock string, kind history.Kind, token uint64, holder string) history.Event {
+	return history.Event{Lock: lock, Kind: kind, Token: token, Holder: holder}
 }
 
-func mustHistory(t *testing.T, s history.Store, lock string, limit int) []coord.HistoryEvent {
+func mustHistory(t *testing.T, s history.Store, lock string, limit int) []history.Event {
 	t.Helper()
 	evs, err := s.History(ctxT(t), lock, limit)
 	if err != nil {
@@ -117,7 +117,7 @@ func mustHistory(t *testing.T, s history.Store, lock string, limit int) []coord.
 	return evs
 }
 
-func mustRecord(t *testing.T, s history.Store, e coord.HistoryEvent) {
+func mustRecord(t *testing.T, s history.Store, e history.Event) {
 	t.Helper()
 	if err := s.Record(ctxT(t), e); err != nil {
 		t.Fatalf("Record(%+v): %v", e, err)
@@ -146,17 +146,17 @@ func testRoundTrip(t *testing.T, h Harness) {
 	s := h.Storage(t)(history.WithClock(clk.Now))
 	const lock = "jobs/nightly backup ✓"
 	local := time.FixedZone("X", 3600)
-	want := []coord.HistoryEvent{
-		{Time: epoch.Add(time.Second).In(local), Lock: lock, Kind: coord.HistAcquired, Holder: "h1:42", Token: 7, Wait: 1500 * time.Millisecond},
-		{Lock: lock, Kind: coord.HistRenewalFailed, Holder: "h1:42", Token: 7, Count: 3, Error: "context deadline exceeded"},
-		{Time: epoch.Add(3 * time.Second), Lock: lock, Kind: coord.HistLeaseLost, Holder: "h1:42", Token: 7, Error: "lease lost"},
-		{Time: epoch.Add(4 * time.Second), Lock: lock, Kind: coord.HistDeadlineExceeded, Holder: "h1:42", Token: 7},
-		{Time: epoch.Add(5 * time.Second), Lock: lock, Kind: coord.HistExpired, Holder: "h1:42", Token: 7},
-		{Time: epoch.Add(6 * time.Second), Lock: lock, Kind: coord.HistAcquired, Holder: "h2", Token: 9},
-		{Time: epoch.Add(7 * time.Second), Lock: lock, Kind: coord.HistStaleRefused, Key: "accounts/42", Token: 7, AcceptedToken: 9},
-		{Time: epoch.Add(8 * time.Second), Lock: lock, Kind: coord.HistRevoked, Holder: "h2", Token: 9, HeldFor: 2 * time.Second},
-		{Time: epoch.Add(9 * time.Second), Lock: lock, Kind: coord.HistAcquired, Holder: "h3", Token: 11},
-		{Time: epoch.Add(10 * time.Second), Lock: lock, Kind: coord.HistReleased, Holder: "h3", Token: 11, HeldFor: 90 * time.Minute},
+	want := []history.Event{
+		{Time: epoch.Add(time.Second).In(local), Lock: lock, Kind: history.Acquired, Holder: "h1:42", Token: 7, Wait: 1500 * time.Millisecond},
+		{Lock: lock, Kind: history.RenewalFailed, Holder: "h1:42", Token: 7, Count: 3, Error: "context deadline exceeded"},
+		{Time: epoch.Add(3 * time.Second), Lock: lock, Kind: history.LeaseLost, Holder: "h1:42", Token: 7, Error: "lease lost"},
+		{Time: epoch.Add(4 * time.Second), Lock: lock, Kind: history.DeadlineExceeded, Holder: "h1:42", Token: 7},
+		{Time: epoch.Add(5 * time.Second), Lock: lock, Kind: history.Expired, Holder: "h1:42", Token: 7},
+		{Time: epoch.Add(6 * time.Second), Lock: lock, Kind: history.Acquired, Holder: "h2", Token: 9},
+		{Time: epoch.Add(7 * time.Second), Lock: lock, Kind: history.StaleRefused, Key: "accounts/42", Token: 7, AcceptedToken: 9},
+		{Time: epoch.Add(8 * time.Second), Lock: lock, Kind: history.Revoked, Holder: "h2", Token: 9, HeldFor: 2 * time.Second},
+		{Time: epoch.Add(9 * time.Second), Lock: lock, Kind: history.Acquired, Holder: "h3", Token: 11},
+		{Time: epoch.Add(10 * time.Second), Lock: lock, Kind: history.Released, Holder: "h3", Token: 11, HeldFor: 90 * time.Minute},
 	}
 	for _, e := range want {
 		mustRecord(t, s, e)
@@ -170,7 +170,7 @@ func testRoundTrip(t *testing.T, h Harness) {
 	}
 	// Long free text is cut, not refused.
 	long := strings.Repeat("é", history.MaxTextLen)
-	mustRecord(t, s, coord.HistoryEvent{Lock: lock, Kind: coord.HistRenewalFailed, Error: long, Holder: long})
+	mustRecord(t, s, history.Event{Lock: lock, Kind: history.RenewalFailed, Error: long, Holder: long})
 	last := mustHistory(t, s, lock, 1)
 	if len(last) != 1 || len(last[0].Error) > history.MaxTextLen || len(last[0].Holder) > history.MaxTextLen ||
 		!strings.HasPrefix(long, strings.TrimSuffix(last[0].Error, "…")) {
@@ -180,20 +180,20 @@ func testRoundTrip(t *testing.T, h Harness) {
 
 func testInvalid(t *testing.T, h Harness) {
 	s := h.Storage(t)()
-	bad := []coord.HistoryEvent{
-		{Lock: "", Kind: coord.HistAcquired},
-		{Lock: "a\nb", Kind: coord.HistAcquired},
-		{Lock: strings.Repeat("x", coord.MaxNameLen+1), Kind: coord.HistAcquired},
+	bad := []history.Event{
+		{Lock: "", Kind: history.Acquired},
+		{Lock: "a\nb", Kind: history.Acquired},
+		{Lock: strings.Repeat("x", coord.MaxNameLen+1), Kind: history.Acquired},
 		{Lock: "ok", Kind: "bogus"},
 		{Lock: "ok", Kind: ""},
-		{Lock: "ok", Kind: coord.HistAcquired, Wait: -time.Second},
-		{Lock: "ok", Kind: coord.HistRenewalFailed, Count: -1},
-		{Lock: "ok", Kind: coord.HistStaleRefused, Key: "bad\x00key"},
+		{Lock: "ok", Kind: history.Acquired, Wait: -time.Second},
+		{Lock: "ok", Kind: history.RenewalFailed, Count: -1},
+		{Lock: "ok", Kind: history.StaleRefused, Key: "bad\x00key"},
 		// No coordinator issues a token above coord.MaxToken (2^63-1).
-		{Lock: "ok", Kind: coord.HistAcquired, Token: coord.MaxToken + 1},
-		{Lock: "ok", Kind: coord.HistStaleRefused, Key: "k", Token: 1, AcceptedToken: 1<<64 - 1},
-		{Lock: "ok", Kind: coord.HistAcquired, Token: 1, LeaseID: "a\nb"},
-		{Lock: "ok", Kind: coord.HistAcquired, Token: 1, LeaseID: strings.Repeat("f", 257)},
+		{Lock: "ok", Kind: history.Acquired, Token: coord.MaxToken + 1},
+		{Lock: "ok", Kind: history.StaleRefused, Key: "k", Token: 1, AcceptedToken: 1<<64 - 1},
+		{Lock: "ok", Kind: history.Acquired, Token: 1, LeaseID: "a\nb"},
+		{Lock: "ok", Kind: history.Acquired, Token: 1, LeaseID: strings.Repeat("f", 257)},
 	}
 	for _, e := range bad {
 		if err := s.Record(ctxT(t), e); !errors.Is(err, coord.ErrInvalid) {
@@ -201,7 +201,7 @@ func testInvalid(t *testing.T, h Harness) {
 		}
 	}
 	// A batch with one bad event writes none of that lock's events.
-	err := s.Append(ctxT(t), []coord.HistoryEvent{ev("ok", coord.HistAcquired, 1, "h"), {Lock: "ok", Kind: "bogus"}})
+	err := s.Append(ctxT(t), []history.Event{ev("ok", history.Acquired, 1, "h"), {Lock: "ok", Kind: "bogus"}})
 	if !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("Append with a bad event = %v", err)
 	}
@@ -228,7 +228,7 @@ func testIndependent(t *testing.T, h Harness) {
 		strings.Repeat("L", coord.MaxNameLen), strings.Repeat("/", coord.MaxNameLen), strings.Repeat("é", coord.MaxNameLen/2)}
 	for i, n := range names {
 		for j := 0; j <= i%3; j++ {
-			mustRecord(t, s, ev(n, coord.HistAcquired, uint64(100*i+j+1), n))
+			mustRecord(t, s, ev(n, history.Acquired, uint64(100*i+j+1), n))
 		}
 	}
 	for i, n := range names {
@@ -261,7 +261,7 @@ func testIndependent(t *testing.T, h Harness) {
 func testLimit(t *testing.T, h Harness) {
 	s := h.Storage(t)()
 	for i := 1; i <= 10; i++ {
-		mustRecord(t, s, ev("l", coord.HistAcquired, uint64(i), ""))
+		mustRecord(t, s, ev("l", history.Acquired, uint64(i), ""))
 	}
 	for _, tc := range []struct{ limit, n, first int }{{0, 10, 1}, {1, 1, 10}, {3, 3, 8}, {10, 10, 1}, {50, 10, 1}, {-1, 10, 1}} {
 		evs := mustHistory(t, s, "l", tc.limit)
@@ -276,9 +276,9 @@ func testSinceHeads(t *testing.T, h Harness) {
 	var cursor uint64
 	total := 0
 	for round := 1; round <= 4; round++ {
-		var batch []coord.HistoryEvent
+		var batch []history.Event
 		for i := 0; i < round; i++ {
-			batch = append(batch, ev("s", coord.HistStaleRefused, uint64(total+i+1), ""))
+			batch = append(batch, ev("s", history.StaleRefused, uint64(total+i+1), ""))
 		}
 		if err := s.Append(ctxT(t), batch); err != nil {
 			t.Fatal(err)
@@ -310,10 +310,10 @@ func testSinceHeads(t *testing.T, h Harness) {
 func testReopen(t *testing.T, h Harness) {
 	open := h.Storage(t)
 	s1 := open()
-	mustRecord(t, s1, ev("r", coord.HistAcquired, 1, "one"))
+	mustRecord(t, s1, ev("r", history.Acquired, 1, "one"))
 	s2 := open()
-	mustRecord(t, s2, ev("r", coord.HistReleased, 1, "one"))
-	mustRecord(t, s1, ev("r", coord.HistAcquired, 2, "two"))
+	mustRecord(t, s2, ev("r", history.Released, 1, "one"))
+	mustRecord(t, s1, ev("r", history.Acquired, 2, "two"))
 	for _, s := range []history.Store{s1, s2, open()} {
 		ents, err := s.Since(ctxT(t), "r", 0)
 		if err != nil {
@@ -351,10 +351,10 @@ func testCountBound(t *testing.T, h Harness) {
 			n = 150 // more than one etcd transaction
 		}
 		n = min(n, total-written)
-		batch := make([]coord.HistoryEvent, n)
+		batch := make([]history.Event, n)
 		for i := range batch {
 			written++
-			batch[i] = ev(lock, coord.HistAcquired, uint64(written), "w")
+			batch[i] = ev(lock, history.Acquired, uint64(written), "w")
 		}
 		if err := s.Append(ctxT(t), batch); err != nil {
 			t.Fatalf("after %d events: %v", written, err)
@@ -401,9 +401,9 @@ func testAgeBound(t *testing.T, h Harness) {
 		if i > 1000 && i <= 1100 {
 			n = 1
 		}
-		batch := make([]coord.HistoryEvent, n)
+		batch := make([]history.Event, n)
 		for j := range batch {
-			batch[j] = ev(lock, coord.HistReleased, uint64(i), "")
+			batch[j] = ev(lock, history.Released, uint64(i), "")
 			batch[j].Time = clk.Now()
 			clk.Advance(step)
 			i++
@@ -431,7 +431,7 @@ func testAgeBound(t *testing.T, h Harness) {
 		t.Fatalf("the storage holds %d events, more than an hour's worth and slack", got)
 	}
 	// An event already past the bound is not kept.
-	old := ev(lock, coord.HistReleased, 1, "")
+	old := ev(lock, history.Released, 1, "")
 	old.Time = cut.Add(-time.Minute)
 	mustRecord(t, s, old)
 	if again := mustHistory(t, s, lock, 0); again[len(again)-1].Token != uint64(total) {
@@ -442,7 +442,7 @@ func testAgeBound(t *testing.T, h Harness) {
 	if evs := mustHistory(t, open(opts...), lock, 0); len(evs) != 0 {
 		t.Fatalf("%d events returned after they all aged out", len(evs))
 	}
-	mustRecord(t, s, ev(lock, coord.HistAcquired, uint64(total)+1, ""))
+	mustRecord(t, s, ev(lock, history.Acquired, uint64(total)+1, ""))
 	if got := h.Stored(t, open, lock); got > 1+h.Slack(5000) {
 		t.Fatalf("after everything aged out and one write, the storage holds %d", got)
 	}
@@ -473,7 +473,7 @@ func testConcurrent(t *testing.T, h Harness) {
 			for i := 1; i <= each; i++ {
 				lock := []string{"c1", "c2"}[i%2]
 				count[lock]++
-				e := ev(lock, coord.HistRenewalFailed, uint64(i), fmt.Sprintf("w%d", w))
+				e := ev(lock, history.RenewalFailed, uint64(i), fmt.Sprintf("w%d", w))
 				e.Count = count[lock]
 				if err := s.Record(context.Background(), e); err != nil {
 					errs <- err
@@ -508,7 +508,7 @@ func testProcesses(t *testing.T, h Harness) {
 	// This process writes too.
 	s := open()
 	for i := 1; i <= each; i++ {
-		e := ev("shared", coord.HistRenewalFailed, uint64(i), fmt.Sprintf("w%d", procs))
+		e := ev("shared", history.RenewalFailed, uint64(i), fmt.Sprintf("w%d", procs))
 		e.Count = i
 		mustRecord(t, s, e)
 	}
@@ -568,7 +568,7 @@ func WriterMain(s history.Store) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := 1; i <= n; i++ {
-		e := ev(lock, coord.HistRenewalFailed, uint64(i), id)
+		e := ev(lock, history.RenewalFailed, uint64(i), id)
 		e.Count = i
 		if err := s.Record(ctx, e); err != nil {
 			fmt.Fprintln(os.Stderr, "writer:", err)

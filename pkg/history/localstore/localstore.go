@@ -166,15 +166,15 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) File(lock string) string { return filepath.Join(s.dir, fileBase(lock)+dataExt) }
 
 // Record implements history.Store.
-func (s *Store) Record(ctx context.Context, ev coord.HistoryEvent) error {
-	return s.Append(ctx, []coord.HistoryEvent{ev})
+func (s *Store) Record(ctx context.Context, ev history.Event) error {
+	return s.Append(ctx, []history.Event{ev})
 }
 
 // Append implements history.Store: the events of each lock are written with
 // one write and one fsync.
-func (s *Store) Append(ctx context.Context, evs []coord.HistoryEvent) error {
+func (s *Store) Append(ctx context.Context, evs []history.Event) error {
 	now := s.opts.Now()
-	norm := make([]coord.HistoryEvent, 0, len(evs))
+	norm := make([]history.Event, 0, len(evs))
 	for _, ev := range evs {
 		ev, err := history.Normalize(ev, now)
 		if err != nil {
@@ -191,7 +191,7 @@ func (s *Store) Append(ctx context.Context, evs []coord.HistoryEvent) error {
 	return nil
 }
 
-func (s *Store) append(ctx context.Context, lock string, evs []coord.HistoryEvent) error {
+func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {
 	base := fileBase(lock)
 	unlock, err := s.lock(ctx, base)
 	if err != nil {
@@ -435,7 +435,7 @@ func (s *Store) drop(base string) {
 // n events are not all within the age bound, when n is 0, and when a full
 // read of this Store found the file damaged. It checks the lines it returns
 // (or would, but for the age bound) and the first line, not the rest.
-func (s *Store) Latest(ctx context.Context, lock string, n int) ([]coord.HistoryEvent, error) {
+func (s *Store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
 	if n <= 0 {
 		return s.History(ctx, lock, 0)
 	}
@@ -499,7 +499,7 @@ func (s *Store) Latest(ctx context.Context, lock string, n int) ([]coord.History
 	if len(lines) < want && at > 0 {
 		return s.History(ctx, lock, n) // events past the age bound among the last ones
 	}
-	out := make([]coord.HistoryEvent, len(lines))
+	out := make([]history.Event, len(lines))
 	for i, l := range lines {
 		out[i] = l.ev
 	}
@@ -507,13 +507,13 @@ func (s *Store) Latest(ctx context.Context, lock string, n int) ([]coord.History
 }
 
 // History implements history.Store. It reads and checks the whole file.
-func (s *Store) History(ctx context.Context, lock string, limit int) ([]coord.HistoryEvent, error) {
+func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
 	lines, err := s.read(ctx, lock)
 	if err != nil {
 		return nil, err
 	}
 	lines = trim.Kept(s.opts, lines, func(l line) time.Time { return l.ev.Time }, limit)
-	out := make([]coord.HistoryEvent, len(lines))
+	out := make([]history.Event, len(lines))
 	for i, l := range lines {
 		out[i] = l.ev
 	}
@@ -642,7 +642,7 @@ func (s *Store) read(ctx context.Context, lock string) ([]line, error) {
 type line struct {
 	raw []byte
 	seq uint64
-	ev  coord.HistoryEvent
+	ev  history.Event
 }
 
 // parse parses the complete lines of a whole file.

@@ -72,7 +72,7 @@ func open(t *testing.T, opts ...history.Option) *Store {
 
 func record(t *testing.T, s *Store, lock string, token uint64) {
 	t.Helper()
-	if err := s.Record(context.Background(), coord.HistoryEvent{Lock: lock, Kind: coord.HistAcquired, Token: token}); err != nil {
+	if err := s.Record(context.Background(), history.Event{Lock: lock, Kind: history.Acquired, Token: token}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -130,7 +130,7 @@ func failsClosed(t *testing.T, s *Store, lock string) {
 	if _, err := s.Since(ctx, lock, 0); !errors.Is(err, coord.ErrUnavailable) {
 		t.Errorf("Since = %v, want ErrUnavailable", err)
 	}
-	err := s.Record(ctx, coord.HistoryEvent{Lock: lock, Kind: coord.HistAcquired, Token: 99})
+	err := s.Record(ctx, history.Event{Lock: lock, Kind: history.Acquired, Token: 99})
 	if !errors.Is(err, coord.ErrUnavailable) {
 		t.Errorf("Record = %v, want ErrUnavailable", err)
 	}
@@ -303,7 +303,7 @@ func TestCanceledContext(t *testing.T) {
 	s := open(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := s.Record(ctx, coord.HistoryEvent{Lock: "x", Kind: coord.HistAcquired})
+	err := s.Record(ctx, history.Event{Lock: "x", Kind: history.Acquired})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Record with a canceled context = %v", err)
 	}
@@ -315,7 +315,7 @@ func TestCanceledContext(t *testing.T) {
 	defer unlock()
 	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := s.Record(ctx, coord.HistoryEvent{Lock: "x", Kind: coord.HistAcquired}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := s.Record(ctx, history.Event{Lock: "x", Kind: history.Acquired}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Record against a held lock file = %v", err)
 	}
 }

@@ -172,9 +172,9 @@ func TestTornOnly(t *testing.T) {
 // fill writes n events to lock, tokens 1..n, one Append.
 func fill(t testing.TB, s *Store, lock string, n int, at time.Time) {
 	t.Helper()
-	evs := make([]coord.HistoryEvent, n)
+	evs := make([]history.Event, n)
 	for i := range evs {
-		evs[i] = coord.HistoryEvent{Time: at, Lock: lock, Kind: coord.HistAcquired, Holder: "host:1234", Token: uint64(i + 1)}
+		evs[i] = history.Event{Time: at, Lock: lock, Kind: history.Acquired, Holder: "host:1234", Token: uint64(i + 1)}
 	}
 	if err := s.Append(context.Background(), evs); err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestDamageBeyondTheTail(t *testing.T) {
 	var refused int
 	for i := uint64(102); i <= 140; i++ {
 		before, _ := os.ReadFile(path)
-		err := fresh().Record(context.Background(), coord.HistoryEvent{Lock: "d", Kind: coord.HistAcquired, Token: i})
+		err := fresh().Record(context.Background(), history.Event{Lock: "d", Kind: history.Acquired, Token: i})
 		if err == nil {
 			if refused > 0 {
 				t.Fatalf("event %d written after a refusal", i)
@@ -274,7 +274,7 @@ func TestDamageInTheTail(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = fresh.Record(context.Background(), coord.HistoryEvent{Lock: "d", Kind: coord.HistAcquired, Token: 200})
+			err = fresh.Record(context.Background(), history.Event{Lock: "d", Kind: history.Acquired, Token: 200})
 			if !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "bad history file") {
 				t.Fatalf("first write = %v, want a bad history file", err)
 			}
@@ -319,7 +319,7 @@ func TestLatest(t *testing.T) {
 	// Events written out of time order: the tail's last ones are old, more
 	// of them than a tail block holds.
 	for i := uint64(61); i <= 110; i++ {
-		if err := s.Record(ctx, coord.HistoryEvent{Time: clk.Now().Add(-59 * time.Minute), Lock: "l", Kind: coord.HistReleased, Token: i}); err != nil {
+		if err := s.Record(ctx, history.Event{Time: clk.Now().Add(-59 * time.Minute), Lock: "l", Kind: history.Released, Token: i}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -370,7 +370,7 @@ func TestStaleTemps(t *testing.T) {
 // event (Latest, 32 events) and one write with its fsync. The file is cut
 // back to its size after each iteration, so every one sees the same file.
 func BenchmarkAppendAtBound(b *testing.B) {
-	ev := coord.HistoryEvent{Lock: "hl", Kind: coord.HistAcquired, Holder: "host:1234", Token: 1}
+	ev := history.Event{Lock: "hl", Kind: history.Acquired, Holder: "host:1234", Token: 1}
 	atBound(b, func(b *testing.B, s *Store, path string, size int64) {
 		if err := s.Record(context.Background(), ev); err != nil {
 			b.Fatal(err)
@@ -459,7 +459,7 @@ func TestLatestDamageStopsWrites(t *testing.T) {
 		t.Fatalf("Latest over the damage = %v", err)
 	}
 	before, _ := os.ReadFile(s.File("d"))
-	if err := s.Record(context.Background(), coord.HistoryEvent{Lock: "d", Kind: coord.HistAcquired}); !errors.Is(err, coord.ErrUnavailable) {
+	if err := s.Record(context.Background(), history.Event{Lock: "d", Kind: history.Acquired}); !errors.Is(err, coord.ErrUnavailable) {
 		t.Fatalf("Record after Latest found damage = %v", err)
 	}
 	if after, _ := os.ReadFile(s.File("d")); !bytes.Equal(before, after) {

@@ -3,15 +3,15 @@ package details
 import (
 	"testing"
 
-	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // TestDescribeOnce: the timeline says which --once key ran to success, and
 // which run found it done.
 func TestDescribeOnce(t *testing.T) {
-	for ev, want := range map[*coord.HistoryEvent]string{
-		{Kind: coord.HistCompleted, Key: "2026-05-06T00:00:00Z", Holder: "web-1", Token: 7}: `key "2026-05-06T00:00:00Z": ran to success, token 7 by web-1`,
-		{Kind: coord.HistSkipped, Key: "k", Holder: "web-2", AcceptedToken: 7}:              `key "k": done already, nothing run (done under token 7), by web-2`,
+	for ev, want := range map[*history.Event]string{
+		{Kind: history.Completed, Key: "2026-05-06T00:00:00Z", Holder: "web-1", Token: 7}: `key "2026-05-06T00:00:00Z": ran to success, token 7 by web-1`,
+		{Kind: history.Skipped, Key: "k", Holder: "web-2", AcceptedToken: 7}:              `key "k": done already, nothing run (done under token 7), by web-2`,
 	} {
 		if got := Describe(*ev); got != want {
 			t.Errorf("Describe(%s) = %q, want %q", ev.Kind, got, want)

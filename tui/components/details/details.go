@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/charmbracelet/bubbles/viewport"
-	"github.com/fence-dev/fence/pkg/coord"
+
 	"github.com/fence-dev/fence/tui/internal/format"
 	"github.com/fence-dev/fence/tui/internal/store"
 	"github.com/fence-dev/fence/tui/styles"
@@ -35,7 +37,7 @@ type Model struct {
 	height int
 	name   string
 	vp     viewport.Model
-	events []coord.HistoryEvent // newest first
+	events []history.Event // newest first
 	err    error
 	loaded bool
 	// NoHistory says the coordinator keeps no history.
@@ -76,9 +78,9 @@ func (m *Model) SetSize(width, height int) {
 }
 
 // SetHistory sets the timeline: events oldest first, as
-// coord.Historian.History returns them, or the error that reading them
+// history.Historian.History returns them, or the error that reading them
 // gave. The scroll position is kept.
-func (m *Model) SetHistory(events []coord.HistoryEvent, err error) {
+func (m *Model) SetHistory(events []history.Event, err error) {
 	m.loaded = true
 	m.err = err
 	if err == nil {
@@ -133,13 +135,13 @@ func (m *Model) render() {
 // kindWidth fits the longest kind, "deadline_exceeded".
 const kindWidth = 17
 
-func (m *Model) eventLine(ev coord.HistoryEvent) string {
+func (m *Model) eventLine(ev history.Event) string {
 	s := m.styles
 	ts := ev.Time.In(m.loc).Format(TimeLayout)
 	rest := m.width - 2 - len(TimeLayout) - 2 - kindWidth - 1
 	kind := format.Fit(string(ev.Kind), kindWidth)
 	switch ev.Kind {
-	case coord.HistAcquired, coord.HistReleased, coord.HistCompleted, coord.HistSkipped:
+	case history.Acquired, history.Released, history.Completed, history.Skipped:
 		kind = s.Good.Render(kind)
 	default:
 		kind = s.Bad.Render(kind)
@@ -151,20 +153,20 @@ func (m *Model) eventLine(ev coord.HistoryEvent) string {
 }
 
 // Describe says what an event means, after its kind.
-func Describe(ev coord.HistoryEvent) string {
+func Describe(ev history.Event) string {
 	who := fmt.Sprintf("token %d", ev.Token)
 	if ev.Holder != "" {
 		who += " by " + ev.Holder
 	}
 	switch ev.Kind {
-	case coord.HistAcquired:
+	case history.Acquired:
 		if ev.Wait > 0 {
 			return fmt.Sprintf("%s, waited %s", who, roundDur(ev.Wait))
 		}
 		return who
-	case coord.HistReleased:
+	case history.Released:
 		return fmt.Sprintf("%s, held %s", who, roundDur(ev.HeldFor))
-	case coord.HistRenewalFailed:
+	case history.RenewalFailed:
 		n := max(ev.Count, 1)
 		msg := fmt.Sprintf("%s: %d failed renewal", who, n)
 		if n > 1 {
@@ -174,17 +176,17 @@ func Describe(ev coord.HistoryEvent) string {
 			msg += ", last: " + ev.Error
 		}
 		return msg
-	case coord.HistLeaseLost:
+	case history.LeaseLost:
 		return who + ": lease lost, command stopped"
-	case coord.HistDeadlineExceeded:
+	case history.DeadlineExceeded:
 		return who + ": deadline reached, command stopped"
-	case coord.HistExpired:
+	case history.Expired:
 		return who + ": expired, taken over"
-	case coord.HistRevoked:
+	case history.Revoked:
 		return who + ": revoked"
-	case coord.HistCompleted:
+	case history.Completed:
 		return fmt.Sprintf("key %s: ran to success, %s", strconv.Quote(ev.Key), who)
-	case coord.HistSkipped:
+	case history.Skipped:
 		msg := fmt.Sprintf("key %s: done already, nothing run", strconv.Quote(ev.Key))
 		if ev.AcceptedToken > 0 {
 			msg += fmt.Sprintf(" (done under token %d)", ev.AcceptedToken)
@@ -193,7 +195,7 @@ func Describe(ev coord.HistoryEvent) string {
 			msg += ", by " + ev.Holder
 		}
 		return msg
-	case coord.HistStaleRefused:
+	case history.StaleRefused:
 		msg := fmt.Sprintf("token %d refused, %d accepted", ev.Token, ev.AcceptedToken)
 		if ev.Key != "" {
 			msg = "key " + strconv.Quote(ev.Key) + ": " + msg

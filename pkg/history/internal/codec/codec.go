@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -22,24 +24,24 @@ import (
 const MaxLen = 16 << 10
 
 type wire struct {
-	Seq           uint64            `json:"seq,omitempty"`
-	Time          time.Time         `json:"time"`
-	Lock          string            `json:"lock"`
-	Kind          coord.HistoryKind `json:"kind"`
-	Holder        string            `json:"holder,omitempty"`
-	Token         uint64            `json:"token,omitempty"`
-	WaitNS        int64             `json:"wait_ns,omitempty"`
-	HeldForNS     int64             `json:"held_for_ns,omitempty"`
-	Count         int               `json:"count,omitempty"`
-	Error         string            `json:"error,omitempty"`
-	Key           string            `json:"key,omitempty"`
-	Reason        string            `json:"reason,omitempty"`
-	AcceptedToken uint64            `json:"accepted_token,omitempty"`
-	LeaseID       string            `json:"lease_id,omitempty"`
+	Seq           uint64       `json:"seq,omitempty"`
+	Time          time.Time    `json:"time"`
+	Lock          string       `json:"lock"`
+	Kind          history.Kind `json:"kind"`
+	Holder        string       `json:"holder,omitempty"`
+	Token         uint64       `json:"token,omitempty"`
+	WaitNS        int64        `json:"wait_ns,omitempty"`
+	HeldForNS     int64        `json:"held_for_ns,omitempty"`
+	Count         int          `json:"count,omitempty"`
+	Error         string       `json:"error,omitempty"`
+	Key           string       `json:"key,omitempty"`
+	Reason        string       `json:"reason,omitempty"`
+	AcceptedToken uint64       `json:"accepted_token,omitempty"`
+	LeaseID       string       `json:"lease_id,omitempty"`
 }
 
 // Encode returns the stored form of ev, with seq when it is not 0.
-func Encode(seq uint64, ev coord.HistoryEvent) ([]byte, error) {
+func Encode(seq uint64, ev history.Event) ([]byte, error) {
 	b, err := json.Marshal(wire{
 		Seq: seq, Time: ev.Time, Lock: ev.Lock, Kind: ev.Kind, Holder: ev.Holder, Token: ev.Token,
 		WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor), Count: ev.Count, Error: ev.Error,
@@ -57,25 +59,25 @@ func Encode(seq uint64, ev coord.HistoryEvent) ([]byte, error) {
 
 // Decode reads one stored event and its seq (0 when absent). The error
 // says what is wrong, for a "corrupt" message.
-func Decode(b []byte) (uint64, coord.HistoryEvent, error) {
+func Decode(b []byte) (uint64, history.Event, error) {
 	if len(b) > MaxLen {
-		return 0, coord.HistoryEvent{}, fmt.Errorf("event is %d bytes long", len(b))
+		return 0, history.Event{}, fmt.Errorf("event is %d bytes long", len(b))
 	}
 	var w wire
 	if err := json.Unmarshal(b, &w); err != nil {
-		return 0, coord.HistoryEvent{}, err
+		return 0, history.Event{}, err
 	}
 	switch {
 	case w.Time.IsZero():
-		return 0, coord.HistoryEvent{}, errors.New("event has no time")
+		return 0, history.Event{}, errors.New("event has no time")
 	case coord.ValidateName(w.Lock) != nil:
-		return 0, coord.HistoryEvent{}, fmt.Errorf("event has an invalid lock name %q", w.Lock)
+		return 0, history.Event{}, fmt.Errorf("event has an invalid lock name %q", w.Lock)
 	case w.Kind == "":
-		return 0, coord.HistoryEvent{}, errors.New("event has no kind")
+		return 0, history.Event{}, errors.New("event has no kind")
 	case w.WaitNS < 0 || w.HeldForNS < 0 || w.Count < 0:
-		return 0, coord.HistoryEvent{}, errors.New("event has a negative duration or count")
+		return 0, history.Event{}, errors.New("event has a negative duration or count")
 	}
-	return w.Seq, coord.HistoryEvent{
+	return w.Seq, history.Event{
 		Time: w.Time, Lock: w.Lock, Kind: w.Kind, Holder: w.Holder, Token: w.Token,
 		Wait: time.Duration(w.WaitNS), HeldFor: time.Duration(w.HeldForNS), Count: w.Count,
 		Error: w.Error, Key: w.Key, AcceptedToken: w.AcceptedToken, LeaseID: w.LeaseID, Reason: w.Reason,

@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/pkg/history"
+
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
 func TestRoundTrip(t *testing.T) {
-	ev := coord.HistoryEvent{
-		Time: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC), Lock: "a/b", Kind: coord.HistAcquired, Holder: "h:1",
+	ev := history.Event{
+		Time: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC), Lock: "a/b", Kind: history.Acquired, Holder: "h:1",
 		Token: 42, Wait: 1500 * time.Millisecond, HeldFor: time.Hour, Count: 3, Error: "e", Key: "k", AcceptedToken: 43,
 		LeaseID: "694d7a0b1c2d3e4f",
 	}

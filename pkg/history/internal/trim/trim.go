@@ -4,7 +4,6 @@ package trim
 import (
 	"time"
 
-	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
@@ -31,8 +30,8 @@ func Kept[E any](o history.Options, evs []E, at func(E) time.Time, limit int) []
 
 // ByLock splits events by lock, keeping each lock's events in order, and
 // returns the locks in order of first appearance.
-func ByLock(evs []coord.HistoryEvent) (locks []string, byLock map[string][]coord.HistoryEvent) {
-	byLock = map[string][]coord.HistoryEvent{}
+func ByLock(evs []history.Event) (locks []string, byLock map[string][]history.Event) {
+	byLock = map[string][]history.Event{}
 	for _, ev := range evs {
 		if _, ok := byLock[ev.Lock]; !ok {
 			locks = append(locks, ev.Lock)

@@ -1,0 +1,61 @@
+package history
+
+import (
+	"context"
+	"time"
+)
+
+// Kind names a recorded lock event.
+type Kind string
+
+const (
+	Acquired         Kind = "acquired"          // Token, Holder, Wait, LeaseID
+	Released         Kind = "released"          // Token, Holder, HeldFor
+	RenewalFailed    Kind = "renewal_failed"    // Token, Holder, Count, Error
+	LeaseLost        Kind = "lease_lost"        // Token, Holder: the command was stopped
+	DeadlineExceeded Kind = "deadline_exceeded" // Token, Holder: the command was stopped
+	Expired          Kind = "expired"           // Token, Holder, LeaseID: ended without a release or revoke
+	Revoked          Kind = "revoked"           // Token, Holder
+	StaleRefused     Kind = "stale_refused"     // Key, Token (refused), AcceptedToken
+	// Package shards (fence shards run), on a shard's lock: Holder (the
+	// member), Token, Reason.
+	ShardTaken   Kind = "shard_taken"
+	ShardGivenUp Kind = "shard_given_up" // the map moved it to another member
+	ShardLost    Kind = "shard_lost"     // its lease ended
+	// On a member's lock: Holder (the member), Count (restarts so far),
+	// Reason.
+	Restarted Kind = "restarted"
+	Completed Kind = "completed" // Key, Token, Holder: a --once job succeeded and was recorded
+	Skipped   Kind = "skipped"   // Key, Holder, AcceptedToken (the record's): a --once job was already done
+)
+
+// Event is one entry of a lock's persistent history.
+type Event struct {
+	Time          time.Time     `json:"time"`
+	Lock          string        `json:"lock"`
+	Kind          Kind          `json:"kind"`
+	Holder        string        `json:"holder,omitempty"`
+	Token         uint64        `json:"token,omitempty"`
+	Wait          time.Duration `json:"-"`
+	HeldFor       time.Duration `json:"-"`
+	Count         int           `json:"count,omitempty"`
+	Error         string        `json:"error,omitempty"`
+	Key           string        `json:"key,omitempty"`
+	AcceptedToken uint64        `json:"accepted_token,omitempty"`
+	// LeaseID is the lease of an acquired or expired event (empty in
+	// events recorded before fence kept it): a Release from another
+	// process finds by it that the lease it releases had lapsed.
+	LeaseID string `json:"lease_id,omitempty"`
+	// Reason says why, in words: why a shard moved (package shards).
+	Reason string `json:"reason,omitempty"`
+}
+
+// Historian is implemented by coordinators that keep a bounded, persistent
+// history of events per lock.
+type Historian interface {
+	// Record appends an event to the lock's history.
+	Record(ctx context.Context, ev Event) error
+	// History returns the lock's most recent events, oldest first, at most
+	// limit of them (0: all that are kept).
+	History(ctx context.Context, lock string, limit int) ([]Event, error)
+}
