@@ -32,6 +32,8 @@ var capabilities = []capability{
 	capabilityOf[coord.AsyncRenewer](),
 	capabilityOf[coord.Historian](),
 	capabilityOf[coord.StopRequester](),
+	capabilityOf[coord.Completer](),
+	capabilityOf[coord.Limiter](),
 }
 
 // Capabilities returns the names of the optional capabilities of package
