@@ -27,6 +27,11 @@ const (
 	HistRestarted HistoryKind = "restarted"
 	HistCompleted HistoryKind = "completed" // Key, Token, Holder: a --once job succeeded and was recorded
 	HistSkipped   HistoryKind = "skipped"   // Key, Holder, AcceptedToken (the record's): a --once job was already done
+	// The kill switch (Limiter), on each lock it covers: Holder (who set
+	// it), Reason (the operator's, after the prefix for a prefix's limit).
+	HistFrozen  HistoryKind = "frozen"  // fence freeze: no new holder
+	HistLimited HistoryKind = "limited" // fence limit: Count is the limit
+	HistThawed  HistoryKind = "thawed"  // fence thaw: the limit was removed
 )
 
 // HistoryEvent is one entry of a lock's persistent history.

@@ -202,6 +202,7 @@ var knownKinds = map[coord.HistoryKind]bool{
 	coord.HistShardTaken: true, coord.HistShardGivenUp: true, coord.HistShardLost: true, coord.HistRestarted: true,
 	coord.HistCompleted: true,
 	coord.HistSkipped:   true,
+	coord.HistFrozen:    true, coord.HistLimited: true, coord.HistThawed: true,
 }
 
 // Normalize checks an event before it is stored and fills in what may be
