@@ -89,7 +89,7 @@ func TestListJSONSameOnAndOffTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	fields := []string{"name", "held", "holder", "token", "lease_id", "ttl_seconds", "ttl_left_seconds",
-		"acquired_at", "held_for_seconds", "waiters", "last_token", "process"}
+		"acquired_at", "held_for_seconds", "waiters", "last_token", "process", "limit"}
 	for _, m := range got {
 		if len(m) != len(fields) {
 			t.Errorf("%v: %d fields, want %d", m["name"], len(m), len(fields))
@@ -165,7 +165,7 @@ func TestEventRows(t *testing.T) {
 	}
 	v := newEventView(evs[0])
 	b, _ := json.Marshal(v)
-	if want := `{"time":"2026-05-06T07:08:09.000Z","kind":"acquired","holder":"h","token":3,"wait_seconds":1.5,"held_for_seconds":null,"count":null,"error":null,"key":null,"accepted_token":null}`; string(b) != want {
+	if want := `{"time":"2026-05-06T07:08:09.000Z","kind":"acquired","holder":"h","token":3,"wait_seconds":1.5,"held_for_seconds":null,"count":null,"error":null,"key":null,"accepted_token":null,"reason":null}`; string(b) != want {
 		t.Fatalf("event JSON\n%s\nwant\n%s", b, want)
 	}
 }
