@@ -169,3 +169,33 @@ func TestEventRows(t *testing.T) {
 		t.Fatalf("event JSON\n%s\nwant\n%s", b, want)
 	}
 }
+
+// TestContention: fence show puts the waits and holds of the events side
+// by side, on one sparkline scale, and says when waits exceed holds.
+func TestContention(t *testing.T) {
+	ms := time.Millisecond
+	evs := []coord.HistoryEvent{
+		{Kind: coord.HistAcquired, Wait: 0},
+		{Kind: coord.HistReleased, HeldFor: 500 * ms},
+		{Kind: coord.HistAcquired, Wait: 500 * ms},
+		{Kind: coord.HistReleased, HeldFor: 500 * ms},
+		{Kind: coord.HistAcquired, Wait: 1000 * ms},
+		{Kind: coord.HistRenewalFailed, Count: 1},
+	}
+	c := newContention(evs)
+	got := strings.Join(contentionLines(c), "\n")
+	want := "" +
+		"wait  n=3   median 500ms    max 1s       total 1.5s     ▁▄█\n" +
+		"hold  n=2   median 500ms    max 500ms    total 1s       ▄▄\n" +
+		"waits exceed holds: the lock is the bottleneck"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	b, _ := json.Marshal(c)
+	if w := `{"wait":{"count":3,"median_seconds":0.5,"max_seconds":1,"total_seconds":1.5,"recent_seconds":[0,0.5,1]},"hold":{"count":2,"median_seconds":0.5,"max_seconds":0.5,"total_seconds":1,"recent_seconds":[0.5,0.5]}}`; string(b) != w {
+		t.Fatalf("contention JSON\n%s\nwant\n%s", b, w)
+	}
+	if lines := contentionLines(newContention(nil)); lines != nil {
+		t.Errorf("no events: %q, want nothing", lines)
+	}
+}

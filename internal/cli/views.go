@@ -126,6 +126,9 @@ type showView struct {
 	// Completions are the lock's latest --once completion records, newest
 	// first (absent when it has none).
 	Completions []completionView `json:"completions,omitempty" yaml:"completions,omitempty"`
+	// Contention is the waits and holds of the events shown, side by
+	// side; null when the coordinator keeps no history.
+	Contention *contentionView `json:"contention" yaml:"contention"`
 }
 
 // textTime formats a time for text output: RFC 3339 in local time, to the
