@@ -22,6 +22,7 @@ type fakeCoord struct {
 	watches  []chan coord.Event
 	lists    int
 	listErr  error
+	listGate chan struct{} // when set, a list waits until it is closed (a frozen etcd)
 	watchErr error
 	revoked  []string
 	inspects int
@@ -69,7 +70,17 @@ func (f *fakeCoord) Inspect(_ context.Context, name string) (coord.LockInfo, err
 	return coord.LockInfo{Name: name}, nil
 }
 
-func (f *fakeCoord) List(_ context.Context, prefix string) ([]coord.LockInfo, error) {
+func (f *fakeCoord) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	f.mu.Lock()
+	gate := f.listGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lists++

@@ -207,6 +207,55 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+// TestNoAnswer: a coordinator that stops answering (a list that never
+// returns, as on a frozen etcd) is shown as such on the status line, with
+// how long and since when, and the TTLs as unknown instead of counting
+// down to expiring; once it answers again, all is as before.
+func TestNoAnswer(t *testing.T) {
+	var mu sync.Mutex
+	now := epoch
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f := newFake(held("job", "w:1", 3, 15*time.Second, 15*time.Second, 0))
+	h := newHarness(t, f, Options{Now: clock, Refresh: 5 * time.Second, Location: time.UTC})
+	h.settle()
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.listGate = gate
+	f.mu.Unlock()
+	advance(5 * time.Second)
+	h.send(tickMsg{}) // the list is due: it does not come back
+	h.until("the list on its way", func() bool { return h.m.listing })
+	advance(7 * time.Second)
+	h.send(tickMsg{})
+	s := h.screen()
+	if !strings.Contains(s[22], "✖ no answer for 12s (since "+epoch.UTC().Format("15:04:05")+")") {
+		t.Fatalf("status bar %q", s[22])
+	}
+	if got := fields(s[lineOf(s, "job")]); got[1] != "held" || got[4] != "?" {
+		t.Fatalf("row while the coordinator does not answer: %q", got)
+	}
+	close(gate)
+	h.until("the list back", func() bool { return !h.m.listing })
+	s = h.screen()
+	if !strings.Contains(s[22], "● ok") {
+		t.Fatalf("status bar once answered %q", s[22])
+	}
+	if got := fields(s[lineOf(s, "job")]); got[5] != "15s" {
+		t.Fatalf("row once answered: %q", got)
+	}
+}
+
+// TestWarning: a known problem of the coordinator (an etcd version's
+// lease-safety bug) shows on the status line while it answers.
+func TestWarning(t *testing.T) {
+	h := newHarness(t, newFake(sampleLocks()...), Options{Warning: "etcd 3.4.23: etcd#15247"})
+	h.settle()
+	if s := h.screen(); !strings.Contains(s[22], "▲ etcd 3.4.23: etcd#15247") {
+		t.Fatalf("status bar %q", s[22])
+	}
+}
+
 func TestFilter(t *testing.T) {
 	f := newFake(sampleLocks()...)
 	h := newHarness(t, f, Options{})
@@ -557,5 +606,45 @@ func TestSortByFailuresSeesEveryLock(t *testing.T) {
 	h.until("lock-577 on top", func() bool { return lineOf(h.screen(), "lock-577") == 1 })
 	if got := fields(h.screen()[1]); got[8] != "5" {
 		t.Fatalf("top row %q", got)
+	}
+}
+
+// TestDetailsOfAGroup: the details of a `fence shards` member show its
+// part of the group's map (the shards it owns, of those held) and the live
+// members; those of a shard show its owner. Other locks show no group.
+func TestDetailsOfAGroup(t *testing.T) {
+	locks := []coord.LockInfo{
+		held("billing/members/a", "a", 1, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/members/b", "b", 1, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/shard/0", "a", 3, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/shard/1", "b", 2, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/shard/2", "a", 3, 15*time.Second, 14*time.Second, time.Minute),
+		held("billing/shard/3", "a", 5, 15*time.Second, 14*time.Second, time.Minute),
+		free("billing/shard/4", 7),
+		held("other", "x", 1, 15*time.Second, 14*time.Second, time.Minute),
+	}
+	f := newFake(locks...)
+	h := newHarness(t, f, Options{})
+	h.settle()
+	h.send(tea.WindowSizeMsg{Width: 140, Height: 30})
+	open := func(name string) string {
+		t.Helper()
+		h.m.mode = modeDetails
+		h.m.details.Open(name)
+		view := h.m.View()
+		checkFrame(t, view, 140, 30)
+		return view
+	}
+	if v := open("billing/members/a"); !strings.Contains(v, "billing · owns 3/4: 0,2-3 · 2 members") {
+		t.Errorf("member a's details lack its part of the map:\n%s", v)
+	}
+	if v := open("billing/shard/1"); !strings.Contains(v, "billing · shard 1 of 4 held · owner b · 2 members") {
+		t.Errorf("shard 1's details lack its owner:\n%s", v)
+	}
+	if v := open("billing/shard/4"); !strings.Contains(v, "owner nobody") {
+		t.Errorf("free shard 4's details:\n%s", v)
+	}
+	if v := open("other"); strings.Contains(v, "group") {
+		t.Errorf("a lock of no group shows a group:\n%s", v)
 	}
 }

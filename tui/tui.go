@@ -59,6 +59,9 @@ type Options struct {
 	Now func() time.Time
 	// Location is where times are shown (default time.Local).
 	Location *time.Location
+	// Warning is shown on the status line while the coordinator answers:
+	// a known problem of it (an etcd version with a lease-safety bug).
+	Warning string
 	// Input and Output are the terminal for Run (default os.Stdin and
 	// os.Stdout).
 	Input  io.Reader
@@ -154,9 +157,11 @@ type Model struct {
 	listEvery time.Duration
 
 	// Health of the reads.
-	readErr error
-	latency time.Duration
-	read    bool
+	readErr   error
+	latency   time.Duration
+	read      bool
+	lastOK    time.Time // the last read that was answered
+	listStart time.Time // when the list on its way was asked for
 
 	// History counters: one batch at a time.
 	histBusy   bool

@@ -86,7 +86,25 @@ func (m *Model) noteRead(err error, latency time.Duration) {
 	m.readErr = err
 	if err == nil {
 		m.latency, m.read = latency, true
+		m.lastOK = m.now
 	}
+}
+
+// stallAfter is how long a list may be on its way before the coordinator
+// counts as not answering (a frozen etcd does not fail a read: it never
+// answers it).
+const stallAfter = 2 * time.Second
+
+// unanswered reports whether the coordinator is not answering, and since
+// when: the last read failed, or a list has been on its way for stallAfter.
+func (m *Model) unanswered() (time.Time, bool) {
+	if m.readErr == nil && (!m.listing || m.now.Sub(m.listStart) < stallAfter) {
+		return time.Time{}, false
+	}
+	if !m.lastOK.IsZero() {
+		return m.lastOK, true
+	}
+	return m.listStart, !m.listStart.IsZero()
 }
 
 func (m *Model) cancelWatch() {
@@ -128,6 +146,7 @@ func (m *Model) startList() tea.Cmd {
 		return nil
 	}
 	m.listing = true
+	m.listStart = m.now
 	m.pending = m.pending[:0]
 	return m.listCmd()
 }

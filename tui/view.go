@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/x/ansi"
@@ -28,8 +29,11 @@ func (m *Model) View() string {
 	case modeHelp:
 		b.WriteString(m.helpView())
 	case modeDetails:
-		b.WriteString(m.details.View(m.store.Get(m.details.Name()), m.now))
+		d := m.details
+		d.Group = groupSummary(m.store.All(), d.Name())
+		b.WriteString(d.View(m.store.Get(d.Name()), m.now))
 	default:
+		_, m.table.Unconfirmed = m.unanswered()
 		b.WriteString(m.table.View(m.store, m.now))
 	}
 	b.WriteByte('\n')
@@ -49,13 +53,22 @@ func (m *Model) statusView() string {
 		Filter:  m.store.Filter(),
 	}
 	d.Sort, d.Reverse = m.store.Sort()
+	since, silent := m.unanswered()
 	switch {
+	case silent && (m.readErr == nil || m.now.Sub(since) >= time.Second):
+		d.Health = statusbar.Unavailable
+		d.Detail = fmt.Sprintf("no answer for %s (since %s)", format.Duration(m.now.Sub(since).Truncate(time.Second)),
+			since.In(m.opts.Location).Format("15:04:05"))
+		if m.readErr != nil {
+			d.Detail += ": " + m.readErr.Error()
+		}
 	case m.readErr != nil:
 		d.Health, d.Detail = statusbar.Unavailable, "unavailable: "+m.readErr.Error()
 	case m.watchErr != nil:
 		d.Health, d.Detail = statusbar.Degraded, m.watchErr.Error()+", retrying"
 	case m.watching && m.read:
 		d.Health = statusbar.OK
+		d.Warning = m.opts.Warning
 	}
 	return statusbar.View(m.styles, m.width, d)
 }

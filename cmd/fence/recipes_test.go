@@ -47,6 +47,7 @@ var recipeWork = []string{
 	"./compute-and-store.sh", "./compute",
 	"/usr/local/bin/reindex", "/usr/local/bin/backup-db", "/usr/local/bin/backup",
 	"backup-db", "export_part_1", "export_part_2", "make-report", "generate", "upload",
+	"/usr/local/bin/charge-customers", "./migrate",
 }
 
 // notRecipes are the commands whose Example is not a recipe to run, and why.
@@ -63,6 +64,7 @@ var notRecipes = map[string]string{
 	"fence limit":      "the kill switch: an operator's command, no work",
 	"fence freeze":     "the kill switch: an operator's command, no work",
 	"fence thaw":       "the kill switch: an operator's command, no work",
+	"fence once list":  "inspection, no work",
 }
 
 type recipe struct {
@@ -138,6 +140,9 @@ func cronCommands(tab string) (string, error) {
 		l = strings.TrimSpace(l)
 		if l == "" || l[0] == '#' {
 			continue
+		}
+		if i := strings.IndexByte(l, '='); i > 0 && !strings.ContainsAny(l[:i], " \t") {
+			continue // an environment setting (MAILTO=...)
 		}
 		if strings.HasSuffix(l, `\`) {
 			return "", fmt.Errorf("cron has no continuation lines: %q", l)
@@ -512,7 +517,8 @@ func records(t *testing.T, dir string) [][]string {
 }
 
 // lockedBy reads the fence calls recorded in dir and returns the locks that
-// acquire and run took, as fence's own command tree parses the arguments.
+// acquire and run took (each of several), as fence's own command tree
+// parses the arguments.
 func lockedBy(t *testing.T, dir string) []string {
 	t.Helper()
 	var locks []string
@@ -525,8 +531,15 @@ func lockedBy(t *testing.T, dir string) []string {
 		if err := cmd.ParseFlags(rest); err != nil {
 			continue
 		}
-		if pos := cmd.Flags().Args(); len(pos) > 0 && !slices.Contains(locks, pos[0]) {
-			locks = append(locks, pos[0])
+		// Every LOCK: fence run takes them before "--", acquire all.
+		pos := cmd.Flags().Args()
+		if n := cmd.Flags().ArgsLenAtDash(); cmd.Name() == "run" && n >= 0 {
+			pos = pos[:n]
+		}
+		for _, l := range pos {
+			if !slices.Contains(locks, l) {
+				locks = append(locks, l)
+			}
 		}
 	}
 	slices.Sort(locks)

@@ -17,17 +17,19 @@ import (
 const DefaultTTL = 15 * time.Second
 
 type acquireOptions struct {
-	lock   string
-	ttl    time.Duration
-	wait   time.Duration
-	noWait bool
-	format string
+	locks    []string
+	anyOrder bool
+	order    *orderCheck
+	ttl      time.Duration
+	wait     time.Duration
+	noWait   bool
+	format   string
 }
 
 func newCmdAcquire(f *Factory) *cobra.Command {
 	o := &acquireOptions{}
 	cmd := &cobra.Command{
-		Use:   "acquire LOCK [--ttl D] [--wait D | -n] [-o text|json|env]",
+		Use:   "acquire LOCK... [--ttl D] [--wait D | -n] [-o text|json|env]",
 		Short: "Take a lease with no process attached and print its token and lease id",
 		Long: `Take a lease on LOCK and print its fencing token and lease id. No process is
 attached to the lease: it ends at its TTL unless renewed with 'fence renew', or
@@ -42,14 +44,26 @@ SIGHUP), it leaves the queue and exits 128+N.
 for the shell, for eval. When no lease was taken (busy, interrupted, coordinator
 unreachable, bad input), it prints "(exit N)" instead, N being its exit code, so
 that the eval fails with that code. Write 'eval "$(fence acquire ...)" || exit $?'
-and the script stops there, with or without set -e.`,
+and the script stops there, with or without set -e.
+
+Several locks (fence acquire A B C) are taken in byte order of their names,
+whatever the order given (so that no two fence users deadlock), all or none
+within --wait: when one is busy, those taken are released and acquire exits 75
+naming it. While it waits for the next lock, acquire keeps the leases it took
+renewed. It prints every lease, in the order given: -o env prints FENCE_LOCKS=N
+and FENCE_LOCK_i, FENCE_TOKEN_i, FENCE_LEASE_ID_i (i = 1..N), -o json an object
+with a "leases" array. Renew and release them together with
+'fence renew A B C --lease ID1,ID2,ID3' (the ids in the same order).
+
+Like fence run, acquire refuses (125) to take a lock that sorts before one an
+enclosing fence run holds; --any-order allows it.`,
 		Example: `  eval "$(fence acquire nightly-backup --ttl 10m -n -o env)" || exit $?
   trap 'fence release nightly-backup --lease "$FENCE_LEASE_ID"' EXIT
   backup-db --fencing-token "$FENCE_TOKEN"`,
-		Args:              lockArg,
+		Args:              locksArgs,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.lock = args[0]
+			o.locks = args
 			return runAcquire(cmd.Context(), f, cmd, o)
 		},
 	}
@@ -57,6 +71,7 @@ and the script stops there, with or without set -e.`,
 	DurationVarP(cmd.Flags(), &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
 	cmd.Flags().BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
 	formatFlag(cmd, &o.format, output.Text, output.JSON, output.Env)
+	cmd.Flags().BoolVar(&o.anyOrder, "any-order", false, "take a lock that sorts before one an enclosing fence run holds (this is how nested fences deadlock)")
 	return cmd
 }
 
@@ -77,15 +92,27 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	case cmd.Flags().Changed("wait"):
 		wait = o.wait
 	}
+	cfg, err := f.Config()
+	if err != nil {
+		return err
+	}
+	o.order = newOrderCheck(cfg, "acquire", o.locks, o.anyOrder)
 	holder, err := f.holderOr(parentHolder)
 	if err != nil {
 		return err
 	}
 	ctx, interrupted, stop := interruptible(ctx)
 	defer stop()
+	if len(o.locks) > 1 {
+		return runAcquireSet(ctx, f, o, format, holder, wait, interrupted)
+	}
+	lock := o.locks[0]
 	var lease *coord.Lease
 	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		lease, err = c.Acquire(ctx, o.lock, coord.AcquireOptions{
+		if err := o.order.check(ctx, c); err != nil {
+			return err
+		}
+		lease, err = c.Acquire(ctx, lock, coord.AcquireOptions{
 			TTL: o.ttl, Holder: holder, Wait: wait,
 			OnWait: func(cur coord.LockInfo) {
 				f.verbosef("waiting for %s (token %d)", output.Clean(cur.Holder), cur.Token)
@@ -97,7 +124,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 		return interruptedError(sig)
 	}
 	if err != nil {
-		return fmt.Errorf("acquire %s: %w", output.Clean(o.lock), err)
+		return fmt.Errorf("acquire %s: %w", output.Clean(lock), err)
 	}
 	out := f.IO.Out
 	switch format {

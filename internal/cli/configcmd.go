@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
 func newCmdConfig(f *Factory) *cobra.Command {
@@ -19,7 +22,10 @@ func newCmdConfig(f *Factory) *cobra.Command {
 (FENCE_...), file (the config file) or default. The password is shown as
 <redacted>. Exits 125, after printing, when the configuration would be refused
 when connecting (a plaintext non-loopback endpoint, a password file readable by
-others, ...).
+others, ...). With etcd endpoints it also asks every member for its version
+(the server-versions row) and warns on stderr about a version with a known
+lease-safety bug (docs/operations.md lists them); every other command warns
+once too.
 
 Settings, in order of precedence: flags, then the environment (FENCE_ and the
 flag name in upper case, '-' as '_'), then the config file (--config, env
@@ -46,6 +52,9 @@ FENCE_CONFIG, else $XDG_CONFIG_HOME/fence/config.yaml, then
 				stateDir = config.DefaultStateDir()
 			}
 			entries := cfg.Entries(stateDir, coord.DefaultHolder())
+			if len(cfg.Endpoints) > 0 && verr == nil {
+				entries = append(entries, f.serverVersions(cmd.Context()))
+			}
 			switch format {
 			case output.JSON:
 				err = output.WriteJSON(f.IO.Out, entries)
@@ -73,4 +82,40 @@ FENCE_CONFIG, else $XDG_CONFIG_HOME/fence/config.yaml, then
 	}
 	formatFlag(cmd, &format, output.Table, output.JSON, output.YAML)
 	return cmd
+}
+
+// serverVersions is fence config's row of the etcd members' versions
+// ("host:port=3.4.23 (etcd#15247)" for one with a known lease-safety bug;
+// the warnings themselves go to stderr).
+func (f *Factory) serverVersions(ctx context.Context) config.Entry {
+	e := config.Entry{Key: "server-versions", Source: config.Source("server")}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c, err := f.Coordinator(ctx)
+	if err != nil {
+		e.Value = "unreachable: " + err.Error()
+		return e
+	}
+	defer c.Close()
+	var parts []string
+	for _, v := range f.versions {
+		p := strings.TrimPrefix(strings.TrimPrefix(v.Endpoint, "http://"), "https://") + "="
+		switch {
+		case v.Err != nil:
+			p += "?"
+		default:
+			p += v.Version
+			var ids []string
+			for _, b := range etcd.BugsOf(v.Version) {
+				ids = append(ids, b.Issue)
+			}
+			if len(ids) > 0 {
+				p += " (lease-safety bug " + strings.Join(ids, ", ") + ")"
+			}
+		}
+		parts = append(parts, p)
+	}
+	e.Value = strings.Join(parts, ",")
+	return e
 }

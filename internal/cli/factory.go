@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
@@ -72,6 +74,10 @@ type Factory struct {
 
 	flags *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
 	args  []string       // the command line, set by Run (for hints in flag errors)
+
+	versionsOnce sync.Once
+	versions     []etcd.MemberVersion // what the etcd members reported, once
+	versionWarns []string             // their known lease-safety bugs
 }
 
 // NewFactory returns a Factory whose configuration comes from the root
@@ -114,6 +120,11 @@ func NewFactory(ios *IOStreams) *Factory {
 		if err != nil {
 			return nil, err
 		}
+		if ec, ok := inner.(*etcd.Coordinator); ok {
+			for _, w := range f.checkVersions(ctx, ec, cfg.DialTimeout) {
+				fmt.Fprintf(f.IO.ErrOut, "fence: warning: %s\n", w)
+			}
+		}
 		// Every command records its lease events in the lock's history.
 		c, err := auto.Wrap(inner, history.WithLogger(logger))
 		if err != nil {
@@ -126,6 +137,40 @@ func NewFactory(ios *IOStreams) *Factory {
 		return c, nil
 	}
 	return f
+}
+
+// versionTimeout bounds the question of the etcd members' versions.
+const versionTimeout = time.Second
+
+// checkVersions asks the etcd members for their versions, once per process,
+// and returns the warnings about known lease-safety bugs the first time
+// (nil after: fence warns once).
+func (f *Factory) checkVersions(ctx context.Context, c *etcd.Coordinator, dial time.Duration) []string {
+	var first []string
+	f.versionsOnce.Do(func() {
+		vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
+		defer cancel()
+		f.versions = c.ServerVersions(vctx)
+		f.versionWarns = etcd.VersionWarnings(f.versions)
+		first = f.versionWarns
+	})
+	return first
+}
+
+// versionWarning is the dashboard's short form of the version warnings:
+// "etcd 3.4.23 has lease-safety bug etcd#15247" ("" when none).
+func (f *Factory) versionWarning() string {
+	seen := map[string]bool{}
+	var parts []string
+	for _, v := range f.versions {
+		for _, b := range etcd.BugsOf(v.Version) {
+			if k := v.Version + b.Issue; !seen[k] {
+				seen[k] = true
+				parts = append(parts, "etcd "+v.Version+" has lease-safety bug "+b.Issue)
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // holder returns the configured holder identity or the default.

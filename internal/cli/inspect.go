@@ -162,7 +162,7 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 			}
 		}
 		var done []coord.Completion
-		if k := coord.CompleterOf(c); k != nil {
+		if k := (coord.Completer)(nil); coord.As(c, &k) {
 			if done, err = k.Completions(ctx, o.lock); err != nil {
 				return fmt.Errorf("show %s: completion records: %w", output.Clean(o.lock), err)
 			}

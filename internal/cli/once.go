@@ -188,7 +188,8 @@ func (e *noRecordError) ExitCode() int { return 1 }
 // records.
 func withCompleter(ctx context.Context, f *Factory, fn func(coord.Completer) error) error {
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		k := coord.CompleterOf(c)
+		var k coord.Completer
+		coord.As(c, &k)
 		if k == nil {
 			return fmt.Errorf("%w: the coordinator (%s) keeps no completion records", coord.ErrInvalid, c.Describe())
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,12 +16,12 @@ import (
 )
 
 type leaseOptions struct {
-	lock    string
-	leaseID string
+	locks    []string
+	leaseIDs []string // as given: --lease repeated, or comma-separated
 }
 
-func leaseFlag(cmd *cobra.Command, p *string) {
-	cmd.Flags().StringVar(p, "lease", "", "lease id, as printed by acquire (required)")
+func leaseFlag(cmd *cobra.Command, p *[]string) {
+	cmd.Flags().StringArrayVar(p, "lease", nil, "lease id, as printed by acquire (required); with several locks, one per lock in the same order (repeated, or comma-separated)")
 	_ = cmd.MarkFlagRequired("lease")
 }
 
@@ -33,68 +35,122 @@ func checkLeaseID(id string) error {
 	return nil
 }
 
+// ids are the lease ids of o.locks, in their order. One lock takes one
+// --lease, as given; several take one id each, from repeated or
+// comma-separated --lease values.
+func (o *leaseOptions) ids() ([]string, error) {
+	var ids []string
+	if len(o.locks) == 1 && len(o.leaseIDs) == 1 {
+		ids = o.leaseIDs
+	} else {
+		for _, v := range o.leaseIDs {
+			ids = append(ids, strings.Split(v, ",")...)
+		}
+	}
+	for _, id := range ids {
+		if err := checkLeaseID(id); err != nil {
+			return nil, err
+		}
+	}
+	if len(ids) != len(o.locks) {
+		return nil, usageErrorf("%d lock(s) and %d lease id(s): give one --lease per lock, in the same order", len(o.locks), len(ids))
+	}
+	return ids, nil
+}
+
 func newCmdRenew(f *Factory) *cobra.Command {
 	o := &leaseOptions{}
 	cmd := &cobra.Command{
-		Use:   "renew LOCK --lease ID",
+		Use:   "renew LOCK... --lease ID[,ID...]",
 		Short: "Extend a lease by its TTL",
 		Long: `Extend the lease ID on LOCK by its TTL. Prints nothing; exits 0 when renewed,
 76 when the lease is gone (expired, revoked or released), and 125 when ID is not
-a lease id or is the lease of another lock (nothing is renewed).`,
-		Example:           `  fence renew nightly-backup --lease "$FENCE_LEASE_ID" || exit`,
-		Args:              lockArg,
+a lease id or is the lease of another lock (nothing is renewed).
+
+Several locks (as taken by 'fence acquire A B C') take one lease id each, in
+the same order: --lease ID1,ID2,ID3 or --lease repeated. Every lease is
+renewed; the exit is 76 when any of them is gone (naming it).`,
+		Example: `  fence renew nightly-backup --lease "$FENCE_LEASE_ID" || exit
+  fence renew db/orders db/invoices --lease "$FENCE_LEASE_ID_1,$FENCE_LEASE_ID_2" || exit`,
+		Args:              locksArgs,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.lock = args[0]
+			o.locks = args
 			return runRenew(cmd.Context(), f, o)
 		},
 	}
-	leaseFlag(cmd, &o.leaseID)
+	leaseFlag(cmd, &o.leaseIDs)
 	return cmd
 }
 
 func runRenew(ctx context.Context, f *Factory, o *leaseOptions) error {
-	if err := checkLeaseID(o.leaseID); err != nil {
+	ids, err := o.ids()
+	if err != nil {
 		return err
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		r, err := c.Renew(ctx, o.lock, o.leaseID)
-		if errors.Is(err, coord.ErrLeaseLost) {
-			return exitcode.New(exitcode.LeaseLost, fmt.Errorf("renew %s: lease %s is gone (expired, revoked or released)", output.Clean(o.lock), output.Clean(o.leaseID)))
+		var gone error
+		for i, lock := range o.locks {
+			r, err := c.Renew(ctx, lock, ids[i])
+			if errors.Is(err, coord.ErrLeaseLost) {
+				err = exitcode.New(exitcode.LeaseLost, fmt.Errorf("renew %s: lease %s is gone (expired, revoked or released)", output.Clean(lock), output.Clean(ids[i])))
+				if gone == nil {
+					gone = err
+				}
+				if len(o.locks) > 1 {
+					f.verbosef("%v", err)
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("renew %s: %w", output.Clean(lock), err)
+			}
+			f.verbosef("renewed %s: ttl %v", output.Clean(lock), r.TTL)
 		}
-		if err != nil {
-			return fmt.Errorf("renew %s: %w", output.Clean(o.lock), err)
-		}
-		f.verbosef("renewed %s: ttl %v", output.Clean(o.lock), r.TTL)
-		return nil
+		return gone
 	})
 }
 
 func newCmdRelease(f *Factory) *cobra.Command {
 	o := &leaseOptions{}
 	cmd := &cobra.Command{
-		Use:   "release LOCK --lease ID",
+		Use:   "release LOCK... --lease ID[,ID...]",
 		Short: "End a lease",
 		Long: `End the lease ID on LOCK. Prints nothing; exits 0, also when the lease is
 already gone, and 125 when ID is not a lease id or is the lease of another lock
-(nothing is released).`,
-		Example:           `  fence release nightly-backup --lease "$FENCE_LEASE_ID"`,
-		Args:              lockArg,
+(nothing is released).
+
+Several locks (as taken by 'fence acquire A B C') take one lease id each, in
+the same order: --lease ID1,ID2,ID3 or --lease repeated. They are released in
+reverse byte order of their names (the reverse of the order acquire took them
+in), every one even when one fails.`,
+		Example: `  fence release nightly-backup --lease "$FENCE_LEASE_ID"
+  fence release db/orders db/invoices --lease "$FENCE_LEASE_ID_1,$FENCE_LEASE_ID_2"`,
+		Args:              locksArgs,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.lock = args[0]
-			if err := checkLeaseID(o.leaseID); err != nil {
+			o.locks = args
+			ids, err := o.ids()
+			if err != nil {
 				return err
 			}
+			order := make([]int, len(o.locks))
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortFunc(order, func(a, b int) int { return strings.Compare(o.locks[b], o.locks[a]) })
 			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
-				if err := c.Release(cmd.Context(), o.lock, o.leaseID); err != nil {
-					return fmt.Errorf("release %s: %w", output.Clean(o.lock), err)
+				var first error
+				for _, i := range order {
+					if err := c.Release(cmd.Context(), o.locks[i], ids[i]); err != nil && first == nil {
+						first = fmt.Errorf("release %s: %w", output.Clean(o.locks[i]), err)
+					}
 				}
-				return nil
+				return first
 			})
 		},
 	}
-	leaseFlag(cmd, &o.leaseID)
+	leaseFlag(cmd, &o.leaseIDs)
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,12 +23,13 @@ type runOptions struct {
 	once                       string
 	oncePer, onceFor           time.Duration
 	doneExitCode               int
+	anyOrder                   bool
 }
 
 func newCmdRun(f *Factory) *cobra.Command {
 	o := &runOptions{}
 	cmd := &cobra.Command{
-		Use:   "run LOCK [flags] -- COMMAND [ARG...]",
+		Use:   "run LOCK... [flags] -- COMMAND [ARG...]",
 		Short: "Run a command as the holder of a lease, stopping it before the lease can expire",
 		Long: `Take a lease on LOCK, run COMMAND as its holder, and keep the lease renewed
 (every third of the TTL) while COMMAND runs. COMMAND gets the fencing token in
@@ -64,15 +66,31 @@ the check that the lease is still held; a failed COMMAND leaves no record, so
 the next attempt runs it. A lease lost before the record is written is exit
 76. --once-per D is --once with KEY the start of the current period (UTC,
 periods aligned to the Unix epoch: --once-per 24h is one run per UTC day).
-Records are kept for --once-for (default 30 days); see 'fence once'.`,
+Records are kept for --once-for (default 30 days); see 'fence once'.
+
+Several locks (fence run A B C -- COMMAND) are always taken in byte order of
+their names, whatever the order given, so that two runs that need overlapping
+sets never deadlock; all or none within --wait (the locks taken are released
+when one is busy: exit 75 naming it), released in reverse order. COMMAND gets
+FENCE_LOCKS=N and FENCE_LOCK_i, FENCE_TOKEN_i, FENCE_LEASE_ID_i (i = 1..N, in
+the order given) instead of FENCE_LOCK, FENCE_TOKEN and FENCE_LEASE_ID. Losing
+any of the leases stops it (76, naming the lock).
+
+A fence run started by a command that already runs under locks of the same
+coordinator (an enclosing fence run) refuses, with exit 125, to take a lock
+that sorts before one of them: nesting locks out of order is how two runs
+deadlock. Take the locks in one run, or nest them in byte order;
+--any-order allows it (and the deadlock).`,
 		Example: `  fence run nightly-backup --ttl 30s -n -- /usr/local/bin/backup --token-from-env
   fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'
   fence run -q billing --once-per 24h -- /usr/local/bin/charge-customers
-  fence run migrate --once "schema-v42" -- ./migrate up`,
+  fence run migrate --once "schema-v42" -- ./migrate up
+  fence run db/orders db/invoices --wait 1m --shell -- './compute-and-store.sh "$FENCE_TOKEN_1" "$FENCE_TOKEN_2"'`,
 		Args:              runArgs,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd, f, o, args[0], args[1:])
+			dash := cmd.ArgsLenAtDash()
+			return runRun(cmd, f, o, args[:dash], args[dash:])
 		},
 	}
 	fs := cmd.Flags()
@@ -90,6 +108,7 @@ Records are kept for --once-for (default 30 days); see 'fence once'.`,
 	DurationVarP(fs, &o.oncePer, "once-per", "", 0, false, "--once with the key the start of the current period (UTC, aligned to the Unix epoch)")
 	DurationVarP(fs, &o.onceFor, "once-for", "", coord.DefaultKeep, false, "how long a completion record is kept")
 	fs.IntVar(&o.doneExitCode, "done-exit-code", 0, "exit code when the --once key was already done")
+	fs.BoolVar(&o.anyOrder, "any-order", false, "take a lock that sorts before one an enclosing fence run holds (this is how nested runs deadlock)")
 	return cmd
 }
 
@@ -109,13 +128,13 @@ func runArgs(cmd *cobra.Command, args []string) error {
 		return usageErrorf("run needs a command after the lock: fence run %s -- COMMAND [ARG...]", args[0])
 	case dash < 0:
 		return usageErrorf("run needs \"--\" before the command (so that its flags are not taken as fence's): fence run %s [flags] -- %s", args[0], strings.Join(args[1:], " "))
-	case dash > 1:
-		return usageErrorf("run takes one LOCK before \"--\", got %d arguments: %q", dash, args[:dash])
+	case dash == len(args):
+		return usageErrorf("run needs a command after the locks: fence run %s -- COMMAND [ARG...]", strings.Join(args[:dash], " "))
 	}
-	return nil
+	return checkLocks("run", args[:dash])
 }
 
-func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command []string) error {
+func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []string) error {
 	wait := coord.WaitForever
 	switch {
 	case o.noWait && cmd.Flags().Changed("wait"):
@@ -137,16 +156,23 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 	if err != nil {
 		return err
 	}
+	order := newOrderCheck(cfg, "run", locks, o.anyOrder)
 	holder, err := f.holder()
 	if err != nil {
 		return err
+	}
+	lock := locks[0]
+	if len(locks) > 1 {
+		lock, locks = "", slices.Clone(locks)
+	} else {
+		locks = nil
 	}
 	// The watchdog process starts before the coordinator is opened: its
 	// start-up (fence started again) overlaps the connection and the
 	// acquisition instead of following them. r.Close ends it when the
 	// coordinator cannot be opened.
 	r, err := supervise.Start(supervise.Options{
-		Lock: lock, Command: command, Shell: o.shell,
+		Lock: lock, Locks: locks, Command: command, Shell: o.shell,
 		TTL: o.ttl, Holder: holder, Wait: wait,
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
@@ -164,6 +190,10 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, lock string, command 
 	ctx := context.WithoutCancel(cmd.Context())
 	c, err := f.Coordinator(ctx)
 	if err != nil {
+		return err
+	}
+	if err := order.check(ctx, c); err != nil { // only for a nested run
+		_ = c.Close()
 		return err
 	}
 	code, err := r.Run(ctx, c)

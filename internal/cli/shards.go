@@ -72,7 +72,10 @@ shards given up are released, new ones taken, and COMMAND started again with
 the new set. A membership change applies after --settle without a further
 change. Losing one shard's lease stops COMMAND before that lease can expire,
 even when fence is frozen, as fence run does; it is then started again with
-the shards left. fence exits with COMMAND's code when it ends on its own.`,
+the shards left. fence revoke GROUP/shard/N stops COMMAND at once and gives
+the shard up (its owner then takes it again under a new token); fence revoke
+GROUP/members/ID makes the member leave the group (exit 76). fence exits with
+COMMAND's code when it ends on its own.`,
 		Example: `  fence shards run billing --shards 64 -- ./worker   # reads $FENCE_SHARDS, $FENCE_SHARD_TOKENS`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()

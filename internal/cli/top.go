@@ -40,7 +40,11 @@ dashboard: state (held, expiring, free), holder, fencing token, TTL left,
 how long the lock has been held, renewals, renewal failures and stale tokens
 refused. It follows the coordinator's watch and lists every lock again each
 --refresh period. The status line shows the coordinator, its health, the
-latency of the last read and the totals.
+latency of the last read and the totals. When the coordinator stops
+answering (a read failed, or one has been on its way for 2s), it says for
+how long and since when, and the TTLs show as '?': they are not known until
+it answers again. An etcd server version with a known lease-safety bug is
+named there too.
 
 Keys: enter opens a lock's details and its event timeline, / filters by name
 or holder, s cycles the sort (S reverses it), r revokes the selected lease
@@ -106,6 +110,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		err := tui.Run(ctx, c, tui.Options{
 			Prefix:  o.prefix,
 			Refresh: o.refresh,
+			Warning: f.versionWarning(),
 			Input:   topInput(f.IO.In),
 			Output:  f.IO.Out,
 		})

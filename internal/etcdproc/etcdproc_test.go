@@ -34,3 +34,36 @@ func TestFreezeStopsAnswers(t *testing.T) {
 		t.Fatalf("after thaw: %v", err)
 	}
 }
+
+// TestClusterPartition: a three-member cluster of separate processes
+// elects a new leader when its leader is cut off from its peers through the
+// proxies, and the old leader rejoins once healed.
+func TestClusterPartition(t *testing.T) {
+	c := StartCluster(t, ClusterOptions{})
+	old := c.Leader()
+	if old == nil {
+		t.Fatal("no leader")
+	}
+	old.Partition(true)
+	var leader *Member
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, m := range c.Members {
+			if m == old {
+				continue
+			}
+			if st, err := m.status(500 * time.Millisecond); err == nil && st.Leader == st.Header.MemberId {
+				leader = m
+			}
+		}
+		if leader != nil {
+			break
+		}
+	}
+	if leader == nil {
+		t.Fatalf("no new leader with %s cut off", old.Name)
+	}
+	old.Partition(false)
+	if err := c.WaitHealthy(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

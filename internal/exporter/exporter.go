@@ -19,7 +19,7 @@
 //
 //	fence_lock_renewal_failures_total    counter   failed renewals recorded (an event may stand for several)
 //	fence_lock_stale_refusals_total      counter   writes refused by a guard for a stale token
-//	fence_lock_events_total              counter   history events, by kind (label kind; every kind, from 0)
+//	fence_lock_events_total              counter   history events, by kind (label kind; every kind, from 0; a shard's and a member's kinds too on GROUP/shard/N and GROUP/members/ID)
 //	fence_lock_wait_seconds              histogram how long each holder waited for the lock (the history's
 //	                                               waited of each acquired event), observed as it is read
 //
@@ -53,6 +53,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -245,6 +246,21 @@ var (
 	descHistUp = prometheus.NewDesc("fence_exporter_history_up",
 		"1 when the exporter's last read of the lock histories succeeded.", nil, nil)
 )
+
+// groupKinds are the kinds also exported from 0 for a lock of a `fence
+// shards` group: a shard's moves (GROUP/shard/N) and a member's restarts of
+// its command (GROUP/members/ID).
+func groupKinds(name string) []coord.HistoryKind {
+	if i := strings.LastIndex(name, "/shard/"); i > 0 {
+		if k, err := strconv.Atoi(name[i+len("/shard/"):]); err == nil && k >= 0 {
+			return []coord.HistoryKind{coord.HistShardTaken, coord.HistShardGivenUp, coord.HistShardLost}
+		}
+	}
+	if i := strings.LastIndex(name, "/members/"); i > 0 && !strings.Contains(name[i+len("/members/"):], "/") {
+		return []coord.HistoryKind{coord.HistRestarted}
+	}
+	return nil
+}
 
 // allKinds are the history event kinds exported for every lock.
 var allKinds = []coord.HistoryKind{
@@ -550,7 +566,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 				gauge(descLastCompletion, float64(st.lastCompletion.UnixNano())/1e9, n)
 			}
 			// Every kind, from 0, so that increase() sees the first one.
-			kinds := append([]coord.HistoryKind(nil), allKinds...)
+			kinds := append(append([]coord.HistoryKind(nil), allKinds...), groupKinds(n)...)
 			for k := range st.events {
 				if !slices.Contains(allKinds, k) {
 					kinds = append(kinds, k)

@@ -566,3 +566,63 @@ func TestWaitsAndLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestShardEvents: the moves of a fence shards group's shards and the
+// restarts of its members' commands, as fence shards run records them, are
+// counted by fence_lock_events_total; the kinds of a shard and of a member
+// are exported from 0, so that increase() sees their first event.
+func TestShardEvents(t *testing.T) {
+	b := backends(t)[0]
+	drv := recorder(t, b.open(t))
+	ctx := ctxT(t)
+	url := serve(t, recorder(t, b.open(t)), exporter.Options{})
+	l, err := drv.Acquire(ctx, "g/shard/3", coord.AcquireOptions{TTL: 30 * time.Second, Holder: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := drv.Acquire(ctx, "g/members/a", coord.AcquireOptions{TTL: 30 * time.Second, Holder: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := scrape(t, url)
+	for _, k := range []string{"shard_taken", "shard_given_up", "shard_lost"} {
+		if v := value(t, fams, "fence_lock_events_total", "lock", "g/shard/3", "kind", k); v != 0 {
+			t.Errorf("g/shard/3 %s: %v before any, want 0", k, v)
+		}
+	}
+	if v := value(t, fams, "fence_lock_events_total", "lock", "g/members/a", "kind", "restarted"); v != 0 {
+		t.Errorf("restarted: %v before any", v)
+	}
+	for _, ev := range []coord.HistoryEvent{
+		{Lock: "g/shard/3", Kind: coord.HistShardTaken, Holder: "a", Token: l.Token},
+		{Lock: "g/shard/3", Kind: coord.HistShardGivenUp, Holder: "a", Token: l.Token, Reason: "members a → a,b (to b)"},
+		{Lock: "g/members/a", Kind: coord.HistRestarted, Holder: "a", Count: 1, Reason: "the member's shards changed"},
+		{Lock: "g/members/a", Kind: coord.HistRestarted, Holder: "a", Count: 2, Reason: "the member's shards changed"},
+	} {
+		ev.Time = time.Now()
+		if err := drv.Record(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = drv.Release(ctx, l.Name, l.ID)
+	_ = drv.Release(ctx, m.Name, m.ID)
+	want := map[[2]string]float64{
+		{"g/shard/3", "shard_taken"}: 1, {"g/shard/3", "shard_given_up"}: 1, {"g/shard/3", "shard_lost"}: 0,
+		{"g/shard/3", "acquired"}: 1, {"g/members/a", "restarted"}: 2,
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		fams := scrape(t, url)
+		ok := true
+		for k, v := range want {
+			if got := value(t, fams, "fence_lock_events_total", "lock", k[0], "kind", k[1]); got != v {
+				ok = false
+				if time.Now().After(deadline) {
+					t.Errorf("%s %s: %v, want %v", k[0], k[1], got, v)
+				}
+			}
+		}
+		if ok || time.Now().After(deadline) {
+			break
+		}
+	}
+}

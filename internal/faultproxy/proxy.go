@@ -6,6 +6,7 @@
 package faultproxy
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type Proxy struct {
 	wg    sync.WaitGroup
 
 	forwarded atomic.Int64 // response bytes passed to clients
+
+	tagger  func(head []byte) string // names a connection's sender (SetTagger)
+	blocked map[string]bool          // senders whose connections are blackholed
 }
 
 // New starts a proxy on a free loopback port in front of target (host:port).
@@ -61,10 +65,45 @@ func (p *Proxy) SetMode(m Mode) { p.mu.Lock(); p.mode = m; p.mu.Unlock() }
 // SetResponseDelay delays every chunk of server-to-client traffic by d.
 func (p *Proxy) SetResponseDelay(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock() }
 
-func (p *Proxy) state() (Mode, time.Duration) {
+// SetTagger makes the proxy name each new connection's sender by its first
+// bytes (up to the end of the first HTTP header block, 8 KiB at most):
+// SetBlocked then blackholes one sender's connections only.
+func (p *Proxy) SetTagger(f func(head []byte) string) { p.mu.Lock(); p.tagger = f; p.mu.Unlock() }
+
+// SetBlocked blackholes (or passes again) both directions of every
+// connection whose tag (SetTagger) is tag.
+func (p *Proxy) SetBlocked(tag string, on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.blocked == nil {
+		p.blocked = map[string]bool{}
+	}
+	p.blocked[tag] = on
+}
+
+func (p *Proxy) state(tag string) (Mode, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tag != "" && p.blocked[tag] {
+		return BlackholeBoth, p.delay
+	}
 	return p.mode, p.delay
+}
+
+// head reads a new connection's first bytes for the tagger: up to the end
+// of the first HTTP header block, 8 KiB, or a pause of 200 ms.
+func head(c net.Conn) []byte {
+	buf := make([]byte, 0, 8<<10)
+	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	defer c.SetReadDeadline(time.Time{})
+	for len(buf) < cap(buf) && !bytes.Contains(buf, []byte("\r\n\r\n")) {
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			break
+		}
+	}
+	return buf
 }
 
 // Close stops the proxy and closes every connection.
@@ -103,14 +142,33 @@ func (p *Proxy) accept() {
 		}
 		p.track(client, true)
 		p.track(server, true)
-		p.wg.Add(2)
-		go p.pipe(server, client, false)
-		go p.pipe(client, server, true)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.mu.Lock()
+			tagger := p.tagger
+			p.mu.Unlock()
+			var tag string
+			if tagger != nil {
+				first := head(client)
+				tag = tagger(first)
+				if mode, _ := p.state(tag); mode != BlackholeBoth && mode != BlackholeRequests {
+					if _, err := server.Write(first); err != nil {
+						client.Close()
+						server.Close()
+						return
+					}
+				}
+			}
+			p.wg.Add(2)
+			go p.pipe(server, client, false, tag)
+			go p.pipe(client, server, true, tag)
+		}()
 	}
 }
 
 // pipe copies src to dst, dropping or delaying according to the mode.
-func (p *Proxy) pipe(dst, src net.Conn, response bool) {
+func (p *Proxy) pipe(dst, src net.Conn, response bool, tag string) {
 	defer p.wg.Done()
 	defer func() {
 		dst.Close()
@@ -122,7 +180,7 @@ func (p *Proxy) pipe(dst, src net.Conn, response bool) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			mode, delay := p.state()
+			mode, delay := p.state(tag)
 			drop := mode == BlackholeBoth ||
 				(mode == BlackholeRequests && !response) ||
 				(mode == BlackholeResponses && response)

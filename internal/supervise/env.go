@@ -36,7 +36,7 @@ func scrubEnv(env []string, location map[string]string) []string {
 	out := make([]string, 0, len(env)+len(location))
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if drop[k] || isCredential(k) {
+		if drop[k] || isCredential(k) || isSetVar(k) {
 			continue
 		}
 		out = append(out, kv)

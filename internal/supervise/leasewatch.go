@@ -24,7 +24,14 @@ type leaseWatch struct {
 // watchLease starts the watch of the held lease, once the command has
 // started: it adds nothing to the start-up. At most one per run.
 func (r *runner) watchLease(ctx context.Context) {
-	if r.lw.cancel != nil || r.held == nil {
+	if r.lw.cancel != nil {
+		return
+	}
+	if hs, ok := r.p.Holds.(*setHolds); ok {
+		r.watchSet(ctx, hs) // set.go: every lease of the set
+		return
+	}
+	if r.held == nil {
 		return
 	}
 	var w coord.LeaseWatcher
@@ -59,6 +66,9 @@ func (w *leaseWatch) stop() {
 // paused past its safe-until, which is why the lease expired; or a renewal
 // found the loss first), that is the error.
 func (r *runner) lostNotice(err error) error {
+	if n, ok := err.(*setNotice); ok {
+		return r.setLostNotice(n)
+	}
 	if herr := r.held.Check(); errors.Is(herr, coord.ErrLeaseLost) {
 		return herr
 	}

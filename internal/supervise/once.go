@@ -33,7 +33,8 @@ func (r *runner) oncePending(ctx context.Context) (ok bool, code int, err error)
 	if p.Once == "" {
 		return true, 0, nil
 	}
-	k := coord.CompleterOf(r.c)
+	var k coord.Completer
+	coord.As(r.c, &k)
 	if k == nil {
 		return false, exitcode.Failure, fmt.Errorf("%w: --once: the coordinator (%s) keeps no completion records", coord.ErrInvalid, r.c.Describe())
 	}
@@ -89,7 +90,9 @@ func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int,
 	if r.started != nil {
 		rec.Started = finished.Add(-r.exit.Died.Sub(r.started.At))
 	}
-	err := coord.CompleterOf(r.c).Complete(ctx, lease.ID, rec, p.OnceKeep)
+	var k coord.Completer
+	coord.As(r.c, &k)
+	err := k.Complete(ctx, lease.ID, rec, p.OnceKeep)
 	switch {
 	case errors.Is(err, coord.ErrLeaseLost):
 		r.m.lost = true

@@ -94,6 +94,15 @@ type Options struct {
 	// their subreaper.
 	NoCgroup bool
 
+	// Locks, when set, are several locks to hold at once (`fence run A B
+	// C`), instead of Lock: Run takes them in byte order of their names
+	// (fencing.AcquireSet), all or none within Wait, runs the command under
+	// all of them (stopped before the earliest can expire, and when any is
+	// lost) and releases them in reverse order. The command's environment
+	// names them in the order given (FENCE_LOCKS, FENCE_LOCK_i, ...). Lock,
+	// when empty, becomes the names joined by commas (messages, metrics).
+	Locks []string
+
 	// Holds, when set, are leases the caller holds and releases itself
 	// (`fence shards run`): the command runs under them, stopped before
 	// the earliest can expire, and Wait, NoRenew and ConflictExitCode do
@@ -129,7 +138,11 @@ type plan struct {
 // and say which setting is wrong and why.
 func check(opts Options) (*plan, error) {
 	p := &plan{Options: opts}
-	if err := coord.ValidateName(opts.Lock); err != nil {
+	if len(opts.Locks) > 0 {
+		if err := checkLocks(p); err != nil {
+			return nil, err
+		}
+	} else if err := coord.ValidateName(opts.Lock); err != nil {
 		return nil, err
 	}
 	if err := coord.ValidateTTL(opts.TTL); err != nil {

@@ -3,6 +3,7 @@ package supervise
 import (
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +41,93 @@ func TestTooSmallTTLRefused(t *testing.T) {
 		}
 		if 3*p.interval < ttl || 5*p.grace < min(ttl, 25*time.Second) {
 			t.Fatalf("--ttl %v: interval %v, grace %v", ttl, p.interval, p.grace)
+		}
+	}
+}
+
+// TestCheck: every setting check refuses, with the words that say why, and
+// the defaults it fills in for what it accepts.
+func TestCheck(t *testing.T) {
+	ok := func(o Options) Options {
+		if o.Lock == "" {
+			o.Lock = "l"
+		}
+		if o.Command == nil {
+			o.Command = []string{"true"}
+		}
+		if o.TTL == 0 {
+			o.TTL = 15 * time.Second
+		}
+		return o
+	}
+	for _, c := range []struct {
+		name string
+		o    Options
+		want string // in the error
+	}{
+		{"no lock", Options{Lock: "", Command: []string{"true"}, TTL: time.Second}, "lock name"},
+		{"bad lock", ok(Options{Lock: "a\x00b"}), "lock name"},
+		{"no TTL", Options{Lock: "l", Command: []string{"true"}}, "TTL must be positive"},
+		{"negative TTL", ok(Options{TTL: -time.Second}), "TTL must be positive"},
+		{"TTL too long", ok(Options{TTL: coord.MaxTTL + 1}), "exceeds the maximum"},
+		{"no command", Options{Lock: "l", TTL: time.Second, Command: []string{}}, "no command to run"},
+		{"--shell, two strings", ok(Options{Shell: true, Command: []string{"echo", "hi"}}), "--shell takes the command as one string, got 2 arguments"},
+		{"empty command", ok(Options{Command: []string{""}}), "the command is empty"},
+		{"empty --shell command", ok(Options{Shell: true, Command: []string{""}}), "the command is empty"},
+		{"negative --wait", ok(Options{Wait: -time.Second}), "--wait must not be negative"},
+		{"negative --deadline", ok(Options{Deadline: -time.Second}), "--deadline must be positive"},
+		{"negative --grace", ok(Options{Grace: -time.Second}), "--grace must not be negative"},
+		{"negative margin", ok(Options{Margin: -time.Second}), "margin and renew interval must not be negative"},
+		{"negative interval", ok(Options{RenewInterval: -time.Second}), "margin and renew interval must not be negative"},
+		{"conflict code 256", ok(Options{ConflictExitCode: 256}), "--conflict-exit-code must be 0 to 255, got 256"},
+		{"conflict code -1", ok(Options{ConflictExitCode: -1}), "--conflict-exit-code must be 0 to 255, got -1"},
+		{"signal 65", ok(Options{Signal: 65}), "--signal 65 is not a signal"},
+		{"signal -1", ok(Options{Signal: -1}), "--signal -1 is not a signal"},
+		{"STOP", ok(Options{Signal: syscall.SIGSTOP}), "--signal STOP does not end a process"},
+		{"TSTP", ok(Options{Signal: syscall.SIGTSTP}), "--signal TSTP does not end a process"},
+		{"TTIN", ok(Options{Signal: syscall.SIGTTIN}), "--signal TTIN does not end a process"},
+		{"TTOU", ok(Options{Signal: syscall.SIGTTOU}), "--signal TTOU does not end a process"},
+		{"CONT", ok(Options{Signal: syscall.SIGCONT}), "--signal CONT does not end a process"},
+		{"grace eats the TTL", ok(Options{TTL: 2 * time.Second, Grace: time.Second}), "leaves no room for two renewal attempts (every 667ms)"},
+		{"slow renewals", ok(Options{RenewInterval: 6 * time.Second}), "leaves no room for two renewal attempts (every 6s)"},
+		{"margin eats the TTL", ok(Options{Margin: 5 * time.Second}), "leaves no room for two renewal attempts"},
+		{"--no-renew covers nothing", ok(Options{NoRenew: true, TTL: time.Second, Grace: 900 * time.Millisecond}), "does not cover --grace 900ms plus the safety margin 100ms"},
+		{"--no-renew deadline too long", ok(Options{NoRenew: true, Deadline: 11 * time.Second}), "--deadline 11s exceeds what a --no-renew lease of --ttl 15s covers: 10.5s (TTL - grace 3s - margin 1.5s)"},
+	} {
+		_, err := check(c.o)
+		if err == nil || !errors.Is(err, coord.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want ErrInvalid saying %q", c.name, err, c.want)
+		}
+	}
+
+	for _, c := range []struct {
+		name                    string
+		o                       Options
+		grace, margin, interval time.Duration
+		signal                  syscall.Signal
+	}{
+		{"defaults", ok(Options{}), 3 * time.Second, 1500 * time.Millisecond, 5 * time.Second, syscall.SIGTERM},
+		{"long TTL: capped grace and margin", ok(Options{TTL: time.Minute}), 5 * time.Second, 2 * time.Second, 20 * time.Second, syscall.SIGTERM},
+		{"short TTL", ok(Options{TTL: time.Second}), 200 * time.Millisecond, 100 * time.Millisecond, 333333334, syscall.SIGTERM},
+		{"given", ok(Options{Grace: time.Second, Margin: 500 * time.Millisecond, RenewInterval: 2 * time.Second, Signal: syscall.SIGINT}),
+			time.Second, 500 * time.Millisecond, 2 * time.Second, syscall.SIGINT},
+		{"--signal KILL", ok(Options{Signal: syscall.SIGKILL}), 3 * time.Second, 1500 * time.Millisecond, 5 * time.Second, syscall.SIGKILL},
+		{"signal 64", ok(Options{Signal: 64}), 3 * time.Second, 1500 * time.Millisecond, 5 * time.Second, 64},
+		{"--wait forever", ok(Options{Wait: coord.WaitForever}), 3 * time.Second, 1500 * time.Millisecond, 5 * time.Second, syscall.SIGTERM},
+		{"conflict code 255", ok(Options{ConflictExitCode: 255}), 3 * time.Second, 1500 * time.Millisecond, 5 * time.Second, syscall.SIGTERM},
+		{"--shell", ok(Options{Shell: true, Command: []string{"echo hi"}}), 3 * time.Second, 1500 * time.Millisecond, 5 * time.Second, syscall.SIGTERM},
+		// A fixed lease is never renewed: the two renewals need not fit.
+		{"--no-renew, short", ok(Options{NoRenew: true, TTL: 500 * time.Millisecond}), 100 * time.Millisecond, 100 * time.Millisecond, 166666667, syscall.SIGTERM},
+		{"--no-renew, deadline = cover", ok(Options{NoRenew: true, Deadline: 10500 * time.Millisecond}), 3 * time.Second, 1500 * time.Millisecond, 5 * time.Second, syscall.SIGTERM},
+	} {
+		p, err := check(c.o)
+		if err != nil {
+			t.Errorf("%s: refused: %v", c.name, err)
+			continue
+		}
+		if p.grace != c.grace || p.margin != c.margin || p.interval != c.interval || p.signal != c.signal {
+			t.Errorf("%s: grace %v, margin %v, interval %v, signal %v; want %v, %v, %v, %v",
+				c.name, p.grace, p.margin, p.interval, p.signal, c.grace, c.margin, c.interval, c.signal)
 		}
 	}
 }

@@ -228,7 +228,8 @@ type runner struct {
 	orders    *orderQueue
 	reports   <-chan report // nil once read to its end
 	reportsCh <-chan report
-	startSent bool // the start order was given: the watchdog may have a command
+	startSent bool  // the start order was given: the watchdog may have a command
+	phase     phase // of the supervision: running from the start order on
 
 	started   *report // the watchdog's started report
 	execErr   *report
@@ -292,6 +293,9 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	if p.Holds != nil {
 		r.useHolds()
 		return r.supervise(ctx, path, args, env, ignored, sigs)
+	}
+	if len(p.Locks) > 0 {
+		return r.runSet(ctx, path, args, env, ignored, sigs) // set.go
 	}
 
 	// The watchdog was started by Start: its PID is recorded with the
@@ -527,20 +531,18 @@ func (r *runner) closeWatchdog() {
 // supervise starts the command and follows it until the watchdog is done.
 func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
 	p := r.p
-	leaseStop := r.hold.SafeUntil().Add(-p.grace)
-	var deadline clock.Boot
-	now := clock.Now()
+	l := &loop{ctx: ctx, sigs: sigs, leaseStop: leaseStopOf(r.hold.SafeUntil(), p.grace)}
 	if p.Deadline > 0 {
-		deadline = now.Add(p.Deadline)
+		l.deadline = clock.Now().Add(p.Deadline)
 	}
-	if p.NoRenew && (deadline == 0 || deadline > leaseStop) {
-		deadline = leaseStop // what the lease covers
+	if p.NoRenew && (l.deadline == 0 || l.deadline > l.leaseStop) {
+		l.deadline = l.leaseStop // what the lease covers
 	}
-	env = setEnv(env, r.commandEnv(deadline))
+	env = setEnv(env, r.commandEnv(l.deadline))
 	sp := &spec{
 		Path: path, Args: args, Env: env, Dir: p.Dir,
 		Signal: int(p.signal), Grace: p.grace,
-		LeaseStop: leaseStop, Deadline: deadline,
+		LeaseStop: l.leaseStop, Deadline: l.deadline,
 		Ignore:     ignored,
 		Foreground: foreground(r.wd.Stdin),
 		FencePgrp:  unix.Getpgrp(),
@@ -548,116 +550,132 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	}
 	r.orders.push(order{Op: opStart, Spec: sp})
 	r.startSent = true
+	r.phase = r.phase.next(stepStart)
 
 	defer r.lw.stop()
-	heldDone := r.hold.Context().Done()
-	ctxDone := ctx.Done()
-	wdDone := r.wdDone
-	var (
-		ownSignalAt, ownKillAt clock.Boot // fence's own stop sequence
-		ownSignalled           bool
-		lastKill               clock.Boot
-	)
-	allowance := min(p.grace/4, 100*time.Millisecond) // the watchdog acts first
-	startStop := func(reason string, now clock.Boot) {
-		if r.stopping != "" || r.exit != nil || r.execErr != nil {
-			return
-		}
-		r.stopping = reason
-		r.orders.push(order{Op: opStop, Reason: reason})
-		ownSignalAt = now.Add(allowance)
-		ownKillAt = min(now.Add(p.grace), leaseStop.Add(p.grace))
-		if p.signal == syscall.SIGKILL {
-			ownKillAt = ownSignalAt
-		}
-		r.verbosef("stopping the command (%s)", reason)
-	}
+	l.heldDone = r.hold.Context().Done()
+	l.ctxDone = ctx.Done()
+	l.wdDone = r.wdDone
 	for {
 		now := clock.Now()
-		if r.stopping == "" && r.exit == nil {
-			leaseStop = max(leaseStop, r.hold.SafeUntil().Add(-p.grace))
-			stop, reason := leaseStop, reasonLease
-			if deadline != 0 && deadline <= leaseStop {
-				stop, reason = deadline, reasonDeadline
-			}
-			if now >= stop {
-				startStop(reason, now)
-			}
-		}
-		// fence's own stop does not wait for the watchdog's report of the
-		// command's group: a watchdog frozen before it reported would
-		// otherwise leave the command running. signalAll reaches the
-		// command through the watchdog's descendants in any case.
-		if r.stopping != "" && r.exit == nil {
-			if !ownSignalled && r.wdStopped == "" && now >= ownSignalAt && p.signal != syscall.SIGKILL {
-				ownSignalled = true
-				r.signalAll(p.signal)
-			}
-			if now >= ownKillAt && now.Sub(lastKill) >= 50*time.Millisecond {
-				lastKill = now
-				r.signalAll(syscall.SIGKILL)
-			}
-		}
+		r.act(l, now)
 		// The watchdog's last word: the command could not be started, or it
 		// ended and nothing of its tree is left. The lease can go now; the
 		// watchdog exits meanwhile (it is waited for after the release).
-		if r.exit != nil || r.execErr != nil || (r.reports == nil && isClosed(r.wdDone)) {
+		if r.reports == nil && isClosed(r.wdDone) {
+			r.phase = r.phase.next(stepDone)
+		}
+		if r.phase == phaseDone {
 			break
 		}
-
-		wake := now.Add(recheck)
-		switch {
-		case r.stopping == "" && r.exit == nil:
-			wake = min(wake, leaseStop)
-			if deadline != 0 {
-				wake = min(wake, deadline)
-			}
-		case r.exit == nil:
-			if !ownSignalled {
-				wake = min(wake, ownSignalAt)
-			}
-			wake = min(wake, max(ownKillAt, lastKill.Add(50*time.Millisecond)))
-		}
-		t := time.NewTimer(max(wake.Sub(now), 0))
-		select {
-		case <-t.C:
-		case rep, ok := <-r.reports:
-			if !ok {
-				r.reports = nil
-				break
-			}
-			r.report(ctx, rep)
-		case <-wdDone:
-			wdDone = nil // the reports are read to their end before deciding
-		case <-heldDone:
-			heldDone = nil
-			cause := context.Cause(r.hold.Context())
-			if errors.Is(cause, coord.ErrLeaseLost) {
-				if r.lostErr == nil {
-					r.lostErr = cause
-				}
-				startStop(reasonLost, clock.Now())
-			}
-		case err, ok := <-r.lw.ch:
-			r.lw.ch = nil
-			if ok && err != nil {
-				if r.lostErr == nil {
-					r.lostErr = r.lostNotice(err)
-				}
-				r.verbosef("the coordinator reports: %v", err)
-				startStop(reasonLost, clock.Now())
-			}
-		case <-ctxDone:
-			ctxDone = nil
-			r.cancelErr = context.Cause(ctx)
-			startStop(reasonCanceled, clock.Now())
-		case s := <-sigs:
-			r.verbosef("forwarding SIG%s to the command", SignalName(s.(syscall.Signal)))
-			r.orders.push(order{Op: opSignal, Signal: int(s.(syscall.Signal))})
-		}
-		t.Stop()
+		r.await(l, now, nextWake(r.schedule(l), now))
 	}
 	return r.outcome()
+}
+
+// loop is what fence's supervision loop follows besides the phase.
+type loop struct {
+	ctx       context.Context
+	sigs      <-chan os.Signal
+	leaseStop clock.Boot // when the stop sequence must start unless extended
+	deadline  clock.Boot // 0: none
+	own       ownStop    // fence's own stop sequence, once stopping
+	// What the loop waits for; nil once received (or, sigs, never).
+	heldDone, ctxDone, wdDone <-chan struct{}
+}
+
+// act does what the phase asks at now: start the stop sequence when the
+// stop time has come (the lease's, extended by every renewal, or the
+// deadline), and fence's own stop signal and SIGKILL when theirs has.
+func (r *runner) act(l *loop, now clock.Boot) {
+	p := r.p
+	if r.phase == phaseRunning {
+		l.leaseStop = max(l.leaseStop, leaseStopOf(r.hold.SafeUntil(), p.grace))
+		if stop, reason := stopStart(l.leaseStop, l.deadline); now >= stop {
+			r.startStop(l, reason, now)
+		}
+	}
+	// fence's own stop does not wait for the watchdog's report of the
+	// command's group: a watchdog frozen before it reported would
+	// otherwise leave the command running. signalAll reaches the command
+	// through the watchdog's descendants in any case.
+	if r.phase.stopping() {
+		signal, kill := l.own.due(now, r.wdStopped != "")
+		if signal {
+			r.signalAll(p.signal)
+		}
+		if kill {
+			r.phase = r.phase.next(stepKill)
+			r.signalAll(syscall.SIGKILL)
+		}
+	}
+}
+
+// startStop starts the stop sequence for reason at now, unless it runs
+// already or the command is done: the watchdog is told to stop the
+// command, and fence's own stop backs it.
+func (r *runner) startStop(l *loop, reason string, now clock.Boot) {
+	if r.phase != phaseRunning {
+		return
+	}
+	r.phase = r.phase.next(stepStop)
+	r.stopping = reason
+	r.orders.push(order{Op: opStop, Reason: reason})
+	l.own = beginOwnStop(now, l.leaseStop, r.p.grace, r.p.signal)
+	r.verbosef("stopping the command (%s)", reason)
+}
+
+// schedule is what fence's loop waits for in its phase.
+func (r *runner) schedule(l *loop) schedule {
+	if r.phase == phaseRunning {
+		stop, _ := stopStart(l.leaseStop, l.deadline)
+		return schedule{phase: r.phase, stop: stop}
+	}
+	return l.own.schedule(r.phase)
+}
+
+// await sleeps from now until wake, a report of the watchdog, its exit, the end of
+// the hold, a notice of the lease watch, the end of ctx or a signal to
+// forward, and takes it in.
+func (r *runner) await(l *loop, now, wake clock.Boot) {
+	t := time.NewTimer(wake.Sub(now))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case rep, ok := <-r.reports:
+		if !ok {
+			r.reports = nil
+			break
+		}
+		r.report(l.ctx, rep)
+	case <-l.wdDone:
+		l.wdDone = nil // the reports are read to their end before deciding
+	case <-l.heldDone:
+		l.heldDone = nil
+		cause := context.Cause(r.hold.Context())
+		if errors.Is(cause, coord.ErrLeaseLost) {
+			if r.lostErr == nil {
+				r.lostErr = cause
+			}
+			r.startStop(l, reasonLost, clock.Now())
+		}
+	case err, ok := <-r.lw.ch:
+		r.lw.ch = nil
+		if ok && err != nil {
+			if r.lostErr == nil {
+				r.lostErr = r.lostNotice(err)
+			}
+			r.verbosef("the coordinator reports: %v", err)
+			r.startStop(l, reasonLost, clock.Now())
+		}
+	case <-l.ctxDone:
+		l.ctxDone = nil
+		r.cancelErr = context.Cause(l.ctx)
+		r.startStop(l, reasonCanceled, clock.Now())
+	case s := <-l.sigs:
+		r.verbosef("forwarding SIG%s to the command", SignalName(s.(syscall.Signal)))
+		r.orders.push(order{Op: opSignal, Signal: int(s.(syscall.Signal))})
+	}
 }
 
 // report takes in one report of the watchdog.
@@ -684,10 +702,12 @@ func (r *runner) report(ctx context.Context, rep report) {
 		}
 	case evExecError:
 		r.execErr = &rep
+		r.phase = r.phase.next(stepDone)
 	case evStopping:
 		r.wdStopped = rep.Reason
 	case evExited:
 		r.exit = rep.Exit
+		r.phase = r.phase.next(stepDone)
 	case evError:
 		r.wdErr = rep.Msg
 	}
@@ -712,12 +732,14 @@ func (r *runner) signalAll(sig syscall.Signal) {
 	_, _ = proc.SignalDescendants(r.wd.Process.Pid, sig, nil)
 }
 
-// outcome maps how things ended to fence's exit code and message.
+// outcome maps how things ended to fence's exit code and message
+// (outcomeOf), after what it must do first: when the watchdog died without
+// a last word, make sure nothing of the command is left; when the command
+// ended, see whether the lease was lost meanwhile.
 func (r *runner) outcome() (int, error) {
-	p := r.p
+	e := ending{execErr: r.execErr, exit: r.exit, wdErr: r.wdErr, stopping: r.stopping, cancelErr: r.cancelErr, token: r.m.token}
 	switch {
 	case r.execErr != nil:
-		return r.execErr.Code, errors.New(r.execErr.Msg)
 	case r.exit == nil:
 		// The watchdog died without a last word: make sure nothing is left.
 		if r.started != nil {
@@ -727,55 +749,32 @@ func (r *runner) outcome() (int, error) {
 				_ = removeCgroupDir(r.started.Cgroup)
 			}
 		}
-		if r.wdErr != "" {
-			return exitcode.Failure, fmt.Errorf("watchdog: %s", r.wdErr)
-		}
-		return exitcode.Failure, fmt.Errorf("the watchdog process ended unexpectedly (%v)", r.wd.ProcessState)
-	}
-	e := r.exit
-	if r.lostErr == nil && r.hold != nil {
-		// fence may have been resumed a moment ago: see for itself.
-		if err := r.hold.Check(); errors.Is(err, coord.ErrLeaseLost) {
-			r.lostErr = err
-		}
-	}
-	if r.started != nil {
-		r.m.duration = e.Died.Sub(r.started.At)
-	}
-	reason := e.Stopped
-	if reason == "" && e.Signal != 0 && r.stopping != "" {
-		reason = r.stopping // fence's own stop got there first
-	}
-	switch reason {
-	case "":
-		if r.lostErr != nil && r.hold != nil && e.Died > r.hold.SafeUntil() {
-			// The command ended on its own, or killed by someone else, after
-			// the lease could no longer be trusted: fence and its watchdog
-			// were frozen past safe-until, so neither stopped it in time (on
-			// the local backend the next holder kills an expired holder's
-			// group). Its work was not covered by the lease to the end.
-			r.m.lost = true
-			return exitcode.LeaseLost, fmt.Errorf("%v: the command %s after that", r.lostErr, endText(e))
-		}
-		if e.Signal != 0 {
-			r.verbosef("the command was killed by SIG%s", SignalName(syscall.Signal(e.Signal)))
-			return 128 + e.Signal, nil
-		}
-		r.verbosef("the command exited with code %d", e.Code)
-		return e.Code, nil
-	case reasonCanceled:
-		return exitcode.Failure, fmt.Errorf("%w: the command was stopped (%s)", r.cancelErr, stopText(p, e))
-	case reasonDeadline:
-		r.m.deadlineExceeded = true
-		return exitcode.Deadline, fmt.Errorf("deadline %s reached: the command was stopped (%s)", deadlineText(p), stopText(p, e))
+		e.wdState = fmt.Sprint(r.wd.ProcessState) // the loop ended once it had exited
 	default:
-		r.m.lost = true
-		if r.lostErr != nil {
-			return exitcode.LeaseLost, fmt.Errorf("%v: the command was stopped (%s)", r.lostErr, stopText(p, e))
+		if r.lostErr == nil && r.hold != nil {
+			// fence may have been resumed a moment ago: see for itself.
+			if err := r.hold.Check(); errors.Is(err, coord.ErrLeaseLost) {
+				r.lostErr = err
+			}
 		}
-		return exitcode.LeaseLost, fmt.Errorf("lease on %q (token %d) was not renewed in time: the command was stopped before it could expire (%s)",
-			p.Lock, r.m.token, stopText(p, e))
+		if r.started != nil {
+			r.m.duration = r.exit.Died.Sub(r.started.At)
+		}
 	}
+	e.lostErr = r.lostErr
+	if r.hold != nil {
+		e.safeUntil = r.hold.SafeUntil()
+	}
+	if _, ok := r.p.Holds.(*setHolds); ok {
+		e.unrenewed, e.token = r.unrenewed()
+	}
+	res := outcomeOf(r.p, e)
+	r.m.lost = r.m.lost || res.lost
+	r.m.deadlineExceeded = r.m.deadlineExceeded || res.deadline
+	if res.verbose != "" {
+		r.verbosef("%s", res.verbose)
+	}
+	return res.code, res.err
 }
 
 func deadlineText(p *plan) string {

@@ -128,12 +128,20 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 				case <-m.Changed():
 				case <-tc:
 				}
-				changed := false
+				var why []string
 				for _, s := range live {
 					if s.Context().Err() != nil && !errors.Is(context.Cause(s.Held().Context()), coord.ErrLeaseLost) {
-						changed = true // moved away (a loss is the Runner's to stop)
+						// moved away or revoked (a loss is the Runner's to stop)
+						msg := context.Cause(s.Context()).Error()
+						if !strings.Contains(msg, fmt.Sprintf("shard %d ", s.Number)) && m.Context().Err() == nil {
+							msg = fmt.Sprintf("shard %d: %s", s.Number, msg)
+						}
+						if !slices.Contains(why, msg) {
+							why = append(why, msg)
+						}
 					}
 				}
+				changed := len(why) > 0
 				var now []*shards.Shard
 				for _, s := range m.Shards() {
 					if s.Context().Err() == nil {
@@ -151,7 +159,10 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 					}
 				}
 				if changed {
-					cancel(errSetChanged)
+					if len(why) == 0 {
+						why = append(why, "set "+ranges(numbers(live))+" → "+ranges(numbers(now)))
+					}
+					cancel(fmt.Errorf("%w: %s", errSetChanged, strings.Join(why, "; ")))
 					return
 				}
 			}
@@ -172,9 +183,15 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 		if sigSeen.Load() != nil {
 			return code, err
 		}
+		if m.Context().Err() != nil && code != 0 {
+			// The member left the group (its own lease was revoked or lost):
+			// the command was stopped for that, not to restart.
+			<-m.Done()
+			return exitcode.LeaseLost, m.Err()
+		}
 		switch {
 		case errors.Is(stopped, errSetChanged):
-			reason = "the member's shards changed"
+			reason = stopped.Error()
 		case code == exitcode.LeaseLost && m.Context().Err() == nil:
 			// One shard's lease was lost: the command was stopped in time.
 			reason = fmt.Sprintf("lost a lease: %v", err)
@@ -224,4 +241,25 @@ func shardEnv(m *shards.Member, live []*shards.Shard, opts Options) map[string]s
 		"FENCE_HOLDER":       m.ID(),
 		"FENCE_TTL":          strconv.FormatFloat(ttl.Seconds(), 'f', -1, 64),
 	}
+}
+
+// ranges writes shard numbers as "0-3,7" ("none" for none).
+func ranges(ns []int) string {
+	var b []string
+	for i := 0; i < len(ns); {
+		j := i
+		for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
+			j++
+		}
+		if j > i {
+			b = append(b, strconv.Itoa(ns[i])+"-"+strconv.Itoa(ns[j]))
+		} else {
+			b = append(b, strconv.Itoa(ns[i]))
+		}
+		i = j + 1
+	}
+	if len(b) == 0 {
+		return "none"
+	}
+	return strings.Join(b, ",")
 }

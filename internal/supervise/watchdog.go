@@ -103,15 +103,17 @@ type watchdog struct {
 	cgBase    string
 	cgBaseErr error
 
+	// phase: waiting for the start order, running the command, stopping
+	// it (or, once it ended on its own, what it left), killing what is
+	// left, done.
+	phase       phase
 	leaseStop   clock.Boot
-	stopping    string     // reason of the stop sequence, "" before
-	cleaning    bool       // the command ended; its leftovers are being stopped
-	killAt      clock.Boot // SIGKILL time once stopping or cleaning
-	killed      bool
-	sweeps      int       // SIGKILL passes so far
-	emptyChecks int       // looks for an empty tree since the command ended
-	childless   bool      // the last reap found no child left
-	exit        *exitInfo // the command's status, once reaped
+	stopping    string     // reason of the stop sequence, "" before and when the command ended on its own
+	killAt      clock.Boot // SIGKILL time once stopping
+	sweeps      int        // SIGKILL passes so far
+	emptyChecks int        // looks for an empty tree since the command ended
+	childless   bool       // the last reap found no child left
+	exit        *exitInfo  // the command's status, once reaped
 	leftovers   int
 	foreground  bool
 }
@@ -140,26 +142,9 @@ func (w *watchdog) run() error {
 	subreaper := becomeSubreaper()
 	w.cgBase, w.cgBaseErr = ownCgroupDir()
 
-	// Wait for the start order; the end of the orders before it means fence
-	// gave up (the lock was busy) or died. Orders after it in the same read
-	// are taken once the command runs.
-	var later []order
-	for w.sp == nil {
-		orders, ended := w.orders.take()
-		for i, o := range orders {
-			if o.Op == opStart && o.Spec != nil {
-				w.sp, later = o.Spec, orders[i+1:]
-				break
-			}
-		}
-		if w.sp != nil {
-			break
-		}
-		if ended {
-			return nil
-		}
-		<-w.orders.ready
-		w.orders.woken()
+	later := w.waitStart()
+	if w.phase == phaseDone {
+		return nil
 	}
 	w.leaseStop = w.sp.LeaseStop
 	for _, s := range w.sp.Ignore {
@@ -174,6 +159,7 @@ func (w *watchdog) run() error {
 	if w.leader == 0 {
 		return nil // exec failed and was reported
 	}
+	w.phase = w.phase.next(stepStart)
 	for _, o := range later {
 		w.order(o)
 	}
@@ -187,6 +173,7 @@ func (w *watchdog) run() error {
 		// left means none is left anywhere in the tree, not even a zombie),
 		// and its cgroup is empty. fence releases the lease on the report.
 		if w.exit != nil && w.childless && w.treeEmpty() {
+			w.phase = w.phase.next(stepDone)
 			return w.finish()
 		}
 		now := clock.Now()
@@ -201,51 +188,12 @@ func (w *watchdog) run() error {
 			}
 			woke = false
 		}
-		if w.stopping == "" && w.exit == nil {
-			if stop, reason := w.stopTime(); now >= stop {
-				w.beginStop(reason, now)
-			}
-		}
-		if w.exit != nil && !w.cleaning && w.stopping == "" {
-			// The command ended on its own: stop what it left behind.
-			w.cleaning = true
-			w.leftovers = w.signalTree(syscall.Signal(w.sp.Signal))
-			w.signalTree(syscall.SIGCONT)
-			w.killAt = min(now.Add(w.sp.Grace), w.leaseStop.Add(w.sp.Grace))
-		}
-		if (w.stopping != "" || w.cleaning) && !w.killed && now >= w.killAt {
-			w.killAll()
-			w.killed = true
-			if w.exit == nil || w.leftovers > 0 {
-				_ = w.out.send(report{Ev: evKilling, At: now})
-			}
-		}
-		if w.killed {
-			w.killAll() // again: catch what forked meanwhile
-		}
+		w.act(now)
 
 		// Sleep until the next thing to do, reading the boot clock at
 		// least every recheck.
-		wake := now.Add(recheck)
-		switch {
-		case w.killed:
-			// Sweep again soon, then less often: a process in
-			// uninterruptible sleep may take long to die.
-			wake = now.Add(min(sweep<<min(w.sweeps, 5), recheck))
-			w.sweeps++
-		case w.exit != nil && w.leftovers == 0:
-			// The command ended and left nothing that was seen: its
-			// cgroup empties a moment after the last exit, with no event
-			// to wake us, so look again soon, backing off from 1ms.
-			wake = min(wake, w.killAt, now.Add(time.Millisecond<<min(w.emptyChecks, 6)))
-			w.emptyChecks++
-		case w.stopping != "" || w.cleaning:
-			wake = min(wake, w.killAt)
-		default:
-			stop, _ := w.stopTime()
-			wake = min(wake, stop)
-		}
-		t := time.NewTimer(max(wake.Sub(now), 0))
+		wake := nextWake(w.schedule(now), now)
+		t := time.NewTimer(wake.Sub(now))
 		select {
 		case <-t.C:
 		case <-chld:
@@ -257,6 +205,84 @@ func (w *watchdog) run() error {
 	}
 }
 
+// act does what the phase asks at now: start the stop sequence when the
+// stop time has come, stop what the command left when it ended on its own,
+// send SIGKILL when its time has come, and again while anything is left.
+func (w *watchdog) act(now clock.Boot) {
+	if w.phase == phaseRunning {
+		if w.exit != nil {
+			// The command ended on its own: stop what it left behind.
+			w.phase = w.phase.next(stepEnded)
+			w.leftovers = w.signalTree(syscall.Signal(w.sp.Signal))
+			w.signalTree(syscall.SIGCONT)
+			w.killAt = killTime(now, w.leaseStop, w.sp.Grace)
+		} else if stop, reason := stopStart(w.leaseStop, w.sp.Deadline); now >= stop {
+			w.beginStop(reason, now)
+		}
+	}
+	if w.phase == phaseStopping && now >= w.killAt {
+		w.phase = w.phase.next(stepKill)
+		w.killAll()
+		if w.exit == nil || w.leftovers > 0 {
+			_ = w.out.send(report{Ev: evKilling, At: now})
+		}
+	}
+	if w.phase == phaseKilling {
+		w.killAll() // again: catch what forked meanwhile
+	}
+}
+
+// schedule is what the loop waits for at now. It counts the looks that
+// have no event to wake them, which back off.
+func (w *watchdog) schedule(now clock.Boot) schedule {
+	s := schedule{phase: w.phase}
+	switch w.phase {
+	case phaseRunning:
+		s.stop, _ = stopStart(w.leaseStop, w.sp.Deadline)
+	case phaseStopping:
+		s.killAt = w.killAt
+		if w.exit != nil && w.leftovers == 0 {
+			// The command ended and left nothing that was seen: its
+			// cgroup empties a moment after the last exit, with no event
+			// to wake us, so look again soon, backing off from 1ms.
+			s.again = now.Add(time.Millisecond << min(w.emptyChecks, 6))
+			w.emptyChecks++
+		}
+	case phaseKilling:
+		// Sweep again soon, then less often: a process in uninterruptible
+		// sleep may take long to die.
+		s.again = now.Add(min(sweep<<min(w.sweeps, 5), recheck))
+		w.sweeps++
+	}
+	return s
+}
+
+// running reports whether the command runs and no stop sequence was
+// started: a stop order, or the end of fence, starts one now.
+func (w *watchdog) running() bool { return w.phase == phaseRunning && w.exit == nil }
+
+// waitStart waits for the start order (phase waiting) and takes its spec;
+// the end of the orders before it means fence gave up (the lock was busy)
+// or died: then the phase is done. It returns the orders that came after
+// the start order in the same read, to be taken once the command runs.
+func (w *watchdog) waitStart() []order {
+	for {
+		orders, ended := w.orders.take()
+		for i, o := range orders {
+			if o.Op == opStart && o.Spec != nil {
+				w.sp = o.Spec
+				return orders[i+1:]
+			}
+		}
+		if ended {
+			w.phase = w.phase.next(stepStop)
+			return nil
+		}
+		<-w.orders.ready
+		w.orders.woken()
+	}
+}
+
 // takeOrders carries out every order waiting in the pipe, and starts the
 // stop sequence when the pipe has ended (fence is gone). It reports whether
 // the pipe has ended.
@@ -265,28 +291,20 @@ func (w *watchdog) takeOrders() bool {
 	for _, o := range orders {
 		w.order(o)
 	}
-	if ended && w.stopping == "" && w.exit == nil {
+	if ended && w.running() {
 		w.beginStop(reasonFenceGone, clock.Now())
 	}
 	return ended
 }
 
-// stopTime is when the stop sequence must start, and why.
-func (w *watchdog) stopTime() (clock.Boot, string) {
-	if d := w.sp.Deadline; d != 0 && d <= w.leaseStop {
-		return d, reasonDeadline
-	}
-	return w.leaseStop, reasonLease
-}
-
 func (w *watchdog) order(o order) {
 	switch o.Op {
 	case opExtend:
-		if w.stopping == "" && o.LeaseStop > w.leaseStop {
+		if w.phase == phaseRunning && o.LeaseStop > w.leaseStop {
 			w.leaseStop = o.LeaseStop
 		}
 	case opStop:
-		if w.stopping == "" && w.exit == nil {
+		if w.running() {
 			r := o.Reason
 			if r == "" {
 				r = reasonLost
@@ -350,9 +368,10 @@ func (w *watchdog) start() error {
 // beginStop sends the stop signal to the command's tree and plans SIGKILL
 // after the grace period, at the latest when the lease's safe-until comes.
 func (w *watchdog) beginStop(reason string, now clock.Boot) {
+	w.phase = w.phase.next(stepStop)
 	w.stopping = reason
 	sig := syscall.Signal(w.sp.Signal)
-	w.killAt = min(now.Add(w.sp.Grace), w.leaseStop.Add(w.sp.Grace))
+	w.killAt = killTime(now, w.leaseStop, w.sp.Grace)
 	if sig == syscall.SIGKILL {
 		w.killAt = now
 	} else {
@@ -405,7 +424,7 @@ func (w *watchdog) reap() {
 		if pid != w.leader || w.exit != nil {
 			continue
 		}
-		e := &exitInfo{Code: ws.ExitStatus(), Died: clock.Now(), Stopped: w.stopping, Killed: w.killed}
+		e := &exitInfo{Code: ws.ExitStatus(), Died: clock.Now(), Stopped: w.stopping, Killed: w.phase == phaseKilling}
 		if ws.Signaled() {
 			e.Code, e.Signal = -1, int(ws.Signal())
 			if ws.Signal() == syscall.SIGKILL && w.stopping != "" {

@@ -71,22 +71,6 @@ type Completer interface {
 	Completions(ctx context.Context, lock string) ([]Completion, error)
 }
 
-// CompleterOf returns c's Completer, looking through decorators that have an
-// Unwrap() Coordinator method (history.Recorder), or nil when c has none.
-func CompleterOf(c Coordinator) Completer {
-	for c != nil {
-		if w, ok := c.(Completer); ok {
-			return w
-		}
-		u, ok := c.(interface{ Unwrap() Coordinator })
-		if !ok {
-			return nil
-		}
-		c = u.Unwrap()
-	}
-	return nil
-}
-
 // ValidateKey checks a completion key: the rules of a lock name (1 to 256
 // bytes of printable UTF-8). The error wraps ErrInvalid.
 func ValidateKey(key string) error {

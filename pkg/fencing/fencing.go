@@ -155,7 +155,8 @@ type HoldOptions struct {
 	RenewInterval time.Duration
 	// RetryInterval is the wait after a failed renewal before the next
 	// attempt (default RenewInterval/4). A renewal that is not answered
-	// within RenewInterval is abandoned and retried.
+	// within RenewInterval/2 is abandoned and retried at once, so that two
+	// attempts fit between the renewal due and the stop.
 	RetryInterval time.Duration
 	// Margin is subtracted from Sent+TTL: it covers what has to happen after
 	// safe-until before the lease really expires (the caller stopping its

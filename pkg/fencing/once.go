@@ -38,9 +38,10 @@ type OnceOptions struct {
 // coord.ErrLeaseLost: fn's work may have to be fenced by its token.
 //
 // c must implement coord.Completer (both of fence's backends do), or be a
-// decorator of one (coord.CompleterOf).
+// decorator of one (found with coord.As).
 func Do(ctx context.Context, c coord.Coordinator, name, key string, opts OnceOptions, fn func(ctx context.Context, h *Held) error) error {
-	k := coord.CompleterOf(c)
+	var k coord.Completer
+	coord.As(c, &k)
 	if k == nil {
 		return fmt.Errorf("%w: %s keeps no completion records", coord.ErrInvalid, c.Describe())
 	}

@@ -273,6 +273,14 @@ func (s *scheduler) remove(h *Held) {
 	h.cbMu.Unlock()
 }
 
+// abandonAfter is how long a renewal may go unanswered before it is
+// abandoned and sent again: half the renew interval. The flag rule
+// 2·RenewInterval < TTL − margin − grace then leaves room, after the
+// renewal due at RenewInterval, for two attempts of RenewInterval/2 each
+// before the stop signal, when a whole interval would leave one (a hung
+// first attempt given up at 2·RenewInterval left nothing for the second).
+func abandonAfter(renew time.Duration) time.Duration { return renew / 2 }
+
 // earlyFor is how early before it is due a renewal every RenewInterval may
 // go out (see renewsEarly): a sixteenth of the interval.
 func earlyFor(renew time.Duration) time.Duration { return renew / 16 }
@@ -291,7 +299,11 @@ func (h *Held) renewsEarly(now clock.Boot) bool {
 type attempt struct {
 	h    *Held
 	sent clock.Boot // taken before the request is queued
-	end  clock.Boot // when it is abandoned
+	// sentMono is the monotonic clock read just after sent: a Renewal's
+	// Sent later than it (a hedged re-send, answered) moves sent on by
+	// as much, on the boot clock only (see complete).
+	sentMono time.Time
+	end      clock.Boot // when it is abandoned
 	// cancel abandons it once sent. abandon is set when it was given up:
 	// at its end (its answer, an error mostly, is still applied) or when its
 	// hold ended (its answer is ignored). cancel is called then, or as soon
@@ -307,7 +319,7 @@ func (h *Held) step(now clock.Boot, p *pass) *LostError {
 		return h.lostErr(now, h.su, h.wake)
 	}
 	if h.inflight == nil && !h.opts.NoRenew && now >= h.next.Add(-h.early) {
-		a := &attempt{h: h, sent: now, end: min(now.Add(h.opts.RenewInterval), h.su)}
+		a := &attempt{h: h, sent: now, sentMono: time.Now(), end: min(now.Add(abandonAfter(h.opts.RenewInterval)), h.su)}
 		h.inflight = a
 		p.starts = append(p.starts, a)
 	}
@@ -411,12 +423,26 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 		failures = h.st.Consecutive
 		h.mu.Unlock()
 		h.next = now.Add(h.opts.RetryInterval)
+		if a.abandon {
+			// Given up at its end: the wait is spent already; the next
+			// attempt goes out at once.
+			h.next = now
+		}
 	} else {
 		ttl := r.TTL
 		if ttl <= 0 {
 			ttl = h.lease.TTL
 		}
-		nsu = a.sent.Add(ttl - h.opts.Margin)
+		sent := a.sent
+		if _, real := h.clk.(bootClk); real && r.Sent.After(a.sentMono) {
+			// The acknowledged request left after the attempt began (the
+			// coordinator sent it again through another member): its own
+			// send time counts. sentMono was read after sent, and the
+			// monotonic clock never runs faster than the boot clock, so
+			// this is never later than the real send.
+			sent = sent.Add(r.Sent.Sub(a.sentMono))
+		}
+		nsu = sent.Add(ttl - h.opts.Margin)
 		h.mu.Lock()
 		h.st.Renewals++
 		h.st.Consecutive = 0

@@ -39,6 +39,13 @@ var (
 	ErrMoved = errors.New("shard moved to another member")
 	// ErrLeft is the cause of the shards' contexts after Leave.
 	ErrLeft = errors.New("member left the group")
+	// ErrRevoked is the cause of a shard's context (and of the member's,
+	// for its own lease) when `fence revoke` asked its holder to stop and
+	// release (wrapping coord.ErrStopRequested), or ended its lease
+	// (wrapping coord.ErrLeaseLost): stop working on it and call Release.
+	// The map may give the shard back to this member: it takes it again
+	// under a new token.
+	ErrRevoked = errors.New("revoked")
 )
 
 // MaxShards is the largest number of shards of a group.
@@ -91,10 +98,11 @@ type Member struct {
 	id    string
 	opts  Options
 
-	self   *fencing.Held
-	ctx    context.Context // the member's: ends at Leave or when its lease is lost
-	cancel context.CancelCauseFunc
-	done   chan struct{}
+	self      *fencing.Held
+	selfWatch *leaseWatch     // of the member's own lease; nil without one
+	ctx       context.Context // the member's: ends at Leave or when its lease is lost
+	cancel    context.CancelCauseFunc
+	done      chan struct{}
 
 	ev      chan any
 	changed chan struct{}
@@ -117,6 +125,11 @@ type Shard struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	once   sync.Once
+	// unwatch ends the watch of the shard's lease (nil without one) and
+	// waits for it; lostSeen (the member's goroutine only): its end was
+	// already reported.
+	unwatch  func()
+	lostSeen bool
 }
 
 // Token is the shard's fencing token.
@@ -129,8 +142,9 @@ func (s *Shard) Lease() coord.Lease { return s.held.Lease() }
 func (s *Shard) Held() *fencing.Held { return s.held }
 
 // Context ends when the shard can no longer be worked on: its lease was
-// lost (cause a *fencing.LostError), the map moved it away (ErrMoved), or
-// the member left (ErrLeft).
+// lost (cause a *fencing.LostError), the map moved it away (ErrMoved),
+// `fence revoke` asked for it or ended its lease (ErrRevoked), or the
+// member left (ErrLeft).
 func (s *Shard) Context() context.Context { return s.ctx }
 
 // Release gives the shard up: call it once the work on it has stopped
@@ -140,6 +154,9 @@ func (s *Shard) Release(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
 		s.cancel(ErrLeft)
+		if s.unwatch != nil {
+			s.unwatch() // our own release must not read as a revocation
+		}
 		err = s.held.Release(ctx)
 		s.m.send(released{s})
 	})
@@ -203,8 +220,12 @@ type (
 		held *fencing.Held
 		err  error
 	}
-	released     struct{ s *Shard }
-	lost         struct{ s *Shard }
+	released struct{ s *Shard }
+	lost     struct{ s *Shard }
+	revoked  struct {
+		s   *Shard
+		err error
+	}
 	settingsRead struct {
 		st  Settings
 		err error
@@ -272,6 +293,7 @@ func Join(ctx context.Context, c coord.Coordinator, group string, opts Options) 
 		_ = self.Release(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	m.selfWatch = m.watchLease(self.Lease())
 	go m.loop(events, wcancel, infos)
 	return m, nil
 }
@@ -359,6 +381,7 @@ func (m *Member) Leave(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	m.selfWatch.stop()
 	if err := m.self.Release(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -421,14 +444,15 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	}
 
 	var (
-		settle    *time.Timer
-		settleC   <-chan time.Time
-		retry     *time.Timer
-		retryC    <-chan time.Time
-		acquiring = map[int]bool{}
-		again     = map[int]bool{} // freed while an attempt was in flight
-		reading   bool             // a settings read in flight
-		reread    bool
+		settle         *time.Timer
+		settleC        <-chan time.Time
+		retry          *time.Timer
+		retryC         <-chan time.Time
+		acquiring      = map[int]bool{}
+		again          = map[int]bool{} // freed while an attempt was in flight
+		reading        bool             // a settings read in flight
+		reread         bool
+		settingsFailed bool // the last settings read failed: again at the retry
 	)
 	arm := func() {
 		m.mu.Lock()
@@ -529,8 +553,14 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	m.mu.Unlock()
 	arm()
 	selfDone := m.self.Context().Done()
+	selfRevoked := m.selfWatch.channel()
 	for {
 		select {
+		case err, ok := <-selfRevoked:
+			selfRevoked = nil
+			if ok && err != nil {
+				m.cancel(fmt.Errorf("member %q of group %q: %w: %w", m.id, m.group, ErrRevoked, err))
+			}
 		case <-m.ctx.Done():
 			m.finish(context.Cause(m.ctx))
 			return
@@ -617,6 +647,14 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 				}
 				s := &Shard{Group: m.group, Number: e.n, m: m, held: e.held}
 				s.ctx, s.cancel = context.WithCancelCause(e.held.Context())
+				if w := m.watchLease(e.held.Lease()); w != nil {
+					s.unwatch = w.stop
+					go func() {
+						if err, ok := <-w.ch; ok && err != nil {
+							m.send(revoked{s, err})
+						}
+					}()
+				}
 				context.AfterFunc(e.held.Context(), func() {
 					if c := context.Cause(e.held.Context()); errors.Is(c, coord.ErrLeaseLost) {
 						m.send(lost{s})
@@ -640,7 +678,22 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 				m.notify()
 				acquire()
 			case lost:
-				m.move(Move{Shard: e.s.Number, Kind: "lost", Token: e.s.Token(), Reason: context.Cause(e.s.held.Context()).Error()})
+				if !e.s.lostSeen {
+					e.s.lostSeen = true
+					m.move(Move{Shard: e.s.Number, Kind: "lost", Token: e.s.Token(), Reason: context.Cause(e.s.held.Context()).Error()})
+				}
+				m.notify()
+			case revoked:
+				if e.s.ctx.Err() != nil {
+					break // moved away, lost or left meanwhile
+				}
+				cause := fmt.Errorf("shard %d of group %q: %w: %w", e.s.Number, m.group, ErrRevoked, e.err)
+				e.s.cancel(cause)
+				kind := "given_up"
+				if !errors.Is(e.err, coord.ErrStopRequested) {
+					kind, e.s.lostSeen = "lost", true
+				}
+				m.move(Move{Shard: e.s.Number, Kind: kind, Token: e.s.Token(), Reason: "revoked: " + e.err.Error()})
 				m.notify()
 			case settingsRead:
 				reading = false
@@ -649,6 +702,15 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 					m.settings = e.st
 					m.mu.Unlock()
 					arm()
+				} else if m.ctx.Err() == nil {
+					// Read them again in a second (with the retry below).
+					settingsFailed = true
+					if retry == nil {
+						retry = time.NewTimer(time.Second)
+					} else {
+						retry.Reset(time.Second)
+					}
+					retryC = retry.C
 				}
 				if reread {
 					reread = false
@@ -657,6 +719,10 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 			}
 		case <-retryC:
 			retryC = nil
+			if settingsFailed {
+				settingsFailed = false
+				readSettings()
+			}
 			clear(owner) // read again below: what was busy may be free
 			if infos, err := m.c.List(m.ctx, m.group+"/"); err == nil {
 				for _, info := range infos {
@@ -715,4 +781,45 @@ func describe(st Settings) string {
 		parts = append(parts, "parallel")
 	}
 	return strings.Join(parts, ", ")
+}
+
+// leaseWatch is a coord.LeaseWatcher's watch of one lease: `fence revoke`
+// asking its holder to stop (coord.ErrStopRequested) or ending it.
+type leaseWatch struct {
+	ch     <-chan error
+	cancel context.CancelFunc
+}
+
+// watchLease watches l until the member ends or the watch is stopped; nil
+// when the coordinator cannot (the renewals still find a revoked lease).
+func (m *Member) watchLease(l coord.Lease) *leaseWatch {
+	var w coord.LeaseWatcher
+	if !coord.As(m.c, &w) {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	ch, err := w.WatchLease(ctx, l.Name, l.ID)
+	if err != nil {
+		cancel()
+		return nil
+	}
+	return &leaseWatch{ch: ch, cancel: cancel}
+}
+
+// channel is the watch's channel (nil for no watch: never ready).
+func (w *leaseWatch) channel() <-chan error {
+	if w == nil {
+		return nil
+	}
+	return w.ch
+}
+
+// stop ends the watch and waits for it: before the lease's own release.
+func (w *leaseWatch) stop() {
+	if w == nil {
+		return
+	}
+	w.cancel()
+	for range w.ch {
+	}
 }

@@ -2,9 +2,11 @@ package shards_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -271,7 +273,17 @@ func (g *group) settle(st shards.Settings) map[int]string {
 			return snap
 		}
 		if time.Now().After(deadline) {
-			g.t.Fatalf("not settled after 30s: claims %d of %d, members %v", len(snap), g.n, g.ids())
+			var diag []string
+			for _, id := range g.ids() {
+				m := g.members[id]
+				diag = append(diag, fmt.Sprintf("%s: settled %v, target %v, holds %d", id, m.Settled(), m.Target(), len(m.Shards())))
+			}
+			for s, id := range want {
+				if snap[s] != id {
+					diag = append(diag, fmt.Sprintf("shard %d: want %s, claimed by %q", s, id, snap[s]))
+				}
+			}
+			g.t.Fatalf("not settled after 30s: claims %d of %d, members %v, settings %+v:\n%s", len(snap), g.n, g.ids(), st, strings.Join(diag, "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -366,3 +378,77 @@ func mapOf(m map[int]string, n int) []string {
 }
 
 func TestMain(m *testing.M) { os.Exit(m.Run()) }
+
+// TestRevokeShard: `fence revoke GROUP/shard/N` asks the shard's holder to
+// stop (coord.StopRequester, as fence revoke does first): the shard's
+// context ends at once with ErrRevoked (wrapping coord.ErrStopRequested),
+// its worker stops and releases it, the revoker sees the hold end long
+// before the lease's TTL, and the map's owner takes it again under a larger
+// token. A revoke of the member's own lock makes it leave the group.
+func TestRevokeShard(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			g := &group{t: t, b: b, name: "revoke-" + b.name, n: 4, l: newLedger(),
+				members: map[string]*shards.Member{}, stops: map[string]func(){},
+				opts: shards.Options{TTL: 10 * time.Second, Settle: 100 * time.Millisecond,
+					Process: &coord.ProcessInfo{PIDs: []int{os.Getpid()}}}}
+			g.join("m1")
+			g.settle(shards.Settings{})
+			m := g.members["m1"]
+			var s1 *shards.Shard
+			for _, s := range m.Shards() {
+				if s.Number == 1 {
+					s1 = s
+				}
+			}
+			admin := b.open(t)
+			sr, ok := admin.(coord.StopRequester)
+			if !ok {
+				t.Fatalf("%s: no StopRequester", b.name)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			t0 := time.Now()
+			if _, asked, err := sr.RequestStop(ctx, shards.ShardLock(g.name, 1), s1.Token()); err != nil || !asked {
+				t.Fatalf("RequestStop: asked %v, %v", asked, err)
+			}
+			select {
+			case <-s1.Context().Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("shard 1's context did not end within 5s of the ask (TTL 10s)")
+			}
+			if c := context.Cause(s1.Context()); !errors.Is(c, shards.ErrRevoked) || !errors.Is(c, coord.ErrStopRequested) {
+				t.Fatalf("shard 1's cause: %v", c)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+			defer wcancel()
+			if err := sr.WaitEnded(wctx, shards.ShardLock(g.name, 1), s1.Token()); err != nil {
+				t.Fatalf("the revoked shard was not released: %v", err)
+			}
+			t.Logf("%s: shard 1 asked, stopped and released in %v", b.name, time.Since(t0).Round(time.Millisecond))
+			after := g.settle(shards.Settings{})
+			if after[1] != "m1" {
+				t.Fatalf("shard 1 is %q's after the revoke", after[1])
+			}
+			for _, s := range m.Shards() {
+				if s.Number == 1 && s.Token() <= s1.Token() {
+					t.Fatalf("shard 1 taken again under token %d, not above %d", s.Token(), s1.Token())
+				}
+			}
+
+			if _, asked, err := sr.RequestStop(ctx, shards.MemberLock(g.name, "m1"), 0); err != nil || !asked {
+				t.Fatalf("RequestStop of the member: asked %v, %v", asked, err)
+			}
+			select {
+			case <-m.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the member did not leave within 5s of the ask")
+			}
+			if err := m.Err(); !errors.Is(err, shards.ErrRevoked) {
+				t.Fatalf("the member left with %v", err)
+			}
+			g.leave("m1")
+			g.l.checkLog(t)
+		})
+	}
+}

@@ -12,7 +12,8 @@ import (
 // has none.
 func completer(t *testing.T, c coord.Coordinator) coord.Completer {
 	t.Helper()
-	k := coord.CompleterOf(c)
+	var k coord.Completer
+	coord.As(c, &k)
 	if k == nil {
 		t.Skip("the backend keeps no completion records (coord.Completer)")
 	}

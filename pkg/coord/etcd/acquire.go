@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -26,6 +29,8 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	if err := c.check(); err != nil {
 		return nil, err
 	}
+	// A waiter waits through a cluster that does not answer (hedge.go).
+	ctx = persist(ctx)
 	holder := opts.Holder
 	wait := opts.Wait != 0
 
@@ -61,7 +66,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 				clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate),
 			}
 		}
-		return c.cli.Txn(ctx).
+		return c.cli.Txn(once(ctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix(), c.limitsCmp(limRev)).
 			Then(clientv3.OpPut(key, held.encode(), clientv3.WithLease(id))).
 			Else(append(els, c.limitsGet())...).
@@ -141,8 +146,9 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		opts.OnWait(cur)
 	}
 	wctx, cancel := ctx, context.CancelFunc(func() {})
+	waitUntil := time.Now().Add(opts.Wait)
 	if opts.Wait > 0 {
-		wctx, cancel = context.WithTimeout(ctx, opts.Wait)
+		wctx, cancel = context.WithDeadline(ctx, waitUntil)
 	}
 	// kvs are the lock's keys by create revision, ours included: the key
 	// just ahead of ours is the last one created before it.
@@ -164,6 +170,13 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	if err != nil {
 		var le *coord.LimitError
 		switch {
+		case errors.Is(err, errLeaseGone) && last.stalled() && ctx.Err() == nil && !c.closed.Load() && (opts.Wait < 0 || time.Now().Before(waitUntil)):
+			// Our lease ended while the cluster did not answer (a stall
+			// longer than its TTL): a new place at the end of the queue,
+			// within what is left of the wait. A lease revoked while its
+			// renewals were answered was ended on purpose: that waiter
+			// stops (below).
+			return c.requeue(ctx, name, opts, waitUntil, cur)
 		case errors.Is(err, errLeaseGone):
 			return nil, waiterLost(name)
 		case ctx.Err() != nil:
@@ -181,8 +194,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	// renewal (the grant, or the keep-alive's): when that is more than a
 	// renewal interval old (the keep-alive failed of late), renew now.
 	if time.Since(last.sent) >= last.ttl/3 {
-		s := time.Now()
-		ttl, err := c.ka.renew(ctx, id)
+		ttl, s, err := c.ka.renew(ctx, id)
 		switch {
 		case err != nil:
 			return nil, c.mapErr(ctx, "renew lease", err)
@@ -201,6 +213,38 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	ok = true
 	return l, nil
 }
+
+// requeue takes a new place in the queue of name for a waiter whose lease
+// ended before its turn, and waits on until waitUntil (opts.Wait < 0: for
+// ever). While the cluster does not answer (no leader, a stall), it tries
+// again every requeueRetry: that is not a poll of the lock, only of a
+// cluster that cannot take the place yet.
+func (c *Coordinator) requeue(ctx context.Context, name string, opts coord.AcquireOptions, waitUntil time.Time, cur coord.LockInfo) (*coord.Lease, error) {
+	o := opts
+	o.OnWait = nil // the caller was told already
+	for {
+		if opts.Wait > 0 {
+			if o.Wait = time.Until(waitUntil); o.Wait <= 0 {
+				return nil, busy(cur, opts.Wait)
+			}
+		}
+		l, err := c.Acquire(ctx, name, o)
+		if err == nil || !errors.Is(err, coord.ErrUnavailable) || ctx.Err() != nil || c.closed.Load() {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
+		case <-time.After(requeueRetry):
+		}
+	}
+}
+
+// claimTimeout bounds one attempt of a waiter's claim (see waitTurn).
+const claimTimeout = time.Second
+
+// requeueRetry is the pause between attempts of requeue to take a place.
+const requeueRetry = 250 * time.Millisecond
 
 // errLeaseGone: a waiter's lease ended before its turn.
 var errLeaseGone = errors.New("lease gone")
@@ -260,12 +304,17 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 			clientv3.OpGet(key, clientv3.WithCountOnly()),
 			c.limitsGet(),
 		}
+		// One attempt is bounded, and tried again: a request that went to
+		// a member that stopped answering must not hold the waiter (the
+		// claim can be sent twice: the second finds the lock ours). While
+		// a limit holds the lock back, only the reads are made.
+		tctx, tcancel := context.WithTimeout(ctx, claimTimeout)
 		var resp *clientv3.TxnResponse
 		blocked := !lim.Allows(0)
 		if blocked {
-			resp, err = c.cli.Txn(ctx).Then(reads...).Commit()
+			resp, err = c.cli.Txn(tctx).Then(reads...).Commit()
 		} else {
-			resp, err = c.cli.Txn(ctx).
+			resp, err = c.cli.Txn(tctx).
 				If(clientv3.Compare(clientv3.CreateRevision(lockRange), ">", myRev-1).WithPrefix(),
 					clientv3.Compare(clientv3.CreateRevision(key), "=", myRev),
 					c.limitsCmp(limRev)).
@@ -273,7 +322,10 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 				Else(reads...).
 				Commit()
 		}
+		tcancel()
 		switch {
+		case err != nil && ctx.Err() == nil && tctx.Err() != nil:
+			continue // timed out: again (pred stays: the watch sees it gone at once)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			return errLeaseGone
 		case err != nil:
@@ -351,16 +403,72 @@ func (c *Coordinator) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, fro
 
 // watchDelete is one watch of waitDelete. It returns a revision to watch
 // from again when restart allows and the watch would be served late.
+//
+// A watch that stops hearing goes deaf: the member that serves it may be
+// frozen or cut off while the TCP connection stays open, and a release
+// would be heard only when it comes back. So every watchCheck the waiter
+// asks for a progress notification (etcd answers on the same stream); a
+// watch that heard nothing for two of them is started again, from the same
+// revision, on a new stream (a stream is per context key: each watch has
+// its own), which the client's balancer puts on another member. The watch
+// requires a leader: a member that lost it ends the watch.
 func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, from int64, lost <-chan error, restart bool) (int64, error) {
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	wctx = metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10))
+	// Deaf: read whether the key is still there (a read is hedged across
+	// members), then watch again, elsewhere.
+	deaf := func() (int64, error) {
+		resp, err := c.cli.Get(ctx, key, clientv3.WithKeysOnly())
+		switch {
+		case err != nil:
+			return from, nil
+		case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev:
+			return 0, nil
+		default:
+			return resp.Header.Revision + 1, nil
+		}
+	}
+	// Watch returns once the member has created the watch: a frozen one
+	// never does.
+	wchc := make(chan clientv3.WatchChan, 1)
+	go func() {
+		wchc <- c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	}()
+	var wch clientv3.WatchChan
+	created := time.NewTimer(2 * watchCheck)
+	defer created.Stop()
+	select {
+	case wch = <-wchc:
+	case err := <-lost:
+		return 0, err
+	case <-created.C:
+		return deaf()
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	tick := time.NewTicker(watchCheck)
+	defer tick.Stop()
+	heard := time.Now()
 	for {
 		select {
 		case err := <-lost:
 			return 0, err
+		case <-tick.C:
+			if time.Since(heard) >= 2*watchCheck {
+				return deaf()
+			}
+			go c.cli.RequestProgress(wctx)
+			continue
 		case wr, ok := <-wch:
+			heard = time.Now()
+			if ok && wr.IsProgressNotify() {
+				continue
+			}
 			if !ok || wr.Err() != nil || wr.Canceled {
+				if ctx.Err() == nil && !c.closed.Load() && (!ok || errors.Is(wr.Err(), rpctypes.ErrNoLeader)) {
+					return from, nil // closed under us, or no leader: again, elsewhere
+				}
 				return 0, ctx.Err() // nil: compacted, cancelled or closed
 			}
 			if wr.Created && wr.Header.Revision >= from {
@@ -384,6 +492,15 @@ func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, fr
 	}
 }
 
+// watchCheck is how often a waiter's watch asks for a progress
+// notification (see watchDelete): a watch that heard nothing for two is
+// moved, so a release is noticed within about a second of a member going
+// silent.
+const watchCheck = 400 * time.Millisecond
+
+// watchSeq tells the waiters' watches apart (each gets a stream of its own).
+var watchSeq atomic.Uint64
+
 // keepAlive renews lease id every third of its TTL until ctx ends, and
 // records each acknowledged renewal in last (read by Acquire once
 // keepAlive has ended). It returns an error only when
@@ -397,15 +514,16 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *
 			return nil
 		case <-t.C:
 		}
-		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, max(last.ttl/3, 100*time.Millisecond))
-		ttl, err := c.ka.renew(rctx, id)
+		ttl, sent, err := c.ka.renew(rctx, id)
 		cancel()
 		switch {
 		case err == nil && ttl <= 0:
 			return errLeaseGone
 		case err == nil:
 			last.sent, last.ttl = sent, time.Duration(ttl)*time.Second
+		case ctx.Err() == nil:
+			last.failed = time.Now()
 		}
 		// Other errors: the cluster is unreachable for now; the next tick
 		// tries again, and a lease that ran out is reported then.

@@ -58,6 +58,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,12 @@ func NormalPrefix(prefix string) string {
 
 // DefaultDialTimeout is used when Config.DialTimeout is zero.
 const DefaultDialTimeout = 5 * time.Second
+
+// gRPC keepalive of every connection (see New).
+const (
+	dialKeepAliveTime    = 10 * time.Second
+	dialKeepAliveTimeout = 2 * time.Second
+)
 
 // cleanupTimeout bounds the requests that undo a failed Acquire (revoking
 // its lease) after the caller's context has ended.
@@ -133,6 +140,7 @@ type Coordinator struct {
 	leases leases
 	// endLife cancels the client's context (after Close).
 	endLife context.CancelFunc
+	health  *health // see hedge.go
 }
 
 var (
@@ -152,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = DefaultDialTimeout
 	}
-	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints), owned: true}
+	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints), owned: true, health: newHealth()}
 	if cfg.Username != "" && cfg.Password == "" {
 		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.Username)
 	}
@@ -174,21 +182,34 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		}
 		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		TLS:         cfg.TLS,
 		Username:    cfg.Username,
 		Password:    cfg.Password,
 		Logger:      zap.NewNop(),
-		Context:     life,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(rw.interceptor)},
-	})
+		// A connection that hears nothing (a frozen or partitioned
+		// member: the TCP connection stays open) is pinged and closed
+		// when the ping is not answered, so that its streams end and
+		// are opened again elsewhere. gRPC pings no more often than
+		// every 10 s; etcd refuses pings more often than every 5 s.
+		DialKeepAliveTime:    dialKeepAliveTime,
+		DialKeepAliveTimeout: dialKeepAliveTimeout,
+		Context:              life,
+	}
+	// The keeper's lanes dial each member with ccfg; the Coordinator's own
+	// client reports refusals (dial.go) and hedges and bounds its requests
+	// (hedge.go).
+	mcfg := ccfg
+	mcfg.DialOptions = append(slices.Clip(ccfg.DialOptions),
+		grpc.WithChainUnaryInterceptor(rw.interceptor, c.interceptUnary))
+	cli, err := clientv3.New(mcfg)
 	if err != nil {
 		return fail(err)
 	}
 	// The client dials lazily: ask something to know the cluster answers.
-	c.start(cli)
+	c.start(cli, ccfg)
 	if err := c.ping(pctx); err != nil {
 		cli.Close()
 		return fail(err)
@@ -220,7 +241,7 @@ func NewFromClient(ctx context.Context, cli *clientv3.Client, prefix string) (*C
 	}
 	prefix = NormalPrefix(prefix)
 	c := &Coordinator{prefix: prefix, user: cli.Username, where: hosts(cli.Endpoints())}
-	c.start(cli)
+	c.start(cli, clientv3.Config{}) // one lane: the caller's client (no hedging across members)
 	if err := c.ping(ctx); err != nil {
 		c.Close()
 		if ctx.Err() != nil {
@@ -232,10 +253,13 @@ func NewFromClient(ctx context.Context, cli *clientv3.Client, prefix string) (*C
 }
 
 // start sets c up on cli.
-func (c *Coordinator) start(cli *clientv3.Client) {
+func (c *Coordinator) start(cli *clientv3.Client, cfg clientv3.Config) {
+	if c.health == nil {
+		c.health = newHealth()
+	}
 	c.cli = cli
 	c.ctx, c.stop = context.WithCancel(cli.Ctx())
-	c.ka = newKeeper(cli)
+	c.ka = newKeeper(cli, cfg, c.health)
 	c.leases.init()
 }
 

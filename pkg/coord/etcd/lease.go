@@ -36,8 +36,7 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 			return coord.Renewal{}, err
 		}
 	}
-	sent := time.Now()
-	ttl, err := c.ka.renew(ctx, id)
+	ttl, sent, err := c.ka.renew(ctx, id)
 	switch {
 	case err != nil:
 		return coord.Renewal{}, c.mapErr(ctx, "renew", err)
@@ -109,7 +108,7 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 			return err
 		}
 	}
-	if _, err := c.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := c.revokeBounded(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return c.mapErr(ctx, "release", err)
 	}
 	c.leases.forget(id)
@@ -120,4 +119,20 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 // and returns the holder it ended. The first waiter then holds the lock.
 func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
 	return c.RevokeToken(ctx, name, 0)
+}
+
+// revokeBounded revokes lease id with attempts of claimTimeout each, while
+// ctx allows: an attempt that went to a member that stopped answering must
+// not hold a release (and so the next holder) until that member resumes.
+// A revoke sent twice finds the lease gone the second time.
+func (c *Coordinator) revokeBounded(ctx context.Context, id clientv3.LeaseID) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, claimTimeout)
+		_, err := c.cli.Revoke(actx, id)
+		timedOut := actx.Err() != nil
+		cancel()
+		if err == nil || !timedOut || ctx.Err() != nil {
+			return err
+		}
+	}
 }

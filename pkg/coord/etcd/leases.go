@@ -42,6 +42,15 @@ type leases struct {
 type ack struct {
 	sent time.Time
 	ttl  time.Duration
+	// failed is when a waiter's keep-alive last failed (zero: never).
+	failed time.Time
+}
+
+// stalled tells whether a waiter's lease may have ended because the
+// cluster did not answer (its keep-alive failed lately, or its TTL ran out
+// since the last acknowledgment), rather than by a revoke.
+func (a *ack) stalled() bool {
+	return time.Now().After(a.sent.Add(a.ttl)) || (!a.failed.IsZero() && time.Since(a.failed) < 2*a.ttl)
 }
 
 // owned is a lease with a key on a lock, through this Coordinator.
@@ -145,8 +154,7 @@ func (c *Coordinator) grant(ctx context.Context, name string, secs int64) (id cl
 		if time.Since(sp.sent) < sp.ttl/10 {
 			return sp.id, sp.ttl, sp.sent, true, nil
 		}
-		sent := time.Now()
-		if t, err := c.ka.renew(ctx, sp.id); err == nil && t > 0 {
+		if t, sent, err := c.ka.renew(ctx, sp.id); err == nil && t > 0 {
 			return sp.id, time.Duration(t) * time.Second, sent, true, nil
 		}
 		c.revoke(sp.id) // gone, or etcd is not answering: a fresh grant says which

@@ -34,8 +34,7 @@ func (c *Coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, 
 		}()
 		return cancel
 	}
-	sent := time.Now()
-	return c.ka.start(id, func(ttl int64, err error) {
+	return c.ka.start(id, func(ttl int64, sent time.Time, err error) {
 		switch {
 		case errors.Is(err, errAbandoned):
 			done(coord.Renewal{}, c.mapErr(canceledCtx, "renew", context.Canceled))

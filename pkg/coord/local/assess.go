@@ -30,30 +30,51 @@ type verdict struct {
 }
 
 // assess judges the holder h at now. It reads /proc for attached leases.
-func assess(h *holder, now clock.Boot) (verdict, error) {
+func assess(h *holder, now clock.Boot) (verdict, error) { return judge(h, now, sysFacts{}) }
+
+// procFacts are what judging a holder reads of its processes, each a
+// reading of /proc (sysFacts), given apart so that the judgement can be
+// tested branch by branch on facts of a test's making.
+type procFacts interface {
+	// ours reports whether h's processes were recorded in our PID
+	// namespace, where they can be checked.
+	ours(h *holder) bool
+	// alive reports whether the process runs (or is stopped).
+	alive(id proc.ID) bool
+	// groupMembers lists the live members of the process group led (or
+	// once led) by group.
+	groupMembers(group proc.ID) ([]proc.ID, error)
+	// descendants lists the live descendants of the supervisors sup, but
+	// not the supervisors themselves nor this process.
+	descendants(sup []proc.ID) ([]proc.ID, error)
+}
+
+// sysFacts reads the facts from /proc.
+type sysFacts struct{}
+
+func (sysFacts) ours(h *holder) bool                          { return h.ours() }
+func (sysFacts) alive(id proc.ID) bool                        { return id.Alive() }
+func (sysFacts) groupMembers(g proc.ID) ([]proc.ID, error)    { return proc.GroupMembers(g.PID, g) }
+func (sysFacts) descendants(sup []proc.ID) ([]proc.ID, error) { return descendantsOf(sup) }
+
+// judge judges the holder h at now on the facts f.
+func judge(h *holder, now clock.Boot, f procFacts) (verdict, error) {
 	if h == nil {
 		return verdict{free: true, why: "was released"}, nil
 	}
 	expired := now >= h.ExpiresAt
-	if !h.ours() {
-		// Processes of another PID namespace: the TTL alone counts.
-		switch {
-		case h.Revoked:
-			return verdict{free: true, why: "was revoked"}, nil
-		case expired:
-			return verdict{free: true, why: "expired"}, nil
-		}
-		return verdict{live: true, until: h.ExpiresAt}, nil
+	if !f.ours(h) {
+		return byTTL(h, expired), nil
 	}
 	var sup []proc.ID // live supervising processes
 	for _, id := range h.PIDs {
-		if id.Alive() {
+		if f.alive(id) {
 			sup = append(sup, id)
 		}
 	}
 	var members []proc.ID
 	if h.Group != nil && (len(sup) == 0 || expired || h.Revoked) {
-		m, err := proc.GroupMembers(h.Group.PID, *h.Group)
+		m, err := f.groupMembers(*h.Group)
 		if err != nil {
 			return verdict{}, unavailable("cannot read the processes of process group %d: %v", h.Group.PID, err)
 		}
@@ -69,6 +90,25 @@ func assess(h *holder, now clock.Boot) (verdict, error) {
 		}
 		return v, nil
 	}
+	return ended(h, expired, sup, members, f)
+}
+
+// byTTL judges a holder whose processes are of another PID namespace: the
+// TTL alone counts.
+func byTTL(h *holder, expired bool) verdict {
+	switch {
+	case h.Revoked:
+		return verdict{free: true, why: "was revoked"}
+	case expired:
+		return verdict{free: true, why: "expired"}
+	}
+	return verdict{live: true, until: h.ExpiresAt}
+}
+
+// ended judges a lease that expired or was revoked, whose live supervisors
+// are sup and whose command's group has members: the successor must stop
+// what is left of its command, wait for its supervisors to do it, or may go.
+func ended(h *holder, expired bool, sup, members []proc.ID, f procFacts) (verdict, error) {
 	why := "expired"
 	if h.Revoked {
 		why = "was revoked"
@@ -81,23 +121,24 @@ func assess(h *holder, now clock.Boot) (verdict, error) {
 		// their command themselves.
 		return verdict{until: h.ExpiresAt, waitOn: append(sup, members...), why: why}, nil
 	}
-	if h.Revoked && !expired && len(sup) > 0 && h.Group == nil {
+	if h.Group != nil || len(sup) == 0 {
+		return verdict{free: true, why: why}, nil
+	}
+	if !expired {
 		// Revoked before its command's group was attached: the supervisor
 		// may be starting the command right now.
 		return verdict{until: h.ExpiresAt, waitOn: sup, why: why}, nil
 	}
-	if h.Group == nil && len(sup) > 0 {
-		// Ended before its command's group was recorded while its
-		// supervisors live on (frozen, as a rule): the command may have been
-		// started just before, as their descendant. Those processes are
-		// stopped like a recorded group.
-		cmd, err := descendantsOf(sup)
-		if err != nil {
-			return verdict{}, unavailable("cannot read the processes started by the lease's supervisors: %v", err)
-		}
-		if len(cmd) > 0 {
-			return verdict{kill: true, group: cmd, waitOn: cmd, why: why}, nil
-		}
+	// Ended before its command's group was recorded while its supervisors
+	// live on (frozen, as a rule): the command may have been started just
+	// before, as their descendant. Those processes are stopped like a
+	// recorded group.
+	cmd, err := f.descendants(sup)
+	if err != nil {
+		return verdict{}, unavailable("cannot read the processes started by the lease's supervisors: %v", err)
+	}
+	if len(cmd) > 0 {
+		return verdict{kill: true, group: cmd, waitOn: cmd, why: why}, nil
 	}
 	return verdict{free: true, why: why}, nil
 }

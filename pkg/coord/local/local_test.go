@@ -1049,3 +1049,36 @@ func TestOtherPIDNamespace(t *testing.T) {
 		t.Fatal("a process group of this namespace was killed for a lease of another")
 	}
 }
+
+// TestWatchSeesShortHolds: a hold that begins and ends between two scans of
+// a watch (acquire and release at once, as fence shards drain does with the
+// group's settings lock) is still reported: the lock is free again, under
+// a newer last token. A watch that compared only held and free missed it,
+// and the members of a group never read the drain.
+func TestWatchSeesShortHolds(t *testing.T) {
+	dir := newDir(t)
+	c := openTB(t, dir)
+	ctx, cancel := context.WithCancel(tctx(t))
+	defer cancel()
+	events, err := c.Watch(ctx, "short/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missed := 0
+	for i := range 50 {
+		l := acquire(t, c, "short/x", coord.AcquireOptions{Holder: fmt.Sprint("h", i)})
+		release(t, c, l)
+		for seen := false; !seen; {
+			select {
+			case ev := <-events:
+				seen = !ev.Info.Held && ev.Info.LastToken >= l.Token
+			case <-time.After(2 * time.Second):
+				missed++
+				seen = true
+			}
+		}
+	}
+	if missed > 0 {
+		t.Fatalf("%d of 50 short holds were never reported as ended", missed)
+	}
+}

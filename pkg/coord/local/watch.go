@@ -472,6 +472,12 @@ func change(old, nu view) (coord.EventType, bool) {
 		return coord.EventAcquired, true
 	case o.Held && !n.Held:
 		return coord.EventReleased, true
+	case !o.Held && !n.Held && n.LastToken != o.LastToken:
+		// A whole hold began and ended between two scans (an acquire and
+		// release at once): it is reported as its end, or a consumer that
+		// reacts to holds (fence shards' members to the settings lock)
+		// would never learn of it.
+		return coord.EventReleased, true
 	case o.Held && n.Held && old.expires != nu.expires:
 		return coord.EventRenewed, true
 	case o.Waiters != n.Waiters:

@@ -40,6 +40,9 @@ type Model struct {
 	loaded bool
 	// NoHistory says the coordinator keeps no history.
 	NoHistory bool
+	// Group, for a lock of a `fence shards` group (a member or a shard), is
+	// the group's summary: drawn on the process line's right.
+	Group string
 }
 
 // New returns a details view drawn with s, printing times in loc.
@@ -303,7 +306,11 @@ func (m *Model) View(r *store.Row, now time.Time) string {
 		pair("renewals", renewals, "waiters", waiters),
 		pair("failures", failures, "stale", stale),
 	)
-	lines = append(lines, pair("process", process, "", ""))
+	if m.Group != "" {
+		lines = append(lines, pair("process", process, "group", m.Group))
+	} else {
+		lines = append(lines, pair("process", process, "", ""))
+	}
 	title := "── history, newest first "
 	lines = append(lines, s.Rule.Render(format.Fit("  "+title+strings.Repeat("─", max(w-2-len([]rune(title)), 0)), w)))
 	for len(lines) > m.height {

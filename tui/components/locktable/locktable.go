@@ -25,6 +25,10 @@ type Model struct {
 	// NoHistory says the coordinator keeps no history: the counter
 	// columns then show "-".
 	NoHistory bool
+	// Unconfirmed says the coordinator is not answering: the TTLs are not
+	// known (a holder may have renewed, or lost its lease) and show "?",
+	// and no held lock counts down to expiring.
+	Unconfirmed bool
 }
 
 // New returns an empty table drawn with s.
@@ -303,6 +307,9 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 	styled := !selected
 	state := r.State(now)
 	held := r.Info.Held
+	if m.Unconfirmed && held {
+		state = store.Held
+	}
 	dim := func(v string) string {
 		if styled {
 			return c.Dim.Render(v)
@@ -359,7 +366,9 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 	}
 	if w[colTTL] > 0 {
 		barW := w[colTTL] - ttlText - 1
-		if held {
+		if held && m.Unconfirmed {
+			cells[colTTL] = dim(format.FitRight("?", w[colTTL]))
+		} else if held {
 			left := r.TTLLeft(now)
 			full, empty := format.Bar(left, r.Info.TTL, barW)
 			text := format.FitRight(format.Duration(format.Ceil(left)), ttlText)

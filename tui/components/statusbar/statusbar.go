@@ -29,6 +29,7 @@ type Data struct {
 	Backend string // coord.Coordinator.Describe()
 	Health  Health
 	Detail  string        // why, when not OK
+	Warning string        // shown when OK: a known problem of the coordinator (a server version's bug)
 	Latency time.Duration // of the last read
 	Read    bool          // Latency is known
 	Totals  store.Totals
@@ -50,10 +51,16 @@ func View(s *styles.Styles, width int, d Data) string {
 	switch d.Health {
 	case OK:
 		health = s.OK.Render("● ok")
+		if d.Warning != "" {
+			w := format.Fit(d.Warning, min(ansi.StringWidth(d.Warning), max(width/3, 12)))
+			health = s.Warn.Render("▲ " + w)
+		}
 	case Degraded:
 		health = s.Warn.Render("▲ " + detail("degraded"))
 	case Unavailable:
-		health = s.Down.Render("✖ " + detail("unavailable"))
+		// Wider: how long the coordinator has not answered matters most.
+		msg := orDefault(d.Detail, "unavailable")
+		health = s.Down.Render("✖ " + format.Fit(msg, min(ansi.StringWidth(msg), max(width/2, 12))))
 	default:
 		health = s.Status.Render("… connecting")
 	}

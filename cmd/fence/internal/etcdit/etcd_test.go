@@ -126,3 +126,20 @@ func TestListWatchRedrawsOnEachChange(t *testing.T) {
 	env := slices.DeleteFunc(st.Env(t.TempDir()), func(kv string) bool { return strings.HasPrefix(kv, "FENCE_STATE_DIR=") })
 	st.ListWatch(t, append(env, "FENCE_ENDPOINTS="+srv.Endpoints()[0]))
 }
+
+// etcdEnv is an environment for fence on srv, under a prefix of its own.
+func etcdEnv(t *testing.T, srv *etcdtest.Server) []string {
+	env := slices.DeleteFunc(st.Env(t.TempDir()), func(kv string) bool { return strings.HasPrefix(kv, "FENCE_STATE_DIR=") })
+	return append(env, "FENCE_ENDPOINTS="+srv.Endpoints()[0], "FENCE_PREFIX=/"+t.Name()+"/")
+}
+
+// TestRunSetNoDeadlock on etcd: `fence run a b` against `fence run b a`.
+func TestRunSetNoDeadlock(t *testing.T) {
+	took := st.SetNoDeadlock(t, etcdEnv(t, etcdtest.Start(t)), 100, 60*time.Second)
+	t.Logf("2 x 100 runs of a set of 2 locks in opposite orders: %v", took)
+}
+
+// TestRunSetContenders on etcd: 20 contenders over random subsets of 5 locks.
+func TestRunSetContenders(t *testing.T) {
+	st.SetContenders(t, etcdEnv(t, etcdtest.Start(t)), 20, 3, 60*time.Second)
+}

@@ -20,6 +20,18 @@
 // logging every operation to a file of its own in $E2E_LOG_DIR (package
 // oplog). It stops early, with 0, when the file $E2E_STOP exists, and at
 // the first refused write (77) or failed one (1).
+//
+//	e2ehelper shard --log DIR [--go FILE]
+//
+// is the command of a `fence shards run` member: it writes its start
+// record (member, PID and start time, boot-clock instant, shard tokens) to
+// DIR/MEMBER-PID.start, then writes its member id to every shard's guard
+// key GROUP/shard/N/data with that shard's token from $FENCE_SHARD_TOKENS
+// (the local guard store of $FENCE_STATE_DIR, or the etcd one of
+// $FENCE_ENDPOINTS under $FENCE_PREFIX) and records each outcome in
+// DIR/MEMBER-PID.first; with --go it then waits for FILE, writes every
+// shard again and records that in DIR/MEMBER-PID.late. Then it sleeps until
+// a signal ends it.
 package main
 
 import (
@@ -34,13 +46,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/etcdstore"
+	"github.com/fence-dev/fence/pkg/guard/localstore"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard"
 	"github.com/fence-dev/fence/test/e2e/internal/oplog"
 )
@@ -68,6 +84,8 @@ func main() {
 		os.Exit(write(os.Args[2:]))
 	case "incr":
 		os.Exit(incr())
+	case "shard":
+		os.Exit(shard(os.Args[2:]))
 	}
 	fmt.Fprintf(os.Stderr, "e2ehelper: unknown mode %q\n", os.Args[1])
 	os.Exit(exitUsage)
@@ -343,4 +361,100 @@ func (h *holder) read() (value int64, fence uint64, code int) {
 		return 0, 0, fail("%v", err)
 	}
 	return value, fence, code
+}
+
+// ShardStart is a shard command's start record.
+type ShardStart struct {
+	Member string         `json:"member"`
+	ID     proc.ID        `json:"id"`
+	T      int64          `json:"t"` // clock.Boot at the start
+	Tokens map[int]uint64 `json:"tokens"`
+}
+
+// ShardWrites are the outcomes of a shard command's writes: by shard,
+// oplog.OK, oplog.Stale or an error.
+type ShardWrites map[int]string
+
+func shard(args []string) int {
+	t0 := clock.Now()
+	fs := flag.NewFlagSet("shard", flag.ContinueOnError)
+	dir := fs.String("log", "", "directory of the records")
+	goFile := fs.String("go", "", "file to wait for before writing again")
+	if err := fs.Parse(args); err != nil || *dir == "" {
+		return exitUsage
+	}
+	st, err := proc.ReadStat(os.Getpid())
+	if err != nil {
+		return fail("%v", err)
+	}
+	rec := ShardStart{Member: os.Getenv("FENCE_MEMBER"), ID: st.ID(), T: int64(t0), Tokens: map[int]uint64{}}
+	for _, kv := range strings.Split(os.Getenv("FENCE_SHARD_TOKENS"), ",") {
+		k, v, ok := strings.Cut(kv, ":")
+		n, err1 := strconv.Atoi(k)
+		tok, err2 := strconv.ParseUint(v, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return fail("bad $FENCE_SHARD_TOKENS %q", os.Getenv("FENCE_SHARD_TOKENS"))
+		}
+		rec.Tokens[n] = tok
+	}
+	base := filepath.Join(*dir, fmt.Sprintf("%s-%d", rec.Member, os.Getpid()))
+	b, _ := json.Marshal(rec)
+	if err := writeFileAtomic(base+".start", b); err != nil {
+		return fail("%v", err)
+	}
+	g, closeGuard, err := openGuard()
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer closeGuard()
+	group := os.Getenv("FENCE_GROUP")
+	writeAll := func(suffix string) error {
+		out := ShardWrites{}
+		for n, tok := range rec.Tokens {
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			err := g.Put(ctx, fmt.Sprintf("%s/shard/%d/data", group, n), tok, []byte(rec.Member))
+			cancel()
+			var se *guard.StaleError
+			switch {
+			case err == nil:
+				out[n] = oplog.OK
+			case errors.As(err, &se):
+				out[n] = oplog.Stale
+			default:
+				out[n] = err.Error()
+			}
+		}
+		b, _ := json.Marshal(out)
+		return writeFileAtomic(base+suffix, b)
+	}
+	if err := writeAll(".first"); err != nil {
+		return fail("%v", err)
+	}
+	if *goFile != "" {
+		for {
+			if _, err := os.Stat(*goFile); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := writeAll(".late"); err != nil {
+			return fail("%v", err)
+		}
+	}
+	for {
+		time.Sleep(time.Hour) // until a signal ends it
+	}
+}
+
+// openGuard opens the guard store of fence's coordinator.
+func openGuard() (guard.Guard, func(), error) {
+	if d := os.Getenv("FENCE_STATE_DIR"); d != "" {
+		g, err := localstore.Open(d)
+		return g, func() {}, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(os.Getenv("FENCE_ENDPOINTS"), ","), DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	return etcdstore.New(cli, os.Getenv("FENCE_PREFIX")), func() { cli.Close() }, nil
 }

@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/config"
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/fencing"
+)
+
+// Several locks at once (`fence run A B C`, `fence acquire A B C`) and the
+// lock-order check of nested fence calls.
+
+// checkLocks checks the LOCK arguments of a command that takes several:
+// valid names, none given twice.
+func checkLocks(cmdName string, locks []string) error {
+	seen := make(map[string]bool, len(locks))
+	for _, l := range locks {
+		if _, err := ParseLockName(l); err != nil {
+			return err
+		}
+		if seen[l] {
+			return usageErrorf("%s: lock %q is given twice", cmdName, output.Clean(l))
+		}
+		seen[l] = true
+	}
+	return nil
+}
+
+// locksArgs requires one LOCK argument or more and checks them.
+func locksArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return usageErrorf("%s needs a LOCK argument (usage: %s)", cmd.CommandPath(), cmd.UseLine())
+	}
+	return checkLocks(cmd.Name(), args)
+}
+
+// heldLock is a lock the environment says this process runs under.
+type heldLock struct{ name, leaseID string }
+
+// heldByEnv are the locks the environment says this process runs under:
+// FENCE_LOCK_i and FENCE_LEASE_ID_i (i = 1..N of FENCE_LOCKS=N), else
+// FENCE_LOCK and FENCE_LEASE_ID, as fence run gives its command.
+func heldByEnv(getenv func(string) string) []heldLock {
+	if n, err := strconv.Atoi(getenv("FENCE_LOCKS")); err == nil && n > 0 {
+		var held []heldLock
+		for i := 1; i <= n && i <= 10000; i++ {
+			if l := getenv("FENCE_LOCK_" + strconv.Itoa(i)); l != "" {
+				held = append(held, heldLock{l, getenv("FENCE_LEASE_ID_" + strconv.Itoa(i))})
+			}
+		}
+		return held
+	}
+	if l := getenv("FENCE_LOCK"); l != "" {
+		return []heldLock{{l, getenv("FENCE_LEASE_ID")}}
+	}
+	return nil
+}
+
+// sameCoordinator reports whether the coordinator location in the
+// environment (FENCE_ENDPOINTS and FENCE_PREFIX, else FENCE_STATE_DIR, as
+// fence run gives its command) is the one cfg names.
+func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
+	if eps := splitEndpoints(getenv("FENCE_ENDPOINTS")); len(eps) > 0 {
+		if len(cfg.Endpoints) == 0 {
+			return false
+		}
+		prefix := getenv("FENCE_PREFIX")
+		if prefix == "" {
+			prefix = config.DefaultPrefix
+		}
+		here := slices.Clone(cfg.Endpoints)
+		slices.Sort(here)
+		slices.Sort(eps)
+		return slices.Equal(here, eps) && etcd.NormalPrefix(prefix) == etcd.NormalPrefix(cfg.Prefix)
+	}
+	if len(cfg.Endpoints) > 0 {
+		return false
+	}
+	dir, here := getenv("FENCE_STATE_DIR"), cfg.StateDir
+	if dir == "" {
+		dir = config.DefaultStateDir()
+	}
+	if here == "" {
+		here = config.DefaultStateDir()
+	}
+	return filepath.Clean(dir) == filepath.Clean(here)
+}
+
+func splitEndpoints(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// orderCheck is the lock-order check of a nested fence: when the
+// environment shows that this fence runs under locks of the same
+// coordinator (an enclosing fence run), it refuses to take a lock that
+// sorts before one of them. Two programs that nest the same locks in
+// opposite orders deadlock; in byte order they cannot. anyOrder
+// (--any-order) skips it. The environment alone decides whether to look
+// further (nothing is read from the coordinator when no lock is held, or
+// none out of order): a refusal needs the lease the environment names to be
+// live on the coordinator (so that an inherited or hand-set FENCE_LOCK of a
+// lease long gone refuses nothing).
+type orderCheck struct {
+	cmdName string
+	locks   []string
+	suspect []heldLock // held locks that sort after one of locks
+}
+
+// newOrderCheck reads the environment; nil when there is nothing to check.
+func newOrderCheck(cfg *config.Config, cmdName string, locks []string, anyOrder bool) *orderCheck {
+	if anyOrder {
+		return nil
+	}
+	held := heldByEnv(os.Getenv)
+	if len(held) == 0 || !sameCoordinator(cfg, os.Getenv) {
+		return nil
+	}
+	low := slices.Min(locks)
+	var suspect []heldLock
+	for _, h := range held {
+		if low < h.name && h.leaseID != "" {
+			suspect = append(suspect, h)
+		}
+	}
+	if len(suspect) == 0 {
+		return nil
+	}
+	// The largest first: the one to name.
+	slices.SortFunc(suspect, func(a, b heldLock) int { return strings.Compare(b.name, a.name) })
+	return &orderCheck{cmdName: cmdName, locks: locks, suspect: suspect}
+}
+
+// check refuses (exit 125, one line naming both locks and the fix) when a
+// suspect lease is live on c. A nil check passes.
+func (o *orderCheck) check(ctx context.Context, c coord.Coordinator) error {
+	if o == nil {
+		return nil
+	}
+	for _, h := range o.suspect {
+		info, err := c.Inspect(ctx, h.name)
+		if err != nil || !info.Held || info.LeaseID != h.leaseID {
+			continue
+		}
+		low := slices.Min(o.locks)
+		all := []string{h.name}
+		all = append(all, o.locks...)
+		slices.Sort(all)
+		all = slices.Compact(all)
+		quoted := make([]string, len(all))
+		for i, l := range all {
+			quoted[i] = output.ShellQuote(l)
+		}
+		head, tail := "", "" // acquire's error says "acquire LOCK...: " before it
+		if o.cmdName == "run" {
+			head, tail = "run: ", " -- ..."
+		}
+		return exitcode.New(exitcode.Failure, fmt.Errorf(
+			"%slock %q sorts before %q, which this command already holds (an enclosing fence run took it): nesting locks out of byte order can deadlock; take them in one fence (fence %s %s%s), which orders them, or nest them in byte order, or pass --any-order to allow it (and the deadlock)",
+			head, output.Clean(low), output.Clean(h.name), o.cmdName, strings.Join(quoted, " "), tail))
+	}
+	return nil
+}
+
+// runAcquireSet is `fence acquire A B C`. The leases taken are kept renewed
+// while the next lock is waited for; once all are taken the renewals stop
+// and every lease lasts its TTL, as the lease of one lock does.
+func runAcquireSet(ctx context.Context, f *Factory, o *acquireOptions, format output.Format, holder string, wait time.Duration, interrupted func() (os.Signal, bool)) error {
+	var leases []coord.Lease
+	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		if err := o.order.check(ctx, c); err != nil {
+			return err
+		}
+		hctx, stopHolds := context.WithCancel(ctx)
+		defer stopHolds()
+		set, err := fencing.AcquireSet(hctx, c, o.locks, coord.AcquireOptions{
+			TTL: o.ttl, Holder: holder, Wait: wait,
+			OnWait: func(cur coord.LockInfo) {
+				f.verbosef("waiting for %s, held by %s (token %d)", output.Clean(cur.Name), output.Clean(cur.Holder), cur.Token)
+			},
+		}, fencing.HoldOptions{})
+		if err != nil {
+			return err
+		}
+		leases = set.Leases()
+		return nil
+	})
+	if sig, ok := interrupted(); ok && err != nil {
+		return interruptedError(sig)
+	}
+	if err != nil {
+		return fmt.Errorf("acquire %s: %w", cleanJoin(o.locks), err)
+	}
+	out := f.IO.Out
+	switch format {
+	case output.JSON:
+		views := make([]leaseView, len(leases))
+		for i := range leases {
+			views[i] = newLeaseView(&leases[i])
+		}
+		return output.WriteJSON(out, struct {
+			Leases []leaseView `json:"leases"`
+		}{views})
+	case output.Env:
+		var b strings.Builder
+		fmt.Fprintf(&b, "FENCE_LOCKS=%d\n", len(leases))
+		for i, l := range leases {
+			fmt.Fprintf(&b, "FENCE_LOCK_%d=%s\nFENCE_TOKEN_%d=%d\nFENCE_LEASE_ID_%d=%s\n",
+				i+1, output.ShellQuote(l.Name), i+1, l.Token, i+1, output.ShellQuote(l.ID))
+		}
+		_, err := io.WriteString(out, b.String())
+		return err
+	}
+	for i, l := range leases {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		if err := output.WriteFields(out, []output.Field{
+			{Key: "lock", Value: l.Name},
+			{Key: "token", Value: fmt.Sprint(l.Token)},
+			{Key: "lease_id", Value: l.ID},
+			{Key: "holder", Value: l.Holder},
+			{Key: "ttl", Value: output.Duration(l.TTL)},
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cleanJoin(locks []string) string {
+	c := make([]string, len(locks))
+	for i, l := range locks {
+		c[i] = output.Clean(l)
+	}
+	return strings.Join(c, " ")
+}

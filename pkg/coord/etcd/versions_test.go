@@ -1,0 +1,50 @@
+package etcd_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+)
+
+// TestBugsOf: the versions with a known lease-safety bug, and those
+// without.
+func TestBugsOf(t *testing.T) {
+	for v, want := range map[string]string{
+		"3.4.23": "etcd#15247", "3.4.30": "etcd#15247", "3.5.12": "etcd#15247", "3.3.27": "etcd#15247",
+		"3.4.31": "etcd#15247 (residual)", "3.5.13": "etcd#15247 (residual)", "3.6.0": "etcd#15247 (residual)",
+		"3.7.3": "etcd#15247 (residual)", "v3.5.9": "etcd#15247",
+		"": "", "garbage": "", "2.3.8": "",
+	} {
+		var got []string
+		for _, b := range etcd.BugsOf(v) {
+			got = append(got, b.Issue)
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("BugsOf(%q) = %v, want %q", v, got, want)
+		}
+	}
+	// The residual has no fixed release: no warning on every command.
+	w := etcd.VersionWarnings([]etcd.MemberVersion{{Endpoint: "http://10.0.0.1:2379", Version: "3.4.23"}, {Endpoint: "x:1", Version: "3.4.31"},
+		{Endpoint: "y:1", Version: "3.3.27"}, {Endpoint: "z:1", Version: "3.7.3"}})
+	if len(w) != 2 || !strings.Contains(w[0], "10.0.0.1:2379 runs 3.4.23") || !strings.Contains(w[0], "fixed in 3.4.31") ||
+		!strings.Contains(w[1], "fixed in 3.4.31 and 3.5.13") {
+		t.Errorf("VersionWarnings = %q", w)
+	}
+}
+
+// TestServerVersions: every endpoint's member reports its version.
+func TestServerVersions(t *testing.T) {
+	t.Parallel()
+	c, _ := openProxied(t, etcdtest.Start(t), 2)
+	vs := c.ServerVersions(ctx(t))
+	if len(vs) != 2 {
+		t.Fatalf("ServerVersions = %+v", vs)
+	}
+	for _, v := range vs {
+		if v.Err != nil || !strings.HasPrefix(v.Version, "3.") {
+			t.Errorf("ServerVersions: %+v", v)
+		}
+	}
+}
