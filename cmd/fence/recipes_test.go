@@ -61,6 +61,9 @@ var notRecipes = map[string]string{
 	"fence config":     "a config file",
 	"fence shards run": "a long-running worker of a group, one per host",
 	"fence revoke":     "an operator's command, no work",
+	"fence limit":      "the kill switch: an operator's command, no work",
+	"fence freeze":     "the kill switch: an operator's command, no work",
+	"fence thaw":       "the kill switch: an operator's command, no work",
 	"fence once list":  "inspection, no work",
 }
 

@@ -121,9 +121,12 @@ func newCmdShow(f *Factory) *cobra.Command {
 		Long: `Show LOCK's status (as 'fence status'), its last completions of
 'fence run --once' (newest first, at most 5; all with 'fence once list'), and its
 recent events (acquired, released, renewal failures, leases lost, deadlines,
-expiries, revocations, refused stale writes, completed and skipped --once runs),
-oldest first, where the coordinator keeps them. Exits 0 whether the lock is held
-or free.`,
+expiries, revocations, refused stale writes, completed and skipped --once runs,
+freezes, limits and thaws), oldest first, where the coordinator keeps them.
+Above the events, their waits (how long each holder waited for the lock) and
+holds (how long it held it) side by side: count, median, max, total and a
+sparkline of the recent ones on one scale; when waits exceed holds, the lock is
+the bottleneck. Exits 0 whether the lock is held or free.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -175,6 +178,7 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 				v.Completions = append(v.Completions, newCompletionView(d))
 			}
 			if hasHistory {
+				v.Contention = ptr(newContention(events))
 				v.Events = make([]eventView, 0, len(events))
 				for _, e := range events {
 					v.Events = append(v.Events, newEventView(e))
@@ -202,6 +206,12 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		case len(events) == 0:
 			_, err = fmt.Fprintln(out, "\nevents: none")
 			return err
+		}
+		if lines := contentionLines(newContention(events)); len(lines) > 0 {
+			fmt.Fprintln(out, "\nwait and hold (the events below):")
+			for _, l := range lines {
+				fmt.Fprintln(out, l)
+			}
 		}
 		fmt.Fprintln(out, "\nevents:")
 		rows := make([][]string, len(events))

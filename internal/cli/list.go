@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -168,8 +169,16 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 		return output.WriteJSON(out, views)
 	}
 	rows := make([][]string, len(infos))
+	limited := slices.ContainsFunc(infos, func(i coord.LockInfo) bool { return i.Limit != nil })
+	header := listHeader
+	if limited {
+		header = append(slices.Clip(listHeader), limitHeader)
+	}
 	for i, info := range infos {
 		rows[i] = listRow(info, now)
+		if limited {
+			rows[i] = append(rows[i], limitCell(info.Limit))
+		}
 	}
 	var buf bytes.Buffer
 	if watch && tty {
@@ -178,7 +187,7 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 	}
 	if len(rows) == 0 && tty {
 		buf.WriteString("no locks\n")
-	} else if err := output.WriteTable(&buf, tty, listHeader, rows); err != nil {
+	} else if err := output.WriteTable(&buf, tty, header, rows); err != nil {
 		return err
 	}
 	if watch && !tty {

@@ -91,7 +91,7 @@ func TestListJSONSameOnAndOffTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	fields := []string{"name", "held", "holder", "token", "lease_id", "ttl_seconds", "ttl_left_seconds",
-		"acquired_at", "held_for_seconds", "waiters", "last_token", "process"}
+		"acquired_at", "held_for_seconds", "waiters", "last_token", "process", "limit"}
 	for _, m := range got {
 		if len(m) != len(fields) {
 			t.Errorf("%v: %d fields, want %d", m["name"], len(m), len(fields))
@@ -167,7 +167,37 @@ func TestEventRows(t *testing.T) {
 	}
 	v := newEventView(evs[0])
 	b, _ := json.Marshal(v)
-	if want := `{"time":"2026-05-06T07:08:09.000Z","kind":"acquired","holder":"h","token":3,"wait_seconds":1.5,"held_for_seconds":null,"count":null,"error":null,"key":null,"accepted_token":null}`; string(b) != want {
+	if want := `{"time":"2026-05-06T07:08:09.000Z","kind":"acquired","holder":"h","token":3,"wait_seconds":1.5,"held_for_seconds":null,"count":null,"error":null,"key":null,"accepted_token":null,"reason":null}`; string(b) != want {
 		t.Fatalf("event JSON\n%s\nwant\n%s", b, want)
+	}
+}
+
+// TestContention: fence show puts the waits and holds of the events side
+// by side, on one sparkline scale, and says when waits exceed holds.
+func TestContention(t *testing.T) {
+	ms := time.Millisecond
+	evs := []history.Event{
+		{Kind: history.Acquired, Wait: 0},
+		{Kind: history.Released, HeldFor: 500 * ms},
+		{Kind: history.Acquired, Wait: 500 * ms},
+		{Kind: history.Released, HeldFor: 500 * ms},
+		{Kind: history.Acquired, Wait: 1000 * ms},
+		{Kind: history.RenewalFailed, Count: 1},
+	}
+	c := newContention(evs)
+	got := strings.Join(contentionLines(c), "\n")
+	want := "" +
+		"wait  n=3   median 500ms    max 1s       total 1.5s     ▁▄█\n" +
+		"hold  n=2   median 500ms    max 500ms    total 1s       ▄▄\n" +
+		"waits exceed holds: the lock is the bottleneck"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	b, _ := json.Marshal(c)
+	if w := `{"wait":{"count":3,"median_seconds":0.5,"max_seconds":1,"total_seconds":1.5,"recent_seconds":[0,0.5,1]},"hold":{"count":2,"median_seconds":0.5,"max_seconds":0.5,"total_seconds":1,"recent_seconds":[0.5,0.5]}}`; string(b) != w {
+		t.Fatalf("contention JSON\n%s\nwant\n%s", b, w)
+	}
+	if lines := contentionLines(newContention(nil)); lines != nil {
+		t.Errorf("no events: %q, want nothing", lines)
 	}
 }

@@ -203,6 +203,26 @@ token.`,
 const defaultRevokeTimeout = 15 * time.Second
 
 func runRevoke(ctx context.Context, f *Factory, o *revokeOptions, timeoutSet bool) error {
+	// Bad input is refused before the coordinator is opened.
+	if _, err := parseFormat(o.format, output.Text, output.JSON); err != nil {
+		return err
+	}
+	if o.token != "" {
+		if _, err := ParseToken(o.token); err != nil {
+			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
+		}
+	}
+	if timeoutSet && o.force {
+		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
+	}
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		return revokeWith(ctx, f, c, o, timeoutSet)
+	})
+}
+
+// revokeWith is revoke on the open coordinator c (also fence freeze
+// --revoke).
+func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeOptions, timeoutSet bool) error {
 	format, err := parseFormat(o.format, output.Text, output.JSON)
 	if err != nil {
 		return err
@@ -213,11 +233,8 @@ func runRevoke(ctx context.Context, f *Factory, o *revokeOptions, timeoutSet boo
 			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
 		}
 	}
-	if timeoutSet && o.force {
-		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
-	}
 	name := output.Clean(o.lock)
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	{
 		var sr coord.StopRequester
 		if !coord.As(c, &sr) {
 			sr = revokeOnly{c}
@@ -283,7 +300,7 @@ func runRevoke(ctx context.Context, f *Factory, o *revokeOptions, timeoutSet boo
 		}
 		res.WaitedSeconds = output.Seconds(time.Since(start))
 		return writeRevoke(f, format, res)
-	})
+	}
 }
 
 // revokeView is what revoke prints: the lease it ended, and how it ended.

@@ -21,6 +21,7 @@ var commandGroups = []commandGroup{
 	{"once", "Jobs that run once (fence run --once):", []func(*Factory) *cobra.Command{newCmdOnce}},
 	{"lease", "Leases:", []func(*Factory) *cobra.Command{newCmdAcquire, newCmdRenew, newCmdRelease, newCmdRevoke}},
 	{"inspect", "Inspection:", []func(*Factory) *cobra.Command{newCmdCheck, newCmdStatus, newCmdList, newCmdShow, newCmdHistory, newCmdTop}},
+	{"limits", "The kill switch (limits on holders):", []func(*Factory) *cobra.Command{newCmdLimit, newCmdFreeze, newCmdThaw}},
 	{"shards", "Ownership partitioning:", []func(*Factory) *cobra.Command{newCmdShards}},
 	{"guard", "Fenced writes:", []func(*Factory) *cobra.Command{newCmdGuard}},
 	{"tools", "Tools:", []func(*Factory) *cobra.Command{newCmdExporter, newCmdConfig, newCmdVersion}},

@@ -30,6 +30,9 @@ type lockView struct {
 	Waiters        int          `json:"waiters" yaml:"waiters"`
 	LastToken      uint64       `json:"last_token" yaml:"last_token"`
 	Process        *processView `json:"process" yaml:"process"`
+	// Limit is the operator limit that binds the lock (fence limit,
+	// freeze), null when none does.
+	Limit *limitView `json:"limit" yaml:"limit"`
 }
 
 type processView struct {
@@ -40,7 +43,7 @@ type processView struct {
 func ptr[T any](v T) *T { return &v }
 
 func newLockView(i coord.LockInfo, now time.Time) lockView {
-	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, LastToken: i.LastToken}
+	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, LastToken: i.LastToken, Limit: newLimitView(i.Limit)}
 	if i.Held {
 		v.Holder = ptr(i.Holder)
 		v.Token = ptr(i.Token)
@@ -90,6 +93,7 @@ type eventView struct {
 	Error          *string  `json:"error" yaml:"error"`
 	Key            *string  `json:"key" yaml:"key"`
 	AcceptedToken  *uint64  `json:"accepted_token" yaml:"accepted_token"`
+	Reason         *string  `json:"reason" yaml:"reason"`
 }
 
 func nonZero[T comparable](v T) *T {
@@ -105,6 +109,7 @@ func newEventView(e history.Event) eventView {
 		Time: output.Time(e.Time), Kind: string(e.Kind),
 		Holder: nonZero(e.Holder), Token: nonZero(e.Token), Count: nonZero(e.Count),
 		Error: nonZero(e.Error), Key: nonZero(e.Key), AcceptedToken: nonZero(e.AcceptedToken),
+		Reason: nonZero(e.Reason),
 	}
 	if e.Kind == history.Acquired {
 		v.WaitSeconds = ptr(output.Seconds(e.Wait))
@@ -123,6 +128,9 @@ type showView struct {
 	// Completions are the lock's latest --once completion records, newest
 	// first (absent when it has none).
 	Completions []completionView `json:"completions,omitempty" yaml:"completions,omitempty"`
+	// Contention is the waits and holds of the events shown, side by
+	// side; null when the coordinator keeps no history.
+	Contention *contentionView `json:"contention" yaml:"contention"`
 }
 
 // textTime formats a time for text output: RFC 3339 in local time, to the
@@ -137,11 +145,19 @@ func textTime(t time.Time) string {
 // lockFields is the text form of a lock.
 func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 	if !i.Held {
-		fs := []output.Field{{Key: "lock", Value: i.Name}, {Key: "state", Value: "free"}}
+		state := "free"
+		if i.Limit != nil && i.Limit.Frozen() {
+			state = "frozen"
+		}
+		fs := []output.Field{{Key: "lock", Value: i.Name}, {Key: "state", Value: state}}
 		if i.LastToken > 0 {
 			fs = append(fs, output.Field{Key: "last_token", Value: strconv.FormatUint(i.LastToken, 10)})
 		}
-		return append(fs, output.Field{Key: "waiters", Value: strconv.Itoa(i.Waiters)})
+		fs = append(fs, output.Field{Key: "waiters", Value: strconv.Itoa(i.Waiters)})
+		if i.Limit != nil {
+			fs = append(fs, output.Field{Key: "limit", Value: limitText(i.Limit)})
+		}
+		return fs
 	}
 	fs := []output.Field{
 		{Key: "lock", Value: i.Name},
@@ -158,11 +174,18 @@ func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 	if p := i.Process; p != nil {
 		fs = append(fs, output.Field{Key: "process", Value: fmt.Sprintf("pids %v, pgid %d", p.PIDs, p.PGID)})
 	}
+	if i.Limit != nil {
+		fs = append(fs, output.Field{Key: "limit", Value: limitText(i.Limit)})
+	}
 	return fs
 }
 
-// listHeader and listRow are the table form of locks.
-var listHeader = []string{"NAME", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS"}
+// listHeader and listRow are the table form of locks. limitHeader is the
+// column added when a listed lock has an operator limit.
+var (
+	listHeader  = []string{"NAME", "HOLDER", "TOKEN", "TTL LEFT", "HELD FOR", "WAITERS"}
+	limitHeader = "LIMIT"
+)
 
 func listRow(i coord.LockInfo, now time.Time) []string {
 	if !i.Held {
@@ -200,6 +223,11 @@ func eventRow(e history.Event) []string {
 		detail = fmt.Sprintf("restart %d: %s", e.Count, e.Reason)
 	case history.Completed:
 		detail = "key " + output.Clean(e.Key)
+	case history.Limited:
+		detail = fmt.Sprintf("limit %d", e.Count)
+		if e.Reason != "" {
+			detail += ": " + e.Reason
+		}
 	case history.Skipped:
 		detail = "key " + output.Clean(e.Key) + " done already"
 		if e.AcceptedToken > 0 {

@@ -10,6 +10,9 @@
 //	fence_lock_waiters                   gauge     processes queued for the lock
 //	fence_lock_holder_info               gauge     1, with label holder, while held (an info metric)
 //	fence_lock_critical_section_seconds  histogram how long each holder held the lock, observed when it ended
+//	fence_lock_frozen                    gauge     1 while an operator freeze (fence freeze) covers the lock, else 0
+//	fence_lock_limit                     gauge     the operator limit on holders that binds the lock (fence limit,
+//	                                               freeze: 0); absent when none does
 //
 // and, when the coordinator keeps a history (a history.Recorder, or anything
 // that implements history.Reader):
@@ -17,6 +20,8 @@
 //	fence_lock_renewal_failures_total    counter   failed renewals recorded (an event may stand for several)
 //	fence_lock_stale_refusals_total      counter   writes refused by a guard for a stale token
 //	fence_lock_events_total              counter   history events, by kind (label kind; every kind, from 0; a shard's and a member's kinds too on GROUP/shard/N and GROUP/members/ID)
+//	fence_lock_wait_seconds              histogram how long each holder waited for the lock (the history's
+//	                                               waited of each acquired event), observed as it is read
 //
 // plus fence_exporter_coordinator_up and fence_exporter_history_up (1 when
 // the last read succeeded), and the Go and process collectors.
@@ -68,6 +73,10 @@ const DefaultScrapeTimeout = 5 * time.Second
 // fence_lock_critical_section_seconds, in seconds: from 100ms to a day.
 var DefaultBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
 
+// DefaultWaitBuckets are the default buckets of fence_lock_wait_seconds, in
+// seconds: from 1ms (an uncontended grant) to an hour.
+var DefaultWaitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
 // Options configure the exporter. The zero value is usable.
 type Options struct {
 	// Prefix limits the export to locks whose names start with it.
@@ -78,6 +87,8 @@ type Options struct {
 	ScrapeTimeout time.Duration
 	// Buckets of the critical-section histogram (DefaultBuckets).
 	Buckets []float64
+	// WaitBuckets of the wait histogram (DefaultWaitBuckets).
+	WaitBuckets []float64
 	// OnListen, when set, is called by Serve once it listens, with the
 	// address (useful with port 0).
 	OnListen func(net.Addr)
@@ -92,6 +103,9 @@ func (o *Options) fill() {
 	}
 	if len(o.Buckets) == 0 {
 		o.Buckets = DefaultBuckets
+	}
+	if len(o.WaitBuckets) == 0 {
+		o.WaitBuckets = DefaultWaitBuckets
 	}
 }
 
@@ -184,14 +198,16 @@ type Collector struct {
 	listOK   bool // the last List succeeded
 	histUp   bool
 	sections *prometheus.HistogramVec
+	waits    *prometheus.HistogramVec // nil without a history
 }
 
 // lockState is what the exporter knows of one lock.
 type lockState struct {
 	info      coord.LockInfo
-	seen      time.Time // when info was read (monotonic), for the TTL left
-	maxToken  uint64    // the largest token seen held
-	confirmed bool      // the holder was reported by the watch, which will report its end in order
+	limit     *coord.Limit // as of the last List (a watch does not say)
+	seen      time.Time    // when info was read (monotonic), for the TTL left
+	maxToken  uint64       // the largest token seen held
+	confirmed bool         // the holder was reported by the watch, which will report its end in order
 
 	cursor          uint64 // history sequence number read up to
 	renewalFailures float64
@@ -217,6 +233,10 @@ var (
 		"Failed lease renewals recorded in the lock's history.", []string{"lock"}, nil)
 	descStale = prometheus.NewDesc("fence_lock_stale_refusals_total",
 		"Writes refused by a guard because their fencing token was stale.", []string{"lock"}, nil)
+	descFrozen = prometheus.NewDesc("fence_lock_frozen",
+		"1 while an operator freeze (fence freeze) covers the lock, else 0.", []string{"lock"}, nil)
+	descLimit = prometheus.NewDesc("fence_lock_limit",
+		"The operator limit on the lock's holders (fence limit; 0 when frozen); absent when none covers it.", []string{"lock"}, nil)
 	descEvents = prometheus.NewDesc("fence_lock_events_total",
 		"Events recorded in the lock's history, by kind.", []string{"lock", "kind"}, nil)
 	descLastCompletion = prometheus.NewDesc("fence_lock_last_completion_timestamp_seconds",
@@ -264,6 +284,13 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		}, []string{"lock"}),
 	}
 	coord.As(c, &col.hist) // through decorators, as every capability
+	if col.hist != nil {
+		col.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fence_lock_wait_seconds",
+			Help:    "How long each holder waited for the lock before it was granted (the history's waited).",
+			Buckets: opts.WaitBuckets,
+		}, []string{"lock"})
+	}
 	rctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
 	infos, err := c.List(rctx, opts.Prefix)
 	cancel()
@@ -366,10 +393,12 @@ func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 		}
 		listed[info.Name] = true
 		col.apply(info, false)
+		col.state(info.Name).limit = info.Limit
 	}
 	for name := range col.locks {
 		if !listed[name] {
 			col.apply(coord.LockInfo{Name: name}, false)
+			col.locks[name].limit = nil
 		}
 	}
 }
@@ -464,6 +493,8 @@ func (col *Collector) readHistory(ctx context.Context) {
 				st.renewalFailures += float64(max(e.Event.Count, 1))
 			case history.StaleRefused:
 				st.staleRefusals++
+			case history.Acquired:
+				col.waits.WithLabelValues(h.Lock).Observe(max(e.Event.Wait, 0).Seconds())
 			case history.Completed:
 				if e.Event.Time.After(st.lastCompletion) {
 					st.lastCompletion = e.Event.Time
@@ -479,7 +510,7 @@ func (col *Collector) readHistory(ctx context.Context) {
 
 // Describe implements prometheus.Collector.
 func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHeld, descToken, descTTL, descHeldFor, descWaiters, descHolder, descCoordUp} {
+	for _, d := range []*prometheus.Desc{descHeld, descToken, descTTL, descHeldFor, descWaiters, descHolder, descFrozen, descLimit, descCoordUp} {
 		ch <- d
 	}
 	if col.hist != nil {
@@ -488,6 +519,9 @@ func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 		}
 	}
 	col.sections.Describe(ch)
+	if col.waits != nil {
+		col.waits.Describe(ch)
+	}
 }
 
 // Collect implements prometheus.Collector: it reads the locks (and the
@@ -521,6 +555,10 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTTL, ttl, n)
 		gauge(descHeldFor, st.info.HeldFor(now).Seconds(), n)
 		gauge(descWaiters, float64(st.info.Waiters), n)
+		gauge(descFrozen, b2f(st.limit != nil && st.limit.Frozen()), n)
+		if st.limit != nil {
+			gauge(descLimit, float64(st.limit.Max), n)
+		}
 		if col.hist != nil {
 			counter(descRenewalFailures, st.renewalFailures, n)
 			counter(descStale, st.staleRefusals, n)
@@ -545,6 +583,9 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descHistUp, b2f(col.histUp))
 	}
 	col.sections.Collect(ch)
+	if col.waits != nil {
+		col.waits.Collect(ch)
+	}
 }
 
 // refresh reads the locks and the history for a scrape.

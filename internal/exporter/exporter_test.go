@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -450,6 +451,119 @@ func TestServeErrors(t *testing.T) {
 		t.Errorf("GET /nothing = %v, %v", resp.Status, err)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// TestWaitsAndLimits: fence_lock_wait_seconds holds exactly the waits the
+// history recorded for 20 queued acquisitions (count, sum and buckets), and
+// fence_lock_frozen / fence_lock_limit show the operator limits, on both
+// backends.
+func TestWaitsAndLimits(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			const queued = 20
+			drv := recorder(t, b.open(t))
+			first, err := drv.Acquire(ctx, "q", coord.AcquireOptions{TTL: 30 * time.Second, Holder: "first"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, queued)
+			for i := 0; i < queued; i++ {
+				c := recorder(t, b.open(t))
+				in := make(chan struct{})
+				go func() {
+					l, err := c.Acquire(ctx, "q", coord.AcquireOptions{TTL: 30 * time.Second, Holder: fmt.Sprintf("w%d", i),
+						Wait: coord.WaitForever, OnWait: func(coord.LockInfo) { close(in) }})
+					if err == nil {
+						time.Sleep(time.Duration(i%4) * 5 * time.Millisecond)
+						err = c.Release(ctx, "q", l.ID)
+					}
+					done <- err
+				}()
+				<-in
+			}
+			time.Sleep(50 * time.Millisecond)
+			if err := drv.Release(ctx, "q", first.ID); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < queued; i++ {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+			var lim coord.Limiter
+			if !coord.As(coord.Coordinator(drv), &lim) {
+				t.Fatal("no Limiter")
+			}
+			if err := lim.SetLimit(ctx, coord.Limit{Name: "q", Max: 0, Reason: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := lim.SetLimit(ctx, coord.Limit{Name: "p/", Prefix: true, Max: 2}); err != nil {
+				t.Fatal(err)
+			}
+			l, err := drv.Acquire(ctx, "p/one", coord.AcquireOptions{TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, err := drv.History(ctx, "q", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fams := scrape(t, serve(t, recorder(t, b.open(t)), exporter.Options{}))
+			// What the history says.
+			var waits []float64
+			for _, e := range evs {
+				if e.Kind == history.Acquired {
+					waits = append(waits, e.Wait.Seconds())
+				}
+			}
+			if len(waits) != queued+1 {
+				t.Fatalf("history of q has %d acquired events, want %d", len(waits), queued+1)
+			}
+			m, ok := metric(fams, "fence_lock_wait_seconds", map[string]string{"lock": "q"})
+			if !ok || m.Histogram == nil {
+				t.Fatal("no fence_lock_wait_seconds histogram for q")
+			}
+			h := m.Histogram
+			var sum, longest float64
+			for _, w := range waits {
+				sum += w
+				longest = max(longest, w)
+			}
+			if h.GetSampleCount() != uint64(len(waits)) || math.Abs(h.GetSampleSum()-sum) > 1e-9 {
+				t.Errorf("fence_lock_wait_seconds{q}: count %d sum %.9f; the history: %d waits summing to %.9f",
+					h.GetSampleCount(), h.GetSampleSum(), len(waits), sum)
+			}
+			for _, bk := range h.Bucket {
+				want := 0
+				for _, w := range waits {
+					if w <= bk.GetUpperBound() {
+						want++
+					}
+				}
+				if bk.GetCumulativeCount() != uint64(want) {
+					t.Errorf("fence_lock_wait_seconds{q} bucket le=%g: %d, want %d", bk.GetUpperBound(), bk.GetCumulativeCount(), want)
+				}
+			}
+			t.Logf("%d waits recorded, sum %.3fs, longest %.3fs; the histogram: count %d, sum %.3fs",
+				len(waits), sum, longest, h.GetSampleCount(), h.GetSampleSum())
+			if v := value(t, fams, "fence_lock_frozen", "lock", "q"); v != 1 {
+				t.Errorf("fence_lock_frozen{q} = %v, want 1", v)
+			}
+			if v := value(t, fams, "fence_lock_limit", "lock", "q"); v != 0 {
+				t.Errorf("fence_lock_limit{q} = %v, want 0", v)
+			}
+			if v := value(t, fams, "fence_lock_frozen", "lock", "p/one"); v != 0 {
+				t.Errorf("fence_lock_frozen{p/one} = %v, want 0", v)
+			}
+			if v := value(t, fams, "fence_lock_limit", "lock", "p/one"); v != 2 {
+				t.Errorf("fence_lock_limit{p/one} = %v, want 2", v)
+			}
+			_ = drv.Release(ctx, "p/one", l.ID)
+			_, _, _ = lim.ClearLimit(ctx, "q", false)
+			_, _, _ = lim.ClearLimit(ctx, "p/", true)
+		})
 	}
 }
 

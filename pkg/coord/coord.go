@@ -127,6 +127,9 @@ type LockInfo struct {
 	LastToken uint64 `json:"last_token,omitempty"`
 	// Process is set for a local lease attached to processes.
 	Process *ProcessInfo `json:"process,omitempty"`
+	// Limit is the operator limit that binds the lock (EffectiveLimit), nil
+	// when none covers it.
+	Limit *Limit `json:"limit,omitempty"`
 }
 
 // HeldFor is how long the current holder has held the lock, as of now.

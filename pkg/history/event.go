@@ -27,6 +27,12 @@ const (
 	Restarted Kind = "restarted"
 	Completed Kind = "completed" // Key, Token, Holder: a --once job succeeded and was recorded
 	Skipped   Kind = "skipped"   // Key, Holder, AcceptedToken (the record's): a --once job was already done
+	// The kill switch (coord.Limiter), on each lock it covers: Holder (who
+	// set it), Reason (the operator's, after the prefix for a prefix's
+	// limit).
+	Frozen  Kind = "frozen"  // fence freeze: no new holder
+	Limited Kind = "limited" // fence limit: Count is the limit
+	Thawed  Kind = "thawed"  // fence thaw: the limit was removed
 )
 
 // Event is one entry of a lock's persistent history.

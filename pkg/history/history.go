@@ -207,6 +207,7 @@ var knownKinds = map[Kind]bool{
 	ShardTaken: true, ShardGivenUp: true, ShardLost: true, Restarted: true,
 	Completed: true,
 	Skipped:   true,
+	Frozen:    true, Limited: true, Thawed: true,
 }
 
 // Normalize checks an event before it is stored and fills in what may be

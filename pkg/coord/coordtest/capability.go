@@ -35,6 +35,7 @@ var capabilities = []capability{
 	capabilityOf[history.Historian](),
 	capabilityOf[coord.StopRequester](),
 	capabilityOf[coord.Completer](),
+	capabilityOf[coord.Limiter](),
 }
 
 // Capabilities returns the names of the optional capabilities of package

@@ -93,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 	}
 	s := &suite{h: h}
 	t.Run("TokensAcrossRestart", s.tokensAcrossRestart)
+	t.Run("LimitPersists", s.limitPersists)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -139,6 +140,9 @@ var cases = []struct {
 	{"OnceRecords", (*suite).onceRecords},
 	{"OnceNeedsTheLease", (*suite).onceNeedsTheLease},
 	{"OnceRetention", (*suite).onceRetention},
+	{"LimitFreeze", (*suite).limitFreeze},
+	{"LimitPrefix", (*suite).limitPrefix},
+	{"LimitUnderLoad", (*suite).limitUnderLoad},
 }
 
 // client opens a new client that is closed when t ends.

@@ -54,6 +54,9 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	supervised := opts.Process != nil
 	held := meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised}
 	queued := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now, Supervised: supervised}
+	// The operator limits (limits.go) are compared too: at first that
+	// there is none (limRev 0), then that they are as last read.
+	var limRev int64
 	put := func() (*clientv3.TxnResponse, error) {
 		key := c.leaseKey(name, id)
 		els := []clientv3.Op{clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate)}
@@ -64,25 +67,45 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 			}
 		}
 		return c.cli.Txn(once(ctx)).
-			If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix()).
+			If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix(), c.limitsCmp(limRev)).
 			Then(clientv3.OpPut(key, held.encode(), clientv3.WithLease(id))).
-			Else(els...).
+			Else(append(els, c.limitsGet())...).
 			Commit()
 	}
-	resp, err := put()
-	if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		// The kept lease ended since its last acknowledgment (revoked by
-		// someone): a fresh one.
-		var g *clientv3.LeaseGrantResponse
-		sent = time.Now()
-		if g, err = c.cli.Grant(ctx, secs); err != nil {
-			return nil, c.mapErr(ctx, "grant lease", err)
-		}
-		id, granted = g.ID, time.Duration(g.TTL)*time.Second
+	var (
+		resp *clientv3.TxnResponse
+		kvs  []*mvccpb.KeyValue
+		lim  *coord.Limit
+	)
+	for {
 		resp, err = put()
-	}
-	if err != nil {
-		return nil, c.mapErr(ctx, "acquire", err)
+		if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The kept lease ended since its last acknowledgment (revoked by
+			// someone): a fresh one.
+			var g *clientv3.LeaseGrantResponse
+			sent = time.Now()
+			if g, err = c.cli.Grant(ctx, secs); err != nil {
+				return nil, c.mapErr(ctx, "grant lease", err)
+			}
+			id, granted, reused = g.ID, time.Duration(g.TTL)*time.Second, false
+			resp, err = put()
+		}
+		if err != nil {
+			return nil, c.mapErr(ctx, "acquire", err)
+		}
+		if resp.Succeeded {
+			break
+		}
+		n := len(resp.Responses)
+		kvs = resp.Responses[n-2].GetResponseRange().Kvs
+		if lim, err = c.effectiveOf(name, resp.Responses[n-1].GetResponseRange().Kvs); err != nil {
+			return nil, err
+		}
+		limRev = resp.Header.Revision
+		if wait || len(kvs) > 0 || !lim.Allows(0) {
+			break
+		}
+		// Free, and the limits allow it: try again comparing them as read.
 	}
 	key := c.leaseKey(name, id)
 	l := &coord.Lease{Name: name, Holder: holder, ID: formatID(id), TTL: granted, Sent: sent}
@@ -95,12 +118,15 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		ok = true
 		return l, nil
 	}
-	kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs
 	cur, err := c.lockInfo(ctx, name, kvs, wait && opts.OnWait != nil)
 	if err != nil {
 		return nil, err
 	}
+	cur.Limit = lim
 	if !wait {
+		if !lim.Allows(0) {
+			return nil, limitErr(name, lim, kvs)
+		}
 		return nil, busy(cur, 0)
 	}
 	myRev := resp.Header.Revision // the revision of the transaction that put our key
@@ -136,11 +162,13 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		now = time.Now()
 		return meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised}.encode()
 	}
-	err = c.waitTurn(wctx, lockRange, key, id, myRev, pred, lost, claim)
+	heldBack := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now, Supervised: supervised, HeldBack: true}.encode()
+	err = c.waitTurn(wctx, lockRange, key, id, myRev, pred, lost, claim, limRev, lim, heldBack)
 	cancel()
 	stopKeepAlive()
 	<-kaDone
 	if err != nil {
+		var le *coord.LimitError
 		switch {
 		case errors.Is(err, errLeaseGone) && last.stalled() && ctx.Err() == nil && !c.closed.Load() && (opts.Wait < 0 || time.Now().Before(waitUntil)):
 			// Our lease ended while the cluster did not answer (a stall
@@ -153,6 +181,8 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 			return nil, waiterLost(name)
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
+		case wctx.Err() != nil && errors.As(err, &le):
+			return nil, le
 		case wctx.Err() != nil:
 			return nil, busy(cur, opts.Wait)
 		}
@@ -243,7 +273,16 @@ func busy(cur coord.LockInfo, waited time.Duration) error {
 // every key of the lock is ours or younger (recording acquired_at with the
 // value claim returns), or else returns the key now just ahead of ours and
 // whether ours is still there: one round trip per wake-up.
-func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id clientv3.LeaseID, myRev int64, pred *mvccpb.KeyValue, lost <-chan error, claim func() string) (err error) {
+//
+// The claim also compares the operator limits as read at limRev (0: none),
+// and is not tried while lim, the limit then read, holds the lock back: the
+// same reads are made without it. When no key is ahead of ours but a limit
+// holds the lock back, it waits for the next change of a limit
+// (waitLimits), and returns an error wrapping the *coord.LimitError when
+// ctx ends meanwhile.
+func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id clientv3.LeaseID, myRev int64, pred *mvccpb.KeyValue, lost <-chan error, claim func() string, limRev int64, lim *coord.Limit, heldBack string) (err error) {
+	name := lockName(key, c)
+	marked := false // our key says held_back
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Close ends the wait at once.
@@ -260,17 +299,29 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 				return err
 			}
 		}
+		reads := []clientv3.Op{
+			clientv3.OpGet(lockRange, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1))...),
+			clientv3.OpGet(key, clientv3.WithCountOnly()),
+			c.limitsGet(),
+		}
 		// One attempt is bounded, and tried again: a request that went to
 		// a member that stopped answering must not hold the waiter (the
-		// claim can be sent twice: the second finds the lock ours).
+		// claim can be sent twice: the second finds the lock ours). While
+		// a limit holds the lock back, only the reads are made.
 		tctx, tcancel := context.WithTimeout(ctx, claimTimeout)
-		resp, err := c.cli.Txn(tctx).
-			If(clientv3.Compare(clientv3.CreateRevision(lockRange), ">", myRev-1).WithPrefix(),
-				clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-			Then(clientv3.OpPut(key, claim(), clientv3.WithLease(id))).
-			Else(clientv3.OpGet(lockRange, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(myRev-1))...),
-				clientv3.OpGet(key, clientv3.WithCountOnly())).
-			Commit()
+		var resp *clientv3.TxnResponse
+		blocked := !lim.Allows(0)
+		if blocked {
+			resp, err = c.cli.Txn(tctx).Then(reads...).Commit()
+		} else {
+			resp, err = c.cli.Txn(tctx).
+				If(clientv3.Compare(clientv3.CreateRevision(lockRange), ">", myRev-1).WithPrefix(),
+					clientv3.Compare(clientv3.CreateRevision(key), "=", myRev),
+					c.limitsCmp(limRev)).
+				Then(clientv3.OpPut(key, claim(), clientv3.WithLease(id))).
+				Else(reads...).
+				Commit()
+		}
 		tcancel()
 		switch {
 		case err != nil && ctx.Err() == nil && tctx.Err() != nil:
@@ -279,17 +330,49 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 			return errLeaseGone
 		case err != nil:
 			return c.mapErr(ctx, "wait", err)
-		case resp.Succeeded:
+		case resp.Succeeded && !blocked:
 			return nil
 		case resp.Responses[1].GetResponseRange().Count == 0:
 			return errLeaseGone // our key is gone: the lease ended
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		pred, from = nil, resp.Header.Revision+1
+		limRev = resp.Header.Revision
+		if lim, err = c.effectiveOf(name, resp.Responses[2].GetResponseRange().Kvs); err != nil {
+			return err
+		}
 		if len(kvs) > 0 {
 			pred = kvs[0]
+			continue
+		}
+		// First in line, and the claim failed on the limits.
+		if lim.Allows(0) {
+			continue // changed since they were read, and allow it now
+		}
+		if !marked {
+			if err := c.markHeldBack(ctx, key, id, myRev, heldBack); err != nil {
+				return err
+			}
+			marked = true
+		}
+		if err := c.waitLimits(ctx, from, lost); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w (%w)", &coord.LimitError{Lock: name, Limit: *lim}, err)
+			}
+			return err
 		}
 	}
+}
+
+// lockName is the name of the lock of one of its lease keys.
+func lockName(key string, c *Coordinator) string {
+	name, _ := c.parseKey(key)
+	return name
+}
+
+// limitErr is the error of a try-lock refused by an operator limit.
+func limitErr(name string, lim *coord.Limit, kvs []*mvccpb.KeyValue) error {
+	return &coord.LimitError{Lock: name, Limit: *lim, Holders: min(len(kvs), 1)}
 }
 
 // waitDelete returns nil when pred's key is deleted at revision from or

@@ -84,6 +84,10 @@ type meta struct {
 	// release. It lives on this key, which goes with the holding, so an ask
 	// never reaches a later holder.
 	StopRequestedAt *time.Time `json:"stop_requested_at,omitempty"`
+	// HeldBack is set by the first waiter while an operator limit holds
+	// the lock back (limits.go): it has not claimed the lock, and readers
+	// do not take it for the holder. Its claim replaces the value.
+	HeldBack bool `json:"held_back,omitempty"`
 }
 
 func (m meta) encode() string {

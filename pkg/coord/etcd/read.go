@@ -18,7 +18,16 @@ var byCreate = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAsc
 // Inspect returns the state of lock name, from a linearizable read. The
 // holder's TTLLeft is in whole seconds, as etcd reports it.
 func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
-	return c.inspect(ctx, name, true)
+	info, err := c.inspect(ctx, name, true)
+	if err != nil {
+		return info, err
+	}
+	resp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
+	if err != nil {
+		return info, c.mapErr(ctx, "read limits", err)
+	}
+	info.Limit, err = c.effectiveOf(name, resp.Kvs)
+	return info, err
 }
 
 // Peek is Inspect without the holder's TTL (one request fewer).
@@ -79,6 +88,21 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	lresp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, c.mapErr(ctx, "read limits", err)
+	}
+	limits, err := c.decodeLimits(lresp.Kvs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range infos {
+		infos[i].Limit = coord.EffectiveLimit(limits, infos[i].Name)
+	}
+	if n := len(infos); len(coord.WithLimited(infos, limits, prefix)) != n {
+		infos = coord.WithLimited(infos, limits, prefix)
+		sort.Slice(infos, func(a, b int) bool { return infos[a].Name < infos[b].Name })
+	}
 	return infos, nil
 }
 
@@ -96,6 +120,12 @@ func (c *Coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.K
 	}
 	h := kvs[0]
 	m := decodeMeta(h.Value)
+	if m.HeldBack && m.AcquiredAt == nil {
+		// The first waiter is held back by an operator limit (limits.go):
+		// nobody holds the lock.
+		info.Waiters = len(kvs)
+		return info, nil
+	}
 	info.Held = true
 	info.Holder = m.Holder
 	info.Token = uint64(h.CreateRevision)

@@ -97,6 +97,9 @@ type attempt struct {
 	v       verdict
 	info    coord.LockInfo
 	mayKill bool // the lease ended, its group runs, and it is our turn
+	// limited is the operator limit that holds the lock back (nil: none
+	// does).
+	limited *coord.Limit
 }
 
 // A lease id is 24 lower-case hex digits: the tag of its lock's name (the
@@ -172,9 +175,19 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		if err != nil {
 			return ch, pruned, err
 		}
+		// The operator limit, read under the flock: SetLimit takes this
+		// flock after writing it (limits.go), so no grant made with an
+		// older limit completes after SetLimit returns.
+		lim, err := a.c.limitOf(a.f.name)
+		if err != nil {
+			return ch, pruned, err
+		}
+		if !lim.Allows(0) {
+			out.limited = lim
+		}
 		pos := position(st.Queue, a.ticket, a.self)
 		ourTurn := pos.head == -1 || (pos.mine >= 0 && pos.head == pos.mine)
-		if v.free && ourTurn {
+		if v.free && ourTurn && out.limited == nil {
 			if pos.mine >= 0 {
 				st.Queue = slices.Delete(st.Queue, pos.mine, pos.mine+1)
 			}
@@ -212,7 +225,7 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			return ch, pruned || pos.mine >= 0, nil
 		}
 		out.v = v
-		out.mayKill = v.kill && ourTurn
+		out.mayKill = v.kill && ourTurn && out.limited == nil
 		if pos.mine < 0 && (enqueue || a.ticket != "") {
 			if a.ticket == "" {
 				a.ticket = newTicketID()
@@ -294,6 +307,9 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 // noWait handles a busy lock for Wait 0: only the command group of an
 // ended lease is worth a short wait, once it has been killed.
 func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error) {
+	if res.limited != nil {
+		return nil, a.limitErr(res)
+	}
 	if !res.mayKill || a.kill(res.v) != nil {
 		return nil, busy(a.f.name, res.info)
 	}
@@ -311,7 +327,19 @@ func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error
 	if res.lease != nil {
 		return res.lease, nil
 	}
+	if res.limited != nil {
+		return nil, a.limitErr(res)
+	}
 	return nil, busy(a.f.name, res.info)
+}
+
+// limitErr is the error for a lock held back by an operator limit.
+func (a *acquirer) limitErr(res attempt) error {
+	holders := 0
+	if res.info.Held {
+		holders = 1
+	}
+	return &coord.LimitError{Lock: a.f.name, Limit: *res.limited, Holders: holders}
 }
 
 // kill sends SIGKILL to the command group of an ended lease. An error means
@@ -365,9 +393,17 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 			return nil, err
 		}
 		pos := position(st.Queue, a.ticket, a.self)
+		// A lock held back by an operator limit is not free for anyone:
+		// its waiters keep their places, and wait for a doorbell (a thaw
+		// rings the first ones) or the waiter ahead of them.
+		lim, err := a.c.limitOf(a.f.name)
+		if err != nil {
+			return nil, err
+		}
+		limited := !lim.Allows(0)
 		var stall time.Duration
 		switch {
-		case pos.mine < 0 || ((v.free || v.kill) && pos.head == pos.mine):
+		case pos.mine < 0 || (!limited && (v.free || v.kill) && pos.head == pos.mine):
 			// Our turn (or our ticket went missing: take a place again).
 			// Whether to kill is decided under the lock.
 			res, err := a.try(ctx, true)
@@ -381,14 +417,14 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 			if res.mayKill {
 				_ = a.kill(v) // not permitted: wait for the group to end
 			}
-		case (v.free || v.kill) && pos.head != pos.mine:
+		case !limited && (v.free || v.kill) && pos.head != pos.mine:
 			// The waiter ahead should act now; if it does not (it was
 			// stopped), look again in a while.
 			stall = a.c.opts.stallCheck
 		}
 		var deps []proc.ID
 		wake := time.Duration(-1)
-		if pos.rank <= 1 {
+		if pos.rank <= 1 && !limited {
 			deps, wake = v.waitOn, untilWake(v.until)
 		}
 		if pos.pred != (proc.ID{}) {
@@ -406,6 +442,9 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 			}
 			if res.lease != nil {
 				return res.lease, nil
+			}
+			if res.limited != nil {
+				return nil, a.limitErr(res)
 			}
 			return nil, busy(a.f.name, res.info)
 		case wokeCtx:

@@ -209,6 +209,10 @@ func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 		return coord.LockInfo{}, err
 	}
 	li, _, err := c.inspectFiles(c.files(name))
+	if err != nil {
+		return li, err
+	}
+	li.Limit, err = c.limitOf(name)
 	return li, err
 }
 
@@ -244,6 +248,10 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	if err != nil {
 		return nil, err
 	}
+	limits, err := c.readLimits()
+	if err != nil {
+		return nil, err
+	}
 	var out []coord.LockInfo
 	for _, base := range bases {
 		if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, prefix) {
@@ -260,10 +268,12 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 		if !strings.HasPrefix(li.Name, prefix) {
 			continue
 		}
-		if li.Held || li.Waiters > 0 || li.LastToken > 0 {
+		li.Limit = coord.EffectiveLimit(limits, li.Name)
+		if li.Held || li.Waiters > 0 || li.LastToken > 0 || li.Limit != nil {
 			out = append(out, li)
 		}
 	}
+	out = coord.WithLimited(out, limits, prefix)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }

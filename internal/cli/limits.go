@@ -1,0 +1,422 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+
+	"github.com/fence-dev/fence/pkg/history"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// The kill switch: fence limit, fence freeze, fence thaw (coord.Limiter).
+
+type limitOptions struct {
+	lock     string
+	prefix   string
+	isPrefix bool
+	max      int
+	reason   string
+	revoke   bool
+	format   string
+}
+
+// scopeArgs reads LOCK, or --prefix P, and the remaining arguments.
+func (o *limitOptions) scopeArgs(cmd *cobra.Command, args []string, more int, usage string) ([]string, error) {
+	o.isPrefix = cmd.Flags().Changed("prefix")
+	want := more
+	if !o.isPrefix {
+		want++
+	}
+	if len(args) != want {
+		return nil, usageErrorf("usage: %s", usage)
+	}
+	if o.isPrefix {
+		if o.prefix != "" {
+			if err := coord.ValidateLimit(coord.Limit{Name: o.prefix, Prefix: true}); err != nil {
+				return nil, err
+			}
+		}
+		return args, nil
+	}
+	name, err := ParseLockName(args[0])
+	if err != nil {
+		return nil, err
+	}
+	o.lock = name
+	return args[1:], nil
+}
+
+func (o *limitOptions) scope() (string, bool) {
+	if o.isPrefix {
+		return o.prefix, true
+	}
+	return o.lock, false
+}
+
+func limitFlags(cmd *cobra.Command, o *limitOptions, setting bool) {
+	cmd.Flags().StringVar(&o.prefix, "prefix", "", "every lock whose name starts with this prefix, also locks not used yet (\"\" for every lock), instead of LOCK")
+	if setting {
+		cmd.Flags().StringVar(&o.reason, "reason", "", "why, in words: shown to every caller it turns away, in status, list, show and the history")
+		cmd.Flags().BoolVar(&o.revoke, "revoke", false, "also end the holders above the new limit, newest first, as 'fence revoke' does (ask their fence run to stop, then end the lease)")
+	}
+	formatFlag(cmd, &o.format, output.Text, output.JSON)
+}
+
+func newCmdLimit(f *Factory) *cobra.Command {
+	o := &limitOptions{}
+	cmd := &cobra.Command{
+		Use:   "limit LOCK N | --prefix P N [--reason TEXT] [--revoke]",
+		Short: "Cap the holders of a lock (or of every lock under a prefix): the kill switch",
+		Long: `Cap the holders of LOCK, or of every lock whose name starts with --prefix P
+(also locks that do not exist yet), at N: an operator limit below the lock's
+--slots. 'limit 1' is safe serial processing; 'limit 0' is 'fence freeze'.
+Where several limits cover a lock (its own, prefixes), the smallest binds.
+
+The limit persists (on the coordinator) until 'fence thaw'. It is checked with
+every grant: once this command returns, no lock it covers gets a holder beyond
+it. Holders above it run on unless --revoke is given; waiters keep their place
+in the queue and proceed, in order, when the limit allows. A caller that does
+not wait (-n) gets exit 75 with the reason and who set the limit. Limits show
+in status, list, show, top, the history and the exporter's metrics.`,
+		Example: `  fence limit nightly-backup 1 --reason "one at a time during the migration"
+  fence limit --prefix backups/ 3`,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rest, err := o.scopeArgs(cmd, args, 1, "fence limit LOCK N | fence limit --prefix P N")
+			if err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(rest[0])
+			if err != nil || n < 0 || n > coord.MaxLimit {
+				return usageErrorf("limit N must be a whole number from 0 to %d, got %q", coord.MaxLimit, rest[0])
+			}
+			o.max = n
+			return runSetLimit(cmd.Context(), f, o)
+		},
+	}
+	limitFlags(cmd, o, true)
+	return cmd
+}
+
+func newCmdFreeze(f *Factory) *cobra.Command {
+	o := &limitOptions{}
+	cmd := &cobra.Command{
+		Use:   "freeze LOCK | --prefix P [--reason TEXT] [--revoke]",
+		Short: "Let no new holder take a lock (or any lock under a prefix) until thawed",
+		Long: `Freeze LOCK, or every lock whose name starts with --prefix P (also locks that
+do not exist yet): no new holder until 'fence thaw'. It is 'fence limit ... 0'.
+
+Once this command returns, no lock it covers gets a new holder. The holders
+run on unless --revoke is given (then each is asked to stop and release, as
+'fence revoke' does); waiters keep their place in the queue and proceed in
+order after the thaw. A caller that does not wait (-n) gets exit 75 with the
+reason and who froze the lock. The freeze persists on the coordinator and shows
+in status ("frozen"), list, show, top, the history and the metrics.`,
+		Example: `  fence freeze --prefix backups/ --reason "INC-4711: storage degraded"
+  fence freeze nightly-backup --revoke`,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := o.scopeArgs(cmd, args, 0, "fence freeze LOCK | fence freeze --prefix P"); err != nil {
+				return err
+			}
+			o.max = 0
+			return runSetLimit(cmd.Context(), f, o)
+		},
+	}
+	limitFlags(cmd, o, true)
+	return cmd
+}
+
+func newCmdThaw(f *Factory) *cobra.Command {
+	o := &limitOptions{}
+	cmd := &cobra.Command{
+		Use:   "thaw LOCK | --prefix P",
+		Short: "Remove the limit or freeze of a lock (or of a prefix)",
+		Long: `Remove the limit or freeze set on LOCK, or on --prefix P, by 'fence limit' or
+'fence freeze'. Its waiters proceed at once, in the order they queued. A limit
+of another scope that covers the lock (a prefix's, or the lock's own after a
+prefix thaw) stays in force: thaw says so. Exits 0, also when there was no
+such limit.`,
+		Example: `  fence thaw --prefix backups/
+  fence thaw nightly-backup`,
+		ValidArgsFunction: completeLocks(f),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := o.scopeArgs(cmd, args, 0, "fence thaw LOCK | fence thaw --prefix P"); err != nil {
+				return err
+			}
+			return runThaw(cmd.Context(), f, o)
+		},
+	}
+	limitFlags(cmd, o, false)
+	return cmd
+}
+
+// limitSetter is who sets a limit: user@host.
+func limitSetter() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = strconv.Itoa(os.Getuid())
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return name + "@" + host
+}
+
+func limiterOf(c coord.Coordinator) (coord.Limiter, error) {
+	var l coord.Limiter
+	if !coord.As(c, &l) {
+		return nil, fmt.Errorf("%w: the %s coordinator keeps no limits", coord.ErrInvalid, c.Describe())
+	}
+	return l, nil
+}
+
+// limitResult is what limit, freeze and thaw print.
+type limitResult struct {
+	Action string     `json:"action"` // "frozen", "limited", "thawed"
+	Scope  string     `json:"scope"`  // "lock" or "prefix"
+	Name   string     `json:"name"`
+	Limit  *limitView `json:"limit"` // the limit set (null for thaw)
+	// Removed is false for a thaw that found no limit of that scope.
+	Removed *bool `json:"removed,omitempty"`
+	// StillLimited are the locks under the scope that another limit still
+	// holds back after a thaw (as of the command's listing).
+	StillLimited []string `json:"still_limited,omitempty"`
+	// Revoked are the locks whose holders --revoke ended.
+	Revoked []string `json:"revoked,omitempty"`
+}
+
+func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
+	format, err := parseFormat(o.format, output.Text, output.JSON)
+	if err != nil {
+		return err
+	}
+	name, prefix := o.scope()
+	l := coord.Limit{Name: name, Prefix: prefix, Max: o.max, Reason: o.reason, By: limitSetter()}
+	if err := coord.ValidateLimit(l); err != nil {
+		return err
+	}
+	res := limitResult{Action: "limited", Scope: scopeWord(prefix), Name: name}
+	if l.Frozen() {
+		res.Action = "frozen"
+	}
+	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		lim, err := limiterOf(c)
+		if err != nil {
+			return err
+		}
+		if err := lim.SetLimit(ctx, l); err != nil {
+			return fmt.Errorf("%s %s: %w", cmdWord(res.Action), output.Clean(l.Scope()), err)
+		}
+		infos, err := covered(ctx, c, name, prefix)
+		if err != nil {
+			return fmt.Errorf("%s %s: the limit is set, but the locks it covers cannot be listed: %w", cmdWord(res.Action), output.Clean(l.Scope()), err)
+		}
+		kind := history.Limited
+		if l.Frozen() {
+			kind = history.Frozen
+		}
+		recordLimit(ctx, c, infos, kind, l)
+		set := l
+		res.Limit = newLimitView(&set)
+		if !o.revoke {
+			return nil
+		}
+		for _, i := range infos {
+			// One holder per lock: it is above the limit only when the
+			// limit is 0.
+			if !i.Held || o.max >= 1 {
+				continue
+			}
+			ro := &revokeOptions{lock: i.Name, format: string(output.Text)}
+			if format == output.JSON {
+				ro.format = string(output.JSON)
+			}
+			if err := revokeWith(ctx, f, c, ro, false); exitcode.Code(err) == exitcode.No {
+				continue // free by now, or held by another (newer) holder
+			} else if err != nil {
+				return fmt.Errorf("%s %s: the limit is set; revoking the holder of %s: %w", cmdWord(res.Action), output.Clean(l.Scope()), output.Clean(i.Name), err)
+			}
+			res.Revoked = append(res.Revoked, i.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return writeLimitResult(f, format, res)
+}
+
+func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
+	format, err := parseFormat(o.format, output.Text, output.JSON)
+	if err != nil {
+		return err
+	}
+	name, prefix := o.scope()
+	res := limitResult{Action: "thawed", Scope: scopeWord(prefix), Name: name}
+	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		lim, err := limiterOf(c)
+		if err != nil {
+			return err
+		}
+		old, ok, err := lim.ClearLimit(ctx, name, prefix)
+		if err != nil {
+			return fmt.Errorf("thaw %s: %w", output.Clean(coord.Limit{Name: name, Prefix: prefix}.Scope()), err)
+		}
+		res.Removed = &ok
+		infos, err := covered(ctx, c, name, prefix)
+		if err != nil {
+			return fmt.Errorf("thaw: the limit is removed, but the locks it covered cannot be listed: %w", err)
+		}
+		if ok {
+			recordLimit(ctx, c, infos, history.Thawed, coord.Limit{Name: name, Prefix: prefix, By: limitSetter(), Reason: old.Describe()})
+		}
+		for _, i := range infos {
+			if i.Limit != nil {
+				res.StillLimited = append(res.StillLimited, i.Name)
+			}
+		}
+		if !prefix && len(res.StillLimited) == 0 {
+			// A lock not used yet is not listed: ask it.
+			if info, err := c.Inspect(ctx, name); err == nil && info.Limit != nil {
+				res.StillLimited = []string{name}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return writeLimitResult(f, format, res)
+}
+
+// covered lists the locks a limit of the scope (name, prefix) covers that
+// the coordinator knows: for a lock, that lock.
+func covered(ctx context.Context, c coord.Coordinator, name string, prefix bool) ([]coord.LockInfo, error) {
+	if !prefix {
+		info, err := c.Inspect(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		info.Name = name
+		return []coord.LockInfo{info}, nil
+	}
+	return c.List(ctx, name)
+}
+
+// recordLimit records a limit's event in the history of every lock in
+// infos, best effort (the limit is set whatever the history says).
+func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
+	var h history.Historian
+	if !coord.As(c, &h) {
+		return
+	}
+	reason := l.Reason
+	if l.Prefix {
+		reason = strings.TrimSuffix(l.Scope()+": "+reason, ": ")
+	}
+	for _, i := range infos {
+		ev := history.Event{Lock: i.Name, Kind: kind, Holder: l.By, Reason: reason, Time: l.At}
+		if kind == history.Limited {
+			ev.Count = l.Max
+		}
+		_ = h.Record(ctx, ev)
+	}
+}
+
+func scopeWord(prefix bool) string {
+	if prefix {
+		return "prefix"
+	}
+	return "lock"
+}
+
+func cmdWord(action string) string {
+	switch action {
+	case "frozen":
+		return "freeze"
+	case "thawed":
+		return "thaw"
+	}
+	return "limit"
+}
+
+func writeLimitResult(f *Factory, format output.Format, r limitResult) error {
+	if format == output.JSON {
+		return output.WriteJSON(f.IO.Out, r)
+	}
+	scope := output.Clean(coord.Limit{Name: r.Name, Prefix: r.Scope == "prefix"}.Scope())
+	out := f.IO.Out
+	switch {
+	case r.Action == "thawed" && r.Removed != nil && !*r.Removed:
+		fmt.Fprintf(out, "%s had no limit of its own: nothing removed\n", scope)
+	case r.Action == "thawed":
+		fmt.Fprintf(out, "thawed %s\n", scope)
+	default:
+		l := r.Limit
+		what := fmt.Sprintf("limited %s to %d holder(s)", scope, l.Max)
+		if r.Action == "frozen" {
+			what = "froze " + scope
+		}
+		if l.Reason != nil {
+			what += ": " + output.Clean(*l.Reason)
+		}
+		fmt.Fprintln(out, what)
+	}
+	if len(r.StillLimited) > 0 {
+		fmt.Fprintf(f.IO.ErrOut, "fence: thaw: another limit still holds back %s (see 'fence status')\n", output.Clean(strings.Join(r.StillLimited, ", ")))
+	}
+	return nil
+}
+
+// limitView is an operator limit in JSON and YAML: part of a lock, or what
+// limit and freeze set.
+type limitView struct {
+	Max    int     `json:"max" yaml:"max"`
+	Frozen bool    `json:"frozen" yaml:"frozen"`
+	Scope  string  `json:"scope" yaml:"scope"` // "lock" or "prefix"
+	Name   string  `json:"name" yaml:"name"`   // the lock or the prefix
+	Reason *string `json:"reason" yaml:"reason"`
+	By     *string `json:"by" yaml:"by"`
+	At     *string `json:"at" yaml:"at"`
+}
+
+func newLimitView(l *coord.Limit) *limitView {
+	if l == nil {
+		return nil
+	}
+	return &limitView{Max: l.Max, Frozen: l.Frozen(), Scope: scopeWord(l.Prefix), Name: l.Name,
+		Reason: nonZero(l.Reason), By: nonZero(l.By), At: output.Time(l.At)}
+}
+
+// limitText is a lock's limit in text output: "frozen by … at …: reason".
+func limitText(l *coord.Limit) string {
+	if l == nil {
+		return "-"
+	}
+	return output.Clean(l.Describe())
+}
+
+// limitCell is a lock's limit in a table: "frozen", "max 1".
+func limitCell(l *coord.Limit) string {
+	switch {
+	case l == nil:
+		return "-"
+	case l.Frozen():
+		return "frozen"
+	}
+	return "max " + strconv.Itoa(l.Max)
+}

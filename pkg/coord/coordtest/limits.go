@@ -1,0 +1,257 @@
+package coordtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// limiter returns c's Limiter, skipping the case when it has none.
+func limiter(t testing.TB, c coord.Coordinator) coord.Limiter {
+	t.Helper()
+	var l coord.Limiter
+	if !coord.As(c, &l) {
+		t.Skip("the coordinator keeps no limits (coord.Limiter)")
+	}
+	return l
+}
+
+func setLimit(t testing.TB, l coord.Limiter, lim coord.Limit) {
+	t.Helper()
+	if err := l.SetLimit(ctx(t), lim); err != nil {
+		t.Fatalf("SetLimit(%+v): %v", lim, err)
+	}
+}
+
+func clearLimit(t testing.TB, l coord.Limiter, name string, prefix bool) coord.Limit {
+	t.Helper()
+	old, ok, err := l.ClearLimit(ctx(t), name, prefix)
+	if err != nil || !ok {
+		t.Fatalf("ClearLimit(%q, prefix %v) = %v, %v; want the limit removed", name, prefix, ok, err)
+	}
+	return old
+}
+
+// wantFrozen checks that a try-lock of name fails with a *LimitError that
+// is ErrBusy and names the freeze's reason and setter.
+func wantFrozen(t testing.TB, c coord.Coordinator, name, reason, by string) {
+	t.Helper()
+	l, err := tryAcquire(t, c, name, coord.AcquireOptions{Holder: "try"})
+	var le *coord.LimitError
+	switch {
+	case err == nil:
+		release(t, c, l)
+		t.Fatalf("Acquire(no wait) of frozen lock %q granted token %d", name, l.Token)
+	case !errors.Is(err, coord.ErrBusy) || !errors.As(err, &le):
+		t.Fatalf("Acquire(no wait) of frozen lock %q: %v; want a *coord.LimitError (ErrBusy)", name, err)
+	case !le.Limit.Frozen() || le.Limit.Reason != reason || le.Limit.By != by:
+		t.Fatalf("Acquire(no wait) of frozen lock %q: limit %+v; want frozen, reason %q by %q", name, le.Limit, reason, by)
+	}
+}
+
+// limitFreeze: a freeze lets no new holder in, keeps the holder and the
+// queue; a try-lock gets a LimitError with the reason and who froze it;
+// Inspect shows it; a thaw serves the queued waiters in their order.
+func (s *suite) limitFreeze(t *testing.T) {
+	name := s.name(t, "freeze")
+	c := s.client(t)
+	lim := limiter(t, c)
+	cx := ctx(t)
+	holder := acquire(t, c, name, coord.AcquireOptions{Holder: "before-freeze", TTL: guard})
+	setLimit(t, lim, coord.Limit{Name: name, Max: 0, Reason: "incident 42", By: "alice@ops"})
+	wantHeldBy(t, c, holder)
+	wantFrozen(t, s.client(t), name, "incident 42", "alice@ops")
+	info := inspect(t, c, name)
+	if info.Limit == nil || !info.Limit.Frozen() || info.Limit.Reason != "incident 42" {
+		t.Errorf("Inspect of a frozen lock: Limit = %+v; want frozen with its reason", info.Limit)
+	}
+	const waiters = 3
+	chans := make([]<-chan result, waiters)
+	for i := range chans {
+		queued := make(chan struct{})
+		chans[i] = goAcquire(cx, s.client(t), name, coord.AcquireOptions{
+			Holder: fmt.Sprintf("w%d", i), Wait: coord.WaitForever, OnWait: notify(queued)})
+		signalled(t, queued, fmt.Sprintf("waiter %d queued", i))
+	}
+	release(t, c, holder)
+	// Frozen and free: nobody takes it.
+	for i, ch := range chans {
+		select {
+		case r := <-ch:
+			t.Fatalf("waiter %d returned while the lock is frozen: lease %v, error %v", i, r.l, r.err)
+		case <-time.After(300 * time.Millisecond / waiters):
+		}
+	}
+	if info := inspect(t, c, name); info.Held || info.Waiters != waiters {
+		t.Fatalf("frozen lock after the release: held %v, %d waiters; want free with %d waiters", info.Held, info.Waiters, waiters)
+	}
+	old := clearLimit(t, lim, name, false)
+	if !old.Frozen() || old.By != "alice@ops" {
+		t.Errorf("ClearLimit returned %+v, want the freeze", old)
+	}
+	last := holder.Token
+	for i, ch := range chans {
+		r := await(t, ch, fmt.Sprintf("waiter %d after the thaw", i))
+		if r.err != nil {
+			t.Fatalf("waiter %d after the thaw: %v", i, r.err)
+		}
+		if r.l.Holder != fmt.Sprintf("w%d", i) || r.l.Token <= last {
+			t.Fatalf("grant %d after the thaw went to %s with token %d (previous %d); want w%d, in queue order", i, r.l.Holder, r.l.Token, last, i)
+		}
+		last = r.l.Token
+		release(t, c, r.l)
+	}
+	if _, ok, err := lim.ClearLimit(cx, name, false); ok || err != nil {
+		t.Errorf("ClearLimit of a lock without a limit = %v, %v; want false, nil", ok, err)
+	}
+}
+
+// limitPrefix: a freeze of a prefix covers a lock first used after it, and
+// no lock outside it; the smallest limit binds; a lock-level thaw leaves
+// the prefix's freeze; List shows the limits, and a lock frozen before its
+// first use.
+func (s *suite) limitPrefix(t *testing.T) {
+	base := s.name(t, "")
+	c := s.client(t)
+	lim := limiter(t, c)
+	setLimit(t, lim, coord.Limit{Name: base + "jobs/", Prefix: true, Reason: "disk full", By: "bob"})
+	t.Cleanup(func() { _, _, _ = lim.ClearLimit(context.Background(), base+"jobs/", true) })
+	wantFrozen(t, c, base+"jobs/new", "disk full", "bob")
+	l := acquire(t, c, base+"jobsx", coord.AcquireOptions{}) // not under "jobs/"
+	release(t, c, l)
+	setLimit(t, lim, coord.Limit{Name: base + "jobs/new", Max: 1, By: "carol"})
+	if li := inspect(t, c, base+"jobs/new"); li.Limit == nil || !li.Limit.Prefix || !li.Limit.Frozen() {
+		t.Errorf("lock with limit 1 under a frozen prefix: Limit = %+v; want the prefix's freeze (the smallest binds)", li.Limit)
+	}
+	setLimit(t, lim, coord.Limit{Name: base + "other", Max: 0, By: "dave"})
+	t.Cleanup(func() { _, _, _ = lim.ClearLimit(context.Background(), base+"other", false) })
+	infos, err := c.List(ctx(t), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawOther bool
+	for _, i := range infos {
+		if i.Name == base+"other" {
+			sawOther = i.Limit != nil && i.Limit.Frozen() && i.Limit.By == "dave"
+		}
+	}
+	if !sawOther {
+		t.Errorf("List(%q) = %+v; want %q (never used, frozen) listed with its limit", base, infos, base+"other")
+	}
+	clearLimit(t, lim, base+"jobs/new", false)
+	wantFrozen(t, c, base+"jobs/new", "disk full", "bob")
+	clearLimit(t, lim, base+"jobs/", true)
+	l = acquire(t, c, base+"jobs/new", coord.AcquireOptions{})
+	release(t, c, l)
+	all, err := lim.Limits(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range all {
+		if x.Name == base+"jobs/" || x.Name == base+"jobs/new" {
+			t.Errorf("Limits after the thaws still has %+v", x)
+		}
+	}
+}
+
+// limitPersists: a limit survives a restart of the coordinator and new
+// clients.
+func (s *suite) limitPersists(t *testing.T) {
+	name := s.name(t, "persist")
+	lim := limiter(t, s.client(t))
+	setLimit(t, lim, coord.Limit{Name: name, Max: 0, Reason: "kept", By: "erin"})
+	s.restart(t)
+	c := s.client(t)
+	wantFrozen(t, c, name, "kept", "erin")
+	clearLimit(t, limiter(t, c), name, false)
+	l := acquire(t, c, name, coord.AcquireOptions{})
+	release(t, c, l)
+}
+
+// limitUnderLoad: contenders take and release the lock in a loop; once
+// SetLimit(freeze) has returned, no Acquire returns a lease other than the
+// one held at that moment; after the thaw they go on.
+func (s *suite) limitUnderLoad(t *testing.T) {
+	const workers = 4
+	name := s.name(t, "load")
+	lim := limiter(t, s.client(t))
+	cx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	type grant struct {
+		token    uint64
+		acquired time.Time // Lease.AcquiredAt
+		at       time.Time // when Acquire returned
+	}
+	var (
+		mu     sync.Mutex
+		grants []grant
+		wg     sync.WaitGroup
+	)
+	for i := 0; i < workers; i++ {
+		c := s.client(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cx.Err() == nil {
+				l, err := c.Acquire(cx, name, coord.AcquireOptions{Holder: fmt.Sprintf("load-%d", i), TTL: guard, Wait: coord.WaitForever})
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				grants = append(grants, grant{l.Token, l.AcquiredAt, time.Now()})
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+				_ = c.Release(context.Background(), name, l.ID)
+			}
+		}()
+	}
+	waitGrants := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(guard)
+		for {
+			mu.Lock()
+			got := len(grants)
+			mu.Unlock()
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("only %d grants after %v, want %d", got, guard, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitGrants(20)
+	c := s.client(t)
+	setLimit(t, lim, coord.Limit{Name: name, Max: 0, Reason: "load", By: "frank"})
+	frozenAt := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	if cur := inspect(t, c, name); cur.Held {
+		t.Errorf("500ms after the freeze (holds of 2ms): held by %s, token %d", cur.Holder, cur.Token)
+	}
+	// Only the lease granted before the freeze, in its Acquire's return,
+	// may be seen after it: one at most, acquired before SetLimit returned.
+	mu.Lock()
+	var late []grant
+	for _, g := range grants {
+		if g.at.After(frozenAt) {
+			late = append(late, g)
+		}
+	}
+	n := len(grants)
+	mu.Unlock()
+	if len(late) > 1 || len(late) == 1 && late[0].acquired.After(frozenAt) {
+		t.Fatalf("%d grant(s) returned after SetLimit(freeze) returned: first token %d acquired %v after the freeze, returned %v after it",
+			len(late), late[0].token, late[0].acquired.Sub(frozenAt), late[0].at.Sub(frozenAt))
+	}
+	t.Logf("freeze under load: %d grants before it, %d returned in the 500ms after it (granted before it)", n, len(late))
+	clearLimit(t, lim, name, false)
+	waitGrants(n + 10)
+	cancel()
+	wg.Wait()
+}

@@ -1,0 +1,264 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fence-dev/fence/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Limits (coord.Limiter). Every operator limit of the state directory is in
+// one file, <state-dir>/limits.json (JSON, written atomically and durably:
+// temporary file, fsync, rename, directory fsync), changed under the flock
+// of <state-dir>/limits.lock. A grant reads it under its lock's flock, as
+// part of the read-modify-write that issues the token (a missing file is no
+// limit; a file that cannot be trusted fails closed). So that no grant
+// made with the old limits can complete after SetLimit returns, SetLimit,
+// once the file is written, takes and drops the flock of every lock it
+// covers whose lock file exists (every lock file under the prefix): a grant
+// in progress holds that flock, and any grant that starts later reads the
+// new file. A lock that gets its lock file after that listing reads the new
+// file too: the lock file is created before its flock is taken and the
+// limits read. Then the first waiters of each such lock are woken (their
+// doorbells): a thaw or a higher limit lets the head of the queue take the
+// lock. Waiters read the file at every wake-up; a waiter held back by a
+// limit follows neither the holder nor a stall timer, only its doorbell and
+// the waiter ahead of it: no polling.
+
+// limitsVersion is the format of limits.json.
+const limitsVersion = 1
+
+// maxLimitsSize bounds limits.json.
+const maxLimitsSize = 4 << 20
+
+type limitsDoc struct {
+	Version int           `json:"version"`
+	Limits  []coord.Limit `json:"limits"`
+}
+
+func (c *Coordinator) limitsPath() string { return filepath.Join(c.dir, "limits.json") }
+
+// limitFiles names the limits file and its flock as lockFiles, for
+// lockState.
+func (c *Coordinator) limitFiles() lockFiles {
+	return lockFiles{name: "(limits)", base: "limits", state: c.limitsPath(),
+		lock: filepath.Join(c.dir, "limits.lock"), temp: filepath.Join(c.dir, tempPrefix+"limits.json"), share: c.share}
+}
+
+// readLimits reads every limit in force. A missing file is none.
+func (c *Coordinator) readLimits() ([]coord.Limit, error) {
+	path := c.limitsPath()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil, nil
+	case errors.Is(err, unix.ELOOP):
+		return nil, unavailable("limits file %s is a symbolic link", path)
+	case err != nil:
+		return nil, unavailable("cannot read limits file %s: %v", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, unavailable("limits file %s: %v", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, unavailable("limits file %s is not a regular file", path)
+	}
+	if err := c.share.checkFileStat("limits file", path, -1, &st); err != nil {
+		return nil, err
+	}
+	if st.Size > maxLimitsSize {
+		return nil, unavailable("limits file %s is larger than %d bytes; repair or remove it by hand", path, maxLimitsSize)
+	}
+	b := make([]byte, st.Size)
+	if _, err := f.ReadAt(b, 0); err != nil && int64(len(b)) != 0 {
+		return nil, unavailable("cannot read limits file %s: %v", path, err)
+	}
+	var doc limitsDoc
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, unavailable("limits file %s is truncated or corrupt (%v); fence never resets it (its freezes would be lost): repair or remove it by hand", path, err)
+	}
+	if doc.Version > limitsVersion {
+		return nil, unavailable("limits file %s was written by a newer fence (format %d; this fence reads format %d)", path, doc.Version, limitsVersion)
+	}
+	for _, l := range doc.Limits {
+		if err := coord.ValidateLimit(l); err != nil {
+			return nil, unavailable("limits file %s holds a bad limit (%v): repair or remove it by hand", path, err)
+		}
+	}
+	return doc.Limits, nil
+}
+
+// limitOf is the limit that binds lock name (nil: none).
+func (c *Coordinator) limitOf(name string) (*coord.Limit, error) {
+	ls, err := c.readLimits()
+	if err != nil {
+		return nil, err
+	}
+	return coord.EffectiveLimit(ls, name), nil
+}
+
+// Limits returns every limit in force (coord.Limiter).
+func (c *Coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := ctxDone(ctx); err != nil {
+		return nil, err
+	}
+	ls, err := c.readLimits()
+	if err != nil {
+		return nil, err
+	}
+	sortLimits(ls)
+	return ls, nil
+}
+
+func sortLimits(ls []coord.Limit) {
+	slices.SortFunc(ls, func(a, b coord.Limit) int {
+		if a.Prefix != b.Prefix {
+			if a.Prefix {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
+// SetLimit records l (coord.Limiter).
+func (c *Coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
+	if err := coord.ValidateLimit(l); err != nil {
+		return err
+	}
+	if l.At.IsZero() {
+		l.At = time.Now()
+	}
+	l.At = l.At.UTC().Round(0)
+	err := c.changeLimits(ctx, func(ls []coord.Limit) ([]coord.Limit, bool) {
+		i := slices.IndexFunc(ls, func(o coord.Limit) bool { return o.Name == l.Name && o.Prefix == l.Prefix })
+		if i >= 0 {
+			ls[i] = l
+		} else {
+			ls = append(ls, l)
+		}
+		return ls, true
+	})
+	if err != nil {
+		return err
+	}
+	return c.settle(ctx, l.Name, l.Prefix)
+}
+
+// ClearLimit removes the limit of one scope (coord.Limiter).
+func (c *Coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
+	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
+		return coord.Limit{}, false, err
+	}
+	var old coord.Limit
+	found := false
+	err := c.changeLimits(ctx, func(ls []coord.Limit) ([]coord.Limit, bool) {
+		i := slices.IndexFunc(ls, func(o coord.Limit) bool { return o.Name == name && o.Prefix == prefix })
+		if i < 0 {
+			return ls, false
+		}
+		old, found = ls[i], true
+		return slices.Delete(ls, i, i+1), true
+	})
+	if err != nil || !found {
+		return old, found, err
+	}
+	return old, true, c.settle(ctx, name, prefix)
+}
+
+// changeLimits runs fn on the limits under the flock of limits.lock and
+// writes what it returns when it reports a change.
+func (c *Coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) ([]coord.Limit, bool)) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	lf := c.limitFiles()
+	unlock, err := c.lockState(ctx, lf)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	ls, err := c.readLimits()
+	if err != nil {
+		return err
+	}
+	ls, changed := fn(ls)
+	if !changed {
+		return nil
+	}
+	sortLimits(ls)
+	b, err := json.Marshal(limitsDoc{Version: limitsVersion, Limits: ls})
+	if err != nil {
+		return unavailable("encode limits: %v", err)
+	}
+	if _, err := atomicfile.WriteViaPerm(lf.state, lf.temp, append(b, '\n'), true, c.share.filePerm()); err != nil {
+		return unavailable("write limits file %s: %v", lf.state, err)
+	}
+	return nil
+}
+
+// settle waits for the grants in progress on the locks a changed limit
+// covers (it takes and drops each one's flock) and wakes their first
+// waiters.
+func (c *Coordinator) settle(ctx context.Context, name string, prefix bool) error {
+	var fs []lockFiles
+	if !prefix {
+		fs = []lockFiles{c.files(name)}
+	} else {
+		ents, err := os.ReadDir(c.locksDir)
+		if err != nil {
+			return unavailable("list %s: %v", c.locksDir, err)
+		}
+		for _, e := range ents {
+			base, ok := strings.CutSuffix(e.Name(), lockSuffix)
+			if !ok || strings.HasPrefix(base, ".") {
+				continue
+			}
+			if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, name) {
+				continue
+			}
+			f, ok := c.filesForBase(base)
+			if !ok {
+				continue
+			}
+			fs = append(fs, f)
+		}
+	}
+	for _, f := range fs {
+		if _, err := os.Lstat(f.lock); errors.Is(err, os.ErrNotExist) {
+			continue // never used: its first grant reads the new limits
+		}
+		unlock, err := c.lockState(ctx, f)
+		if err != nil {
+			return err
+		}
+		st, err := load(f)
+		unlock()
+		if err != nil {
+			continue // a lock that cannot be read grants nothing either
+		}
+		if prefix && !strings.HasPrefix(st.Name, name) {
+			continue
+		}
+		c.ring(st.Queue)
+	}
+	return nil
+}
+
+var _ coord.Limiter = (*Coordinator)(nil)
