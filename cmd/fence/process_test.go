@@ -3,14 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fence-dev/fence/internal/faultproxy"
 
 	st "github.com/fence-dev/fence/cmd/fence/internal/scripttest"
 )
@@ -140,7 +140,7 @@ func TestRefusedReportedAtOnce(t *testing.T) {
 func TestCompletionBounded(t *testing.T) {
 	env := st.Env(t.TempDir())
 	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "FENCE_STATE_DIR=") })
-	silent := silentEndpoint(t)
+	silent := faultproxy.Silent(t)
 	for _, args := range [][]string{{"__complete", "status", ""}, {"__complete", "run", ""}, {"__complete", "top", ""}} {
 		start := time.Now()
 		out, err := completion(env, append([]string{"--endpoints", silent}, args...)...)
@@ -161,35 +161,4 @@ func completion(env []string, args ...string) (string, error) {
 	cmd.Env = env
 	out, err := cmd.Output()
 	return string(out), err
-}
-
-// silentEndpoint takes connections and never answers them.
-func silentEndpoint(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
 }

@@ -3,12 +3,12 @@ package cli
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/fence-dev/fence/internal/faultproxy"
 
 	"github.com/fence-dev/fence/internal/exitcode"
 )
@@ -24,7 +24,7 @@ func TestTopUnreachableBounded(t *testing.T) {
 		}
 	}
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	silent := silentEndpoint(t)
+	silent := faultproxy.Silent(t)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -46,35 +46,4 @@ func TestTopUnreachableBounded(t *testing.T) {
 			t.Errorf("%q: gave up after %v", tc.args, elapsed)
 		}
 	}
-}
-
-// silentEndpoint takes connections and never answers them.
-func silentEndpoint(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
 }

@@ -672,7 +672,7 @@ func TestTokensAcrossRestart(t *testing.T) {
 // TestUnreachable: New fails within its dial timeout with ErrUnavailable
 // when an endpoint takes the connection and never answers.
 func TestUnreachable(t *testing.T) {
-	eps := []string{silentEndpoint(t)}
+	eps := []string{faultproxy.Silent(t)}
 	start := time.Now()
 	_, err := etcd.New(ctx(t), etcd.Config{Endpoints: eps, DialTimeout: 500 * time.Millisecond})
 	if !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "did not answer within 500ms") {
@@ -698,38 +698,6 @@ func TestUnreachable(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("New logging in took %v with a context of 100ms", d)
 	}
-}
-
-// silentEndpoint is an endpoint whose connections are taken and never
-// answered (a stalled server, a half-open path).
-func silentEndpoint(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
 }
 
 // refusedEndpoint is an endpoint that refuses connections: a stopped
@@ -790,7 +758,7 @@ func TestRefusedAtOnce(t *testing.T) {
 		release(t, c, l)
 	})
 	t.Run("one silent", func(t *testing.T) {
-		_, err := etcd.New(ctx(t), etcd.Config{Endpoints: []string{refusedEndpoint(t), silentEndpoint(t)}, DialTimeout: 500 * time.Millisecond})
+		_, err := etcd.New(ctx(t), etcd.Config{Endpoints: []string{refusedEndpoint(t), faultproxy.Silent(t)}, DialTimeout: 500 * time.Millisecond})
 		if err == nil || !strings.Contains(err.Error(), "did not answer within 500ms") {
 			t.Fatalf("New = %v, want a timeout (one endpoint may still answer)", err)
 		}

@@ -1,0 +1,40 @@
+package faultproxy
+
+import (
+	"net"
+	"sync"
+	"testing"
+)
+
+// Silent returns the address of a loopback endpoint that takes connections
+// and never answers them (a frozen server, as a client sees it). It is
+// closed, with every connection it took, when t ends.
+func Silent(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
