@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fence-dev/fence/pkg/shards"
+
 	"github.com/fence-dev/fence/tui/internal/store"
 )
 
@@ -60,7 +62,7 @@ func groupSummary(rows []*store.Row, name string) string {
 		slices.Sort(mine)
 		owns := "none"
 		if len(mine) > 0 {
-			owns = shardRanges(mine)
+			owns = shards.Ranges(mine)
 		}
 		return fmt.Sprintf("%s · owns %d/%d: %s · %d members", group, len(mine), held, owns, members)
 	}
@@ -68,22 +70,4 @@ func groupSummary(rows []*store.Row, name string) string {
 		owner = "nobody"
 	}
 	return fmt.Sprintf("%s · shard %d of %d held · owner %s · %d members", group, shard, held, owner, members)
-}
-
-// shardRanges writes shard numbers as "0-3,7".
-func shardRanges(ns []int) string {
-	var b []string
-	for i := 0; i < len(ns); {
-		j := i
-		for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
-			j++
-		}
-		if j > i {
-			b = append(b, strconv.Itoa(ns[i])+"-"+strconv.Itoa(ns[j]))
-		} else {
-			b = append(b, strconv.Itoa(ns[i]))
-		}
-		i = j + 1
-	}
-	return strings.Join(b, ",")
 }

@@ -312,7 +312,7 @@ func newCmdShardsShow(f *Factory) *cobra.Command {
 					if mv.Drained {
 						d = "drained"
 					}
-					rows = append(rows, []string{mv.ID, strconv.Itoa(mv.Shards), ranges(v.Map[mv.ID]), d})
+					rows = append(rows, []string{mv.ID, strconv.Itoa(mv.Shards), shards.Ranges(v.Map[mv.ID]), d})
 				}
 				if err := output.WriteTable(w, f.IO.IsStdoutTTY(), []string{"MEMBER", "SHARDS", "OWNS", "STATE"}, rows); err != nil {
 					return err
@@ -346,24 +346,6 @@ func settingsText(st shards.Settings) string {
 		p = append(p, s)
 	}
 	return strings.Join(p, "; ")
-}
-
-// ranges writes shard numbers as "0-3,7".
-func ranges(ns []int) string {
-	var b []string
-	for i := 0; i < len(ns); {
-		j := i
-		for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
-			j++
-		}
-		if j > i {
-			b = append(b, fmt.Sprintf("%d-%d", ns[i], ns[j]))
-		} else {
-			b = append(b, strconv.Itoa(ns[i]))
-		}
-		i = j + 1
-	}
-	return strings.Join(b, ",")
 }
 
 func updateSettings(cmd *cobra.Command, f *Factory, group string, change func(*shards.Settings)) error {

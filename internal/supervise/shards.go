@@ -245,21 +245,8 @@ func shardEnv(m *shards.Member, live []*shards.Shard, opts Options) map[string]s
 
 // ranges writes shard numbers as "0-3,7" ("none" for none).
 func ranges(ns []int) string {
-	var b []string
-	for i := 0; i < len(ns); {
-		j := i
-		for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
-			j++
-		}
-		if j > i {
-			b = append(b, strconv.Itoa(ns[i])+"-"+strconv.Itoa(ns[j]))
-		} else {
-			b = append(b, strconv.Itoa(ns[i]))
-		}
-		i = j + 1
-	}
-	if len(b) == 0 {
+	if len(ns) == 0 {
 		return "none"
 	}
-	return strings.Join(b, ",")
+	return shards.Ranges(ns)
 }
