@@ -403,14 +403,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	code, runErr := r.supervise(ctx, path, args, env, ignored, sigs)
 	r.attaching.Wait()
 
-	// After a stop the coordinator may well not answer (that may be why the
-	// lease was lost): the history records and the release then get what is
-	// left of a second, so that fence exits soon after its command.
-	budget := 10 * time.Second
-	if r.stopped(code) {
-		budget = AfterStop
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+	rctx, cancel := r.afterRun(ctx, code)
 	defer cancel()
 	code, runErr = r.onceComplete(rctx, code, runErr) // --once: before the release
 	st := held.Stats()
@@ -998,4 +991,17 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// afterRun bounds what fence does with the coordinator once its command has
+// ended (history records, the --once record, the release). After a stop the
+// coordinator may well not answer (that may be why the lease was lost): they
+// then get what is left of a second (AfterStop), so that fence exits soon
+// after its command.
+func (r *runner) afterRun(ctx context.Context, code int) (context.Context, context.CancelFunc) {
+	budget := 10 * time.Second
+	if r.stopped(code) {
+		budget = AfterStop
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), budget)
 }

@@ -202,11 +202,7 @@ func (r *runner) runSet(ctx context.Context, path string, args, env []string, ig
 	code, runErr := r.supervise(ctx, path, args, env, ignored, sigs)
 	r.attaching.Wait()
 
-	budget := 10 * time.Second
-	if r.stopped(code) {
-		budget = AfterStop
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+	rctx, cancel := r.afterRun(ctx, code)
 	defer cancel()
 	for _, h := range set.Helds() {
 		st := h.Stats()
