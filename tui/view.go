@@ -135,6 +135,13 @@ func (m *Model) helpView() string {
 	for _, l := range legend {
 		lines = append(lines, "  "+s.Help.FullKey.Render(format.Fit(l[0], 7))+s.Help.FullDesc.Render(l[1]))
 	}
+	if m.opts.Warning != "" {
+		// In full: a narrow status line may show only its mark.
+		lines = append(lines, "", s.Header.Render(format.Fit("  coordinator", m.width)), "")
+		for _, w := range strings.Split(m.opts.Warning, "; ") {
+			lines = append(lines, "  "+s.Help.FullKey.Render("▲ ")+s.Help.FullDesc.Render(w+" (fence config, docs/operations.md)"))
+		}
+	}
 	for i, l := range lines {
 		if ansi.StringWidth(l) > m.width {
 			lines[i] = ansi.Truncate(l, m.width, "…")

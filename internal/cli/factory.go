@@ -157,8 +157,9 @@ func (f *Factory) checkVersions(ctx context.Context, c *etcd.Coordinator, dial t
 	return first
 }
 
-// versionWarning is the dashboard's short form of the version warnings:
-// "etcd 3.4.23 has lease-safety bug etcd#15247" ("" when none).
+// versionWarning is the dashboard's short form of the version warnings,
+// the bug first so that a narrow status line keeps it: "lease bug
+// etcd#15247 in etcd 3.4.23" ("" when none).
 func (f *Factory) versionWarning() string {
 	seen := map[string]bool{}
 	var parts []string
@@ -166,7 +167,7 @@ func (f *Factory) versionWarning() string {
 		for _, b := range etcd.BugsOf(v.Version) {
 			if k := v.Version + b.Issue; !seen[k] {
 				seen[k] = true
-				parts = append(parts, "etcd "+v.Version+" has lease-safety bug "+b.Issue)
+				parts = append(parts, "lease bug "+b.Issue+" in etcd "+v.Version)
 			}
 		}
 	}

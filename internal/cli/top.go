@@ -44,7 +44,8 @@ latency of the last read and the totals. When the coordinator stops
 answering (a read failed, or one has been on its way for 2s), it says for
 how long and since when, and the TTLs show as '?': they are not known until
 it answers again. An etcd server version with a known lease-safety bug is
-named there too.
+marked there too, beside the health (▲, with its name when there is room;
+the help screen names it in full).
 
 Keys: enter opens a lock's details and its event timeline, / filters by name
 or holder, s cycles the sort (S reverses it), r revokes the selected lease

@@ -29,7 +29,7 @@ type Data struct {
 	Backend string // coord.Coordinator.Describe()
 	Health  Health
 	Detail  string        // why, when not OK
-	Warning string        // shown when OK: a known problem of the coordinator (a server version's bug)
+	Warning string        // shown beside "● ok": a known problem of the coordinator (a server version's bug)
 	Latency time.Duration // of the last read
 	Read    bool          // Latency is known
 	Totals  store.Totals
@@ -51,10 +51,6 @@ func View(s *styles.Styles, width int, d Data) string {
 	switch d.Health {
 	case OK:
 		health = s.OK.Render("● ok")
-		if d.Warning != "" {
-			w := format.Fit(d.Warning, min(ansi.StringWidth(d.Warning), max(width/3, 12)))
-			health = s.Warn.Render("▲ " + w)
-		}
 	case Degraded:
 		health = s.Warn.Render("▲ " + detail("degraded"))
 	case Unavailable:
@@ -114,6 +110,19 @@ func View(s *styles.Styles, width int, d Data) string {
 		rightStr = join()
 	}
 	room := width - fixed - ansi.StringWidth(rightStr)
+	if d.Health == OK && d.Warning != "" {
+		// The coordinator answers: health stays "ok" and the known
+		// problem goes beside it, in what the backend can spare; at
+		// the least its mark.
+		if spare := min(room-minBackend, max(width/3, 12)); spare >= 2 {
+			w := "▲"
+			if spare >= 2+8 {
+				w += " " + format.Fit(d.Warning, min(ansi.StringWidth(d.Warning), spare-3))
+			}
+			health += " " + s.Warn.Render(w)
+			room -= 1 + ansi.StringWidth(w)
+		}
+	}
 	line := s.Status.Render(format.Fit(backend, max(room, 0))) + sep + health + rightStr
 	if n := ansi.StringWidth(line); n < width {
 		line += s.Status.Render(strings.Repeat(" ", width-n))
