@@ -8,14 +8,18 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/exitcode"
@@ -50,6 +54,12 @@ type watchRun struct {
 // a new etcd server. The run reaches etcd at endpoints(srv), or directly
 // when endpoints is nil.
 func startWatchRun(t *testing.T, lock, script string, endpoints func(*etcdtest.Server) []string) *watchRun {
+	return startWatchRunOn(t, lock, script, endpoints, nil)
+}
+
+// startWatchRunOn is startWatchRun on an etcd client of the test's, dialled
+// with opts as well, when opts is not nil (etcd.NewFromClient).
+func startWatchRunOn(t *testing.T, lock, script string, endpoints func(*etcdtest.Server) []string, opts []grpc.DialOption) *watchRun {
 	t.Helper()
 	srv := etcdtest.Start(t)
 	eps := srv.Endpoints()
@@ -58,7 +68,19 @@ func startWatchRun(t *testing.T, lock, script string, endpoints func(*etcdtest.S
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	inner, err := etcd.New(ctx, etcd.Config{Endpoints: eps, Prefix: "/fence-test/", DialTimeout: 5 * time.Second})
+	var inner *etcd.Coordinator
+	var err error
+	if opts == nil {
+		inner, err = etcd.New(ctx, etcd.Config{Endpoints: eps, Prefix: "/fence-test/", DialTimeout: 5 * time.Second})
+	} else {
+		var cli *clientv3.Client
+		cli, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 2 * time.Second, DialOptions: opts})
+		if err == nil {
+			t.Cleanup(func() { cli.Close() })
+			inner, err = etcd.NewFromClient(ctx, cli, "/fence-test/")
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +266,8 @@ func TestWatchSurvivesLostConnection(t *testing.T) {
 			p      *faultproxy.Proxy
 			target string
 		)
-		w := startWatchRun(t, "partitioned", sleeper, func(srv *etcdtest.Server) []string {
+		watching, opt := watchCreated("/fence-test/locks/partitioned/")
+		w := startWatchRunOn(t, "partitioned", sleeper, func(srv *etcdtest.Server) []string {
 			target = strings.TrimPrefix(srv.Endpoints()[0], "http://")
 			var err error
 			if p, err = faultproxy.New(target); err != nil {
@@ -252,12 +275,15 @@ func TestWatchSurvivesLostConnection(t *testing.T) {
 			}
 			t.Cleanup(func() { p.Close() })
 			return []string{p.Addr()}
-		})
+		}, []grpc.DialOption{opt})
 		ps := pids(t, waitFile(t, w.pidFile, 2))
-		// The run's watch is set up once its key was read through the proxy
-		// (the first bytes back after the command started); give it a
-		// moment, then cut fence off.
-		time.Sleep(300 * time.Millisecond)
+		// The run's watch asks for the key's events from the revision of
+		// its read on: once it has sent that, cut fence off.
+		select {
+		case <-watching:
+		case <-time.After(hang):
+			t.Fatal("the run's lease watch was never created")
+		}
 		p.SetMode(faultproxy.BlackholeBoth)
 		cli := directClient(t, w.srv.Endpoints())
 		ctx, cancel := context.WithTimeout(context.Background(), hang)
@@ -303,4 +329,41 @@ func (w *watchRun) assertRunsOn(t *testing.T, lock string, ps []int) {
 		t.Fatalf("fence run ended after the fault: %d, %v", r.code, r.err)
 	default:
 	}
+}
+
+// watchCreated returns a dial option that closes the channel the first
+// time the client asks etcd to watch a key that starts with prefix, and
+// that channel. A watch is created from a revision the client read, so
+// once it was sent, that read is done.
+func watchCreated(prefix string) (<-chan struct{}, grpc.DialOption) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return ch, grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn,
+		method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != "/etcdserverpb.Watch/Watch" {
+			return cs, err
+		}
+		return &sendSpy{ClientStream: cs, sent: func(m any) {
+			if r, ok := m.(*pb.WatchRequest); ok {
+				if cr := r.GetCreateRequest(); cr != nil && strings.HasPrefix(string(cr.Key), prefix) {
+					once.Do(func() { close(ch) })
+				}
+			}
+		}}, nil
+	})
+}
+
+// sendSpy tells sent of every message its stream sends.
+type sendSpy struct {
+	grpc.ClientStream
+	sent func(any)
+}
+
+func (s *sendSpy) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if err == nil {
+		s.sent(m)
+	}
+	return err
 }
