@@ -50,9 +50,12 @@ var KnownLeaseBugs = []LeaseBug{
 		Summary: "a stalled leader that resumes revokes leases the new leader kept alive, and answers keep-alives while it is no longer the leader",
 	},
 	{
+		// PR #18428 (3.6.0; backports #18440 in 3.4.34, #18439 in 3.5.16)
+		// made ensureLeadership skip its check while the member looks
+		// active; 3.4.31-3.4.33 and 3.5.13-3.5.15 always check.
 		Issue: "etcd#15247 (residual)", Fix: "none yet",
-		Since:   map[string]string{"3.4": "3.4.31", "3.5": "3.5.13"},
-		Summary: "a leader frozen longer than a lease's TTL still revokes it when it resumes: the fix's leadership check (ensureLeadership, server/etcdserver/server.go) is skipped while raft ticks look recent (isActive), as they do at once after a resume",
+		Since:   map[string]string{"3.4": "3.4.34", "3.5": "3.5.16"},
+		Summary: "a leader frozen longer than a lease's TTL still revokes it when it resumes: the fix's leadership check (ensureLeadership, server/etcdserver/server.go) is skipped while raft ticks look recent (isActive, added by PR #18428), as they do at once after a resume",
 	},
 }
 

@@ -13,7 +13,9 @@ import (
 func TestBugsOf(t *testing.T) {
 	for v, want := range map[string]string{
 		"3.4.23": "etcd#15247", "3.4.30": "etcd#15247", "3.5.12": "etcd#15247", "3.3.27": "etcd#15247",
-		"3.4.31": "etcd#15247 (residual)", "3.5.13": "etcd#15247 (residual)", "3.6.0": "etcd#15247 (residual)",
+		// 3.4.31-3.4.33 and 3.5.13-3.5.15: the fix without the isActive skip.
+		"3.4.31": "", "3.4.33": "", "3.5.13": "", "3.5.15": "",
+		"3.4.34": "etcd#15247 (residual)", "3.5.16": "etcd#15247 (residual)", "3.6.0": "etcd#15247 (residual)",
 		"3.7.3": "etcd#15247 (residual)", "v3.5.9": "etcd#15247",
 		"": "", "garbage": "", "2.3.8": "",
 	} {
