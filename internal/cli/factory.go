@@ -122,7 +122,7 @@ func NewFactory(ios *IOStreams) *Factory {
 		}
 		if ec, ok := inner.(*etcd.Coordinator); ok {
 			for _, w := range f.checkVersions(ctx, ec, cfg.DialTimeout) {
-				fmt.Fprintf(f.IO.ErrOut, "fence: warning: %s\n", w)
+				f.warnf("%s", w)
 			}
 		}
 		// Every command records its lease events in the lock's history.
@@ -131,9 +131,7 @@ func NewFactory(ios *IOStreams) *Factory {
 			inner.Close()
 			return nil, err
 		}
-		if cfg.Verbose {
-			fmt.Fprintf(f.IO.ErrOut, "fence: coordinator: %s\n", c.Describe())
-		}
+		f.verbosef("coordinator: %s", c.Describe())
 		return c, nil
 	}
 	return f
@@ -209,8 +207,29 @@ func parentHolder() string {
 // verbosef prints a progress message on stderr when --verbose is on.
 func (f *Factory) verbosef(format string, args ...any) {
 	if cfg, err := f.Config(); err == nil && cfg.Verbose {
-		fmt.Fprintf(f.IO.ErrOut, "fence: "+format+"\n", args...)
+		f.logLine(slog.LevelInfo, fmt.Sprintf(format, args...))
 	}
+}
+
+// warnf prints a warning on stderr.
+func (f *Factory) warnf(format string, args ...any) {
+	f.logLine(slog.LevelWarn, fmt.Sprintf(format, args...))
+}
+
+// logLine prints one line of fence's own on stderr in --log-format's style
+// (text: "fence: msg", "fence: warning: msg"), whatever --log-level says:
+// a warning or an error is never filtered out. Text when the configuration
+// cannot be read.
+func (f *Factory) logLine(level slog.Level, msg string, attrs ...any) {
+	format := "text"
+	if cfg, err := f.Config(); err == nil {
+		format = cfg.LogFormat
+	}
+	log, err := logging.New(f.IO.ErrOut, format, "debug")
+	if err != nil {
+		log, _ = logging.New(f.IO.ErrOut, "text", "debug")
+	}
+	log.Log(context.Background(), level, msg, attrs...)
 }
 
 // withCoordinator opens the coordinator, calls fn and closes it.

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/user"
 	"strconv"
@@ -377,7 +378,7 @@ func writeLimitResult(f *Factory, format output.Format, r limitResult) error {
 		fmt.Fprintln(out, what)
 	}
 	if len(r.StillLimited) > 0 {
-		fmt.Fprintf(f.IO.ErrOut, "fence: thaw: another limit still holds back %s (see 'fence status')\n", output.Clean(strings.Join(r.StillLimited, ", ")))
+		f.logLine(slog.LevelInfo, fmt.Sprintf("thaw: another limit still holds back %s (see 'fence status')", output.Clean(strings.Join(r.StillLimited, ", "))))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -52,7 +53,7 @@ func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
 	root := NewRootCmd(f)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
-	return report(ios, err, quiet(f, err))
+	return report(f, err, quiet(f, err))
 }
 
 // quiet reports whether err is an expected outcome of a wrapper (busy,
@@ -66,17 +67,31 @@ func quiet(f *Factory, err error) bool {
 	return cerr == nil && cfg.Quiet
 }
 
-// report prints err (unless silent or quiet) and returns its exit code.
-func report(ios *IOStreams, err error, quiet bool) int {
+// report prints err (unless silent or quiet) and returns its exit code:
+// "fence: MSG", or under --log-format json an error record with the exit
+// code.
+func report(f *Factory, err error, quiet bool) int {
 	if err == nil {
 		return exitcode.OK
 	}
+	code := exitcode.Code(err)
 	if !exitcode.IsSilent(err) && !quiet {
 		if msg := oneLine(err.Error()); msg != "" {
-			fmt.Fprintf(ios.ErrOut, "fence: %s\n", msg)
+			if f.jsonLogs() {
+				f.logLine(slog.LevelError, msg, "exit_code", code)
+			} else {
+				fmt.Fprintf(f.IO.ErrOut, "fence: %s\n", msg)
+			}
 		}
 	}
-	return exitcode.Code(err)
+	return code
+}
+
+// jsonLogs reports whether --log-format asks for JSON (false when the
+// configuration cannot be read: its error is then printed as text).
+func (f *Factory) jsonLogs() bool {
+	cfg, err := f.Config()
+	return err == nil && strings.EqualFold(strings.TrimSpace(cfg.LogFormat), "json")
 }
 
 // oneLine folds a message onto one line.

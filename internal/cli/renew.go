@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -281,7 +282,7 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 				res.WaitedSeconds = output.Seconds(time.Since(start))
 				return writeRevoke(f, format, res)
 			case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-				fmt.Fprintf(f.IO.ErrOut, "fence: revoke %s: the holder did not release the lease within %v: ending it\n", name, timeout)
+				f.logLine(slog.LevelInfo, fmt.Sprintf("revoke %s: the holder did not release the lease within %v: ending it", name, timeout))
 			default:
 				return fmt.Errorf("revoke %s: waiting for the holder to release: %w", name, err)
 			}

@@ -177,7 +177,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
 		Once: key, OnceKeep: o.onceFor, DoneExitCode: o.doneExitCode,
-		Verbose: cfg.Verbose, Quiet: cfg.Quiet,
+		Verbose: cfg.Verbose, Quiet: cfg.Quiet, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),
 	})

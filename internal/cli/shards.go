@@ -134,7 +134,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	}
 	sopts := supervise.Options{
 		Lock: group, Command: command, Shell: o.shell, TTL: o.ttl,
-		Grace: o.grace, Signal: sig, Verbose: cfg.Verbose,
+		Grace: o.grace, Signal: sig, Verbose: cfg.Verbose, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),
 	}
@@ -193,7 +193,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := m.Leave(lctx); err != nil {
-		fmt.Fprintf(f.IO.ErrOut, "fence: warning: leaving group %q: %v\n", group, err)
+		f.warnf("leaving group %q: %v", group, err)
 	}
 	if runErr != nil {
 		return exitcode.New(code, runErr)

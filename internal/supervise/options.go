@@ -63,6 +63,10 @@ type Options struct {
 	// unless fence has to say why it did not run the command or stopped it
 	// (that one line is Run's error, for the caller to print).
 	Verbose bool
+	// LogFormat is the style of fence's own lines on Stderr: "text" (or
+	// "": "fence: warning: ...") or "json" (log/slog's, one object per
+	// line), as --log-format says.
+	LogFormat string
 
 	// Stdin, Stdout and Stderr are the command's (nil: the process's own).
 	// Files are passed on as they are; other readers and writers through

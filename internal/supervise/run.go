@@ -70,6 +70,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -84,6 +85,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -214,6 +216,7 @@ type runner struct {
 	p      *plan
 	c      coord.Coordinator
 	stderr io.Writer
+	log    *slog.Logger // fence's own lines, on stderr
 	m      metrics
 
 	held *fencing.Held
@@ -259,6 +262,13 @@ func (r *runner) setStreams() {
 		// with fence's own lines.
 		r.stderr = &lockedWriter{w: p.Stderr}
 		p.Stderr = r.stderr
+	}
+	// One style for every line of fence's own on stderr: --log-format's
+	// (text is "fence: ...", "fence: warning: ..."; json one object per
+	// line). Checked by the caller; an unknown format is text.
+	var err error
+	if r.log, err = logging.New(r.stderr, p.LogFormat, "debug"); err != nil {
+		r.log, _ = logging.New(r.stderr, "text", "debug")
 	}
 }
 
@@ -329,7 +339,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			// meanwhile, as the watchdog does.
 			r.warm.Go(warmUp)
 			if p.Verbose || (!p.Quiet && isTerminal(r.stderr)) {
-				fmt.Fprintf(r.stderr, "fence: waiting for %q, held by %s (token %d)\n", p.Lock, cur.Holder, cur.Token)
+				r.infof("waiting for %q, held by %s (token %d)", p.Lock, cur.Holder, cur.Token)
 			}
 		},
 	}
@@ -811,13 +821,14 @@ func isClosed(ch <-chan struct{}) bool {
 
 func (r *runner) verbosef(format string, args ...any) {
 	if r.p.Verbose {
-		fmt.Fprintf(r.stderr, "fence: "+format+"\n", args...)
+		r.infof(format, args...)
 	}
 }
 
-func (r *runner) warnf(format string, args ...any) {
-	fmt.Fprintf(r.stderr, "fence: warning: "+format+"\n", args...)
-}
+// infof and warnf print one line of fence's own, in --log-format's style.
+func (r *runner) infof(format string, args ...any) { r.log.Info(fmt.Sprintf(format, args...)) }
+
+func (r *runner) warnf(format string, args ...any) { r.log.Warn(fmt.Sprintf(format, args...)) }
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)

@@ -140,7 +140,7 @@ func (r *runner) runSet(ctx context.Context, path string, args, env []string, ig
 		OnWait: func(cur coord.LockInfo) {
 			r.warm.Go(warmUp)
 			if p.Verbose || isTerminal(r.stderr) {
-				fmt.Fprintf(r.stderr, "fence: waiting for %q, held by %s (token %d)\n", cur.Name, cur.Holder, cur.Token)
+				r.infof("waiting for %q, held by %s (token %d)", cur.Name, cur.Holder, cur.Token)
 			}
 		},
 	}

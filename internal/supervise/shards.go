@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
@@ -195,7 +196,9 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 		case code == exitcode.LeaseLost && m.Context().Err() == nil:
 			// One shard's lease was lost: the command was stopped in time.
 			reason = fmt.Sprintf("lost a lease: %v", err)
-			fmt.Fprintf(o.stderrOrDefault(), "fence: %v; restarting with the shards left\n", err)
+			if log, lerr := logging.New(o.stderrOrDefault(), o.LogFormat, "debug"); lerr == nil {
+				log.Info(fmt.Sprintf("%v; restarting with the shards left", err))
+			}
 		default:
 			return code, err
 		}
