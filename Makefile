@@ -12,10 +12,12 @@ test:
 race:
 	$(GO) test -race ./pkg/... ./internal/supervise/... ./internal/config/...
 
-# Regenerate docs/cli, docs/man and completions/ from the command tree.
-# TestGeneratedDocsAreCurrent (cmd/fence/gendocs) fails when they are stale.
+# Regenerate docs/cli, docs/man and completions/ from the command tree, and
+# the licences of the modules compiled in (packaging/). TestGeneratedDocsAreCurrent
+# and TestLicensesAreCurrent fail when they are stale.
 docs:
 	$(GO) run ./cmd/fence/gendocs .
+	$(GO) run ./cmd/fence/genlicenses .
 
 fuzz:
 	$(GO) test ./internal/cli -run '^$$' -fuzz FuzzParseLockName -fuzztime 30s
