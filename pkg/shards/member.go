@@ -624,6 +624,9 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 							owner[e.n] = "?" // held by someone: wait for its release
 						}
 					} else if m.ctx.Err() == nil {
+						// Not before the retry lists it again: asked at once,
+						// a coordinator in trouble would be asked in a loop.
+						owner[e.n] = "?"
 						if retry == nil {
 							retry = time.NewTimer(time.Second)
 						} else {

@@ -1,0 +1,71 @@
+package shards_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/local"
+	"github.com/fence-dev/fence/pkg/shards"
+)
+
+// failing is a real coordinator whose acquisitions of shard locks fail with
+// coord.ErrUnavailable (a fault, not a busy lock) while fail is set; it
+// counts them.
+type failing struct {
+	coord.Coordinator
+	fail     atomic.Bool
+	attempts atomic.Int64
+}
+
+func (f *failing) Unwrap() coord.Coordinator { return f.Coordinator }
+
+func (f *failing) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
+	if strings.Contains(name, "/shard/") {
+		f.attempts.Add(1)
+		if f.fail.Load() {
+			return nil, fmt.Errorf("%w: injected fault", coord.ErrUnavailable)
+		}
+	}
+	return f.Coordinator.Acquire(ctx, name, o)
+}
+
+// TestAcquireErrorRetriedAfterASecond: an acquisition of a shard that fails
+// with an error other than busy is tried again at the retry, a second
+// later, not at once (which spun: thousands of attempts a second against a
+// coordinator in trouble). Once the fault is gone the member takes its
+// shards at the next retry.
+func TestAcquireErrorRetriedAfterASecond(t *testing.T) {
+	lc, err := local.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	c := &failing{Coordinator: lc}
+	c.fail.Store(true)
+	m, err := shards.Join(context.Background(), c, "spin", shards.Options{Shards: 4, Member: "m1", TTL: 5 * time.Second, Settle: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Leave(context.Background())
+	time.Sleep(1500 * time.Millisecond)
+	n := c.attempts.Load()
+	t.Logf("%d acquisitions of 4 failing shards in 1.5 s", n)
+	// The first of each shard at the join, and one each at the retry a
+	// second later (a slow machine may have a second retry in).
+	if n > 3*4 {
+		t.Errorf("%d acquisitions of 4 failing shards in 1.5 s; want each tried about once a second", n)
+	}
+	c.fail.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for !m.Settled() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled 10 s after the fault ended: holds %d shards", len(m.Shards()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
