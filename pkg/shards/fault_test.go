@@ -69,3 +69,57 @@ func TestAcquireErrorRetriedAfterASecond(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestThawedShardTaken: a shard whose lock an operator froze (fence
+// freeze: coord.Limiter) is refused to its member with a *coord.LimitError,
+// which is busy; a thaw sends no event on the lock, so the member must look
+// again by itself, and takes the shard soon after the thaw. While it is
+// frozen the member reads the limits at the retry instead of asking for the
+// shard every second.
+func TestThawedShardTaken(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			admin := b.open(t)
+			var lim coord.Limiter
+			if !coord.As(admin, &lim) {
+				t.Fatalf("%s: no Limiter", b.name)
+			}
+			group := "thaw-" + b.name
+			if err := lim.SetLimit(ctx, coord.Limit{Name: shards.ShardLock(group, 1), Max: 0, Reason: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			c := &failing{Coordinator: b.open(t)} // counts, fails nothing
+			m, err := shards.Join(ctx, c, group, shards.Options{Shards: 2, Member: "m1", TTL: 5 * time.Second, Settle: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Leave(ctx)
+			deadline := time.Now().Add(10 * time.Second)
+			for len(m.Shards()) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("shard 0 (not frozen) not taken within 10 s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(2500 * time.Millisecond) // shard 1 is asked for, refused, and the retry comes twice
+			if n := len(m.Shards()); n != 1 {
+				t.Fatalf("holds %d shards while shard 1 is frozen, want 1", n)
+			}
+			if n := c.attempts.Load(); n != 2 {
+				t.Errorf("%d acquisitions of shards in 2.5 s with shard 1 frozen; want 2 (each shard once)", n)
+			}
+			if _, ok, err := lim.ClearLimit(ctx, shards.ShardLock(group, 1), false); err != nil || !ok {
+				t.Fatalf("thaw: %v, %v", ok, err)
+			}
+			t0 := time.Now()
+			for !m.Settled() {
+				if time.Since(t0) > 10*time.Second {
+					t.Fatalf("shard 1 not taken 10 s after the thaw (holds %d)", len(m.Shards()))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			t.Logf("%s: shard 1 taken %v after the thaw", b.name, time.Since(t0).Round(time.Millisecond))
+		})
+	}
+}

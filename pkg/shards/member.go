@@ -438,7 +438,7 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	defer close(m.done)
 	defer stopWatch()
 	l := &memberLoop{m: m, view: newView(m.group, m.id, m.opts.Shards),
-		acquiring: map[int]bool{}, again: map[int]bool{}, timer: time.NewTimer(time.Hour)}
+		acquiring: map[int]bool{}, again: map[int]bool{}, heldBack: map[int]bool{}, timer: time.NewTimer(time.Hour)}
 	l.timer.Stop()
 	defer l.timer.Stop()
 	l.view.reset(infos)
@@ -487,6 +487,7 @@ type memberLoop struct {
 	view      view
 	acquiring map[int]bool // an acquisition of the shard is in flight
 	again     map[int]bool // its lock was freed while it was in flight
+	heldBack  map[int]bool // refused by an operator limit: see at the retry
 	reads     reads
 	wake      wake
 	applied   applied     // what the map in force was computed from
@@ -617,7 +618,38 @@ func (l *memberLoop) retry() {
 	if infos, err := l.m.c.List(l.m.ctx, l.m.group+"/"); err == nil {
 		l.view.relist(infos)
 	}
+	l.recheckLimits()
 	l.claim()
+}
+
+// recheckLimits reads the limits once for the shards held back by one and
+// leaves those it still holds back out of the claims until the next retry.
+func (l *memberLoop) recheckLimits() {
+	m := l.m
+	if len(l.heldBack) == 0 {
+		return
+	}
+	var lim coord.Limiter
+	if !coord.As(m.c, &lim) {
+		clear(l.heldBack)
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	ls, err := lim.Limits(ctx)
+	cancel()
+	if err == nil {
+		m.mu.Lock()
+		l.heldBack = stillHeldBack(l.heldBack, m.target, m.id, m.shards, ls, m.group)
+		m.mu.Unlock()
+	}
+	for k := range l.heldBack {
+		if l.view.free(k) {
+			l.view.owner[k] = "?"
+		}
+	}
+	if len(l.heldBack) > 0 {
+		l.wake.armRetry(time.Now())
+	}
 }
 
 // apply computes the map of the members seen and the settings read, and
@@ -674,6 +706,7 @@ func (l *memberLoop) acquired(e acquired) {
 	switch acquireOutcome(e.err, l.again[e.n], mine, m.ctx.Err() != nil) {
 	case keepShard:
 		delete(l.again, e.n)
+		delete(l.heldBack, e.n)
 		l.hold(e.n, e.held)
 		return
 	case giveBack:
@@ -684,6 +717,11 @@ func (l *memberLoop) acquired(e acquired) {
 	case askAgain:
 		delete(l.again, e.n)
 		l.view.owner[e.n] = ""
+	case heldBack:
+		delete(l.again, e.n)
+		l.heldBack[e.n] = true
+		l.view.owner[e.n] = "?" // a thaw sends no event: see at the retry
+		l.wake.armRetry(time.Now())
 	case waitFree:
 		if l.view.free(e.n) {
 			l.view.owner[e.n] = "?" // held by someone: wait for its release

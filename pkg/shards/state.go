@@ -114,6 +114,10 @@ const (
 	// askAgain: busy, but the watch saw the lock freed while it was asked
 	// for: ask again at once.
 	askAgain
+	// heldBack: refused by an operator limit (fence freeze; a
+	// *coord.LimitError): a thaw sends no event on the lock, so look again
+	// at the retry, once the limits allow it (stillHeldBack).
+	heldBack
 	// waitFree: busy: ask again at the lock's next release.
 	waitFree
 	// retryLater: another error: ask again at the retry, retryAfter later
@@ -124,7 +128,7 @@ const (
 )
 
 func (a afterAcquire) String() string {
-	return [...]string{"keep", "give back", "ask again", "wait for the release", "retry later", "dropped"}[a]
+	return [...]string{"keep", "give back", "ask again", "held back", "wait for the release", "retry later", "dropped"}[a]
 }
 
 // acquireOutcome decides on the answer err to an acquisition of a shard:
@@ -132,7 +136,10 @@ func (a afterAcquire) String() string {
 // mine, the map in force gives the shard to this member; ended, the member
 // has ended.
 func acquireOutcome(err error, freedMeanwhile, mine, ended bool) afterAcquire {
+	var limited *coord.LimitError
 	switch {
+	case errors.As(err, &limited) && !ended:
+		return heldBack
 	case err == nil && mine && !ended:
 		return keepShard
 	case err == nil:
@@ -145,6 +152,24 @@ func acquireOutcome(err error, freedMeanwhile, mine, ended bool) afterAcquire {
 		return dropped
 	}
 	return retryLater
+}
+
+// stillHeldBack is the shards of heldBack that are still this member's to
+// take (target gives them to self, it does not hold them) and that the limits ls still hold back (a free lock would get
+// no holder under them). Only those are not asked for at the retry; ls is
+// one read of the limits for all of them, where asking for each would cost
+// a frozen group an acquisition of every shard every second.
+func stillHeldBack(heldBack map[int]bool, target []string, self string, held map[int]*Shard, ls []coord.Limit, group string) map[int]bool {
+	out := map[int]bool{}
+	for k := range heldBack {
+		if k >= len(target) || target[k] != self || held[k] != nil {
+			continue
+		}
+		if l := coord.EffectiveLimit(ls, ShardLock(group, k)); l != nil && !l.Allows(0) {
+			out[k] = true
+		}
+	}
+	return out
 }
 
 // reads is the state of the settings reads: one at a time; one asked for

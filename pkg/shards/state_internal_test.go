@@ -109,7 +109,9 @@ func TestAcquireOutcome(t *testing.T) {
 		{nil, false, false, false, giveBack}, // the map moved it meanwhile
 		{nil, false, true, true, giveBack},   // the member ended meanwhile
 		{coord.ErrBusy, false, true, false, waitFree},
-		{busy, false, true, false, waitFree},
+		{busy, false, true, false, heldBack},
+		{busy, true, true, false, heldBack}, // freed, but frozen: asking again at once is refused again
+		{busy, false, true, true, waitFree},
 		{coord.ErrBusy, true, true, false, askAgain}, // freed while asked for
 		{coord.ErrBusy, false, true, true, waitFree},
 		{down, false, true, false, retryLater},
@@ -119,6 +121,39 @@ func TestAcquireOutcome(t *testing.T) {
 	} {
 		if got := acquireOutcome(c.err, c.freed, c.mine, c.ended); got != c.want {
 			t.Errorf("acquireOutcome(%v, freed %v, mine %v, ended %v) = %v, want %v", c.err, c.freed, c.mine, c.ended, got, c.want)
+		}
+	}
+}
+
+// TestStillHeldBack: after one read of the limits, a shard refused by a
+// limit is asked for again when no limit binds it any more (thawed, or a
+// limit that allows a holder), and forgotten when it is no longer this
+// member's to take.
+func TestStillHeldBack(t *testing.T) {
+	frozen := func(name string, prefix bool) coord.Limit { return coord.Limit{Name: name, Prefix: prefix, Max: 0} }
+	target := []string{"me", "me", "me", "b", "me"}
+	heldBack := map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true}
+	held := map[int]*Shard{4: {Number: 4}}
+	for _, c := range []struct {
+		name string
+		ls   []coord.Limit
+		want []int
+	}{
+		{"all thawed", nil, nil},
+		{"one still frozen", []coord.Limit{frozen("g/shard/1", false)}, []int{1}},
+		{"the group frozen", []coord.Limit{frozen("g/", true)}, []int{0, 1, 2}},
+		{"another group frozen", []coord.Limit{frozen("h/", true), frozen("g/shard/10", false)}, nil},
+		{"limited to one", []coord.Limit{{Name: "g/", Prefix: true, Max: 1}}, nil},
+		{"frozen under a wider limit", []coord.Limit{{Name: "g/", Prefix: true, Max: 5}, frozen("g/shard/2", false)}, []int{2}},
+	} {
+		got := stillHeldBack(heldBack, target, "me", held, c.ls, "g")
+		var ks []int
+		for k := range got {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		if !slices.Equal(ks, c.want) {
+			t.Errorf("%s: still held back %v, want %v", c.name, ks, c.want)
 		}
 	}
 }
