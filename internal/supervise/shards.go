@@ -57,9 +57,14 @@ var errSetChanged = errors.New("the member's shards changed")
 // deciding on its end: restart or return (shardAfter).
 //
 // Goroutines: Run's own, and during each run the Runner's and the
-// watcher's. The watcher is the only reader of the signals and of
-// m.Changed while the command runs, Run's loop the only one while it
-// waits; Run waits for the watcher to end before it reads what it saw.
+// watcher's. The watcher is the only reader of the signals (until the
+// Runner returned, also while the command is stopped for a restart: a
+// signal then ends fence instead) and of m.Changed while the command runs,
+// Run's loop the only one while it waits; Run waits for the watcher to end
+// before it reads what it saw. A signal between the last look of the
+// waiting step and the Runner's own signal.Notify (the Runner's start, a
+// few milliseconds) reaches only the watcher: the command does not get it,
+// and fence ends when the command does.
 func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.Member, opts Options, settle time.Duration) (int, error) {
 	sigs := make(chan os.Signal, 4)
 	for _, s := range forwarded {
@@ -84,6 +89,8 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 			// the command was stopped for that, not to restart.
 			<-m.Done()
 			return exitcode.LeaseLost, m.Err()
+		case shardInterrupted:
+			return 128 + int(end.late), fmt.Errorf("interrupted by SIG%s while the command was stopped to restart it", SignalName(end.late))
 		case shardRestartLost:
 			if log, lerr := logging.New(opts.stderrOrDefault(), opts.LogFormat, "debug"); lerr == nil {
 				log.Info(fmt.Sprintf("%v; restarting with the shards left", end.err))
@@ -126,12 +133,18 @@ func shardStartDue(n int, settled bool, unchanged, settle time.Duration) (start 
 // waitForSet releases the shards whose context ended and waits for a set
 // to run the command with. Without one (nil) it returns why fence ends:
 // the member left (76), ctx ended, or a signal came while no command ran.
-func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-chan os.Signal, settle time.Duration) ([]*shards.Shard, int, error) {
+func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-chan os.Signal, settle time.Duration) (live []*shards.Shard, code int, err error) {
 	for {
 		releaseEnded(ctx, m)
-		live := liveShards(m)
+		live = liveShards(m)
 		start, wait := shardStartDue(len(live), m.Settled(), w.see(numbers(live), time.Now()), settle)
 		if start {
+			select {
+			case s := <-sigs: // came after the last run: no command would get it
+				code, err = noCommandSignal(s)
+				return nil, code, err
+			default:
+			}
 			return live, 0, nil
 		}
 		t := time.NewTimer(wait)
@@ -146,11 +159,17 @@ func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-cha
 			return nil, exitcode.Failure, context.Cause(ctx)
 		case s := <-sigs:
 			t.Stop()
-			sig := s.(syscall.Signal)
-			return nil, 128 + int(sig), fmt.Errorf("interrupted by SIG%s while no command ran", SignalName(sig))
+			code, err = noCommandSignal(s)
+			return nil, code, err
 		}
 		t.Stop()
 	}
+}
+
+// noCommandSignal is fence's end for a signal that came while no command ran.
+func noCommandSignal(s os.Signal) (int, error) {
+	sig := s.(syscall.Signal)
+	return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while no command ran", SignalName(sig))
 }
 
 // releaseEnded releases the member's shards whose context ended.
@@ -185,6 +204,10 @@ type shardRunEnd struct {
 	// signalled: a signal to fence came while the command ran (the Runner
 	// forwarded it): fence ends with the command.
 	signalled bool
+	// late: a signal that came once the run's context had ended (the
+	// command was being stopped to restart it) until the Runner returned:
+	// fence ends instead of restarting (0: none).
+	late syscall.Signal
 	// left: the member has left the group.
 	left bool
 }
@@ -201,11 +224,14 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	hs.Renewed()
 
 	rctx, cancel := context.WithCancelCause(ctx)
-	var signalled atomic.Bool
+	var signalled bool
+	var late syscall.Signal
+	runDone := make(chan struct{})
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		watchSet(rctx, cancel, m, live, sigs, &signalled, settle)
+		signalled = watchSet(rctx, cancel, m, live, sigs, settle)
+		late = lateSignal(runDone, sigs)
 	}()
 	o := opts
 	o.Holds = hs
@@ -217,26 +243,42 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	}
 	stopped := context.Cause(rctx)
 	cancel(nil)
+	close(runDone)
 	<-watchDone
 	hs.Close()
 	sr.cur.Store(nil)
-	return shardRunEnd{code: code, err: err, stopped: stopped, signalled: signalled.Load(), left: m.Context().Err() != nil}
+	return shardRunEnd{code: code, err: err, stopped: stopped, signalled: signalled, late: late, left: m.Context().Err() != nil}
 }
 
-// watchSet is the watcher of a run: it records a signal to fence (the
-// Runner forwards it to the command) and, at each change of the member,
-// cancels rctx (errSetChanged, with the reason) when shardSetWatch.check
-// says the command must restart.
-func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Member, live []*shards.Shard, sigs <-chan os.Signal, signalled *atomic.Bool, settle time.Duration) {
+// lateSignal reads the signals from the end of the run's context until
+// runDone (the Runner returned) and returns the last (0: none).
+func lateSignal(runDone <-chan struct{}, sigs <-chan os.Signal) syscall.Signal {
+	var late syscall.Signal
+	for {
+		select {
+		case <-runDone:
+			return late
+		case s := <-sigs:
+			late = s.(syscall.Signal)
+		}
+	}
+}
+
+// watchSet is the watcher of a run until its context ends: it records a
+// signal to fence (the Runner forwards it to the command) and, at each
+// change of the member, cancels rctx (errSetChanged, with the reason) when
+// shardSetWatch.check says the command must restart. It reports whether a
+// signal came.
+func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Member, live []*shards.Shard, sigs <-chan os.Signal, settle time.Duration) (signalled bool) {
 	var w shardSetWatch
 	var tc <-chan time.Time
 	cmd := numbers(live)
 	for {
 		select {
 		case <-rctx.Done():
-			return
+			return signalled
 		case <-sigs:
-			signalled.Store(true) // forwarded by the Runner; fence ends after the command
+			signalled = true // forwarded by the Runner; fence ends after the command
 			continue
 		case <-m.Changed():
 		case <-tc:
@@ -248,7 +290,7 @@ func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Me
 		}
 		if reason != "" {
 			cancel(fmt.Errorf("%w: %s", errSetChanged, reason))
-			return
+			return signalled
 		}
 	}
 }
@@ -335,6 +377,9 @@ const (
 	// shardRestartLost: a shard's lease was lost and the command stopped
 	// in time: it starts again with the shards left (and fence says so).
 	shardRestartLost
+	// shardInterrupted: a restart was due, but a signal came while the
+	// command was stopped for it: fence ends with 128+N.
+	shardInterrupted
 )
 
 // shardAfter decides what follows a run that ended as e, and the reason
@@ -345,6 +390,8 @@ func shardAfter(e shardRunEnd) (shardNext, string) {
 		return shardReturn, ""
 	case e.left && e.code != 0:
 		return shardLeft, ""
+	case e.late != 0 && (errors.Is(e.stopped, errSetChanged) || e.code == exitcode.LeaseLost && !e.left):
+		return shardInterrupted, ""
 	case errors.Is(e.stopped, errSetChanged):
 		return shardRestart, e.stopped.Error()
 	case e.code == exitcode.LeaseLost && !e.left:

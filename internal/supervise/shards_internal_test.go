@@ -155,6 +155,11 @@ func TestShardAfter(t *testing.T) {
 		{"member left, the command had exited 0", shardRunEnd{code: 0, left: true}, shardReturn, ""},
 		{"signalled", shardRunEnd{code: 143, stopped: changed, signalled: true}, shardReturn, ""},
 		{"signalled, member left", shardRunEnd{code: 143, left: true, signalled: true}, shardReturn, ""},
+		{"a signal while stopped for a change", shardRunEnd{code: 1, stopped: changed, late: 15}, shardInterrupted, ""},
+		{"a signal after a lease was lost", shardRunEnd{code: exitcode.LeaseLost, err: lost, late: 15}, shardInterrupted, ""},
+		{"a signal after it exited on its own", shardRunEnd{code: 0, late: 15}, shardReturn, ""},
+		{"a signal as the member left", shardRunEnd{code: exitcode.LeaseLost, left: true, late: 15}, shardLeft, ""},
+		{"signalled, and again late", shardRunEnd{code: 143, stopped: changed, signalled: true, late: 15}, shardReturn, ""},
 	} {
 		next, reason := shardAfter(c.e)
 		if next != c.next || reason != c.reason {
