@@ -822,11 +822,6 @@ func (m *Member) move(mv Move) {
 	}
 }
 
-func idOf(group, name string) string {
-	_, id, _ := parseLock(group, name)
-	return id
-}
-
 // leaseWatch is a coord.LeaseWatcher's watch of one lease: `fence revoke`
 // asking its holder to stop (coord.ErrStopRequested) or ending it.
 type leaseWatch struct {
