@@ -49,6 +49,22 @@ var errSetChanged = errors.New("the member's shards changed")
 // it when it is not yet all the map gives the member. Losing a shard's
 // lease stops the command before that lease can expire (as fence run); the
 // command is then started again with the shards left and those taken back.
+//
+// Each start goes through three steps: waiting for a set to run the
+// command with (waitForSet, deciding with shardStartDue), running it under
+// that set's HeldSet while a watcher decides whether the member's set
+// changed enough to restart (runWith, watchSet, shardSetWatch.check), and
+// deciding on its end: restart or return (shardAfter).
+//
+// Goroutines: Run's own, and during each run the Runner's and the
+// watcher's. The watcher is the only reader of the signals (until the
+// Runner returned, also while the command is stopped for a restart: a
+// signal then ends fence instead) and of m.Changed while the command runs,
+// Run's loop the only one while it waits; Run waits for the watcher to end
+// before it reads what it saw. A signal between the last look of the
+// waiting step and the Runner's own signal.Notify (the Runner's start, a
+// few milliseconds) reaches only the watcher: the command does not get it,
+// and fence ends when the command does.
 func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.Member, opts Options, settle time.Duration) (int, error) {
 	sigs := make(chan os.Signal, 4)
 	for _, s := range forwarded {
@@ -57,156 +73,331 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 		}
 	}
 	defer signal.Stop(sigs)
-	var sigSeen atomic.Value
-	release := func() {
-		for _, s := range m.Shards() {
-			if s.Context().Err() != nil {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				_ = s.Release(rctx)
-				cancel()
-			}
-		}
-	}
-	lastChange := time.Now()
-	var lastSet []int
-	reason := "started"
+	var w shardWait
 	for {
-		// Wait for a set to run the command with.
-		var live []*shards.Shard
-		for {
-			release()
-			live = live[:0]
-			for _, s := range m.Shards() {
-				if s.Context().Err() == nil {
-					live = append(live, s)
-				}
-			}
-			set := numbers(live)
-			if !slices.Equal(set, lastSet) {
-				lastSet, lastChange = set, time.Now()
-			}
-			if len(live) > 0 && (m.Settled() || time.Since(lastChange) >= settle) {
-				break
-			}
-			t := time.NewTimer(max(settle-time.Since(lastChange), time.Millisecond))
-			select {
-			case <-m.Changed():
-			case <-t.C:
-			case <-m.Done():
-				t.Stop()
-				return exitcode.LeaseLost, m.Err()
-			case <-ctx.Done():
-				t.Stop()
-				return exitcode.Failure, context.Cause(ctx)
-			case s := <-sigs:
-				t.Stop()
-				sig := s.(syscall.Signal)
-				return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while no command ran", SignalName(sig))
-			}
-			t.Stop()
-		}
-		helds := make([]*fencing.Held, len(live))
-		for i, s := range live {
-			helds[i] = s.Held()
-		}
-		hs := NewHeldSet(helds, shardEnv(m, live, opts))
-		sr.cur.Store(hs)
-		hs.Renewed()
-
-		rctx, cancel := context.WithCancelCause(ctx)
-		watchDone := make(chan struct{})
-		go func() {
-			defer close(watchDone)
-			var since time.Time // when the live set first differed from the command's
-			var tc <-chan time.Time
-			for {
-				select {
-				case <-rctx.Done():
-					return
-				case s := <-sigs:
-					sigSeen.Store(s) // forwarded by the Runner; fence ends after the command
-					continue
-				case <-m.Changed():
-				case <-tc:
-				}
-				var why []string
-				for _, s := range live {
-					if s.Context().Err() != nil && !errors.Is(context.Cause(s.Held().Context()), coord.ErrLeaseLost) {
-						// moved away or revoked (a loss is the Runner's to stop)
-						msg := context.Cause(s.Context()).Error()
-						if !strings.Contains(msg, fmt.Sprintf("shard %d ", s.Number)) && m.Context().Err() == nil {
-							msg = fmt.Sprintf("shard %d: %s", s.Number, msg)
-						}
-						if !slices.Contains(why, msg) {
-							why = append(why, msg)
-						}
-					}
-				}
-				changed := len(why) > 0
-				var now []*shards.Shard
-				for _, s := range m.Shards() {
-					if s.Context().Err() == nil {
-						now = append(now, s)
-					}
-				}
-				if !slices.Equal(numbers(live), numbers(now)) {
-					if since.IsZero() {
-						since = time.Now()
-						tc = time.After(settle)
-					}
-					// The rest arrived, or a settle time passed since the first.
-					if m.Settled() || time.Since(since) >= settle {
-						changed = true
-					}
-				}
-				if changed {
-					if len(why) == 0 {
-						why = append(why, "set "+ranges(numbers(live))+" → "+ranges(numbers(now)))
-					}
-					cancel(fmt.Errorf("%w: %s", errSetChanged, strings.Join(why, "; ")))
-					return
-				}
-			}
-		}()
-		o := opts
-		o.Holds = hs
-		r, err := Start(o)
-		code := exitcode.Failure
-		if err == nil {
-			code, err = r.Run(rctx, c)
-			r.Close()
-		}
-		stopped := context.Cause(rctx)
-		cancel(nil)
-		<-watchDone
-		hs.Close()
-		sr.cur.Store(nil)
-		if sigSeen.Load() != nil {
+		live, code, err := w.waitForSet(ctx, m, sigs, settle)
+		if live == nil {
 			return code, err
 		}
-		if m.Context().Err() != nil && code != 0 {
+		end := sr.runWith(ctx, c, m, opts, live, sigs, settle)
+		next, reason := shardAfter(end)
+		switch next {
+		case shardReturn:
+			return end.code, end.err
+		case shardLeft:
 			// The member left the group (its own lease was revoked or lost):
 			// the command was stopped for that, not to restart.
 			<-m.Done()
 			return exitcode.LeaseLost, m.Err()
-		}
-		switch {
-		case errors.Is(stopped, errSetChanged):
-			reason = stopped.Error()
-		case code == exitcode.LeaseLost && m.Context().Err() == nil:
-			// One shard's lease was lost: the command was stopped in time.
-			reason = fmt.Sprintf("lost a lease: %v", err)
-			if log, lerr := logging.New(o.stderrOrDefault(), o.LogFormat, "debug"); lerr == nil {
-				log.Info(fmt.Sprintf("%v; restarting with the shards left", err))
+		case shardInterrupted:
+			return 128 + int(end.late), fmt.Errorf("interrupted by SIG%s while the command was stopped to restart it", SignalName(end.late))
+		case shardRestartLost:
+			if log, lerr := logging.New(opts.stderrOrDefault(), opts.LogFormat, "debug"); lerr == nil {
+				log.Info(fmt.Sprintf("%v; restarting with the shards left", end.err))
 			}
-		default:
-			return code, err
 		}
 		n := int(sr.Restarts.Add(1))
 		if sr.OnRestart != nil {
 			sr.OnRestart(n, nil, reason)
 		}
 	}
+}
+
+// shardWait is the waiting step's state, kept from one start to the next:
+// the member's live set as last seen, and since when it is unchanged.
+type shardWait struct {
+	set   []int
+	since time.Time
+}
+
+// see records the live set at now and says for how long it has been
+// unchanged.
+func (w *shardWait) see(set []int, now time.Time) time.Duration {
+	if w.since.IsZero() || !slices.Equal(set, w.set) {
+		w.set, w.since = set, now
+	}
+	return now.Sub(w.since)
+}
+
+// shardStartDue decides, in the waiting step, on a member holding n live
+// shards (settled: its whole target, nothing pending) whose set has been
+// unchanged for unchanged: start the command now, or wait (at most wait,
+// less when a change comes first).
+func shardStartDue(n int, settled bool, unchanged, settle time.Duration) (start bool, wait time.Duration) {
+	if n > 0 && (settled || unchanged >= settle) {
+		return true, 0
+	}
+	return false, max(settle-unchanged, time.Millisecond)
+}
+
+// waitForSet releases the shards whose context ended and waits for a set
+// to run the command with. Without one (nil) it returns why fence ends:
+// the member left (76), ctx ended, or a signal came while no command ran.
+func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-chan os.Signal, settle time.Duration) (live []*shards.Shard, code int, err error) {
+	for {
+		releaseEnded(ctx, m)
+		live = liveShards(m)
+		start, wait := shardStartDue(len(live), m.Settled(), w.see(numbers(live), time.Now()), settle)
+		if start {
+			select {
+			case s := <-sigs: // came after the last run: no command would get it
+				code, err = noCommandSignal(s)
+				return nil, code, err
+			default:
+			}
+			return live, 0, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-m.Changed():
+		case <-t.C:
+		case <-m.Done():
+			t.Stop()
+			return nil, exitcode.LeaseLost, m.Err()
+		case <-ctx.Done():
+			t.Stop()
+			return nil, exitcode.Failure, context.Cause(ctx)
+		case s := <-sigs:
+			t.Stop()
+			code, err = noCommandSignal(s)
+			return nil, code, err
+		}
+		t.Stop()
+	}
+}
+
+// noCommandSignal is fence's end for a signal that came while no command ran.
+func noCommandSignal(s os.Signal) (int, error) {
+	sig := s.(syscall.Signal)
+	return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while no command ran", SignalName(sig))
+}
+
+// releaseEnded releases the member's shards whose context ended.
+func releaseEnded(ctx context.Context, m *shards.Member) {
+	for _, s := range m.Shards() {
+		if s.Context().Err() != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = s.Release(rctx)
+			cancel()
+		}
+	}
+}
+
+// liveShards is the member's shards whose context has not ended.
+func liveShards(m *shards.Member) []*shards.Shard {
+	var live []*shards.Shard
+	for _, s := range m.Shards() {
+		if s.Context().Err() == nil {
+			live = append(live, s)
+		}
+	}
+	return live
+}
+
+// shardRunEnd is how one run of the command under a set ended.
+type shardRunEnd struct {
+	code int
+	err  error
+	// stopped is the cause of the run's context (errSetChanged: the
+	// watcher restarts it).
+	stopped error
+	// signalled: a signal to fence came while the command ran (the Runner
+	// forwarded it): fence ends with the command.
+	signalled bool
+	// late: a signal that came once the run's context had ended (the
+	// command was being stopped to restart it) until the Runner returned:
+	// fence ends instead of restarting (0: none).
+	late syscall.Signal
+	// left: the member has left the group.
+	left bool
+}
+
+// runWith runs the command once under live's HeldSet, until it ends or
+// the watcher stops it for a change of the set.
+func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shards.Member, opts Options, live []*shards.Shard, sigs <-chan os.Signal, settle time.Duration) shardRunEnd {
+	helds := make([]*fencing.Held, len(live))
+	for i, s := range live {
+		helds[i] = s.Held()
+	}
+	hs := NewHeldSet(helds, shardEnv(m, live, opts))
+	sr.cur.Store(hs)
+	hs.Renewed()
+
+	rctx, cancel := context.WithCancelCause(ctx)
+	var signalled bool
+	var late syscall.Signal
+	runDone := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		signalled = watchSet(rctx, cancel, m, live, sigs, settle)
+		late = lateSignal(runDone, sigs)
+	}()
+	o := opts
+	o.Holds = hs
+	r, err := Start(o)
+	code := exitcode.Failure
+	if err == nil {
+		code, err = r.Run(rctx, c)
+		r.Close()
+	}
+	stopped := context.Cause(rctx)
+	cancel(nil)
+	close(runDone)
+	<-watchDone
+	hs.Close()
+	sr.cur.Store(nil)
+	return shardRunEnd{code: code, err: err, stopped: stopped, signalled: signalled, late: late, left: m.Context().Err() != nil}
+}
+
+// lateSignal reads the signals from the end of the run's context until
+// runDone (the Runner returned) and returns the last (0: none).
+func lateSignal(runDone <-chan struct{}, sigs <-chan os.Signal) syscall.Signal {
+	var late syscall.Signal
+	for {
+		select {
+		case <-runDone:
+			return late
+		case s := <-sigs:
+			late = s.(syscall.Signal)
+		}
+	}
+}
+
+// watchSet is the watcher of a run until its context ends: it records a
+// signal to fence (the Runner forwards it to the command) and, at each
+// change of the member, cancels rctx (errSetChanged, with the reason) when
+// shardSetWatch.check says the command must restart. It reports whether a
+// signal came.
+func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Member, live []*shards.Shard, sigs <-chan os.Signal, settle time.Duration) (signalled bool) {
+	var w shardSetWatch
+	var tc <-chan time.Time
+	cmd := numbers(live)
+	for {
+		select {
+		case <-rctx.Done():
+			return signalled
+		case <-sigs:
+			signalled = true // forwarded by the Runner; fence ends after the command
+			continue
+		case <-m.Changed():
+		case <-tc:
+		}
+		why := stopReasons(factsOf(live), m.Context().Err() != nil)
+		reason, arm := w.check(time.Now(), why, cmd, numbers(liveShards(m)), m.Settled(), settle)
+		if arm {
+			tc = time.After(settle)
+		}
+		if reason != "" {
+			cancel(fmt.Errorf("%w: %s", errSetChanged, reason))
+			return signalled
+		}
+	}
+}
+
+// shardFact is what the watcher knows of one shard of the command's set.
+type shardFact struct {
+	number int
+	ended  bool   // its context ended
+	lost   bool   // its lease was lost: the Runner stops the command for that
+	cause  string // its context's cause, when ended
+}
+
+func factsOf(live []*shards.Shard) []shardFact {
+	out := make([]shardFact, len(live))
+	for i, s := range live {
+		out[i] = shardFact{number: s.Number, ended: s.Context().Err() != nil,
+			lost: errors.Is(context.Cause(s.Held().Context()), coord.ErrLeaseLost)}
+		if out[i].ended {
+			out[i].cause = context.Cause(s.Context()).Error()
+		}
+	}
+	return out
+}
+
+// stopReasons are why the command must restart for shards of its set whose
+// context ended (moved away or revoked; a loss is the Runner's to stop),
+// each once, naming the shard unless the cause does or the member left.
+func stopReasons(facts []shardFact, left bool) []string {
+	var why []string
+	for _, f := range facts {
+		if !f.ended || f.lost {
+			continue
+		}
+		msg := f.cause
+		if !strings.Contains(msg, fmt.Sprintf("shard %d ", f.number)) && !left {
+			msg = fmt.Sprintf("shard %d: %s", f.number, msg)
+		}
+		if !slices.Contains(why, msg) {
+			why = append(why, msg)
+		}
+	}
+	return why
+}
+
+// shardSetWatch is the watcher's state: since when the member's live set
+// differs from the command's.
+type shardSetWatch struct{ since time.Time }
+
+// check decides, at now, whether the command running with the set cmd
+// restarts: at once for shards of its set given up (why), else once the
+// live set differs from cmd and the member is settled or a settle time
+// has passed since it first differed. It returns the reason (empty: keep
+// running) and whether to arm the settle timer (the first difference).
+func (w *shardSetWatch) check(now time.Time, why []string, cmd, live []int, settled bool, settle time.Duration) (reason string, arm bool) {
+	changed := len(why) > 0
+	if !slices.Equal(cmd, live) {
+		if w.since.IsZero() {
+			w.since, arm = now, true
+		}
+		// The rest arrived, or a settle time passed since the first.
+		if settled || now.Sub(w.since) >= settle {
+			changed = true
+		}
+	}
+	switch {
+	case !changed:
+		return "", arm
+	case len(why) == 0:
+		return "set " + ranges(cmd) + " → " + ranges(live), arm
+	}
+	return strings.Join(why, "; "), arm
+}
+
+// shardNext is what follows a run of the command.
+type shardNext uint8
+
+const (
+	// shardReturn: fence ends with the command's code and error.
+	shardReturn shardNext = iota
+	// shardLeft: the member left the group: fence ends with 76.
+	shardLeft
+	// shardRestart: the set changed: the command starts again.
+	shardRestart
+	// shardRestartLost: a shard's lease was lost and the command stopped
+	// in time: it starts again with the shards left (and fence says so).
+	shardRestartLost
+	// shardInterrupted: a restart was due, but a signal came while the
+	// command was stopped for it: fence ends with 128+N.
+	shardInterrupted
+)
+
+// shardAfter decides what follows a run that ended as e, and the reason
+// of a restart.
+func shardAfter(e shardRunEnd) (shardNext, string) {
+	switch {
+	case e.signalled:
+		return shardReturn, ""
+	case e.left && e.code != 0:
+		return shardLeft, ""
+	case e.late != 0 && (errors.Is(e.stopped, errSetChanged) || e.code == exitcode.LeaseLost && !e.left):
+		return shardInterrupted, ""
+	case errors.Is(e.stopped, errSetChanged):
+		return shardRestart, e.stopped.Error()
+	case e.code == exitcode.LeaseLost && !e.left:
+		return shardRestartLost, fmt.Sprintf("lost a lease: %v", e.err)
+	}
+	return shardReturn, ""
 }
 
 func (o *Options) stderrOrDefault() interface{ Write([]byte) (int, error) } {

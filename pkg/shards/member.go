@@ -16,6 +16,32 @@
 // Changes of the membership (and of the settings) are applied only after
 // Options.Settle has passed without a further change, which damps churn
 // when members flap.
+//
+// # Goroutines and locks
+//
+// Each member has one goroutine of its own (Member.loop), the only one that
+// changes the map in force and the set of held shards, and the only one
+// that reads or writes its state (memberLoop: the view of the group, the
+// acquisitions in flight, the settings reads, its timer) and
+// Shard.lostSeen. It decides with the pure functions of state.go. The
+// others reach it through its event channel (Member.send): an acquisition
+// goroutine per shard asked for (acquired), at most one settings read at a
+// time (settingsRead), each held shard's lease watch and the AfterFunc of
+// its loss (revoked, lost), and Shard.Release from any goroutine
+// (released). send gives up once the member's goroutine has ended, so
+// none of them blocks on a member that left; an acquisition answered then
+// is released by its own goroutine.
+//
+// Member.mu guards what the methods share with that goroutine (shards,
+// target, members, settings, pending, err). It is a leaf: held briefly,
+// never across a coordinator call, a send or OnMove; only the contexts of
+// shards are cancelled under it (finish), which runs no user code
+// (context.AfterFunc callbacks run on goroutines of their own). The
+// member's goroutine itself calls the coordinator for a List at a watch
+// reset and at the retry, a WatchLease for each shard taken, and the
+// Release (at most 5 s) of a shard taken after the map moved it away.
+// OnMove runs on it: it must not call Leave, which waits for that
+// goroutine to end.
 package shards
 
 import (
@@ -406,155 +432,24 @@ func (m *Member) notify() {
 }
 
 // loop is the member's goroutine: it follows the group's locks, applies
-// the map after the settle time, and takes and gives up shards.
+// the map after the settle time, and takes and gives up shards. It owns a
+// memberLoop; what it does on each event is that type's methods.
 func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord.LockInfo) {
 	defer close(m.done)
 	defer stopWatch()
-	n := m.opts.Shards
-	members := map[string]bool{m.id: true}
-	owner := make([]string, n) // the holder of each shard lock, as seen
-	take := func(info coord.LockInfo) {
-		kind, id, k := parseLock(m.group, info.Name)
-		switch kind {
-		case "member":
-			if info.Held {
-				members[id] = true
-			} else if id != m.id {
-				delete(members, id)
-			}
-		case "shard":
-			if k < n {
-				owner[k] = ""
-				if info.Held {
-					owner[k] = info.Holder
-				}
-			}
-		}
-	}
-	for _, info := range infos {
-		take(info)
-	}
-	memberList := func() []string {
-		out := make([]string, 0, len(members))
-		for id := range members {
-			out = append(out, id)
-		}
-		slices.Sort(out)
-		return out
-	}
-
-	var (
-		settle         *time.Timer
-		settleC        <-chan time.Time
-		retry          *time.Timer
-		retryC         <-chan time.Time
-		acquiring      = map[int]bool{}
-		again          = map[int]bool{} // freed while an attempt was in flight
-		reading        bool             // a settings read in flight
-		reread         bool
-		settingsFailed bool // the last settings read failed: again at the retry
-	)
-	arm := func() {
-		m.mu.Lock()
-		m.pending = true
-		m.mu.Unlock()
-		if m.opts.Settle < 0 {
-			if settleC == nil {
-				c := make(chan time.Time, 1)
-				c <- time.Time{}
-				settleC = c
-			}
-			return
-		}
-		if settle == nil {
-			settle = time.NewTimer(m.opts.Settle)
-		} else {
-			settle.Stop()
-			settle.Reset(m.opts.Settle)
-		}
-		settleC = settle.C
-	}
-	readSettings := func() {
-		if m.opts.Guard == nil {
-			return
-		}
-		if reading {
-			reread = true
-			return
-		}
-		reading = true
-		go func() {
-			ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
-			defer cancel()
-			st, err := LoadSettings(ctx, m.opts.Guard, m.group)
-			m.send(settingsRead{st, err})
-		}()
-	}
-	var applied []string // the member list of the map in force
-	var appliedSettings string
-	apply := func() {
-		m.mu.Lock()
-		st := m.settings
-		m.pending = false
-		m.mu.Unlock()
-		ms := memberList()
-		t := Target(n, ms, st)
-		key := fmt.Sprint(st.Drained, st.Serial != nil, deref(st.Serial))
-		reason := "members " + strings.Join(applied, ",") + " → " + strings.Join(ms, ",")
-		switch {
-		case slices.Equal(applied, ms) && key != appliedSettings:
-			reason = "settings: " + describe(st)
-		case applied == nil:
-			reason = "joined: members " + strings.Join(ms, ",")
-		}
-		applied, appliedSettings = ms, key
-		m.mu.Lock()
-		m.target, m.members = t, ms
-		var away []*Shard
-		for k, s := range m.shards {
-			if t[k] != m.id && s.ctx.Err() == nil {
-				away = append(away, s)
-			}
-		}
-		m.mu.Unlock()
-		for _, s := range away {
-			s.cancel(ErrMoved)
-			m.move(Move{Shard: s.Number, Kind: "given_up", Token: s.Token(), Reason: reason + " (to " + t[s.Number] + ")"})
-		}
-		m.notify()
-	}
-	acquire := func() {
-		m.mu.Lock()
-		t := m.target
-		var want []int
-		for k, id := range t {
-			if id == m.id && m.shards[k] == nil && !acquiring[k] && owner[k] == "" {
-				want = append(want, k)
-			}
-		}
-		m.mu.Unlock()
-		for _, k := range want {
-			acquiring[k] = true
-			go func(k int) {
-				h, err := fencing.Acquire(m.ctx, m.c, ShardLock(m.group, k),
-					coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold)
-				if !m.send(acquired{k, h, err}) && h != nil {
-					// The member ended meanwhile: nobody will work on it.
-					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_ = h.Release(rctx)
-					cancel()
-				}
-			}(k)
-		}
-	}
-
+	l := &memberLoop{m: m, view: newView(m.group, m.id, m.opts.Shards),
+		acquiring: map[int]bool{}, again: map[int]bool{}, heldBack: map[int]bool{}, timer: time.NewTimer(time.Hour)}
+	l.timer.Stop()
+	defer l.timer.Stop()
+	l.view.reset(infos)
 	m.mu.Lock()
-	m.members = memberList()
+	m.members = l.view.memberList()
 	m.mu.Unlock()
-	arm()
+	l.arm()
 	selfDone := m.self.Context().Done()
 	selfRevoked := m.selfWatch.channel()
 	for {
+		l.rearm()
 		select {
 		case err, ok := <-selfRevoked:
 			selfRevoked = nil
@@ -572,166 +467,339 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 			if !ok {
 				// The watch ended without Leave: the coordinator was closed.
 				m.cancel(errors.New("the watch of the group ended"))
+				events = nil
 				continue
 			}
-			if ev.Type == coord.EventReset {
-				infos, err := m.c.List(m.ctx, m.group+"/")
-				if err == nil {
-					for id := range members {
-						delete(members, id)
-					}
-					members[m.id] = true
-					clear(owner)
-					for _, info := range infos {
-						take(info)
-					}
-				}
-				arm()
-				readSettings()
-				break
-			}
-			before := len(members)
-			was := members[idOf(m.group, ev.Info.Name)]
-			take(ev.Info)
-			kind, id, k := parseLock(m.group, ev.Info.Name)
-			switch kind {
-			case "member":
-				if len(members) != before || was != members[id] {
-					arm()
-				}
-			case "settings":
-				readSettings()
-			case "shard":
-				if k < n && owner[k] == "" && acquiring[k] {
-					again[k] = true
-				}
-			}
-			acquire()
-		case <-settleC:
-			settleC = nil
-			apply()
-			acquire()
+			l.watched(ev)
+		case <-l.timer.C:
+			l.timerAt = time.Time{}
+			l.woke(time.Now())
 		case e := <-m.ev:
-			switch e := e.(type) {
-			case acquired:
-				acquiring[e.n] = false
-				if e.err != nil {
-					if errors.Is(e.err, coord.ErrBusy) {
-						if again[e.n] {
-							delete(again, e.n)
-							owner[e.n] = ""
-						} else if owner[e.n] == "" {
-							owner[e.n] = "?" // held by someone: wait for its release
-						}
-					} else if m.ctx.Err() == nil {
-						if retry == nil {
-							retry = time.NewTimer(time.Second)
-						} else {
-							retry.Reset(time.Second)
-						}
-						retryC = retry.C
-					}
-					acquire()
-					break
-				}
-				delete(again, e.n)
-				m.mu.Lock()
-				keep := m.target != nil && m.target[e.n] == m.id && m.ctx.Err() == nil
-				m.mu.Unlock()
-				if !keep {
-					rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					_ = e.held.Release(rctx)
-					cancel()
-					acquire()
-					break
-				}
-				s := &Shard{Group: m.group, Number: e.n, m: m, held: e.held}
-				s.ctx, s.cancel = context.WithCancelCause(e.held.Context())
-				if w := m.watchLease(e.held.Lease()); w != nil {
-					s.unwatch = w.stop
-					go func() {
-						if err, ok := <-w.ch; ok && err != nil {
-							m.send(revoked{s, err})
-						}
-					}()
-				}
-				context.AfterFunc(e.held.Context(), func() {
-					if c := context.Cause(e.held.Context()); errors.Is(c, coord.ErrLeaseLost) {
-						m.send(lost{s})
-					}
-				})
-				owner[e.n] = m.id
-				m.mu.Lock()
-				m.shards[e.n] = s
-				m.mu.Unlock()
-				m.move(Move{Shard: e.n, Kind: "taken", Token: s.Token()})
-				m.notify()
-			case released:
-				m.mu.Lock()
-				if m.shards[e.s.Number] == e.s {
-					delete(m.shards, e.s.Number)
-				}
-				m.mu.Unlock()
-				if owner[e.s.Number] == m.id {
-					owner[e.s.Number] = ""
-				}
-				m.notify()
-				acquire()
-			case lost:
-				if !e.s.lostSeen {
-					e.s.lostSeen = true
-					m.move(Move{Shard: e.s.Number, Kind: "lost", Token: e.s.Token(), Reason: context.Cause(e.s.held.Context()).Error()})
-				}
-				m.notify()
-			case revoked:
-				if e.s.ctx.Err() != nil {
-					break // moved away, lost or left meanwhile
-				}
-				cause := fmt.Errorf("shard %d of group %q: %w: %w", e.s.Number, m.group, ErrRevoked, e.err)
-				e.s.cancel(cause)
-				kind := "given_up"
-				if !errors.Is(e.err, coord.ErrStopRequested) {
-					kind, e.s.lostSeen = "lost", true
-				}
-				m.move(Move{Shard: e.s.Number, Kind: kind, Token: e.s.Token(), Reason: "revoked: " + e.err.Error()})
-				m.notify()
-			case settingsRead:
-				reading = false
-				if e.err == nil {
-					m.mu.Lock()
-					m.settings = e.st
-					m.mu.Unlock()
-					arm()
-				} else if m.ctx.Err() == nil {
-					// Read them again in a second (with the retry below).
-					settingsFailed = true
-					if retry == nil {
-						retry = time.NewTimer(time.Second)
-					} else {
-						retry.Reset(time.Second)
-					}
-					retryC = retry.C
-				}
-				if reread {
-					reread = false
-					readSettings()
-				}
-			}
-		case <-retryC:
-			retryC = nil
-			if settingsFailed {
-				settingsFailed = false
-				readSettings()
-			}
-			clear(owner) // read again below: what was busy may be free
-			if infos, err := m.c.List(m.ctx, m.group+"/"); err == nil {
-				for _, info := range infos {
-					take(info)
-				}
-			}
-			acquire()
+			l.handle(e)
 		}
 	}
+}
+
+// memberLoop is the state of the member's goroutine, its own: no other
+// goroutine reads or writes it (the Member's fields under m.mu are shared).
+type memberLoop struct {
+	m         *Member
+	view      view
+	acquiring map[int]bool // an acquisition of the shard is in flight
+	again     map[int]bool // its lock was freed while it was in flight
+	heldBack  map[int]bool // refused by an operator limit: see at the retry
+	reads     reads
+	wake      wake
+	applied   applied     // what the map in force was computed from
+	timer     *time.Timer // fires at timerAt, wake's next time
+	timerAt   time.Time
+}
+
+// rearm points the timer at wake's next time.
+func (l *memberLoop) rearm() {
+	at := l.wake.next()
+	if at.Equal(l.timerAt) {
+		return
+	}
+	l.timerAt = at
+	if at.IsZero() {
+		l.timer.Stop()
+		return
+	}
+	l.timer.Reset(time.Until(at))
+}
+
+// woke acts on the times that have come at now.
+func (l *memberLoop) woke(now time.Time) {
+	settle, retry := l.wake.due(now)
+	if settle {
+		l.apply()
+		l.claim()
+	}
+	if retry {
+		l.retry()
+	}
+}
+
+// arm starts the settle time: a change waits for it.
+func (l *memberLoop) arm() {
+	l.m.mu.Lock()
+	l.m.pending = true
+	l.m.mu.Unlock()
+	l.wake.armSettle(time.Now(), l.m.opts.Settle)
+}
+
+// watched takes in an event of the group's watch.
+func (l *memberLoop) watched(ev coord.Event) {
+	m := l.m
+	if ev.Type == coord.EventReset {
+		if infos, err := m.c.List(m.ctx, m.group+"/"); err == nil {
+			l.view.reset(infos)
+		}
+		l.arm()
+		l.readSettings()
+		return
+	}
+	kind, k, changed := l.view.see(ev.Info)
+	switch kind {
+	case "member":
+		if changed {
+			l.arm()
+		}
+	case "settings":
+		l.readSettings()
+	case "shard":
+		if l.view.free(k) && l.acquiring[k] {
+			l.again[k] = true
+		}
+	}
+	l.claim()
+}
+
+// handle takes in an event of the member's own goroutines.
+func (l *memberLoop) handle(e any) {
+	switch e := e.(type) {
+	case acquired:
+		l.acquired(e)
+	case released:
+		l.released(e.s)
+	case lost:
+		l.lost(e.s)
+	case revoked:
+		l.revoked(e.s, e.err)
+	case settingsRead:
+		l.settingsRead(e)
+	}
+}
+
+// readSettings asks for a read of the settings: it starts unless one
+// runs (then another follows it).
+func (l *memberLoop) readSettings() {
+	if l.m.opts.Guard != nil && l.reads.ask() {
+		l.startRead()
+	}
+}
+
+// startRead reads the settings on a goroutine that reports them
+// (settingsRead).
+func (l *memberLoop) startRead() {
+	m := l.m
+	go func() {
+		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+		defer cancel()
+		st, err := LoadSettings(ctx, m.opts.Guard, m.group)
+		m.send(settingsRead{st, err})
+	}()
+}
+
+func (l *memberLoop) settingsRead(e settingsRead) {
+	m := l.m
+	failed := e.err != nil && m.ctx.Err() == nil
+	if e.err == nil {
+		m.mu.Lock()
+		m.settings = e.st
+		m.mu.Unlock()
+		l.arm()
+	} else if failed {
+		l.wake.armRetry(time.Now()) // read them again then
+	}
+	if l.reads.done(failed) {
+		l.startRead()
+	}
+}
+
+// retry tries again what failed: a settings read, and every shard whose
+// lock is free in a fresh listing.
+func (l *memberLoop) retry() {
+	if l.reads.retry() {
+		l.startRead()
+	}
+	clear(l.view.owner) // listed again below: what was busy may be free
+	if infos, err := l.m.c.List(l.m.ctx, l.m.group+"/"); err == nil {
+		l.view.relist(infos)
+	}
+	l.recheckLimits()
+	l.claim()
+}
+
+// recheckLimits reads the limits once for the shards held back by one and
+// leaves those it still holds back out of the claims until the next retry.
+func (l *memberLoop) recheckLimits() {
+	m := l.m
+	if len(l.heldBack) == 0 {
+		return
+	}
+	var lim coord.Limiter
+	if !coord.As(m.c, &lim) {
+		clear(l.heldBack)
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
+	ls, err := lim.Limits(ctx)
+	cancel()
+	if err == nil {
+		m.mu.Lock()
+		l.heldBack = stillHeldBack(l.heldBack, m.target, m.id, m.shards, ls, m.group)
+		m.mu.Unlock()
+	}
+	for k := range l.heldBack {
+		if l.view.free(k) {
+			l.view.owner[k] = "?"
+		}
+	}
+	if len(l.heldBack) > 0 {
+		l.wake.armRetry(time.Now())
+	}
+}
+
+// apply computes the map of the members seen and the settings read, and
+// ends the contexts of the shards it moves away.
+func (l *memberLoop) apply() {
+	m := l.m
+	m.mu.Lock()
+	st := m.settings
+	m.pending = false
+	m.mu.Unlock()
+	ms := l.view.memberList()
+	t, now, reason := plan(m.opts.Shards, ms, st, l.applied)
+	l.applied = now
+	m.mu.Lock()
+	m.target, m.members = t, ms
+	away := awayFrom(t, m.id, m.shards)
+	m.mu.Unlock()
+	for _, s := range away {
+		s.cancel(ErrMoved)
+		m.move(Move{Shard: s.Number, Kind: "given_up", Token: s.Token(), Reason: reason + " (to " + t[s.Number] + ")"})
+	}
+	m.notify()
+}
+
+// claim asks for each shard that claims gives, each on a goroutine of its
+// own that reports the answer (acquired).
+func (l *memberLoop) claim() {
+	m := l.m
+	m.mu.Lock()
+	want := claims(m.target, m.id, m.shards, l.acquiring, &l.view)
+	m.mu.Unlock()
+	for _, k := range want {
+		l.acquiring[k] = true
+		go func(k int) {
+			h, err := fencing.Acquire(m.ctx, m.c, ShardLock(m.group, k),
+				coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold)
+			if !m.send(acquired{k, h, err}) && h != nil {
+				// The member ended meanwhile: nobody will work on it.
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = h.Release(rctx)
+				cancel()
+			}
+		}(k)
+	}
+}
+
+// acquired performs acquireOutcome's decision on an acquisition's answer.
+func (l *memberLoop) acquired(e acquired) {
+	m := l.m
+	delete(l.acquiring, e.n)
+	m.mu.Lock()
+	mine := m.target != nil && m.target[e.n] == m.id
+	m.mu.Unlock()
+	switch acquireOutcome(e.err, l.again[e.n], mine, m.ctx.Err() != nil) {
+	case keepShard:
+		delete(l.again, e.n)
+		delete(l.heldBack, e.n)
+		l.hold(e.n, e.held)
+		return
+	case giveBack:
+		delete(l.again, e.n)
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = e.held.Release(rctx)
+		cancel()
+	case askAgain:
+		delete(l.again, e.n)
+		l.view.owner[e.n] = ""
+	case heldBack:
+		delete(l.again, e.n)
+		l.heldBack[e.n] = true
+		l.view.owner[e.n] = "?" // a thaw sends no event: see at the retry
+		l.wake.armRetry(time.Now())
+	case waitFree:
+		if l.view.free(e.n) {
+			l.view.owner[e.n] = "?" // held by someone: wait for its release
+		}
+	case retryLater:
+		delete(l.again, e.n)
+		l.view.owner[e.n] = "?" // not before the retry lists it again
+		l.wake.armRetry(time.Now())
+	case dropped:
+	}
+	l.claim()
+}
+
+// hold makes a Shard of a lease taken: its lease watch, its loss, the
+// member's map of shards.
+func (l *memberLoop) hold(n int, held *fencing.Held) {
+	m := l.m
+	s := &Shard{Group: m.group, Number: n, m: m, held: held}
+	s.ctx, s.cancel = context.WithCancelCause(held.Context())
+	if w := m.watchLease(held.Lease()); w != nil {
+		s.unwatch = w.stop
+		go func() {
+			if err, ok := <-w.ch; ok && err != nil {
+				m.send(revoked{s, err})
+			}
+		}()
+	}
+	context.AfterFunc(held.Context(), func() {
+		if c := context.Cause(held.Context()); errors.Is(c, coord.ErrLeaseLost) {
+			m.send(lost{s})
+		}
+	})
+	l.view.owner[n] = m.id
+	m.mu.Lock()
+	m.shards[n] = s
+	m.mu.Unlock()
+	m.move(Move{Shard: n, Kind: "taken", Token: s.Token()})
+	m.notify()
+}
+
+// released forgets a shard its user released.
+func (l *memberLoop) released(s *Shard) {
+	m := l.m
+	m.mu.Lock()
+	if m.shards[s.Number] == s {
+		delete(m.shards, s.Number)
+	}
+	m.mu.Unlock()
+	if l.view.owner[s.Number] == m.id {
+		l.view.owner[s.Number] = ""
+	}
+	m.notify()
+	l.claim()
+}
+
+// lost reports a shard's lease ended (once).
+func (l *memberLoop) lost(s *Shard) {
+	if !s.lostSeen {
+		s.lostSeen = true
+		l.m.move(Move{Shard: s.Number, Kind: "lost", Token: s.Token(), Reason: context.Cause(s.held.Context()).Error()})
+	}
+	l.m.notify()
+}
+
+// revoked ends a shard's context for `fence revoke` (asked: given up; its
+// lease ended: lost).
+func (l *memberLoop) revoked(s *Shard, err error) {
+	m := l.m
+	if s.ctx.Err() != nil {
+		return // moved away, lost or left meanwhile
+	}
+	s.cancel(fmt.Errorf("shard %d of group %q: %w: %w", s.Number, m.group, ErrRevoked, err))
+	kind := "given_up"
+	if !errors.Is(err, coord.ErrStopRequested) {
+		kind, s.lostSeen = "lost", true
+	}
+	m.move(Move{Shard: s.Number, Kind: kind, Token: s.Token(), Reason: "revoked: " + err.Error()})
+	m.notify()
 }
 
 // finish ends every shard's context and records why the member left.
@@ -752,35 +820,6 @@ func (m *Member) move(mv Move) {
 	if m.opts.OnMove != nil {
 		m.opts.OnMove(mv)
 	}
-}
-
-func idOf(group, name string) string {
-	_, id, _ := parseLock(group, name)
-	return id
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-func describe(st Settings) string {
-	var parts []string
-	if len(st.Drained) > 0 {
-		parts = append(parts, "drained "+strings.Join(st.Drained, ","))
-	}
-	if st.Serial != nil {
-		if *st.Serial != "" {
-			parts = append(parts, "serial on "+*st.Serial)
-		} else {
-			parts = append(parts, "serial")
-		}
-	} else {
-		parts = append(parts, "parallel")
-	}
-	return strings.Join(parts, ", ")
 }
 
 // leaseWatch is a coord.LeaseWatcher's watch of one lease: `fence revoke`
