@@ -127,6 +127,7 @@ var cases = []struct {
 	{"NamesIndependent", (*suite).namesIndependent},
 	{"NameBoundaries", (*suite).nameBoundaries},
 	{"Watch", (*suite).watch},
+	{"Queue", (*suite).queue},
 	{"BadInput", (*suite).badInput},
 	{"ZeroOptions", (*suite).zeroOptions},
 	{"CancelWhileWaiting", (*suite).cancelWhileWaiting},

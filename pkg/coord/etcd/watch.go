@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"time"
 
@@ -155,7 +156,8 @@ func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 		typ = coord.EventAcquired
 	case !cur.Held && prev.Held:
 		typ = coord.EventReleased
-	case cur.Held && cur.Waiters != prev.Waiters:
+	case cur.Waiters != prev.Waiters || !slices.Equal(cur.Queue, prev.Queue):
+		// Also on a free lock: the queue of one held back by a limit.
 		typ = coord.EventWaiters
 	default:
 		return true // e.g. a new holder recording acquired_at

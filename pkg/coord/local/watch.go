@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -480,7 +481,7 @@ func change(old, nu view) (coord.EventType, bool) {
 		return coord.EventReleased, true
 	case o.Held && n.Held && old.expires != nu.expires:
 		return coord.EventRenewed, true
-	case o.Waiters != n.Waiters:
+	case o.Waiters != n.Waiters || !slices.Equal(o.Queue, n.Queue):
 		return coord.EventWaiters, true
 	}
 	return "", false
