@@ -171,6 +171,10 @@ const (
 	EventRenewed  EventType = "renewed"  // the holder renewed (local only; etcd renewals are not visible)
 	EventReleased EventType = "released" // the lock became free (release, revoke or expiry)
 	EventWaiters  EventType = "waiters"  // the queue changed
+	// EventLimit: the operator limit that binds the lock changed (fence
+	// limit, freeze, thaw; Info.Limit is the new one, nil after a thaw).
+	// Every event's Info carries the lock's limit.
+	EventLimit EventType = "limit"
 	// EventReset means the watch lost track (e.g. etcd compaction); the
 	// consumer should List again. Info is empty.
 	EventReset EventType = "reset"

@@ -143,6 +143,7 @@ var cases = []struct {
 	{"OnceRetention", (*suite).onceRetention},
 	{"LimitFreeze", (*suite).limitFreeze},
 	{"LimitPrefix", (*suite).limitPrefix},
+	{"LimitWatch", (*suite).limitWatch},
 	{"LimitUnderLoad", (*suite).limitUnderLoad},
 }
 
