@@ -386,9 +386,10 @@ func TestDetails(t *testing.T) {
 	if !strings.Contains(s[0], "deploy/prod") || !strings.HasSuffix(strings.TrimSpace(s[0]), "expiring") {
 		t.Fatalf("title %q", s[0])
 	}
-	// Newest first.
-	if !strings.Contains(s[8], "renewal_failed") || !strings.Contains(s[8], "etcdserver: request timed out") {
-		t.Fatalf("first timeline line %q\n%s", s[8], view)
+	// Newest first, below the waits and holds.
+	first := timelineStart(s)
+	if !strings.Contains(s[first], "renewal_failed") || !strings.Contains(s[first], "etcdserver: request timed out") {
+		t.Fatalf("first timeline line %q\n%s", s[first], view)
 	}
 	for _, want := range []string{"lease_lost", "expired", "stale_refused", `key "release/current": token 55 refused, 56 accepted`, "waited 1.2s", "held 1m35s"} {
 		if !strings.Contains(view, want) {
@@ -400,7 +401,7 @@ func TestDetails(t *testing.T) {
 	f.history["deploy/prod"] = append(f.history["deploy/prod"], history.Event{Time: epoch, Lock: "deploy/prod", Kind: history.Revoked, Token: 57, Holder: "ci-runner-3:88"})
 	f.mu.Unlock()
 	f.set(coord.EventReleased, free("deploy/prod", 57))
-	h.until("the revoke in the timeline", func() bool { return strings.Contains(h.screen()[8], "revoked") })
+	h.until("the revoke in the timeline", func() bool { s := h.screen(); return strings.Contains(s[timelineStart(s)], "revoked") })
 	if s := h.screen(); !strings.HasSuffix(strings.TrimSpace(s[0]), "free") {
 		t.Fatalf("title after release %q", s[0])
 	}
@@ -656,4 +657,15 @@ func TestDetailsOfAGroup(t *testing.T) {
 	if v := open("other"); strings.Contains(v, "group") {
 		t.Errorf("a lock of no group shows a group:\n%s", v)
 	}
+}
+
+// timelineStart is the index of the details' first timeline line: the one
+// after the rule.
+func timelineStart(screen []string) int {
+	for i, l := range screen {
+		if strings.Contains(l, "── history, newest first") {
+			return i + 1
+		}
+	}
+	return len(screen) - 1
 }
