@@ -118,11 +118,19 @@ func (t limitTarget) question() string {
 	if t.freeze {
 		return fmt.Sprintf("Freeze %s (no new holder until thawed; a holder runs on)? [y/N]", t.name)
 	}
-	what := fmt.Sprintf("Thaw %s (%s)", t.name, t.limit.Describe())
-	if t.limit.Prefix {
-		what = fmt.Sprintf("Thaw prefix %q (%s), every lock under it", t.limit.Name, t.limit.Describe())
+	// What the limit does and who set it; the details say when and why.
+	l := t.limit
+	brief := "frozen"
+	if !l.Frozen() {
+		brief = fmt.Sprintf("limit %d", l.Max)
 	}
-	return what + "? [y/N]"
+	if l.By != "" {
+		brief += " by " + l.By
+	}
+	if l.Prefix {
+		return fmt.Sprintf("Thaw prefix %q (%s), every lock under it? [y/N]", l.Name, brief)
+	}
+	return fmt.Sprintf("Thaw %s (%s)? [y/N]", t.name, brief)
 }
 
 // errNoLimits: the coordinator has no coord.Limiter.

@@ -70,6 +70,9 @@ func (m *Model) setSize(w, h int) {
 	body := max(h-2, 0) // the status line and the bottom line
 	m.table.SetSize(w, body)
 	m.details.SetSize(w, body)
+	if m.details.Name() != "" {
+		m.details.Sync(m.store.Get(m.details.Name()), m.now)
+	}
 	m.help.Width = w
 	m.filter.Width = max(w-2, 1)
 	m.table.Sync(m.store)
