@@ -147,7 +147,7 @@ func (m *Model) eventLine(ev history.Event) string {
 	rest := m.width - 2 - len(TimeLayout) - 2 - kindWidth - 1
 	kind := format.Fit(string(ev.Kind), kindWidth)
 	switch ev.Kind {
-	case history.Acquired, history.Released, history.Completed, history.Skipped:
+	case history.Acquired, history.Released, history.Completed, history.Skipped, history.Thawed:
 		kind = s.Good.Render(kind)
 	default:
 		kind = s.Bad.Render(kind)
@@ -199,6 +199,19 @@ func Describe(ev history.Event) string {
 		}
 		if ev.Holder != "" {
 			msg += ", by " + ev.Holder
+		}
+		return msg
+	case history.Frozen, history.Limited, history.Thawed:
+		// Holder is who set or removed the limit; Count a limit's N.
+		msg := string(ev.Kind)
+		if ev.Kind == history.Limited {
+			msg = fmt.Sprintf("limited to %d", ev.Count)
+		}
+		if ev.Holder != "" {
+			msg += " by " + ev.Holder
+		}
+		if ev.Reason != "" {
+			msg += ": " + ev.Reason
 		}
 		return msg
 	case history.StaleRefused:
