@@ -37,7 +37,7 @@ func TestGolden(t *testing.T) {
 		{name: "filter_80x24", w: 80, h: 24, steps: []step{{keys: []string{"/", "r", "e"}, until: "3 shown"}}},
 		{name: "revoke_question_80x24", w: 80, h: 24, steps: []step{{keys: []string{"j", "j", "r"}, until: "[y/N]"}}},
 		{name: "no_history_80x24", w: 80, h: 24, noHis: true},
-		{name: "frozen_prefix_100x24", w: 100, h: 24, setup: limitedLocks},
+		{name: "frozen_prefix_120x24", w: 120, h: 24, setup: limitedLocks},
 		{name: "frozen_details_100x30", w: 100, h: 30, setup: limitedLocks, steps: []step{{keys: []string{"j", "j", "enter"}, until: "and 1 more"}}},
 	}
 	for _, c := range cases {

@@ -48,6 +48,16 @@ func TestLimitsShowInTheTable(t *testing.T) {
 			t.Errorf("%s: state %q, want %q", name, got, want)
 		}
 	}
+	// The status line counts them where there is room; on 80 columns the
+	// totals stay and the limits' part goes first.
+	if st := h.screen()[22]; !strings.Contains(st, "4 locks · 3 held · 0 expiring") {
+		t.Errorf("status line at 80 columns %q", st)
+	}
+	h.send(teaSize(140, 24))
+	if st := h.screen()[22]; !strings.Contains(st, "4 locks · 3 held · 0 expiring │ 1 frozen · 1 limited │ sort name") {
+		t.Errorf("status line at 140 columns %q", st)
+	}
+	h.send(teaSize(80, 24))
 	h.key("s") // by state
 	var order []string
 	for _, l := range h.screen()[1:5] {

@@ -151,6 +151,9 @@ type Change struct {
 // Totals counts the rows.
 type Totals struct {
 	Locks, Held, Expiring, Free, Waiters int
+	// Frozen and Limited count the locks an operator limit binds (frozen,
+	// or limited to N holders).
+	Frozen, Limited int
 	// Failures and Stale add up the known counters.
 	Failures, Stale int
 }
@@ -376,6 +379,11 @@ func (s *Store) account(r *Row, sign int) {
 		t.Expiring += sign
 	}
 	t.Waiters += sign * r.Info.Waiters
+	if l := r.Info.Limit; l != nil && l.Frozen() {
+		t.Frozen += sign
+	} else if l != nil {
+		t.Limited += sign
+	}
 	t.Failures += sign * max(r.Failures, 0)
 	t.Stale += sign * max(r.Stale, 0)
 }
