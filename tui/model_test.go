@@ -563,7 +563,7 @@ func TestEveryFrameFits(t *testing.T) {
 			}
 			for range rapid.IntRange(0, 6).Draw(rt, "waiters") {
 				i.Queue = append(i.Queue, coord.Waiter{Holder: rapid.StringMatching(`[a-z:0-9世]{0,90}`).Draw(rt, "waiter"),
-					Since: epoch.Add(-time.Duration(rapid.Int64Range(-1e10, 1e15).Draw(rt, "since"))),
+					Since:   epoch.Add(-time.Duration(rapid.Int64Range(-1e10, 1e15).Draw(rt, "since"))),
 					LeaseID: rapid.StringMatching(`[0-9a-f]{0,24}`).Draw(rt, "lease"), PID: rapid.IntRange(0, 1<<22).Draw(rt, "pid")})
 			}
 			i.Waiters = len(i.Queue)
