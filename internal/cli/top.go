@@ -36,14 +36,15 @@ func newCmdTop(f *Factory) *cobra.Command {
 		Use:   "top [PREFIX] [--refresh D]",
 		Short: "Live dashboard of holders, tokens, TTLs and renewal failures",
 		Long: `Show the locks whose names start with PREFIX (all by default) in a live
-dashboard: state (held, expiring, free, frozen, limit N), holder, fencing token, TTL left,
-how long the lock has been held, renewals, renewal failures and stale tokens
-refused. It follows the coordinator's watch and lists every lock again each
---refresh period. The status line shows the coordinator, its health, the
-latency of the last read and the totals. When the coordinator stops
-answering (a read failed, or one has been on its way for 2s), it says for
-how long and since when, and the TTLs show as '?': they are not known until
-it answers again. An etcd server version with a known lease-safety bug is
+dashboard: state (held, expiring, free, frozen, limit N), holder, fencing
+token, TTL left, how long the lock has been held, renewals, renewal failures
+and stale tokens refused. It follows the coordinator's watch (which reports
+limits too) and lists every lock again each --refresh period. The status line
+shows the coordinator, its health, the latency of the last read and the
+totals (and how many locks are frozen or limited, where there is room). When
+the coordinator stops answering (a read failed, or one has been on its way
+for 2s), it says for how long and since when, and the TTLs show as '?': they
+are not known until it answers again. An etcd server version with a known lease-safety bug is
 marked there too, beside the health (▲, with its name when there is room;
 the help screen names it in full).
 
