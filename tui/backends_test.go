@@ -184,3 +184,76 @@ func TestLocalBackendProgram(t *testing.T) {
 	tm.WaitFinished(t, teatest.WithFinalTimeout(20*time.Second))
 	_ = l
 }
+
+func TestLocalLimits(t *testing.T) { limitsScenario(t, openLocal(t)) }
+func TestEtcdLimits(t *testing.T)  { limitsScenario(t, openEtcd(t)) }
+
+// limitsScenario, on a real coordinator with no periodic list (Refresh of
+// an hour): f freezes the selected lock, a prefix frozen through the API
+// shows on its lock, a waiter held back is named in the details, t thaws
+// and the waiter holds. Every change shows from the watch alone: no list
+// is read after the first.
+func limitsScenario(t *testing.T, c coord.Coordinator) {
+	var lim coord.Limiter
+	if !coord.As(c, &lim) {
+		t.Fatal("the coordinator has no coord.Limiter")
+	}
+	ctx := t.Context()
+	l := acquire(t, c, "jobs/a", "a:1", time.Minute)
+	acquire(t, c, "reports/daily", "r:2", time.Minute)
+	h := newHarness(t, c, Options{Now: time.Now, Refresh: time.Hour, Operator: "ops@console"})
+	h.settle()
+	listed := h.m.lastList
+	state := func(name string) string {
+		if r := h.m.store.Get(name); r != nil {
+			return r.Label(time.Now())
+		}
+		return "not listed"
+	}
+
+	h.key("g", "f", "y") // jobs/a
+	h.until("jobs/a frozen", func() bool { return !h.m.limiting && state("jobs/a") == "frozen" })
+	if err := lim.SetLimit(ctx, coord.Limit{Name: "reports/", Prefix: true, Max: 1, By: "cli@ops"}); err != nil {
+		t.Fatal(err)
+	}
+	h.until("reports/daily limited by its prefix", func() bool { return state("reports/daily") == "limit 1" })
+
+	// The holder goes; a waiter queues, held back by the freeze.
+	if err := c.Release(ctx, "jobs/a", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *coord.Lease, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "jobs/a", coord.AcquireOptions{TTL: time.Minute, Holder: "next:3", Wait: coord.WaitForever})
+		if err != nil {
+			l = nil
+		}
+		got <- l
+	}()
+	h.until("the waiter held back", func() bool {
+		r := h.m.store.Get("jobs/a")
+		return r != nil && !r.Info.Held && len(r.Info.Queue) == 1 && r.Info.Queue[0].Holder == "next:3" && state("jobs/a") == "frozen"
+	})
+	h.key("enter")
+	h.until("the details naming the waiter", func() bool {
+		v := h.m.View()
+		return strings.Contains(v, "queue     1. next:3, waiting") && strings.Contains(v, "limit     frozen (this lock) by ops@console")
+	})
+	h.key("t", "y")
+	h.until("the thaw", func() bool { return !h.m.limiting })
+	third := <-got
+	if third == nil || third.Token <= l.Token {
+		t.Fatalf("the waiter after the thaw: %+v (first token %d)", third, l.Token)
+	}
+	h.until("next:3 holding jobs/a", func() bool {
+		r := h.m.store.Get("jobs/a")
+		return r != nil && r.Info.Held && r.Info.Holder == "next:3" && state("jobs/a") == "held" && len(r.Info.Queue) == 0
+	})
+	if _, ok, err := lim.ClearLimit(ctx, "reports/", true); err != nil || !ok {
+		t.Fatalf("ClearLimit: %v, %v", ok, err)
+	}
+	h.until("reports/daily thawed", func() bool { return state("reports/daily") == "held" })
+	if h.m.lastList != listed {
+		t.Errorf("the dashboard listed again (at %v, first at %v): the changes must show from the watch", h.m.lastList, listed)
+	}
+}

@@ -73,8 +73,68 @@ type (
 		err     error
 	}
 
+	limitMsg struct {
+		target  limitTarget
+		removed bool         // a thaw found the limit
+		still   *coord.Limit // the limit that binds the lock afterwards
+		info    coord.LockInfo
+		infoErr error
+		err     error
+	}
+
 	tickMsg struct{}
 )
+
+// limitTarget is a freeze or a thaw the operator is asked to confirm.
+type limitTarget struct {
+	name   string      // the selected lock
+	freeze bool        // freeze the lock; else thaw
+	limit  coord.Limit // a thaw: the limit that binds the lock (its scope is cleared)
+}
+
+// scope is what the change applies to: `lock "a"`, `prefix "jobs/"`.
+func (t limitTarget) scope() string {
+	if t.freeze {
+		return coord.Limit{Name: t.name}.Scope()
+	}
+	return t.limit.Scope()
+}
+
+// verb is "freeze" or "thaw" with suffix ("ing", "ed"): frozen, thawed.
+func (t limitTarget) verb(suffix string) string {
+	switch {
+	case t.freeze && suffix == "ed":
+		return "froze"
+	case t.freeze && suffix == "ing":
+		return "freezing"
+	case t.freeze:
+		return "freeze"
+	}
+	return "thaw" + suffix
+}
+
+// question is the confirmation asked before the change.
+func (t limitTarget) question() string {
+	if t.freeze {
+		return fmt.Sprintf("Freeze %s (no new holder until thawed; a holder runs on)? [y/N]", t.name)
+	}
+	// What the limit does and who set it; the details say when and why.
+	l := t.limit
+	brief := "frozen"
+	if !l.Frozen() {
+		brief = fmt.Sprintf("limit %d", l.Max)
+	}
+	if l.By != "" {
+		brief += " by " + l.By
+	}
+	if l.Prefix {
+		return fmt.Sprintf("Thaw prefix %q (%s), every lock under it? [y/N]", l.Name, brief)
+	}
+	return fmt.Sprintf("Thaw %s (%s)? [y/N]", t.name, brief)
+}
+
+// errNoLimits: the coordinator has no coord.Limiter.
+var errNoLimits = errors.New("this coordinator keeps no limits")
 
 type lockCounts struct {
 	name            string
@@ -252,5 +312,61 @@ func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
 		}
 		ended, err := c.Revoke(ctx, t.name)
 		return revokeMsg{target: t, ended: ended, err: err}
+	}
+}
+
+// limitCmd makes the freeze or the thaw the operator confirmed, records it
+// in the history of the locks it covers (best effort, as fence freeze and
+// fence thaw do), and reads the lock again.
+func (m *Model) limitCmd(t limitTarget) tea.Cmd {
+	c, h, ctx, by := m.c, m.hist, m.ctx, m.opts.Operator
+	return func() tea.Msg {
+		var lim coord.Limiter
+		if !coord.As(c, &lim) {
+			return limitMsg{target: t, err: errNoLimits}
+		}
+		msg := limitMsg{target: t}
+		now := time.Now()
+		var ev history.Event
+		scope := coord.Limit{Name: t.name}
+		if t.freeze {
+			l := coord.Limit{Name: t.name, By: by, Reason: "from fence top by " + by, At: now}
+			if err := lim.SetLimit(ctx, l); err != nil {
+				return limitMsg{target: t, err: err}
+			}
+			ev = history.Event{Kind: history.Frozen, Holder: by, Reason: l.Reason, Time: l.At}
+		} else {
+			scope = t.limit
+			old, ok, err := lim.ClearLimit(ctx, scope.Name, scope.Prefix)
+			if err != nil {
+				return limitMsg{target: t, err: err}
+			}
+			msg.removed = ok
+			reason := old.Describe()
+			if old.Prefix {
+				reason = old.Scope() + ": " + reason
+			}
+			ev = history.Event{Kind: history.Thawed, Holder: by, Reason: reason, Time: now}
+		}
+		if h != nil && (t.freeze || msg.removed) {
+			names := []string{t.name}
+			if scope.Prefix {
+				if infos, err := c.List(ctx, scope.Name); err == nil {
+					names = names[:0]
+					for _, i := range infos {
+						names = append(names, i.Name)
+					}
+				}
+			}
+			for _, n := range names {
+				ev.Lock = n
+				_ = h.Record(ctx, ev)
+			}
+		}
+		msg.info, msg.infoErr = c.Inspect(ctx, t.name)
+		if msg.infoErr == nil {
+			msg.still = msg.info.Limit
+		}
+		return msg
 	}
 }

@@ -28,6 +28,7 @@ type fakeCoord struct {
 	watchErr error
 	revoked  []string
 	inspects int
+	limits   []coord.Limit
 }
 
 var errFake = errors.New("not supported by the fake")
@@ -229,4 +230,59 @@ func sampleHistory(f *fakeCoord) {
 	add(history.Event{Lock: "billing/reconcile", Kind: history.Acquired, Token: 812, Holder: "batch-7:4121"})
 	add(history.Event{Lock: "migrations", Kind: history.Revoked, Token: 9, Holder: "dba:77"})
 	add(history.Event{Lock: "reports/daily", Kind: history.DeadlineExceeded, Token: 3, Holder: "cron:1888"})
+}
+
+// SetLimit, ClearLimit and Limits make the fake a coord.Limiter: a change
+// sets the Limit of every lock it covers and sends EventLimit for each, as
+// the backends' watches do.
+func (f *fakeCoord) SetLimit(_ context.Context, l coord.Limit) error {
+	f.mu.Lock()
+	f.limits = slices.DeleteFunc(f.limits, func(o coord.Limit) bool { return o.Name == l.Name && o.Prefix == l.Prefix })
+	f.limits = append(f.limits, l)
+	f.mu.Unlock()
+	f.relimit()
+	return nil
+}
+
+func (f *fakeCoord) ClearLimit(_ context.Context, name string, prefix bool) (coord.Limit, bool, error) {
+	f.mu.Lock()
+	i := slices.IndexFunc(f.limits, func(o coord.Limit) bool { return o.Name == name && o.Prefix == prefix })
+	if i < 0 {
+		f.mu.Unlock()
+		return coord.Limit{}, false, nil
+	}
+	old := f.limits[i]
+	f.limits = slices.Delete(f.limits, i, i+1)
+	f.mu.Unlock()
+	f.relimit()
+	return old, true, nil
+}
+
+func (f *fakeCoord) Limits(context.Context) ([]coord.Limit, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.limits), nil
+}
+
+func (f *fakeCoord) relimit() {
+	f.mu.Lock()
+	var evs []coord.Event
+	for name, i := range f.locks {
+		nl := coord.EffectiveLimit(f.limits, name)
+		if (nl == nil) != (i.Limit == nil) || nl != nil && *nl != *i.Limit {
+			i.Limit = nl
+			f.locks[name] = i
+			evs = append(evs, coord.Event{Type: coord.EventLimit, Info: i})
+		}
+	}
+	var w chan coord.Event
+	if len(f.watches) > 0 {
+		w = f.watches[len(f.watches)-1]
+	}
+	f.mu.Unlock()
+	for _, ev := range evs {
+		if w != nil {
+			w <- ev
+		}
+	}
 }

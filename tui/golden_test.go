@@ -2,6 +2,7 @@ package tui
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ func TestGolden(t *testing.T) {
 		name  string
 		w, h  int
 		noHis bool
+		setup func(*fakeCoord)
 		steps []step
 	}{
 		{name: "table_80x24", w: 80, h: 24},
@@ -35,11 +37,16 @@ func TestGolden(t *testing.T) {
 		{name: "filter_80x24", w: 80, h: 24, steps: []step{{keys: []string{"/", "r", "e"}, until: "3 shown"}}},
 		{name: "revoke_question_80x24", w: 80, h: 24, steps: []step{{keys: []string{"j", "j", "r"}, until: "[y/N]"}}},
 		{name: "no_history_80x24", w: 80, h: 24, noHis: true},
+		{name: "frozen_prefix_120x24", w: 120, h: 24, setup: limitedLocks},
+		{name: "frozen_details_100x30", w: 100, h: 30, setup: limitedLocks, steps: []step{{keys: []string{"j", "j", "enter"}, until: "and 1 more"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFake(sampleLocks()...)
 			sampleHistory(f)
+			if c.setup != nil {
+				c.setup(f)
+			}
 			var co coord.Coordinator = f
 			marker := []byte("4      1") // deploy/prod's FAIL and STALE: the history is in
 			if c.noHis {
@@ -64,4 +71,22 @@ func TestGolden(t *testing.T) {
 			teatest.RequireEqualOutput(t, []byte(view+"\n"))
 		})
 	}
+}
+
+// limitedLocks freezes the prefix deploy/ and limits reports/daily to one
+// holder, and queues four waiters on deploy/prod.
+func limitedLocks(f *fakeCoord) {
+	_ = f.SetLimit(context.Background(), coord.Limit{Name: "deploy/", Prefix: true, By: "alice@ops", Reason: "INC-7: storage degraded", At: epoch.Add(-9 * time.Minute)})
+	_ = f.SetLimit(context.Background(), coord.Limit{Name: "reports/daily", Max: 1, By: "bob@ops", At: epoch.Add(-time.Hour)})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dp := f.locks["deploy/prod"]
+	dp.Queue = []coord.Waiter{
+		{Holder: "ci-runner-4:90", Since: epoch.Add(-31 * time.Second), LeaseID: "694d7a0b1c2d3e50"},
+		{Holder: "ci-runner-5:17", Since: epoch.Add(-12 * time.Second), LeaseID: "694d7a0b1c2d3e51"},
+		{Holder: "ci-runner-1:12", Since: epoch.Add(-4 * time.Second), LeaseID: "694d7a0b1c2d3e52"},
+		{Holder: "ci-runner-2:40", Since: epoch.Add(-time.Second), LeaseID: "694d7a0b1c2d3e53"},
+	}
+	dp.Waiters = len(dp.Queue)
+	f.locks["deploy/prod"] = dp
 }

@@ -386,9 +386,10 @@ func TestDetails(t *testing.T) {
 	if !strings.Contains(s[0], "deploy/prod") || !strings.HasSuffix(strings.TrimSpace(s[0]), "expiring") {
 		t.Fatalf("title %q", s[0])
 	}
-	// Newest first.
-	if !strings.Contains(s[8], "renewal_failed") || !strings.Contains(s[8], "etcdserver: request timed out") {
-		t.Fatalf("first timeline line %q\n%s", s[8], view)
+	// Newest first, below the waits and holds.
+	first := timelineStart(s)
+	if !strings.Contains(s[first], "renewal_failed") || !strings.Contains(s[first], "etcdserver: request timed out") {
+		t.Fatalf("first timeline line %q\n%s", s[first], view)
 	}
 	for _, want := range []string{"lease_lost", "expired", "stale_refused", `key "release/current": token 55 refused, 56 accepted`, "waited 1.2s", "held 1m35s"} {
 		if !strings.Contains(view, want) {
@@ -400,7 +401,7 @@ func TestDetails(t *testing.T) {
 	f.history["deploy/prod"] = append(f.history["deploy/prod"], history.Event{Time: epoch, Lock: "deploy/prod", Kind: history.Revoked, Token: 57, Holder: "ci-runner-3:88"})
 	f.mu.Unlock()
 	f.set(coord.EventReleased, free("deploy/prod", 57))
-	h.until("the revoke in the timeline", func() bool { return strings.Contains(h.screen()[8], "revoked") })
+	h.until("the revoke in the timeline", func() bool { s := h.screen(); return strings.Contains(s[timelineStart(s)], "revoked") })
 	if s := h.screen(); !strings.HasSuffix(strings.TrimSpace(s[0]), "free") {
 		t.Fatalf("title after release %q", s[0])
 	}
@@ -551,8 +552,21 @@ func TestEveryFrameFits(t *testing.T) {
 					rapid.Uint64().Draw(rt, "token"), 15*time.Second, time.Duration(rapid.Int64Range(-1e10, 2e10).Draw(rt, "left")),
 					time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "ago"))))
 			} else {
-				infos = append(infos, free(name, 0))
+				infos = append(infos, free(name, rapid.Uint64().Draw(rt, "last")))
 			}
+			// A limit and a queue of any length, with long names.
+			i := &infos[len(infos)-1]
+			if rapid.Bool().Draw(rt, "limited") {
+				i.Limit = &coord.Limit{Name: name, Prefix: rapid.Bool().Draw(rt, "prefix"), Max: rapid.IntRange(0, coord.MaxLimit).Draw(rt, "max"),
+					By: rapid.StringMatching(`[a-z@.]{0,80}`).Draw(rt, "by"), Reason: rapid.StringMatching(`[a-z 世界:]{0,200}`).Draw(rt, "reason"),
+					At: epoch.Add(-time.Duration(rapid.Int64Range(0, 1e15).Draw(rt, "at")))}
+			}
+			for range rapid.IntRange(0, 6).Draw(rt, "waiters") {
+				i.Queue = append(i.Queue, coord.Waiter{Holder: rapid.StringMatching(`[a-z:0-9世]{0,90}`).Draw(rt, "waiter"),
+					Since:   epoch.Add(-time.Duration(rapid.Int64Range(-1e10, 1e15).Draw(rt, "since"))),
+					LeaseID: rapid.StringMatching(`[0-9a-f]{0,24}`).Draw(rt, "lease"), PID: rapid.IntRange(0, 1<<22).Draw(rt, "pid")})
+			}
+			i.Waiters = len(i.Queue)
 		}
 		m.Update(describeMsg{text: rapid.StringMatching(`[a-z /:0-9.]{0,120}`).Draw(rt, "backend")})
 		m.Update(listMsg{infos: infos})
@@ -564,8 +578,18 @@ func TestEveryFrameFits(t *testing.T) {
 		if rapid.Bool().Draw(rt, "err") {
 			m.Update(listMsg{err: errors.New(strings.Repeat("connection refused ", 20))})
 		}
-		for _, k := range rapid.SliceOfN(rapid.SampledFrom([]string{"down", "pgdown", "s", "S", "enter", "esc", "?", "/", "a", "r"}), 0, 8).Draw(rt, "keys") {
+		for _, k := range rapid.SliceOfN(rapid.SampledFrom([]string{"down", "pgdown", "s", "S", "enter", "esc", "?", "/", "a", "r", "f", "t", "y", "n", "G"}), 0, 8).Draw(rt, "keys") {
 			m.Update(keyMsg(k))
+			if k == "enter" && m.mode == modeDetails {
+				// The timeline, with waits and holds.
+				var evs []history.Event
+				for j := range rapid.IntRange(0, 30).Draw(rt, "events") {
+					evs = append(evs, history.Event{Time: epoch.Add(time.Duration(j) * time.Second), Lock: m.details.Name(),
+						Kind: rapid.SampledFrom([]history.Kind{history.Acquired, history.Released, history.Frozen, history.Thawed}).Draw(rt, "kind"),
+						Wait: time.Duration(rapid.Int64Range(0, 1e13).Draw(rt, "wait")), HeldFor: time.Duration(rapid.Int64Range(0, 1e13).Draw(rt, "held"))})
+				}
+				m.Update(detailsMsg{name: m.details.Name(), events: evs})
+			}
 			checkFrame(rt, m.View(), w, hgt)
 		}
 		checkFrame(rt, m.View(), w, hgt)
@@ -656,4 +680,15 @@ func TestDetailsOfAGroup(t *testing.T) {
 	if v := open("other"); strings.Contains(v, "group") {
 		t.Errorf("a lock of no group shows a group:\n%s", v)
 	}
+}
+
+// timelineStart is the index of the details' first timeline line: the one
+// after the rule.
+func timelineStart(screen []string) int {
+	for i, l := range screen {
+		if strings.Contains(l, "── history, newest first") {
+			return i + 1
+		}
+	}
+	return len(screen) - 1
 }

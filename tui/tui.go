@@ -17,6 +17,8 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/user"
+	"strconv"
 	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
@@ -64,6 +66,11 @@ type Options struct {
 	// Warning is shown on the status line while the coordinator answers:
 	// a known problem of it (an etcd version with a lease-safety bug).
 	Warning string
+	// Operator is who the freezes and thaws made with the f and t keys
+	// name, "user@host" as fence freeze records it (default: this
+	// process's user and host). Their reason is "from fence top by
+	// Operator".
+	Operator string
 	// Input and Output are the terminal for Run (default os.Stdin and
 	// os.Stdout).
 	Input  io.Reader
@@ -136,6 +143,8 @@ type Model struct {
 	filtering     bool          // typing a filter
 	confirm       *revokeTarget // asking before a revoke
 	revoking      bool
+	confirmLimit  *limitTarget // asking before a freeze or a thaw
+	limiting      bool
 	flash         string
 	flashErr      bool
 	flashUntil    time.Time
@@ -192,6 +201,9 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 	}
 	if opts.Location == nil {
 		opts.Location = time.Local
+	}
+	if opts.Operator == "" {
+		opts.Operator = operator()
 	}
 	r := opts.Renderer
 	if r == nil {
@@ -255,4 +267,20 @@ const (
 func (m *Model) Init() tea.Cmd {
 	m.watchGen++
 	return tea.Batch(m.describeCmd(), m.watchCmd(m.watchGen), m.after(m.tick, tickMsg{}))
+}
+
+// operator is this process's user@host, as fence freeze names who froze.
+func operator() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = strconv.Itoa(os.Getuid())
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return name + "@" + host
 }

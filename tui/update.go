@@ -56,6 +56,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case revokeMsg:
 		m.onRevoke(msg)
 		return m, nil
+	case limitMsg:
+		m.onLimit(msg)
+		return m, nil
 	case tickMsg:
 		return m, m.onTick()
 	}
@@ -67,6 +70,9 @@ func (m *Model) setSize(w, h int) {
 	body := max(h-2, 0) // the status line and the bottom line
 	m.table.SetSize(w, body)
 	m.details.SetSize(w, body)
+	if m.details.Name() != "" {
+		m.details.Sync(m.store.Get(m.details.Name()), m.now)
+	}
 	m.help.Width = w
 	m.filter.Width = max(w-2, 1)
 	m.table.Sync(m.store)
@@ -77,6 +83,9 @@ func (m *Model) setSize(w, h int) {
 func (m *Model) changed() {
 	m.table.Sync(m.store)
 	m.totals = m.store.Totals()
+	if m.mode == modeDetails {
+		m.details.Sync(m.store.Get(m.details.Name()), m.now)
+	}
 }
 
 func (m *Model) noteRead(err error, latency time.Duration) {
@@ -318,6 +327,7 @@ func (m *Model) onDetails(msg detailsMsg) tea.Cmd {
 	}
 	if m.hist != nil {
 		m.details.SetHistory(msg.events, msg.histErr)
+		m.details.Sync(m.store.Get(msg.name), m.now)
 	}
 	if m.detailsDirty {
 		return m.fetchDetails()
@@ -396,6 +406,17 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 		m.setFlash("revoke cancelled", false)
 		return nil
 	}
+	if m.confirmLimit != nil {
+		t := *m.confirmLimit
+		m.confirmLimit = nil
+		if key.Matches(msg, k.Yes) {
+			m.limiting = true
+			m.setFlash(fmt.Sprintf("%s %s…", t.verb("ing"), t.scope()), false)
+			return m.limitCmd(t)
+		}
+		m.setFlash(t.verb("")+" cancelled", false)
+		return nil
+	}
 	if m.filtering {
 		switch {
 		case key.Matches(msg, k.Apply):
@@ -455,6 +476,10 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 			m.details.Bottom()
 		case key.Matches(msg, k.Revoke):
 			m.askRevoke(m.details.Name())
+		case key.Matches(msg, k.Freeze):
+			m.askFreeze(m.details.Name())
+		case key.Matches(msg, k.Thaw):
+			m.askThaw(m.details.Name())
 		}
 		return nil
 	}
@@ -480,6 +505,7 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 		}
 		m.mode = modeDetails
 		m.details.Open(name)
+		m.details.Sync(m.store.Get(name), m.now)
 		return m.fetchDetails()
 	case key.Matches(msg, k.Filter):
 		m.filtering = true
@@ -504,6 +530,10 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 		m.changed()
 	case key.Matches(msg, k.Revoke):
 		m.askRevoke(m.table.Selected())
+	case key.Matches(msg, k.Freeze):
+		m.askFreeze(m.table.Selected())
+	case key.Matches(msg, k.Thaw):
+		m.askThaw(m.table.Selected())
 	case key.Matches(msg, k.Help):
 		m.mode, m.prevDetails = modeHelp, false
 	}
@@ -523,5 +553,57 @@ func (m *Model) askRevoke(name string) {
 		m.setFlash(name+" is free: nothing to revoke", false)
 	default:
 		m.confirm = &revokeTarget{name: name, holder: r.Info.Holder, token: r.Info.Token}
+	}
+}
+
+// askFreeze asks before freezing lock name: a lock-scope freeze, as
+// `fence freeze NAME` makes.
+func (m *Model) askFreeze(name string) {
+	r := m.store.Get(name)
+	switch {
+	case r == nil:
+		return
+	case m.limiting:
+		m.setFlash("a freeze or thaw is on its way", false)
+	case r.Info.Limit != nil && r.Info.Limit.Frozen():
+		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, r.Info.Limit.Scope()), false)
+	default:
+		m.confirmLimit = &limitTarget{name: name, freeze: true}
+	}
+}
+
+// askThaw asks before removing the limit that binds lock name, whatever
+// its scope (the lock's own, or a prefix's: the question says which).
+func (m *Model) askThaw(name string) {
+	r := m.store.Get(name)
+	switch {
+	case r == nil:
+		return
+	case m.limiting:
+		m.setFlash("a freeze or thaw is on its way", false)
+	case r.Info.Limit == nil:
+		m.setFlash(name+" has no limit: nothing to thaw", false)
+	default:
+		m.confirmLimit = &limitTarget{name: name, limit: *r.Info.Limit}
+	}
+}
+
+func (m *Model) onLimit(msg limitMsg) {
+	m.limiting = false
+	t := msg.target
+	switch {
+	case msg.err != nil:
+		m.setFlash(fmt.Sprintf("%s %s: %v", t.verb(""), t.scope(), msg.err), true)
+		return
+	case !t.freeze && !msg.removed:
+		m.setFlash(fmt.Sprintf("not thawed: %s had no limit by now", t.scope()), false)
+	case msg.still != nil && !t.freeze:
+		m.setFlash(fmt.Sprintf("thawed %s; %s is still %s", t.scope(), t.name, msg.still.Describe()), false)
+	default:
+		m.setFlash(fmt.Sprintf("%s %s", t.verb("ed"), t.scope()), false)
+	}
+	if msg.infoErr == nil && m.store.Get(msg.info.Name) != nil {
+		m.store.Apply(m.now, store.Change{Info: msg.info})
+		m.changed()
 	}
 }

@@ -82,6 +82,8 @@ func (m *Model) bottomView() string {
 	case m.confirm != nil:
 		t := m.confirm
 		line = s.Confirm.Render(fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", t.name, t.holder, t.token))
+	case m.confirmLimit != nil:
+		line = s.Confirm.Render(m.confirmLimit.question())
 	case m.filtering:
 		line = m.filter.View()
 	case m.flash != "":
@@ -95,7 +97,7 @@ func (m *Model) bottomView() string {
 		k := m.keys
 		switch m.mode {
 		case modeDetails:
-			bindings = []key.Binding{k.Back, k.Up, k.Down, k.Revoke, k.Help, k.Quit}
+			bindings = []key.Binding{k.Back, k.Up, k.Down, k.Revoke, k.Freeze, k.Thaw, k.Help, k.Quit}
 		case modeHelp:
 			bindings = []key.Binding{k.Back, k.Quit}
 		default:
@@ -115,8 +117,8 @@ func (m *Model) bottomView() string {
 
 // legend explains the columns on the help screen.
 var legend = [][2]string{
-	{"STATE", "held; expiring: under a third of the TTL left, a renewal is late; free"},
-	{"TOKEN", "the holder's fencing token"},
+	{"STATE", "held; expiring (under a third of the TTL left); free; frozen; limit N"},
+	{"TOKEN", "the holder's fencing token; (N): the last token of a free lock"},
 	{"TTL", "time left on the lease, counted down since the last read"},
 	{"HELD", "how long the current holder has held the lock"},
 	{"RENEW", "renewals seen for the current lease"},

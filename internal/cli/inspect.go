@@ -118,7 +118,8 @@ func newCmdShow(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show LOCK [-o text|json]",
 		Short: "Show a lock's status and its recent events",
-		Long: `Show LOCK's status (as 'fence status'), its last completions of
+		Long: `Show LOCK's status (as 'fence status'), who waits for it (first served
+first: holder, how long and since when, lease or process), its last completions of
 'fence run --once' (newest first, at most 5; all with 'fence once list'), and its
 recent events (acquired, released, renewal failures, leases lost, deadlines,
 expiries, revocations, refused stale writes, completed and skipped --once runs,
@@ -188,6 +189,13 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		}
 		if err := output.WriteFields(out, lockFields(info, now)); err != nil {
 			return err
+		}
+		if len(info.Queue) > 0 {
+			fmt.Fprintln(out, "\nqueue (served in this order):")
+			header, rows := queueTable(info.Queue, now)
+			if err := output.WriteTable(out, f.IO.IsStdoutTTY(), header, rows); err != nil {
+				return err
+			}
 		}
 		if len(done) > 0 {
 			fmt.Fprintln(out, "\nlast completions:")

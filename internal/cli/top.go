@@ -36,21 +36,25 @@ func newCmdTop(f *Factory) *cobra.Command {
 		Use:   "top [PREFIX] [--refresh D]",
 		Short: "Live dashboard of holders, tokens, TTLs and renewal failures",
 		Long: `Show the locks whose names start with PREFIX (all by default) in a live
-dashboard: state (held, expiring, free), holder, fencing token, TTL left,
-how long the lock has been held, renewals, renewal failures and stale tokens
-refused. It follows the coordinator's watch and lists every lock again each
---refresh period. The status line shows the coordinator, its health, the
-latency of the last read and the totals. When the coordinator stops
-answering (a read failed, or one has been on its way for 2s), it says for
-how long and since when, and the TTLs show as '?': they are not known until
-it answers again. An etcd server version with a known lease-safety bug is
+dashboard: state (held, expiring, free, frozen, limit N), holder, fencing
+token, TTL left, how long the lock has been held, renewals, renewal failures
+and stale tokens refused. It follows the coordinator's watch (which reports
+limits too) and lists every lock again each --refresh period. The status line
+shows the coordinator, its health, the latency of the last read and the
+totals (and how many locks are frozen or limited, where there is room). When
+the coordinator stops answering (a read failed, or one has been on its way
+for 2s), it says for how long and since when, and the TTLs show as '?': they
+are not known until it answers again. An etcd server version with a known lease-safety bug is
 marked there too, beside the health (▲, with its name when there is room;
 the help screen names it in full).
 
-Keys: enter opens a lock's details and its event timeline, / filters by name
-or holder, s cycles the sort (S reverses it), r revokes the selected lease
-after asking (a fence run holding it stops its command and exits 76), ? shows
-every key, q or ctrl-c quits.
+Keys: enter opens a lock's details (its limit, who waits, waits beside holds
+and its event timeline), / filters by name or holder, s cycles the sort (S
+reverses it), r revokes the selected lease after asking (a fence run holding
+it stops its command and exits 76), f freezes the selected lock and t thaws
+it (removes the limit that binds it, a prefix's too), each after asking, ?
+shows every key, q or ctrl-c quits. A frozen lock's state reads "frozen", a
+limited one's "limit N"; a free lock's TOKEN is its last token, "(N)".
 
 fence top needs a terminal (at least 40x8; 80x24 and up shows every column);
 it refuses to start, exit 125, when stdout is not one: use 'fence list
@@ -109,11 +113,12 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		err := tui.Run(ctx, c, tui.Options{
-			Prefix:  o.prefix,
-			Refresh: o.refresh,
-			Warning: f.versionWarning(),
-			Input:   topInput(f.IO.In),
-			Output:  f.IO.Out,
+			Prefix:   o.prefix,
+			Refresh:  o.refresh,
+			Warning:  f.versionWarning(),
+			Operator: limitSetter(),
+			Input:    topInput(f.IO.In),
+			Output:   f.IO.Out,
 		})
 		if errors.Is(err, tea.ErrInterrupted) {
 			// SIGINT from outside (on the raw terminal ctrl-c is a

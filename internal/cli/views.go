@@ -18,18 +18,20 @@ import (
 
 // lockView is one lock: status, list, show, revoke.
 type lockView struct {
-	Name           string       `json:"name" yaml:"name"`
-	Held           bool         `json:"held" yaml:"held"`
-	Holder         *string      `json:"holder" yaml:"holder"`
-	Token          *uint64      `json:"token" yaml:"token"`
-	LeaseID        *string      `json:"lease_id" yaml:"lease_id"`
-	TTLSeconds     *float64     `json:"ttl_seconds" yaml:"ttl_seconds"`
-	TTLLeftSeconds *float64     `json:"ttl_left_seconds" yaml:"ttl_left_seconds"`
-	AcquiredAt     *string      `json:"acquired_at" yaml:"acquired_at"`
-	HeldForSeconds *float64     `json:"held_for_seconds" yaml:"held_for_seconds"`
-	Waiters        int          `json:"waiters" yaml:"waiters"`
-	LastToken      uint64       `json:"last_token" yaml:"last_token"`
-	Process        *processView `json:"process" yaml:"process"`
+	Name           string   `json:"name" yaml:"name"`
+	Held           bool     `json:"held" yaml:"held"`
+	Holder         *string  `json:"holder" yaml:"holder"`
+	Token          *uint64  `json:"token" yaml:"token"`
+	LeaseID        *string  `json:"lease_id" yaml:"lease_id"`
+	TTLSeconds     *float64 `json:"ttl_seconds" yaml:"ttl_seconds"`
+	TTLLeftSeconds *float64 `json:"ttl_left_seconds" yaml:"ttl_left_seconds"`
+	AcquiredAt     *string  `json:"acquired_at" yaml:"acquired_at"`
+	HeldForSeconds *float64 `json:"held_for_seconds" yaml:"held_for_seconds"`
+	Waiters        int      `json:"waiters" yaml:"waiters"`
+	// Queue is who waits, first served first ([] when nobody does).
+	Queue     []waiterView `json:"queue" yaml:"queue"`
+	LastToken uint64       `json:"last_token" yaml:"last_token"`
+	Process   *processView `json:"process" yaml:"process"`
 	// Limit is the operator limit that binds the lock (fence limit,
 	// freeze), null when none does.
 	Limit *limitView `json:"limit" yaml:"limit"`
@@ -40,10 +42,32 @@ type processView struct {
 	PGID int   `json:"pgid" yaml:"pgid"`
 }
 
+// waiterView is one member of a lock's queue.
+type waiterView struct {
+	Holder         string   `json:"holder" yaml:"holder"`
+	Since          *string  `json:"since" yaml:"since"`
+	WaitingSeconds *float64 `json:"waiting_seconds" yaml:"waiting_seconds"`
+	LeaseID        *string  `json:"lease_id" yaml:"lease_id"`
+	PID            *int     `json:"pid" yaml:"pid"`
+}
+
+func newQueueView(q []coord.Waiter, now time.Time) []waiterView {
+	vs := make([]waiterView, 0, len(q))
+	for _, w := range q {
+		v := waiterView{Holder: w.Holder, Since: output.Time(w.Since), LeaseID: nonZero(w.LeaseID), PID: nonZero(w.PID)}
+		if !w.Since.IsZero() {
+			v.WaitingSeconds = ptr(output.Seconds(max(now.Sub(w.Since), 0)))
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
 func ptr[T any](v T) *T { return &v }
 
 func newLockView(i coord.LockInfo, now time.Time) lockView {
-	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, LastToken: i.LastToken, Limit: newLimitView(i.Limit)}
+	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, Queue: newQueueView(i.Queue, now), LastToken: i.LastToken,
+		Limit: newLimitView(i.Limit)}
 	if i.Held {
 		v.Holder = ptr(i.Holder)
 		v.Token = ptr(i.Token)
@@ -178,6 +202,50 @@ func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 		fs = append(fs, output.Field{Key: "limit", Value: limitText(i.Limit)})
 	}
 	return fs
+}
+
+// queueTable is the table form of a lock's queue: its place, holder, how
+// long and since when it waits, and its lease (etcd) or process (local).
+func queueTable(q []coord.Waiter, now time.Time) ([]string, [][]string) {
+	header := []string{"#", "HOLDER", "WAITING", "SINCE"}
+	lease, pid := false, false
+	for _, w := range q {
+		lease = lease || w.LeaseID != ""
+		pid = pid || w.PID != 0
+	}
+	if lease {
+		header = append(header, "LEASE")
+	}
+	if pid {
+		header = append(header, "PID")
+	}
+	rows := make([][]string, len(q))
+	for i, w := range q {
+		waiting := "-"
+		if !w.Since.IsZero() {
+			waiting = output.Duration(now.Sub(w.Since))
+		}
+		row := []string{strconv.Itoa(i + 1), output.Clean(w.Holder), waiting, textTime(w.Since)}
+		if lease {
+			row = append(row, orDash(w.LeaseID))
+		}
+		if pid {
+			p := "-"
+			if w.PID != 0 {
+				p = strconv.Itoa(w.PID)
+			}
+			row = append(row, p)
+		}
+		rows[i] = row
+	}
+	return header, rows
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // listHeader and listRow are the table form of locks. limitHeader is the

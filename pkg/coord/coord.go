@@ -123,6 +123,10 @@ type LockInfo struct {
 	AcquiredAt time.Time     `json:"acquired_at,omitempty"`
 	// Waiters counts processes queued for the lock (where known).
 	Waiters int `json:"waiters"`
+	// Queue is who waits, in the order they will be served (the first
+	// will hold next), where the backend knows them: len(Queue) ==
+	// Waiters then. Inspect, List and Watch fill it on both backends.
+	Queue []Waiter `json:"queue,omitempty"`
 	// LastToken is the largest token ever issued for the lock (0 if none).
 	LastToken uint64 `json:"last_token,omitempty"`
 	// Process is set for a local lease attached to processes.
@@ -130,6 +134,21 @@ type LockInfo struct {
 	// Limit is the operator limit that binds the lock (EffectiveLimit), nil
 	// when none covers it.
 	Limit *Limit `json:"limit,omitempty"`
+}
+
+// Waiter is one member of a lock's queue.
+type Waiter struct {
+	// Holder is the identity the waiter asked to hold the lock as
+	// (AcquireOptions.Holder).
+	Holder string `json:"holder"`
+	// Since is when it joined the queue (zero where not known: a waiter of
+	// a fence that did not record it).
+	Since time.Time `json:"since,omitempty"`
+	// LeaseID is the waiter's own lease where it has one while it waits
+	// (etcd), else empty.
+	LeaseID string `json:"lease_id,omitempty"`
+	// PID is the waiting process where the backend knows it (local).
+	PID int `json:"pid,omitempty"`
 }
 
 // HeldFor is how long the current holder has held the lock, as of now.
@@ -152,6 +171,10 @@ const (
 	EventRenewed  EventType = "renewed"  // the holder renewed (local only; etcd renewals are not visible)
 	EventReleased EventType = "released" // the lock became free (release, revoke or expiry)
 	EventWaiters  EventType = "waiters"  // the queue changed
+	// EventLimit: the operator limit that binds the lock changed (fence
+	// limit, freeze, thaw; Info.Limit is the new one, nil after a thaw).
+	// Every event's Info carries the lock's limit.
+	EventLimit EventType = "limit"
 	// EventReset means the watch lost track (e.g. etcd compaction); the
 	// consumer should List again. Info is empty.
 	EventReset EventType = "reset"

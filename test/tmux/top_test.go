@@ -125,10 +125,13 @@ func TestTopEtcd(t *testing.T) {
 
 // runScenario: fence top starts on an empty coordinator; holders arrive,
 // one waiter queues behind a holder, a short run comes and goes; the test
-// filters, sorts, opens the help and the details, revokes the held lease
-// (its fence run exits 76 and the waiter takes over with a larger token),
-// quits with q, and checks that fence top exited 0 and left the terminal
-// as it found it.
+// filters, sorts, opens the help and the details (which name the waiter),
+// freezes the lock with f (its row reads "frozen"), revokes the held lease
+// (its fence run exits 76; the waiter, held back, is named in the details
+// beside the freeze), sees a prefix frozen with fence freeze on its lock,
+// thaws the lock with t (the waiter takes over with a larger token), quits
+// with q, and checks that fence top exited 0 and left the terminal as it
+// found it.
 func runScenario(t *testing.T, b backend) {
 	s := &scenario{t: t, bin: fenceBinary(t), dir: t.TempDir()}
 	s.env = baseEnv(s.dir, b.env)
@@ -204,6 +207,7 @@ func runScenario(t *testing.T, b backend) {
 	p.send("?")
 	p.waitFor("the help", func(scr string) bool {
 		return strings.Contains(scr, "enter details") && strings.Contains(scr, "r revoke") &&
+			strings.Contains(scr, "f freeze") && strings.Contains(scr, "t thaw") &&
 			strings.Contains(scr, "columns") && strings.Contains(scr, "STALE  stale tokens refused")
 	})
 	p.send("Escape")
@@ -211,18 +215,32 @@ func runScenario(t *testing.T, b backend) {
 		return strings.Contains(firstLine(scr), "STATE▾") && hasRow(scr, "jobs/b", "b-first")
 	})
 
-	// enter opens the details of the selected lock.
+	// enter opens the details of the selected lock: its holder, and who
+	// waits for it.
 	token := s.token("jobs/b", "b-first")
 	p.send("Enter")
 	details := regexp.MustCompile(`(?m)^ +holder +b-first +token +` + strconv.FormatUint(token, 10) + `\s`)
-	p.waitFor("the details of jobs/b", func(scr string) bool {
-		return strings.HasPrefix(firstLine(scr), "  jobs/b ") && details.MatchString(scr)
+	queued := regexp.MustCompile(`(?m)^  queue +1\. b-second, waiting \S+ \(since [0-9:]{8}\), (?:lease [0-9a-f]+|pid [0-9]+) *$`)
+	p.waitFor("the details of jobs/b, naming its waiter", func(scr string) bool {
+		return strings.HasPrefix(firstLine(scr), "  jobs/b ") && details.MatchString(scr) && queued.MatchString(scr)
 	})
 	p.send("Escape")
 	p.waitFor("the table again", func(scr string) bool { return strings.Contains(firstLine(scr), "STATE▾") })
 
+	// "f" asks, "y" freezes jobs/b: its row reads "frozen", and its holder
+	// runs on.
+	p.send("f")
+	p.waitContains("Freeze jobs/b (no new holder until thawed; a holder runs on)? [y/N]")
+	p.send("y")
+	p.waitContains(`froze lock "jobs/b"`)
+	frozenRow := regexp.MustCompile(`(?m)^[> ] jobs/b +frozen +b-first +` + strconv.FormatUint(token, 10) + ` `)
+	p.waitFor("jobs/b frozen, b-first holding", func(scr string) bool { return frozenRow.MatchString(scr) })
+	if st := s.output("status", "jobs/b"); !strings.Contains(st, "limit:") || !strings.Contains(st, "frozen by ") {
+		t.Fatalf("fence status after the freeze key:\n%s", st)
+	}
+
 	// "r" asks, "y" revokes; the fence run holding the lease stops its
-	// command and exits 76, and the waiter takes the lock over.
+	// command and exits 76. The lock is frozen: the waiter keeps waiting.
 	p.send("r")
 	p.waitContains(fmt.Sprintf("Revoke the lease on jobs/b (holder b-first, token %d)? [y/N]", token))
 	p.send("y")
@@ -230,6 +248,39 @@ func runScenario(t *testing.T, b backend) {
 	if code := first.wait(t); code != 76 {
 		t.Fatalf("the revoked fence run exited %d, want 76; stderr: %s", code, first.stderr())
 	}
+	frozenFree := regexp.MustCompile(`(?m)^[> ] jobs/b +frozen +- `)
+	p.waitFor("jobs/b frozen with nobody holding, 1 waiting", func(scr string) bool {
+		return frozenFree.MatchString(scr) && strings.Contains(statusLine(scr), "1 waiting")
+	})
+	// The details name the freeze and the waiter held back.
+	p.send("Enter")
+	limitLine := regexp.MustCompile(`(?m)^  limit +frozen \(this lock\) by \S+@\S+ at [0-9: -]+: from fence top by \S+@\S+ *$`)
+	p.waitFor("the details of frozen jobs/b", func(scr string) bool {
+		return strings.HasPrefix(firstLine(scr), "  jobs/b ") && strings.HasSuffix(strings.TrimSpace(firstLine(scr)), "frozen") &&
+			limitLine.MatchString(scr) && queued.MatchString(scr)
+	})
+	t.Logf("the details of a frozen lock with a waiter:\n%s", p.screen())
+	p.send("Escape")
+	p.waitFor("the table again", func(scr string) bool { return strings.Contains(firstLine(scr), "STATE▾") })
+
+	// A prefix frozen from the command line shows at once, without the
+	// filter.
+	p.send("Escape")
+	p.waitFor("the filter cleared", func(scr string) bool { return strings.Contains(scr, "reports/daily") })
+	s.output("freeze", "--prefix", "reports/", "--reason", "INC-7: storage degraded")
+	reportsFrozen := regexp.MustCompile(`(?m)^[> ] reports/daily +frozen +reporter `)
+	p.waitFor("reports/daily frozen by its prefix", func(scr string) bool { return reportsFrozen.MatchString(scr) })
+	t.Logf("the dashboard with a frozen prefix and a frozen lock:\n%s", p.screen())
+	s.output("thaw", "--prefix", "reports/")
+	p.waitFor("reports/daily thawed", func(scr string) bool { return hasRow(scr, "reports/daily", "reporter") })
+
+	// "t" asks, "y" thaws jobs/b: the waiter takes the lock over.
+	p.send("t")
+	p.waitFor("the thaw question", func(scr string) bool {
+		return regexp.MustCompile(`Thaw jobs/b \(frozen by \S+@\S+\)\? \[y/N\]`).MatchString(lastLine(scr))
+	})
+	p.send("y")
+	p.waitContains(`thawed lock "jobs/b"`)
 	p.waitFor("b-second holding jobs/b with a larger token", func(scr string) bool {
 		m := rowRe("jobs/b", "b-second").FindStringSubmatch(scr)
 		if m == nil {
@@ -355,6 +406,23 @@ func (s *scenario) read(name string) string {
 }
 
 // token reads the live holder's token with fence status.
+// output runs fence with args to completion and returns its stdout,
+// failing the test on a non-zero exit.
+func (s *scenario) output(args ...string) string {
+	s.t.Helper()
+	cmd := exec.Command(s.bin, args...)
+	cmd.Env = s.env
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		s.t.Fatalf("fence %v: %v: %s", args, err, stderr)
+	}
+	return string(out)
+}
+
 func (s *scenario) token(lock, holder string) uint64 {
 	s.t.Helper()
 	cmd := exec.Command(s.bin, "status", lock, "-o", "json")

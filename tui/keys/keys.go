@@ -20,13 +20,15 @@ type KeyMap struct {
 	Sort    key.Binding // next sort column
 	Reverse key.Binding // reverse the sort
 	Revoke  key.Binding // revoke the selected lease (asks first)
+	Freeze  key.Binding // freeze the selected lock (asks first)
+	Thaw    key.Binding // remove the limit that binds the selected lock (asks first)
 	Help    key.Binding
 	Quit    key.Binding
 	// Interrupt quits from anywhere, also while typing a filter.
 	Interrupt key.Binding
 
-	Yes key.Binding // confirm a revoke
-	No  key.Binding // cancel a revoke
+	Yes key.Binding // confirm a revoke, a freeze or a thaw
+	No  key.Binding // cancel it
 
 	Apply key.Binding // keep the typed filter and leave the input
 }
@@ -47,12 +49,14 @@ func Default() KeyMap {
 		Sort:    key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "sort")),
 		Reverse: key.NewBinding(key.WithKeys("S"), key.WithHelp("S", "reverse")),
 		Revoke:  key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "revoke")),
+		Freeze:  key.NewBinding(key.WithKeys("f"), key.WithHelp("f", "freeze")),
+		Thaw:    key.NewBinding(key.WithKeys("t"), key.WithHelp("t", "thaw")),
 		Help:    key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "keys")),
 		Quit:    key.NewBinding(key.WithKeys("q", "ctrl+c"), key.WithHelp("q", "quit")),
 
 		Interrupt: key.NewBinding(key.WithKeys("ctrl+c"), key.WithHelp("ctrl+c", "quit")),
 
-		Yes: key.NewBinding(key.WithKeys("y", "Y"), key.WithHelp("y", "revoke")),
+		Yes: key.NewBinding(key.WithKeys("y", "Y"), key.WithHelp("y", "yes")),
 		No:  key.NewBinding(key.WithKeys("n", "N", "esc", "q"), key.WithHelp("n/esc", "cancel")),
 
 		Apply: key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply")),
@@ -69,6 +73,6 @@ func (k KeyMap) FullHelp() [][]key.Binding {
 	return [][]key.Binding{
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom},
 		{k.Details, k.Back, k.Filter, k.Sort, k.Reverse},
-		{k.Revoke, k.Help, k.Quit},
+		{k.Revoke, k.Freeze, k.Thaw, k.Help, k.Quit},
 	}
 }

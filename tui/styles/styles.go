@@ -19,6 +19,7 @@ type Styles struct {
 	Held     lipgloss.Style // state "held"
 	Free     lipgloss.Style // state "free"
 	Expiring lipgloss.Style // state "expiring" and its TTL bar
+	Limit    lipgloss.Style // state "frozen", "limit N" (an operator limit)
 	Dim      lipgloss.Style // unknown values, zero counters
 	Alert    lipgloss.Style // non-zero renewal failures and stale refusals
 	BarFull  lipgloss.Style // the filled part of a healthy TTL bar
@@ -46,7 +47,7 @@ type Styles struct {
 	// hundred cells, and Paint costs a concatenation where
 	// lipgloss.Style.Render lays the text out again each time.
 	Cell struct {
-		Held, Free, Expiring, Dim, Alert, BarFull, BarEmpty Paint
+		Held, Free, Expiring, Limit, Dim, Alert, BarFull, BarEmpty Paint
 	}
 }
 
@@ -109,6 +110,7 @@ func New(r *lipgloss.Renderer) *Styles {
 	s.Held = r.NewStyle().Foreground(green)
 	s.Free = r.NewStyle().Foreground(dim)
 	s.Expiring = r.NewStyle().Bold(true).Foreground(yellow)
+	s.Limit = r.NewStyle().Bold(true).Foreground(accent)
 	s.Dim = r.NewStyle().Foreground(dim)
 	s.Alert = r.NewStyle().Bold(true).Foreground(red)
 	s.BarFull = r.NewStyle().Foreground(green)
@@ -131,6 +133,7 @@ func New(r *lipgloss.Renderer) *Styles {
 	s.Cell.Held = NewPaint(s.Held)
 	s.Cell.Free = NewPaint(s.Free)
 	s.Cell.Expiring = NewPaint(s.Expiring)
+	s.Cell.Limit = NewPaint(s.Limit)
 	s.Cell.Dim = NewPaint(s.Dim)
 	s.Cell.Alert = NewPaint(s.Alert)
 	s.Cell.BarFull = NewPaint(s.BarFull)

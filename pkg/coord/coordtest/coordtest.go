@@ -127,6 +127,7 @@ var cases = []struct {
 	{"NamesIndependent", (*suite).namesIndependent},
 	{"NameBoundaries", (*suite).nameBoundaries},
 	{"Watch", (*suite).watch},
+	{"Queue", (*suite).queue},
 	{"BadInput", (*suite).badInput},
 	{"ZeroOptions", (*suite).zeroOptions},
 	{"CancelWhileWaiting", (*suite).cancelWhileWaiting},
@@ -142,6 +143,7 @@ var cases = []struct {
 	{"OnceRetention", (*suite).onceRetention},
 	{"LimitFreeze", (*suite).limitFreeze},
 	{"LimitPrefix", (*suite).limitPrefix},
+	{"LimitWatch", (*suite).limitWatch},
 	{"LimitUnderLoad", (*suite).limitUnderLoad},
 }
 

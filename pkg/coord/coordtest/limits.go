@@ -255,3 +255,77 @@ func (s *suite) limitUnderLoad(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+// limitWatch: Watch reports a change of the limit that binds a lock as it
+// happens (EventLimit, with the new limit): a prefix freeze for a lock
+// under it, a freeze of a lock never used (as List shows it), and their
+// thaws; every other event carries the lock's limit.
+func (s *suite) limitWatch(t *testing.T) {
+	base := s.name(t, "")
+	c := s.client(t)
+	lim := limiter(t, c)
+	// Not ctx(t): a missing event should fail at the guard saying what
+	// was seen, not as a closed watch.
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, err := c.Watch(wctx, base)
+	if err != nil {
+		t.Fatalf("Watch(%q): %v", base, err)
+	}
+	expect := func(what string, typ coord.EventType, name string, match func(*coord.Limit) bool) coord.LockInfo {
+		t.Helper()
+		timer := time.NewTimer(guard)
+		defer timer.Stop()
+		var seen []string
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("%s: the watch closed", what)
+				}
+				seen = append(seen, fmt.Sprintf("%s %s limit %+v", ev.Type, ev.Info.Name, ev.Info.Limit))
+				if (typ == "" || ev.Type == typ) && ev.Info.Name == name && match(ev.Info.Limit) && (typ != "" || len(ev.Info.Queue) == 1) {
+					return ev.Info
+				}
+			case <-timer.C:
+				t.Fatalf("%s: no %s event of %q within %v; saw %q", what, typ, name, guard, seen)
+			}
+		}
+	}
+	frozenBy := func(by string, prefix bool) func(*coord.Limit) bool {
+		return func(l *coord.Limit) bool { return l != nil && l.Frozen() && l.By == by && l.Prefix == prefix }
+	}
+	none := func(l *coord.Limit) bool { return l == nil }
+
+	held := base + "jobs/held"
+	l := acquire(t, c, held, coord.AcquireOptions{Holder: "h", TTL: guard})
+	expect("the acquisition", coord.EventAcquired, held, none)
+	setLimit(t, lim, coord.Limit{Name: base + "jobs/", Prefix: true, By: "alice"})
+	t.Cleanup(func() { _, _, _ = lim.ClearLimit(context.Background(), base+"jobs/", true) })
+	if i := expect("a prefix freeze", coord.EventLimit, held, frozenBy("alice", true)); !i.Held || i.Token != l.Token {
+		t.Errorf("the limit event of a held lock: held %v, token %d; want held under token %d", i.Held, i.Token, l.Token)
+	}
+	release(t, c, l)
+	expect("the release of a frozen lock", coord.EventReleased, held, frozenBy("alice", true))
+
+	unused := base + "unused"
+	setLimit(t, lim, coord.Limit{Name: unused, By: "bob"})
+	t.Cleanup(func() { _, _, _ = lim.ClearLimit(context.Background(), unused, false) })
+	expect("a freeze of a lock never used", coord.EventLimit, unused, frozenBy("bob", false))
+	clearLimit(t, lim, unused, false)
+	expect("its thaw", coord.EventLimit, unused, none)
+
+	// A waiter queued on the frozen lock: the event that shows it queued
+	// (etcd: its key may read as a holder until it marks itself held back)
+	// carries the limit; the thaw's event comes before the grant.
+	w := goAcquire(ctx(t), s.client(t), held, coord.AcquireOptions{Holder: "w", Wait: coord.WaitForever})
+	expect("a waiter on a frozen lock", "", held, frozenBy("alice", true))
+	clearLimit(t, lim, base+"jobs/", true)
+	expect("the prefix's thaw", coord.EventLimit, held, none)
+	r := await(t, w, "the waiter after the thaw")
+	if r.err != nil {
+		t.Fatalf("the waiter after the thaw: %v", r.err)
+	}
+	expect("the waiter's grant", coord.EventAcquired, held, none)
+	release(t, c, r.l)
+}

@@ -41,7 +41,13 @@ type memState struct {
 type memLock struct {
 	holder *memLease
 	last   uint64
-	queue  []*int // tickets, FIFO
+	queue  []*memTicket // FIFO
+}
+
+// memTicket is a waiter's place.
+type memTicket struct {
+	holder string
+	since  time.Time
 }
 
 type memLease struct {
@@ -100,6 +106,7 @@ func TestSuiteCatches(t *testing.T) {
 		{"options-unchecked", "BadInput"},
 		{"options-unchecked", "ZeroOptions"},
 		{"sent-late", "Inspect"},
+		{"no-queue", "Queue"},
 	} {
 		t.Run(c.bug+"/"+c.test, func(t *testing.T) {
 			t.Parallel()
@@ -136,6 +143,11 @@ func (s *memState) lock(name string) *memLock {
 
 func (s *memState) info(name string, l *memLock) coord.LockInfo {
 	i := coord.LockInfo{Name: name, LastToken: l.last, Waiters: len(l.queue)}
+	if s.bug != "no-queue" {
+		for _, t := range l.queue {
+			i.Queue = append(i.Queue, coord.Waiter{Holder: t.holder, Since: t.since})
+		}
+	}
 	if h := l.holder; h != nil {
 		i.Held, i.Holder, i.Token, i.LeaseID, i.TTL = true, h.holder, h.token, h.id, h.ttl
 		i.TTLLeft, i.AcquiredAt = time.Until(h.expires), h.acquiredAtWall
@@ -190,10 +202,13 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 		defer tm.Stop()
 		deadline = tm.C
 	}
-	ticket := new(int)
+	ticket := &memTicket{holder: o.Holder, since: time.Now()}
 	s.mu.Lock()
 	l := s.lock(name)
 	l.queue = append(l.queue, ticket)
+	if l.holder != nil {
+		s.change(name, coord.EventWaiters)
+	}
 	leave := func() {
 		l.queue = slicesDelete(l.queue, ticket)
 		s.change(name, coord.EventWaiters)
@@ -267,7 +282,7 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 	}
 }
 
-func slicesDelete(q []*int, t *int) []*int {
+func slicesDelete(q []*memTicket, t *memTicket) []*memTicket {
 	for i, x := range q {
 		if x == t {
 			return append(q[:i:i], q[i+1:]...)

@@ -124,6 +124,7 @@ func (c *Coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.K
 		// The first waiter is held back by an operator limit (limits.go):
 		// nobody holds the lock.
 		info.Waiters = len(kvs)
+		info.Queue = queueOf(kvs)
 		return info, nil
 	}
 	info.Held = true
@@ -131,6 +132,7 @@ func (c *Coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.K
 	info.Token = uint64(h.CreateRevision)
 	info.LastToken = info.Token
 	info.Waiters = len(kvs) - 1
+	info.Queue = queueOf(kvs[1:])
 	if h.Lease != 0 {
 		info.LeaseID = formatID(clientv3.LeaseID(h.Lease))
 	}
@@ -152,4 +154,23 @@ func (c *Coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.K
 		}
 	}
 	return info, nil
+}
+
+// queueOf is the waiters of a lock from their keys, in create order.
+func queueOf(kvs []*mvccpb.KeyValue) []coord.Waiter {
+	if len(kvs) == 0 {
+		return nil
+	}
+	q := make([]coord.Waiter, len(kvs))
+	for i, kv := range kvs {
+		m := decodeMeta(kv.Value)
+		q[i] = coord.Waiter{Holder: m.Holder}
+		if m.QueuedAt != nil {
+			q[i].Since = *m.QueuedAt
+		}
+		if kv.Lease != 0 {
+			q[i].LeaseID = formatID(clientv3.LeaseID(kv.Lease))
+		}
+	}
+	return q
 }

@@ -2,7 +2,9 @@ package etcd
 
 import (
 	"context"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -21,7 +23,11 @@ import (
 // Event types: EventAcquired when a lock gets a new holder (token), also
 // when a waiter takes over from a releasing or expiring holder;
 // EventReleased when a lock becomes free; EventWaiters when only its queue
-// changed. etcd renewals are not visible, so there is no EventRenewed.
+// changed; EventLimit when the operator limit that binds it changed (a
+// second watch, of <prefix>limits/, from the same revision; also for a
+// lock with a limit of its own and no keys, as List shows it). Every
+// event's Info carries the lock's limit. etcd renewals are not visible, so
+// there is no EventRenewed.
 func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	if err := c.check(); err != nil {
 		return nil, err
@@ -42,6 +48,10 @@ type watcher struct {
 
 	rev   int64 // the last revision applied
 	locks map[string]*watched
+	// The limit keys and the limits they hold; a key fence did not write
+	// leaves the limits as they were (grants fail closed on it).
+	lkvs   map[string]*mvccpb.KeyValue
+	limits []coord.Limit
 }
 
 // watched is what the watcher knows of one lock.
@@ -79,23 +89,42 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
-// resync reads every lock under the prefix and the revision of that read.
+// resync reads every lock under the prefix and the limits, at one
+// revision, and that revision.
 func (w *watcher) resync(ctx context.Context) error {
-	resp, err := w.c.cli.Get(ctx, w.rng, clientv3.WithPrefix())
+	resp, err := w.c.cli.Txn(ctx).Then(clientv3.OpGet(w.rng, clientv3.WithPrefix()), w.c.limitsGet()).Commit()
 	if err != nil {
 		return err
 	}
 	w.rev = resp.Header.Revision
 	w.locks = map[string]*watched{}
-	for _, kv := range resp.Kvs {
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		if lk := w.lock(string(kv.Key)); lk != nil {
 			lk.kvs[string(kv.Key)] = kv
 		}
 	}
+	w.lkvs = map[string]*mvccpb.KeyValue{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		w.lkvs[string(kv.Key)] = kv
+	}
+	w.decodeLimits()
 	for name, lk := range w.locks {
 		lk.info, _ = w.c.lockInfo(ctx, name, sorted(lk.kvs), false)
+		lk.info.Limit = coord.EffectiveLimit(w.limits, name)
 	}
 	return nil
+}
+
+// decodeLimits sets limits from the limit keys, unless one of them is not
+// fence's.
+func (w *watcher) decodeLimits() {
+	kvs := make([]*mvccpb.KeyValue, 0, len(w.lkvs))
+	for _, kv := range w.lkvs {
+		kvs = append(kvs, kv)
+	}
+	if ls, err := w.c.decodeLimits(kvs); err == nil {
+		w.limits = ls
+	}
 }
 
 // lock returns the lock a key belongs to, nil when it is not one of ours.
@@ -112,12 +141,21 @@ func (w *watcher) lock(key string) *watched {
 	return lk
 }
 
-// follow applies the watch's events until it ends.
+// follow applies the events of the watches of the locks and of the limits
+// until either ends.
 func (w *watcher) follow(ctx context.Context) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	for wr := range w.c.cli.Watch(wctx, w.rng, clientv3.WithPrefix(), clientv3.WithRev(w.rev+1)) {
-		if wr.Err() != nil || wr.Canceled {
+	locks := w.c.cli.Watch(wctx, w.rng, clientv3.WithPrefix(), clientv3.WithRev(w.rev+1))
+	limits := w.c.cli.Watch(wctx, w.c.limitsRange(), clientv3.WithPrefix(), clientv3.WithRev(w.rev+1))
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-locks:
+		case wr, ok = <-limits:
+		}
+		if !ok || wr.Err() != nil || wr.Canceled {
 			return
 		}
 		for _, ev := range wr.Events {
@@ -128,11 +166,72 @@ func (w *watcher) follow(ctx context.Context) {
 	}
 }
 
+// applyLimit applies the change of a limit key and sends EventLimit for
+// each lock whose effective limit it changed: the locks the watcher knows,
+// and those with a limit of their own and no keys. It returns false when
+// ctx ended.
+func (w *watcher) applyLimit(ctx context.Context, ev *clientv3.Event) bool {
+	key := string(ev.Kv.Key)
+	if ev.Type == mvccpb.DELETE {
+		delete(w.lkvs, key)
+	} else {
+		w.lkvs[key] = ev.Kv
+	}
+	old := w.limits
+	w.decodeLimits()
+	names := make([]string, 0, len(w.locks))
+	for name := range w.locks {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		lk := w.locks[name]
+		nl := coord.EffectiveLimit(w.limits, name)
+		if sameLimit(lk.info.Limit, nl) {
+			continue
+		}
+		lk.info.Limit = nl
+		info := lk.info
+		if info.Held {
+			if full, err := w.c.lockInfo(ctx, name, sorted(lk.kvs), true); err == nil {
+				info = full
+				info.Limit = nl
+			}
+		}
+		if !w.send(ctx, coord.Event{Type: coord.EventLimit, Info: info}) {
+			return false
+		}
+	}
+	seen := map[string]bool{}
+	for _, l := range slices.Concat(old, w.limits) {
+		if l.Prefix || seen[l.Name] || w.locks[l.Name] != nil || !hasPrefix(l.Name, w.prefix) {
+			continue
+		}
+		seen[l.Name] = true
+		nl := coord.EffectiveLimit(w.limits, l.Name)
+		if sameLimit(coord.EffectiveLimit(old, l.Name), nl) {
+			continue
+		}
+		if !w.send(ctx, coord.Event{Type: coord.EventLimit, Info: coord.LockInfo{Name: l.Name, Limit: nl}}) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameLimit reports whether a and b are the same limit (or both none).
+func sameLimit(a, b *coord.Limit) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
 // apply applies one change and sends the lock's new state when it differs
 // in holder or queue. It returns false when ctx ended.
 func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 	w.rev = ev.Kv.ModRevision
 	key := string(ev.Kv.Key)
+	if strings.HasPrefix(key, w.c.limitsRange()) {
+		return w.applyLimit(ctx, ev)
+	}
 	lk := w.lock(key)
 	if lk == nil {
 		return true
@@ -145,6 +244,7 @@ func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 	prev := lk.info
 	kvs := sorted(lk.kvs)
 	cur, _ := w.c.lockInfo(ctx, prev.Name, kvs, false)
+	cur.Limit = coord.EffectiveLimit(w.limits, prev.Name)
 	lk.info = cur
 	if len(lk.kvs) == 0 {
 		delete(w.locks, prev.Name)
@@ -155,13 +255,15 @@ func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 		typ = coord.EventAcquired
 	case !cur.Held && prev.Held:
 		typ = coord.EventReleased
-	case cur.Held && cur.Waiters != prev.Waiters:
+	case cur.Waiters != prev.Waiters || !slices.Equal(cur.Queue, prev.Queue):
+		// Also on a free lock: the queue of one held back by a limit.
 		typ = coord.EventWaiters
 	default:
 		return true // e.g. a new holder recording acquired_at
 	}
 	if cur.Held {
 		if full, err := w.c.lockInfo(ctx, cur.Name, kvs, true); err == nil {
+			full.Limit = cur.Limit
 			cur = full
 		}
 	}

@@ -232,7 +232,7 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 				liveTickets.Store(a.ticket, struct{}{})
 			}
 			st.Queue = append(st.Queue, ticket{ID: a.ticket, PID: a.self.PID, Start: a.self.Start,
-				Holder: a.o.Holder, PIDNS: proc.PIDNamespace()})
+				Holder: a.o.Holder, PIDNS: proc.PIDNamespace(), Since: time.Now().UTC().Round(0)})
 			ch = rewrite
 		}
 		out.info = info(st, v, now, a.self)

@@ -250,19 +250,22 @@ func prune(st *state, self proc.ID, n int) (dropped []ticket) {
 	return dropped
 }
 
-func countWaiters(q []ticket, self proc.ID) int {
-	n := 0
+// waiters is the queue's live members (every ticket whose process is not
+// gone), in order.
+func waiters(q []ticket, self proc.ID) []coord.Waiter {
+	var ws []coord.Waiter
 	for _, t := range q {
 		if liveTicket(t, self) != proc.Gone {
-			n++
+			ws = append(ws, coord.Waiter{Holder: t.Holder, Since: t.Since, PID: t.PID})
 		}
 	}
-	return n
+	return ws
 }
 
 // info is the LockInfo of st as judged by v.
 func info(st *state, v verdict, now clock.Boot, self proc.ID) coord.LockInfo {
-	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken, Waiters: countWaiters(st.Queue, self)}
+	q := waiters(st.Queue, self)
+	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken, Waiters: len(q), Queue: q}
 	if h := st.Holder; h != nil && v.live {
 		li.Held = true
 		li.Holder = h.Holder

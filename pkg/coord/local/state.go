@@ -92,6 +92,9 @@ type ticket struct {
 	Start  uint64 `json:"start"`
 	Holder string `json:"holder,omitempty"`
 	PIDNS  string `json:"pidns,omitempty"`
+	// Since is when the waiter joined the queue (wall clock, for
+	// display; absent from tickets of fences before it).
+	Since time.Time `json:"since,omitzero"`
 }
 
 func (t ticket) proc() proc.ID { return proc.ID{PID: t.PID, Start: t.Start} }

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,9 @@ const fallbackPoll = 200 * time.Millisecond
 //
 //   - the locks/ directory, only while a Watch needs it: every change of a
 //     state file (replaced, or its lease record overwritten) wakes the
-//     subscribers of that lock (subscribe);
+//     subscribers of that lock (subscribe); and with it the state directory,
+//     where the replacement of limits.json (fence limit, freeze, thaw) wakes
+//     every Watch (limitsBase);
 //   - single files, each its own inotify watch (subscribeFile): a waiter's
 //     doorbell (ringing it wakes that waiter alone, and no other process),
 //     and a lock's lock file, which Revoke and RequestStop write to (see
@@ -35,10 +38,11 @@ type hub struct {
 	w    *fsnotify.Watcher // nil: no inotify, every subscriber polls
 	refs int               // guarded by hubs
 
-	mu         sync.Mutex
-	dirWatched bool
-	subs       map[*subscription]struct{} // directory subscribers
-	files      map[string]*fileWatch      // file subscribers by path
+	mu            sync.Mutex
+	dirWatched    bool
+	limitsWatched bool                       // the state directory, for limits.json
+	subs          map[*subscription]struct{} // directory subscribers
+	files         map[string]*fileWatch      // file subscribers by path
 
 	stop chan struct{}
 	done chan struct{}
@@ -111,6 +115,8 @@ func (h *hub) run() {
 				if base, ok := stateFileBase(filepath.Base(ev.Name)); ok {
 					h.notify(base, false)
 				}
+			} else if ev.Name == h.limitsPath() {
+				h.notify(limitsBase, false)
 			}
 		case _, ok := <-h.w.Errors:
 			if !ok {
@@ -121,6 +127,15 @@ func (h *hub) run() {
 		}
 	}
 }
+
+// limitsBase is the base a Watch's subscription is notified with when
+// limits.json changed: no state file has it (bases are escapes of names,
+// which never hold a NUL).
+const limitsBase = "\x00limits"
+
+// limitsPath is the limits file of the state directory whose locks/ the
+// hub watches (Coordinator.limitsPath).
+func (h *hub) limitsPath() string { return filepath.Join(filepath.Dir(h.dir), "limits.json") }
 
 // notify wakes the directory subscribers of base (all subscribers, of
 // every kind, when all is set).
@@ -187,7 +202,10 @@ func (h *hub) subscribe(base string) *subscription {
 	if h.w != nil && !h.dirWatched {
 		h.dirWatched = h.w.Add(h.dir) == nil
 	}
-	s.poll = !h.dirWatched
+	if h.w != nil && base == "" && !h.limitsWatched {
+		h.limitsWatched = h.w.Add(filepath.Dir(h.dir)) == nil
+	}
+	s.poll = !h.dirWatched || base == "" && !h.limitsWatched
 	h.subs[s] = struct{}{}
 	return s
 }
@@ -313,10 +331,13 @@ func untilWake(b clock.Boot) time.Duration {
 // Watch sends an Event with the lock's state after each change of a lock
 // under prefix: a new holder (acquired), a renewal (renewed), the end of a
 // lease by release, revoke, expiry or the death of its processes
-// (released), and a change in the number of waiters (waiters). The number
-// of waiters is as of the last change of the state file. The channel is
-// closed when ctx ends or the Coordinator is closed; a consumer that does
-// not read holds up only its own Watch.
+// (released), a change in the queue (waiters), and a change of the
+// operator limit that binds the lock (limit: fence limit, freeze, thaw;
+// also for a lock with a limit of its own and no state yet, as List shows
+// it). Every event's Info carries the lock's limit. The queue is as of the
+// last change of the state file. The channel is closed when ctx ends or the
+// Coordinator is closed; a consumer that does not read holds up only its
+// own Watch.
 func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
@@ -340,6 +361,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 		w.sub.close()
 		return nil, err
 	}
+	w.relimit(nil) // an unreadable limits file: none known until it reads
 	w.scan(ctx, bases, nil)
 	ch := make(chan coord.Event, 16)
 	go w.run(ctx, ch)
@@ -352,6 +374,9 @@ type watcher struct {
 	self   proc.ID
 	sub    *subscription
 	views  map[string]view // by file base
+	// limits is limits.json as last read; every event carries the lock's
+	// effective limit from it.
+	limits []coord.Limit
 }
 
 // view is what a watcher last saw of one lock.
@@ -384,13 +409,19 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 			}
 		}
 		var bases []string
+		limits := false
 		switch r := sleep(ctx, w.c.closed, w.sub, deps, untilWake(next), nil); r {
 		case wokeCtx, wokeClosed:
 			return
 		case wokeChange, wokePoll:
 			var all bool
 			bases, all = w.sub.take()
+			if i := slices.Index(bases, limitsBase); i >= 0 {
+				bases = slices.Delete(bases, i, i+1)
+				limits = true
+			}
 			if all || r == wokePoll {
+				limits = true
 				if bases, _ = w.c.stateBases(); bases == nil {
 					bases = []string{}
 				}
@@ -403,10 +434,59 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 				bases = append(bases, b)
 			}
 		}
+		if limits && !w.relimit(emit) {
+			return
+		}
 		if !w.scan(ctx, bases, emit) {
 			return
 		}
 	}
+}
+
+// relimit reads limits.json again and, when a lock's effective limit
+// changed, emits EventLimit for it: for each lock the watcher knows, and
+// for each lock with a limit of its own (before or after) that has no
+// state file. A file that cannot be read keeps the limits last read (a
+// grant fails closed on it meanwhile). It returns false when emit gave up.
+func (w *watcher) relimit(emit func(coord.Event) bool) bool {
+	ls, err := w.c.readLimits()
+	if err != nil || slices.Equal(ls, w.limits) {
+		return true
+	}
+	old := w.limits
+	w.limits = ls
+	known := map[string]bool{}
+	for base, v := range w.views {
+		known[v.info.Name] = true
+		nl := coord.EffectiveLimit(ls, v.info.Name)
+		if sameLimit(v.info.Limit, nl) {
+			continue
+		}
+		v.info.Limit = nl
+		w.views[base] = v
+		if emit != nil && !emit(coord.Event{Type: coord.EventLimit, Info: v.info}) {
+			return false
+		}
+	}
+	for _, l := range slices.Concat(old, ls) {
+		if l.Prefix || known[l.Name] || !strings.HasPrefix(l.Name, w.prefix) {
+			continue
+		}
+		known[l.Name] = true
+		nl := coord.EffectiveLimit(ls, l.Name)
+		if sameLimit(coord.EffectiveLimit(old, l.Name), nl) {
+			continue
+		}
+		if emit != nil && !emit(coord.Event{Type: coord.EventLimit, Info: coord.LockInfo{Name: l.Name, Limit: nl}}) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameLimit reports whether a and b are the same limit (or both none).
+func sameLimit(a, b *coord.Limit) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
 // scan reads the locks stored under bases and emits an event for each
@@ -442,6 +522,7 @@ func (w *watcher) scan(ctx context.Context, bases []string, emit func(coord.Even
 			continue
 		}
 		nv := view{info: info(st, v, now, w.self), until: v.until, waitOn: v.waitOn}
+		nv.info.Limit = coord.EffectiveLimit(w.limits, st.Name)
 		if v.live {
 			nv.expires = st.Holder.ExpiresAt
 		}
@@ -480,7 +561,7 @@ func change(old, nu view) (coord.EventType, bool) {
 		return coord.EventReleased, true
 	case o.Held && n.Held && old.expires != nu.expires:
 		return coord.EventRenewed, true
-	case o.Waiters != n.Waiters:
+	case o.Waiters != n.Waiters || !slices.Equal(o.Queue, n.Queue):
 		return coord.EventWaiters, true
 	}
 	return "", false

@@ -14,12 +14,15 @@ import (
 
 	"github.com/charmbracelet/bubbles/viewport"
 
+	"github.com/fence-dev/fence/internal/contention"
+	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/tui/internal/format"
 	"github.com/fence-dev/fence/tui/internal/store"
 	"github.com/fence-dev/fence/tui/styles"
 )
 
-// headerLines is the number of lines above the timeline.
+// headerLines is the number of lines above the timeline at least (a
+// limit, a queue and waits add theirs).
 const headerLines = 8
 
 // TimeLayout is how the timeline prints times (the history is bounded by
@@ -40,6 +43,7 @@ type Model struct {
 	events []history.Event // newest first
 	err    error
 	loaded bool
+	sum    contention.Summary // of the timeline's waits and holds
 	// NoHistory says the coordinator keeps no history.
 	NoHistory bool
 	// Group, for a lock of a `fence shards` group (a member or a shard), is
@@ -59,6 +63,7 @@ func New(s *styles.Styles, loc *time.Location) Model {
 func (m *Model) Open(name string) {
 	m.name = name
 	m.events, m.err, m.loaded = nil, nil, false
+	m.sum = contention.Summary{}
 	m.render()
 	m.vp.GotoTop()
 }
@@ -84,6 +89,7 @@ func (m *Model) SetHistory(events []history.Event, err error) {
 	m.loaded = true
 	m.err = err
 	if err == nil {
+		m.sum = contention.Of(events)
 		m.events = slices.Clone(events)
 		slices.Reverse(m.events)
 	}
@@ -141,7 +147,7 @@ func (m *Model) eventLine(ev history.Event) string {
 	rest := m.width - 2 - len(TimeLayout) - 2 - kindWidth - 1
 	kind := format.Fit(string(ev.Kind), kindWidth)
 	switch ev.Kind {
-	case history.Acquired, history.Released, history.Completed, history.Skipped:
+	case history.Acquired, history.Released, history.Completed, history.Skipped, history.Thawed:
 		kind = s.Good.Render(kind)
 	default:
 		kind = s.Bad.Render(kind)
@@ -195,6 +201,19 @@ func Describe(ev history.Event) string {
 			msg += ", by " + ev.Holder
 		}
 		return msg
+	case history.Frozen, history.Limited, history.Thawed:
+		// Holder is who set or removed the limit; Count a limit's N.
+		msg := string(ev.Kind)
+		if ev.Kind == history.Limited {
+			msg = fmt.Sprintf("limited to %d", ev.Count)
+		}
+		if ev.Holder != "" {
+			msg += " by " + ev.Holder
+		}
+		if ev.Reason != "" {
+			msg += ": " + ev.Reason
+		}
+		return msg
 	case history.StaleRefused:
 		msg := fmt.Sprintf("token %d refused, %d accepted", ev.Token, ev.AcceptedToken)
 		if ev.Key != "" {
@@ -225,20 +244,55 @@ func (m *Model) View(r *store.Row, now time.Time) string {
 	if m.width == 0 || m.height == 0 {
 		return ""
 	}
+	lines := m.header(r, now)
+	m.vp.Height = max(m.height-len(lines), 0)
+	for len(lines) > m.height {
+		lines = lines[:m.height]
+	}
+	if len(lines) < m.height {
+		body := m.vp.View()
+		lines = append(lines, body)
+		out := strings.Join(lines, "\n")
+		return padLines(out, m.height)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Sync fits the timeline to the room the header leaves for row r at now
+// (the limit, the queue and the waits take lines when there are any), so
+// that scrolling reaches its last line. The dashboard calls it whenever
+// the row or the history changes.
+func (m *Model) Sync(r *store.Row, now time.Time) {
+	if m.width == 0 {
+		return
+	}
+	m.vp.Height = max(m.height-len(m.header(r, now)), 0)
+}
+
+// maxQueue is how many waiters the details name; the others are counted.
+const maxQueue = 3
+
+// labelW is the width of the field names.
+const labelW = 10
+
+// header is the lines above the timeline.
+func (m *Model) header(r *store.Row, now time.Time) []string {
 	s := m.styles
 	w := m.width
-	lines := make([]string, 0, m.height)
+	lines := make([]string, 0, headerLines+maxQueue+4)
 
 	// Line 1: the name and the state.
 	state := "not listed"
 	stateStyle := s.Free
 	if r != nil {
 		st := r.State(now)
-		state = st.String()
-		switch st {
-		case store.Held:
+		state = r.Label(now)
+		switch {
+		case r.Info.Limit != nil:
+			stateStyle = s.Limit
+		case st == store.Held:
 			stateStyle = s.Held
-		case store.Expiring:
+		case st == store.Expiring:
 			stateStyle = s.Expiring
 		}
 	}
@@ -247,7 +301,7 @@ func (m *Model) View(r *store.Row, now time.Time) string {
 
 	half := max((w-2)/2, 1)
 	pair := func(l1, v1, l2, v2 string) string {
-		const lw = 10
+		const lw = labelW
 		if l2 == "" {
 			return "  " + s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(w-2-lw, 0))
 		}
@@ -313,18 +367,93 @@ func (m *Model) View(r *store.Row, now time.Time) string {
 	} else {
 		lines = append(lines, pair("process", process, "", ""))
 	}
+	if r != nil && r.Info.Limit != nil {
+		lines = append(lines, pair("limit", m.limitText(*r.Info.Limit), "", ""))
+	}
+	if r != nil {
+		lines = append(lines, m.queueLines(r.Info.Queue, now)...)
+	}
+	lines = append(lines, m.contentionLines()...)
 	title := "── history, newest first "
 	lines = append(lines, s.Rule.Render(format.Fit("  "+title+strings.Repeat("─", max(w-2-len([]rune(title)), 0)), w)))
-	for len(lines) > m.height {
-		lines = lines[:m.height]
+	return lines
+}
+
+// limitText names the limit: what it does, its scope, who set it, when and
+// why.
+func (m *Model) limitText(l coord.Limit) string {
+	what := "frozen"
+	if !l.Frozen() {
+		what = fmt.Sprintf("limit %d", l.Max)
 	}
-	if len(lines) < m.height {
-		body := m.vp.View()
-		lines = append(lines, body)
-		out := strings.Join(lines, "\n")
-		return padLines(out, m.height)
+	scope := "this lock"
+	if l.Prefix {
+		scope = fmt.Sprintf("prefix %q", l.Name)
 	}
-	return strings.Join(lines, "\n")
+	v := what + " (" + scope + ")"
+	if l.By != "" {
+		v += " by " + l.By
+	}
+	if !l.At.IsZero() {
+		v += " at " + l.At.In(m.loc).Format(TimeLayout)
+	}
+	if l.Reason != "" {
+		v += ": " + l.Reason
+	}
+	return v
+}
+
+// queueLines names who waits, first served first: place, holder, how long
+// and since when, and its lease (etcd) or process (local).
+func (m *Model) queueLines(q []coord.Waiter, now time.Time) []string {
+	s := m.styles
+	var lines []string
+	for i, wt := range q {
+		if i == maxQueue {
+			lines = append(lines, "  "+strings.Repeat(" ", labelW)+s.Label.Render(format.Fit(fmt.Sprintf("and %d more", len(q)-maxQueue), max(m.width-2-labelW, 0))))
+			break
+		}
+		v := fmt.Sprintf("%d. %s", i+1, wt.Holder)
+		if !wt.Since.IsZero() {
+			v += fmt.Sprintf(", waiting %s (since %s)", format.Duration(max(now.Sub(wt.Since), 0)), wt.Since.In(m.loc).Format("15:04:05"))
+		}
+		switch {
+		case wt.LeaseID != "":
+			v += ", lease " + wt.LeaseID
+		case wt.PID != 0:
+			v += fmt.Sprintf(", pid %d", wt.PID)
+		}
+		label := ""
+		if i == 0 {
+			label = "queue"
+		}
+		lines = append(lines, "  "+s.Label.Render(format.Fit(label, labelW))+format.Fit(v, max(m.width-2-labelW, 0)))
+	}
+	return lines
+}
+
+// contentionLines draws the waits beside the holds of the timeline (the
+// figures fence show prints, from package contention), with sparklines of
+// the recent ones on one scale.
+func (m *Model) contentionLines() []string {
+	if m.NoHistory || !m.loaded || m.err != nil || m.sum.Empty() {
+		return nil
+	}
+	s := m.styles
+	top := m.sum.Top()
+	row := func(label string, d contention.Durations) string {
+		v := "none"
+		if d.Count > 0 {
+			v = fmt.Sprintf("%-20s n=%-3d median %-6s max %-6s total %s", contention.Sparkline(d.Recent, top), d.Count,
+				roundDur(d.Median), roundDur(d.Max), roundDur(d.Total))
+		}
+		return "  " + s.Label.Render(format.Fit(label, labelW)) + format.Fit(v, max(m.width-2-labelW, 0))
+	}
+	lines := []string{row("waits", m.sum.Wait), row("holds", m.sum.Hold)}
+	if m.sum.Bottleneck() {
+		lines = append(lines, "  "+strings.Repeat(" ", labelW)+s.Bad.Render(format.Fit("waits exceed holds: the lock is the bottleneck", max(m.width-2-labelW, 0))))
+	}
+	return lines
 }
 
 // padLines makes s exactly n lines long.

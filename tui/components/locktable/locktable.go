@@ -241,9 +241,7 @@ func (m *Model) View(st *store.Store, now time.Time) string {
 	vis := m.Visible(st)
 	tokenW := 0
 	for _, r := range vis {
-		if r.Info.Held {
-			tokenW = max(tokenW, digits(r.Info.Token))
-		}
+		tokenW = max(tokenW, len(tokenText(r)))
 	}
 	w := layout(m.width, tokenW)
 	key, reverse := st.Sort()
@@ -337,12 +335,18 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 		cells[colName] = format.Fit(r.Info.Name, w[colName])
 	}
 	if w[colState] > 0 {
-		v := format.Fit(state.String(), w[colState])
+		label := state.String()
+		if r.Info.Limit != nil {
+			label = r.Label(now)
+		}
+		v := format.Fit(label, w[colState])
 		if styled {
-			switch state {
-			case store.Held:
+			switch {
+			case r.Info.Limit != nil:
+				v = c.Limit.Render(v)
+			case state == store.Held:
 				v = c.Held.Render(v)
-			case store.Expiring:
+			case state == store.Expiring:
 				v = c.Expiring.Render(v)
 			default:
 				v = c.Free.Render(v)
@@ -359,9 +363,11 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 	}
 	if w[colToken] > 0 {
 		if held {
-			cells[colToken] = format.FitRight(strconv.FormatUint(r.Info.Token, 10), w[colToken])
+			cells[colToken] = format.FitRight(tokenText(r), w[colToken])
 		} else {
-			cells[colToken] = dim(format.FitRight("-", w[colToken]))
+			// What the token sort sorts a free lock by: its last token,
+			// in parentheses (not a live one), "-" when none is known.
+			cells[colToken] = dim(format.FitRight(tokenText(r), w[colToken]))
 		}
 	}
 	if w[colTTL] > 0 {
@@ -440,11 +446,15 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 	b.WriteString(line.String())
 }
 
-func digits(n uint64) int {
-	d := 1
-	for n >= 10 {
-		n /= 10
-		d++
+// tokenText is the TOKEN cell: the holder's token, "(N)" for the last
+// token of a free lock, "-" when none is known (store.Row.Token, which the
+// token sort uses, is 0 then).
+func tokenText(r *store.Row) string {
+	switch t := r.Token(); {
+	case r.Info.Held:
+		return strconv.FormatUint(t, 10)
+	case t > 0:
+		return "(" + strconv.FormatUint(t, 10) + ")"
 	}
-	return d
+	return "-"
 }

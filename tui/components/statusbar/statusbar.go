@@ -5,6 +5,7 @@ package statusbar
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,6 +67,15 @@ func View(s *styles.Styles, width int, d Data) string {
 	}
 	t := d.Totals
 	totals := plural(t.Locks, "lock", "locks") + fmt.Sprintf(" · %d held · %d expiring", t.Held, t.Expiring)
+	// The locks an operator limit binds: a part of their own, the first
+	// to go on a narrow screen (the STATE column says it too).
+	var limits []string
+	if t.Frozen > 0 {
+		limits = append(limits, fmt.Sprintf("%d frozen", t.Frozen))
+	}
+	if t.Limited > 0 {
+		limits = append(limits, fmt.Sprintf("%d limited", t.Limited))
+	}
 	if t.Waiters > 0 {
 		totals += fmt.Sprintf(" · %d waiting", t.Waiters)
 	}
@@ -84,6 +94,9 @@ func View(s *styles.Styles, width int, d Data) string {
 		right = append(right, read)
 	}
 	right = append(right, totals, sort)
+	if len(limits) > 0 {
+		right = slices.Insert(right, len(right)-1, strings.Join(limits, " · "))
+	}
 	join := func() string {
 		out := ""
 		for _, p := range right {
@@ -100,6 +113,9 @@ func View(s *styles.Styles, width int, d Data) string {
 	rightStr := join()
 	for len(right) > 0 && fixed+ansi.StringWidth(rightStr)+minBackend > width {
 		switch {
+		case len(limits) > 0:
+			right = slices.Delete(right, len(right)-2, len(right)-1)
+			limits = nil
 		case len(right) == 3:
 			right = right[:2] // sort
 		case len(right) == 2 && read != "":

@@ -7,6 +7,7 @@ package store
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,6 +85,32 @@ func (r *Row) State(now time.Time) State {
 	return Held
 }
 
+// Label is what the STATE column and the details say: "frozen" for a lock
+// an operator froze (fence freeze), "limit N" for one held to N holders
+// (fence limit), else the State at now. The limit wins: it is what an
+// operator must see first (the holder and the TTL bar show the rest).
+func (r *Row) Label(now time.Time) string {
+	switch l := r.Info.Limit; {
+	case l == nil:
+		return r.State(now).String()
+	case l.Frozen():
+		return "frozen"
+	default:
+		return "limit " + strconv.Itoa(l.Max)
+	}
+}
+
+// limitRank orders rows by their limit for the state sort: frozen first,
+// then the limited ones (tightest first), then the others.
+func (r *Row) limitRank() int {
+	switch l := r.Info.Limit; {
+	case l == nil:
+		return coord.MaxLimit + 1
+	default:
+		return l.Max
+	}
+}
+
 // Token is the holder's token, or the last token issued for a free lock.
 func (r *Row) Token() uint64 {
 	if r.Info.Held {
@@ -97,7 +124,7 @@ type SortKey int
 
 const (
 	ByName     SortKey = iota // name, A to Z
-	ByState                   // expiring, then held, then free
+	ByState                   // frozen, limit N, expiring, held, free
 	ByTTL                     // least TTL left first
 	ByHeldFor                 // held longest first
 	ByToken                   // largest token first
@@ -124,6 +151,9 @@ type Change struct {
 // Totals counts the rows.
 type Totals struct {
 	Locks, Held, Expiring, Free, Waiters int
+	// Frozen and Limited count the locks an operator limit binds (frozen,
+	// or limited to N holders).
+	Frozen, Limited int
 	// Failures and Stale add up the known counters.
 	Failures, Stale int
 }
@@ -349,6 +379,11 @@ func (s *Store) account(r *Row, sign int) {
 		t.Expiring += sign
 	}
 	t.Waiters += sign * r.Info.Waiters
+	if l := r.Info.Limit; l != nil && l.Frozen() {
+		t.Frozen += sign
+	} else if l != nil {
+		t.Limited += sign
+	}
 	t.Failures += sign * max(r.Failures, 0)
 	t.Stale += sign * max(r.Stale, 0)
 }
@@ -472,7 +507,11 @@ func (s *Store) cmp(a, b *Row) int {
 func (s *Store) cmpKey(a, b *Row) int {
 	switch s.key {
 	case ByState:
-		// expiring (2), held (1), free (0): highest first.
+		// As the column reads: frozen, then limit N (smallest first),
+		// then expiring (2), held (1), free (0).
+		if c := cmp.Compare(a.limitRank(), b.limitRank()); c != 0 {
+			return c
+		}
 		return cmp.Compare(b.state, a.state)
 	case ByTTL:
 		if c := heldFirst(a, b); c != 0 || !a.Info.Held {

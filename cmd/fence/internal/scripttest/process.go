@@ -69,6 +69,19 @@ type Listed []struct {
 	Name  string  `json:"name"`
 	Held  bool    `json:"held"`
 	Token *uint64 `json:"token"`
+	Limit *struct {
+		Frozen bool `json:"frozen"`
+	} `json:"limit"`
+}
+
+// Frozen reports whether the list shows lock name frozen.
+func (l Listed) Frozen(name string) bool {
+	for _, i := range l {
+		if i.Name == name {
+			return i.Limit != nil && i.Limit.Frozen
+		}
+	}
+	return false
 }
 
 // Has reports whether the list shows lock name held (or free, or absent).
@@ -131,6 +144,12 @@ func ListWatch(t *testing.T, env []string) {
 	NextList(t, ch, "w free", func(l Listed) bool { return l.Has("w", false) })
 	Output(t, env, "acquire", "v", "--ttl", "1m")
 	NextList(t, ch, "v held", func(l Listed) bool { return l.Has("v", true) })
+	// A freeze and a thaw show at once (the watch reports limits), not
+	// at the next change of a lock.
+	Output(t, env, "freeze", "--prefix", "v")
+	NextList(t, ch, "v frozen", func(l Listed) bool { return l.Frozen("v") })
+	Output(t, env, "thaw", "--prefix", "v")
+	NextList(t, ch, "v thawed", func(l Listed) bool { return l.Has("v", true) && !l.Frozen("v") })
 
 	// Nothing changes: nothing is printed (a timer would redraw).
 	select {
