@@ -143,6 +143,9 @@ var cases = []struct {
 	{"LimitFreeze", (*suite).limitFreeze},
 	{"LimitPrefix", (*suite).limitPrefix},
 	{"LimitUnderLoad", (*suite).limitUnderLoad},
+	{"Slots", (*suite).slots},
+	{"SlotsMixed", (*suite).slotsMixed},
+	{"SlotsLimit", (*suite).slotsLimit},
 }
 
 // client opens a new client that is closed when t ends.
