@@ -155,6 +155,10 @@ func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 		typ = coord.EventAcquired
 	case !cur.Held && prev.Held:
 		typ = coord.EventReleased
+	case len(cur.Holders) > len(prev.Holders):
+		typ = coord.EventAcquired // another holder of a semaphore
+	case len(cur.Holders) < len(prev.Holders):
+		typ = coord.EventReleased
 	case cur.Held && cur.Waiters != prev.Waiters:
 		typ = coord.EventWaiters
 	default:
