@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/fence-dev/fence/pkg/history"
 
@@ -51,10 +52,13 @@ func runCheck(ctx context.Context, f *Factory, o *checkOptions) error {
 		if err != nil {
 			return fmt.Errorf("check %s: %w", output.Clean(o.lock), err)
 		}
+		_, live := info.HeldBy(token) // any holder of a semaphore
 		switch {
 		case !info.Held:
 			return exitcode.New(exitcode.No, fmt.Errorf("%s is free: token %d is not live", output.Clean(o.lock), token))
-		case info.Token != token:
+		case !live && len(info.Holders) > 1:
+			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with tokens %s, not %d", output.Clean(o.lock), tokensOf(info), token))
+		case !live:
 			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with token %d, not %d", output.Clean(o.lock), info.Token, token))
 		}
 		return nil
@@ -220,4 +224,16 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		}
 		return output.WriteTable(out, f.IO.IsStdoutTTY(), eventHeader, rows)
 	})
+}
+
+// tokensOf lists the tokens of a lock's holders: "5, 6, 9".
+func tokensOf(i coord.LockInfo) string {
+	var b strings.Builder
+	for k, h := range i.AllHolders() {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, h.Token)
+	}
+	return b.String()
 }

@@ -243,6 +243,9 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 			switch {
 			case errors.Is(err, coord.ErrNotHeld):
 				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: the lock is free", name))
+			case errors.Is(err, coord.ErrOtherToken) && len(info.Holders) > 1:
+				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held under tokens %s, not %d: nothing was revoked",
+					name, tokensOf(info), token))
 			case errors.Is(err, coord.ErrOtherToken):
 				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held by %s under token %d, not %d: nothing was revoked",
 					name, output.Clean(info.Holder), info.Token, token))

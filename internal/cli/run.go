@@ -24,6 +24,7 @@ type runOptions struct {
 	oncePer, onceFor           time.Duration
 	doneExitCode               int
 	anyOrder                   bool
+	slots                      int
 }
 
 func newCmdRun(f *Factory) *cobra.Command {
@@ -108,6 +109,7 @@ deadlock. Take the locks in one run, or nest them in byte order;
 	DurationVarP(fs, &o.oncePer, "once-per", "", 0, false, "--once with the key the start of the current period (UTC, aligned to the Unix epoch)")
 	DurationVarP(fs, &o.onceFor, "once-for", "", coord.DefaultKeep, false, "how long a completion record is kept")
 	fs.IntVar(&o.doneExitCode, "done-exit-code", 0, "exit code when the --once key was already done")
+	fs.IntVar(&o.slots, "slots", 1, "let up to N hold the lock at once (a semaphore); the command gets its slot, 0 to N-1, in $FENCE_SLOT")
 	fs.BoolVar(&o.anyOrder, "any-order", false, "take a lock that sorts before one an enclosing fence run holds (this is how nested runs deadlock)")
 	return cmd
 }
@@ -152,6 +154,12 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
+	if err := checkSlotsFlag(o.slots, len(locks)); err != nil {
+		return err
+	}
+	if o.slots > 1 && key != "" {
+		return usageErrorf("--slots %d and --once/--once-per conflict: a job run at most once needs no more than one holder", o.slots)
+	}
 	cfg, err := f.Config()
 	if err != nil {
 		return err
@@ -176,7 +184,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		TTL: o.ttl, Holder: holder, Wait: wait,
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
-		Once: key, OnceKeep: o.onceFor, DoneExitCode: o.doneExitCode,
+		Once: key, OnceKeep: o.onceFor, DoneExitCode: o.doneExitCode, Slots: o.slots,
 		Verbose: cfg.Verbose, Quiet: cfg.Quiet,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),

@@ -321,6 +321,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		TTL:    p.TTL,
 		Holder: holder,
 		Wait:   p.Wait,
+		Slots:  p.Slots,
 		Process: &coord.ProcessInfo{
 			PIDs: []int{os.Getpid(), r.wd.Process.Pid},
 		},

@@ -88,13 +88,13 @@ type SlotsError struct {
 }
 
 func (e *SlotsError) Error() string {
-	return fmt.Sprintf("%v: lock %q has %s while it has holders or waiters; this caller asked for %s (the holders and waiters of a lock share one --slots; an idle lock takes its next caller's)",
+	return fmt.Sprintf("%v: lock %q has %s while it has holders or waiters; this caller asked for %s: the holders and waiters of a lock share one --slots (an idle lock takes its next caller's)",
 		ErrInvalid, e.Lock, slotsPhrase(e.Have), slotsPhrase(e.Want))
 }
 
 func slotsPhrase(n int) string {
 	if n <= 1 {
-		return "--slots 1 (a plain lock)"
+		return "--slots 1, a plain lock"
 	}
 	return fmt.Sprintf("--slots %d", n)
 }
