@@ -4,6 +4,7 @@
 package locktable
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -337,7 +338,11 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 		cells[colName] = format.Fit(r.Info.Name, w[colName])
 	}
 	if w[colState] > 0 {
-		v := format.Fit(state.String(), w[colState])
+		text := state.String()
+		if state == store.Held && r.Info.Slots > 1 { // a semaphore: "2/3 held"
+			text = fmt.Sprintf("%d/%d held", len(r.Info.Holders), r.Info.Slots)
+		}
+		v := format.Fit(text, w[colState])
 		if styled {
 			switch state {
 			case store.Held:
