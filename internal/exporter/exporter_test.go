@@ -626,3 +626,49 @@ func TestShardEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestSemaphoreHolders: a semaphore's every holder is exported, by slot
+// (fence_lock_slot_token with its holder), beside its slots and how many
+// hold it; a lock has 1 slot.
+func TestSemaphoreHolders(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			c := b.open(t)
+			var ls []*coord.Lease
+			for i := range 2 {
+				l, err := c.Acquire(ctx, "sem", coord.AcquireOptions{TTL: 30 * time.Second, Holder: fmt.Sprintf("h%d", i), Slots: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ls = append(ls, l)
+			}
+			plain, err := c.Acquire(ctx, "plain", coord.AcquireOptions{TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fams := scrape(t, serve(t, recorder(t, b.open(t)), exporter.Options{}))
+			if v := value(t, fams, "fence_lock_slots", "lock", "sem"); v != 3 {
+				t.Errorf("fence_lock_slots{sem} = %v, want 3", v)
+			}
+			if v := value(t, fams, "fence_lock_holders", "lock", "sem"); v != 2 {
+				t.Errorf("fence_lock_holders{sem} = %v, want 2", v)
+			}
+			for _, l := range ls {
+				m, ok := metric(fams, "fence_lock_slot_token", map[string]string{"lock": "sem", "slot": fmt.Sprint(l.Slot), "holder": l.Holder})
+				if !ok || m.GetGauge().GetValue() != float64(l.Token) {
+					t.Errorf("fence_lock_slot_token{sem, slot %d, %s}: %v, want token %d", l.Slot, l.Holder, m, l.Token)
+				}
+			}
+			if v := value(t, fams, "fence_lock_slots", "lock", "plain"); v != 1 {
+				t.Errorf("fence_lock_slots{plain} = %v, want 1", v)
+			}
+			if v := value(t, fams, "fence_lock_holders", "lock", "plain"); v != 1 {
+				t.Errorf("fence_lock_holders{plain} = %v, want 1", v)
+			}
+			for _, l := range append(ls, plain) {
+				_ = c.Release(ctx, l.Name, l.ID)
+			}
+		})
+	}
+}
