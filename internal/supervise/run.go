@@ -330,7 +330,11 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			// meanwhile, as the watchdog does.
 			r.warm.Go(warmUp)
 			if p.Verbose || (!p.Quiet && isTerminal(r.stderr)) {
-				fmt.Fprintf(r.stderr, "fence: waiting for %q, held by %s (token %d)\n", p.Lock, cur.Holder, cur.Token)
+				if cur.Slots > 1 {
+					fmt.Fprintf(r.stderr, "fence: waiting for %q, %d of its %d slots held (the oldest by %s, token %d)\n", p.Lock, len(cur.Holders), cur.Slots, cur.Holder, cur.Token)
+				} else {
+					fmt.Fprintf(r.stderr, "fence: waiting for %q, held by %s (token %d)\n", p.Lock, cur.Holder, cur.Token)
+				}
 			}
 		},
 	}
