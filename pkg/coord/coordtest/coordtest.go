@@ -146,6 +146,8 @@ var cases = []struct {
 	{"Slots", (*suite).slots},
 	{"SlotsMixed", (*suite).slotsMixed},
 	{"SlotsLimit", (*suite).slotsLimit},
+	{"SlotsBurst", (*suite).slotsBurst},
+	{"SlotsChurn", (*suite).slotsChurn},
 }
 
 // client opens a new client that is closed when t ends.

@@ -137,6 +137,7 @@ func TestSuiteCatches(t *testing.T) {
 		{"slots-over", "Slots"},
 		{"slot-not-lowest", "Slots"},
 		{"slots-mixed", "SlotsMixed"},
+		{"lifo", "SlotsBurst"},
 	} {
 		t.Run(c.bug+"/"+c.test, func(t *testing.T) {
 			t.Parallel()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -214,3 +215,117 @@ func (s *suite) slotsLimit(t *testing.T) {
 const shortWait = 300 * time.Millisecond
 
 func afterShort() <-chan time.Time { return time.After(shortWait) }
+
+// slotsBurst: when every holder of a full semaphore leaves at once, the
+// freed slots go to the first waiters in line, and the next ones only as
+// those leave: grants are first come, first served, and their tokens grow
+// in that order (a backend whose token is fixed when the waiter queues, as
+// etcd's create revision is, must grant in queue order for that).
+func (s *suite) slotsBurst(t *testing.T) {
+	const n, waiters = 3, 6
+	name := s.name(t, "burst")
+	var holders []*coord.Lease
+	for i := range n {
+		holders = append(holders, acquire(t, s.client(t), name, coord.AcquireOptions{Holder: fmt.Sprintf("h%d", i), Slots: n}))
+	}
+	cx := ctx(t)
+	chans := make([]<-chan result, waiters)
+	for i := range chans {
+		queued := make(chan struct{})
+		chans[i] = goAcquire(cx, s.client(t), name, coord.AcquireOptions{Holder: fmt.Sprintf("w%d", i), Slots: n,
+			Wait: coord.WaitForever, OnWait: notify(queued)})
+		signalled(t, queued, fmt.Sprintf("waiter %d queued", i))
+	}
+	var last uint64
+	for round := range waiters / n {
+		// All at once.
+		var wg sync.WaitGroup
+		for _, l := range holders {
+			wg.Go(func() { release(t, s.client(t), l) })
+		}
+		wg.Wait()
+		holders = holders[:0]
+		for i := round * n; i < (round+1)*n; i++ {
+			r := await(t, chans[i], fmt.Sprintf("waiter %d, in round %d", i, round))
+			if r.err != nil {
+				t.Fatalf("waiter %d: %v", i, r.err)
+			}
+			if r.l.Token <= last {
+				t.Errorf("waiter %d got token %d after a waiter ahead of it got %d: grants out of queue order", i, r.l.Token, last)
+			}
+			last = r.l.Token
+			holders = append(holders, r.l)
+		}
+		for j := (round + 1) * n; j < waiters; j++ {
+			select {
+			case r := <-chans[j]:
+				t.Fatalf("waiter %d (token %d) got in while waiters %d..%d, ahead of it, took the %d freed slots", j, r.l.Token, round*n, (round+1)*n-1, n)
+			case <-afterShort():
+			}
+		}
+	}
+	for _, l := range holders {
+		release(t, s.client(t), l)
+	}
+}
+
+// slotsChurn: workers that take and leave a semaphore in a loop, from
+// clients of their own: never more than its slots hold at once, a slot has
+// one holder at a time, and each slot's tokens grow from holder to holder
+// (the holder before checked in before it released, so the next one's
+// token must be larger: a grant out of queue order gives a newcomer a
+// token its predecessor in the slot may exceed, on a backend whose token
+// is fixed at queueing).
+func (s *suite) slotsChurn(t *testing.T) {
+	const n, workers, rounds = 3, 8, 12
+	name := s.name(t, "churn")
+	var (
+		mu      sync.Mutex
+		inside  = map[int]uint64{} // slot -> token
+		lastTok = map[int]uint64{}
+		most    int
+	)
+	cx := ctx(t)
+	var wg sync.WaitGroup
+	for w := range workers {
+		c := s.client(t)
+		wg.Go(func() {
+			for r := range rounds {
+				l, err := acquireCtx(cx, t, c, name, coord.AcquireOptions{Holder: fmt.Sprintf("w%d.%d", w, r), Slots: n, Wait: coord.WaitForever})
+				if err != nil {
+					t.Errorf("worker %d round %d: %v", w, r, err)
+					return
+				}
+				mu.Lock()
+				if tok, ok := inside[l.Slot]; ok {
+					t.Errorf("token %d got slot %d while token %d held it", l.Token, l.Slot, tok)
+				}
+				if l.Slot < 0 || l.Slot >= n {
+					t.Errorf("token %d got slot %d of %d", l.Token, l.Slot, n)
+				}
+				if l.Token <= lastTok[l.Slot] {
+					t.Errorf("token %d got slot %d after token %d held it: a slot's tokens must grow", l.Token, l.Slot, lastTok[l.Slot])
+				}
+				inside[l.Slot], lastTok[l.Slot] = l.Token, l.Token
+				most = max(most, len(inside))
+				if len(inside) > n {
+					t.Errorf("%d holders of a semaphore of %d slots", len(inside), n)
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(r%3) * time.Millisecond)
+				mu.Lock()
+				delete(inside, l.Slot)
+				mu.Unlock()
+				if err := c.Release(cx, name, l.ID); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d workers x %d rounds on %d slots: at most %d held at once", workers, rounds, n, most)
+	if most < 2 {
+		t.Errorf("%d workers on %d slots were never 2 holders at once", workers, n)
+	}
+}
