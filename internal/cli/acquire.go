@@ -47,6 +47,9 @@ unreachable, bad input), it prints "(exit N)" instead, N being its exit code, so
 that the eval fails with that code. Write 'eval "$(fence acquire ...)" || exit $?'
 and the script stops there, with or without set -e.
 
+--slots N takes one of N slots of LOCK (a semaphore, as 'fence run --slots'):
+-o env then prints FENCE_SLOT too, text and -o json the slot.
+
 Several locks (fence acquire A B C) are taken in byte order of their names,
 whatever the order given (so that no two fence users deadlock), all or none
 within --wait: when one is busy, those taken are released and acquire exits 75

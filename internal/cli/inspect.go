@@ -24,8 +24,9 @@ func newCmdCheck(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check LOCK --token N",
 		Short: "Tell whether N is the token of the live holder",
-		Long: `Exit 0 when N is the fencing token of LOCK's live holder, else 1 with the
-reason on stderr. Prints nothing on success.
+		Long: `Exit 0 when N is the fencing token of LOCK's live holder (of any of its
+holders, for a semaphore taken with --slots), else 1 with the reason on stderr.
+Prints nothing on success.
 
 The answer may be out of date as soon as it is given: storage that must refuse
 stale writers compares tokens itself (see 'fence guard').`,

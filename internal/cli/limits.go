@@ -85,7 +85,8 @@ Where several limits cover a lock (its own, prefixes), the smallest binds.
 
 The limit persists (on the coordinator) until 'fence thaw'. It is checked with
 every grant: once this command returns, no lock it covers gets a holder beyond
-it. Holders above it run on unless --revoke is given; waiters keep their place
+it. Holders above it run on unless --revoke is given (then they are ended,
+newest first, as 'fence revoke --token' does); waiters keep their place
 in the queue and proceed, in order, when the limit allows. A caller that does
 not wait (-n) gets exit 75 with the reason and who set the limit. Limits show
 in status, list, show, top, the history and the exporter's metrics.`,

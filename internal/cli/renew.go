@@ -179,9 +179,10 @@ on both coordinators. When the holder has not released by --timeout (it is
 frozen, say), or at once with --force, fence ends the lease itself; a lease
 with no 'fence run' attached (taken with 'fence acquire') is ended at once.
 
---token N revokes only the holder with token N. Prints the lease it ended;
-exits 0, or 1 when the lock is free or, with --token, held under another
-token.`,
+--token N revokes only the holder with token N. A lock with several holders
+(a semaphore, --slots) needs it: without --token, revoke refuses with exit 125
+and lists their tokens. Prints the lease it ended; exits 0, or 1 when the lock
+is free or, with --token, held under another token.`,
 		Example: `  fence revoke nightly-backup
   fence revoke nightly-backup --token 42 --timeout 30s
   fence revoke nightly-backup --force`,

@@ -69,6 +69,16 @@ the next attempt runs it. A lease lost before the record is written is exit
 periods aligned to the Unix epoch: --once-per 24h is one run per UTC day).
 Records are kept for --once-for (default 30 days); see 'fence once'.
 
+--slots N lets up to N hold LOCK at once (a semaphore; 1, the default, is a
+lock): waiters are served first come, first served, and COMMAND gets its slot
+in FENCE_SLOT (0 to N-1, the lowest free one; 0 for a lock) and a token of its
+own, larger than every token issued before for the lock. Fence a per-slot
+resource with a guard key that includes the slot. Every holder and waiter of a
+lock uses the same N: another N while it has holders or waiters is refused
+with exit 125 naming both (an idle lock takes the next caller's). --slots takes
+one lock and does not go with --once. 'fence limit LOCK 1' makes a semaphore's
+runs strictly serial.
+
 Several locks (fence run A B C -- COMMAND) are always taken in byte order of
 their names, whatever the order given, so that two runs that need overlapping
 sets never deadlock; all or none within --wait (the locks taken are released
@@ -86,6 +96,7 @@ deadlock. Take the locks in one run, or nest them in byte order;
   fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'
   fence run -q billing --once-per 24h -- /usr/local/bin/charge-customers
   fence run migrate --once "schema-v42" -- ./migrate up
+  fence run backups --slots 3 --shell -- 'backup --target "pool-$FENCE_SLOT" --token "$FENCE_TOKEN"'
   fence run db/orders db/invoices --wait 1m --shell -- './compute-and-store.sh "$FENCE_TOKEN_1" "$FENCE_TOKEN_2"'`,
 		Args:              runArgs,
 		ValidArgsFunction: completeLocks(f),
