@@ -426,32 +426,33 @@ func (col *Collector) apply(info coord.LockInfo, fromWatch bool) {
 		if !st.info.Held {
 			return // its end was seen already: stale
 		}
-		st.info, st.seen = info, now // same holder: renewed, waiters changed
+		col.endSection(st, info, now) // a semaphore's other holders may have left
+		st.info, st.seen = info, now  // same holder: renewed, waiters changed
 		if fromWatch {
 			st.confirmed = true
 		}
 	case info.Held:
-		col.endSection(st, now)
+		col.endSection(st, info, now)
 		st.info, st.seen, st.maxToken, st.confirmed = info, now, top, fromWatch
 	default: // free
 		if st.info.Held && fromWatch && !st.confirmed {
 			return // may be the end of an older lease; the next List tells
 		}
-		col.endSection(st, now)
+		col.endSection(st, info, now)
 		st.info, st.seen, st.confirmed = info, now, false
 	}
 }
 
-// endSection observes the critical section of the holder in st, if any.
-func (col *Collector) endSection(st *lockState, now time.Time) {
-	if !st.info.Held || st.info.AcquiredAt.IsZero() {
-		return
+// endSection observes the critical section of each holder in st that next,
+// the lock's new state, no longer has (a lock's one holder; each holder of
+// a semaphore that left).
+func (col *Collector) endSection(st *lockState, next coord.LockInfo, now time.Time) {
+	for _, h := range st.info.AllHolders() {
+		if _, stays := next.HeldBy(h.Token); stays || h.AcquiredAt.IsZero() {
+			continue
+		}
+		col.sections.WithLabelValues(st.info.Name).Observe(max(0, now.Sub(h.AcquiredAt).Seconds()))
 	}
-	d := now.Sub(st.info.AcquiredAt).Seconds()
-	if d < 0 {
-		d = 0
-	}
-	col.sections.WithLabelValues(st.info.Name).Observe(d)
 }
 
 func (col *Collector) state(name string) *lockState {

@@ -370,6 +370,48 @@ func TestWatchSeesEverySection(t *testing.T) {
 	}
 }
 
+// TestWatchSeesEverySemaphoreSection: each holder of a semaphore that
+// leaves is a critical section of its own, also while other holders stay.
+func TestWatchSeesEverySemaphoreSection(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			url := serve(t, b.open(t), exporter.Options{})
+			drv := b.open(t)
+			scrape(t, url) // the exporter runs
+			var ls []*coord.Lease
+			for range 3 {
+				l, err := drv.Acquire(ctxT(t), "sem", coord.AcquireOptions{TTL: 30 * time.Second, Slots: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ls = append(ls, l)
+			}
+			// sections waits until the watch has seen the holders, then
+			// wants want sections observed.
+			sections := func(holders int, want uint64) {
+				t.Helper()
+				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					fams := scrape(t, url)
+					n, _ := histogram(t, fams, "sem")
+					if n == want && value(t, fams, "fence_lock_holders", "lock", "sem") == float64(holders) {
+						return
+					}
+					if n > want || time.Now().After(deadline) {
+						t.Fatalf("%d holders of a semaphore: %d critical sections observed, want %d", holders, n, want)
+					}
+				}
+			}
+			sections(3, 0) // new holders end no section
+			for i, l := range ls {
+				if err := drv.Release(ctxT(t), "sem", l.ID); err != nil {
+					t.Fatal(err)
+				}
+				sections(len(ls)-1-i, uint64(i+1))
+			}
+		})
+	}
+}
+
 // TestNoHistory: a coordinator without history exports no history metrics.
 func TestNoHistory(t *testing.T) {
 	b := backends(t)[0]
