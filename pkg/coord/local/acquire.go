@@ -183,6 +183,10 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			if len(w.busy) > 0 || len(st.Queue) > 0 {
 				return ch, pruned, &coord.SlotsError{Lock: a.f.name, Have: have, Want: want}
 			}
+			// Idle: what is on record of its holders has ended.
+			for _, e := range w.ended {
+				st.remove(e)
+			}
 			st.Slots = 0
 			if want > 1 {
 				st.Slots = want
