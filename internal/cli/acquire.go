@@ -24,6 +24,7 @@ type acquireOptions struct {
 	wait     time.Duration
 	noWait   bool
 	format   string
+	slots    int
 }
 
 func newCmdAcquire(f *Factory) *cobra.Command {
@@ -45,6 +46,9 @@ for the shell, for eval. When no lease was taken (busy, interrupted, coordinator
 unreachable, bad input), it prints "(exit N)" instead, N being its exit code, so
 that the eval fails with that code. Write 'eval "$(fence acquire ...)" || exit $?'
 and the script stops there, with or without set -e.
+
+--slots N takes one of N slots of LOCK (a semaphore, as 'fence run --slots'):
+-o env then prints FENCE_SLOT too, text and -o json the slot.
 
 Several locks (fence acquire A B C) are taken in byte order of their names,
 whatever the order given (so that no two fence users deadlock), all or none
@@ -71,6 +75,7 @@ enclosing fence run holds; --any-order allows it.`,
 	DurationVarP(cmd.Flags(), &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
 	cmd.Flags().BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
 	formatFlag(cmd, &o.format, output.Text, output.JSON, output.Env)
+	cmd.Flags().IntVar(&o.slots, "slots", 1, "let up to N hold the lock at once (a semaphore); prints the slot taken, 0 to N-1")
 	cmd.Flags().BoolVar(&o.anyOrder, "any-order", false, "take a lock that sorts before one an enclosing fence run holds (this is how nested fences deadlock)")
 	return cmd
 }
@@ -81,6 +86,9 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 		return err
 	}
 	if err := coord.ValidateTTL(o.ttl); err != nil {
+		return err
+	}
+	if err := checkSlotsFlag(o.slots, len(o.locks)); err != nil {
 		return err
 	}
 	wait := coord.WaitForever
@@ -113,7 +121,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 			return err
 		}
 		lease, err = c.Acquire(ctx, lock, coord.AcquireOptions{
-			TTL: o.ttl, Holder: holder, Wait: wait,
+			TTL: o.ttl, Holder: holder, Wait: wait, Slots: o.slots,
 			OnWait: func(cur coord.LockInfo) {
 				f.verbosef("waiting for %s (token %d)", output.Clean(cur.Holder), cur.Token)
 			},
@@ -133,15 +141,35 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	case output.Env:
 		_, err := fmt.Fprintf(out, "FENCE_LOCK=%s\nFENCE_TOKEN=%d\nFENCE_LEASE_ID=%s\n",
 			output.ShellQuote(lease.Name), lease.Token, output.ShellQuote(lease.ID))
+		if err == nil && o.slots > 1 {
+			_, err = fmt.Fprintf(out, "FENCE_SLOT=%d\n", lease.Slot)
+		}
 		return err
 	}
-	return output.WriteFields(out, []output.Field{
+	fields := []output.Field{
 		{Key: "lock", Value: lease.Name},
 		{Key: "token", Value: fmt.Sprint(lease.Token)},
 		{Key: "lease_id", Value: lease.ID},
 		{Key: "holder", Value: lease.Holder},
 		{Key: "ttl", Value: output.Duration(lease.TTL)},
-	})
+	}
+	if o.slots > 1 {
+		fields = append(fields, output.Field{Key: "slot", Value: fmt.Sprint(lease.Slot)})
+	}
+	return output.WriteFields(out, fields)
+}
+
+// checkSlotsFlag checks --slots N of run and acquire: 1 to coord.MaxSlots,
+// and above 1 only for one lock (several locks and one semaphore have no
+// clear meaning together).
+func checkSlotsFlag(n, locks int) error {
+	switch {
+	case n < 1 || n > coord.MaxSlots:
+		return usageErrorf("--slots %d is out of range: give 1 (a lock, the default) to %d", n, coord.MaxSlots)
+	case n > 1 && locks > 1:
+		return usageErrorf("--slots %d takes one lock, not %d: take each semaphore with a fence of its own", n, locks)
+	}
+	return nil
 }
 
 // requestsEnv reports whether fence's arguments args ask for -o env

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/fence-dev/fence/pkg/history"
 
@@ -23,8 +24,9 @@ func newCmdCheck(f *Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check LOCK --token N",
 		Short: "Tell whether N is the token of the live holder",
-		Long: `Exit 0 when N is the fencing token of LOCK's live holder, else 1 with the
-reason on stderr. Prints nothing on success.
+		Long: `Exit 0 when N is the fencing token of LOCK's live holder (of any of its
+holders, for a semaphore taken with --slots), else 1 with the reason on stderr.
+Prints nothing on success.
 
 The answer may be out of date as soon as it is given: storage that must refuse
 stale writers compares tokens itself (see 'fence guard').`,
@@ -51,10 +53,13 @@ func runCheck(ctx context.Context, f *Factory, o *checkOptions) error {
 		if err != nil {
 			return fmt.Errorf("check %s: %w", output.Clean(o.lock), err)
 		}
+		_, live := info.HeldBy(token) // any holder of a semaphore
 		switch {
 		case !info.Held:
 			return exitcode.New(exitcode.No, fmt.Errorf("%s is free: token %d is not live", output.Clean(o.lock), token))
-		case info.Token != token:
+		case !live && len(info.Holders) > 1:
+			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with tokens %s, not %d", output.Clean(o.lock), tokensOf(info), token))
+		case !live:
 			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with token %d, not %d", output.Clean(o.lock), info.Token, token))
 		}
 		return nil
@@ -228,4 +233,16 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		}
 		return output.WriteTable(out, f.IO.IsStdoutTTY(), eventHeader, rows)
 	})
+}
+
+// tokensOf lists the tokens of a lock's holders: "5, 6, 9".
+func tokensOf(i coord.LockInfo) string {
+	var b strings.Builder
+	for k, h := range i.AllHolders() {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, h.Token)
+	}
+	return b.String()
 }

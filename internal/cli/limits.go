@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -84,7 +86,8 @@ Where several limits cover a lock (its own, prefixes), the smallest binds.
 
 The limit persists (on the coordinator) until 'fence thaw'. It is checked with
 every grant: once this command returns, no lock it covers gets a holder beyond
-it. Holders above it run on unless --revoke is given; waiters keep their place
+it. Holders above it run on unless --revoke is given (then they are ended,
+newest first, as 'fence revoke --token' does); waiters keep their place
 in the queue and proceed, in order, when the limit allows. A caller that does
 not wait (-n) gets exit 75 with the reason and who set the limit. Limits show
 in status, list, show, top, the history and the exporter's metrics.`,
@@ -237,21 +240,27 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 			return nil
 		}
 		for _, i := range infos {
-			// One holder per lock: it is above the limit only when the
-			// limit is 0.
-			if !i.Held || o.max >= 1 {
-				continue
+			// The holders above the limit, newest first (a lock has one
+			// holder, a semaphore up to its slots), each named by its
+			// token.
+			hs := slices.Clone(i.AllHolders())
+			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
+			revoked := false
+			for _, h := range hs[:max(0, len(hs)-o.max)] {
+				ro := &revokeOptions{lock: i.Name, format: string(output.Text), token: strconv.FormatUint(h.Token, 10)}
+				if format == output.JSON {
+					ro.format = string(output.JSON)
+				}
+				if err := revokeWith(ctx, f, c, ro, false); exitcode.Code(err) == exitcode.No {
+					continue // gone by now
+				} else if err != nil {
+					return fmt.Errorf("%s %s: the limit is set; revoking the holder of %s (token %d): %w", cmdWord(res.Action), output.Clean(l.Scope()), output.Clean(i.Name), h.Token, err)
+				}
+				revoked = true
 			}
-			ro := &revokeOptions{lock: i.Name, format: string(output.Text)}
-			if format == output.JSON {
-				ro.format = string(output.JSON)
+			if revoked {
+				res.Revoked = append(res.Revoked, i.Name)
 			}
-			if err := revokeWith(ctx, f, c, ro, false); exitcode.Code(err) == exitcode.No {
-				continue // free by now, or held by another (newer) holder
-			} else if err != nil {
-				return fmt.Errorf("%s %s: the limit is set; revoking the holder of %s: %w", cmdWord(res.Action), output.Clean(l.Scope()), output.Clean(i.Name), err)
-			}
-			res.Revoked = append(res.Revoked, i.Name)
 		}
 		return nil
 	})

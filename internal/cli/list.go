@@ -174,10 +174,13 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 	if limited {
 		header = append(slices.Clip(listHeader), limitHeader)
 	}
-	for i, info := range infos {
-		rows[i] = listRow(info, now)
-		if limited {
-			rows[i] = append(rows[i], limitCell(info.Limit))
+	rows = rows[:0]
+	for _, info := range infos {
+		for _, row := range listRows(info, now) {
+			if limited {
+				row = append(row, limitCell(info.Limit))
+			}
+			rows = append(rows, row)
 		}
 	}
 	var buf bytes.Buffer

@@ -91,7 +91,7 @@ func TestListJSONSameOnAndOffTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	fields := []string{"name", "held", "holder", "token", "lease_id", "ttl_seconds", "ttl_left_seconds",
-		"acquired_at", "held_for_seconds", "waiters", "queue", "last_token", "process", "limit"}
+		"acquired_at", "held_for_seconds", "waiters", "queue", "last_token", "process", "limit", "slots", "holders"}
 	for _, m := range got {
 		if len(m) != len(fields) {
 			t.Errorf("%v: %d fields, want %d", m["name"], len(m), len(fields))

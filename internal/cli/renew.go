@@ -180,9 +180,10 @@ on both coordinators. When the holder has not released by --timeout (it is
 frozen, say), or at once with --force, fence ends the lease itself; a lease
 with no 'fence run' attached (taken with 'fence acquire') is ended at once.
 
---token N revokes only the holder with token N. Prints the lease it ended;
-exits 0, or 1 when the lock is free or, with --token, held under another
-token.`,
+--token N revokes only the holder with token N. A lock with several holders
+(a semaphore, --slots) needs it: without --token, revoke refuses with exit 125
+and lists their tokens. Prints the lease it ended; exits 0, or 1 when the lock
+is free or, with --token, held under another token.`,
 		Example: `  fence revoke nightly-backup
   fence revoke nightly-backup --token 42 --timeout 30s
   fence revoke nightly-backup --force`,
@@ -244,6 +245,9 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 			switch {
 			case errors.Is(err, coord.ErrNotHeld):
 				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: the lock is free", name))
+			case errors.Is(err, coord.ErrOtherToken) && len(info.Holders) > 1:
+				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held under tokens %s, not %d: nothing was revoked",
+					name, tokensOf(info), token))
 			case errors.Is(err, coord.ErrOtherToken):
 				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held by %s under token %d, not %d: nothing was revoked",
 					name, output.Clean(info.Holder), info.Token, token))

@@ -24,6 +24,7 @@ type runOptions struct {
 	oncePer, onceFor           time.Duration
 	doneExitCode               int
 	anyOrder                   bool
+	slots                      int
 }
 
 func newCmdRun(f *Factory) *cobra.Command {
@@ -68,6 +69,16 @@ the next attempt runs it. A lease lost before the record is written is exit
 periods aligned to the Unix epoch: --once-per 24h is one run per UTC day).
 Records are kept for --once-for (default 30 days); see 'fence once'.
 
+--slots N lets up to N hold LOCK at once (a semaphore; 1, the default, is a
+lock): waiters are served first come, first served, and COMMAND gets its slot
+in FENCE_SLOT (0 to N-1, the lowest free one; 0 for a lock) and a token of its
+own, larger than every token issued before for the lock. Fence a per-slot
+resource with a guard key that includes the slot. Every holder and waiter of a
+lock uses the same N: another N while it has holders or waiters is refused
+with exit 125 naming both (an idle lock takes the next caller's). --slots takes
+one lock and does not go with --once. 'fence limit LOCK 1' makes a semaphore's
+runs strictly serial.
+
 Several locks (fence run A B C -- COMMAND) are always taken in byte order of
 their names, whatever the order given, so that two runs that need overlapping
 sets never deadlock; all or none within --wait (the locks taken are released
@@ -85,6 +96,7 @@ deadlock. Take the locks in one run, or nest them in byte order;
   fence run report --deadline 10m --shell -- 'generate | upload "$FENCE_TOKEN"'
   fence run -q billing --once-per 24h -- /usr/local/bin/charge-customers
   fence run migrate --once "schema-v42" -- ./migrate up
+  fence run backups --slots 3 --shell -- 'backup --target "pool-$FENCE_SLOT" --token "$FENCE_TOKEN"'
   fence run db/orders db/invoices --wait 1m --shell -- './compute-and-store.sh "$FENCE_TOKEN_1" "$FENCE_TOKEN_2"'`,
 		Args:              runArgs,
 		ValidArgsFunction: completeLocks(f),
@@ -108,6 +120,7 @@ deadlock. Take the locks in one run, or nest them in byte order;
 	DurationVarP(fs, &o.oncePer, "once-per", "", 0, false, "--once with the key the start of the current period (UTC, aligned to the Unix epoch)")
 	DurationVarP(fs, &o.onceFor, "once-for", "", coord.DefaultKeep, false, "how long a completion record is kept")
 	fs.IntVar(&o.doneExitCode, "done-exit-code", 0, "exit code when the --once key was already done")
+	fs.IntVar(&o.slots, "slots", 1, "let up to N hold the lock at once (a semaphore); the command gets its slot, 0 to N-1, in $FENCE_SLOT")
 	fs.BoolVar(&o.anyOrder, "any-order", false, "take a lock that sorts before one an enclosing fence run holds (this is how nested runs deadlock)")
 	return cmd
 }
@@ -152,6 +165,12 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
+	if err := checkSlotsFlag(o.slots, len(locks)); err != nil {
+		return err
+	}
+	if o.slots > 1 && key != "" {
+		return usageErrorf("--slots %d and --once/--once-per conflict: a job run at most once needs no more than one holder", o.slots)
+	}
 	cfg, err := f.Config()
 	if err != nil {
 		return err
@@ -176,7 +195,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		TTL: o.ttl, Holder: holder, Wait: wait,
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
-		Once: key, OnceKeep: o.onceFor, DoneExitCode: o.doneExitCode,
+		Once: key, OnceKeep: o.onceFor, DoneExitCode: o.doneExitCode, Slots: o.slots,
 		Verbose: cfg.Verbose, Quiet: cfg.Quiet, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),

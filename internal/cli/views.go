@@ -35,6 +35,41 @@ type lockView struct {
 	// Limit is the operator limit that binds the lock (fence limit,
 	// freeze), null when none does.
 	Limit *limitView `json:"limit" yaml:"limit"`
+	// Slots is the lock's slots (1 for a lock, N for a semaphore taken
+	// with --slots N) and Holders every holder, oldest first (the holder
+	// fields above describe the first).
+	Slots   int          `json:"slots" yaml:"slots"`
+	Holders []holderView `json:"holders" yaml:"holders"`
+}
+
+// holderView is one holder of a lock.
+type holderView struct {
+	Slot           int          `json:"slot" yaml:"slot"`
+	Holder         string       `json:"holder" yaml:"holder"`
+	Token          uint64       `json:"token" yaml:"token"`
+	LeaseID        string       `json:"lease_id" yaml:"lease_id"`
+	TTLSeconds     float64      `json:"ttl_seconds" yaml:"ttl_seconds"`
+	TTLLeftSeconds float64      `json:"ttl_left_seconds" yaml:"ttl_left_seconds"`
+	AcquiredAt     *string      `json:"acquired_at" yaml:"acquired_at"`
+	HeldForSeconds *float64     `json:"held_for_seconds" yaml:"held_for_seconds"`
+	Process        *processView `json:"process" yaml:"process"`
+}
+
+func newHolderViews(i coord.LockInfo, now time.Time) []holderView {
+	out := []holderView{}
+	for _, h := range i.AllHolders() {
+		v := holderView{Slot: h.Slot, Holder: h.Holder, Token: h.Token, LeaseID: h.LeaseID,
+			TTLSeconds: output.Seconds(h.TTL), TTLLeftSeconds: output.Seconds(max(h.TTLLeft, 0)),
+			AcquiredAt: output.Time(h.AcquiredAt)}
+		if !h.AcquiredAt.IsZero() {
+			v.HeldForSeconds = ptr(output.Seconds(coord.LockInfo{Held: true, AcquiredAt: h.AcquiredAt}.HeldFor(now)))
+		}
+		if p := h.Process; p != nil {
+			v.Process = &processView{PIDs: append([]int{}, p.PIDs...), PGID: p.PGID}
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 type processView struct {
@@ -67,7 +102,7 @@ func ptr[T any](v T) *T { return &v }
 
 func newLockView(i coord.LockInfo, now time.Time) lockView {
 	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, Queue: newQueueView(i.Queue, now), LastToken: i.LastToken,
-		Limit: newLimitView(i.Limit)}
+		Limit: newLimitView(i.Limit), Slots: coord.SlotsOf(i.Slots), Holders: newHolderViews(i, now)}
 	if i.Held {
 		v.Holder = ptr(i.Holder)
 		v.Token = ptr(i.Token)
@@ -85,6 +120,9 @@ func newLockView(i coord.LockInfo, now time.Time) lockView {
 	if i.Process != nil {
 		v.Process = &processView{PIDs: append([]int{}, i.Process.PIDs...), PGID: i.Process.PGID}
 	}
+	for _, h := range i.Holders {
+		v.LastToken = max(v.LastToken, h.Token)
+	}
 	return v
 }
 
@@ -96,12 +134,14 @@ type leaseView struct {
 	Holder     string  `json:"holder" yaml:"holder"`
 	TTLSeconds float64 `json:"ttl_seconds" yaml:"ttl_seconds"`
 	AcquiredAt *string `json:"acquired_at" yaml:"acquired_at"`
+	// Slot is the slot taken of a semaphore (--slots), 0 for a lock.
+	Slot int `json:"slot" yaml:"slot"`
 }
 
 func newLeaseView(l *coord.Lease) leaseView {
 	return leaseView{
 		Lock: l.Name, Token: l.Token, LeaseID: l.ID, Holder: l.Holder,
-		TTLSeconds: output.Seconds(l.TTL), AcquiredAt: output.Time(l.AcquiredAt),
+		TTLSeconds: output.Seconds(l.TTL), AcquiredAt: output.Time(l.AcquiredAt), Slot: l.Slot,
 	}
 }
 
@@ -183,9 +223,13 @@ func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 		}
 		return fs
 	}
+	state := "held"
+	if i.Slots > 1 {
+		state = fmt.Sprintf("held (%d/%d slots)", len(i.Holders), i.Slots)
+	}
 	fs := []output.Field{
 		{Key: "lock", Value: i.Name},
-		{Key: "state", Value: "held"},
+		{Key: "state", Value: state},
 		{Key: "holder", Value: i.Holder},
 		{Key: "token", Value: strconv.FormatUint(i.Token, 10)},
 		{Key: "lease_id", Value: i.LeaseID},
@@ -200,6 +244,12 @@ func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 	}
 	if i.Limit != nil {
 		fs = append(fs, output.Field{Key: "limit", Value: limitText(i.Limit)})
+	}
+	// A semaphore: every holder, one line each (the fields above are the
+	// oldest's).
+	for _, h := range i.Holders {
+		fs = append(fs, output.Field{Key: fmt.Sprintf("slot %d", h.Slot), Value: fmt.Sprintf("%s, token %d, lease %s, ttl left %s, held for %s",
+			h.Holder, h.Token, h.LeaseID, output.Duration(h.TTLLeft), output.Duration(coord.LockInfo{Held: true, AcquiredAt: h.AcquiredAt}.HeldFor(now)))})
 	}
 	return fs
 }
@@ -246,6 +296,23 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// listRows are the rows of a lock in the table of locks: one, or one per
+// holder of a semaphore (its name followed by [SLOT]).
+func listRows(i coord.LockInfo, now time.Time) [][]string {
+	if i.Slots <= 1 || len(i.Holders) == 0 {
+		return [][]string{listRow(i, now)}
+	}
+	var rows [][]string
+	for _, h := range i.Holders {
+		one := i
+		one.SetHolders(0, []coord.HolderInfo{h})
+		row := listRow(one, now)
+		row[0] = fmt.Sprintf("%s[%d]", i.Name, h.Slot)
+		rows = append(rows, row)
+	}
+	return rows
 }
 
 // listHeader and listRow are the table form of locks. limitHeader is the

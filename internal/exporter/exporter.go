@@ -229,6 +229,12 @@ var (
 		"Processes queued for the lock.", []string{"lock"}, nil)
 	descHolder = prometheus.NewDesc("fence_lock_holder_info",
 		"The lock's holder, as a label; 1 while held.", []string{"lock", "holder"}, nil)
+	descSlots = prometheus.NewDesc("fence_lock_slots",
+		"The lock's slots: 1 for a lock, N for a semaphore (--slots N) with holders or waiters.", []string{"lock"}, nil)
+	descHolders = prometheus.NewDesc("fence_lock_holders",
+		"How many hold the lock (a semaphore: up to its slots).", []string{"lock"}, nil)
+	descSlotToken = prometheus.NewDesc("fence_lock_slot_token",
+		"Fencing token of the holder of each held slot of a semaphore, with its holder as a label.", []string{"lock", "slot", "holder"}, nil)
 	descRenewalFailures = prometheus.NewDesc("fence_lock_renewal_failures_total",
 		"Failed lease renewals recorded in the lock's history.", []string{"lock"}, nil)
 	descStale = prometheus.NewDesc("fence_lock_stale_refusals_total",
@@ -408,39 +414,45 @@ func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 func (col *Collector) apply(info coord.LockInfo, fromWatch bool) {
 	st := col.state(info.Name)
 	now := time.Now()
+	// A semaphore's state is as new as its newest holder.
+	top := info.Token
+	for _, h := range info.Holders {
+		top = max(top, h.Token)
+	}
 	switch {
-	case info.Held && info.Token < st.maxToken:
+	case info.Held && top < st.maxToken:
 		return // an older holder: stale
-	case info.Held && info.Token == st.maxToken && st.maxToken != 0:
+	case info.Held && top == st.maxToken && st.maxToken != 0:
 		if !st.info.Held {
 			return // its end was seen already: stale
 		}
-		st.info, st.seen = info, now // same holder: renewed, waiters changed
+		col.endSection(st, info, now) // a semaphore's other holders may have left
+		st.info, st.seen = info, now  // same holder: renewed, waiters changed
 		if fromWatch {
 			st.confirmed = true
 		}
 	case info.Held:
-		col.endSection(st, now)
-		st.info, st.seen, st.maxToken, st.confirmed = info, now, info.Token, fromWatch
+		col.endSection(st, info, now)
+		st.info, st.seen, st.maxToken, st.confirmed = info, now, top, fromWatch
 	default: // free
 		if st.info.Held && fromWatch && !st.confirmed {
 			return // may be the end of an older lease; the next List tells
 		}
-		col.endSection(st, now)
+		col.endSection(st, info, now)
 		st.info, st.seen, st.confirmed = info, now, false
 	}
 }
 
-// endSection observes the critical section of the holder in st, if any.
-func (col *Collector) endSection(st *lockState, now time.Time) {
-	if !st.info.Held || st.info.AcquiredAt.IsZero() {
-		return
+// endSection observes the critical section of each holder in st that next,
+// the lock's new state, no longer has (a lock's one holder; each holder of
+// a semaphore that left).
+func (col *Collector) endSection(st *lockState, next coord.LockInfo, now time.Time) {
+	for _, h := range st.info.AllHolders() {
+		if _, stays := next.HeldBy(h.Token); stays || h.AcquiredAt.IsZero() {
+			continue
+		}
+		col.sections.WithLabelValues(st.info.Name).Observe(max(0, now.Sub(h.AcquiredAt).Seconds()))
 	}
-	d := now.Sub(st.info.AcquiredAt).Seconds()
-	if d < 0 {
-		d = 0
-	}
-	col.sections.WithLabelValues(st.info.Name).Observe(d)
 }
 
 func (col *Collector) state(name string) *lockState {
@@ -510,7 +522,7 @@ func (col *Collector) readHistory(ctx context.Context) {
 
 // Describe implements prometheus.Collector.
 func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHeld, descToken, descTTL, descHeldFor, descWaiters, descHolder, descFrozen, descLimit, descCoordUp} {
+	for _, d := range []*prometheus.Desc{descHeld, descToken, descTTL, descHeldFor, descWaiters, descHolder, descSlots, descHolders, descSlotToken, descFrozen, descLimit, descCoordUp} {
 		ch <- d
 	}
 	if col.hist != nil {
@@ -551,6 +563,11 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descHolder, 1, n, st.info.Holder)
 		}
 		gauge(descHeld, held, n)
+		gauge(descSlots, float64(coord.SlotsOf(st.info.Slots)), n)
+		gauge(descHolders, float64(len(st.info.AllHolders())), n)
+		for _, h := range st.info.Holders { // a semaphore's
+			gauge(descSlotToken, float64(h.Token), n, strconv.Itoa(h.Slot), h.Holder)
+		}
 		gauge(descToken, float64(max(st.maxToken, st.info.LastToken)), n)
 		gauge(descTTL, ttl, n)
 		gauge(descHeldFor, st.info.HeldFor(now).Seconds(), n)

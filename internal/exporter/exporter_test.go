@@ -370,6 +370,48 @@ func TestWatchSeesEverySection(t *testing.T) {
 	}
 }
 
+// TestWatchSeesEverySemaphoreSection: each holder of a semaphore that
+// leaves is a critical section of its own, also while other holders stay.
+func TestWatchSeesEverySemaphoreSection(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			url := serve(t, b.open(t), exporter.Options{})
+			drv := b.open(t)
+			scrape(t, url) // the exporter runs
+			var ls []*coord.Lease
+			for range 3 {
+				l, err := drv.Acquire(ctxT(t), "sem", coord.AcquireOptions{TTL: 30 * time.Second, Slots: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ls = append(ls, l)
+			}
+			// sections waits until the watch has seen the holders, then
+			// wants want sections observed.
+			sections := func(holders int, want uint64) {
+				t.Helper()
+				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					fams := scrape(t, url)
+					n, _ := histogram(t, fams, "sem")
+					if n == want && value(t, fams, "fence_lock_holders", "lock", "sem") == float64(holders) {
+						return
+					}
+					if n > want || time.Now().After(deadline) {
+						t.Fatalf("%d holders of a semaphore: %d critical sections observed, want %d", holders, n, want)
+					}
+				}
+			}
+			sections(3, 0) // new holders end no section
+			for i, l := range ls {
+				if err := drv.Release(ctxT(t), "sem", l.ID); err != nil {
+					t.Fatal(err)
+				}
+				sections(len(ls)-1-i, uint64(i+1))
+			}
+		})
+	}
+}
+
 // TestNoHistory: a coordinator without history exports no history metrics.
 func TestNoHistory(t *testing.T) {
 	b := backends(t)[0]
@@ -624,5 +666,51 @@ func TestShardEvents(t *testing.T) {
 		if ok || time.Now().After(deadline) {
 			break
 		}
+	}
+}
+
+// TestSemaphoreHolders: a semaphore's every holder is exported, by slot
+// (fence_lock_slot_token with its holder), beside its slots and how many
+// hold it; a lock has 1 slot.
+func TestSemaphoreHolders(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			c := b.open(t)
+			var ls []*coord.Lease
+			for i := range 2 {
+				l, err := c.Acquire(ctx, "sem", coord.AcquireOptions{TTL: 30 * time.Second, Holder: fmt.Sprintf("h%d", i), Slots: 3})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ls = append(ls, l)
+			}
+			plain, err := c.Acquire(ctx, "plain", coord.AcquireOptions{TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fams := scrape(t, serve(t, recorder(t, b.open(t)), exporter.Options{}))
+			if v := value(t, fams, "fence_lock_slots", "lock", "sem"); v != 3 {
+				t.Errorf("fence_lock_slots{sem} = %v, want 3", v)
+			}
+			if v := value(t, fams, "fence_lock_holders", "lock", "sem"); v != 2 {
+				t.Errorf("fence_lock_holders{sem} = %v, want 2", v)
+			}
+			for _, l := range ls {
+				m, ok := metric(fams, "fence_lock_slot_token", map[string]string{"lock": "sem", "slot": fmt.Sprint(l.Slot), "holder": l.Holder})
+				if !ok || m.GetGauge().GetValue() != float64(l.Token) {
+					t.Errorf("fence_lock_slot_token{sem, slot %d, %s}: %v, want token %d", l.Slot, l.Holder, m, l.Token)
+				}
+			}
+			if v := value(t, fams, "fence_lock_slots", "lock", "plain"); v != 1 {
+				t.Errorf("fence_lock_slots{plain} = %v, want 1", v)
+			}
+			if v := value(t, fams, "fence_lock_holders", "lock", "plain"); v != 1 {
+				t.Errorf("fence_lock_holders{plain} = %v, want 1", v)
+			}
+			for _, l := range append(ls, plain) {
+				_ = c.Release(ctx, l.Name, l.ID)
+			}
+		})
 	}
 }

@@ -18,7 +18,7 @@ var locationVars = []string{"FENCE_STATE_DIR", "FENCE_ENDPOINTS", "FENCE_PREFIX"
 
 // leaseVars are set by fence for the command; inherited values are replaced
 // (FENCE_DEADLINE is removed when no deadline applies).
-var leaseVars = []string{"FENCE_LOCK", "FENCE_TOKEN", "FENCE_LEASE_ID", "FENCE_HOLDER", "FENCE_TTL", "FENCE_DEADLINE"}
+var leaseVars = []string{"FENCE_LOCK", "FENCE_TOKEN", "FENCE_LEASE_ID", "FENCE_HOLDER", "FENCE_TTL", "FENCE_DEADLINE", "FENCE_SLOT"}
 
 // scrubEnv removes credentials, fence's own variables and the coordinator's
 // location from env, then adds location.
@@ -88,6 +88,8 @@ func leaseEnv(l coord.Lease, deadline clock.Boot) map[string]string {
 		"FENCE_LEASE_ID": l.ID,
 		"FENCE_HOLDER":   l.Holder,
 		"FENCE_TTL":      strconv.FormatFloat(l.TTL.Seconds(), 'f', -1, 64),
+		// The slot of a semaphore (--slots), 0 for a lock.
+		"FENCE_SLOT": strconv.Itoa(l.Slot),
 	}
 	if deadline != 0 {
 		m["FENCE_DEADLINE"] = time.Now().Add(clock.Until(deadline)).Format(time.RFC3339)

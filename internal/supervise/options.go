@@ -55,6 +55,10 @@ type Options struct {
 	// DoneExitCode is the exit code when the job was done already (the
 	// zero value is exit code 0, the CLI's default).
 	DoneExitCode int
+	// Slots, above 1, takes Lock as a semaphore of that many holders
+	// (coord.AcquireOptions.Slots); the command gets its slot in
+	// FENCE_SLOT. Not with Locks, Holds or Once.
+	Slots int
 	// Quiet keeps fence's "waiting for" line off a terminal (-q).
 	Quiet bool
 	// MetricsFile, when set, receives a Prometheus textfile at exit.
@@ -131,6 +135,26 @@ func ceilDiv(d time.Duration, n int64) time.Duration {
 	return q
 }
 
+// checkSlots refuses the Slots that have no clear meaning: out of range,
+// or above 1 with several locks (one semaphore, or several locks of one
+// slot each?), with Holds, or with Once (a semaphore's holders would each
+// run the job once).
+func checkSlots(opts Options) error {
+	switch {
+	case opts.Slots < 0 || opts.Slots > coord.MaxSlots:
+		return fmt.Errorf("%w: --slots %d is out of range (1 to %d)", coord.ErrInvalid, opts.Slots, coord.MaxSlots)
+	case opts.Slots <= 1:
+		return nil
+	case len(opts.Locks) > 0:
+		return fmt.Errorf("%w: --slots %d takes one lock, not %d: run a fence per semaphore", coord.ErrInvalid, opts.Slots, len(opts.Locks))
+	case opts.Holds != nil:
+		return fmt.Errorf("%w: --slots does not go with Holds", coord.ErrInvalid)
+	case opts.Once != "":
+		return fmt.Errorf("%w: --slots %d and --once conflict: a job run at most once needs no more than one holder", coord.ErrInvalid, opts.Slots)
+	}
+	return nil
+}
+
 // plan is Options checked and completed.
 type plan struct {
 	Options
@@ -182,6 +206,9 @@ func check(opts Options) (*plan, error) {
 		}
 	}
 	if err := coord.ValidateKeep(opts.OnceKeep); err != nil {
+		return nil, err
+	}
+	if err := checkSlots(opts); err != nil {
 		return nil, err
 	}
 	if opts.DoneExitCode < 0 || opts.DoneExitCode > 255 {

@@ -331,6 +331,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		TTL:    p.TTL,
 		Holder: holder,
 		Wait:   p.Wait,
+		Slots:  p.Slots,
 		Process: &coord.ProcessInfo{
 			PIDs: []int{os.Getpid(), r.wd.Process.Pid},
 		},
@@ -339,7 +340,11 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			// meanwhile, as the watchdog does.
 			r.warm.Go(warmUp)
 			if p.Verbose || (!p.Quiet && isTerminal(r.stderr)) {
-				r.infof("waiting for %q, held by %s (token %d)", p.Lock, cur.Holder, cur.Token)
+				if cur.Slots > 1 {
+					r.infof("waiting for %q, %d of its %d slots held (the oldest by %s, token %d)", p.Lock, len(cur.Holders), cur.Slots, cur.Holder, cur.Token)
+				} else {
+					r.infof("waiting for %q, held by %s (token %d)", p.Lock, cur.Holder, cur.Token)
+				}
 			}
 		},
 	}

@@ -31,8 +31,8 @@ func TestTokenReachesCommand(t *testing.T) {
 			out := tempPath(t, "env")
 			env := append(os.Environ(), "FENCE_TOKEN=999999", "FENCE_LOCK=other", "FENCE_PASSWORD=secret",
 				"FENCE_PASSWORD_FILE=/etc/secret", "FENCE_STATE_DIR=/elsewhere", "FENCE_ENDPOINTS=http://elsewhere:2379",
-				"FENCE_DEADLINE=stale", "KEEP=kept")
-			script := `for v in FENCE_LOCK FENCE_TOKEN FENCE_LEASE_ID FENCE_HOLDER FENCE_TTL FENCE_DEADLINE FENCE_PASSWORD FENCE_PASSWORD_FILE FENCE_STATE_DIR FENCE_ENDPOINTS FENCE_PREFIX KEEP; do
+				"FENCE_DEADLINE=stale", "FENCE_SLOT=7", "KEEP=kept")
+			script := `for v in FENCE_LOCK FENCE_TOKEN FENCE_LEASE_ID FENCE_HOLDER FENCE_TTL FENCE_DEADLINE FENCE_SLOT FENCE_PASSWORD FENCE_PASSWORD_FILE FENCE_STATE_DIR FENCE_ENDPOINTS FENCE_PREFIX KEEP; do
   eval "printf '%s=%s\n' $v \"\${$v-<unset>}\""; done > ` + shell(out)
 			var tokens []string
 			for i := range 3 {
@@ -46,7 +46,7 @@ func TestTokenReachesCommand(t *testing.T) {
 					k, v, _ := strings.Cut(l, "=")
 					got[k] = v
 				}
-				want := map[string]string{"FENCE_LOCK": "jobs/env", "FENCE_HOLDER": "tester", "FENCE_TTL": "2",
+				want := map[string]string{"FENCE_LOCK": "jobs/env", "FENCE_HOLDER": "tester", "FENCE_TTL": "2", "FENCE_SLOT": "0",
 					"FENCE_DEADLINE": "<unset>", "FENCE_PASSWORD": "<unset>", "FENCE_PASSWORD_FILE": "<unset>", "KEEP": "kept"}
 				for k, v := range b.location() {
 					want[k] = v

@@ -67,6 +67,10 @@ type AcquireOptions struct {
 	// in the queue and before it waits (fence run prints "waiting for HOLDER
 	// (token N)"). A waiter that arrives later queues behind this one.
 	OnWait func(current LockInfo)
+	// Slots, when above 1, makes the lock a semaphore of Slots holders
+	// (see SlotsError and LockInfo.Holders); 0 and 1 are a lock. At most
+	// MaxSlots.
+	Slots int
 }
 
 // ProcessInfo identifies the processes that keep a lease alive on this host.
@@ -93,6 +97,9 @@ type Lease struct {
 	// call, by less than TTL/3: a lease granted ahead, or a waiter's last
 	// renewal before its turn.
 	Sent time.Time
+	// Slot is the holder's slot of a semaphore (AcquireOptions.Slots), 0
+	// for a lock.
+	Slot int
 }
 
 // SafeUntil is the latest instant, on this host's monotonic clock, at which
@@ -134,6 +141,11 @@ type LockInfo struct {
 	// Limit is the operator limit that binds the lock (EffectiveLimit), nil
 	// when none covers it.
 	Limit *Limit `json:"limit,omitempty"`
+	// Slots is the lock's number of slots when it is a semaphore (above 1;
+	// 0 for a lock), and Holders its holders, oldest first (the top-level
+	// holder fields describe the first). Both are empty for a lock.
+	Slots   int          `json:"slots,omitempty"`
+	Holders []HolderInfo `json:"holders,omitempty"`
 }
 
 // Waiter is one member of a lock's queue.
@@ -277,8 +289,9 @@ func invalid(err error) error {
 // DefaultHolder(). Every backend calls it first, so that they refuse the
 // same input, each with an error wrapping ErrInvalid: a bad name
 // (ValidateName), a TTL that is negative or above MaxTTL, a negative Wait
-// other than WaitForever, a bad holder (ValidateHolder), and a Process with
-// a PID that is not positive or a process group that is negative or init's.
+// other than WaitForever, a bad holder (ValidateHolder), a Process with
+// a PID that is not positive or a process group that is negative or init's,
+// and Slots outside 0..MaxSlots.
 func CheckAcquire(name string, o AcquireOptions) (AcquireOptions, error) {
 	if err := ValidateName(name); err != nil {
 		return o, err
@@ -302,6 +315,9 @@ func CheckAcquire(name string, o AcquireOptions) (AcquireOptions, error) {
 		if err := o.Process.Validate(); err != nil {
 			return o, err
 		}
+	}
+	if o.Slots < 0 || o.Slots > MaxSlots {
+		return o, fmt.Errorf("%w: slots %d is out of range (1 to %d)", ErrInvalid, o.Slots, MaxSlots)
 	}
 	return o, nil
 }

@@ -33,7 +33,7 @@ func (r *Recorder) AcquireDeferred(ctx context.Context, name string, opts coord.
 	done := r.inflight.start(name)
 	go func() {
 		defer r.inflight.finish(name, done)
-		r.recordAcquired(ctx, name, l, wait)
+		r.recordAcquired(ctx, name, l, wait, opts.Slots)
 	}()
 	return l, nil
 }

@@ -106,13 +106,15 @@ func (r *Recorder) Acquire(ctx context.Context, name string, opts coord.AcquireO
 	}
 	wait := time.Since(start)
 	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
-	r.recordAcquired(ctx, name, l, wait)
+	r.recordAcquired(ctx, name, l, wait, opts.Slots)
 	return l, nil
 }
 
 // recordAcquired records the acquisition of l after wait: acquired,
-// preceded by expired for the previous holder when its end is not on record.
-func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration) {
+// preceded by expired for the previous holder when its end is not on record
+// (of a semaphore, slots above 1, only when it no longer holds a slot: its
+// holders overlap).
+func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int) {
 	// The lease is running: spend at most a quarter of it on the history.
 	timeout := r.opts.RecordTimeout
 	if q := l.TTL / 4; q > 0 && q < timeout {
@@ -122,11 +124,41 @@ func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lea
 	defer cancel()
 	now := r.opts.Now()
 	var evs []Event
-	if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == Acquired && last.Token < l.Token {
+	if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == Acquired && last.Token < l.Token && !r.stillHolds(rctx, name, last.Token, slots) {
 		evs = append(evs, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 	}
 	evs = append(evs, Event{Time: now, Lock: name, Kind: Acquired, Holder: l.Holder, Token: l.Token, Wait: wait, LeaseID: l.ID})
 	r.write(rctx, evs...)
+}
+
+// stillHolds reports whether the holder with token still holds a slot of
+// lock name, a semaphore of slots (false for a lock: one holder, and a new
+// one holds it now). When the lock cannot be read it says yes: no expired
+// is recorded that may be false.
+func (r *Recorder) stillHolds(ctx context.Context, name string, token uint64, slots int) bool {
+	if slots <= 1 {
+		return false
+	}
+	info, err := coord.Peek(ctx, r.inner, name)
+	if err != nil {
+		return true
+	}
+	_, ok := info.HeldBy(token)
+	return ok
+}
+
+// holderWith returns the holder of info with leaseID (a semaphore's any
+// holder), as the LockInfo of a lock held by it alone.
+func holderWith(info coord.LockInfo, leaseID string) (coord.LockInfo, bool) {
+	for _, h := range info.AllHolders() {
+		if h.LeaseID == leaseID {
+			one := info
+			one.SetHolders(0, []coord.HolderInfo{h})
+			one.Slots, one.Holders = 0, nil
+			return one, true
+		}
+	}
+	return coord.LockInfo{}, false
 }
 
 // Renew implements coord.Coordinator. Renewals are not recorded.
@@ -148,6 +180,9 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	now := r.opts.Now()
+	if h, ok := holderWith(info, leaseID); ierr == nil && ok {
+		info = h // of a semaphore: the holder releasing
+	}
 	switch {
 	case ierr == nil && info.Held && info.LeaseID == leaseID:
 		ev := Event{Time: now, Lock: name, Kind: Released, Holder: info.Holder, Token: info.Token}
@@ -202,7 +237,13 @@ func (r *Recorder) revoke(ctx context.Context, name string, token uint64, end fu
 	info, ierr := r.inner.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
-	pre := ierr == nil && info.Held && (token == 0 || info.Token == token)
+	if h, ok := info.HeldBy(token); ierr == nil && token != 0 && ok {
+		info = coord.LockInfo{Name: name}
+		info.SetHolders(0, []coord.HolderInfo{h}) // of a semaphore: the holder named
+	}
+	// A semaphore's holders are named by token: with none named, the end
+	// fails (coord.ManyHolders) and there is nothing to record yet.
+	pre := ierr == nil && info.Held && (token == 0 || info.Token == token) && (token != 0 || len(info.Holders) <= 1)
 	if pre && !r.wasAsked(name, info.Token) {
 		r.write(rctx, r.revoked(name, info))
 	}

@@ -145,6 +145,11 @@ var cases = []struct {
 	{"LimitPrefix", (*suite).limitPrefix},
 	{"LimitWatch", (*suite).limitWatch},
 	{"LimitUnderLoad", (*suite).limitUnderLoad},
+	{"Slots", (*suite).slots},
+	{"SlotsMixed", (*suite).slotsMixed},
+	{"SlotsLimit", (*suite).slotsLimit},
+	{"SlotsBurst", (*suite).slotsBurst},
+	{"SlotsChurn", (*suite).slotsChurn},
 }
 
 // client opens a new client that is closed when t ends.

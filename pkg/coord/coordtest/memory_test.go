@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type memLock struct {
 	holder *memLease
 	last   uint64
 	queue  []*memTicket // FIFO
+	// A semaphore's slots, and its holders besides holder (the oldest).
+	slots  int
+	others []*memLease
 }
 
 // memTicket is a waiter's place.
@@ -50,12 +54,42 @@ type memTicket struct {
 	since  time.Time
 }
 
+// all returns the lock's holders, oldest first.
+func (l *memLock) all() []*memLease {
+	if l.holder == nil {
+		return nil
+	}
+	return append([]*memLease{l.holder}, l.others...)
+}
+
+// drop removes h from the holders.
+func (l *memLock) drop(h *memLease) {
+	hs := slices.DeleteFunc(l.all(), func(o *memLease) bool { return o == h })
+	l.holder, l.others = nil, nil
+	if len(hs) > 0 {
+		l.holder, l.others = hs[0], hs[1:]
+	}
+}
+
+// freeSlot is the lowest slot no holder has.
+func (l *memLock) freeSlot(bug string) int {
+	if bug == "slot-not-lowest" {
+		return len(l.all())
+	}
+	for s := 0; ; s++ {
+		if !slices.ContainsFunc(l.all(), func(h *memLease) bool { return h.slot == s }) {
+			return s
+		}
+	}
+}
+
 type memLease struct {
 	id, holder     string
 	token          uint64
 	ttl            time.Duration
 	expires        time.Time
 	acquiredAtWall time.Time
+	slot           int
 }
 
 func newMemState(bug string) *memState {
@@ -107,6 +141,10 @@ func TestSuiteCatches(t *testing.T) {
 		{"options-unchecked", "ZeroOptions"},
 		{"sent-late", "Inspect"},
 		{"no-queue", "Queue"},
+		{"slots-over", "Slots"},
+		{"slot-not-lowest", "Slots"},
+		{"slots-mixed", "SlotsMixed"},
+		{"lifo", "SlotsBurst"},
 	} {
 		t.Run(c.bug+"/"+c.test, func(t *testing.T) {
 			t.Parallel()
@@ -134,9 +172,11 @@ func (s *memState) lock(name string) *memLock {
 		l = &memLock{}
 		s.locks[name] = l
 	}
-	if l.holder != nil && !time.Now().Before(l.holder.expires) {
-		l.holder = nil
-		s.change(name, coord.EventReleased)
+	for _, h := range l.all() {
+		if !time.Now().Before(h.expires) {
+			l.drop(h)
+			s.change(name, coord.EventReleased)
+		}
 	}
 	return l
 }
@@ -148,10 +188,12 @@ func (s *memState) info(name string, l *memLock) coord.LockInfo {
 			i.Queue = append(i.Queue, coord.Waiter{Holder: t.holder, Since: t.since})
 		}
 	}
-	if h := l.holder; h != nil {
-		i.Held, i.Holder, i.Token, i.LeaseID, i.TTL = true, h.holder, h.token, h.id, h.ttl
-		i.TTLLeft, i.AcquiredAt = time.Until(h.expires), h.acquiredAtWall
+	var hs []coord.HolderInfo
+	for _, h := range l.all() {
+		hs = append(hs, coord.HolderInfo{Slot: h.slot, Holder: h.holder, Token: h.token, LeaseID: h.id, TTL: h.ttl,
+			TTLLeft: time.Until(h.expires), AcquiredAt: h.acquiredAtWall})
 	}
+	i.SetHolders(l.slots, hs)
 	return i
 }
 
@@ -205,6 +247,23 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 	ticket := &memTicket{holder: o.Holder, since: time.Now()}
 	s.mu.Lock()
 	l := s.lock(name)
+	want := coord.SlotsOf(o.Slots)
+	if have := coord.SlotsOf(l.slots); have != want && s.bug != "slots-mixed" {
+		if l.holder != nil || len(l.queue) > 0 {
+			s.mu.Unlock()
+			return nil, &coord.SlotsError{Lock: name, Have: have, Want: want}
+		}
+	}
+	if l.holder == nil && len(l.queue) == 0 {
+		l.slots = 0
+		if want > 1 {
+			l.slots = want
+		}
+	}
+	capacity := coord.SlotsOf(l.slots)
+	if s.bug == "slots-over" && capacity > 1 {
+		capacity++
+	}
 	l.queue = append(l.queue, ticket)
 	if l.holder != nil {
 		s.change(name, coord.EventWaiters)
@@ -220,7 +279,7 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 		if s.bug == "lifo" {
 			head = l.queue[len(l.queue)-1] == ticket
 		}
-		if (l.holder == nil || s.bug == "no-exclusion") && head {
+		if (len(l.all()) < capacity || s.bug == "no-exclusion") && head {
 			l.queue = slicesDelete(l.queue, ticket)
 			l.last++
 			if s.bug == "token-reuse" && l.last > 1 {
@@ -229,17 +288,22 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 			s.leaseID++
 			s.owners[fmt.Sprint(s.leaseID)] = name
 			now := time.Now()
-			h := &memLease{id: fmt.Sprint(s.leaseID), holder: o.Holder, token: l.last, ttl: o.TTL, expires: sent.Add(o.TTL), acquiredAtWall: now}
+			h := &memLease{id: fmt.Sprint(s.leaseID), holder: o.Holder, token: l.last, ttl: o.TTL, expires: sent.Add(o.TTL), acquiredAtWall: now,
+				slot: l.freeSlot(s.bug)}
 			if s.bug == "early-expiry" {
 				h.expires = sent.Add(o.TTL / 2)
 			}
 			if s.bug == "sent-late" {
 				sent = time.Now().Add(time.Millisecond)
 			}
-			l.holder = h
+			if l.holder == nil || s.bug == "no-exclusion" {
+				l.holder = h
+			} else {
+				l.others = append(l.others, h)
+			}
 			s.change(name, coord.EventAcquired)
 			s.mu.Unlock()
-			return &coord.Lease{Name: name, Holder: h.holder, Token: h.token, ID: h.id, TTL: h.ttl, AcquiredAt: now, Sent: sent}, nil
+			return &coord.Lease{Name: name, Holder: h.holder, Token: h.token, ID: h.id, TTL: h.ttl, AcquiredAt: now, Sent: sent, Slot: h.slot}, nil
 		}
 		if o.Wait == 0 {
 			leave()
@@ -255,8 +319,9 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 			continue
 		}
 		var expiry <-chan time.Time
-		if l.holder != nil {
-			tm := time.NewTimer(time.Until(l.holder.expires))
+		if hs := l.all(); len(hs) > 0 {
+			first := slices.MinFunc(hs, func(a, b *memLease) int { return a.expires.Compare(b.expires) })
+			tm := time.NewTimer(time.Until(first.expires))
 			defer tm.Stop()
 			expiry = tm.C
 		}
@@ -303,11 +368,13 @@ func (c *memClient) Renew(ctx context.Context, name, id string) (coord.Renewal, 
 		return coord.Renewal{}, err
 	}
 	l := s.lock(name)
-	if l.holder == nil || l.holder.id != id {
-		return coord.Renewal{}, coord.ErrLeaseLost
+	for _, h := range l.all() {
+		if h.id == id {
+			h.expires = sent.Add(h.ttl)
+			return coord.Renewal{Sent: sent, TTL: h.ttl}, nil
+		}
 	}
-	l.holder.expires = sent.Add(l.holder.ttl)
-	return coord.Renewal{Sent: sent, TTL: l.holder.ttl}, nil
+	return coord.Renewal{}, coord.ErrLeaseLost
 }
 
 func (c *memClient) Release(ctx context.Context, name, id string) error {
@@ -321,9 +388,12 @@ func (c *memClient) Release(ctx context.Context, name, id string) error {
 		return err
 	}
 	l := s.lock(name)
-	if l.holder != nil && (l.holder.id == id || s.bug == "release-any") {
-		l.holder = nil
-		s.change(name, coord.EventReleased)
+	for _, h := range l.all() {
+		if h.id == id || s.bug == "release-any" {
+			l.drop(h)
+			s.change(name, coord.EventReleased)
+			break
+		}
 	}
 	return nil
 }
@@ -340,6 +410,9 @@ func (c *memClient) Revoke(ctx context.Context, name string) (coord.LockInfo, er
 		return coord.LockInfo{}, coord.ErrNotHeld
 	}
 	i := s.info(name, l)
+	if len(l.all()) > 1 {
+		return i, coord.ManyHolders(i)
+	}
 	l.holder = nil
 	s.change(name, coord.EventReleased)
 	return i, nil

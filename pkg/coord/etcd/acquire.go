@@ -52,8 +52,15 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	lockRange := c.lockRange(name)
 	now := time.Now()
 	supervised := opts.Process != nil
-	held := meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised}
-	queued := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now, Supervised: supervised}
+	// A semaphore (slots.go) records its slots in every key; its grant
+	// also takes a slot key.
+	slots := coord.SlotsOf(opts.Slots)
+	var semSlots int
+	if slots > 1 {
+		semSlots = slots
+	}
+	held := meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised, Slots: semSlots}
+	queued := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now, Supervised: supervised, Slots: semSlots}
 	// The operator limits (limits.go) are compared too: at first that
 	// there is none (limRev 0), then that they are as last read.
 	var limRev int64
@@ -66,16 +73,23 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 				clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate),
 			}
 		}
+		then := []clientv3.Op{clientv3.OpPut(key, held.encode(), clientv3.WithLease(id))}
+		els = append(els, c.limitsGet())
+		if slots > 1 {
+			then = append(then, clientv3.OpPut(c.slotKey(name, 0), formatID(id), clientv3.WithLease(id)))
+			els = append(els, clientv3.OpGet(c.slotsRange(name), clientv3.WithPrefix()))
+		}
 		return c.cli.Txn(once(ctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix(), c.limitsCmp(limRev)).
-			Then(clientv3.OpPut(key, held.encode(), clientv3.WithLease(id))).
-			Else(append(els, c.limitsGet())...).
+			Then(then...).
+			Else(els...).
 			Commit()
 	}
 	var (
 		resp *clientv3.TxnResponse
 		kvs  []*mvccpb.KeyValue
 		lim  *coord.Limit
+		sem  slotState // a semaphore's state as the Else read it
 	)
 	for {
 		resp, err = put()
@@ -97,11 +111,22 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 			break
 		}
 		n := len(resp.Responses)
-		kvs = resp.Responses[n-2].GetResponseRange().Kvs
-		if lim, err = c.effectiveOf(name, resp.Responses[n-1].GetResponseRange().Kvs); err != nil {
-			return nil, err
+		if slots > 1 {
+			if sem, err = c.parseSlotReads(name, resp, n-3); err != nil {
+				return nil, err
+			}
+			kvs, lim = sem.kvs, sem.lim
+		} else {
+			kvs = resp.Responses[n-2].GetResponseRange().Kvs
+			if lim, err = c.effectiveOf(name, resp.Responses[n-1].GetResponseRange().Kvs); err != nil {
+				return nil, err
+			}
 		}
 		limRev = resp.Header.Revision
+		// Every key of a lock records the same slots.
+		if err := checkSlots(name, kvs, c.leaseKey(name, id), slots); err != nil {
+			return nil, err
+		}
 		if wait || len(kvs) > 0 || !lim.Allows(0) {
 			break
 		}
@@ -109,12 +134,29 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	}
 	key := c.leaseKey(name, id)
 	l := &coord.Lease{Name: name, Holder: holder, ID: formatID(id), TTL: granted, Sent: sent}
+	if !resp.Succeeded && slots > 1 && !wait {
+		// A try-lock of a semaphore with a free slot takes it.
+		slot, rev, st, got, err := c.trySlot(ctx, name, key, id, slots, held, sem)
+		if err != nil {
+			return nil, c.mapErr(ctx, "acquire", err)
+		}
+		if got {
+			if l.Token, err = tokenOf(name, rev); err != nil {
+				return nil, err
+			}
+			l.AcquiredAt, l.Slot = now, slot
+			c.leases.add(name, secs, id, l.TTL, l.Sent, true)
+			ok = true
+			return l, nil
+		}
+		kvs, lim = st.kvs, st.lim
+	}
 	if resp.Succeeded {
 		if l.Token, err = tokenOf(name, resp.Header.Revision); err != nil {
 			return nil, err
 		}
 		l.AcquiredAt = now
-		c.leases.add(name, secs, id, l.TTL, l.Sent)
+		c.leases.add(name, secs, id, l.TTL, l.Sent, slots > 1)
 		ok = true
 		return l, nil
 	}
@@ -124,7 +166,10 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	}
 	cur.Limit = lim
 	if !wait {
-		if !lim.Allows(0) {
+		if slots > 1 && len(kvs) >= slots {
+			return nil, busy(cur, 0)
+		}
+		if !lim.Allows(0) || slots > 1 && !lim.Allows(holders(kvs)) {
 			return nil, limitErr(name, lim, kvs)
 		}
 		return nil, busy(cur, 0)
@@ -163,7 +208,15 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		return meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised}.encode()
 	}
 	heldBack := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now, Supervised: supervised, HeldBack: true}.encode()
-	err = c.waitTurn(wctx, lockRange, key, id, myRev, pred, lost, claim, limRev, lim, heldBack)
+	if slots > 1 {
+		claimSlot := func(slot int) string {
+			now = time.Now()
+			return meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised, Slots: slots, Slot: slot}.encode()
+		}
+		l.Slot, err = c.waitSlot(wctx, name, key, id, myRev, slots, sem, lost, claimSlot)
+	} else {
+		err = c.waitTurn(wctx, lockRange, key, id, myRev, pred, lost, claim, limRev, lim, heldBack)
+	}
 	cancel()
 	stopKeepAlive()
 	<-kaDone
@@ -209,7 +262,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	l.TTL = last.ttl
 	l.Sent = last.sent
 	l.AcquiredAt = now
-	c.leases.add(name, secs, id, l.TTL, l.Sent)
+	c.leases.add(name, secs, id, l.TTL, l.Sent, slots > 1)
 	ok = true
 	return l, nil
 }
@@ -372,6 +425,9 @@ func lockName(key string, c *Coordinator) string {
 
 // limitErr is the error of a try-lock refused by an operator limit.
 func limitErr(name string, lim *coord.Limit, kvs []*mvccpb.KeyValue) error {
+	if len(kvs) > 0 && decodeMeta(kvs[0].Value).Slots > 1 {
+		return &coord.LimitError{Lock: name, Limit: *lim, Holders: holders(kvs)}
+	}
 	return &coord.LimitError{Lock: name, Limit: *lim, Holders: min(len(kvs), 1)}
 }
 

@@ -88,6 +88,10 @@ type meta struct {
 	// the lock back (limits.go): it has not claimed the lock, and readers
 	// do not take it for the holder. Its claim replaces the value.
 	HeldBack bool `json:"held_back,omitempty"`
+	// Slots is the semaphore's slots (slots.go; absent for a lock) and
+	// Slot the holder's slot.
+	Slots int `json:"slots,omitempty"`
+	Slot  int `json:"slot,omitempty"`
 }
 
 func (m meta) encode() string {

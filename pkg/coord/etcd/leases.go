@@ -57,6 +57,9 @@ func (a *ack) stalled() bool {
 type owned struct {
 	name string
 	secs int64 // the TTL asked for, in seconds
+	// slotted: the lease holds a semaphore's slot, whose slot key goes
+	// only with the lease: it is never kept.
+	slotted bool
 	ack
 }
 
@@ -85,9 +88,9 @@ func (l *leases) owns(name string, id clientv3.LeaseID) bool {
 	return ok && o.name == name
 }
 
-func (l *leases) add(name string, secs int64, id clientv3.LeaseID, ttl time.Duration, sent time.Time) {
+func (l *leases) add(name string, secs int64, id clientv3.LeaseID, ttl time.Duration, sent time.Time, slotted bool) {
 	l.mu.Lock()
-	l.own[id] = &owned{name: name, secs: secs, ack: ack{sent: sent, ttl: ttl}}
+	l.own[id] = &owned{name: name, secs: secs, slotted: slotted, ack: ack{sent: sent, ttl: ttl}}
 	l.mu.Unlock()
 }
 
@@ -113,7 +116,7 @@ func (l *leases) keep(name string, id clientv3.LeaseID) (*owned, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o, ok := l.own[id]
-	if !ok || o.name != name || l.acquires < 2 || l.closed {
+	if !ok || o.name != name || l.acquires < 2 || l.closed || o.slotted {
 		return nil, false
 	}
 	if _, taken := l.spares[spareKey{name, o.secs}]; taken {

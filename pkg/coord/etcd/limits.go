@@ -152,43 +152,39 @@ func (c *Coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 
 // waitLimits returns nil at the first change of a limit key at revision
 // from or later (or when the watch ends: the caller reads again); else
-// ctx's error or the lease-lost error.
+// ctx's error or the lease-lost error. It is bounded as a waiter's other
+// watches are (watchChange): a watch that is not created, or hears
+// nothing, within two watchChecks (a frozen member) returns nil too, and
+// the caller reads again and watches again on a new stream.
 func (c *Coordinator) waitLimits(ctx context.Context, from int64, lost <-chan error) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	wch := c.cli.Watch(wctx, c.limitsRange(), clientv3.WithPrefix(), clientv3.WithRev(from))
-	for {
-		select {
-		case err := <-lost:
-			return err
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil || wr.Canceled {
-				return ctx.Err()
-			}
-			if len(wr.Events) > 0 {
-				return nil
-			}
-		}
-	}
+	return c.watchChange(ctx, c.limitsRange(), true, false, from, lost, false)
 }
 
 // markHeldBack puts value (its meta with held_back) on the first waiter's
 // key, created at myRev, keeping its lease, so that readers and watchers
-// do not take it for the holder.
+// do not take it for the holder. Each attempt is bounded by claimTimeout
+// and tried again, as the claim is (a put sent twice puts the same value).
 func (c *Coordinator) markHeldBack(ctx context.Context, key string, id clientv3.LeaseID, myRev int64, value string) error {
-	resp, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-		Then(clientv3.OpPut(key, value, clientv3.WithLease(id))).
-		Commit()
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return errLeaseGone
-	case err != nil:
-		return c.mapErr(ctx, "wait", err)
-	case !resp.Succeeded:
-		return errLeaseGone // our key is gone: the lease ended
+	for {
+		tctx, cancel := context.WithTimeout(ctx, claimTimeout)
+		resp, err := c.cli.Txn(tctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(id))).
+			Commit()
+		timedOut := tctx.Err() != nil
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && timedOut:
+			continue // timed out: again
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return errLeaseGone
+		case err != nil:
+			return c.mapErr(ctx, "wait", err)
+		case !resp.Succeeded:
+			return errLeaseGone // our key is gone: the lease ended
+		}
+		return nil
 	}
-	return nil
 }
 
 var _ coord.Limiter = (*Coordinator)(nil)

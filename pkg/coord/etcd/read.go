@@ -120,6 +120,9 @@ func (c *Coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.K
 	}
 	h := kvs[0]
 	m := decodeMeta(h.Value)
+	if m.Slots > 1 {
+		return c.semInfo(ctx, name, m.Slots, kvs, ttl)
+	}
 	if m.HeldBack && m.AcquiredAt == nil {
 		// The first waiter is held back by an operator limit (limits.go):
 		// nobody holds the lock.
@@ -173,4 +176,40 @@ func queueOf(kvs []*mvccpb.KeyValue) []coord.Waiter {
 		}
 	}
 	return q
+}
+
+// semInfo describes a semaphore (slots.go) from its keys sorted by create
+// revision: the keys with acquired_at hold, the others wait. With ttl, it
+// asks etcd for every holder's lease TTL.
+func (c *Coordinator) semInfo(ctx context.Context, name string, slots int, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
+	info := coord.LockInfo{Name: name}
+	var hs []coord.HolderInfo
+	var waiting []*mvccpb.KeyValue
+	for _, kv := range kvs {
+		m := decodeMeta(kv.Value)
+		if m.AcquiredAt == nil {
+			info.Waiters++
+			waiting = append(waiting, kv)
+			continue
+		}
+		h := coord.HolderInfo{Slot: m.Slot, Holder: m.Holder, Token: uint64(kv.CreateRevision), AcquiredAt: *m.AcquiredAt}
+		if kv.Lease != 0 {
+			h.LeaseID = formatID(clientv3.LeaseID(kv.Lease))
+		}
+		if ttl && kv.Lease != 0 {
+			resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				return info, c.mapErr(ctx, "lease ttl", err)
+			}
+			if resp.TTL >= 0 {
+				h.TTL = time.Duration(resp.GrantedTTL) * time.Second
+				h.TTLLeft = time.Duration(resp.TTL) * time.Second
+			}
+		}
+		hs = append(hs, h)
+		info.LastToken = max(info.LastToken, h.Token)
+	}
+	info.SetHolders(slots, hs)
+	info.Queue = queueOf(waiting)
+	return info, nil
 }

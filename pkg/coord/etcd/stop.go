@@ -36,11 +36,32 @@ func (c *Coordinator) holderKV(ctx context.Context, name string, token uint64, o
 	if !info.Held {
 		return nil, info, fmt.Errorf("%w: %q", coord.ErrNotHeld, name)
 	}
+	if len(info.Holders) > 1 {
+		// A semaphore's holder is named by its token.
+		if token == 0 {
+			return nil, info, coord.ManyHolders(info)
+		}
+		h, ok := info.HeldBy(token)
+		if !ok {
+			return nil, info, fmt.Errorf("%w: lock %q has no holder with token %d (%v)", coord.ErrOtherToken, name, token, coord.ManyHolders(info))
+		}
+		for _, kv := range resp.Kvs {
+			if uint64(kv.CreateRevision) == h.Token {
+				info.SetHolders(info.Slots, []coord.HolderInfo{h})
+				return kv, info, nil
+			}
+		}
+	}
 	if token != 0 && info.Token != token {
 		return nil, info, fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, info.Holder, info.Token, token)
 	}
 	if info.LeaseID == "" {
 		return nil, info, fmt.Errorf("%w: the holder's key on %q has no lease: it was not written by fence", coord.ErrUnavailable, name)
+	}
+	for _, kv := range resp.Kvs {
+		if uint64(kv.CreateRevision) == info.Token {
+			return kv, info, nil
+		}
 	}
 	return resp.Kvs[0], info, nil
 }

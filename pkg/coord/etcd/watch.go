@@ -255,6 +255,10 @@ func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 		typ = coord.EventAcquired
 	case !cur.Held && prev.Held:
 		typ = coord.EventReleased
+	case len(cur.Holders) > len(prev.Holders):
+		typ = coord.EventAcquired // another holder of a semaphore
+	case len(cur.Holders) < len(prev.Holders):
+		typ = coord.EventReleased
 	case cur.Waiters != prev.Waiters || !slices.Equal(cur.Queue, prev.Queue):
 		// Also on a free lock: the queue of one held back by a limit.
 		typ = coord.EventWaiters

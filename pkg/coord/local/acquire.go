@@ -171,18 +171,36 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			return ch, pruned, exhausted(a.f.name, st.LastToken)
 		}
 		now := clock.Now()
-		v, err := assess(st.Holder, now)
+		w, err := judgeAll(st, now)
 		if err != nil {
 			return ch, pruned, err
 		}
+		v := w.v
+		// The lock records its slots while it has holders or waiters
+		// (slots.go); an idle lock takes ours.
+		want := coord.SlotsOf(a.o.Slots)
+		if have := coord.SlotsOf(st.Slots); have != want {
+			if len(w.busy) > 0 || len(st.Queue) > 0 {
+				return ch, pruned, &coord.SlotsError{Lock: a.f.name, Have: have, Want: want}
+			}
+			// Idle: what is on record of its holders has ended.
+			for _, e := range w.ended {
+				st.remove(e)
+			}
+			st.Slots = 0
+			if want > 1 {
+				st.Slots = want
+			}
+		}
 		// The operator limit, read under the flock: SetLimit takes this
 		// flock after writing it (limits.go), so no grant made with an
-		// older limit completes after SetLimit returns.
+		// older limit completes after SetLimit returns. It caps the busy
+		// slots.
 		lim, err := a.c.limitOf(a.f.name)
 		if err != nil {
 			return ch, pruned, err
 		}
-		if !lim.Allows(0) {
+		if heldBack(lim, w) {
 			out.limited = lim
 		}
 		pos := position(st.Queue, a.ticket, a.self)
@@ -190,6 +208,12 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		if v.free && ourTurn && out.limited == nil {
 			if pos.mine >= 0 {
 				st.Queue = slices.Delete(st.Queue, pos.mine, pos.mine+1)
+			}
+			// A semaphore's ended holders leave their slots.
+			if st.slotted() {
+				for _, e := range w.ended {
+					st.remove(e)
+				}
 			}
 			st.LastToken++
 			// The token must survive a crash before it is handed out: the
@@ -218,9 +242,14 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			if h.attached() {
 				h.PIDNS = proc.PIDNamespace()
 			}
-			st.Holder = h
+			if st.slotted() && st.Holder != nil {
+				h.Slot = w.freeSlot()
+				st.Others = append(st.Others, h)
+			} else {
+				st.Holder = h
+			}
 			out.lease = &coord.Lease{Name: a.f.name, Holder: h.Holder, Token: h.Token, ID: h.LeaseID,
-				TTL: h.TTL, AcquiredAt: h.AcquiredAt, Sent: sent}
+				TTL: h.TTL, AcquiredAt: h.AcquiredAt, Sent: sent, Slot: h.Slot}
 			// The waiters behind us move up: wake the new first ones.
 			return ch, pruned || pos.mine >= 0, nil
 		}
@@ -249,6 +278,14 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		a.ticket = ""
 	}
 	return out, nil
+}
+
+// heldBack reports whether the limit lim holds back the next grant of the
+// lock judged w: a freeze always; another limit when a slot is free (or is
+// to be freed by stopping an ended holder's command) but the live holders
+// are at the limit.
+func heldBack(lim *coord.Limit, w lockView) bool {
+	return !lim.Allows(0) || (w.v.free || w.v.kill) && !lim.Allows(len(w.live()))
 }
 
 // leave removes our ticket after a failed or abandoned wait.
@@ -335,11 +372,7 @@ func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error
 
 // limitErr is the error for a lock held back by an operator limit.
 func (a *acquirer) limitErr(res attempt) error {
-	holders := 0
-	if res.info.Held {
-		holders = 1
-	}
-	return &coord.LimitError{Lock: a.f.name, Limit: *res.limited, Holders: holders}
+	return &coord.LimitError{Lock: a.f.name, Limit: *res.limited, Holders: len(res.info.AllHolders())}
 }
 
 // kill sends SIGKILL to the command group of an ended lease. An error means
@@ -388,19 +421,23 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 			return nil, err
 		}
 		now := clock.Now()
-		v, err := assess(st.Holder, now)
+		w, err := judgeAll(st, now)
 		if err != nil {
 			return nil, err
 		}
+		v := w.v
 		pos := position(st.Queue, a.ticket, a.self)
 		// A lock held back by an operator limit is not free for anyone:
 		// its waiters keep their places, and wait for a doorbell (a thaw
-		// rings the first ones) or the waiter ahead of them.
+		// rings the first ones) or the waiter ahead of them; under a limit
+		// above 0 the first ones also follow the holders (one that ends
+		// makes room).
 		lim, err := a.c.limitOf(a.f.name)
 		if err != nil {
 			return nil, err
 		}
-		limited := !lim.Allows(0)
+		limited := heldBack(lim, w)
+		follow := !limited || !lim.Frozen()
 		var stall time.Duration
 		switch {
 		case pos.mine < 0 || (!limited && (v.free || v.kill) && pos.head == pos.mine):
@@ -424,7 +461,7 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 		}
 		var deps []proc.ID
 		wake := time.Duration(-1)
-		if pos.rank <= 1 && !limited {
+		if pos.rank <= 1 && follow {
 			deps, wake = v.waitOn, untilWake(v.until)
 		}
 		if pos.pred != (proc.ID{}) {

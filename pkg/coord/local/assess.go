@@ -262,28 +262,25 @@ func waiters(q []ticket, self proc.ID) []coord.Waiter {
 	return ws
 }
 
-// info is the LockInfo of st as judged by v.
+// info is the LockInfo of st as judged by v (a semaphore's holders are
+// judged one by one).
 func info(st *state, v verdict, now clock.Boot, self proc.ID) coord.LockInfo {
 	q := waiters(st.Queue, self)
 	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken, Waiters: len(q), Queue: q}
-	if h := st.Holder; h != nil && v.live {
-		li.Held = true
-		li.Holder = h.Holder
-		li.Token = h.Token
-		li.LeaseID = h.LeaseID
-		li.TTL = h.TTL
-		li.TTLLeft = max(0, h.ExpiresAt.Sub(now))
-		li.AcquiredAt = h.AcquiredAt
-		if h.attached() {
-			p := &coord.ProcessInfo{}
-			for _, id := range h.PIDs {
-				p.PIDs = append(p.PIDs, id.PID)
+	var hs []coord.HolderInfo
+	if st.slotted() {
+		if w, err := judgeAll(st, now); err == nil {
+			for _, h := range w.live() {
+				hs = append(hs, holderInfo(h, now))
 			}
-			if h.Group != nil {
-				p.PGID = h.Group.PID
-			}
-			li.Process = p
 		}
+	} else if h := st.Holder; h != nil && v.live {
+		hs = []coord.HolderInfo{holderInfo(h, now)}
 	}
+	slots := 0
+	if len(hs) > 0 || li.Waiters > 0 {
+		slots = st.Slots
+	}
+	li.SetHolders(slots, hs)
 	return li
 }

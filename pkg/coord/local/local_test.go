@@ -849,7 +849,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 		{"truncated", replace(good[:len(good)/2], 0o600), "truncated"},
 		{"empty", replace(nil, 0o600), "empty"},
 		{"null", replace([]byte("null"), 0o600), "no format version"},
-		{"newer", replace(sub(`"version":2`, `"version":3`), 0o600), "newer fence"},
+		{"newer", replace(sub(`"version":2`, `"version":4`), 0o600), "newer fence"},
 		{"other-name", replace(sub(`"name":"c"`, `"name":"d"`), 0o600), `belongs to lock "d"`},
 		{"inconsistent", replace([]byte(`{"version":2,"name":"c","last_token":1,"holder":{"lease_id":"x","holder":"h","token":7,"ttl_ns":1,"expires_at":1}}`), 0o600), "inconsistent"},
 		{"record", replace(sub(` s=r `, ` s=h `), 0o600), "lease record that does not check out"},

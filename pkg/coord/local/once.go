@@ -74,8 +74,7 @@ func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 		return err
 	}
 	return c.update(ctx, c.files(rec.Lock), func(st *state) (stateWrite, bool, error) {
-		h := st.Holder
-		v, err := assess(h, clock.Now())
+		h, v, err := leaseOf(st, leaseID, clock.Now())
 		if err != nil {
 			return noChange, false, err
 		}

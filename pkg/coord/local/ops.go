@@ -50,9 +50,8 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	}
 	cached := slot
 	err := c.updateWith(ctx, f, &slot, func(st *state) (stateWrite, bool, error) {
-		h := st.Holder
 		now := clock.Now()
-		v, err := assess(h, now)
+		h, v, err := leaseOf(st, leaseID, now)
 		if err != nil {
 			return noChange, false, err
 		}
@@ -61,6 +60,9 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		}
 		h.ExpiresAt = now.Add(h.TTL)
 		r = coord.Renewal{Sent: sent, TTL: h.TTL}
+		if h != st.Holder {
+			return rewrite, false, nil // a semaphore's other holder
+		}
 		return recordOnly, false, nil
 	})
 	if err != nil {
@@ -89,10 +91,15 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	}
 	asked := false
 	err := c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
-		if st.Holder == nil || st.Holder.LeaseID != leaseID {
+		h := st.lease(leaseID)
+		if h == nil {
 			return noChange, false, nil
 		}
-		asked = stopAsked(st) == st.Holder.Token
+		asked = stopAsked(st) == h.Token || h.StopAsked
+		if st.slotted() {
+			st.remove(h)
+			return rewrite, true, nil
+		}
 		st.Holder = nil
 		return recordOnly, true, nil
 	})
@@ -125,22 +132,15 @@ func (c *Coordinator) revoke(ctx context.Context, name string, token uint64) (co
 	f := c.files(name)
 	var li coord.LockInfo
 	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
-		now := clock.Now()
-		v, err := assess(st.Holder, now)
+		h, i, err := pick(name, st, token, clock.Now(), self)
+		li = i
 		if err != nil {
 			return noChange, false, err
 		}
-		if !v.live {
-			return noChange, false, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)
-		}
-		li = info(st, v, now, self)
-		if err := checkToken(name, st.Holder, token); err != nil {
-			return noChange, false, err
-		}
-		if st.Holder.attached() {
-			st.Holder.Revoked = true
+		if h.attached() {
+			h.Revoked = true
 		} else {
-			st.Holder = nil
+			st.remove(h)
 		}
 		return rewrite, true, nil
 	})
@@ -166,8 +166,7 @@ func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 		return err
 	}
 	return c.update(ctx, c.files(name), func(st *state) (stateWrite, bool, error) {
-		h := st.Holder
-		v, err := assess(h, clock.Now())
+		h, v, err := leaseOf(st, leaseID, clock.Now())
 		if err != nil {
 			return noChange, false, err
 		}
@@ -181,7 +180,7 @@ func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 		// lease record (fence run attaches its command's group this way);
 		// anything else replaces the state.
 		ch := recordOnly
-		if (len(pids) > 0 && !slices.Equal(pids, h.PIDs)) || h.PIDNS != proc.PIDNamespace() {
+		if (len(pids) > 0 && !slices.Equal(pids, h.PIDs)) || h.PIDNS != proc.PIDNamespace() || h != st.Holder {
 			ch = rewrite
 		}
 		if len(pids) > 0 {
@@ -227,11 +226,11 @@ func (c *Coordinator) inspectFiles(f lockFiles) (coord.LockInfo, *state, error) 
 		return coord.LockInfo{}, nil, err
 	}
 	now := clock.Now()
-	v, err := assess(st.Holder, now)
+	w, err := judgeAll(st, now)
 	if err != nil {
 		return coord.LockInfo{}, nil, err
 	}
-	return info(st, v, now, self), st, nil
+	return info(st, w.v, now, self), st, nil
 }
 
 // List returns the locks whose names start with prefix, sorted by name:

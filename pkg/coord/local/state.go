@@ -54,6 +54,10 @@ type state struct {
 	BootID string   `json:"boot_id,omitempty"`
 	Holder *holder  `json:"holder,omitempty"`
 	Queue  []ticket `json:"queue,omitempty"`
+	// Slots is the semaphore's slots (slots.go), 0 for a lock; Others its
+	// holders besides Holder (the oldest), by token.
+	Slots  int       `json:"slots,omitempty"`
+	Others []*holder `json:"holders,omitempty"`
 	// Ext holds data of later versions of the format, kept as read.
 	Ext map[string]json.RawMessage `json:"ext,omitempty"`
 }
@@ -76,6 +80,10 @@ type holder struct {
 	Group *proc.ID `json:"pgid,omitempty"`
 	// PIDNS is the PID namespace of PIDs and Group.
 	PIDNS string `json:"pidns,omitempty"`
+	// Slot is the holder's slot of a semaphore; StopAsked says that a stop
+	// was asked of it (RequestStop; a lock's ask is ext.stop).
+	Slot      int  `json:"slot,omitempty"`
+	StopAsked bool `json:"stop_asked,omitempty"`
 }
 
 func (h *holder) attached() bool { return len(h.PIDs) > 0 || h.Group != nil }
@@ -306,17 +314,29 @@ func sameButRecord(a, b []byte) bool {
 // clone returns a copy of st that shares nothing that callers change.
 func (st *state) clone() *state {
 	n := *st
-	if st.Holder != nil {
-		h := *st.Holder
-		h.PIDs = slices.Clone(h.PIDs)
-		if h.Group != nil {
-			g := *h.Group
-			h.Group = &g
+	n.Holder = st.Holder.clone()
+	if st.Others != nil {
+		n.Others = make([]*holder, len(st.Others))
+		for i, h := range st.Others {
+			n.Others[i] = h.clone()
 		}
-		n.Holder = &h
 	}
 	n.Queue = slices.Clone(st.Queue)
 	n.Ext = maps.Clone(st.Ext)
+	return &n
+}
+
+// clone returns a copy of h (nil for nil) that shares nothing.
+func (h *holder) clone() *holder {
+	if h == nil {
+		return nil
+	}
+	n := *h
+	n.PIDs = slices.Clone(h.PIDs)
+	if h.Group != nil {
+		g := *h.Group
+		n.Group = &g
+	}
 	return &n
 }
 
@@ -336,9 +356,9 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	switch {
 	case st.Version == 0:
 		return nil, corrupt(f, "has no format version")
-	case st.Version > formatVersion:
+	case st.Version > slotsVersion:
 		return nil, unavailable("lock %q: state file %s was written by a newer fence (format %d; this fence reads format %d)",
-			f.name, f.state, st.Version, formatVersion)
+			f.name, f.state, st.Version, slotsVersion)
 	case f.name != "" && st.Name != f.name:
 		return nil, corrupt(f, "belongs to lock %q", st.Name)
 	case f.name == "" && (coord.ValidateName(st.Name) != nil || fileBase(st.Name) != f.base):
@@ -355,10 +375,17 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	case st.Reserved != 0 && st.Reserved < st.LastToken:
 		return nil, corrupt(f, "is inconsistent (reserved token %d below last token %d)", st.Reserved, st.LastToken)
 	}
-	if h := st.Holder; h != nil {
-		if h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
-			return nil, corrupt(f, "is inconsistent (holder token %d, last token %d)", h.Token, st.LastToken)
+	for _, h := range st.holders() {
+		if h == nil || h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
+			var tok uint64
+			if h != nil {
+				tok = h.Token
+			}
+			return nil, corrupt(f, "is inconsistent (holder token %d, last token %d)", tok, st.LastToken)
 		}
+	}
+	if st.Slots < 0 || st.Slots > coord.MaxSlots || len(st.Others) > 0 && st.Holder == nil {
+		return nil, corrupt(f, "is inconsistent (slots %d, %d other holder(s))", st.Slots, len(st.Others))
 	}
 	for _, t := range st.Queue {
 		if t.ID == "" || t.PID <= 0 {
@@ -369,7 +396,7 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	// token stays, and it goes on above every token that may have been
 	// issued before the crash.
 	if id := clock.BootID(); st.BootID != id {
-		st.BootID, st.Holder, st.Queue, st.Lease = id, nil, nil, ""
+		st.BootID, st.Holder, st.Queue, st.Lease, st.Others = id, nil, nil, "", nil
 		st.LastToken = max(st.LastToken, st.Reserved)
 	} else if st.Lease != "" && st.Holder == nil {
 		return nil, corrupt(f, "is inconsistent (a lease record without a holder)")
@@ -402,6 +429,7 @@ func applyRecord(f lockFiles, st *state) error {
 	}
 	if r.released {
 		st.Holder = nil
+		st.promote()
 	}
 	return nil
 }
@@ -412,6 +440,9 @@ func applyRecord(f lockFiles, st *state) error {
 // was issued), so that the token survives a power loss.
 func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
+	if st.slotted() {
+		st.Version = slotsVersion
+	}
 	st.BootID = clock.BootID()
 	st.Lease = ""
 	if st.Holder != nil {
@@ -570,6 +601,7 @@ func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed
 		token = st.Holder.Token
 	}
 	ch, ring, err := fn(st)
+	st.promote()
 	werr := c.write(f, st, raw, fd, token, ch)
 	if fd >= 0 {
 		unix.Close(fd)

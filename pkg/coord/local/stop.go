@@ -99,25 +99,21 @@ func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64
 		asked bool
 	)
 	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
-		now := clock.Now()
-		h := st.Holder
-		v, err := assess(h, now)
+		h, i, err := pick(name, st, token, clock.Now(), self)
+		li = i
 		if err != nil {
-			return noChange, false, err
-		}
-		if !v.live {
-			return noChange, false, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)
-		}
-		li = info(st, v, now, self)
-		if err := checkToken(name, h, token); err != nil {
 			return noChange, false, err
 		}
 		if len(h.PIDs) == 0 || !supervised(h) {
 			return noChange, false, nil
 		}
 		asked = true
-		if stopAsked(st) == h.Token {
+		if stopAsked(st) == h.Token || h.StopAsked {
 			return noChange, false, nil // asked already
+		}
+		if st.slotted() {
+			h.StopAsked = true // each holder of a semaphore is asked on its own
+			return rewrite, false, nil
 		}
 		raw, err := json.Marshal(stopAsk{Token: h.Token})
 		if err != nil {
@@ -181,11 +177,17 @@ func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 		if err != nil {
 			return err
 		}
-		v, err := assess(st.Holder, clock.Now())
+		var h *holder
+		for _, o := range st.holders() {
+			if o.Token == token {
+				h = o
+			}
+		}
+		v, err := assess(h, clock.Now())
 		if err != nil {
 			return err
 		}
-		if !v.live || st.Holder.Token != token {
+		if !v.live {
 			return nil
 		}
 		switch sleep(ctx, c.closed, sub, v.waitOn, untilWake(v.until), nil) {
@@ -248,15 +250,14 @@ func (c *Coordinator) leaseNews(f lockFiles, leaseID string) error {
 	if err != nil {
 		return errNoNews
 	}
-	h := st.Holder
-	v, err := assess(h, clock.Now())
+	h, v, err := leaseOf(st, leaseID, clock.Now())
 	if err != nil {
 		return errNoNews
 	}
 	if h == nil || h.LeaseID != leaseID || !v.live {
 		return lost(f.name, leaseID, st, v)
 	}
-	if stopAsked(st) == h.Token {
+	if stopAsked(st) == h.Token || h.StopAsked {
 		return fmt.Errorf("%w: lease %s on lock %q (token %d): a stop was requested", coord.ErrStopRequested, leaseID, f.name, h.Token)
 	}
 	return nil

@@ -517,14 +517,15 @@ func (w *watcher) scan(ctx context.Context, bases []string, emit func(coord.Even
 			continue
 		}
 		now := clock.Now()
-		v, err := assess(st.Holder, now)
+		lw, err := judgeAll(st, now)
 		if err != nil {
 			continue
 		}
+		v := lw.v
 		nv := view{info: info(st, v, now, w.self), until: v.until, waitOn: v.waitOn}
 		nv.info.Limit = coord.EffectiveLimit(w.limits, st.Name)
-		if v.live {
-			nv.expires = st.Holder.ExpiresAt
+		for _, h := range lw.live() {
+			nv.expires = max(nv.expires, h.ExpiresAt)
 		}
 		if !nv.info.Held && nv.info.Waiters == 0 {
 			nv.until, nv.waitOn = 0, nil
@@ -552,6 +553,10 @@ func change(old, nu view) (coord.EventType, bool) {
 	case n.Held && (!o.Held || o.LeaseID != n.LeaseID):
 		return coord.EventAcquired, true
 	case o.Held && !n.Held:
+		return coord.EventReleased, true
+	case len(n.Holders) > len(o.Holders):
+		return coord.EventAcquired, true // another holder of a semaphore
+	case len(n.Holders) < len(o.Holders):
 		return coord.EventReleased, true
 	case !o.Held && !n.Held && n.LastToken != o.LastToken:
 		// A whole hold began and ended between two scans (an acquire and

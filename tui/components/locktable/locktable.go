@@ -336,8 +336,8 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 	}
 	if w[colState] > 0 {
 		label := state.String()
-		if r.Info.Limit != nil {
-			label = r.Label(now)
+		if r.Info.Limit != nil || state == store.Held && r.Info.Slots > 1 {
+			label = r.Label(now) // "frozen", "limit 1", a semaphore's "2/3 held"
 		}
 		v := format.Fit(label, w[colState])
 		if styled {

@@ -6,6 +6,7 @@ package store
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,10 +88,13 @@ func (r *Row) State(now time.Time) State {
 
 // Label is what the STATE column and the details say: "frozen" for a lock
 // an operator froze (fence freeze), "limit N" for one held to N holders
-// (fence limit), else the State at now. The limit wins: it is what an
+// (fence limit), "2/3 held" for a semaphore with 2 of its 3 slots held,
+// else the State at now. The limit wins: it is what an
 // operator must see first (the holder and the TTL bar show the rest).
 func (r *Row) Label(now time.Time) string {
 	switch l := r.Info.Limit; {
+	case l == nil && r.Info.Slots > 1 && r.State(now) == Held:
+		return fmt.Sprintf("%d/%d held", len(r.Info.Holders), r.Info.Slots) // a semaphore
 	case l == nil:
 		return r.State(now).String()
 	case l.Frozen():

@@ -143,3 +143,8 @@ func TestRunSetNoDeadlock(t *testing.T) {
 func TestRunSetContenders(t *testing.T) {
 	st.SetContenders(t, etcdEnv(t, etcdtest.Start(t)), 20, 3, 60*time.Second)
 }
+
+// TestRunSlots on etcd: 10 `fence run sem --slots 3` contenders.
+func TestRunSlots(t *testing.T) {
+	st.Slots(t, etcdEnv(t, etcdtest.Start(t)))
+}

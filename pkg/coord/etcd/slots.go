@@ -1,0 +1,309 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Semaphores (coord.AcquireOptions.Slots above 1). The holders and waiters
+// of a semaphore are keys of the lock as a lock's are
+// (<prefix>locks/<escape(name)>/<lease>), with "slots" in their value, and
+// a holder's value also has its "slot" and "acquired_at" (put by the grant:
+// a key without acquired_at waits). Each held slot is a second key on the
+// holder's lease, <prefix>slots/<escape(name)>/<slot>, whose value is the
+// holder's lease id: the grant takes it in the same transaction, comparing
+// that it is free, so that two grants never share a slot; it goes with the
+// lease (a semaphore's lease is never kept for reuse, see leases).
+//
+// The token is the key's create revision, so grants go in that order: a
+// key may hold only when every key ahead of it holds and there are fewer
+// of them than the slots (and the operator limit) allow. Keys ahead can
+// only go or start holding, never come back to waiting, so that stays true
+// once read, and the grant needs no compare on them. A waiter whose key
+// just ahead waits watches that key (its grant or its end); the first
+// waiter, behind holders only, watches the deletions of the lock's keys
+// (one of them must go) and, under a limit, the limits.
+
+// slotsRange is the prefix of the slot keys of lock name.
+func (c *Coordinator) slotsRange(name string) string {
+	return c.prefix + "slots/" + url.PathEscape(name) + "/"
+}
+
+func (c *Coordinator) slotKey(name string, slot int) string {
+	return c.slotsRange(name) + strconv.Itoa(slot)
+}
+
+// checkSlots refuses, with a *coord.SlotsError, Slots want on a lock whose
+// keys kvs (other than our own, key) record other slots.
+func checkSlots(name string, kvs []*mvccpb.KeyValue, key string, want int) error {
+	for _, kv := range kvs {
+		if string(kv.Key) == key {
+			continue
+		}
+		if have := coord.SlotsOf(decodeMeta(kv.Value).Slots); have != want {
+			return &coord.SlotsError{Lock: name, Have: have, Want: want}
+		}
+	}
+	return nil
+}
+
+// allowed is how many may hold a lock of slots under the limit lim.
+func allowed(slots int, lim *coord.Limit) int {
+	if lim != nil && lim.Max < slots {
+		return lim.Max
+	}
+	return slots
+}
+
+// slotChoice is the lowest slot free for a grant, from the slot keys read
+// (slotKVs) and the lock's keys (kvs): a slot key whose holder's key is not
+// on the lock is free too (and is compared by its mod revision).
+func (c *Coordinator) slotChoice(name string, slots int, kvs, slotKVs []*mvccpb.KeyValue) (int, clientv3.Cmp, bool) {
+	taken := map[int]*mvccpb.KeyValue{}
+	for _, kv := range slotKVs {
+		s, err := strconv.Atoi(string(kv.Key[len(c.slotsRange(name)):]))
+		if err == nil {
+			taken[s] = kv
+		}
+	}
+	for s := range slots {
+		kv, ok := taken[s]
+		if !ok {
+			return s, clientv3.Compare(clientv3.CreateRevision(c.slotKey(name, s)), "=", 0), true
+		}
+		holderKey := c.lockRange(name) + string(kv.Value)
+		if !slices.ContainsFunc(kvs, func(k *mvccpb.KeyValue) bool { return string(k.Key) == holderKey }) {
+			return s, clientv3.Compare(clientv3.ModRevision(c.slotKey(name, s)), "=", kv.ModRevision), true
+		}
+	}
+	return 0, clientv3.Cmp{}, false
+}
+
+// slotReads are the reads of a semaphore's state, in a transaction's Else.
+func (c *Coordinator) slotReads(name string) []clientv3.Op {
+	return []clientv3.Op{
+		clientv3.OpGet(c.lockRange(name), clientv3.WithPrefix(), byCreate),
+		c.limitsGet(),
+		clientv3.OpGet(c.slotsRange(name), clientv3.WithPrefix()),
+	}
+}
+
+// slotState is a semaphore as read at rev: its keys by create revision,
+// the limit that binds it and its slot keys.
+type slotState struct {
+	rev     int64
+	kvs     []*mvccpb.KeyValue
+	lim     *coord.Limit
+	slotKVs []*mvccpb.KeyValue
+}
+
+func (c *Coordinator) parseSlotReads(name string, resp *clientv3.TxnResponse, at int) (slotState, error) {
+	r := resp.Responses[at:]
+	lim, err := c.effectiveOf(name, r[1].GetResponseRange().Kvs)
+	return slotState{rev: resp.Header.Revision, kvs: r[0].GetResponseRange().Kvs, lim: lim,
+		slotKVs: r[2].GetResponseRange().Kvs}, err
+}
+
+// eligible reports whether a key created at myRev (0: one not yet put) may
+// hold now: every key ahead of it holds and there are fewer than allowed.
+// It returns the key just ahead too (nil: none).
+func eligible(st slotState, myRev int64, slots int) (bool, *mvccpb.KeyValue) {
+	var ahead []*mvccpb.KeyValue
+	for _, kv := range st.kvs {
+		if myRev == 0 || kv.CreateRevision < myRev {
+			ahead = append(ahead, kv)
+		}
+	}
+	var pred *mvccpb.KeyValue
+	if len(ahead) > 0 {
+		pred = ahead[len(ahead)-1]
+	}
+	if pred != nil && decodeMeta(pred.Value).AcquiredAt == nil {
+		return false, pred // a waiter ahead: it goes first
+	}
+	return len(ahead) < allowed(slots, st.lim), pred
+}
+
+// trySlot is a try-lock of a semaphore (Wait 0) read as st: it puts key as
+// a holder in the lowest free slot when it may hold (and no key was
+// created since the read), reading again when the transaction fails.
+// held is the key's value less its slot. It returns the slot and the
+// revision of the grant, or ok false with the state last read.
+func (c *Coordinator) trySlot(ctx context.Context, name, key string, id clientv3.LeaseID, slots int, held meta, st slotState) (slot int, rev int64, last slotState, ok bool, err error) {
+	for {
+		may, _ := eligible(st, 0, slots)
+		s, cmp, free := c.slotChoice(name, slots, st.kvs, st.slotKVs)
+		if !may || !free {
+			return 0, 0, st, false, nil
+		}
+		m := held
+		m.Slot = s
+		resp, err := c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(c.lockRange(name)), "<", st.rev+1).WithPrefix(), cmp, c.limitsCmp(st.rev)).
+			Then(clientv3.OpPut(key, m.encode(), clientv3.WithLease(id)), clientv3.OpPut(c.slotKey(name, s), formatID(id), clientv3.WithLease(id))).
+			Else(c.slotReads(name)...).
+			Commit()
+		if err != nil {
+			return 0, 0, st, false, err
+		}
+		if resp.Succeeded {
+			return s, resp.Header.Revision, st, true, nil
+		}
+		if st, err = c.parseSlotReads(name, resp, 0); err != nil {
+			return 0, 0, st, false, err
+		}
+		if err := checkSlots(name, st.kvs, key, slots); err != nil {
+			return 0, 0, st, false, err
+		}
+	}
+}
+
+// waitSlot waits until the key created at myRev holds a slot of the
+// semaphore (see the top of this file) and returns the slot; st is the
+// state read when the key was put. Each attempt of the grant is bounded by
+// claimTimeout and tried again, as a lock's claim is. When ctx ends while
+// a limit holds the semaphore back, the error wraps the *coord.LimitError.
+func (c *Coordinator) waitSlot(ctx context.Context, name, key string, id clientv3.LeaseID, myRev int64, slots int, st slotState, lost <-chan error, claim func(slot int) string) (slot int, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	defer func() {
+		if err != nil && c.closed.Load() {
+			err = errClosed
+		}
+	}()
+	for {
+		may, pred := eligible(st, myRev, slots)
+		s, cmp, free := c.slotChoice(name, slots, st.kvs, st.slotKVs)
+		if may && free {
+			tctx, tcancel := context.WithTimeout(ctx, claimTimeout)
+			resp, err := c.cli.Txn(tctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev), cmp, c.limitsCmp(st.rev)).
+				Then(clientv3.OpPut(key, claim(s), clientv3.WithLease(id)), clientv3.OpPut(c.slotKey(name, s), formatID(id), clientv3.WithLease(id))).
+				Else(append(c.slotReads(name), clientv3.OpGet(key, clientv3.WithCountOnly()))...).
+				Commit()
+			tcancel()
+			switch {
+			case err != nil && ctx.Err() == nil && tctx.Err() != nil:
+				continue // timed out: again
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				return 0, errLeaseGone
+			case err != nil:
+				return 0, c.mapErr(ctx, "wait", err)
+			case resp.Succeeded:
+				return s, nil
+			case resp.Responses[3].GetResponseRange().Count == 0:
+				return 0, errLeaseGone
+			}
+			if st, err = c.parseSlotReads(name, resp, 0); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		// Not yet: wait for the key just ahead when it waits, else for a
+		// deletion among the holders (and a change of the limits).
+		var werr error
+		if pred != nil && decodeMeta(pred.Value).AcquiredAt == nil {
+			werr = c.watchChange(ctx, string(pred.Key), false, false, st.rev+1, lost, false)
+		} else {
+			werr = c.watchChange(ctx, c.lockRange(name), true, true, st.rev+1, lost, st.lim != nil)
+		}
+		if werr != nil {
+			if ctx.Err() != nil && st.lim != nil && !may {
+				return 0, fmt.Errorf("%w (%w)", &coord.LimitError{Lock: name, Limit: *st.lim, Holders: holders(st.kvs)}, werr)
+			}
+			return 0, werr
+		}
+		rctx, rcancel := context.WithTimeout(ctx, claimTimeout)
+		resp, err := c.cli.Txn(rctx).Then(append(c.slotReads(name), clientv3.OpGet(key, clientv3.WithCountOnly()))...).Commit()
+		rcancel()
+		switch {
+		case err != nil && ctx.Err() == nil && rctx.Err() != nil:
+			continue // timed out: read again
+		case err != nil:
+			return 0, c.mapErr(ctx, "wait", err)
+		case resp.Responses[3].GetResponseRange().Count == 0:
+			return 0, errLeaseGone
+		}
+		if st, err = c.parseSlotReads(name, resp, 0); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// holders counts the keys of kvs that hold.
+func holders(kvs []*mvccpb.KeyValue) int {
+	n := 0
+	for _, kv := range kvs {
+		if decodeMeta(kv.Value).AcquiredAt != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// watchChange returns nil at the first event on key (or every key under
+// it, with prefix; deletions only, with deletes) at revision from or later,
+// and also, with limits, at the first change of a limit; nil too when the
+// watch is not created or stops hearing within two watchChecks (a frozen
+// member, see watchDelete: the caller reads again, and watches again on a
+// new stream) or ends; else ctx's error or the lease-lost error.
+func (c *Coordinator) watchChange(ctx context.Context, key string, prefix, deletes bool, from int64, lost <-chan error, limits bool) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wctx = metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10))
+	opts := []clientv3.OpOption{clientv3.WithRev(from), clientv3.WithCreatedNotify()}
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	if deletes {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	// Watch returns once the member has created the watch: a frozen one
+	// never does (the ticker below gives up on it).
+	wchc, lchc := make(chan clientv3.WatchChan, 1), make(chan clientv3.WatchChan, 1)
+	go func() { wchc <- c.cli.Watch(wctx, key, opts...) }()
+	if limits {
+		go func() { lchc <- c.cli.Watch(wctx, c.limitsRange(), clientv3.WithPrefix(), clientv3.WithRev(from)) }()
+	}
+	var wch, lch clientv3.WatchChan
+	tick := time.NewTicker(watchCheck)
+	defer tick.Stop()
+	heard := time.Now()
+	for {
+		select {
+		case wch = <-wchc:
+		case lch = <-lchc:
+		case err := <-lost:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			if time.Since(heard) >= 2*watchCheck {
+				return nil // deaf: read again, then watch again elsewhere
+			}
+			go c.cli.RequestProgress(wctx)
+		case wr, ok := <-lch:
+			if !ok || wr.Err() != nil || wr.Canceled || len(wr.Events) > 0 {
+				return ctx.Err()
+			}
+		case wr, ok := <-wch:
+			heard = time.Now()
+			if !ok || wr.Err() != nil || wr.Canceled || len(wr.Events) > 0 {
+				return ctx.Err()
+			}
+		}
+	}
+}
