@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -23,5 +24,31 @@ func TestSemaphoreState(t *testing.T) {
 	}
 	if got := fields(s[lineOf(s, "plain")]); got[1] != "held" {
 		t.Errorf("plain lock row %q, want STATE \"held\"", got)
+	}
+}
+
+// TestSemaphoreDetails: the details of a semaphore name each holder (slot,
+// holder, token, time left, held for) below the oldest's fields.
+func TestSemaphoreDetails(t *testing.T) {
+	sem := held("backups", "db-1:10", 41, 30*time.Second, 25*time.Second, time.Minute)
+	one := sem.AllHolders()[0]
+	two := one
+	two.Slot, two.Holder, two.Token, two.TTLLeft = 2, "db-2:20", 44, 10*time.Second
+	sem.SetHolders(3, []coord.HolderInfo{one, two})
+	h := newHarness(t, newFake(sem), Options{})
+	h.settle()
+	h.key("enter")
+	h.until("the timeline", func() bool { return h.m.details.Loaded() })
+	h.send(teaSize(120, 30))
+	view := h.m.View()
+	checkFrame(t, view, 120, 30)
+	for _, want := range []string{
+		"slots     2 of 3 held",
+		"          slot 0: db-1:10, token 41, 25s of 30s left, held 1m",
+		"          slot 2: db-2:20, token 44, 10s of 30s left, held 1m",
+	} {
+		if !strings.Contains(view, want) {
+			t.Errorf("details lack %q:\n%s", want, view)
+		}
 	}
 }

@@ -367,6 +367,9 @@ func (m *Model) header(r *store.Row, now time.Time) []string {
 	} else {
 		lines = append(lines, pair("process", process, "", ""))
 	}
+	if r != nil && r.Info.Slots > 1 {
+		lines = append(lines, m.holderLines(r.Info, now)...)
+	}
 	if r != nil && r.Info.Limit != nil {
 		lines = append(lines, pair("limit", m.limitText(*r.Info.Limit), "", ""))
 	}
@@ -401,6 +404,29 @@ func (m *Model) limitText(l coord.Limit) string {
 		v += ": " + l.Reason
 	}
 	return v
+}
+
+// holderLines name a semaphore's holders, oldest first (the fields above
+// are the oldest's): slot, holder, token, time left, held for.
+func (m *Model) holderLines(i coord.LockInfo, now time.Time) []string {
+	s := m.styles
+	lines := []string{"  " + s.Label.Render(format.Fit("slots", labelW)) +
+		format.Fit(fmt.Sprintf("%d of %d held", len(i.Holders), i.Slots), max(m.width-2-labelW, 0))}
+	for n, h := range i.Holders {
+		if n == maxQueue {
+			lines = append(lines, "  "+strings.Repeat(" ", labelW)+s.Label.Render(format.Fit(fmt.Sprintf("and %d more", len(i.Holders)-maxQueue), max(m.width-2-labelW, 0))))
+			break
+		}
+		v := fmt.Sprintf("slot %d: %s, token %d", h.Slot, h.Holder, h.Token)
+		if h.TTL > 0 {
+			v += ", " + format.Duration(format.Ceil(max(h.TTLLeft, 0))) + " of " + format.Duration(h.TTL) + " left"
+		}
+		if !h.AcquiredAt.IsZero() {
+			v += ", held " + format.Duration(max(now.Sub(h.AcquiredAt), 0))
+		}
+		lines = append(lines, "  "+strings.Repeat(" ", labelW)+format.Fit(v, max(m.width-2-labelW, 0)))
+	}
+	return lines
 }
 
 // queueLines names who waits, first served first: place, holder, how long
