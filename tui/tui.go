@@ -17,8 +17,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/user"
-	"strconv"
 	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
@@ -203,7 +201,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		opts.Location = time.Local
 	}
 	if opts.Operator == "" {
-		opts.Operator = operator()
+		opts.Operator = coord.DefaultSetter()
 	}
 	r := opts.Renderer
 	if r == nil {
@@ -267,20 +265,4 @@ const (
 func (m *Model) Init() tea.Cmd {
 	m.watchGen++
 	return tea.Batch(m.describeCmd(), m.watchCmd(m.watchGen), m.after(m.tick, tickMsg{}))
-}
-
-// operator is this process's user@host, as fence freeze names who froze.
-func operator() string {
-	name := os.Getenv("USER")
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		name = u.Username
-	}
-	if name == "" {
-		name = strconv.Itoa(os.Getuid())
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	return name + "@" + host
 }

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,22 +162,6 @@ such limit.`,
 	return cmd
 }
 
-// limitSetter is who sets a limit: user@host.
-func limitSetter() string {
-	name := os.Getenv("USER")
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		name = u.Username
-	}
-	if name == "" {
-		name = strconv.Itoa(os.Getuid())
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	return name + "@" + host
-}
-
 func limiterOf(c coord.Coordinator) (coord.Limiter, error) {
 	var l coord.Limiter
 	if !coord.As(c, &l) {
@@ -209,7 +191,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 		return err
 	}
 	name, prefix := o.scope()
-	l := coord.Limit{Name: name, Prefix: prefix, Max: o.max, Reason: o.reason, By: limitSetter()}
+	l := coord.Limit{Name: name, Prefix: prefix, Max: o.max, Reason: o.reason, By: coord.DefaultSetter()}
 	if err := coord.ValidateLimit(l); err != nil {
 		return err
 	}
@@ -292,7 +274,7 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 			return fmt.Errorf("thaw: the limit is removed, but the locks it covered cannot be listed: %w", err)
 		}
 		if ok {
-			recordLimit(ctx, c, infos, history.Thawed, coord.Limit{Name: name, Prefix: prefix, By: limitSetter(), Reason: old.Describe()})
+			recordLimit(ctx, c, infos, history.Thawed, coord.Limit{Name: name, Prefix: prefix, By: coord.DefaultSetter(), Reason: old.Describe()})
 		}
 		for _, i := range infos {
 			if i.Limit != nil {

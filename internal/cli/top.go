@@ -116,7 +116,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 			Prefix:   o.prefix,
 			Refresh:  o.refresh,
 			Warning:  f.versionWarning(),
-			Operator: limitSetter(),
+			Operator: coord.DefaultSetter(),
 			Input:    topInput(f.IO.In),
 			Output:   f.IO.Out,
 		})

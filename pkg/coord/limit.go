@@ -3,7 +3,10 @@ package coord
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +49,24 @@ type Limit struct {
 	By string `json:"by,omitempty"`
 	// At is when the limit was set.
 	At time.Time `json:"at"`
+}
+
+// DefaultSetter is who sets a limit when the caller names nobody, the
+// Limit.By that fence limit, freeze and thaw and the dashboard record:
+// "USER@HOSTNAME" (the uid when the user has no name).
+func DefaultSetter() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = strconv.Itoa(os.Getuid())
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return name + "@" + host
 }
 
 // Frozen reports whether the limit lets no new holder in.
