@@ -83,6 +83,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
@@ -355,6 +356,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	t0 := clock.Now()
 	lease, err := acquire(actx, p.Lock, acq)
 	close(acqDone)
+	benchtrace.Mark(benchtrace.Acquired)
 	r.m.wait = clock.Now().Sub(t0)
 	if err == nil && context.Cause(actx) != nil {
 		// A signal came as the lock was granted: do not start the command.
@@ -414,6 +416,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	} else {
 		r.verbosef("released %q (token %d)", p.Lock, lease.Token)
 	}
+	benchtrace.Mark(benchtrace.Released)
 	return code, runErr
 }
 
@@ -494,6 +497,7 @@ func (r *runner) startWatchdog() error {
 		repR.Close()
 		return fmt.Errorf("start watchdog %s: %w", exe, err)
 	}
+	benchtrace.Mark(benchtrace.WatchdogStart)
 	r.wd = cmd
 	r.wdDone = make(chan struct{})
 	go func() {
@@ -699,6 +703,7 @@ func (r *runner) report(ctx context.Context, rep report) {
 	case evStopping:
 		r.wdStopped = rep.Reason
 	case evExited:
+		benchtrace.Mark(benchtrace.CommandEnd)
 		r.exit = rep.Exit
 		r.phase = r.phase.next(stepDone)
 	case evError:

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 )
@@ -49,6 +50,7 @@ const sweep = 5 * time.Millisecond
 // left the process group (setsid) are stopped too. It exits once no process
 // of the command's tree is left.
 func WatchdogMain(args []string) int {
+	benchtrace.Mark(benchtrace.WatchdogMain)
 	if len(args) > 0 && args[0] == WatchdogArg {
 		args = args[1:]
 	}
@@ -141,6 +143,7 @@ func (w *watchdog) run() error {
 	}
 	subreaper := becomeSubreaper()
 	w.cgBase, w.cgBaseErr = ownCgroupDir()
+	benchtrace.Mark(benchtrace.WatchdogReady)
 
 	later := w.waitStart()
 	if w.phase == phaseDone {
@@ -156,6 +159,7 @@ func (w *watchdog) run() error {
 	if err := w.start(); err != nil {
 		return err
 	}
+	benchtrace.Mark(benchtrace.CommandStart)
 	if w.leader == 0 {
 		return nil // exec failed and was reported
 	}
