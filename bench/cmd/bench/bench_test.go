@@ -59,7 +59,7 @@ func TestDisplayCmd(t *testing.T) {
 // explanation in floors.md, in case it is missed.
 func TestFloorsCoverTargets(t *testing.T) {
 	fl := floors()
-	for _, name := range []string{TargetLocalRun, TargetEtcdRun, TargetHandoff, TargetContended, TargetLeases, TargetLeasesLoc} {
+	for _, name := range []string{TargetLocalRun, TargetEtcdRun, TargetHandoff, TargetHandoffL, TargetVersion, TargetRSS, TargetContended, TargetLeases, TargetLeasesLoc} {
 		if strings.TrimSpace(fl[name]) == "" {
 			t.Errorf("floors.md has no section %q", name)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/fence-dev/fence/bench/internal/chart"
@@ -140,7 +141,9 @@ func markdown(r *Results) string {
 		for _, ph := range r.Run.Phases {
 			p("| %s | %s | %s | %s |\n", ph.Tool, cell(ph.Before), cell(ph.After), cell(ph.Total))
 		}
+		phaseTable(p, r.Run.Phases)
 	}
+	initTable(p, r.Run.Init)
 	p("\n`fence version` is the fence binary starting and exiting, and the small Go program is bench/cmd/stamp doing nothing: together they show the part of `fence run` that is the cost of starting a Go program of fence's size (fence starts twice per run: itself and its watchdog).\n\n")
 	p("![whole-process time](benchmarks/run.svg)\n\n")
 
@@ -334,4 +337,75 @@ func memoryChart(r *Results) chart.Chart {
 		{Label: "etcd", Bars: []chart.Bar{bar(0, find(r.Memory.Peak, nameFenceEtcd).S), bar(1, find(r.Memory.Peak, nameEtcdctl).S)}},
 	}
 	return c
+}
+
+// phaseTable writes the phases of a fence run, from the stamps fence and
+// its watchdog write with FENCE_BENCH_TRACE, side by side per backend.
+func phaseTable(p func(string, ...any), phs []Phase) {
+	var cols []Phase
+	for _, ph := range phs {
+		if len(ph.Marks) > 0 {
+			cols = append(cols, ph)
+		}
+	}
+	if len(cols) == 0 {
+		return
+	}
+	p("\n**Phases of a fence run**, from the same runs: fence and its watchdog append a stamp per phase to a file when FENCE_BENCH_TRACE names one (internal/benchtrace; without it nothing is written). ms since the fork of fence, median (min – max); *step* is the difference of the medians from the phase above. The watchdog's phases (watchdog_main, watchdog_ready, command_start) run beside fence's, in another process.\n\n")
+	p("| phase |")
+	for _, c := range cols {
+		p(" %s | step |", c.Tool)
+	}
+	p("\n|---|")
+	for range cols {
+		p("---|---|")
+	}
+	p("\n")
+	var names []string
+	for _, c := range cols {
+		for _, m := range c.Marks {
+			if !slices.Contains(names, m.Name) {
+				names = append(names, m.Name)
+			}
+		}
+	}
+	prev := make([]float64, len(cols))
+	for _, n := range names {
+		p("| %s |", n)
+		for i, c := range cols {
+			m, ok := markOf(c.Marks, n)
+			if !ok {
+				p(" – | |")
+				continue
+			}
+			p(" %s | %s |", cell(m.At), stats.Num(m.At.Median-prev[i]))
+			prev[i] = m.At.Median
+		}
+		p("\n")
+	}
+}
+
+func markOf(ms []Mark, name string) (Mark, bool) {
+	for _, m := range ms {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Mark{}, false
+}
+
+// initTable writes the package initialisation of fence and etcdctl.
+func initTable(p func(string, ...any), ics []InitCost) {
+	if len(ics) == 0 {
+		return
+	}
+	p("\n**Package initialisation** (`GODEBUG=inittrace=1`, %d runs each): the sum of the init functions' times, and when the last of them ended after the runtime started (the binary's loading and page faults included). ms, median (min – max).\n\n", ics[0].Sum.N)
+	p("| binary | packages with init | sum of inits | last init done at | largest (median ms) |\n|---|---|---|---|---|\n")
+	for _, ic := range ics {
+		var top []string
+		for _, m := range ic.Top {
+			top = append(top, fmt.Sprintf("%s %s", m.Name, stats.Num(m.S.Median)))
+		}
+		p("| `%s` | %d | %s | %s | %s |\n", ic.Cmd, ic.Packages, cell(ic.Sum), cell(ic.Done), strings.Join(top, "; "))
+	}
 }
