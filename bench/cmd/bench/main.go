@@ -251,7 +251,8 @@ func cleanEnv(work string) []string {
 	return append(env, "XDG_CONFIG_HOME="+filepath.Join(work, "xdg-config"), "XDG_STATE_HOME="+filepath.Join(work, "xdg-state"))
 }
 
-// build compiles fence (as `go build ./cmd/fence`), the stamp helper and
+// build compiles fence (as `go build ./cmd/fence`) with its small watchdog
+// beside it (cmd/fence-watchdog, tag fence_watchdog), the stamp helper and
 // etcdctl 3.7 from the tools-only module bench/tools, all with
 // CGO_ENABLED=0, as the releases of both are built (goreleaser.yaml;
 // etcd's release scripts): a static binary starts about 1 to 2.5 ms sooner than
@@ -264,6 +265,8 @@ func build(ctx context.Context, cfg *config) error {
 		args []string
 	}{
 		{cfg.root, []string{"build", "-o", cfg.fence, "./cmd/fence"}},
+		// fence's small watchdog, beside fence, as releases install it.
+		{cfg.root, []string{"build", "-o", filepath.Join(bin, "fence-watchdog"), "-tags", "fence_watchdog", "./cmd/fence-watchdog"}},
 		{cfg.root, []string{"build", "-o", cfg.stamp, "./bench/cmd/stamp"}},
 		{filepath.Join(cfg.root, "bench", "tools"), []string{"build", "-o", cfg.etcdctl, "go.etcd.io/etcd/etcdctl/v3"}},
 	}
