@@ -18,6 +18,8 @@
 //	                   for both tools, does not drown the difference)
 //	--render FILE      only rewrite the report from a results.json
 //	                   (after editing the report's text or floors.md)
+//	--baseline FILE    an earlier run's results.json: the report shows its
+//	                   targets and phases beside this run's (before, after)
 //
 // The sections, each described in docs/benchmarks.md: whole-process time of
 // one locked `true` (hyperfine), peak memory (/usr/bin/time -v), handoff
@@ -80,6 +82,7 @@ func run() error {
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory")
 	fs.StringVar(&cfg.etcdDataDir, "etcd-data-dir", "", "etcd data directory (default: a fresh directory under /dev/shm)")
 	fromJSON := fs.String("render", "", "only rewrite the report from this results.json (no measurement)")
+	baseline := fs.String("baseline", "", "an earlier run's results.json, shown beside this run's figures (before and after)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -95,8 +98,14 @@ func run() error {
 		return err
 	}
 	cfg.root = root
+	var base *Results
+	if *baseline != "" {
+		if base, err = readResults(*baseline); err != nil {
+			return err
+		}
+	}
 	if *fromJSON != "" {
-		return render(cfg, *fromJSON)
+		return render(cfg, *fromJSON, base)
 	}
 	if err := checkTools(); err != nil {
 		return err
@@ -123,7 +132,7 @@ func run() error {
 		return err
 	}
 
-	res := &Results{Smoke: cfg.smoke, Started: started.UTC()}
+	res := &Results{Smoke: cfg.smoke, Started: started.UTC(), Baseline: base}
 	load := startLoadSampler(2 * time.Second)
 	res.Machine = machineInfo(ctx, cfg)
 
@@ -285,24 +294,38 @@ func build(ctx context.Context, cfg *config) error {
 
 // render rewrites the report from saved results (after a change to the
 // report's text or to floors.md).
-func render(cfg *config, path string) error {
-	b, err := os.ReadFile(path)
+func render(cfg *config, path string, base *Results) error {
+	res, err := readResults(path)
 	if err != nil {
 		return err
 	}
-	var res Results
-	if err := json.Unmarshal(b, &res); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	if base != nil {
+		res.Baseline = base
 	}
 	if cfg.out == "" {
 		cfg.out = filepath.Join(cfg.root, "docs")
 	}
 	res.evaluate()
-	if err := writeReport(cfg, &res); err != nil {
+	if err := writeReport(cfg, res); err != nil {
 		return err
 	}
 	cfg.logf("wrote %s from %s", filepath.Join(cfg.out, "benchmarks.md"), path)
 	return nil
+}
+
+// readResults reads a results.json; a baseline it carries is dropped (one
+// level of before and after).
+func readResults(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	res.Baseline = nil
+	return &res, nil
 }
 
 // tmpfsDir returns a fresh directory on /dev/shm, or one in the work

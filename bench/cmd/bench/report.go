@@ -121,6 +121,7 @@ func markdown(r *Results) string {
 		p("| %s | %s | %s | %s |\n", t.Name, t.Goal, t.Value, v)
 	}
 	p("\nWhere a target is missed, [the floors](#why-targets-are-missed-the-floors) below say why, from profiles.\n\n")
+	beforeAfter(p, r)
 
 	// 1. Whole-process time.
 	p("## 1. Whole-process time of one locked `true`\n\n")
@@ -408,4 +409,126 @@ func initTable(p func(string, ...any), ics []InitCost) {
 		}
 		p("| `%s` | %d | %s | %s | %s |\n", ic.Cmd, ic.Packages, cell(ic.Sum), cell(ic.Done), strings.Join(top, "; "))
 	}
+}
+
+// beforeAfter writes the targets and the phases of a fence run of the
+// baseline (--baseline) beside this run's.
+func beforeAfter(p func(string, ...any), r *Results) {
+	b := r.Baseline
+	if b == nil {
+		return
+	}
+	p("## Before and after\n\n")
+	p("The run of %s (before; load average %s during it) beside this one (after; %s). Each is a ratio of medians within its own run, so the load of each run weighs on both sides of its ratios alike.\n\n",
+		b.Started.Format("2006-01-02 15:04 UTC"), stats.Num(b.Load.During.Median), stats.Num(r.Load.During.Median))
+	p("| target | goal | before | after | verdict after |\n|---|---|---|---|---|\n")
+	for _, t := range r.Targets {
+		v := "**missed**"
+		switch {
+		case t.Absent:
+			v = "not measured"
+		case t.Met:
+			v = "met"
+		}
+		bt := b.target(t.Name)
+		before := bt.Value
+		if bt.Absent {
+			before = "–"
+		}
+		p("| %s | %s | %s | %s | %s |\n", t.Name, t.Goal, before, t.Value, v)
+	}
+	p("\n| whole-process figure | before | after | after / before |\n|---|---|---|---|\n")
+	for _, n := range []struct {
+		name string
+		ms   func(*Results) []Measure
+	}{
+		{nameFenceLocal, func(x *Results) []Measure { return x.Run.Local }},
+		{nameFlock, func(x *Results) []Measure { return x.Run.Local }},
+		{nameFenceVersion, func(x *Results) []Measure { return x.Run.Local }},
+		{nameFenceEtcd, func(x *Results) []Measure { return x.Run.Etcd }},
+		{nameEtcdctl, func(x *Results) []Measure { return x.Run.Etcd }},
+		{nameEtcdctlVer, func(x *Results) []Measure { return x.Run.Etcd }},
+	} {
+		bm, am := find(n.ms(b), n.name).S, find(n.ms(r), n.name).S
+		p("| %s, ms | %s | %s | %s |\n", n.name, cell(bm), cell(am), ratioCell(am, bm))
+	}
+	for _, n := range []string{nameFenceLocal, nameFenceEtcd, nameEtcdctl} {
+		bm, am := find(b.Memory.Peak, n).S, find(r.Memory.Peak, n).S
+		p("| %s, peak RSS MiB | %s | %s | %s |\n", n, cell(bm), cell(am), ratioCell(am, bm))
+	}
+	for _, part := range []string{"fence watchdog (local)", "fence watchdog (etcd)"} {
+		bm, am := find(b.Memory.Holding, part).S, find(r.Memory.Holding, part).S
+		p("| %s, RSS while holding MiB | %s | %s | %s |\n", part, cell(bm), cell(am), ratioCell(am, bm))
+	}
+	for i, w := range r.Handoff.Waiters {
+		for _, tool := range []string{toolFenceEtcd, toolFenceLocal} {
+			var bm stats.Summary
+			if j := slices.Index(b.Handoff.Waiters, w); j >= 0 && j < len(b.Handoff.Gaps[tool]) {
+				bm = b.Handoff.Gaps[tool][j].S
+			}
+			var am stats.Summary
+			if i < len(r.Handoff.Gaps[tool]) {
+				am = r.Handoff.Gaps[tool][i].S
+			}
+			p("| handoff %s, %d waiter(s), ms | %s | %s | %s |\n", tool, w, cell(bm), cell(am), ratioCell(am, bm))
+		}
+	}
+	for _, tool := range []string{nameFenceLocal, nameFenceEtcd} {
+		var bp, ap Phase
+		for _, ph := range b.Run.Phases {
+			if ph.Tool == tool {
+				bp = ph
+			}
+		}
+		for _, ph := range r.Run.Phases {
+			if ph.Tool == tool {
+				ap = ph
+			}
+		}
+		if len(ap.Marks) == 0 {
+			continue
+		}
+		p("\n**Phases of %s**, before and after: ms since the fork of fence, median (min – max), and the step from the phase above (difference of medians).\n\n", tool)
+		p("| phase | before | step | after | step |\n|---|---|---|---|---|\n")
+		var names []string
+		for _, m := range bp.Marks {
+			names = append(names, m.Name)
+		}
+		for _, m := range ap.Marks {
+			if !slices.Contains(names, m.Name) {
+				names = append(names, m.Name)
+			}
+		}
+		// In the order of the run after the change.
+		slices.SortStableFunc(names, func(x, y string) int {
+			mx, okx := markOf(ap.Marks, x)
+			my, oky := markOf(ap.Marks, y)
+			if !okx || !oky {
+				return 0
+			}
+			switch {
+			case mx.At.Median < my.At.Median:
+				return -1
+			case mx.At.Median > my.At.Median:
+				return 1
+			}
+			return 0
+		})
+		var pb, pa float64
+		for _, n := range names {
+			mb, okb := markOf(bp.Marks, n)
+			ma, oka := markOf(ap.Marks, n)
+			sb, sa := "", ""
+			if okb {
+				sb = stats.Num(mb.At.Median - pb)
+				pb = mb.At.Median
+			}
+			if oka {
+				sa = stats.Num(ma.At.Median - pa)
+				pa = ma.At.Median
+			}
+			p("| %s | %s | %s | %s | %s |\n", n, cell(mb.At), sb, cell(ma.At), sa)
+		}
+	}
+	p("\n")
 }

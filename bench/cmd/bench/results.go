@@ -25,6 +25,10 @@ type Results struct {
 	Scale     ScaleResults
 
 	Targets []Target
+
+	// Baseline is an earlier run (--baseline), shown beside this one: the
+	// figures before a change.
+	Baseline *Results `json:",omitempty"`
 }
 
 // SectionTime is how long one section of the harness took.
@@ -166,8 +170,11 @@ const (
 	TargetLeasesLoc = "renewed leases (local), per 10,000"
 )
 
-// evaluate fills Targets from the figures.
+// evaluate fills Targets from the figures (the baseline's too).
 func (r *Results) evaluate() {
+	if r.Baseline != nil {
+		r.Baseline.evaluate()
+	}
 	r.Targets = nil
 	add := func(t Target) { r.Targets = append(r.Targets, t) }
 
