@@ -78,6 +78,19 @@ type Factory struct {
 	versionsOnce sync.Once
 	versions     []etcd.MemberVersion // what the etcd members reported, once
 	versionWarns []string             // their known lease-safety bugs
+
+	// deferVersions makes the Coordinator opener ask the etcd members for
+	// their versions on the side instead of before it returns; the
+	// warnings wait in deferredWarns until flushVersions prints them (fence
+	// run: once the lease is held, so that the question is not one more
+	// round trip on the way to it).
+	deferVersions bool
+	// askVersions asks the members (etcd.Coordinator.ServerVersions; a
+	// test holds the answer back).
+	askVersions   func(context.Context, *etcd.Coordinator) []etcd.MemberVersion
+	versionsDone  chan struct{} // closed once the deferred question is answered
+	deferredWarns []string
+	flushOnce     sync.Once
 }
 
 // NewFactory returns a Factory whose configuration comes from the root
@@ -121,8 +134,17 @@ func NewFactory(ios *IOStreams) *Factory {
 			return nil, err
 		}
 		if ec, ok := inner.(*etcd.Coordinator); ok {
-			for _, w := range f.checkVersions(ctx, ec, cfg.DialTimeout) {
-				fmt.Fprintf(f.IO.ErrOut, "fence: warning: %s\n", w)
+			if f.deferVersions {
+				done := make(chan struct{})
+				f.versionsDone = done
+				go func() {
+					defer close(done)
+					f.deferredWarns = f.checkVersions(ctx, ec, cfg.DialTimeout)
+				}()
+			} else {
+				for _, w := range f.checkVersions(ctx, ec, cfg.DialTimeout) {
+					fmt.Fprintf(f.IO.ErrOut, "fence: warning: %s\n", w)
+				}
 			}
 		}
 		// Every command records its lease events in the lock's history.
@@ -139,6 +161,25 @@ func NewFactory(ios *IOStreams) *Factory {
 	return f
 }
 
+// flushVersions waits for the version question that the Coordinator opener
+// asked on the side (deferVersions) and prints its warnings on w (nil:
+// stderr), once; without one it does nothing. It must be called before the
+// coordinator is closed.
+func (f *Factory) flushVersions(w io.Writer) {
+	if f.versionsDone == nil {
+		return
+	}
+	<-f.versionsDone
+	f.flushOnce.Do(func() {
+		if w == nil {
+			w = f.IO.ErrOut
+		}
+		for _, warn := range f.deferredWarns {
+			fmt.Fprintf(w, "fence: warning: %s\n", warn)
+		}
+	})
+}
+
 // versionTimeout bounds the question of the etcd members' versions.
 const versionTimeout = time.Second
 
@@ -150,7 +191,11 @@ func (f *Factory) checkVersions(ctx context.Context, c *etcd.Coordinator, dial t
 	f.versionsOnce.Do(func() {
 		vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
 		defer cancel()
-		f.versions = c.ServerVersions(vctx)
+		if f.askVersions != nil {
+			f.versions = f.askVersions(vctx, c)
+		} else {
+			f.versions = c.ServerVersions(vctx)
+		}
 		f.versionWarns = etcd.VersionWarnings(f.versions)
 		first = f.versionWarns
 	})

@@ -96,6 +96,10 @@ type Options struct {
 	// It is used when it starts and says hello in this fence's protocol;
 	// otherwise Executable (fence itself) is the watchdog.
 	Watchdog string
+	// OnAcquired, when set, is called once the lease (every lease of Locks)
+	// is held, before the command is started, with the writer of fence's
+	// own lines (serialized with them).
+	OnAcquired func(stderr io.Writer) `json:"-"`
 	// NoCgroup keeps the command out of a cgroup of its own even where one
 	// could be made; the watchdog then finds the command's descendants as
 	// their subreaper.

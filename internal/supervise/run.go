@@ -583,6 +583,9 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		FencePgrp:  unix.Getpgrp(),
 		Cgroup:     !p.NoCgroup,
 	}
+	if p.OnAcquired != nil {
+		p.OnAcquired(r.stderr)
+	}
 	if err := r.awaitHello(ctx); err != nil {
 		return exitcode.Failure, err
 	}
