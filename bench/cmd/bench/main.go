@@ -20,6 +20,8 @@
 //	                   (after editing the report's text or floors.md)
 //	--baseline FILE    an earlier run's results.json: the report shows its
 //	                   targets and phases beside this run's (before, after)
+//	--compare REV      also build fence at git revision REV and measure it
+//	                   in section 1 beside this fence, in the same rounds
 //
 // The sections, each described in docs/benchmarks.md: whole-process time of
 // one locked `true` (hyperfine), peak memory (/usr/bin/time -v), handoff
@@ -56,6 +58,8 @@ type config struct {
 
 	root    string // repository root
 	work    string // work directory
+	compare string // --compare: a git revision whose fence section 1 also measures
+	before  string // fence built at compare ("" without)
 	fence   string // built binaries
 	etcdctl string
 	stamp   string
@@ -83,6 +87,7 @@ func run() error {
 	fs.StringVar(&cfg.etcdDataDir, "etcd-data-dir", "", "etcd data directory (default: a fresh directory under /dev/shm)")
 	fromJSON := fs.String("render", "", "only rewrite the report from this results.json (no measurement)")
 	baseline := fs.String("baseline", "", "an earlier run's results.json, shown beside this run's figures (before and after)")
+	fs.StringVar(&cfg.compare, "compare", "", "a git revision: section 1 also measures fence built at it, alternating with this fence (before and after in one run)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -279,6 +284,29 @@ func build(ctx context.Context, cfg *config) error {
 		{cfg.root, []string{"build", "-o", cfg.stamp, "./bench/cmd/stamp"}},
 		{filepath.Join(cfg.root, "bench", "tools"), []string{"build", "-o", cfg.etcdctl, "go.etcd.io/etcd/etcdctl/v3"}},
 	}
+	if cfg.compare != "" {
+		// fence at the revision to compare with, from git archive (its small
+		// watchdog too, when it has one), built the same way.
+		src := filepath.Join(cfg.work, "compare-src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return err
+		}
+		arch := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", cfg.root, cfg.compare, src)
+		if out, err := arch.CombinedOutput(); err != nil {
+			return fmt.Errorf("--compare %s: git archive: %v\n%s", cfg.compare, err, out)
+		}
+		cfg.before = filepath.Join(cfg.work, "bin-compare", "fence")
+		steps = append(steps, struct {
+			dir  string
+			args []string
+		}{src, []string{"build", "-o", cfg.before, "./cmd/fence"}})
+		if _, err := os.Stat(filepath.Join(src, "cmd", "fence-watchdog")); err == nil {
+			steps = append(steps, struct {
+				dir  string
+				args []string
+			}{src, []string{"build", "-o", filepath.Join(cfg.work, "bin-compare", "fence-watchdog"), "-tags", "fence_watchdog", "./cmd/fence-watchdog"}})
+		}
+	}
 	for _, s := range steps {
 		t0 := time.Now()
 		cmd := exec.CommandContext(ctx, "go", s.args...)
@@ -287,7 +315,7 @@ func build(ctx context.Context, cfg *config) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go %s (in %s): %v\n%s", strings.Join(s.args, " "), s.dir, err, out)
 		}
-		cfg.logf("built %s (%.1fs)", filepath.Base(s.args[2]), time.Since(t0).Seconds())
+		cfg.logf("built %s (%.1fs)", s.args[2], time.Since(t0).Seconds())
 	}
 	return nil
 }

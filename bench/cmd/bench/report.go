@@ -136,6 +136,12 @@ func markdown(r *Results) string {
 	p("| fence run (local) / flock | %s |\n", ratioCell(find(r.Run.Local, nameFenceLocal).S, find(r.Run.Local, nameFlock).S))
 	p("| fence run (etcd) / etcdctl lock | %s |\n", ratioCell(find(r.Run.Etcd, nameFenceEtcd).S, find(r.Run.Etcd, nameEtcdctl).S))
 	p("| fence version / small Go program | %s |\n", ratioCell(find(r.Run.Local, nameFenceVersion).S, find(r.Run.Local, nameStampNoop).S))
+	p("| fence version / etcdctl version | %s |\n", ratioCell(find(r.Run.Local, nameFenceVersion).S, find(r.Run.Etcd, nameEtcdctlVer).S))
+	if c := r.Run.Compare; c != "" {
+		p("| fence run (local) / the same at %s | %s |\n", c, ratioCell(find(r.Run.Local, nameFenceLocal).S, find(r.Run.Local, nameFenceLocal+" @"+c).S))
+		p("| fence run (etcd) / the same at %s | %s |\n", c, ratioCell(find(r.Run.Etcd, nameFenceEtcd).S, find(r.Run.Etcd, nameFenceEtcd+" @"+c).S))
+		p("| fence version / the same at %s | %s |\n", c, ratioCell(find(r.Run.Local, nameFenceVersion).S, find(r.Run.Local, nameFenceVersion+" @"+c).S))
+	}
 	if len(r.Run.Phases) > 0 {
 		p("\n**Where the time goes.** Each tool run directly by the harness %d times with bench/cmd/stamp as its command: *before* is from fork to the command's first stamp (the command's own start, about %s ms, included), *after* from the command's last stamp to the tool's exit as wait(2) sees it. ms, median (min – max).\n\n", r.Run.Phases[0].Total.N, stats.Num(r.Handoff.StartCost.S.Median))
 		p("| tool | before the command | after the command | total |\n|---|---|---|---|\n")
@@ -303,7 +309,7 @@ func runChart(r *Results) chart.Chart {
 func handoffChart(r *Results) chart.Chart {
 	h := r.Handoff
 	c := chart.Chart{Title: "Handoff latency between processes", Unit: "ms", Log: true,
-		Series: h.Tools, Target: 2, TargetLabel: "target 2 ms"}
+		Series: h.Tools}
 	for i, n := range h.Waiters {
 		g := chart.Group{Label: fmt.Sprintf("%d waiter(s)", n)}
 		for si, t := range h.Tools {

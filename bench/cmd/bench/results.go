@@ -64,6 +64,9 @@ type RunResults struct {
 	Etcd   []Measure
 	// Phases splits each tool's time around its command.
 	Phases []Phase
+	// Compare is the git revision whose fence was measured beside this one
+	// (--compare; its measures are named "... @REV").
+	Compare string `json:",omitempty"`
 	// Init is the package initialisation of fence and etcdctl.
 	Init []InitCost `json:",omitempty"`
 }

@@ -62,6 +62,11 @@ func runWholeProcess(ctx context.Context, cfg *config, srv *etcdServer, res *Res
 		{nameFenceVersion, []string{cfg.fence, "version"}},
 		{nameStampNoop, []string{cfg.stamp, "noop"}},
 	}
+	if cfg.before != "" {
+		local = append(local,
+			hfCommand{nameFenceLocal + " @" + cfg.compare, append([]string{cfg.before}, fenceLocalArgv(cfg, "bench-run", "/bin/true")[1:]...)},
+			hfCommand{nameFenceVersion + " @" + cfg.compare, []string{cfg.before, "version"}})
+	}
 	times, err := hyperfine(ctx, cfg, "run-local", local, warmup, runs, rounds)
 	if err != nil {
 		return err
@@ -73,11 +78,15 @@ func runWholeProcess(ctx context.Context, cfg *config, srv *etcdServer, res *Res
 		{nameEtcdctl, etcdctlArgv(cfg, srv, "bench-run", "/bin/true")},
 		{nameEtcdctlVer, []string{cfg.etcdctl, "version"}},
 	}
+	if cfg.before != "" {
+		etcd = append(etcd, hfCommand{nameFenceEtcd + " @" + cfg.compare, append([]string{cfg.before}, fenceEtcdArgv(cfg, srv, "bench-run", "/bin/true")[1:]...)})
+	}
 	times, err = hyperfine(ctx, cfg, "run-etcd", etcd, warmup, runs, rounds)
 	if err != nil {
 		return err
 	}
 	res.Run.Etcd = measures(etcd, times)
+	res.Run.Compare = cfg.compare
 
 	if res.Run.Phases, err = phases(ctx, cfg, srv, cfg.size(20, 2)); err != nil {
 		return err
