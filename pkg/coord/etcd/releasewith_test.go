@@ -76,6 +76,24 @@ func TestReleaseWith(t *testing.T) {
 	if err != nil || held || resp.Succeeded {
 		t.Fatalf("a lease released already: %+v, held %v, %v; want not held", resp, held, err)
 	}
+
+	// In a loop: from the second acquisition on, the lease is kept for the
+	// next one (its key goes, the lease stays), as with Release.
+	loop := open(t, srv, p)
+	var ids []string
+	for i := 0; i < 3; i++ {
+		l, err := loop.Acquire(ctx(t), "loop", coord.AcquireOptions{TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, l.ID)
+		if _, held, err := loop.ReleaseWith(ctx(t), "loop", l.ID, l.Token, nil, nil, nil); err != nil || !held {
+			t.Fatalf("loop release %d: held %v, %v", i, held, err)
+		}
+	}
+	if ids[2] != ids[1] {
+		t.Fatalf("lease ids in a loop %v: the third acquisition did not reuse the lease kept by the second release", ids)
+	}
 }
 
 // waitQueued waits until lock name has a waiter.
