@@ -108,6 +108,7 @@ func run() error {
 		if base, err = readResults(*baseline); err != nil {
 			return err
 		}
+		base.Baseline = nil
 	}
 	if *fromJSON != "" {
 		return render(cfg, *fromJSON, base)
@@ -341,8 +342,8 @@ func render(cfg *config, path string, base *Results) error {
 	return nil
 }
 
-// readResults reads a results.json; a baseline it carries is dropped (one
-// level of before and after).
+// readResults reads a results.json with the baseline it carries, if any
+// (one level of before and after: a baseline's own baseline is dropped).
 func readResults(path string) (*Results, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -352,7 +353,9 @@ func readResults(path string) (*Results, error) {
 	if err := json.Unmarshal(b, &res); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	res.Baseline = nil
+	if res.Baseline != nil {
+		res.Baseline.Baseline = nil
+	}
 	return &res, nil
 }
 

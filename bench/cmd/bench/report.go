@@ -270,9 +270,11 @@ func markdown(r *Results) string {
 	// Method.
 	p("## How the harness works\n\n")
 	p("`bash bench/run` installs missing Debian tools (hyperfine, util-linux, time, etcd-server) when run as root, then runs `go run ./bench/cmd/bench`, which:\n\n")
-	p("- builds fence (`go build ./cmd/fence`), bench/cmd/stamp, and etcdctl 3.7.3 from the tools-only module bench/tools (its go.mod requires go.etcd.io/etcd/etcdctl/v3 v3.7.3; `go install ...@v3.7.3` is refused because of etcdctl's replace directives);\n")
+	p("- builds fence (`go build ./cmd/fence`) with its small watchdog beside it (`go build -tags fence_watchdog ./cmd/fence-watchdog`, as releases install it), bench/cmd/stamp, and etcdctl 3.7.3 from the tools-only module bench/tools (its go.mod requires go.etcd.io/etcd/etcdctl/v3 v3.7.3; `go install ...@v3.7.3` is refused because of etcdctl's replace directives);\n")
 	p("- starts Debian's etcd-server on free loopback ports, the one server both fence and etcdctl use (data on tmpfs unless `--etcd-data-dir` says otherwise); the local backend's state lives in a fresh directory; no configuration file or `FENCE_*` variable of the caller reaches the measured processes;\n")
+	p("- with `--compare REV`, also builds fence (and its small watchdog, if REV has one) at git revision REV and measures it in section 1 in the same rounds (the rows marked `@REV`); with `--baseline FILE`, shows an earlier run's results.json beside this run's (the before and after section; the targets are evaluated with this harness's definitions);\n")
 	p("- runs the sections in order and writes this page, the SVG charts (bench/internal/chart, hand-written SVG) and the raw figures (`docs/benchmarks/results.json`).\n\n")
+	p("Phases and handoffs of a fence run can be traced by hand too: `FENCE_BENCH_TRACE=FILE fence run ...` appends `<phase> <CLOCK_BOOTTIME ns> <pid>` lines to FILE (internal/benchtrace), from fence and its watchdog; bench/cmd/stamp writes the command's in the same format.\n\n")
 	p("Section times in this run:")
 	for _, s := range r.SectionSeconds {
 		p(" %s %ss;", s.Name, stats.Num(s.Seconds))
