@@ -5,6 +5,7 @@ GO ?= go
 
 build:
 	CGO_ENABLED=0 $(GO) build -o fence ./cmd/fence
+	CGO_ENABLED=0 $(GO) build -tags fence_watchdog -o fence-watchdog ./cmd/fence-watchdog
 
 test:
 	$(GO) test ./...

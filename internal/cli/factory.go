@@ -78,6 +78,19 @@ type Factory struct {
 	versionsOnce sync.Once
 	versions     []etcd.MemberVersion // what the etcd members reported, once
 	versionWarns []string             // their known lease-safety bugs
+
+	// deferVersions makes the Coordinator opener ask the etcd members for
+	// their versions on the side instead of before it returns; the
+	// warnings wait in deferredWarns until flushVersions prints them (fence
+	// run: once the lease is held, so that the question is not one more
+	// round trip on the way to it).
+	deferVersions bool
+	// askVersions asks the members (etcd.Coordinator.ServerVersions; a
+	// test holds the answer back).
+	askVersions   func(context.Context, *etcd.Coordinator) []etcd.MemberVersion
+	versionsDone  chan struct{} // closed once the deferred question is answered
+	deferredWarns []string
+	flushOnce     sync.Once
 }
 
 // NewFactory returns a Factory whose configuration comes from the root
@@ -121,8 +134,17 @@ func NewFactory(ios *IOStreams) *Factory {
 			return nil, err
 		}
 		if ec, ok := inner.(*etcd.Coordinator); ok {
-			for _, w := range f.checkVersions(ctx, ec, cfg.DialTimeout) {
-				f.warnf("%s", w)
+			if f.deferVersions {
+				done := make(chan struct{})
+				f.versionsDone = done
+				go func() {
+					defer close(done)
+					f.deferredWarns = f.checkVersions(ctx, ec, cfg.DialTimeout)
+				}()
+			} else {
+				for _, w := range f.checkVersions(ctx, ec, cfg.DialTimeout) {
+					f.warnf("%s", w)
+				}
 			}
 		}
 		// Every command records its lease events in the lock's history.
@@ -137,6 +159,25 @@ func NewFactory(ios *IOStreams) *Factory {
 	return f
 }
 
+// flushVersions waits for the version question that the Coordinator opener
+// asked on the side (deferVersions) and prints its warnings on w (nil:
+// stderr), once; without one it does nothing. It must be called before the
+// coordinator is closed.
+func (f *Factory) flushVersions(w io.Writer) {
+	if f.versionsDone == nil {
+		return
+	}
+	<-f.versionsDone
+	f.flushOnce.Do(func() {
+		if w == nil {
+			w = f.IO.ErrOut
+		}
+		for _, warn := range f.deferredWarns {
+			f.logLineTo(w, slog.LevelWarn, warn)
+		}
+	})
+}
+
 // versionTimeout bounds the question of the etcd members' versions.
 const versionTimeout = time.Second
 
@@ -148,7 +189,11 @@ func (f *Factory) checkVersions(ctx context.Context, c *etcd.Coordinator, dial t
 	f.versionsOnce.Do(func() {
 		vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
 		defer cancel()
-		f.versions = c.ServerVersions(vctx)
+		if f.askVersions != nil {
+			f.versions = f.askVersions(vctx, c)
+		} else {
+			f.versions = c.ServerVersions(vctx)
+		}
 		f.versionWarns = etcd.VersionWarnings(f.versions)
 		first = f.versionWarns
 	})
@@ -221,13 +266,18 @@ func (f *Factory) warnf(format string, args ...any) {
 // a warning or an error is never filtered out. Text when the configuration
 // cannot be read.
 func (f *Factory) logLine(level slog.Level, msg string, attrs ...any) {
+	f.logLineTo(f.IO.ErrOut, level, msg, attrs...)
+}
+
+// logLineTo is logLine on w.
+func (f *Factory) logLineTo(w io.Writer, level slog.Level, msg string, attrs ...any) {
 	format := "text"
 	if cfg, err := f.Config(); err == nil {
 		format = cfg.LogFormat
 	}
-	log, err := logging.New(f.IO.ErrOut, format, "debug")
+	log, err := logging.New(w, format, "debug")
 	if err != nil {
-		log, _ = logging.New(f.IO.ErrOut, "text", "debug")
+		log, _ = logging.New(w, "text", "debug")
 	}
 	log.Log(context.Background(), level, msg, attrs...)
 }

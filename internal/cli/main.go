@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -26,7 +27,10 @@ func Main(args []string) int {
 	if len(args) > 0 && args[0] == supervise.WatchdogArg {
 		return supervise.WatchdogMain(args)
 	}
-	return Run(context.Background(), args, System())
+	benchtrace.Mark(benchtrace.Main)
+	code := Run(context.Background(), args, System())
+	benchtrace.Mark(benchtrace.Exit)
+	return code
 }
 
 // Run runs fence with args on ios and returns the exit code. An error is

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
@@ -199,6 +200,8 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		Verbose: cfg.Verbose, Quiet: cfg.Quiet, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),
+		// The etcd version warnings, asked while the lease is acquired.
+		OnAcquired: f.flushVersions,
 	})
 	if err != nil {
 		return exitcode.New(exitcode.Failure, err)
@@ -207,15 +210,19 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	// Signals are the Runner's business: it forwards them to the command.
 	// The context must not end on SIGINT.
 	ctx := context.WithoutCancel(cmd.Context())
+	f.deferVersions = true
 	c, err := f.Coordinator(ctx)
 	if err != nil {
 		return err
 	}
+	benchtrace.Mark(benchtrace.Open)
 	if err := order.check(ctx, c); err != nil { // only for a nested run
+		f.flushVersions(nil)
 		_ = c.Close()
 		return err
 	}
 	code, err := r.Run(ctx, c)
+	f.flushVersions(nil) // when the lease was not acquired
 	closeAfterRun(c, code)
 	if err != nil { // one line saying why fence did not run or stopped the command
 		return exitcode.New(code, err)

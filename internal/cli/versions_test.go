@@ -1,10 +1,15 @@
 package cli
 
 import (
+	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fence-dev/fence/internal/etcdproc"
+	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/internal/syncbuf"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
 // TestVersionWarning: against Debian's etcd (3.4.23, which has etcd#15247)
@@ -31,5 +36,49 @@ func TestVersionWarning(t *testing.T) {
 	}
 	if !strings.Contains(out, "(lease-safety bug etcd#15247)\tserver") {
 		t.Errorf("fence config's row does not name the bug:\n%s", out)
+	}
+}
+
+// TestRunAsksVersionsOnTheSide: for fence run (deferVersions) the
+// coordinator is open, and the acquisition can go on, while the members'
+// versions are still being asked; the warning comes when flushVersions
+// waits for the answer (once the lease is held), once. Other commands ask
+// before the coordinator is returned, as before.
+func TestRunAsksVersionsOnTheSide(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ep := srv.Endpoints()[0]
+	var out, errOut syncbuf.Buffer
+	f := NewFactory(Test(&out, &errOut))
+	NewRootCmd(f) // defines the flags the configuration is read from
+	if err := f.flags.Parse([]string{"--endpoints", ep}); err != nil {
+		t.Fatal(err)
+	}
+	answer := make(chan struct{})
+	var answered atomic.Bool
+	f.askVersions = func(ctx context.Context, c *etcd.Coordinator) []etcd.MemberVersion {
+		defer answered.Store(true)
+		select {
+		case <-answer:
+		case <-ctx.Done(): // the question's own bound (a second)
+		}
+		return []etcd.MemberVersion{{Endpoint: ep, Version: "3.4.23"}}
+	}
+	f.deferVersions = true
+	c, err := f.Coordinator(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if answered.Load() {
+		t.Fatal("the coordinator was returned only once the question of the members' versions had ended")
+	}
+	defer c.Close()
+	if errOut.String() != "" {
+		t.Fatalf("warned before the answer: %q", errOut.String())
+	}
+	close(answer)
+	f.flushVersions(nil)
+	f.flushVersions(nil)
+	if got := errOut.String(); strings.Count(got, "fence: warning: etcd ") != 1 || !strings.Contains(got, " runs 3.4.23, ") || strings.Count(got, "\n") != 1 {
+		t.Fatalf("stderr = %q, want one warning", got)
 	}
 }

@@ -31,70 +31,76 @@ func noteMargin(t *testing.T, format string, args ...any) {
 // after SIGCONT fence exits 76; the next holder's token is higher.
 func TestFencePaused(t *testing.T) {
 	for _, bk := range backends {
-		t.Run(bk.name, func(t *testing.T) {
-			b := bk.open(t)
-			dir := t.TempDir()
-			pidFile, tokFile := dir+"/pid", dir+"/token"
-			const ttl = 2 * time.Second
-			f := startFence(t, b, supervise.Options{Lock: "paused", TTL: ttl,
-				// The command ignores TERM: it dies only of the SIGKILL at the
-				// end of the grace period, the worst case for the margin.
-				Command: []string{"trap '' TERM; echo $FENCE_TOKEN > " + shell(tokFile) + "; echo $$ > " + shell(pidFile) + "; while :; do sleep 0.05; done"}, Shell: true})
-			pid := pids(t, waitFile(t, pidFile, 1))[0]
-			token, _ := strconv.ParseUint(waitFile(t, tokFile, 1)[0], 10, 64)
-			death := watchDeath(t, pid)
-			time.Sleep(ttl / 2) // let fence renew at least once
-
-			if err := f.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			stopped := clock.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), hang)
-			defer cancel()
-			// The lease's expiry as the coordinator sees it, read after the
-			// freeze (no renewal can come after it; whole seconds on etcd).
-			before := clock.Now()
-			info, err := b.c.Inspect(ctx, "paused")
-			if err != nil || !info.Held || info.Token != token {
-				t.Fatalf("lock while fence is frozen: %+v, %v", info, err)
-			}
-			expiry := before.Add(info.TTLLeft)
-
-			type acquired struct {
-				l   *coord.Lease
-				at  clock.Boot
-				err error
-			}
-			next := make(chan acquired, 1)
-			go func() {
-				l, err := b.c.Acquire(ctx, "paused", coord.AcquireOptions{TTL: ttl, Wait: coord.WaitForever, Holder: "successor"})
-				next <- acquired{l, clock.Now(), err}
-			}()
-			died := death.wait(t)
-			a := <-next
-			if a.err != nil {
-				t.Fatal(a.err)
-			}
-			defer b.c.Release(context.Background(), a.l.Name, a.l.ID)
-			if died >= a.at {
-				t.Fatalf("the command died %v after the successor took the lock", died.Sub(a.at))
-			}
-			if a.l.Token <= token {
-				t.Fatalf("successor's token %d is not above %d", a.l.Token, token)
-			}
-			msg := fmt.Sprintf("command (ignoring TERM) dead %v after the freeze; %v before the successor held the lock",
-				died.Sub(stopped).Round(time.Millisecond), a.at.Sub(died).Round(time.Millisecond))
-			if b.stateDir != "" { // etcd reports the TTL left in whole seconds only
-				msg += fmt.Sprintf("; %v before the lease's expiry read from the coordinator", expiry.Sub(died).Round(time.Millisecond))
-			}
-			noteMargin(t, "%s (TTL %v, margin 200ms, grace 400ms)", msg, ttl)
-
-			if err := f.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			f.expectLost(t, "process was paused")
-		})
+		for _, wd := range watchdogs {
+			testFencePaused(t, bk.name+"/"+wd.name, bk.open, wd.bin)
+		}
 	}
+}
+
+func testFencePaused(t *testing.T, name string, open func(*testing.T) *backend, watchdog func(*testing.T) string) {
+	t.Run(name, func(t *testing.T) {
+		b := open(t)
+		dir := t.TempDir()
+		pidFile, tokFile := dir+"/pid", dir+"/token"
+		const ttl = 2 * time.Second
+		f := startFence(t, b, supervise.Options{Lock: "paused", TTL: ttl, Watchdog: watchdog(t),
+			// The command ignores TERM: it dies only of the SIGKILL at the
+			// end of the grace period, the worst case for the margin.
+			Command: []string{"trap '' TERM; echo $FENCE_TOKEN > " + shell(tokFile) + "; echo $$ > " + shell(pidFile) + "; while :; do sleep 0.05; done"}, Shell: true})
+		pid := pids(t, waitFile(t, pidFile, 1))[0]
+		token, _ := strconv.ParseUint(waitFile(t, tokFile, 1)[0], 10, 64)
+		death := watchDeath(t, pid)
+		time.Sleep(ttl / 2) // let fence renew at least once
+
+		if err := f.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := clock.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), hang)
+		defer cancel()
+		// The lease's expiry as the coordinator sees it, read after the
+		// freeze (no renewal can come after it; whole seconds on etcd).
+		before := clock.Now()
+		info, err := b.c.Inspect(ctx, "paused")
+		if err != nil || !info.Held || info.Token != token {
+			t.Fatalf("lock while fence is frozen: %+v, %v", info, err)
+		}
+		expiry := before.Add(info.TTLLeft)
+
+		type acquired struct {
+			l   *coord.Lease
+			at  clock.Boot
+			err error
+		}
+		next := make(chan acquired, 1)
+		go func() {
+			l, err := b.c.Acquire(ctx, "paused", coord.AcquireOptions{TTL: ttl, Wait: coord.WaitForever, Holder: "successor"})
+			next <- acquired{l, clock.Now(), err}
+		}()
+		died := death.wait(t)
+		a := <-next
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		defer b.c.Release(context.Background(), a.l.Name, a.l.ID)
+		if died >= a.at {
+			t.Fatalf("the command died %v after the successor took the lock", died.Sub(a.at))
+		}
+		if a.l.Token <= token {
+			t.Fatalf("successor's token %d is not above %d", a.l.Token, token)
+		}
+		msg := fmt.Sprintf("command (ignoring TERM) dead %v after the freeze; %v before the successor held the lock",
+			died.Sub(stopped).Round(time.Millisecond), a.at.Sub(died).Round(time.Millisecond))
+		if b.stateDir != "" { // etcd reports the TTL left in whole seconds only
+			msg += fmt.Sprintf("; %v before the lease's expiry read from the coordinator", expiry.Sub(died).Round(time.Millisecond))
+		}
+		noteMargin(t, "%s (TTL %v, margin 200ms, grace 400ms)", msg, ttl)
+
+		if err := f.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		f.expectLost(t, "process was paused")
+	})
 }
 
 // treeScript starts a command that ignores TERM and leaves descendants in
@@ -189,27 +195,33 @@ func TestLeftoversStopped(t *testing.T) {
 // and stops the command's whole tree (TERM, ignored; SIGKILL after grace).
 func TestFenceKilled(t *testing.T) {
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			b := localBackend(t)
-			list := tempPath(t, "pids")
-			o := supervise.Options{Lock: "killed", TTL: 10 * time.Second, Grace: 300 * time.Millisecond,
-				Command: []string{treeScript}, Shell: true, NoCgroup: m.noCgroup, Env: append(os.Environ(), "P="+list)}
-			f := startFence(t, b, o)
-			ps := pids(t, waitFile(t, list, treeLines))
-			st, err := procStat(ps[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			watchdog := st.PPID
-			if err := f.cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			killed := time.Now()
-			f.wait(t)
-			waitAllDead(t, append(ps, watchdog))
-			t.Logf("tree of %d processes and the watchdog gone %v after fence's SIGKILL (grace 300ms)", len(ps), time.Since(killed).Round(time.Millisecond))
-		})
+		for _, wd := range watchdogs {
+			testFenceKilled(t, m.name+"/"+wd.name, m.noCgroup, wd.bin)
+		}
 	}
+}
+
+func testFenceKilled(t *testing.T, name string, noCgroup bool, watchdog func(*testing.T) string) {
+	t.Run(name, func(t *testing.T) {
+		b := localBackend(t)
+		list := tempPath(t, "pids")
+		o := supervise.Options{Lock: "killed", TTL: 10 * time.Second, Grace: 300 * time.Millisecond, Watchdog: watchdog(t),
+			Command: []string{treeScript}, Shell: true, NoCgroup: noCgroup, Env: append(os.Environ(), "P="+list)}
+		f := startFence(t, b, o)
+		ps := pids(t, waitFile(t, list, treeLines))
+		st, err := procStat(ps[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		watchdog := st.PPID
+		if err := f.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		f.wait(t)
+		waitAllDead(t, append(ps, watchdog))
+		t.Logf("tree of %d processes and the watchdog gone %v after fence's SIGKILL (grace 300ms)", len(ps), time.Since(killed).Round(time.Millisecond))
+	})
 }
 
 // TestSignalsForwarded: SIGTERM, SIGINT and SIGHUP sent to fence reach the

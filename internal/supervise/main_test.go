@@ -26,7 +26,11 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(fenceEnv); cfg != "" {
 		os.Exit(fenceMain(cfg))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if helperDir != "" {
+		os.RemoveAll(helperDir)
+	}
+	os.Exit(code)
 }
 
 // fenceEnv carries a fenceConfig, JSON-encoded, to a test binary started as

@@ -1,3 +1,5 @@
+//go:build !fence_watchdog
+
 package supervise
 
 import (
@@ -97,6 +99,15 @@ type Options struct {
 	// started with fence's own os.Args[0] as its argv[0]). Its main must
 	// dispatch WatchdogArg to WatchdogMain.
 	Executable string
+	// Watchdog is the small watchdog binary to run as the watchdog (default:
+	// WatchdogBinary beside the running fence, unless Executable is set).
+	// It is used when it starts and says hello in this fence's protocol;
+	// otherwise Executable (fence itself) is the watchdog.
+	Watchdog string
+	// OnAcquired, when set, is called once the lease (every lease of Locks)
+	// is held, before the command is started, with the writer of fence's
+	// own lines (serialized with them).
+	OnAcquired func(stderr io.Writer) `json:"-"`
 	// NoCgroup keeps the command out of a cgroup of its own even where one
 	// could be made; the watchdog then finds the command's descendants as
 	// their subreaper.

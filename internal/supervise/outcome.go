@@ -1,3 +1,5 @@
+//go:build !fence_watchdog
+
 package supervise
 
 import (

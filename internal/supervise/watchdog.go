@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 )
@@ -49,6 +51,7 @@ const sweep = 5 * time.Millisecond
 // left the process group (setsid) are stopped too. It exits once no process
 // of the command's tree is left.
 func WatchdogMain(args []string) int {
+	benchtrace.Mark(benchtrace.WatchdogMain)
 	if len(args) > 0 && args[0] == WatchdogArg {
 		args = args[1:]
 	}
@@ -62,7 +65,14 @@ func WatchdogMain(args []string) int {
 	// Neither pipe may reach the command.
 	unix.CloseOnExec(3)
 	unix.CloseOnExec(4)
-	out := newLineWriter(os.NewFile(4, "fence-reports"))
+	// The first report says which protocol this watchdog speaks: fence
+	// replaces a small watchdog binary of another (written by hand: no
+	// JSON coding is paid for it on the way to the command).
+	repf := os.NewFile(4, "fence-reports")
+	if _, err := repf.WriteString(`{"ev":"` + evHello + `","proto":` + strconv.Quote(watchdogProtocol) + "}\n"); err != nil {
+		return 125
+	}
+	out := newLineWriter(repf)
 	idle := !readable(3) // fence is still acquiring the lock
 	orders, err := newOrderPipe(3)
 	if err != nil {
@@ -141,6 +151,7 @@ func (w *watchdog) run() error {
 	}
 	subreaper := becomeSubreaper()
 	w.cgBase, w.cgBaseErr = ownCgroupDir()
+	benchtrace.Mark(benchtrace.WatchdogReady)
 
 	later := w.waitStart()
 	if w.phase == phaseDone {
@@ -156,6 +167,7 @@ func (w *watchdog) run() error {
 	if err := w.start(); err != nil {
 		return err
 	}
+	benchtrace.Mark(benchtrace.CommandStart)
 	if w.leader == 0 {
 		return nil // exec failed and was reported
 	}

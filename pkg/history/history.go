@@ -62,6 +62,23 @@ type Store interface {
 	Append(ctx context.Context, evs []Event) error
 }
 
+// ReleaseAppender is a Store that can write a released event in one step
+// with the release itself, on a coordinator of its own backend (package
+// etcdstore, on the etcd coordinator whose client it shares): the event is
+// on record before the next holder's turn, and the release costs one round
+// trip instead of a read, a write and the release. The Recorder uses it for
+// the leases it acquired.
+type ReleaseAppender interface {
+	// AppendRelease writes ev, the released event of lease leaseID held
+	// under token on lock ev.Lock, and releases that lease on c, at once
+	// and only while the lease holds the lock. done false: nothing was
+	// written or released (c is not such a coordinator, the lease no longer
+	// holds the lock, or the write failed, with err), and the caller
+	// records and releases the usual way. An error with done true is the
+	// release's: the event is written.
+	AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev Event) (done bool, err error)
+}
+
 // Reader is the incremental side of a Store, for followers such as the
 // exporter that count events as they arrive.
 type Reader interface {

@@ -127,6 +127,15 @@ func (p *Pending) flushLocked(ctx context.Context) error {
 	return nil
 }
 
+// whenEmpty runs fn, with writes held back, when no event is pending.
+func (p *Pending) whenEmpty(fn func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.evs) == 0 {
+		fn()
+	}
+}
+
 func (p *Pending) trimLocked() {
 	if n := len(p.evs) - p.max; n > 0 {
 		p.dropped += n

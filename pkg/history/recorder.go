@@ -174,6 +174,11 @@ func (r *Recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renew
 func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 	r.inflight.wait(name)
 	known, isKnown := r.forget(leaseID)
+	if isKnown {
+		if done, err := r.releaseRecorded(ctx, name, leaseID, known); done {
+			return err
+		}
+	}
 	// Only the holder matters here, not its TTL: on etcd a Peek saves a
 	// request on the way to the release, which a successor waits for.
 	info, ierr := coord.Peek(ctx, r.inner, name)
@@ -210,6 +215,29 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 			Holder: known.holder, Token: known.token, HeldFor: time.Since(known.start)})
 	}
 	return err
+}
+
+// releaseRecorded writes the released event of a lease this Recorder
+// acquired in one step with the release, where the store can
+// (ReleaseAppender) and no event is pending (they go first, and would not
+// be in that step). done false: nothing was written or released.
+func (r *Recorder) releaseRecorded(ctx context.Context, name, leaseID string, known heldLease) (done bool, err error) {
+	ra, ok := r.store.(ReleaseAppender)
+	if !ok {
+		return false, nil
+	}
+	ev := Event{Time: r.opts.Now(), Lock: name, Kind: Released, Holder: known.holder, Token: known.token,
+		HeldFor: time.Since(known.start)}
+	r.pending.whenEmpty(func() {
+		var werr error
+		done, werr = ra.AppendRelease(ctx, r.inner, leaseID, known.token, ev)
+		if done {
+			err = werr
+		} else if werr != nil {
+			r.log.Debug("history: could not record the release with it; recording it apart", "lock", name, "err", werr)
+		}
+	})
+	return done, err
 }
 
 // recordContext bounds a write the Recorder makes on its own behalf

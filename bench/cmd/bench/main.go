@@ -18,6 +18,10 @@
 //	                   for both tools, does not drown the difference)
 //	--render FILE      only rewrite the report from a results.json
 //	                   (after editing the report's text or floors.md)
+//	--baseline FILE    an earlier run's results.json: the report shows its
+//	                   targets and phases beside this run's (before, after)
+//	--compare REV      also build fence at git revision REV and measure it
+//	                   in section 1 beside this fence, in the same rounds
 //
 // The sections, each described in docs/benchmarks.md: whole-process time of
 // one locked `true` (hyperfine), peak memory (/usr/bin/time -v), handoff
@@ -54,6 +58,8 @@ type config struct {
 
 	root    string // repository root
 	work    string // work directory
+	compare string // --compare: a git revision whose fence section 1 also measures
+	before  string // fence built at compare ("" without)
 	fence   string // built binaries
 	etcdctl string
 	stamp   string
@@ -80,6 +86,8 @@ func run() error {
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the work directory")
 	fs.StringVar(&cfg.etcdDataDir, "etcd-data-dir", "", "etcd data directory (default: a fresh directory under /dev/shm)")
 	fromJSON := fs.String("render", "", "only rewrite the report from this results.json (no measurement)")
+	baseline := fs.String("baseline", "", "an earlier run's results.json, shown beside this run's figures (before and after)")
+	fs.StringVar(&cfg.compare, "compare", "", "a git revision: section 1 also measures fence built at it, alternating with this fence (before and after in one run)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
 	}
@@ -95,8 +103,15 @@ func run() error {
 		return err
 	}
 	cfg.root = root
+	var base *Results
+	if *baseline != "" {
+		if base, err = readResults(*baseline); err != nil {
+			return err
+		}
+		base.Baseline = nil
+	}
 	if *fromJSON != "" {
-		return render(cfg, *fromJSON)
+		return render(cfg, *fromJSON, base)
 	}
 	if err := checkTools(); err != nil {
 		return err
@@ -123,7 +138,7 @@ func run() error {
 		return err
 	}
 
-	res := &Results{Smoke: cfg.smoke, Started: started.UTC()}
+	res := &Results{Smoke: cfg.smoke, Started: started.UTC(), Baseline: base}
 	load := startLoadSampler(2 * time.Second)
 	res.Machine = machineInfo(ctx, cfg)
 
@@ -251,7 +266,8 @@ func cleanEnv(work string) []string {
 	return append(env, "XDG_CONFIG_HOME="+filepath.Join(work, "xdg-config"), "XDG_STATE_HOME="+filepath.Join(work, "xdg-state"))
 }
 
-// build compiles fence (as `go build ./cmd/fence`), the stamp helper and
+// build compiles fence (as `go build ./cmd/fence`) with its small watchdog
+// beside it (cmd/fence-watchdog, tag fence_watchdog), the stamp helper and
 // etcdctl 3.7 from the tools-only module bench/tools, all with
 // CGO_ENABLED=0, as the releases of both are built (goreleaser.yaml;
 // etcd's release scripts): a static binary starts about 1 to 2.5 ms sooner than
@@ -264,8 +280,33 @@ func build(ctx context.Context, cfg *config) error {
 		args []string
 	}{
 		{cfg.root, []string{"build", "-o", cfg.fence, "./cmd/fence"}},
+		// fence's small watchdog, beside fence, as releases install it.
+		{cfg.root, []string{"build", "-o", filepath.Join(bin, "fence-watchdog"), "-tags", "fence_watchdog", "./cmd/fence-watchdog"}},
 		{cfg.root, []string{"build", "-o", cfg.stamp, "./bench/cmd/stamp"}},
 		{filepath.Join(cfg.root, "bench", "tools"), []string{"build", "-o", cfg.etcdctl, "go.etcd.io/etcd/etcdctl/v3"}},
+	}
+	if cfg.compare != "" {
+		// fence at the revision to compare with, from git archive (its small
+		// watchdog too, when it has one), built the same way.
+		src := filepath.Join(cfg.work, "compare-src")
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return err
+		}
+		arch := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", cfg.root, cfg.compare, src)
+		if out, err := arch.CombinedOutput(); err != nil {
+			return fmt.Errorf("--compare %s: git archive: %v\n%s", cfg.compare, err, out)
+		}
+		cfg.before = filepath.Join(cfg.work, "bin-compare", "fence")
+		steps = append(steps, struct {
+			dir  string
+			args []string
+		}{src, []string{"build", "-o", cfg.before, "./cmd/fence"}})
+		if _, err := os.Stat(filepath.Join(src, "cmd", "fence-watchdog")); err == nil {
+			steps = append(steps, struct {
+				dir  string
+				args []string
+			}{src, []string{"build", "-o", filepath.Join(cfg.work, "bin-compare", "fence-watchdog"), "-tags", "fence_watchdog", "./cmd/fence-watchdog"}})
+		}
 	}
 	for _, s := range steps {
 		t0 := time.Now()
@@ -275,31 +316,47 @@ func build(ctx context.Context, cfg *config) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go %s (in %s): %v\n%s", strings.Join(s.args, " "), s.dir, err, out)
 		}
-		cfg.logf("built %s (%.1fs)", filepath.Base(s.args[2]), time.Since(t0).Seconds())
+		cfg.logf("built %s (%.1fs)", s.args[2], time.Since(t0).Seconds())
 	}
 	return nil
 }
 
 // render rewrites the report from saved results (after a change to the
 // report's text or to floors.md).
-func render(cfg *config, path string) error {
-	b, err := os.ReadFile(path)
+func render(cfg *config, path string, base *Results) error {
+	res, err := readResults(path)
 	if err != nil {
 		return err
 	}
-	var res Results
-	if err := json.Unmarshal(b, &res); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	if base != nil {
+		res.Baseline = base
 	}
 	if cfg.out == "" {
 		cfg.out = filepath.Join(cfg.root, "docs")
 	}
 	res.evaluate()
-	if err := writeReport(cfg, &res); err != nil {
+	if err := writeReport(cfg, res); err != nil {
 		return err
 	}
 	cfg.logf("wrote %s from %s", filepath.Join(cfg.out, "benchmarks.md"), path)
 	return nil
+}
+
+// readResults reads a results.json with the baseline it carries, if any
+// (one level of before and after: a baseline's own baseline is dropped).
+func readResults(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if res.Baseline != nil {
+		res.Baseline.Baseline = nil
+	}
+	return &res, nil
 }
 
 // tmpfsDir returns a fresh directory on /dev/shm, or one in the work

@@ -31,6 +31,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -150,6 +151,16 @@ func (s *Store) Append(ctx context.Context, evs []history.Event) error {
 }
 
 func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {
+	return s.appendWith(ctx, lock, evs, nil)
+}
+
+// commitFunc commits a write's transaction: If(cmp).Then(then...).Else(els...).
+type commitFunc func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error)
+
+// appendWith is append, with the transaction committed by commit (nil: on
+// the store's client). An error of commit wrapping errNotHeld is returned
+// as it is.
+func (s *Store) appendWith(ctx context.Context, lock string, evs []history.Event, commit commitFunc) error {
 	cut := s.opts.Cutoff()
 	kept := evs[:0:0]
 	for _, ev := range evs {
@@ -237,9 +248,18 @@ func (s *Store) append(ctx context.Context, lock string, evs []history.Event) er
 		if st.exists {
 			cmp = clientv3.Compare(clientv3.ModRevision(hk), "=", st.modRev)
 		}
-		tr, err := s.cli.Txn(ctx).If(cmp).Then(ops...).Else(readOps...).Commit()
+		var tr *clientv3.TxnResponse
+		var err error
+		if commit == nil {
+			tr, err = s.cli.Txn(ctx).If(cmp).Then(ops...).Else(readOps...).Commit()
+		} else {
+			tr, err = commit(ctx, cmp, ops, readOps)
+		}
 		if err != nil {
 			s.forget(lock)
+			if errors.Is(err, errNotHeld) {
+				return err
+			}
 			return unavailable(ctx, lock, err)
 		}
 		if !tr.Succeeded {
@@ -441,4 +461,54 @@ func unavailable(ctx context.Context, lock string, err error) error {
 		return fmt.Errorf("history of %q: %w", lock, ctxErr)
 	}
 	return fmt.Errorf("%w: history of %q: %w", coord.ErrUnavailable, lock, err)
+}
+
+// errNotHeld ends a write with the release (AppendRelease) whose lease no
+// longer holds the lock.
+var errNotHeld = errors.New("the lease no longer holds the lock")
+
+var _ history.ReleaseAppender = (*Store)(nil)
+
+// AppendRelease implements history.ReleaseAppender on the etcd coordinator
+// whose client the store shares (etcd.Coordinator.ReleaseWith): ev (the
+// released event of leaseID, held under token) is written in the
+// transaction that deletes the holder's key, so that the event is on record
+// before the next holder's turn at the cost of one round trip, not of a read,
+// a write and the release. done is false, with nothing written or
+// released, when c is not such a coordinator, when the lease no longer holds
+// the lock, or when the transaction failed (err says why): the caller then
+// records and releases the usual way. An error with done true is the
+// release's (see ReleaseWith): the event is written.
+func (s *Store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
+	var ec *etcd.Coordinator
+	if !coord.As(c, &ec) || ec.Client() != s.cli || ec.Prefix() != s.prefix {
+		return false, nil
+	}
+	if ev, err = history.Normalize(ev, s.opts.Now()); err != nil {
+		return false, err
+	}
+	if ev.Time.Before(s.opts.Cutoff()) {
+		return false, nil // kept nowhere: nothing to write with the release
+	}
+	var relErr error
+	err = s.appendWith(ctx, ev.Lock, []history.Event{ev}, func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+		resp, held, err := ec.ReleaseWith(ctx, ev.Lock, leaseID, token, []clientv3.Cmp{cmp}, then, els)
+		switch {
+		case resp != nil && resp.Succeeded:
+			done, relErr = true, err
+			return resp, nil
+		case err != nil:
+			return nil, err
+		case !held:
+			return nil, errNotHeld
+		}
+		return resp, nil // another writer came first: its head is in the answers
+	})
+	if done {
+		return true, relErr
+	}
+	if errors.Is(err, errNotHeld) {
+		err = nil
+	}
+	return false, err
 }
