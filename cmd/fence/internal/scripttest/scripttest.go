@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 
+	_ "github.com/fence-dev/fence/internal/testsig"
+
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/fence-dev/fence/internal/cli"
