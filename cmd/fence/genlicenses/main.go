@@ -86,7 +86,6 @@ func Generate(repo, outDir string) error {
 func Modules(repo string) ([]Module, error) {
 	cmd := exec.Command("go", "list", "-deps", "-json=Standard,Module", "./cmd/fence")
 	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

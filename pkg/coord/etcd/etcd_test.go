@@ -612,24 +612,7 @@ func testClose(t *testing.T, srv *etcdtest.Server, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queued := make(chan struct{})
-	res := make(chan error, 1)
-	go func() {
-		_, err := c2.Acquire(ctx(t), "close", coord.AcquireOptions{TTL: guard, Wait: coord.WaitForever, OnWait: func(coord.LockInfo) { close(queued) }})
-		res <- err
-	}()
-	<-queued
-	if err := c2.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-res:
-		if !errors.Is(err, coord.ErrUnavailable) {
-			t.Errorf("waiting Acquire after Close = %v, want ErrUnavailable", err)
-		}
-	case <-time.After(guard):
-		t.Fatal("waiting Acquire did not end at Close")
-	}
+	closeUnderWaiter(t, c2, "close", coord.AcquireOptions{TTL: guard})
 	for range ch {
 	}
 	if _, err := c2.Inspect(ctx(t), "close"); !errors.Is(err, coord.ErrUnavailable) {
@@ -921,24 +904,7 @@ func TestNewFromClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queued := make(chan struct{})
-	res := make(chan error, 1)
-	go func() {
-		_, err := c.Acquire(ctx(t), "shared", coord.AcquireOptions{Wait: coord.WaitForever, OnWait: func(coord.LockInfo) { close(queued) }})
-		res <- err
-	}()
-	<-queued
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-res:
-		if !errors.Is(err, coord.ErrUnavailable) {
-			t.Errorf("waiting Acquire after Close = %v, want ErrUnavailable", err)
-		}
-	case <-time.After(guard):
-		t.Fatal("waiting Acquire did not end at Close")
-	}
+	closeUnderWaiter(t, c, "shared", coord.AcquireOptions{})
 	for range ch {
 	}
 	for err := range leaseCh {
@@ -957,4 +923,31 @@ func TestNewFromClient(t *testing.T) {
 	l2 := acquire(t, c2, "shared", coord.AcquireOptions{})
 	release(t, c2, l2)
 	release(t, c2, mine)
+}
+
+// closeUnderWaiter closes c while an Acquire of lock (opts, waiting
+// forever) is queued on it, and checks that the Acquire ends at once with
+// ErrUnavailable.
+func closeUnderWaiter(t *testing.T, c *etcd.Coordinator, lock string, opts coord.AcquireOptions) {
+	t.Helper()
+	queued := make(chan struct{})
+	res := make(chan error, 1)
+	opts.Wait = coord.WaitForever
+	opts.OnWait = func(coord.LockInfo) { close(queued) }
+	go func() {
+		_, err := c.Acquire(ctx(t), lock, opts)
+		res <- err
+	}()
+	<-queued
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, coord.ErrUnavailable) {
+			t.Errorf("waiting Acquire after Close = %v, want ErrUnavailable", err)
+		}
+	case <-time.After(guard):
+		t.Fatal("waiting Acquire did not end at Close")
+	}
 }
