@@ -111,13 +111,7 @@ func markdown(r *Results) string {
 	// Targets.
 	p("## Targets\n\n| target | goal | measured | verdict |\n|---|---|---|---|\n")
 	for _, t := range r.Targets {
-		v := "**missed**"
-		switch {
-		case t.Absent:
-			v = "not measured"
-		case t.Met:
-			v = "met"
-		}
+		v := t.verdict()
 		p("| %s | %s | %s | %s |\n", t.Name, t.Goal, t.Value, v)
 	}
 	p("\nWhere a target is missed, [the floors](#why-targets-are-missed-the-floors) below say why, from profiles.\n\n")
@@ -431,13 +425,7 @@ func beforeAfter(p func(string, ...any), r *Results) {
 		b.Started.Format("2006-01-02 15:04 UTC"), stats.Num(b.Load.During.Median), stats.Num(r.Load.During.Median))
 	p("| target | goal | before | after | verdict after |\n|---|---|---|---|---|\n")
 	for _, t := range r.Targets {
-		v := "**missed**"
-		switch {
-		case t.Absent:
-			v = "not measured"
-		case t.Met:
-			v = "met"
-		}
+		v := t.verdict()
 		bt := b.target(t.Name)
 		before := bt.Value
 		if bt.Absent {
@@ -539,4 +527,16 @@ func beforeAfter(p func(string, ...any), r *Results) {
 		}
 	}
 	p("\n")
+}
+
+// verdict is how the report marks a target: met, **missed** or not
+// measured.
+func (t Target) verdict() string {
+	switch {
+	case t.Absent:
+		return "not measured"
+	case t.Met:
+		return "met"
+	}
+	return "**missed**"
 }
