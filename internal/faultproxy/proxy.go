@@ -1,8 +1,13 @@
 // Package faultproxy is a TCP proxy for fault tests: it forwards loopback
 // connections to a target and can, at any moment, blackhole the requests
 // (client to server), the responses (server to client) or both, or delay the
-// responses. A blackholed direction keeps the connection open and silently
-// drops the bytes, as a network partition does: no RST, no FIN.
+// responses. A blackholed direction keeps the connection open and holds
+// its bytes, as a network partition does: nothing arrives, no RST, no FIN,
+// and what was sent meanwhile (a FIN included) arrives, in order, once the
+// direction passes again, as TCP's retransmissions deliver it after a
+// partition heals. (An earlier version dropped the bytes, which no network
+// does to a TCP stream: a healed HTTP/2 connection then missed frames, a
+// flow-control window update among them, and stalled for good.)
 package faultproxy
 
 import (
@@ -18,9 +23,9 @@ type Mode int
 
 const (
 	Pass               Mode = iota // forward both directions
-	BlackholeBoth                  // drop everything
-	BlackholeRequests              // drop client to server
-	BlackholeResponses             // drop server to client
+	BlackholeBoth                  // hold everything
+	BlackholeRequests              // hold client to server
+	BlackholeResponses             // hold server to client
 )
 
 // Proxy forwards connections from Addr() to a target.
@@ -38,6 +43,9 @@ type Proxy struct {
 
 	tagger  func(head []byte) string // names a connection's sender (SetTagger)
 	blocked map[string]bool          // senders whose connections are blackholed
+
+	changed chan struct{} // closed (and replaced) when the mode or a block changes
+	closed  chan struct{} // closed by Close
 }
 
 // New starts a proxy on a free loopback port in front of target (host:port).
@@ -46,7 +54,8 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{},
+		changed: make(chan struct{}), closed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -60,7 +69,13 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) Forwarded() int64 { return p.forwarded.Load() }
 
 // SetMode changes what happens to traffic from now on, on every connection.
-func (p *Proxy) SetMode(m Mode) { p.mu.Lock(); p.mode = m; p.mu.Unlock() }
+func (p *Proxy) SetMode(m Mode) { p.mu.Lock(); p.mode = m; p.notify(); p.mu.Unlock() }
+
+// notify wakes the pipes that hold bytes (p.mu held).
+func (p *Proxy) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
 
 // SetResponseDelay delays every chunk of server-to-client traffic by d.
 func (p *Proxy) SetResponseDelay(d time.Duration) { p.mu.Lock(); p.delay = d; p.mu.Unlock() }
@@ -79,15 +94,35 @@ func (p *Proxy) SetBlocked(tag string, on bool) {
 		p.blocked = map[string]bool{}
 	}
 	p.blocked[tag] = on
+	p.notify()
 }
 
-func (p *Proxy) state(tag string) (Mode, time.Duration) {
+func (p *Proxy) state(tag string) (Mode, time.Duration, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if tag != "" && p.blocked[tag] {
-		return BlackholeBoth, p.delay
+		return BlackholeBoth, p.delay, p.changed
 	}
-	return p.mode, p.delay
+	return p.mode, p.delay, p.changed
+}
+
+// pass waits until one direction of a connection of tag passes, and
+// returns its delay; false when the proxy was closed meanwhile.
+func (p *Proxy) pass(tag string, response bool) (time.Duration, bool) {
+	for {
+		mode, delay, changed := p.state(tag)
+		held := mode == BlackholeBoth ||
+			(mode == BlackholeRequests && !response) ||
+			(mode == BlackholeResponses && response)
+		if !held {
+			return delay, true
+		}
+		select {
+		case <-changed:
+		case <-p.closed:
+			return 0, false
+		}
+	}
 }
 
 // head reads a new connection's first bytes for the tagger: up to the end
@@ -110,6 +145,11 @@ func head(c net.Conn) []byte {
 func (p *Proxy) Close() error {
 	err := p.ln.Close()
 	p.mu.Lock()
+	select {
+	case <-p.closed:
+	default:
+		close(p.closed)
+	}
 	for c := range p.conns {
 		c.Close()
 	}
@@ -152,12 +192,14 @@ func (p *Proxy) accept() {
 			if tagger != nil {
 				first := head(client)
 				tag = tagger(first)
-				if mode, _ := p.state(tag); mode != BlackholeBoth && mode != BlackholeRequests {
-					if _, err := server.Write(first); err != nil {
-						client.Close()
-						server.Close()
-						return
-					}
+				_, ok := p.pass(tag, false)
+				if ok {
+					_, err = server.Write(first)
+				}
+				if !ok || err != nil {
+					client.Close()
+					server.Close()
+					return
 				}
 			}
 			p.wg.Add(2)
@@ -167,7 +209,9 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pipe copies src to dst, dropping or delaying according to the mode.
+// pipe copies src to dst, holding or delaying according to the mode. While
+// it holds a chunk it reads no more: the sender's TCP window fills, as
+// across a partition.
 func (p *Proxy) pipe(dst, src net.Conn, response bool, tag string) {
 	defer p.wg.Done()
 	defer func() {
@@ -179,21 +223,21 @@ func (p *Proxy) pipe(dst, src net.Conn, response bool, tag string) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		// The bytes, and the end of the connection, arrive once this
+		// direction passes.
+		delay, ok := p.pass(tag, response)
+		if !ok {
+			return
+		}
 		if n > 0 {
-			mode, delay := p.state(tag)
-			drop := mode == BlackholeBoth ||
-				(mode == BlackholeRequests && !response) ||
-				(mode == BlackholeResponses && response)
-			if !drop {
-				if response && delay > 0 {
-					time.Sleep(delay)
-				}
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-				if response {
-					p.forwarded.Add(int64(n))
-				}
+			if response && delay > 0 {
+				time.Sleep(delay)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+			if response {
+				p.forwarded.Add(int64(n))
 			}
 		}
 		if err != nil { // EOF or a closed connection: close both sides

@@ -86,3 +86,60 @@ func TestModes(t *testing.T) {
 		t.Fatalf("response came after %v, before the 150ms delay", d)
 	}
 }
+
+// TestHeldBytesArriveAfterHeal: what was sent across a blackhole arrives,
+// in order, on the same connection once it passes again (a partition that
+// heals), and a connection closed meanwhile ends only then.
+func TestHeldBytesArriveAfterHeal(t *testing.T) {
+	for _, m := range []Mode{BlackholeBoth, BlackholeRequests, BlackholeResponses} {
+		p, err := New(echo(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := roundTrip(c, "a", 5*time.Second); err != nil || got != "a\n" {
+			t.Fatalf("pass: %q %v", got, err)
+		}
+		p.SetMode(m)
+		if got, err := roundTrip(c, "held", 200*time.Millisecond); err == nil {
+			t.Fatalf("mode %d: got %q through a blackhole", m, got)
+		}
+		p.SetMode(Pass)
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		r := bufio.NewReader(c)
+		if got, err := r.ReadString('\n'); err != nil || got != "held\n" {
+			t.Fatalf("mode %d: after the heal got %q %v, want the held line", m, got, err)
+		}
+		if got, err := roundTrip(c, "b", 5*time.Second); err != nil || got != "b\n" {
+			t.Fatalf("mode %d: the healed connection: %q %v", m, got, err)
+		}
+		c.Close()
+		p.Close()
+	}
+}
+
+// TestCloseWhileHeld: Close ends a proxy whose pipes hold bytes.
+func TestCloseWhileHeld(t *testing.T) {
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p.SetMode(BlackholeBoth)
+	c.Write([]byte("held\n"))
+	time.Sleep(50 * time.Millisecond)
+	done := make(chan struct{})
+	go func() { p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close hangs while a pipe holds bytes")
+	}
+}
