@@ -74,3 +74,53 @@ func TestHolderSurvivesDeadPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestRenewalTriesEveryPathAtOnce: a renewal whose path does not answer is
+// sent again on every other path at once, not on one after another. With
+// two of three paths silent, the primary among them and the live one last
+// in the order of the paths, the answer comes one hedge delay (250 ms)
+// after the send. Tried one path at a time, it came after two (500 ms):
+// during an election every member but one may hold a renewal, and at
+// --ttl 3s the half second was the difference between a holder kept and a
+// holder stopped.
+func TestRenewalTriesEveryPathAtOnce(t *testing.T) {
+	t.Parallel()
+	c, pxs := openProxied(t, etcdtest.Start(t), 3)
+	l := acquire(t, c, "every-path", coord.AcquireOptions{})
+	only := func(live int) {
+		for i, px := range pxs {
+			if i == live {
+				px.SetMode(faultproxy.Pass)
+			} else {
+				px.SetMode(faultproxy.BlackholeBoth)
+			}
+		}
+	}
+	renew := func() time.Duration {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, err := c.Renew(rctx, l.Name, l.ID); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		return time.Since(start)
+	}
+	// Path 0 answers, so it becomes the primary.
+	only(0)
+	renew()
+	renew()
+	// Then each time the primary goes silent with the path after it, and
+	// the path after that is the one that lives: 0 → 2 → 1 → 0.
+	live := 0
+	for round := range 3 {
+		live = (live + 2) % 3
+		only(live)
+		if d := renew(); d >= 450*time.Millisecond {
+			t.Errorf("round %d: with path %d the only live one the renewal took %v: the other paths were tried one after another", round, live, d)
+		}
+	}
+	for _, px := range pxs {
+		px.SetMode(faultproxy.Pass)
+	}
+}

@@ -30,12 +30,13 @@ import (
 // Hedging. With several endpoints the keeper has a lane per endpoint: a
 // client of its own on that one member (made when first used) and at most
 // one stream on it. Renewals go to the primary lane. A renewal that a
-// stream has not answered within hedgeAfter is sent again on another lane
-// (another member), at most once per lane; the first answer wins and its
-// lane becomes the primary, later answers are dropped. A member that is
-// frozen, partitioned or waiting for a leader that is gone (a follower
-// forwards every renewal to the leader and waits up to etcd's request
-// timeout, about 5 s) then costs a renewal hedgeAfter, not the lease. A
+// stream has not answered within hedgeAfter is sent again on every other
+// lane (every other member) at once, at most once per lane; the first
+// answer wins and its lane becomes the primary, later answers are dropped.
+// A member that is frozen, partitioned or waiting for a leader that is
+// gone (a follower forwards every renewal to the leader and waits up to
+// etcd's request timeout, about 5 s) then costs a renewal hedgeAfter, not
+// the lease. A
 // stream whose oldest unanswered request is stuckAfter old is ended: its
 // renewals that wait on no other stream go to a lane they have not tried,
 // or fail. gRPC keepalive (see New) ends a connection that is silent.
@@ -224,20 +225,22 @@ func (k *keeper) send(w *kaWaiter, i int) {
 	w.fire(0, time.Time{}, errKeeperClosed)
 }
 
-// hedge sends w again on the first lane after lane i that it has not
-// tried, and reports whether there was one.
+// hedge sends w again on every lane it has not tried, and reports whether
+// there was one. All at once, not one lane after another: while a leader
+// is being elected each member may hold a renewal for a while (a follower
+// forwards it to a leader that is gone, or waits an election timeout for
+// one), and the one member that can answer must not be the last tried.
 func (k *keeper) hedge(w *kaWaiter, i int) bool {
 	n := len(k.lanes)
 	w.mu.Lock()
-	next := -1
+	var next []int
 	for d := 1; d < n; d++ {
 		if j := (i + d) % n; w.tried&(1<<j) == 0 {
-			next = j
-			break
+			next = append(next, j)
 		}
 	}
 	w.mu.Unlock()
-	if next < 0 || w.fired.Load() {
+	if len(next) == 0 || w.fired.Load() {
 		return false
 	}
 	k.mu.Lock()
@@ -246,7 +249,9 @@ func (k *keeper) hedge(w *kaWaiter, i int) bool {
 	if closed {
 		return false
 	}
-	k.send(w, next)
+	for _, j := range next {
+		k.send(w, j)
+	}
 	return true
 }
 
@@ -357,7 +362,7 @@ func (s *kaStream) enqueue(w *kaWaiter) bool {
 }
 
 // check is the hedge check: every request unanswered for hedgeAfter is
-// sent again on another lane, the primary moves off a lane whose stream
+// sent again on the other lanes, the primary moves off a lane whose stream
 // does not answer, and a stream whose oldest request has waited stuckAfter
 // is ended.
 func (s *kaStream) check() {
