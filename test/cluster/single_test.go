@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/etcdproc"
+	"github.com/fence-dev/fence/internal/supervise"
+	"github.com/fence-dev/fence/pkg/fencing"
 )
 
 // stallFor is how long a single member stays stalled or partitioned (in
@@ -95,6 +97,8 @@ func singleFault(t *testing.T, c *etcdproc.Cluster, version, fault, target strin
 	if victim == nil {
 		t.Fatal("no leader")
 	}
+	lw := c.WatchLeader(50 * time.Millisecond)
+	defer lw.Stop()
 	waiter := start(t, c, "waiter", lock, log, 200*time.Millisecond, "--ttl", ttl.String())
 	time.Sleep(200 * time.Millisecond)
 	t.Logf("%s %s (%s; leader %s, holder's streams on %s) for %v", fault, victim.Name, target, leader.Name, carrier.Name, stallFor)
@@ -112,8 +116,8 @@ func singleFault(t *testing.T, c *etcdproc.Cluster, version, fault, target strin
 	}
 	hc := holder.wait(t, work+ttl+30*time.Second)
 	wc := waiter.wait(t, 2*ttl+30*time.Second)
-	ivs := checkLog(t, log, map[string]time.Time{"holder": holder.end, "waiter": waiter.end})
-	overlapped := t.Failed()
+	lw.Stop()
+	ivs, overlaps := readChecked(t, log, map[string]time.Time{"holder": holder.end, "waiter": waiter.end})
 	var latency time.Duration
 	if len(ivs) == 2 && !ivs[0].end.IsZero() {
 		latency = ivs[1].start.Sub(ivs[0].end)
@@ -127,19 +131,50 @@ func singleFault(t *testing.T, c *etcdproc.Cluster, version, fault, target strin
 	// Told apart from a stop of fence's own by what fence saw: its lease
 	// watch found the key deleted ("has ended") while its renewals were
 	// acknowledged (no renewal had failed, so fence's deadline was far).
-	// The log check above still holds it to stopping the command before
-	// the next holder started.
 	out := holder.output()
 	serverRevoked := hc == 76 && fault == "stop" && victim == leader && ttl < stallFor+ttl/3 &&
 		strings.Contains(out, "has ended") && !strings.Contains(out, "not renewed in time") && !strings.Contains(out, "no longer safe")
-	record(fault+" one member: "+target, version, ttl, hc != 0 && !serverRevoked, overlapped, 0, latency)
+	// etcd gave the lock to the waiter the moment it deleted the key, so
+	// the waiter may start before the holder's command has stopped: fence
+	// stops it as soon as its lease watch sees the deletion, and only the
+	// tokens (which grew: readChecked) guard storage meanwhile. Bounded
+	// here by how long the command may take to stop after the deletion.
+	revokedOverlap := serverRevoked && len(overlaps) > 0
+	if revokedOverlap {
+		if d := ivs[0].end.Sub(ivs[1].start); d > revokedOverlapMax {
+			t.Errorf("etcd revoked the lease (etcd#15247) and the holder's command ran on %v after the waiter started (at most %v):\n%s", d, revokedOverlapMax, out)
+		}
+		t.Logf("etcd revoked the lease and handed the lock on before the command stopped (%s)", overlaps[0])
+	} else {
+		for _, o := range overlaps {
+			t.Error(o)
+		}
+	}
+	overlapped := t.Failed()
+	// A stop is the cluster's, not fence's, when no majority named a
+	// leader for long enough to renew: see leaderlessStop.
+	led, leaderless := time.Duration(0), false
+	if hc != 0 && !serverRevoked {
+		led, leaderless = leaderlessStop(lw, holder, ttl)
+	}
+	record(fault+" one member: "+target, version, ttl, hc != 0 && !serverRevoked && !leaderless, overlapped, 0, latency)
+	if latency > waiterLatencyMax {
+		t.Errorf("the waiter started %v after the holder's command ended (at most %v: a waiter does not go deaf):\nwaiter:\n%s\nholder:\n%s", latency, waiterLatencyMax, waiter.output(), out)
+	}
 	if serverRevoked {
-		t.Logf("etcd revoked the lease when its frozen old leader resumed (etcd#15247): %s", strings.TrimSpace(holder.output()))
-		recordRevoke(fault+" one member: "+target, version, ttl)
+		t.Logf("etcd revoked the lease when its frozen old leader resumed (etcd#15247): %s", strings.TrimSpace(out))
+		recordRevoke(fault+" one member: "+target, version, ttl, revokedOverlap)
+		return
+	}
+	if leaderless {
+		t.Logf("the holder was stopped while the cluster had no leader (a majority named one for at most %v of the last %v before the stop): %s",
+			led.Round(time.Millisecond), renewWindow(ttl), strings.TrimSpace(out))
+		recordLeaderless(fault+" one member: "+target, version, ttl)
 		return
 	}
 	if hc != 0 {
-		t.Errorf("the holder was stopped (exit %d) with the quorum intact:\n%s", hc, holder.output())
+		t.Errorf("the holder was stopped (exit %d) with the quorum intact (a majority named a leader for %v of the last %v before the stop):\n%s",
+			hc, led.Round(time.Millisecond), renewWindow(ttl), out)
 	}
 	if wc != 0 {
 		t.Errorf("the waiter exited %d:\n%s", wc, waiter.output())
@@ -147,6 +182,46 @@ func singleFault(t *testing.T, c *etcdproc.Cluster, version, fault, target strin
 	if err := c.WaitHealthy(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Bounds of TestSingleMemberFault.
+const (
+	// revokedOverlapMax: how long the holder's command may run on after
+	// etcd itself revoked the lease and handed the lock on (etcd#15247):
+	// fence's lease watch sees the deletion and stops it.
+	revokedOverlapMax = 500 * time.Millisecond
+	// waiterLatencyMax: from the holder's end to the waiter's start (the
+	// issue saw 12.5-17.6 s while the member carrying the watch was frozen).
+	waiterLatencyMax = 3 * time.Second
+	// rideThrough: how long the cluster must have had a leader, within the
+	// last renewal window, for fence to owe a renewal: a renewal is sent
+	// on every member within 250 ms of going unanswered, and sent again
+	// on fresh streams every half a renewal interval (0.5 s at --ttl 3s).
+	rideThrough = 600 * time.Millisecond
+)
+
+// renewWindow is the part of a lease's cover in which its renewals are
+// due: from the renewal due after the last acknowledged one to the stop
+// (--ttl 3s: 1.1 s, from 1 s after the last acknowledged send to 2.1 s).
+func renewWindow(ttl time.Duration) time.Duration {
+	covered := ttl - fencing.DefaultMargin(ttl) - supervise.DefaultGrace(ttl)
+	return covered - ttl/3
+}
+
+// leaderlessStop tells whether a stopped holder ("not renewed in time")
+// was stopped because the cluster had no leader to renew its lease: at
+// no point in the renewal window before the stop did a majority of the
+// members name one leader for rideThrough straight (etcd 3.4 without
+// --pre-vote, for one: a partitioned member that comes back with a higher
+// term makes the leader step down, and the cluster has none for a second
+// or more). It returns the longest led stretch it found.
+func leaderlessStop(lw *etcdproc.LeaderWatch, holder *run, ttl time.Duration) (time.Duration, bool) {
+	stop := holder.stoppedAt()
+	if stop.IsZero() || !strings.Contains(holder.output(), "not renewed in time") {
+		return 0, false
+	}
+	led := lw.LongestLed(stop.Add(-renewWindow(ttl)), stop)
+	return led, led < rideThrough
 }
 
 // waitStarted waits until name's command logged its start.

@@ -46,7 +46,7 @@ var foreignFlags = map[string]string{
 	"--collector": "node_exporter", "--fencing-token": "the example job", "--token-from-env": "the example job",
 	"--backend": "bench/run", "--cpuprofile": "go test", "--smoke": "bench/run", "--now": "systemctl",
 	"--n": "bench/run", "--system": "groupadd", "--listen-client-urls": "etcd",
-	"--baseline": "bench/run", "--compare": "bench/run",
+	"--baseline": "bench/run", "--compare": "bench/run", "--election-timeout": "etcd", "--pre-vote": "etcd",
 }
 
 // fenceNames is what the command tree, the exit code table and the code's

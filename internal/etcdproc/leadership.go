@@ -1,0 +1,164 @@
+package etcdproc
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// A LeaderWatch samples, every period, which leader each member of a
+// cluster names (by a Status call straight to the member, past its
+// proxies), and keeps the instants at which a majority of the members named
+// one and the same leader: the cluster could then serve a lease renewal.
+// A frozen member, or one that does not answer within the period, names
+// none; a partitioned old leader that still names itself is one of three.
+type LeaderWatch struct {
+	every time.Duration
+	n     int
+	stop  chan struct{}
+	done  chan struct{}
+
+	mu      sync.Mutex
+	samples []leaderSample
+}
+
+type leaderSample struct {
+	at  time.Time
+	led bool // a majority named one leader
+}
+
+// WatchLeader starts a LeaderWatch on c, sampling every period.
+func (c *Cluster) WatchLeader(every time.Duration) *LeaderWatch {
+	w := &LeaderWatch{every: every, n: len(c.Members), stop: make(chan struct{}), done: make(chan struct{})}
+	var clis []*clientv3.Client
+	for _, m := range c.Members {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.client}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			continue // it names no leader
+		}
+		clis = append(clis, cli)
+	}
+	go func() {
+		defer close(w.done)
+		defer func() {
+			for _, cli := range clis {
+				cli.Close()
+			}
+		}()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			w.sample(clis)
+			select {
+			case <-t.C:
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *LeaderWatch) sample(clis []*clientv3.Client) {
+	at := time.Now()
+	leaders := make([]uint64, len(clis))
+	var wg sync.WaitGroup
+	for i, cli := range clis {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), w.every)
+			defer cancel()
+			if st, err := cli.Status(ctx, cli.Endpoints()[0]); err == nil {
+				leaders[i] = st.Leader
+			}
+		})
+	}
+	wg.Wait()
+	votes := map[uint64]int{}
+	led := false
+	for _, l := range leaders {
+		if l != 0 {
+			votes[l]++
+			led = led || votes[l] > w.n/2
+		}
+	}
+	w.mu.Lock()
+	w.samples = append(w.samples, leaderSample{at, led})
+	w.mu.Unlock()
+}
+
+// Stop ends the sampling.
+func (w *LeaderWatch) Stop() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// LongestLed is the longest stretch of [from, to] through which the
+// cluster had a leader named by a majority at every sample (a stretch of
+// samples runs from its first to one period after its last).
+func (w *LeaderWatch) LongestLed(from, to time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var best time.Duration
+	var begin time.Time
+	flush := func(end time.Time) {
+		if begin.IsZero() {
+			return
+		}
+		b, e := begin, end
+		if b.Before(from) {
+			b = from
+		}
+		if e.After(to) {
+			e = to
+		}
+		if d := e.Sub(b); d > best {
+			best = d
+		}
+		begin = time.Time{}
+	}
+	for i, s := range w.samples {
+		switch {
+		case s.led && begin.IsZero():
+			begin = s.at
+		case !s.led:
+			flush(s.at)
+		}
+		if i == len(w.samples)-1 && s.led {
+			flush(s.at.Add(w.every))
+		}
+	}
+	return best
+}
+
+// LongestLeaderless is the longest run of samples in [from, to] at which
+// no majority named a leader (from the first such sample to the next led
+// one).
+func (w *LeaderWatch) LongestLeaderless(from, to time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var best time.Duration
+	var begin time.Time
+	for _, s := range w.samples {
+		if s.at.Before(from) || s.at.After(to) {
+			continue
+		}
+		switch {
+		case !s.led && begin.IsZero():
+			begin = s.at
+		case s.led && !begin.IsZero():
+			best = max(best, s.at.Sub(begin))
+			begin = time.Time{}
+		}
+	}
+	if !begin.IsZero() {
+		best = max(best, to.Sub(begin))
+	}
+	return best
+}
