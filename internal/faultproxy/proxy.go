@@ -233,11 +233,13 @@ func (p *Proxy) pipe(dst, src net.Conn, response bool, tag string) {
 			if response && delay > 0 {
 				time.Sleep(delay)
 			}
+			if response {
+				// Counted before the write, so that a client that has
+				// read the answer sees it counted.
+				p.forwarded.Add(int64(n))
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
-			}
-			if response {
-				p.forwarded.Add(int64(n))
 			}
 		}
 		if err != nil { // EOF or a closed connection: close both sides
