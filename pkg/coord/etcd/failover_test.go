@@ -8,6 +8,7 @@ import (
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/faultproxy"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
@@ -78,11 +79,12 @@ func TestHolderSurvivesDeadPaths(t *testing.T) {
 // TestRenewalTriesEveryPathAtOnce: a renewal whose path does not answer is
 // sent again on every other path at once, not on one after another. With
 // two of three paths silent, the primary among them and the live one last
-// in the order of the paths, the answer comes one hedge delay (250 ms)
-// after the send. Tried one path at a time, it came after two (500 ms):
+// in the order of the paths, the two other paths get the renewal within
+// one hedge, microseconds apart. Tried one path at a time, they got it a
+// hedge delay (250 ms) apart, and the answer came after 500 ms to 1 s:
 // during an election every member but one may hold a renewal, and at
-// --ttl 3s the half second was the difference between a holder kept and a
-// holder stopped.
+// --ttl 3s that was the difference between a holder kept and a holder
+// stopped.
 func TestRenewalTriesEveryPathAtOnce(t *testing.T) {
 	t.Parallel()
 	c, pxs := openProxied(t, etcdtest.Start(t), 3)
@@ -96,7 +98,7 @@ func TestRenewalTriesEveryPathAtOnce(t *testing.T) {
 			}
 		}
 	}
-	renew := func() time.Duration {
+	renew := func() (time.Time, time.Duration) {
 		t.Helper()
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -104,7 +106,7 @@ func TestRenewalTriesEveryPathAtOnce(t *testing.T) {
 		if _, err := c.Renew(rctx, l.Name, l.ID); err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
-		return time.Since(start)
+		return start, time.Since(start)
 	}
 	// Path 0 answers, so it becomes the primary.
 	only(0)
@@ -112,13 +114,21 @@ func TestRenewalTriesEveryPathAtOnce(t *testing.T) {
 	renew()
 	// Then each time the primary goes silent with the path after it, and
 	// the path after that is the one that lives: 0 → 2 → 1 → 0.
-	live := 0
+	primary := 0
 	for round := range 3 {
-		live = (live + 2) % 3
+		live := (primary + 2) % 3
+		next := (primary + 1) % 3
 		only(live)
-		if d := renew(); d >= 450*time.Millisecond {
-			t.Errorf("round %d: with path %d the only live one the renewal took %v: the other paths were tried one after another", round, live, d)
+		start, took := renew()
+		sends := etcd.LaneLastSends(c)
+		if sends[next].Before(start) || sends[live].Before(start) {
+			t.Fatalf("round %d: the renewal (%v) was not sent on paths %d and %d: %v", round, took, next, live, sends)
 		}
+		if gap := sends[live].Sub(sends[next]).Abs(); gap > 100*time.Millisecond {
+			t.Errorf("round %d: the renewal reached path %d %v after path %d (answered after %v): the other paths were tried one after another",
+				round, live, gap.Round(time.Millisecond), next, took)
+		}
+		primary = live
 	}
 	for _, px := range pxs {
 		px.SetMode(faultproxy.Pass)

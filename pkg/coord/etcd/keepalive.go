@@ -78,6 +78,8 @@ type lane struct {
 
 	mu  sync.Mutex
 	cur *kaStream
+
+	lastSend atomic.Int64 // when a request was last queued on it (UnixNano; for tests)
 }
 
 // kaStream is one LeaseKeepAlive stream of a lane: opened on a goroutine of
@@ -331,6 +333,7 @@ func (s *kaStream) open() {
 // ended.
 func (s *kaStream) enqueue(w *kaWaiter) bool {
 	r := &kaReq{id: w.id, w: w, queued: time.Now()}
+	s.lane.lastSend.Store(r.queued.UnixNano())
 	// The request is queued and recorded as unanswered under one lock, so
 	// that the order of out is the order of the requests on the stream,
 	// hence of the answers.
