@@ -79,13 +79,16 @@ func schedule(h *Held) {
 }
 
 // clockKey is the key of k's scheduler in schedulers: one for the boot
-// clock, one for each fake clock of a test.
+// clock, one for each fake clock of a test, and one for each other clock
+// (a test's own): a hold never joins a scheduler that reads another clock.
 func clockKey(k clk) any {
 	switch k := k.(type) {
 	case fakeClk:
 		return k.c
-	default:
+	case bootClk:
 		return realClockKey{}
+	default:
+		return k
 	}
 }
 

@@ -116,14 +116,33 @@ func TestSchedulerStopsWithLastHold(t *testing.T) {
 type suspendClk struct {
 	boot   atomic.Int64
 	timers *clockwork.FakeClock // never advanced
+	armed  chan time.Duration   // each Reset of a timer, with its duration
 	mu     sync.Mutex
 	ch     chan struct{}
 }
 
-func (c *suspendClk) now() clock.Boot                          { return clock.Boot(c.boot.Load()) }
-func (c *suspendClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
-func (c *suspendClk) newTimer(d time.Duration) clockwork.Timer { return c.timers.NewTimer(d) }
-func (c *suspendClk) watchSuspend() func()                     { return func() {} }
+func (c *suspendClk) now() clock.Boot               { return clock.Boot(c.boot.Load()) }
+func (c *suspendClk) toBoot(t time.Time) clock.Boot { return clock.Boot(t.UnixNano()) }
+func (c *suspendClk) newTimer(d time.Duration) clockwork.Timer {
+	return armTimer{c.timers.NewTimer(d), c.armed}
+}
+
+// armTimer reports each Reset: the scheduler resets its timer once it has
+// read the clock for its pass, just before it sleeps.
+type armTimer struct {
+	clockwork.Timer
+	armed chan time.Duration
+}
+
+func (t armTimer) Reset(d time.Duration) bool {
+	ok := t.Timer.Reset(d)
+	select {
+	case t.armed <- d:
+	default:
+	}
+	return ok
+}
+func (c *suspendClk) watchSuspend() func() { return func() {} }
 func (c *suspendClk) suspended() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -143,7 +162,7 @@ func (c *suspendClk) suspend() {
 // scheduler finds out when the suspend watcher wakes it, and ends the hold
 // as paused.
 func TestSchedulerWakesOnSuspend(t *testing.T) {
-	sc := &suspendClk{timers: clockwork.NewFakeClock(), ch: make(chan struct{})}
+	sc := &suspendClk{timers: clockwork.NewFakeClock(), ch: make(chan struct{}), armed: make(chan time.Duration, 1)}
 	const t0 = 1_000_000_000_000
 	sc.boot.Store(t0)
 	h, err := hold(context.Background(), &stub{}, &coord.Lease{Name: "s", ID: "s", TTL: 30 * time.Second, Sent: time.Unix(0, t0)}, HoldOptions{}, sc)
@@ -153,8 +172,20 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 	defer h.Release(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// The scheduler has made its first pass and sleeps on its timer (it
+	// reads the clock before it resets the timer, never after: moving the
+	// clock earlier, as when this waited only for a timer to exist, let
+	// the first pass see the hold expired, under -race once in CI).
+	select {
+	case d := <-sc.armed:
+		if d <= 0 {
+			t.Fatalf("the scheduler armed its timer for %v", d)
+		}
+	case <-ctx.Done():
+		t.Fatal("the scheduler never armed its timer")
+	}
 	if err := sc.timers.BlockUntilContext(ctx, 1); err != nil {
-		t.Fatal(err) // the scheduler sleeps on its timer
+		t.Fatal(err)
 	}
 	sc.boot.Add(int64(2 * time.Minute))
 	time.Sleep(20 * time.Millisecond)
