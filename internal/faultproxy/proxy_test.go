@@ -87,19 +87,27 @@ func TestModes(t *testing.T) {
 	}
 }
 
+// proxied starts a proxy in front of an echo server and connects to it.
+func proxied(t *testing.T) (*Proxy, net.Conn) {
+	t.Helper()
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	return p, c
+}
+
 // TestHeldBytesArriveAfterHeal: what was sent across a blackhole arrives,
 // in order, on the same connection once it passes again (a partition that
-// heals), and a connection closed meanwhile ends only then.
+// heals), and the connection goes on working.
 func TestHeldBytesArriveAfterHeal(t *testing.T) {
 	for _, m := range []Mode{BlackholeBoth, BlackholeRequests, BlackholeResponses} {
-		p, err := New(echo(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := net.Dial("tcp", p.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, c := proxied(t)
 		if got, err := roundTrip(c, "a", 5*time.Second); err != nil || got != "a\n" {
 			t.Fatalf("pass: %q %v", got, err)
 		}
@@ -123,14 +131,7 @@ func TestHeldBytesArriveAfterHeal(t *testing.T) {
 
 // TestCloseWhileHeld: Close ends a proxy whose pipes hold bytes.
 func TestCloseWhileHeld(t *testing.T) {
-	p, err := New(echo(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, c := proxied(t)
 	defer c.Close()
 	p.SetMode(BlackholeBoth)
 	c.Write([]byte("held\n"))
