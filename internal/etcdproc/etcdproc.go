@@ -5,10 +5,13 @@ package etcdproc
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -135,11 +138,51 @@ func allStopped(taskDir string) bool {
 // Thaw resumes a frozen server.
 func (s *Server) Thaw() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
 
+// freePort is a loopback port that nothing listens on, for a server to
+// bind. It is outside the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), so that nothing that binds port 0 or
+// connects out can take it between this check and the server's bind: a
+// port the kernel had just handed out and taken back here once went to a
+// fault proxy's listener (port 0) before etcd started, and etcd exited
+// with "bind: address already in use".
 func freePort(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo := ephemeralLow()
+	for range 1000 {
+		port := 10000 + rand.IntN(lo-10000)
+		portsMu.Lock()
+		taken := portsGiven[port]
+		portsGiven[port] = true
+		portsMu.Unlock()
+		if taken {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return fmt.Sprint(port)
 	}
-	defer ln.Close()
-	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	t.Fatal("no free port below the ephemeral range")
+	return ""
+}
+
+// The ports freePort gave out in this process.
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read; at least 20000).
+func ephemeralLow() int {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	return max(lo, 20000)
 }
