@@ -124,41 +124,16 @@ func (w *LeaderWatch) LongestLed(from, to time.Time) time.Duration {
 		begin = time.Time{}
 	}
 	for i, s := range w.samples {
-		switch {
-		case s.led && begin.IsZero():
-			begin = s.at
-		case !s.led:
+		if !s.led {
 			flush(s.at)
-		}
-		if i == len(w.samples)-1 && s.led {
-			flush(s.at.Add(w.every))
-		}
-	}
-	return best
-}
-
-// LongestLeaderless is the longest run of samples in [from, to] at which
-// no majority named a leader (from the first such sample to the next led
-// one).
-func (w *LeaderWatch) LongestLeaderless(from, to time.Time) time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var best time.Duration
-	var begin time.Time
-	for _, s := range w.samples {
-		if s.at.Before(from) || s.at.After(to) {
 			continue
 		}
-		switch {
-		case !s.led && begin.IsZero():
+		if begin.IsZero() {
 			begin = s.at
-		case s.led && !begin.IsZero():
-			best = max(best, s.at.Sub(begin))
-			begin = time.Time{}
 		}
-	}
-	if !begin.IsZero() {
-		best = max(best, to.Sub(begin))
+		if i == len(w.samples)-1 {
+			flush(s.at.Add(w.every))
+		}
 	}
 	return best
 }
