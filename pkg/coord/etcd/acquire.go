@@ -220,15 +220,18 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	cancel()
 	stopKeepAlive()
 	<-kaDone
+	// requeue: our lease ended while the cluster did not answer (a stall
+	// longer than its TTL), and the wait is not over: a new place at the
+	// end of the queue, within what is left of the wait. A lease revoked
+	// while its renewals were answered was ended on purpose: that waiter
+	// stops.
+	requeue := func() bool {
+		return last.stalled() && ctx.Err() == nil && !c.closed.Load() && (opts.Wait < 0 || time.Now().Before(waitUntil))
+	}
 	if err != nil {
 		var le *coord.LimitError
 		switch {
-		case errors.Is(err, errLeaseGone) && last.stalled() && ctx.Err() == nil && !c.closed.Load() && (opts.Wait < 0 || time.Now().Before(waitUntil)):
-			// Our lease ended while the cluster did not answer (a stall
-			// longer than its TTL): a new place at the end of the queue,
-			// within what is left of the wait. A lease revoked while its
-			// renewals were answered was ended on purpose: that waiter
-			// stops (below).
+		case errors.Is(err, errLeaseGone) && requeue():
 			return c.requeue(ctx, name, opts, waitUntil, cur)
 		case errors.Is(err, errLeaseGone):
 			return nil, waiterLost(name)
@@ -251,6 +254,12 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		switch {
 		case err != nil:
 			return nil, c.mapErr(ctx, "renew lease", err)
+		case ttl <= 0 && requeue():
+			// The claim went through just before etcd, answering again
+			// after a stall, revoked our expired lease (and the claimed
+			// key with it): TestWholeClusterStall once saw the waiter
+			// give up here.
+			return c.requeue(ctx, name, opts, waitUntil, cur)
 		case ttl <= 0:
 			return nil, waiterLost(name)
 		}
