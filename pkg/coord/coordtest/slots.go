@@ -312,6 +312,20 @@ func (s *suite) slotsChurn(t *testing.T) {
 					t.Errorf("%d holders of a semaphore of %d slots", len(inside), n)
 				}
 				mu.Unlock()
+				if r == 0 {
+					// The first holds wait (2 s at most) until two are in
+					// at once, so that the churn below runs with several
+					// holders however slowly grants come (-race): a
+					// backend that grants one at a time still fails below.
+					for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+						mu.Lock()
+						two := most >= 2
+						mu.Unlock()
+						if two {
+							break
+						}
+					}
+				}
 				time.Sleep(time.Duration(r%3) * time.Millisecond)
 				mu.Lock()
 				delete(inside, l.Slot)
