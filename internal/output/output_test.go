@@ -31,6 +31,23 @@ func TestTableOnTerminalIsAlignedWithHeader(t *testing.T) {
 	}
 }
 
+// Columns are aligned by the width a terminal shows, not by bytes or runes:
+// a CJK character takes two cells, an accented letter one.
+func TestTableAlignsByDisplayWidth(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteTable(&b, true, []string{"NAME", "HOLDER"}, [][]string{{"界界界", "x"}, {"é", "y"}, {"ab", ""}}); err != nil {
+		t.Fatal(err)
+	}
+	want := "" +
+		"NAME    HOLDER\n" +
+		"界界界  x\n" +
+		"é       y\n" +
+		"ab\n"
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
 func TestTablePipedIsTabSeparatedWithoutHeader(t *testing.T) {
 	var b bytes.Buffer
 	if err := WriteTable(&b, false, header, rows); err != nil {
