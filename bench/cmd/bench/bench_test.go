@@ -56,9 +56,20 @@ func TestDisplayCmd(t *testing.T) {
 }
 
 // TestFloorsCoverTargets: every target the harness checks has its
-// explanation in floors.md, in case it is missed.
+// explanation in floors.md, in case it is missed, and each section comes
+// once (a second one with the same name replaced the first: the page showed
+// three placeholders instead of their floors).
 func TestFloorsCoverTargets(t *testing.T) {
 	fl := floors()
+	seen := map[string]bool{}
+	for _, l := range strings.Split(floorsMD, "\n") {
+		if name, ok := strings.CutPrefix(l, "### "); ok {
+			if seen[name] {
+				t.Errorf("floors.md has section %q twice", name)
+			}
+			seen[name] = true
+		}
+	}
 	for _, name := range []string{TargetLocalRun, TargetEtcdRun, TargetHandoff, TargetHandoffL, TargetVersion, TargetRSS, TargetContended, TargetLeases, TargetLeasesLoc} {
 		if strings.TrimSpace(fl[name]) == "" {
 			t.Errorf("floors.md has no section %q", name)
