@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -40,18 +40,22 @@ const (
 // the exporter usually runs as another user. A run that failed carries over
 // fence_run_last_success_timestamp_seconds from the file it replaces.
 func writeMetrics(path string, m *metrics) error {
-	labels := prometheus.Labels{"lock": m.lock}
-	reg := prometheus.NewRegistry()
-	gauge := func(name, help string, v float64) {
-		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
-		g.Set(v)
-		reg.MustRegister(g)
+	// The families are built as client_model's protobufs and coded by
+	// expfmt, without client_golang's registry: linking client_golang's
+	// prometheus package would put its initialisation (default collectors,
+	// procfs) into every start of fence.
+	var fams []*dto.MetricFamily
+	add := func(name, help string, typ dto.MetricType, v float64) {
+		metric := &dto.Metric{Label: []*dto.LabelPair{{Name: ptr("lock"), Value: ptr(m.lock)}}}
+		if typ == dto.MetricType_COUNTER {
+			metric.Counter = &dto.Counter{Value: ptr(v)}
+		} else {
+			metric.Gauge = &dto.Gauge{Value: ptr(v)}
+		}
+		fams = append(fams, &dto.MetricFamily{Name: ptr(name), Help: ptr(help), Type: typ.Enum(), Metric: []*dto.Metric{metric}})
 	}
-	counter := func(name, help string, v float64) {
-		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
-		c.Add(v)
-		reg.MustRegister(c)
-	}
+	gauge := func(name, help string, v float64) { add(name, help, dto.MetricType_GAUGE, v) }
+	counter := func(name, help string, v float64) { add(name, help, dto.MetricType_COUNTER, v) }
 	b2f := func(b bool) float64 {
 		if b {
 			return 1
@@ -87,10 +91,7 @@ func writeMetrics(path string, m *metrics) error {
 		}
 	}
 
-	fams, err := reg.Gather()
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
+	sort.Slice(fams, func(i, j int) bool { return fams[i].GetName() < fams[j].GetName() })
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -157,3 +158,5 @@ func labelValue(m *dto.Metric, name string) string {
 	}
 	return ""
 }
+
+func ptr[T any](v T) *T { return &v }
