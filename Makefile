@@ -6,6 +6,7 @@ GO ?= go
 build:
 	CGO_ENABLED=0 $(GO) build -o fence ./cmd/fence
 	CGO_ENABLED=0 $(GO) build -tags fence_watchdog -o fence-watchdog ./cmd/fence-watchdog
+	CGO_ENABLED=0 $(GO) build -o fence-monitor ./cmd/fence-monitor
 
 test:
 	$(GO) test ./...

@@ -88,3 +88,21 @@ func TestSilentErrorPrintsNothing(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestMonitorCommandsRunFenceMonitor: without the monitor linked in (the
+// fence binary), fence top and fence exporter run fence-monitor beside
+// fence, and say how to get it when it is not there (here: beside the test
+// binary), exit 125, without connecting to the coordinator.
+func TestMonitorCommandsRunFenceMonitor(t *testing.T) {
+	for _, args := range [][]string{{"top"}, {"exporter", "--listen", "127.0.0.1:0"}, {"--endpoints", "127.0.0.1:9", "top", "x/"}} {
+		var out, errOut bytes.Buffer
+		ios := Test(&out, &errOut)
+		ios.SetStdoutTTY(true)
+		code := Run(context.Background(), args, ios)
+		msg := errOut.String()
+		if code != exitcode.Failure || !strings.Contains(msg, "needs fence-monitor, installed beside fence") ||
+			!strings.Contains(msg, "go build -o ") || strings.Count(msg, "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q", args, code, msg)
+		}
+	}
+}

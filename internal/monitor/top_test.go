@@ -1,4 +1,4 @@
-package cli
+package monitor
 
 import (
 	"bytes"
@@ -8,10 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/internal/faultproxy"
-
+	"github.com/fence-dev/fence/internal/cli"
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/faultproxy"
+	"github.com/fence-dev/fence/tui"
 )
+
+// TestDefaultRefresh: fence top's --refresh default, which the fence binary
+// states without linking the dashboard, is the dashboard's.
+func TestDefaultRefresh(t *testing.T) {
+	if cli.DefaultTopRefresh != tui.DefaultRefresh {
+		t.Fatalf("cli.DefaultTopRefresh %v, tui.DefaultRefresh %v", cli.DefaultTopRefresh, tui.DefaultRefresh)
+	}
+}
 
 // TestTopUnreachableBounded: fence top on a coordinator that takes the
 // connection and never answers gives up after topDialTimeout (2s), not the
@@ -34,10 +43,10 @@ func TestTopUnreachableBounded(t *testing.T) {
 		{[]string{"--dial-timeout", "2500ms"}, "did not answer within 2.5s", 4500 * time.Millisecond},
 	} {
 		var out, errOut bytes.Buffer
-		ios := Test(&out, &errOut)
+		ios := cli.Test(&out, &errOut)
 		ios.SetStdoutTTY(true)
 		start := time.Now()
-		code := Run(context.Background(), append(append([]string{"--endpoints", silent}, tc.args...), "top"), ios)
+		code := cli.RunWith(context.Background(), append(append([]string{"--endpoints", silent}, tc.args...), "top"), ios, Hooks())
 		elapsed := time.Since(start)
 		if code != exitcode.Failure || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("%q: exit %d, stderr %q; want %q", tc.args, code, errOut.String(), tc.want)

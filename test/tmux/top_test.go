@@ -54,7 +54,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fenceBinary builds cmd/fence (once) and returns its path.
+// fenceBinary builds cmd/fence (once), with fence-monitor beside it (what
+// fence top runs), and returns fence's path.
 func fenceBinary(t *testing.T) string {
 	t.Helper()
 	build.once.Do(func() {
@@ -69,9 +70,12 @@ func fenceBinary(t *testing.T) string {
 			return
 		}
 		build.path = filepath.Join(build.dir, "fence")
-		out, err := exec.Command(gotool, "build", "-o", build.path, "github.com/fence-dev/fence/cmd/fence").CombinedOutput()
-		if err != nil {
-			build.err = fmt.Errorf("go build: %v\n%s", err, out)
+		for bin, pkg := range map[string]string{"fence": "cmd/fence", "fence-monitor": "cmd/fence-monitor"} {
+			out, err := exec.Command(gotool, "build", "-o", filepath.Join(build.dir, bin), "github.com/fence-dev/fence/"+pkg).CombinedOutput()
+			if err != nil {
+				build.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
 		}
 	})
 	if build.err != nil {
