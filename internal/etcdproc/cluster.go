@@ -48,6 +48,8 @@ type Cluster struct {
 	t       testing.TB
 	bin     string
 	Members []*Member
+	// Election is the members' --election-timeout.
+	Election time.Duration
 }
 
 // Member is one server process of a Cluster.
@@ -91,7 +93,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		}
 		t.Skipf("etcd server binary not found (%v)", err)
 	}
-	c := &Cluster{t: t, bin: opts.Binary}
+	c := &Cluster{t: t, bin: opts.Binary, Election: opts.Election}
 	var initial []string
 	for i := 0; i < opts.Members; i++ {
 		m := &Member{Name: fmt.Sprintf("m%d", i), c: c, dir: t.TempDir()}

@@ -28,6 +28,9 @@ type LeaderWatch struct {
 type leaderSample struct {
 	at  time.Time
 	led bool // a majority named one leader
+	// The leader a majority named, and the highest term its voters
+	// reported (a re-election of the same member is a new leadership).
+	leader, term uint64
 }
 
 // WatchLeader starts a LeaderWatch on c, sampling every period.
@@ -65,27 +68,35 @@ func (c *Cluster) WatchLeader(every time.Duration) *LeaderWatch {
 func (w *LeaderWatch) sample(clis []*clientv3.Client) {
 	at := time.Now()
 	leaders := make([]uint64, len(clis))
+	terms := make([]uint64, len(clis))
 	var wg sync.WaitGroup
 	for i, cli := range clis {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), w.every)
 			defer cancel()
 			if st, err := cli.Status(ctx, cli.Endpoints()[0]); err == nil {
-				leaders[i] = st.Leader
+				leaders[i], terms[i] = st.Leader, st.RaftTerm
 			}
 		})
 	}
 	wg.Wait()
 	votes := map[uint64]int{}
-	led := false
+	s := leaderSample{at: at}
 	for _, l := range leaders {
 		if l != 0 {
 			votes[l]++
-			led = led || votes[l] > w.n/2
+			if votes[l] > w.n/2 {
+				s.led, s.leader = true, l
+			}
+		}
+	}
+	for i, l := range leaders {
+		if s.led && l == s.leader {
+			s.term = max(s.term, terms[i])
 		}
 	}
 	w.mu.Lock()
-	w.samples = append(w.samples, leaderSample{at, led})
+	w.samples = append(w.samples, s)
 	w.mu.Unlock()
 }
 
@@ -136,4 +147,29 @@ func (w *LeaderWatch) LongestLed(from, to time.Time) time.Duration {
 		}
 	}
 	return best
+}
+
+// LedSince returns when the leadership the cluster had at at began: the
+// first of the samples up to at through which a majority named the same
+// leader in the same term, with no sample between them that lacked one.
+// ok is false when the last sample at or before at had no majority leader.
+func (w *LeaderWatch) LedSince(at time.Time) (since time.Time, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := len(w.samples) - 1
+	for i >= 0 && w.samples[i].at.After(at) {
+		i--
+	}
+	if i < 0 || !w.samples[i].led {
+		return time.Time{}, false
+	}
+	cur := w.samples[i]
+	for i > 0 {
+		p := w.samples[i-1]
+		if !p.led || p.leader != cur.leader || p.term != cur.term {
+			break
+		}
+		i--
+	}
+	return w.samples[i].at, true
 }

@@ -158,8 +158,8 @@ func singleFault(t *testing.T, c *etcdproc.Cluster, version, fault, target strin
 		led, leaderless = leaderlessStop(lw, holder, ttl)
 	}
 	record(fault+" one member: "+target, version, ttl, hc != 0 && !serverRevoked && !leaderless, overlapped, 0, latency)
-	if latency > waiterLatencyMax {
-		t.Errorf("the waiter started %v after the holder's command ended (at most %v: a waiter does not go deaf):\nwaiter:\n%s\nholder:\n%s", latency, waiterLatencyMax, waiter.output(), out)
+	if bound := latencyMax(c, lw, ivs, ttl, leaderless && strings.Contains(out, "warning: release lease on")); latency > bound {
+		t.Errorf("the waiter started %v after the holder's command ended (at most %v: a waiter does not go deaf):\nwaiter:\n%s\nholder:\n%s", latency, bound, waiter.output(), out)
 	}
 	if serverRevoked {
 		t.Logf("etcd revoked the lease when its frozen old leader resumed (etcd#15247): %s", strings.TrimSpace(out))
@@ -199,6 +199,28 @@ const (
 	// on fresh streams every half a renewal interval (0.5 s at --ttl 3s).
 	rideThrough = 600 * time.Millisecond
 )
+
+// latencyMax is how long after the holder's command ended the waiter may
+// start: waiterLatencyMax after the lock became free. That is the holder's
+// end unless its release did not go through (unreleased: it was stopped
+// while the cluster had no leader). Then the lock was free only once etcd
+// expired the lease, and the leader that served the waiter gave every
+// lease its whole TTL again, plus an election timeout, when it took over
+// (lessor.Promote, 3.4.23 and 3.7.3 alike), expiring it at the lessor's
+// next check (every 500 ms). 3.4 without pre-vote re-elects after a
+// partition heals: two trials in 20 on 3.4 saw the waiter 4.4 and 5.0 s
+// after the stop, 0.2 s after such an expiry.
+func latencyMax(c *etcdproc.Cluster, lw *etcdproc.LeaderWatch, ivs []interval, ttl time.Duration, unreleased bool) time.Duration {
+	if !unreleased || len(ivs) != 2 || ivs[0].end.IsZero() {
+		return waiterLatencyMax
+	}
+	since, ok := lw.LedSince(ivs[1].start)
+	if !ok {
+		return waiterLatencyMax
+	}
+	free := since.Add(ttl + c.Election + 500*time.Millisecond)
+	return max(0, free.Sub(ivs[0].end)) + waiterLatencyMax
+}
 
 // renewWindow is the part of a lease's cover in which its renewals are
 // due: from the renewal due after the last acknowledged one to the stop
