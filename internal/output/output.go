@@ -17,7 +17,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/charmbracelet/x/ansi"
+	"github.com/mattn/go-runewidth"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -126,7 +126,7 @@ func WriteTable(w io.Writer, tty bool, header []string, rows [][]string) error {
 			if j >= len(widths) {
 				widths = append(widths, 0)
 			}
-			widths[j] = max(widths[j], ansi.StringWidth(c))
+			widths[j] = max(widths[j], runewidth.StringWidth(c))
 		}
 	}
 	measure(header)
@@ -139,7 +139,7 @@ func WriteTable(w io.Writer, tty bool, header []string, rows [][]string) error {
 		for j, c := range r {
 			l.WriteString(c)
 			if j < len(r)-1 {
-				l.WriteString(strings.Repeat(" ", widths[j]-ansi.StringWidth(c)+2))
+				l.WriteString(strings.Repeat(" ", widths[j]-runewidth.StringWidth(c)+2))
 			}
 		}
 		// The last cell is not padded, and a blank cell at the end of a
