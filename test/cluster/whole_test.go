@@ -3,6 +3,7 @@ package cluster
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -83,7 +84,9 @@ func TestQuorumLoss(t *testing.T) {
 	})
 }
 
-// TestLeaderKilled: the leader SIGKILLed and restarted; the holder survives.
+// TestLeaderKilled: the leader SIGKILLed and restarted; the holder survives,
+// unless the two members left had no leader through its renewal window
+// (recorded as leaderless, as in TestSingleMemberFault).
 func TestLeaderKilled(t *testing.T) {
 	eachVersion(t, func(t *testing.T, c *etcdproc.Cluster, version string) {
 		ttls := []time.Duration{3 * time.Second}
@@ -97,20 +100,40 @@ func TestLeaderKilled(t *testing.T) {
 			waitStarted(t, log, "holder")
 			waiter := start(t, c, "waiter", lock, log, 200*time.Millisecond, "--ttl", ttl.String())
 			time.Sleep(ttl / 3)
+			lw := c.WatchLeader(50 * time.Millisecond)
 			l := c.Leader()
 			l.Kill()
 			time.Sleep(2 * time.Second)
 			l.Restart()
 			hc := holder.wait(t, 2*ttl+30*time.Second)
 			wc := waiter.wait(t, 2*ttl+30*time.Second)
+			lw.Stop()
 			ivs := checkLog(t, log, map[string]time.Time{"holder": holder.end, "waiter": waiter.end})
 			var latency time.Duration
 			if len(ivs) == 2 {
 				latency = ivs[1].start.Sub(ivs[0].end)
 			}
-			record("leader SIGKILL + restart", version, ttl, hc != 0, t.Failed(), 0, latency)
-			if hc != 0 || wc != 0 {
-				t.Errorf("holder exit %d, waiter exit %d:\n%s\n%s", hc, wc, holder.output(), waiter.output())
+			// The two members left must elect a leader before the
+			// holder's renewal window closes (1.1 s at --ttl 3s); a
+			// stop in a trial where they took longer (3.7.3 once had
+			// none for 2.2 s after the kill, in CI) is the cluster's,
+			// as in TestSingleMemberFault.
+			led, leaderless := time.Duration(0), false
+			if hc != 0 {
+				led, leaderless = leaderlessStop(lw, holder, ttl)
+			}
+			record("leader SIGKILL + restart", version, ttl, hc != 0 && !leaderless, t.Failed(), 0, latency)
+			switch {
+			case leaderless:
+				t.Logf("the holder was stopped while the cluster had no leader (a majority named one for at most %v of the last %v before the stop): %s",
+					led.Round(time.Millisecond), renewWindow(ttl), strings.TrimSpace(holder.output()))
+				recordLeaderless("leader SIGKILL + restart", version, ttl)
+				if wc != 0 {
+					t.Errorf("waiter exit %d:\n%s", wc, waiter.output())
+				}
+			case hc != 0 || wc != 0:
+				t.Errorf("holder exit %d, waiter exit %d (a majority named a leader for %v of the last %v before a stop):\n%s\n%s",
+					hc, wc, led.Round(time.Millisecond), renewWindow(ttl), holder.output(), waiter.output())
 			}
 			if err := c.WaitHealthy(30 * time.Second); err != nil {
 				t.Fatal(err)
