@@ -167,9 +167,7 @@ func singleFault(t *testing.T, c *etcdproc.Cluster, version, fault, target strin
 		return
 	}
 	if leaderless {
-		t.Logf("the holder was stopped while the cluster had no leader (a majority named one for at most %v of the last %v before the stop): %s",
-			led.Round(time.Millisecond), renewWindow(ttl), strings.TrimSpace(out))
-		recordLeaderless(fault+" one member: "+target, version, ttl)
+		noteLeaderless(t, fault+" one member: "+target, version, ttl, led, holder)
 		return
 	}
 	if hc != 0 {
@@ -244,6 +242,15 @@ func leaderlessStop(lw *etcdproc.LeaderWatch, holder *run, ttl time.Duration) (t
 	}
 	led := lw.LongestLed(stop.Add(-renewWindow(ttl)), stop)
 	return led, led < rideThrough
+}
+
+// noteLeaderless logs and counts a leaderless stop (see leaderlessStop)
+// of scenario's holder, which is the cluster's, not fence's.
+func noteLeaderless(t *testing.T, scenario, version string, ttl, led time.Duration, holder *run) {
+	t.Helper()
+	t.Logf("the holder was stopped while the cluster had no leader (a majority named one for at most %v of the last %v before the stop): %s",
+		led.Round(time.Millisecond), renewWindow(ttl), strings.TrimSpace(holder.output()))
+	recordLeaderless(scenario, version, ttl)
 }
 
 // waitStarted waits until name's command logged its start.

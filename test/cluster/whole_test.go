@@ -3,7 +3,6 @@ package cluster
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -125,9 +124,7 @@ func TestLeaderKilled(t *testing.T) {
 			record("leader SIGKILL + restart", version, ttl, hc != 0 && !leaderless, t.Failed(), 0, latency)
 			switch {
 			case leaderless:
-				t.Logf("the holder was stopped while the cluster had no leader (a majority named one for at most %v of the last %v before the stop): %s",
-					led.Round(time.Millisecond), renewWindow(ttl), strings.TrimSpace(holder.output()))
-				recordLeaderless("leader SIGKILL + restart", version, ttl)
+				noteLeaderless(t, "leader SIGKILL + restart", version, ttl, led, holder)
 				if wc != 0 {
 					t.Errorf("waiter exit %d:\n%s", wc, waiter.output())
 				}
