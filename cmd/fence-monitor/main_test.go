@@ -68,7 +68,8 @@ func env(t *testing.T) []string {
 // TestExporterRunsFenceMonitor: `fence exporter` of the fence binary becomes
 // fence-monitor (the same process, exec'd with the same arguments), which
 // serves the metrics and ends on SIGTERM with exit 0. Without fence-monitor
-// beside it, fence says so, exit 125; a fence-monitor of another build
+// beside it, fence says so, exit 125; through a symlink, fence finds the
+// fence-monitor beside its own binary; a fence-monitor of another build
 // refuses to stand in for fence.
 func TestExporterRunsFenceMonitor(t *testing.T) {
 	dir := build(t)
@@ -140,10 +141,24 @@ func TestExporterRunsFenceMonitor(t *testing.T) {
 		}
 	}
 
-	// A fence-monitor of another build.
-	c := exec.Command(filepath.Join(dir, "fence-monitor"), "exporter", "--listen", "127.0.0.1:0")
-	c.Env = append(env(t), "FENCE_MONITOR_OF=v0.0.1 0123456789ab")
+	// fence called through a symlink elsewhere (/usr/local/bin/fence ->
+	// the release's directory): fence-monitor is found beside the binary
+	// itself. Its exporter then fails on the address, not for want of it.
+	link := filepath.Join(t.TempDir(), "fence")
+	if err := os.Symlink(filepath.Join(dir, "fence"), link); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(link, "exporter", "--listen", "256.0.0.1:1")
+	c.Env = env(t)
 	out, err := c.CombinedOutput()
+	if strings.Contains(string(out), "needs fence-monitor") || !strings.Contains(string(out), "exporter:") || exitCode(err) == 0 {
+		t.Errorf("fence exporter through a symlink: exit %d, %q; want fence-monitor's own error about the address", exitCode(err), out)
+	}
+
+	// A fence-monitor of another build.
+	c = exec.Command(filepath.Join(dir, "fence-monitor"), "exporter", "--listen", "127.0.0.1:0")
+	c.Env = append(env(t), "FENCE_MONITOR_OF=v0.0.1 0123456789ab")
+	out, err = c.CombinedOutput()
 	if code := exitCode(err); code != 125 || !strings.Contains(string(out), "install both from the same release") {
 		t.Errorf("fence-monitor for another build: exit %d, %q", code, out)
 	}
