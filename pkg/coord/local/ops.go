@@ -78,23 +78,68 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 // Release ends the lease; a lease that is already gone is not an error. A
 // malformed lease id, or one of another lock, is ErrInvalid.
 func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
+	_, err := c.release(ctx, name, leaseID, nil)
+	return err
+}
+
+// ReleaseWith releases lease leaseID of lock name, held under token, only
+// while it holds the lock: under the lock's flock, once the lease is found
+// live (not expired, revoked or replaced), and before the release is
+// written, it calls before. The history store of this backend
+// (localstore.Store.AppendRelease) writes the released event there, so that
+// the event precedes the next holder's acquisition without a read of the
+// lock of its own. held is false, with neither before nor the release done,
+// when the lease does not hold the lock; an error of before ends the call
+// with held true and nothing released.
+func (c *Coordinator) ReleaseWith(ctx context.Context, name, leaseID string, token uint64, before func() error) (held bool, err error) {
+	if before == nil {
+		before = func() error { return nil }
+	}
+	return c.release(ctx, name, leaseID, func(st *state, h *holder) (bool, error) {
+		if h.Token != token {
+			return false, nil
+		}
+		w, err := judgeAll(st, clock.Now())
+		if err != nil {
+			return false, err
+		}
+		if !slices.Contains(w.live(), h) {
+			return false, nil
+		}
+		return true, before()
+	})
+}
+
+// release is Release; when check is set, it is called under the flock with
+// the lease's holder record, and the release goes on only when it returns
+// true and no error. held reports that the lease was found (and, with
+// check, that check said so).
+func (c *Coordinator) release(ctx context.Context, name, leaseID string, check func(*state, *holder) (bool, error)) (held bool, err error) {
 	if err := coord.ValidateName(name); err != nil {
-		return err
+		return false, err
 	}
 	if err := checkLeaseID(name, leaseID); err != nil {
-		return err
+		return false, err
 	}
 	f := c.files(name)
 	defer c.cache.Delete(name) // after the update: a renewal in flight may have stored it
 	if _, err := os.Lstat(f.state); os.IsNotExist(err) {
-		return nil // never used
+		return false, nil // never used
 	}
 	asked := false
-	err := c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
+	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
 		h := st.lease(leaseID)
 		if h == nil {
 			return noChange, false, nil
 		}
+		if check != nil {
+			ok, err := check(st, h)
+			if !ok || err != nil {
+				held = ok
+				return noChange, false, err
+			}
+		}
+		held = true
 		asked = stopAsked(st) == h.Token || h.StopAsked
 		if st.slotted() {
 			st.remove(h)
@@ -106,7 +151,7 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err == nil && asked {
 		c.ringLock(f) // a revoker waits for this release (WaitEnded)
 	}
-	return err
+	return held, err
 }
 
 // Revoke ends the current holder's lease and returns what it ended; it

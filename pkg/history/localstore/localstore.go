@@ -6,7 +6,12 @@
 // A write takes an exclusive flock on the lock's sibling lock file for the
 // read-modify-write only, appends its events in one write(2) and fsyncs the
 // file (and, for a new file, the directory) before it returns: a recorded
-// event is durable. A write reads only the file's first line and its tail
+// event is durable. The released event of a lease that `fence run` acquired
+// is written with the release itself (AppendRelease): under the lock's
+// flock, before the release, so that the next holder finds it on record;
+// its fsync follows the release, so that the next holder does not wait for
+// the disk, and still comes before AppendRelease returns (the next holder's
+// own appends to the file are durable only with it). A write reads only the file's first line and its tail
 // (see below), so that its cost does not grow with the history. Once the
 // sequence numbers of a file span a quarter more events than the count bound
 // (its lines are at most that many; fewer when a compaction dropped events
@@ -71,6 +76,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
@@ -192,14 +198,27 @@ func (s *Store) Append(ctx context.Context, evs []history.Event) error {
 }
 
 func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {
-	base := fileBase(lock)
-	unlock, err := s.lock(ctx, base)
+	sync, err := s.appendLater(ctx, lock, evs)
 	if err != nil {
 		return err
 	}
+	return sync()
+}
+
+// appendLater is append with its fsync put off: when it returns without
+// error the events are written (every process sees them at once), and they
+// are durable once the returned func, which the caller must call once, has
+// returned nil. The flock is not held in between.
+func (s *Store) appendLater(ctx context.Context, lock string, evs []history.Event) (sync func() error, err error) {
+	done := func() error { return nil }
+	base := fileBase(lock)
+	unlock, err := s.lock(ctx, base)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 
 	path := filepath.Join(s.dir, base+dataExt)
@@ -207,22 +226,27 @@ func (s *Store) append(ctx context.Context, lock string, evs []history.Event) er
 	created := errors.Is(statErr, fs.ErrNotExist)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return openErr(lock, path, err)
+		return nil, openErr(lock, path, err)
 	}
-	defer f.Close()
+	keepOpen := false // for the fsync put off
+	defer func() {
+		if !keepOpen {
+			f.Close()
+		}
+	}()
 	if created {
 		if err := s.share.Created(int(f.Fd())); err != nil {
-			return unavailable("history of %q: %w", lock, err)
+			return nil, unavailable("history of %q: %w", lock, err)
 		}
 	}
 	st, torn, err := s.scan(lock, path, f)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if torn {
 		// The tail of an append that never completed: cut it off.
 		if err := f.Truncate(st.size); err != nil {
-			return unavailable("history of %q: %w", lock, err)
+			return nil, unavailable("history of %q: %w", lock, err)
 		}
 	}
 
@@ -235,7 +259,7 @@ func (s *Store) append(ctx context.Context, lock string, evs []history.Event) er
 		}
 		b, err := codec.Encode(next.lastSeq+1, ev)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		buf.Write(b)
 		buf.WriteByte('\n')
@@ -245,35 +269,42 @@ func (s *Store) append(ctx context.Context, lock string, evs []history.Event) er
 		}
 	}
 	if buf.Len() == 0 {
-		return nil
+		return done, nil
 	}
 	slack := Slack(s.opts.MaxEvents)
 	compact := next.span() > s.opts.MaxEvents+slack
 	if !compact {
 		if compact, err = agedAtLeast(lock, path, f, st, cut, slack); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if compact {
-		return s.compact(lock, base, f, buf.Bytes())
+		if err := s.compact(lock, base, f, buf.Bytes()); err != nil {
+			return nil, err
+		}
+		return done, nil // written durably
 	}
 	if _, err := f.Write(buf.Bytes()); err != nil {
 		// A partial write is a torn tail, cut off by the next writer.
 		s.drop(base)
-		return unavailable("history of %q: %w", lock, err)
-	}
-	if err := f.Sync(); err != nil {
-		s.drop(base)
-		return unavailable("history of %q: %w", lock, err)
-	}
-	if created {
-		if err := atomicfile.SyncDir(s.dir); err != nil {
-			return unavailable("history of %q: %w", lock, err)
-		}
+		return nil, unavailable("history of %q: %w", lock, err)
 	}
 	next.size += int64(buf.Len())
 	s.keep(base, next)
-	return nil
+	keepOpen = true
+	return func() error {
+		defer f.Close()
+		if err := f.Sync(); err != nil {
+			s.drop(base)
+			return unavailable("history of %q: %w", lock, err)
+		}
+		if created {
+			if err := atomicfile.SyncDir(s.dir); err != nil {
+				return unavailable("history of %q: %w", lock, err)
+			}
+		}
+		return nil
+	}, nil
 }
 
 // compact rewrites the history of lock with the events it keeps, followed by
@@ -809,3 +840,53 @@ func (s *Store) removeStaleTemps() {
 // in an escape, so the two forms cannot collide). Every line holds the lock
 // name, checked on every read.
 func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped, "~") }
+
+var _ history.ReleaseAppender = (*Store)(nil)
+
+// AppendRelease implements history.ReleaseAppender on the local coordinator
+// of the state directory this store is in (local.Coordinator.ReleaseWith):
+// ev, the released event of leaseID held under token, is appended under
+// the lock's flock, once the lease is found to hold the lock and before the
+// release is written, so that it precedes the next holder's acquisition
+// without a read of the lock beforehand. Its fsync comes after the release
+// (before AppendRelease returns): the next holder need not wait for it,
+// and its own records, appended after this one, are durable only with it.
+//
+// done is false, with nothing written or released, when c is not such a
+// coordinator, when the lease no longer holds the lock, or when the event
+// could not be written (err says why): the caller then records and
+// releases the usual way. An error with done true is the release's (the
+// event is written), or the fsync's.
+func (s *Store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
+	var lc *local.Coordinator
+	if !coord.As(c, &lc) || filepath.Clean(filepath.Join(lc.Dir(), Dir)) != filepath.Clean(s.dir) {
+		return false, nil
+	}
+	if ev, err = history.Normalize(ev, s.opts.Now()); err != nil {
+		return false, err
+	}
+	if ev.Time.Before(s.opts.Cutoff()) {
+		return false, nil // kept nowhere: nothing to write with the release
+	}
+	var sync func() error
+	var werr error
+	held, err := lc.ReleaseWith(ctx, ev.Lock, leaseID, token, func() error {
+		sync, werr = s.appendLater(ctx, ev.Lock, []history.Event{ev})
+		return werr
+	})
+	if sync == nil {
+		// Not held, or the event was not written: nothing was released.
+		if werr != nil {
+			return false, werr
+		}
+		if !held {
+			return false, nil
+		}
+		return false, err
+	}
+	serr := sync()
+	if err != nil {
+		return true, err
+	}
+	return true, serr
+}
