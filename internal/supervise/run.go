@@ -98,6 +98,44 @@ import (
 // forwarded are the signals fence passes on to the command's group.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
+// catchSignals starts catching the forwarded signals that are not ignored,
+// once, on a goroutine of its own: each costs a round trip to the Go
+// runtime's signal thread (the first one starts it), 0.1-0.5 ms in all,
+// which Start overlaps with the watchdog's start and the coordinator's
+// opening. run waits for it (signals) before anything else: a signal never
+// finds the lock acquired with no handler in place.
+func (r *runner) catchSignals() {
+	r.catching.Do(func() {
+		r.caught = make(chan struct{})
+		r.sigs = make(chan os.Signal, 4)
+		go func() {
+			defer close(r.caught)
+			for _, s := range forwarded {
+				if signal.Ignored(s) {
+					r.ignored = append(r.ignored, int(s.(syscall.Signal)))
+					continue
+				}
+				signal.Notify(r.sigs, s)
+			}
+		}()
+	})
+}
+
+// signals waits until the forwarded signals are caught and returns their
+// channel and the signals found ignored.
+func (r *runner) signals() (chan os.Signal, []int) {
+	<-r.caught
+	return r.sigs, r.ignored
+}
+
+// releaseSignals stops catching the forwarded signals, for a Runner closed
+// without a run.
+func (r *runner) releaseSignals() {
+	r.catchSignals()
+	sigs, _ := r.signals()
+	signal.Stop(sigs)
+}
+
 // Run acquires the lock, runs the command under a watchdog as the lease's
 // holder, releases the lock once no process of the command's tree is left,
 // and returns fence's exit code: the command's own code; 128+N when it died
@@ -168,7 +206,9 @@ func Start(opts Options) (*Runner, error) {
 	}
 	r := &runner{p: p, m: metrics{lock: p.Lock}}
 	r.setStreams()
+	r.catchSignals() // beside the watchdog's start and the coordinator's opening
 	if err := r.startWatchdog(); err != nil {
+		r.releaseSignals()
 		return nil, err
 	}
 	return &Runner{r: r}, nil
@@ -211,12 +251,21 @@ func (rr *Runner) Close() {
 	rr.closed = true
 	rr.mu.Unlock()
 	if !skip {
+		rr.r.releaseSignals()
 		rr.r.closeWatchdog()
 	}
 }
 
 type runner struct {
-	p      *plan
+	p *plan
+
+	// The signals fence forwards (catchSignals): caught is closed once
+	// sigs receives them, ignored are those found ignored at the start.
+	catching sync.Once
+	caught   chan struct{}
+	sigs     chan os.Signal
+	ignored  []int
+
 	c      coord.Coordinator
 	stderr io.Writer
 	log    *slog.Logger // fence's own lines, on stderr
@@ -292,15 +341,8 @@ func (r *runner) run(ctx context.Context) (int, error) {
 
 	// Signals: forwarded to the command once it runs; before, they end the
 	// wait for the lock.
-	sigs := make(chan os.Signal, 4)
-	var ignored []int
-	for _, s := range forwarded {
-		if signal.Ignored(s) {
-			ignored = append(ignored, int(s.(syscall.Signal)))
-			continue
-		}
-		signal.Notify(sigs, s)
-	}
+	r.catchSignals()
+	sigs, ignored := r.signals()
 	defer signal.Stop(sigs)
 
 	defer r.warm.Wait()
