@@ -48,6 +48,13 @@
 //     fsynced before the rename, which keeps the token safe from a torn
 //     file), without the directory fsync: a waiter is not worth keeping
 //     across a crash.
+//   - The fsync of the new state before its rename is there only so that
+//     a crash leaves the old state or the new one, never a file cut short:
+//     where the file system already writes a renamed file's data ahead of
+//     the rename (ext4 with its default auto_da_alloc and data=ordered, and
+//     tmpfs, as atomicfile.RenameOrdered finds from statfs and mountinfo),
+//     the grants within the reserved block and the queue's changes leave
+//     it out. The write that reserves a block keeps both fsyncs everywhere.
 //   - The rest of a holder's life changes only its lease record, a
 //     fixed-length string at a fixed place in the state file ("lease", the
 //     second JSON member; format 2): Renew (the new expiry), Release (the
@@ -154,6 +161,12 @@ type Coordinator struct {
 	// no JSON while the state stays the same but for its lease record
 	// (parseWith). An entry is dropped when its lease is released or lost.
 	cache sync.Map
+
+	// ordered: locks/ is on a file system that writes a renamed file's data
+	// ahead of the rename (atomicfile.RenameOrdered), found at the first
+	// replacement of a state that need not be durable.
+	ordered     bool
+	orderedOnce sync.Once
 }
 
 var (
@@ -168,6 +181,7 @@ type options struct {
 	killWait    time.Duration
 	stallCheck  time.Duration
 	lockTimeout time.Duration
+	fsyncAlways bool // tests: fsync every state replacement (see replaceState)
 }
 
 // WithKillWait sets how long an Acquire that does not wait (Wait 0) gives a

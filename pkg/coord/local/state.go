@@ -453,7 +453,7 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 		return unavailable("lock %q: encode state: %v", f.name, err)
 	}
 	b = append(b, '\n')
-	if err := replaceState(f, b); err != nil {
+	if err := c.replaceState(f, b, sync); err != nil {
 		return unavailable("lock %q: write state: %v", f.name, err)
 	}
 	if sync {

@@ -22,9 +22,37 @@ const legacyTempAge = time.Minute
 // f.temp: a file found there is a leftover of a writer that died between
 // creating it and renaming it, and is replaced (atomicfile.WriteVia). The
 // directory is not fsynced.
-func replaceState(f lockFiles, data []byte) error {
-	_, err := atomicfile.WriteViaPerm(f.state, f.temp, data, false, f.shared().filePerm())
+//
+// When durable is false (the write issues no token beyond the reserved
+// block) and locks/ is on a file system that writes a renamed file's data
+// ahead of the rename (ext4 with its defaults, tmpfs: see
+// atomicfile.RenameOrdered), the fsync is left out: a crash leaves the old
+// or the new state all the same, and the token is safe in the reservation
+// that the last durable write made.
+func (c *Coordinator) replaceState(f lockFiles, data []byte, durable bool) error {
+	if !durable && c.renameOrdered() {
+		_, err := replaceOrdered(f.state, f.temp, data, f.shared().filePerm())
+		return err
+	}
+	_, err := replaceSynced(f.state, f.temp, data, false, f.shared().filePerm())
 	return err
+}
+
+// The two ways of replaceState (variables for the tests).
+var (
+	replaceOrdered = atomicfile.ReplaceVia
+	replaceSynced  = atomicfile.WriteViaPerm
+)
+
+// renameOrdered reports atomicfile.RenameOrdered of locks/, found once.
+func (c *Coordinator) renameOrdered() bool {
+	c.orderedOnce.Do(func() {
+		if c.opts.fsyncAlways {
+			return
+		}
+		c.ordered, _ = atomicfile.RenameOrdered(c.locksDir)
+	})
+	return c.ordered
 }
 
 // removeStaleTemp removes the temporary file fileName, found by a listing
