@@ -2,6 +2,7 @@ package local
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,9 +15,19 @@ import (
 // the block, and the queue's changes, skip the state's fsync only on a file
 // system that writes a renamed file's data ahead of the rename
 // (atomicfile.RenameOrdered, as found for this directory), and never with
-// fsyncAlways. Tokens grow by one either way.
+// fsyncAlways. Tokens grow by one either way. It runs in the test's
+// temporary directory and, where there is one, on /dev/shm (tmpfs: ordered).
 func TestGrantsSyncWhereNeeded(t *testing.T) {
-	for _, always := range []bool{false, true} {
+	dirs := []string{newDir(t)}
+	if shm, err := os.MkdirTemp("/dev/shm", "fence-local-test-"); err == nil {
+		t.Cleanup(func() { os.RemoveAll(shm) })
+		dirs = append(dirs, filepath.Join(shm, "state"))
+	}
+	for i := 0; i < 2*len(dirs); i++ {
+		always, dir := i%2 == 1, dirs[i/2]
+		if always {
+			dir += "-always"
+		}
 		var synced, ordered int
 		replaceSynced = func(path, temp string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
 			synced++
@@ -26,7 +37,6 @@ func TestGrantsSyncWhereNeeded(t *testing.T) {
 			ordered++
 			return atomicfile.ReplaceVia(path, temp, data, perm)
 		}
-		dir := newDir(t)
 		c, err := Open(dir, func(o *options) { o.fsyncAlways = always })
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +69,7 @@ func TestGrantsSyncWhereNeeded(t *testing.T) {
 		}
 		wantOrdered, _ := atomicfile.RenameOrdered(c.locksDir)
 		wantOrdered = wantOrdered && !always
-		t.Logf("always=%v: %d synced, %d unsynced replacements (file system ordered: %v)", always, synced, ordered, wantOrdered)
+		t.Logf("%s, always=%v: %d synced, %d unsynced replacements (file system ordered: %v)", dir, always, synced, ordered, wantOrdered)
 		if wantOrdered && (synced != 1 || ordered != 5) || !wantOrdered && (synced != 6 || ordered != 0) {
 			t.Fatalf("always=%v: grants within the block made %d synced and %d unsynced replacements; want %s",
 				always, synced-1, ordered, map[bool]string{true: "0 and 5", false: "5 and 0"}[wantOrdered])

@@ -51,8 +51,9 @@
 //   - The fsync of the new state before its rename is there only so that
 //     a crash leaves the old state or the new one, never a file cut short:
 //     where the file system already writes a renamed file's data ahead of
-//     the rename (ext4 with its default auto_da_alloc and data=ordered, and
-//     tmpfs, as atomicfile.RenameOrdered finds from statfs and mountinfo),
+//     the rename (ext4 with a journal, in its default data=ordered mode and
+//     with its default auto_da_alloc, and tmpfs, as atomicfile.RenameOrdered
+//     finds from statfs and /proc/fs/ext4/<device>/options),
 //     the grants within the reserved block and the queue's changes leave
 //     it out. The write that reserves a block keeps both fsyncs everywhere.
 //   - The rest of a holder's life changes only its lease record, a

@@ -25,7 +25,7 @@ const legacyTempAge = time.Minute
 //
 // When durable is false (the write issues no token beyond the reserved
 // block) and locks/ is on a file system that writes a renamed file's data
-// ahead of the rename (ext4 with its defaults, tmpfs: see
+// ahead of the rename (a journaled ext4 with its defaults, tmpfs: see
 // atomicfile.RenameOrdered), the fsync is left out: a crash leaves the old
 // or the new state all the same, and the token is safe in the reservation
 // that the last durable write made.
