@@ -250,7 +250,7 @@ func (m *Member) start() {
 	defer m.mu.Unlock()
 	cmd := exec.Command(m.c.bin, m.args...)
 	cmd.Env = append(os.Environ(), "ETCD_UNSUPPORTED_ARCH="+archEnv())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	m.out = &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = syncWriter{&m.mu, m.out}, syncWriter{&m.mu, m.out}
 	if err := cmd.Start(); err != nil {

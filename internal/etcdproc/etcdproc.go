@@ -61,7 +61,7 @@ func Start(t testing.TB) *Server {
 		"--heartbeat-interval", "10", "--election-timeout", "100",
 		"--log-level", "error")
 	s.cmd.Env = append(os.Environ(), "ETCD_UNSUPPORTED_ARCH="+archEnv())
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	s.cmd.SysProcAttr = procAttr()
 	var out strings.Builder
 	s.cmd.Stdout, s.cmd.Stderr = &out, &out
 	if err := s.cmd.Start(); err != nil {

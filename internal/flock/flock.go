@@ -33,7 +33,7 @@ func LockPerm(ctx context.Context, path string, perm os.FileMode) (unlock func()
 		// Created here, unless another process got there first: then it
 		// is that process's to set.
 		var st unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &st) == nil && int(st.Uid) == os.Geteuid() && st.Mode&0o777 != uint32(perm) {
+		if unix.Fstat(int(f.Fd()), &st) == nil && int(st.Uid) == os.Geteuid() && uint32(st.Mode)&0o777 != uint32(perm) {
 			if err := f.Chmod(perm); err != nil {
 				f.Close()
 				return nil, err

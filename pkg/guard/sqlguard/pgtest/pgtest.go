@@ -208,7 +208,7 @@ func (s *Server) start(cred *syscall.Credential, data string) error {
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200", "-c", "log_min_messages=warning")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT // immediate shutdown if the test process dies
+	setDeathSignal(cmd.SysProcAttr, syscall.SIGQUIT) // immediate shutdown if the test process dies
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
