@@ -181,11 +181,7 @@ func (s *Store) appendWith(ctx context.Context, lock string, evs []history.Event
 	}
 	hk, rng := s.HeadKey(lock), s.Range(lock)
 	end := clientv3.GetPrefixRangeEnd(rng)
-	readOps := []clientv3.Op{
-		clientv3.OpGet(hk),
-		clientv3.OpGet(rng, clientv3.WithRange(end), clientv3.WithLimit(trimRead),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
-	}
+	readOps := s.stateOps(lock)
 	st, ok := s.cached(lock)
 	if !ok {
 		resp, err := s.cli.Txn(ctx).Then(readOps...).Commit()
@@ -283,6 +279,17 @@ func (s *Store) appendWith(ctx context.Context, lock string, evs []history.Event
 		coord.ErrUnavailable, lock, maxAttempts)
 }
 
+// stateOps are the reads of what a write needs to know of lock's history
+// (decodeState): its head and its oldest events.
+func (s *Store) stateOps(lock string) []clientv3.Op {
+	rng := s.Range(lock)
+	return []clientv3.Op{
+		clientv3.OpGet(s.HeadKey(lock)),
+		clientv3.OpGet(rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)), clientv3.WithLimit(trimRead),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
+	}
+}
+
 // state is what a write needs to know of a lock's history: its head (and
 // the head's revision, compared by the write) and its oldest events.
 type state struct {
@@ -357,7 +364,50 @@ func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.
 	if err != nil {
 		return nil, err
 	}
-	// Newest first from etcd; oldest first for the caller.
+	return s.newestKept(entries, limit), nil // newest first from etcd
+}
+
+// Latest returns what History(ctx, lock, n) returns, the lock's last n kept
+// events (n <= 0: all of them), and reads in the same transaction what the
+// store's next write of lock needs to know (its head and oldest events),
+// which it keeps for that write. The Recorder reads a lock's last events
+// before it records an acquisition (history.Recorder), so that record costs
+// two round trips (this one and the write's) instead of three. A write that
+// finds the head moved meanwhile reads it again and retries, as after any
+// other writer.
+func (s *Store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
+	if err := coord.ValidateName(lock); err != nil {
+		return nil, err
+	}
+	limit := s.opts.MaxEvents
+	if n > 0 && n < limit {
+		limit = n
+	}
+	rng := s.Range(lock)
+	ops := append(s.stateOps(lock), clientv3.OpGet(rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(limit))))
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, unavailable(ctx, lock, err)
+	}
+	if len(resp.Responses) != len(ops) || resp.Responses[2].GetResponseRange() == nil {
+		return nil, fmt.Errorf("%w: history of %q: unexpected transaction response", coord.ErrUnavailable, lock)
+	}
+	st, err := s.decodeState(lock, resp.Responses[:2])
+	if err != nil {
+		return nil, err
+	}
+	entries, err := s.decodeAll(lock, resp.Responses[2].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, err
+	}
+	s.keep(lock, st)
+	return s.newestKept(entries, n), nil
+}
+
+// newestKept turns entries read newest first into History's answer: oldest
+// first, the bounds applied, at most limit (0: no limit).
+func (s *Store) newestKept(entries []history.Entry, limit int) []history.Event {
 	for i, j := 0, len(entries)-1; i < j; i, j = i+1, j-1 {
 		entries[i], entries[j] = entries[j], entries[i]
 	}
@@ -366,7 +416,7 @@ func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.
 	for i, e := range entries {
 		out[i] = e.Event
 	}
-	return out, nil
+	return out
 }
 
 // Since implements history.Reader.

@@ -1,0 +1,198 @@
+package etcdstore
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/pkg/history/historytest"
+)
+
+// countingKV counts the requests made through a client's KV.
+type countingKV struct {
+	clientv3.KV
+	n atomic.Int64
+}
+
+func (k *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	k.n.Add(1)
+	return k.KV.Get(ctx, key, opts...)
+}
+
+func (k *countingKV) Txn(ctx context.Context) clientv3.Txn {
+	k.n.Add(1)
+	return k.KV.Txn(ctx)
+}
+
+// counted returns a client of srv whose KV requests are counted.
+func counted(t *testing.T, srv *etcdtest.Server) (*clientv3.Client, *countingKV) {
+	t.Helper()
+	cli := srv.Client(t)
+	c, err := clientv3.New(clientv3.Config{Endpoints: cli.Endpoints(), DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	k := &countingKV{KV: c.KV}
+	c.KV = k
+	return c, k
+}
+
+// TestLatest: Latest returns what History does, the bounds applied, and
+// keeps what the next write needs: after it, an append is one transaction
+// (without it, a store new to the lock reads first: two); after another
+// writer came in between, the append still loses nothing.
+func TestLatest(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli, kv := counted(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := newPrefix()
+	clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	opts := []history.Option{history.WithMaxEvents(40), history.WithMaxAge(time.Hour), history.WithClock(clk.Now)}
+	w, err := New(srv.Client(t), p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := func() *Store { // a store of cli that knows nothing of the lock yet
+		t.Helper()
+		s, err := New(cli, p, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	record := func(s *Store, token uint64, at time.Time) {
+		t.Helper()
+		if err := s.Record(ctx, history.Event{Time: at, Lock: "l", Kind: history.Acquired, Holder: "h", Token: token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		s := fresh()
+		for _, n := range []int{0, 1, 2, 10, 39, 40, 41, 100} {
+			want, err := s.History(ctx, "l", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.Latest(ctx, "l", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s: Latest(%d) = %d events %v, History %d %v", when, n, len(got), got, len(want), want)
+			}
+		}
+	}
+	check("no history")
+	for i := uint64(1); i <= 50; i++ {
+		record(w, i, clk.Now())
+		clk.Advance(10 * time.Second)
+		if i%9 == 0 {
+			check(fmt.Sprintf("after %d events", i))
+		}
+	}
+	record(w, 51, clk.Now().Add(-59*time.Minute)) // the newest written is old
+	clk.Advance(30 * time.Minute)
+	check("half aged")
+
+	// The append after Latest: one request. Without Latest: two.
+	appendCost := func(s *Store, token uint64) int64 {
+		t.Helper()
+		before := kv.n.Load()
+		record(s, token, clk.Now())
+		return kv.n.Load() - before
+	}
+	s := fresh()
+	if n := appendCost(s, 60); n != 2 {
+		t.Fatalf("an append by a store new to the lock made %d requests, want 2 (read, write): the count is off", n)
+	}
+	s = fresh()
+	before := kv.n.Load()
+	if _, err := s.Latest(ctx, "l", 32); err != nil {
+		t.Fatal(err)
+	}
+	if n := kv.n.Load() - before; n != 1 {
+		t.Fatalf("Latest made %d requests, want 1", n)
+	}
+	if n := appendCost(s, 61); n != 1 {
+		t.Fatalf("an append after Latest made %d requests, want 1: Latest did not keep the head for it", n)
+	}
+
+	// Another writer between Latest and the append: the append reads again
+	// and loses nothing.
+	s = fresh()
+	if _, err := s.Latest(ctx, "l", 32); err != nil {
+		t.Fatal(err)
+	}
+	record(w, 62, clk.Now())
+	if n := appendCost(s, 63); n != 2 {
+		t.Fatalf("an append on a moved head made %d requests, want 2 (the write refused with the new head, then the write)", n)
+	}
+	evs, err := w.History(ctx, "l", 3)
+	if err != nil || len(evs) != 3 || evs[0].Token != 61 || evs[1].Token != 62 || evs[2].Token != 63 {
+		t.Fatalf("last events %+v, %v; want tokens 61, 62, 63", evs, err)
+	}
+}
+
+// TestAcquisitionRecordCost: a Recorder over the etcd coordinator records an
+// acquisition (its look at the lock's last events, then the acquired event)
+// with two KV requests after the grant; the release with its event is one.
+func TestAcquisitionRecordCost(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli, kv := counted(t, srv)
+	prefix := newPrefix()
+	for round := range 3 { // each round the coordinator, store and Recorder of a new process
+		c, err := etcd.NewFromClient(ctx, cli, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(cli, c.Prefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := history.Wrap(c, s)
+		before := kv.n.Load()
+		lease, err := r.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquired := kv.n.Load() - before
+		before = kv.n.Load()
+		if err := r.Release(ctx, "job", lease.ID); err != nil {
+			t.Fatal(err)
+		}
+		released := kv.n.Load() - before
+		r.Close()
+		t.Logf("round %d: %d KV requests for the acquisition and its record, %d for the release and its event", round, acquired, released)
+		// The grant is one transaction; the record two (Latest, the
+		// append): three in all.
+		if acquired != 3 || released != 1 {
+			t.Fatalf("round %d: %d KV requests to acquire and record, %d to release; want 3 and 1", round, acquired, released)
+		}
+	}
+	evs, err := newStoreLike(t, cli, prefix).History(ctx, "job", 0)
+	if err != nil || len(evs) != 6 {
+		t.Fatalf("history %+v, %v; want 3 acquired and released pairs", evs, err)
+	}
+}
+
+func newStoreLike(t *testing.T, cli *clientv3.Client, prefix string) *Store {
+	t.Helper()
+	s, err := New(cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
