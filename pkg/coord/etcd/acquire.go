@@ -145,7 +145,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 				return nil, err
 			}
 			l.AcquiredAt, l.Slot = now, slot
-			c.leases.add(name, secs, id, l.TTL, l.Sent, true)
+			c.leases.add(name, secs, id, int64(l.Token), l.TTL, l.Sent, true)
 			ok = true
 			return l, nil
 		}
@@ -156,7 +156,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 			return nil, err
 		}
 		l.AcquiredAt = now
-		c.leases.add(name, secs, id, l.TTL, l.Sent, slots > 1)
+		c.leases.add(name, secs, id, int64(l.Token), l.TTL, l.Sent, slots > 1)
 		ok = true
 		return l, nil
 	}
@@ -271,7 +271,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	l.TTL = last.ttl
 	l.Sent = last.sent
 	l.AcquiredAt = now
-	c.leases.add(name, secs, id, l.TTL, l.Sent, slots > 1)
+	c.leases.add(name, secs, id, int64(l.Token), l.TTL, l.Sent, slots > 1)
 	ok = true
 	return l, nil
 }

@@ -60,6 +60,9 @@ type owned struct {
 	// slotted: the lease holds a semaphore's slot, whose slot key goes
 	// only with the lease: it is never kept.
 	slotted bool
+	// create is the create revision of the lease's key on the lock (its
+	// token): a watch of the key can start from there without reading it.
+	create int64
 	ack
 }
 
@@ -88,10 +91,22 @@ func (l *leases) owns(name string, id clientv3.LeaseID) bool {
 	return ok && o.name == name
 }
 
-func (l *leases) add(name string, secs int64, id clientv3.LeaseID, ttl time.Duration, sent time.Time, slotted bool) {
+func (l *leases) add(name string, secs int64, id clientv3.LeaseID, create int64, ttl time.Duration, sent time.Time, slotted bool) {
 	l.mu.Lock()
-	l.own[id] = &owned{name: name, secs: secs, slotted: slotted, ack: ack{sent: sent, ttl: ttl}}
+	l.own[id] = &owned{name: name, secs: secs, slotted: slotted, create: create, ack: ack{sent: sent, ttl: ttl}}
 	l.mu.Unlock()
+}
+
+// created returns the create revision of the key that owned lease id put
+// on lock name (false when it is not owned on name).
+func (l *leases) created(name string, id clientv3.LeaseID) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.own[id]
+	if !ok || o.name != name || o.create <= 0 {
+		return 0, false
+	}
+	return o.create, true
 }
 
 // acked records an acknowledged renewal of an owned lease.

@@ -16,9 +16,13 @@ var _ coord.LeaseWatcher = (*Coordinator)(nil)
 
 // WatchLease implements coord.LeaseWatcher with one etcd watch on the
 // lease's key on lock name (that key only: no other lock's key, whatever its
-// name, is in the range). It reads the key first, then watches its deletion
-// from that revision on, so a deletion between the read and the watch is not
-// missed. The hold has certainly ended, and the channel gets an error
+// name, is in the range). For a lease that this Coordinator put on the lock
+// (and has not released), the watch starts from the key's creation, the
+// lease's token: every change of the key since is in it, and no read comes
+// first (one round trip less on a run's way to its command). For any other
+// lease it reads the key first, then watches its deletion from that revision
+// on. Either way a deletion before the watch began is not missed. The hold
+// has certainly ended, and the channel gets an error
 // wrapping coord.ErrLeaseLost, when
 //
 //   - the watch delivers the deletion of the key (the lease revoked or
@@ -50,6 +54,9 @@ func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		return nil, err
 	}
 	w := &leaseWatch{c: c, name: name, id: id, key: c.leaseKey(name, id)}
+	if create, ok := c.leases.created(name, id); ok {
+		return w.start(c.bound(ctx), create, create), nil
+	}
 	return w.start(c.bound(ctx), 0, 0), nil
 }
 

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -281,4 +282,135 @@ func mustID(t *testing.T, s string) clientv3.LeaseID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// readsOf counts the reads of one key made through a client's KV.
+type readsOf struct {
+	clientv3.KV
+	key string
+	n   chan struct{}
+}
+
+func (r *readsOf) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if key == r.key {
+		r.n <- struct{}{}
+	}
+	return r.KV.Get(ctx, key, opts...)
+}
+
+// TestWatchLeaseOwnFromToken: a watch of a lease this Coordinator put on
+// the lock starts from the key's creation (its token) with no read first,
+// and still reports what happened between the acquisition and the watch: a
+// stop request, a revoke, the key deleted. A lease this Coordinator did not
+// acquire (or released since) is read first, as before.
+func TestWatchLeaseOwnFromToken(t *testing.T) {
+	t.Parallel()
+	c, ctx := lwCoordinator(t)
+	opts := coord.AcquireOptions{TTL: time.Minute}
+	counted := func(c *Coordinator, l *coord.Lease) *readsOf {
+		t.Helper()
+		r := &readsOf{KV: c.cli.KV, key: c.leaseKey(l.Name, mustID(t, l.ID)), n: make(chan struct{}, 16)}
+		c.cli.KV = r
+		t.Cleanup(func() { c.cli.KV = r.KV })
+		return r
+	}
+	watch := func(c *Coordinator, l *coord.Lease) <-chan error {
+		t.Helper()
+		ch, err := c.WatchLease(ctx, l.Name, l.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	noRead := func(r *readsOf, what string) {
+		t.Helper()
+		if len(r.n) != 0 {
+			t.Fatalf("%s: the watch of an own lease read its key %d time(s), want none", what, len(r.n))
+		}
+	}
+
+	// A stop request before the watch (of a supervised lease: only those
+	// are asked).
+	a, err := c.Acquire(ctx, "own-asked", coord.AcquireOptions{TTL: time.Minute, Process: &coord.ProcessInfo{PIDs: []int{os.Getpid()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.RequestStop(ctx, a.Name, a.Token); err != nil || !ok {
+		t.Fatalf("RequestStop = %v, %v", ok, err)
+	}
+	r := counted(c, a)
+	select {
+	case err := <-watch(c, a):
+		if !errors.Is(err, coord.ErrStopRequested) {
+			t.Fatalf("stop requested before the watch: got %v, want ErrStopRequested", err)
+		}
+	case <-time.After(lwGuard):
+		t.Fatal("a stop requested before the watch was not reported")
+	}
+	noRead(r, "stop request")
+	c.cli.KV = r.KV
+
+	// Revoked before the watch.
+	b, err := c.Acquire(ctx, "own-revoked", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cli.Revoke(ctx, mustID(t, b.ID)); err != nil {
+		t.Fatal(err)
+	}
+	r = counted(c, b)
+	wantLost(t, watch(c, b), "revoked before the watch")
+	noRead(r, "revoke")
+	c.cli.KV = r.KV
+
+	// The key deleted before the watch, the lease alive.
+	d, err := c.Acquire(ctx, "own-deleted", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.cli.Delete(ctx, c.leaseKey(d.Name, mustID(t, d.ID))); err != nil {
+		t.Fatal(err)
+	}
+	r = counted(c, d)
+	wantLost(t, watch(c, d), "key deleted before the watch")
+	noRead(r, "delete")
+	c.cli.KV = r.KV
+
+	// Nothing happened: quiet, then the revoke is reported.
+	q, err := c.Acquire(ctx, "own-quiet", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = counted(c, q)
+	wq := watch(c, q)
+	time.Sleep(200 * time.Millisecond) // room for a wrong notice
+	wantQuiet(t, wq, "an own lease, untouched")
+	if _, err := c.Revoke(ctx, q.Name); err != nil {
+		t.Fatal(err)
+	}
+	wantLost(t, wq, "revoked")
+	noRead(r, "quiet")
+	c.cli.KV = r.KV
+
+	// Another Coordinator's lease: read first.
+	o, err := New(ctx, Config{Endpoints: c.cli.Endpoints(), Prefix: "/lw/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	f, err := c.Acquire(ctx, "foreign", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = counted(o, f)
+	wf := watch(o, f)
+	select {
+	case <-r.n:
+	case <-time.After(lwGuard):
+		t.Fatal("the watch of another Coordinator's lease never read its key")
+	}
+	if _, err := c.Revoke(ctx, f.Name); err != nil {
+		t.Fatal(err)
+	}
+	wantLost(t, wf, "another's lease, revoked")
 }
