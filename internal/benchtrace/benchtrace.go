@@ -36,6 +36,13 @@ const (
 	CommandEnd    = "command_end"    // fence: the watchdog reported the command's tree gone
 	Released      = "released"       // fence: the release returned
 	Exit          = "exit"           // fence: about to exit
+
+	// Versions is not a phase of a run's way to its command: fence marks it
+	// when every etcd member has answered the question of its version, or
+	// the question's bound passed (not when the coordinator's close cut it
+	// short). Nothing waits for it but fence config and the dashboard; the
+	// cluster tests check that.
+	Versions = "versions"
 )
 
 // On reports whether a trace is being written.

@@ -23,9 +23,10 @@ func newCmdConfig(f *Factory) *cobra.Command {
 <redacted>. Exits 125, after printing, when the configuration would be refused
 when connecting (a plaintext non-loopback endpoint, a password file readable by
 others, ...). With etcd endpoints it also asks every member for its version
-(the server-versions row) and warns on stderr about a version with a known
-lease-safety bug (docs/operations.md lists them); every other command warns
-once too.
+(the server-versions row, waiting up to a second for every member's answer)
+and warns on stderr about a version with a known lease-safety bug
+(docs/operations.md lists them); every other command warns once too, when
+the answer came in time, without waiting for it.
 
 Settings, in order of precedence: flags, then the environment (FENCE_ and the
 flag name in upper case, '-' as '_'), then the config file (--config, env
@@ -98,6 +99,8 @@ func (f *Factory) serverVersions(ctx context.Context) config.Entry {
 		return e
 	}
 	defer c.Close()
+	f.awaitVersions() // the row shows them: the whole answer
+	f.flushVersions(nil)
 	var parts []string
 	for _, v := range f.versions {
 		p := strings.TrimPrefix(strings.TrimPrefix(v.Endpoint, "http://"), "https://") + "="

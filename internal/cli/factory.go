@@ -13,6 +13,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/pflag"
 
+	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/internal/logging"
@@ -77,21 +78,20 @@ type Factory struct {
 	monitor Monitor        // fence top's and fence exporter's programs (RunWith)
 
 	versionsOnce sync.Once
-	versions     []etcd.MemberVersion // what the etcd members reported, once
+	versions     []etcd.MemberVersion // what the etcd members reported, once answered
 	versionWarns []string             // their known lease-safety bugs
 
-	// deferVersions makes the Coordinator opener ask the etcd members for
-	// their versions on the side instead of before it returns; the
-	// warnings wait in deferredWarns until flushVersions prints them (fence
-	// run: once the lease is held, so that the question is not one more
-	// round trip on the way to it).
-	deferVersions bool
+	// The members' versions are asked on the side when an etcd coordinator
+	// opens (askedAt), never on the way of a lock operation; versionsDone
+	// is closed once they are answered (or the question's bound passed).
+	// flushVersions prints the warnings once they are in.
+	askedAt      time.Time
+	versionsDone chan struct{}
 	// askVersions asks the members (etcd.Coordinator.ServerVersions; a
 	// test holds the answer back).
-	askVersions   func(context.Context, *etcd.Coordinator) []etcd.MemberVersion
-	versionsDone  chan struct{} // closed once the deferred question is answered
-	deferredWarns []string
-	flushOnce     sync.Once
+	askVersions func(context.Context, *etcd.Coordinator) []etcd.MemberVersion
+	flushMu     sync.Mutex
+	flushed     bool
 }
 
 // NewFactory returns a Factory whose configuration comes from the root
@@ -135,18 +135,7 @@ func NewFactory(ios *IOStreams) *Factory {
 			return nil, err
 		}
 		if ec, ok := inner.(*etcd.Coordinator); ok {
-			if f.deferVersions {
-				done := make(chan struct{})
-				f.versionsDone = done
-				go func() {
-					defer close(done)
-					f.deferredWarns = f.checkVersions(ctx, ec, cfg.DialTimeout)
-				}()
-			} else {
-				for _, w := range f.checkVersions(ctx, ec, cfg.DialTimeout) {
-					f.warnf("%s", w)
-				}
-			}
+			f.askVersionsOf(ctx, ec, cfg.DialTimeout)
 		}
 		// Every command records its lease events in the lock's history.
 		c, err := auto.Wrap(inner, history.WithLogger(logger))
@@ -160,45 +149,101 @@ func NewFactory(ios *IOStreams) *Factory {
 	return f
 }
 
-// flushVersions waits for the version question that the Coordinator opener
-// asked on the side (deferVersions) and prints its warnings on w (nil:
-// stderr), once; without one it does nothing. It must be called before the
-// coordinator is closed.
-func (f *Factory) flushVersions(w io.Writer) {
-	if f.versionsDone == nil {
-		return
-	}
-	<-f.versionsDone
-	f.flushOnce.Do(func() {
-		if w == nil {
-			w = f.IO.ErrOut
-		}
-		for _, warn := range f.deferredWarns {
-			f.logLineTo(w, slog.LevelWarn, warn)
-		}
-	})
-}
+// The etcd members' versions are asked for their known lease-safety bugs,
+// once per process, on the side: a member that does not answer (stalled or
+// partitioned while the quorum lives) must not hold up the command's work,
+// as the question did for its whole bound (a second) on every command
+// before. The warnings are printed once the answer is in: fence run looks
+// when its lease is held (without waiting), and every command looks at its
+// end, before the coordinator is closed, waiting for the answer until
+// warnWait after the question began. An answer later than that warns
+// nobody in this process. fence config and the dashboard, which show the
+// versions, wait for the whole answer.
 
 // versionTimeout bounds the question of the etcd members' versions.
 const versionTimeout = time.Second
 
-// checkVersions asks the etcd members for their versions, once per process,
-// and returns the warnings about known lease-safety bugs the first time
-// (nil after: fence warns once).
-func (f *Factory) checkVersions(ctx context.Context, c *etcd.Coordinator, dial time.Duration) []string {
-	var first []string
+// warnWait is how long after the question began the end of a command waits
+// for its answer, to print the warnings.
+const warnWait = 100 * time.Millisecond
+
+// askVersionsOf asks c's members for their versions on a goroutine, once
+// per process; versionsDone is closed with the answer.
+func (f *Factory) askVersionsOf(ctx context.Context, c *etcd.Coordinator, dial time.Duration) {
 	f.versionsOnce.Do(func() {
-		vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
-		defer cancel()
-		if f.askVersions != nil {
-			f.versions = f.askVersions(vctx, c)
-		} else {
-			f.versions = c.ServerVersions(vctx)
-		}
-		f.versionWarns = etcd.VersionWarnings(f.versions)
-		first = f.versionWarns
+		done := make(chan struct{})
+		f.askedAt, f.versionsDone = time.Now(), done
+		go func() {
+			defer close(done)
+			vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
+			defer cancel()
+			var vs []etcd.MemberVersion
+			if f.askVersions != nil {
+				vs = f.askVersions(vctx, c)
+			} else {
+				vs = c.ServerVersions(vctx)
+			}
+			f.versions, f.versionWarns = vs, etcd.VersionWarnings(vs)
+			answered := true
+			for _, v := range vs {
+				answered = answered && v.Err == nil
+			}
+			if answered || vctx.Err() != nil { // not cut short by the coordinator's close
+				benchtrace.Mark(benchtrace.Versions)
+			}
+		}()
 	})
-	return first
+}
+
+// awaitVersions waits for the whole answer of the version question (at
+// most its bound), when one was asked: for fence config and the dashboard,
+// which show the versions.
+func (f *Factory) awaitVersions() {
+	if f.versionsDone != nil {
+		<-f.versionsDone
+	}
+}
+
+// peekVersions prints the version warnings on w (nil: stderr) when the
+// answer is in, without waiting; flushVersions waits for it until warnWait
+// after the question began. Between them the warnings are printed once per
+// process. Both must be called before the coordinator is closed (which
+// ends the question).
+func (f *Factory) peekVersions(w io.Writer) { f.printVersions(w, false) }
+
+func (f *Factory) flushVersions(w io.Writer) { f.printVersions(w, true) }
+
+func (f *Factory) printVersions(w io.Writer, wait bool) {
+	done := f.versionsDone
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	default:
+		if !wait {
+			return
+		}
+		t := time.NewTimer(time.Until(f.askedAt.Add(warnWait)))
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			return
+		}
+	}
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	if f.flushed {
+		return
+	}
+	f.flushed = true
+	if w == nil {
+		w = f.IO.ErrOut
+	}
+	for _, warn := range f.versionWarns {
+		f.logLineTo(w, slog.LevelWarn, warn)
+	}
 }
 
 // versionWarning is the dashboard's short form of the version warnings,
@@ -290,5 +335,6 @@ func (f *Factory) withCoordinator(ctx context.Context, fn func(coord.Coordinator
 		return err
 	}
 	defer c.Close()
+	defer f.flushVersions(nil) // before the close, which ends the question
 	return fn(c)
 }

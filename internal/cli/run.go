@@ -200,8 +200,9 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		Verbose: cfg.Verbose, Quiet: cfg.Quiet, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg),
-		// The etcd version warnings, asked while the lease is acquired.
-		OnAcquired: f.flushVersions,
+		// The etcd version warnings, asked while the lease is acquired:
+		// printed before the command if they are in, never waited for.
+		OnAcquired: f.peekVersions,
 	})
 	if err != nil {
 		return exitcode.New(exitcode.Failure, err)
@@ -210,7 +211,6 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	// Signals are the Runner's business: it forwards them to the command.
 	// The context must not end on SIGINT.
 	ctx := context.WithoutCancel(cmd.Context())
-	f.deferVersions = true
 	c, err := f.Coordinator(ctx)
 	if err != nil {
 		return err
@@ -222,7 +222,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		return err
 	}
 	code, err := r.Run(ctx, c)
-	f.flushVersions(nil) // when the lease was not acquired
+	f.flushVersions(nil) // when they came after the lease, or it was not acquired
 	closeAfterRun(c, code)
 	if err != nil { // one line saying why fence did not run or stopped the command
 		return exitcode.New(code, err)

@@ -151,6 +151,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		return err
 	}
 	defer c.Close()
+	defer f.flushVersions(nil) // before the close, which ends the question
 	g, err := config.OpenGuard(cfg, c)
 	if err != nil {
 		return err

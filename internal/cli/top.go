@@ -124,6 +124,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		cfg.ShortenDialTimeout(topDialTimeout)
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		f.awaitVersions() // the status line shows their bugs: the whole answer
 		err := f.monitor.Dashboard(ctx, c, DashboardOptions{
 			Prefix:   o.prefix,
 			Refresh:  o.refresh,

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fence-dev/fence/internal/etcdproc"
 	"github.com/fence-dev/fence/internal/etcdtest"
@@ -39,46 +40,81 @@ func TestVersionWarning(t *testing.T) {
 	}
 }
 
-// TestRunAsksVersionsOnTheSide: for fence run (deferVersions) the
-// coordinator is open, and the acquisition can go on, while the members'
-// versions are still being asked; the warning comes when flushVersions
-// waits for the answer (once the lease is held), once. Other commands ask
-// before the coordinator is returned, as before.
-func TestRunAsksVersionsOnTheSide(t *testing.T) {
+// TestVersionsAskedOnTheSide: the coordinator is open, and its work can go
+// on, while the members' versions are still being asked; fence run's look
+// when its lease is held does not wait for the answer, a command's end
+// waits for it only until warnWait after the question began (a member that
+// never answers holds nothing up for the question's whole bound), and the
+// warning comes once, when the answer is in.
+func TestVersionsAskedOnTheSide(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ep := srv.Endpoints()[0]
-	var out, errOut syncbuf.Buffer
-	f := NewFactory(Test(&out, &errOut))
-	NewRootCmd(f) // defines the flags the configuration is read from
-	if err := f.flags.Parse([]string{"--endpoints", ep}); err != nil {
-		t.Fatal(err)
+	open := func(ask func(ctx context.Context) bool) (*Factory, *syncbuf.Buffer, func()) {
+		t.Helper()
+		var out, errOut syncbuf.Buffer
+		f := NewFactory(Test(&out, &errOut))
+		NewRootCmd(f) // defines the flags the configuration is read from
+		if err := f.flags.Parse([]string{"--endpoints", ep}); err != nil {
+			t.Fatal(err)
+		}
+		f.askVersions = func(ctx context.Context, c *etcd.Coordinator) []etcd.MemberVersion {
+			if !ask(ctx) {
+				return []etcd.MemberVersion{{Endpoint: ep, Err: ctx.Err()}}
+			}
+			return []etcd.MemberVersion{{Endpoint: ep, Version: "3.4.23"}}
+		}
+		c, err := f.Coordinator(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f, &errOut, func() { c.Close() }
 	}
+
+	// The answer held back, then given.
 	answer := make(chan struct{})
 	var answered atomic.Bool
-	f.askVersions = func(ctx context.Context, c *etcd.Coordinator) []etcd.MemberVersion {
+	f, errOut, closeC := open(func(ctx context.Context) bool {
 		defer answered.Store(true)
 		select {
 		case <-answer:
+			return true
 		case <-ctx.Done(): // the question's own bound (a second)
+			return false
 		}
-		return []etcd.MemberVersion{{Endpoint: ep, Version: "3.4.23"}}
-	}
-	f.deferVersions = true
-	c, err := f.Coordinator(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	if answered.Load() {
 		t.Fatal("the coordinator was returned only once the question of the members' versions had ended")
 	}
-	defer c.Close()
-	if errOut.String() != "" {
-		t.Fatalf("warned before the answer: %q", errOut.String())
+	f.peekVersions(nil) // fence run, its lease held: no answer yet, no wait
+	if answered.Load() || errOut.String() != "" {
+		t.Fatalf("the look without waiting waited for the answer, or warned before it: answered %v, stderr %q", answered.Load(), errOut.String())
 	}
 	close(answer)
 	f.flushVersions(nil)
 	f.flushVersions(nil)
+	f.peekVersions(nil)
+	closeC()
 	if got := errOut.String(); strings.Count(got, "fence: warning: etcd ") != 1 || !strings.Contains(got, " runs 3.4.23, ") || strings.Count(got, "\n") != 1 {
 		t.Fatalf("stderr = %q, want one warning", got)
+	}
+
+	// A member that never answers (stalled): the end of the command waits
+	// until warnWait, not for the question's bound, and warns nobody.
+	f, errOut, closeC = open(func(ctx context.Context) bool {
+		defer answered.Store(true)
+		<-ctx.Done()
+		return false
+	})
+	answered.Store(false)
+	f.flushVersions(nil)
+	if answered.Load() {
+		t.Fatal("the end of the command waited for the whole question of a member that does not answer")
+	}
+	if waited := time.Since(f.askedAt); waited < warnWait {
+		t.Fatalf("the end of the command waited %v for the answer, want warnWait (%v)", waited, warnWait)
+	}
+	closeC()
+	if errOut.String() != "" {
+		t.Fatalf("stderr = %q, want nothing", errOut.String())
 	}
 }
