@@ -145,6 +145,7 @@ func markdown(r *Results) string {
 		phaseTable(p, r.Run.Phases)
 	}
 	initTable(p, r.Run.Init)
+	requestsTable(p, r.Run.Requests)
 	p("\n`fence version` is the fence binary starting and exiting, and the small Go program is bench/cmd/stamp doing nothing: together they show the part of `fence run` that is the cost of starting a Go program of fence's size (fence starts once per run; its watchdog is the small fence-watchdog binary, whose start is closer to the small Go program's).\n\n")
 	p("![whole-process time](benchmarks/run.svg)\n\n")
 

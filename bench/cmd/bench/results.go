@@ -69,6 +69,8 @@ type RunResults struct {
 	Compare string `json:",omitempty"`
 	// Init is the package initialisation of fence and etcdctl.
 	Init []InitCost `json:",omitempty"`
+	// Requests is what one run of each asks of the etcd server.
+	Requests []Requests `json:",omitempty"`
 }
 
 // MemoryResults: peak resident memory (section 5).

@@ -91,7 +91,10 @@ func runWholeProcess(ctx context.Context, cfg *config, srv *etcdServer, res *Res
 	if res.Run.Phases, err = phases(ctx, cfg, srv, cfg.size(20, 2)); err != nil {
 		return err
 	}
-	res.Run.Init, err = initCosts(ctx, cfg, cfg.size(20, 2))
+	if res.Run.Init, err = initCosts(ctx, cfg, cfg.size(20, 2)); err != nil {
+		return err
+	}
+	res.Run.Requests, err = requestCounts(ctx, cfg, srv, cfg.size(10, 2))
 	return err
 }
 
