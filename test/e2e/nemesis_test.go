@@ -460,11 +460,14 @@ type nemesis struct {
 
 // The faults: every other one is the first, the others are drawn by
 // weight.
-var faults = []struct {
+// fault is one kind of fault: stop tells a freeze from a kill.
+type fault struct {
 	name   string
 	weight int
 	stop   bool
-}{
+}
+
+var faults = []fault{
 	{"stale-write", 0, true},       // see staleWrite
 	{"freeze-all-racing", 2, true}, // the whole tree for 2 to 3.5 s; the command resumes 300ms before the rest
 	{"freeze-fence", 1, true},      // fence alone: the watchdog must stop the command
@@ -518,10 +521,7 @@ func (n *nemesis) between(lo, hi time.Duration) time.Duration {
 // the next ones. Whatever it freezes it
 // thaws before it returns.
 func (n *nemesis) run(ctx context.Context, end time.Time) {
-	total, injected := 0, 0
-	for _, f := range faults[1:] {
-		total += f.weight
-	}
+	injected := 0
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	n.hit = map[proc.ID]bool{}
@@ -540,11 +540,20 @@ func (n *nemesis) run(ctx context.Context, end time.Time) {
 		h := hs[n.rng.IntN(len(hs))]
 		n.hit[h.fence] = true
 		// Every other fault is the stale-writer scenario (faults[0]), so
-		// that each run has several; the others are drawn by weight.
+		// that each run has several; the others are, in turn, a freeze
+		// and a kill, each drawn by weight among its kind, so that every
+		// run has both (drawn by weight among all, six draws have no kill
+		// in about one run in 130, (4/9)^6, and CI had such a run).
 		f := faults[0]
 		if injected%2 == 1 {
+			kill := (injected/2)%2 == 0
+			kind := slices.DeleteFunc(slices.Clone(faults[1:]), func(ff fault) bool { return ff.stop == kill })
+			total := 0
+			for _, ff := range kind {
+				total += ff.weight
+			}
 			w := n.rng.IntN(total)
-			for _, ff := range faults[1:] {
+			for _, ff := range kind {
 				if f = ff; w < ff.weight {
 					break
 				}
