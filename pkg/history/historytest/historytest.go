@@ -1,7 +1,9 @@
 // Package historytest is the conformance suite every history.Store passes:
 // the events come back as written, in order, within both bounds (also after
 // 10,000 of them), and concurrent writers, goroutines and processes, lose
-// none of them.
+// none of them. A store that reads a lock's last events on a path of its
+// own (Latest, which history.Recorder reads on every acquisition) returns
+// what History returns.
 //
 // Only test code imports it.
 package historytest
@@ -68,9 +70,69 @@ func Run(t *testing.T, h Harness) {
 	t.Run("CountBound", func(t *testing.T) { testCountBound(t, h) })
 	t.Run("AgeBound", func(t *testing.T) { testAgeBound(t, h) })
 	t.Run("ConcurrentGoroutines", func(t *testing.T) { testConcurrent(t, h) })
+	t.Run("Latest", func(t *testing.T) { testLatest(t, h) })
 	if h.Spawn != nil {
 		t.Run("ConcurrentProcesses", func(t *testing.T) { testProcesses(t, h) })
 	}
+}
+
+// latestReader is a store that reads a lock's last events apart from
+// History (history.Recorder looks for it).
+type latestReader interface {
+	Latest(ctx context.Context, lock string, n int) ([]history.Event, error)
+}
+
+// testLatest: Latest(lock, n) returns what History(lock, n) returns, for n
+// below, at and beyond the count bound, whether the last events are the
+// newest or older ones written last, and as the age bound takes events
+// away. A store without Latest skips it.
+func testLatest(t *testing.T, h Harness) {
+	clk := NewClock(epoch)
+	s := h.Storage(t)(history.WithMaxEvents(150), history.WithMaxAge(time.Hour), history.WithClock(clk.Now))
+	l, ok := s.(latestReader)
+	if !ok {
+		t.Skip("the store has no Latest")
+	}
+	const lock = "latest"
+	check := func(when string) {
+		t.Helper()
+		for _, n := range []int{0, 1, 2, 10, 149, 150, 151, 400} {
+			want := mustHistory(t, s, lock, n)
+			got, err := l.Latest(ctxT(t), lock, n)
+			if err != nil {
+				t.Fatalf("%s: Latest(%d): %v", when, n, err)
+			}
+			if !reflect.DeepEqual(got, want) && (len(got) != 0 || len(want) != 0) {
+				t.Fatalf("%s: Latest(%d) = %d events, History(%d) %d:\n%v\n%v", when, n, len(got), n, len(want), got, want)
+			}
+		}
+	}
+	check("no history")
+	for i := uint64(1); i <= 200; i++ {
+		e := ev(lock, history.Released, i, "")
+		e.Time = clk.Now()
+		if err := s.Record(ctxT(t), e); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Second)
+		if i%37 == 0 {
+			check(fmt.Sprintf("after %d events", i))
+		}
+	}
+	// Events written out of time order: the last ones are old.
+	for i := uint64(201); i <= 240; i++ {
+		e := ev(lock, history.Released, i, "")
+		e.Time = clk.Now().Add(-59 * time.Minute)
+		if err := s.Record(ctxT(t), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(30 * time.Second)
+	check("old events last")
+	clk.Advance(30 * time.Minute)
+	check("half aged")
+	clk.Advance(2 * time.Hour)
+	check("all aged")
 }
 
 func ctxT(t *testing.T) context.Context {
