@@ -12,8 +12,11 @@ import (
 // TestRunVersionWarning: fence run asks the etcd members for their versions
 // while it acquires the lease (not before: one round trip less on the way
 // to the command), and still warns once about a known lease-safety bug
-// (Debian's etcd 3.4.23 has etcd#15247) before anything the command writes;
-// a run that does not get the lock (busy, -n) warns too.
+// (Debian's etcd 3.4.23 has etcd#15247): before anything the command
+// writes when the answer is in once the lease is held (on this loopback
+// server it always has been so far), else after the command, never waited
+// for on the way to it; a run that does not get the lock (busy, -n) warns
+// too.
 func TestRunVersionWarning(t *testing.T) {
 	srv := etcdproc.Start(t)
 	ep := srv.Endpoints()[0]
@@ -33,8 +36,12 @@ func TestRunVersionWarning(t *testing.T) {
 		t.Fatalf("fence run: %v\n%s", err, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
-	if len(lines) != 2 || !isWarning(lines[0]) || lines[1] != "command" {
-		t.Fatalf("stderr = %q, want the warning once, then the command's line", stderr.String())
+	switch {
+	case len(lines) == 2 && isWarning(lines[0]) && lines[1] == "command":
+	case len(lines) == 2 && lines[0] == "command" && isWarning(lines[1]):
+		t.Logf("the answer came after the lease: the warning followed the command's line")
+	default:
+		t.Fatalf("stderr = %q, want the warning once and the command's line", stderr.String())
 	}
 
 	st.Output(t, env, "--endpoints", ep, "acquire", "vw", "--ttl", "1m", "-q")
