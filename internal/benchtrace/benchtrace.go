@@ -39,7 +39,7 @@ const (
 
 	// Versions is not a phase of a run's way to its command: fence marks it
 	// when every etcd member has answered the question of its version, or
-	// the question's bound passed (not when the coordinator's close cut it
+	// the question's bound passed (not when the command's end cut it
 	// short). Nothing waits for it but fence config and the dashboard; the
 	// cluster tests check that.
 	Versions = "versions"

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -188,7 +189,7 @@ func (f *Factory) askVersionsOf(ctx context.Context, c *etcd.Coordinator, dial t
 			for _, v := range vs {
 				answered = answered && v.Err == nil
 			}
-			if answered || vctx.Err() != nil { // not cut short by the coordinator's close
+			if answered || errors.Is(vctx.Err(), context.DeadlineExceeded) { // not cut short by the command's end
 				benchtrace.Mark(benchtrace.Versions)
 			}
 		}()
