@@ -355,7 +355,7 @@ func phaseTable(p func(string, ...any), phs []Phase) {
 	if len(cols) == 0 {
 		return
 	}
-	p("\n**Phases of a fence run**, from the same runs: fence and its watchdog append a stamp per phase to a file when FENCE_BENCH_TRACE names one (internal/benchtrace; without it nothing is written). ms since the fork of fence, median (min – max); *step* is the difference of the medians from the phase above. The watchdog's phases (watchdog_main, watchdog_ready, command_start) run beside fence's, in another process.\n\n")
+	p("\n**Phases of a fence run**, from the same runs: fence and its watchdog append a stamp per phase to a file when FENCE_BENCH_TRACE names one (internal/benchtrace; without it nothing is written). ms since the fork of fence, median (min – max); *step* is the difference of the medians from the phase above. The watchdog's phases (watchdog_main, watchdog_ready, command_start) run beside fence's, in another process. *versions* (etcd) is not a phase of the way: it is when every member had answered the question of its version, which nothing on the way waits for.\n\n")
 	p("| phase |")
 	for _, c := range cols {
 		p(" %s | step |", c.Tool)
@@ -380,6 +380,12 @@ func phaseTable(p func(string, ...any), phs []Phase) {
 			m, ok := markOf(c.Marks, n)
 			if !ok {
 				p(" – | |")
+				continue
+			}
+			if !slices.Contains(markOrder, n) {
+				// Not a phase of the run's way (benchtrace.Versions, a mark of
+				// another fence): when it came, with no step.
+				p(" %s | |", cell(m.At))
 				continue
 			}
 			p(" %s | %s |", cell(m.At), stats.Num(m.At.Median-prev[i]))
@@ -516,11 +522,12 @@ func beforeAfter(p func(string, ...any), r *Results) {
 			mb, okb := markOf(bp.Marks, n)
 			ma, oka := markOf(ap.Marks, n)
 			sb, sa := "", ""
-			if okb {
+			onWay := slices.Contains(markOrder, n) // a mark off the way (versions) has no step
+			if okb && onWay {
 				sb = stats.Num(mb.At.Median - pb)
 				pb = mb.At.Median
 			}
-			if oka {
+			if oka && onWay {
 				sa = stats.Num(ma.At.Median - pa)
 				pa = ma.At.Median
 			}
