@@ -350,21 +350,28 @@ func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
+	resp, err := s.cli.Do(ctx, s.newestOp(lock, limit))
+	if err != nil {
+		return nil, unavailable(ctx, lock, err)
+	}
+	entries, err := s.decodeAll(lock, resp.Get().Kvs)
+	if err != nil {
+		return nil, err
+	}
+	return s.newestKept(entries, limit), nil
+}
+
+// newestOp reads lock's newest events, newest first: as many as the count
+// bound keeps, at most limit (0: no limit). newestKept makes History's
+// answer of them.
+func (s *Store) newestOp(lock string, limit int) clientv3.Op {
 	n := s.opts.MaxEvents
 	if limit > 0 && limit < n {
 		n = limit
 	}
 	rng := s.Range(lock)
-	resp, err := s.cli.Get(ctx, rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)),
+	return clientv3.OpGet(rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)),
 		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n)))
-	if err != nil {
-		return nil, unavailable(ctx, lock, err)
-	}
-	entries, err := s.decodeAll(lock, resp.Kvs)
-	if err != nil {
-		return nil, err
-	}
-	return s.newestKept(entries, limit), nil // newest first from etcd
 }
 
 // Latest returns what History(ctx, lock, n) returns, the lock's last n kept
@@ -379,13 +386,7 @@ func (s *Store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
-	limit := s.opts.MaxEvents
-	if n > 0 && n < limit {
-		limit = n
-	}
-	rng := s.Range(lock)
-	ops := append(s.stateOps(lock), clientv3.OpGet(rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(limit))))
+	ops := append(s.stateOps(lock), s.newestOp(lock, n))
 	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, unavailable(ctx, lock, err)

@@ -26,6 +26,11 @@ func (k *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOpt
 	return k.KV.Get(ctx, key, opts...)
 }
 
+func (k *countingKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	k.n.Add(1)
+	return k.KV.Do(ctx, op)
+}
+
 func (k *countingKV) Txn(ctx context.Context) clientv3.Txn {
 	k.n.Add(1)
 	return k.KV.Txn(ctx)
