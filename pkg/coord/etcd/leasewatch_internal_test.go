@@ -350,31 +350,30 @@ func TestWatchLeaseOwnFromToken(t *testing.T) {
 	noRead(r, "stop request")
 	c.cli.KV = r.KV
 
-	// Revoked before the watch.
-	b, err := c.Acquire(ctx, "own-revoked", opts)
-	if err != nil {
-		t.Fatal(err)
+	// Revoked before the watch; the key deleted before the watch, the
+	// lease alive.
+	for _, before := range []struct {
+		what string
+		do   func(l *coord.Lease) error
+	}{
+		{"revoke", func(l *coord.Lease) error { _, err := c.cli.Revoke(ctx, mustID(t, l.ID)); return err }},
+		{"delete", func(l *coord.Lease) error {
+			_, err := c.cli.Delete(ctx, c.leaseKey(l.Name, mustID(t, l.ID)))
+			return err
+		}},
+	} {
+		l, err := c.Acquire(ctx, "own-"+before.what, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := before.do(l); err != nil {
+			t.Fatal(err)
+		}
+		r = counted(c, l)
+		wantLost(t, watch(c, l), before.what+" before the watch")
+		noRead(r, before.what)
+		c.cli.KV = r.KV
 	}
-	if _, err := c.cli.Revoke(ctx, mustID(t, b.ID)); err != nil {
-		t.Fatal(err)
-	}
-	r = counted(c, b)
-	wantLost(t, watch(c, b), "revoked before the watch")
-	noRead(r, "revoke")
-	c.cli.KV = r.KV
-
-	// The key deleted before the watch, the lease alive.
-	d, err := c.Acquire(ctx, "own-deleted", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.cli.Delete(ctx, c.leaseKey(d.Name, mustID(t, d.ID))); err != nil {
-		t.Fatal(err)
-	}
-	r = counted(c, d)
-	wantLost(t, watch(c, d), "key deleted before the watch")
-	noRead(r, "delete")
-	c.cli.KV = r.KV
 
 	// Nothing happened: quiet, then the revoke is reported.
 	q, err := c.Acquire(ctx, "own-quiet", opts)
