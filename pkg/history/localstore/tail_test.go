@@ -14,7 +14,6 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
-	"github.com/fence-dev/fence/pkg/history/historytest"
 )
 
 // writeFile writes data to a new file and returns it open for reading.
@@ -284,51 +283,6 @@ func TestDamageInTheTail(t *testing.T) {
 			failsClosed(t, fresh, "d")
 		})
 	}
-}
-
-// TestLatest: Latest returns what History does, bounds applied, whether
-// the events it needs are in the tail or not.
-func TestLatest(t *testing.T) {
-	clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	s := open(t, history.WithMaxEvents(150), history.WithMaxAge(time.Hour), history.WithClock(clk.Now))
-	ctx := context.Background()
-	check := func(when string) {
-		t.Helper()
-		for _, n := range []int{0, 1, 2, 10, 149, 150, 151, 400} {
-			want, err := s.History(ctx, "l", n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := s.Latest(ctx, "l", n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("%s: Latest(%d) = %d events, History %d", when, n, len(got), len(want))
-			}
-		}
-	}
-	check("no file")
-	for i := uint64(1); i <= 60; i++ {
-		record(t, s, "l", i)
-		clk.Advance(10 * time.Second)
-		if i%7 == 0 {
-			check(fmt.Sprintf("after %d", i))
-		}
-	}
-	// Events written out of time order: the tail's last ones are old, more
-	// of them than a tail block holds.
-	for i := uint64(61); i <= 110; i++ {
-		if err := s.Record(ctx, history.Event{Time: clk.Now().Add(-59 * time.Minute), Lock: "l", Kind: history.Released, Token: i}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	clk.Advance(30 * time.Second)
-	check("old events last")
-	clk.Advance(30 * time.Minute)
-	check("half aged")
-	clk.Advance(2 * time.Hour)
-	check("all aged")
 }
 
 // TestStaleTemps: Open leaves temporary files alone (it does not list the
