@@ -33,6 +33,12 @@ const recheck = 100 * time.Millisecond
 // fault that only tests inject.
 const freezeBeforeReportEnv = "FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT"
 
+// freezeAfterLookEnv, set in the watchdog's environment, makes it stop
+// itself (SIGSTOP) once, right after its first look for the command's exit
+// that found it running: a freeze between that look and the judging of the
+// stop time, a fault that only tests inject.
+const freezeAfterLookEnv = "FENCE_TEST_WATCHDOG_FREEZE_AFTER_LOOK"
+
 // sweep is the pause between two passes that kill what is left of the
 // command's tree.
 const sweep = 5 * time.Millisecond
@@ -193,8 +199,13 @@ func (w *watchdog) run() error {
 
 	ready := w.orders.ready
 	woke := false // ready was received: its watcher waits for the orders to be taken
+	freezeAfterLook := os.Getenv(freezeAfterLookEnv) != ""
 	for {
 		w.reap()
+		if freezeAfterLook && w.exit == nil {
+			freezeAfterLook = false
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
 		// Done once the command is reaped, every other process of its tree
 		// too (orphans come to the watchdog, their subreaper: no child
 		// left means none is left anywhere in the tree, not even a zombie),
@@ -237,14 +248,14 @@ func (w *watchdog) run() error {
 // send SIGKILL when its time has come, and again while anything is left.
 func (w *watchdog) act(now clock.Boot) {
 	if w.phase == phaseRunning {
-		if w.exit != nil {
+		if stop, reason := stopStart(w.leaseStop, w.sp.Deadline); now >= stop && w.stillRunning() {
+			w.beginStop(reason, now)
+		} else if w.exit != nil {
 			// The command ended on its own: stop what it left behind.
 			w.phase = w.phase.next(stepEnded)
 			w.leftovers = w.signalTree(syscall.Signal(w.sp.Signal))
 			w.signalTree(syscall.SIGCONT)
 			w.killAt = killTime(now, w.leaseStop, w.sp.Grace)
-		} else if stop, reason := stopStart(w.leaseStop, w.sp.Deadline); now >= stop {
-			w.beginStop(reason, now)
 		}
 	}
 	if w.phase == phaseStopping && now >= w.killAt {
@@ -288,6 +299,16 @@ func (w *watchdog) schedule(now clock.Boot) schedule {
 // started: a stop order, or the end of fence, starts one now.
 func (w *watchdog) running() bool { return w.phase == phaseRunning && w.exit == nil }
 
+// stillRunning is running after a fresh look for the command's exit, made
+// just before a stop: a command that ended since the loop's last look (the
+// watchdog frozen in between) is not reported stopped.
+func (w *watchdog) stillRunning() bool {
+	if w.running() {
+		w.reap()
+	}
+	return w.running()
+}
+
 // waitStart waits for the start order (phase waiting) and takes its spec;
 // the end of the orders before it means fence gave up (the lock was busy)
 // or died: then the phase is done. It returns the orders that came after
@@ -318,7 +339,7 @@ func (w *watchdog) takeOrders() bool {
 	for _, o := range orders {
 		w.order(o)
 	}
-	if ended && w.running() {
+	if ended && w.stillRunning() {
 		w.beginStop(reasonFenceGone, clock.Now())
 	}
 	return ended
@@ -331,7 +352,7 @@ func (w *watchdog) order(o order) {
 			w.leaseStop = o.LeaseStop
 		}
 	case opStop:
-		if w.running() {
+		if w.stillRunning() {
 			r := o.Reason
 			if r == "" {
 				r = reasonLost
