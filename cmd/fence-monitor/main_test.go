@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fence-dev/fence/internal/release"
 )
 
 // TestFenceLeavesMonitorOut: the fence binary links neither the dashboard
@@ -46,7 +48,7 @@ func build(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for bin, pkg := range map[string]string{"fence": "cmd/fence", "fence-monitor": "cmd/fence-monitor"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, bin), "github.com/fence-dev/fence/"+pkg)
+		cmd := exec.Command("go", "build", "-tags", release.Tags, "-o", filepath.Join(dir, bin), "github.com/fence-dev/fence/"+pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, out)

@@ -78,7 +78,7 @@ func (f *Factory) runMonitor(name string) error {
 	path := filepath.Join(filepath.Dir(self), MonitorBinary)
 	missing := func(err error) error {
 		return exitcode.New(exitcode.Failure, fmt.Errorf(
-			"%s needs %s, installed beside fence: %w (the packages and archives carry it; from source: go build -o %s ./cmd/fence-monitor)",
+			"%s needs %s, installed beside fence: %w (the packages and archives carry it; from source: go build -tags grpcnotrace -o %s ./cmd/fence-monitor)",
 			name, MonitorBinary, err, path))
 	}
 	if _, err := os.Stat(path); err != nil {

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
+	"github.com/fence-dev/fence/internal/release"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
@@ -71,7 +72,7 @@ func fenceBinary(t *testing.T) string {
 		}
 		build.path = filepath.Join(build.dir, "fence")
 		for bin, pkg := range map[string]string{"fence": "cmd/fence", "fence-monitor": "cmd/fence-monitor"} {
-			out, err := exec.Command(gotool, "build", "-o", filepath.Join(build.dir, bin), "github.com/fence-dev/fence/"+pkg).CombinedOutput()
+			out, err := exec.Command(gotool, "build", "-tags", release.Tags, "-o", filepath.Join(build.dir, bin), "github.com/fence-dev/fence/"+pkg).CombinedOutput()
 			if err != nil {
 				build.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 				return

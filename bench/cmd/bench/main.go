@@ -44,9 +44,13 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	fencerelease "github.com/fence-dev/fence/internal/release"
 )
 
 // config is what the flags chose, plus the paths the harness set up.
@@ -266,12 +270,14 @@ func cleanEnv(work string) []string {
 	return append(env, "XDG_CONFIG_HOME="+filepath.Join(work, "xdg-config"), "XDG_STATE_HOME="+filepath.Join(work, "xdg-state"))
 }
 
-// build compiles fence (as `go build ./cmd/fence`) with its small watchdog
-// beside it (cmd/fence-watchdog, tag fence_watchdog), the stamp helper and
-// etcdctl 3.7 from the tools-only module bench/tools, all with
-// CGO_ENABLED=0, as the releases of both are built (goreleaser.yaml;
-// etcd's release scripts): a static binary starts about 1 to 2.5 ms sooner than
-// one linked against the C library.
+// build compiles fence (as `go build -tags grpcnotrace ./cmd/fence`, the
+// tags of internal/release) with its small watchdog beside it
+// (cmd/fence-watchdog, tag fence_watchdog), the stamp helper and etcdctl 3.7
+// from the tools-only module bench/tools, all with CGO_ENABLED=0, as the
+// releases of both are built (goreleaser.yaml; etcd's release scripts): a
+// static binary starts about 1 to 2.5 ms sooner than one linked against the C
+// library. The revision to compare with is built with the tags its own
+// internal/release names (none before it had one), as it was released.
 func build(ctx context.Context, cfg *config) error {
 	bin := filepath.Join(cfg.work, "bin")
 	cfg.fence, cfg.stamp, cfg.etcdctl = filepath.Join(bin, "fence"), filepath.Join(bin, "stamp"), filepath.Join(bin, "etcdctl")
@@ -279,7 +285,7 @@ func build(ctx context.Context, cfg *config) error {
 		dir  string
 		args []string
 	}{
-		{cfg.root, []string{"build", "-o", cfg.fence, "./cmd/fence"}},
+		{cfg.root, []string{"build", "-tags", fencerelease.Tags, "-o", cfg.fence, "./cmd/fence"}},
 		// fence's small watchdog, beside fence, as releases install it.
 		{cfg.root, []string{"build", "-o", filepath.Join(bin, "fence-watchdog"), "-tags", "fence_watchdog", "./cmd/fence-watchdog"}},
 		{cfg.root, []string{"build", "-o", cfg.stamp, "./bench/cmd/stamp"}},
@@ -300,7 +306,7 @@ func build(ctx context.Context, cfg *config) error {
 		steps = append(steps, struct {
 			dir  string
 			args []string
-		}{src, []string{"build", "-o", cfg.before, "./cmd/fence"}})
+		}{src, []string{"build", "-tags", releaseTags(src), "-o", cfg.before, "./cmd/fence"}})
 		if _, err := os.Stat(filepath.Join(src, "cmd", "fence-watchdog")); err == nil {
 			steps = append(steps, struct {
 				dir  string
@@ -316,9 +322,22 @@ func build(ctx context.Context, cfg *config) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go %s (in %s): %v\n%s", strings.Join(s.args, " "), s.dir, err, out)
 		}
-		cfg.logf("built %s (%.1fs)", s.args[2], time.Since(t0).Seconds())
+		cfg.logf("built %s (%.1fs)", s.args[slices.Index(s.args, "-o")+1], time.Since(t0).Seconds())
 	}
 	return nil
+}
+
+// releaseTags are the build tags of the fence release in the source tree
+// src: its internal/release.Tags, "" when it has none.
+func releaseTags(src string) string {
+	b, err := os.ReadFile(filepath.Join(src, "internal", "release", "release.go"))
+	if err != nil {
+		return ""
+	}
+	if m := regexp.MustCompile(`(?m)^const Tags = "([^"]*)"`).FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	return ""
 }
 
 // render rewrites the report from saved results (after a change to the
