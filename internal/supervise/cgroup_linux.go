@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fence-dev/fence/internal/proc"
+	"github.com/fence-dev/fence/pkg/clock"
 )
 
 // cgroup is a cgroup v2 made for one command: every process the command
@@ -29,6 +32,59 @@ type cgroup struct {
 	dir string
 	fd  int // O_PATH-like directory fd for clone3(CLONE_INTO_CGROUP)
 }
+
+// sweepCgroups removes the cgroups under base that watchdogs made and left
+// behind, and returns how many it removed. A watchdog removes its cgroup
+// when the command's tree is gone, and fence does when the watchdog dies
+// first; when both are killed at once (kill -9 of both, the OOM killer, a
+// service manager's SIGKILL of everything), nobody does, and the empty
+// directory would stay until the next boot.
+//
+// A cgroup is left alone while its maker may live: a process with the PID
+// in its name that started no later than the time in its name (and any
+// cgroup younger than sweepAge). Only an
+// empty cgroup can be removed (rmdir fails on one with a process in it), and
+// a mistake could only cost a live watchdog its cgroup, whose command then
+// starts without one (start's fallback); the errors of the start-time
+// comparison (clock ticks, a kernel whose start times leave out suspends)
+// all lean to leaving a cgroup.
+func sweepCgroups(base string, self int) int {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return 0
+	}
+	removed, now := 0, clock.Now()
+	for _, e := range entries {
+		name := e.Name()
+		rest, ok := strings.CutPrefix(name, cgroupPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		p, t, ok := strings.Cut(rest, "-")
+		pid, err1 := strconv.Atoi(p)
+		made, err2 := strconv.ParseUint(t, 10, 64)
+		if !ok || err1 != nil || err2 != nil || pid <= 0 || pid == self || uint64(now) < made+uint64(sweepAge) {
+			continue // not one of ours, or made a moment ago: its maker may be about to start a command in it
+		}
+		if st, err := proc.ReadStat(pid); err == nil && !st.Gone() && st.Start*uint64(time.Second/ticksPerSecond) <= made {
+			continue // its maker may be alive
+		}
+		if unix.Rmdir(filepath.Join(base, name)) == nil {
+			removed++
+		}
+	}
+	return removed
+}
+
+// sweepAge is how old a cgroup must be (by the time in its name) before
+// sweepCgroups looks at its maker: younger, it is left alone even when its
+// maker seems gone (a watchdog in another PID namespace, whose PID means
+// another process here, between its mkdir and its command's start).
+const sweepAge = 2 * time.Second
+
+// ticksPerSecond is the unit of a process's start time in /proc/PID/stat
+// (USER_HZ, 100 on every Linux architecture fence is built for).
+const ticksPerSecond = 100
 
 // newCgroup creates the cgroup name under base, the caller's own cgroup v2
 // (ownCgroupDir).

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -169,6 +170,95 @@ func TestCgroupHoldsCommand(t *testing.T) {
 		if _, err := os.Stat(root + cg); err == nil {
 			t.Fatalf("cgroup %s%s left behind", root, cg)
 		}
+	}
+}
+
+// TestCgroupLeftByKilledWatchdogSwept: fence and its watchdog are killed
+// at once (SIGKILL to both, as `pkill -9 fence` or the OOM killer does):
+// the command dies of its parent-death signal, but nobody is left to remove
+// its cgroup. The next watchdog removes it once its own command runs (and
+// the cgroup is two seconds old), and leaves alone the cgroup of a watchdog
+// that lives.
+func TestCgroupLeftByKilledWatchdogSwept(t *testing.T) {
+	b := localBackend(t)
+	// cgroupOf starts fence run with a long command and returns the
+	// command's cgroup directory, its PID and its watchdog's.
+	cgroupOf := func(lock string) (*fenceProc, string, int, int) {
+		dir := t.TempDir()
+		f := startFence(t, b, supervise.Options{Lock: lock, TTL: 10 * time.Second, Shell: true,
+			Command: []string{"grep '^0::' /proc/self/cgroup > " + shell(dir+"/cg") + "; echo $$ > " + shell(dir+"/pid") + "; exec sleep 300"}})
+		pid := pids(t, waitFile(t, dir+"/pid", 1))[0]
+		line := strings.TrimSpace(readFile(t, dir+"/cg"))
+		if !strings.Contains(line, "/fence-run-") {
+			t.Skipf("no cgroup of its own here (%s)", line)
+		}
+		cg := strings.TrimPrefix(line, "0::")
+		for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+			if _, err := os.Stat(root + cg + "/cgroup.procs"); err == nil {
+				st, err := procStat(pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f, root + cg, pid, st.PPID
+			}
+		}
+		t.Fatalf("cgroup %s not found", cg)
+		return nil, "", 0, 0
+	}
+
+	f, left, cmd, watchdog := cgroupOf("swept-killed")
+	// Both stopped first, so that neither runs a line of its own clean-up
+	// before it dies.
+	for _, pid := range []int{f.cmd.Process.Pid, watchdog} {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, pid := range []int{f.cmd.Process.Pid, watchdog} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.wait(t)
+	waitAllDead(t, []int{cmd, watchdog})
+	if _, err := os.Stat(left); err != nil {
+		t.Fatalf("the killed watchdog's cgroup is gone already (%v): this test would prove nothing", err)
+	}
+	// Beside it, two made by hand: one whose PID now names a process that
+	// started after the cgroup's time (a reused PID: its maker is gone),
+	// one whose maker is this test process, alive and older than its time.
+	base := filepath.Dir(left)
+	reused := filepath.Join(base, fmt.Sprintf("fence-run-%d-%d", os.Getpid(), 1))
+	ours := filepath.Join(base, fmt.Sprintf("fence-run-%d-%d", os.Getpid(), clock.Now()))
+	for _, d := range []string{reused, ours} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(d) })
+	}
+	time.Sleep(2 * time.Second) // a cgroup younger than that is never swept
+
+	live, kept, liveCmd, _ := cgroupOf("swept-live")
+	code, err := run(t, b, supervise.Options{Lock: "swept-next", TTL: 2 * time.Second, Command: []string{"true"}})
+	if code != 0 || err != nil {
+		t.Fatalf("code %d, %v", code, err)
+	}
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Errorf("the killed watchdog's cgroup %s is still there after the next run (%v)", left, err)
+	}
+	if _, err := os.Stat(reused); !os.IsNotExist(err) {
+		t.Errorf("the cgroup %s of a reused PID is still there (%v)", reused, err)
+	}
+	if _, err := os.Stat(ours); err != nil {
+		t.Errorf("the cgroup %s of a live maker was removed (%v)", ours, err)
+	}
+	if _, err := os.Stat(kept); err != nil || !alive(liveCmd) {
+		t.Errorf("a live watchdog's cgroup %s was touched: %v, its command alive %v", kept, err, alive(liveCmd))
+	}
+	_ = live.cmd.Process.Signal(syscall.SIGTERM)
+	live.wait(t)
+	if _, err := os.Stat(kept); !os.IsNotExist(err) {
+		t.Errorf("cgroup %s left behind by a run that ended normally (%v)", kept, err)
 	}
 }
 

@@ -39,6 +39,11 @@ const freezeBeforeReportEnv = "FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT"
 // stop time, a fault that only tests inject.
 const freezeAfterLookEnv = "FENCE_TEST_WATCHDOG_FREEZE_AFTER_LOOK"
 
+// cgroupPrefix starts the name of every cgroup a watchdog makes:
+// fence-run-<the watchdog's PID>-<CLOCK_BOOTTIME ns when it made it>
+// (sweepCgroups reads both back).
+const cgroupPrefix = "fence-run-"
+
 // sweep is the pause between two passes that kill what is left of the
 // command's tree.
 const sweep = 5 * time.Millisecond
@@ -195,6 +200,11 @@ func (w *watchdog) run() error {
 	w.phase = w.phase.next(stepStart)
 	for _, o := range later {
 		w.order(o)
+	}
+	if w.cg != nil {
+		// The command runs: remove what killed watchdogs left, beside it
+		// rather than on the way to it.
+		sweepCgroups(w.cgBase, w.self)
 	}
 
 	ready := w.orders.ready
@@ -370,7 +380,7 @@ func (w *watchdog) order(o order) {
 func (w *watchdog) start() error {
 	sp := w.sp
 	if sp.Cgroup && w.cgBaseErr == nil {
-		cg, err := newCgroup(w.cgBase, fmt.Sprintf("fence-run-%d-%d", w.self, clock.Now()))
+		cg, err := newCgroup(w.cgBase, fmt.Sprintf("%s%d-%d", cgroupPrefix, w.self, clock.Now()))
 		if err == nil {
 			w.cg = cg
 		}
