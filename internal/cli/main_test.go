@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/release"
 )
 
 // withCommand adds a top-level command to the tree for one test.
@@ -101,7 +102,7 @@ func TestMonitorCommandsRunFenceMonitor(t *testing.T) {
 		code := Run(context.Background(), args, ios)
 		msg := errOut.String()
 		if code != exitcode.Failure || !strings.Contains(msg, "needs fence-monitor, installed beside fence") ||
-			!strings.Contains(msg, "go build -o ") || strings.Count(msg, "\n") != 1 {
+			!strings.Contains(msg, "go build -tags "+release.Tags+" -o ") || strings.Count(msg, "\n") != 1 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, msg)
 		}
 	}

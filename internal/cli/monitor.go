@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/release"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -78,8 +79,8 @@ func (f *Factory) runMonitor(name string) error {
 	path := filepath.Join(filepath.Dir(self), MonitorBinary)
 	missing := func(err error) error {
 		return exitcode.New(exitcode.Failure, fmt.Errorf(
-			"%s needs %s, installed beside fence: %w (the packages and archives carry it; from source: go build -tags grpcnotrace -o %s ./cmd/fence-monitor)",
-			name, MonitorBinary, err, path))
+			"%s needs %s, installed beside fence: %w (the packages and archives carry it; from source: go build -tags %s -o %s ./cmd/fence-monitor)",
+			name, MonitorBinary, err, release.Tags, path))
 	}
 	if _, err := os.Stat(path); err != nil {
 		return missing(err)
