@@ -100,6 +100,9 @@ type attempt struct {
 	// limited is the operator limit that holds the lock back (nil: none
 	// does).
 	limited *coord.Limit
+	// behind is the queue the grant left, whose first waiters are rung
+	// ringDelay later (ringSoon); nil when nothing is to be rung later.
+	behind []ticket
 }
 
 // A lease id is 24 lower-case hex digits: the tag of its lock's name (the
@@ -250,8 +253,13 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			}
 			out.lease = &coord.Lease{Name: a.f.name, Holder: h.Holder, Token: h.Token, ID: h.LeaseID,
 				TTL: h.TTL, AcquiredAt: h.AcquiredAt, Sent: sent, Slot: h.Slot}
-			// The waiters behind us move up: wake the new first ones.
-			return ch, pruned || pos.mine >= 0, nil
+			// The waiters behind us move up: wake the new first ones, a
+			// moment later (ringSoon), unless dead waiters were dropped,
+			// which rings them now.
+			if pos.mine >= 0 && !pruned && len(st.Queue) > 0 {
+				out.behind = slices.Clone(st.Queue)
+			}
+			return ch, pruned, nil
 		}
 		out.v = v
 		out.mayKill = v.kill && ourTurn && out.limited == nil
@@ -276,6 +284,9 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 	if out.lease != nil && a.ticket != "" {
 		liveTickets.Delete(a.ticket)
 		a.ticket = ""
+	}
+	if out.behind != nil {
+		a.c.ringSoon(a.f.name, out.behind)
 	}
 	return out, nil
 }

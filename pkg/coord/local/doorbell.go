@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -24,6 +25,17 @@ import (
 // named after its ticket, "<pidns>-<pid>-<start>-<ticket id>", and removed by
 // its waiter; those of waiters that died are removed by the next waiter of
 // this PID namespace to create one.
+//
+// A waiter that takes the lock rings the queue it left ringDelay later
+// (ringSoon), not at once: the two waiters it wakes read and judge the state
+// and sleep again, and on a small host that work competed with the new
+// holder's start (the handoff at 8 waiters took 1.1-1.2x as long). The ring
+// is not lost: Close rings what is pending, and a release of the lock in the
+// meantime rings the queue itself, so the pending ring is dropped. Until it
+// comes, the new first waiter follows the new holder's processes (it was
+// watching them as the waiter ahead), and the one after it only the first:
+// for those ringDelay, a holder that dies while the first waiter is stopped
+// is noticed by nobody until that waiter resumes.
 
 // bellName is the file name of the doorbell of ticket t.
 func bellName(t ticket) string {
@@ -149,6 +161,73 @@ func (c *Coordinator) ring(q []ticket) {
 				return
 			}
 		}
+	}
+}
+
+// ringDelay is how long after a grant its Coordinator rings the waiters
+// behind the new holder.
+const ringDelay = 20 * time.Millisecond
+
+// pendingRing is a ring of the waiters behind a new holder, due ringDelay
+// after its grant.
+type pendingRing struct {
+	timer *time.Timer
+	queue []ticket
+}
+
+// ringSoon rings the first waiters of q, the queue a grant of lock name
+// left, ringDelay from now; at once when c is closed. A later grant of the
+// same lock by c replaces it.
+func (c *Coordinator) ringSoon(name string, q []ticket) {
+	c.mu.Lock()
+	if c.checkOpen() != nil {
+		c.mu.Unlock()
+		c.ring(q)
+		return
+	}
+	if p, ok := c.pending[name]; ok {
+		p.timer.Stop()
+	}
+	var p *pendingRing
+	p = &pendingRing{queue: q, timer: time.AfterFunc(ringDelay, func() {
+		c.mu.Lock()
+		due := c.pending[name] == p
+		if due {
+			delete(c.pending, name)
+		}
+		c.mu.Unlock()
+		if due {
+			c.ring(q)
+		}
+	})}
+	if c.pending == nil {
+		c.pending = map[string]*pendingRing{}
+	}
+	c.pending[name] = p
+	c.mu.Unlock()
+}
+
+// dropRing drops the pending ring of lock name: its release rings the queue
+// as it is then.
+func (c *Coordinator) dropRing(name string) {
+	c.mu.Lock()
+	if p, ok := c.pending[name]; ok {
+		p.timer.Stop()
+		delete(c.pending, name)
+	}
+	c.mu.Unlock()
+}
+
+// flushRings rings every pending ring now (Close). A timer that fired
+// meanwhile finds its ring no longer pending and leaves it to this.
+func (c *Coordinator) flushRings() {
+	c.mu.Lock()
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	for _, p := range pending {
+		p.timer.Stop()
+		c.ring(p.queue)
 	}
 }
 

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,26 +61,12 @@ func TestHandoffRingsOnlyTheFirstWaiters(t *testing.T) {
 	if fi, err := os.Stat(c.waitersDir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("waiters directory: %v %v", fi, err)
 	}
-	pid := func(i int) int { return ws[i].cmd.Process.Pid }
-	rung := func(want ...int64) {
-		t.Helper()
-		got := bells(t, c)
-		for i, w := range want {
-			size, ok := got[pid(i)]
-			switch {
-			case w < 0 && ok:
-				t.Errorf("waiter %d still has a doorbell", i)
-			case w >= 0 && !ok:
-				t.Errorf("waiter %d has no doorbell", i)
-			case w >= 0 && size != w:
-				t.Errorf("doorbell of waiter %d: size %d, want %d (%v)", i, size, w, map[bool]string{true: "rung", false: "not rung"}[w > 0])
-			}
-		}
-	}
+	rung := ringCheck(t, c, ws)
 	rung(0, 0, 0, 0, 0) // queueing rings nobody
 	release(t, c, l)
 	ws[0].expect("acquired")
-	// The release rang 0 and 1; the grant to 0 rang 1 and 2.
+	// The release rang 0 and 1; the grant to 0 rang 1 and 2 (ringDelay
+	// later).
 	rung(-1, 1, 1, 0, 0)
 	// The holder dies: the two waiters that follow it see it (not by a
 	// doorbell), the first takes over and rings the two after it.
@@ -90,6 +77,63 @@ func TestHandoffRingsOnlyTheFirstWaiters(t *testing.T) {
 	ws[2].expect("acquired")
 	rung(-1, -1, -1, 1, 1)
 	for _, h := range ws {
+		h.kill()
+	}
+}
+
+// ringCheck returns the check of the doorbells of waiters ws: want[i] is the
+// size of waiter i's doorbell (0: not rung, 1: rung, -1: none). It waits up
+// to guard for them to be so (a grant rings ringDelay later), then fails.
+func ringCheck(t *testing.T, c *Coordinator, ws []*helper) func(want ...int64) {
+	return func(want ...int64) {
+		t.Helper()
+		var bad []string
+		for end := time.Now().Add(guard); ; time.Sleep(5 * time.Millisecond) {
+			got := bells(t, c)
+			bad = bad[:0]
+			for i, w := range want {
+				size, ok := got[ws[i].cmd.Process.Pid]
+				switch {
+				case w < 0 && ok:
+					bad = append(bad, fmt.Sprintf("waiter %d still has a doorbell", i))
+				case w >= 0 && !ok:
+					bad = append(bad, fmt.Sprintf("waiter %d has no doorbell", i))
+				case w >= 0 && size != w:
+					bad = append(bad, fmt.Sprintf("doorbell of waiter %d: size %d, want %d (%v)", i, size, w, map[bool]string{true: "rung", false: "not rung"}[w > 0]))
+				}
+			}
+			if len(bad) == 0 || time.Now().After(end) {
+				break
+			}
+		}
+		for _, b := range bad {
+			t.Error(b)
+		}
+	}
+}
+
+// TestGrantRingIsNotLost: the waiter that takes the lock rings the waiters
+// behind it ringDelay later; when it closes its Coordinator and exits
+// before that (without a release, which would ring them too), Close rings
+// them. Its lease is not tied to its process, so nobody behind takes over
+// when it exits: without Close's ring, the second waiter behind it would
+// never be rung.
+func TestGrantRingIsNotLost(t *testing.T) {
+	dir := newDir(t)
+	c := openTB(t, dir)
+	l := acquire(t, c, "bell-close", coord.AcquireOptions{})
+	first := spawn(t, nil, "waitexit", dir, "bell-close", "1m")
+	first.expect("queued")
+	ws := []*helper{first}
+	for i := 0; i < 2; i++ {
+		h := spawn(t, nil, "wait", dir, "bell-close", "1m", "process")
+		h.expect("queued")
+		ws = append(ws, h)
+	}
+	release(t, c, l)
+	first.expect("closed")
+	ringCheck(t, c, ws)(-1, 1, 1)
+	for _, h := range ws[1:] {
 		h.kill()
 	}
 }

@@ -99,6 +99,17 @@ func runHelper(c *Coordinator, mode, name string, args []string) error {
 		}
 		say("acquired %d", l.Token)
 		return block()
+	case "waitexit":
+		// Queue, take the lock, close the Coordinator at once (before the
+		// ring of the waiters behind is due) and exit without a release.
+		l, err := c.Acquire(ctx, name, coord.AcquireOptions{TTL: ttlArg(), Holder: holder, Wait: coord.WaitForever,
+			OnWait: func(coord.LockInfo) { say("queued") }})
+		if err != nil {
+			return err
+		}
+		c.Close()
+		say("closed %d", l.Token)
+		return nil
 	case "supervise":
 		l, err := c.Acquire(ctx, name, coord.AcquireOptions{TTL: ttlArg(), Holder: holder, Wait: coord.WaitForever, Process: self})
 		if err != nil {

@@ -112,8 +112,11 @@
 // holder (Release, Revoke) or takes a ticket out of the queue (a grant, a
 // waiter leaving, dead waiters pruned) rings the doorbells of the first two
 // running waiters of the queue as it left it, writing one byte to each: the
-// first may take the lock, the second watches that it does. So a handoff
-// wakes two waiters (and their two processes), however long the queue. The
+// first may take the lock, the second watches that it does. A grant rings
+// them ringDelay (20ms) later, not at once, and its Close rings what is still
+// pending; a release before that rings the queue itself (doorbell.go). So a
+// handoff wakes two waiters (and their two processes), however long the
+// queue, and not while the new holder starts. The
 // first two running waiters also follow the holder: they sleep until its
 // expiry (a timer) or until one of its processes exits (a pidfd). Every
 // other waiter sleeps until its doorbell rings or the waiter ahead of it
@@ -156,6 +159,9 @@ type Coordinator struct {
 	hub          *hub // started on first use, guarded by mu
 	waitersReady bool // waiters/ checked (guarded by mu)
 	closed       chan struct{}
+	// pending are the rings of the waiters behind the holders this
+	// Coordinator granted, by lock, not yet due (doorbell.go; guarded by mu).
+	pending map[string]*pendingRing
 
 	// cache holds, by lock name, the parse of the state files of the
 	// leases this Coordinator renews (*parsed), so that a renewal parses
@@ -277,6 +283,7 @@ func (c *Coordinator) Close() error {
 	h := c.hub
 	c.hub = nil
 	c.mu.Unlock()
+	c.flushRings()
 	if h != nil {
 		h.release()
 	}

@@ -148,6 +148,9 @@ func (c *Coordinator) release(ctx context.Context, name, leaseID string, check f
 		st.Holder = nil
 		return recordOnly, true, nil
 	})
+	if err == nil && held {
+		c.dropRing(name) // the release rang the queue as it is now
+	}
 	if err == nil && asked {
 		c.ringLock(f) // a revoker waits for this release (WaitEnded)
 	}
