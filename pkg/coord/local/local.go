@@ -114,9 +114,11 @@
 // running waiters of the queue as it left it, writing one byte to each: the
 // first may take the lock, the second watches that it does. A grant rings
 // them ringDelay (20ms) later, not at once, and its Close rings what is still
-// pending; a release before that rings the queue itself (doorbell.go). So a
-// handoff wakes two waiters (and their two processes), however long the
-// queue, and not while the new holder starts. The
+// pending; a release before that rings the queue itself (doorbell.go). For
+// those 20ms the second waiter behind the new holder follows only the first:
+// a holder that dies then, while the first waiter is stopped, is noticed
+// when that waiter resumes. So a handoff wakes two waiters (and their two
+// processes), however long the queue, and not while the new holder starts. The
 // first two running waiters also follow the holder: they sleep until its
 // expiry (a timer) or until one of its processes exits (a pidfd). Every
 // other waiter sleeps until its doorbell rings or the waiter ahead of it
