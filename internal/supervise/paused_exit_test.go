@@ -37,17 +37,8 @@ func TestCommandEndsWhileFenceFrozen(t *testing.T) {
 					if afterLook {
 						t.Setenv("FENCE_TEST_WATCHDOG_FREEZE_AFTER_LOOK", "1")
 					}
-					dir := t.TempDir()
-					pidFile, goFile := dir+"/pid", dir+"/go"
 					const ttl = 2 * time.Second
-					f := startFence(t, b, supervise.Options{Lock: "frozen-both-" + name, TTL: ttl, Shell: true,
-						Command: []string{"echo $$ > " + shell(pidFile) + "; while [ ! -e " + shell(goFile) + " ]; do sleep 0.02; done; exit 0"}})
-					pid := pids(t, waitFile(t, pidFile, 1))[0]
-					st, err := procStat(pid)
-					if err != nil {
-						t.Fatal(err)
-					}
-					watchdog := st.PPID
+					f, pid, watchdog, goFile := startUntilGo(t, b, "frozen-both-"+name, ttl)
 					if afterLook {
 						waitState(t, watchdog, func(s byte) bool { return s == 'T' }, "stopped by itself")
 					}
@@ -79,6 +70,23 @@ func TestCommandEndsWhileFenceFrozen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startUntilGo starts fence run on lock with a command that runs until the
+// file goFile appears, then exits 0; it returns fence, the command's PID and
+// its watchdog's.
+func startUntilGo(t *testing.T, b *backend, lock string, ttl time.Duration) (f *fenceProc, pid, watchdog int, goFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	pidFile, goFile := dir+"/pid", dir+"/go"
+	f = startFence(t, b, supervise.Options{Lock: lock, TTL: ttl, Shell: true,
+		Command: []string{"echo $$ > " + shell(pidFile) + "; while [ ! -e " + shell(goFile) + " ]; do sleep 0.02; done; exit 0"}})
+	pid = pids(t, waitFile(t, pidFile, 1))[0]
+	st, err := procStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, pid, st.PPID, goFile
 }
 
 // waitState waits until pid's state satisfies ok, or (ok nil) until pid is

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/clock"
 )
 
@@ -32,16 +31,7 @@ func TestWatchdogResumedTakesExtensions(t *testing.T) {
 					name = "with-fence"
 				}
 				t.Run(name, func(t *testing.T) {
-					dir := t.TempDir()
-					pidFile, goFile := dir+"/pid", dir+"/go"
-					f := startFence(t, b, supervise.Options{Lock: "frozen-watchdog-" + name, TTL: ttl, Shell: true,
-						Command: []string{"echo $$ > " + shell(pidFile) + "; while [ ! -e " + shell(goFile) + " ]; do sleep 0.02; done; exit 0"}})
-					pid := pids(t, waitFile(t, pidFile, 1))[0]
-					st, err := procStat(pid)
-					if err != nil {
-						t.Fatal(err)
-					}
-					watchdog := st.PPID
+					f, pid, watchdog, goFile := startUntilGo(t, b, "frozen-watchdog-"+name, ttl)
 					death := watchDeath(t, pid)
 					time.Sleep(ttl / 2) // a renewal
 
