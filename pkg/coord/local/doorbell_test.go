@@ -138,6 +138,35 @@ func TestGrantRingIsNotLost(t *testing.T) {
 	}
 }
 
+// TestHolderKilledBeforeItsRing: the new holder is killed right after its
+// grant, before its ring of the waiters behind is due (ringDelay): the next
+// waiter, which the release rang and which watches the holder's process as
+// the waiter that was ahead of it, takes over all the same, at once.
+func TestHolderKilledBeforeItsRing(t *testing.T) {
+	dir := newDir(t)
+	c := openTB(t, dir)
+	l := acquire(t, c, "bell-kill", coord.AcquireOptions{})
+	var ws []*helper
+	for i := 0; i < 3; i++ {
+		h := spawn(t, nil, "wait", dir, "bell-kill", "1m", "process")
+		h.expect("queued")
+		ws = append(ws, h)
+	}
+	release(t, c, l)
+	ws[0].expect("acquired")
+	killed := time.Now()
+	ws[0].signal(syscall.SIGKILL)
+	ws[1].expect("acquired")
+	// By the holder's process, not by the stall check (1s) that a waiter
+	// which found the lock free but not its turn falls back on.
+	if d := time.Since(killed); d > 500*time.Millisecond {
+		t.Errorf("the next waiter took over %v after the holder's death: it did not follow the holder's process", d)
+	}
+	for _, h := range ws {
+		h.kill()
+	}
+}
+
 // TestStaleDoorbellsRemoved: the doorbell of a waiter that died is removed
 // by the next waiter to queue; those of live processes and of other PID
 // namespaces stay; a waiter removes its own.
