@@ -9,6 +9,9 @@
 //
 //	go test ./bench/contended -run '^$' -bench . -benchtime 2s
 //
+// FENCE_BENCH_ROUNDS runs that many rounds of every loop side by side, as
+// the harness does (see BenchmarkContended).
+//
 // Every loop also checks that the lock is exclusive (no two goroutines
 // inside at once) and that no guarded write is refused: a benchmark that
 // broke safety would fail rather than report a fast figure.
@@ -18,6 +21,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,20 +247,46 @@ func endpoints(tb testing.TB) []string {
 	return etcdtest.Start(tb).Endpoints()
 }
 
+// EnvRounds is how many rounds BenchmarkContended runs (1 when empty).
+const EnvRounds = "FENCE_BENCH_ROUNDS"
+
 // BenchmarkContended reports ops/s: acquisitions (each with one guarded
 // write) per second over all workers.
+//
+// A round runs every loop once at each N; the loops of one N run one after
+// the other, in an order that is reversed from one round to the next. The
+// shared machine's load, which changes over seconds, then weighs alike on
+// both sides of a ratio. Rounds replace -count, which runs each
+// sub-benchmark its count times in a row: fence's runs at one N then came
+// tens of seconds before mutex's, and the ratio at one goroutine swung from
+// 0.64x to 1.06x between runs of the same code. From the second round on,
+// go test names a result "...#01", "...#02".
 func BenchmarkContended(b *testing.B) {
 	eps := endpoints(b)
-	for _, im := range impls {
+	rounds := 1
+	if s := os.Getenv(EnvRounds); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("%s=%q: want a number of rounds, 1 or more", EnvRounds, s)
+		}
+		rounds = n
+	}
+	for r := range rounds {
+		order := slices.Clone(impls)
+		if r%2 == 1 {
+			slices.Reverse(order)
+		}
 		for _, n := range Workers {
-			b.Run(fmt.Sprintf("impl=%s/workers=%d", im.name, n), func(b *testing.B) {
-				d, err := loop(b, eps, im, n, b.N, b.ResetTimer)
-				b.StopTimer()
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(float64(b.N)/d.Seconds(), "ops/s")
-			})
+			for _, im := range order {
+				b.Run(fmt.Sprintf("impl=%s/workers=%d", im.name, n), func(b *testing.B) {
+					d, err := loop(b, eps, im, n, b.N, b.ResetTimer)
+					b.StopTimer()
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(float64(b.N)/d.Seconds(), "ops/s")
+				})
+			}
 		}
 	}
 }

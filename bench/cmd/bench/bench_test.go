@@ -11,10 +11,14 @@ func TestParseBench(t *testing.T) {
 	out := `goos: linux
 BenchmarkContended/impl=fence/workers=4-2         	     100	  18266761 ns/op	        54.76 ops/s
 BenchmarkFrame10k-2   	    5000	    196000 ns/op	  1024 B/op	  3 allocs/op
+BenchmarkContended/impl=fence/workers=4#01-2         	     120	  18266761 ns/op	        61.5 ops/s
 PASS`
 	ls := parseBench(out)
-	if len(ls) != 2 {
-		t.Fatalf("parsed %d lines, want 2: %+v", len(ls), ls)
+	if len(ls) != 3 {
+		t.Fatalf("parsed %d lines, want 3: %+v", len(ls), ls)
+	}
+	if ls[2].Name != "BenchmarkContended/impl=fence/workers=4" || ls[2].Metrics["ops/s"] != 61.5 {
+		t.Errorf("line 2 (a second round) = %+v", ls[2])
 	}
 	if ls[0].Name != "BenchmarkContended/impl=fence/workers=4" || ls[0].N != 100 || ls[0].Metrics["ops/s"] != 54.76 {
 		t.Errorf("line 0 = %+v", ls[0])

@@ -13,12 +13,15 @@ import (
 
 // benchLine is one result line of `go test -bench`.
 type benchLine struct {
-	Name    string // without the -GOMAXPROCS suffix
+	Name    string // without the -GOMAXPROCS suffix, nor go test's "#NN" of a repeated name
 	N       int
 	Metrics map[string]float64 // unit -> value ("ns/op", "ops/s", ...)
 }
 
-var procsSuffix = regexp.MustCompile(`-\d+$`)
+// procsSuffix is the -GOMAXPROCS suffix of a result's name, and before it
+// the "#01" that go test adds to a sub-benchmark run again under the same
+// name (bench/contended's rounds).
+var procsSuffix = regexp.MustCompile(`(#\d+)?-\d+$`)
 
 // parseBench reads the Benchmark lines of go test's output.
 func parseBench(out string) []benchLine {

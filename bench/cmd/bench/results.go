@@ -105,7 +105,7 @@ type HandoffResults struct {
 type ContendedResults struct {
 	Workers   []int
 	Impls     []string
-	Count     int
+	Count     int // rounds (bench/contended, FENCE_BENCH_ROUNDS); -count in runs before it had rounds
 	Benchtime string
 	// Ops[impl][i] is the throughput with Workers[i] goroutines, in ops/s.
 	Ops map[string][]Measure
