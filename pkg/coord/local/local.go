@@ -171,6 +171,9 @@ type Coordinator struct {
 	// (parseWith). An entry is dropped when its lease is released or lost.
 	cache sync.Map
 
+	// renewals is RenewAsync's queue (renewasync.go).
+	renewals renewQueue
+
 	// ordered: locks/ is on a file system that writes a renamed file's data
 	// ahead of the rename (atomicfile.RenameOrdered), found at the first
 	// replacement of a state that need not be durable.

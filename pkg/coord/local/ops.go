@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -65,6 +66,9 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		}
 		return recordOnly, false, nil
 	})
+	if errors.Is(err, errWouldWait) {
+		return coord.Renewal{}, err // tried again, waiting (RenewAsync): the parse stays good
+	}
 	if err != nil {
 		c.cache.Delete(name)
 		return coord.Renewal{}, err
