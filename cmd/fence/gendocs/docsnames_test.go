@@ -88,13 +88,14 @@ func collectNames(t *testing.T, repo string) fenceNames {
 	envRe := regexp.MustCompile(`"(FENCE_[A-Z0-9_]+)`)
 	jsonRe := regexp.MustCompile("json:\"([a-z0-9_]+)")
 	// Test code counts for the variables only: the knobs of the test suites
-	// (FENCE_CLUSTER_TESTS) are documented too.
-	for _, dir := range []string{"internal", "pkg", "test"} {
+	// (FENCE_CLUSTER_TESTS) are documented too, and so are the benchmark
+	// harness's (bench/: FENCE_BENCH_ROUNDS, in docs/benchmarks.md).
+	for _, dir := range []string{"internal", "pkg", "test", "bench"} {
 		err := filepath.Walk(filepath.Join(repo, dir), func(p string, info os.FileInfo, err error) error {
 			if err != nil || info.IsDir() || !strings.HasSuffix(p, ".go") {
 				return err
 			}
-			isTest := strings.HasSuffix(p, "_test.go")
+			isTest := strings.HasSuffix(p, "_test.go") || dir == "bench" // the harness's JSON is not fence's
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
