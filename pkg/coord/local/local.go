@@ -78,7 +78,11 @@
 // token than the holder, makes the state corrupt. A holder that renews keeps
 // the parse of its state file and reuses it while the file's bytes stay the
 // same but for the record, so a renewal parses no JSON: it is one open and
-// flock of the lock file, one open, read and write of the state file.
+// flock of the lock file, one open, read and write of the state file. The
+// renewals of pkg/fencing's scheduler come through RenewAsync
+// (coord.AsyncRenewer): one goroutine of the Coordinator runs them one
+// after the other, and none of them waits there for a flock another
+// process holds (renewasync.go).
 //
 // A state file that is corrupt, truncated, unreadable, a symbolic link, not
 // a regular file, owned by another user or open to group or others (mode
