@@ -19,16 +19,16 @@ const (
 func runContended(ctx context.Context, cfg *config, srv *etcdServer, res *Results) error {
 	// Rounds (bench/contended: every loop at each N, side by side, the
 	// order reversed from one round to the next), not -count.
-	benchtime, count := "1500ms", 6
+	benchtime, rounds := "1500ms", 6
 	if cfg.smoke {
-		benchtime, count = "4x", 2
+		benchtime, rounds = "4x", 2
 	}
 	c := &res.Contended
 	c.Workers, c.Impls = []int{1, 4, 16}, []string{implFence, implMutex, implMutexPerOp}
-	c.Count, c.Benchtime = count, benchtime
+	c.Count, c.Benchtime = rounds, benchtime
 	c.Ops = map[string][]Measure{}
 	ls, err := goBench(ctx, cfg, "contended", "./bench/contended", "^BenchmarkContended$", benchtime, 1,
-		"FENCE_BENCH_ENDPOINTS="+srv.endpoint, fmt.Sprintf("FENCE_BENCH_ROUNDS=%d", count))
+		"FENCE_BENCH_ENDPOINTS="+srv.endpoint, fmt.Sprintf("FENCE_BENCH_ROUNDS=%d", rounds))
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,8 @@ func collectNames(t *testing.T, repo string) fenceNames {
 			if err != nil || info.IsDir() || !strings.HasSuffix(p, ".go") {
 				return err
 			}
-			isTest := strings.HasSuffix(p, "_test.go") || dir == "bench" // the harness's JSON is not fence's
+			// Only the variables of test code and of the harness: their JSON is not fence's.
+			envOnly := strings.HasSuffix(p, "_test.go") || dir == "bench"
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
@@ -103,7 +104,7 @@ func collectNames(t *testing.T, repo string) fenceNames {
 			for _, m := range envRe.FindAllStringSubmatch(string(b), -1) {
 				n.env[strings.TrimSuffix(m[1], "_")] = true
 			}
-			if isTest {
+			if envOnly {
 				return nil
 			}
 			for _, m := range jsonRe.FindAllStringSubmatch(string(b), -1) {

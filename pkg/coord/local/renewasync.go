@@ -48,8 +48,9 @@ type asyncRenewal struct {
 	name, leaseID string
 	done          func(coord.Renewal, error)
 	state         atomic.Int32 // renewQueued, renewTaken, renewWaiting, renewAnswered or renewAbandoned
-	// stopWait ends the wait of a renewal that waits for its flock; set
-	// before its state becomes renewWaiting.
+	// stopWait ends the Renew of a renewal that runs on a goroutine of its
+	// own (renewAlone), waiting for its flock maybe; set before its state
+	// becomes renewWaiting.
 	stopWait context.CancelFunc
 }
 
@@ -60,14 +61,15 @@ type asyncRenewal struct {
 const (
 	renewQueued    int32 = iota // in the queue
 	renewTaken                  // runRenewals runs it
-	renewWaiting                // a goroutine of its own waits for its flock
+	renewWaiting                // it runs on a goroutine of its own (renewAlone), which may wait for its flock
 	renewAnswered               // done was given Renew's answer
 	renewAbandoned              // cancel was called first
 )
 
 // abandon is RenewAsync's cancel: the renewal is answered context.Canceled
 // unless it was answered already (a queued one on a goroutine of its own,
-// never on the caller's), and one that waits for its flock stops waiting.
+// never on the caller's), and one that runs on a goroutine of its own stops
+// waiting for its flock.
 func (r *asyncRenewal) abandon() {
 	for {
 		switch s := r.state.Load(); s {
