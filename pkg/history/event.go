@@ -35,6 +35,17 @@ const (
 	Thawed  Kind = "thawed"  // fence thaw: the limit was removed
 )
 
+// OfLease tells whether k begins or ends a lease: acquired, released,
+// revoked, expired (the events by which a Recorder tells whether a lease
+// ended on record).
+func (k Kind) OfLease() bool {
+	switch k {
+	case Acquired, Released, Revoked, Expired:
+		return true
+	}
+	return false
+}
+
 // Event is one entry of a lock's persistent history.
 type Event struct {
 	Time          time.Time     `json:"time"`

@@ -448,6 +448,14 @@ func (r *Recorder) write(ctx context.Context, evs ...Event) {
 // lastLeaseEvent returns the latest acquired, released, revoked or expired
 // event among the last scanBack events of lock.
 func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (Event, bool) {
+	if lr, ok := r.store.(leaseReader); ok {
+		ev, ok, err := lr.LastLease(ctx, lock, scanBack)
+		if err != nil {
+			r.log.Debug("history: could not read the lock's last lease event", "lock", lock, "err", err)
+			return Event{}, false
+		}
+		return ev, ok
+	}
 	read := r.store.History
 	if l, ok := r.store.(latestReader); ok {
 		read = l.Latest
@@ -458,12 +466,17 @@ func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (Event, bool
 		return Event{}, false
 	}
 	for i := len(evs) - 1; i >= 0; i-- {
-		switch evs[i].Kind {
-		case Acquired, Released, Revoked, Expired:
+		if evs[i].Kind.OfLease() {
 			return evs[i], true
 		}
 	}
 	return Event{}, false
+}
+
+// leaseReader is a Store that finds the last lease event of a lock's last n
+// events without reading them (package etcdstore: from the head it keeps).
+type leaseReader interface {
+	LastLease(ctx context.Context, lock string, n int) (Event, bool, error)
 }
 
 // latestReader is a Store that can read a lock's last events from the end

@@ -121,7 +121,9 @@ func TestLayout(t *testing.T) {
 	if strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Fatalf("keys:\n%s\nwant\n%s", strings.Join(keys, "\n"), strings.Join(want, "\n"))
 	}
-	if v := string(resp.Kvs[0].Value); v != `{"seq":5,"first":3}` {
+	// The head: the numbers, and the newest lease event with its number.
+	if v := string(resp.Kvs[0].Value); !strings.HasPrefix(v, `{"seq":5,"first":3,"lease":{"seq":5,`) ||
+		!strings.Contains(v, `"lock":"job","kind":"acquired","token":5,"wait_ns":1000000000}}`) {
 		t.Errorf("head = %s", v)
 	}
 	if v := string(resp.Kvs[3].Value); !strings.Contains(v, `"lock":"job","kind":"acquired","token":5,"wait_ns":1000000000`) {

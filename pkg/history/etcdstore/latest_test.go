@@ -125,7 +125,7 @@ func TestLatest(t *testing.T) {
 }
 
 // TestAcquisitionRecordCost: a Recorder over the etcd coordinator records an
-// acquisition (its look at the lock's last events, then the acquired event)
+// acquisition (its look at the lock's last lease event, then the acquired event)
 // with two KV requests after the grant; the release with its event is one.
 func TestAcquisitionRecordCost(t *testing.T) {
 	srv := etcdtest.Start(t)
@@ -156,7 +156,7 @@ func TestAcquisitionRecordCost(t *testing.T) {
 		released := kv.n.Load() - before
 		r.Close()
 		t.Logf("round %d: %d KV requests for the acquisition and its record, %d for the release and its event", round, acquired, released)
-		// The grant is one transaction; the record two (Latest, the
+		// The grant is one transaction; the record two (LastLease, the
 		// append): three in all.
 		if acquired != 3 || released != 1 {
 			t.Fatalf("round %d: %d KV requests to acquire and record, %d to release; want 3 and 1", round, acquired, released)
