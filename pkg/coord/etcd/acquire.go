@@ -34,7 +34,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	holder := opts.Holder
 	wait := opts.Wait != 0
 
-	secs := int64((opts.TTL + time.Second - 1) / time.Second)
+	secs := leaseSeconds(opts.TTL)
 	id, granted, sent, reused, err := c.grant(ctx, name, secs)
 	if err != nil {
 		return nil, c.mapErr(ctx, "grant lease", err)

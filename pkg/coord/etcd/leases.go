@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,12 +30,88 @@ import (
 // used, so every acquisition's Sent and TTL are as fresh as a grant's.
 // Successive holdings of a lock by one Coordinator may thus have the same
 // lease id; the token tells them apart. Close revokes the kept leases.
+//
+// ahead: a lease granted by New beside its connection check, for the first
+// Acquire of the lock that Config.Ahead names, while it is in flight or
+// until that Acquire takes it (see Ahead). Once answered it is used as a
+// kept lease is.
 type leases struct {
 	mu       sync.Mutex
 	own      map[clientv3.LeaseID]*owned
 	spares   map[spareKey]spare
+	ahead    *aheadGrant
 	acquires int
 	closed   bool
+}
+
+// aheadGrant is the grant New starts for Config.Ahead. done is closed when
+// it is answered; then, unless err is set, sp is the lease.
+type aheadGrant struct {
+	key    spareKey
+	cancel context.CancelFunc
+	done   chan struct{}
+	sp     spare
+	err    error
+}
+
+// leaseSeconds is the TTL in whole seconds that Acquire asks etcd for.
+func leaseSeconds(ttl time.Duration) int64 {
+	return int64((ttl + time.Second - 1) / time.Second)
+}
+
+// grantAhead starts the grant of a's lease (nothing when a names no lock
+// or no TTL).
+func (c *Coordinator) grantAhead(a Ahead) {
+	if a.Lock == "" || a.TTL <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	g := &aheadGrant{key: spareKey{a.Lock, leaseSeconds(a.TTL)}, cancel: cancel, done: make(chan struct{})}
+	c.leases.mu.Lock()
+	c.leases.ahead = g
+	c.leases.mu.Unlock()
+	go func() {
+		defer close(g.done)
+		defer cancel()
+		sent := time.Now()
+		resp, err := c.cli.Grant(ctx, g.key.secs)
+		switch {
+		case err != nil:
+			g.err = err
+		case resp.TTL <= 0:
+			g.err = rpctypes.ErrLeaseNotFound
+		default:
+			g.sp = spare{id: resp.ID, ack: ack{sent: sent, ttl: time.Duration(resp.TTL) * time.Second}}
+		}
+	}()
+}
+
+// aheadDropWait is how long dropAhead waits for the answer of a grant
+// still in flight before it cancels it.
+const aheadDropWait = 100 * time.Millisecond
+
+// dropAhead ends the grant that New started and that no Acquire took, and
+// revokes its lease (New failed, or the Coordinator is closing). A grant
+// not answered within aheadDropWait is cancelled: a lease it may have made
+// all the same runs out at its TTL.
+func (c *Coordinator) dropAhead() {
+	l := &c.leases
+	l.mu.Lock()
+	g := l.ahead
+	l.ahead = nil
+	l.mu.Unlock()
+	if g == nil {
+		return
+	}
+	select {
+	case <-g.done:
+	case <-time.After(aheadDropWait):
+		g.cancel()
+		<-g.done
+	}
+	if g.err == nil {
+		c.revokeNow(g.sp.id)
+	}
 }
 
 // ack is a lease's last acknowledged grant or renewal: the request's send
@@ -166,8 +243,28 @@ func (c *Coordinator) grant(ctx context.Context, name string, secs int64) (id cl
 	} else {
 		ok = false
 	}
+	ag := l.ahead
+	if ag != nil && ag.key == (spareKey{name, secs}) && !ok {
+		l.ahead = nil
+	} else {
+		ag = nil
+	}
 	l.acquires++
 	l.mu.Unlock()
+	if ag != nil { // New's grant for this lock: its answer, as a kept lease
+		select {
+		case <-ag.done:
+			sp, ok = ag.sp, ag.err == nil
+		case <-ctx.Done():
+			go func() { // nobody will take it now
+				<-ag.done
+				if ag.err == nil {
+					c.revoke(ag.sp.id)
+				}
+			}()
+			return 0, 0, time.Time{}, false, ctx.Err()
+		}
+	}
 	if ok {
 		if time.Since(sp.sent) < sp.ttl/10 {
 			return sp.id, sp.ttl, sp.sent, true, nil
@@ -185,8 +282,9 @@ func (c *Coordinator) grant(ctx context.Context, name string, secs int64) (id cl
 	return g.ID, time.Duration(g.TTL) * time.Second, sent, false, nil
 }
 
-// closeLeases revokes the kept leases.
+// closeLeases revokes the kept leases and the lease granted ahead.
 func (c *Coordinator) closeLeases() {
+	c.dropAhead()
 	l := &c.leases
 	l.mu.Lock()
 	l.closed = true
