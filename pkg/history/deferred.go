@@ -24,7 +24,7 @@ import (
 // release, on record.
 func (r *Recorder) AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	start := time.Now()
-	l, err := r.inner.Acquire(ctx, name, opts)
+	l, look, err := r.acquire(ctx, name, opts)
 	if err != nil {
 		return l, err
 	}
@@ -33,7 +33,7 @@ func (r *Recorder) AcquireDeferred(ctx context.Context, name string, opts coord.
 	done := r.inflight.start(name)
 	go func() {
 		defer r.inflight.finish(name, done)
-		r.recordAcquired(ctx, name, l, wait, opts.Slots)
+		r.recordAcquired(ctx, name, l, wait, opts.Slots, look)
 	}()
 	return l, nil
 }

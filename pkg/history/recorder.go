@@ -100,21 +100,33 @@ func (r *Recorder) Store() Store { return r.store }
 // Acquire implements coord.Coordinator and records the acquisition.
 func (r *Recorder) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	start := time.Now()
-	l, err := r.inner.Acquire(ctx, name, opts)
+	l, look, err := r.acquire(ctx, name, opts)
 	if err != nil {
 		return l, err
 	}
 	wait := time.Since(start)
 	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
-	r.recordAcquired(ctx, name, l, wait, opts.Slots)
+	r.recordAcquired(ctx, name, l, wait, opts.Slots, look)
 	return l, nil
+}
+
+// acquire acquires through the store when it can look at the lock's last
+// lease event in the same step (AcquireLooker), else on the coordinator;
+// look is that look, or nil.
+func (r *Recorder) acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, func(context.Context) (Event, bool, error), error) {
+	if al, ok := r.store.(AcquireLooker); ok {
+		return al.AcquireLooking(ctx, r.inner, name, opts, scanBack)
+	}
+	l, err := r.inner.Acquire(ctx, name, opts)
+	return l, nil, err
 }
 
 // recordAcquired records the acquisition of l after wait: acquired,
 // preceded by expired for the previous holder when its end is not on record
 // (of a semaphore, slots above 1, only when it no longer holds a slot: its
-// holders overlap).
-func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int) {
+// holders overlap). look is the store's look at the lock's last lease event
+// made with the acquisition (nil: none was made, and it reads it now).
+func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, look func(context.Context) (Event, bool, error)) {
 	// The lease is running: spend at most a quarter of it on the history.
 	timeout := r.opts.RecordTimeout
 	if q := l.TTL / 4; q > 0 && q < timeout {
@@ -124,7 +136,8 @@ func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lea
 	defer cancel()
 	now := r.opts.Now()
 	var evs []Event
-	if last, ok := r.lastLeaseEvent(rctx, name); ok && last.Kind == Acquired && last.Token < l.Token && !r.stillHolds(rctx, name, last.Token, slots) {
+	last, ok := r.lastLeaseEvent(rctx, name, look)
+	if ok && last.Kind == Acquired && last.Token < l.Token && !r.stillHolds(rctx, name, last.Token, slots) {
 		evs = append(evs, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 	}
 	evs = append(evs, Event{Time: now, Lock: name, Kind: Acquired, Holder: l.Holder, Token: l.Token, Wait: wait, LeaseID: l.ID})
@@ -201,7 +214,7 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 		// The lease is gone: unless its end is on record, it expired. (A
 		// successor that takes the lock meanwhile finds this expired on
 		// record, or writes it itself, before its acquired.)
-		last, ok := r.lastLeaseEvent(rctx, name)
+		last, ok := r.lastLeaseEvent(rctx, name, nil)
 		if ok && last.Kind == Acquired &&
 			(isKnown && last.Token == known.token || !isKnown && last.LeaseID != "" && last.LeaseID == leaseID) {
 			r.write(rctx, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
@@ -447,9 +460,14 @@ func (r *Recorder) write(ctx context.Context, evs ...Event) {
 
 // lastLeaseEvent returns the latest acquired, released, revoked or expired
 // event among the last scanBack events of lock.
-func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string) (Event, bool) {
-	if lr, ok := r.store.(leaseReader); ok {
-		ev, ok, err := lr.LastLease(ctx, lock, scanBack)
+func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string, look func(context.Context) (Event, bool, error)) (Event, bool) {
+	if look == nil {
+		if lr, ok := r.store.(leaseReader); ok {
+			look = func(ctx context.Context) (Event, bool, error) { return lr.LastLease(ctx, lock, scanBack) }
+		}
+	}
+	if look != nil {
+		ev, ok, err := look(ctx)
 		if err != nil {
 			r.log.Debug("history: could not read the lock's last lease event", "lock", lock, "err", err)
 			return Event{}, false

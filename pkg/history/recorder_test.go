@@ -135,6 +135,7 @@ func TestRecorder(t *testing.T) {
 			t.Run("Revoke", func(t *testing.T) { testRevoke(t, b) })
 			t.Run("ExpiredAndTakenOver", func(t *testing.T) { testTakeover(t, b) })
 			t.Run("ExpiredFoundAtRelease", func(t *testing.T) { testExpiredAtRelease(t, b) })
+			t.Run("ExpiredFoundWhenFree", func(t *testing.T) { testExpiredWhenFree(t, b) })
 			t.Run("ReleaseFromAnotherProcess", func(t *testing.T) { testCrossProcess(t, b) })
 			t.Run("LapsedReleasedFromAnotherProcess", func(t *testing.T) { testLapsedCrossProcess(t, b) })
 			t.Run("RecordByOthers", func(t *testing.T) { testRecordByOthers(t, b) })
@@ -256,6 +257,21 @@ func testExpiredAtRelease(t *testing.T, b backend) {
 	lb := acquire(t, b.open(t), "ex", "next", 30*time.Second)
 	want := fmt.Sprintf("acquired:late:%d expired:late:%d acquired:next:%d", la.Token, la.Token, lb.Token)
 	if got := kinds(t, a, "ex"); got != want {
+		t.Fatalf("history %s, want %s", got, want)
+	}
+}
+
+// testExpiredWhenFree: a lease expired, and the lock is free when the next
+// holder comes: it takes it at once (on etcd in the one transaction that
+// also reads the history's head: AcquireLooking) and records the expiry
+// before its acquisition.
+func testExpiredWhenFree(t *testing.T, b backend) {
+	a := b.open(t)
+	la := acquire(t, a, "ef", "gone", b.shortTTL)
+	waitFree(t, a, "ef")
+	lb := acquire(t, b.open(t), "ef", "next", 30*time.Second)
+	want := fmt.Sprintf("acquired:gone:%d expired:gone:%d acquired:next:%d", la.Token, la.Token, lb.Token)
+	if got := kinds(t, a, "ef"); got != want {
 		t.Fatalf("history %s, want %s", got, want)
 	}
 }

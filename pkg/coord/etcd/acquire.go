@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,12 +23,24 @@ import (
 // waiter's keep-alive had acknowledged when its turn came. A failed or cancelled Acquire revokes its lease, which
 // removes its place in the queue.
 func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+	l, _, err := c.AcquireWith(ctx, name, opts, nil)
+	return l, err
+}
+
+// AcquireWith is Acquire, with reads (Get operations) in the transaction
+// that takes the lock when that is Acquire's first one (the lock was free;
+// not a semaphore's): their answers come back with the lease, read at the
+// revision at which it took the lock, at the cost of no request of their
+// own. They are nil when the lease took the lock another way (after a wait, or a slot of
+// a semaphore): the caller then reads apart. The history store reads the
+// lock's history head so (package etcdstore: AcquireLooking).
+func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.AcquireOptions, reads []clientv3.Op) (*coord.Lease, []*etcdserverpb.ResponseOp, error) {
 	opts, err := coord.CheckAcquire(name, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := c.check(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A waiter waits through a cluster that does not answer (hedge.go).
 	ctx = persist(ctx)
@@ -37,7 +50,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	secs := leaseSeconds(opts.TTL)
 	id, granted, sent, reused, err := c.grant(ctx, name, secs)
 	if err != nil {
-		return nil, c.mapErr(ctx, "grant lease", err)
+		return nil, nil, c.mapErr(ctx, "grant lease", err)
 	}
 	ok := false
 	defer func() {
@@ -78,6 +91,8 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		if slots > 1 {
 			then = append(then, clientv3.OpPut(c.slotKey(name, 0), formatID(id), clientv3.WithLease(id)))
 			els = append(els, clientv3.OpGet(c.slotsRange(name), clientv3.WithPrefix()))
+		} else {
+			then = append(then, reads...) // last: their answers are AcquireWith's
 		}
 		return c.cli.Txn(once(ctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix(), c.limitsCmp(limRev)).
@@ -93,19 +108,25 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	)
 	for {
 		resp, err = put()
+		if len(reads) > 0 && errors.Is(err, rpctypes.ErrPermissionDenied) {
+			// The reads are the caller's business, not the lock's: a user
+			// who may not make them still takes the lock.
+			reads = nil
+			resp, err = put()
+		}
 		if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The kept lease ended since its last acknowledgment (revoked by
 			// someone): a fresh one.
 			var g *clientv3.LeaseGrantResponse
 			sent = time.Now()
 			if g, err = c.cli.Grant(ctx, secs); err != nil {
-				return nil, c.mapErr(ctx, "grant lease", err)
+				return nil, nil, c.mapErr(ctx, "grant lease", err)
 			}
 			id, granted, reused = g.ID, time.Duration(g.TTL)*time.Second, false
 			resp, err = put()
 		}
 		if err != nil {
-			return nil, c.mapErr(ctx, "acquire", err)
+			return nil, nil, c.mapErr(ctx, "acquire", err)
 		}
 		if resp.Succeeded {
 			break
@@ -113,19 +134,19 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		n := len(resp.Responses)
 		if slots > 1 {
 			if sem, err = c.parseSlotReads(name, resp, n-3); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			kvs, lim = sem.kvs, sem.lim
 		} else {
 			kvs = resp.Responses[n-2].GetResponseRange().Kvs
 			if lim, err = c.effectiveOf(name, resp.Responses[n-1].GetResponseRange().Kvs); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		limRev = resp.Header.Revision
 		// Every key of a lock records the same slots.
 		if err := checkSlots(name, kvs, c.leaseKey(name, id), slots); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if wait || len(kvs) > 0 || !lim.Allows(0) {
 			break
@@ -138,41 +159,45 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		// A try-lock of a semaphore with a free slot takes it.
 		slot, rev, st, got, err := c.trySlot(ctx, name, key, id, slots, held, sem)
 		if err != nil {
-			return nil, c.mapErr(ctx, "acquire", err)
+			return nil, nil, c.mapErr(ctx, "acquire", err)
 		}
 		if got {
 			if l.Token, err = tokenOf(name, rev); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			l.AcquiredAt, l.Slot = now, slot
 			c.leases.add(name, secs, id, int64(l.Token), l.TTL, l.Sent, true)
 			ok = true
-			return l, nil
+			return l, nil, nil
 		}
 		kvs, lim = st.kvs, st.lim
 	}
 	if resp.Succeeded {
 		if l.Token, err = tokenOf(name, resp.Header.Revision); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		l.AcquiredAt = now
 		c.leases.add(name, secs, id, int64(l.Token), l.TTL, l.Sent, slots > 1)
 		ok = true
-		return l, nil
+		var got []*etcdserverpb.ResponseOp
+		if slots <= 1 && len(reads) > 0 {
+			got = resp.Responses[len(resp.Responses)-len(reads):]
+		}
+		return l, got, nil
 	}
 	cur, err := c.lockInfo(ctx, name, kvs, wait && opts.OnWait != nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cur.Limit = lim
 	if !wait {
 		if slots > 1 && len(kvs) >= slots {
-			return nil, busy(cur, 0)
+			return nil, nil, busy(cur, 0)
 		}
 		if !lim.Allows(0) || slots > 1 && !lim.Allows(holders(kvs)) {
-			return nil, limitErr(name, lim, kvs)
+			return nil, nil, limitErr(name, lim, kvs)
 		}
-		return nil, busy(cur, 0)
+		return nil, nil, busy(cur, 0)
 	}
 	myRev := resp.Header.Revision // the revision of the transaction that put our key
 
@@ -232,17 +257,17 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		var le *coord.LimitError
 		switch {
 		case errors.Is(err, errLeaseGone) && requeue():
-			return c.requeue(ctx, name, opts, waitUntil, cur)
+			return noReads(c.requeue(ctx, name, opts, waitUntil, cur))
 		case errors.Is(err, errLeaseGone):
-			return nil, waiterLost(name)
+			return nil, nil, waiterLost(name)
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
+			return nil, nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
 		case wctx.Err() != nil && errors.As(err, &le):
-			return nil, le
+			return nil, nil, le
 		case wctx.Err() != nil:
-			return nil, busy(cur, opts.Wait)
+			return nil, nil, busy(cur, opts.Wait)
 		}
-		return nil, err
+		return nil, nil, err
 	}
 
 	// Our turn, claimed (acquired_at recorded at now). The caller's
@@ -253,27 +278,32 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 		ttl, s, err := c.ka.renew(ctx, id)
 		switch {
 		case err != nil:
-			return nil, c.mapErr(ctx, "renew lease", err)
+			return nil, nil, c.mapErr(ctx, "renew lease", err)
 		case ttl <= 0 && requeue():
 			// The claim went through just before etcd, answering again
 			// after a stall, revoked our expired lease (and the claimed
 			// key with it): TestWholeClusterStall once saw the waiter
 			// give up here.
-			return c.requeue(ctx, name, opts, waitUntil, cur)
+			return noReads(c.requeue(ctx, name, opts, waitUntil, cur))
 		case ttl <= 0:
-			return nil, waiterLost(name)
+			return nil, nil, waiterLost(name)
 		}
 		last.sent, last.ttl = s, time.Duration(ttl)*time.Second
 	}
 	if l.Token, err = tokenOf(name, myRev); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l.TTL = last.ttl
 	l.Sent = last.sent
 	l.AcquiredAt = now
 	c.leases.add(name, secs, id, int64(l.Token), l.TTL, l.Sent, slots > 1)
 	ok = true
-	return l, nil
+	return l, nil, nil
+}
+
+// noReads adds Acquire's result no reads to a lease taken another way.
+func noReads(l *coord.Lease, err error) (*coord.Lease, []*etcdserverpb.ResponseOp, error) {
+	return l, nil, err
 }
 
 // requeue takes a new place in the queue of name for a waiter whose lease
