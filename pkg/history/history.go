@@ -83,7 +83,7 @@ type ReleaseAppender interface {
 // needs to know, the lock's last lease event among its last n events, in
 // one step with the acquisition, on a coordinator of its own backend
 // (package etcdstore, on the etcd coordinator whose client it shares: in
-// the transaction that takes a free lock). The record then costs one
+// the transaction that takes the lock). The record then costs one
 // request, its write. The Recorder uses it for every acquisition.
 type AcquireLooker interface {
 	// AcquireLooking acquires name on c as c.Acquire does. lastLease, when

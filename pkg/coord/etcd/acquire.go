@@ -28,12 +28,14 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 }
 
 // AcquireWith is Acquire, with reads (Get operations) in the transaction
-// that takes the lock when that is Acquire's first one (the lock was free;
-// not a semaphore's): their answers come back with the lease, read at the
-// revision at which it took the lock, at the cost of no request of their
-// own. They are nil when the lease took the lock another way (after a wait, or a slot of
-// a semaphore): the caller then reads apart. The history store reads the
-// lock's history head so (package etcdstore: AcquireLooking).
+// that takes the lock (Acquire's first one when the lock was free, a
+// waiter's claim at its turn): their answers come back with the lease,
+// read at the revision at which it took the lock, at the cost of no
+// request of their own. They are nil when the lease took the lock another
+// way (a semaphore's slot, a waiter that had to queue again): the caller
+// then reads apart. A user who may not make the reads takes the lock
+// without them. The history store reads the lock's history head so
+// (package etcdstore: AcquireLooking).
 func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.AcquireOptions, reads []clientv3.Op) (*coord.Lease, []*etcdserverpb.ResponseOp, error) {
 	opts, err := coord.CheckAcquire(name, opts)
 	if err != nil {
@@ -233,6 +235,7 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 		return meta{Holder: holder, TTL: opts.TTL.String(), AcquiredAt: &now, Supervised: supervised}.encode()
 	}
 	heldBack := meta{Holder: holder, TTL: opts.TTL.String(), QueuedAt: &now, Supervised: supervised, HeldBack: true}.encode()
+	var got []*etcdserverpb.ResponseOp // the answers of reads, read in our claim
 	if slots > 1 {
 		claimSlot := func(slot int) string {
 			now = time.Now()
@@ -240,7 +243,7 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 		}
 		l.Slot, err = c.waitSlot(wctx, name, key, id, myRev, slots, sem, lost, claimSlot)
 	} else {
-		err = c.waitTurn(wctx, lockRange, key, id, myRev, pred, lost, claim, limRev, lim, heldBack)
+		got, err = c.waitTurn(wctx, lockRange, key, id, myRev, pred, lost, claim, limRev, lim, heldBack, reads)
 	}
 	cancel()
 	stopKeepAlive()
@@ -298,7 +301,7 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 	l.AcquiredAt = now
 	c.leases.add(name, secs, id, int64(l.Token), l.TTL, l.Sent, slots > 1)
 	ok = true
-	return l, nil, nil
+	return l, got, nil
 }
 
 // noReads adds Acquire's result no reads to a lease taken another way.
@@ -372,7 +375,7 @@ func busy(cur coord.LockInfo, waited time.Duration) error {
 // holds the lock back, it waits for the next change of a limit
 // (waitLimits), and returns an error wrapping the *coord.LimitError when
 // ctx ends meanwhile.
-func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id clientv3.LeaseID, myRev int64, pred *mvccpb.KeyValue, lost <-chan error, claim func() string, limRev int64, lim *coord.Limit, heldBack string) (err error) {
+func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id clientv3.LeaseID, myRev int64, pred *mvccpb.KeyValue, lost <-chan error, claim func() string, limRev int64, lim *coord.Limit, heldBack string, extra []clientv3.Op) (got []*etcdserverpb.ResponseOp, err error) {
 	name := lockName(key, c)
 	marked := false // our key says held_back
 	ctx, cancel := context.WithCancel(ctx)
@@ -388,7 +391,7 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 	for {
 		if pred != nil {
 			if err := c.waitDelete(ctx, pred, from, lost); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		reads := []clientv3.Op{
@@ -410,7 +413,7 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 				If(clientv3.Compare(clientv3.CreateRevision(lockRange), ">", myRev-1).WithPrefix(),
 					clientv3.Compare(clientv3.CreateRevision(key), "=", myRev),
 					c.limitsCmp(limRev)).
-				Then(clientv3.OpPut(key, claim(), clientv3.WithLease(id))).
+				Then(append([]clientv3.Op{clientv3.OpPut(key, claim(), clientv3.WithLease(id))}, extra...)...).
 				Else(reads...).
 				Commit()
 		}
@@ -419,19 +422,25 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 		case err != nil && ctx.Err() == nil && tctx.Err() != nil:
 			continue // timed out: again (pred stays: the watch sees it gone at once)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return errLeaseGone
+			return nil, errLeaseGone
+		case len(extra) > 0 && errors.Is(err, rpctypes.ErrPermissionDenied):
+			extra = nil // the caller's reads (see AcquireWith): claim without them
+			continue
 		case err != nil:
-			return c.mapErr(ctx, "wait", err)
+			return nil, c.mapErr(ctx, "wait", err)
 		case resp.Succeeded && !blocked:
-			return nil
+			if len(extra) > 0 {
+				got = resp.Responses[1:]
+			}
+			return got, nil
 		case resp.Responses[1].GetResponseRange().Count == 0:
-			return errLeaseGone // our key is gone: the lease ended
+			return nil, errLeaseGone // our key is gone: the lease ended
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		pred, from = nil, resp.Header.Revision+1
 		limRev = resp.Header.Revision
 		if lim, err = c.effectiveOf(name, resp.Responses[2].GetResponseRange().Kvs); err != nil {
-			return err
+			return nil, err
 		}
 		if len(kvs) > 0 {
 			pred = kvs[0]
@@ -443,15 +452,15 @@ func (c *Coordinator) waitTurn(ctx context.Context, lockRange, key string, id cl
 		}
 		if !marked {
 			if err := c.markHeldBack(ctx, key, id, myRev, heldBack); err != nil {
-				return err
+				return nil, err
 			}
 			marked = true
 		}
 		if err := c.waitLimits(ctx, from, lost); err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("%w (%w)", &coord.LimitError{Lock: name, Limit: *lim}, err)
+				return nil, fmt.Errorf("%w (%w)", &coord.LimitError{Lock: name, Limit: *lim}, err)
 			}
-			return err
+			return nil, err
 		}
 	}
 }

@@ -623,12 +623,12 @@ var _ history.AcquireLooker = (*Store)(nil)
 // AcquireLooking implements history.AcquireLooker on the etcd coordinator
 // whose client the store shares: it acquires through
 // etcd.Coordinator.AcquireWith, reading the lock's history head and oldest
-// events in the transaction that takes a free lock, and keeps them for the
+// events in the transaction that takes the lock, and keeps them for the
 // next write, as LastLease would after it. lastLease then answers as
 // LastLease(ctx, name, n) from that read: the acquisition's record costs one
 // request (the write) instead of two. lastLease is nil when c is not such a
 // coordinator (Acquire was c's own) or when the lease took the lock another
-// way (after a wait, a semaphore's slot: see AcquireWith).
+// way (a semaphore's slot: see AcquireWith).
 func (s *Store) AcquireLooking(ctx context.Context, c coord.Coordinator, name string, opts coord.AcquireOptions, n int) (*coord.Lease, func(context.Context) (history.Event, bool, error), error) {
 	var ec *etcd.Coordinator
 	if !coord.As(c, &ec) || ec.Client() != s.cli || ec.Prefix() != s.prefix || coord.ValidateName(name) != nil {

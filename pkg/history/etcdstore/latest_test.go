@@ -168,6 +168,58 @@ func TestAcquisitionRecordCost(t *testing.T) {
 	if err != nil || len(evs) != 6 {
 		t.Fatalf("history %+v, %v; want 3 acquired and released pairs", evs, err)
 	}
+
+	// A waiter: its queueing transaction, its claim at its turn (which
+	// makes the look), the record's write: three, counted on its own
+	// client (the holder's is another).
+	holderCli := srv.Client(t)
+	hc, err := etcd.NewFromClient(ctx, holderCli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := New(holderCli, hc.Prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := history.Wrap(hc, hs)
+	defer holder.Close()
+	hl, err := holder.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := etcd.NewFromClient(ctx, cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cli, c.Prefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := history.Wrap(c, s)
+	defer r.Close()
+	queued := make(chan struct{})
+	got := make(chan error, 1)
+	var before int64
+	go func() {
+		before = kv.n.Load()
+		_, err := r.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "carol", Wait: coord.WaitForever,
+			OnWait: func(coord.LockInfo) { close(queued) }})
+		got <- err
+	}()
+	<-queued
+	if err := holder.Release(ctx, "job", hl.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n := kv.n.Load() - before; n != 3 {
+		t.Fatalf("a waiter made %d KV requests to queue, claim and record, want 3", n)
+	}
+	evs, err = newStoreLike(t, cli, prefix).History(ctx, "job", 3)
+	if err != nil || len(evs) != 3 || evs[0].Kind != history.Acquired || evs[1].Kind != history.Released || evs[2].Kind != history.Acquired || evs[2].Holder != "carol" {
+		t.Fatalf("history %+v, %v; want bob's acquired and released, then carol's acquired", evs, err)
+	}
 }
 
 func newStoreLike(t *testing.T, cli *clientv3.Client, prefix string) *Store {
@@ -224,5 +276,30 @@ func TestAcquireWithoutHistoryPermission(t *testing.T) {
 	}
 	if n := r.Pending(); n == 0 {
 		t.Errorf("no event pending: the history was written without permission?")
+	}
+
+	// A waiter's claim, which would read the head too.
+	rc, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints(), Username: "root", Password: "rootpw", DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	hl, err := rc.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		_, err := r.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "app", Wait: coord.WaitForever,
+			OnWait: func(coord.LockInfo) { close(queued) }})
+		got <- err
+	}()
+	<-queued
+	if err := rc.Release(ctx, "job", hl.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("a waiter without permission on the history: %v", err)
 	}
 }
