@@ -49,13 +49,18 @@
 //     file), without the directory fsync: a waiter is not worth keeping
 //     across a crash.
 //   - The fsync of the new state before its rename is there only so that
-//     a crash leaves the old state or the new one, never a file cut short:
-//     where the file system already writes a renamed file's data ahead of
-//     the rename (ext4 with a journal, in its default data=ordered mode and
-//     with its default auto_da_alloc, and tmpfs, as atomicfile.RenameOrdered
-//     finds from statfs and /proc/fs/ext4/<device>/options),
-//     the grants within the reserved block and the queue's changes leave
-//     it out. The write that reserves a block keeps both fsyncs everywhere.
+//     a crash leaves the old state or the new one, never a file cut short,
+//     which would lose the reservation. The write that reserves a block
+//     also writes it to a file of its own (reserve.go: <base>.tok, with
+//     the boot), and while that boot lasts the grants within the block and
+//     the queue's changes leave the fsync out on every file system: a state
+//     that a crash cut short is read, on a later boot, from the reservation.
+//     So they do where the file system already writes a renamed file's
+//     data ahead of the rename (ext4 with a journal, in its default
+//     data=ordered mode and with its default auto_da_alloc, and tmpfs, as
+//     atomicfile.RenameOrdered finds from statfs and
+//     /proc/fs/ext4/<device>/options), whoever wrote the reservation. The
+//     write that reserves a block keeps both fsyncs everywhere.
 //   - The rest of a holder's life changes only its lease record, a
 //     fixed-length string at a fixed place in the state file ("lease", the
 //     second JSON member; format 2): Renew (the new expiry), Release (the

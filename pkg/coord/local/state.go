@@ -50,6 +50,9 @@ type state struct {
 	// up to it was covered by a durable write. After a crash LastToken may
 	// read lower; the next token then starts above Reserved.
 	Reserved uint64 `json:"reserved_token,omitempty"`
+	// ReserveBoot is the boot under which this fence wrote the lock's
+	// reservation file with Reserved (reserve.go).
+	ReserveBoot string `json:"reserve_boot,omitempty"`
 	// BootID is the boot of the boot-clock readings and process IDs below.
 	BootID string   `json:"boot_id,omitempty"`
 	Holder *holder  `json:"holder,omitempty"`
@@ -344,6 +347,9 @@ func (h *holder) clone() *holder {
 // it receives a copy of the state before the lease record was applied.
 func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	if len(b) == 0 {
+		if st := recovered(f); st != nil {
+			return recoveredState(st, pre), nil
+		}
 		return nil, corrupt(f, "is empty (truncated)")
 	}
 	if len(b) > maxStateSize {
@@ -351,6 +357,9 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	}
 	st := new(state)
 	if err := json.Unmarshal(b, st); err != nil {
+		if st := recovered(f); st != nil {
+			return recoveredState(st, pre), nil
+		}
 		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
 	}
 	switch {
@@ -410,6 +419,15 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	return st, nil
 }
 
+// recoveredState is parseState's answer for the state a crash left
+// (recovered): pre, when not nil, receives a copy.
+func recoveredState(st *state, pre *state) *state {
+	if pre != nil {
+		*pre = *st.clone()
+	}
+	return st
+}
+
 // applyRecord applies the lease record of st (as parsed) to its holder.
 func applyRecord(f lockFiles, st *state) error {
 	h := st.Holder
@@ -444,6 +462,14 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 		st.Version = slotsVersion
 	}
 	st.BootID = clock.BootID()
+	if sync && st.BootID != "" {
+		// A new block: its reservation first (reserve.go), made durable
+		// with the state by the directory's fsync below.
+		if err := c.writeReserve(f, st); err != nil {
+			return unavailable("lock %q: write token reservation: %v", f.name, err)
+		}
+		st.ReserveBoot = st.BootID
+	}
 	st.Lease = ""
 	if st.Holder != nil {
 		st.Lease = recordOf(st.Holder).encode()
@@ -453,7 +479,7 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 		return unavailable("lock %q: encode state: %v", f.name, err)
 	}
 	b = append(b, '\n')
-	if err := c.replaceState(f, b, sync); err != nil {
+	if err := c.replaceState(f, b, sync, !sync && reserveHolds(st)); err != nil {
 		return unavailable("lock %q: write state: %v", f.name, err)
 	}
 	if sync {

@@ -24,13 +24,17 @@ const legacyTempAge = time.Minute
 // directory is not fsynced.
 //
 // When durable is false (the write issues no token beyond the reserved
-// block) and locks/ is on a file system that writes a renamed file's data
-// ahead of the rename (a journaled ext4 with its defaults, tmpfs: see
-// atomicfile.RenameOrdered), the fsync is left out: a crash leaves the old
-// or the new state all the same, and the token is safe in the reservation
-// that the last durable write made.
-func (c *Coordinator) replaceState(f lockFiles, data []byte, durable bool) error {
-	if !durable && c.renameOrdered() {
+// block) the fsync is left out where a crash cannot lose the token: when
+// reserved says that the lock's reservation file was written under the
+// current boot (reserve.go: a state that a crash cut short is read, after
+// the reboot, from the reservation), or when locks/ is on a file system
+// that writes a renamed file's data ahead of the rename (a journaled ext4
+// with its defaults, tmpfs: see atomicfile.RenameOrdered: a crash leaves
+// the old or the new state all the same, and the token is safe in the
+// reservation that the last durable write made). fsyncAlways (tests)
+// keeps it.
+func (c *Coordinator) replaceState(f lockFiles, data []byte, durable, reserved bool) error {
+	if !durable && (reserved && !c.opts.fsyncAlways || c.renameOrdered()) {
 		_, err := replaceOrdered(f.state, f.temp, data, f.shared().filePerm())
 		return err
 	}
