@@ -136,15 +136,7 @@ func TestAcquisitionRecordCost(t *testing.T) {
 	cli, kv := counted(t, srv)
 	prefix := newPrefix()
 	for round := range 3 { // each round the coordinator, store and Recorder of a new process
-		c, err := etcd.NewFromClient(ctx, cli, prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := New(cli, c.Prefix())
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := history.Wrap(c, s)
+		r := recorderOf(t, ctx, cli, prefix)
 		before := kv.n.Load()
 		lease, err := r.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "alice"})
 		if err != nil {
@@ -172,30 +164,13 @@ func TestAcquisitionRecordCost(t *testing.T) {
 	// A waiter: its queueing transaction, its claim at its turn (which
 	// makes the look), the record's write: three, counted on its own
 	// client (the holder's is another).
-	holderCli := srv.Client(t)
-	hc, err := etcd.NewFromClient(ctx, holderCli, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, err := New(holderCli, hc.Prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder := history.Wrap(hc, hs)
+	holder := recorderOf(t, ctx, srv.Client(t), prefix)
 	defer holder.Close()
 	hl, err := holder.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "bob"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := etcd.NewFromClient(ctx, cli, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cli, c.Prefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := history.Wrap(c, s)
+	r := recorderOf(t, ctx, cli, prefix)
 	defer r.Close()
 	queued := make(chan struct{})
 	got := make(chan error, 1)
@@ -220,6 +195,17 @@ func TestAcquisitionRecordCost(t *testing.T) {
 	if err != nil || len(evs) != 3 || evs[0].Kind != history.Acquired || evs[1].Kind != history.Released || evs[2].Kind != history.Acquired || evs[2].Holder != "carol" {
 		t.Fatalf("history %+v, %v; want bob's acquired and released, then carol's acquired", evs, err)
 	}
+}
+
+// recorderOf is the Recorder of a process on cli: its coordinator
+// (etcd.NewFromClient) and its store under prefix.
+func recorderOf(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string) *history.Recorder {
+	t.Helper()
+	c, err := etcd.NewFromClient(ctx, cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return history.Wrap(c, newStoreLike(t, cli, c.Prefix()))
 }
 
 func newStoreLike(t *testing.T, cli *clientv3.Client, prefix string) *Store {
