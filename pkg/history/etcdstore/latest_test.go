@@ -172,20 +172,8 @@ func TestAcquisitionRecordCost(t *testing.T) {
 	}
 	r := recorderOf(t, ctx, cli, prefix)
 	defer r.Close()
-	queued := make(chan struct{})
-	got := make(chan error, 1)
-	var before int64
-	go func() {
-		before = kv.n.Load()
-		_, err := r.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "carol", Wait: coord.WaitForever,
-			OnWait: func(coord.LockInfo) { close(queued) }})
-		got <- err
-	}()
-	<-queued
-	if err := holder.Release(ctx, "job", hl.ID); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
+	before := kv.n.Load()
+	if err := acquireAfter(t, ctx, r, "carol", func() error { return holder.Release(ctx, "job", hl.ID) }); err != nil {
 		t.Fatal(err)
 	}
 	if n := kv.n.Load() - before; n != 3 {
@@ -195,6 +183,28 @@ func TestAcquisitionRecordCost(t *testing.T) {
 	if err != nil || len(evs) != 3 || evs[0].Kind != history.Acquired || evs[1].Kind != history.Released || evs[2].Kind != history.Acquired || evs[2].Holder != "carol" {
 		t.Fatalf("history %+v, %v; want bob's acquired and released, then carol's acquired", evs, err)
 	}
+}
+
+// acquireAfter acquires lock job on c as holder, waiting: once c is
+// queued it calls release (the holder's), and returns c's error.
+func acquireAfter(t *testing.T, ctx context.Context, c coord.Coordinator, holder string, release func() error) error {
+	t.Helper()
+	queued := make(chan struct{})
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: holder, Wait: coord.WaitForever,
+			OnWait: func(coord.LockInfo) { close(queued) }})
+		got <- err
+	}()
+	select {
+	case <-queued:
+	case err := <-got:
+		return err // it did not queue
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	return <-got
 }
 
 // recorderOf is the Recorder of a process on cli: its coordinator
@@ -274,18 +284,7 @@ func TestAcquireWithoutHistoryPermission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queued := make(chan struct{})
-	got := make(chan error, 1)
-	go func() {
-		_, err := r.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "app", Wait: coord.WaitForever,
-			OnWait: func(coord.LockInfo) { close(queued) }})
-		got <- err
-	}()
-	<-queued
-	if err := rc.Release(ctx, "job", hl.ID); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-got; err != nil {
+	if err := acquireAfter(t, ctx, r, "app", func() error { return rc.Release(ctx, "job", hl.ID) }); err != nil {
 		t.Fatalf("a waiter without permission on the history: %v", err)
 	}
 }
