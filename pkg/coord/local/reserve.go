@@ -85,14 +85,12 @@ func recovered(f lockFiles) *state {
 		return nil
 	}
 	defer unix.Close(fd)
-	var fst unix.Stat_t
-	if unix.Fstat(fd, &fst) != nil || f.shared().checkFileStat("token reservation", f.rsv, fd, &fst) != nil ||
-		fst.Size <= 0 || fst.Size > maxReserveSize {
+	size, err := checkFile(f, f.rsv, fd)
+	if err != nil || size <= 0 || size > maxReserveSize {
 		return nil
 	}
-	b := make([]byte, fst.Size)
-	n, err := unix.Pread(fd, b, 0)
-	if err != nil || n != len(b) {
+	b, err := readAll(f, fd, size)
+	if err != nil || int64(len(b)) != size {
 		return nil
 	}
 	var r reservation

@@ -136,8 +136,11 @@ func checkFile(f lockFiles, path string, fd int) (int64, error) {
 		return 0, unavailable("lock %q: %s: %v", f.name, path, err)
 	}
 	what := "state file"
-	if path == f.lock {
+	switch path {
+	case f.lock:
 		what = "lock file"
+	case f.rsv:
+		what = "token reservation"
 	}
 	if err := f.shared().checkFileStat(fmt.Sprintf("lock %q: %s", f.name, what), path, fd, &st); err != nil {
 		return 0, err
@@ -479,7 +482,7 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 		return unavailable("lock %q: encode state: %v", f.name, err)
 	}
 	b = append(b, '\n')
-	if err := c.replaceState(f, b, sync, !sync && reserveHolds(st)); err != nil {
+	if err := c.replaceState(f, b, sync, reserveHolds(st)); err != nil {
 		return unavailable("lock %q: write state: %v", f.name, err)
 	}
 	if sync {
