@@ -19,7 +19,7 @@ func newCmdConfig(f *Factory) *cobra.Command {
 		Use:   "config [-o table|json|yaml]",
 		Short: "Print the effective configuration and where each value came from",
 		Long: `Print every setting with its effective value and its source: flag, env
-(FENCE_...), file (the config file) or default. The password is shown as
+(FENCE_...), file and the config file it came from, or default. The password is shown as
 <redacted>. Exits 125, after printing, when the configuration would be refused
 when connecting (a plaintext non-loopback endpoint, a password file readable by
 others, ...). With etcd endpoints it also asks every member for its version
@@ -29,9 +29,12 @@ and warns on stderr about a version with a known lease-safety bug
 the answer came in time, without waiting for it.
 
 Settings, in order of precedence: flags, then the environment (FENCE_ and the
-flag name in upper case, '-' as '_'), then the config file (--config, env
-FENCE_CONFIG, else $XDG_CONFIG_HOME/fence/config.yaml, then
-/etc/fence/config.yaml; keys are the flag names), then the defaults.`,
+flag name in upper case, '-' as '_'), then the config files, then the
+defaults. The config files are merged key by key, as git and ssh do:
+/etc/fence/config.yaml, then $XDG_CONFIG_HOME/fence/config.yaml
+(~/.config/fence/config.yaml), then --config (env FENCE_CONFIG); a later file
+overrides only the keys it holds. Keys are the flag names. The config row
+lists the files read, in that order.`,
 		Example: `  # /etc/fence/config.yaml
   endpoints: https://etcd-1:2379,https://etcd-2:2379,https://etcd-3:2379
   cacert: /etc/fence/ca.pem
@@ -68,7 +71,11 @@ FENCE_CONFIG, else $XDG_CONFIG_HOME/fence/config.yaml, then
 					if v == "" {
 						v = "-"
 					}
-					rows[i] = []string{e.Key, v, string(e.Source)}
+					src := string(e.Source)
+					if e.File != "" {
+						src += " " + e.File
+					}
+					rows[i] = []string{e.Key, v, src}
 				}
 				err = output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), []string{"KEY", "VALUE", "SOURCE"}, rows)
 			}

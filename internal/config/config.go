@@ -4,11 +4,13 @@
 // Every setting is a global flag of the fence command. Its value comes from,
 // in order of precedence: the flag, the environment (FENCE_ and the flag name
 // in upper case with '-' as '_': --state-dir is FENCE_STATE_DIR), the config
-// file (keys are the flag names), and the default. The config file is
-// --config (env FENCE_CONFIG), else $XDG_CONFIG_HOME/fence/config.yaml
-// (~/.config/fence/config.yaml), then /etc/fence/config.yaml; only the first
-// that exists is read. An explicit config file that is missing, a malformed
-// file, an unknown key and a value of the wrong type are errors.
+// files (keys are the flag names), and the default. The config files are
+// merged key by key: /etc/fence/config.yaml, then
+// $XDG_CONFIG_HOME/fence/config.yaml (~/.config/fence/config.yaml), then
+// --config (env FENCE_CONFIG); a later file overrides only the keys it
+// holds, as git and ssh do. A missing default file is skipped; an explicit
+// config file that is missing, a malformed file, an unknown key and a value
+// of the wrong type are errors.
 //
 // The etcd password is never a flag: it comes from FENCE_PASSWORD or from
 // --password-file, a file readable by its owner only.
@@ -115,8 +117,9 @@ type Config struct {
 	DialTimeout time.Duration
 	// Holder is the holder identity ("" for coord.DefaultHolder()).
 	Holder string
-	// File is the config file that was read ("" if none).
-	File string
+	// Files are the config files that were read, in the order they were
+	// merged (the last one wins).
+	Files []string
 	// Verbose asks for progress messages on stderr.
 	Verbose bool
 	// Quiet keeps the expected outcomes of a wrapper (busy, already done,
@@ -127,7 +130,8 @@ type Config struct {
 	LogFormat, LogLevel string
 
 	sources map[string]Source
-	pwFile  string // password-file setting, read lazily by Validate
+	fileOf  map[string]string // the config file a key's value came from
+	pwFile  string            // password-file setting, read lazily by Validate
 
 	// endpointsSet: some source sets endpoints, perhaps to nothing
 	// (endpointsText as written; endpointsBlank empty entries in it).
@@ -149,7 +153,7 @@ func AddFlags(fs *pflag.FlagSet) {
 	fs.Bool(KeyInsecureTransport, false, "allow plaintext to a non-loopback etcd endpoint")
 	fs.Duration(KeyDialTimeout, DefaultDialTimeout, "how long to try to reach the coordinator")
 	fs.String(KeyHolder, "", "holder identity (default HOSTNAME:PID; for acquire, the PID of the process that ran it)")
-	fs.String(KeyConfig, "", "config file (default $XDG_CONFIG_HOME/fence/config.yaml, then /etc/fence/config.yaml)")
+	fs.String(KeyConfig, "", "config file, merged over /etc/fence/config.yaml and $XDG_CONFIG_HOME/fence/config.yaml (its keys win)")
 	fs.BoolP(KeyVerbose, "v", false, "print progress messages on stderr")
 	fs.BoolP(KeyQuiet, "q", false, "print nothing on stderr for the expected outcomes of a wrapper (busy, already done, frozen); errors still print")
 	fs.String(KeyLogFormat, "text", "format of log messages on stderr: text or json")
@@ -173,28 +177,38 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	if err := v.BindPFlags(fs); err != nil {
 		return nil, configErr("%v", err)
 	}
-	c := &Config{sources: map[string]Source{}}
+	c := &Config{sources: map[string]Source{}, fileOf: map[string]string{}}
 
-	// The config file.
-	file, explicit := v.GetString(KeyConfig), true
+	// The config files, merged key by key: the system's, the user's, then
+	// the one named by --config or FENCE_CONFIG.
 	c.sources[KeyConfig] = sourceOf(fs, KeyConfig, nil)
-	if file == "" {
-		explicit = false
-		file = findConfigFile()
+	explicit := v.GetString(KeyConfig)
+	var paths []string
+	for _, p := range defaultConfigFiles() {
+		if explicit == "" || filepath.Clean(p) != filepath.Clean(explicit) {
+			paths = append(paths, p)
+		}
 	}
-	var fileMap map[string]any
-	if file != "" {
-		m, err := readFile(file, explicit)
+	if explicit != "" {
+		paths = append(paths, explicit)
+	}
+	fileMap := map[string]any{}
+	for _, file := range paths {
+		m, err := readFile(file, file == explicit)
 		if err != nil {
 			return nil, err
 		}
-		if m != nil {
-			fileMap = m
-			c.File = file
-			if err := v.MergeConfigMap(m); err != nil {
-				return nil, configErr("config file %s: %v", file, err)
-			}
+		if m == nil {
+			continue // a default file that does not exist
 		}
+		c.Files = append(c.Files, file)
+		for k, x := range m {
+			fileMap[k] = x
+			c.fileOf[k] = file
+		}
+	}
+	if err := v.MergeConfigMap(fileMap); err != nil {
+		return nil, configErr("config files %s: %v", strings.Join(c.Files, ", "), err)
 	}
 	for _, k := range fileKeys {
 		c.sources[k] = sourceOf(fs, k, fileMap)
@@ -323,21 +337,20 @@ func sourceOf(fs *pflag.FlagSet, key string, file map[string]any) Source {
 	return SourceDefault
 }
 
-// findConfigFile returns the first default config file that exists, or "".
-func findConfigFile() string {
-	var candidates []string
+// SystemConfigFile is the system-wide config file, read first. Tests point
+// it elsewhere.
+var SystemConfigFile = "/etc/fence/config.yaml"
+
+// defaultConfigFiles are the config files read whether or not they exist,
+// in the order they are merged: the system's, then the user's.
+func defaultConfigFiles() []string {
+	files := []string{SystemConfigFile}
 	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
-		candidates = append(candidates, filepath.Join(x, "fence", "config.yaml"))
+		files = append(files, filepath.Join(x, "fence", "config.yaml"))
 	} else if h, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, filepath.Join(h, ".config", "fence", "config.yaml"))
+		files = append(files, filepath.Join(h, ".config", "fence", "config.yaml"))
 	}
-	candidates = append(candidates, "/etc/fence/config.yaml")
-	for _, p := range candidates {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
+	return files
 }
 
 // readFile reads and checks a config file. A missing file is an error only

@@ -12,7 +12,9 @@ import (
 )
 
 // cleanEnv removes every FENCE_ variable for the test and points the default
-// config search at an empty directory.
+// config files (the system's and the user's) into an empty directory, which
+// it returns: the user's file is DIR/fence/config.yaml, the system's
+// DIR/etc/fence/config.yaml.
 func cleanEnv(t *testing.T) string {
 	t.Helper()
 	for _, kv := range os.Environ() {
@@ -23,6 +25,9 @@ func cleanEnv(t *testing.T) string {
 	}
 	dir := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", dir)
+	old := SystemConfigFile
+	SystemConfigFile = filepath.Join(dir, "etc", "fence", "config.yaml")
+	t.Cleanup(func() { SystemConfigFile = old })
 	return dir
 }
 
@@ -90,15 +95,15 @@ func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
 	if c.Verbose || sourceOfKey(c, KeyVerbose) != SourceDefault {
 		t.Errorf("verbose = %v from %s, want the default", c.Verbose, sourceOfKey(c, KeyVerbose))
 	}
-	if c.File != filepath.Join(xdg, "fence", "config.yaml") || sourceOfKey(c, KeyConfig) != SourceFile {
-		t.Errorf("config file = %q from %s", c.File, sourceOfKey(c, KeyConfig))
+	if strings.Join(c.Files, ",") != filepath.Join(xdg, "fence", "config.yaml") || sourceOfKey(c, KeyConfig) != SourceFile {
+		t.Errorf("config files = %q from %s", c.Files, sourceOfKey(c, KeyConfig))
 	}
 }
 
 func TestDefaults(t *testing.T) {
 	cleanEnv(t)
 	c := mustLoad(t)
-	if c.Prefix != DefaultPrefix || c.DialTimeout != DefaultDialTimeout || c.Backend() != "local" || c.File != "" && !strings.HasPrefix(c.File, "/etc/") {
+	if c.Prefix != DefaultPrefix || c.DialTimeout != DefaultDialTimeout || c.Backend() != "local" || len(c.Files) != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
 }
@@ -162,6 +167,66 @@ func TestConfigFileErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestConfigFilesMerged: the user's file overrides the system's key by key,
+// never replaces it. A user file holding only log-format once made fence
+// ignore /etc/fence/config.yaml, and so take local locks while the other
+// hosts used etcd.
+func TestConfigFilesMerged(t *testing.T) {
+	dir := cleanEnv(t)
+	system := writeFile(t, SystemConfigFile, "endpoints: 127.0.0.1:2379\nprefix: /site/\nholder: sys\n", 0o644)
+	user := writeFile(t, filepath.Join(dir, "fence", "config.yaml"), "log-format: json\nholder: me\n", 0o644)
+
+	c := mustLoad(t)
+	if c.Backend() != "etcd" || strings.Join(c.Endpoints, ",") != "127.0.0.1:2379" {
+		t.Fatalf("coordinator %s %q: the user's file hid the system's endpoints", c.Backend(), c.Endpoints)
+	}
+	if c.LogFormat != "json" || c.Prefix != "/site/" || c.Holder != "me" {
+		t.Errorf("log-format %q, prefix %q, holder %q; want json (user), /site/ (system), me (user)", c.LogFormat, c.Prefix, c.Holder)
+	}
+	if strings.Join(c.Files, ",") != system+","+user {
+		t.Errorf("files read = %q, want the system's then the user's", c.Files)
+	}
+	fileOf := func(c *Config, key string) string {
+		for _, e := range c.Entries("", "") {
+			if e.Key == key {
+				return string(e.Source) + " " + e.File
+			}
+		}
+		return ""
+	}
+	for key, want := range map[string]string{KeyEndpoints: "file " + system, KeyPrefix: "file " + system, KeyHolder: "file " + user, KeyLogFormat: "file " + user, KeyLogLevel: "default "} {
+		if got := fileOf(c, key); got != want {
+			t.Errorf("%s from %q, want %q", key, got, want)
+		}
+	}
+
+	// --config is merged last: it overrides the one key it holds.
+	explicit := writeFile(t, filepath.Join(dir, "x.yaml"), "prefix: /mine/\n", 0o644)
+	c = mustLoad(t, "--config", explicit)
+	if c.Prefix != "/mine/" || fileOf(c, KeyPrefix) != "file "+explicit || c.Backend() != "etcd" || c.Holder != "me" || c.LogFormat != "json" {
+		t.Errorf("with --config: prefix %q (%s), %s, holder %q, log-format %q", c.Prefix, fileOf(c, KeyPrefix), c.Backend(), c.Holder, c.LogFormat)
+	}
+	if strings.Join(c.Files, ",") != system+","+user+","+explicit {
+		t.Errorf("files read = %q", c.Files)
+	}
+	// ... and the environment and flags still beat every file.
+	t.Setenv("FENCE_PREFIX", "/env/")
+	if c = mustLoad(t, "--config", explicit, "--holder", "flag"); c.Prefix != "/env/" || c.Holder != "flag" {
+		t.Errorf("prefix %q, holder %q: want env and flag over the files", c.Prefix, c.Holder)
+	}
+	os.Unsetenv("FENCE_PREFIX")
+
+	// A mistyped key in either file is refused, naming that file.
+	for _, f := range []string{system, user} {
+		good, _ := os.ReadFile(f)
+		writeFile(t, f, string(good)+"log_level: debug\n", 0o644)
+		if _, err := load(t); err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), f+`: unknown key "log_level"`) {
+			t.Errorf("typo in %s: err = %v", f, err)
+		}
+		writeFile(t, f, string(good), 0o644)
+	}
 }
 
 func TestEnvErrors(t *testing.T) {

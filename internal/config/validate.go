@@ -317,14 +317,17 @@ type Entry struct {
 	Key    string `json:"key" yaml:"key"`
 	Value  string `json:"value" yaml:"value"`
 	Source Source `json:"source" yaml:"source"`
+	// File is the config file the value came from, when Source is file.
+	File string `json:"file,omitempty" yaml:"file,omitempty"`
 }
 
 // Redacted is shown in place of a secret.
 const Redacted = "<redacted>"
 
 // Entries lists every setting with its effective value and its source,
-// secrets redacted. defaultStateDir and defaultHolder fill in the values the
-// defaults stand for.
+// secrets redacted, and for a value from a config file, that file (the
+// config row lists every file read, in merge order). defaultStateDir and
+// defaultHolder fill in the values the defaults stand for.
 func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 	or := func(v, def string) string {
 		if v == "" {
@@ -342,28 +345,37 @@ func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 	if c.Password != "" || c.sources[KeyPassword] == SourceEnv {
 		pw = Redacted
 	}
-	cfgFile := c.File
 	cfgSrc := src(KeyConfig)
-	if cfgSrc == SourceDefault && c.File != "" {
+	if cfgSrc == SourceDefault && len(c.Files) > 0 {
 		cfgSrc = SourceFile // found in the default search path
 	}
-	return []Entry{
-		{KeyConfig, cfgFile, cfgSrc},
-		{KeyStateDir, or(c.StateDir, defaultStateDir), src(KeyStateDir)},
-		{KeyEndpoints, strings.Join(c.Endpoints, ","), src(KeyEndpoints)},
-		{KeyPrefix, c.Prefix, src(KeyPrefix)},
-		{KeyCACert, c.CACert, src(KeyCACert)},
-		{KeyCert, c.Cert, src(KeyCert)},
-		{KeyKey, c.Key, src(KeyKey)},
-		{KeyUser, c.User, src(KeyUser)},
-		{KeyPasswordFile, c.pwFile, src(KeyPasswordFile)},
-		{KeyPassword, pw, src(KeyPassword)},
-		{KeyInsecureTransport, fmt.Sprint(c.InsecureTransport), src(KeyInsecureTransport)},
-		{KeyDialTimeout, c.DialTimeout.String(), src(KeyDialTimeout)},
-		{KeyHolder, or(c.Holder, defaultHolder), src(KeyHolder)},
-		{KeyVerbose, fmt.Sprint(c.Verbose), src(KeyVerbose)},
-		{KeyQuiet, fmt.Sprint(c.Quiet), src(KeyQuiet)},
-		{KeyLogFormat, c.LogFormat, src(KeyLogFormat)},
-		{KeyLogLevel, c.LogLevel, src(KeyLogLevel)},
+	entries := []Entry{
+		{Key: KeyConfig, Value: strings.Join(c.Files, ","), Source: cfgSrc},
+		{Key: KeyStateDir, Value: or(c.StateDir, defaultStateDir), Source: src(KeyStateDir)},
+		{Key: KeyEndpoints, Value: strings.Join(c.Endpoints, ","), Source: src(KeyEndpoints)},
+		{Key: KeyPrefix, Value: c.Prefix, Source: src(KeyPrefix)},
+		{Key: KeyCACert, Value: c.CACert, Source: src(KeyCACert)},
+		{Key: KeyCert, Value: c.Cert, Source: src(KeyCert)},
+		{Key: KeyKey, Value: c.Key, Source: src(KeyKey)},
+		{Key: KeyUser, Value: c.User, Source: src(KeyUser)},
+		{Key: KeyPasswordFile, Value: c.pwFile, Source: src(KeyPasswordFile)},
+		{Key: KeyPassword, Value: pw, Source: src(KeyPassword)},
+		{Key: KeyInsecureTransport, Value: fmt.Sprint(c.InsecureTransport), Source: src(KeyInsecureTransport)},
+		{Key: KeyDialTimeout, Value: c.DialTimeout.String(), Source: src(KeyDialTimeout)},
+		{Key: KeyHolder, Value: or(c.Holder, defaultHolder), Source: src(KeyHolder)},
+		{Key: KeyVerbose, Value: fmt.Sprint(c.Verbose), Source: src(KeyVerbose)},
+		{Key: KeyQuiet, Value: fmt.Sprint(c.Quiet), Source: src(KeyQuiet)},
+		{Key: KeyLogFormat, Value: c.LogFormat, Source: src(KeyLogFormat)},
+		{Key: KeyLogLevel, Value: c.LogLevel, Source: src(KeyLogLevel)},
 	}
+	for i, e := range entries {
+		switch {
+		case e.Source != SourceFile || e.Key == KeyConfig:
+		case e.Key == KeyPassword:
+			entries[i].File = c.fileOf[KeyPasswordFile]
+		default:
+			entries[i].File = c.fileOf[e.Key]
+		}
+	}
+	return entries
 }

@@ -20,16 +20,26 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/fence-dev/fence/internal/cli"
+	"github.com/fence-dev/fence/internal/config"
 )
+
+// SystemConfigEnv names the file a script's fence reads in place of
+// /etc/fence/config.yaml (Params sets it to $WORK/etc/fence/config.yaml).
+const SystemConfigEnv = "FENCETEST_SYSTEM_CONFIG"
 
 // Commands are the programs testscript.Main provides: fence itself.
 var Commands = map[string]func(){
-	"fence": func() { os.Exit(cli.Main(os.Args[1:])) },
+	"fence": func() {
+		if p := os.Getenv(SystemConfigEnv); p != "" {
+			config.SystemConfigFile = p
+		}
+		os.Exit(cli.Main(os.Args[1:]))
+	},
 }
 
 // Params runs the scripts in dir on the local coordinator, with its state in
 // $WORK/state, no FENCE_ variable from outside and no config file outside
-// $WORK. Scripts get the commands expect, start, signal, expectbg and
+// $WORK (the system one is $WORK/etc/fence/config.yaml). Scripts get the commands expect, start, signal, expectbg and
 // waitfile (background processes: see background.go) and the variables
 // LONG256, LONG257, CTRL, NEWLINE, TAB, ESC, RLO (a right-to-left override,
 // U+202E) and ZWSP (a zero-width space, U+200B): lock names a script cannot
@@ -45,6 +55,7 @@ func Params(dir string) testscript.Params {
 			})
 			env.Setenv("FENCE_STATE_DIR", filepath.Join(env.WorkDir, "state"))
 			env.Setenv("XDG_CONFIG_HOME", filepath.Join(env.WorkDir, ".config"))
+			env.Setenv(SystemConfigEnv, filepath.Join(env.WorkDir, "etc", "fence", "config.yaml"))
 			env.Setenv("XDG_STATE_HOME", filepath.Join(env.WorkDir, ".state"))
 			env.Setenv("HOME", env.WorkDir)
 			env.Setenv("LONG256", strings.Repeat("n", 256))
