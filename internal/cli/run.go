@@ -44,15 +44,20 @@ COMMAND runs in its own process group under a watchdog process. When renewal
 becomes uncertain (no acknowledged renewal in time, or fence finds it was
 paused), the whole group gets --signal, then SIGKILL after --grace, all before
 the lease can expire on the coordinator, even when fence itself is frozen; fence
-exits 76. At --deadline the same stop runs and fence exits 124. If fence dies,
+exits 76. At --deadline (at least 100ms) the same stop runs and fence exits
+124. If fence dies,
 even by SIGKILL, the command's group is stopped too. The watchdog is not in
 fence's process group, so a signal sent to that whole group (timeout(1), a
 supervisor's group kill, a shell's job control: KILL or STOP) leaves it able to
 stop the command in time. Not covered: fence and the watchdog both SIGKILLed at
 once by PID (the command's main process dies with the watchdog, processes it
-started may be left running); outside Linux (macOS), processes that leave the
-command's group are never stopped, and nothing stops the command if the
-watchdog dies.
+started may be left running); fence and the watchdog both frozen by PID
+(SIGSTOP of each) on etcd: nothing is left to stop the command, the lease
+expires and the next holder starts while the command runs on beside it (2.4
+to 2.6 s measured); then only the fencing token protects the data: storage
+that checks $FENCE_TOKEN (a guard, 'fence guard put', or the store's own
+check) refuses the stale holder's writes. Outside Linux (macOS), processes that leave the command's group are
+never stopped, and nothing stops the command if the watchdog dies.
 
 SIGINT, SIGTERM and SIGHUP sent to fence go to the command's group; fence then
 waits for it, releases the lease and exits with the command's status. Otherwise
@@ -69,7 +74,8 @@ the check that the lease is still held; a failed COMMAND leaves no record, so
 the next attempt runs it. A lease lost before the record is written is exit
 76. --once-per D is --once with KEY the start of the current period (UTC,
 periods aligned to the Unix epoch: --once-per 24h is one run per UTC day).
-Records are kept for --once-for (default 30 days); see 'fence once'.
+Records are kept for --once-for (default 30 days); see 'fence once'. --once
+takes one lock: with several locks, or with --slots, it is refused (125).
 
 --slots N lets up to N hold LOCK at once (a semaphore; 1, the default, is a
 lock): waiters are served first come, first served, and COMMAND gets its slot
@@ -111,7 +117,7 @@ deadlock. Take the locks in one run, or nest them in byte order;
 	DurationVarP(fs, &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the lease")
 	DurationVarP(fs, &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
 	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
-	DurationVarP(fs, &o.deadline, "deadline", "", 0, false, "hard limit on the command's run time (exit 124)")
+	DurationVarP(fs, &o.deadline, "deadline", "", 0, false, "hard limit on the command's run time, at least 100ms (exit 124)")
 	DurationVarP(fs, &o.grace, "grace", "", 0, false, "time between the stop signal and SIGKILL (default: TTL/5, at most 5s)")
 	fs.StringVar(&o.signal, "signal", "TERM", "signal that starts the stop sequence")
 	fs.BoolVar(&o.noRenew, "no-renew", false, "take a fixed lease that is never renewed; the deadline defaults to, and may not exceed, what it covers")
@@ -126,6 +132,11 @@ deadlock. Take the locks in one run, or nest them in byte order;
 	fs.BoolVar(&o.anyOrder, "any-order", false, "take a lock that sorts before one an enclosing fence run holds (this is how nested runs deadlock)")
 	return cmd
 }
+
+// MinDeadline is the shortest --deadline: the watchdog reads its clock every
+// 100ms (supervise's recheck), so a shorter deadline could not be kept to
+// its word, and one of 1ns or 1ms is a slip of the unit.
+const MinDeadline = 100 * time.Millisecond
 
 // runArgs wants LOCK, "--" and a command after it. The "--" is required:
 // without it, flags meant for the command (`fence run L rsync -n ...`) would
@@ -172,6 +183,12 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	}
 	if o.slots > 1 && key != "" {
 		return usageErrorf("--slots %d and --once/--once-per conflict: a job run at most once needs no more than one holder", o.slots)
+	}
+	if key != "" && len(locks) > 1 {
+		return usageErrorf("--once/--once-per take one lock, not %d (the completion record belongs to one lock): give one lock, or run the set inside a fence run of one lock with --once", len(locks))
+	}
+	if o.deadline != 0 && o.deadline < MinDeadline {
+		return usageErrorf("--deadline %v is below the minimum %v (the watchdog reads its clock every %v): give %v or more", o.deadline, MinDeadline, MinDeadline, MinDeadline)
 	}
 	cfg, err := f.Config()
 	if err != nil {

@@ -119,6 +119,9 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	if o.shards < 1 || o.shards > shards.MaxShards {
 		return fmt.Errorf("%w: --shards must be 1 to %d, got %d", coord.ErrInvalid, shards.MaxShards, o.shards)
 	}
+	if cmd.Flags().Changed("member") && strings.TrimSpace(o.member) == "" {
+		return usageErrorf("--member %q is blank: give this member's id, or leave --member out for HOSTNAME:PID", o.member)
+	}
 	if o.member != "" {
 		if err := shards.ValidateMember(o.member); err != nil {
 			return err
