@@ -24,9 +24,14 @@ func newCmdHistory(f *Factory) *cobra.Command {
 		Short: "Print a lock's recorded events, oldest first",
 		Long: `Print the events the coordinator keeps for LOCK, oldest first: acquired (token,
 holder, wait), released (held for), renewal failures, leases lost, deadlines
-exceeded, expiries taken over, revocations and stale tokens refused by a guard.
-The history is bounded: by default the last 1000 events of a lock, none older
-than 7 days.`,
+exceeded, expiries taken over, revocations and stale tokens refused by
+'fence guard put' (recorded under its --lock, default $FENCE_LOCK). The
+history is bounded: by default the last 1000 events of a lock, none older
+than 7 days.
+
+On a terminal the table is aligned and has a header; piped, each event is one
+line of tab-separated fields (TIME, EVENT, HOLDER, TOKEN, DETAIL) with no
+header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {

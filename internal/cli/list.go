@@ -31,8 +31,11 @@ have a token history.
 
 On a terminal the table is aligned and has a header; piped, each lock is one
 line of tab-separated fields (NAME, HOLDER, TOKEN, TTL LEFT, HELD FOR, WAITERS)
-with no header, "-" for the fields of a free lock. --held lists only the locks
-that a live lease holds.
+with no header, "-" for the fields of a free lock. When any listed lock has an
+operator limit ('fence limit', 'fence freeze'), every line gets a seventh
+field, LIMIT: "max N", "frozen", or "-" for a lock without one; a script
+that reads the fields should not assume six. --held lists only the locks that
+a live lease holds.
 
 --watch prints the list again on every change the coordinator reports (on a
 terminal it redraws the screen) until interrupted. With -o json each list is
