@@ -142,6 +142,9 @@ type Options struct {
 	// store cannot be written (DefaultMaxPending); beyond it the oldest are
 	// dropped.
 	MaxPending int
+	// SpoolDir, when set, is where a Recorder keeps the events it could not
+	// write by its close (WithSpool).
+	SpoolDir string
 }
 
 // DefaultRecordTimeout is the default Options.RecordTimeout.
