@@ -31,7 +31,8 @@ import (
 //
 // Recording never fails a lease operation: a write that fails is logged
 // (slog, at warn level) and kept in memory, to be written before the next
-// event once the store can be written again (see Pending). The other events
+// event once the store can be written again (see Pending), and kept in the
+// spool at Close when they still cannot (WithSpool). The other events
 // (renewal_failed, lease_lost, deadline_exceeded, stale_refused) are the
 // caller's to Record.
 //
