@@ -197,6 +197,10 @@ func (s *spool) files() []string {
 // events written. A damaged file is set aside (renamed *.bad) with a
 // warning; a write that fails leaves what it did not write in the spool.
 func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
+	// The common case, on the way of every command: nothing kept.
+	if entries, err := os.ReadDir(s.dir); errors.Is(err, fs.ErrNotExist) || err == nil && len(entries) == 0 {
+		return 0, nil
+	}
 	m, ok, err := s.share(false)
 	if err != nil || !ok {
 		return 0, err
