@@ -2,11 +2,15 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -144,15 +148,42 @@ func NewFactory(ios *IOStreams) *Factory {
 			f.askVersionsOf(ctx, ec, cfg.DialTimeout)
 		}
 		// Every command records its lease events in the lock's history.
-		c, err := auto.Wrap(inner, history.WithLogger(logger))
+		opts := []history.Option{history.WithLogger(logger)}
+		if dir := spoolDir(cfg); dir != "" {
+			if _, ok := inner.(*etcd.Coordinator); ok {
+				opts = append(opts, history.WithSpool(dir))
+			}
+		}
+		c, err := auto.Wrap(inner, opts...)
 		if err != nil {
 			inner.Close()
 			return nil, err
 		}
 		f.verbosef("coordinator: %s", c.Describe())
+		// The events a fence on this host could not write (the coordinator
+		// did not answer) go first, now that it answers.
+		if n, err := c.FlushSpool(ctx); err != nil {
+			f.verbosef("history: kept events not written yet: %v", err)
+		} else if n > 0 {
+			f.verbosef("history: wrote %d events kept on this host", n)
+		}
 		return c, nil
 	}
 	return f
+}
+
+// spoolDir is where the history events of cfg's etcd coordinator that
+// could not be written are kept on this host: one directory per cluster
+// and prefix in the user's state directory ("" when there is none).
+func spoolDir(cfg *config.Config) string {
+	state := cfg.LocalStateDir()
+	if state == "" {
+		return ""
+	}
+	eps := slices.Clone(cfg.Endpoints)
+	slices.Sort(eps)
+	sum := sha256.Sum256([]byte(cfg.Prefix + "\n" + strings.Join(eps, ",")))
+	return filepath.Join(state, "history-spool-"+hex.EncodeToString(sum[:6]))
 }
 
 // The etcd members' versions are asked for their known lease-safety bugs,

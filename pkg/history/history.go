@@ -23,7 +23,9 @@
 // releases, revocations and expiries itself and implements Historian;
 // package auto picks the store that belongs to a coordinator. Recording is
 // best effort: a failed write never fails the lease operation, it is logged
-// and retried with the next write (see Pending).
+// and retried with the next write (see Pending); with WithSpool, what is
+// still unwritten when the Recorder closes is kept in files on the host and
+// written by a later Recorder's FlushSpool.
 package history
 
 import (
@@ -142,6 +144,9 @@ type Options struct {
 	// store cannot be written (DefaultMaxPending); beyond it the oldest are
 	// dropped.
 	MaxPending int
+	// SpoolDir, when set, is where a Recorder keeps the events it could not
+	// write by its close (WithSpool).
+	SpoolDir string
 }
 
 // DefaultRecordTimeout is the default Options.RecordTimeout.

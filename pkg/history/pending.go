@@ -127,6 +127,15 @@ func (p *Pending) flushLocked(ctx context.Context) error {
 	return nil
 }
 
+// take removes the pending events and returns them.
+func (p *Pending) take() []Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	evs := p.evs
+	p.evs = nil
+	return evs
+}
+
 // whenEmpty runs fn, with writes held back, when no event is pending.
 func (p *Pending) whenEmpty(fn func()) {
 	p.mu.Lock()

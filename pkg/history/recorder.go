@@ -31,7 +31,8 @@ import (
 //
 // Recording never fails a lease operation: a write that fails is logged
 // (slog, at warn level) and kept in memory, to be written before the next
-// event once the store can be written again (see Pending). The other events
+// event once the store can be written again (see Pending), and kept in the
+// spool at Close when they still cannot (WithSpool). The other events
 // (renewal_failed, lease_lost, deadline_exceeded, stale_refused) are the
 // caller's to Record.
 //
@@ -42,6 +43,7 @@ type Recorder struct {
 	opts    Options
 	log     *slog.Logger
 	pending *Pending
+	spool   *spool // WithSpool, else nil
 
 	mu    sync.Mutex
 	held  map[string]heldLease // by lease id: leases acquired through this Recorder
@@ -86,6 +88,9 @@ func Wrap(c coord.Coordinator, s Store, opts ...Option) *Recorder {
 	}
 	r := &Recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}, asked: map[string]uint64{}}
 	r.pending = NewPending(s, o.MaxPending)
+	if o.SpoolDir != "" {
+		r.spool = newSpool(o.SpoolDir, o.Logger)
+	}
 	return r
 }
 
@@ -390,15 +395,51 @@ func (r *Recorder) Close() error { return r.CloseContext(context.Background()) }
 // CloseContext is Close with the writes of what is still pending bounded by
 // ctx's deadline too (a caller that must exit soon, like `fence run` after
 // it stopped its command on a coordinator that does not answer): what
-// cannot be written by then is logged as lost.
+// cannot be written by then is kept in the spool (WithSpool), else logged
+// as lost.
 func (r *Recorder) CloseContext(ctx context.Context) error {
 	r.inflight.wait()
 	ctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	if err := r.pending.Flush(ctx); err != nil {
-		r.log.Warn("history: events could not be recorded", "events", r.pending.Len(), "err", err)
+		r.keep(err)
 	}
 	return r.inner.Close()
+}
+
+// keep puts the pending events, which could not be written (err), in the
+// spool, and says so.
+func (r *Recorder) keep(err error) {
+	if r.spool == nil {
+		r.log.Warn("history: events could not be recorded", "events", r.pending.Len(), "err", err)
+		return
+	}
+	evs := r.pending.take()
+	dropped, serr := r.spool.keep(evs)
+	if serr != nil {
+		r.log.Warn("history: events could not be recorded, nor kept on this host", "events", len(evs), "err", err, "spool_err", serr)
+		return
+	}
+	r.log.Warn("history: events could not be recorded; kept on this host, to be written when the coordinator answers",
+		"events", len(evs), "spool", r.spool.dir, "err", err)
+	if dropped > 0 {
+		r.log.Warn("history: spool full: the oldest events were dropped", "spool", r.spool.dir, "dropped", dropped)
+	}
+}
+
+// FlushSpool writes the events kept in the spool (WithSpool) to the store,
+// with their original times, oldest first, and returns how many it wrote.
+// Its writes are bounded by SpoolFlushTimeout (and ctx's deadline). Of
+// Recorders flushing one spool at once, each file is written by one. A
+// damaged spool file is set aside with a warning. Without a spool it does
+// nothing.
+func (r *Recorder) FlushSpool(ctx context.Context) (int, error) {
+	if r.spool == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, SpoolFlushTimeout)
+	defer cancel()
+	return r.spool.flush(ctx, r.store)
 }
 
 // Record implements Historian: it writes the events still pending,

@@ -1,0 +1,341 @@
+package history
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fence-dev/fence/internal/atomicfile"
+	"github.com/fence-dev/fence/internal/sharedir"
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// The spool (WithSpool) keeps, in files on the host, the events a Recorder
+// could not write by the time it was closed (the coordinator did not
+// answer), until a Recorder on the same store writes them (FlushSpool):
+//
+//	<dir>/<unix ns>-<pid>-<random>.jsonl   one file per close, one event per line
+//	<dir>/<name>.jsonl.<unix ns>.flushing  a file claimed by a flush (renamed)
+//	<dir>/<name>.jsonl.bad                 a damaged file, set aside
+//
+// A file is written whole (a temporary file, fsync, rename, fsync of the
+// directory) and claimed by renaming it, so that of two flushes at once
+// only one writes it. The directory is 0700 (files 0600), or 2770 (files
+// 0660) inside a state directory shared by a group (internal/sharedir).
+
+// Bounds of a spool directory: beyond them the oldest files are dropped
+// (and counted in a warning).
+const (
+	SpoolMaxEvents = 1000
+	SpoolMaxBytes  = 1 << 20
+)
+
+// SpoolFlushTimeout bounds FlushSpool's writes when its context has no
+// sooner deadline.
+const SpoolFlushTimeout = time.Second
+
+const (
+	spoolExt   = ".jsonl"
+	claimExt   = ".flushing"
+	badExt     = ".bad"
+	staleClaim = time.Minute // a claim older than this is a dead flush's
+	maxLine    = 64 << 10
+)
+
+// WithSpool keeps the events a Recorder could not write when it is closed
+// in files under dir (created 0700 when missing, inside a state directory:
+// a group's shared one makes it the group's), and lets FlushSpool write
+// them later, with their original times. dir must hold the events of one
+// store only: a flush writes them to its Recorder's.
+func WithSpool(dir string) Option { return func(o *Options) { o.SpoolDir = dir } }
+
+type spool struct {
+	dir       string
+	maxEvents int
+	maxBytes  int64
+	log       *slog.Logger
+}
+
+func newSpool(dir string, log *slog.Logger) *spool {
+	return &spool{dir: dir, maxEvents: SpoolMaxEvents, maxBytes: SpoolMaxBytes, log: log}
+}
+
+// spooled is the stored form of an event (Event leaves its durations out of
+// JSON).
+type spooled struct {
+	Event
+	WaitNS    int64 `json:"wait_ns,omitempty"`
+	HeldForNS int64 `json:"held_for_ns,omitempty"`
+}
+
+// share checks the spool directory and its parent (the state directory
+// that decides how it is shared), creating them when create is set. ok
+// false: the directory does not exist (and create is not set).
+func (s *spool) share(create bool) (m sharedir.Mode, ok bool, err error) {
+	parent := filepath.Dir(s.dir)
+	if create {
+		if err := os.MkdirAll(parent, 0o700); err != nil {
+			return m, false, err
+		}
+	} else if _, err := os.Lstat(s.dir); errors.Is(err, fs.ErrNotExist) {
+		return m, false, nil
+	}
+	if m, err = sharedir.OfDir(parent); err != nil {
+		return m, false, err
+	}
+	created, err := m.EnsureDir(s.dir, false)
+	if err != nil {
+		return m, false, err
+	}
+	if created {
+		if err := atomicfile.SyncDir(parent); err != nil {
+			return m, false, err
+		}
+	}
+	return m, true, nil
+}
+
+// keep writes evs durably into a new spool file, then drops the oldest
+// files beyond the bounds. It returns the number of events dropped.
+func (s *spool) keep(evs []Event) (dropped int, err error) {
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	m, _, err := s.share(true)
+	if err != nil {
+		return 0, err
+	}
+	var lines [][]byte
+	for _, ev := range evs {
+		b, err := json.Marshal(spooled{Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
+		if err != nil {
+			return 0, err
+		}
+		lines = append(lines, append(b, '\n'))
+	}
+	size := int64(0)
+	for _, l := range lines {
+		size += int64(len(l))
+	}
+	for len(lines) > s.maxEvents || size > s.maxBytes && len(lines) > 0 {
+		size -= int64(len(lines[0]))
+		lines = lines[1:]
+		dropped++
+	}
+	if len(lines) > 0 {
+		var rnd [4]byte
+		_, _ = rand.Read(rnd[:])
+		name := fmt.Sprintf("%020d-%d-%s%s", time.Now().UnixNano(), os.Getpid(), hex.EncodeToString(rnd[:]), spoolExt)
+		if _, err := atomicfile.WritePerm(filepath.Join(s.dir, name), bytes.Join(lines, nil), true, m.FilePerm()); err != nil {
+			return dropped, err
+		}
+	}
+	return dropped + s.trim(), nil
+}
+
+// trim removes the oldest spool files while the spool holds more than its
+// bounds, and returns the number of events they held.
+func (s *spool) trim() (dropped int) {
+	names := s.files()
+	var events, size int64
+	removed := false
+	for i := len(names) - 1; i >= 0; i-- {
+		path := filepath.Join(s.dir, names[i])
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		n := int64(bytes.Count(b, []byte{'\n'}))
+		if events+n <= int64(s.maxEvents) && size+int64(len(b)) <= s.maxBytes {
+			events, size = events+n, size+int64(len(b))
+			continue
+		}
+		if os.Remove(path) == nil {
+			dropped += int(n)
+			removed = true
+		}
+	}
+	if removed {
+		_ = atomicfile.SyncDir(s.dir)
+	}
+	return dropped
+}
+
+// files returns the names of the spool files waiting to be written,
+// oldest first.
+func (s *spool) files() []string {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if n := e.Name(); strings.HasSuffix(n, spoolExt) && !strings.HasPrefix(n, ".") {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// flush writes the spooled events to st, file by file, oldest first, and
+// removes each file once its events are written. It returns the number of
+// events written. A damaged file is set aside (renamed *.bad) with a
+// warning; a write that fails leaves what it did not write in the spool.
+func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
+	// The common case, on the way of every command: nothing kept.
+	if entries, err := os.ReadDir(s.dir); errors.Is(err, fs.ErrNotExist) || err == nil && len(entries) == 0 {
+		return 0, nil
+	}
+	m, ok, err := s.share(false)
+	if err != nil || !ok {
+		return 0, err
+	}
+	s.unclaimStale()
+	for _, name := range s.files() {
+		path := filepath.Join(s.dir, name)
+		claimed := fmt.Sprintf("%s.%d%s", path, time.Now().UnixNano(), claimExt)
+		if err := os.Rename(path, claimed); err != nil {
+			continue // another flush has it
+		}
+		evs, err := readSpoolFile(m, claimed)
+		if err != nil {
+			s.log.Warn("history: damaged spool file set aside; its events are not written", "file", path+badExt, "err", err)
+			if os.Rename(claimed, path+badExt) != nil {
+				_ = os.Remove(claimed)
+			}
+			continue
+		}
+		n, err := appendByLock(ctx, st, evs)
+		written += n
+		if err != nil {
+			if n == 0 {
+				_ = os.Rename(claimed, path)
+			} else if _, werr := atomicfile.WritePerm(path, encodeSpooled(evs[n:]), true, m.FilePerm()); werr == nil {
+				_ = os.Remove(claimed)
+			}
+			return written, err
+		}
+		_ = os.Remove(claimed)
+	}
+	if written > 0 {
+		_ = atomicfile.SyncDir(s.dir)
+	}
+	return written, nil
+}
+
+// appendByLock writes evs to st, one lock's events at a time (one step
+// each where the store can), in order of their first event, and returns
+// how many of evs, reordered so (see byLockOrder), were written.
+func appendByLock(ctx context.Context, st Store, evs []Event) (int, error) {
+	byLockOrder(evs)
+	written := 0
+	for i := 0; i < len(evs); {
+		j := i + 1
+		for j < len(evs) && evs[j].Lock == evs[i].Lock {
+			j++
+		}
+		if err := st.Append(ctx, evs[i:j]); err != nil && !errors.Is(err, coord.ErrInvalid) {
+			return written, err
+		}
+		// Written, or refused for good (checked on reading, so not expected).
+		written, i = j, j
+	}
+	return written, nil
+}
+
+// byLockOrder sorts evs so that the events of each lock are together, in
+// their order, the locks in the order of their first event.
+func byLockOrder(evs []Event) {
+	first := map[string]int{}
+	for i, ev := range evs {
+		if _, ok := first[ev.Lock]; !ok {
+			first[ev.Lock] = i
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b Event) int { return first[a.Lock] - first[b.Lock] })
+}
+
+func encodeSpooled(evs []Event) []byte {
+	var buf bytes.Buffer
+	for _, ev := range evs {
+		b, _ := json.Marshal(spooled{Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes()
+}
+
+// readSpoolFile reads the events of a spool file: every line a valid
+// event with its time, else the file is damaged.
+func readSpoolFile(m sharedir.Mode, path string) ([]Event, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := m.CheckOpen("history spool file", f); err != nil {
+		return nil, err
+	}
+	var evs []Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	for line := 1; sc.Scan(); line++ {
+		var sp spooled
+		if err := json.Unmarshal(sc.Bytes(), &sp); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		if sp.Time.IsZero() || sp.WaitNS < 0 || sp.HeldForNS < 0 {
+			return nil, fmt.Errorf("line %d: no time, or a negative duration", line)
+		}
+		ev := sp.Event
+		ev.Wait, ev.HeldFor = time.Duration(sp.WaitNS), time.Duration(sp.HeldForNS)
+		if ev, err = Normalize(ev, time.Time{}); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		evs = append(evs, ev)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return evs, nil
+}
+
+// unclaimStale puts back the files claimed by a flush that died before it
+// finished (long ago: a flush is bounded by its timeout), and removes the
+// temporary files of a keep that died before its rename.
+func (s *spool) unclaimStale() {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case strings.HasSuffix(n, claimExt):
+			base, at, ok := strings.Cut(strings.TrimSuffix(n, claimExt), spoolExt+".")
+			ns, err := strconv.ParseInt(at, 10, 64)
+			if ok && err == nil && time.Since(time.Unix(0, ns)) > staleClaim {
+				_ = os.Rename(filepath.Join(s.dir, n), filepath.Join(s.dir, base+spoolExt))
+			}
+		case strings.HasPrefix(n, atomicfile.TempPrefix):
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleClaim {
+				_ = os.Remove(filepath.Join(s.dir, n))
+			}
+		}
+	}
+}
