@@ -101,7 +101,7 @@ func (f *Factory) serverVersions(ctx context.Context) config.Entry {
 	}
 	defer c.Close()
 	f.awaitVersions() // the row shows them: the whole answer
-	f.flushVersions(nil)
+	f.printVersions(nil, true, false)
 	var parts []string
 	for _, v := range f.versions {
 		p := strings.TrimPrefix(strings.TrimPrefix(v.Endpoint, "http://"), "https://") + "="

@@ -215,11 +215,14 @@ func (f *Factory) awaitVersions() {
 // after the question began. Between them the warnings are printed once per
 // process. Both must be called before the coordinator is closed (which
 // ends the question).
-func (f *Factory) peekVersions(w io.Writer) { f.printVersions(w, false) }
+func (f *Factory) peekVersions(w io.Writer) { f.printVersions(w, false, true) }
 
-func (f *Factory) flushVersions(w io.Writer) { f.printVersions(w, true) }
+func (f *Factory) flushVersions(w io.Writer) { f.printVersions(w, true, true) }
 
-func (f *Factory) printVersions(w io.Writer, wait bool) {
+// printVersions prints the version warning; daily, at most once a day on
+// this host (warnDue), else whenever (fence config, where people look on
+// purpose, which neither counts as the day's warning).
+func (f *Factory) printVersions(w io.Writer, wait, daily bool) {
 	if !f.versionsIn(wait) {
 		return
 	}
@@ -246,7 +249,7 @@ func (f *Factory) printVersions(w io.Writer, wait bool) {
 	if lvl, err := logging.ParseLevel(cfg.LogLevel); err == nil && lvl > slog.LevelWarn {
 		return
 	}
-	if !warnDue(f.versionWarn, f.Now()) {
+	if daily && !warnDue(f.versionWarn, f.Now()) {
 		return
 	}
 	f.logLineTo(w, slog.LevelWarn, f.versionWarn)

@@ -44,10 +44,16 @@ func TestVersionWarning(t *testing.T) {
 		t.Setenv("XDG_CACHE_HOME", dir)
 		return dir
 	}
-	cache()
-	_, out, _ := run("config", "--endpoints", all)
+	dir := cache()
+	_, out, errOut := run("config", "--endpoints", all)
 	if !strings.Contains(out, "=3.4.") || strings.Contains(out, "=3.4.3") {
 		t.Skipf("Debian's etcd is not a 3.4 before 3.4.31 (%s): no warning expected", out)
+	}
+	if strings.Count(errOut, "fence: warning: etcd ") != 1 {
+		t.Errorf("fence config: stderr %q, want the warning", errOut)
+	}
+	if _, err := os.Stat(dir + "/fence/warned"); err == nil {
+		t.Error("fence config counted as the day's warning")
 	}
 	for _, ep := range eps {
 		if !strings.Contains(out, ep+"=3.4.") || !strings.Contains(out, "(lease-safety bug etcd#15247)") {
@@ -55,7 +61,6 @@ func TestVersionWarning(t *testing.T) {
 		}
 	}
 
-	dir := cache()
 	code, _, errOut := run("status", "vw", "--endpoints", all)
 	if code != 1 {
 		t.Fatalf("status exit %d: %s", code, errOut)
@@ -79,7 +84,10 @@ func TestVersionWarning(t *testing.T) {
 			t.Errorf("%s: mode %v, want %v", p, fi.Mode().Perm(), want)
 		}
 	}
-	// The same day: quiet; status and show still say it.
+	// The same day: quiet; status and show still say it, config too.
+	if _, _, errOut := run("config", "--endpoints", all); strings.Count(errOut, "fence: warning: etcd ") != 1 {
+		t.Errorf("fence config after the day's warning: stderr %q, want the warning", errOut)
+	}
 	code, out, errOut = run("status", "vw", "--endpoints", all)
 	if code != 1 || errOut != "" {
 		t.Fatalf("second status: exit %d, stderr %q; want 1 and nothing (warned today already)", code, errOut)
