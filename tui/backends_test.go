@@ -10,6 +10,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/teatest"
+	"github.com/fence-dev/fence/internal/etcdproc"
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
@@ -255,5 +256,35 @@ func limitsScenario(t *testing.T, c coord.Coordinator) {
 	h.until("reports/daily thawed", func() bool { return state("reports/daily") == "held" })
 	if h.m.lastList != listed {
 		t.Errorf("the dashboard listed again (at %v, first at %v): the changes must show from the watch", h.m.lastList, listed)
+	}
+}
+
+// TestEtcdStallShows: Debian's etcd stopped with SIGSTOP between two lists
+// (the default 5s refresh) shows as not answering on the status line
+// within two seconds (2.0s measured: the probe of the next tick, a second
+// later, unanswered for a second; 0.5s slack for a loaded machine), on the
+// real clock.
+func TestEtcdStallShows(t *testing.T) {
+	srv := etcdproc.Start(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	c, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := newHarness(t, c, Options{Now: time.Now})
+	h.settle()
+	h.until("a probe answered", func() bool { return h.m.lastOK.After(h.m.lastList) })
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Thaw() })
+	stalled := time.Now()
+	h.until("the stall on the status line", func() bool { return strings.Contains(h.screen()[22], "no answer for") })
+	took := time.Since(stalled)
+	t.Logf("status line %.1fs into the stall: %q", took.Seconds(), strings.TrimSpace(h.screen()[22]))
+	if took > 2500*time.Millisecond {
+		t.Errorf("the stall showed %v after it began, want within 2s", took)
 	}
 }

@@ -82,6 +82,12 @@ type (
 		err     error
 	}
 
+	// probeMsg is the answer to probeCmd.
+	probeMsg struct {
+		err     error
+		latency time.Duration
+	}
+
 	tickMsg struct{}
 )
 
@@ -223,6 +229,25 @@ func (m *Model) listCmd() tea.Cmd {
 		start := now()
 		infos, err := c.List(ctx, prefix)
 		return listMsg{infos: infos, err: err, latency: now().Sub(start)}
+	}
+}
+
+// probeName is the lock the health probe inspects: any name does, a free
+// lock's answer is an answer too.
+const probeName = "fence-top-probe"
+
+// probeCmd reads one key of the coordinator, every tick, so that a
+// coordinator that stops answering shows within stallAfter of a tick,
+// whatever the refresh period (a list may be seconds away).
+func (m *Model) probeCmd() tea.Cmd {
+	c, ctx, now := m.c, m.ctx, m.opts.Now
+	return func() tea.Msg {
+		start := now()
+		_, err := c.Inspect(ctx, probeName)
+		if ctx.Err() != nil {
+			return nil
+		}
+		return probeMsg{err: err, latency: now().Sub(start)}
 	}
 }
 

@@ -24,7 +24,7 @@ type fakeCoord struct {
 	watches  []chan coord.Event
 	lists    int
 	listErr  error
-	listGate chan struct{} // when set, a list waits until it is closed (a frozen etcd)
+	listGate chan struct{} // when set, a list or an inspect waits until it is closed (a frozen etcd)
 	watchErr error
 	revoked  []string
 	inspects int
@@ -63,7 +63,17 @@ func (f *fakeCoord) Revoke(_ context.Context, name string) (coord.LockInfo, erro
 	return i, nil
 }
 
-func (f *fakeCoord) Inspect(_ context.Context, name string) (coord.LockInfo, error) {
+func (f *fakeCoord) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+	f.mu.Lock()
+	gate := f.listGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return coord.LockInfo{}, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inspects++

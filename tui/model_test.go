@@ -249,6 +249,42 @@ func TestNoAnswer(t *testing.T) {
 	}
 }
 
+// TestStallShowsWithinTwoSeconds: a coordinator that stops answering
+// between two lists (the next one seconds away, as with the default
+// refresh) shows as not answering within two seconds: every tick probes
+// it, and a probe unanswered for a second turns the status line. Before,
+// the status line said "ok" until a list had been on its way for 2s, up to
+// the refresh period plus 2s into the stall.
+func TestStallShowsWithinTwoSeconds(t *testing.T) {
+	var mu sync.Mutex
+	now := epoch
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	f := newFake(held("job", "w:1", 3, 15*time.Second, 15*time.Second, 0))
+	h := newHarness(t, f, Options{Now: clock, Refresh: 5 * time.Second, Location: time.UTC})
+	h.settle() // the list answered at epoch
+	if s := h.screen(); !strings.Contains(s[22], "● ok") {
+		t.Fatalf("status bar before the stall %q", s[22])
+	}
+	// The stall starts now: nothing is answered any more.
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.listGate = gate
+	f.mu.Unlock()
+	defer close(gate)
+	advance(time.Second)
+	h.send(tickMsg{})
+	advance(time.Second) // 2s into the stall; the next list is 3s away
+	h.send(tickMsg{})
+	s := h.screen()
+	if !strings.Contains(s[22], "✖ no answer for 2s (since "+epoch.UTC().Format("15:04:05")+")") {
+		t.Fatalf("status bar 2s into the stall %q", s[22])
+	}
+	if h.m.listing {
+		t.Fatal("a list was on its way: the test does not show the stall between two lists")
+	}
+}
+
 // TestWarning: a known problem of the coordinator (an etcd version's
 // lease-safety bug) shows on the status line while it answers.
 func TestWarning(t *testing.T) {

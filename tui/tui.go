@@ -5,8 +5,10 @@
 // The dashboard reads only through the pkg/coord API: Watch keeps the table
 // live, List loads it (and again on coord.EventReset and every refresh
 // period), Inspect and, when the coordinator implements history.Historian,
-// History fill the details and the counters. Every read runs in a tea.Cmd;
-// Update and View do no I/O. A frame draws only the rows on screen.
+// History fill the details and the counters; an Inspect of one key every
+// tick is the health probe (a stall shows within two seconds). Every read
+// runs in a tea.Cmd; Update and View do no I/O. A frame draws only the rows
+// on screen.
 //
 // Layout after gh-dash: components in tui/components, the one Styles struct
 // in tui/styles, the key map in tui/keys.
@@ -166,11 +168,13 @@ type Model struct {
 	listEvery time.Duration
 
 	// Health of the reads.
-	readErr   error
-	latency   time.Duration
-	read      bool
-	lastOK    time.Time // the last read that was answered
-	listStart time.Time // when the list on its way was asked for
+	readErr    error
+	latency    time.Duration
+	read       bool
+	lastOK     time.Time // the last read that was answered
+	listStart  time.Time // when the list on its way was asked for
+	probing    bool      // a probe (probeCmd) is on its way
+	probeStart time.Time // since when
 
 	// History counters: one batch at a time.
 	histBusy   bool

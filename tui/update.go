@@ -59,6 +59,10 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case limitMsg:
 		m.onLimit(msg)
 		return m, nil
+	case probeMsg:
+		m.probing = false
+		m.noteRead(msg.err, msg.latency)
+		return m, nil
 	case tickMsg:
 		return m, m.onTick()
 	}
@@ -99,21 +103,34 @@ func (m *Model) noteRead(err error, latency time.Duration) {
 	}
 }
 
-// stallAfter is how long a list may be on its way before the coordinator
-// counts as not answering (a frozen etcd does not fail a read: it never
-// answers it).
-const stallAfter = 2 * time.Second
+// stallAfter is how long a list may be on its way, and probeStall how
+// long the probe of every tick, before the coordinator counts as not
+// answering, when no other read was answered meanwhile (a frozen etcd does
+// not fail a read: it never answers it). With a probe every tick (a
+// second), a stall shows within two seconds.
+const (
+	stallAfter = 2 * time.Second
+	probeStall = time.Second
+)
 
 // unanswered reports whether the coordinator is not answering, and since
-// when: the last read failed, or a list has been on its way for stallAfter.
+// when: the last read failed, or a list (the probe) has been on its way
+// for stallAfter (probeStall) with no read answered since it was asked.
 func (m *Model) unanswered() (time.Time, bool) {
-	if m.readErr == nil && (!m.listing || m.now.Sub(m.listStart) < stallAfter) {
+	waited := func(on bool, start time.Time, d time.Duration) bool {
+		return on && m.now.Sub(start) >= d && !m.lastOK.After(start)
+	}
+	if m.readErr == nil && !waited(m.listing, m.listStart, stallAfter) && !waited(m.probing, m.probeStart, probeStall) {
 		return time.Time{}, false
 	}
 	if !m.lastOK.IsZero() {
 		return m.lastOK, true
 	}
-	return m.listStart, !m.listStart.IsZero()
+	start := m.listStart
+	if m.probing && (start.IsZero() || m.probeStart.Before(start)) {
+		start = m.probeStart
+	}
+	return start, !start.IsZero()
 }
 
 func (m *Model) cancelWatch() {
@@ -362,6 +379,10 @@ func (m *Model) onTick() tea.Cmd {
 	}
 	if !m.listing && !m.lastList.IsZero() && m.now.Sub(m.lastList) >= m.listEvery {
 		cmds = append(cmds, m.startList())
+	}
+	if !m.probing && !m.lastList.IsZero() { // after the first list
+		m.probing, m.probeStart = true, m.now
+		cmds = append(cmds, m.probeCmd())
 	}
 	cmds = append(cmds, m.historyBatch())
 	// Re-read the expiring rows on screen: on etcd a renewal shows only

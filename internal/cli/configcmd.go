@@ -25,8 +25,9 @@ when connecting (a plaintext non-loopback endpoint, a password file readable by
 others, ...). With etcd endpoints it also asks every member for its version
 (the server-versions row, waiting up to a second for every member's answer)
 and warns on stderr about a version with a known lease-safety bug
-(docs/operations.md lists them); every other command warns once too, when
-the answer came in time, without waiting for it.
+(docs/operations.md lists them); every other command warns too, when the
+answer came in time, without waiting for it: one line for the cluster, at
+most once a day on a host, hidden by --log-level error and -q.
 
 Settings, in order of precedence: flags, then the environment (FENCE_ and the
 flag name in upper case, '-' as '_'), then the config files, then the
@@ -107,7 +108,7 @@ func (f *Factory) serverVersions(ctx context.Context) config.Entry {
 	}
 	defer c.Close()
 	f.awaitVersions() // the row shows them: the whole answer
-	f.flushVersions(nil)
+	f.printVersions(nil, true, false)
 	var parts []string
 	for _, v := range f.versions {
 		p := strings.TrimPrefix(strings.TrimPrefix(v.Endpoint, "http://"), "https://") + "="

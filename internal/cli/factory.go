@@ -84,7 +84,7 @@ type Factory struct {
 
 	versionsOnce sync.Once
 	versions     []etcd.MemberVersion // what the etcd members reported, once answered
-	versionWarns []string             // their known lease-safety bugs
+	versionWarn  string               // their known lease-safety bugs, one line
 
 	// The members' versions are asked on the side when an etcd coordinator
 	// opens (askedAt), never on the way of a lock operation; versionsDone
@@ -220,7 +220,7 @@ func (f *Factory) askVersionsOf(ctx context.Context, c *etcd.Coordinator, dial t
 			} else {
 				vs = c.ServerVersions(vctx)
 			}
-			f.versions, f.versionWarns = vs, etcd.VersionWarnings(vs)
+			f.versions, f.versionWarn = vs, etcd.VersionWarning(vs)
 			answered := true
 			for _, v := range vs {
 				answered = answered && v.Err == nil
@@ -246,28 +246,16 @@ func (f *Factory) awaitVersions() {
 // after the question began. Between them the warnings are printed once per
 // process. Both must be called before the coordinator is closed (which
 // ends the question).
-func (f *Factory) peekVersions(w io.Writer) { f.printVersions(w, false) }
+func (f *Factory) peekVersions(w io.Writer) { f.printVersions(w, false, true) }
 
-func (f *Factory) flushVersions(w io.Writer) { f.printVersions(w, true) }
+func (f *Factory) flushVersions(w io.Writer) { f.printVersions(w, true, true) }
 
-func (f *Factory) printVersions(w io.Writer, wait bool) {
-	done := f.versionsDone
-	if done == nil {
+// printVersions prints the version warning; daily, at most once a day on
+// this host (warnDue), else whenever (fence config, where people look on
+// purpose, which neither counts as the day's warning).
+func (f *Factory) printVersions(w io.Writer, wait, daily bool) {
+	if !f.versionsIn(wait) {
 		return
-	}
-	select {
-	case <-done:
-	default:
-		if !wait {
-			return
-		}
-		t := time.NewTimer(time.Until(f.askedAt.Add(warnWait)))
-		defer t.Stop()
-		select {
-		case <-done:
-		case <-t.C:
-			return
-		}
 	}
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
@@ -275,12 +263,63 @@ func (f *Factory) printVersions(w io.Writer, wait bool) {
 		return
 	}
 	f.flushed = true
+	if f.versionWarn == "" {
+		return
+	}
 	if w == nil {
 		w = f.IO.ErrOut
 	}
-	for _, warn := range f.versionWarns {
-		f.logLineTo(w, slog.LevelWarn, warn)
+	// A warning like every other (--log-level error hides it), never under
+	// -q, and at most once a day per host and versions (cron mails every
+	// line): fence config, status, show, top and the exporter show it
+	// always.
+	cfg, err := f.Config()
+	if err != nil || cfg.Quiet {
+		return
 	}
+	if lvl, err := logging.ParseLevel(cfg.LogLevel); err == nil && lvl > slog.LevelWarn {
+		return
+	}
+	if daily && !warnDue(f.versionWarn, f.Now()) {
+		return
+	}
+	f.logLineTo(w, slog.LevelWarn, f.versionWarn)
+}
+
+// versionsIn reports whether the answer of the version question is in;
+// with wait, it waits for it until warnWait after the question began.
+func (f *Factory) versionsIn(wait bool) bool {
+	done := f.versionsDone
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		if !wait {
+			return false
+		}
+	}
+	t := time.NewTimer(time.Until(f.askedAt.Add(warnWait)))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// coordinatorWarning is fence status's and show's coordinator_warning:
+// the etcd members' known lease-safety bugs (versionWarning), when their
+// versions are in by warnWait after the question began ("" otherwise, and
+// when there are none).
+func (f *Factory) coordinatorWarning() string {
+	if !f.versionsIn(true) {
+		return ""
+	}
+	return f.versionWarning()
 }
 
 // versionWarning is the dashboard's short form of the version warnings,

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"net"
@@ -73,15 +75,23 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 }
 
 func newCmdExporter(f *Factory) *cobra.Command {
-	var listen string
+	var (
+		listen    string
+		retention time.Duration
+	)
 	cmd := &cobra.Command{
-		Use:   "exporter --listen ADDR [PREFIX]",
+		Use:   "exporter --listen ADDR [PREFIX] [--retention D]",
 		Short: "Serve Prometheus metrics of every lock on /metrics",
 		Long: `Serve a Prometheus /metrics endpoint for the whole coordinator (or the locks
 under PREFIX), fed by its watch: per lock, held (0/1), token, TTL remaining,
 holder (an info metric), renewal failures, stale refusals, and a histogram of
-critical-section durations. Runs until SIGINT or SIGTERM. See
-docs/observability.md for the metrics and example alerts.
+critical-section durations; fence_coordinator_known_bug for an etcd server
+version with a known lease-safety bug. A lock the coordinator has not listed
+for --retention (on etcd: nobody holds, waits for or limits it) is no longer
+exported, until it is used again. /healthz answers 200 when the coordinator
+answered a read within the last second or answers one within 2s, else 503 with
+the reason. Runs until SIGINT or SIGTERM. See docs/observability.md for the
+metrics and example alerts.
 
 The exporter is the program fence-monitor, installed beside fence (the
 packages and archives carry it): fence exporter runs it with the same
@@ -107,7 +117,7 @@ arguments, so that fence's other commands start without the exporter's code.`,
 			defer stop()
 			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
 				err := f.monitor.Exporter(ctx, listen, c, ExporterOptions{
-					Prefix: prefix, Logger: logger,
+					Prefix: prefix, Logger: logger, Retention: retention,
 					OnListen: func(a net.Addr) { f.verbosef("serving metrics on http://%s/metrics", a) },
 				})
 				if ctx.Err() != nil && err == nil || err == context.Canceled {
@@ -118,5 +128,6 @@ arguments, so that fence's other commands start without the exporter's code.`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9477", "address to serve /metrics on")
+	DurationVarP(cmd.Flags(), &retention, "retention", "", time.Hour, false, "stop exporting a lock the coordinator has not listed for this long")
 	return cmd
 }

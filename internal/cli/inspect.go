@@ -96,10 +96,13 @@ is free (the state is printed either way).`,
 					info.Name = o.lock
 				}
 				now := f.Now()
+				warning := f.coordinatorWarning()
 				if format == output.JSON {
-					err = output.WriteJSON(f.IO.Out, newLockView(info, now))
+					v := newLockView(info, now)
+					v.CoordinatorWarning = warning
+					err = output.WriteJSON(f.IO.Out, v)
 				} else {
-					err = output.WriteFields(f.IO.Out, lockFields(info, now))
+					err = output.WriteFields(f.IO.Out, withWarning(lockFields(info, now), warning))
 				}
 				if err == nil && !info.Held {
 					return exitcode.Silent(exitcode.No)
@@ -178,8 +181,10 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		}
 		now := f.Now()
 		out := f.IO.Out
+		warning := f.coordinatorWarning()
 		if format == output.JSON {
 			v := showView{Lock: newLockView(info, now)}
+			v.Lock.CoordinatorWarning = warning
 			for _, d := range done {
 				v.Completions = append(v.Completions, newCompletionView(d))
 			}
@@ -192,7 +197,7 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 			}
 			return output.WriteJSON(out, v)
 		}
-		if err := output.WriteFields(out, lockFields(info, now)); err != nil {
+		if err := output.WriteFields(out, withWarning(lockFields(info, now), warning)); err != nil {
 			return err
 		}
 		if len(info.Queue) > 0 {
@@ -233,6 +238,15 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		}
 		return output.WriteTable(out, f.IO.IsStdoutTTY(), eventHeader, rows)
 	})
+}
+
+// withWarning adds the coordinator's known problem (coordinatorWarning) to
+// a lock's fields, when there is one.
+func withWarning(fs []output.Field, warning string) []output.Field {
+	if warning == "" {
+		return fs
+	}
+	return append(fs, output.Field{Key: "coordinator_warning", Value: warning})
 }
 
 // tokensOf lists the tokens of a lock's holders: "5, 6, 9".

@@ -57,9 +57,10 @@ type DashboardOptions struct {
 
 // ExporterOptions are fence exporter's, for Monitor.Exporter.
 type ExporterOptions struct {
-	Prefix   string
-	Logger   *slog.Logger
-	OnListen func(net.Addr)
+	Prefix    string
+	Logger    *slog.Logger
+	OnListen  func(net.Addr)
+	Retention time.Duration // a lock not listed this long is no longer exported
 }
 
 // buildID identifies this build of fence: its version and commit.

@@ -44,8 +44,10 @@ and stale tokens refused. It follows the coordinator's watch (which reports
 limits too) and lists every lock again each --refresh period. The status line
 shows the coordinator, its health, the latency of the last read and the
 totals (and how many locks are frozen or limited, where there is room). When
-the coordinator stops answering (a read failed, or one has been on its way
-for 2s), it says for how long and since when, and the TTLs show as '?': they
+the coordinator stops answering (a read failed, or none was answered while
+one has been on its way for a second; the dashboard reads one key every
+second besides the lists, so a stall shows within 2s), it says for how long
+and since when, and the TTLs show as '?': they
 are not known until it answers again. An etcd server version with a known lease-safety bug is
 marked there too, beside the health (▲, with its name when there is room;
 the help screen names it in full).

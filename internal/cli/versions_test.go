@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,30 +15,119 @@ import (
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
-// TestVersionWarning: against Debian's etcd (3.4.23, which has etcd#15247)
-// a command warns once on stderr, naming the member, its version, the bug
-// and the fixed version; fence config lists the members' versions.
+// TestMain keeps the package's tests off the user's cache directory,
+// where the coordinator warnings are remembered (warnedFile).
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fence-cli-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	os.Setenv("XDG_CACHE_HOME", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestVersionWarning: against a three-member cluster of Debian's etcd
+// (3.4.23, which has etcd#15247) a command warns in one line naming every
+// member, its version, the bug and the fixed version, once a day on this
+// host (a second command is quiet), never under -q or --log-level error,
+// and a failure to remember it fails nothing; fence config, fence status
+// and fence show name the bug every time.
 func TestVersionWarning(t *testing.T) {
-	srv := etcdproc.Start(t)
-	ep := srv.Endpoints()[0]
-	code, _, errOut := run("status", "vw", "--endpoints", ep)
-	if code != 1 {
-		t.Fatalf("status exit %d: %s", code, errOut)
+	cl := etcdproc.StartCluster(t, etcdproc.ClusterOptions{})
+	eps := cl.Endpoints()
+	all := strings.Join(eps, ",")
+	cache := func() string {
+		dir := t.TempDir()
+		t.Setenv("XDG_CACHE_HOME", dir)
+		return dir
 	}
-	_, out, _ := run("config", "--endpoints", ep)
-	if !strings.Contains(out, "server-versions\t"+ep+"=3.") {
-		t.Fatalf("fence config has no server-versions row for %s:\n%s", ep, out)
-	}
+	dir := cache()
+	_, out, errOut := run("config", "--endpoints", all)
 	if !strings.Contains(out, "=3.4.") || strings.Contains(out, "=3.4.3") {
 		t.Skipf("Debian's etcd is not a 3.4 before 3.4.31 (%s): no warning expected", out)
 	}
-	lines := strings.Split(strings.TrimSpace(errOut), "\n")
-	if len(lines) != 1 || !strings.HasPrefix(lines[0], "fence: warning: etcd "+ep+" runs 3.4.") ||
-		!strings.Contains(lines[0], "etcd#15247, fixed in 3.4.31") {
-		t.Errorf("stderr = %q, want one warning about etcd#15247", errOut)
+	if strings.Count(errOut, "fence: warning: etcd ") != 1 {
+		t.Errorf("fence config: stderr %q, want the warning", errOut)
 	}
-	if !strings.Contains(out, "(lease-safety bug etcd#15247)\tserver") {
-		t.Errorf("fence config's row does not name the bug:\n%s", out)
+	if _, err := os.Stat(dir + "/fence/warned"); err == nil {
+		t.Error("fence config counted as the day's warning")
+	}
+	for _, ep := range eps {
+		if !strings.Contains(out, ep+"=3.4.") || !strings.Contains(out, "(lease-safety bug etcd#15247)") {
+			t.Fatalf("fence config's server-versions row does not name %s and the bug:\n%s", ep, out)
+		}
+	}
+
+	code, _, errOut := run("status", "vw", "--endpoints", all)
+	if code != 1 {
+		t.Fatalf("status exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "fence: warning: etcd ") ||
+		!strings.Contains(lines[0], "etcd#15247, fixed in 3.4.31") {
+		t.Fatalf("stderr = %q, want one warning about etcd#15247", errOut)
+	}
+	for _, ep := range eps {
+		if !strings.Contains(lines[0], ep) {
+			t.Errorf("the warning does not name the member %s: %q", ep, lines[0])
+		}
+	}
+	for _, p := range []string{dir + "/fence", dir + "/fence/warned"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]os.FileMode{true: 0o700, false: 0o600}[fi.IsDir()]; fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", p, fi.Mode().Perm(), want)
+		}
+	}
+	// The same day: quiet; status and show still say it, config too.
+	if _, _, errOut := run("config", "--endpoints", all); strings.Count(errOut, "fence: warning: etcd ") != 1 {
+		t.Errorf("fence config after the day's warning: stderr %q, want the warning", errOut)
+	}
+	code, out, errOut = run("status", "vw", "--endpoints", all)
+	if code != 1 || errOut != "" {
+		t.Fatalf("second status: exit %d, stderr %q; want 1 and nothing (warned today already)", code, errOut)
+	}
+	if !strings.Contains(out, "coordinator_warning") || !strings.Contains(out, "lease bug etcd#15247 in etcd 3.4.") {
+		t.Errorf("fence status does not name the bug:\n%s", out)
+	}
+	_, out, _ = run("status", "vw", "--endpoints", all, "-o", "json")
+	if !strings.Contains(out, `"coordinator_warning": "lease bug etcd#15247 in etcd 3.4.`) {
+		t.Errorf("fence status -o json does not name the bug:\n%s", out)
+	}
+	_, out, _ = run("show", "vw", "--endpoints", all)
+	if !strings.Contains(out, "coordinator_warning") {
+		t.Errorf("fence show does not name the bug:\n%s", out)
+	}
+	// A day later: once more.
+	old := time.Now().Add(-warnEvery - time.Minute).Unix()
+	data, _ := os.ReadFile(dir + "/fence/warned")
+	k, _, _ := strings.Cut(string(data), " ")
+	if err := os.WriteFile(dir+"/fence/warned", []byte(fmt.Sprintf("%s %d\n", k, old)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, errOut = run("status", "vw", "--endpoints", all); strings.Count(errOut, "fence: warning: ") != 1 {
+		t.Errorf("a day later: stderr = %q, want the warning again", errOut)
+	}
+
+	// -q and --log-level error: nothing, on a host that was not warned.
+	for _, flag := range []string{"-q", "--log-level=error"} {
+		cache()
+		if code, _, errOut := run("status", "vw", "--endpoints", all, flag); code != 1 || errOut != "" {
+			t.Errorf("status %s: exit %d, stderr %q; want 1 and nothing", flag, code, errOut)
+		}
+	}
+	// No cache to remember it in: the warning, every time, and the
+	// command's own outcome.
+	t.Setenv("XDG_CACHE_HOME", "/dev/null/x")
+	for range 2 {
+		if code, _, errOut := run("status", "vw", "--endpoints", all); code != 1 || strings.Count(errOut, "fence: warning: ") != 1 {
+			t.Errorf("status without a cache: exit %d, stderr %q", code, errOut)
+		}
 	}
 }
 
@@ -47,6 +138,7 @@ func TestVersionWarning(t *testing.T) {
 // never answers holds nothing up for the question's whole bound), and the
 // warning comes once, when the answer is in.
 func TestVersionsAskedOnTheSide(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	srv := etcdtest.Start(t)
 	ep := srv.Endpoints()[0]
 	open := func(ask func(ctx context.Context) bool) (*Factory, *syncbuf.Buffer, func()) {

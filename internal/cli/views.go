@@ -40,6 +40,9 @@ type lockView struct {
 	// fields above describe the first).
 	Slots   int          `json:"slots" yaml:"slots"`
 	Holders []holderView `json:"holders" yaml:"holders"`
+	// CoordinatorWarning is a known problem of the coordinator (an etcd
+	// version with a lease-safety bug); fence status and show only.
+	CoordinatorWarning string `json:"coordinator_warning,omitempty" yaml:"coordinator_warning,omitempty"`
 }
 
 // holderView is one holder of a lock.

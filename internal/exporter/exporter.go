@@ -24,7 +24,19 @@
 //	                                               waited of each acquired event), observed as it is read
 //
 // plus fence_exporter_coordinator_up and fence_exporter_history_up (1 when
-// the last read succeeded), and the Go and process collectors.
+// the last read succeeded), fence_coordinator_known_bug (1, with labels
+// version and issue, for each etcd server version among the members with a
+// known lease-safety bug; asked every versionsEvery), and the Go and
+// process collectors.
+//
+// A lock the coordinator has not listed for Options.Retention (etcd lists
+// no free lock: a lock nobody holds, waits for or limits is gone) is no
+// longer exported, its histograms included; it comes back when it is used
+// again.
+//
+// /healthz answers 200 when the coordinator answered a read within the last
+// healthFresh (else it reads it, within healthTimeout), 503 otherwise,
+// with one line saying why.
 //
 // # How it is fed
 //
@@ -63,11 +75,27 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
 // DefaultScrapeTimeout is the default Options.ScrapeTimeout.
 const DefaultScrapeTimeout = 5 * time.Second
+
+// DefaultRetention is the default Options.Retention.
+const DefaultRetention = time.Hour
+
+const (
+	// healthFresh is how recent a read must be for /healthz to answer
+	// without reading; healthTimeout bounds the read it makes otherwise.
+	healthFresh   = time.Second
+	healthTimeout = 2 * time.Second
+	// versionsEvery is how often the etcd members' versions are asked.
+	versionsEvery = 10 * time.Minute
+	// healthProbe is the lock /healthz inspects (any name does: a free
+	// one is an answer too).
+	healthProbe = "fence-exporter-healthz"
+)
 
 // DefaultBuckets are the default buckets of
 // fence_lock_critical_section_seconds, in seconds: from 100ms to a day.
@@ -92,6 +120,9 @@ type Options struct {
 	// OnListen, when set, is called by Serve once it listens, with the
 	// address (useful with port 0).
 	OnListen func(net.Addr)
+	// Retention is how long a lock the coordinator no longer lists stays
+	// exported (DefaultRetention).
+	Retention time.Duration
 }
 
 func (o *Options) fill() {
@@ -106,6 +137,9 @@ func (o *Options) fill() {
 	}
 	if len(o.WaitBuckets) == 0 {
 		o.WaitBuckets = DefaultWaitBuckets
+	}
+	if o.Retention <= 0 {
+		o.Retention = DefaultRetention
 	}
 }
 
@@ -169,9 +203,18 @@ func Handler(ctx context.Context, c coord.Coordinator, opts Options) (http.Handl
 		ErrorLog:      slogPrinter{col.log},
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := col.healthy(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "fence exporter for %s\nmetrics: /metrics\n", c.Describe())
+		fmt.Fprintf(w, "fence exporter for %s\nmetrics: /metrics\nhealth: /healthz\n", c.Describe())
 	})
 	return mux, nil
 }
@@ -199,6 +242,22 @@ type Collector struct {
 	histUp   bool
 	sections *prometheus.HistogramVec
 	waits    *prometheus.HistogramVec // nil without a history
+	// gone are the history cursors of the locks no longer exported (past
+	// Options.Retention): a lock comes back when used again, counting
+	// from there.
+	gone map[string]uint64
+
+	lastOK   time.Time // the last read the coordinator answered
+	firstErr time.Time // the first failed read since lastOK
+
+	versions   versioner         // nil: not etcd
+	versionsAt time.Time         // when they were last asked
+	memberVer  map[string]string // endpoint -> version, as last answered
+}
+
+// versioner is an etcd coordinator, which reports its members' versions.
+type versioner interface {
+	ServerVersions(ctx context.Context) []etcd.MemberVersion
 }
 
 // lockState is what the exporter knows of one lock.
@@ -208,6 +267,7 @@ type lockState struct {
 	seen      time.Time    // when info was read (monotonic), for the TTL left
 	maxToken  uint64       // the largest token seen held
 	confirmed bool         // the holder was reported by the watch, which will report its end in order
+	goneSince time.Time    // since when the lock is not listed (zero while it is)
 
 	cursor          uint64 // history sequence number read up to
 	renewalFailures float64
@@ -251,6 +311,8 @@ var (
 		"1 when the exporter's last read of the coordinator succeeded and its watch runs.", nil, nil)
 	descHistUp = prometheus.NewDesc("fence_exporter_history_up",
 		"1 when the exporter's last read of the lock histories succeeded.", nil, nil)
+	descKnownBug = prometheus.NewDesc("fence_coordinator_known_bug",
+		"1 for each etcd server version among the coordinator's members with a known lease-safety bug (see docs/operations.md).", []string{"version", "issue"}, nil)
 )
 
 // groupKinds are the kinds also exported from 0 for a lock of a `fence
@@ -283,6 +345,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 	col := &Collector{
 		c: c, opts: opts, log: opts.Logger,
 		locks: map[string]*lockState{},
+		gone:  map[string]uint64{},
 		sections: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_critical_section_seconds",
 			Help:    "How long each holder held the lock (from its acquisition to the end of its lease, as seen by the exporter).",
@@ -290,6 +353,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		}, []string{"lock"}),
 	}
 	coord.As(c, &col.hist) // through decorators, as every capability
+	coord.As(c, &col.versions)
 	if col.hist != nil {
 		col.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_wait_seconds",
@@ -303,6 +367,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
+	col.noteRead(nil)
 	col.applyList(infos)
 	ch, err := c.Watch(ctx, opts.Prefix)
 	if err != nil {
@@ -361,6 +426,7 @@ func (col *Collector) relist(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, col.opts.ScrapeTimeout)
 	defer cancel()
 	infos, err := col.c.List(rctx, col.opts.Prefix)
+	col.noteRead(err)
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.listOK = err == nil
@@ -399,13 +465,32 @@ func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 		}
 		listed[info.Name] = true
 		col.apply(info, false)
-		col.state(info.Name).limit = info.Limit
+		st := col.state(info.Name)
+		st.limit, st.goneSince = info.Limit, time.Time{}
 	}
-	for name := range col.locks {
-		if !listed[name] {
-			col.apply(coord.LockInfo{Name: name}, false)
-			col.locks[name].limit = nil
+	now := time.Now()
+	for name, st := range col.locks {
+		if listed[name] {
+			continue
 		}
+		col.apply(coord.LockInfo{Name: name}, false)
+		st.limit = nil
+		if st.goneSince.IsZero() {
+			st.goneSince = now
+		}
+		if now.Sub(st.goneSince) >= col.opts.Retention && !st.info.Held {
+			col.forget(name, st)
+		}
+	}
+}
+
+// forget stops exporting a lock that has been gone for the retention.
+func (col *Collector) forget(name string, st *lockState) {
+	delete(col.locks, name)
+	col.gone[name] = st.cursor
+	col.sections.DeleteLabelValues(name)
+	if col.waits != nil {
+		col.waits.DeleteLabelValues(name)
 	}
 }
 
@@ -434,6 +519,7 @@ func (col *Collector) apply(info coord.LockInfo, fromWatch bool) {
 	case info.Held:
 		col.endSection(st, info, now)
 		st.info, st.seen, st.maxToken, st.confirmed = info, now, top, fromWatch
+		st.goneSince = time.Time{}
 	default: // free
 		if st.info.Held && fromWatch && !st.confirmed {
 			return // may be the end of an older lease; the next List tells
@@ -458,7 +544,11 @@ func (col *Collector) endSection(st *lockState, next coord.LockInfo, now time.Ti
 func (col *Collector) state(name string) *lockState {
 	st := col.locks[name]
 	if st == nil {
-		st = &lockState{info: coord.LockInfo{Name: name}, events: map[history.Kind]float64{}}
+		// Not listed until a List says so; a lock forgotten before counts
+		// its history on from where it was.
+		st = &lockState{info: coord.LockInfo{Name: name}, events: map[history.Kind]float64{}, goneSince: time.Now()}
+		st.cursor = col.gone[name]
+		delete(col.gone, name)
 		col.locks[name] = st
 	}
 	return st
@@ -480,6 +570,10 @@ func (col *Collector) readHistory(ctx context.Context) {
 			continue
 		}
 		col.mu.Lock()
+		if c, ok := col.gone[h.Lock]; ok && c == h.Seq {
+			col.mu.Unlock()
+			continue // forgotten, and not used since
+		}
 		st := col.state(h.Lock)
 		cursor := st.cursor
 		col.mu.Unlock()
@@ -522,7 +616,7 @@ func (col *Collector) readHistory(ctx context.Context) {
 
 // Describe implements prometheus.Collector.
 func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHeld, descToken, descTTL, descHeldFor, descWaiters, descHolder, descSlots, descHolders, descSlotToken, descFrozen, descLimit, descCoordUp} {
+	for _, d := range []*prometheus.Desc{descHeld, descToken, descTTL, descHeldFor, descWaiters, descHolder, descSlots, descHolders, descSlotToken, descFrozen, descLimit, descCoordUp, descKnownBug} {
 		ch <- d
 	}
 	if col.hist != nil {
@@ -596,6 +690,9 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	gauge(descCoordUp, b2f(col.watching && col.listOK))
+	for _, vb := range col.knownBugs() {
+		gauge(descKnownBug, 1, vb[0], vb[1])
+	}
 	if col.hist != nil {
 		gauge(descHistUp, b2f(col.histUp))
 	}
@@ -612,6 +709,7 @@ func (col *Collector) refresh() {
 	ctx, cancel := context.WithTimeout(context.Background(), col.opts.ScrapeTimeout)
 	defer cancel()
 	infos, err := col.c.List(ctx, col.opts.Prefix)
+	col.noteRead(err)
 	col.mu.Lock()
 	col.listOK = err == nil
 	if err != nil {
@@ -623,6 +721,90 @@ func (col *Collector) refresh() {
 	if col.hist != nil {
 		col.readHistory(ctx)
 	}
+	col.askVersions(ctx)
+}
+
+// noteRead notes the outcome of a read of the coordinator, for /healthz.
+func (col *Collector) noteRead(err error) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	now := time.Now()
+	switch {
+	case err == nil || errors.Is(err, coord.ErrNotHeld):
+		col.lastOK, col.firstErr = now, time.Time{}
+	case col.firstErr.IsZero():
+		col.firstErr = now
+	}
+}
+
+// healthy returns nil when the coordinator answered a read within
+// healthFresh, or answers one now (within healthTimeout); else why not.
+func (col *Collector) healthy(ctx context.Context) error {
+	col.mu.Lock()
+	fresh := time.Since(col.lastOK) < healthFresh
+	col.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	_, err := col.c.Inspect(rctx, healthProbe)
+	col.noteRead(err)
+	if err == nil || errors.Is(err, coord.ErrNotHeld) {
+		return nil
+	}
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	since := "never answered"
+	if !col.lastOK.IsZero() {
+		since = fmt.Sprintf("no answer for %s (since %s)", time.Since(col.lastOK).Truncate(time.Second), col.lastOK.UTC().Format(time.RFC3339))
+	}
+	return fmt.Errorf("coordinator %s: %s: %v", col.c.Describe(), since, err)
+}
+
+// askVersions asks the etcd members for their versions, every
+// versionsEvery (more often until every member answered once).
+func (col *Collector) askVersions(ctx context.Context) {
+	if col.versions == nil {
+		return
+	}
+	col.mu.Lock()
+	due := time.Since(col.versionsAt) >= versionsEvery || len(col.memberVer) == 0
+	col.mu.Unlock()
+	if !due {
+		return
+	}
+	vctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	vs := col.versions.ServerVersions(vctx)
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.versionsAt = time.Now()
+	if col.memberVer == nil {
+		col.memberVer = map[string]string{}
+	}
+	for _, v := range vs {
+		if v.Err == nil {
+			col.memberVer[v.Endpoint] = v.Version
+		}
+	}
+}
+
+// knownBugs are the (version, issue) pairs of the members' known
+// lease-safety bugs, sorted. col.mu is held.
+func (col *Collector) knownBugs() [][2]string {
+	seen := map[[2]string]bool{}
+	var out [][2]string
+	for _, v := range col.memberVer {
+		for _, b := range etcd.BugsOf(v) {
+			if k := [2]string{v, b.Issue}; !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0]+" "+a[1], b[0]+" "+b[1]) })
+	return out
 }
 
 func b2f(b bool) float64 {

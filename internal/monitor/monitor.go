@@ -42,5 +42,5 @@ func dashboard(ctx context.Context, c coord.Coordinator, o cli.DashboardOptions)
 }
 
 func serve(ctx context.Context, listen string, c coord.Coordinator, o cli.ExporterOptions) error {
-	return exporter.Serve(ctx, listen, c, exporter.Options{Prefix: o.Prefix, Logger: o.Logger, OnListen: o.OnListen})
+	return exporter.Serve(ctx, listen, c, exporter.Options{Prefix: o.Prefix, Logger: o.Logger, OnListen: o.OnListen, Retention: o.Retention})
 }

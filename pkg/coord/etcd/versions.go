@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -146,37 +147,88 @@ func (c *Coordinator) ServerVersions(ctx context.Context) []MemberVersion {
 	return out
 }
 
-// VersionWarnings returns one line per member whose version has a known
-// lease-safety bug that a release fixes (an upgrade helps), for an
-// operator. Bugs no release fixes are shown by fence config and the
-// dashboard, not warned about on every command.
-func VersionWarnings(vs []MemberVersion) []string {
-	var out []string
+// VersionWarning returns one line for the whole cluster ("" when none)
+// naming every member whose version has a known lease-safety bug that a
+// release fixes (an upgrade helps), with its version, for an operator.
+// Bugs no release fixes are shown by fence config and the dashboard, not
+// warned about on every command.
+func VersionWarning(vs []MemberVersion) string {
+	var (
+		versions []string                // affected versions, first seen first
+		members  = map[string][]string{} // version -> its members
+		bugs     []LeaseBug
+		fixes    = map[string]bool{}
+	)
 	for _, v := range vs {
+		affected := false
 		for _, b := range BugsOf(v.Version) {
 			if b.Unfixed() {
 				continue
 			}
-			fix := "not fixed in any release yet"
-			if maj, minor, _, _ := parseVersion(v.Version); b.Fixed[fmt.Sprintf("%d.%d", maj, minor)] != "" {
-				fix = "fixed in " + b.Fixed[fmt.Sprintf("%d.%d", maj, minor)]
-			} else if len(b.Fixed) > 0 {
-				fix = "fixed in " + strings.Join(sortedValues(b.Fixed), " and ")
+			affected = true
+			if !slices.ContainsFunc(bugs, func(x LeaseBug) bool { return x.Issue == b.Issue }) {
+				bugs = append(bugs, b)
 			}
-			out = append(out, fmt.Sprintf("etcd %s runs %s, which has a known lease-safety bug (%s, %s): %s; see docs/operations.md",
-				hostOf(v.Endpoint), v.Version, b.Issue, fix, b.Summary))
+			if maj, minor, _, _ := parseVersion(v.Version); b.Fixed[fmt.Sprintf("%d.%d", maj, minor)] != "" {
+				fixes[b.Issue+"\x00"+b.Fixed[fmt.Sprintf("%d.%d", maj, minor)]] = true
+			} else {
+				for _, f := range b.Fixed {
+					fixes[b.Issue+"\x00"+f] = true
+				}
+			}
+		}
+		if !affected {
+			continue
+		}
+		if members[v.Version] == nil {
+			versions = append(versions, v.Version)
+		}
+		members[v.Version] = append(members[v.Version], hostOf(v.Endpoint))
+	}
+	if len(bugs) == 0 {
+		return ""
+	}
+	var who []string
+	for _, ver := range versions {
+		if ms := members[ver]; len(ms) == 1 {
+			who = append(who, ms[0]+" runs "+ver)
+		} else {
+			who = append(who, andList(ms)+" run "+ver)
 		}
 	}
-	return out
+	var ids, sums []string
+	for _, b := range bugs {
+		var fs []string
+		for k := range fixes {
+			if issue, f, _ := strings.Cut(k, "\x00"); issue == b.Issue {
+				fs = append(fs, f)
+			}
+		}
+		sort.Strings(fs)
+		fix := "not fixed in any release yet"
+		if len(fs) > 0 {
+			fix = "fixed in " + andList(fs)
+		}
+		ids = append(ids, b.Issue+", "+fix)
+		sums = append(sums, b.Summary)
+	}
+	which, what := "which has a known lease-safety bug", "("+ids[0]+")"
+	if len(versions) > 1 {
+		which = "which have a known lease-safety bug"
+	}
+	if len(bugs) > 1 {
+		which = strings.Replace(which, "a known lease-safety bug", "known lease-safety bugs", 1)
+		what = "(" + strings.Join(ids, "; ") + ")"
+	}
+	return fmt.Sprintf("etcd %s, %s %s: %s; see docs/operations.md", strings.Join(who, ", "), which, what, strings.Join(sums, "; "))
 }
 
-func sortedValues(m map[string]string) []string {
-	var out []string
-	for _, v := range m {
-		out = append(out, v)
+// andList joins "a", "a and b", "a, b and c".
+func andList(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
 	}
-	sort.Strings(out)
-	return out
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 func hostOf(ep string) string {

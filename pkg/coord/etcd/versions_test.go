@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -27,12 +28,19 @@ func TestBugsOf(t *testing.T) {
 			t.Errorf("BugsOf(%q) = %v, want %q", v, got, want)
 		}
 	}
-	// The residual has no fixed release: no warning on every command.
-	w := etcd.VersionWarnings([]etcd.MemberVersion{{Endpoint: "http://10.0.0.1:2379", Version: "3.4.23"}, {Endpoint: "x:1", Version: "3.4.31"},
-		{Endpoint: "y:1", Version: "3.3.27"}, {Endpoint: "z:1", Version: "3.7.3"}})
-	if len(w) != 2 || !strings.Contains(w[0], "10.0.0.1:2379 runs 3.4.23") || !strings.Contains(w[0], "fixed in 3.4.31") ||
-		!strings.Contains(w[1], "fixed in 3.4.31 and 3.5.13") {
-		t.Errorf("VersionWarnings = %q", w)
+	// The residual has no fixed release: no warning on every command. One
+	// line for the whole cluster, naming every affected member.
+	w := etcd.VersionWarning([]etcd.MemberVersion{{Endpoint: "http://10.0.0.1:2379", Version: "3.4.23"}, {Endpoint: "x:1", Version: "3.4.31"},
+		{Endpoint: "y:1", Version: "3.3.27"}, {Endpoint: "z:1", Version: "3.7.3"}, {Endpoint: "w:1", Version: "3.4.23"}})
+	if want := "etcd 10.0.0.1:2379 and w:1 run 3.4.23, y:1 runs 3.3.27, which have a known lease-safety bug (etcd#15247, fixed in 3.4.31 and 3.5.13): "; !strings.HasPrefix(w, want) || strings.Contains(w, "\n") {
+		t.Errorf("VersionWarning = %q, want it to start %q", w, want)
+	}
+	w = etcd.VersionWarning([]etcd.MemberVersion{{Endpoint: "a:1", Version: "3.4.23"}})
+	if want := "etcd a:1 runs 3.4.23, which has a known lease-safety bug (etcd#15247, fixed in 3.4.31): "; !strings.HasPrefix(w, want) {
+		t.Errorf("VersionWarning = %q, want it to start %q", w, want)
+	}
+	if w := etcd.VersionWarning([]etcd.MemberVersion{{Endpoint: "a:1", Version: "3.4.31"}, {Endpoint: "b:1", Err: context.Canceled}}); w != "" {
+		t.Errorf("VersionWarning of a fixed version = %q", w)
 	}
 }
 
