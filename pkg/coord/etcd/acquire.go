@@ -248,23 +248,24 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 	cancel()
 	stopKeepAlive()
 	<-kaDone
-	// requeue: our lease ended while the cluster did not answer (a stall
-	// longer than its TTL), and the wait is not over: a new place at the
-	// end of the queue, within what is left of the wait. A lease revoked
-	// while its renewals were answered was ended on purpose: that waiter
-	// stops.
+	// requeue: our lease ended before our turn, and the wait is not over:
+	// a new place at the end of the queue, within what is left of the
+	// wait. Whatever ended it (a stall longer than its TTL; a leader that
+	// resumes from a stall and revokes leases its successor kept alive,
+	// etcd#15247, while our renewals were answered; a revoke by hand),
+	// the waiter never held the lock, and its wait is what it asked for.
 	requeue := func() bool {
-		return last.stalled() && ctx.Err() == nil && !c.closed.Load() && (opts.Wait < 0 || time.Now().Before(waitUntil))
+		return ctx.Err() == nil && !c.closed.Load() && (opts.Wait < 0 || time.Now().Before(waitUntil))
 	}
 	if err != nil {
 		var le *coord.LimitError
 		switch {
 		case errors.Is(err, errLeaseGone) && requeue():
 			return noReads(c.requeue(ctx, name, opts, waitUntil, cur))
-		case errors.Is(err, errLeaseGone):
-			return nil, nil, waiterLost(name)
 		case ctx.Err() != nil:
 			return nil, nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
+		case errors.Is(err, errLeaseGone):
+			return nil, nil, c.waiterLost(cur, opts.Wait)
 		case wctx.Err() != nil && errors.As(err, &le):
 			return nil, nil, le
 		case wctx.Err() != nil:
@@ -289,7 +290,7 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 			// give up here.
 			return noReads(c.requeue(ctx, name, opts, waitUntil, cur))
 		case ttl <= 0:
-			return nil, nil, waiterLost(name)
+			return nil, nil, c.waiterLost(cur, opts.Wait)
 		}
 		last.sent, last.ttl = s, time.Duration(ttl)*time.Second
 	}
@@ -344,11 +345,15 @@ const requeueRetry = 250 * time.Millisecond
 // errLeaseGone: a waiter's lease ended before its turn.
 var errLeaseGone = errors.New("lease gone")
 
-// waiterLost explains a waiter whose lease ended before its turn: its
-// renewals failed for a whole TTL, or someone revoked it. The caller never
-// held the lock, so this is not ErrLeaseLost.
-func waiterLost(name string) error {
-	return fmt.Errorf("%w: the waiting lease on %q ended before its turn (renewals failed, or it was revoked)", coord.ErrUnavailable, name)
+// waiterLost is the error of a waiter whose lease ended before its turn
+// and that cannot queue again: the Coordinator was closed, or the wait is
+// over (then it is busy, as any waiter not served in time). The caller
+// never held the lock, so this is not ErrLeaseLost.
+func (c *Coordinator) waiterLost(cur coord.LockInfo, waited time.Duration) error {
+	if c.closed.Load() {
+		return errClosed
+	}
+	return busy(cur, waited)
 }
 
 // busy is ErrBusy naming the holder.
@@ -626,8 +631,6 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *
 			return errLeaseGone
 		case err == nil:
 			last.sent, last.ttl = sent, time.Duration(ttl)*time.Second
-		case ctx.Err() == nil:
-			last.failed = time.Now()
 		}
 		// Other errors: the cluster is unreachable for now; the next tick
 		// tries again, and a lease that ran out is reported then.
