@@ -248,9 +248,9 @@ func (c *Coordinator) acquire(ctx context.Context, name string, opts coord.Acqui
 	}
 	cur.Limit = lim
 	if !wait {
-		if slots > 1 && len(kvs) >= slots {
-			return nil, nil, busy(cur, 0)
-		}
+		// A limit that holds the lock back is said first, as the local
+		// backend does: a frozen lock says frozen, with the reason, even
+		// while its holders (every slot) hold it.
 		if !lim.Allows(0) || slots > 1 && !lim.Allows(holders(kvs)) {
 			return nil, nil, limitErr(name, lim, kvs)
 		}
@@ -320,7 +320,7 @@ func (c *Coordinator) acquire(ctx context.Context, name string, opts coord.Acqui
 		case wctx.Err() != nil && errors.As(err, &le):
 			return nil, nil, le
 		case wctx.Err() != nil:
-			return nil, nil, busy(cur, opts.Wait)
+			return nil, nil, c.gaveUp(ctx, cur, slots, opts.Wait)
 		}
 		return nil, nil, err
 	}
@@ -374,12 +374,35 @@ func (c *Coordinator) unanswered(ctx context.Context, wait bool, name, op string
 	return c.mapErr(ctx, op, err)
 }
 
+// gaveUp is the error of a waiter whose wait ended before its turn: a
+// *coord.LimitError when a limit, read once more now (as the local backend
+// looks once more), holds the lock back (frozen; a semaphore's holders at
+// its limit), else busy.
+func (c *Coordinator) gaveUp(ctx context.Context, cur coord.LockInfo, slots int, waited time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	ls, err := c.Limits(rctx)
+	cancel()
+	n := len(cur.AllHolders())
+	if lim := coord.EffectiveLimit(ls, cur.Name); err == nil && (!lim.Allows(0) || slots > 1 && !lim.Allows(n)) {
+		return &coord.LimitError{Lock: cur.Name, Limit: *lim, Holders: n}
+	}
+	return busy(cur, waited)
+}
+
 // busy is ErrBusy naming the holder (a waiter that could not even read
 // the lock knows none).
 func busy(cur coord.LockInfo, waited time.Duration) error {
 	after := ""
 	if waited > 0 {
 		after = fmt.Sprintf(" (gave up after %v)", waited)
+	}
+	if hs := cur.AllHolders(); cur.Holder == "" && len(hs) > 0 {
+		// A semaphore's: the first holder, and how many more.
+		more := ""
+		if len(hs) > 1 {
+			more = fmt.Sprintf(" and %d more", len(hs)-1)
+		}
+		return fmt.Errorf("%w: lock %q is held by %s (token %d)%s%s", coord.ErrBusy, cur.Name, hs[0].Holder, hs[0].Token, more, after)
 	}
 	if cur.Holder == "" && cur.Token == 0 {
 		return fmt.Errorf("%w: lock %q was not acquired%s", coord.ErrBusy, cur.Name, after)
