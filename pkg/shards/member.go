@@ -453,7 +453,7 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 		select {
 		case err, ok := <-selfRevoked:
 			selfRevoked = nil
-			if ok && err != nil {
+			if ok && err != nil && !expired(m.self, err) {
 				m.cancel(fmt.Errorf("member %q of group %q: %w: %w", m.id, m.group, ErrRevoked, err))
 			}
 		case <-m.ctx.Done():
@@ -790,8 +790,8 @@ func (l *memberLoop) lost(s *Shard) {
 // lease ended: lost).
 func (l *memberLoop) revoked(s *Shard, err error) {
 	m := l.m
-	if s.ctx.Err() != nil {
-		return // moved away, lost or left meanwhile
+	if s.ctx.Err() != nil || expired(s.held, err) {
+		return // moved away, lost or left meanwhile; or lost now (see lost)
 	}
 	s.cancel(fmt.Errorf("shard %d of group %q: %w: %w", s.Number, m.group, ErrRevoked, err))
 	kind := "given_up"
@@ -800,6 +800,17 @@ func (l *memberLoop) revoked(s *Shard, err error) {
 	}
 	m.move(Move{Shard: s.Number, Kind: kind, Token: s.Token(), Reason: "revoked: " + err.Error()})
 	m.notify()
+}
+
+// expired tells whether a lease whose end the lease watch reported (err)
+// expired because it was not renewed in time: this process was stopped or
+// starved past its safe-until (SIGSTOP, a suspended VM), which the watch
+// may report before the hold's own timer does. held.Check then ends the
+// hold's context with what happened ("… is no longer safe: this process
+// was paused …"), and the loss is reported as such (lost, ErrLeaseLost),
+// not as a revocation. A stop request is never an expiry.
+func expired(held *fencing.Held, err error) bool {
+	return !errors.Is(err, coord.ErrStopRequested) && errors.Is(held.Check(), coord.ErrLeaseLost)
 }
 
 // finish ends every shard's context and records why the member left.

@@ -377,7 +377,12 @@ func mapOf(m map[int]string, n int) []string {
 	return out
 }
 
-func TestMain(m *testing.M) { os.Exit(m.Run()) }
+func TestMain(m *testing.M) {
+	if ep := os.Getenv(frozenHelperEnv); ep != "" {
+		os.Exit(frozenHelper(ep))
+	}
+	os.Exit(m.Run())
+}
 
 // TestRevokeShard: `fence revoke GROUP/shard/N` asks the shard's holder to
 // stop (coord.StopRequester, as fence revoke does first): the shard's

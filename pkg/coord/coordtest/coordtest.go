@@ -142,6 +142,7 @@ var cases = []struct {
 	{"OnceNeedsTheLease", (*suite).onceNeedsTheLease},
 	{"OnceRetention", (*suite).onceRetention},
 	{"LimitFreeze", (*suite).limitFreeze},
+	{"LimitFrozenHeld", (*suite).limitFrozenHeld},
 	{"LimitPrefix", (*suite).limitPrefix},
 	{"LimitWatch", (*suite).limitWatch},
 	{"LimitUnderLoad", (*suite).limitUnderLoad},

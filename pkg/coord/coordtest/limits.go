@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,6 +109,35 @@ func (s *suite) limitFreeze(t *testing.T) {
 	}
 	if _, ok, err := lim.ClearLimit(cx, name, false); ok || err != nil {
 		t.Errorf("ClearLimit of a lock without a limit = %v, %v; want false, nil", ok, err)
+	}
+}
+
+// limitFrozenHeld (issue 30): a caller refused by a freeze of a lock that
+// still has holders is told it is frozen, with the reason, not that it is
+// held: a try-lock and a waiter whose budget ends, of a lock and of a
+// semaphore whose slots are all taken.
+func (s *suite) limitFrozenHeld(t *testing.T) {
+	c := s.client(t)
+	lim := limiter(t, c)
+	for _, slots := range []int{1, 2} {
+		name := s.name(t, fmt.Sprintf("frozenheld%d", slots))
+		var held []*coord.Lease
+		for i := 0; i < slots; i++ {
+			held = append(held, acquire(t, c, name, coord.AcquireOptions{Holder: fmt.Sprintf("h%d", i), Slots: slots, TTL: guard}))
+		}
+		setLimit(t, lim, coord.Limit{Name: name, Max: 0, Reason: "incident 43", By: "bob@ops"})
+		for _, wait := range []time.Duration{0, shortWait} {
+			_, err := tryAcquire(t, s.client(t), name, coord.AcquireOptions{Holder: "late", Slots: slots, Wait: wait})
+			var le *coord.LimitError
+			if !errors.As(err, &le) || !errors.Is(err, coord.ErrBusy) || !le.Limit.Frozen() || le.Limit.Reason != "incident 43" ||
+				!strings.Contains(err.Error(), "frozen") || !strings.Contains(err.Error(), "incident 43") {
+				t.Errorf("Acquire(wait %v, %d slot(s)) of a frozen lock with holders: %v; want a *coord.LimitError saying frozen, with the reason", wait, slots, err)
+			}
+		}
+		clearLimit(t, lim, name, false)
+		for _, l := range held {
+			release(t, c, l)
+		}
 	}
 }
 

@@ -32,8 +32,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 // waiter's claim at its turn): their answers come back with the lease,
 // read at the revision at which it took the lock, at the cost of no
 // request of their own. They are nil when the lease took the lock another
-// way (a semaphore's slot, a waiter that had to queue again): the caller
-// then reads apart. A user who may not make the reads takes the lock
+// way (a semaphore's slot): the caller then reads apart. A user who may not make the reads takes the lock
 // without them. The history store reads the lock's history head so
 // (package etcdstore: AcquireLooking).
 func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.AcquireOptions, reads []clientv3.Op) (*coord.Lease, []*etcdserverpb.ResponseOp, error) {
@@ -46,13 +45,65 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 	}
 	// A waiter waits through a cluster that does not answer (hedge.go).
 	ctx = persist(ctx)
+	if opts.Wait == 0 {
+		return c.acquire(ctx, name, opts, reads)
+	}
+	// A waiter that lost its place before its turn, or could not take one
+	// (see errRequeue), queues again within what is left of its wait.
+	waitUntil := time.Now().Add(opts.Wait)
+	o := opts
+	for {
+		l, got, err := c.acquire(ctx, name, o, reads)
+		var rq *errRequeue
+		if !errors.As(err, &rq) {
+			return l, got, err
+		}
+		if rq.told {
+			o.OnWait = nil // the caller was told already
+		}
+		if rq.pause {
+			select {
+			case <-ctx.Done():
+				return nil, nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
+			case <-time.After(requeueRetry):
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil, nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
+		case c.closed.Load():
+			return nil, nil, errClosed
+		case opts.Wait > 0:
+			if o.Wait = time.Until(waitUntil); o.Wait <= 0 {
+				return nil, nil, busy(rq.cur, opts.Wait)
+			}
+		}
+	}
+}
+
+// errRequeue is acquire's answer when a waiter must queue again: its
+// lease ended before its turn (told: the caller was told it waits), or
+// the cluster did not answer the request that would take its place
+// (pause: try again after requeueRetry; that is not a poll of the lock,
+// only of a cluster that cannot take the place yet). cur is the lock as
+// last read.
+type errRequeue struct {
+	cur         coord.LockInfo
+	told, pause bool
+}
+
+func (e *errRequeue) Error() string { return fmt.Sprintf("lock %q: queue again", e.cur.Name) }
+
+// acquire is one attempt of AcquireWith: for a waiter, errRequeue when it
+// must queue again.
+func (c *Coordinator) acquire(ctx context.Context, name string, opts coord.AcquireOptions, reads []clientv3.Op) (*coord.Lease, []*etcdserverpb.ResponseOp, error) {
 	holder := opts.Holder
 	wait := opts.Wait != 0
 
 	secs := leaseSeconds(opts.TTL)
 	id, granted, sent, reused, err := c.grant(ctx, name, secs)
 	if err != nil {
-		return nil, nil, c.mapErr(ctx, "grant lease", err)
+		return nil, nil, c.unanswered(ctx, wait, name, "grant lease", err)
 	}
 	ok := false
 	defer func() {
@@ -122,13 +173,17 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 			var g *clientv3.LeaseGrantResponse
 			sent = time.Now()
 			if g, err = c.cli.Grant(ctx, secs); err != nil {
-				return nil, nil, c.mapErr(ctx, "grant lease", err)
+				return nil, nil, c.unanswered(ctx, wait, name, "grant lease", err)
 			}
 			id, granted, reused = g.ID, time.Duration(g.TTL)*time.Second, false
 			resp, err = put()
 		}
 		if err != nil {
-			return nil, nil, c.mapErr(ctx, "acquire", err)
+			// A waiter whose first request went unanswered (a leader
+			// that stalls: "request timed out") revokes its lease, which
+			// takes off whatever that request may have written, and
+			// tries again.
+			return nil, nil, c.unanswered(ctx, wait, name, "acquire", err)
 		}
 		if resp.Succeeded {
 			break
@@ -193,9 +248,9 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 	}
 	cur.Limit = lim
 	if !wait {
-		if slots > 1 && len(kvs) >= slots {
-			return nil, nil, busy(cur, 0)
-		}
+		// A limit that holds the lock back is said first, as the local
+		// backend does: a frozen lock says frozen, with the reason, even
+		// while its holders (every slot) hold it.
 		if !lim.Allows(0) || slots > 1 && !lim.Allows(holders(kvs)) {
 			return nil, nil, limitErr(name, lim, kvs)
 		}
@@ -248,27 +303,24 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 	cancel()
 	stopKeepAlive()
 	<-kaDone
-	// requeue: our lease ended while the cluster did not answer (a stall
-	// longer than its TTL), and the wait is not over: a new place at the
-	// end of the queue, within what is left of the wait. A lease revoked
-	// while its renewals were answered was ended on purpose: that waiter
-	// stops.
-	requeue := func() bool {
-		return last.stalled() && ctx.Err() == nil && !c.closed.Load() && (opts.Wait < 0 || time.Now().Before(waitUntil))
-	}
+	// Our lease ended before our turn: a new place at the end of the
+	// queue (AcquireWith), within what is left of the wait. Whatever ended
+	// it (a stall longer than its TTL; a leader that resumes from a stall
+	// and revokes leases its successor kept alive, etcd#15247, while our
+	// renewals were answered; a revoke by hand), the waiter never held
+	// the lock, and its wait is what it asked for.
+	requeue := &errRequeue{cur: cur, told: true}
 	if err != nil {
 		var le *coord.LimitError
 		switch {
-		case errors.Is(err, errLeaseGone) && requeue():
-			return noReads(c.requeue(ctx, name, opts, waitUntil, cur))
-		case errors.Is(err, errLeaseGone):
-			return nil, nil, waiterLost(name)
 		case ctx.Err() != nil:
 			return nil, nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
+		case errors.Is(err, errLeaseGone):
+			return nil, nil, requeue
 		case wctx.Err() != nil && errors.As(err, &le):
 			return nil, nil, le
 		case wctx.Err() != nil:
-			return nil, nil, busy(cur, opts.Wait)
+			return nil, nil, c.gaveUp(ctx, cur, slots, opts.Wait)
 		}
 		return nil, nil, err
 	}
@@ -282,14 +334,12 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 		switch {
 		case err != nil:
 			return nil, nil, c.mapErr(ctx, "renew lease", err)
-		case ttl <= 0 && requeue():
+		case ttl <= 0:
 			// The claim went through just before etcd, answering again
 			// after a stall, revoked our expired lease (and the claimed
 			// key with it): TestWholeClusterStall once saw the waiter
 			// give up here.
-			return noReads(c.requeue(ctx, name, opts, waitUntil, cur))
-		case ttl <= 0:
-			return nil, nil, waiterLost(name)
+			return nil, nil, requeue
 		}
 		last.sent, last.ttl = s, time.Duration(ttl)*time.Second
 	}
@@ -304,58 +354,58 @@ func (c *Coordinator) AcquireWith(ctx context.Context, name string, opts coord.A
 	return l, got, nil
 }
 
-// noReads adds Acquire's result no reads to a lease taken another way.
-func noReads(l *coord.Lease, err error) (*coord.Lease, []*etcdserverpb.ResponseOp, error) {
-	return l, nil, err
-}
-
-// requeue takes a new place in the queue of name for a waiter whose lease
-// ended before its turn, and waits on until waitUntil (opts.Wait < 0: for
-// ever). While the cluster does not answer (no leader, a stall), it tries
-// again every requeueRetry: that is not a poll of the lock, only of a
-// cluster that cannot take the place yet.
-func (c *Coordinator) requeue(ctx context.Context, name string, opts coord.AcquireOptions, waitUntil time.Time, cur coord.LockInfo) (*coord.Lease, error) {
-	o := opts
-	o.OnWait = nil // the caller was told already
-	for {
-		if opts.Wait > 0 {
-			if o.Wait = time.Until(waitUntil); o.Wait <= 0 {
-				return nil, busy(cur, opts.Wait)
-			}
-		}
-		l, err := c.Acquire(ctx, name, o)
-		if err == nil || !errors.Is(err, coord.ErrUnavailable) || ctx.Err() != nil || c.closed.Load() {
-			return l, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
-		case <-time.After(requeueRetry):
-		}
-	}
-}
-
 // claimTimeout bounds one attempt of a waiter's claim (see waitTurn).
 const claimTimeout = time.Second
 
-// requeueRetry is the pause between attempts of requeue to take a place.
+// requeueRetry is the pause between a waiter's attempts to take a place
+// while the cluster does not answer them (see errRequeue).
 const requeueRetry = 250 * time.Millisecond
 
 // errLeaseGone: a waiter's lease ended before its turn.
 var errLeaseGone = errors.New("lease gone")
 
-// waiterLost explains a waiter whose lease ended before its turn: its
-// renewals failed for a whole TTL, or someone revoked it. The caller never
-// held the lock, so this is not ErrLeaseLost.
-func waiterLost(name string) error {
-	return fmt.Errorf("%w: the waiting lease on %q ended before its turn (renewals failed, or it was revoked)", coord.ErrUnavailable, name)
+// unanswered maps the error of a request that takes a place: for a
+// waiter, one that no member answered (a stalled leader's "request timed
+// out", no leader) is errRequeue, to try again.
+func (c *Coordinator) unanswered(ctx context.Context, wait bool, name, op string, err error) error {
+	if wait && !answered(err) && ctx.Err() == nil && !c.closed.Load() {
+		return &errRequeue{cur: coord.LockInfo{Name: name}, pause: true}
+	}
+	return c.mapErr(ctx, op, err)
 }
 
-// busy is ErrBusy naming the holder.
+// gaveUp is the error of a waiter whose wait ended before its turn: a
+// *coord.LimitError when a limit, read once more now (as the local backend
+// looks once more), holds the lock back (frozen; a semaphore's holders at
+// its limit), else busy.
+func (c *Coordinator) gaveUp(ctx context.Context, cur coord.LockInfo, slots int, waited time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	ls, err := c.Limits(rctx)
+	cancel()
+	n := len(cur.AllHolders())
+	if lim := coord.EffectiveLimit(ls, cur.Name); err == nil && (!lim.Allows(0) || slots > 1 && !lim.Allows(n)) {
+		return &coord.LimitError{Lock: cur.Name, Limit: *lim, Holders: n}
+	}
+	return busy(cur, waited)
+}
+
+// busy is ErrBusy naming the holder (a waiter that could not even read
+// the lock knows none).
 func busy(cur coord.LockInfo, waited time.Duration) error {
 	after := ""
 	if waited > 0 {
 		after = fmt.Sprintf(" (gave up after %v)", waited)
+	}
+	if hs := cur.AllHolders(); cur.Holder == "" && len(hs) > 0 {
+		// A semaphore's: the first holder, and how many more.
+		more := ""
+		if len(hs) > 1 {
+			more = fmt.Sprintf(" and %d more", len(hs)-1)
+		}
+		return fmt.Errorf("%w: lock %q is held by %s (token %d)%s%s", coord.ErrBusy, cur.Name, hs[0].Holder, hs[0].Token, more, after)
+	}
+	if cur.Holder == "" && cur.Token == 0 {
+		return fmt.Errorf("%w: lock %q was not acquired%s", coord.ErrBusy, cur.Name, after)
 	}
 	return fmt.Errorf("%w: lock %q is held by %s (token %d)%s", coord.ErrBusy, cur.Name, cur.Holder, cur.Token, after)
 }
@@ -626,8 +676,6 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *
 			return errLeaseGone
 		case err == nil:
 			last.sent, last.ttl = sent, time.Duration(ttl)*time.Second
-		case ctx.Err() == nil:
-			last.failed = time.Now()
 		}
 		// Other errors: the cluster is unreachable for now; the next tick
 		// tries again, and a lease that ran out is reported then.

@@ -119,15 +119,6 @@ func (c *Coordinator) dropAhead() {
 type ack struct {
 	sent time.Time
 	ttl  time.Duration
-	// failed is when a waiter's keep-alive last failed (zero: never).
-	failed time.Time
-}
-
-// stalled tells whether a waiter's lease may have ended because the
-// cluster did not answer (its keep-alive failed lately, or its TTL ran out
-// since the last acknowledgment), rather than by a revoke.
-func (a *ack) stalled() bool {
-	return time.Now().After(a.sent.Add(a.ttl)) || (!a.failed.IsZero() && time.Since(a.failed) < 2*a.ttl)
 }
 
 // owned is a lease with a key on a lock, through this Coordinator.
