@@ -15,6 +15,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -88,6 +89,7 @@ func report(f *Factory, err error, quiet bool) int {
 		return exitcode.OK
 	}
 	code := exitcode.Code(err)
+	err = explainState(f, err)
 	if !exitcode.IsSilent(err) && !quiet {
 		if msg := oneLine(err.Error()); msg != "" {
 			if f.jsonLogs() {
@@ -98,6 +100,16 @@ func report(f *Factory, err error, quiet bool) int {
 		}
 	}
 	return code
+}
+
+// explainState adds to a permission error of the local state tree what
+// the file is and the command that repairs it (sharedir.Explain).
+func explainState(f *Factory, err error) error {
+	cfg, cerr := f.Config()
+	if cerr != nil || cfg.Backend() != "local" {
+		return err
+	}
+	return sharedir.Explain(cfg.LocalStateDir(), err)
 }
 
 // jsonLogs reports whether --log-format asks for JSON (false when the
