@@ -13,6 +13,8 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/sharedir"
@@ -66,8 +68,8 @@ func RunWith(ctx context.Context, args []string, ios *IOStreams, m Monitor) (cod
 	f.monitor = m
 	root := NewRootCmd(f)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	return report(f, err, quiet(f, err))
+	cmd, err := root.ExecuteContextC(ctx)
+	return report(f, err, quiet(f, err), lockAttrs(cmd)...)
 }
 
 // quiet reports whether err is an expected outcome of a wrapper (busy,
@@ -83,8 +85,8 @@ func quiet(f *Factory, err error) bool {
 
 // report prints err (unless silent or quiet) and returns its exit code:
 // "fence: MSG", or under --log-format json an error record with the exit
-// code.
-func report(f *Factory, err error, quiet bool) int {
+// code and attrs (the command's lock: lockAttrs).
+func report(f *Factory, err error, quiet bool, attrs ...any) int {
 	if err == nil {
 		return exitcode.OK
 	}
@@ -93,13 +95,40 @@ func report(f *Factory, err error, quiet bool) int {
 	if !exitcode.IsSilent(err) && !quiet {
 		if msg := oneLine(err.Error()); msg != "" {
 			if f.jsonLogs() {
-				f.logLine(slog.LevelError, msg, "exit_code", code)
+				f.logLine(slog.LevelError, msg, append([]any{"exit_code", code}, attrs...)...)
 			} else {
 				fmt.Fprintf(f.IO.ErrOut, "fence: %s\n", msg)
 			}
 		}
 	}
 	return code
+}
+
+// lockAttrs are the log attributes naming what cmd works on, read from its
+// usage line and its arguments: "lock" for a command of one LOCK (or of
+// LOCK... given one), "locks" for several, "group" for a shard group; none
+// for other commands.
+func lockAttrs(cmd *cobra.Command) []any {
+	if cmd == nil {
+		return nil
+	}
+	use := strings.Fields(cmd.Use)
+	args := cmd.Flags().Args()
+	if n := cmd.ArgsLenAtDash(); n >= 0 && n <= len(args) {
+		args = args[:n]
+	}
+	if len(use) < 2 || len(args) == 0 || cmd.Flags().Changed("under") {
+		return nil // (limit --under P N: N is no lock)
+	}
+	switch {
+	case use[1] == "LOCK" || use[1] == "LOCK..." && len(args) == 1:
+		return []any{"lock", args[0]}
+	case use[1] == "LOCK...":
+		return []any{"locks", args}
+	case use[1] == "GROUP":
+		return []any{"group", args[0]}
+	}
+	return nil
 }
 
 // explainState adds to a permission error of the local state tree what
