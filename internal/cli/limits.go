@@ -30,14 +30,17 @@ type limitOptions struct {
 	format   string
 }
 
-// scopeArgs reads LOCK, or --prefix P, and the remaining arguments.
+// scopeArgs reads LOCK, or --under P, and the remaining arguments.
 func (o *limitOptions) scopeArgs(cmd *cobra.Command, args []string, more int, usage string) ([]string, error) {
-	o.isPrefix = cmd.Flags().Changed("prefix")
+	o.isPrefix = cmd.Flags().Changed("under")
 	want := more
 	if !o.isPrefix {
 		want++
 	}
 	if len(args) != want {
+		if !o.isPrefix && len(args) == more && cmd.Flags().Changed("prefix") {
+			return nil, usageErrorf("usage: %s (--prefix is the etcd key prefix; for every lock whose name starts with P, use --under P)", usage)
+		}
 		return nil, usageErrorf("usage: %s", usage)
 	}
 	if o.isPrefix {
@@ -64,7 +67,7 @@ func (o *limitOptions) scope() (string, bool) {
 }
 
 func limitFlags(cmd *cobra.Command, o *limitOptions, setting bool) {
-	cmd.Flags().StringVar(&o.prefix, "prefix", "", "every lock whose name starts with this prefix, also locks not used yet (\"\" for every lock), instead of LOCK")
+	cmd.Flags().StringVar(&o.prefix, "under", "", "every lock whose name starts with this prefix, also locks not used yet (\"\" for every lock), instead of LOCK")
 	if setting {
 		cmd.Flags().StringVar(&o.reason, "reason", "", "why, in words: shown to every caller it turns away, in status, list, show and the history")
 		cmd.Flags().BoolVar(&o.revoke, "revoke", false, "also end the holders above the new limit, newest first, as 'fence revoke' does (ask their fence run to stop, then end the lease)")
@@ -75,9 +78,9 @@ func limitFlags(cmd *cobra.Command, o *limitOptions, setting bool) {
 func newCmdLimit(f *Factory) *cobra.Command {
 	o := &limitOptions{}
 	cmd := &cobra.Command{
-		Use:   "limit LOCK N | --prefix P N [--reason TEXT] [--revoke]",
+		Use:   "limit LOCK N | --under P N [--reason TEXT] [--revoke]",
 		Short: "Cap the holders of a lock (or of every lock under a prefix): the kill switch",
-		Long: `Cap the holders of LOCK, or of every lock whose name starts with --prefix P
+		Long: `Cap the holders of LOCK, or of every lock whose name starts with --under P
 (also locks that do not exist yet), at N: an operator limit below the lock's
 --slots. 'limit 1' is safe serial processing; 'limit 0' is 'fence freeze'.
 Where several limits cover a lock (its own, prefixes), the smallest binds.
@@ -90,10 +93,10 @@ in the queue and proceed, in order, when the limit allows. A caller that does
 not wait (-n) gets exit 75 with the reason and who set the limit. Limits show
 in status, list, show, top, the history and the exporter's metrics.`,
 		Example: `  fence limit nightly-backup 1 --reason "one at a time during the migration"
-  fence limit --prefix backups/ 3`,
+  fence limit --under backups/ 3`,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rest, err := o.scopeArgs(cmd, args, 1, "fence limit LOCK N | fence limit --prefix P N")
+			rest, err := o.scopeArgs(cmd, args, 1, "fence limit LOCK N | fence limit --under P N")
 			if err != nil {
 				return err
 			}
@@ -112,9 +115,9 @@ in status, list, show, top, the history and the exporter's metrics.`,
 func newCmdFreeze(f *Factory) *cobra.Command {
 	o := &limitOptions{}
 	cmd := &cobra.Command{
-		Use:   "freeze LOCK | --prefix P [--reason TEXT] [--revoke]",
+		Use:   "freeze LOCK | --under P [--reason TEXT] [--revoke]",
 		Short: "Let no new holder take a lock (or any lock under a prefix) until thawed",
-		Long: `Freeze LOCK, or every lock whose name starts with --prefix P (also locks that
+		Long: `Freeze LOCK, or every lock whose name starts with --under P (also locks that
 do not exist yet): no new holder until 'fence thaw'. It is 'fence limit ... 0'.
 
 Once this command returns, no lock it covers gets a new holder. The holders
@@ -123,11 +126,11 @@ run on unless --revoke is given (then each is asked to stop and release, as
 order after the thaw. A caller that does not wait (-n) gets exit 75 with the
 reason and who froze the lock. The freeze persists on the coordinator and shows
 in status ("frozen"), list, show, top, the history and the metrics.`,
-		Example: `  fence freeze --prefix backups/ --reason "INC-4711: storage degraded"
+		Example: `  fence freeze --under backups/ --reason "INC-4711: storage degraded"
   fence freeze nightly-backup --revoke`,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := o.scopeArgs(cmd, args, 0, "fence freeze LOCK | fence freeze --prefix P"); err != nil {
+			if _, err := o.scopeArgs(cmd, args, 0, "fence freeze LOCK | fence freeze --under P"); err != nil {
 				return err
 			}
 			o.max = 0
@@ -141,18 +144,18 @@ in status ("frozen"), list, show, top, the history and the metrics.`,
 func newCmdThaw(f *Factory) *cobra.Command {
 	o := &limitOptions{}
 	cmd := &cobra.Command{
-		Use:   "thaw LOCK | --prefix P",
+		Use:   "thaw LOCK | --under P",
 		Short: "Remove the limit or freeze of a lock (or of a prefix)",
-		Long: `Remove the limit or freeze set on LOCK, or on --prefix P, by 'fence limit' or
+		Long: `Remove the limit or freeze set on LOCK, or on --under P, by 'fence limit' or
 'fence freeze'. Its waiters proceed at once, in the order they queued. A limit
 of another scope that covers the lock (a prefix's, or the lock's own after a
 prefix thaw) stays in force: thaw says so. Exits 0, also when there was no
 such limit.`,
-		Example: `  fence thaw --prefix backups/
+		Example: `  fence thaw --under backups/
   fence thaw nightly-backup`,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := o.scopeArgs(cmd, args, 0, "fence thaw LOCK | fence thaw --prefix P"); err != nil {
+			if _, err := o.scopeArgs(cmd, args, 0, "fence thaw LOCK | fence thaw --under P"); err != nil {
 				return err
 			}
 			return runThaw(cmd.Context(), f, o)

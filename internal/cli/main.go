@@ -13,8 +13,11 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -65,8 +68,8 @@ func RunWith(ctx context.Context, args []string, ios *IOStreams, m Monitor) (cod
 	f.monitor = m
 	root := NewRootCmd(f)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	return report(f, err, quiet(f, err))
+	cmd, err := root.ExecuteContextC(ctx)
+	return report(f, err, quiet(f, err), lockAttrs(cmd)...)
 }
 
 // quiet reports whether err is an expected outcome of a wrapper (busy,
@@ -82,22 +85,60 @@ func quiet(f *Factory, err error) bool {
 
 // report prints err (unless silent or quiet) and returns its exit code:
 // "fence: MSG", or under --log-format json an error record with the exit
-// code.
-func report(f *Factory, err error, quiet bool) int {
+// code and attrs (the command's lock: lockAttrs).
+func report(f *Factory, err error, quiet bool, attrs ...any) int {
 	if err == nil {
 		return exitcode.OK
 	}
 	code := exitcode.Code(err)
+	err = explainState(f, err)
 	if !exitcode.IsSilent(err) && !quiet {
 		if msg := oneLine(err.Error()); msg != "" {
 			if f.jsonLogs() {
-				f.logLine(slog.LevelError, msg, "exit_code", code)
+				f.logLine(slog.LevelError, msg, append([]any{"exit_code", code}, attrs...)...)
 			} else {
 				fmt.Fprintf(f.IO.ErrOut, "fence: %s\n", msg)
 			}
 		}
 	}
 	return code
+}
+
+// lockAttrs are the log attributes naming what cmd works on, read from its
+// usage line and its arguments: "lock" for a command of one LOCK (or of
+// LOCK... given one), "locks" for several, "group" for a shard group; none
+// for other commands.
+func lockAttrs(cmd *cobra.Command) []any {
+	if cmd == nil {
+		return nil
+	}
+	use := strings.Fields(cmd.Use)
+	args := cmd.Flags().Args()
+	if n := cmd.ArgsLenAtDash(); n >= 0 && n <= len(args) {
+		args = args[:n]
+	}
+	if len(use) < 2 || len(args) == 0 || cmd.Flags().Changed("under") {
+		return nil // (limit --under P N: N is no lock)
+	}
+	switch {
+	case use[1] == "LOCK" || use[1] == "LOCK..." && len(args) == 1:
+		return []any{"lock", args[0]}
+	case use[1] == "LOCK...":
+		return []any{"locks", args}
+	case use[1] == "GROUP":
+		return []any{"group", args[0]}
+	}
+	return nil
+}
+
+// explainState adds to a permission error of the local state tree what
+// the file is and the command that repairs it (sharedir.Explain).
+func explainState(f *Factory, err error) error {
+	cfg, cerr := f.Config()
+	if cerr != nil || cfg.Backend() != "local" {
+		return err
+	}
+	return sharedir.Explain(cfg.LocalStateDir(), err)
 }
 
 // jsonLogs reports whether --log-format asks for JSON (false when the

@@ -107,3 +107,29 @@ func TestMonitorCommandsRunFenceMonitor(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONErrorNamesTheLock: under --log-format json the final error
+// record carries the lock of a command of one LOCK, the locks of several,
+// and nothing for a command of none.
+func TestJSONErrorNamesTheLock(t *testing.T) {
+	for _, c := range []struct {
+		use  string
+		args []string
+		want string
+	}{
+		{"onelock LOCK", []string{"onelock", "a/b"}, `"exit_code":125,"lock":"a/b"}`},
+		{"manylocks LOCK... -- COMMAND", []string{"manylocks", "a", "--", "cmd"}, `"exit_code":125,"lock":"a"}`},
+		{"severallocks LOCK... -- COMMAND", []string{"severallocks", "a", "b", "--", "cmd", "x"}, `"exit_code":125,"locks":["a","b"]}`},
+		{"nolock", []string{"nolock"}, `"exit_code":125}`},
+	} {
+		// a command of its own for each run: a command added to a second
+		// tree would keep the first tree's persistent flags
+		withCommand(t, &cobra.Command{Use: c.use, RunE: func(*cobra.Command, []string) error {
+			return errors.New("no")
+		}})
+		code, _, errOut := run(append([]string{"--log-format", "json", "--state-dir", t.TempDir()}, c.args...)...)
+		if code != exitcode.Failure || !strings.HasSuffix(errOut, c.want+"\n") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stderr %q; want one line ending %s", c.args, code, errOut, c.want)
+		}
+	}
+}

@@ -66,7 +66,8 @@ func newCmdRenew(f *Factory) *cobra.Command {
 		Short: "Extend a lease by its TTL",
 		Long: `Extend the lease ID on LOCK by its TTL. Prints nothing; exits 0 when renewed,
 76 when the lease is gone (expired, revoked or released), and 125 when ID is not
-a lease id or is the lease of another lock (nothing is renewed).
+a lease id of this coordinator (one of the other backend's form) or is the
+lease of another lock (nothing is renewed).
 
 Several locks (as taken by 'fence acquire A B C') take one lease id each, in
 the same order: --lease ID1,ID2,ID3 or --lease repeated. Every lease is
@@ -118,8 +119,8 @@ func newCmdRelease(f *Factory) *cobra.Command {
 		Use:   "release LOCK... --lease ID[,ID...]",
 		Short: "End a lease",
 		Long: `End the lease ID on LOCK. Prints nothing; exits 0, also when the lease is
-already gone, and 125 when ID is not a lease id or is the lease of another lock
-(nothing is released).
+already gone, and 125 when ID is not a lease id of this coordinator (one of the
+other backend's form) or is the lease of another lock (nothing is released).
 
 Several locks (as taken by 'fence acquire A B C') take one lease id each, in
 the same order: --lease ID1,ID2,ID3 or --lease repeated. They are released in

@@ -246,7 +246,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	f.flushVersions(nil) // when they came after the lease, or it was not acquired
 	closeAfterRun(c, code)
 	if err != nil { // one line saying why fence did not run or stopped the command
-		return exitcode.New(code, err)
+		return exitcode.New(code, shellHint(err, code, command, o.shell))
 	}
 	if code != 0 {
 		return exitcode.Silent(code)

@@ -200,7 +200,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		f.warnf("leaving group %q: %v", group, err)
 	}
 	if runErr != nil {
-		return exitcode.New(code, runErr)
+		return exitcode.New(code, shellHint(runErr, code, command, o.shell))
 	}
 	if code != 0 {
 		return exitcode.Silent(code)

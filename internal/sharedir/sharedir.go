@@ -22,9 +22,11 @@ package sharedir
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +37,9 @@ import (
 type Mode struct {
 	Group bool // shared by the members of GID
 	GID   int
+	// Dir is the state directory (set by Of), named in the repair
+	// commands of messages.
+	Dir string
 }
 
 // ErrRefused is wrapped by the errors about a state directory, file or
@@ -71,12 +76,12 @@ func Of(path string, fi os.FileInfo) (Mode, error) {
 			return Mode{}, refused("state directory %s is shared with group %s, and the current user (uid %d) is not a member of it: add the user to the group, or use another --state-dir",
 				path, GroupName(int(st.Gid)), os.Geteuid())
 		}
-		return Mode{Group: true, GID: int(st.Gid)}, nil
+		return Mode{Group: true, GID: int(st.Gid), Dir: path}, nil
 	case int(st.Uid) != os.Geteuid():
 		return Mode{}, refused("state directory %s is owned by uid %d, not by the current user (uid %d), and is not shared with a group (mode %s); %s",
 			path, st.Uid, os.Geteuid(), ModeText(mode), SetupHint)
 	}
-	return Mode{}, nil
+	return Mode{Dir: path}, nil
 }
 
 // OfDir is Of on the state directory at path, which must exist (it is not
@@ -122,7 +127,7 @@ func (m Mode) CheckDir(path string, fi os.FileInfo) error {
 	mine := int(st.Uid) == os.Geteuid()
 	if !m.Group {
 		if !mine {
-			return refused("state directory %s is owned by uid %d, not by the current user (uid %d)", path, st.Uid, os.Geteuid())
+			return refused("state directory %s is owned by uid %d, not by the current user (uid %d): %s", path, st.Uid, os.Geteuid(), privateFixHint(m))
 		}
 		if fi.Mode().Perm() != 0o700 || fi.Mode()&os.ModeSetgid != 0 {
 			if err := os.Chmod(path, 0o700); err != nil {
@@ -150,12 +155,87 @@ func (m Mode) CheckDir(path string, fi os.FileInfo) error {
 		ModeText(fi.Mode()), GroupName(int(st.Gid)), GroupName(m.GID), fixHint(m))
 }
 
+// fixHint is the command that gives every directory and file of a shared
+// state directory its group and mode (2770, 0660).
 func fixHint(m Mode) string {
 	g := strconv.Itoa(m.GID)
 	if gr, err := user.LookupGroupId(g); err == nil {
 		g = gr.Name
 	}
-	return fmt.Sprintf("as root, run `chgrp -R %s DIR && chmod -R g+rwX,o-rwx DIR && find DIR -type d -exec chmod g+s {} +` on the state directory", g)
+	if m.Dir == "" {
+		return fmt.Sprintf("as root, run `chgrp -R %s DIR && chmod -R g+rwX,o-rwx DIR && find DIR -type d -exec chmod g+s {} +` on the state directory", g)
+	}
+	d := shellQuote(m.Dir)
+	return fmt.Sprintf("as root, run `chgrp -R %s %s && chmod -R g+rwX,o-rwx %s && find %s -type d -exec chmod g+s {} +`", g, d, d, d)
+}
+
+// privateFixHint is the command that gives every directory and file of the
+// current user's state directory back to that user (0700, 0600).
+func privateFixHint(m Mode) string {
+	d := "DIR"
+	if m.Dir != "" {
+		d = shellQuote(m.Dir)
+	}
+	return fmt.Sprintf("as root, run `chown -R %s %s && chmod -R u+rwX,go-rwx %s`", userName(os.Geteuid()), d, d)
+}
+
+// Explain adds to err, when it is a permission problem (fs.ErrPermission)
+// with a file or directory of the local state directory stateDir, what that
+// file is and the command that repairs it: for a shared directory the
+// chgrp/chmod of the whole tree, for a user's own a chown/chmod, for a
+// state directory that cannot be created how to create it. Other errors
+// are returned as they are.
+func Explain(stateDir string, err error) error {
+	if err == nil || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	m, merr := OfDir(stateDir)
+	switch {
+	case errors.Is(merr, fs.ErrNotExist):
+		return fmt.Errorf("%w: create the state directory as root with `install -d -m 0700 -o %s %s` (or `install -d -m 2770 -g GROUP %s` to share it with a group), or give one you may write with --state-dir",
+			err, userName(os.Geteuid()), shellQuote(stateDir), shellQuote(stateDir))
+	case merr != nil:
+		return err
+	}
+	what := ""
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path != "" {
+		if fi, lerr := os.Lstat(pe.Path); lerr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				what = fmt.Sprintf(" (%s is owned by %s, group %s, mode %s)", pe.Path, userName(int(st.Uid)), GroupName(int(st.Gid)), ModeText(fi.Mode()))
+			}
+		}
+	}
+	if m.Group {
+		return fmt.Errorf("%w%s; the shared state directory %s wants every file 0660 and every directory 2770, of group %s: %s",
+			err, what, m.Dir, GroupName(m.GID), fixHint(m))
+	}
+	return fmt.Errorf("%w%s; the state directory %s is the current user's, with every file 0600 and directory 0700: %s",
+		err, what, m.Dir, privateFixHint(m))
+}
+
+// userName is the name of uid, or the number when it has none.
+func userName(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username
+	}
+	return strconv.Itoa(uid)
+}
+
+// shellQuote quotes s for sh when it holds anything but plain path
+// characters.
+func shellQuote(s string) string {
+	plain := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+,:@%=", r)) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // EnsureDir checks (creating it when missing, with its parents when
@@ -197,7 +277,7 @@ func (m Mode) CheckFile(what, path string, fd int, st *unix.Stat_t) error {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return refused("%s %s is not a regular file", what, path)
 	case !m.Group && int(st.Uid) != os.Geteuid():
-		return refused("%s %s is owned by uid %d, not by the current user (uid %d)", what, path, st.Uid, os.Geteuid())
+		return refused("%s %s is owned by uid %d, not by the current user (uid %d): %s", what, path, st.Uid, os.Geteuid(), privateFixHint(m))
 	case !m.Group && perm != 0o600:
 		return refused("%s %s has mode %04o, want 0600", what, path, perm)
 	case !m.Group:

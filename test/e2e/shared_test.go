@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -194,4 +195,109 @@ func readStamp(t *testing.T, path string) time.Time {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return time.Unix(0, int64(f*1e9))
+}
+
+// TestStateDirRepairHints: the errors about files of a local state
+// directory that a user may not use name the file, what is wrong with it and
+// the command that repairs it, and that command does: a directory root used
+// alone (its files 0600, root's) and then shared with a group (chgrp, chmod
+// 2770 of the directory only, as an operator adopting it would), and a
+// state directory that cannot be created. Neither says "coordinator
+// unavailable".
+func TestStateDirRepairHints(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the test runs fence as another user (SysProcAttr.Credential)")
+	}
+	top, err := os.MkdirTemp("", "fence-repair-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chmod(top, 0o755))
+	bin := filepath.Join(top, "fence")
+	b, err := os.ReadFile(fenceBin)
+	must(err)
+	must(os.WriteFile(bin, b, 0o755))
+	env := func(state string) []string {
+		return []string{"PATH=/usr/bin:/bin", "HOME=" + top, "XDG_CONFIG_HOME=" + top, "FENCE_STATE_DIR=" + state}
+	}
+	// fails runs fence as user1 and returns its one line of error (exit
+	// 125), and the command between the backquotes after after.
+	fails := func(after, state string, args ...string) (string, string) {
+		t.Helper()
+		out, err := asUser(t, bin, env(state), user1UID, user1UID, []uint32{sharedGID}, args...).CombinedOutput()
+		msg := string(out)
+		if exitOf(err) != 125 || strings.Count(msg, "\n") != 1 || strings.Contains(msg, "coordinator unavailable") {
+			t.Fatalf("fence %s: %v, %q; want exit 125 and one line naming the file, not \"coordinator unavailable\"", strings.Join(args, " "), err, msg)
+		}
+		t.Logf("%s", strings.TrimSpace(msg))
+		_, fix, ok := strings.Cut(msg, after+"`")
+		fix, _, ok2 := strings.Cut(fix, "`")
+		if !ok || !ok2 {
+			t.Fatalf("no command after %q in %q", after, msg)
+		}
+		return msg, fix
+	}
+	works := func(state string, args ...string) {
+		t.Helper()
+		out, err := asUser(t, bin, env(state), user1UID, user1UID, []uint32{sharedGID}, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("fence %s after the repair: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	asRoot := func(fix string) {
+		t.Helper()
+		if out, err := exec.Command("sh", "-c", fix).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", fix, err, out)
+		}
+	}
+
+	// Root used the directory alone, then it was shared.
+	state := filepath.Join(top, "state")
+	must(os.Mkdir(state, 0o700))
+	for _, args := range [][]string{{"run", "job", "--", "true"}, {"freeze", "other"}, {"run", "done", "--once", "k", "--", "true"}} {
+		c := exec.Command(bin, args...)
+		c.Env = env(state)
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("root fence %v: %v: %s", args, err, out)
+		}
+	}
+	must(os.Chown(state, 0, sharedGID))
+	must(os.Chmod(state, os.ModeSetgid|0o770))
+	_, fix := fails("as root, run ", state, "run", "job", "--", "true")
+	want := fmt.Sprintf("chgrp -R %d %s && chmod -R g+rwX,o-rwx %s && find %s -type d -exec chmod g+s {} +", sharedGID, state, state, state)
+	if fix != want {
+		t.Fatalf("repair command %q, want %q", fix, want)
+	}
+	asRoot(fix)
+	works(state, "run", "job", "--", "true")
+	works(state, "thaw", "other")
+	works(state, "run", "done", "--once", "k2", "--", "true")
+
+	// A lock file left 0600 by root.
+	must(os.Chmod(filepath.Join(state, "locks", "job.lock"), 0o600))
+	must(os.Chown(filepath.Join(state, "locks", "job.lock"), 0, 0))
+	msg, fix := fails("as root, run ", state, "run", "job", "--", "true")
+	if !strings.Contains(msg, filepath.Join(state, "locks", "job.lock")) || !strings.Contains(msg, "mode 0600") {
+		t.Fatalf("%q names neither the lock file nor its mode", msg)
+	}
+	asRoot(fix)
+	works(state, "run", "job", "--", "true")
+
+	// A state directory the user cannot create.
+	parent := filepath.Join(top, "root-only")
+	must(os.Mkdir(parent, 0o755))
+	state = filepath.Join(parent, "state")
+	msg, fix = fails("as root with ", state, "run", "job", "--", "true")
+	if want := fmt.Sprintf("install -d -m 0700 -o %d %s", user1UID, state); fix != want {
+		t.Fatalf("%q: create command %q, want %q", msg, fix, want)
+	}
+	asRoot(fix)
+	works(state, "run", "job", "--", "true")
 }

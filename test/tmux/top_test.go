@@ -272,11 +272,11 @@ func runScenario(t *testing.T, b backend) {
 	// filter.
 	p.send("Escape")
 	p.waitFor("the filter cleared", func(scr string) bool { return strings.Contains(scr, "reports/daily") })
-	s.output("freeze", "--prefix", "reports/", "--reason", "INC-7: storage degraded")
+	s.output("freeze", "--under", "reports/", "--reason", "INC-7: storage degraded")
 	reportsFrozen := regexp.MustCompile(`(?m)^[> ] reports/daily +frozen +reporter `)
 	p.waitFor("reports/daily frozen by its prefix", func(scr string) bool { return reportsFrozen.MatchString(scr) })
 	t.Logf("the dashboard with a frozen prefix and a frozen lock:\n%s", p.screen())
-	s.output("thaw", "--prefix", "reports/")
+	s.output("thaw", "--under", "reports/")
 	p.waitFor("reports/daily thawed", func(scr string) bool { return hasRow(scr, "reports/daily", "reporter") })
 
 	// "t" asks, "y" thaws jobs/b: the waiter takes the lock over.

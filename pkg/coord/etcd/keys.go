@@ -52,6 +52,9 @@ func formatID(id clientv3.LeaseID) string { return strconv.FormatUint(uint64(id)
 func parseID(s string) (clientv3.LeaseID, error) {
 	v, err := strconv.ParseUint(s, 16, 63)
 	if err != nil || v == 0 {
+		if len(s) == 24 && strings.Trim(s, "0123456789abcdef") == "" {
+			return 0, fmt.Errorf("%w: lease id %q is not an etcd lease id (hex, at most 16 digits) but the form of the local coordinator's: give the coordinator that took the lease (--state-dir, without --endpoints, for the local one)", coord.ErrInvalid, s)
+		}
 		return 0, fmt.Errorf("%w: lease id %q is not an etcd lease id (hex)", coord.ErrInvalid, s)
 	}
 	return clientv3.LeaseID(v), nil

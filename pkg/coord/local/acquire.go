@@ -148,6 +148,20 @@ func checkLeaseID(name, id string) error {
 	return nil
 }
 
+// unknownID is the error for lease id found on no lease of its lock: nil
+// for an id of this coordinator's form (the lease is gone), ErrInvalid for
+// one of 16 digits. Fences before the tag issued those, but they are also
+// the form of an etcd lease id, and a lease of that form that no lock holds
+// cannot be this coordinator's now: renew and release say so (exit 125)
+// instead of "gone" (76, or 0 for a release).
+func unknownID(id string) error {
+	if len(id) != legacyIDLen {
+		return nil
+	}
+	return fmt.Errorf("%w: lease id %s is not a lease of the local coordinator (its ids are %d hex digits; %d is the form of an etcd lease id): give the coordinator that took the lease (--endpoints or FENCE_ENDPOINTS for etcd)",
+		coord.ErrInvalid, id, leaseIDLen, legacyIDLen)
+}
+
 // try takes the lock if it is free and it is our turn; otherwise, when
 // enqueue is set, it makes sure our ticket is in the queue.
 func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {

@@ -10,8 +10,9 @@ import (
 
 // TestLeaseIDs: a lease id carries its lock's tag, so that the id of
 // another lock's lease is refused (ErrInvalid) even once that lease is gone;
-// 16 digits without a tag (fences before it) are ids of no known lock, gone
-// when they are not the holder's; anything else is malformed.
+// 16 digits without a tag (fences before it; also the form of an etcd
+// lease id) that are no lease's are refused too; anything else is
+// malformed.
 func TestLeaseIDs(t *testing.T) {
 	c := openTB(t, newDir(t))
 	long := strings.Repeat("n", coord.MaxNameLen) // a hashed state file name
@@ -40,12 +41,18 @@ func TestLeaseIDs(t *testing.T) {
 			}
 		}
 	}
-	if _, err := c.Renew(tctx(t), "a", "0123456789abcdef"); !errors.Is(err, coord.ErrLeaseLost) {
-		t.Errorf("Renew with an untagged id = %v, want ErrLeaseLost", err)
+	// 16 digits, the form of an etcd lease id, found on no lease: not this
+	// coordinator's (a free lock, a held one, one never used).
+	held := acquire(t, c, "held", coord.AcquireOptions{})
+	for _, name := range []string{"a", "held", "never-used"} {
+		if _, err := c.Renew(tctx(t), name, "694d8a1b2c3d4e5f"); !errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrLeaseLost) || !strings.Contains(err.Error(), "etcd lease id") {
+			t.Errorf("Renew(%q) with an untagged id = %v, want ErrInvalid naming etcd", name, err)
+		}
+		if err := c.Release(tctx(t), name, "694d8a1b2c3d4e5f"); !errors.Is(err, coord.ErrInvalid) || !strings.Contains(err.Error(), "etcd lease id") {
+			t.Errorf("Release(%q) with an untagged id = %v, want ErrInvalid naming etcd", name, err)
+		}
 	}
-	if err := c.Release(tctx(t), "a", "0123456789abcdef"); err != nil {
-		t.Errorf("Release with an untagged id = %v, want nil", err)
-	}
+	release(t, c, held)
 	for _, id := range []string{"0123456789ABCDEF", nameTag("a") + "0123456789ABCDEF", "0123456789abcde", nameTag("a") + "0123456789abcdef0", "zz!"} {
 		if err := c.Release(tctx(t), "a", id); !errors.Is(err, coord.ErrInvalid) || !strings.Contains(err.Error(), "is not a lease id") {
 			t.Errorf("Release(%q) = %v, want ErrInvalid", id, err)

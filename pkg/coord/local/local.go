@@ -145,6 +145,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -362,9 +363,44 @@ func openTop(path string) (*sharing, error) {
 	return s, nil
 }
 
+// unavailable is an error about the state tree: a file or directory that
+// cannot be read, written or trusted. It wraps coord.ErrUnavailable but
+// does not say "coordinator unavailable": the message names the file and
+// the cause, which is what the reader can act on. A permission error among
+// args is wrapped too, as an *fs.PathError naming the last absolute path
+// before it, so that the CLI can say how to repair the file
+// (sharedir.Explain).
 func unavailable(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{coord.ErrUnavailable}, args...)...)
+	e := &stateError{msg: fmt.Sprintf(format, args...)}
+	path := ""
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			if filepath.IsAbs(v) {
+				path = v
+			}
+		case error:
+			var pe *fs.PathError
+			switch {
+			case !errors.Is(v, fs.ErrPermission):
+			case errors.As(v, &pe) || path == "":
+				e.cause = v
+			default:
+				e.cause = &fs.PathError{Op: "use", Path: path, Err: v}
+			}
+		}
+	}
+	return e
 }
+
+type stateError struct {
+	msg   string
+	cause error // a permission error, or nil
+}
+
+func (e *stateError) Error() string        { return e.msg }
+func (e *stateError) Unwrap() error        { return e.cause }
+func (e *stateError) Is(target error) bool { return target == coord.ErrUnavailable }
 
 // ctxDone returns ctx.Err() if ctx has ended.
 func ctxDone(ctx context.Context) error {

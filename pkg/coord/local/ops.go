@@ -56,6 +56,11 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		if err != nil {
 			return noChange, false, err
 		}
+		if st.lease(leaseID) == nil {
+			if err := unknownID(leaseID); err != nil {
+				return noChange, false, err
+			}
+		}
 		if h == nil || h.LeaseID != leaseID || !v.live {
 			return noChange, false, lost(name, leaseID, st, v)
 		}
@@ -128,13 +133,13 @@ func (c *Coordinator) release(ctx context.Context, name, leaseID string, check f
 	f := c.files(name)
 	defer c.cache.Delete(name) // after the update: a renewal in flight may have stored it
 	if _, err := os.Lstat(f.state); os.IsNotExist(err) {
-		return false, nil // never used
+		return false, unknownID(leaseID) // never used
 	}
 	asked := false
 	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
 		h := st.lease(leaseID)
 		if h == nil {
-			return noChange, false, nil
+			return noChange, false, unknownID(leaseID)
 		}
 		if check != nil {
 			ok, err := check(st, h)

@@ -146,9 +146,9 @@ func ListWatch(t *testing.T, env []string) {
 	NextList(t, ch, "v held", func(l Listed) bool { return l.Has("v", true) })
 	// A freeze and a thaw show at once (the watch reports limits), not
 	// at the next change of a lock.
-	Output(t, env, "freeze", "--prefix", "v")
+	Output(t, env, "freeze", "--under", "v")
 	NextList(t, ch, "v frozen", func(l Listed) bool { return l.Frozen("v") })
-	Output(t, env, "thaw", "--prefix", "v")
+	Output(t, env, "thaw", "--under", "v")
 	NextList(t, ch, "v thawed", func(l Listed) bool { return l.Has("v", true) && !l.Frozen("v") })
 
 	// Nothing changes: nothing is printed (a timer would redraw).
