@@ -15,13 +15,13 @@ import (
 // (Debian's etcd 3.4.23 has etcd#15247): before anything the command
 // writes when the answer is in once the lease is held (on this loopback
 // server it always has been so far), else after the command, never waited
-// for on the way to it; a run that does not get the lock (busy, -n) warns
-// too.
+// for on the way to it. The warning is given once a day per host: a busy
+// run after it (-n) is quiet, and says only why it did not run.
 func TestRunVersionWarning(t *testing.T) {
 	srv := etcdproc.Start(t)
 	ep := srv.Endpoints()[0]
 	env := st.Env(t.TempDir())
-	if out := st.Output(t, env, "config", "--endpoints", ep); !strings.Contains(out, "=3.4.") || strings.Contains(out, "=3.4.3") {
+	if out := st.Output(t, env, "config", "--endpoints", ep); !strings.Contains(out, "3.4.") || strings.Contains(out, "3.4.3") {
 		t.Skipf("Debian's etcd is not a 3.4 before 3.4.31: no warning expected\n%s", out)
 	}
 	isWarning := func(l string) bool {
@@ -47,7 +47,7 @@ func TestRunVersionWarning(t *testing.T) {
 	st.Output(t, env, "--endpoints", ep, "acquire", "vw", "--ttl", "1m", "-q")
 	code, errOut := st.Run(t, env, "--endpoints", ep, "run", "vw", "-n", "--", "true")
 	lines = strings.Split(strings.TrimSpace(errOut), "\n")
-	if code != 75 || len(lines) != 2 || !isWarning(lines[0]) || !strings.Contains(lines[1], "vw") {
-		t.Fatalf("busy run: exit %d, stderr %q; want 75, the warning once, then why", code, errOut)
+	if code != 75 || len(lines) != 1 || !strings.Contains(lines[0], "vw") {
+		t.Fatalf("busy run: exit %d, stderr %q; want 75 and why, without the day's warning again", code, errOut)
 	}
 }

@@ -57,6 +57,7 @@ func Params(dir string) testscript.Params {
 			env.Setenv("XDG_CONFIG_HOME", filepath.Join(env.WorkDir, ".config"))
 			env.Setenv(SystemConfigEnv, filepath.Join(env.WorkDir, "etc", "fence", "config.yaml"))
 			env.Setenv("XDG_STATE_HOME", filepath.Join(env.WorkDir, ".state"))
+			env.Setenv("XDG_CACHE_HOME", filepath.Join(env.WorkDir, ".cache"))
 			env.Setenv("HOME", env.WorkDir)
 			env.Setenv("LONG256", strings.Repeat("n", 256))
 			env.Setenv("LONG257", strings.Repeat("n", 257))
@@ -167,9 +168,11 @@ func CleanEnviron() []string {
 }
 
 // Env is an environment for fence on a local coordinator in dir, holder
-// "tester".
+// "tester"; its configuration and cache directories are under dir too (no
+// file of the host's is read or written).
 func Env(dir string) []string {
-	return append(CleanEnviron(), "FENCE_STATE_DIR="+dir, "XDG_CONFIG_HOME="+dir+"/.config", "FENCE_HOLDER=tester")
+	return append(CleanEnviron(), "FENCE_STATE_DIR="+dir, "XDG_CONFIG_HOME="+dir+"/.config", "XDG_CACHE_HOME="+dir+"/.cache",
+		SystemConfigEnv+"="+filepath.Join(dir, "etc", "fence", "config.yaml"), "FENCE_HOLDER=tester")
 }
 
 // Run runs fence to completion with env and returns its exit code and
