@@ -1,7 +1,7 @@
 // Package output holds fence's printers: key/value text, JSON (snake_case
 // fields, RFC 3339 times), YAML, shell assignments for eval, and tables
-// (aligned by display width with a header on a terminal, tab-separated with
-// no header when piped).
+// (tablewriter: aligned by display width with a header on a terminal;
+// tab-separated with no header when piped).
 //
 // The printers are generic; the shape of each command's output (its fields and
 // their names) is defined by the command and documented in docs/json.md.
@@ -17,7 +17,9 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/mattn/go-runewidth"
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -120,36 +122,39 @@ func WriteTable(w io.Writer, tty bool, header []string, rows [][]string) error {
 		_, err := w.Write(buf.Bytes())
 		return err
 	}
-	widths := make([]int, len(header))
-	measure := func(r []string) {
-		for j, c := range r {
-			if j >= len(widths) {
-				widths = append(widths, 0)
-			}
-			widths[j] = max(widths[j], runewidth.StringWidth(c))
-		}
+	var tbuf bytes.Buffer
+	// Borderless, left-aligned, the header as given, no wrapping, two
+	// blanks between columns, cells not trimmed: Clean has already made
+	// each cell one line.
+	cell := tw.CellConfig{
+		Formatting: tw.CellFormatting{AutoFormat: tw.Off, AutoWrap: tw.WrapNone},
+		Alignment:  tw.CellAlignment{Global: tw.AlignLeft},
+		Padding:    tw.CellPadding{Global: tw.Padding{Right: "  ", Overwrite: true}},
 	}
-	measure(header)
-	for _, r := range clean {
-		measure(r)
+	t := tablewriter.NewTable(&tbuf,
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders:  tw.BorderNone,
+			Symbols:  tw.NewSymbols(tw.StyleNone),
+			Settings: tw.Settings{Separators: tw.SeparatorsNone, Lines: tw.LinesNone},
+		})),
+		tablewriter.WithConfig(tablewriter.Config{Header: cell, Row: cell}),
+		tablewriter.WithTrimSpace(tw.Off),
+	)
+	t.Header(header)
+	if err := t.Bulk(clean); err != nil {
+		return err
 	}
+	if err := t.Render(); err != nil {
+		return err
+	}
+	// tablewriter pads the last column; drop the trailing blanks.
 	var out bytes.Buffer
-	line := func(r []string) {
-		var l strings.Builder
-		for j, c := range r {
-			l.WriteString(c)
-			if j < len(r)-1 {
-				l.WriteString(strings.Repeat(" ", widths[j]-runewidth.StringWidth(c)+2))
-			}
+	for _, line := range strings.SplitAfter(tbuf.String(), "\n") {
+		nl := strings.HasSuffix(line, "\n")
+		out.WriteString(strings.TrimRight(line, " \n"))
+		if nl {
+			out.WriteByte('\n')
 		}
-		// The last cell is not padded, and a blank cell at the end of a
-		// row leaves no trailing blanks.
-		out.WriteString(strings.TrimRight(l.String(), " "))
-		out.WriteByte('\n')
-	}
-	line(header)
-	for _, r := range clean {
-		line(r)
 	}
 	_, err := w.Write(out.Bytes())
 	return err
