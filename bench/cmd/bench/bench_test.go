@@ -109,7 +109,7 @@ func TestReport(t *testing.T) {
 		"### " + TargetLocalRun, "### " + TargetLeases, "benchmarks/handoff.svg",
 		"**Phases of a fence run**", "| acquired | **9.00** (7.20 – 13.5) | 4.00 |", "**Package initialisation**", "| `fence version` | 218 |",
 		"## Before and after", "| local fence run vs flock | ≤ 10x flock's wall time (medians) | 20.0x (mins 20.0x, maxes 20.0x) | 16.7x", "**Phases of fence run (local)**, before and after",
-		"| this | local | **150** | 100 | 50 | 900 |",
+		"| this | local | **150** | 100 | 50.0 | 900 |",
 		"<!-- not a recipe: the benchmark harness -->\n```sh\nbash bench/run"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
