@@ -170,6 +170,7 @@ func run() error {
 	}{
 		{"whole-process time", runWholeProcess},
 		{"peak memory", runMemory},
+		{"memory of 100 held runs", runConcurrentMemory},
 		{"handoff latency", runHandoff},
 		{"contended throughput", runContended},
 		{"scale", runScale},

@@ -241,6 +241,7 @@ func markdown(r *Results) string {
 		p("| %s | %s |\n", x.Name, cell(x.S))
 	}
 	p("\n![peak memory](benchmarks/memory.svg)\n\n")
+	concurrentTable(p, r)
 
 	// Floors.
 	p("## Why targets are missed (the floors)\n\n")
@@ -547,4 +548,20 @@ func (t Target) verdict() string {
 		return "met"
 	}
 	return "**missed**"
+}
+
+// concurrentTable shows what N held fence runs cost one host together: PSS
+// (each shared page counted once over all processes) summed over fence and
+// its watchdogs.
+func concurrentTable(p func(string, ...any), r *Results) {
+	cs := r.Memory.Concurrent
+	if len(cs) == 0 {
+		return
+	}
+	p("**%d `fence run`s holding %d locks at once**, each around a command that waits: the proportional set size (PSS, `/proc/PID/smaps_rollup`, which counts a page that k processes share as 1/k in each, so the binary's shared pages once) summed over every fence and every watchdog, the commands left out; the RSS sum beside it counts shared pages in every process. MiB.\n\n", cs[0].Holders, cs[0].Holders)
+	p("| build | backend | PSS, fence + watchdogs | fences | watchdogs | RSS sum |\n|---|---|---|---|---|---|\n")
+	for _, c := range cs {
+		p("| %s | %s | **%s** | %s | %s | %s |\n", c.Build, c.Backend, stats.Num(c.PSSMiB), stats.Num(c.FencePSSMiB), stats.Num(c.WatchdogPSSMiB), stats.Num(c.RSSMiB))
+	}
+	p("\n")
 }
