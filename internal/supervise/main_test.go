@@ -26,11 +26,7 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(fenceEnv); cfg != "" {
 		os.Exit(fenceMain(cfg))
 	}
-	code := m.Run()
-	if helperDir != "" {
-		os.RemoveAll(helperDir)
-	}
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // fenceEnv carries a fenceConfig, JSON-encoded, to a test binary started as

@@ -1,5 +1,3 @@
-//go:build !fence_watchdog
-
 package supervise
 
 import (
@@ -99,11 +97,6 @@ type Options struct {
 	// started with fence's own os.Args[0] as its argv[0]). Its main must
 	// dispatch WatchdogArg to WatchdogMain.
 	Executable string
-	// Watchdog is the small watchdog binary to run as the watchdog (default:
-	// WatchdogBinary beside the running fence, unless Executable is set).
-	// It is used when it starts and says hello in this fence's protocol;
-	// otherwise Executable (fence itself) is the watchdog.
-	Watchdog string
 	// OnAcquired, when set, is called once the lease (every lease of Locks)
 	// is held, before the command is started, with the writer of fence's
 	// own lines (serialized with them).

@@ -26,21 +26,8 @@ const (
 	opSignal = "signal" // Signal: forward a signal to the command's group
 )
 
-// watchdogProtocol is the version of the protocol below, which the
-// watchdog says first (evHello): a small watchdog binary installed beside
-// fence is used only when it speaks the protocol of that fence. Raise it
-// with every change of the orders, the reports or their fields. (A
-// variable, so that a test can build a watchdog of another protocol with
-// -ldflags -X.)
-var watchdogProtocol = "1"
-
-// WatchdogBinary is the name of the small watchdog binary (cmd/fence-watchdog,
-// built with the tag fence_watchdog), looked for beside the fence binary.
-const WatchdogBinary = "fence-watchdog"
-
 // Reports from the watchdog.
 const (
-	evHello     = "hello"      // Proto: the watchdog's first report
 	evStarted   = "started"    // PID, PGID, Cgroup
 	evExecError = "exec_error" // Code (126, 127), Msg
 	evStopping  = "stopping"   // Reason, Signal: the stop signal was sent
@@ -94,7 +81,6 @@ type spec struct {
 
 type report struct {
 	Ev     string `json:"ev"`
-	Proto  string `json:"proto,omitempty"`
 	PID    int    `json:"pid,omitempty"`
 	PGID   int    `json:"pgid,omitempty"`
 	Cgroup string `json:"cgroup,omitempty"`

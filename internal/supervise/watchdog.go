@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -76,13 +75,7 @@ func WatchdogMain(args []string) int {
 	// Neither pipe may reach the command.
 	unix.CloseOnExec(3)
 	unix.CloseOnExec(4)
-	// The first report says which protocol this watchdog speaks: fence
-	// replaces a small watchdog binary of another (written by hand: no
-	// JSON coding is paid for it on the way to the command).
 	repf := os.NewFile(4, "fence-reports")
-	if _, err := repf.WriteString(`{"ev":"` + evHello + `","proto":` + strconv.Quote(watchdogProtocol) + "}\n"); err != nil {
-		return 125
-	}
 	out := newLineWriter(repf)
 	idle := !readable(3) // fence is still acquiring the lock
 	orders, err := newOrderPipe(3)
