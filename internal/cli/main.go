@@ -28,7 +28,7 @@ func Main(args []string) int {
 	// fence re-executes itself as the watchdog of `fence run`: dispatch it
 	// before building the command tree, to start fast.
 	if len(args) > 0 && args[0] == supervise.WatchdogArg {
-		return supervise.WatchdogMain(args)
+		return supervise.WatchdogMain(args, endLeases)
 	}
 	benchtrace.Mark(benchtrace.Main)
 	code := Run(context.Background(), args, System())

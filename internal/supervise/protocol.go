@@ -77,6 +77,23 @@ type spec struct {
 	FencePgrp int `json:"fence_pgrp,omitempty"`
 	// Cgroup asks for a cgroup v2 of its own where the machine allows.
 	Cgroup bool `json:"cgroup,omitempty"`
+	// End is what the watchdog needs to end the leases itself when fence
+	// is gone (Options.Handover); nil: they are left to expire.
+	End *endSpec `json:"end,omitempty"`
+}
+
+// endSpec is the coordinator's settings (opaque, for the LeaseEnder) and
+// the leases to end, in order.
+type endSpec struct {
+	Coordinator json.RawMessage `json:"coordinator"`
+	Leases      []endLease      `json:"leases"`
+}
+
+type endLease struct {
+	Name   string `json:"name"`
+	ID     string `json:"id"`
+	Token  uint64 `json:"token,omitempty"`
+	Holder string `json:"holder,omitempty"`
 }
 
 type report struct {

@@ -602,6 +602,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		Foreground: foreground(r.wd.Stdin),
 		FencePgrp:  unix.Getpgrp(),
 		Cgroup:     !p.NoCgroup,
+		End:        r.endSpec(),
 	}
 	if p.OnAcquired != nil {
 		p.OnAcquired(r.stderr)
@@ -629,6 +630,35 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		r.await(l, now, nextWake(r.schedule(l), now))
 	}
 	return r.outcome()
+}
+
+// endSpec is what the watchdog needs to end the leases itself when fence
+// is gone (Options.Handover): the coordinator's settings and the leases, the
+// command's in the reverse order of their acquisition (as a set is
+// released), then Handover.Also. nil without a Handover or settings.
+func (r *runner) endSpec() *endSpec {
+	h := r.p.Handover
+	if h == nil || h.Coordinator == nil {
+		return nil
+	}
+	settings, err := h.Coordinator()
+	if err != nil || len(settings) == 0 {
+		r.verbosef("the watchdog cannot end the lease if fence dies: %v", err)
+		return nil
+	}
+	e := &endSpec{Coordinator: settings}
+	own := r.leases()
+	for i := len(own) - 1; i >= 0; i-- {
+		e.Leases = append(e.Leases, endLeaseOf(own[i]))
+	}
+	for _, l := range h.Also {
+		e.Leases = append(e.Leases, endLeaseOf(l))
+	}
+	return e
+}
+
+func endLeaseOf(l coord.Lease) endLease {
+	return endLease{Name: l.Name, ID: l.ID, Token: l.Token, Holder: l.Holder}
 }
 
 // loop is what fence's supervision loop follows besides the phase.
