@@ -78,9 +78,8 @@ type Factory struct {
 	// Logger is the structured log on stderr (--log-format, --log-level).
 	Logger func() (*slog.Logger, error)
 
-	flags   *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
-	args    []string       // the command line, set by Run (for hints in flag errors, fence-monitor)
-	monitor Monitor        // fence top's and fence exporter's programs (RunWith)
+	flags *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
+	args  []string       // the command line, set by Run (for hints in flag errors)
 
 	versionsOnce sync.Once
 	versions     []etcd.MemberVersion // what the etcd members reported, once answered

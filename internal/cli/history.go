@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fence-dev/fence/internal/exporter"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -91,20 +92,10 @@ for --retention (on etcd: nobody holds, waits for or limits it) is no longer
 exported, until it is used again. /healthz answers 200 when the coordinator
 answered a read within the last second or answers one within 2s, else 503 with
 the reason. Runs until SIGINT or SIGTERM. See docs/observability.md for the
-metrics and example alerts.
-
-The exporter is the program fence-monitor, installed beside fence (the
-packages and archives carry it): fence exporter runs it with the same
-arguments, so that fence's other commands start without the exporter's code.`,
+metrics and example alerts.`,
 		Example: `  fence exporter --listen 127.0.0.1:9477`,
 		Args:    maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if f.monitor.Exporter == nil {
-				return f.runMonitor("exporter")
-			}
-			if err := checkMonitorOf(); err != nil {
-				return err
-			}
 			prefix := ""
 			if len(args) == 1 {
 				prefix = args[0]
@@ -116,7 +107,7 @@ arguments, so that fence's other commands start without the exporter's code.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-				err := f.monitor.Exporter(ctx, listen, c, ExporterOptions{
+				err := exporter.Serve(ctx, listen, c, exporter.Options{
 					Prefix: prefix, Logger: logger, Retention: retention,
 					OnListen: func(a net.Addr) { f.verbosef("serving metrics on http://%s/metrics", a) },
 				})

@@ -24,17 +24,14 @@ import (
 
 // Main runs fence with args (without the program name) on the process's
 // standard streams and returns the exit code.
-func Main(args []string) int { return MainWith(args, Monitor{}) }
-
-// MainWith is Main with m's commands linked in (cmd/fence-monitor).
-func MainWith(args []string, m Monitor) int {
+func Main(args []string) int {
 	// fence re-executes itself as the watchdog of `fence run`: dispatch it
 	// before building the command tree, to start fast.
 	if len(args) > 0 && args[0] == supervise.WatchdogArg {
-		return supervise.WatchdogMain(args)
+		return supervise.WatchdogMain(args, endLeases)
 	}
 	benchtrace.Mark(benchtrace.Main)
-	code := RunWith(context.Background(), args, System(), m)
+	code := Run(context.Background(), args, System())
 	benchtrace.Mark(benchtrace.Exit)
 	return code
 }
@@ -45,12 +42,7 @@ func MainWith(args []string, m Monitor) int {
 // When fence fails and args ask for -o env, stdout gets "(exit N)", so that
 // `eval "$(fence acquire ... -o env)"` fails with fence's exit code N
 // instead of evaluating nothing and succeeding.
-func Run(ctx context.Context, args []string, ios *IOStreams) int {
-	return RunWith(ctx, args, ios, Monitor{})
-}
-
-// RunWith is Run with m's commands linked in.
-func RunWith(ctx context.Context, args []string, ios *IOStreams, m Monitor) (code int) {
+func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
 	defer func() {
 		if r := recover(); r != nil {
 			fmt.Fprintf(ios.ErrOut, "fence: internal error: %s\n", oneLine(fmt.Sprint(r)))
@@ -65,7 +57,6 @@ func RunWith(ctx context.Context, args []string, ios *IOStreams, m Monitor) (cod
 	}()
 	f := NewFactory(ios)
 	f.args = args
-	f.monitor = m
 	root := NewRootCmd(f)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)

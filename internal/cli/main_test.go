@@ -4,14 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/exitcode"
-	"github.com/fence-dev/fence/internal/release"
+	"github.com/fence-dev/fence/internal/faultproxy"
 )
 
 // withCommand adds a top-level command to the tree for one test.
@@ -90,20 +92,37 @@ func TestSilentErrorPrintsNothing(t *testing.T) {
 	}
 }
 
-// TestMonitorCommandsRunFenceMonitor: without the monitor linked in (the
-// fence binary), fence top and fence exporter run fence-monitor beside
-// fence, and say how to get it when it is not there (here: beside the test
-// binary), exit 125, without connecting to the coordinator.
-func TestMonitorCommandsRunFenceMonitor(t *testing.T) {
-	for _, args := range [][]string{{"top"}, {"exporter", "--listen", "127.0.0.1:0"}, {"--endpoints", "127.0.0.1:9", "top", "x/"}} {
+// TestTopUnreachableBounded: fence top on a coordinator that takes the
+// connection and never answers gives up after topDialTimeout (2s), not the
+// default dial timeout (5s); an explicit --dial-timeout is kept.
+func TestTopUnreachableBounded(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "FENCE_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	silent := faultproxy.Silent(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+		max  time.Duration
+	}{
+		{nil, "did not answer within 2s", 4 * time.Second},
+		{[]string{"--dial-timeout", "2500ms"}, "did not answer within 2.5s", 4500 * time.Millisecond},
+	} {
 		var out, errOut bytes.Buffer
 		ios := Test(&out, &errOut)
 		ios.SetStdoutTTY(true)
-		code := Run(context.Background(), args, ios)
-		msg := errOut.String()
-		if code != exitcode.Failure || !strings.Contains(msg, "needs fence-monitor, installed beside fence") ||
-			!strings.Contains(msg, "go build -tags "+release.Tags+" -o ") || strings.Count(msg, "\n") != 1 {
-			t.Errorf("%q: exit %d, stderr %q", args, code, msg)
+		start := time.Now()
+		code := Run(context.Background(), append(append([]string{"--endpoints", silent}, tc.args...), "top"), ios)
+		elapsed := time.Since(start)
+		if code != exitcode.Failure || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %q", tc.args, code, errOut.String(), tc.want)
+		}
+		if elapsed > tc.max {
+			t.Errorf("%q: gave up after %v", tc.args, elapsed)
 		}
 	}
 }

@@ -217,7 +217,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		Once: key, OnceKeep: o.onceFor, DoneExitCode: o.doneExitCode, Slots: o.slots,
 		Verbose: cfg.Verbose, Quiet: cfg.Quiet, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
-		Location: location(cfg),
+		Location: location(cfg), Handover: handover(cfg),
 		// The etcd version warnings, asked while the lease is acquired:
 		// printed before the command if they are in, never waited for.
 		OnAcquired: f.peekVersions,

@@ -139,7 +139,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		Lock: group, Command: command, Shell: o.shell, TTL: o.ttl,
 		Grace: o.grace, Signal: sig, Verbose: cfg.Verbose, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
-		Location: location(cfg),
+		Location: location(cfg), Handover: handover(cfg),
 	}
 	// The options are checked before joining: a bad --ttl or --grace is
 	// refused without taking a lease.

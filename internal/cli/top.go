@@ -10,15 +10,13 @@ import (
 	"syscall"
 	"time"
 
+	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/tui"
 )
-
-// DefaultTopRefresh is fence top's --refresh (tui.DefaultRefresh; the
-// monitor's tests check that they agree).
-const DefaultTopRefresh = 5 * time.Second
 
 // topDialTimeout is fence top's dial timeout unless one is configured.
 const topDialTimeout = 2 * time.Second
@@ -63,11 +61,7 @@ limited one's "limit N"; a free lock's TOKEN is its last token, "(N)".
 fence top needs a terminal (at least 40x8; 80x24 and up shows every column);
 it refuses to start, exit 125, when stdout is not one: use 'fence list
 --watch' there. NO_COLOR=1 draws without colour. SIGINT, SIGTERM and SIGHUP
-end it like q.
-
-The dashboard is the program fence-monitor, installed beside fence (the
-packages and archives carry it): fence top runs it with the same arguments,
-so that fence's other commands start without the dashboard's code.`,
+end it like q.`,
 		Example: `  fence top
   fence top deploy/
   FENCE_ENDPOINTS=etcd-1:2379 fence top --refresh 2s`,
@@ -86,7 +80,7 @@ so that fence's other commands start without the dashboard's code.`,
 		},
 	}
 	cmd.GroupID = "inspect"
-	DurationVarP(cmd.Flags(), &o.refresh, "refresh", "", DefaultTopRefresh, false, "list every lock again this often, besides following the watch")
+	DurationVarP(cmd.Flags(), &o.refresh, "refresh", "", tui.DefaultRefresh, false, "list every lock again this often, besides following the watch")
 	return cmd
 }
 
@@ -103,12 +97,6 @@ func checkPrefix(p string) error {
 }
 
 func runTop(ctx context.Context, f *Factory, o *topOptions) error {
-	if f.monitor.Dashboard == nil {
-		return f.runMonitor("top")
-	}
-	if err := checkMonitorOf(); err != nil {
-		return err
-	}
 	if !f.IO.IsStdoutTTY() {
 		return exitcode.New(exitcode.Failure, errNoTerminal)
 	}
@@ -127,7 +115,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		f.awaitVersions() // the status line shows their bugs: the whole answer
-		err := f.monitor.Dashboard(ctx, c, DashboardOptions{
+		err := tui.Run(ctx, c, tui.Options{
 			Prefix:   o.prefix,
 			Refresh:  o.refresh,
 			Warning:  f.versionWarning(),
@@ -135,6 +123,11 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 			Input:    topInput(f.IO.In),
 			Output:   f.IO.Out,
 		})
+		if errors.Is(err, tea.ErrInterrupted) {
+			// SIGINT from outside (on the raw terminal ctrl-c is a key):
+			// the terminal is restored, as on q.
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("top: %w", err)
 		}

@@ -32,19 +32,17 @@ func noteMargin(t *testing.T, format string, args ...any) {
 // after SIGCONT fence exits 76; the next holder's token is higher.
 func TestFencePaused(t *testing.T) {
 	for _, bk := range backends {
-		for _, wd := range watchdogs {
-			testFencePaused(t, bk.name+"/"+wd.name, bk.open, wd.bin)
-		}
+		testFencePaused(t, bk.name, bk.open)
 	}
 }
 
-func testFencePaused(t *testing.T, name string, open func(*testing.T) *backend, watchdog func(*testing.T) string) {
+func testFencePaused(t *testing.T, name string, open func(*testing.T) *backend) {
 	t.Run(name, func(t *testing.T) {
 		b := open(t)
 		dir := t.TempDir()
 		pidFile, tokFile := dir+"/pid", dir+"/token"
 		const ttl = 2 * time.Second
-		f := startFence(t, b, supervise.Options{Lock: "paused", TTL: ttl, Watchdog: watchdog(t),
+		f := startFence(t, b, supervise.Options{Lock: "paused", TTL: ttl,
 			// The command ignores TERM: it dies only of the SIGKILL at the
 			// end of the grace period, the worst case for the margin.
 			Command: []string{"trap '' TERM; echo $FENCE_TOKEN > " + shell(tokFile) + "; echo $$ > " + shell(pidFile) + "; while :; do sleep 0.05; done"}, Shell: true})
@@ -285,17 +283,15 @@ func TestLeftoversStopped(t *testing.T) {
 // and stops the command's whole tree (TERM, ignored; SIGKILL after grace).
 func TestFenceKilled(t *testing.T) {
 	for _, m := range modes {
-		for _, wd := range watchdogs {
-			testFenceKilled(t, m.name+"/"+wd.name, m.noCgroup, wd.bin)
-		}
+		testFenceKilled(t, m.name, m.noCgroup)
 	}
 }
 
-func testFenceKilled(t *testing.T, name string, noCgroup bool, watchdog func(*testing.T) string) {
+func testFenceKilled(t *testing.T, name string, noCgroup bool) {
 	t.Run(name, func(t *testing.T) {
 		b := localBackend(t)
 		list := tempPath(t, "pids")
-		o := supervise.Options{Lock: "killed", TTL: 10 * time.Second, Grace: 300 * time.Millisecond, Watchdog: watchdog(t),
+		o := supervise.Options{Lock: "killed", TTL: 10 * time.Second, Grace: 300 * time.Millisecond,
 			Command: []string{treeScript}, Shell: true, NoCgroup: noCgroup, Env: append(os.Environ(), "P="+list)}
 		f := startFence(t, b, o)
 		ps := pids(t, waitFile(t, list, treeLines))

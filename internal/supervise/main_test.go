@@ -21,16 +21,12 @@ import (
 // the tests that must signal fence as a process of its own.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == supervise.WatchdogArg {
-		os.Exit(supervise.WatchdogMain(os.Args[1:]))
+		os.Exit(supervise.WatchdogMain(os.Args[1:], nil))
 	}
 	if cfg := os.Getenv(fenceEnv); cfg != "" {
 		os.Exit(fenceMain(cfg))
 	}
-	code := m.Run()
-	if helperDir != "" {
-		os.RemoveAll(helperDir)
-	}
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // fenceEnv carries a fenceConfig, JSON-encoded, to a test binary started as

@@ -1,5 +1,3 @@
-//go:build !fence_watchdog
-
 package supervise
 
 import (

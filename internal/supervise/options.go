@@ -1,5 +1,3 @@
-//go:build !fence_watchdog
-
 package supervise
 
 import (
@@ -99,11 +97,6 @@ type Options struct {
 	// started with fence's own os.Args[0] as its argv[0]). Its main must
 	// dispatch WatchdogArg to WatchdogMain.
 	Executable string
-	// Watchdog is the small watchdog binary to run as the watchdog (default:
-	// WatchdogBinary beside the running fence, unless Executable is set).
-	// It is used when it starts and says hello in this fence's protocol;
-	// otherwise Executable (fence itself) is the watchdog.
-	Watchdog string
 	// OnAcquired, when set, is called once the lease (every lease of Locks)
 	// is held, before the command is started, with the writer of fence's
 	// own lines (serialized with them).
@@ -127,6 +120,29 @@ type Options struct {
 	// the earliest can expire, and Wait, NoRenew and ConflictExitCode do
 	// not apply. Lock names them in messages (the group).
 	Holds Holds
+
+	// Handover, when set, lets the watchdog end the command's leases
+	// itself when fence is gone (killed: the order pipe closed), once
+	// nothing of the command's tree is left, so that the next holder does
+	// not wait out the TTL. Without it, or when the watchdog cannot reach
+	// the coordinator within a few seconds, the leases expire at their TTL.
+	Handover *Handover `json:"-"`
+}
+
+// Handover is what the watchdog needs to end the leases when fence is
+// gone: it hands Coordinator's settings and the leases to its LeaseEnder
+// (see WatchdogMain).
+type Handover struct {
+	// Coordinator returns the settings of the coordinator, opaque to this
+	// package, for the watchdog's LeaseEnder. It is called once the leases
+	// are held (the caller's configuration is complete then), and its
+	// result goes to the watchdog in the start order over the order pipe:
+	// never in an argument or the command's environment, so it may hold
+	// credentials. nil, or an error, leaves the leases to expire.
+	Coordinator func() ([]byte, error)
+	// Also are leases ended after the command's own: a shard member's own
+	// lease (ShardRunner sets it).
+	Also []coord.Lease
 }
 
 // DefaultGrace is the grace period used when none is given: a fifth of the

@@ -26,21 +26,8 @@ const (
 	opSignal = "signal" // Signal: forward a signal to the command's group
 )
 
-// watchdogProtocol is the version of the protocol below, which the
-// watchdog says first (evHello): a small watchdog binary installed beside
-// fence is used only when it speaks the protocol of that fence. Raise it
-// with every change of the orders, the reports or their fields. (A
-// variable, so that a test can build a watchdog of another protocol with
-// -ldflags -X.)
-var watchdogProtocol = "1"
-
-// WatchdogBinary is the name of the small watchdog binary (cmd/fence-watchdog,
-// built with the tag fence_watchdog), looked for beside the fence binary.
-const WatchdogBinary = "fence-watchdog"
-
 // Reports from the watchdog.
 const (
-	evHello     = "hello"      // Proto: the watchdog's first report
 	evStarted   = "started"    // PID, PGID, Cgroup
 	evExecError = "exec_error" // Code (126, 127), Msg
 	evStopping  = "stopping"   // Reason, Signal: the stop signal was sent
@@ -90,11 +77,27 @@ type spec struct {
 	FencePgrp int `json:"fence_pgrp,omitempty"`
 	// Cgroup asks for a cgroup v2 of its own where the machine allows.
 	Cgroup bool `json:"cgroup,omitempty"`
+	// End is what the watchdog needs to end the leases itself when fence
+	// is gone (Options.Handover); nil: they are left to expire.
+	End *endSpec `json:"end,omitempty"`
+}
+
+// endSpec is the coordinator's settings (opaque, for the LeaseEnder) and
+// the leases to end, in order.
+type endSpec struct {
+	Coordinator json.RawMessage `json:"coordinator"`
+	Leases      []endLease      `json:"leases"`
+}
+
+type endLease struct {
+	Name   string `json:"name"`
+	ID     string `json:"id"`
+	Token  uint64 `json:"token,omitempty"`
+	Holder string `json:"holder,omitempty"`
 }
 
 type report struct {
 	Ev     string `json:"ev"`
-	Proto  string `json:"proto,omitempty"`
 	PID    int    `json:"pid,omitempty"`
 	PGID   int    `json:"pgid,omitempty"`
 	Cgroup string `json:"cgroup,omitempty"`

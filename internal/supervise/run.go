@@ -1,5 +1,3 @@
-//go:build !fence_watchdog
-
 // Package supervise runs a command as the holder of a lease: the heart of
 // `fence run`.
 //
@@ -279,8 +277,6 @@ type runner struct {
 	heldPtr atomic.Pointer[fencing.Held]
 
 	wd        *exec.Cmd
-	helper    bool // wd is the small watchdog binary, which must say hello first
-	hello     *report
 	wdDone    chan struct{}
 	orders    *orderQueue
 	reports   <-chan report // nil once read to its end
@@ -508,45 +504,9 @@ type interrupted struct{ sig syscall.Signal }
 
 func (i interrupted) Error() string { return "interrupted by SIG" + SignalName(i.sig) }
 
-// startWatchdog starts the watchdog process with its two pipes: the small
-// watchdog binary (WatchdogBinary beside the running fence, or
-// Options.Watchdog) where there is one, else fence itself again. The small
-// one must say hello in the protocol of this fence before it gets the start
-// order (awaitHello), or it is replaced by fence itself.
+// startWatchdog starts the watchdog, fence itself again
+// (Options.Executable, default /proc/self/exe), with its two pipes.
 func (r *runner) startWatchdog() error {
-	p := r.p
-	if helper := r.helperPath(); helper != "" {
-		if err := r.startWatchdogWith(helper, true); err == nil {
-			return nil
-		}
-		// Not there, or not executable: fence itself is the watchdog.
-	}
-	exe := p.Executable
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	return r.startWatchdogWith(exe, false)
-}
-
-// helperPath is the small watchdog binary to try first, "" for none.
-func (r *runner) helperPath() string {
-	p := r.p
-	if p.Watchdog != "" {
-		return p.Watchdog
-	}
-	if p.Executable != "" {
-		return "" // a binary given to run as the watchdog is the watchdog
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(filepath.Dir(self), WatchdogBinary)
-}
-
-// startWatchdogWith starts exe as the watchdog; helper tells that it is the
-// small watchdog binary, not fence.
-func (r *runner) startWatchdogWith(exe string, helper bool) error {
 	p := r.p
 	ordR, ordW, err := os.Pipe()
 	if err != nil {
@@ -558,8 +518,12 @@ func (r *runner) startWatchdogWith(exe string, helper bool) error {
 		ordW.Close()
 		return fmt.Errorf("start watchdog: %w", err)
 	}
+	exe := p.Executable
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
 	cmd := exec.Command(exe, WatchdogArg)
-	if !helper && p.Executable == "" && len(os.Args) > 0 && os.Args[0] != "" {
+	if p.Executable == "" && len(os.Args) > 0 && os.Args[0] != "" {
 		// The running binary under the name it was started as (ps shows
 		// "fence __watchdog"), so that a binary that dispatches on argv[0]
 		// (a multi-call binary, testscript's commands) runs as fence again.
@@ -592,7 +556,6 @@ func (r *runner) startWatchdogWith(exe string, helper bool) error {
 		return fmt.Errorf("start watchdog %s: %w", exe, err)
 	}
 	benchtrace.Mark(benchtrace.WatchdogStart)
-	r.helper = helper
 	r.wd = cmd
 	r.wdDone = make(chan struct{})
 	go func() {
@@ -639,12 +602,10 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		Foreground: foreground(r.wd.Stdin),
 		FencePgrp:  unix.Getpgrp(),
 		Cgroup:     !p.NoCgroup,
+		End:        r.endSpec(),
 	}
 	if p.OnAcquired != nil {
 		p.OnAcquired(r.stderr)
-	}
-	if err := r.awaitHello(ctx); err != nil {
-		return exitcode.Failure, err
 	}
 	r.orders.push(order{Op: opStart, Spec: sp})
 	r.startSent = true
@@ -669,6 +630,35 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		r.await(l, now, nextWake(r.schedule(l), now))
 	}
 	return r.outcome()
+}
+
+// endSpec is what the watchdog needs to end the leases itself when fence
+// is gone (Options.Handover): the coordinator's settings and the leases, the
+// command's in the reverse order of their acquisition (as a set is
+// released), then Handover.Also. nil without a Handover or settings.
+func (r *runner) endSpec() *endSpec {
+	h := r.p.Handover
+	if h == nil || h.Coordinator == nil {
+		return nil
+	}
+	settings, err := h.Coordinator()
+	if err != nil || len(settings) == 0 {
+		r.verbosef("the watchdog cannot end the lease if fence dies: %v", err)
+		return nil
+	}
+	e := &endSpec{Coordinator: settings}
+	own := r.leases()
+	for i := len(own) - 1; i >= 0; i-- {
+		e.Leases = append(e.Leases, endLeaseOf(own[i]))
+	}
+	for _, l := range h.Also {
+		e.Leases = append(e.Leases, endLeaseOf(l))
+	}
+	return e
+}
+
+func endLeaseOf(l coord.Lease) endLease {
+	return endLease{Name: l.Name, ID: l.ID, Token: l.Token, Holder: l.Holder}
 }
 
 // loop is what fence's supervision loop follows besides the phase.
@@ -803,8 +793,6 @@ func (r *runner) report(ctx context.Context, rep report) {
 		r.phase = r.phase.next(stepDone)
 	case evStopping:
 		r.wdStopped = rep.Reason
-	case evHello:
-		r.hello = &rep
 	case evExited:
 		benchtrace.Mark(benchtrace.CommandEnd)
 		r.exit = rep.Exit
@@ -1113,57 +1101,4 @@ func (r *runner) afterRun(ctx context.Context, code int) (context.Context, conte
 		budget = AfterStop
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), budget)
-}
-
-// helloTimeout bounds the wait for the small watchdog's hello: one that is
-// frozen or hangs before it is replaced by fence itself.
-const helloTimeout = 5 * time.Second
-
-// awaitHello makes sure, before the start order, that a small watchdog
-// binary speaks this fence's protocol: it waits for its hello (its first
-// report, sent as it starts: by the time the lease is acquired it is
-// usually there). A watchdog that says another protocol, ends or says
-// nothing within helloTimeout is killed and replaced by fence itself, which
-// speaks its own protocol (its hello is not waited for).
-func (r *runner) awaitHello(ctx context.Context) error {
-	if !r.helper {
-		return nil
-	}
-	r.helper = false
-	timer := time.NewTimer(helloTimeout)
-	defer timer.Stop()
-	why := ""
-wait:
-	for r.hello == nil {
-		select {
-		case rep, ok := <-r.reports:
-			if !ok {
-				r.reports = nil
-				why = "it ended without a word"
-				break wait
-			}
-			r.report(ctx, rep)
-			if r.hello == nil {
-				why = fmt.Sprintf("its first report was %q, not hello", rep.Ev)
-				break wait
-			}
-		case <-timer.C:
-			why = fmt.Sprintf("it did not say hello within %v", helloTimeout)
-			break wait
-		}
-	}
-	if r.hello != nil {
-		if r.hello.Proto == watchdogProtocol {
-			return nil
-		}
-		why = fmt.Sprintf("it speaks protocol %q, this fence %q", r.hello.Proto, watchdogProtocol)
-	}
-	r.verbosef("watchdog %s: %s; fence runs as its own watchdog", r.wd.Path, why)
-	r.closeWatchdog()
-	r.hello, r.wdErr = nil, ""
-	exe := r.p.Executable
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	return r.startWatchdogWith(exe, false)
 }

@@ -1,5 +1,3 @@
-//go:build !fence_watchdog
-
 package supervise
 
 import (
@@ -237,6 +235,13 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	}()
 	o := opts
 	o.Holds = hs
+	if h := opts.Handover; h != nil {
+		// fence gone, the member is gone: its own lease ends after the
+		// shards', and the others take them at once.
+		hc := *h
+		hc.Also = append(slices.Clone(h.Also), m.Lease())
+		o.Handover = &hc
+	}
 	r, err := Start(o)
 	code := exitcode.Failure
 	if err == nil {

@@ -1,12 +1,12 @@
 package supervise
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
 )
 
 // WatchdogArg is the hidden first argument that makes the fence binary run
@@ -48,9 +49,20 @@ const cgroupPrefix = "fence-run-"
 // command's tree.
 const sweep = 5 * time.Millisecond
 
+// endTimeout bounds the watchdog's ending of the leases when fence is gone
+// (opening the coordinator included): then it exits anyway, and the leases
+// expire at their TTL.
+const endTimeout = 5 * time.Second
+
+// LeaseEnder ends leases for the watchdog when fence is gone: it opens the
+// coordinator that coordinator describes (Handover.Coordinator's settings,
+// opaque to this package) and releases each lease, in order, within ctx.
+type LeaseEnder func(ctx context.Context, coordinator []byte, leases []coord.Lease) error
+
 // WatchdogMain runs the watchdog: the process between fence and the command.
 // args are the arguments after WatchdogArg (a leading WatchdogArg is
-// skipped). It returns the watchdog's exit code: 0 when it did its job
+// skipped). end, when not nil, ends the command's leases when fence is gone
+// (see below). It returns the watchdog's exit code: 0 when it did its job
 // (however the command ended), 125 when it could not.
 //
 // The watchdog reads orders from fd 3 and writes reports to fd 4 (see
@@ -61,7 +73,14 @@ const sweep = 5 * time.Millisecond
 // command in a cgroup of its own where it can, so that descendants that
 // left the process group (setsid) are stopped too. It exits once no process
 // of the command's tree is left.
-func WatchdogMain(args []string) int {
+//
+// When fence is gone (fd 3 ended before the command's tree was empty) and
+// the start order carried a Handover, the watchdog ends the leases itself
+// with end, once no process of the command's tree is left (the safety
+// point: see the package doc), bounded by endTimeout. A fence that is only
+// frozen keeps fd 3 open: the watchdog then stops the command at the
+// lease's stop time and leaves the leases alone (fence may wake up).
+func WatchdogMain(args []string, end LeaseEnder) int {
 	benchtrace.Mark(benchtrace.WatchdogMain)
 	if len(args) > 0 && args[0] == WatchdogArg {
 		args = args[1:]
@@ -76,13 +95,7 @@ func WatchdogMain(args []string) int {
 	// Neither pipe may reach the command.
 	unix.CloseOnExec(3)
 	unix.CloseOnExec(4)
-	// The first report says which protocol this watchdog speaks: fence
-	// replaces a small watchdog binary of another (written by hand: no
-	// JSON coding is paid for it on the way to the command).
 	repf := os.NewFile(4, "fence-reports")
-	if _, err := repf.WriteString(`{"ev":"` + evHello + `","proto":` + strconv.Quote(watchdogProtocol) + "}\n"); err != nil {
-		return 125
-	}
 	out := newLineWriter(repf)
 	idle := !readable(3) // fence is still acquiring the lock
 	orders, err := newOrderPipe(3)
@@ -90,7 +103,7 @@ func WatchdogMain(args []string) int {
 		_ = out.send(report{Ev: evError, Msg: "order pipe: " + err.Error(), At: clock.Now()})
 		return 125
 	}
-	w := &watchdog{orders: orders, out: out, self: os.Getpid(), idle: idle}
+	w := &watchdog{orders: orders, out: out, self: os.Getpid(), idle: idle, end: end}
 	if err := w.run(); err != nil {
 		_ = out.send(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
 		return 125
@@ -137,6 +150,9 @@ type watchdog struct {
 	exit        *exitInfo  // the command's status, once reaped
 	leftovers   int
 	foreground  bool
+
+	end       LeaseEnder // ends the leases when fence is gone; nil: none
+	fenceGone bool       // the order pipe ended while the command's tree lived
 }
 
 func (w *watchdog) run() error {
@@ -222,7 +238,13 @@ func (w *watchdog) run() error {
 		// and its cgroup is empty. fence releases the lease on the report.
 		if w.exit != nil && w.childless && w.treeEmpty() {
 			w.phase = w.phase.next(stepDone)
-			return w.finish()
+			err := w.finish()
+			if w.fenceGone {
+				// Nobody will release the leases: end them now that
+				// nothing of the command is left.
+				w.endLeases()
+			}
+			return err
 		}
 		now := clock.Now()
 		// Every order fence sent before now is taken before the stop time
@@ -348,6 +370,9 @@ func (w *watchdog) takeOrders() bool {
 	orders, ended := w.orders.take()
 	for _, o := range orders {
 		w.order(o)
+	}
+	if ended {
+		w.fenceGone = true
 	}
 	if ended && w.stillRunning() {
 		w.beginStop(reasonFenceGone, clock.Now())
@@ -525,4 +550,21 @@ func (w *watchdog) finish() error {
 		_ = w.cg.remove()
 	}
 	return err
+}
+
+// endLeases ends the leases of the start order's Handover with end, within
+// endTimeout. Called only once nothing of the command's tree is left, and
+// only when fence is gone: a failure leaves them to expire at their TTL.
+func (w *watchdog) endLeases() {
+	e := w.sp.End
+	if w.end == nil || e == nil || len(e.Leases) == 0 {
+		return
+	}
+	leases := make([]coord.Lease, len(e.Leases))
+	for i, l := range e.Leases {
+		leases[i] = coord.Lease{Name: l.Name, ID: l.ID, Token: l.Token, Holder: l.Holder}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+	defer cancel()
+	_ = w.end(ctx, e.Coordinator, leases)
 }

@@ -14,7 +14,7 @@ import (
 // (by TestRunLeavesEvents), it is the watchdog.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == supervise.WatchdogArg {
-		os.Exit(supervise.WatchdogMain(os.Args[1:]))
+		os.Exit(supervise.WatchdogMain(os.Args[1:], nil))
 	}
 	goleak.VerifyTestMain(m)
 }

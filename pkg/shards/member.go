@@ -327,6 +327,9 @@ func Join(ctx context.Context, c coord.Coordinator, group string, opts Options) 
 // ID is the member's id.
 func (m *Member) ID() string { return m.id }
 
+// Lease is the member's own lease (on MemberLock), as last renewed.
+func (m *Member) Lease() coord.Lease { return m.self.Lease() }
+
 // Group is the group's name.
 func (m *Member) Group() string { return m.group }
 

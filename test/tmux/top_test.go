@@ -27,7 +27,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
-	"github.com/fence-dev/fence/internal/release"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
@@ -55,8 +54,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fenceBinary builds cmd/fence (once), with fence-monitor beside it (what
-// fence top runs), and returns fence's path.
+// fenceBinary builds cmd/fence (once) as `go build ./cmd/fence` does,
+// without tags and alone in its directory (fence top is in it), and returns
+// its path.
 func fenceBinary(t *testing.T) string {
 	t.Helper()
 	build.once.Do(func() {
@@ -71,12 +71,9 @@ func fenceBinary(t *testing.T) string {
 			return
 		}
 		build.path = filepath.Join(build.dir, "fence")
-		for bin, pkg := range map[string]string{"fence": "cmd/fence", "fence-monitor": "cmd/fence-monitor"} {
-			out, err := exec.Command(gotool, "build", "-tags", release.Tags, "-o", filepath.Join(build.dir, bin), "github.com/fence-dev/fence/"+pkg).CombinedOutput()
-			if err != nil {
-				build.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
+		out, err := exec.Command(gotool, "build", "-o", build.path, "github.com/fence-dev/fence/cmd/fence").CombinedOutput()
+		if err != nil {
+			build.err = fmt.Errorf("go build ./cmd/fence: %v\n%s", err, out)
 		}
 	})
 	if build.err != nil {

@@ -274,8 +274,7 @@ func cleanEnv(work string) []string {
 }
 
 // build compiles fence (as `go build -tags grpcnotrace ./cmd/fence`, the
-// tags of internal/release) with its small watchdog beside it
-// (cmd/fence-watchdog, tag fence_watchdog), the stamp helper and etcdctl 3.7
+// tags of internal/release; fence is its own watchdog), the stamp helper and etcdctl 3.7
 // from the tools-only module bench/tools, all with CGO_ENABLED=0, as the
 // releases of both are built (goreleaser.yaml; etcd's release scripts): a
 // static binary starts about 1 to 2.5 ms sooner than one linked against the C
@@ -289,14 +288,13 @@ func build(ctx context.Context, cfg *config) error {
 		args []string
 	}{
 		{cfg.root, []string{"build", "-tags", fencerelease.Tags, "-o", cfg.fence, "./cmd/fence"}},
-		// fence's small watchdog, beside fence, as releases install it.
-		{cfg.root, []string{"build", "-o", filepath.Join(bin, "fence-watchdog"), "-tags", "fence_watchdog", "./cmd/fence-watchdog"}},
 		{cfg.root, []string{"build", "-o", cfg.stamp, "./bench/cmd/stamp"}},
 		{filepath.Join(cfg.root, "bench", "tools"), []string{"build", "-o", cfg.etcdctl, "go.etcd.io/etcd/etcdctl/v3"}},
 	}
 	if cfg.compare != "" {
 		// fence at the revision to compare with, from git archive (its small
-		// watchdog too, when it has one), built the same way.
+		// watchdog too, for a revision that still had cmd/fence-watchdog:
+		// that fence runs it from beside itself), built the same way.
 		src := filepath.Join(cfg.work, "compare-src")
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return err
