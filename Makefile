@@ -4,9 +4,7 @@ GO ?= go
 .PHONY: build test race docs fuzz release-check
 
 build:
-	CGO_ENABLED=0 $(GO) build -tags grpcnotrace -o fence ./cmd/fence
-	CGO_ENABLED=0 $(GO) build -tags fence_watchdog -o fence-watchdog ./cmd/fence-watchdog
-	CGO_ENABLED=0 $(GO) build -tags grpcnotrace -o fence-monitor ./cmd/fence-monitor
+	CGO_ENABLED=0 $(GO) build -o fence ./cmd/fence
 
 test:
 	$(GO) test ./...

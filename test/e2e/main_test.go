@@ -17,7 +17,6 @@ import (
 
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/proc"
-	"github.com/fence-dev/fence/internal/release"
 	"github.com/fence-dev/fence/internal/syncbuf"
 )
 
@@ -50,7 +49,7 @@ func testMain(m *testing.M) int {
 		fenceBin:  "github.com/fence-dev/fence/cmd/fence",
 		helperBin: "github.com/fence-dev/fence/test/e2e/internal/e2ehelper",
 	} {
-		cmd := exec.Command(goTool(), "build", "-tags", release.Tags, "-o", bin, pkg)
+		cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: go build %s: %v\n%s", pkg, err, out)
 			return 1

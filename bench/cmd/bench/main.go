@@ -51,8 +51,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	fencerelease "github.com/fence-dev/fence/internal/release"
 )
 
 // config is what the flags chose, plus the paths the harness set up.
@@ -273,13 +271,13 @@ func cleanEnv(work string) []string {
 	return append(env, "XDG_CONFIG_HOME="+filepath.Join(work, "xdg-config"), "XDG_STATE_HOME="+filepath.Join(work, "xdg-state"))
 }
 
-// build compiles fence (as `go build -tags grpcnotrace ./cmd/fence`, the
-// tags of internal/release; fence is its own watchdog), the stamp helper and etcdctl 3.7
-// from the tools-only module bench/tools, all with CGO_ENABLED=0, as the
-// releases of both are built (goreleaser.yaml; etcd's release scripts): a
-// static binary starts about 1 to 2.5 ms sooner than one linked against the C
-// library. The revision to compare with is built with the tags its own
-// internal/release names (none before it had one), as it was released.
+// build compiles fence (`go build ./cmd/fence`; fence is its own watchdog),
+// the stamp helper and etcdctl 3.7 from the tools-only module bench/tools,
+// all with CGO_ENABLED=0, as the releases of both are built
+// (goreleaser.yaml; etcd's release scripts): a static binary starts about 1
+// to 2.5 ms sooner than one linked against the C library. The revision to
+// compare with is built with the tags its own internal/release names, if
+// any, as it was released.
 func build(ctx context.Context, cfg *config) error {
 	bin := filepath.Join(cfg.work, "bin")
 	cfg.fence, cfg.stamp, cfg.etcdctl = filepath.Join(bin, "fence"), filepath.Join(bin, "stamp"), filepath.Join(bin, "etcdctl")
@@ -287,7 +285,7 @@ func build(ctx context.Context, cfg *config) error {
 		dir  string
 		args []string
 	}{
-		{cfg.root, []string{"build", "-tags", fencerelease.Tags, "-o", cfg.fence, "./cmd/fence"}},
+		{cfg.root, []string{"build", "-o", cfg.fence, "./cmd/fence"}},
 		{cfg.root, []string{"build", "-o", cfg.stamp, "./bench/cmd/stamp"}},
 		{filepath.Join(cfg.root, "bench", "tools"), []string{"build", "-o", cfg.etcdctl, "go.etcd.io/etcd/etcdctl/v3"}},
 	}
@@ -329,7 +327,8 @@ func build(ctx context.Context, cfg *config) error {
 }
 
 // releaseTags are the build tags of the fence release in the source tree
-// src: its internal/release.Tags, "" when it has none.
+// src: its internal/release.Tags (grpcnotrace, until the one-binary change
+// removed the package), "" when it has none.
 func releaseTags(src string) string {
 	b, err := os.ReadFile(filepath.Join(src, "internal", "release", "release.go"))
 	if err != nil {

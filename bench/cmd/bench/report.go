@@ -146,7 +146,7 @@ func markdown(r *Results) string {
 	}
 	initTable(p, r.Run.Init)
 	requestsTable(p, r.Run.Requests)
-	p("\n`fence version` is the fence binary starting and exiting, and the small Go program is bench/cmd/stamp doing nothing: together they show the part of `fence run` that is the cost of starting a Go program of fence's size (fence starts once per run; its watchdog is the small fence-watchdog binary, whose start is closer to the small Go program's).\n\n")
+	p("\n`fence version` is the fence binary starting and exiting, and the small Go program is bench/cmd/stamp doing nothing: together they show the part of `fence run` that is the cost of starting a Go program of fence's size (fence starts twice per run: once as fence, once re-executed as its own watchdog).\n\n")
 	p("![whole-process time](benchmarks/run.svg)\n\n")
 
 	// 2. Handoff.
@@ -266,7 +266,7 @@ func markdown(r *Results) string {
 	// Method.
 	p("## How the harness works\n\n")
 	p("`bash bench/run` installs missing Debian tools (hyperfine, util-linux, time, etcd-server) when run as root, then runs `go run ./bench/cmd/bench`, which:\n\n")
-	p("- builds fence as releases are (`go build -tags grpcnotrace ./cmd/fence`, the tags of internal/release; the `--compare` revision with the tags its own internal/release names, none before it had one) with its small watchdog beside it (`go build -tags fence_watchdog ./cmd/fence-watchdog`, as releases install it), bench/cmd/stamp, and etcdctl 3.7.3 from the tools-only module bench/tools (its go.mod requires go.etcd.io/etcd/etcdctl/v3 v3.7.3; `go install ...@v3.7.3` is refused because of etcdctl's replace directives);\n")
+	p("- builds fence as releases are (`CGO_ENABLED=0 go build ./cmd/fence`: one binary, which is its own watchdog; the `--compare` revision with the tags its own internal/release names, if it has one, and with its small watchdog beside it if it has cmd/fence-watchdog), bench/cmd/stamp, and etcdctl 3.7.3 from the tools-only module bench/tools (its go.mod requires go.etcd.io/etcd/etcdctl/v3 v3.7.3; `go install ...@v3.7.3` is refused because of etcdctl's replace directives);\n")
 	p("- starts Debian's etcd-server on free loopback ports, the one server both fence and etcdctl use (data on tmpfs unless `--etcd-data-dir` says otherwise); the local backend's state lives in a fresh directory; no configuration file or `FENCE_*` variable of the caller reaches the measured processes;\n")
 	p("- with `--compare REV`, also builds fence (and its small watchdog, if REV has one) at git revision REV and measures it in section 1 in the same rounds (the rows marked `@REV`); with `--baseline FILE`, shows an earlier run's results.json beside this run's (the before and after section; the targets are evaluated with this harness's definitions);\n")
 	p("- runs the sections in order and writes this page, the SVG charts (bench/internal/chart, hand-written SVG) and the raw figures (`docs/benchmarks/results.json`).\n\n")
