@@ -14,6 +14,18 @@
 // frozen fence (SIGSTOP, a stall) is covered by the watchdog, a frozen
 // watchdog by fence.
 //
+// When fence dies (even by SIGKILL), nobody would release the lease: the
+// watchdog ends it itself (Options.Handover: fence hands it the
+// coordinator's settings and the leases in the start order, and
+// WatchdogMain's LeaseEnder releases them), so that the next holder does not
+// wait out the TTL. Invariant: the watchdog ends a lease only once the
+// command's main process is reaped, the watchdog has no child left (as
+// subreaper, every orphan of the tree is its child: none is left anywhere
+// in the tree, not even a zombie) and the command's cgroup, where there is
+// one, is empty; and only when the pipe from fence ended, never when fence
+// is merely frozen (fence may wake up and still holds the lease). Tested by
+// cmd/fence's TestRunKilledHandsOverNeverEarlier.
+//
 // Descendants that leave the process group (setsid, double forks) are
 // caught in two ways: the command runs in a cgroup v2 of its own where the
 // machine allows it (root, or a delegated subtree; cgroup2 mounted, also at

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	st "github.com/fence-dev/fence/cmd/fence/internal/scripttest"
+	"github.com/fence-dev/fence/internal/etcdproc"
+)
+
+// When fence dies (SIGKILL), its watchdog stops the command and, once
+// nothing of the command's tree is left, ends the lease itself: the next
+// holder starts within a second on both backends at any TTL, not when the
+// lease expires (on etcd it waited out the TTL: 5.4 s of 6 s, 14 s of 15 s).
+
+// handoverBackend is a coordinator for these tests: the global flags that
+// select it (an --endpoints flag beats the environment's state directory).
+type handoverBackend struct {
+	name   string
+	global []string
+}
+
+func handoverBackends(t *testing.T, withLocal bool) []handoverBackend {
+	var bs []handoverBackend
+	if withLocal {
+		bs = append(bs, handoverBackend{name: "local"})
+	}
+	srv := etcdproc.Start(t)
+	return append(bs, handoverBackend{name: "etcd", global: []string{"--endpoints", srv.Addr()}})
+}
+
+// startFence starts fence with env and args; it is killed at cleanup.
+// Its stderr goes to the file it returns.
+func startFence(t *testing.T, env []string, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	errFile := filepath.Join(t.TempDir(), "stderr")
+	f, err := os.Create(errFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command("fence", args...)
+	cmd.Env = env
+	cmd.Stderr = f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, errFile
+}
+
+// waitFor waits (hang-bounded) until path exists and holds a line with
+// want, and returns that line.
+func waitFor(t *testing.T, path, want string) string {
+	t.Helper()
+	for deadline := time.Now().Add(st.HangGuard); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, want) {
+				return l
+			}
+		}
+	}
+	b, _ := os.ReadFile(path)
+	t.Fatalf("%s never held %q:\n%s", path, want, b)
+	return ""
+}
+
+// unixTime reads a time written by date +%s.%N.
+func unixTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		t.Fatalf("bad time %q", s)
+	}
+	return time.Unix(0, int64(f*1e9))
+}
+
+// killHolder SIGKILLs fence and returns when.
+func killHolder(t *testing.T, cmd *exec.Cmd) time.Time {
+	t.Helper()
+	at := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	return at
+}
+
+// TestRunKilledHandsOver: `fence run --ttl 15s` of one lock, and of a lock
+// set, killed with SIGKILL: a run waiting for the same lock(s) starts its
+// command within a second of the kill, and the history says released, not
+// expired.
+func TestRunKilledHandsOver(t *testing.T) {
+	for _, be := range handoverBackends(t, true) {
+		for _, locks := range [][]string{{"job"}, {"a", "b"}} {
+			if be.name == "local" && len(locks) > 1 {
+				continue
+			}
+			t.Run(be.name+"/"+strings.Join(locks, "+"), func(t *testing.T) {
+				dir := t.TempDir()
+				env := st.Env(dir)
+				started, took := filepath.Join(dir, "started"), filepath.Join(dir, "took")
+				args := append(append(append([]string{}, be.global...), "run"), locks...)
+				holder, _ := startFence(t, env, append(args, "--ttl", "15s", "--",
+					"sh", "-c", `touch "$0"; exec sleep 600`, started)...)
+				waitFor(t, started, "")
+				waiter, werr := startFence(t, env, append(args, "-v", "--wait", "1m", "--",
+					"sh", "-c", `date +%s.%N > "$0"`, took)...)
+				waitFor(t, werr, "waiting for")
+				killed := killHolder(t, holder)
+				at := unixTime(t, waitFor(t, took, "."))
+				if code := st.ExitCode(t, waiter); code != 0 {
+					b, _ := os.ReadFile(werr)
+					t.Fatalf("the waiter exited %d:\n%s", code, b)
+				}
+				d := at.Sub(killed)
+				t.Logf("%s, %v: the next holder's command started %v after fence's SIGKILL (TTL 15s)", be.name, locks, d.Round(time.Millisecond))
+				if d > time.Second {
+					t.Errorf("the next holder started %v after the kill; want within 1s", d)
+				}
+				out := st.Output(t, env, append(append(append([]string{}, be.global...), "history", "-q"), locks[0])...)
+				if strings.Contains(out, "expired") || strings.Count(out, "released") != 2 {
+					t.Errorf("history of %s: want two releases, no expiry:\n%s", locks[0], out)
+				}
+			})
+		}
+	}
+}
+
+// TestRunKilledHandsOverNeverEarlier: the safety point. The command ignores
+// SIGTERM and has a descendant that left its process group (setsid) and
+// ignores it too: after fence's SIGKILL, both live until SIGKILL after the
+// grace (1s). The next holder's command starts after every process of the
+// old tree is dead (none is left in /proc, and the last heartbeat of the
+// descendant precedes the start), and within a second of the end of the
+// grace.
+func TestRunKilledHandsOverNeverEarlier(t *testing.T) {
+	for _, be := range handoverBackends(t, true) {
+		t.Run(be.name, func(t *testing.T) {
+			dir := t.TempDir()
+			env := append(st.Env(dir), "D="+dir)
+			args := append(append([]string{}, be.global...), "run", "job")
+			holder, _ := startFence(t, env, append(args, "--ttl", "15s", "--grace", "1s", "--shell", "--",
+				`trap '' TERM
+				setsid sh -c 'echo $$ >> "$D/pids"; while :; do date +%s.%N > "$D/hb.tmp" && mv "$D/hb.tmp" "$D/hb"; sleep 0.01; done' &
+				echo $$ >> "$D/pids"
+				while [ ! -e "$D/hb" ]; do sleep 0.01; done
+				touch "$D/started"
+				while :; do sleep 0.05; done`)...)
+			waitFor(t, filepath.Join(dir, "started"), "")
+			waiter, werr := startFence(t, env, append(args, "-v", "--wait", "1m", "--shell", "--",
+				`date +%s.%N > "$D/took.tmp"; for p in $(cat "$D/pids"); do [ -e /proc/$p ] && echo "alive $p"; done >> "$D/took.tmp"; cat "$D/hb" >> "$D/took.tmp"; mv "$D/took.tmp" "$D/took"`)...)
+			waitFor(t, werr, "waiting for")
+			killed := killHolder(t, holder)
+			took := filepath.Join(dir, "took")
+			waitFor(t, took, ".")
+			if code := st.ExitCode(t, waiter); code != 0 {
+				b, _ := os.ReadFile(werr)
+				t.Fatalf("the waiter exited %d:\n%s", code, b)
+			}
+			b, _ := os.ReadFile(took)
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			if len(lines) != 2 {
+				t.Fatalf("the next holder saw processes of the old tree alive when it started:\n%s", b)
+			}
+			start, lastBeat := unixTime(t, lines[0]), unixTime(t, lines[1])
+			if !lastBeat.Before(start) {
+				t.Errorf("the old tree's descendant wrote at %v, after the next holder started (%v)", lastBeat, start)
+			}
+			d := start.Sub(killed)
+			t.Logf("%s: the next holder started %v after fence's SIGKILL (grace 1s, TTL 15s); the old descendant's last beat %v before it",
+				be.name, d.Round(time.Millisecond), start.Sub(lastBeat).Round(time.Millisecond))
+			if d < time.Second {
+				t.Errorf("the next holder started %v after the kill, within the grace of a command that ignores SIGTERM", d)
+			}
+			if d > 2*time.Second {
+				t.Errorf("the next holder started %v after the kill; want within 1s of the grace's end", d)
+			}
+		})
+	}
+}
+
+// TestShardsKilledHandsOver: two members of `fence shards run` (TTL 15s)
+// hold one shard each; member a's fence is killed with SIGKILL. Its
+// watchdog ends a's shard lease and a's own lease once a's command is dead,
+// so b runs its command with both shards within a second of the kill.
+func TestShardsKilledHandsOver(t *testing.T) {
+	for _, be := range handoverBackends(t, false) {
+		t.Run(be.name, func(t *testing.T) {
+			dir := t.TempDir()
+			env := append(st.Env(dir), "D="+dir)
+			log := filepath.Join(dir, "log")
+			member := func(id string) *exec.Cmd {
+				cmd, _ := startFence(t, env, append(append([]string{}, be.global...), "shards", "run", "g", "--shards", "2",
+					"--member", id, "--ttl", "15s", "--settle", "100ms", "--shell", "--",
+					`echo "$FENCE_MEMBER $FENCE_SHARDS $(date +%s.%N)" >> "$D/log"; exec sleep 600`)...)
+				return cmd
+			}
+			a := member("a")
+			waitFor(t, log, "a 0,1 ")
+			member("b")
+			waitFor(t, log, "b ")
+			killed := killHolder(t, a)
+			got := strings.Fields(waitFor(t, log, "b 0,1 "))
+			d := unixTime(t, got[2]).Sub(killed)
+			t.Logf("%s: b ran its command with both shards %v after a's SIGKILL (TTL 15s, settle 100ms)", be.name, d.Round(time.Millisecond))
+			if d > time.Second {
+				t.Errorf("b took a's shard %v after the kill; want within 1s", d)
+			}
+		})
+	}
+}
