@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -354,11 +355,12 @@ func defaultConfigFiles() []string {
 }
 
 // readFile reads and checks a config file. A missing file is an error only
-// when it was named explicitly.
+// when it was named explicitly; a default path that cannot hold one (a
+// component of it is a file, not a directory) is a missing file too.
 func readFile(path string, explicit bool) (map[string]any, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !explicit {
+		if (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) && !explicit {
 			return nil, nil
 		}
 		return nil, configErr("config file: %v", err)

@@ -629,3 +629,18 @@ func TestPrefixEndsInSlash(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultConfigPathNotADirectory: a default config path that cannot hold
+// a file (XDG_CONFIG_HOME/fence is a file, as where a binary called fence
+// sits in that directory) is no config file, not an error; a --config that
+// cannot be read still is.
+func TestDefaultConfigPathNotADirectory(t *testing.T) {
+	dir := cleanEnv(t)
+	writeFile(t, filepath.Join(dir, "fence"), "not a directory", 0o755)
+	if c := mustLoad(t); len(c.Files) != 0 {
+		t.Errorf("files read = %q, want none", c.Files)
+	}
+	if _, err := load(t, "--config", filepath.Join(dir, "fence", "config.yaml")); err == nil {
+		t.Error("an explicit --config under a file loaded without error")
+	}
+}
