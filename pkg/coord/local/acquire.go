@@ -234,18 +234,8 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			}
 			st.LastToken++
 			// The token must survive a crash before it is handed out: the
-			// state is always fsynced, and the directory too (making the
-			// rename durable) when the token is beyond the reserved block.
-			// A block never passes the ceiling (nor wraps); without a boot
-			// id every grant is durable and reserves only itself.
-			ch = rewrite
-			if !volatileOK() || st.LastToken > st.Reserved {
-				st.Reserved = max(st.Reserved, st.LastToken)
-				if volatileOK() {
-					st.Reserved = min(st.LastToken+(tokenBlock-1), coord.MaxToken)
-				}
-				ch = durable
-			}
+			// state and its directory are fsynced.
+			ch = durable
 			h := &holder{
 				LeaseID:    newID(a.f.name),
 				Holder:     a.o.Holder,

@@ -29,38 +29,28 @@
 //
 // # Durability
 //
-// Only the token must outlive a crash of the machine: holders and waiters
-// are stored with the boot id, and a state from another boot has no live
-// lease and no waiter. So writes are made as durable as what they change:
+// One rule, true on every file system: a token is durable before any
+// command runs under it. Only the token must outlive a crash of the
+// machine: holders and waiters are stored with the boot id, and a state
+// from another boot has no live lease and no waiter.
 //
-//   - Issuing a token replaces the state: a temporary file, fsynced, renamed
-//     over the old one, so that a crash leaves the old or the new state,
-//     never a mix. Each durable write also reserves the next tokenBlock
-//     (1000) tokens ("reserved_token") and fsyncs the directory, making the
-//     rename durable, before the lease is returned; grants within the
-//     reserved block skip the directory fsync. A crash may then lose the
-//     last grants' writes, but never the reservation: a state read after a
-//     reboot goes on above the reserved token. So tokens never go down and
-//     are never issued twice; after a crash up to tokenBlock numbers may be
-//     skipped. Tokens stop at coord.MaxToken: a block never passes it, and
-//     a lock that has issued it refuses every Acquire (ErrUnavailable).
+//   - Issuing a token replaces the state: a temporary file, fsynced,
+//     renamed over the old one, and then locks/ is fsynced, all before the
+//     lease is returned. A crash leaves the old state or the new one, never
+//     a mix or a file cut short, and the new one once Acquire has returned.
+//     So tokens never go down and are never issued twice. Tokens stop at
+//     coord.MaxToken: a lock that has issued it refuses every Acquire
+//     (ErrUnavailable).
 //   - Queueing and leaving the queue replace the state the same way (data
-//     fsynced before the rename, which keeps the token safe from a torn
-//     file), without the directory fsync: a waiter is not worth keeping
-//     across a crash.
-//   - The fsync of the new state before its rename is there only so that
-//     a crash leaves the old state or the new one, never a file cut short,
-//     which would lose the reservation. The write that reserves a block
-//     also writes it to a file of its own (reserve.go: <base>.tok, with
-//     the boot), and while that boot lasts the grants within the block and
-//     the queue's changes leave the fsync out on every file system: a state
-//     that a crash cut short is read, on a later boot, from the reservation.
-//     So they do where the file system already writes a renamed file's
-//     data ahead of the rename (ext4 with a journal, in its default
-//     data=ordered mode and with its default auto_da_alloc, and tmpfs, as
-//     atomicfile.RenameOrdered finds from statfs and
-//     /proc/fs/ext4/<device>/options), whoever wrote the reservation. The
-//     write that reserves a block keeps both fsyncs everywhere.
+//     fsynced before the rename), without the directory fsync: a waiter is
+//     not worth keeping across a crash, and the token it carries was made
+//     durable by its grant.
+//   - A state file that does not parse (cut short, zeroed, empty) fails
+//     closed: it is never read as a lower token nor as a new lock.
+//   - Fences before this one reserved tokens in blocks ("reserved_token")
+//     and made only the reservation durable; a state they wrote goes on, on
+//     a later boot, above its reserved token. This fence keeps
+//     reserved_token at least the last token, as they check.
 //   - The rest of a holder's life changes only its lease record, a
 //     fixed-length string at a fixed place in the state file ("lease", the
 //     second JSON member; format 2): Renew (the new expiry), Release (the
@@ -183,12 +173,6 @@ type Coordinator struct {
 
 	// renewals is RenewAsync's queue (renewasync.go).
 	renewals renewQueue
-
-	// ordered: locks/ is on a file system that writes a renamed file's data
-	// ahead of the rename (atomicfile.RenameOrdered), found at the first
-	// replacement of a state that need not be durable.
-	ordered     bool
-	orderedOnce sync.Once
 }
 
 var (
@@ -203,7 +187,6 @@ type options struct {
 	killWait    time.Duration
 	stallCheck  time.Duration
 	lockTimeout time.Duration
-	fsyncAlways bool // tests: fsync every state replacement (see replaceState)
 }
 
 // WithKillWait sets how long an Acquire that does not wait (Wait 0) gives a

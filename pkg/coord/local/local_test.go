@@ -918,6 +918,7 @@ func TestCorruptStateFailsClosed(t *testing.T) {
 // token (and last token) raised to 2 and its lease record left as it was.
 func recordOfToken(b []byte) []byte {
 	s := strings.Replace(string(b), `"last_token":1`, `"last_token":2`, 1)
+	s = strings.Replace(s, `"reserved_token":1`, `"reserved_token":2`, 1)
 	return []byte(strings.Replace(s, `"token":1`, `"token":2`, 1))
 }
 

@@ -33,10 +33,6 @@ const formatVersion = 2
 // maxStateSize bounds a state file; a larger one is refused as corrupt.
 const maxStateSize = 16 << 20
 
-// tokenBlock is how many tokens one durable write reserves (see the package
-// doc, "Durability").
-const tokenBlock = 1000
-
 // state is the content of a lock's state file.
 type state struct {
 	Version int `json:"version"`
@@ -46,13 +42,12 @@ type state struct {
 	Lease     string `json:"lease,omitempty"`
 	Name      string `json:"name"`
 	LastToken uint64 `json:"last_token"`
-	// Reserved is the largest token that may have been issued: every token
-	// up to it was covered by a durable write. After a crash LastToken may
-	// read lower; the next token then starts above Reserved.
+	// Reserved is the largest token that may have been issued. Fences
+	// before this one reserved tokens in blocks, and a state they wrote may
+	// read, after a crash, a LastToken below it: the next token then starts
+	// above Reserved. This fence makes every grant durable and keeps
+	// Reserved at least LastToken, as those fences check.
 	Reserved uint64 `json:"reserved_token,omitempty"`
-	// ReserveBoot is the boot under which this fence wrote the lock's
-	// reservation file with Reserved (reserve.go).
-	ReserveBoot string `json:"reserve_boot,omitempty"`
 	// BootID is the boot of the boot-clock readings and process IDs below.
 	BootID string   `json:"boot_id,omitempty"`
 	Holder *holder  `json:"holder,omitempty"`
@@ -136,11 +131,8 @@ func checkFile(f lockFiles, path string, fd int) (int64, error) {
 		return 0, unavailable("lock %q: %s: %v", f.name, path, err)
 	}
 	what := "state file"
-	switch path {
-	case f.lock:
+	if path == f.lock {
 		what = "lock file"
-	case f.rsv:
-		what = "token reservation"
 	}
 	if err := f.shared().checkFileStat(fmt.Sprintf("lock %q: %s", f.name, what), path, fd, &st); err != nil {
 		return 0, err
@@ -350,9 +342,6 @@ func (h *holder) clone() *holder {
 // it receives a copy of the state before the lease record was applied.
 func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	if len(b) == 0 {
-		if st := recovered(f); st != nil {
-			return recoveredState(st, pre), nil
-		}
 		return nil, corrupt(f, "is empty (truncated)")
 	}
 	if len(b) > maxStateSize {
@@ -360,9 +349,6 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	}
 	st := new(state)
 	if err := json.Unmarshal(b, st); err != nil {
-		if st := recovered(f); st != nil {
-			return recoveredState(st, pre), nil
-		}
 		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
 	}
 	switch {
@@ -422,15 +408,6 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	return st, nil
 }
 
-// recoveredState is parseState's answer for the state a crash left
-// (recovered): pre, when not nil, receives a copy.
-func recoveredState(st *state, pre *state) *state {
-	if pre != nil {
-		*pre = *st.clone()
-	}
-	return st
-}
-
 // applyRecord applies the lease record of st (as parsed) to its holder.
 func applyRecord(f lockFiles, st *state) error {
 	h := st.Holder
@@ -457,22 +434,15 @@ func applyRecord(f lockFiles, st *state) error {
 
 // store replaces the state file with st (replaceState): the data is
 // fsynced before the rename, so a crash never leaves a truncated state; the
-// directory is fsynced too when sync is set (a token beyond the reserved one
-// was issued), so that the token survives a power loss.
+// directory is fsynced too when sync is set (a token was issued), so that
+// the token survives a power loss before the lease is returned.
 func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
 	if st.slotted() {
 		st.Version = slotsVersion
 	}
 	st.BootID = clock.BootID()
-	if sync && st.BootID != "" {
-		// A new block: its reservation first (reserve.go), made durable
-		// with the state by the directory's fsync below.
-		if err := c.writeReserve(f, st); err != nil {
-			return unavailable("lock %q: write token reservation: %v", f.name, err)
-		}
-		st.ReserveBoot = st.BootID
-	}
+	st.Reserved = max(st.Reserved, st.LastToken)
 	st.Lease = ""
 	if st.Holder != nil {
 		st.Lease = recordOf(st.Holder).encode()
@@ -482,16 +452,19 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 		return unavailable("lock %q: encode state: %v", f.name, err)
 	}
 	b = append(b, '\n')
-	if err := c.replaceState(f, b, sync, reserveHolds(st)); err != nil {
+	if err := replaceState(f, b); err != nil {
 		return unavailable("lock %q: write state: %v", f.name, err)
 	}
 	if sync {
-		if err := atomicfile.SyncDir(c.locksDir); err != nil {
+		if err := syncDir(c.locksDir); err != nil {
 			return unavailable("lock %q: sync state directory: %v", f.name, err)
 		}
 	}
 	return nil
 }
+
+// syncDir fsyncs a directory (a variable for the tests).
+var syncDir = atomicfile.SyncDir
 
 // writeRecord overwrites the lease record of the open state file whose
 // bytes are raw, without fsync. It returns false, writing nothing, when the
@@ -601,8 +574,8 @@ const (
 	recordOnly
 	// rewrite: the state file is replaced (data fsynced, renamed).
 	rewrite
-	// durable: as rewrite, and the directory is fsynced: a token beyond the
-	// reserved one was issued.
+	// durable: as rewrite, and the directory is fsynced: a token was
+	// issued.
 	durable
 )
 
