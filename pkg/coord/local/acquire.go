@@ -100,9 +100,6 @@ type attempt struct {
 	// limited is the operator limit that holds the lock back (nil: none
 	// does).
 	limited *coord.Limit
-	// behind is the queue the grant left, whose first waiters are rung
-	// ringDelay later (ringSoon); nil when nothing is to be rung later.
-	behind []ticket
 }
 
 // A lease id is 24 lower-case hex digits: the tag of its lock's name (the
@@ -166,9 +163,8 @@ func unknownID(id string) error {
 // enqueue is set, it makes sure our ticket is in the queue.
 func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 	var out attempt
-	var dropped []ticket
 	sent := time.Now()
-	err := a.c.updateWith(ctx, a.f, &a.parsed, func(st *state) (stateWrite, bool, error) {
+	err := a.c.updateWith(ctx, a.f, &a.parsed, func(st *state) (stateWrite, error) {
 		// Dead waiters are dropped: all of them when we queue, those ahead
 		// of us when we are queued (it is only for them that we wait, and
 		// this runs at every handoff).
@@ -176,21 +172,19 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		if a.ticket != "" {
 			ahead = slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == a.ticket })
 		}
-		dropped = prune(st, a.self, ahead)
-		pruned := len(dropped) > 0
 		ch := noChange
-		if pruned {
+		if len(prune(st, a.self, ahead)) > 0 {
 			ch = rewrite
 		}
 		if st.LastToken >= coord.MaxToken {
 			// No lease can ever be granted again: refuse at once, also
 			// while the last token's holder still holds.
-			return ch, pruned, exhausted(a.f.name, st.LastToken)
+			return ch, exhausted(a.f.name, st.LastToken)
 		}
 		now := clock.Now()
 		w, err := judgeAll(st, now)
 		if err != nil {
-			return ch, pruned, err
+			return ch, err
 		}
 		v := w.v
 		// The lock records its slots while it has holders or waiters
@@ -198,7 +192,7 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		want := coord.SlotsOf(a.o.Slots)
 		if have := coord.SlotsOf(st.Slots); have != want {
 			if len(w.busy) > 0 || len(st.Queue) > 0 {
-				return ch, pruned, &coord.SlotsError{Lock: a.f.name, Have: have, Want: want}
+				return ch, &coord.SlotsError{Lock: a.f.name, Have: have, Want: want}
 			}
 			// Idle: what is on record of its holders has ended.
 			for _, e := range w.ended {
@@ -215,7 +209,7 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		// slots.
 		lim, err := a.c.limitOf(a.f.name)
 		if err != nil {
-			return ch, pruned, err
+			return ch, err
 		}
 		if heldBack(lim, w) {
 			out.limited = lim
@@ -257,13 +251,7 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			}
 			out.lease = &coord.Lease{Name: a.f.name, Holder: h.Holder, Token: h.Token, ID: h.LeaseID,
 				TTL: h.TTL, AcquiredAt: h.AcquiredAt, Sent: sent, Slot: h.Slot}
-			// The waiters behind us move up: wake the new first ones, a
-			// moment later (ringSoon), unless dead waiters were dropped,
-			// which rings them now.
-			if pos.mine >= 0 && !pruned && len(st.Queue) > 0 {
-				out.behind = slices.Clone(st.Queue)
-			}
-			return ch, pruned, nil
+			return ch, nil
 		}
 		out.v = v
 		out.mayKill = v.kill && ourTurn && out.limited == nil
@@ -277,20 +265,14 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 			ch = rewrite
 		}
 		out.info = info(st, v, now, a.self)
-		return ch, pruned, nil
+		return ch, nil
 	})
-	for _, t := range dropped {
-		a.c.removeBell(t)
-	}
 	if err != nil {
 		return attempt{}, err
 	}
 	if out.lease != nil && a.ticket != "" {
 		liveTickets.Delete(a.ticket)
 		a.ticket = ""
-	}
-	if out.behind != nil {
-		a.c.ringSoon(a.f.name, out.behind)
 	}
 	return out, nil
 }
@@ -311,13 +293,13 @@ func (a *acquirer) leave() {
 	id := a.ticket
 	ctx, cancel := context.WithTimeout(context.Background(), a.c.opts.lockTimeout)
 	defer cancel()
-	_ = a.c.update(ctx, a.f, func(st *state) (stateWrite, bool, error) {
+	_ = a.c.update(ctx, a.f, func(st *state) (stateWrite, error) {
 		i := slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == id })
 		if i < 0 {
-			return noChange, false, nil
+			return noChange, nil
 		}
 		st.Queue = slices.Delete(st.Queue, i, i+1)
-		return rewrite, true, nil
+		return rewrite, nil
 	})
 	liveTickets.Delete(id)
 	a.ticket = ""
@@ -335,15 +317,14 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	if a.o.Wait == 0 {
 		return a.noWait(ctx, res)
 	}
-	// Queue up. The doorbell is in place before the ticket is stored, so
-	// that no wake-up is missed.
-	b, err := a.c.newBell(a.self)
+	// Queue up. The watch of the lock's state is in place before the
+	// ticket is stored, so that no wake-up is missed.
+	h, err := a.c.getHub()
 	if err != nil {
 		return nil, err
 	}
-	defer b.close()
-	a.ticket = b.id
-	liveTickets.Store(a.ticket, struct{}{})
+	sub := h.subscribe(a.f.base)
+	defer sub.close()
 	if res, err = a.try(ctx, true); err != nil {
 		return nil, err
 	}
@@ -353,7 +334,7 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	if a.o.OnWait != nil {
 		a.o.OnWait(res.info)
 	}
-	return a.wait(ctx, b)
+	return a.wait(ctx, sub)
 }
 
 // noWait handles a busy lock for Wait 0: only the command group of an
@@ -418,12 +399,12 @@ func (a *acquirer) kill(v verdict) error {
 
 // wait waits in the queue until the lock is ours, Wait has passed or ctx
 // has ended. Every round starts with a fresh read of the state, taken after
-// the doorbell is in place, so no wake-up is missed; then it sleeps until
-// its doorbell rings, a process it depends on exits, or a time at which the
-// verdict changes comes. Only the first two running waiters follow the
-// holder (its expiry, its processes); the others wait for the waiter ahead
-// of them to exit or for their doorbell.
-func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
+// the watch of the state is in place, so no wake-up is missed; then it
+// sleeps until the state changes, a process it depends on exits, or a time
+// at which the verdict changes comes. Only the first two running waiters
+// follow the holder (its expiry, its processes); the others wait for the
+// waiter ahead of them to exit or for a change of the state.
+func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, error) {
 	var deadline <-chan time.Time
 	if a.o.Wait > 0 {
 		t := time.NewTimer(time.Until(a.start.Add(a.o.Wait)))
@@ -443,8 +424,8 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 		v := w.v
 		pos := position(st.Queue, a.ticket, a.self)
 		// A lock held back by an operator limit is not free for anyone:
-		// its waiters keep their places, and wait for a doorbell (a thaw
-		// rings the first ones) or the waiter ahead of them; under a limit
+		// its waiters keep their places, and wait for a change of the
+		// state (a thaw rewrites it) or the waiter ahead of them; under a limit
 		// above 0 the first ones also follow the holders (one that ends
 		// makes room).
 		lim, err := a.c.limitOf(a.f.name)
@@ -485,7 +466,7 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 		if stall > 0 && (wake < 0 || stall < wake) {
 			wake = stall
 		}
-		switch sleep(ctx, a.c.closed, b.sub, deps, wake, deadline) {
+		switch sleep(ctx, a.c.closed, sub, deps, wake, deadline) {
 		case wokeDeadline:
 			// One last look before giving up.
 			res, err := a.try(ctx, false)

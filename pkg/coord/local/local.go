@@ -4,8 +4,7 @@
 //
 // # Layout
 //
-// The state directory (0700) holds locks/ (0700) and, once someone has
-// waited, waiters/ (0700). Each lock has a JSON state file (0600) in locks/
+// The state directory (0700) holds locks/ (0700). Each lock has a JSON state file (0600) in locks/
 // named by a reversible, filesystem-safe escape of the lock name (bytes
 // outside [A-Za-z0-9._-], and a leading '.', become %XX), or "=<sha256 of
 // the name>" when the escape would not fit in a file name; the real name is
@@ -13,8 +12,8 @@
 // flock(2) only for the short read-modify-write of the state; nothing is
 // locked while a holder waits or runs its command. Readers (Inspect, List,
 // Watch and waiters deciding whether to act) read the state without the
-// lock. waiters/ holds one empty doorbell file (0600) per waiting Acquire
-// (see Waiting).
+// lock. A waiters/ directory left by older fences (their doorbells) is not
+// used.
 //
 // A state file is replaced through its lock's temporary file beside it,
 // ".tmp~<base>" (see Durability). Only the holder of the lock's flock writes
@@ -106,29 +105,22 @@
 // Waiters are served first come, first served: a waiter appends a ticket (its
 // PID and start time) to the lock's queue and takes the lock when it is the
 // first running waiter and the lock is free. Before its ticket is stored it
-// creates its doorbell, waiters/<pidns>-<pid>-<start>-<ticket id>, and
-// watches that file alone with inotify (through fsnotify). Whoever ends a
-// holder (Release, Revoke) or takes a ticket out of the queue (a grant, a
-// waiter leaving, dead waiters pruned) rings the doorbells of the first two
-// running waiters of the queue as it left it, writing one byte to each: the
-// first may take the lock, the second watches that it does. A grant rings
-// them ringDelay (20ms) later, not at once, and its Close rings what is still
-// pending; a release before that rings the queue itself (doorbell.go). For
-// those 20ms the second waiter behind the new holder follows only the first:
-// a holder that dies then, while the first waiter is stopped, is noticed
-// when that waiter resumes. So a handoff wakes two waiters (and their two
-// processes), however long the queue, and not while the new holder starts. The
-// first two running waiters also follow the holder: they sleep until its
-// expiry (a timer) or until one of its processes exits (a pidfd). Every
-// other waiter sleeps until its doorbell rings or the waiter ahead of it
-// exits (a pidfd): there is no polling loop. Tickets of dead processes are
-// dropped, with their doorbells. A stopped waiter (SIGSTOP, Ctrl-Z) keeps
-// its place but is passed over while it is stopped: doorbells ring the
-// first two running waiters, and a second waiter that finds the lock free
-// looks again after a stall check (1s), taking it if the first has been
-// stopped meanwhile. Where inotify
-// cannot be had (the per-user limit of inotify instances or watches is
-// reached), waiters fall back to re-reading the state every 200ms.
+// watches locks/ with inotify (through fsnotify; one inotify instance per
+// process and state directory) for the changes of its lock's state file:
+// every change of the state (a grant, a release, a renewal, the queue)
+// wakes the lock's waiters, who read and judge the state and sleep again.
+// The first two running waiters also follow the holder: they sleep until
+// its expiry (a timer) or until one of its processes exits (a pidfd), so a
+// holder's death is noticed at once. Every other waiter also follows the
+// waiter ahead of it (a pidfd): there is no polling loop. Tickets of dead
+// processes are dropped. A stopped waiter (SIGSTOP, Ctrl-Z) keeps its place
+// but is passed over while it is stopped: a second waiter that finds the
+// lock free looks again after a stall check (1s), taking it if the first
+// has been stopped meanwhile. A change of an operator limit (fence limit,
+// freeze, thaw) writes the state of each lock with waiters again, which
+// wakes them. Where inotify cannot be had (the per-user limit of inotify
+// instances or watches is reached), waiters fall back to re-reading the
+// state every 200ms.
 package local
 
 import (
@@ -151,19 +143,14 @@ import (
 // Coordinators, in any number of processes of one host, may share a state
 // directory.
 type Coordinator struct {
-	dir        string
-	locksDir   string
-	waitersDir string
-	opts       options
-	share      *sharing // how the state directory is shared (perm.go)
+	dir      string
+	locksDir string
+	opts     options
+	share    *sharing // how the state directory is shared (perm.go)
 
-	mu           sync.Mutex
-	hub          *hub // started on first use, guarded by mu
-	waitersReady bool // waiters/ checked (guarded by mu)
-	closed       chan struct{}
-	// pending are the rings of the waiters behind the holders this
-	// Coordinator granted, by lock, not yet due (doorbell.go; guarded by mu).
-	pending map[string]*pendingRing
+	mu     sync.Mutex
+	hub    *hub // started on first use, guarded by mu
+	closed chan struct{}
 
 	// cache holds, by lock name, the parse of the state files of the
 	// leases this Coordinator renews (*parsed), so that a renewal parses
@@ -253,7 +240,7 @@ func Open(dir string, opts ...Option) (*Coordinator, error) {
 			return nil, unavailable("state directory %s: %v", dir, err)
 		}
 	}
-	return &Coordinator{dir: dir, locksDir: locks, waitersDir: filepath.Join(dir, "waiters"), opts: o, share: share, closed: make(chan struct{})}, nil
+	return &Coordinator{dir: dir, locksDir: locks, opts: o, share: share, closed: make(chan struct{})}, nil
 }
 
 // Dir returns the state directory.
@@ -281,7 +268,6 @@ func (c *Coordinator) Close() error {
 	h := c.hub
 	c.hub = nil
 	c.mu.Unlock()
-	c.flushRings()
 	if h != nil {
 		h.release()
 	}

@@ -580,16 +580,15 @@ const (
 )
 
 // update runs fn on the lock's state under its flock and writes what fn
-// reports. When fn sets ring, the first waiters of the queue as updated are
-// woken (after the flock is dropped): fn sets it whenever a holder ended or
-// a ticket left the queue.
-func (c *Coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (w stateWrite, ring bool, err error)) error {
+// reports. Every write raises an inotify event on locks/, which wakes the
+// lock's waiters (see the package doc, "Waiting").
+func (c *Coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (stateWrite, error)) error {
 	return c.updateWith(ctx, f, nil, fn)
 }
 
 // updateWith is update, reusing and updating the parse in *slot (see
 // parseWith) when slot is not nil.
-func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed, fn func(st *state) (w stateWrite, ring bool, err error)) error {
+func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed, fn func(st *state) (stateWrite, error)) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
@@ -606,7 +605,7 @@ func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed
 	if st.Holder != nil {
 		token = st.Holder.Token
 	}
-	ch, ring, err := fn(st)
+	ch, err := fn(st)
 	st.promote()
 	werr := c.write(f, st, raw, fd, token, ch)
 	if fd >= 0 {
@@ -615,9 +614,6 @@ func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed
 	unlock()
 	if werr != nil {
 		return werr
-	}
-	if ring && ch != noChange {
-		c.ring(st.Queue)
 	}
 	return err
 }

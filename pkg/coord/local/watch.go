@@ -24,15 +24,15 @@ const fallbackPoll = 200 * time.Millisecond
 // directory; it is started by the first that needs it and stopped when the
 // last of them is closed. It watches two kinds of things:
 //
-//   - the locks/ directory, only while a Watch needs it: every change of a
+//   - the locks/ directory, only while a Watch or a waiter needs it: every change of a
 //     state file (replaced, or its lease record overwritten) wakes the
 //     subscribers of that lock (subscribe); and with it the state directory,
 //     where the replacement of limits.json (fence limit, freeze, thaw) wakes
 //     every Watch (limitsBase);
-//   - single files, each its own inotify watch (subscribeFile): a waiter's
-//     doorbell (ringing it wakes that waiter alone, and no other process),
-//     and a lock's lock file, which Revoke and RequestStop write to (see
-//     stop.go) and the holder's lease watch follows.
+//     waiters of a lock subscribe to its state file the same way;
+//   - single files, each its own inotify watch (subscribeFile): a lock's
+//     lock file, which Revoke and RequestStop write to (see stop.go) and
+//     the holder's lease watch follows.
 type hub struct {
 	dir  string            // the locks/ directory
 	w    *fsnotify.Watcher // nil: no inotify, every subscriber polls
@@ -210,8 +210,7 @@ func (h *hub) subscribe(base string) *subscription {
 	return s
 }
 
-// subscribeFile subscribes to writes to the file at path (a doorbell, a
-// lock file). Several subscribers of one path share its inotify watch.
+// subscribeFile subscribes to writes to the file at path (a lock file). Several subscribers of one path share its inotify watch.
 func (h *hub) subscribeFile(path string) *subscription {
 	s := &subscription{h: h, path: path, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
 	h.mu.Lock()
