@@ -339,65 +339,20 @@ func (h *holder) clone() *holder {
 }
 
 // parseState parses and checks a state file's bytes. When pre is not nil
-// it receives a copy of the state before the lease record was applied.
+// it receives a copy of the state before the lease record was applied. The
+// steps: decode, checkState (every rule a state must meet, or it fails
+// closed), forBoot (a state of another boot keeps only its token), then the
+// lease record.
 func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
-	if len(b) == 0 {
-		return nil, corrupt(f, "is empty (truncated)")
+	st, err := decodeState(f, b)
+	if err != nil {
+		return nil, err
 	}
-	if len(b) > maxStateSize {
-		return nil, corrupt(f, "is larger than %d bytes", maxStateSize)
+	if err := checkState(f, st); err != nil {
+		return nil, err
 	}
-	st := new(state)
-	if err := json.Unmarshal(b, st); err != nil {
-		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
-	}
-	switch {
-	case st.Version == 0:
-		return nil, corrupt(f, "has no format version")
-	case st.Version > slotsVersion:
-		return nil, unavailable("lock %q: state file %s was written by a newer fence (format %d; this fence reads format %d)",
-			f.name, f.state, st.Version, slotsVersion)
-	case f.name != "" && st.Name != f.name:
-		return nil, corrupt(f, "belongs to lock %q", st.Name)
-	case f.name == "" && (coord.ValidateName(st.Name) != nil || fileBase(st.Name) != f.base):
-		return nil, corrupt(f, "names lock %q, which does not match its file name", st.Name)
-	}
-	// Tokens never pass coord.MaxToken, and every token up to reserved_token
-	// was covered by a durable write: a state beyond the ceiling (an older
-	// fence wrapped its counter) or with a reservation below its last token
-	// is damaged, and its next token could repeat one.
-	switch {
-	case st.LastToken > coord.MaxToken || st.Reserved > coord.MaxToken:
-		return nil, corrupt(f, "holds token %d, above the largest fencing token %d",
-			max(st.LastToken, st.Reserved), uint64(coord.MaxToken))
-	case st.Reserved != 0 && st.Reserved < st.LastToken:
-		return nil, corrupt(f, "is inconsistent (reserved token %d below last token %d)", st.Reserved, st.LastToken)
-	}
-	for _, h := range st.holders() {
-		if h == nil || h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
-			var tok uint64
-			if h != nil {
-				tok = h.Token
-			}
-			return nil, corrupt(f, "is inconsistent (holder token %d, last token %d)", tok, st.LastToken)
-		}
-	}
-	if st.Slots < 0 || st.Slots > coord.MaxSlots || len(st.Others) > 0 && st.Holder == nil {
-		return nil, corrupt(f, "is inconsistent (slots %d, %d other holder(s))", st.Slots, len(st.Others))
-	}
-	for _, t := range st.Queue {
-		if t.ID == "" || t.PID <= 0 {
-			return nil, corrupt(f, "is inconsistent (a waiter without id or pid)")
-		}
-	}
-	// Holders, waiters and lease records of another boot are gone; only the
-	// token stays, and it goes on above every token that may have been
-	// issued before the crash.
-	if id := clock.BootID(); st.BootID != id {
-		st.BootID, st.Holder, st.Queue, st.Lease, st.Others = id, nil, nil, "", nil
-		st.LastToken = max(st.LastToken, st.Reserved)
-	} else if st.Lease != "" && st.Holder == nil {
-		return nil, corrupt(f, "is inconsistent (a lease record without a holder)")
+	if err := forBoot(f, st, clock.BootID()); err != nil {
+		return nil, err
 	}
 	if pre != nil {
 		*pre = *st.clone()
@@ -406,6 +361,109 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 		return nil, err
 	}
 	return st, nil
+}
+
+// decodeState decodes a state file's bytes. An empty, oversized or
+// undecodable file fails closed.
+func decodeState(f lockFiles, b []byte) (*state, error) {
+	switch {
+	case len(b) == 0:
+		return nil, corrupt(f, "is empty (truncated)")
+	case len(b) > maxStateSize:
+		return nil, corrupt(f, "is larger than %d bytes", maxStateSize)
+	}
+	st := new(state)
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
+	}
+	return st, nil
+}
+
+// checkState checks a decoded state, rule by rule; the first broken one is
+// the error.
+func checkState(f lockFiles, st *state) error {
+	for _, check := range []func(lockFiles, *state) error{checkHeader, checkTokens, checkHolders, checkMembers} {
+		if err := check(f, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkHeader: a known format version, and the lock's own name.
+func checkHeader(f lockFiles, st *state) error {
+	switch {
+	case st.Version == 0:
+		return corrupt(f, "has no format version")
+	case st.Version > slotsVersion:
+		return unavailable("lock %q: state file %s was written by a newer fence (format %d; this fence reads format %d)",
+			f.name, f.state, st.Version, slotsVersion)
+	case f.name != "" && st.Name != f.name:
+		return corrupt(f, "belongs to lock %q", st.Name)
+	case f.name == "" && (coord.ValidateName(st.Name) != nil || fileBase(st.Name) != f.base):
+		return corrupt(f, "names lock %q, which does not match its file name", st.Name)
+	}
+	return nil
+}
+
+// checkTokens: tokens never pass coord.MaxToken, and every token up to
+// reserved_token was covered by a durable write: a state beyond the
+// ceiling (an older fence wrapped its counter) or with a reservation below
+// its last token is damaged, and its next token could repeat one.
+func checkTokens(f lockFiles, st *state) error {
+	switch {
+	case st.LastToken > coord.MaxToken || st.Reserved > coord.MaxToken:
+		return corrupt(f, "holds token %d, above the largest fencing token %d",
+			max(st.LastToken, st.Reserved), uint64(coord.MaxToken))
+	case st.Reserved != 0 && st.Reserved < st.LastToken:
+		return corrupt(f, "is inconsistent (reserved token %d below last token %d)", st.Reserved, st.LastToken)
+	}
+	return nil
+}
+
+// checkHolders: every holder has a token the lock issued, a lease id and a
+// TTL.
+func checkHolders(f lockFiles, st *state) error {
+	for _, h := range st.holders() {
+		if h == nil || h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
+			var tok uint64
+			if h != nil {
+				tok = h.Token
+			}
+			return corrupt(f, "is inconsistent (holder token %d, last token %d)", tok, st.LastToken)
+		}
+	}
+	return nil
+}
+
+// checkMembers: slots within bounds, other holders only beside a holder,
+// and waiters with an id and a PID.
+func checkMembers(f lockFiles, st *state) error {
+	if st.Slots < 0 || st.Slots > coord.MaxSlots || len(st.Others) > 0 && st.Holder == nil {
+		return corrupt(f, "is inconsistent (slots %d, %d other holder(s))", st.Slots, len(st.Others))
+	}
+	for _, t := range st.Queue {
+		if t.ID == "" || t.PID <= 0 {
+			return corrupt(f, "is inconsistent (a waiter without id or pid)")
+		}
+	}
+	return nil
+}
+
+// forBoot makes st a state of boot: holders, waiters and lease records of
+// another boot are gone; only the token stays, and it goes on above every
+// token that may have been issued before the crash. Under the same boot a
+// lease record needs a holder.
+func forBoot(f lockFiles, st *state, boot string) error {
+	if st.BootID != boot {
+		st.BootID, st.Holder, st.Queue, st.Lease, st.Others = boot, nil, nil, "", nil
+		st.LastToken = max(st.LastToken, st.Reserved)
+		return nil
+	}
+	if st.Lease != "" && st.Holder == nil {
+		return corrupt(f, "is inconsistent (a lease record without a holder)")
+	}
+	return nil
 }
 
 // applyRecord applies the lease record of st (as parsed) to its holder.
