@@ -176,16 +176,16 @@ type options struct {
 	lockTimeout time.Duration
 }
 
-// WithKillWait sets how long an Acquire that does not wait (Wait 0) gives a
+// withKillWait sets how long an Acquire that does not wait (Wait 0) gives a
 // stale command group it has just killed to disappear before it reports the
 // lock busy (default 2s).
-func WithKillWait(d time.Duration) Option { return func(o *options) { o.killWait = d } }
+func withKillWait(d time.Duration) Option { return func(o *options) { o.killWait = d } }
 
-// WithStallCheck sets how long a waiter gives the waiter ahead of it to take
+// withStallCheck sets how long a waiter gives the waiter ahead of it to take
 // a free lock before it checks whether that waiter was stopped (default 1s).
 // This timer runs only while the lock is free and another waiter should be
 // taking it.
-func WithStallCheck(d time.Duration) Option { return func(o *options) { o.stallCheck = d } }
+func withStallCheck(d time.Duration) Option { return func(o *options) { o.stallCheck = d } }
 
 // WithLockTimeout bounds the wait for the short per-lock file lock taken
 // around each state update (default 30s); a process stopped in the middle
