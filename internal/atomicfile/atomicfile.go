@@ -40,7 +40,7 @@ func WritePerm(path string, data []byte, syncDir bool, perm os.FileMode) (os.Fil
 			return nil, err
 		}
 	}
-	return finish(tmp, path, data, true, syncDir)
+	return finish(tmp, path, data, syncDir)
 }
 
 // WriteVia is Write through the temporary file temp, in path's directory,
@@ -55,23 +55,13 @@ func WriteVia(path, temp string, data []byte, syncDir bool) (os.FileInfo, error)
 // WriteViaPerm is WriteVia with the file's permission perm, set explicitly
 // (whatever the umask) before the rename.
 func WriteViaPerm(path, temp string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
-	return writeVia(path, temp, data, true, syncDir, perm)
-}
-
-// ReplaceVia is WriteViaPerm, without the directory's fsync, for a path on a
-// file system that writes a renamed file's data ahead of the rename
-// (RenameOrdered true): when path exists, the new file is not fsynced
-// either, since a crash then leaves the old content or the new one all the
-// same; the first write of path is fsynced.
-func ReplaceVia(path, temp string, data []byte, perm os.FileMode) (os.FileInfo, error) {
-	_, err := os.Lstat(path)
-	return writeVia(path, temp, data, err != nil, false, perm)
+	return writeVia(path, temp, data, syncDir, perm)
 }
 
 // syncFile fsyncs a new file before its rename (a variable for the tests).
 var syncFile = (*os.File).Sync
 
-func writeVia(path, temp string, data []byte, syncData, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
+func writeVia(path, temp string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
 	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW
 	tmp, err := os.OpenFile(temp, flags, 0o600)
 	if errors.Is(err, os.ErrExist) {
@@ -90,12 +80,12 @@ func writeVia(path, temp string, data []byte, syncData, syncDir bool, perm os.Fi
 			return nil, err
 		}
 	}
-	return finish(tmp, path, data, syncData, syncDir)
+	return finish(tmp, path, data, syncDir)
 }
 
-// finish writes data to the new temporary file tmp, fsyncs it (when
-// syncData is set) and renames it over path; on failure tmp is removed.
-func finish(tmp *os.File, path string, data []byte, syncData, syncDir bool) (os.FileInfo, error) {
+// finish writes data to the new temporary file tmp, fsyncs it and renames
+// it over path; on failure tmp is removed.
+func finish(tmp *os.File, path string, data []byte, syncDir bool) (os.FileInfo, error) {
 	fail := func(err error) (os.FileInfo, error) {
 		tmp.Close()
 		os.Remove(tmp.Name())
@@ -104,10 +94,8 @@ func finish(tmp *os.File, path string, data []byte, syncData, syncDir bool) (os.
 	if _, err := tmp.Write(data); err != nil {
 		return fail(err)
 	}
-	if syncData {
-		if err := syncFile(tmp); err != nil {
-			return fail(err)
-		}
+	if err := syncFile(tmp); err != nil {
+		return fail(err)
 	}
 	fi, err := tmp.Stat()
 	if err != nil {

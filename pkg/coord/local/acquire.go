@@ -100,9 +100,6 @@ type attempt struct {
 	// limited is the operator limit that holds the lock back (nil: none
 	// does).
 	limited *coord.Limit
-	// behind is the queue the grant left, whose first waiters are rung
-	// ringDelay later (ringSoon); nil when nothing is to be rung later.
-	behind []ticket
 }
 
 // A lease id is 24 lower-case hex digits: the tag of its lock's name (the
@@ -162,136 +159,19 @@ func unknownID(id string) error {
 		coord.ErrInvalid, id, leaseIDLen, legacyIDLen)
 }
 
-// try takes the lock if it is free and it is our turn; otherwise, when
-// enqueue is set, it makes sure our ticket is in the queue.
+// try is one attempt under the lock's flock: it drops dead waiters, then
+// takes the lock if it is free and it is our turn; otherwise, when enqueue
+// is set, it makes sure our ticket is in the queue (nextMove).
 func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 	var out attempt
-	var dropped []ticket
 	sent := time.Now()
-	err := a.c.updateWith(ctx, a.f, &a.parsed, func(st *state) (stateWrite, bool, error) {
-		// Dead waiters are dropped: all of them when we queue, those ahead
-		// of us when we are queued (it is only for them that we wait, and
-		// this runs at every handoff).
-		ahead := -1
-		if a.ticket != "" {
-			ahead = slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == a.ticket })
-		}
-		dropped = prune(st, a.self, ahead)
-		pruned := len(dropped) > 0
-		ch := noChange
-		if pruned {
-			ch = rewrite
-		}
-		if st.LastToken >= coord.MaxToken {
-			// No lease can ever be granted again: refuse at once, also
-			// while the last token's holder still holds.
-			return ch, pruned, exhausted(a.f.name, st.LastToken)
-		}
-		now := clock.Now()
-		w, err := judgeAll(st, now)
-		if err != nil {
-			return ch, pruned, err
-		}
-		v := w.v
-		// The lock records its slots while it has holders or waiters
-		// (slots.go); an idle lock takes ours.
-		want := coord.SlotsOf(a.o.Slots)
-		if have := coord.SlotsOf(st.Slots); have != want {
-			if len(w.busy) > 0 || len(st.Queue) > 0 {
-				return ch, pruned, &coord.SlotsError{Lock: a.f.name, Have: have, Want: want}
-			}
-			// Idle: what is on record of its holders has ended.
-			for _, e := range w.ended {
-				st.remove(e)
-			}
-			st.Slots = 0
-			if want > 1 {
-				st.Slots = want
-			}
-		}
-		// The operator limit, read under the flock: SetLimit takes this
-		// flock after writing it (limits.go), so no grant made with an
-		// older limit completes after SetLimit returns. It caps the busy
-		// slots.
-		lim, err := a.c.limitOf(a.f.name)
-		if err != nil {
-			return ch, pruned, err
-		}
-		if heldBack(lim, w) {
-			out.limited = lim
-		}
-		pos := position(st.Queue, a.ticket, a.self)
-		ourTurn := pos.head == -1 || (pos.mine >= 0 && pos.head == pos.mine)
-		if v.free && ourTurn && out.limited == nil {
-			if pos.mine >= 0 {
-				st.Queue = slices.Delete(st.Queue, pos.mine, pos.mine+1)
-			}
-			// A semaphore's ended holders leave their slots.
-			if st.slotted() {
-				for _, e := range w.ended {
-					st.remove(e)
-				}
-			}
-			st.LastToken++
-			// The token must survive a crash before it is handed out: the
-			// state is always fsynced, and the directory too (making the
-			// rename durable) when the token is beyond the reserved block.
-			// A block never passes the ceiling (nor wraps); without a boot
-			// id every grant is durable and reserves only itself.
-			ch = rewrite
-			if !volatileOK() || st.LastToken > st.Reserved {
-				st.Reserved = max(st.Reserved, st.LastToken)
-				if volatileOK() {
-					st.Reserved = min(st.LastToken+(tokenBlock-1), coord.MaxToken)
-				}
-				ch = durable
-			}
-			h := &holder{
-				LeaseID:    newID(a.f.name),
-				Holder:     a.o.Holder,
-				Token:      st.LastToken,
-				TTL:        a.o.TTL,
-				AcquiredAt: time.Now().Round(0),
-				ExpiresAt:  clock.Now().Add(a.o.TTL),
-				PIDs:       a.pids,
-				Group:      a.group,
-			}
-			if h.attached() {
-				h.PIDNS = proc.PIDNamespace()
-			}
-			if st.slotted() && st.Holder != nil {
-				h.Slot = w.freeSlot()
-				st.Others = append(st.Others, h)
-			} else {
-				st.Holder = h
-			}
-			out.lease = &coord.Lease{Name: a.f.name, Holder: h.Holder, Token: h.Token, ID: h.LeaseID,
-				TTL: h.TTL, AcquiredAt: h.AcquiredAt, Sent: sent, Slot: h.Slot}
-			// The waiters behind us move up: wake the new first ones, a
-			// moment later (ringSoon), unless dead waiters were dropped,
-			// which rings them now.
-			if pos.mine >= 0 && !pruned && len(st.Queue) > 0 {
-				out.behind = slices.Clone(st.Queue)
-			}
-			return ch, pruned, nil
-		}
-		out.v = v
-		out.mayKill = v.kill && ourTurn && out.limited == nil
-		if pos.mine < 0 && (enqueue || a.ticket != "") {
-			if a.ticket == "" {
-				a.ticket = newTicketID()
-				liveTickets.Store(a.ticket, struct{}{})
-			}
-			st.Queue = append(st.Queue, ticket{ID: a.ticket, PID: a.self.PID, Start: a.self.Start,
-				Holder: a.o.Holder, PIDNS: proc.PIDNamespace(), Since: time.Now().UTC().Round(0)})
-			ch = rewrite
-		}
-		out.info = info(st, v, now, a.self)
-		return ch, pruned, nil
+	err := a.c.updateWith(ctx, a.f, &a.parsed, func(st *state) (stateWrite, error) {
+		pruned := a.pruneDead(st)
+		var ch stateWrite
+		var err error
+		out, ch, err = a.decide(st, enqueue, sent)
+		return max(pruned, ch), err
 	})
-	for _, t := range dropped {
-		a.c.removeBell(t)
-	}
 	if err != nil {
 		return attempt{}, err
 	}
@@ -299,10 +179,135 @@ func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 		liveTickets.Delete(a.ticket)
 		a.ticket = ""
 	}
-	if out.behind != nil {
-		a.c.ringSoon(a.f.name, out.behind)
-	}
 	return out, nil
+}
+
+// pruneDead drops dead waiters: all of them when we are not queued, those
+// ahead of us when we are (it is only for them that we wait, and this runs
+// at every handoff). It returns rewrite when it dropped any.
+func (a *acquirer) pruneDead(st *state) stateWrite {
+	ahead := -1
+	if a.ticket != "" {
+		ahead = slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == a.ticket })
+	}
+	if len(prune(st, a.self, ahead)) > 0 {
+		return rewrite
+	}
+	return noChange
+}
+
+// decide judges the lock under its flock and makes the move nextMove
+// decides.
+func (a *acquirer) decide(st *state, enqueue bool, sent time.Time) (attempt, stateWrite, error) {
+	if st.LastToken >= coord.MaxToken {
+		// No lease can ever be granted again: refuse at once, also while
+		// the last token's holder still holds.
+		return attempt{}, noChange, exhausted(a.f.name, st.LastToken)
+	}
+	now := clock.Now()
+	w, err := judgeAll(st, now)
+	if err != nil {
+		return attempt{}, noChange, err
+	}
+	if err := a.fitSlots(st, w); err != nil {
+		return attempt{}, noChange, err
+	}
+	// The operator limit, read under the flock: SetLimit takes this flock
+	// after writing it (limits.go), so no grant made with an older limit
+	// completes after SetLimit returns. It caps the busy slots.
+	lim, err := a.c.limitOf(a.f.name)
+	if err != nil {
+		return attempt{}, noChange, err
+	}
+	t := turn{free: w.v.free, kill: w.v.kill, limited: heldBack(lim, w), pos: position(st.Queue, a.ticket, a.self)}
+	var out attempt
+	if t.limited {
+		out.limited = lim
+	}
+	ch := noChange
+	switch nextMove(t, enqueue, a.ticket != "") {
+	case moveGrant:
+		out.lease = a.grant(st, w, t.pos, sent)
+		// The token must survive a crash before it is handed out: the
+		// state and its directory are fsynced.
+		return out, durable, nil
+	case moveQueue:
+		a.enqueue(st)
+		ch = rewrite
+	}
+	out.v = w.v
+	out.mayKill = mayKill(t)
+	out.info = info(st, w.v, now, a.self)
+	return out, ch, nil
+}
+
+// fitSlots makes the lock's slots ours when they differ: the lock records
+// its slots while it has holders or waiters (slots.go), and refuses
+// another number then; an idle lock takes ours.
+func (a *acquirer) fitSlots(st *state, w lockView) error {
+	want := coord.SlotsOf(a.o.Slots)
+	have := coord.SlotsOf(st.Slots)
+	if have == want {
+		return nil
+	}
+	if len(w.busy) > 0 || len(st.Queue) > 0 {
+		return &coord.SlotsError{Lock: a.f.name, Have: have, Want: want}
+	}
+	// Idle: what is on record of its holders has ended.
+	for _, e := range w.ended {
+		st.remove(e)
+	}
+	st.Slots = 0
+	if want > 1 {
+		st.Slots = want
+	}
+	return nil
+}
+
+// grant issues the next token to us: our ticket leaves the queue, a
+// semaphore's ended holders leave their slots, and the new holder takes
+// the lock or a free slot.
+func (a *acquirer) grant(st *state, w lockView, pos queuePos, sent time.Time) *coord.Lease {
+	if pos.mine >= 0 {
+		st.Queue = slices.Delete(st.Queue, pos.mine, pos.mine+1)
+	}
+	if st.slotted() {
+		for _, e := range w.ended {
+			st.remove(e)
+		}
+	}
+	st.LastToken++
+	h := &holder{
+		LeaseID:    newID(a.f.name),
+		Holder:     a.o.Holder,
+		Token:      st.LastToken,
+		TTL:        a.o.TTL,
+		AcquiredAt: time.Now().Round(0),
+		ExpiresAt:  clock.Now().Add(a.o.TTL),
+		PIDs:       a.pids,
+		Group:      a.group,
+	}
+	if h.attached() {
+		h.PIDNS = proc.PIDNamespace()
+	}
+	if st.slotted() && st.Holder != nil {
+		h.Slot = w.freeSlot()
+		st.Others = append(st.Others, h)
+	} else {
+		st.Holder = h
+	}
+	return &coord.Lease{Name: a.f.name, Holder: h.Holder, Token: h.Token, ID: h.LeaseID,
+		TTL: h.TTL, AcquiredAt: h.AcquiredAt, Sent: sent, Slot: h.Slot}
+}
+
+// enqueue appends our ticket to the queue (a new one when we had none).
+func (a *acquirer) enqueue(st *state) {
+	if a.ticket == "" {
+		a.ticket = newTicketID()
+		liveTickets.Store(a.ticket, struct{}{})
+	}
+	st.Queue = append(st.Queue, ticket{ID: a.ticket, PID: a.self.PID, Start: a.self.Start,
+		Holder: a.o.Holder, PIDNS: proc.PIDNamespace(), Since: time.Now().UTC().Round(0)})
 }
 
 // heldBack reports whether the limit lim holds back the next grant of the
@@ -321,13 +326,13 @@ func (a *acquirer) leave() {
 	id := a.ticket
 	ctx, cancel := context.WithTimeout(context.Background(), a.c.opts.lockTimeout)
 	defer cancel()
-	_ = a.c.update(ctx, a.f, func(st *state) (stateWrite, bool, error) {
+	_ = a.c.update(ctx, a.f, func(st *state) (stateWrite, error) {
 		i := slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == id })
 		if i < 0 {
-			return noChange, false, nil
+			return noChange, nil
 		}
 		st.Queue = slices.Delete(st.Queue, i, i+1)
-		return rewrite, true, nil
+		return rewrite, nil
 	})
 	liveTickets.Delete(id)
 	a.ticket = ""
@@ -345,15 +350,14 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	if a.o.Wait == 0 {
 		return a.noWait(ctx, res)
 	}
-	// Queue up. The doorbell is in place before the ticket is stored, so
-	// that no wake-up is missed.
-	b, err := a.c.newBell(a.self)
+	// Queue up. The watch of the lock's state is in place before the
+	// ticket is stored, so that no wake-up is missed.
+	h, err := a.c.getHub()
 	if err != nil {
 		return nil, err
 	}
-	defer b.close()
-	a.ticket = b.id
-	liveTickets.Store(a.ticket, struct{}{})
+	sub := h.subscribe(a.f.base)
+	defer sub.close()
 	if res, err = a.try(ctx, true); err != nil {
 		return nil, err
 	}
@@ -363,7 +367,7 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	if a.o.OnWait != nil {
 		a.o.OnWait(res.info)
 	}
-	return a.wait(ctx, b)
+	return a.wait(ctx, sub)
 }
 
 // noWait handles a busy lock for Wait 0: only the command group of an
@@ -428,12 +432,10 @@ func (a *acquirer) kill(v verdict) error {
 
 // wait waits in the queue until the lock is ours, Wait has passed or ctx
 // has ended. Every round starts with a fresh read of the state, taken after
-// the doorbell is in place, so no wake-up is missed; then it sleeps until
-// its doorbell rings, a process it depends on exits, or a time at which the
-// verdict changes comes. Only the first two running waiters follow the
-// holder (its expiry, its processes); the others wait for the waiter ahead
-// of them to exit or for their doorbell.
-func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
+// the watch of the state is in place, so no wake-up is missed; then it
+// does what nextAct decides and sleeps on what napOf decides, or until the
+// state changes.
+func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, error) {
 	var deadline <-chan time.Time
 	if a.o.Wait > 0 {
 		t := time.NewTimer(time.Until(a.start.Add(a.o.Wait)))
@@ -441,80 +443,72 @@ func (a *acquirer) wait(ctx context.Context, b *bell) (*coord.Lease, error) {
 		deadline = t.C
 	}
 	for {
-		st, err := loadWith(a.f, &a.parsed)
+		t, v, follow, err := a.look()
 		if err != nil {
 			return nil, err
 		}
-		now := clock.Now()
-		w, err := judgeAll(st, now)
-		if err != nil {
-			return nil, err
-		}
-		v := w.v
-		pos := position(st.Queue, a.ticket, a.self)
-		// A lock held back by an operator limit is not free for anyone:
-		// its waiters keep their places, and wait for a doorbell (a thaw
-		// rings the first ones) or the waiter ahead of them; under a limit
-		// above 0 the first ones also follow the holders (one that ends
-		// makes room).
-		lim, err := a.c.limitOf(a.f.name)
-		if err != nil {
-			return nil, err
-		}
-		limited := heldBack(lim, w)
-		follow := !limited || !lim.Frozen()
 		var stall time.Duration
-		switch {
-		case pos.mine < 0 || (!limited && (v.free || v.kill) && pos.head == pos.mine):
-			// Our turn (or our ticket went missing: take a place again).
-			// Whether to kill is decided under the lock.
+		switch nextAct(t) {
+		case actTry:
+			// Whether to kill is decided under the flock.
 			res, err := a.try(ctx, true)
-			if err != nil {
-				return nil, err
-			}
-			if res.lease != nil {
-				return res.lease, nil
+			if err != nil || res.lease != nil {
+				return res.lease, err
 			}
 			v = res.v
 			if res.mayKill {
 				_ = a.kill(v) // not permitted: wait for the group to end
 			}
-		case !limited && (v.free || v.kill) && pos.head != pos.mine:
-			// The waiter ahead should act now; if it does not (it was
-			// stopped), look again in a while.
+		case actStall:
 			stall = a.c.opts.stallCheck
 		}
-		var deps []proc.ID
-		wake := time.Duration(-1)
-		if pos.rank <= 1 && follow {
-			deps, wake = v.waitOn, untilWake(v.until)
-		}
-		if pos.pred != (proc.ID{}) {
-			deps = append(slices.Clip(deps), pos.pred)
-		}
-		if stall > 0 && (wake < 0 || stall < wake) {
-			wake = stall
-		}
-		switch sleep(ctx, a.c.closed, b.sub, deps, wake, deadline) {
+		n := napOf(t, follow, v.waitOn, untilWake(v.until), stall)
+		switch sleep(ctx, a.c.closed, sub, n.deps, n.wake, deadline) {
 		case wokeDeadline:
-			// One last look before giving up.
-			res, err := a.try(ctx, false)
-			if err != nil {
-				return nil, err
-			}
-			if res.lease != nil {
-				return res.lease, nil
-			}
-			if res.limited != nil {
-				return nil, a.limitErr(res)
-			}
-			return nil, busy(a.f.name, res.info)
+			return a.lastLook(ctx)
 		case wokeCtx:
 			return nil, ctx.Err()
 		case wokeClosed:
 			return nil, errClosed
 		}
 	}
+}
+
+// look reads and judges the lock without its flock for a round of the
+// wait. A lock held back by an operator limit is not free for anyone: its
+// waiters keep their places and wait for a change of the state (a thaw
+// rewrites it) or the waiter ahead of them; under a limit above 0 the
+// first ones also follow the holders (follow: one that ends makes room).
+func (a *acquirer) look() (t turn, v verdict, follow bool, err error) {
+	st, err := loadWith(a.f, &a.parsed)
+	if err != nil {
+		return turn{}, verdict{}, false, err
+	}
+	w, err := judgeAll(st, clock.Now())
+	if err != nil {
+		return turn{}, verdict{}, false, err
+	}
+	lim, err := a.c.limitOf(a.f.name)
+	if err != nil {
+		return turn{}, verdict{}, false, err
+	}
+	limited := heldBack(lim, w)
+	t = turn{free: w.v.free, kill: w.v.kill, limited: limited, pos: position(st.Queue, a.ticket, a.self)}
+	return t, w.v, !limited || !lim.Frozen(), nil
+}
+
+// lastLook is the last attempt when Wait has passed.
+func (a *acquirer) lastLook(ctx context.Context) (*coord.Lease, error) {
+	res, err := a.try(ctx, false)
+	switch {
+	case err != nil:
+		return nil, err
+	case res.lease != nil:
+		return res.lease, nil
+	case res.limited != nil:
+		return nil, a.limitErr(res)
+	}
+	return nil, busy(a.f.name, res.info)
 }
 
 // exhausted is the error for a lock that has issued coord.MaxToken: a new

@@ -1,83 +1,87 @@
 package local
 
 import (
+	"errors"
 	"os"
-	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fence-dev/fence/internal/atomicfile"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// TestGrantsSyncWhereNeeded: a grant that reserves a new block of tokens is
-// always written with its fsync (and the directory's); the grants within
-// the block, and the queue's changes, skip the state's fsync where a crash
-// cannot lose their token: when the lock's reservation file was written
-// under this boot (reserve.go; wherever the boot id can be read), or else
-// on a file system that writes a renamed file's data ahead of the rename
-// (atomicfile.RenameOrdered, as found for this directory); never with
-// fsyncAlways. Tokens grow by one either way. It runs in the test's
-// temporary directory and, where there is one, on /dev/shm (tmpfs: ordered).
-func TestGrantsSyncWhereNeeded(t *testing.T) {
-	dirs := []string{newDir(t)}
-	if shm, err := os.MkdirTemp("/dev/shm", "fence-local-test-"); err == nil {
-		t.Cleanup(func() { os.RemoveAll(shm) })
-		dirs = append(dirs, filepath.Join(shm, "state"))
-	}
-	for i := 0; i < 2*len(dirs); i++ {
-		always, dir := i%2 == 1, dirs[i/2]
-		if always {
-			dir += "-always"
-		}
-		var synced, ordered int
-		replaceSynced = func(path, temp string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
+// TestEveryGrantIsDurable: the package's durability rule. Every grant
+// replaces the state (fsynced, renamed: atomicfile.WriteViaPerm) and fsyncs
+// locks/ before Acquire returns its lease, whatever the file system; the
+// queue's changes do not fsync the directory (a waiter is not worth keeping
+// across a crash). Tokens grow by one.
+func TestEveryGrantIsDurable(t *testing.T) {
+	c := openTB(t, newDir(t))
+	synced := 0
+	syncDir = func(dir string) error {
+		if dir == c.locksDir {
 			synced++
-			return atomicfile.WriteViaPerm(path, temp, data, syncDir, perm)
 		}
-		replaceOrdered = func(path, temp string, data []byte, perm os.FileMode) (os.FileInfo, error) {
-			ordered++
-			return atomicfile.ReplaceVia(path, temp, data, perm)
-		}
-		c, err := Open(dir, func(o *options) { o.fsyncAlways = always })
+		return atomicfile.SyncDir(dir)
+	}
+	t.Cleanup(func() { syncDir = atomicfile.SyncDir })
+	ctx := tctx(t)
+	var last uint64
+	for i := range 6 {
+		before := synced
+		l, err := c.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := tctx(t)
-		var last uint64
-		grant := func() *coord.Lease {
-			t.Helper()
-			l, err := c.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l.Token != last+1 {
-				t.Fatalf("token %d after %d", l.Token, last)
-			}
-			last = l.Token
-			return l
+		if synced != before+1 {
+			t.Fatalf("grant %d synced locks/ %d times before it returned, want once", i+1, synced-before)
 		}
-		l := grant() // the first: a new block
-		if synced != 1 || ordered != 0 {
-			t.Fatalf("always=%v: the first grant made %d synced and %d unsynced replacements, want 1 and 0", always, synced, ordered)
+		if l.Token != last+1 {
+			t.Fatalf("token %d after %d", l.Token, last)
 		}
+		last = l.Token
 		if err := c.Release(ctx, "job", l.ID); err != nil {
 			t.Fatal(err)
 		}
-		for range 5 {
-			if err := c.Release(ctx, "job", grant().ID); err != nil {
+	}
+}
+
+// TestCrashCutStateFailsClosed: a state file that a crash (or anything
+// else) left empty, zeroed or cut short is never read as a lower token, nor
+// as a fresh lock: Acquire and Inspect refuse it (ErrUnavailable, naming the
+// state file), and the file is left as it is.
+func TestCrashCutStateFailsClosed(t *testing.T) {
+	damages := map[string]func([]byte) []byte{
+		"empty": func([]byte) []byte { return nil },
+		"zeros": func(b []byte) []byte { return make([]byte, len(b)) },
+		"cut":   func(b []byte) []byte { return b[:len(b)/2] },
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			c := openTB(t, newDir(t))
+			for range 3 {
+				release(t, c, acquire(t, c, "job", coord.AcquireOptions{TTL: 10 * time.Second}))
+			}
+			path := c.StateFile("job")
+			b, err := os.ReadFile(path)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		wantOrdered, _ := atomicfile.RenameOrdered(c.locksDir)
-		wantOrdered = (wantOrdered || clock.BootID() != "") && !always
-		t.Logf("%s, always=%v: %d synced, %d unsynced replacements (file system ordered: %v)", dir, always, synced, ordered, wantOrdered)
-		if wantOrdered && (synced != 1 || ordered != 5) || !wantOrdered && (synced != 6 || ordered != 0) {
-			t.Fatalf("always=%v: grants within the block made %d synced and %d unsynced replacements; want %s",
-				always, synced-1, ordered, map[bool]string{true: "0 and 5", false: "5 and 0"}[wantOrdered])
-		}
-		c.Close()
+			cut := damage(b)
+			if err := os.WriteFile(path, cut, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l, err := c.Acquire(tctx(t), "job", coord.AcquireOptions{TTL: 10 * time.Second})
+			if err == nil || !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "state file") {
+				t.Fatalf("Acquire of a damaged state = %v, %v; want it refused (fail closed)", l, err)
+			}
+			if li, err := c.Inspect(tctx(t), "job"); err == nil {
+				t.Fatalf("Inspect of a damaged state = %+v, want an error", li)
+			}
+			if after, _ := os.ReadFile(path); string(after) != string(cut) {
+				t.Fatal("the damaged state file was changed")
+			}
+		})
 	}
-	replaceSynced, replaceOrdered = atomicfile.WriteViaPerm, atomicfile.ReplaceVia
 }

@@ -28,11 +28,11 @@ import (
 // in progress holds that flock, and any grant that starts later reads the
 // new file. A lock that gets its lock file after that listing reads the new
 // file too: the lock file is created before its flock is taken and the
-// limits read. Then the first waiters of each such lock are woken (their
-// doorbells): a thaw or a higher limit lets the head of the queue take the
-// lock. Waiters read the file at every wake-up; a waiter held back by a
-// limit follows neither the holder nor a stall timer, only its doorbell and
-// the waiter ahead of it: no polling.
+// limits read. Then the waiters of each such lock are woken (its state is
+// written again): a thaw or a higher limit lets the head of the queue take
+// the lock. Waiters read the file at every wake-up; a waiter held back by a
+// limit follows neither the holder nor a stall timer, only the lock's state
+// and the waiter ahead of it: no polling.
 
 // limitsVersion is the format of limits.json.
 const limitsVersion = 1
@@ -214,8 +214,8 @@ func (c *Coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) (
 }
 
 // settle waits for the grants in progress on the locks a changed limit
-// covers (it takes and drops each one's flock) and wakes their first
-// waiters.
+// covers (it takes and drops each one's flock) and wakes their waiters: the
+// state of a lock with waiters is written again, which they watch.
 func (c *Coordinator) settle(ctx context.Context, name string, prefix bool) error {
 	var fs []lockFiles
 	if !prefix {
@@ -244,19 +244,15 @@ func (c *Coordinator) settle(ctx context.Context, name string, prefix bool) erro
 		if _, err := os.Lstat(f.lock); errors.Is(err, os.ErrNotExist) {
 			continue // never used: its first grant reads the new limits
 		}
-		unlock, err := c.lockState(ctx, f)
-		if err != nil {
+		err := c.update(ctx, f, func(st *state) (stateWrite, error) {
+			if len(st.Queue) == 0 || prefix && !strings.HasPrefix(st.Name, name) {
+				return noChange, nil
+			}
+			return rewrite, nil
+		})
+		if err != nil && (ctx.Err() != nil || errors.Is(err, errClosed)) {
 			return err
-		}
-		st, err := load(f)
-		unlock()
-		if err != nil {
-			continue // a lock that cannot be read grants nothing either
-		}
-		if prefix && !strings.HasPrefix(st.Name, name) {
-			continue
-		}
-		c.ring(st.Queue)
+		} // else a lock that cannot be read grants nothing either
 	}
 	return nil
 }

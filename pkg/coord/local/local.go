@@ -4,8 +4,7 @@
 //
 // # Layout
 //
-// The state directory (0700) holds locks/ (0700) and, once someone has
-// waited, waiters/ (0700). Each lock has a JSON state file (0600) in locks/
+// The state directory (0700) holds locks/ (0700). Each lock has a JSON state file (0600) in locks/
 // named by a reversible, filesystem-safe escape of the lock name (bytes
 // outside [A-Za-z0-9._-], and a leading '.', become %XX), or "=<sha256 of
 // the name>" when the escape would not fit in a file name; the real name is
@@ -13,8 +12,8 @@
 // flock(2) only for the short read-modify-write of the state; nothing is
 // locked while a holder waits or runs its command. Readers (Inspect, List,
 // Watch and waiters deciding whether to act) read the state without the
-// lock. waiters/ holds one empty doorbell file (0600) per waiting Acquire
-// (see Waiting).
+// lock. A waiters/ directory left by older fences (their doorbells) is not
+// used.
 //
 // A state file is replaced through its lock's temporary file beside it,
 // ".tmp~<base>" (see Durability). Only the holder of the lock's flock writes
@@ -29,38 +28,28 @@
 //
 // # Durability
 //
-// Only the token must outlive a crash of the machine: holders and waiters
-// are stored with the boot id, and a state from another boot has no live
-// lease and no waiter. So writes are made as durable as what they change:
+// One rule, true on every file system: a token is durable before any
+// command runs under it. Only the token must outlive a crash of the
+// machine: holders and waiters are stored with the boot id, and a state
+// from another boot has no live lease and no waiter.
 //
-//   - Issuing a token replaces the state: a temporary file, fsynced, renamed
-//     over the old one, so that a crash leaves the old or the new state,
-//     never a mix. Each durable write also reserves the next tokenBlock
-//     (1000) tokens ("reserved_token") and fsyncs the directory, making the
-//     rename durable, before the lease is returned; grants within the
-//     reserved block skip the directory fsync. A crash may then lose the
-//     last grants' writes, but never the reservation: a state read after a
-//     reboot goes on above the reserved token. So tokens never go down and
-//     are never issued twice; after a crash up to tokenBlock numbers may be
-//     skipped. Tokens stop at coord.MaxToken: a block never passes it, and
-//     a lock that has issued it refuses every Acquire (ErrUnavailable).
+//   - Issuing a token replaces the state: a temporary file, fsynced,
+//     renamed over the old one, and then locks/ is fsynced, all before the
+//     lease is returned. A crash leaves the old state or the new one, never
+//     a mix or a file cut short, and the new one once Acquire has returned.
+//     So tokens never go down and are never issued twice. Tokens stop at
+//     coord.MaxToken: a lock that has issued it refuses every Acquire
+//     (ErrUnavailable).
 //   - Queueing and leaving the queue replace the state the same way (data
-//     fsynced before the rename, which keeps the token safe from a torn
-//     file), without the directory fsync: a waiter is not worth keeping
-//     across a crash.
-//   - The fsync of the new state before its rename is there only so that
-//     a crash leaves the old state or the new one, never a file cut short,
-//     which would lose the reservation. The write that reserves a block
-//     also writes it to a file of its own (reserve.go: <base>.tok, with
-//     the boot), and while that boot lasts the grants within the block and
-//     the queue's changes leave the fsync out on every file system: a state
-//     that a crash cut short is read, on a later boot, from the reservation.
-//     So they do where the file system already writes a renamed file's
-//     data ahead of the rename (ext4 with a journal, in its default
-//     data=ordered mode and with its default auto_da_alloc, and tmpfs, as
-//     atomicfile.RenameOrdered finds from statfs and
-//     /proc/fs/ext4/<device>/options), whoever wrote the reservation. The
-//     write that reserves a block keeps both fsyncs everywhere.
+//     fsynced before the rename), without the directory fsync: a waiter is
+//     not worth keeping across a crash, and the token it carries was made
+//     durable by its grant.
+//   - A state file that does not parse (cut short, zeroed, empty) fails
+//     closed: it is never read as a lower token nor as a new lock.
+//   - Fences before this one reserved tokens in blocks ("reserved_token")
+//     and made only the reservation durable; a state they wrote goes on, on
+//     a later boot, above its reserved token. This fence keeps
+//     reserved_token at least the last token, as they check.
 //   - The rest of a holder's life changes only its lease record, a
 //     fixed-length string at a fixed place in the state file ("lease", the
 //     second JSON member; format 2): Renew (the new expiry), Release (the
@@ -116,29 +105,22 @@
 // Waiters are served first come, first served: a waiter appends a ticket (its
 // PID and start time) to the lock's queue and takes the lock when it is the
 // first running waiter and the lock is free. Before its ticket is stored it
-// creates its doorbell, waiters/<pidns>-<pid>-<start>-<ticket id>, and
-// watches that file alone with inotify (through fsnotify). Whoever ends a
-// holder (Release, Revoke) or takes a ticket out of the queue (a grant, a
-// waiter leaving, dead waiters pruned) rings the doorbells of the first two
-// running waiters of the queue as it left it, writing one byte to each: the
-// first may take the lock, the second watches that it does. A grant rings
-// them ringDelay (20ms) later, not at once, and its Close rings what is still
-// pending; a release before that rings the queue itself (doorbell.go). For
-// those 20ms the second waiter behind the new holder follows only the first:
-// a holder that dies then, while the first waiter is stopped, is noticed
-// when that waiter resumes. So a handoff wakes two waiters (and their two
-// processes), however long the queue, and not while the new holder starts. The
-// first two running waiters also follow the holder: they sleep until its
-// expiry (a timer) or until one of its processes exits (a pidfd). Every
-// other waiter sleeps until its doorbell rings or the waiter ahead of it
-// exits (a pidfd): there is no polling loop. Tickets of dead processes are
-// dropped, with their doorbells. A stopped waiter (SIGSTOP, Ctrl-Z) keeps
-// its place but is passed over while it is stopped: doorbells ring the
-// first two running waiters, and a second waiter that finds the lock free
-// looks again after a stall check (1s), taking it if the first has been
-// stopped meanwhile. Where inotify
-// cannot be had (the per-user limit of inotify instances or watches is
-// reached), waiters fall back to re-reading the state every 200ms.
+// watches locks/ with inotify (through fsnotify; one inotify instance per
+// process and state directory) for the changes of its lock's state file:
+// every change of the state (a grant, a release, a renewal, the queue)
+// wakes the lock's waiters, who read and judge the state and sleep again.
+// The first two running waiters also follow the holder: they sleep until
+// its expiry (a timer) or until one of its processes exits (a pidfd), so a
+// holder's death is noticed at once. Every other waiter also follows the
+// waiter ahead of it (a pidfd): there is no polling loop. Tickets of dead
+// processes are dropped. A stopped waiter (SIGSTOP, Ctrl-Z) keeps its place
+// but is passed over while it is stopped: a second waiter that finds the
+// lock free looks again after a stall check (1s), taking it if the first
+// has been stopped meanwhile. A change of an operator limit (fence limit,
+// freeze, thaw) writes the state of each lock with waiters again, which
+// wakes them. Where inotify cannot be had (the per-user limit of inotify
+// instances or watches is reached), waiters fall back to re-reading the
+// state every 200ms.
 package local
 
 import (
@@ -161,19 +143,14 @@ import (
 // Coordinators, in any number of processes of one host, may share a state
 // directory.
 type Coordinator struct {
-	dir        string
-	locksDir   string
-	waitersDir string
-	opts       options
-	share      *sharing // how the state directory is shared (perm.go)
+	dir      string
+	locksDir string
+	opts     options
+	share    *sharing // how the state directory is shared (perm.go)
 
-	mu           sync.Mutex
-	hub          *hub // started on first use, guarded by mu
-	waitersReady bool // waiters/ checked (guarded by mu)
-	closed       chan struct{}
-	// pending are the rings of the waiters behind the holders this
-	// Coordinator granted, by lock, not yet due (doorbell.go; guarded by mu).
-	pending map[string]*pendingRing
+	mu     sync.Mutex
+	hub    *hub // started on first use, guarded by mu
+	closed chan struct{}
 
 	// cache holds, by lock name, the parse of the state files of the
 	// leases this Coordinator renews (*parsed), so that a renewal parses
@@ -183,12 +160,6 @@ type Coordinator struct {
 
 	// renewals is RenewAsync's queue (renewasync.go).
 	renewals renewQueue
-
-	// ordered: locks/ is on a file system that writes a renamed file's data
-	// ahead of the rename (atomicfile.RenameOrdered), found at the first
-	// replacement of a state that need not be durable.
-	ordered     bool
-	orderedOnce sync.Once
 }
 
 var (
@@ -203,19 +174,18 @@ type options struct {
 	killWait    time.Duration
 	stallCheck  time.Duration
 	lockTimeout time.Duration
-	fsyncAlways bool // tests: fsync every state replacement (see replaceState)
 }
 
-// WithKillWait sets how long an Acquire that does not wait (Wait 0) gives a
+// withKillWait sets how long an Acquire that does not wait (Wait 0) gives a
 // stale command group it has just killed to disappear before it reports the
 // lock busy (default 2s).
-func WithKillWait(d time.Duration) Option { return func(o *options) { o.killWait = d } }
+func withKillWait(d time.Duration) Option { return func(o *options) { o.killWait = d } }
 
-// WithStallCheck sets how long a waiter gives the waiter ahead of it to take
+// withStallCheck sets how long a waiter gives the waiter ahead of it to take
 // a free lock before it checks whether that waiter was stopped (default 1s).
 // This timer runs only while the lock is free and another waiter should be
 // taking it.
-func WithStallCheck(d time.Duration) Option { return func(o *options) { o.stallCheck = d } }
+func withStallCheck(d time.Duration) Option { return func(o *options) { o.stallCheck = d } }
 
 // WithLockTimeout bounds the wait for the short per-lock file lock taken
 // around each state update (default 30s); a process stopped in the middle
@@ -270,7 +240,7 @@ func Open(dir string, opts ...Option) (*Coordinator, error) {
 			return nil, unavailable("state directory %s: %v", dir, err)
 		}
 	}
-	return &Coordinator{dir: dir, locksDir: locks, waitersDir: filepath.Join(dir, "waiters"), opts: o, share: share, closed: make(chan struct{})}, nil
+	return &Coordinator{dir: dir, locksDir: locks, opts: o, share: share, closed: make(chan struct{})}, nil
 }
 
 // Dir returns the state directory.
@@ -298,7 +268,6 @@ func (c *Coordinator) Close() error {
 	h := c.hub
 	c.hub = nil
 	c.mu.Unlock()
-	c.flushRings()
 	if h != nil {
 		h.release()
 	}

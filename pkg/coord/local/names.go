@@ -10,11 +10,8 @@ import (
 const (
 	stateSuffix = ".json"
 	lockSuffix  = ".lock"
-	// reserveSuffix names a lock's token reservation (reserve.go); no
-	// longer than stateSuffix, as every name of fileBase must fit.
-	reserveSuffix = ".tok"
-	hashPrefix    = "=" // never produced by atomicfile.Escape
-	maxFileName   = 255
+	hashPrefix  = "=" // never produced by atomicfile.Escape
+	maxFileName = 255
 
 	// tempPrefix starts the name of a lock's temporary state file:
 	// tempPrefix+base (at most 255 bytes, as base+stateSuffix is). '~' is
@@ -32,7 +29,6 @@ type lockFiles struct {
 	base  string // file name without suffix
 	state string // path of the JSON state file
 	lock  string // path of the flock file
-	rsv   string // path of the token reservation (reserve.go)
 	temp  string // path of the temporary file a state is written to
 	share *sharing
 }
@@ -55,7 +51,6 @@ func (c *Coordinator) filesAt(name, base string) lockFiles {
 		base:  base,
 		state: filepath.Join(c.locksDir, base+stateSuffix),
 		lock:  filepath.Join(c.locksDir, base+lockSuffix),
-		rsv:   filepath.Join(c.locksDir, base+reserveSuffix),
 		temp:  filepath.Join(c.locksDir, tempPrefix+base),
 		share: c.share,
 	}

@@ -73,21 +73,21 @@ func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 	if err := coord.ValidateKeep(keep); err != nil {
 		return err
 	}
-	return c.update(ctx, c.files(rec.Lock), func(st *state) (stateWrite, bool, error) {
+	return c.update(ctx, c.files(rec.Lock), func(st *state) (stateWrite, error) {
 		h, v, err := leaseOf(st, leaseID, clock.Now())
 		if err != nil {
-			return noChange, false, err
+			return noChange, err
 		}
 		if h == nil || h.LeaseID != leaseID || !v.live {
-			return noChange, false, fmt.Errorf("%s: cannot record the completion of %q: %w", rec.Lock, rec.Key, lost(rec.Lock, leaseID, st, v))
+			return noChange, fmt.Errorf("%s: cannot record the completion of %q: %w", rec.Lock, rec.Key, lost(rec.Lock, leaseID, st, v))
 		}
 		path := c.oncePath(rec.Lock, rec.Key)
 		if old, ok, err := c.readRecord(path, rec.Lock); err != nil {
-			return noChange, false, err
+			return noChange, err
 		} else if ok && old.Key == rec.Key && (old.Expires.IsZero() || time.Now().Before(old.Expires)) {
-			return noChange, false, nil // marked meanwhile: kept
+			return noChange, nil // marked meanwhile: kept
 		}
-		return noChange, false, c.writeRecord(rec, keep)
+		return noChange, c.writeRecord(rec, keep)
 	})
 }
 
@@ -99,8 +99,8 @@ func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 	if err := coord.ValidateKeep(keep); err != nil {
 		return err
 	}
-	return c.update(ctx, c.files(rec.Lock), func(*state) (stateWrite, bool, error) {
-		return noChange, false, c.writeRecord(rec, keep)
+	return c.update(ctx, c.files(rec.Lock), func(*state) (stateWrite, error) {
+		return noChange, c.writeRecord(rec, keep)
 	})
 }
 
@@ -110,7 +110,7 @@ func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error
 		return false, err
 	}
 	var removed bool
-	err := c.update(ctx, c.files(lock), func(*state) (stateWrite, bool, error) {
+	err := c.update(ctx, c.files(lock), func(*state) (stateWrite, error) {
 		path := c.oncePath(lock, key)
 		rec, ok, err := c.readRecord(path, lock)
 		switch {
@@ -118,17 +118,17 @@ func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error
 			// A record that cannot be read (corrupt, left by hand) is what
 			// forget is for: it goes. One that is not a file stays.
 			if fi, serr := os.Lstat(path); serr != nil || !fi.Mode().IsRegular() {
-				return noChange, false, err
+				return noChange, err
 			}
 			rec = coord.Completion{Key: key}
 		case !ok || rec.Key != key:
-			return noChange, false, nil
+			return noChange, nil
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return noChange, false, unavailable("lock %q: remove completion record %s: %v", lock, path, err)
+			return noChange, unavailable("lock %q: remove completion record %s: %v", lock, path, err)
 		}
 		removed = rec.Expires.IsZero() || time.Now().Before(rec.Expires) // an expired one was gone already
-		return noChange, false, atomicfile.SyncDir(filepath.Dir(path))
+		return noChange, atomicfile.SyncDir(filepath.Dir(path))
 	})
 	return removed, err
 }
@@ -143,10 +143,10 @@ func (c *Coordinator) Completions(ctx context.Context, lock string) ([]coord.Com
 		return nil, c.checkOpen()
 	}
 	var out []coord.Completion
-	err := c.update(ctx, c.files(lock), func(*state) (stateWrite, bool, error) {
+	err := c.update(ctx, c.files(lock), func(*state) (stateWrite, error) {
 		recs, err := c.prune(lock)
 		out = recs
-		return noChange, false, err
+		return noChange, err
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, err

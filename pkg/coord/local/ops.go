@@ -50,26 +50,26 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		f = c.files(name)
 	}
 	cached := slot
-	err := c.updateWith(ctx, f, &slot, func(st *state) (stateWrite, bool, error) {
+	err := c.updateWith(ctx, f, &slot, func(st *state) (stateWrite, error) {
 		now := clock.Now()
 		h, v, err := leaseOf(st, leaseID, now)
 		if err != nil {
-			return noChange, false, err
+			return noChange, err
 		}
 		if st.lease(leaseID) == nil {
 			if err := unknownID(leaseID); err != nil {
-				return noChange, false, err
+				return noChange, err
 			}
 		}
 		if h == nil || h.LeaseID != leaseID || !v.live {
-			return noChange, false, lost(name, leaseID, st, v)
+			return noChange, lost(name, leaseID, st, v)
 		}
 		h.ExpiresAt = now.Add(h.TTL)
 		r = coord.Renewal{Sent: sent, TTL: h.TTL}
 		if h != st.Holder {
-			return rewrite, false, nil // a semaphore's other holder
+			return rewrite, nil // a semaphore's other holder
 		}
-		return recordOnly, false, nil
+		return recordOnly, nil
 	})
 	if errors.Is(err, errWouldWait) {
 		return coord.Renewal{}, err // tried again, waiting (RenewAsync): the parse stays good
@@ -136,30 +136,27 @@ func (c *Coordinator) release(ctx context.Context, name, leaseID string, check f
 		return false, unknownID(leaseID) // never used
 	}
 	asked := false
-	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
+	err = c.update(ctx, f, func(st *state) (stateWrite, error) {
 		h := st.lease(leaseID)
 		if h == nil {
-			return noChange, false, unknownID(leaseID)
+			return noChange, unknownID(leaseID)
 		}
 		if check != nil {
 			ok, err := check(st, h)
 			if !ok || err != nil {
 				held = ok
-				return noChange, false, err
+				return noChange, err
 			}
 		}
 		held = true
 		asked = stopAsked(st) == h.Token || h.StopAsked
 		if st.slotted() {
 			st.remove(h)
-			return rewrite, true, nil
+			return rewrite, nil
 		}
 		st.Holder = nil
-		return recordOnly, true, nil
+		return recordOnly, nil
 	})
-	if err == nil && held {
-		c.dropRing(name) // the release rang the queue as it is now
-	}
 	if err == nil && asked {
 		c.ringLock(f) // a revoker waits for this release (WaitEnded)
 	}
@@ -188,18 +185,18 @@ func (c *Coordinator) revoke(ctx context.Context, name string, token uint64) (co
 	}
 	f := c.files(name)
 	var li coord.LockInfo
-	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
+	err = c.update(ctx, f, func(st *state) (stateWrite, error) {
 		h, i, err := pick(name, st, token, clock.Now(), self)
 		li = i
 		if err != nil {
-			return noChange, false, err
+			return noChange, err
 		}
 		if h.attached() {
 			h.Revoked = true
 		} else {
 			st.remove(h)
 		}
-		return rewrite, true, nil
+		return rewrite, nil
 	})
 	if err == nil {
 		c.ringLock(f) // the holder's lease watch, and revokers waiting
@@ -222,16 +219,16 @@ func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 	if err != nil {
 		return err
 	}
-	return c.update(ctx, c.files(name), func(st *state) (stateWrite, bool, error) {
+	return c.update(ctx, c.files(name), func(st *state) (stateWrite, error) {
 		h, v, err := leaseOf(st, leaseID, clock.Now())
 		if err != nil {
-			return noChange, false, err
+			return noChange, err
 		}
 		if h == nil || h.LeaseID != leaseID || !v.live {
-			return noChange, false, lost(name, leaseID, st, v)
+			return noChange, lost(name, leaseID, st, v)
 		}
 		if !h.ours() && h.attached() {
-			return noChange, false, fmt.Errorf("%w: lease %s on lock %q is attached to processes of another PID namespace", coord.ErrInvalid, leaseID, name)
+			return noChange, fmt.Errorf("%w: lease %s on lock %q is attached to processes of another PID namespace", coord.ErrInvalid, leaseID, name)
 		}
 		// The supervising processes as recorded and a new group go in the
 		// lease record (fence run attaches its command's group this way);
@@ -246,10 +243,10 @@ func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 		if group != nil {
 			h.Group = group
 		} else if ch == recordOnly {
-			return noChange, false, nil
+			return noChange, nil
 		}
 		h.PIDNS = proc.PIDNamespace()
-		return ch, false, nil
+		return ch, nil
 	})
 }
 

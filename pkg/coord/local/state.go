@@ -33,10 +33,6 @@ const formatVersion = 2
 // maxStateSize bounds a state file; a larger one is refused as corrupt.
 const maxStateSize = 16 << 20
 
-// tokenBlock is how many tokens one durable write reserves (see the package
-// doc, "Durability").
-const tokenBlock = 1000
-
 // state is the content of a lock's state file.
 type state struct {
 	Version int `json:"version"`
@@ -46,13 +42,12 @@ type state struct {
 	Lease     string `json:"lease,omitempty"`
 	Name      string `json:"name"`
 	LastToken uint64 `json:"last_token"`
-	// Reserved is the largest token that may have been issued: every token
-	// up to it was covered by a durable write. After a crash LastToken may
-	// read lower; the next token then starts above Reserved.
+	// Reserved is the largest token that may have been issued. Fences
+	// before this one reserved tokens in blocks, and a state they wrote may
+	// read, after a crash, a LastToken below it: the next token then starts
+	// above Reserved. This fence makes every grant durable and keeps
+	// Reserved at least LastToken, as those fences check.
 	Reserved uint64 `json:"reserved_token,omitempty"`
-	// ReserveBoot is the boot under which this fence wrote the lock's
-	// reservation file with Reserved (reserve.go).
-	ReserveBoot string `json:"reserve_boot,omitempty"`
 	// BootID is the boot of the boot-clock readings and process IDs below.
 	BootID string   `json:"boot_id,omitempty"`
 	Holder *holder  `json:"holder,omitempty"`
@@ -136,11 +131,8 @@ func checkFile(f lockFiles, path string, fd int) (int64, error) {
 		return 0, unavailable("lock %q: %s: %v", f.name, path, err)
 	}
 	what := "state file"
-	switch path {
-	case f.lock:
+	if path == f.lock {
 		what = "lock file"
-	case f.rsv:
-		what = "token reservation"
 	}
 	if err := f.shared().checkFileStat(fmt.Sprintf("lock %q: %s", f.name, what), path, fd, &st); err != nil {
 		return 0, err
@@ -347,71 +339,20 @@ func (h *holder) clone() *holder {
 }
 
 // parseState parses and checks a state file's bytes. When pre is not nil
-// it receives a copy of the state before the lease record was applied.
+// it receives a copy of the state before the lease record was applied. The
+// steps: decode, checkState (every rule a state must meet, or it fails
+// closed), forBoot (a state of another boot keeps only its token), then the
+// lease record.
 func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
-	if len(b) == 0 {
-		if st := recovered(f); st != nil {
-			return recoveredState(st, pre), nil
-		}
-		return nil, corrupt(f, "is empty (truncated)")
+	st, err := decodeState(f, b)
+	if err != nil {
+		return nil, err
 	}
-	if len(b) > maxStateSize {
-		return nil, corrupt(f, "is larger than %d bytes", maxStateSize)
+	if err := checkState(f, st); err != nil {
+		return nil, err
 	}
-	st := new(state)
-	if err := json.Unmarshal(b, st); err != nil {
-		if st := recovered(f); st != nil {
-			return recoveredState(st, pre), nil
-		}
-		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
-	}
-	switch {
-	case st.Version == 0:
-		return nil, corrupt(f, "has no format version")
-	case st.Version > slotsVersion:
-		return nil, unavailable("lock %q: state file %s was written by a newer fence (format %d; this fence reads format %d)",
-			f.name, f.state, st.Version, slotsVersion)
-	case f.name != "" && st.Name != f.name:
-		return nil, corrupt(f, "belongs to lock %q", st.Name)
-	case f.name == "" && (coord.ValidateName(st.Name) != nil || fileBase(st.Name) != f.base):
-		return nil, corrupt(f, "names lock %q, which does not match its file name", st.Name)
-	}
-	// Tokens never pass coord.MaxToken, and every token up to reserved_token
-	// was covered by a durable write: a state beyond the ceiling (an older
-	// fence wrapped its counter) or with a reservation below its last token
-	// is damaged, and its next token could repeat one.
-	switch {
-	case st.LastToken > coord.MaxToken || st.Reserved > coord.MaxToken:
-		return nil, corrupt(f, "holds token %d, above the largest fencing token %d",
-			max(st.LastToken, st.Reserved), uint64(coord.MaxToken))
-	case st.Reserved != 0 && st.Reserved < st.LastToken:
-		return nil, corrupt(f, "is inconsistent (reserved token %d below last token %d)", st.Reserved, st.LastToken)
-	}
-	for _, h := range st.holders() {
-		if h == nil || h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
-			var tok uint64
-			if h != nil {
-				tok = h.Token
-			}
-			return nil, corrupt(f, "is inconsistent (holder token %d, last token %d)", tok, st.LastToken)
-		}
-	}
-	if st.Slots < 0 || st.Slots > coord.MaxSlots || len(st.Others) > 0 && st.Holder == nil {
-		return nil, corrupt(f, "is inconsistent (slots %d, %d other holder(s))", st.Slots, len(st.Others))
-	}
-	for _, t := range st.Queue {
-		if t.ID == "" || t.PID <= 0 {
-			return nil, corrupt(f, "is inconsistent (a waiter without id or pid)")
-		}
-	}
-	// Holders, waiters and lease records of another boot are gone; only the
-	// token stays, and it goes on above every token that may have been
-	// issued before the crash.
-	if id := clock.BootID(); st.BootID != id {
-		st.BootID, st.Holder, st.Queue, st.Lease, st.Others = id, nil, nil, "", nil
-		st.LastToken = max(st.LastToken, st.Reserved)
-	} else if st.Lease != "" && st.Holder == nil {
-		return nil, corrupt(f, "is inconsistent (a lease record without a holder)")
+	if err := forBoot(f, st, clock.BootID()); err != nil {
+		return nil, err
 	}
 	if pre != nil {
 		*pre = *st.clone()
@@ -422,13 +363,107 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	return st, nil
 }
 
-// recoveredState is parseState's answer for the state a crash left
-// (recovered): pre, when not nil, receives a copy.
-func recoveredState(st *state, pre *state) *state {
-	if pre != nil {
-		*pre = *st.clone()
+// decodeState decodes a state file's bytes. An empty, oversized or
+// undecodable file fails closed.
+func decodeState(f lockFiles, b []byte) (*state, error) {
+	switch {
+	case len(b) == 0:
+		return nil, corrupt(f, "is empty (truncated)")
+	case len(b) > maxStateSize:
+		return nil, corrupt(f, "is larger than %d bytes", maxStateSize)
 	}
-	return st
+	st := new(state)
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
+	}
+	return st, nil
+}
+
+// checkState checks a decoded state, rule by rule; the first broken one is
+// the error.
+func checkState(f lockFiles, st *state) error {
+	for _, check := range []func(lockFiles, *state) error{checkHeader, checkTokens, checkHolders, checkMembers} {
+		if err := check(f, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkHeader: a known format version, and the lock's own name.
+func checkHeader(f lockFiles, st *state) error {
+	switch {
+	case st.Version == 0:
+		return corrupt(f, "has no format version")
+	case st.Version > slotsVersion:
+		return unavailable("lock %q: state file %s was written by a newer fence (format %d; this fence reads format %d)",
+			f.name, f.state, st.Version, slotsVersion)
+	case f.name != "" && st.Name != f.name:
+		return corrupt(f, "belongs to lock %q", st.Name)
+	case f.name == "" && (coord.ValidateName(st.Name) != nil || fileBase(st.Name) != f.base):
+		return corrupt(f, "names lock %q, which does not match its file name", st.Name)
+	}
+	return nil
+}
+
+// checkTokens: tokens never pass coord.MaxToken, and every token up to
+// reserved_token was covered by a durable write: a state beyond the
+// ceiling (an older fence wrapped its counter) or with a reservation below
+// its last token is damaged, and its next token could repeat one.
+func checkTokens(f lockFiles, st *state) error {
+	switch {
+	case st.LastToken > coord.MaxToken || st.Reserved > coord.MaxToken:
+		return corrupt(f, "holds token %d, above the largest fencing token %d",
+			max(st.LastToken, st.Reserved), uint64(coord.MaxToken))
+	case st.Reserved != 0 && st.Reserved < st.LastToken:
+		return corrupt(f, "is inconsistent (reserved token %d below last token %d)", st.Reserved, st.LastToken)
+	}
+	return nil
+}
+
+// checkHolders: every holder has a token the lock issued, a lease id and a
+// TTL.
+func checkHolders(f lockFiles, st *state) error {
+	for _, h := range st.holders() {
+		if h == nil || h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
+			var tok uint64
+			if h != nil {
+				tok = h.Token
+			}
+			return corrupt(f, "is inconsistent (holder token %d, last token %d)", tok, st.LastToken)
+		}
+	}
+	return nil
+}
+
+// checkMembers: slots within bounds, other holders only beside a holder,
+// and waiters with an id and a PID.
+func checkMembers(f lockFiles, st *state) error {
+	if st.Slots < 0 || st.Slots > coord.MaxSlots || len(st.Others) > 0 && st.Holder == nil {
+		return corrupt(f, "is inconsistent (slots %d, %d other holder(s))", st.Slots, len(st.Others))
+	}
+	for _, t := range st.Queue {
+		if t.ID == "" || t.PID <= 0 {
+			return corrupt(f, "is inconsistent (a waiter without id or pid)")
+		}
+	}
+	return nil
+}
+
+// forBoot makes st a state of boot: holders, waiters and lease records of
+// another boot are gone; only the token stays, and it goes on above every
+// token that may have been issued before the crash. Under the same boot a
+// lease record needs a holder.
+func forBoot(f lockFiles, st *state, boot string) error {
+	if st.BootID != boot {
+		st.BootID, st.Holder, st.Queue, st.Lease, st.Others = boot, nil, nil, "", nil
+		st.LastToken = max(st.LastToken, st.Reserved)
+		return nil
+	}
+	if st.Lease != "" && st.Holder == nil {
+		return corrupt(f, "is inconsistent (a lease record without a holder)")
+	}
+	return nil
 }
 
 // applyRecord applies the lease record of st (as parsed) to its holder.
@@ -457,22 +492,15 @@ func applyRecord(f lockFiles, st *state) error {
 
 // store replaces the state file with st (replaceState): the data is
 // fsynced before the rename, so a crash never leaves a truncated state; the
-// directory is fsynced too when sync is set (a token beyond the reserved one
-// was issued), so that the token survives a power loss.
+// directory is fsynced too when sync is set (a token was issued), so that
+// the token survives a power loss before the lease is returned.
 func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
 	if st.slotted() {
 		st.Version = slotsVersion
 	}
 	st.BootID = clock.BootID()
-	if sync && st.BootID != "" {
-		// A new block: its reservation first (reserve.go), made durable
-		// with the state by the directory's fsync below.
-		if err := c.writeReserve(f, st); err != nil {
-			return unavailable("lock %q: write token reservation: %v", f.name, err)
-		}
-		st.ReserveBoot = st.BootID
-	}
+	st.Reserved = max(st.Reserved, st.LastToken)
 	st.Lease = ""
 	if st.Holder != nil {
 		st.Lease = recordOf(st.Holder).encode()
@@ -482,16 +510,19 @@ func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
 		return unavailable("lock %q: encode state: %v", f.name, err)
 	}
 	b = append(b, '\n')
-	if err := c.replaceState(f, b, sync, reserveHolds(st)); err != nil {
+	if err := replaceState(f, b); err != nil {
 		return unavailable("lock %q: write state: %v", f.name, err)
 	}
 	if sync {
-		if err := atomicfile.SyncDir(c.locksDir); err != nil {
+		if err := syncDir(c.locksDir); err != nil {
 			return unavailable("lock %q: sync state directory: %v", f.name, err)
 		}
 	}
 	return nil
 }
+
+// syncDir fsyncs a directory (a variable for the tests).
+var syncDir = atomicfile.SyncDir
 
 // writeRecord overwrites the lease record of the open state file whose
 // bytes are raw, without fsync. It returns false, writing nothing, when the
@@ -601,22 +632,21 @@ const (
 	recordOnly
 	// rewrite: the state file is replaced (data fsynced, renamed).
 	rewrite
-	// durable: as rewrite, and the directory is fsynced: a token beyond the
-	// reserved one was issued.
+	// durable: as rewrite, and the directory is fsynced: a token was
+	// issued.
 	durable
 )
 
 // update runs fn on the lock's state under its flock and writes what fn
-// reports. When fn sets ring, the first waiters of the queue as updated are
-// woken (after the flock is dropped): fn sets it whenever a holder ended or
-// a ticket left the queue.
-func (c *Coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (w stateWrite, ring bool, err error)) error {
+// reports. Every write raises an inotify event on locks/, which wakes the
+// lock's waiters (see the package doc, "Waiting").
+func (c *Coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (stateWrite, error)) error {
 	return c.updateWith(ctx, f, nil, fn)
 }
 
 // updateWith is update, reusing and updating the parse in *slot (see
 // parseWith) when slot is not nil.
-func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed, fn func(st *state) (w stateWrite, ring bool, err error)) error {
+func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed, fn func(st *state) (stateWrite, error)) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
@@ -633,7 +663,7 @@ func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed
 	if st.Holder != nil {
 		token = st.Holder.Token
 	}
-	ch, ring, err := fn(st)
+	ch, err := fn(st)
 	st.promote()
 	werr := c.write(f, st, raw, fd, token, ch)
 	if fd >= 0 {
@@ -642,9 +672,6 @@ func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed
 	unlock()
 	if werr != nil {
 		return werr
-	}
-	if ring && ch != noChange {
-		c.ring(st.Queue)
 	}
 	return err
 }

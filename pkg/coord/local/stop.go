@@ -98,32 +98,32 @@ func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64
 		li    coord.LockInfo
 		asked bool
 	)
-	err = c.update(ctx, f, func(st *state) (stateWrite, bool, error) {
+	err = c.update(ctx, f, func(st *state) (stateWrite, error) {
 		h, i, err := pick(name, st, token, clock.Now(), self)
 		li = i
 		if err != nil {
-			return noChange, false, err
+			return noChange, err
 		}
 		if len(h.PIDs) == 0 || !supervised(h) {
-			return noChange, false, nil
+			return noChange, nil
 		}
 		asked = true
 		if stopAsked(st) == h.Token || h.StopAsked {
-			return noChange, false, nil // asked already
+			return noChange, nil // asked already
 		}
 		if st.slotted() {
 			h.StopAsked = true // each holder of a semaphore is asked on its own
-			return rewrite, false, nil
+			return rewrite, nil
 		}
 		raw, err := json.Marshal(stopAsk{Token: h.Token})
 		if err != nil {
-			return noChange, false, err
+			return noChange, err
 		}
 		if st.Ext == nil {
 			st.Ext = map[string]json.RawMessage{}
 		}
 		st.Ext[extStop] = raw
-		return rewrite, false, nil
+		return rewrite, nil
 	})
 	if err != nil {
 		return li, false, err

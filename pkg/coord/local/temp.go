@@ -17,46 +17,15 @@ const legacyTempAge = time.Minute
 
 // replaceState replaces the state file of f with data: the data is written
 // to the lock's temporary file f.temp (0600), fsynced, and renamed over the
-// state, so that a crash leaves the old or the new state, never a mix. The
-// caller holds the lock's flock, and only the holder of the flock writes
-// f.temp: a file found there is a leftover of a writer that died between
-// creating it and renaming it, and is replaced (atomicfile.WriteVia). The
-// directory is not fsynced.
-//
-// When durable is false (the write issues no token beyond the reserved
-// block) the fsync is left out where a crash cannot lose the token: when
-// reserved says that the lock's reservation file was written under the
-// current boot (reserve.go: a state that a crash cut short is read, after
-// the reboot, from the reservation), or when locks/ is on a file system
-// that writes a renamed file's data ahead of the rename (a journaled ext4
-// with its defaults, tmpfs: see atomicfile.RenameOrdered: a crash leaves
-// the old or the new state all the same, and the token is safe in the
-// reservation that the last durable write made). fsyncAlways (tests)
-// keeps it.
-func (c *Coordinator) replaceState(f lockFiles, data []byte, durable, reserved bool) error {
-	if !durable && (reserved && !c.opts.fsyncAlways || c.renameOrdered()) {
-		_, err := replaceOrdered(f.state, f.temp, data, f.shared().filePerm())
-		return err
-	}
-	_, err := replaceSynced(f.state, f.temp, data, false, f.shared().filePerm())
+// state, so that a crash leaves the old or the new state, never a mix or a
+// file cut short, on any file system. The caller holds the lock's flock,
+// and only the holder of the flock writes f.temp: a file found there is a
+// leftover of a writer that died between creating it and renaming it, and
+// is replaced (atomicfile.WriteVia). The directory is not fsynced (store
+// does, for a grant).
+func replaceState(f lockFiles, data []byte) error {
+	_, err := atomicfile.WriteViaPerm(f.state, f.temp, data, false, f.shared().filePerm())
 	return err
-}
-
-// The two ways of replaceState (variables for the tests).
-var (
-	replaceOrdered = atomicfile.ReplaceVia
-	replaceSynced  = atomicfile.WriteViaPerm
-)
-
-// renameOrdered reports atomicfile.RenameOrdered of locks/, found once.
-func (c *Coordinator) renameOrdered() bool {
-	c.orderedOnce.Do(func() {
-		if c.opts.fsyncAlways {
-			return
-		}
-		c.ordered, _ = atomicfile.RenameOrdered(c.locksDir)
-	})
-	return c.ordered
 }
 
 // removeStaleTemp removes the temporary file fileName, found by a listing

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,15 +25,15 @@ const fallbackPoll = 200 * time.Millisecond
 // directory; it is started by the first that needs it and stopped when the
 // last of them is closed. It watches two kinds of things:
 //
-//   - the locks/ directory, only while a Watch needs it: every change of a
+//   - the locks/ directory, only while a Watch or a waiter needs it: every change of a
 //     state file (replaced, or its lease record overwritten) wakes the
 //     subscribers of that lock (subscribe); and with it the state directory,
 //     where the replacement of limits.json (fence limit, freeze, thaw) wakes
 //     every Watch (limitsBase);
-//   - single files, each its own inotify watch (subscribeFile): a waiter's
-//     doorbell (ringing it wakes that waiter alone, and no other process),
-//     and a lock's lock file, which Revoke and RequestStop write to (see
-//     stop.go) and the holder's lease watch follows.
+//     waiters of a lock subscribe to its state file the same way;
+//   - single files, each its own inotify watch (subscribeFile): a lock's
+//     lock file, which Revoke and RequestStop write to (see stop.go) and
+//     the holder's lease watch follows.
 type hub struct {
 	dir  string            // the locks/ directory
 	w    *fsnotify.Watcher // nil: no inotify, every subscriber polls
@@ -210,8 +211,7 @@ func (h *hub) subscribe(base string) *subscription {
 	return s
 }
 
-// subscribeFile subscribes to writes to the file at path (a doorbell, a
-// lock file). Several subscribers of one path share its inotify watch.
+// subscribeFile subscribes to writes to the file at path (a lock file). Several subscribers of one path share its inotify watch.
 func (h *hub) subscribeFile(path string) *subscription {
 	s := &subscription{h: h, path: path, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
 	h.mu.Lock()
@@ -400,40 +400,12 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 		return false
 	}
 	for {
-		var deps []proc.ID
-		var next clock.Boot
-		for _, v := range w.views {
-			deps = append(deps, v.waitOn...)
-			if v.until != 0 && (next == 0 || v.until < next) {
-				next = v.until
-			}
-		}
-		var bases []string
-		limits := false
-		switch r := sleep(ctx, w.c.closed, w.sub, deps, untilWake(next), nil); r {
-		case wokeCtx, wokeClosed:
+		deps, next := w.followed()
+		r := sleep(ctx, w.c.closed, w.sub, deps, untilWake(next), nil)
+		if r == wokeCtx || r == wokeClosed {
 			return
-		case wokeChange, wokePoll:
-			var all bool
-			bases, all = w.sub.take()
-			if i := slices.Index(bases, limitsBase); i >= 0 {
-				bases = slices.Delete(bases, i, i+1)
-				limits = true
-			}
-			if all || r == wokePoll {
-				limits = true
-				if bases, _ = w.c.stateBases(); bases == nil {
-					bases = []string{}
-				}
-				for b := range w.views {
-					bases = append(bases, b)
-				}
-			}
-		default:
-			for b := range w.views {
-				bases = append(bases, b)
-			}
 		}
+		bases, limits := w.toScan(r)
 		if limits && !w.relimit(emit) {
 			return
 		}
@@ -441,6 +413,40 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 			return
 		}
 	}
+}
+
+// followed returns what the watcher follows besides the state files: the
+// processes whose exit may change a verdict, and the earliest time at which
+// one changes (0: none).
+func (w *watcher) followed() (deps []proc.ID, next clock.Boot) {
+	for _, v := range w.views {
+		deps = append(deps, v.waitOn...)
+		if v.until != 0 && (next == 0 || v.until < next) {
+			next = v.until
+		}
+	}
+	return deps, next
+}
+
+// toScan returns the bases of the locks to read again after a wake-up for
+// reason r, and whether the limits are to be read again: the changed ones
+// (and the limits when limits.json changed); every lock (and the limits)
+// when events were lost or there is no inotify; the known ones when a time
+// passed or a process exited.
+func (w *watcher) toScan(r wakeReason) (bases []string, limits bool) {
+	if r != wokeChange && r != wokePoll {
+		return slices.Collect(maps.Keys(w.views)), false
+	}
+	bases, all := w.sub.take()
+	if i := slices.Index(bases, limitsBase); i >= 0 {
+		bases = slices.Delete(bases, i, i+1)
+		limits = true
+	}
+	if !all && r != wokePoll {
+		return bases, limits
+	}
+	bases, _ = w.c.stateBases()
+	return append(bases, slices.Collect(maps.Keys(w.views))...), true
 }
 
 // relimit reads limits.json again and, when a lock's effective limit
@@ -498,52 +504,66 @@ func (w *watcher) scan(ctx context.Context, bases []string, emit func(coord.Even
 			continue
 		}
 		seen[base] = true
-		if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, w.prefix) {
-			continue
-		}
-		f, ok := w.c.filesForBase(base)
+		nv, ok := w.read(base)
 		if !ok {
 			continue
 		}
-		st, err := load(f)
-		if err != nil {
-			continue // a state that cannot be trusted: nothing to report
-		}
-		old, had := w.views[base]
-		if st.Name == "" && had { // a hashed state file was removed
-			st.Name = old.info.Name
-		}
-		if !strings.HasPrefix(st.Name, w.prefix) || st.Name == "" {
-			continue
-		}
-		now := clock.Now()
-		lw, err := judgeAll(st, now)
-		if err != nil {
-			continue
-		}
-		v := lw.v
-		nv := view{info: info(st, v, now, w.self), until: v.until, waitOn: v.waitOn}
-		nv.info.Limit = coord.EffectiveLimit(w.limits, st.Name)
-		for _, h := range lw.live() {
-			nv.expires = max(nv.expires, h.ExpiresAt)
-		}
-		if !nv.info.Held && nv.info.Waiters == 0 {
-			nv.until, nv.waitOn = 0, nil
-		}
+		old := w.views[base]
 		w.views[base] = nv
 		if emit == nil {
 			continue
 		}
-		if typ, ok := change(old, nv); ok {
-			if !emit(coord.Event{Type: typ, Info: nv.info}) {
-				return false
-			}
+		if typ, ok := change(old, nv); ok && !emit(coord.Event{Type: typ, Info: nv.info}) {
+			return false
 		}
 		if !nv.info.Held && nv.info.Waiters == 0 && nv.info.LastToken == 0 {
 			delete(w.views, base)
 		}
 	}
 	return true
+}
+
+// read reads and judges the lock stored under base; ok is false for one
+// outside the prefix, and for a state that cannot be trusted (nothing to
+// report).
+func (w *watcher) read(base string) (view, bool) {
+	if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, w.prefix) {
+		return view{}, false
+	}
+	f, ok := w.c.filesForBase(base)
+	if !ok {
+		return view{}, false
+	}
+	st, err := load(f)
+	if err != nil {
+		return view{}, false
+	}
+	if old, had := w.views[base]; st.Name == "" && had { // a hashed state file was removed
+		st.Name = old.info.Name
+	}
+	if !strings.HasPrefix(st.Name, w.prefix) || st.Name == "" {
+		return view{}, false
+	}
+	now := clock.Now()
+	lw, err := judgeAll(st, now)
+	if err != nil {
+		return view{}, false
+	}
+	return viewOf(lw, info(st, lw.v, now, w.self), coord.EffectiveLimit(w.limits, st.Name)), true
+}
+
+// viewOf is what a watcher keeps of a lock judged lw, whose info is li:
+// what to follow only while it has a holder or waiters.
+func viewOf(lw lockView, li coord.LockInfo, lim *coord.Limit) view {
+	nv := view{info: li, until: lw.v.until, waitOn: lw.v.waitOn}
+	nv.info.Limit = lim
+	for _, h := range lw.live() {
+		nv.expires = max(nv.expires, h.ExpiresAt)
+	}
+	if !nv.info.Held && nv.info.Waiters == 0 {
+		nv.until, nv.waitOn = 0, nil
+	}
+	return nv
 }
 
 // change says which event, if any, turns old into nu.
