@@ -230,8 +230,10 @@ func random() int64 {
 	return int64(binary.BigEndian.Uint64(b[:])&(1<<63-1)) | 1
 }
 
-// margin is how much longer than a TTL a contender waits, for clock rates.
-func margin(ttl time.Duration) time.Duration { return ttl/100 + time.Millisecond }
+// unrenewed is how long a contender must see a lease's rvn unchanged before
+// it takes the lease over: its TTL and a margin for clock rates. (A
+// variable only for the planted-bug test.)
+var unrenewed = func(ttl time.Duration) time.Duration { return ttl + ttl/100 + time.Millisecond }
 
 // observe records rvn of lease id as seen at now, and reports whether it has
 // been seen unchanged for its whole TTL and the margin: then the lease may
@@ -244,7 +246,7 @@ func (c *Coordinator) observe(name string, id, rvn int64, ttl time.Duration, now
 		o = obs{name: name, rvn: rvn, at: now}
 		c.seen[id] = o
 	}
-	end := o.at.Add(ttl + margin(ttl))
+	end := o.at.Add(unrenewed(ttl))
 	return !now.Before(end), end
 }
 

@@ -193,3 +193,19 @@ func TestSchemaRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSuiteCatchesEarlyTakeover: with a planted bug (a lease taken over
+// after half its TTL unrenewed), the suite's expiry cases fail.
+func TestSuiteCatchesEarlyTakeover(t *testing.T) {
+	if os.Getenv(postgres.PlantEnv) != "" {
+		t.Skip("inside a child")
+	}
+	for _, c := range []string{"ExpiryTakeover", "ExpiryFree"} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestConformance$/^"+c+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), postgres.PlantEnv+"=early-takeover")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--- FAIL: TestConformance/"+c) {
+			t.Errorf("%s with takeover at TTL/2: %v; want the case to fail\n%s", c, err, out)
+		}
+	}
+}
