@@ -58,6 +58,8 @@ type Server struct {
 	exited  chan struct{}
 	admin   *sql.DB
 	dbs     atomic.Int64
+	cred    *syscall.Credential
+	data    string
 }
 
 // FindBin returns the directory holding initdb and postgres, or "" when
@@ -141,6 +143,7 @@ func Start(t testing.TB) *Server {
 		if lastErr = s.start(cred, data); lastErr == nil {
 			break
 		}
+		s.port = 0
 	}
 	if lastErr != nil {
 		t.Fatalf("pgtest: %v", lastErr)
@@ -193,9 +196,13 @@ func freePort() (int, error) {
 }
 
 func (s *Server) start(cred *syscall.Credential, data string) error {
-	port, err := freePort()
-	if err != nil {
-		return err
+	s.cred, s.data = cred, data
+	port := s.port
+	if port == 0 {
+		var err error
+		if port, err = freePort(); err != nil {
+			return err
+		}
 	}
 	logPath := filepath.Join(s.dir, fmt.Sprintf("postgres-%d.log", port))
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
@@ -254,6 +261,16 @@ func (s *Server) stop() {
 	case <-time.After(30 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-s.exited
+	}
+}
+
+// Restart stops the server (a fast shutdown, as a service restart does) and
+// starts it again on its data directory and port.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.stop()
+	if err := s.start(s.cred, s.data); err != nil {
+		t.Fatalf("pgtest: restart: %v", err)
 	}
 }
 

@@ -1,0 +1,282 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// Acquire takes a lease on name: at once when the lock has room and nobody
+// waits, else (opts.Wait) in the queue.
+func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+	start := time.Now()
+	opts, err := coord.CheckAcquire(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, st, err := c.try(ctx, c.pool, name, opts, 0)
+	if l != nil || err != nil {
+		return l, err
+	}
+	if opts.Wait == 0 {
+		return nil, busy(st, opts)
+	}
+	return c.wait(ctx, name, opts, start)
+}
+
+// busy is the error of an Acquire that did not get the lock.
+func busy(st *state, opts coord.AcquireOptions) error {
+	lim := coord.EffectiveLimit(st.limits, st.name)
+	if lim != nil && len(st.holders)+len(st.waiters) >= lim.Max {
+		return &coord.LimitError{Lock: st.name, Limit: *lim, Holders: len(st.holders)}
+	}
+	if len(st.holders) > 0 {
+		h := st.holders[0]
+		return fmt.Errorf("%w: lock %q is held by %s (token %d)", coord.ErrBusy, st.name, h.holder, h.token)
+	}
+	return fmt.Errorf("%w: lock %q has %d waiter(s) ahead", coord.ErrBusy, st.name, len(st.waiters))
+}
+
+// try grants a lease when the lock has room for it and no waiter is ahead
+// (me is the caller's place in the queue, 0 when it has none). A queued
+// caller that is not granted is (again) in the queue when try returns.
+func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coord.AcquireOptions, me int64) (*coord.Lease, *state, error) {
+	var l *coord.Lease
+	var st *state
+	sent := time.Now()
+	err := c.tx(ctx, q, "acquire", func(tx pgx.Tx) error {
+		l = nil
+		var err error
+		if st, err = c.load(ctx, tx, name, me, true); err != nil {
+			return err
+		}
+		slots := coord.SlotsOf(opts.Slots)
+		ahead, queued, others := 0, false, 0
+		for _, w := range st.waiters {
+			switch {
+			case w.seq == me:
+				queued = true
+			case me == 0 || w.seq < me:
+				ahead++
+				others++
+			default:
+				others++
+			}
+		}
+		idle := len(st.holders) == 0 && others == 0
+		if !idle && st.slots != slots {
+			return &coord.SlotsError{Lock: name, Have: st.slots, Want: slots}
+		}
+		room := slots
+		if lim := coord.EffectiveLimit(st.limits, name); lim != nil {
+			room = min(room, lim.Max)
+		}
+		st.room = room
+		if len(st.holders) >= room || ahead > 0 { // the head first: tokens in queue order
+			if me == 0 || queued {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, c.sql("INSERT INTO {s}.waiters (seq, name, holder, slots) VALUES ($1, $2, $3, $4)"), me, name, opts.Holder, slots); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET slots = $2 WHERE name = $1"), name, slots); err != nil {
+				return err
+			}
+			st.waiters = append(st.waiters, waiter{seq: me, holder: opts.Holder, slots: slots, since: time.Now()})
+			return c.notify(ctx, tx, name, "c")
+		}
+		if st.last >= coord.MaxToken {
+			return fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
+				coord.ErrUnavailable, name, st.last)
+		}
+		slot := 0
+		for slices.ContainsFunc(st.holders, func(h lease) bool { return h.slot == slot }) {
+			slot++
+		}
+		id, rvn := random(), random()
+		var proc []byte
+		if opts.Process != nil {
+			proc, _ = json.Marshal(opts.Process)
+		}
+		var at time.Time
+		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET last_token = $2, slots = $3 WHERE name = $1"), name, st.last+1, slots); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, c.sql(`INSERT INTO {s}.leases (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING acquired_at`),
+			id, name, opts.Holder, st.last+1, slot, opts.TTL.Milliseconds(), rvn, opts.Process != nil, proc).Scan(&at); err != nil {
+			return err
+		}
+		if queued {
+			if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.waiters WHERE seq = $1"), me); err != nil {
+				return err
+			}
+		}
+		l = &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(st.last + 1), ID: formatID(id),
+			TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}
+		return c.notify(ctx, tx, name, "c")
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, st, nil
+}
+
+// wait queues for name on a connection of its own that LISTENs, and tries
+// again when notified of a change, when a holder's lease has gone a TTL
+// unrenewed, or when the wait ends.
+func (c *Coordinator) wait(ctx context.Context, name string, opts coord.AcquireOptions, start time.Time) (*coord.Lease, error) {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	conn, err := c.listen(ctx, c.chLock(name), c.chLimit)
+	if err != nil {
+		return nil, c.mapErr(ctx, "acquire "+name, err)
+	}
+	defer conn.Close(context.Background())
+	var me int64
+	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
+		return nil, c.mapErr(ctx, "acquire "+name, err)
+	}
+	var deadline time.Time
+	if opts.Wait > 0 {
+		deadline = start.Add(opts.Wait)
+	}
+	pid := conn.PgConn().PID()
+	onWait := opts.OnWait
+	for {
+		l, st, err := c.try(ctx, conn, name, opts, me)
+		if l != nil || err != nil {
+			if err != nil {
+				c.leave(conn, name, me)
+			}
+			return l, err
+		}
+		if onWait != nil {
+			onWait(c.info(st))
+			onWait = nil
+		}
+		next := time.Time{}
+		for _, h := range st.holders {
+			if next.IsZero() || h.end.Before(next) {
+				next = h.end
+			}
+		}
+		if len(st.holders) < st.room && (next.IsZero() || time.Until(next) > 250*time.Millisecond) {
+			next = time.Now().Add(250 * time.Millisecond) // room, but a waiter ahead has not taken it yet
+		}
+	wait:
+		for {
+			until := next
+			if !deadline.IsZero() && (until.IsZero() || deadline.Before(until)) {
+				until = deadline
+			}
+			n, err := waitNote(ctx, conn, until)
+			switch {
+			case ctx.Err() != nil:
+				c.leave(conn, name, me)
+				return nil, fmt.Errorf("acquire %q: %w", name, ctx.Err())
+			case err != nil:
+				c.leave(conn, name, me)
+				return nil, c.mapErr(ctx, "acquire "+name, err)
+			case n == nil && !deadline.IsZero() && !time.Now().Before(deadline):
+				c.leave(conn, name, me)
+				return nil, fmt.Errorf("%w (after waiting %v)", busy(st, opts), opts.Wait)
+			case n == nil:
+				break wait
+			case n.PID == pid:
+			case strings.HasPrefix(n.Payload, "r "):
+				// A renewal: its new rvn starts the count again, no query.
+				var id, rvn int64
+				fmt.Sscanf(n.Payload, "r %d %d", &id, &rvn)
+				for i, h := range st.holders {
+					if h.id == id {
+						_, st.holders[i].end = c.observe(name, id, rvn, h.ttl, time.Now())
+					}
+				}
+				if len(st.holders) > 0 {
+					next = st.holders[0].end
+					for _, h := range st.holders {
+						next = minTime(next, h.end)
+					}
+				}
+			default:
+				break wait
+			}
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// leave takes place me out of the queue and tells the others.
+func (c *Coordinator) leave(conn *pgx.Conn, name string, me int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.waiters WHERE seq = $1"), me)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		return c.notify(ctx, tx, name, "c")
+	})
+}
+
+// listen opens a connection of its own that listens on chans.
+func (c *Coordinator) listen(ctx context.Context, chans ...string) (*pgx.Conn, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, c.connCfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, ch := range chans {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			conn.Close(context.Background())
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+// waitNote waits for a notification until until (zero: for ever); nil, nil
+// when until came first.
+func waitNote(ctx context.Context, conn *pgx.Conn, until time.Time) (*pgconn.Notification, error) {
+	wctx := ctx
+	if !until.IsZero() {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, until)
+		defer cancel()
+	}
+	n, err := conn.WaitForNotification(wctx)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil, nil
+	}
+	return n, err
+}
+
+// bound is ctx, also ended when the coordinator is closed.
+func (c *Coordinator) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

@@ -1,0 +1,192 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// SetLimit records l (coord.Limiter); waiters are told at its commit.
+func (c *Coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
+	if err := coord.ValidateLimit(l); err != nil {
+		return err
+	}
+	if l.At.IsZero() {
+		l.At = time.Now()
+	}
+	return c.tx(ctx, c.pool, "limit", func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, c.sql(`INSERT INTO {s}.limits (name, prefix, max, reason, set_by, set_at) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (name, prefix) DO UPDATE SET max = $3, reason = $4, set_by = $5, set_at = $6`), l.Name, l.Prefix, l.Max, l.Reason, l.By, l.At)
+		if err == nil {
+			_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", c.chLimit, l.Name)
+		}
+		return err
+	})
+}
+
+// ClearLimit removes the limit of a scope.
+func (c *Coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
+	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
+		return coord.Limit{}, false, err
+	}
+	var ls []coord.Limit
+	err := c.tx(ctx, c.pool, "thaw", func(tx pgx.Tx) error {
+		var err error
+		if ls, err = c.limits(ctx, tx, "WHERE name = $1 AND prefix = $2", name, prefix); err != nil || len(ls) == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.limits WHERE name = $1 AND prefix = $2"), name, prefix); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", c.chLimit, name)
+		return err
+	})
+	if err != nil || len(ls) == 0 {
+		return coord.Limit{}, false, err
+	}
+	return ls[0], true, nil
+}
+
+// Limits returns every limit, lock limits first, each by name.
+func (c *Coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
+	var ls []coord.Limit
+	err := c.tx(ctx, c.pool, "limits", func(tx pgx.Tx) error {
+		var err error
+		ls, err = c.limits(ctx, tx, "")
+		return err
+	})
+	return ls, err
+}
+
+const completionCols = "lock, key, holder, token, started_ns, finished_ns, expires"
+
+func scanCompletion(r pgx.CollectableRow) (coord.Completion, error) {
+	var rec coord.Completion
+	var tok int64
+	var started, finished int64
+	err := r.Scan(&rec.Lock, &rec.Key, &rec.Holder, &tok, &started, &finished, &rec.Expires)
+	rec.Token = uint64(tok)
+	rec.Started, rec.Finished = unixNano(started), unixNano(finished)
+	return rec, err
+}
+
+func checkOnce(lock, key string, keep time.Duration) error {
+	if err := coord.ValidateName(lock); err != nil {
+		return err
+	}
+	if err := coord.ValidateKey(key); err != nil {
+		return err
+	}
+	return coord.ValidateKeep(keep)
+}
+
+// Completion reads the record of (lock, key).
+func (c *Coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
+	if err := checkOnce(lock, key, 0); err != nil {
+		return coord.Completion{}, false, err
+	}
+	rows, err := c.pool.Query(ctx, c.sql("SELECT "+completionCols+" FROM {s}.completions WHERE lock = $1 AND key = $2 AND expires > now()"), lock, key)
+	if err != nil {
+		return coord.Completion{}, false, c.mapErr(ctx, "once", err)
+	}
+	rec, err := pgx.CollectExactlyOneRow(rows, scanCompletion)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return coord.Completion{}, false, nil
+	}
+	return rec, err == nil, c.mapErr(ctx, "once", err)
+}
+
+// write stores rec for keep; with replace it replaces a live record.
+func (c *Coordinator) write(ctx context.Context, tx pgx.Tx, rec coord.Completion, keep time.Duration, replace bool) error {
+	var started int64
+	if !rec.Started.IsZero() {
+		started = rec.Started.UnixNano()
+	}
+	if rec.Finished.IsZero() {
+		rec.Finished = time.Now()
+	}
+	cond := "WHERE {s}.completions.expires <= now()"
+	if replace {
+		cond = ""
+	}
+	_, err := tx.Exec(ctx, c.sql(`INSERT INTO {s}.completions (`+completionCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, now() + $7 * interval '1 millisecond')
+		ON CONFLICT (lock, key) DO UPDATE SET holder = $3, token = $4, started_ns = $5, finished_ns = $6, expires = EXCLUDED.expires `+cond),
+		rec.Lock, rec.Key, rec.Holder, int64(rec.Token), started, rec.Finished.UnixNano(), coord.KeepOrDefault(keep).Milliseconds())
+	return err
+}
+
+// Complete writes the record in the transaction that checks that the lease
+// still holds the lock (its row, locked against takeover until commit).
+func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
+	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
+		return err
+	}
+	id, err := parseID(leaseID)
+	if err != nil {
+		return err
+	}
+	return c.tx(ctx, c.pool, "once", func(tx pgx.Tx) error {
+		var tok int64
+		err := tx.QueryRow(ctx, c.sql("SELECT holder, token FROM {s}.leases WHERE id = $1 AND name = $2 FOR SHARE"), id, rec.Lock).Scan(&rec.Holder, &tok)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%s: cannot record the completion of %q: %w: lease %s no longer holds the lock", rec.Lock, rec.Key, coord.ErrLeaseLost, leaseID)
+		}
+		if err != nil {
+			return err
+		}
+		rec.Token = uint64(tok)
+		return c.write(ctx, tx, rec, keep, false)
+	})
+}
+
+// Mark writes rec without a lease, replacing the record of its key.
+func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
+	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
+		return err
+	}
+	return c.tx(ctx, c.pool, "once", func(tx pgx.Tx) error { return c.write(ctx, tx, rec, keep, true) })
+}
+
+// Forget removes the record of (lock, key).
+func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
+	if err := checkOnce(lock, key, 0); err != nil {
+		return false, err
+	}
+	tag, err := c.pool.Exec(ctx, c.sql("DELETE FROM {s}.completions WHERE lock = $1 AND key = $2 AND expires > now()"), lock, key)
+	if err != nil {
+		return false, c.mapErr(ctx, "once", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// Completions lists the records of lock by key, dropping expired ones.
+func (c *Coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
+	if err := coord.ValidateName(lock); err != nil {
+		return nil, err
+	}
+	var recs []coord.Completion
+	err := c.tx(ctx, c.pool, "once", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.completions WHERE lock = $1 AND expires <= now()"), lock); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, c.sql("SELECT "+completionCols+" FROM {s}.completions WHERE lock = $1 ORDER BY key"), lock)
+		if err == nil {
+			recs, err = pgx.CollectRows(rows, scanCompletion)
+		}
+		return err
+	})
+	return recs, err
+}
+
+func unixNano(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}

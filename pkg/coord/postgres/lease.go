@@ -1,0 +1,276 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// args checks a lock name and a lease id.
+func args(name, leaseID string) (int64, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return 0, err
+	}
+	return parseID(leaseID)
+}
+
+// gone is the error for lease id not found on lock name: ErrInvalid when it
+// is another lock's, else lost (nil for a release).
+func (c *Coordinator) gone(ctx context.Context, name string, id int64, lost error) error {
+	var other string
+	err := c.pool.QueryRow(ctx, c.sql("SELECT name FROM {s}.leases WHERE id = $1"), id).Scan(&other)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return lost
+	case err != nil:
+		return c.mapErr(ctx, "lease "+formatID(id), err)
+	}
+	return fmt.Errorf("%w: lease %s belongs to lock %q, not %q", coord.ErrInvalid, formatID(id), other, name)
+}
+
+// Renew writes a new record version: contenders start counting again.
+func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
+	id, err := args(name, leaseID)
+	if err != nil {
+		return coord.Renewal{}, err
+	}
+	if err := c.check(); err != nil {
+		return coord.Renewal{}, err
+	}
+	rvn, sent := random(), time.Now()
+	var ms int64
+	err = c.pool.QueryRow(ctx, c.sql(`WITH u AS (UPDATE {s}.leases SET rvn = $3, renewed_at = now() WHERE id = $1 AND name = $2 RETURNING ttl_ms)
+		SELECT ttl_ms, pg_notify($4, $5)::text FROM u`), id, name, rvn, c.chLock(name), fmt.Sprintf("r %d %d", id, rvn)).Scan(&ms, nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return coord.Renewal{}, c.gone(ctx, name, id, fmt.Errorf("%w: lease %s on %q", coord.ErrLeaseLost, leaseID, name))
+	}
+	if err != nil {
+		return coord.Renewal{}, c.mapErr(ctx, "renew "+name, err)
+	}
+	return coord.Renewal{Sent: sent, TTL: time.Duration(ms) * time.Millisecond}, nil
+}
+
+// RenewAsync is Renew on a goroutine of its own (coord.AsyncRenewer).
+func (c *Coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, error)) func() {
+	ctx, cancel := c.bound(context.Background())
+	var once sync.Once
+	fire := func(r coord.Renewal, err error) { once.Do(func() { done(r, err) }) }
+	go func() {
+		r, err := c.Renew(ctx, name, leaseID)
+		fire(r, err)
+		cancel()
+	}()
+	return func() {
+		cancel()
+		go fire(coord.Renewal{}, fmt.Errorf("renew %q: %w", name, context.Canceled))
+	}
+}
+
+// Release ends the lease; one already gone is not an error.
+func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
+	id, err := args(name, leaseID)
+	if err != nil {
+		return err
+	}
+	var n int
+	err = c.tx(ctx, c.pool, "release "+name, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1 AND name = $2"), id, name)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		n = 1
+		return c.notify(ctx, tx, name, "c")
+	})
+	if err != nil || n == 1 {
+		return err
+	}
+	return c.gone(ctx, name, id, nil)
+}
+
+// AttachProcess records the processes of a lease (shown by readers).
+func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
+	id, err := args(name, leaseID)
+	if err != nil {
+		return err
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(p)
+	tag, err := c.pool.Exec(ctx, c.sql("UPDATE {s}.leases SET process = $3, supervised = true WHERE id = $1 AND name = $2"), id, name, b)
+	if err != nil {
+		return c.mapErr(ctx, "attach "+name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return c.gone(ctx, name, id, fmt.Errorf("%w: lease %s on %q", coord.ErrLeaseLost, leaseID, name))
+	}
+	return nil
+}
+
+// Revoke ends the holder's lease.
+func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+	return c.RevokeToken(ctx, name, 0)
+}
+
+// holderOf picks the holder with token (0: the only one) of st.
+func (c *Coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, error) {
+	info := c.info(st)
+	switch {
+	case len(st.holders) == 0:
+		return lease{}, info, fmt.Errorf("%w: %q", coord.ErrNotHeld, st.name)
+	case token == 0 && len(st.holders) > 1:
+		return lease{}, info, coord.ManyHolders(info)
+	case token == 0:
+		return st.holders[0], one(st.name, st.holders[0]), nil
+	}
+	for _, h := range st.holders {
+		if uint64(h.token) == token {
+			return h, one(st.name, h), nil
+		}
+	}
+	return lease{}, info, fmt.Errorf("%w: lock %q is held by %s (token %d), not token %d", coord.ErrOtherToken, st.name, info.Holder, info.Token, token)
+}
+
+// RevokeToken ends the lease of the holder with token (0: the only one).
+func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.LockInfo{}, err
+	}
+	var info coord.LockInfo
+	err := c.tx(ctx, c.pool, "revoke "+name, func(tx pgx.Tx) error {
+		st, err := c.load(ctx, tx, name, 0, false)
+		if err != nil {
+			return err
+		}
+		var h lease
+		if h, info, err = c.holderOf(st, token); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
+			return err
+		}
+		return c.notify(ctx, tx, name, "c")
+	})
+	return info, err
+}
+
+// RequestStop asks a supervised holder to stop (its WatchLease says so).
+func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return coord.LockInfo{}, false, err
+	}
+	var info coord.LockInfo
+	asked := false
+	err := c.tx(ctx, c.pool, "stop "+name, func(tx pgx.Tx) error {
+		st, err := c.load(ctx, tx, name, 0, false)
+		if err != nil {
+			return err
+		}
+		var h lease
+		if h, info, err = c.holderOf(st, token); err != nil || !h.supervised {
+			return err
+		}
+		asked = true
+		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
+			return err
+		}
+		return c.notify(ctx, tx, name, "c")
+	})
+	return info, asked && err == nil, err
+}
+
+// WaitEnded waits until the lease with token no longer holds name.
+func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
+	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
+	if token == 0 {
+		return fmt.Errorf("%w: WaitEnded needs a token", coord.ErrInvalid)
+	}
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
+	conn, err := c.listen(ctx, c.chLock(name))
+	if err != nil {
+		return c.mapErr(ctx, "wait "+name, err)
+	}
+	defer conn.Close(context.Background())
+	for {
+		var until time.Time
+		held := false
+		err := c.tx(ctx, conn, "wait "+name, func(tx pgx.Tx) error {
+			st, err := c.load(ctx, tx, name, 0, false)
+			if err != nil {
+				return err
+			}
+			for _, h := range st.holders {
+				if uint64(h.token) == token {
+					held, until = true, h.end
+				}
+			}
+			return nil
+		})
+		if err != nil || !held {
+			return err
+		}
+		if _, err := waitNote(ctx, conn, until); err != nil {
+			return c.mapErr(ctx, "wait "+name, err)
+		}
+	}
+}
+
+// WatchLease reports the end of lease leaseID's hold on name, or a stop
+// request (coord.LeaseWatcher).
+func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
+	id, err := args(name, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	ch := make(chan error, 1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(ch)
+		ctx, cancel := c.bound(ctx)
+		defer cancel()
+		conn, err := c.listen(ctx, c.chLock(name))
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		for {
+			var stop bool
+			err := conn.QueryRow(ctx, c.sql("SELECT stop_asked FROM {s}.leases WHERE id = $1 AND name = $2"), id, name).Scan(&stop)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				ch <- fmt.Errorf("%w: lease %s no longer holds %q", coord.ErrLeaseLost, leaseID, name)
+				return
+			case err != nil:
+				return
+			case stop:
+				ch <- fmt.Errorf("%w: the holder of %q (lease %s) was asked to stop", coord.ErrStopRequested, name, leaseID)
+				return
+			}
+			for {
+				n, err := waitNote(ctx, conn, time.Time{})
+				if err != nil {
+					return
+				}
+				if !strings.HasPrefix(n.Payload, "r ") {
+					break
+				}
+			}
+		}
+	}()
+	return ch, nil
+}

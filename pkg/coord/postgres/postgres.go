@@ -1,0 +1,268 @@
+// Package postgres is fence's PostgreSQL coordinator: leases, fencing
+// tokens, a first-come-first-served queue, semaphores, operator limits and
+// once-records in tables of one schema (default "fence"), over pgx.
+//
+// # Tokens
+//
+// Each lock has a row in locks whose last_token is raised by one, with a
+// check against coord.MaxToken, in the transaction that grants a lease. Rows
+// of locks are never deleted, so tokens only go up, across restarts and
+// crash recovery (a token is durable when the grant's commit is).
+//
+// # Leases without trusting clocks (the invariant)
+//
+// No decision depends on the database's clock or on clocks agreeing. A lease
+// row carries a record version (rvn), a random number replaced by every
+// renewal. A client takes a lease over (deletes it, conditionally on the rvn
+// it saw) only once it has seen the same rvn for TTL+TTL/100 on its own
+// monotonic clock, counted from when its read (or the renewal's
+// notification) came back, the design of the DynamoDB lock client.
+//
+// Why fence's stop comes first: let S be the send time of the holder's last
+// acknowledged renewal (or grant) and W the commit of the rvn it wrote, so
+// S <= W. A contender can only have first seen that rvn at some O >= W, and
+// deletes the row no earlier than O+TTL >= S+TTL. The holder counts its
+// lease safe until S+TTL-margin on its own monotonic clock (coord.Lease.
+// SafeUntil) and its supervisor stops the command by then. A later renewal
+// changes the rvn, so the contender's conditional delete fails and it starts
+// counting again. Only clock rates matter (bounded drift, covered by the
+// margins), never clock readings.
+//
+// # Waiting
+//
+// A waiter takes a sequence number, holds a session advisory lock named by
+// it (so that others can tell a dead waiter, whose session is gone, and drop
+// it), inserts itself in the waiters table and LISTENs on the lock's
+// channel. Grants, releases, queue changes and limits NOTIFY in their
+// transactions; renewals NOTIFY the new rvn, so a waiter follows the holder's
+// renewals without sending a query. It queries only when notified of a
+// change, when a lease it watches has gone a whole TTL unrenewed, or, while
+// the lock is free but a waiter ahead has not taken it, after a short pause.
+//
+// LISTEN needs a session: a connection pooler in transaction mode (PgBouncer's
+// pool_mode=transaction) drops notifications and advisory locks. Point fence
+// at PostgreSQL directly, or at a pooler in session mode.
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// DefaultSchema is the schema of fence's tables when none is named.
+const DefaultSchema = "fence"
+
+// Config says where the coordinator is.
+type Config struct {
+	// URL is a libpq connection URL or DSN.
+	URL string
+	// Schema holds fence's tables (DefaultSchema when empty).
+	Schema string
+	// Tracer, when set, sees every query (tests count them).
+	Tracer pgx.QueryTracer
+}
+
+// Coordinator is a coord.Coordinator on PostgreSQL.
+type Coordinator struct {
+	pool    *pgxpool.Pool
+	connCfg *pgx.ConnConfig // for the connections that LISTEN
+	schema  string          // quoted identifier
+	class   int32           // advisory lock class of this schema's waiters
+	chWatch string          // every change of a lock: payload its name
+	chLimit string          // every change of a limit
+	where   string
+
+	mu   sync.Mutex
+	seen map[int64]obs // lease id -> the rvn this client saw, since when
+
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// obs is what this client saw of a lease: its rvn, first seen at at.
+type obs struct {
+	name string
+	rvn  int64
+	at   time.Time
+}
+
+// Open connects to the database, refuses a standby and creates the schema
+// when it is missing (see SchemaSQL).
+func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = DefaultSchema
+	}
+	if err := checkIdent(cfg.Schema); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: postgres URL: %v", coord.ErrInvalid, oneLine(err))
+	}
+	pc.MaxConns = 4
+	pc.MaxConnIdleTime = time.Minute
+	pc.ConnConfig.Tracer = cfg.Tracer
+	h := sha256.Sum256([]byte(cfg.Schema))
+	c := &Coordinator{
+		connCfg: pc.ConnConfig.Copy(),
+		schema:  pgx.Identifier{cfg.Schema}.Sanitize(),
+		class:   int32(binary.BigEndian.Uint32(h[:4]) & 0x7fffffff),
+		chWatch: "fence_w_" + hex.EncodeToString(h[:8]),
+		chLimit: "fence_l_" + hex.EncodeToString(h[:8]),
+		where:   fmt.Sprintf("postgres %s/%s schema %s", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), pc.ConnConfig.Database, cfg.Schema),
+		seen:    map[int64]obs{},
+		done:    make(chan struct{}),
+	}
+	if c.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+		return nil, fmt.Errorf("%w: %v", coord.ErrUnavailable, oneLine(err))
+	}
+	if err := c.prepare(ctx); err != nil {
+		c.pool.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkIdent refuses a schema name PostgreSQL would truncate or that is
+// not printable.
+func checkIdent(s string) error {
+	if len(s) > 63 || strings.ContainsAny(s, "\x00\"") || coord.ValidateName(s) != nil {
+		return fmt.Errorf("%w: postgres schema %q: want 1 to 63 printable bytes without quotes", coord.ErrInvalid, s)
+	}
+	return nil
+}
+
+// Describe says where the coordinator is.
+func (c *Coordinator) Describe() string { return c.where }
+
+// Close closes the connections (not the leases).
+func (c *Coordinator) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.wg.Wait()
+		c.pool.Close()
+	})
+	return nil
+}
+
+func (c *Coordinator) check() error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("%w: coordinator closed", coord.ErrUnavailable)
+	default:
+		return nil
+	}
+}
+
+// sql puts the schema into a statement: {s} is the schema.
+func (c *Coordinator) sql(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
+
+// chLock is the channel of one lock.
+func (c *Coordinator) chLock(name string) string {
+	h := sha256.Sum256([]byte(c.schema + "\x00" + name))
+	return "fence_" + hex.EncodeToString(h[:16])
+}
+
+// mapErr turns a database error into coord's classes.
+func (c *Coordinator) mapErr(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err)) {
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	}
+	if errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrBusy) || errors.Is(err, coord.ErrLeaseLost) ||
+		errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrUnavailable) || errors.Is(err, coord.ErrOtherToken) {
+		return err
+	}
+	return fmt.Errorf("%s: %w: %s", op, coord.ErrUnavailable, oneLine(err))
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
+
+// tx runs f in a transaction on q (the pool or a connection).
+func (c *Coordinator) tx(ctx context.Context, q beginner, op string, f func(pgx.Tx) error) error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return c.mapErr(ctx, op, pgx.BeginFunc(ctx, q, f))
+}
+
+type beginner interface {
+	Begin(context.Context) (pgx.Tx, error)
+}
+
+// Lease ids are 16 hex digits of a positive int64.
+func formatID(id int64) string { return fmt.Sprintf("%016x", id) }
+
+func parseID(s string) (int64, error) {
+	var id uint64
+	if len(s) != 16 || strings.Trim(s, "0123456789abcdef") != "" {
+		return 0, fmt.Errorf("%w: lease id %q is not one of this coordinator's (16 hex digits)", coord.ErrInvalid, s)
+	}
+	fmt.Sscanf(s, "%x", &id)
+	if id == 0 || id > coord.MaxToken {
+		return 0, fmt.Errorf("%w: lease id %q is out of range", coord.ErrInvalid, s)
+	}
+	return int64(id), nil
+}
+
+// random is a positive random int64.
+func random() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:])&(1<<63-1)) | 1
+}
+
+// unrenewed is how long a contender must see a lease's rvn unchanged before
+// it takes the lease over: its TTL and a margin for clock rates. (A
+// variable only for the planted-bug test.)
+var unrenewed = func(ttl time.Duration) time.Duration { return ttl + ttl/100 + time.Millisecond }
+
+// observe records rvn of lease id as seen at now, and reports whether it has
+// been seen unchanged for its whole TTL and the margin: then the lease may
+// be taken over.
+func (c *Coordinator) observe(name string, id, rvn int64, ttl time.Duration, now time.Time) (expired bool, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.seen[id]
+	if !ok || o.rvn != rvn {
+		o = obs{name: name, rvn: rvn, at: now}
+		c.seen[id] = o
+	}
+	end := o.at.Add(unrenewed(ttl))
+	return !now.Before(end), end
+}
+
+// forget drops what this client saw of the leases of name not in keep.
+func (c *Coordinator) forget(name string, keep map[int64]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, o := range c.seen {
+		if o.name == name && !keep[id] {
+			delete(c.seen, id)
+		}
+	}
+}
+
+// notify is the statement that announces a change of lock name.
+func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name, kind string) error {
+	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2), pg_notify($3, $4)", c.chLock(name), kind, c.chWatch, name)
+	return err
+}

@@ -1,0 +1,115 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// SchemaVersion is the version of the tables this package uses.
+const SchemaVersion = 1
+
+const schemaSQL = `CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.schema_version (version int PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS {s}.locks (
+  name text COLLATE "C" PRIMARY KEY,
+  last_token bigint NOT NULL DEFAULT 0 CHECK (last_token >= 0),
+  slots int NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS {s}.leases (
+  id bigint PRIMARY KEY,
+  name text COLLATE "C" NOT NULL REFERENCES {s}.locks (name),
+  holder text NOT NULL,
+  token bigint NOT NULL,
+  slot int NOT NULL,
+  ttl_ms bigint NOT NULL,
+  rvn bigint NOT NULL,
+  acquired_at timestamptz NOT NULL DEFAULT now(),
+  renewed_at timestamptz NOT NULL DEFAULT now(),
+  supervised boolean NOT NULL DEFAULT false,
+  process jsonb,
+  stop_asked boolean NOT NULL DEFAULT false,
+  UNIQUE (name, slot));
+CREATE TABLE IF NOT EXISTS {s}.waiters (
+  seq bigint PRIMARY KEY,
+  name text COLLATE "C" NOT NULL,
+  holder text NOT NULL,
+  slots int NOT NULL,
+  since timestamptz NOT NULL DEFAULT now());
+CREATE SEQUENCE IF NOT EXISTS {s}.waiter_seq;
+CREATE INDEX IF NOT EXISTS waiters_name ON {s}.waiters (name, seq);
+CREATE TABLE IF NOT EXISTS {s}.limits (
+  name text COLLATE "C" NOT NULL,
+  prefix boolean NOT NULL,
+  max int NOT NULL,
+  reason text NOT NULL DEFAULT '',
+  set_by text NOT NULL DEFAULT '',
+  set_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (name, prefix));
+CREATE TABLE IF NOT EXISTS {s}.completions (
+  lock text COLLATE "C" NOT NULL,
+  key text COLLATE "C" NOT NULL,
+  holder text NOT NULL DEFAULT '',
+  token bigint NOT NULL DEFAULT 0,
+  started_ns bigint NOT NULL,
+  finished_ns bigint NOT NULL,
+  expires timestamptz NOT NULL,
+  PRIMARY KEY (lock, key));
+INSERT INTO {s}.schema_version VALUES (1) ON CONFLICT DO NOTHING;
+`
+
+// SchemaSQL is the SQL that creates fence's tables in schema (an
+// administrator runs it when fence's role may not: `fence postgres schema`).
+func SchemaSQL(schema string) string {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	return strings.ReplaceAll(schemaSQL, "{s}", pgx.Identifier{schema}.Sanitize())
+}
+
+// prepare refuses a standby and creates the schema when it is missing, in
+// one transaction under an advisory lock, so that two first users do not
+// race.
+func (c *Coordinator) prepare(ctx context.Context) error {
+	var standby bool
+	if err := c.pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil {
+		return c.mapErr(ctx, "connect", err)
+	}
+	if standby {
+		return fmt.Errorf("%w: %s is a read-only standby (pg_is_in_recovery()): point fence at the primary", coord.ErrInvalid, c.where)
+	}
+	v, err := c.version(ctx)
+	if err == nil && v == SchemaVersion {
+		return nil
+	}
+	if err == nil && v > SchemaVersion {
+		return fmt.Errorf("%w: schema %s is at version %d, newer than this fence knows (%d): upgrade fence", coord.ErrInvalid, c.schema, v, SchemaVersion)
+	}
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", c.class); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, c.sql(schemaSQL))
+		return err
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "25006") {
+		return fmt.Errorf("%w: %s: the role may not create fence's tables (%s): have an administrator run the SQL that `fence postgres schema` prints", coord.ErrInvalid, c.where, pe.Message)
+	}
+	return c.mapErr(ctx, "create schema", err)
+}
+
+// version reads the schema's version.
+func (c *Coordinator) version(ctx context.Context) (int, error) {
+	var v *int
+	err := c.pool.QueryRow(ctx, c.sql("SELECT max(version) FROM {s}.schema_version")).Scan(&v)
+	if err != nil || v == nil {
+		return 0, errors.Join(err, errors.New("no version"))
+	}
+	return *v, nil
+}

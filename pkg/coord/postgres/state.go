@@ -1,0 +1,179 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// lease is a holder's row, with when this client may take it over.
+type lease struct {
+	id, token, rvn        int64
+	holder                string
+	slot                  int
+	ttl                   time.Duration
+	acquiredAt, renewedAt time.Time
+	supervised, stopAsked bool
+	process               *coord.ProcessInfo
+	end                   time.Time
+}
+
+type waiter struct {
+	seq    int64
+	holder string
+	slots  int
+	since  time.Time
+}
+
+// state is a lock as one transaction read it.
+type state struct {
+	name    string
+	last    int64
+	slots   int
+	holders []lease // by token
+	waiters []waiter
+	limits  []coord.Limit
+	dbNow   time.Time
+	room    int // holders the lock may have now (try)
+}
+
+// load reads lock name in tx, ends the leases this client has seen
+// unrenewed for their TTL (conditionally on their rvn) and drops the waiters
+// whose sessions are gone (their advisory lock is free), except me. With
+// lock, the lock's row is created if need be and locked.
+func (c *Coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64, lock bool) (*state, error) {
+	st := &state{name: name, slots: 1}
+	q := "SELECT last_token, slots FROM {s}.locks WHERE name = $1"
+	if lock {
+		q = "INSERT INTO {s}.locks (name) VALUES ($1) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING last_token, slots"
+	}
+	if err := tx.QueryRow(ctx, c.sql(q), name).Scan(&st.last, &st.slots); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, c.sql(`SELECT id, holder, token, slot, ttl_ms, rvn, acquired_at, renewed_at, supervised, process, stop_asked, now()
+		FROM {s}.leases WHERE name = $1 ORDER BY token`), name)
+	if err != nil {
+		return nil, err
+	}
+	var hs []lease
+	for rows.Next() {
+		var l lease
+		var ms int64
+		var proc []byte
+		if err := rows.Scan(&l.id, &l.holder, &l.token, &l.slot, &ms, &l.rvn, &l.acquiredAt, &l.renewedAt, &l.supervised, &proc, &l.stopAsked, &st.dbNow); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		l.ttl = time.Duration(ms) * time.Millisecond
+		if proc != nil {
+			l.process = new(coord.ProcessInfo)
+			_ = json.Unmarshal(proc, l.process)
+		}
+		hs = append(hs, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now() // the rows came back: every rvn read was written before now
+	changed := false
+	keep := map[int64]bool{}
+	for _, l := range hs {
+		expired, end := c.observe(name, l.id, l.rvn, l.ttl, now)
+		if expired {
+			tag, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2"), l.id, l.rvn)
+			if err != nil {
+				return nil, err
+			}
+			if tag.RowsAffected() == 1 {
+				changed = true
+				continue
+			}
+		}
+		l.end = end
+		keep[l.id] = true
+		st.holders = append(st.holders, l)
+	}
+	c.forget(name, keep)
+	// CASE keeps the advisory lock test to this lock's waiters.
+	tag, err := tx.Exec(ctx, c.sql(`DELETE FROM {s}.waiters WHERE name = $1 AND seq <> $2 AND
+		CASE WHEN name = $1 AND seq <> $2 THEN pg_try_advisory_xact_lock($3, (seq % 2147483647)::int) ELSE false END`), name, me, c.class)
+	if err != nil {
+		return nil, err
+	}
+	changed = changed || tag.RowsAffected() > 0
+	rows, err = tx.Query(ctx, c.sql("SELECT seq, holder, slots, since FROM {s}.waiters WHERE name = $1 ORDER BY seq"), name)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var w waiter
+		if err := rows.Scan(&w.seq, &w.holder, &w.slots, &w.since); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		st.waiters = append(st.waiters, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if st.limits, err = c.limits(ctx, tx, "WHERE (NOT prefix AND name = $1) OR (prefix AND starts_with($1, name))", name); err != nil {
+		return nil, err
+	}
+	if changed {
+		if err := c.notify(ctx, tx, name, "c"); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// info is what readers see of st.
+func (c *Coordinator) info(st *state) coord.LockInfo {
+	i := coord.LockInfo{Name: st.name, LastToken: uint64(st.last), Waiters: len(st.waiters), Limit: coord.EffectiveLimit(st.limits, st.name)}
+	for _, w := range st.waiters {
+		i.Queue = append(i.Queue, coord.Waiter{Holder: w.holder, Since: w.since})
+	}
+	now := time.Now()
+	hs := make([]coord.HolderInfo, 0, len(st.holders))
+	for _, l := range st.holders {
+		hs = append(hs, holderInfo(l, now, st.dbNow))
+	}
+	i.SetHolders(st.slots, hs)
+	return i
+}
+
+func holderInfo(l lease, now, dbNow time.Time) coord.HolderInfo {
+	// Left: until this client would take it over, or the database clock's
+	// estimate when smaller (for display only).
+	left := min(l.ttl, l.end.Sub(now))
+	if est := l.ttl - dbNow.Sub(l.renewedAt); est > 0 && est < left {
+		left = est
+	}
+	return coord.HolderInfo{Slot: l.slot, Holder: l.holder, Token: uint64(l.token), LeaseID: formatID(l.id),
+		TTL: l.ttl, TTLLeft: max(left, time.Millisecond), AcquiredAt: l.acquiredAt, Process: l.process}
+}
+
+// one is the LockInfo of lock name held by l alone.
+func one(name string, l lease) coord.LockInfo {
+	i := coord.LockInfo{Name: name}
+	i.SetHolders(1, []coord.HolderInfo{holderInfo(l, time.Now(), time.Now())})
+	return i
+}
+
+// limits reads the limits a WHERE clause selects.
+func (c *Coordinator) limits(ctx context.Context, tx pgx.Tx, where string, args ...any) ([]coord.Limit, error) {
+	rows, err := tx.Query(ctx, c.sql("SELECT name, prefix, max, reason, set_by, set_at FROM {s}.limits "+where+" ORDER BY prefix, name"), args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (coord.Limit, error) {
+		var l coord.Limit
+		err := r.Scan(&l.Name, &l.Prefix, &l.Max, &l.Reason, &l.By, &l.At)
+		return l, err
+	})
+}
