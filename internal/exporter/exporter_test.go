@@ -534,10 +534,7 @@ func TestWaitsAndLimits(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var lim coord.Limiter
-			if !coord.As(coord.Coordinator(drv), &lim) {
-				t.Fatal("no Limiter")
-			}
+			lim := coord.Coordinator(drv)
 			if err := lim.SetLimit(ctx, coord.Limit{Name: "q", Max: 0, Reason: "test"}); err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/user"
@@ -175,21 +174,6 @@ func more(a, b *Limit) bool {
 		return !a.Prefix
 	}
 	return len(a.Name) > len(b.Name)
-}
-
-// Limiter is implemented by coordinators that keep operator limits (both
-// backends). Find it with As.
-type Limiter interface {
-	// SetLimit records l, replacing the limit of the same scope (Name and
-	// Prefix). When it returns, every later grant obeys it, and waiters
-	// held back by the limit it replaced have been woken.
-	SetLimit(ctx context.Context, l Limit) error
-	// ClearLimit removes the limit of the scope (name, prefix) and returns
-	// it; ok is false when there was none. Waiters it held back are woken.
-	ClearLimit(ctx context.Context, name string, prefix bool) (l Limit, ok bool, err error)
-	// Limits returns every limit in force, sorted by scope (lock limits
-	// first, then prefixes, each by name).
-	Limits(ctx context.Context) ([]Limit, error)
 }
 
 // LimitError is the error of an Acquire that did not wait on a lock held

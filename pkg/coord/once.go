@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -42,33 +41,6 @@ func (c Completion) Duration() time.Duration {
 		return 0
 	}
 	return c.Finished.Sub(c.Started)
-}
-
-// Completer is implemented by coordinators that keep completion records: the
-// optional capability behind `fence run --once` (both backends have it).
-//
-// A record is written only by Complete, atomically with the check that the
-// lease it names still holds the lock (etcd: one transaction; local: under
-// the lock's state lock), or by hand with Mark. Records are kept for the
-// retention they were written with, then disappear on their own.
-type Completer interface {
-	// Completion returns the record of (lock, key); ok is false when there
-	// is none (never written, forgotten or expired).
-	Completion(ctx context.Context, lock, key string) (rec Completion, ok bool, err error)
-	// Complete records that the job rec.Key of lock rec.Lock succeeded under
-	// the lease leaseID, keeping the record for keep (DefaultKeep when 0).
-	// It writes nothing and returns an error wrapping ErrLeaseLost when the
-	// lease no longer holds the lock. A record already there (marked by
-	// hand meanwhile) is kept as it is, and Complete returns nil.
-	Complete(ctx context.Context, leaseID string, rec Completion, keep time.Duration) error
-	// Mark writes rec without a lease (an operator's `fence once mark`),
-	// replacing any record of its key.
-	Mark(ctx context.Context, rec Completion, keep time.Duration) error
-	// Forget removes the record of (lock, key); removed is false when there
-	// was none.
-	Forget(ctx context.Context, lock, key string) (removed bool, err error)
-	// Completions returns the records of lock, sorted by key.
-	Completions(ctx context.Context, lock string) ([]Completion, error)
 }
 
 // ValidateKey checks a completion key: the rules of a lock name (1 to 256

@@ -4,7 +4,8 @@
 // `fence history`, `fence show`, the dashboard and the exporter read.
 //
 // Import it for the event types (Event and its Kind), for Historian, the
-// optional coordinator capability of a kept history (found with coord.As),
+// optional coordinator capability of a kept history (a type assertion on a
+// Recorder),
 // and for Wrap, a coordinator that records the lease events of the one it
 // decorates.
 //

@@ -3,7 +3,6 @@ package history
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -68,11 +67,9 @@ const maxHeld = 4096
 const scanBack = 32
 
 var (
-	_ coord.Coordinator   = (*Recorder)(nil)
-	_ Historian           = (*Recorder)(nil)
-	_ coord.StopRequester = (*Recorder)(nil)
-	_ coord.Unwrapper     = (*Recorder)(nil)
-	_ Reader              = (*Recorder)(nil)
+	_ coord.Coordinator = (*Recorder)(nil)
+	_ Historian         = (*Recorder)(nil)
+	_ Reader            = (*Recorder)(nil)
 )
 
 // Wrap returns a Recorder that records c's lease events in s. Options set
@@ -94,9 +91,8 @@ func Wrap(c coord.Coordinator, s Store, opts ...Option) *Recorder {
 	return r
 }
 
-// Unwrap returns the decorated coordinator (coord.Unwrapper): coord.As finds
-// its optional capabilities (AsyncRenewer, Peeker, LeaseWatcher,
-// ProcessAttacher) past the Recorder, which changes none of them.
+// Unwrap returns the decorated coordinator (to reach a backend's own
+// methods, such as etcd's Client).
 func (r *Recorder) Unwrap() coord.Coordinator { return r.inner }
 
 // Store returns the store the events are written to.
@@ -157,7 +153,7 @@ func (r *Recorder) stillHolds(ctx context.Context, name string, token uint64, sl
 	if slots <= 1 {
 		return false
 	}
-	info, err := coord.Peek(ctx, r.inner, name)
+	info, err := r.inner.Inspect(ctx, name)
 	if err != nil {
 		return true
 	}
@@ -197,9 +193,7 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 			return err
 		}
 	}
-	// Only the holder matters here, not its TTL: on etcd a Peek saves a
-	// request on the way to the release, which a successor waits for.
-	info, ierr := coord.Peek(ctx, r.inner, name)
+	info, ierr := r.inner.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	now := r.opts.Now()
@@ -315,25 +309,11 @@ func (r *Recorder) wasAsked(name string, token uint64) bool {
 	return token != 0 && r.asked[name] == token
 }
 
-// stopRequester is the decorated coordinator's StopRequester.
-func (r *Recorder) stopRequester() (coord.StopRequester, error) {
-	var s coord.StopRequester
-	if coord.As(r.inner, &s) {
-		return s, nil
-	}
-	return nil, fmt.Errorf("%w: %s cannot ask a holder to stop", errors.ErrUnsupported, r.inner.Describe())
-}
-
-// RequestStop implements coord.StopRequester when the decorated
-// coordinator does (else the error wraps errors.ErrUnsupported). A holder
+// RequestStop implements coord.Coordinator. A holder
 // that was asked is on record as revoked: asked to stop, it ends its lease.
 func (r *Recorder) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
-	s, err := r.stopRequester()
-	if err != nil {
-		return coord.LockInfo{Name: name}, false, err
-	}
 	r.inflight.wait(name)
-	info, asked, err := s.RequestStop(ctx, name, token)
+	info, asked, err := r.inner.RequestStop(ctx, name, token)
 	if err != nil || !asked || r.wasAsked(name, info.Token) {
 		return info, asked, err
 	}
@@ -349,25 +329,15 @@ func (r *Recorder) RequestStop(ctx context.Context, name string, token uint64) (
 	return info, asked, nil
 }
 
-// WaitEnded implements coord.StopRequester when the decorated coordinator
-// does (else the error wraps errors.ErrUnsupported).
+// WaitEnded implements coord.Coordinator.
 func (r *Recorder) WaitEnded(ctx context.Context, name string, token uint64) error {
-	s, err := r.stopRequester()
-	if err != nil {
-		return err
-	}
-	return s.WaitEnded(ctx, name, token)
+	return r.inner.WaitEnded(ctx, name, token)
 }
 
-// RevokeToken implements coord.StopRequester when the decorated
-// coordinator does (else the error wraps errors.ErrUnsupported), and
-// records revoked as Revoke does, unless it is on record from RequestStop.
+// RevokeToken implements coord.Coordinator, and records revoked as Revoke
+// does, unless it is on record from RequestStop.
 func (r *Recorder) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
-	s, err := r.stopRequester()
-	if err != nil {
-		return coord.LockInfo{Name: name}, err
-	}
-	return r.revoke(ctx, name, token, func() (coord.LockInfo, error) { return s.RevokeToken(ctx, name, token) })
+	return r.revoke(ctx, name, token, func() (coord.LockInfo, error) { return r.inner.RevokeToken(ctx, name, token) })
 }
 
 // Inspect implements coord.Coordinator.
