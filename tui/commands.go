@@ -139,7 +139,6 @@ func (t limitTarget) question() string {
 	return fmt.Sprintf("Thaw %s (%s)? [y/N]", t.name, brief)
 }
 
-
 type lockCounts struct {
 	name            string
 	failures, stale int

@@ -62,7 +62,7 @@ func backends(t *testing.T) []backend {
 	}
 }
 
-func recorder(t *testing.T, c coord.Coordinator) *history.Recorder {
+func recorder(t *testing.T, c coord.Coordinator) history.Recorder {
 	t.Helper()
 	r, err := auto.Wrap(c, history.WithLogger(quiet))
 	if err != nil {

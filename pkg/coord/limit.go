@@ -29,8 +29,8 @@ import (
 // MaxLimit is the largest Max of a Limit.
 const MaxLimit = 1 << 20
 
-// MaxReasonLen bounds Limit.Reason and Limit.By, in bytes.
-const MaxReasonLen = 1024
+// maxReasonLen bounds Limit.Reason and Limit.By, in bytes.
+const maxReasonLen = 1024
 
 // Limit is an operator's cap on the holders of a lock or of every lock
 // under a prefix.
@@ -71,8 +71,8 @@ func DefaultSetter() string {
 // Frozen reports whether the limit lets no new holder in.
 func (l Limit) Frozen() bool { return l.Max == 0 }
 
-// Covers reports whether the limit applies to lock name.
-func (l Limit) Covers(name string) bool {
+// covers reports whether the limit applies to lock name.
+func (l Limit) covers(name string) bool {
 	if l.Prefix {
 		return strings.HasPrefix(name, l.Name)
 	}
@@ -119,7 +119,7 @@ func (l *Limit) Allows(holders int) bool { return l == nil || holders < l.Max }
 
 // ValidateLimit checks a limit before it is stored: a valid lock name (a
 // prefix may be empty, and is otherwise checked as a name), Max between 0
-// and MaxLimit, a printable Reason and By of at most MaxReasonLen bytes.
+// and MaxLimit, a printable Reason and By of at most maxReasonLen bytes.
 // The error wraps ErrInvalid.
 func ValidateLimit(l Limit) error {
 	if !l.Prefix || l.Name != "" {
@@ -135,12 +135,12 @@ func ValidateLimit(l Limit) error {
 		return fmt.Errorf("%w: limit %d is out of range (0 to %d)", ErrInvalid, l.Max, MaxLimit)
 	}
 	if l.Reason != "" {
-		if err := printable.Check("reason", l.Reason, MaxReasonLen); err != nil {
+		if err := printable.Check("reason", l.Reason, maxReasonLen); err != nil {
 			return invalid(err)
 		}
 	}
 	if l.By != "" {
-		if err := printable.Check("limit setter", l.By, MaxReasonLen); err != nil {
+		if err := printable.Check("limit setter", l.By, maxReasonLen); err != nil {
 			return invalid(err)
 		}
 	}
@@ -154,7 +154,7 @@ func EffectiveLimit(ls []Limit, name string) *Limit {
 	var best *Limit
 	for i := range ls {
 		l := &ls[i]
-		if !l.Covers(name) {
+		if !l.covers(name) {
 			continue
 		}
 		if best == nil || l.Max < best.Max || l.Max == best.Max && more(l, best) {

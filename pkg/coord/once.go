@@ -10,8 +10,8 @@ import (
 // given: 30 days.
 const DefaultKeep = 30 * 24 * time.Hour
 
-// MaxKeep is the longest retention of a completion record (10 years).
-const MaxKeep = 10 * 366 * 24 * time.Hour
+// maxKeep is the longest retention of a completion record (10 years).
+const maxKeep = 10 * 366 * 24 * time.Hour
 
 // ErrCompleted: the job already ran to success for its key (a completion
 // record exists). It is the expected outcome of a `fence run --once` that
@@ -55,11 +55,11 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// ValidateKeep checks a retention: at least a second, at most MaxKeep (0
+// ValidateKeep checks a retention: at least a second, at most maxKeep (0
 // means DefaultKeep). The error wraps ErrInvalid.
 func ValidateKeep(keep time.Duration) error {
-	if keep != 0 && (keep < time.Second || keep > MaxKeep) {
-		return fmt.Errorf("%w: once retention %v must be between 1s and %v", ErrInvalid, keep, MaxKeep)
+	if keep != 0 && (keep < time.Second || keep > maxKeep) {
+		return fmt.Errorf("%w: once retention %v must be between 1s and %v", ErrInvalid, keep, maxKeep)
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ import (
 // client, as another process would open.
 type backend struct {
 	name     string
-	open     func(t *testing.T) *history.Recorder
+	open     func(t *testing.T) history.Recorder
 	shortTTL time.Duration
 	attaches bool // AttachProcess reaches the backend
 }
@@ -42,7 +42,7 @@ func backends(t *testing.T) []backend {
 	return []backend{
 		{
 			name: "local",
-			open: func(t *testing.T) *history.Recorder {
+			open: func(t *testing.T) history.Recorder {
 				c, err := local.Open(dir)
 				if err != nil {
 					t.Fatal(err)
@@ -60,7 +60,7 @@ func backends(t *testing.T) []backend {
 		},
 		{
 			name: "etcd",
-			open: func(t *testing.T) *history.Recorder {
+			open: func(t *testing.T) history.Recorder {
 				c, err := etcd.New(context.Background(), etcd.Config{Endpoints: srv.Endpoints(), Prefix: prefix})
 				if err != nil {
 					t.Fatal(err)

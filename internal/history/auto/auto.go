@@ -40,7 +40,7 @@ type etcdBackend interface {
 // error, so that lease operations go on while reads of the history say what
 // is wrong.
 func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
-	if r, ok := c.(*history.Recorder); ok {
+	if r, ok := c.(history.Recorder); ok {
 		return r.Store(), nil
 	}
 	if _, err := history.NewOptions(opts...); err != nil {
@@ -78,7 +78,7 @@ func (f failing) History(context.Context, string, int) ([]history.Event, error) 
 // Client).
 func Backend(c coord.Coordinator) coord.Coordinator {
 	for {
-		r, ok := c.(*history.Recorder)
+		r, ok := c.(history.Recorder)
 		if !ok {
 			return c
 		}
@@ -88,8 +88,8 @@ func Backend(c coord.Coordinator) coord.Coordinator {
 
 // Wrap returns c decorated with a history.Recorder on its own store; c
 // itself when it is a Recorder already.
-func Wrap(c coord.Coordinator, opts ...history.Option) (*history.Recorder, error) {
-	if r, ok := c.(*history.Recorder); ok {
+func Wrap(c coord.Coordinator, opts ...history.Option) (history.Recorder, error) {
+	if r, ok := c.(history.Recorder); ok {
 		return r, nil // not through other decorators: they would be lost
 	}
 	s, err := Store(c, opts...)
