@@ -195,10 +195,7 @@ func TestEtcdLimits(t *testing.T)  { limitsScenario(t, openEtcd(t)) }
 // and the waiter holds. Every change shows from the watch alone: no list
 // is read after the first.
 func limitsScenario(t *testing.T, c coord.Coordinator) {
-	var lim coord.Limiter
-	if !coord.As(c, &lim) {
-		t.Fatal("the coordinator has no coord.Limiter")
-	}
+	lim := c
 	ctx := t.Context()
 	l := acquire(t, c, "jobs/a", "a:1", time.Minute)
 	acquire(t, c, "reports/daily", "r:2", time.Minute)

@@ -139,9 +139,6 @@ func (t limitTarget) question() string {
 	return fmt.Sprintf("Thaw %s (%s)? [y/N]", t.name, brief)
 }
 
-// errNoLimits: the coordinator has no coord.Limiter.
-var errNoLimits = errors.New("this coordinator keeps no limits")
-
 type lockCounts struct {
 	name            string
 	failures, stale int
@@ -346,10 +343,7 @@ func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
 func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 	c, h, ctx, by := m.c, m.hist, m.ctx, m.opts.Operator
 	return func() tea.Msg {
-		var lim coord.Limiter
-		if !coord.As(c, &lim) {
-			return limitMsg{target: t, err: errNoLimits}
-		}
+		lim := c
 		msg := limitMsg{target: t}
 		now := time.Now()
 		var ev history.Event

@@ -17,18 +17,19 @@ import (
 // a list, a history, and watches the test sends events into. The real
 // backends are driven in local_test.go.
 type fakeCoord struct {
-	mu       sync.Mutex
-	desc     string
-	locks    map[string]coord.LockInfo
-	history  map[string][]history.Event
-	watches  []chan coord.Event
-	lists    int
-	listErr  error
-	listGate chan struct{} // when set, a list or an inspect waits until it is closed (a frozen etcd)
-	watchErr error
-	revoked  []string
-	inspects int
-	limits   []coord.Limit
+	coord.Coordinator // nil: the operations the dashboard does not use
+	mu                sync.Mutex
+	desc              string
+	locks             map[string]coord.LockInfo
+	history           map[string][]history.Event
+	watches           []chan coord.Event
+	lists             int
+	listErr           error
+	listGate          chan struct{} // when set, a list or an inspect waits until it is closed (a frozen etcd)
+	watchErr          error
+	revoked           []string
+	inspects          int
+	limits            []coord.Limit
 }
 
 var errFake = errors.New("not supported by the fake")
@@ -242,7 +243,7 @@ func sampleHistory(f *fakeCoord) {
 	add(history.Event{Lock: "reports/daily", Kind: history.DeadlineExceeded, Token: 3, Holder: "cron:1888"})
 }
 
-// SetLimit, ClearLimit and Limits make the fake a coord.Limiter: a change
+// SetLimit, ClearLimit and Limits give the fake limits: a change
 // sets the Limit of every lock it covers and sends EventLimit for each, as
 // the backends' watches do.
 func (f *fakeCoord) SetLimit(_ context.Context, l coord.Limit) error {

@@ -233,7 +233,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		retry:      minRetry,
 		inspecting: make(map[string]bool),
 	}
-	coord.As(c, &m.hist)
+	m.hist, _ = c.(history.Historian)
 	m.table.NoHistory = m.hist == nil
 	m.details.NoHistory = m.hist == nil
 

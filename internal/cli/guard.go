@@ -84,8 +84,7 @@ $FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the va
 				err := g.Put(ctx, key, tok, value)
 				var stale *guard.StaleError
 				if errors.As(err, &stale) {
-					var h history.Historian
-					if lock != "" && coord.As(c, &h) {
+					if h, ok := c.(history.Historian); lock != "" && ok {
 						ev := history.Event{Time: f.Now(), Lock: lock, Kind: history.StaleRefused,
 							Key: key, Token: stale.Token, AcceptedToken: stale.Accepted}
 						if herr := h.Record(ctx, ev); herr != nil {

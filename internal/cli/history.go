@@ -47,8 +47,8 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 			}
 			ctx := cmd.Context()
 			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-				var h history.Historian
-				if !coord.As(c, &h) {
+				h, ok := c.(history.Historian)
+				if !ok {
 					return fmt.Errorf("the %s coordinator keeps no history", c.Describe())
 				}
 				events, err := h.History(ctx, args[0], limit)

@@ -165,15 +165,14 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 			info.Name = o.lock
 		}
 		var events []history.Event
-		var h history.Historian
-		hasHistory := coord.As(c, &h)
+		h, hasHistory := c.(history.Historian)
 		if hasHistory {
 			if events, err = h.History(ctx, o.lock, o.events); err != nil {
 				return fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)
 			}
 		}
 		var done []coord.Completion
-		if k := (coord.Completer)(nil); coord.As(c, &k) {
+		if k := c; k != nil {
 			if done, err = k.Completions(ctx, o.lock); err != nil {
 				return fmt.Errorf("show %s: completion records: %w", output.Clean(o.lock), err)
 			}

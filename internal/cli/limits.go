@@ -18,7 +18,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// The kill switch: fence limit, fence freeze, fence thaw (coord.Limiter).
+// The kill switch: fence limit, fence freeze, fence thaw (coord.Coordinator.SetLimit).
 
 type limitOptions struct {
 	lock     string
@@ -165,13 +165,7 @@ such limit.`,
 	return cmd
 }
 
-func limiterOf(c coord.Coordinator) (coord.Limiter, error) {
-	var l coord.Limiter
-	if !coord.As(c, &l) {
-		return nil, fmt.Errorf("%w: the %s coordinator keeps no limits", coord.ErrInvalid, c.Describe())
-	}
-	return l, nil
-}
+func limiterOf(c coord.Coordinator) (coord.Coordinator, error) { return c, nil }
 
 // limitResult is what limit, freeze and thaw print.
 type limitResult struct {
@@ -315,8 +309,8 @@ func covered(ctx context.Context, c coord.Coordinator, name string, prefix bool)
 // recordLimit records a limit's event in the history of every lock in
 // infos, best effort (the limit is set whatever the history says).
 func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
-	var h history.Historian
-	if !coord.As(c, &h) {
+	h, ok := c.(history.Historian)
+	if !ok {
 		return
 	}
 	reason := l.Reason

@@ -66,7 +66,7 @@ record marked by hand has token 0.`,
 			if err != nil {
 				return err
 			}
-			return withCompleter(cmd.Context(), f, func(k coord.Completer) error {
+			return withCompleter(cmd.Context(), f, func(k coord.Coordinator) error {
 				recs, err := k.Completions(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -119,7 +119,7 @@ func newCmdOnceForget(f *Factory) *cobra.Command {
 		Short: "Remove a completion record, so that the job runs again (exit 1 when there was none)",
 		Args:  onceArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withCompleter(cmd.Context(), f, func(k coord.Completer) error {
+			return withCompleter(cmd.Context(), f, func(k coord.Coordinator) error {
 				removed, err := k.Forget(cmd.Context(), args[0], args[1])
 				if err != nil {
 					return err
@@ -155,7 +155,7 @@ then runs nothing. It is kept for --once-for (default 30 days).`,
 				holder = coord.DefaultHolder()
 			}
 			now := f.Now()
-			return withCompleter(cmd.Context(), f, func(k coord.Completer) error {
+			return withCompleter(cmd.Context(), f, func(k coord.Coordinator) error {
 				return k.Mark(cmd.Context(), coord.Completion{Lock: args[0], Key: args[1], Holder: holder, Started: now, Finished: now}, keep)
 			})
 		},
@@ -186,13 +186,6 @@ func (e *noRecordError) ExitCode() int { return 1 }
 
 // withCompleter opens the coordinator and calls fn with its completion
 // records.
-func withCompleter(ctx context.Context, f *Factory, fn func(coord.Completer) error) error {
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		var k coord.Completer
-		coord.As(c, &k)
-		if k == nil {
-			return fmt.Errorf("%w: the coordinator (%s) keeps no completion records", coord.ErrInvalid, c.Describe())
-		}
-		return fn(k)
-	})
+func withCompleter(ctx context.Context, f *Factory, fn func(coord.Coordinator) error) error {
+	return f.withCoordinator(ctx, fn)
 }

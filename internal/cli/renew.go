@@ -238,10 +238,7 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 	}
 	name := output.Clean(o.lock)
 	{
-		var sr coord.StopRequester
-		if !coord.As(c, &sr) {
-			sr = revokeOnly{c}
-		}
+		sr := c
 		no := func(info coord.LockInfo, err error) error {
 			switch {
 			case errors.Is(err, coord.ErrNotHeld):
@@ -261,9 +258,6 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 		if !o.force {
 			var info coord.LockInfo
 			info, asked, err = sr.RequestStop(ctx, o.lock, token)
-			if errors.Is(err, errors.ErrUnsupported) {
-				sr, err = revokeOnly{c}, nil
-			}
 			if err != nil {
 				return no(info, err)
 			}
@@ -333,35 +327,4 @@ func writeRevoke(f *Factory, format output.Format, r revokeView) error {
 	_, err := fmt.Fprintf(f.IO.Out, "revoked %s: lease %s of %s, token %d\n",
 		output.Clean(info.Name), output.Clean(info.LeaseID), output.Clean(info.Holder), info.Token)
 	return err
-}
-
-// revokeOnly is the StopRequester of a coordinator that has none: it asks
-// no one, and guards the token with a read before the revoke.
-type revokeOnly struct{ c coord.Coordinator }
-
-func (r revokeOnly) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
-	info, err := r.holder(ctx, name, token)
-	return info, false, err
-}
-
-func (r revokeOnly) WaitEnded(context.Context, string, uint64) error { return errors.ErrUnsupported }
-
-func (r revokeOnly) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
-	if _, err := r.holder(ctx, name, token); err != nil {
-		return coord.LockInfo{Name: name}, err
-	}
-	return r.c.Revoke(ctx, name)
-}
-
-func (r revokeOnly) holder(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
-	info, err := r.c.Inspect(ctx, name)
-	switch {
-	case err != nil:
-		return info, err
-	case !info.Held:
-		return info, fmt.Errorf("%w: %q", coord.ErrNotHeld, name)
-	case token != 0 && info.Token != token:
-		return info, fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, info.Holder, info.Token, token)
-	}
-	return info, nil
 }

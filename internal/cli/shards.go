@@ -159,8 +159,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	if err != nil {
 		return err
 	}
-	var hist history.Historian
-	coord.As(c, &hist)
+	hist, _ := c.(history.Historian)
 	record := func(ev history.Event) {
 		if hist == nil {
 			return

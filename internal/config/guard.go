@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 
+	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/guard"
@@ -14,8 +15,7 @@ import (
 // which Open returned for cfg: files under the state directory for local,
 // keys under the prefix for etcd (through c's client).
 func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
-	var ec *etcd.Coordinator
-	if coord.As(c, &ec) {
+	if ec, ok := auto.Backend(c).(*etcd.Coordinator); ok {
 		return etcdstore.New(ec.Client(), ec.Prefix()), nil
 	}
 	if len(cfg.Endpoints) > 0 {

@@ -60,6 +60,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fence-dev/fence/internal/history/auto"
 	"log/slog"
 	"net"
 	"net/http"
@@ -352,8 +353,8 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 			Buckets: opts.Buckets,
 		}, []string{"lock"}),
 	}
-	coord.As(c, &col.hist) // through decorators, as every capability
-	coord.As(c, &col.versions)
+	col.hist, _ = c.(history.Reader)
+	col.versions, _ = auto.Backend(c).(versioner)
 	if col.hist != nil {
 		col.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_wait_seconds",

@@ -62,7 +62,7 @@ func backends(t *testing.T) []backend {
 	}
 }
 
-func recorder(t *testing.T, c coord.Coordinator) *history.Recorder {
+func recorder(t *testing.T, c coord.Coordinator) history.Recorder {
 	t.Helper()
 	r, err := auto.Wrap(c, history.WithLogger(quiet))
 	if err != nil {
@@ -534,10 +534,7 @@ func TestWaitsAndLimits(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var lim coord.Limiter
-			if !coord.As(coord.Coordinator(drv), &lim) {
-				t.Fatal("no Limiter")
-			}
+			lim := coord.Coordinator(drv)
 			if err := lim.SetLimit(ctx, coord.Limit{Name: "q", Max: 0, Reason: "test"}); err != nil {
 				t.Fatal(err)
 			}

@@ -8,7 +8,6 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 
 	"github.com/fence-dev/fence/internal/exitcode"
-	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
@@ -17,8 +16,8 @@ import (
 // Acquisitions and releases are the coordinator's own to record. Best
 // effort: the history must never change the run's outcome.
 func (r *runner) record(ctx context.Context, code int, _ error) {
-	var h history.Historian
-	if !coord.As(r.c, &h) || r.held == nil {
+	h, ok := r.c.(history.Historian)
+	if !ok || r.held == nil {
 		return
 	}
 	lease := r.held.Lease()
@@ -64,8 +63,7 @@ type failureRecorder struct {
 // failuresBack is called on the renewal goroutine after an acknowledged
 // renewal. It must not block: the write runs on a goroutine of its own.
 func (r *runner) failuresBack() {
-	var h history.Historian
-	ok := coord.As(r.c, &h)
+	h, ok := r.c.(history.Historian)
 	held := r.heldPtr.Load()
 	if !ok || held == nil {
 		return

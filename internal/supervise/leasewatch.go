@@ -10,7 +10,7 @@ import (
 )
 
 // leaseWatch is the coordinator's notice that the lease has ended, or that
-// its holder is asked to stop (coord.LeaseWatcher; etcd: a watch on the
+// its holder is asked to stop (Coordinator.WatchLease; etcd: a watch on the
 // lease's key; local: on the lock's lock file), so that a revoke stops the
 // command at once rather than at the next renewal. Without it the renewals
 // find a revoked lease out, as they always do; with it they still do,
@@ -34,10 +34,7 @@ func (r *runner) watchLease(ctx context.Context) {
 	if r.held == nil {
 		return
 	}
-	var w coord.LeaseWatcher
-	if !coord.As(r.c, &w) {
-		return
-	}
+	w := r.c
 	lease := r.held.Lease()
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ch, err := w.WatchLease(wctx, lease.Name, lease.ID)

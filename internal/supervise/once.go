@@ -35,12 +35,7 @@ func (r *runner) oncePending(ctx context.Context) (ok bool, code int, err error)
 	if p.Once == "" {
 		return true, 0, nil
 	}
-	var k coord.Completer
-	coord.As(r.c, &k)
-	if k == nil {
-		return false, exitcode.Failure, fmt.Errorf("%w: --once: the coordinator (%s) keeps no completion records", coord.ErrInvalid, r.c.Describe())
-	}
-	rec, done, err := k.Completion(ctx, p.Lock, p.Once)
+	rec, done, err := r.c.Completion(ctx, p.Lock, p.Once)
 	if err != nil {
 		return false, exitcode.Failure, fmt.Errorf("--once: %w", err)
 	}
@@ -92,9 +87,7 @@ func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int,
 	if r.started != nil {
 		rec.Started = finished.Add(-r.exit.Died.Sub(r.started.At))
 	}
-	var k coord.Completer
-	coord.As(r.c, &k)
-	err := k.Complete(ctx, lease.ID, rec, p.OnceKeep)
+	err := r.c.Complete(ctx, lease.ID, rec, p.OnceKeep)
 	switch {
 	case errors.Is(err, coord.ErrLeaseLost):
 		r.m.lost = true

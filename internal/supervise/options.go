@@ -45,7 +45,7 @@ type Options struct {
 	// (exitcode.Busy by default).
 	ConflictExitCode int
 	// Once, when set, runs the command at most once to success for this key
-	// of the lock (`--once KEY`, coord.Completer): a completion record is
+	// of the lock (`--once KEY`, coord.Coordinator.Complete): a completion record is
 	// checked before the wait and once the lease is held, and written when
 	// the command exits 0 while the lease is safe.
 	Once string

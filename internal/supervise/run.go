@@ -55,7 +55,7 @@
 //
 // Revocation. Once the command has started, fence also watches its lease
 // when the coordinator can tell at once that it ended, or that `fence
-// revoke` asks the holder to stop (coord.LeaseWatcher: etcd watches the
+// revoke` asks the holder to stop (Coordinator.WatchLease: etcd watches the
 // lease's key; the local backend the lock's lock file, which a revoke
 // writes to). A notice that the lease ended stops the command as a renewal
 // that found the lease lost does (exit 76, the same message and history
@@ -785,20 +785,17 @@ func (r *runner) report(ctx context.Context, rep report) {
 		r.started = &rep
 		r.verbosef("started the command: pid %d, process group %d%s", rep.PID, rep.PGID, cgroupNote(rep.Cgroup))
 		r.watchLease(ctx)
-		var a coord.ProcessAttacher
-		if coord.As(r.c, &a) {
-			pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
-			for _, lease := range r.leases() {
-				r.attaching.Add(1)
-				go func() {
-					defer r.attaching.Done()
-					actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-					defer cancel()
-					if err := a.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
-						r.verbosef("could not record the command's process group with the lease: %v", err)
-					}
-				}()
-			}
+		pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
+		for _, lease := range r.leases() {
+			r.attaching.Add(1)
+			go func() {
+				defer r.attaching.Done()
+				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if err := r.c.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
+					r.verbosef("could not record the command's process group with the lease: %v", err)
+				}
+			}()
 		}
 	case evExecError:
 		r.execErr = &rep

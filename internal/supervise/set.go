@@ -290,13 +290,10 @@ func (n *setNotice) Error() string {
 
 func (n *setNotice) Unwrap() error { return n.err }
 
-// watchSet watches every lease of the set (coord.LeaseWatcher) and passes
+// watchSet watches every lease of the set (Coordinator.WatchLease) and passes
 // on the first notice of each, naming its hold.
 func (r *runner) watchSet(ctx context.Context, hs *setHolds) {
-	var w coord.LeaseWatcher
-	if !coord.As(r.c, &w) {
-		return
-	}
+	w := r.c
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	helds := hs.set.Helds()
 	out := make(chan error, len(helds))

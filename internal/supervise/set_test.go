@@ -9,7 +9,6 @@ import (
 
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
-	"github.com/fence-dev/fence/pkg/coord"
 )
 
 // TestSetLosesOne: a run under three locks, one of which is revoked (forced,
@@ -39,7 +38,7 @@ func TestSetLosesOne(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), hang)
 					defer cancel()
 					if ask {
-						if _, _, err := b.c.(coord.StopRequester).RequestStop(ctx, "b", 0); err != nil {
+						if _, _, err := b.c.RequestStop(ctx, "b", 0); err != nil {
 							t.Errorf("RequestStop: %v", err)
 						}
 						return

@@ -7,9 +7,8 @@
 // same lock, so that protected storage can refuse a stale holder's writes.
 //
 // Two backends implement Coordinator: package local (one host, no server; the
-// default) and package etcd (an etcd v3 cluster). What a backend can do
-// beyond Coordinator (ProcessAttacher, LeaseWatcher, Peeker, AsyncRenewer,
-// Historian) is found with As, through decorators such as history.Recorder.
+// default) and package etcd (an etcd v3 cluster). Decorators such as
+// history.Recorder implement it too, by wrapping another Coordinator.
 package coord
 
 import (
@@ -57,8 +56,8 @@ type AcquireOptions struct {
 	// Process, when set, attaches the lease to running processes (as fence
 	// run does): the local backend may then hand the lock over before the
 	// TTL runs out once all of them are gone. It also says that the lease
-	// has a supervisor that watches it (LeaseWatcher) and answers stop
-	// requests: StopRequester.RequestStop asks it rather than leaving the
+	// has a supervisor that watches it (WatchLease) and answers stop
+	// requests: Coordinator.RequestStop asks it rather than leaving the
 	// lease to be ended at once. etcd records only that. Checked by every
 	// backend.
 	Process *ProcessInfo
@@ -198,43 +197,137 @@ type Event struct {
 	Info LockInfo
 }
 
-// Coordinator is a lease coordinator. Implementations are safe for
-// concurrent use by many goroutines and, for local, many processes.
+// Coordinator is a lease coordinator: the contract every backend meets
+// (package local, package etcd, and any third one; the conformance suite in
+// package coordtest checks it). Implementations are safe for concurrent use
+// by many goroutines and, for local, many processes.
+//
+// Every method that takes a lock name refuses a bad one with an error
+// wrapping ErrInvalid (ValidateName) before it reaches the coordinator; a
+// coordinator that cannot be reached, or whose state cannot be read safely,
+// returns an error wrapping ErrUnavailable and never guesses. Methods that
+// take a ctx return ctx.Err() (or an error wrapping it) when ctx ends
+// first, and leave nothing half done that the contract below does not
+// allow. Fencing tokens of a lock are strictly increasing across holders,
+// restarts and failures, and never above MaxToken.
 type Coordinator interface {
-	// Acquire takes a lease on name. It returns ErrBusy when the lock was not
-	// acquired within opts.Wait, and ctx.Err() when ctx ended first.
+	// Acquire takes a lease on name, checking opts with CheckAcquire first.
+	// It returns ErrBusy (a *LimitError when an operator limit held it
+	// back, a *SlotsError, which is ErrInvalid, when opts.Slots differ from
+	// the lock's) when the lock was not acquired within opts.Wait, and
+	// ctx.Err() when ctx ended first; in both cases it holds nothing and has
+	// left the queue. Waiters are served first come, first served. The
+	// lease's token is strictly greater than every token the lock issued
+	// before; Lease.Sent is a monotonic time no later than the sending of
+	// the request that granted it.
 	Acquire(ctx context.Context, name string, opts AcquireOptions) (*Lease, error)
 	// Renew extends the lease identified by (name, leaseID) by its TTL. It
 	// returns ErrLeaseLost when the lease no longer exists (expired, revoked
-	// or released).
+	// or released), and then never extends it.
 	Renew(ctx context.Context, name, leaseID string) (Renewal, error)
 	// Release ends the lease. Releasing a lease that is already gone is not an
-	// error.
+	// error. Once it returns nil the next waiter may be granted the lock.
 	Release(ctx context.Context, name, leaseID string) error
-	// Revoke ends the current holder's lease, whoever holds it, and returns
-	// what it ended. It returns ErrNotHeld when the lock is free.
-	Revoke(ctx context.Context, name string) (LockInfo, error)
-	// Inspect returns the state of one lock (Held false when free).
+	// AttachProcess attaches the live lease (name, leaseID) to processes of
+	// this host (fence run records its command's process group once the
+	// command has started): PIDs, when given, replace the supervising
+	// processes; PGID, when not 0, sets the command's process group. A
+	// backend that watches processes (local) may then hand the lock over
+	// before the TTL once they are all gone, and returns ErrLeaseLost when
+	// the lease is not live; one that does not (etcd) checks p and records
+	// nothing.
+	AttachProcess(ctx context.Context, name, leaseID string, p ProcessInfo) error
+
+	// Inspect returns the state of one lock (Held false when free), with
+	// its queue, its last token and the limit that binds it.
 	Inspect(ctx context.Context, name string) (LockInfo, error)
 	// List returns every lock whose name starts with prefix, sorted by name:
-	// held locks, locks with waiters, and, where the backend remembers them
-	// (local), free locks with a token history (Held false).
+	// held locks, locks with waiters, locks with a limit of their own (see
+	// WithLimited), and, where the backend remembers them (local), free
+	// locks with a token history (Held false).
 	List(ctx context.Context, prefix string) ([]LockInfo, error)
 	// Watch sends the state of each lock under prefix whenever it changes,
-	// until ctx ends; then the channel is closed.
+	// until ctx ends; then the channel is closed. EventReset says the watch
+	// lost track and the consumer should List again.
 	Watch(ctx context.Context, prefix string) (<-chan Event, error)
+	// WatchLease follows the hold of lease leaseID on lock name until ctx
+	// ends. The channel receives one error, wrapping ErrLeaseLost, when the
+	// hold has certainly ended (the lease was revoked or expired, or its key
+	// on the lock was deleted), or wrapping ErrStopRequested, when the
+	// holder was asked to stop and release (RequestStop, also one made
+	// before the watch started; the lease is still held then), and is then
+	// closed. It is closed without a value when the watch ends otherwise:
+	// ctx ended, the coordinator was closed, or the watch lost track and
+	// could not tell for certain. A failed, cancelled or interrupted watch
+	// is never reported as a loss: renewals remain the way to find out then.
+	// The caller's own Release ends the hold too, and is reported like any
+	// other end: cancel ctx before releasing. The error is returned for bad
+	// input (wrapping ErrInvalid) or a closed coordinator; WatchLease does
+	// not wait for the coordinator.
+	WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error)
+
+	// Revoke ends the current holder's lease, whoever holds it, and returns
+	// what it ended. It returns ErrNotHeld when the lock is free, and an
+	// error wrapping ErrInvalid (ManyHolders) when several hold it.
+	Revoke(ctx context.Context, name string) (LockInfo, error)
+	// RequestStop asks the supervisor of the lease on lock name (fence run)
+	// to stop its command and release, through its WatchLease
+	// (ErrStopRequested). token 0 means whoever holds the lock, any other
+	// value only the holder with that token (ErrOtherToken, with the
+	// holder's LockInfo, when another holds it); a free lock is ErrNotHeld.
+	// The ask names the holder's token, so it never reaches a later holder;
+	// asking twice is harmless. asked is false, and nothing is written, when
+	// the lease has no supervisor to answer (acquired without
+	// AcquireOptions.Process; on local also when its processes are gone):
+	// end it with RevokeToken.
+	RequestStop(ctx context.Context, name string, token uint64) (info LockInfo, asked bool, err error)
+	// WaitEnded waits until the hold of lock name under token (not 0) has
+	// ended (released, revoked, expired, or, on local, its processes gone)
+	// and returns nil; when ctx ends first, ctx's error.
+	WaitEnded(ctx context.Context, name string, token uint64) error
+	// RevokeToken is Revoke limited to the holder with token (0: whoever
+	// holds the lock), with RequestStop's errors.
+	RevokeToken(ctx context.Context, name string, token uint64) (LockInfo, error)
+
+	// SetLimit records the operator limit l (checked with ValidateLimit),
+	// replacing the limit of the same scope (Name and Prefix). It is checked
+	// atomically with every grant: once SetLimit has returned, no grant
+	// exceeds it, and waiters held back by the limit it replaced have been
+	// woken. Holders above it keep their leases.
+	SetLimit(ctx context.Context, l Limit) error
+	// ClearLimit removes the limit of the scope (name, prefix) and returns
+	// it; ok is false when there was none. Waiters it held back are woken.
+	ClearLimit(ctx context.Context, name string, prefix bool) (l Limit, ok bool, err error)
+	// Limits returns every limit in force, sorted by scope (lock limits
+	// first, then prefixes, each by name).
+	Limits(ctx context.Context) ([]Limit, error)
+
+	// Completion returns the completion record of (lock, key) (fence run
+	// --once); ok is false when there is none (never written, forgotten or
+	// expired).
+	Completion(ctx context.Context, lock, key string) (rec Completion, ok bool, err error)
+	// Complete records that the job rec.Key of lock rec.Lock succeeded under
+	// the lease leaseID, keeping the record for keep (DefaultKeep when 0),
+	// atomically with the check that the lease still holds the lock: it
+	// writes nothing and returns an error wrapping ErrLeaseLost when it does
+	// not. A record already there (marked by hand meanwhile) is kept as it
+	// is, and Complete returns nil.
+	Complete(ctx context.Context, leaseID string, rec Completion, keep time.Duration) error
+	// Mark writes rec without a lease (an operator's `fence once mark`),
+	// replacing any record of its key.
+	Mark(ctx context.Context, rec Completion, keep time.Duration) error
+	// Forget removes the record of (lock, key); removed is false when there
+	// was none.
+	Forget(ctx context.Context, lock, key string) (removed bool, err error)
+	// Completions returns the unexpired records of lock, sorted by key.
+	Completions(ctx context.Context, lock string) ([]Completion, error)
+
 	// Describe says where the coordinator is, for messages and the
 	// dashboard: "local /var/lib/fence", "etcd 127.0.0.1:2379".
 	Describe() string
-	// Close releases the coordinator's resources (not the leases).
+	// Close releases the coordinator's resources (not the leases); the
+	// lease watches it started are closed.
 	Close() error
-}
-
-// ProcessAttacher is implemented by backends that can attach a lease to
-// processes after it was granted (local: fence run records the command's
-// process group once it has started).
-type ProcessAttacher interface {
-	AttachProcess(ctx context.Context, name, leaseID string, p ProcessInfo) error
 }
 
 var (

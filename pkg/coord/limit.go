@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/user"
@@ -30,8 +29,8 @@ import (
 // MaxLimit is the largest Max of a Limit.
 const MaxLimit = 1 << 20
 
-// MaxReasonLen bounds Limit.Reason and Limit.By, in bytes.
-const MaxReasonLen = 1024
+// maxReasonLen bounds Limit.Reason and Limit.By, in bytes.
+const maxReasonLen = 1024
 
 // Limit is an operator's cap on the holders of a lock or of every lock
 // under a prefix.
@@ -72,8 +71,8 @@ func DefaultSetter() string {
 // Frozen reports whether the limit lets no new holder in.
 func (l Limit) Frozen() bool { return l.Max == 0 }
 
-// Covers reports whether the limit applies to lock name.
-func (l Limit) Covers(name string) bool {
+// covers reports whether the limit applies to lock name.
+func (l Limit) covers(name string) bool {
 	if l.Prefix {
 		return strings.HasPrefix(name, l.Name)
 	}
@@ -120,7 +119,7 @@ func (l *Limit) Allows(holders int) bool { return l == nil || holders < l.Max }
 
 // ValidateLimit checks a limit before it is stored: a valid lock name (a
 // prefix may be empty, and is otherwise checked as a name), Max between 0
-// and MaxLimit, a printable Reason and By of at most MaxReasonLen bytes.
+// and MaxLimit, a printable Reason and By of at most maxReasonLen bytes.
 // The error wraps ErrInvalid.
 func ValidateLimit(l Limit) error {
 	if !l.Prefix || l.Name != "" {
@@ -136,12 +135,12 @@ func ValidateLimit(l Limit) error {
 		return fmt.Errorf("%w: limit %d is out of range (0 to %d)", ErrInvalid, l.Max, MaxLimit)
 	}
 	if l.Reason != "" {
-		if err := printable.Check("reason", l.Reason, MaxReasonLen); err != nil {
+		if err := printable.Check("reason", l.Reason, maxReasonLen); err != nil {
 			return invalid(err)
 		}
 	}
 	if l.By != "" {
-		if err := printable.Check("limit setter", l.By, MaxReasonLen); err != nil {
+		if err := printable.Check("limit setter", l.By, maxReasonLen); err != nil {
 			return invalid(err)
 		}
 	}
@@ -155,7 +154,7 @@ func EffectiveLimit(ls []Limit, name string) *Limit {
 	var best *Limit
 	for i := range ls {
 		l := &ls[i]
-		if !l.Covers(name) {
+		if !l.covers(name) {
 			continue
 		}
 		if best == nil || l.Max < best.Max || l.Max == best.Max && more(l, best) {
@@ -175,21 +174,6 @@ func more(a, b *Limit) bool {
 		return !a.Prefix
 	}
 	return len(a.Name) > len(b.Name)
-}
-
-// Limiter is implemented by coordinators that keep operator limits (both
-// backends). Find it with As.
-type Limiter interface {
-	// SetLimit records l, replacing the limit of the same scope (Name and
-	// Prefix). When it returns, every later grant obeys it, and waiters
-	// held back by the limit it replaced have been woken.
-	SetLimit(ctx context.Context, l Limit) error
-	// ClearLimit removes the limit of the scope (name, prefix) and returns
-	// it; ok is false when there was none. Waiters it held back are woken.
-	ClearLimit(ctx context.Context, name string, prefix bool) (l Limit, ok bool, err error)
-	// Limits returns every limit in force, sorted by scope (lock limits
-	// first, then prefixes, each by name).
-	Limits(ctx context.Context) ([]Limit, error)
 }
 
 // LimitError is the error of an Acquire that did not wait on a lock held

@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -11,8 +10,8 @@ import (
 // given: 30 days.
 const DefaultKeep = 30 * 24 * time.Hour
 
-// MaxKeep is the longest retention of a completion record (10 years).
-const MaxKeep = 10 * 366 * 24 * time.Hour
+// maxKeep is the longest retention of a completion record (10 years).
+const maxKeep = 10 * 366 * 24 * time.Hour
 
 // ErrCompleted: the job already ran to success for its key (a completion
 // record exists). It is the expected outcome of a `fence run --once` that
@@ -44,33 +43,6 @@ func (c Completion) Duration() time.Duration {
 	return c.Finished.Sub(c.Started)
 }
 
-// Completer is implemented by coordinators that keep completion records: the
-// optional capability behind `fence run --once` (both backends have it).
-//
-// A record is written only by Complete, atomically with the check that the
-// lease it names still holds the lock (etcd: one transaction; local: under
-// the lock's state lock), or by hand with Mark. Records are kept for the
-// retention they were written with, then disappear on their own.
-type Completer interface {
-	// Completion returns the record of (lock, key); ok is false when there
-	// is none (never written, forgotten or expired).
-	Completion(ctx context.Context, lock, key string) (rec Completion, ok bool, err error)
-	// Complete records that the job rec.Key of lock rec.Lock succeeded under
-	// the lease leaseID, keeping the record for keep (DefaultKeep when 0).
-	// It writes nothing and returns an error wrapping ErrLeaseLost when the
-	// lease no longer holds the lock. A record already there (marked by
-	// hand meanwhile) is kept as it is, and Complete returns nil.
-	Complete(ctx context.Context, leaseID string, rec Completion, keep time.Duration) error
-	// Mark writes rec without a lease (an operator's `fence once mark`),
-	// replacing any record of its key.
-	Mark(ctx context.Context, rec Completion, keep time.Duration) error
-	// Forget removes the record of (lock, key); removed is false when there
-	// was none.
-	Forget(ctx context.Context, lock, key string) (removed bool, err error)
-	// Completions returns the records of lock, sorted by key.
-	Completions(ctx context.Context, lock string) ([]Completion, error)
-}
-
 // ValidateKey checks a completion key: the rules of a lock name (1 to 256
 // bytes of printable UTF-8). The error wraps ErrInvalid.
 func ValidateKey(key string) error {
@@ -83,11 +55,11 @@ func ValidateKey(key string) error {
 	return nil
 }
 
-// ValidateKeep checks a retention: at least a second, at most MaxKeep (0
+// ValidateKeep checks a retention: at least a second, at most maxKeep (0
 // means DefaultKeep). The error wraps ErrInvalid.
 func ValidateKeep(keep time.Duration) error {
-	if keep != 0 && (keep < time.Second || keep > MaxKeep) {
-		return fmt.Errorf("%w: once retention %v must be between 1s and %v", ErrInvalid, keep, MaxKeep)
+	if keep != 0 && (keep < time.Second || keep > maxKeep) {
+		return fmt.Errorf("%w: once retention %v must be between 1s and %v", ErrInvalid, keep, maxKeep)
 	}
 	return nil
 }

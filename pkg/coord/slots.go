@@ -14,7 +14,7 @@ import (
 //
 // The lock records N while it has holders or waiters: an Acquire with
 // another N fails with a *SlotsError (ErrInvalid) and does not queue; an
-// idle lock takes the N of its next caller. An operator limit (Limiter)
+// idle lock takes the N of its next caller. An operator limit (SetLimit)
 // caps the holders below N.
 
 // MaxSlots is the largest AcquireOptions.Slots.
@@ -103,7 +103,7 @@ func slotsPhrase(n int) string {
 func (e *SlotsError) Is(target error) bool { return target == ErrInvalid }
 
 // ManyHolders is the ErrInvalid error of a call that names no token on a
-// lock with several holders (Revoke, StopRequester with token 0): it lists
+// lock with several holders (Revoke, RequestStop or RevokeToken with token 0): it lists
 // their tokens, one of which the caller must name.
 func ManyHolders(i LockInfo) error {
 	hs := i.AllHolders()

@@ -27,34 +27,6 @@ func (c *instant) Renew(context.Context, string, string) (coord.Renewal, error) 
 
 func (c *instant) Release(context.Context, string, string) error { return nil }
 
-// instantAsync answers through coord.AsyncRenewer, from one receiver
-// goroutine, as the etcd backend does from its keep-alive stream.
-type instantAsync struct {
-	instant
-	reqs chan func(coord.Renewal, error)
-	quit chan struct{}
-}
-
-func (c *instantAsync) RenewAsync(_, _ string, done func(coord.Renewal, error)) func() {
-	select {
-	case c.reqs <- done:
-	case <-c.quit:
-	}
-	return func() {}
-}
-
-func (c *instantAsync) receive() {
-	for {
-		select {
-		case done := <-c.reqs:
-			c.renewals.Add(1)
-			done(coord.Renewal{TTL: time.Second}, nil)
-		case <-c.quit:
-			return
-		}
-	}
-}
-
 func cpuTime() time.Duration {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
@@ -70,14 +42,6 @@ func cpuTime() time.Duration {
 // wall time per op only says how fast renewals fall due.
 func BenchmarkHolds(b *testing.B) {
 	c := &instant{}
-	benchHolds(b, c, &c.renewals)
-}
-
-// BenchmarkHoldsAsync is BenchmarkHolds through coord.AsyncRenewer.
-func BenchmarkHoldsAsync(b *testing.B) {
-	c := &instantAsync{reqs: make(chan func(coord.Renewal, error), 4096), quit: make(chan struct{})}
-	go c.receive()
-	defer close(c.quit)
 	benchHolds(b, c, &c.renewals)
 }
 

@@ -215,7 +215,6 @@ type Stats struct {
 // call SafeUntil and Stats (h.mu), not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
-	async  coord.AsyncRenewer // c's, found with coord.As; nil if it has none
 	lease  coord.Lease
 	clk    clk
 	opts   HoldOptions
@@ -296,7 +295,6 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts H
 // hold is Hold on clock k, with checked options.
 func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, k clk) (*Held, error) {
 	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
-	coord.As(c, &h.async)
 	h.opts.fill(lease.TTL)
 
 	var sent clock.Boot

@@ -36,15 +36,9 @@ type OnceOptions struct {
 // the lease could not be trusted to the end of fn, or was lost before the
 // record was written, no record is written and the error wraps
 // coord.ErrLeaseLost: fn's work may have to be fenced by its token.
-//
-// c must implement coord.Completer (both of fence's backends do), or be a
-// decorator of one (found with coord.As).
+
 func Do(ctx context.Context, c coord.Coordinator, name, key string, opts OnceOptions, fn func(ctx context.Context, h *Held) error) error {
-	var k coord.Completer
-	coord.As(c, &k)
-	if k == nil {
-		return fmt.Errorf("%w: %s keeps no completion records", coord.ErrInvalid, c.Describe())
-	}
+	k := c
 	if err := coord.ValidateKey(key); err != nil {
 		return err
 	}

@@ -356,9 +356,6 @@ func (h *Held) plan() clock.Boot {
 
 // send sends a renewal (without s.mu) and returns how to abandon it.
 func (h *Held) send(a *attempt) (cancel func()) {
-	if h.async != nil {
-		return h.async.RenewAsync(h.lease.Name, h.lease.ID, a.complete)
-	}
 	ctx, cancel := context.WithCancel(h.ctx)
 	go func() {
 		r, err := h.c.Renew(ctx, h.lease.Name, h.lease.ID)

@@ -12,10 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/fencing"
-	"github.com/fence-dev/fence/pkg/history"
-	"github.com/fence-dev/fence/pkg/history/localstore"
 )
 
 // hangOne wraps a real coordinator: the renewals of lock hang (until
@@ -157,50 +154,35 @@ func TestSchedulerIsolatesHolds(t *testing.T) {
 	t.Logf("ran %v of fake time", fc.Since(start))
 }
 
-// asyncFake is a coordinator with coord.AsyncRenewer over a real one: the
-// renewals of lock hang until cancelled, the others are answered by the
-// real backend, each on a goroutine, as the interface requires.
-type asyncFake struct {
+// hangFake is a coordinator over a real one whose renewals of lock hang
+// until they are abandoned (their ctx ends); the others are answered by
+// the real backend.
+type hangFake struct {
 	coord.Coordinator
 	lock     string
-	hung     atomic.Int32 // renewals of lock not cancelled yet
+	hung     atomic.Int32 // renewals of lock not abandoned yet
 	active   atomic.Int32
-	async    atomic.Int32 // RenewAsync calls
-	canceled atomic.Int32 // cancels of hung renewals
+	canceled atomic.Int32 // abandoned renewals of lock
 }
 
-func (a *asyncFake) Renew(ctx context.Context, name, id string) (coord.Renewal, error) {
-	panic("Renew called on a coordinator with RenewAsync")
-}
-
-func (a *asyncFake) RenewAsync(name, id string, done func(coord.Renewal, error)) func() {
-	a.async.Add(1)
+func (a *hangFake) Renew(ctx context.Context, name, id string) (coord.Renewal, error) {
 	if name == a.lock {
 		a.hung.Add(1)
-		var once sync.Once
-		return func() {
-			once.Do(func() {
-				a.hung.Add(-1)
-				a.canceled.Add(1)
-				go done(coord.Renewal{}, fmt.Errorf("abandoned: %w", context.Canceled))
-			})
-		}
+		<-ctx.Done()
+		a.hung.Add(-1)
+		a.canceled.Add(1)
+		return coord.Renewal{}, fmt.Errorf("abandoned: %w", context.Cause(ctx))
 	}
 	a.active.Add(1)
-	go func() {
-		r, err := a.Coordinator.Renew(context.Background(), name, id)
-		a.active.Add(-1)
-		done(r, err)
-	}()
-	return func() {}
+	defer a.active.Add(-1)
+	return a.Coordinator.Renew(ctx, name, id)
 }
 
-// TestAsyncRenewer: with a coordinator that renews asynchronously, holds
-// renew through RenewAsync only; a renewal that is never answered is
-// cancelled when it is abandoned, and its hold ends at its safe-until
-// while another keeps renewing.
-func TestAsyncRenewer(t *testing.T) {
-	c := &asyncFake{Coordinator: openLocal(t), lock: "silent"}
+// TestUnansweredRenewal: a renewal that is never answered is cancelled
+// when it is abandoned, and its hold ends at its safe-until while another
+// keeps renewing.
+func TestUnansweredRenewal(t *testing.T) {
+	c := &hangFake{Coordinator: openLocal(t), lock: "silent"}
 	fc := clockwork.NewFakeClockAt(time.Now())
 	const step = 80 * time.Millisecond
 	var mu sync.Mutex
@@ -241,32 +223,7 @@ func TestAsyncRenewer(t *testing.T) {
 	}
 }
 
-// TestAsyncRenewerThroughDecorator: a hold on a decorated coordinator (the
-// lease history, as fence run holds its lease) renews through the
-// AsyncRenewer of the coordinator it decorates, never through Renew.
-func TestAsyncRenewerThroughDecorator(t *testing.T) {
-	dir := t.TempDir()
-	inner, err := local.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := localstore.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fake := &asyncFake{Coordinator: inner, lock: "none"}
-	c := history.Wrap(fake, s)
-	t.Cleanup(func() { c.Close() })
-	fc := clockwork.NewFakeClockAt(time.Now())
-	h := holdAt(t, c, fc, "decorated", 30*time.Second, fencing.HoldOptions{})
-	stepUntil(t, fc, func() int32 { return fake.active.Load() }, time.Second, "two renewals", func() bool { return h.Stats().Renewals >= 2 })
-	if n := fake.async.Load(); n < 2 {
-		t.Fatalf("%d renewals through RenewAsync, want every one of %d", n, h.Stats().Renewals)
-	}
-}
-
-// TestManyHoldsEtcd: many leases held on one etcd Coordinator (renewed
-// through RenewAsync, on one stream) stay held for several TTLs; a revoked
+// TestManyHoldsEtcd: many leases held on one etcd Coordinator stay held for several TTLs; a revoked
 // one is reported lost while the others go on.
 func TestManyHoldsEtcd(t *testing.T) {
 	c := openEtcd(t)

@@ -22,7 +22,7 @@ import (
 // failed write is), and so does Close. A successor cannot take the lock
 // before the lease is released, so it always finds the acquisition, and the
 // release, on record.
-func (r *Recorder) AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+func (r *recorder) AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	start := time.Now()
 	l, look, err := r.acquire(ctx, name, opts)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 func TestAcquireDeferred(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
-			deferred := func(t *testing.T, r *history.Recorder, lock, holder string, ttl time.Duration) *coord.Lease {
+			deferred := func(t *testing.T, r history.Recorder, lock, holder string, ttl time.Duration) *coord.Lease {
 				t.Helper()
 				l, err := r.AcquireDeferred(ctxT(t), lock, coord.AcquireOptions{TTL: ttl, Holder: holder, Wait: coord.WaitForever})
 				if err != nil {

@@ -27,7 +27,7 @@ const (
 	Restarted Kind = "restarted"
 	Completed Kind = "completed" // Key, Token, Holder: a --once job succeeded and was recorded
 	Skipped   Kind = "skipped"   // Key, Holder, AcceptedToken (the record's): a --once job was already done
-	// The kill switch (coord.Limiter), on each lock it covers: Holder (who
+	// The kill switch (coord.Coordinator.SetLimit), on each lock it covers: Holder (who
 	// set it), Reason (the operator's, after the prefix for a prefix's
 	// limit).
 	Frozen  Kind = "frozen"  // fence freeze: no new holder

@@ -4,7 +4,8 @@
 // `fence history`, `fence show`, the dashboard and the exporter read.
 //
 // Import it for the event types (Event and its Kind), for Historian, the
-// optional coordinator capability of a kept history (found with coord.As),
+// optional coordinator capability of a kept history (a type assertion on a
+// Recorder),
 // and for Wrap, a coordinator that records the lease events of the one it
 // decorates.
 //
@@ -16,7 +17,7 @@
 //   - package etcdstore: one key per event under <prefix>history/.
 //
 // Both are bounded by count per lock (DefaultMaxEvents) and by age
-// (DefaultMaxAge), enforced when they are written, so that storage never
+// (defaultMaxAge), enforced when they are written, so that storage never
 // grows without limit; reads never return an event beyond either bound.
 //
 // Wrap decorates a coord.Coordinator so that it records acquisitions,
@@ -43,8 +44,8 @@ import (
 // DefaultMaxEvents is the number of events kept per lock by default.
 const DefaultMaxEvents = 1000
 
-// DefaultMaxAge is how long an event is kept by default.
-const DefaultMaxAge = 7 * 24 * time.Hour
+// defaultMaxAge is how long an event is kept by default.
+const defaultMaxAge = 7 * 24 * time.Hour
 
 // MaxTextLen bounds the free-text fields of an event (Holder, Error): longer
 // values are cut, at a UTF-8 boundary, when the event is recorded.
@@ -128,7 +129,7 @@ type Head struct {
 type Options struct {
 	// MaxEvents bounds the events kept per lock (DefaultMaxEvents).
 	MaxEvents int
-	// MaxAge bounds how long an event is kept (DefaultMaxAge).
+	// MaxAge bounds how long an event is kept (defaultMaxAge).
 	MaxAge time.Duration
 	// Now is the wall clock, for event times and the age bound (time.Now).
 	// Tests inject their own.
@@ -137,11 +138,11 @@ type Options struct {
 	// write (slog.Default()).
 	Logger *slog.Logger
 	// RecordTimeout bounds each write the Recorder makes on its own behalf
-	// (DefaultRecordTimeout), so that an unreachable store cannot hold up a
+	// (defaultRecordTimeout), so that an unreachable store cannot hold up a
 	// lease operation for long.
 	RecordTimeout time.Duration
 	// MaxPending bounds the events a Recorder keeps in memory while the
-	// store cannot be written (DefaultMaxPending); beyond it the oldest are
+	// store cannot be written (defaultMaxPending); beyond it the oldest are
 	// dropped.
 	MaxPending int
 	// SpoolDir, when set, is where a Recorder keeps the events it could not
@@ -149,11 +150,11 @@ type Options struct {
 	SpoolDir string
 }
 
-// DefaultRecordTimeout is the default Options.RecordTimeout.
-const DefaultRecordTimeout = 3 * time.Second
+// defaultRecordTimeout is the default Options.RecordTimeout.
+const defaultRecordTimeout = 3 * time.Second
 
-// DefaultMaxPending is the default Options.MaxPending.
-const DefaultMaxPending = 256
+// defaultMaxPending is the default Options.MaxPending.
+const defaultMaxPending = 256
 
 // Option sets a field of Options.
 type Option func(*Options)
@@ -173,8 +174,8 @@ func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l 
 // WithRecordTimeout bounds each write the Recorder makes.
 func WithRecordTimeout(d time.Duration) Option { return func(o *Options) { o.RecordTimeout = d } }
 
-// WithMaxPending bounds the events kept in memory while the store is down.
-func WithMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
+// withMaxPending bounds the events kept in memory while the store is down.
+func withMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
 
 // NewOptions applies opts over the defaults. It fails, wrapping
 // coord.ErrInvalid, on a negative bound.
@@ -213,7 +214,7 @@ func options(opts []Option) (o Options, errs []error) {
 		o.MaxEvents = DefaultMaxEvents
 	}
 	if o.MaxAge == 0 {
-		o.MaxAge = DefaultMaxAge
+		o.MaxAge = defaultMaxAge
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -222,10 +223,10 @@ func options(opts []Option) (o Options, errs []error) {
 		o.Logger = slog.Default()
 	}
 	if o.RecordTimeout == 0 {
-		o.RecordTimeout = DefaultRecordTimeout
+		o.RecordTimeout = defaultRecordTimeout
 	}
 	if o.MaxPending == 0 {
-		o.MaxPending = DefaultMaxPending
+		o.MaxPending = defaultMaxPending
 	}
 	return o, errs
 }

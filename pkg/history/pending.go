@@ -18,7 +18,7 @@ import (
 // fence run records renewal failures through a Pending, so that the ones seen
 // while the coordinator could not be reached are written when it comes back.
 // A Pending is safe for concurrent use; writes are serialized.
-type Pending struct {
+type pendingEvents struct {
 	h   Historian
 	app func(ctx context.Context, evs []Event) error // h's Append, if it has one
 	max int
@@ -28,15 +28,15 @@ type Pending struct {
 	dropped int
 }
 
-// NewPending returns a Pending that writes to h and keeps at most max
-// events (DefaultMaxPending when max <= 0). When h has an Append method (a
+// newPending returns a Pending that writes to h and keeps at most max
+// events (defaultMaxPending when max <= 0). When h has an Append method (a
 // Store, a Recorder), pending events are written with the new one in one
 // call.
-func NewPending(h Historian, max int) *Pending {
+func newPending(h Historian, max int) *pendingEvents {
 	if max <= 0 {
-		max = DefaultMaxPending
+		max = defaultMaxPending
 	}
-	p := &Pending{h: h, max: max}
+	p := &pendingEvents{h: h, max: max}
 	if a, ok := h.(interface {
 		Append(context.Context, []Event) error
 	}); ok {
@@ -48,7 +48,7 @@ func NewPending(h Historian, max int) *Pending {
 // Record writes the pending events, then ev. When that fails, ev is kept
 // with them and the error is returned. An invalid event (see Normalize) is
 // refused at once with an error wrapping coord.ErrInvalid.
-func (p *Pending) Record(ctx context.Context, ev Event) error {
+func (p *pendingEvents) record(ctx context.Context, ev Event) error {
 	if _, err := Normalize(ev, time.Time{}); err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (p *Pending) Record(ctx context.Context, ev Event) error {
 }
 
 // Append writes the pending events, then evs, as Record does for one.
-func (p *Pending) Append(ctx context.Context, evs []Event) error {
+func (p *pendingEvents) appendEvents(ctx context.Context, evs []Event) error {
 	for _, ev := range evs {
 		if _, err := Normalize(ev, time.Time{}); err != nil {
 			return err
@@ -76,28 +76,28 @@ func (p *Pending) Append(ctx context.Context, evs []Event) error {
 }
 
 // Flush writes the pending events, if any.
-func (p *Pending) Flush(ctx context.Context) error {
+func (p *pendingEvents) flush(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.flushLocked(ctx)
 }
 
-// Len is the number of events waiting to be written.
-func (p *Pending) Len() int {
+// count is the number of events waiting to be written.
+func (p *pendingEvents) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.evs)
 }
 
-// Dropped is the number of events dropped because more than max were
+// droppedCount is the number of events dropped because more than max were
 // pending.
-func (p *Pending) Dropped() int {
+func (p *pendingEvents) droppedCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.dropped
 }
 
-func (p *Pending) flushLocked(ctx context.Context) error {
+func (p *pendingEvents) flushLocked(ctx context.Context) error {
 	if len(p.evs) == 0 {
 		return nil
 	}
@@ -128,7 +128,7 @@ func (p *Pending) flushLocked(ctx context.Context) error {
 }
 
 // take removes the pending events and returns them.
-func (p *Pending) take() []Event {
+func (p *pendingEvents) take() []Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	evs := p.evs
@@ -137,7 +137,7 @@ func (p *Pending) take() []Event {
 }
 
 // whenEmpty runs fn, with writes held back, when no event is pending.
-func (p *Pending) whenEmpty(fn func()) {
+func (p *pendingEvents) whenEmpty(fn func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.evs) == 0 {
@@ -145,7 +145,7 @@ func (p *Pending) whenEmpty(fn func()) {
 	}
 }
 
-func (p *Pending) trimLocked() {
+func (p *pendingEvents) trimLocked() {
 	if n := len(p.evs) - p.max; n > 0 {
 		p.dropped += n
 		p.evs = append(p.evs[:0:0], p.evs[n:]...)

@@ -3,7 +3,6 @@ package history
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -37,12 +36,44 @@ import (
 // caller's to Record.
 //
 // A Recorder is safe for concurrent use.
-type Recorder struct {
+type Recorder interface {
+	coord.Coordinator
+	Historian
+	Reader
+	// Append records events in order, as Record does.
+	Append(ctx context.Context, evs []Event) error
+	// AcquireDeferred is Acquire with the acquired event written after it
+	// returns (see its implementation's doc in deferred.go).
+	AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error)
+	// CloseContext is Close with the writes of what is still pending
+	// bounded by ctx's deadline too (a caller that must exit soon, like
+	// `fence run` after it stopped its command on a coordinator that does
+	// not answer): what cannot be written by then is kept in the spool
+	// (WithSpool), else logged as lost.
+	CloseContext(ctx context.Context) error
+	// FlushSpool writes the events kept in the spool (WithSpool) to the
+	// store, with their original times, oldest first, and returns how many
+	// it wrote. Its writes are bounded by spoolFlushTimeout (and ctx's
+	// deadline). Of Recorders flushing one spool at once, each file is
+	// written by one. A damaged spool file is set aside with a warning.
+	// Without a spool it does nothing.
+	FlushSpool(ctx context.Context) (int, error)
+	// Pending returns the number of events not yet written.
+	Pending() int
+	// Store returns the store the events are written to.
+	Store() Store
+	// Unwrap returns the decorated coordinator (to reach a backend's own
+	// methods, such as etcd's Client).
+	Unwrap() coord.Coordinator
+}
+
+// recorder is the Recorder that Wrap returns.
+type recorder struct {
 	inner   coord.Coordinator
 	store   Store
 	opts    Options
 	log     *slog.Logger
-	pending *Pending
+	pending *pendingEvents
 	spool   *spool // WithSpool, else nil
 
 	mu    sync.Mutex
@@ -67,13 +98,7 @@ const maxHeld = 4096
 // lease that ended unrecorded.
 const scanBack = 32
 
-var (
-	_ coord.Coordinator   = (*Recorder)(nil)
-	_ Historian           = (*Recorder)(nil)
-	_ coord.StopRequester = (*Recorder)(nil)
-	_ coord.Unwrapper     = (*Recorder)(nil)
-	_ Reader              = (*Recorder)(nil)
-)
+var _ Recorder = (*recorder)(nil)
 
 // Wrap returns a Recorder that records c's lease events in s. Options set
 // the logger, the clock, the timeout of each write and the pending buffer
@@ -81,29 +106,28 @@ var (
 // refuses, is replaced by its default and logged at warn level: Wrap has
 // no error to return, and the other options are kept. Closing the Recorder
 // closes c.
-func Wrap(c coord.Coordinator, s Store, opts ...Option) *Recorder {
+func Wrap(c coord.Coordinator, s Store, opts ...Option) Recorder {
 	o, errs := options(opts)
 	for _, err := range errs {
 		o.Logger.Warn("history: option ignored, the default is used", "err", err)
 	}
-	r := &Recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}, asked: map[string]uint64{}}
-	r.pending = NewPending(s, o.MaxPending)
+	r := &recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}, asked: map[string]uint64{}}
+	r.pending = newPending(s, o.MaxPending)
 	if o.SpoolDir != "" {
 		r.spool = newSpool(o.SpoolDir, o.Logger)
 	}
 	return r
 }
 
-// Unwrap returns the decorated coordinator (coord.Unwrapper): coord.As finds
-// its optional capabilities (AsyncRenewer, Peeker, LeaseWatcher,
-// ProcessAttacher) past the Recorder, which changes none of them.
-func (r *Recorder) Unwrap() coord.Coordinator { return r.inner }
+// Unwrap returns the decorated coordinator (to reach a backend's own
+// methods, such as etcd's Client).
+func (r *recorder) Unwrap() coord.Coordinator { return r.inner }
 
 // Store returns the store the events are written to.
-func (r *Recorder) Store() Store { return r.store }
+func (r *recorder) Store() Store { return r.store }
 
 // Acquire implements coord.Coordinator and records the acquisition.
-func (r *Recorder) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+func (r *recorder) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	start := time.Now()
 	l, look, err := r.acquire(ctx, name, opts)
 	if err != nil {
@@ -118,7 +142,7 @@ func (r *Recorder) Acquire(ctx context.Context, name string, opts coord.AcquireO
 // acquire acquires through the store when it can look at the lock's last
 // lease event in the same step (AcquireLooker), else on the coordinator;
 // look is that look, or nil.
-func (r *Recorder) acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, func(context.Context) (Event, bool, error), error) {
+func (r *recorder) acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, func(context.Context) (Event, bool, error), error) {
 	if al, ok := r.store.(AcquireLooker); ok {
 		return al.AcquireLooking(ctx, r.inner, name, opts, scanBack)
 	}
@@ -131,7 +155,7 @@ func (r *Recorder) acquire(ctx context.Context, name string, opts coord.AcquireO
 // (of a semaphore, slots above 1, only when it no longer holds a slot: its
 // holders overlap). look is the store's look at the lock's last lease event
 // made with the acquisition (nil: none was made, and it reads it now).
-func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, look func(context.Context) (Event, bool, error)) {
+func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, look func(context.Context) (Event, bool, error)) {
 	// The lease is running: spend at most a quarter of it on the history.
 	timeout := r.opts.RecordTimeout
 	if q := l.TTL / 4; q > 0 && q < timeout {
@@ -153,11 +177,11 @@ func (r *Recorder) recordAcquired(ctx context.Context, name string, l *coord.Lea
 // lock name, a semaphore of slots (false for a lock: one holder, and a new
 // one holds it now). When the lock cannot be read it says yes: no expired
 // is recorded that may be false.
-func (r *Recorder) stillHolds(ctx context.Context, name string, token uint64, slots int) bool {
+func (r *recorder) stillHolds(ctx context.Context, name string, token uint64, slots int) bool {
 	if slots <= 1 {
 		return false
 	}
-	info, err := coord.Peek(ctx, r.inner, name)
+	info, err := r.inner.Inspect(ctx, name)
 	if err != nil {
 		return true
 	}
@@ -180,7 +204,7 @@ func holderWith(info coord.LockInfo, leaseID string) (coord.LockInfo, bool) {
 }
 
 // Renew implements coord.Coordinator. Renewals are not recorded.
-func (r *Recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
+func (r *recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
 	return r.inner.Renew(ctx, name, leaseID)
 }
 
@@ -189,7 +213,7 @@ func (r *Recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renew
 // lock's last lease event is its acquired, found by its token when the
 // lease was acquired through this Recorder, else by its lease id (a release
 // from another process, such as `fence release` after `fence acquire`).
-func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
+func (r *recorder) Release(ctx context.Context, name, leaseID string) error {
 	r.inflight.wait(name)
 	known, isKnown := r.forget(leaseID)
 	if isKnown {
@@ -197,9 +221,7 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 			return err
 		}
 	}
-	// Only the holder matters here, not its TTL: on etcd a Peek saves a
-	// request on the way to the release, which a successor waits for.
-	info, ierr := coord.Peek(ctx, r.inner, name)
+	info, ierr := r.inner.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	now := r.opts.Now()
@@ -239,7 +261,7 @@ func (r *Recorder) Release(ctx context.Context, name, leaseID string) error {
 // acquired in one step with the release, where the store can
 // (ReleaseAppender) and no event is pending (they go first, and would not
 // be in that step). done false: nothing was written or released.
-func (r *Recorder) releaseRecorded(ctx context.Context, name, leaseID string, known heldLease) (done bool, err error) {
+func (r *recorder) releaseRecorded(ctx context.Context, name, leaseID string, known heldLease) (done bool, err error) {
 	ra, ok := r.store.(ReleaseAppender)
 	if !ok {
 		return false, nil
@@ -262,7 +284,7 @@ func (r *Recorder) releaseRecorded(ctx context.Context, name, leaseID string, kn
 // around a call with ctx: by RecordTimeout, and by ctx's deadline when that
 // comes first, but not by ctx's cancellation (a record that must precede a
 // release is not dropped because the caller gave up waiting).
-func (r *Recorder) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (r *recorder) recordContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := r.opts.RecordTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		d = max(min(d, time.Until(dl)), 0)
@@ -272,13 +294,13 @@ func (r *Recorder) recordContext(ctx context.Context) (context.Context, context.
 
 // Revoke implements coord.Coordinator and records revoked for the lease it
 // ends.
-func (r *Recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+func (r *recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
 	return r.revoke(ctx, name, 0, func() (coord.LockInfo, error) { return r.inner.Revoke(ctx, name) })
 }
 
 // revoke records revoked around end, which ends the lease of lock name held
 // under token (0: whoever holds it).
-func (r *Recorder) revoke(ctx context.Context, name string, token uint64, end func() (coord.LockInfo, error)) (coord.LockInfo, error) {
+func (r *recorder) revoke(ctx context.Context, name string, token uint64, end func() (coord.LockInfo, error)) (coord.LockInfo, error) {
 	r.inflight.wait(name)
 	info, ierr := r.inner.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
@@ -302,38 +324,24 @@ func (r *Recorder) revoke(ctx context.Context, name string, token uint64, end fu
 }
 
 // revoked is the revoked event of the holder i.
-func (r *Recorder) revoked(name string, i coord.LockInfo) Event {
+func (r *recorder) revoked(name string, i coord.LockInfo) Event {
 	now := r.opts.Now()
 	return Event{Time: now, Lock: name, Kind: Revoked, Holder: i.Holder, Token: i.Token, HeldFor: i.HeldFor(now)}
 }
 
 // wasAsked reports whether this Recorder recorded a stop request of the
 // holder of lock name with token (its revoked is on record).
-func (r *Recorder) wasAsked(name string, token uint64) bool {
+func (r *recorder) wasAsked(name string, token uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return token != 0 && r.asked[name] == token
 }
 
-// stopRequester is the decorated coordinator's StopRequester.
-func (r *Recorder) stopRequester() (coord.StopRequester, error) {
-	var s coord.StopRequester
-	if coord.As(r.inner, &s) {
-		return s, nil
-	}
-	return nil, fmt.Errorf("%w: %s cannot ask a holder to stop", errors.ErrUnsupported, r.inner.Describe())
-}
-
-// RequestStop implements coord.StopRequester when the decorated
-// coordinator does (else the error wraps errors.ErrUnsupported). A holder
+// RequestStop implements coord.Coordinator. A holder
 // that was asked is on record as revoked: asked to stop, it ends its lease.
-func (r *Recorder) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
-	s, err := r.stopRequester()
-	if err != nil {
-		return coord.LockInfo{Name: name}, false, err
-	}
+func (r *recorder) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
 	r.inflight.wait(name)
-	info, asked, err := s.RequestStop(ctx, name, token)
+	info, asked, err := r.inner.RequestStop(ctx, name, token)
 	if err != nil || !asked || r.wasAsked(name, info.Token) {
 		return info, asked, err
 	}
@@ -349,59 +357,49 @@ func (r *Recorder) RequestStop(ctx context.Context, name string, token uint64) (
 	return info, asked, nil
 }
 
-// WaitEnded implements coord.StopRequester when the decorated coordinator
-// does (else the error wraps errors.ErrUnsupported).
-func (r *Recorder) WaitEnded(ctx context.Context, name string, token uint64) error {
-	s, err := r.stopRequester()
-	if err != nil {
-		return err
-	}
-	return s.WaitEnded(ctx, name, token)
+// WaitEnded implements coord.Coordinator.
+func (r *recorder) WaitEnded(ctx context.Context, name string, token uint64) error {
+	return r.inner.WaitEnded(ctx, name, token)
 }
 
-// RevokeToken implements coord.StopRequester when the decorated
-// coordinator does (else the error wraps errors.ErrUnsupported), and
-// records revoked as Revoke does, unless it is on record from RequestStop.
-func (r *Recorder) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
-	s, err := r.stopRequester()
-	if err != nil {
-		return coord.LockInfo{Name: name}, err
-	}
-	return r.revoke(ctx, name, token, func() (coord.LockInfo, error) { return s.RevokeToken(ctx, name, token) })
+// RevokeToken implements coord.Coordinator, and records revoked as Revoke
+// does, unless it is on record from RequestStop.
+func (r *recorder) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	return r.revoke(ctx, name, token, func() (coord.LockInfo, error) { return r.inner.RevokeToken(ctx, name, token) })
 }
 
 // Inspect implements coord.Coordinator.
-func (r *Recorder) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+func (r *recorder) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
 	return r.inner.Inspect(ctx, name)
 }
 
 // List implements coord.Coordinator.
-func (r *Recorder) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+func (r *recorder) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
 	return r.inner.List(ctx, prefix)
 }
 
 // Watch implements coord.Coordinator.
-func (r *Recorder) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+func (r *recorder) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	return r.inner.Watch(ctx, prefix)
 }
 
 // Describe implements coord.Coordinator.
-func (r *Recorder) Describe() string { return r.inner.Describe() }
+func (r *recorder) Describe() string { return r.inner.Describe() }
 
 // Close writes what is still pending (briefly) and closes the decorated
 // coordinator.
-func (r *Recorder) Close() error { return r.CloseContext(context.Background()) }
+func (r *recorder) Close() error { return r.CloseContext(context.Background()) }
 
 // CloseContext is Close with the writes of what is still pending bounded by
 // ctx's deadline too (a caller that must exit soon, like `fence run` after
 // it stopped its command on a coordinator that does not answer): what
 // cannot be written by then is kept in the spool (WithSpool), else logged
 // as lost.
-func (r *Recorder) CloseContext(ctx context.Context) error {
+func (r *recorder) CloseContext(ctx context.Context) error {
 	r.inflight.wait()
 	ctx, cancel := r.recordContext(ctx)
 	defer cancel()
-	if err := r.pending.Flush(ctx); err != nil {
+	if err := r.pending.flush(ctx); err != nil {
 		r.keep(err)
 	}
 	return r.inner.Close()
@@ -409,9 +407,9 @@ func (r *Recorder) CloseContext(ctx context.Context) error {
 
 // keep puts the pending events, which could not be written (err), in the
 // spool, and says so.
-func (r *Recorder) keep(err error) {
+func (r *recorder) keep(err error) {
 	if r.spool == nil {
-		r.log.Warn("history: events could not be recorded", "events", r.pending.Len(), "err", err)
+		r.log.Warn("history: events could not be recorded", "events", r.pending.count(), "err", err)
 		return
 	}
 	evs := r.pending.take()
@@ -429,15 +427,15 @@ func (r *Recorder) keep(err error) {
 
 // FlushSpool writes the events kept in the spool (WithSpool) to the store,
 // with their original times, oldest first, and returns how many it wrote.
-// Its writes are bounded by SpoolFlushTimeout (and ctx's deadline). Of
+// Its writes are bounded by spoolFlushTimeout (and ctx's deadline). Of
 // Recorders flushing one spool at once, each file is written by one. A
 // damaged spool file is set aside with a warning. Without a spool it does
 // nothing.
-func (r *Recorder) FlushSpool(ctx context.Context) (int, error) {
+func (r *recorder) FlushSpool(ctx context.Context) (int, error) {
 	if r.spool == nil {
 		return 0, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, SpoolFlushTimeout)
+	ctx, cancel := context.WithTimeout(ctx, spoolFlushTimeout)
 	defer cancel()
 	return r.spool.flush(ctx, r.store)
 }
@@ -445,16 +443,16 @@ func (r *Recorder) FlushSpool(ctx context.Context) (int, error) {
 // Record implements Historian: it writes the events still pending,
 // then ev; when that fails, ev is kept to be written later and the error is
 // returned. A zero ev.Time is now.
-func (r *Recorder) Record(ctx context.Context, ev Event) error {
+func (r *recorder) Record(ctx context.Context, ev Event) error {
 	if ev.Time.IsZero() {
 		ev.Time = r.opts.Now()
 	}
 	r.inflight.wait(ev.Lock)
-	return r.pending.Record(ctx, ev)
+	return r.pending.record(ctx, ev)
 }
 
 // Append records events in order, as Record does.
-func (r *Recorder) Append(ctx context.Context, evs []Event) error {
+func (r *recorder) Append(ctx context.Context, evs []Event) error {
 	now := r.opts.Now()
 	evs = append([]Event(nil), evs...)
 	for i := range evs {
@@ -465,29 +463,29 @@ func (r *Recorder) Append(ctx context.Context, evs []Event) error {
 	if len(evs) > 0 {
 		r.inflight.wait(locksOf(evs)...)
 	}
-	return r.pending.Append(ctx, evs)
+	return r.pending.appendEvents(ctx, evs)
 }
 
 // History implements Historian.
-func (r *Recorder) History(ctx context.Context, lock string, limit int) ([]Event, error) {
+func (r *recorder) History(ctx context.Context, lock string, limit int) ([]Event, error) {
 	return r.store.History(ctx, lock, limit)
 }
 
 // Since implements Reader.
-func (r *Recorder) Since(ctx context.Context, lock string, after uint64) ([]Entry, error) {
+func (r *recorder) Since(ctx context.Context, lock string, after uint64) ([]Entry, error) {
 	return r.store.Since(ctx, lock, after)
 }
 
 // Heads implements Reader.
-func (r *Recorder) Heads(ctx context.Context) ([]Head, error) { return r.store.Heads(ctx) }
+func (r *recorder) Heads(ctx context.Context) ([]Head, error) { return r.store.Heads(ctx) }
 
 // Pending returns the number of events not yet written.
-func (r *Recorder) Pending() int { return r.pending.Len() }
+func (r *recorder) Pending() int { return r.pending.count() }
 
 // write records events on the Recorder's own behalf: failures are logged,
 // and the events kept for later.
-func (r *Recorder) write(ctx context.Context, evs ...Event) {
-	err := r.pending.Append(ctx, evs)
+func (r *recorder) write(ctx context.Context, evs ...Event) {
+	err := r.pending.appendEvents(ctx, evs)
 	if err == nil {
 		return
 	}
@@ -496,12 +494,12 @@ func (r *Recorder) write(ctx context.Context, evs ...Event) {
 		level = slog.LevelDebug // nothing an operator can do about it
 	}
 	r.log.Log(ctx, level, "history: could not record event", "lock", evs[0].Lock, "kind", string(evs[len(evs)-1].Kind),
-		"pending", r.pending.Len(), "err", err)
+		"pending", r.pending.count(), "err", err)
 }
 
 // lastLeaseEvent returns the latest acquired, released, revoked or expired
 // event among the last scanBack events of lock.
-func (r *Recorder) lastLeaseEvent(ctx context.Context, lock string, look func(context.Context) (Event, bool, error)) (Event, bool) {
+func (r *recorder) lastLeaseEvent(ctx context.Context, lock string, look func(context.Context) (Event, bool, error)) (Event, bool) {
 	if look == nil {
 		if lr, ok := r.store.(leaseReader); ok {
 			look = func(ctx context.Context) (Event, bool, error) { return lr.LastLease(ctx, lock, scanBack) }
@@ -545,7 +543,7 @@ type latestReader interface {
 	Latest(ctx context.Context, lock string, n int) ([]Event, error)
 }
 
-func (r *Recorder) remember(id string, h heldLease) {
+func (r *recorder) remember(id string, h heldLease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.held) >= maxHeld {
@@ -557,7 +555,7 @@ func (r *Recorder) remember(id string, h heldLease) {
 	r.held[id] = h
 }
 
-func (r *Recorder) forget(id string) (heldLease, bool) {
+func (r *recorder) forget(id string) (heldLease, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, ok := r.held[id]

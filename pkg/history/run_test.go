@@ -21,7 +21,7 @@ import (
 // events in the lock's history.
 func TestRunLeavesEvents(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
-	open := func(t *testing.T) *history.Recorder {
+	open := func(t *testing.T) history.Recorder {
 		c, err := local.Open(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -41,7 +41,7 @@ func TestRunLeavesEvents(t *testing.T) {
 		})
 		return code
 	}
-	token := func(t *testing.T, r *history.Recorder, lock string) uint64 {
+	token := func(t *testing.T, r history.Recorder, lock string) uint64 {
 		evs, err := r.History(ctxT(t), lock, 0)
 		if err != nil || len(evs) == 0 {
 			t.Fatalf("no history for %s: %v", lock, err)

@@ -40,13 +40,13 @@ import (
 // Bounds of a spool directory: beyond them the oldest files are dropped
 // (and counted in a warning).
 const (
-	SpoolMaxEvents = 1000
-	SpoolMaxBytes  = 1 << 20
+	spoolMaxEvents = 1000
+	spoolMaxBytes  = 1 << 20
 )
 
-// SpoolFlushTimeout bounds FlushSpool's writes when its context has no
+// spoolFlushTimeout bounds FlushSpool's writes when its context has no
 // sooner deadline.
-const SpoolFlushTimeout = time.Second
+const spoolFlushTimeout = time.Second
 
 const (
 	spoolExt   = ".jsonl"
@@ -71,7 +71,7 @@ type spool struct {
 }
 
 func newSpool(dir string, log *slog.Logger) *spool {
-	return &spool{dir: dir, maxEvents: SpoolMaxEvents, maxBytes: SpoolMaxBytes, log: log}
+	return &spool{dir: dir, maxEvents: spoolMaxEvents, maxBytes: spoolMaxBytes, log: log}
 }
 
 // spooled is the stored form of an event (Event leaves its durations out of

@@ -59,7 +59,7 @@ func newSpoolRig(t *testing.T) *spoolRig {
 }
 
 // recorder is one command's Recorder, with the spool.
-func (g *spoolRig) recorder() *history.Recorder {
+func (g *spoolRig) recorder() history.Recorder {
 	c, err := local.Open(g.state)
 	if err != nil {
 		g.t.Fatal(err)

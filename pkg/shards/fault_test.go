@@ -81,10 +81,7 @@ func TestThawedShardTaken(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
 			admin := b.open(t)
-			var lim coord.Limiter
-			if !coord.As(admin, &lim) {
-				t.Fatalf("%s: no Limiter", b.name)
-			}
+			lim := admin
 			group := "thaw-" + b.name
 			if err := lim.SetLimit(ctx, coord.Limit{Name: shards.ShardLock(group, 1), Max: 0, Reason: "test"}); err != nil {
 				t.Fatal(err)

@@ -632,13 +632,8 @@ func (l *memberLoop) recheckLimits() {
 	if len(l.heldBack) == 0 {
 		return
 	}
-	var lim coord.Limiter
-	if !coord.As(m.c, &lim) {
-		clear(l.heldBack)
-		return
-	}
 	ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
-	ls, err := lim.Limits(ctx)
+	ls, err := m.c.Limits(ctx)
 	cancel()
 	if err == nil {
 		m.mu.Lock()
@@ -844,14 +839,10 @@ type leaseWatch struct {
 }
 
 // watchLease watches l until the member ends or the watch is stopped; nil
-// when the coordinator cannot (the renewals still find a revoked lease).
+// when the watch cannot start (the renewals still find a revoked lease).
 func (m *Member) watchLease(l coord.Lease) *leaseWatch {
-	var w coord.LeaseWatcher
-	if !coord.As(m.c, &w) {
-		return nil
-	}
 	ctx, cancel := context.WithCancel(m.ctx)
-	ch, err := w.WatchLease(ctx, l.Name, l.ID)
+	ch, err := m.c.WatchLease(ctx, l.Name, l.ID)
 	if err != nil {
 		cancel()
 		return nil

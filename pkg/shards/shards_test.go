@@ -407,10 +407,7 @@ func TestRevokeShard(t *testing.T) {
 				}
 			}
 			admin := b.open(t)
-			sr, ok := admin.(coord.StopRequester)
-			if !ok {
-				t.Fatalf("%s: no StopRequester", b.name)
-			}
+			sr := admin
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			t0 := time.Now()

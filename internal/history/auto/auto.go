@@ -33,26 +33,24 @@ type etcdBackend interface {
 }
 
 // Store opens the history store of c (the Recorder's own when c is a
-// history.Recorder; decorators are looked through with coord.As). A
+// history.Recorder; its backend otherwise). A
 // coordinator of another kind, or invalid options, are refused with an error wrapping coord.ErrInvalid. A local
 // history directory that cannot be opened (a symbolic link, another user's)
 // does not fail Store: it returns a store whose every call fails with that
 // error, so that lease operations go on while reads of the history say what
 // is wrong.
 func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
-	var r *history.Recorder
-	if coord.As(c, &r) {
+	if r, ok := c.(history.Recorder); ok {
 		return r.Store(), nil
 	}
 	if _, err := history.NewOptions(opts...); err != nil {
 		return nil, err
 	}
-	var eb etcdBackend
-	if coord.As(c, &eb) {
+	c = Backend(c)
+	if eb, ok := c.(etcdBackend); ok {
 		return etcdstore.New(eb.Client(), eb.Prefix(), opts...)
 	}
-	var lb localBackend
-	if coord.As(c, &lb) {
+	if lb, ok := c.(localBackend); ok {
 		s, err := localstore.Open(lb.Dir(), opts...)
 		if err != nil {
 			return failing{err}, nil
@@ -75,10 +73,23 @@ func (f failing) History(context.Context, string, int) ([]history.Event, error) 
 	return nil, f.err
 }
 
+// Backend returns the coordinator that c records the history of, when c is
+// a history.Recorder, else c: the backend, for its own methods (etcd's
+// Client).
+func Backend(c coord.Coordinator) coord.Coordinator {
+	for {
+		r, ok := c.(history.Recorder)
+		if !ok {
+			return c
+		}
+		c = r.Unwrap()
+	}
+}
+
 // Wrap returns c decorated with a history.Recorder on its own store; c
 // itself when it is a Recorder already.
-func Wrap(c coord.Coordinator, opts ...history.Option) (*history.Recorder, error) {
-	if r, ok := c.(*history.Recorder); ok {
+func Wrap(c coord.Coordinator, opts ...history.Option) (history.Recorder, error) {
+	if r, ok := c.(history.Recorder); ok {
 		return r, nil // not through other decorators: they would be lost
 	}
 	s, err := Store(c, opts...)

@@ -13,7 +13,6 @@ import (
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/coordtest"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/history"
@@ -32,10 +31,6 @@ func roundTrip(t *testing.T, c coord.Coordinator, want history.Store) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	// fence's commands hold their leases through r: it must keep every
-	// capability of c (on etcd, the asynchronous renewals, the lease watch
-	// and the cheap read of the holder).
-	coordtest.CheckDecorator(t, c, r, "Historian", "StopRequester") // the Recorder records the ask
 	if again, err := auto.Wrap(r); err != nil || again != r {
 		t.Fatalf("Wrap(Recorder) = %v, %v; want the same Recorder", again, err)
 	}

@@ -178,10 +178,6 @@ type closedOnce struct {
 	closed *atomic.Bool
 }
 
-// Unwrap implements coord.Unwrapper: the client's capabilities are its
-// coordinator's.
-func (c closedOnce) Unwrap() coord.Coordinator { return c.Coordinator }
-
 func (c closedOnce) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		return c.Coordinator.Close()

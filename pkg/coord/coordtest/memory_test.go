@@ -2,6 +2,7 @@ package coordtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -474,3 +475,40 @@ func (c *memClient) Watch(ctx context.Context, prefix string) (<-chan coord.Even
 
 func (c *memClient) Describe() string { return "memory" }
 func (c *memClient) Close() error     { return nil }
+
+// The memory coordinator has only the core of the contract: the cases of
+// the rest are skipped on errors.ErrUnsupported.
+
+func (c *memClient) AttachProcess(context.Context, string, string, coord.ProcessInfo) error {
+	return errors.ErrUnsupported
+}
+func (c *memClient) WatchLease(context.Context, string, string) (<-chan error, error) {
+	return nil, errors.ErrUnsupported
+}
+func (c *memClient) RequestStop(_ context.Context, name string, _ uint64) (coord.LockInfo, bool, error) {
+	return coord.LockInfo{Name: name}, false, errors.ErrUnsupported
+}
+func (c *memClient) WaitEnded(context.Context, string, uint64) error { return errors.ErrUnsupported }
+func (c *memClient) RevokeToken(_ context.Context, name string, _ uint64) (coord.LockInfo, error) {
+	return coord.LockInfo{Name: name}, errors.ErrUnsupported
+}
+func (c *memClient) SetLimit(context.Context, coord.Limit) error { return errors.ErrUnsupported }
+func (c *memClient) ClearLimit(context.Context, string, bool) (coord.Limit, bool, error) {
+	return coord.Limit{}, false, errors.ErrUnsupported
+}
+func (c *memClient) Limits(context.Context) ([]coord.Limit, error) { return nil, errors.ErrUnsupported }
+func (c *memClient) Completion(context.Context, string, string) (coord.Completion, bool, error) {
+	return coord.Completion{}, false, errors.ErrUnsupported
+}
+func (c *memClient) Complete(context.Context, string, coord.Completion, time.Duration) error {
+	return errors.ErrUnsupported
+}
+func (c *memClient) Mark(context.Context, coord.Completion, time.Duration) error {
+	return errors.ErrUnsupported
+}
+func (c *memClient) Forget(context.Context, string, string) (bool, error) {
+	return false, errors.ErrUnsupported
+}
+func (c *memClient) Completions(context.Context, string) ([]coord.Completion, error) {
+	return nil, errors.ErrUnsupported
+}

@@ -26,12 +26,8 @@ func (s *suite) needProcessLeases(t *testing.T) {
 	}
 }
 
-// attacher returns the client's ProcessAttacher, if it has one.
-func attacher(c coord.Coordinator) (coord.ProcessAttacher, bool) {
-	var a coord.ProcessAttacher
-	ok := coord.As(c, &a)
-	return a, ok
-}
+// attacher returns c.
+func attacher(c coord.Coordinator) (coord.Coordinator, bool) { return c, true }
 
 // ownGroup puts a helper in a process group of its own, as fence run puts
 // its command.
@@ -101,7 +97,7 @@ func (s *suite) attachProcessTakeover(t *testing.T) {
 	c1, c2 := s.client(t), s.client(t)
 	a, ok := attacher(c1)
 	if !ok {
-		t.Fatalf("%T does not implement coord.ProcessAttacher", c1)
+		t.Fatalf("%T does not implement coord.Coordinator", c1)
 	}
 	sleeper := s.spawn(t, ownGroup, "sleep")
 	sm := sleeper.next(t, "ready")

@@ -10,22 +10,27 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// stopper returns c's StopRequester and LeaseWatcher, or skips t when the
-// backend has them not.
-func stopper(t *testing.T, c coord.Coordinator) (coord.StopRequester, coord.LeaseWatcher) {
+// stopper returns c twice (as the stop requester and the lease watcher),
+// skipping the case when it cannot watch a lease (a kit's own partial
+// coordinator: WatchLease returns errors.ErrUnsupported).
+func stopper(t *testing.T, c coord.Coordinator) (coord.Coordinator, coord.Coordinator) {
 	t.Helper()
-	var (
-		s coord.StopRequester
-		w coord.LeaseWatcher
-	)
-	if !coord.As(c, &s) || !coord.As(c, &w) {
-		t.Skip("the backend has no StopRequester and LeaseWatcher")
+	cx, cancel := context.WithCancel(ctx(t))
+	defer cancel()
+	ch, err := c.WatchLease(cx, "probe", "probe")
+	if errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("the backend cannot watch a lease")
 	}
-	return s, w
+	if err == nil {
+		cancel()
+		for range ch {
+		}
+	}
+	return c, c
 }
 
 // watchLease starts a lease watch that ends with t.
-func watchLease(t *testing.T, w coord.LeaseWatcher, l *coord.Lease) <-chan error {
+func watchLease(t *testing.T, w coord.Coordinator, l *coord.Lease) <-chan error {
 	t.Helper()
 	cx, cancel := context.WithCancel(ctx(t))
 	ch, err := w.WatchLease(cx, l.Name, l.ID)

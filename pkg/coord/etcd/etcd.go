@@ -163,7 +163,6 @@ type Coordinator struct {
 
 var (
 	_ coord.Coordinator = (*Coordinator)(nil)
-	_ coord.Peeker      = (*Coordinator)(nil)
 )
 
 // New connects to the cluster and checks, with a real request, that it

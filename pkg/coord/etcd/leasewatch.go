@@ -12,9 +12,9 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.LeaseWatcher = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)
 
-// WatchLease implements coord.LeaseWatcher with one etcd watch on the
+// WatchLease implements coord.Coordinator with one etcd watch on the
 // lease's key on lock name (that key only: no other lock's key, whatever its
 // name, is in the range). For a lease that this Coordinator put on the lock
 // (and has not released), the watch starts from the key's creation, the

@@ -187,4 +187,4 @@ func (c *Coordinator) markHeldBack(ctx context.Context, key string, id clientv3.
 	}
 }
 
-var _ coord.Limiter = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)

@@ -29,7 +29,7 @@ import (
 // revoked or released cannot write a record. The retention lease is granted
 // first and revoked when the transaction writes nothing.
 
-var _ coord.Completer = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)
 
 func (c *Coordinator) onceRange(lock string) string {
 	return c.prefix + "once/" + url.PathEscape(lock) + "/"

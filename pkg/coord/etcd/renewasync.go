@@ -11,9 +11,9 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.AsyncRenewer = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)
 
-// RenewAsync implements coord.AsyncRenewer: it renews the lease as Renew
+// RenewAsync implements coord.Coordinator: it renews the lease as Renew
 // does, with one keep-alive on the shared stream, and returns at once. The
 // answer is handed to done by the stream's receiver: no goroutine waits for
 // it. A lease that this Coordinator did not put on lock name is renewed by

@@ -13,7 +13,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.StopRequester = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)
 
 // holderKV reads lock name and returns its holder's key (nil when the lock
 // is free) with the lock's info (with the holder's TTL when withTTL),
@@ -66,7 +66,7 @@ func (c *Coordinator) holderKV(ctx context.Context, name string, token uint64, o
 	return resp.Kvs[0], info, nil
 }
 
-// RequestStop implements coord.StopRequester: it sets stop_requested_at in
+// RequestStop implements coord.Coordinator: it sets stop_requested_at in
 // the value of the holder's key, with one transaction that puts it only if
 // the key has not changed since it was read (and keeps the key's lease).
 // The holder's lease watch (WatchLease) follows that very key and sees the
@@ -102,7 +102,7 @@ func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64
 	}
 }
 
-// RevokeToken implements coord.StopRequester: Revoke, limited to the holder
+// RevokeToken implements coord.Coordinator: Revoke, limited to the holder
 // with token. The lease read with that token is revoked; the read and the
 // revoke are two requests, and a Coordinator that acquires the same lock in
 // a loop (keeping its lease, see leases) could hold it again in between
@@ -124,7 +124,7 @@ func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64
 	return info, nil
 }
 
-// WaitEnded implements coord.StopRequester: it reads the holder's key and
+// WaitEnded implements coord.Coordinator: it reads the holder's key and
 // watches it until it is deleted (the lease released, revoked or expired).
 // A failed watch reads the key again.
 func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {

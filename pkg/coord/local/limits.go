@@ -257,4 +257,4 @@ func (c *Coordinator) settle(ctx context.Context, name string, prefix bool) erro
 	return nil
 }
 
-var _ coord.Limiter = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)

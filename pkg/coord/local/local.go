@@ -163,8 +163,7 @@ type Coordinator struct {
 }
 
 var (
-	_ coord.Coordinator     = (*Coordinator)(nil)
-	_ coord.ProcessAttacher = (*Coordinator)(nil)
+	_ coord.Coordinator = (*Coordinator)(nil)
 )
 
 // Option configures Open.

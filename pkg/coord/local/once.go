@@ -32,7 +32,7 @@ import (
 // flock (a rename is atomic). An expired record reads as absent and is
 // removed by the lock's next write or listing.
 
-var _ coord.Completer = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)
 
 // onceDir is the directory of lock name's completion records.
 func (c *Coordinator) onceDir(name string) string {

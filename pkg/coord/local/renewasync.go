@@ -10,9 +10,9 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.AsyncRenewer = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)
 
-// RenewAsync implements coord.AsyncRenewer: the renewals it is given run on
+// RenewAsync implements coord.Coordinator: the renewals it is given run on
 // one goroutine of the Coordinator, one after the other, as Renew runs them,
 // each taking the lock's flock without waiting. A renewal that finds the
 // flock held (another process in the middle of an update of that lock) goes

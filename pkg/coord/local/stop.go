@@ -70,7 +70,7 @@ func (c *Coordinator) ringLock(f lockFiles) {
 	_, _ = unix.Pwrite(fd, []byte{'!'}, 0)
 }
 
-var _ coord.StopRequester = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)
 
 // checkToken refuses a live holder h whose token is not token (0: any).
 func checkToken(name string, h *holder, token uint64) error {
@@ -80,7 +80,7 @@ func checkToken(name string, h *holder, token uint64) error {
 	return nil
 }
 
-// RequestStop implements coord.StopRequester. A lease is asked when it is
+// RequestStop implements coord.Coordinator. A lease is asked when it is
 // attached to processes (fence run) and one of its supervising processes
 // is alive (or it was recorded in another PID namespace, where they cannot
 // be checked): they are the ones who answer. A lease taken without
@@ -148,13 +148,13 @@ func supervised(h *holder) bool {
 	return false
 }
 
-// RevokeToken implements coord.StopRequester: Revoke, limited to the holder
+// RevokeToken implements coord.Coordinator: Revoke, limited to the holder
 // with token (0: any).
 func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	return c.revoke(ctx, name, token)
 }
 
-// WaitEnded implements coord.StopRequester. It follows the hold as a
+// WaitEnded implements coord.Coordinator. It follows the hold as a
 // waiter does, without a place in the queue: it wakes when the lock file
 // is written (the holder released after an ask, or the lease was revoked),
 // when one of the holder's processes exits, and at the lease's expiry.
@@ -199,9 +199,9 @@ func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 	}
 }
 
-var _ coord.LeaseWatcher = (*Coordinator)(nil)
+var _ coord.Coordinator = (*Coordinator)(nil)
 
-// WatchLease implements coord.LeaseWatcher. It wakes only when the lock's
+// WatchLease implements coord.Coordinator. It wakes only when the lock's
 // lock file is written (see above), then reads the state: a stop request
 // for the lease's token is ErrStopRequested; the lease no longer live
 // (revoked, released or replaced, expired, abandoned) is ErrLeaseLost.

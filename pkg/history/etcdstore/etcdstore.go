@@ -630,8 +630,8 @@ var _ history.AcquireLooker = (*Store)(nil)
 // coordinator (Acquire was c's own) or when the lease took the lock another
 // way (a semaphore's slot: see AcquireWith).
 func (s *Store) AcquireLooking(ctx context.Context, c coord.Coordinator, name string, opts coord.AcquireOptions, n int) (*coord.Lease, func(context.Context) (history.Event, bool, error), error) {
-	var ec *etcd.Coordinator
-	if !coord.As(c, &ec) || ec.Client() != s.cli || ec.Prefix() != s.prefix || coord.ValidateName(name) != nil {
+	ec, ok := c.(*etcd.Coordinator)
+	if !ok || ec.Client() != s.cli || ec.Prefix() != s.prefix || coord.ValidateName(name) != nil {
 		l, err := c.Acquire(ctx, name, opts)
 		return l, nil, err
 	}
@@ -665,8 +665,8 @@ var _ history.ReleaseAppender = (*Store)(nil)
 // records and releases the usual way. An error with done true is the
 // release's (see ReleaseWith): the event is written.
 func (s *Store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
-	var ec *etcd.Coordinator
-	if !coord.As(c, &ec) || ec.Client() != s.cli || ec.Prefix() != s.prefix {
+	ec, ok := c.(*etcd.Coordinator)
+	if !ok || ec.Client() != s.cli || ec.Prefix() != s.prefix {
 		return false, nil
 	}
 	if ev, err = history.Normalize(ev, s.opts.Now()); err != nil {

@@ -209,7 +209,7 @@ func acquireAfter(t *testing.T, ctx context.Context, c coord.Coordinator, holder
 
 // recorderOf is the Recorder of a process on cli: its coordinator
 // (etcd.NewFromClient) and its store under prefix.
-func recorderOf(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string) *history.Recorder {
+func recorderOf(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string) history.Recorder {
 	t.Helper()
 	c, err := etcd.NewFromClient(ctx, cli, prefix)
 	if err != nil {

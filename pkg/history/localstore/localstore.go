@@ -858,8 +858,8 @@ var _ history.ReleaseAppender = (*Store)(nil)
 // releases the usual way. An error with done true is the release's (the
 // event is written), or the fsync's.
 func (s *Store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
-	var lc *local.Coordinator
-	if !coord.As(c, &lc) || filepath.Clean(filepath.Join(lc.Dir(), Dir)) != filepath.Clean(s.dir) {
+	lc, ok := c.(*local.Coordinator)
+	if !ok || filepath.Clean(filepath.Join(lc.Dir(), Dir)) != filepath.Clean(s.dir) {
 		return false, nil
 	}
 	if ev, err = history.Normalize(ev, s.opts.Now()); err != nil {

@@ -1,0 +1,20 @@
+package history
+
+import "context"
+
+// What the external tests reach of the package's internals.
+
+const SpoolMaxEvents = spoolMaxEvents
+
+// Pending is the pending buffer a Recorder writes through.
+type Pending struct{ p *pendingEvents }
+
+func NewPending(h Historian, max int) Pending { return Pending{newPending(h, max)} }
+
+func (p Pending) Record(ctx context.Context, ev Event) error    { return p.p.record(ctx, ev) }
+func (p Pending) Append(ctx context.Context, evs []Event) error { return p.p.appendEvents(ctx, evs) }
+func (p Pending) Flush(ctx context.Context) error               { return p.p.flush(ctx) }
+func (p Pending) Len() int                                      { return p.p.count() }
+func (p Pending) Dropped() int                                  { return p.p.droppedCount() }
+
+func WithMaxPending(n int) Option { return withMaxPending(n) }
