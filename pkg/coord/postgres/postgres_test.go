@@ -36,16 +36,7 @@ func open(url string) (*postgres.Coordinator, error) {
 	return postgres.Open(ctx, postgres.Config{URL: url})
 }
 
-var (
-	_ coord.Coordinator     = (*postgres.Coordinator)(nil)
-	_ coord.ProcessAttacher = (*postgres.Coordinator)(nil)
-	_ coord.LeaseWatcher    = (*postgres.Coordinator)(nil)
-	_ coord.Peeker          = (*postgres.Coordinator)(nil)
-	_ coord.AsyncRenewer    = (*postgres.Coordinator)(nil)
-	_ coord.StopRequester   = (*postgres.Coordinator)(nil)
-	_ coord.Completer       = (*postgres.Coordinator)(nil)
-	_ coord.Limiter         = (*postgres.Coordinator)(nil)
-)
+var _ coord.Coordinator = (*postgres.Coordinator)(nil)
 
 // TestConformance runs the coordtest suite against a real PostgreSQL.
 func TestConformance(t *testing.T) {
