@@ -211,7 +211,7 @@ func acquireAfter(t *testing.T, ctx context.Context, c coord.Coordinator, holder
 // (etcd.NewFromClient) and its store under prefix.
 func recorderOf(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string) *history.Recorder {
 	t.Helper()
-	c, err := etcd.NewFromClient(ctx, cli, prefix)
+	c, err := etcd.NewFromClient(ctx, cli, etcd.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestAcquireWithoutHistoryPermission(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints(), Username: "app", Password: "apppw", DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx, srv.Endpoints(), etcd.WithDialTimeout(5*time.Second), etcd.WithAuth("app", "apppw"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestAcquireWithoutHistoryPermission(t *testing.T) {
 	}
 
 	// A waiter's claim, which would read the head too.
-	rc, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints(), Username: "root", Password: "rootpw", DialTimeout: 5 * time.Second})
+	rc, err := etcd.New(ctx, srv.Endpoints(), etcd.WithDialTimeout(5*time.Second), etcd.WithAuth("root", "rootpw"))
 	if err != nil {
 		t.Fatal(err)
 	}
