@@ -71,10 +71,10 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// DefaultPrefix is the key prefix used without WithPrefix.
-const DefaultPrefix = "/fence/"
+// defaultPrefix is the key prefix used without WithPrefix.
+const defaultPrefix = "/fence/"
 
-// NormalPrefix is the key prefix that prefix stands for: DefaultPrefix when
+// NormalPrefix is the key prefix that prefix stands for: "/fence/" when
 // it is empty, else prefix ending in "/" ("/fence" is "/fence/"). Two
 // spellings of one prefix are then one namespace: without it "/fence" put
 // lock keys at "/fencelocks/..." beside "/fence/locks/...", and two hosts
@@ -83,7 +83,7 @@ const DefaultPrefix = "/fence/"
 // given.
 func NormalPrefix(prefix string) string {
 	if prefix == "" {
-		return DefaultPrefix
+		return defaultPrefix
 	}
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
@@ -91,8 +91,8 @@ func NormalPrefix(prefix string) string {
 	return prefix
 }
 
-// DefaultDialTimeout is used when no WithDialTimeout is given.
-const DefaultDialTimeout = 5 * time.Second
+// defaultDialTimeout is used when no WithDialTimeout is given.
+const defaultDialTimeout = 5 * time.Second
 
 // gRPC keepalive of every connection (see New).
 const (
@@ -117,11 +117,11 @@ type options struct {
 
 // WithPrefix puts prefix before every key, ending in "/" (one is added
 // when it does not: see NormalPrefix). Without it keys go under
-// DefaultPrefix.
+// "/fence/".
 func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
 
 // WithDialTimeout bounds New's connection check and login
-// (DefaultDialTimeout without it). NewFromClient ignores it: its ctx
+// (5 s without it). NewFromClient ignores it: its ctx
 // bounds its check.
 func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
 
@@ -142,7 +142,7 @@ func optionsOf(opts []Option) options {
 	}
 	o.prefix = NormalPrefix(o.prefix)
 	if o.dialTimeout <= 0 {
-		o.dialTimeout = DefaultDialTimeout
+		o.dialTimeout = defaultDialTimeout
 	}
 	return o
 }

@@ -313,7 +313,7 @@ func testPrefixWithoutSlash(t *testing.T, srv *etcdtest.Server, prefix string) {
 		t.Fatalf("keys beside the prefix: %v", k)
 	}
 	release(t, a, l)
-	if etcd.NormalPrefix("") != etcd.DefaultPrefix || etcd.NormalPrefix("x") != "x/" || etcd.NormalPrefix("/") != "/" {
+	if etcd.NormalPrefix("") != "/fence/" || etcd.NormalPrefix("x") != "x/" || etcd.NormalPrefix("/") != "/" {
 		t.Fatal("NormalPrefix")
 	}
 }

@@ -217,4 +217,6 @@ func TestStale(t *testing.T) {
 	}
 }
 
-func headerAt(rev int64) *etcdserverpb.ResponseHeader { return &etcdserverpb.ResponseHeader{Revision: rev} }
+func headerAt(rev int64) *etcdserverpb.ResponseHeader {
+	return &etcdserverpb.ResponseHeader{Revision: rev}
+}
