@@ -117,7 +117,7 @@ func (a *attempt) meta() meta {
 	return m
 }
 
-func (a *attempt) held() meta {
+func (a *attempt) heldMeta() meta {
 	m := a.meta()
 	m.AcquiredAt = &a.at
 	return m
@@ -126,7 +126,7 @@ func (a *attempt) held() meta {
 // claim is the value of a waiter's key at its turn (slot for a semaphore).
 func (a *attempt) claim(slot int) string {
 	a.at = time.Now()
-	m := a.held()
+	m := a.heldMeta()
 	m.Slot = slot
 	return m.encode()
 }
@@ -197,15 +197,15 @@ func (a *attempt) run(ctx context.Context) (*coord.Lease, error) {
 		return nil, err
 	}
 	if p.resp.Succeeded {
-		return a.lease(p.resp.Header.Revision, 0)
+		return a.held(ctx, p.resp.Header.Revision, 0)
 	}
 	if a.semaphore() && !a.waits() {
-		slot, rev, st, got, err := a.c.trySlot(ctx, a.name, a.key, a.id, a.slots, a.held(), p.sem)
+		slot, rev, st, got, err := a.c.trySlot(ctx, a.name, a.key, a.id, a.slots, a.heldMeta(), p.sem)
 		if err != nil {
 			return nil, a.c.mapErr(ctx, "acquire", err)
 		}
 		if got {
-			return a.lease(rev, slot)
+			return a.held(ctx, rev, slot)
 		}
 		p.kvs, p.lim = st.kvs, st.lim
 	}
@@ -257,7 +257,7 @@ func (a *attempt) put(ctx context.Context) (putState, error) {
 
 func (a *attempt) putTxn(ctx context.Context, limRev int64) (*clientv3.TxnResponse, error) {
 	c, lockRange := a.c, a.c.lockRange(a.name)
-	then := []clientv3.Op{clientv3.OpPut(a.key, a.held().encode(), clientv3.WithLease(a.id))}
+	then := []clientv3.Op{clientv3.OpPut(a.key, a.heldMeta().encode(), clientv3.WithLease(a.id))}
 	var els []clientv3.Op
 	if a.waits() {
 		q := a.meta()
@@ -309,6 +309,17 @@ func (a *attempt) lease(rev int64, slot int) (*coord.Lease, error) {
 		Token: tok, AcquiredAt: a.at, Slot: slot}, nil
 }
 
+// held is the lease of an attempt that took the lock at once. A grant
+// that took long (a stalled leader) leaves its send time, from which the
+// caller's safe-until counts, too far back: the lease is renewed first, as
+// a waiter's is at its turn.
+func (a *attempt) held(ctx context.Context, rev int64, slot int) (*coord.Lease, error) {
+	if err := a.freshen(ctx, coord.LockInfo{Name: a.name}, a.last.ttl/10); err != nil {
+		return nil, err
+	}
+	return a.lease(rev, slot)
+}
+
 // queue is a waiter's wait, once its key is in the queue: its lease is
 // kept alive while the caller is told and while it waits for its turn.
 func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*coord.Lease, error) {
@@ -346,7 +357,7 @@ func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*c
 	if err != nil {
 		return nil, a.waitFailed(ctx, wctx, err, cur)
 	}
-	if err := a.freshen(ctx, cur); err != nil {
+	if err := a.freshen(ctx, cur, a.last.ttl/3); err != nil {
 		return nil, err
 	}
 	return a.lease(myRev, slot)
@@ -417,14 +428,15 @@ func (a *attempt) waitFailed(ctx, wctx context.Context, err error, cur coord.Loc
 	return err
 }
 
-// stale tells that a lease's last acknowledged request, age old, is more
-// than a renewal interval old: the keep-alive failed of late.
-func stale(age, ttl time.Duration) bool { return age >= ttl/3 }
+// stale tells that a lease's last acknowledged request, age old, is older
+// than limit (for a waiter, a renewal interval: its keep-alive failed of
+// late).
+func stale(age, limit time.Duration) bool { return age >= limit }
 
-// freshen renews a waiter's lease at its turn when its last acknowledged
-// renewal is stale: the caller's safe-until counts from its send time.
-func (a *attempt) freshen(ctx context.Context, cur coord.LockInfo) error {
-	if !stale(time.Since(a.last.sent), a.last.ttl) {
+// freshen renews the attempt's lease when its last acknowledged request is
+// older than limit: the caller's safe-until counts from its send time.
+func (a *attempt) freshen(ctx context.Context, cur coord.LockInfo, limit time.Duration) error {
+	if !stale(time.Since(a.last.sent), limit) {
 		return nil
 	}
 	ttl, s, err := a.c.ka.renew(ctx, a.id)
@@ -435,6 +447,9 @@ func (a *attempt) freshen(ctx context.Context, cur coord.LockInfo) error {
 		// The claim went through just before etcd, answering again after
 		// a stall, revoked our expired lease (and the claimed key with
 		// it): TestWholeClusterStall once saw the waiter give up here.
+		if !a.waits() {
+			return fmt.Errorf("%w: lock %q: the lease ended before it could be used", coord.ErrUnavailable, a.name)
+		}
 		return &errRequeue{cur: cur, told: true}
 	}
 	a.last = ack{sent: s, ttl: time.Duration(ttl) * time.Second}

@@ -199,8 +199,8 @@ func TestAfterResult(t *testing.T) {
 	})
 }
 
-// TestStale: a waiter's lease is renewed at its turn once its last
-// acknowledgment is a renewal interval (a third of the TTL) old.
+// TestStale: a lease is renewed before use once its last acknowledgment
+// is limit old.
 func TestStale(t *testing.T) {
 	for _, tc := range []struct {
 		age, ttl time.Duration
@@ -211,7 +211,7 @@ func TestStale(t *testing.T) {
 		{5 * time.Second, 15 * time.Second, true},
 		{time.Minute, 15 * time.Second, true},
 	} {
-		if got := stale(tc.age, tc.ttl); got != tc.want {
+		if got := stale(tc.age, tc.ttl/3); got != tc.want {
 			t.Errorf("stale(%v, %v) = %v, want %v", tc.age, tc.ttl, got, tc.want)
 		}
 	}
