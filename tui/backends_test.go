@@ -35,7 +35,7 @@ func openEtcd(t *testing.T) coord.Coordinator {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints()})
+	c, err := etcd.New(ctx, srv.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestEtcdStallShows(t *testing.T) {
 	srv := etcdproc.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints()})
+	c, err := etcd.New(ctx, srv.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ type fenceWorker struct {
 }
 
 func newFence(ctx context.Context, endpoints []string, prefix string, i int) (worker, error) {
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: endpoints, Prefix: prefix, DialTimeout: 10 * time.Second})
+	c, err := etcd.New(ctx, endpoints, etcd.WithPrefix(prefix), etcd.WithDialTimeout(10*time.Second))
 	if err != nil {
 		return nil, err
 	}

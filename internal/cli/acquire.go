@@ -11,7 +11,6 @@ import (
 
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
 // DefaultTTL is the default lease TTL of acquire (and run).
@@ -116,7 +115,6 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 		return runAcquireSet(ctx, f, o, format, holder, wait, interrupted)
 	}
 	lock := o.locks[0]
-	f.ahead = etcd.Ahead{Lock: lock, TTL: o.ttl}
 	var lease *coord.Lease
 	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		if err := o.order.check(ctx, c); err != nil {

@@ -96,11 +96,6 @@ type Factory struct {
 	askVersions func(context.Context, *etcd.Coordinator) []etcd.MemberVersion
 	flushMu     sync.Mutex
 	flushed     bool
-
-	// ahead is the lock a command will acquire first and its TTL, when it
-	// knows them before it opens the coordinator (fence run, fence
-	// acquire): etcd grants that lease beside its connection check.
-	ahead etcd.Ahead
 }
 
 // NewFactory returns a Factory whose configuration comes from the root
@@ -139,7 +134,7 @@ func NewFactory(ios *IOStreams) *Factory {
 		if err != nil {
 			return nil, err
 		}
-		inner, err := config.OpenAhead(ctx, cfg, f.ahead)
+		inner, err := config.Open(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
 type runOptions struct {
@@ -229,9 +228,6 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	// Signals are the Runner's business: it forwards them to the command.
 	// The context must not end on SIGINT.
 	ctx := context.WithoutCancel(cmd.Context())
-	if lock != "" {
-		f.ahead = etcd.Ahead{Lock: lock, TTL: o.ttl}
-	}
 	c, err := f.Coordinator(ctx)
 	if err != nil {
 		return err

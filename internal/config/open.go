@@ -27,13 +27,6 @@ func (c *Config) LocalStateDir() string {
 // Endpoints are set, else local in StateDir. Errors wrap coord.ErrUnavailable
 // or ErrConfig (both exit 125).
 func Open(ctx context.Context, cfg *Config) (coord.Coordinator, error) {
-	return OpenAhead(ctx, cfg, etcd.Ahead{})
-}
-
-// OpenAhead is Open for a caller that knows the lock it will acquire first
-// and its TTL: an etcd coordinator grants that lease beside its connection
-// check (etcd.Ahead). The local one has no use for it.
-func OpenAhead(ctx context.Context, cfg *Config, ahead etcd.Ahead) (coord.Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -48,15 +41,8 @@ func OpenAhead(ctx context.Context, cfg *Config, ahead etcd.Ahead) (coord.Coordi
 	if err != nil {
 		return nil, err
 	}
-	c, err := etcd.New(ctx, etcd.Config{
-		Endpoints:   cfg.Endpoints,
-		Prefix:      cfg.Prefix,
-		DialTimeout: cfg.DialTimeout,
-		TLS:         tc,
-		Username:    cfg.User,
-		Password:    cfg.Password,
-		Ahead:       ahead,
-	})
+	c, err := etcd.New(ctx, cfg.Endpoints, etcd.WithPrefix(cfg.Prefix), etcd.WithDialTimeout(cfg.DialTimeout),
+		etcd.WithTLS(tc), etcd.WithAuth(cfg.User, cfg.Password))
 	if err != nil {
 		if errors.Is(err, coord.ErrUnavailable) && tc != nil && ctx.Err() == nil {
 			if terr := diagnoseTLS(ctx, cfg.Endpoints, tc, cfg.DialTimeout); terr != nil {

@@ -52,7 +52,7 @@ func backends(t *testing.T) []backend {
 			return c
 		}},
 		{name: "etcd", shortTTL: time.Second, open: func(t *testing.T) coord.Coordinator {
-			c, err := etcd.New(context.Background(), etcd.Config{Endpoints: srv.Endpoints(), Prefix: prefix})
+			c, err := etcd.New(context.Background(), srv.Endpoints(), etcd.WithPrefix(prefix))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -83,7 +83,7 @@ func TestRetention(t *testing.T) {
 // as fence_coordinator_known_bug.
 func TestHealthzAndKnownBug(t *testing.T) {
 	srv := etcdproc.Start(t)
-	c, err := etcd.New(context.Background(), etcd.Config{Endpoints: srv.Endpoints(), Prefix: "/hz/"})
+	c, err := etcd.New(context.Background(), srv.Endpoints(), etcd.WithPrefix("/hz/"))
 	if err != nil {
 		t.Fatal(err)
 	}

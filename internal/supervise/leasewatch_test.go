@@ -71,14 +71,14 @@ func startWatchRunOn(t *testing.T, lock, script string, endpoints func(*etcdtest
 	var inner *etcd.Coordinator
 	var err error
 	if opts == nil {
-		inner, err = etcd.New(ctx, etcd.Config{Endpoints: eps, Prefix: "/fence-test/", DialTimeout: 5 * time.Second})
+		inner, err = etcd.New(ctx, eps, etcd.WithPrefix("/fence-test/"), etcd.WithDialTimeout(5*time.Second))
 	} else {
 		var cli *clientv3.Client
 		cli, err = clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 			DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 2 * time.Second, DialOptions: opts})
 		if err == nil {
 			t.Cleanup(func() { cli.Close() })
-			inner, err = etcd.NewFromClient(ctx, cli, "/fence-test/")
+			inner, err = etcd.NewFromClient(ctx, cli, etcd.WithPrefix("/fence-test/"))
 		}
 	}
 	if err != nil {

@@ -50,7 +50,7 @@ func fenceMain(cfg string) int {
 	var c coord.Coordinator
 	var err error
 	if len(fc.Endpoints) > 0 {
-		c, err = etcd.New(ctx, etcd.Config{Endpoints: fc.Endpoints, Prefix: "/fence-test/", DialTimeout: 5 * time.Second})
+		c, err = etcd.New(ctx, fc.Endpoints, etcd.WithPrefix("/fence-test/"), etcd.WithDialTimeout(5*time.Second))
 	} else {
 		c, err = local.Open(fc.StateDir)
 	}

@@ -73,7 +73,7 @@ func ackFenceMain(cfg string) int {
 	}
 	defer log.Close()
 	ctx := context.Background()
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: fc.Endpoints, Prefix: "/fence-test/", DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx, fc.Endpoints, etcd.WithPrefix("/fence-test/"), etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence:", err)
 		return 125
@@ -452,7 +452,7 @@ func directCoordinator(t *testing.T, endpoints []string) coord.Coordinator {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: endpoints, Prefix: "/fence-test/", DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx, endpoints, etcd.WithPrefix("/fence-test/"), etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func openLocal(dir string) (coord.Coordinator, error) {
 func openEtcd(endpoints []string, prefix string) (coord.Coordinator, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: endpoints, Prefix: prefix, DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx, endpoints, etcd.WithPrefix(prefix), etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		return nil, err
 	}

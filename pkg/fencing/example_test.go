@@ -22,7 +22,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	c, err := local.Open(dir) // or etcd.New(ctx, etcd.Config{Endpoints: ...})
+	c, err := local.Open(dir) // or etcd.New(ctx, ...)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func openEtcd(t *testing.T) coord.Coordinator {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints(), Prefix: "/fence-test/", DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx, srv.Endpoints(), etcd.WithPrefix("/fence-test/"), etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

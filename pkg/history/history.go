@@ -82,22 +82,6 @@ type ReleaseAppender interface {
 	AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev Event) (done bool, err error)
 }
 
-// AcquireLooker is a Store that can read what the record of an acquisition
-// needs to know, the lock's last lease event among its last n events, in
-// one step with the acquisition, on a coordinator of its own backend
-// (package etcdstore, on the etcd coordinator whose client it shares: in
-// the transaction that takes the lock). The record then costs one
-// request, its write. The Recorder uses it for every acquisition.
-type AcquireLooker interface {
-	// AcquireLooking acquires name on c as c.Acquire does. lastLease, when
-	// not nil, returns that lock's last lease event as it was when the
-	// lease took the lock; nil: it was not read (c is not such a
-	// coordinator, or the lease took the lock another way), and the caller
-	// reads it apart.
-	AcquireLooking(ctx context.Context, c coord.Coordinator, name string, opts coord.AcquireOptions, n int) (
-		l *coord.Lease, lastLease func(context.Context) (Event, bool, error), err error)
-}
-
 // Reader is the incremental side of a Store, for followers such as the
 // exporter that count events as they arrive.
 type Reader interface {

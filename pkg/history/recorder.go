@@ -139,13 +139,10 @@ func (r *recorder) Acquire(ctx context.Context, name string, opts coord.AcquireO
 	return l, nil
 }
 
-// acquire acquires through the store when it can look at the lock's last
-// lease event in the same step (AcquireLooker), else on the coordinator;
-// look is that look, or nil.
+// acquire acquires on the coordinator; look (the store's look at the
+// lock's last lease event made with the acquisition) is nil: the record
+// reads it.
 func (r *recorder) acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, func(context.Context) (Event, bool, error), error) {
-	if al, ok := r.store.(AcquireLooker); ok {
-		return al.AcquireLooking(ctx, r.inner, name, opts, scanBack)
-	}
 	l, err := r.inner.Acquire(ctx, name, opts)
 	return l, nil, err
 }

@@ -61,7 +61,7 @@ func backends(t *testing.T) []backend {
 		{
 			name: "etcd",
 			open: func(t *testing.T) history.Recorder {
-				c, err := etcd.New(context.Background(), etcd.Config{Endpoints: srv.Endpoints(), Prefix: prefix})
+				c, err := etcd.New(context.Background(), srv.Endpoints(), etcd.WithPrefix(prefix))
 				if err != nil {
 					t.Fatal(err)
 				}

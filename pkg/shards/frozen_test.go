@@ -29,7 +29,7 @@ const frozenTTL = 2 * time.Second
 // prints each Move as a JSON line, then, when the member ends, a line
 // "err <revoked> <error>".
 func frozenHelper(ep string) int {
-	c, err := etcd.New(context.Background(), etcd.Config{Endpoints: []string{ep}, Prefix: "/frozen/", DialTimeout: 5 * time.Second})
+	c, err := etcd.New(context.Background(), []string{ep}, etcd.WithPrefix("/frozen/"), etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		fmt.Println("err", err)
 		return 1

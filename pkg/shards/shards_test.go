@@ -54,7 +54,7 @@ func backends(t *testing.T) []backend {
 				if srv == nil {
 					srv = etcdtest.Start(t)
 				}
-				c, err := etcd.New(context.Background(), etcd.Config{Endpoints: srv.Endpoints(), Prefix: "/shards/", DialTimeout: 5 * time.Second})
+				c, err := etcd.New(context.Background(), srv.Endpoints(), etcd.WithPrefix("/shards/"), etcd.WithDialTimeout(5*time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}

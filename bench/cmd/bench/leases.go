@@ -116,7 +116,7 @@ func holdLeases(ctx context.Context, o leaseOpts) (LeaseScale, error) {
 	var c coord.Coordinator
 	switch o.backend {
 	case "etcd", "etcd-history":
-		ec, err := etcd.New(ctx, etcd.Config{Endpoints: strings.Split(o.endpoints, ","), DialTimeout: 10 * time.Second})
+		ec, err := etcd.New(ctx, strings.Split(o.endpoints, ","), etcd.WithDialTimeout(10*time.Second))
 		if err != nil {
 			return res, err
 		}

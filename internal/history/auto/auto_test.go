@@ -62,7 +62,7 @@ func TestLocal(t *testing.T) {
 
 func TestEtcd(t *testing.T) {
 	srv := etcdtest.Start(t)
-	c, err := etcd.New(context.Background(), etcd.Config{Endpoints: srv.Endpoints(), Prefix: "/p/"})
+	c, err := etcd.New(context.Background(), srv.Endpoints(), etcd.WithPrefix("/p/"))
 	if err != nil {
 		t.Fatal(err)
 	}

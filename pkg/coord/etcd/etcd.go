@@ -37,9 +37,7 @@
 // leaves, and the answer is matched to it (see keeper). A lease whose key
 // this Coordinator did not put is read first, to check that the key is on
 // the named lock. Release and Revoke revoke the lease, which deletes its key
-// in the same step; a Coordinator that acquires in a loop deletes the key
-// and keeps the lease for the lock's next acquisition, as concurrency.Mutex
-// keeps its session's (see leases). Every read is linearizable.
+// in the same step. Every read is linearizable.
 //
 // # Access
 //
@@ -73,10 +71,10 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// DefaultPrefix is the key prefix used when Config.Prefix is empty.
-const DefaultPrefix = "/fence/"
+// defaultPrefix is the key prefix used without WithPrefix.
+const defaultPrefix = "/fence/"
 
-// NormalPrefix is the key prefix that prefix stands for: DefaultPrefix when
+// NormalPrefix is the key prefix that prefix stands for: "/fence/" when
 // it is empty, else prefix ending in "/" ("/fence" is "/fence/"). Two
 // spellings of one prefix are then one namespace: without it "/fence" put
 // lock keys at "/fencelocks/..." beside "/fence/locks/...", and two hosts
@@ -85,7 +83,7 @@ const DefaultPrefix = "/fence/"
 // given.
 func NormalPrefix(prefix string) string {
 	if prefix == "" {
-		return DefaultPrefix
+		return defaultPrefix
 	}
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
@@ -93,8 +91,8 @@ func NormalPrefix(prefix string) string {
 	return prefix
 }
 
-// DefaultDialTimeout is used when Config.DialTimeout is zero.
-const DefaultDialTimeout = 5 * time.Second
+// defaultDialTimeout is used when no WithDialTimeout is given.
+const defaultDialTimeout = 5 * time.Second
 
 // gRPC keepalive of every connection (see New).
 const (
@@ -106,39 +104,47 @@ const (
 // its lease) after the caller's context has ended.
 const cleanupTimeout = 5 * time.Second
 
-// Config says which etcd cluster to use and how.
-type Config struct {
-	// Endpoints are the cluster's client URLs ("https://10.0.0.1:2379") or
-	// host:port pairs.
-	Endpoints []string
-	// Prefix is put before every key, ending in "/" (one is added when it
-	// does not: see NormalPrefix); DefaultPrefix when empty.
-	Prefix string
-	// DialTimeout bounds New's connection check and login
-	// (DefaultDialTimeout when zero).
-	DialTimeout time.Duration
-	// TLS, when set, is used for every connection.
-	TLS *tls.Config
-	// Username and Password log in when both are set.
-	Username, Password string
-	// Ahead, when it names a lock, has New grant the lease of the
-	// Coordinator's first Acquire beside its connection check.
-	Ahead Ahead
+// Option sets up a Coordinator (New, NewFromClient), as
+// concurrency.NewSession(cli, concurrency.WithTTL(n)) does a session.
+type Option func(*options)
+
+type options struct {
+	prefix             string
+	dialTimeout        time.Duration
+	tls                *tls.Config
+	username, password string
 }
 
-// Ahead names the lock that a new Coordinator will acquire first and the
-// TTL it will ask for (a `fence run` knows both before it connects). New
-// then sends the grant of that lease beside its connection check, so that
-// Acquire does not wait for a grant of its own: the way to the command is
-// one round trip shorter. The lease is held as a released lease is kept
-// (see leases): the first Acquire of Lock whose TTL asks for as many
-// seconds takes it (waiting for the grant's answer if it must), renewing it
-// first when it is older than a tenth of its TTL; an Acquire whose grant
-// failed grants again, as always. Close, or New when it fails, revokes the
-// lease when no Acquire took it.
-type Ahead struct {
-	Lock string
-	TTL  time.Duration
+// WithPrefix puts prefix before every key, ending in "/" (one is added
+// when it does not: see NormalPrefix). Without it keys go under
+// "/fence/".
+func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = prefix } }
+
+// WithDialTimeout bounds New's connection check and login
+// (5 s without it). NewFromClient ignores it: its ctx
+// bounds its check.
+func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
+
+// WithTLS has New use cfg for every connection. NewFromClient ignores it:
+// the client has its own.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithAuth has New log in as username with password. NewFromClient
+// ignores it: the client has its own.
+func WithAuth(username, password string) Option {
+	return func(o *options) { o.username, o.password = username, password }
+}
+
+func optionsOf(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	o.prefix = NormalPrefix(o.prefix)
+	if o.dialTimeout <= 0 {
+		o.dialTimeout = defaultDialTimeout
+	}
+	return o
 }
 
 // Coordinator is a coord.Coordinator on an etcd cluster. It is safe for
@@ -165,29 +171,27 @@ var (
 	_ coord.Coordinator = (*Coordinator)(nil)
 )
 
-// New connects to the cluster and checks, with a real request, that it
-// answers and that the user may read the prefix. It fails within
-// cfg.DialTimeout (or when ctx ends) with an error wrapping
+// New connects to the cluster at endpoints (client URLs such as
+// "https://10.0.0.1:2379", or host:port pairs) and checks, with a real
+// request, that it answers and that the user may read the prefix. It fails
+// within the dial timeout (or when ctx ends) with an error wrapping
 // coord.ErrUnavailable; a refused login or a missing permission says so.
-func New(ctx context.Context, cfg Config) (*Coordinator, error) {
-	if len(cfg.Endpoints) == 0 {
+func New(ctx context.Context, endpoints []string, opts ...Option) (*Coordinator, error) {
+	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("%w: etcd: no endpoints", coord.ErrInvalid)
 	}
-	cfg.Prefix = NormalPrefix(cfg.Prefix)
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = DefaultDialTimeout
-	}
-	c := &Coordinator{prefix: cfg.Prefix, user: cfg.Username, where: hosts(cfg.Endpoints), owned: true, health: newHealth()}
-	if cfg.Username != "" && cfg.Password == "" {
-		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.Username)
+	cfg := optionsOf(opts)
+	c := &Coordinator{prefix: cfg.prefix, user: cfg.username, where: hosts(endpoints), owned: true, health: newHealth()}
+	if cfg.username != "" && cfg.password == "" {
+		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.username)
 	}
 	// The client's own context (its login in clientv3.New is bounded by it
 	// and the dial timeout) and the connection check's: a refusal by every
 	// endpoint ends both at once.
 	life, endLife := context.WithCancel(context.Background())
-	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	pctx, cancel := context.WithTimeout(ctx, cfg.dialTimeout)
 	defer cancel()
-	rw := newRefusalWatch(cfg.Endpoints, c.where, func() { endLife(); cancel() })
+	rw := newRefusalWatch(endpoints, c.where, func() { endLife(); cancel() })
 	// ctx bounds the login too, until New returns.
 	detach := context.AfterFunc(ctx, endLife)
 	fail := func(err error) (*Coordinator, error) {
@@ -197,14 +201,14 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 		if rerr := rw.failed(); rerr != nil {
 			return nil, rerr
 		}
-		return nil, c.connectErr(ctx, cfg.DialTimeout, err)
+		return nil, c.connectErr(ctx, cfg.dialTimeout, err)
 	}
 	ccfg := clientv3.Config{
-		Endpoints:   cfg.Endpoints,
-		DialTimeout: cfg.DialTimeout,
-		TLS:         cfg.TLS,
-		Username:    cfg.Username,
-		Password:    cfg.Password,
+		Endpoints:   endpoints,
+		DialTimeout: cfg.dialTimeout,
+		TLS:         cfg.tls,
+		Username:    cfg.username,
+		Password:    cfg.password,
 		Logger:      zap.NewNop(),
 		// A connection that hears nothing (a frozen or partitioned
 		// member: the TCP connection stays open) is pinged and closed
@@ -227,9 +231,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	// The client dials lazily: ask something to know the cluster answers.
 	c.start(cli, ccfg)
-	c.grantAhead(cfg.Ahead)
 	abandon := func() { // what start made: the lanes' clients (hedged requests dial them), the client
-		c.dropAhead()
 		c.ka.close()
 		c.stop()
 		cli.Close()
@@ -242,7 +244,7 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if !detach() || rw.failed() != nil { // ctx ended, or refused, just as the answer came
 		err := rw.failed()
 		if err == nil {
-			err = c.connectErr(ctx, cfg.DialTimeout, ctx.Err())
+			err = c.connectErr(ctx, cfg.dialTimeout, ctx.Err())
 		}
 		abandon()
 		endLife()
@@ -255,16 +257,15 @@ func New(ctx context.Context, cfg Config) (*Coordinator, error) {
 // NewFromClient returns a Coordinator that uses cli, an etcd client the
 // caller made and keeps (as concurrency.NewSession takes one): its
 // endpoints, TLS, credentials, logger and dial options are the client's.
-// Keys go under prefix (DefaultPrefix when empty; end it with "/"). Like
-// New, it checks with one request, within ctx, that the cluster answers
-// and that the client may read the prefix. Close stops the Coordinator's
-// keep-alives and watches but does not close cli.
-func NewFromClient(ctx context.Context, cli *clientv3.Client, prefix string) (*Coordinator, error) {
+// Of the options only WithPrefix applies. Like New, it checks with one
+// request, within ctx, that the cluster answers and that the client may
+// read the prefix. Close stops the Coordinator's keep-alives and watches
+// but does not close cli.
+func NewFromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Coordinator, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcd: no client", coord.ErrInvalid)
 	}
-	prefix = NormalPrefix(prefix)
-	c := &Coordinator{prefix: prefix, user: cli.Username, where: hosts(cli.Endpoints())}
+	c := &Coordinator{prefix: optionsOf(opts).prefix, user: cli.Username, where: hosts(cli.Endpoints())}
 	c.start(cli, clientv3.Config{}) // one lane: the caller's client (no hedging across members)
 	if err := c.ping(ctx); err != nil {
 		c.Close()
@@ -326,14 +327,12 @@ func (c *Coordinator) Prefix() string { return c.prefix }
 func (c *Coordinator) Describe() string { return "etcd " + c.where }
 
 // Close closes the client (unless it came from NewFromClient). Leases stay
-// until they are released or expire, except those kept for reuse (see
-// leases); waiting Acquire calls fail with an error wrapping
+// until they are released or expire; waiting Acquire calls fail with an error wrapping
 // coord.ErrUnavailable and Watch channels are closed.
 func (c *Coordinator) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.closeLeases()
 	c.ka.close()
 	c.stop()
 	if !c.owned {

@@ -35,7 +35,7 @@ var prefixes atomic.Int64
 // open opens a coordinator on srv under prefix, closed at cleanup.
 func open(t testing.TB, srv *etcdtest.Server, prefix string) *etcd.Coordinator {
 	t.Helper()
-	c, err := etcd.New(ctx(t), etcd.Config{Endpoints: srv.Endpoints(), Prefix: prefix, DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx(t), srv.Endpoints(), etcd.WithPrefix(prefix), etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		t.Fatalf("etcd.New: %v", err)
 	}
@@ -59,7 +59,7 @@ func openProxied(t testing.TB, srv *etcdtest.Server, n int) (*etcd.Coordinator, 
 		pxs = append(pxs, px)
 		eps = append(eps, "http://"+px.Addr())
 	}
-	c, err := etcd.New(ctx(t), etcd.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx(t), eps, etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		t.Fatalf("etcd.New: %v", err)
 	}
@@ -313,7 +313,7 @@ func testPrefixWithoutSlash(t *testing.T, srv *etcdtest.Server, prefix string) {
 		t.Fatalf("keys beside the prefix: %v", k)
 	}
 	release(t, a, l)
-	if etcd.NormalPrefix("") != etcd.DefaultPrefix || etcd.NormalPrefix("x") != "x/" || etcd.NormalPrefix("/") != "/" {
+	if etcd.NormalPrefix("") != "/fence/" || etcd.NormalPrefix("x") != "x/" || etcd.NormalPrefix("/") != "/" {
 		t.Fatal("NormalPrefix")
 	}
 }
@@ -599,7 +599,7 @@ func testBadInput(t *testing.T, srv *etcdtest.Server, prefix string) {
 			t.Errorf("Release with lease id %q: %v", id, err)
 		}
 	}
-	if _, err := etcd.New(ctx(t), etcd.Config{}); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := etcd.New(ctx(t), nil); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("New without endpoints: %v", err)
 	}
 }
@@ -658,7 +658,7 @@ func TestTokensAcrossRestart(t *testing.T) {
 func TestUnreachable(t *testing.T) {
 	eps := []string{faultproxy.Silent(t)}
 	start := time.Now()
-	_, err := etcd.New(ctx(t), etcd.Config{Endpoints: eps, DialTimeout: 500 * time.Millisecond})
+	_, err := etcd.New(ctx(t), eps, etcd.WithDialTimeout(500*time.Millisecond))
 	if !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "did not answer within 500ms") {
 		t.Fatalf("New on a server that never answers = %v", err)
 	}
@@ -668,7 +668,7 @@ func TestUnreachable(t *testing.T) {
 	// The caller's context ending first is the caller's error.
 	cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := etcd.New(cctx, etcd.Config{Endpoints: eps, DialTimeout: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := etcd.New(cctx, eps, etcd.WithDialTimeout(time.Minute)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("New with an ending context = %v", err)
 	}
 	// ... also while it logs in (inside the etcd client, which is not
@@ -676,7 +676,7 @@ func TestUnreachable(t *testing.T) {
 	cctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start = time.Now()
-	if _, err := etcd.New(cctx, etcd.Config{Endpoints: eps, DialTimeout: time.Minute, Username: "u", Password: "p"}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := etcd.New(cctx, eps, etcd.WithDialTimeout(time.Minute), etcd.WithAuth("u", "p")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("New logging in with an ending context = %v", err)
 	}
 	if d := time.Since(start); d > 10*time.Second {
@@ -709,19 +709,23 @@ func TestRefusedAtOnce(t *testing.T) {
 	stopped.Stop()
 	for _, tc := range []struct {
 		name string
-		cfg  etcd.Config
+		eps  []string
+		user string
 		want string
 	}{
-		{"one", etcd.Config{Endpoints: []string{refusedEndpoint(t)}}, ": connection refused"},
-		{"stopped server", etcd.Config{Endpoints: stoppedEps}, ": connection refused"},
-		{"every one", etcd.Config{Endpoints: []string{refusedEndpoint(t), "http://" + refusedEndpoint(t)}}, "connection refused by every endpoint"},
-		{"with a user", etcd.Config{Endpoints: []string{refusedEndpoint(t)}, Username: "u", Password: "p"}, ": connection refused"},
-		{"unix socket", etcd.Config{Endpoints: []string{"unix://" + t.TempDir() + "/none.sock"}}, "no such socket"},
+		{"one", []string{refusedEndpoint(t)}, "", ": connection refused"},
+		{"stopped server", stoppedEps, "", ": connection refused"},
+		{"every one", []string{refusedEndpoint(t), "http://" + refusedEndpoint(t)}, "", "connection refused by every endpoint"},
+		{"with a user", []string{refusedEndpoint(t)}, "u", ": connection refused"},
+		{"unix socket", []string{"unix://" + t.TempDir() + "/none.sock"}, "", "no such socket"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.DialTimeout = dial
+			opts := []etcd.Option{etcd.WithDialTimeout(dial)}
+			if tc.user != "" {
+				opts = append(opts, etcd.WithAuth(tc.user, "p"))
+			}
 			start := time.Now()
-			_, err := etcd.New(ctx(t), tc.cfg)
+			_, err := etcd.New(ctx(t), tc.eps, opts...)
 			elapsed := time.Since(start)
 			if !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "did not answer") {
 				t.Fatalf("New = %v, want it to say %q", err, tc.want)
@@ -733,7 +737,7 @@ func TestRefusedAtOnce(t *testing.T) {
 		})
 	}
 	t.Run("one answers", func(t *testing.T) {
-		c, err := etcd.New(ctx(t), etcd.Config{Endpoints: append([]string{refusedEndpoint(t)}, srv.Endpoints()...), DialTimeout: dial})
+		c, err := etcd.New(ctx(t), append([]string{refusedEndpoint(t)}, srv.Endpoints()...), etcd.WithDialTimeout(dial))
 		if err != nil {
 			t.Fatalf("New with one live endpoint: %v", err)
 		}
@@ -742,7 +746,7 @@ func TestRefusedAtOnce(t *testing.T) {
 		release(t, c, l)
 	})
 	t.Run("one silent", func(t *testing.T) {
-		_, err := etcd.New(ctx(t), etcd.Config{Endpoints: []string{refusedEndpoint(t), faultproxy.Silent(t)}, DialTimeout: 500 * time.Millisecond})
+		_, err := etcd.New(ctx(t), []string{refusedEndpoint(t), faultproxy.Silent(t)}, etcd.WithDialTimeout(500*time.Millisecond))
 		if err == nil || !strings.Contains(err.Error(), "did not answer within 500ms") {
 			t.Fatalf("New = %v, want a timeout (one endpoint may still answer)", err)
 		}
@@ -753,7 +757,7 @@ func TestRefusedAtOnce(t *testing.T) {
 // certificate and fails clearly without it.
 func TestTLS(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.WithTLS())
-	c, err := etcd.New(ctx(t), etcd.Config{Endpoints: srv.Endpoints(), TLS: srv.ClientTLSConfig(t), DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx(t), srv.Endpoints(), etcd.WithDialTimeout(5*time.Second), etcd.WithTLS(srv.ClientTLSConfig(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -763,7 +767,7 @@ func TestTLS(t *testing.T) {
 
 	noCert := srv.ClientTLSConfig(t)
 	noCert.Certificates = nil
-	if _, err := etcd.New(ctx(t), etcd.Config{Endpoints: srv.Endpoints(), TLS: noCert, DialTimeout: time.Second}); !errors.Is(err, coord.ErrUnavailable) {
+	if _, err := etcd.New(ctx(t), srv.Endpoints(), etcd.WithDialTimeout(time.Second), etcd.WithTLS(noCert)); !errors.Is(err, coord.ErrUnavailable) {
 		t.Fatalf("New without a client certificate = %v, want ErrUnavailable", err)
 	}
 }
@@ -793,7 +797,7 @@ func TestAuth(t *testing.T) {
 	setup("other", "elsewhere", "/elsewhere/")
 
 	newC := func(user, pw string) (*etcd.Coordinator, error) {
-		return etcd.New(ctx(t), etcd.Config{Endpoints: srv.Endpoints(), Username: user, Password: pw, DialTimeout: 5 * time.Second})
+		return etcd.New(ctx(t), srv.Endpoints(), etcd.WithDialTimeout(5*time.Second), etcd.WithAuth(user, pw))
 	}
 	c, err := newC("app", "apppw")
 	if err != nil {
@@ -904,11 +908,11 @@ func TestNewFromClient(t *testing.T) {
 	srv := etcdtest.Start(t)
 	const prefix = "/from-client/"
 	cli := srv.Client(t)
-	if _, err := etcd.NewFromClient(ctx(t), nil, prefix); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := etcd.NewFromClient(ctx(t), nil, etcd.WithPrefix(prefix)); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("NewFromClient(nil) = %v, want ErrInvalid", err)
 	}
 	own := open(t, srv, prefix)
-	c, err := etcd.NewFromClient(ctx(t), cli, prefix)
+	c, err := etcd.NewFromClient(ctx(t), cli, etcd.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -941,7 +945,7 @@ func TestNewFromClient(t *testing.T) {
 	if _, err := cli.Get(ctx(t), "anything"); err != nil {
 		t.Fatalf("the client after Close: %v", err)
 	}
-	c2, err := etcd.NewFromClient(ctx(t), cli, prefix)
+	c2, err := etcd.NewFromClient(ctx(t), cli, etcd.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,46 +160,107 @@ func (c *Coordinator) interceptUnary(ctx context.Context, method string, req, re
 		}
 		return err
 	}
-	start := h.now()
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	typ := reflect.TypeOf(reply).Elem()
+	hc := &hedgedCall{c: c, ctx: ctx, actx: actx, method: method, req: req, typ: reflect.TypeOf(reply).Elem(), multi: multi,
+		// No copy gets the options that write into the caller's variables
+		// (the client's grpc.Peer, read once this returns): a copy may
+		// still run after its answer was not waited for.
+		opts: hedgeOnly(opts)}
 	lanes := 0
 	if multi {
 		lanes = len(c.ka.lanes)
 	}
-	results := make(chan attemptResult, 1+lanes) // every copy can answer without a reader
-	launched := 0
-	launch := func(f func(r any) error) {
-		launched++
-		go func() {
-			r := reflect.New(typ).Interface()
-			results <- attemptResult{r, f(r)}
-		}()
+	hc.results = make(chan attemptResult, 1+lanes) // every copy can answer without a reader
+	hc.launch(func(r any) error { return invoker(actx, method, req, r, cc, hc.opts...) })
+	r := hc.wait(silent)
+	if r.err == nil {
+		reflect.ValueOf(reply).Elem().Set(reflect.ValueOf(r.reply).Elem())
 	}
-	// No copy gets the options that write into the caller's variables (the
-	// client's grpc.Peer, read once this returns): a copy may still run
-	// after its answer was not waited for.
-	hopts := hedgeOnly(opts)
-	launch(func(r any) error { return invoker(actx, method, req, r, cc, hopts...) })
-	hedged := false
-	hedge := func() {
-		if hedged || !multi || ctx.Err() != nil {
-			return
-		}
-		hedged = true
-		for _, l := range c.ka.lanes {
-			launch(func(r any) error {
-				cli, err := l.client()
-				if err != nil {
-					return err
-				}
-				return cli.ActiveConnection().Invoke(actx, method, req, r, hopts...)
-			})
-		}
+	return r.err
+}
+
+// hedgedCall is a unary request sent through the client and, when it is
+// hedged, through every lane.
+type hedgedCall struct {
+	c              *Coordinator
+	ctx, actx      context.Context // the caller's; the copies' (ends when the call returns)
+	method         string
+	req            any
+	typ            reflect.Type // of the reply
+	opts           []grpc.CallOption
+	multi, hedged  bool
+	results        chan attemptResult
+	launched, done int
+	failedCmp      *attemptResult // a transaction whose compare failed, held for the others
+	lastErr        error
+}
+
+func (hc *hedgedCall) launch(f func(r any) error) {
+	hc.launched++
+	go func() {
+		r := reflect.New(hc.typ).Interface()
+		hc.results <- attemptResult{r, f(r)}
+	}()
+}
+
+// hedge sends the request through every lane, once.
+func (hc *hedgedCall) hedge() {
+	if hc.hedged || !hc.multi || hc.ctx.Err() != nil {
+		return
 	}
+	hc.hedged = true
+	for _, l := range hc.c.ka.lanes {
+		hc.launch(func(r any) error {
+			cli, err := l.client()
+			if err != nil {
+				return err
+			}
+			return cli.ActiveConnection().Invoke(hc.actx, hc.method, hc.req, r, hc.opts...)
+		})
+	}
+}
+
+// resultStep is what an answer of one copy leads to.
+type resultStep int
+
+const (
+	resultReturn resultStep = iota // return it
+	resultHold                     // a failed compare: perhaps a copy succeeded first; wait for the others a little
+	resultWait                     // no answer of a member: wait for the other copies
+	resultLast                     // no answer, and no copy left: return what was held, or this error
+)
+
+// afterResult decides: answered (a member answered), failedCmp (a
+// transaction whose compare failed), done of launched copies ended.
+func afterResult(answered, failedCmp bool, done, launched int) resultStep {
+	switch {
+	case answered && failedCmp && done < launched:
+		return resultHold
+	case answered:
+		return resultReturn
+	case done < launched:
+		return resultWait
+	}
+	return resultLast
+}
+
+// held is the answer to return when the call ends without a better one:
+// the failed compare held, else err.
+func (hc *hedgedCall) held(err error) attemptResult {
+	if hc.failedCmp != nil {
+		return *hc.failedCmp
+	}
+	return attemptResult{err: err}
+}
+
+// wait returns the answer of the call: the first copy's that a member
+// answered (see health for silent).
+func (hc *hedgedCall) wait(silent bool) attemptResult {
+	h := hc.c.health
+	start := h.now()
 	if silent {
-		hedge()
+		hc.hedge()
 	}
 	hedgeT := time.NewTimer(hedgeAfter)
 	defer hedgeT.Stop()
@@ -214,66 +275,53 @@ func (c *Coordinator) interceptUnary(ctx context.Context, method string, req, re
 	holdT := time.NewTimer(time.Hour)
 	holdT.Stop()
 	defer holdT.Stop()
-	var (
-		failedCmp *attemptResult // a transaction whose compare failed, held for the others
-		lastErr   error
-		done      int
-	)
-	finish := func(r attemptResult) error {
-		if r.err == nil {
-			reflect.ValueOf(reply).Elem().Set(reflect.ValueOf(r.reply).Elem())
-		}
-		return r.err
-	}
 	for {
 		select {
-		case r := <-results:
-			done++
-			if answered(r.err) {
-				h.answer()
-				if tr, ok := r.reply.(*pb.TxnResponse); ok && r.err == nil && !tr.Succeeded && done < launched {
-					// Perhaps a copy of this transaction succeeded
-					// first and its answer is on the way: wait for
-					// the others a little.
-					if failedCmp == nil {
-						failedCmp = &r
-						holdT.Reset(hedgeAfter)
-					}
-					continue
-				}
-				return finish(r)
+		case r := <-hc.results:
+			if res, end := hc.onResult(r, holdT); end {
+				return res
 			}
-			lastErr = r.err
-			if !hedged && ctx.Err() == nil {
-				hedge() // the first copy failed at once (its member is gone): the others now
-			}
-			if done < launched {
-				continue
-			}
-			if failedCmp != nil {
-				return finish(*failedCmp)
-			}
-			return finish(attemptResult{err: lastErr})
 		case <-holdT.C:
-			return finish(*failedCmp)
+			return *hc.failedCmp
 		case <-hedgeT.C:
-			hedge()
+			hc.hedge()
 		case <-boundT.C:
-			hedge()
+			hc.hedge()
 			h.noAnswerSince(start)
 		case <-giveUp:
-			if failedCmp != nil {
-				return finish(*failedCmp)
-			}
 			d, _ := h.silentFor()
-			return finish(attemptResult{err: errSilent(d)})
-		case <-ctx.Done():
-			if failedCmp != nil {
-				return finish(*failedCmp)
-			}
-			return finish(attemptResult{err: status.FromContextError(ctx.Err()).Err()})
+			return hc.held(errSilent(d))
+		case <-hc.ctx.Done():
+			return hc.held(status.FromContextError(hc.ctx.Err()).Err())
 		}
 	}
+}
+
+// onResult takes one copy's answer; end tells the call to return res.
+func (hc *hedgedCall) onResult(r attemptResult, holdT *time.Timer) (res attemptResult, end bool) {
+	hc.done++
+	ok := answered(r.err)
+	if ok {
+		hc.c.health.answer()
+	}
+	tr, isTxn := r.reply.(*pb.TxnResponse)
+	switch afterResult(ok, isTxn && r.err == nil && !tr.Succeeded, hc.done, hc.launched) {
+	case resultReturn:
+		return r, true
+	case resultHold:
+		if hc.failedCmp == nil {
+			hc.failedCmp = &r
+			holdT.Reset(hedgeAfter)
+		}
+		return r, false
+	case resultWait:
+		hc.lastErr = r.err
+		if !hc.hedged && hc.ctx.Err() == nil {
+			hc.hedge() // the first copy failed at once (its member is gone): the others now
+		}
+		return r, false
+	}
+	return hc.held(r.err), true
 }
 
 // multi reports whether the keeper has a lane per member.

@@ -90,16 +90,6 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if o, keep := c.leases.keep(name, id); keep {
-		// A Coordinator that acquires in a loop keeps the lease for the
-		// lock's next acquisition (see leases) and deletes only the key.
-		if _, err := c.cli.Delete(ctx, c.leaseKey(name, id)); err != nil {
-			c.leases.drop(name, o)
-			return c.mapErr(ctx, "release", err)
-		}
-		c.leases.kept(name, id, o)
-		return nil
-	}
 	if !c.leases.owns(name, id) {
 		if err := c.ownsKey(ctx, name, id, "release"); err != nil {
 			if errors.Is(err, coord.ErrLeaseLost) {

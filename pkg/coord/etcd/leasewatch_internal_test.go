@@ -21,7 +21,7 @@ func lwCoordinator(t *testing.T) (*Coordinator, context.Context) {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	c, err := New(ctx, Config{Endpoints: srv.Endpoints(), Prefix: "/lw/"})
+	c, err := New(ctx, srv.Endpoints(), WithPrefix("/lw/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,7 @@ func TestWatchLeaseOwnFromToken(t *testing.T) {
 	c.cli.KV = r.KV
 
 	// Another Coordinator's lease: read first.
-	o, err := New(ctx, Config{Endpoints: c.cli.Endpoints(), Prefix: "/lw/"})
+	o, err := New(ctx, c.cli.Endpoints(), WithPrefix("/lw/"))
 	if err != nil {
 		t.Fatal(err)
 	}

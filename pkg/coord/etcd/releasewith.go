@@ -3,32 +3,30 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/etcdtxn"
 )
 
-// ReleaseWith releases lease leaseID of lock name, held under token, and
-// commits then in the same transaction: one transaction deletes the
-// holder's key and runs then, if the key is still the one the lease put on
-// the lock with token as its create revision (the lease holds the lock) and
-// cmps hold. The next holder's turn comes with that one round trip, and
-// what then writes (the history's released event) is on record before it.
-// The lease itself is ended after the transaction, off the handoff's path,
-// as Release ends it (revoked, or kept for the lock's next acquisition by
-// a Coordinator that acquires in a loop).
-//
-// When the transaction does not commit, nothing is released: held reports
-// whether the lease still holds the lock (false: the key is gone, or was
-// never on this lock), and resp holds the answers of els. A committed
-// resp holds the answers of then. Both hold nothing of ReleaseWith's own
-// operations. err after a committed transaction is the failure to end
-// the lease (the lock is released; the lease lapses at its TTL unless the
-// Coordinator renews it).
-func (c *Coordinator) ReleaseWith(ctx context.Context, name, leaseID string, token uint64, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, held bool, err error) {
+func init() {
+	etcdtxn.Release = func(ctx context.Context, c any, name, leaseID string, token uint64, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, bool, error) {
+		ec, ok := c.(*Coordinator)
+		if !ok {
+			return nil, false, fmt.Errorf("%w: etcdtxn.Release on %T", coord.ErrInvalid, c)
+		}
+		return ec.releaseWith(ctx, name, leaseID, token, cmps, then, els)
+	}
+}
+
+// releaseWith is etcdtxn.Release: the holder's key is deleted in one
+// transaction with the caller's operations (the history's released
+// event), and the lease is revoked after it, off the handoff's path.
+func (c *Coordinator) releaseWith(ctx context.Context, name, leaseID string, token uint64, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, held bool, err error) {
 	if err := coord.ValidateName(name); err != nil {
 		return nil, false, err
 	}
@@ -54,10 +52,6 @@ func (c *Coordinator) ReleaseWith(ctx context.Context, name, leaseID string, tok
 		return resp, held, nil
 	}
 	resp.Responses = resp.Responses[1:]
-	if o, keep := c.leases.keep(name, id); keep {
-		c.leases.kept(name, id, o) // the key is gone already
-		return resp, true, nil
-	}
 	if err := c.revokeBounded(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return resp, true, c.mapErr(ctx, "release", err)
 	}

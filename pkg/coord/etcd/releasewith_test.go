@@ -9,15 +9,15 @@ import (
 
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/etcdtxn"
 )
 
-// TestReleaseWith: the holder's key goes in the transaction of the caller's
+// TestRelease (etcdtxn.Release): the holder's key goes in the transaction of the caller's
 // operations and the next waiter gets the lock; the caller's comparisons
 // failing leave the lock held and answer its Else operations; a lease no
 // longer on the lock (or given with another lock's name) reports held
-// false and commits nothing; a Coordinator that acquires in a loop keeps
-// the lease for the next acquisition, as Release does.
-func TestReleaseWith(t *testing.T) {
+// false and commits nothing.
+func TestRelease(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	p := fmt.Sprintf("/rw%d/", prefixes.Add(1))
@@ -29,7 +29,7 @@ func TestReleaseWith(t *testing.T) {
 
 	// Comparisons that fail: nothing happens, the Else answers come back.
 	never := clientv3.Compare(clientv3.CreateRevision(p+"marker"), "=", 42)
-	resp, held, err := c.ReleaseWith(ctx(t), "job", l.ID, l.Token, []clientv3.Cmp{never},
+	resp, held, err := etcdtxn.Release(ctx(t), c, "job", l.ID, l.Token, []clientv3.Cmp{never},
 		[]clientv3.Op{clientv3.OpPut(p+"marker", "x")}, []clientv3.Op{clientv3.OpGet(p + "marker")})
 	if err != nil || !held || resp.Succeeded || len(resp.Responses) != 1 || resp.Responses[0].GetResponseRange() == nil {
 		t.Fatalf("failed comparison: %+v, held %v, %v; want not committed, held, one Else answer", resp, held, err)
@@ -39,7 +39,7 @@ func TestReleaseWith(t *testing.T) {
 	}
 
 	// Another lock's name: not this lease's key; held false, nothing put.
-	resp, held, err = c.ReleaseWith(ctx(t), "other", l.ID, l.Token, nil, []clientv3.Op{clientv3.OpPut(p+"marker", "x")}, nil)
+	resp, held, err = etcdtxn.Release(ctx(t), c, "other", l.ID, l.Token, nil, []clientv3.Op{clientv3.OpPut(p+"marker", "x")}, nil)
 	if err != nil || held || resp.Succeeded {
 		t.Fatalf("another lock's name: %+v, held %v, %v; want not held", resp, held, err)
 	}
@@ -54,7 +54,7 @@ func TestReleaseWith(t *testing.T) {
 		got <- w
 	}()
 	waitQueued(t, c, "job")
-	resp, held, err = c.ReleaseWith(ctx(t), "job", l.ID, l.Token, nil,
+	resp, held, err = etcdtxn.Release(ctx(t), c, "job", l.ID, l.Token, nil,
 		[]clientv3.Op{clientv3.OpPut(p+"marker", "released")}, nil)
 	if err != nil || !held || !resp.Succeeded || len(resp.Responses) != 1 || resp.Responses[0].GetResponsePut() == nil {
 		t.Fatalf("release: %+v, held %v, %v; want committed with the put's answer only", resp, held, err)
@@ -72,27 +72,9 @@ func TestReleaseWith(t *testing.T) {
 	}
 
 	// The lease already gone: held false.
-	resp, held, err = c.ReleaseWith(ctx(t), "job", l.ID, l.Token, nil, nil, nil)
+	resp, held, err = etcdtxn.Release(ctx(t), c, "job", l.ID, l.Token, nil, nil, nil)
 	if err != nil || held || resp.Succeeded {
 		t.Fatalf("a lease released already: %+v, held %v, %v; want not held", resp, held, err)
-	}
-
-	// In a loop: from the second acquisition on, the lease is kept for the
-	// next one (its key goes, the lease stays), as with Release.
-	loop := open(t, srv, p)
-	var ids []string
-	for i := 0; i < 3; i++ {
-		l, err := loop.Acquire(ctx(t), "loop", coord.AcquireOptions{TTL: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, l.ID)
-		if _, held, err := loop.ReleaseWith(ctx(t), "loop", l.ID, l.Token, nil, nil, nil); err != nil || !held {
-			t.Fatalf("loop release %d: held %v, %v", i, held, err)
-		}
-	}
-	if ids[2] != ids[1] {
-		t.Fatalf("lease ids in a loop %v: the third acquisition did not reuse the lease kept by the second release", ids)
 	}
 }
 

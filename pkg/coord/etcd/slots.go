@@ -12,7 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -184,61 +183,125 @@ func (c *Coordinator) waitSlot(ctx context.Context, name, key string, id clientv
 			err = errClosed
 		}
 	}()
+	w := &slotWaiter{c: c, name: name, key: key, id: id, myRev: myRev, slots: slots, lost: lost, claim: claim}
 	for {
 		may, pred := eligible(st, myRev, slots)
 		s, cmp, free := c.slotChoice(name, slots, st.kvs, st.slotKVs)
+		var (
+			resp *clientv3.TxnResponse
+			step slotStep
+		)
 		if may && free {
-			tctx, tcancel := context.WithTimeout(ctx, claimTimeout)
-			resp, err := c.cli.Txn(tctx).
-				If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev), cmp, c.limitsCmp(st.rev)).
-				Then(clientv3.OpPut(key, claim(s), clientv3.WithLease(id)), clientv3.OpPut(c.slotKey(name, s), formatID(id), clientv3.WithLease(id))).
-				Else(append(c.slotReads(name), clientv3.OpGet(key, clientv3.WithCountOnly()))...).
-				Commit()
-			tcancel()
-			switch {
-			case err != nil && ctx.Err() == nil && tctx.Err() != nil:
-				continue // timed out: again
-			case errors.Is(err, rpctypes.ErrLeaseNotFound):
-				return 0, errLeaseGone
-			case err != nil:
-				return 0, c.mapErr(ctx, "wait", err)
-			case resp.Succeeded:
-				return s, nil
-			case resp.Responses[3].GetResponseRange().Count == 0:
-				return 0, errLeaseGone
-			}
+			resp, step, err = w.grant(ctx, s, cmp, st.rev)
+		} else {
+			resp, step, err = w.await(ctx, pred, st, may)
+		}
+		switch step {
+		case slotGranted:
+			return s, nil
+		case slotGone:
+			return 0, errLeaseGone
+		case slotFailed:
+			return 0, err
+		case slotRead:
 			if st, err = c.parseSlotReads(name, resp, 0); err != nil {
 				return 0, err
 			}
-			continue
 		}
-		// Not yet: wait for the key just ahead when it waits, else for a
-		// deletion among the holders (and a change of the limits).
-		var werr error
-		if pred != nil && decodeMeta(pred.Value).AcquiredAt == nil {
-			werr = c.watchChange(ctx, string(pred.Key), false, false, st.rev+1, lost, false)
-		} else {
-			werr = c.watchChange(ctx, c.lockRange(name), true, true, st.rev+1, lost, st.lim != nil)
+	}
+}
+
+// slotWaiter is a semaphore's waiter whose key was put at myRev.
+type slotWaiter struct {
+	c         *Coordinator
+	name, key string
+	id        clientv3.LeaseID
+	myRev     int64
+	slots     int
+	lost      <-chan error
+	claim     func(slot int) string
+}
+
+// slotStep is where a semaphore's waiter goes after one step.
+type slotStep int
+
+const (
+	slotAgain   slotStep = iota // no answer in time: the same step again
+	slotRead                    // the semaphore was read again: decide again
+	slotGranted                 // the slot is ours
+	slotGone                    // our lease, or our key, is gone
+	slotFailed                  // an error ends the wait
+)
+
+// afterSlotTxn decides a step's transaction: unanswered (to try again),
+// leaseGone, failed (another error), granted (the grant committed),
+// keyGone (our key is no longer on the lock).
+func afterSlotTxn(unanswered, leaseGone, failed, granted, keyGone bool) slotStep {
+	switch {
+	case unanswered:
+		return slotAgain
+	case leaseGone:
+		return slotGone
+	case failed:
+		return slotFailed
+	case granted:
+		return slotGranted
+	case keyGone:
+		return slotGone
+	}
+	return slotRead
+}
+
+// grant tries to take slot s, compared by cmp, with the limits as read at
+// rev; each attempt is bounded by claimTimeout, as a lock's claim is.
+func (w *slotWaiter) grant(ctx context.Context, s int, cmp clientv3.Cmp, rev int64) (*clientv3.TxnResponse, slotStep, error) {
+	c := w.c
+	tctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	resp, err := c.cli.Txn(tctx).
+		If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.myRev), cmp, c.limitsCmp(rev)).
+		Then(clientv3.OpPut(w.key, w.claim(s), clientv3.WithLease(w.id)), clientv3.OpPut(c.slotKey(w.name, s), formatID(w.id), clientv3.WithLease(w.id))).
+		Else(w.reads()...).
+		Commit()
+	return resp, w.decide(ctx, tctx, resp, err, true), c.mapErr(ctx, "wait", err)
+}
+
+func (w *slotWaiter) reads() []clientv3.Op {
+	return append(w.c.slotReads(w.name), clientv3.OpGet(w.key, clientv3.WithCountOnly()))
+}
+
+func (w *slotWaiter) decide(ctx, tctx context.Context, resp *clientv3.TxnResponse, err error, grant bool) slotStep {
+	if err != nil {
+		return afterSlotTxn(retryable(ctx, tctx, err), errors.Is(err, rpctypes.ErrLeaseNotFound), true, false, false)
+	}
+	return afterSlotTxn(false, false, false, grant && resp.Succeeded, resp.Responses[3].GetResponseRange().Count == 0)
+}
+
+// await waits for the key just ahead when it waits, else for a deletion
+// among the holders (and a change of the limits), then reads the
+// semaphore again. When ctx ends while a limit holds the semaphore back,
+// the error wraps the *coord.LimitError.
+func (w *slotWaiter) await(ctx context.Context, pred *mvccpb.KeyValue, st slotState, may bool) (*clientv3.TxnResponse, slotStep, error) {
+	c := w.c
+	var err error
+	if pred != nil && decodeMeta(pred.Value).AcquiredAt == nil {
+		err = c.watchChange(ctx, string(pred.Key), false, false, st.rev+1, w.lost, false)
+	} else {
+		err = c.watchChange(ctx, c.lockRange(w.name), true, true, st.rev+1, w.lost, st.lim != nil)
+	}
+	if err != nil {
+		if ctx.Err() != nil && st.lim != nil && !may {
+			return nil, slotFailed, fmt.Errorf("%w (%w)", &coord.LimitError{Lock: w.name, Limit: *st.lim, Holders: holders(st.kvs)}, err)
 		}
-		if werr != nil {
-			if ctx.Err() != nil && st.lim != nil && !may {
-				return 0, fmt.Errorf("%w (%w)", &coord.LimitError{Lock: name, Limit: *st.lim, Holders: holders(st.kvs)}, werr)
-			}
-			return 0, werr
-		}
-		rctx, rcancel := context.WithTimeout(ctx, claimTimeout)
-		resp, err := c.cli.Txn(rctx).Then(append(c.slotReads(name), clientv3.OpGet(key, clientv3.WithCountOnly()))...).Commit()
-		rcancel()
-		switch {
-		case err != nil && ctx.Err() == nil && rctx.Err() != nil:
-			continue // timed out: read again
-		case err != nil:
-			return 0, c.mapErr(ctx, "wait", err)
-		case resp.Responses[3].GetResponseRange().Count == 0:
-			return 0, errLeaseGone
-		}
-		if st, err = c.parseSlotReads(name, resp, 0); err != nil {
-			return 0, err
+		return nil, slotFailed, err
+	}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, claimTimeout)
+		resp, err := c.cli.Txn(rctx).Then(w.reads()...).Commit()
+		step := w.decide(ctx, rctx, resp, err, false)
+		cancel()
+		if step != slotAgain {
+			return resp, step, c.mapErr(ctx, "wait", err)
 		}
 	}
 }
@@ -261,16 +324,9 @@ func holders(kvs []*mvccpb.KeyValue) int {
 // member, see watchDelete: the caller reads again, and watches again on a
 // new stream) or ends; else ctx's error or the lease-lost error.
 func (c *Coordinator) watchChange(ctx context.Context, key string, prefix, deletes bool, from int64, lost <-chan error, limits bool) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := c.watchContext(ctx)
 	defer cancel()
-	wctx = metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10))
-	opts := []clientv3.OpOption{clientv3.WithRev(from), clientv3.WithCreatedNotify()}
-	if prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
-	if deletes {
-		opts = append(opts, clientv3.WithFilterPut())
-	}
+	opts := watchOpts(from, prefix, deletes)
 	// Watch returns once the member has created the watch: a frozen one
 	// never does (the ticker below gives up on it).
 	wchc, lchc := make(chan clientv3.WatchChan, 1), make(chan clientv3.WatchChan, 1)
@@ -306,4 +362,16 @@ func (c *Coordinator) watchChange(ctx context.Context, key string, prefix, delet
 			}
 		}
 	}
+}
+
+// watchOpts are the options of watchChange's watch.
+func watchOpts(from int64, prefix, deletes bool) []clientv3.OpOption {
+	opts := []clientv3.OpOption{clientv3.WithRev(from), clientv3.WithCreatedNotify()}
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	if deletes {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	return opts
 }

@@ -16,7 +16,7 @@ func TestWatchResetAfterCompaction(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := New(ctx, Config{Endpoints: srv.Endpoints()})
+	c, err := New(ctx, srv.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestWatchAcrossRestart(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := New(ctx, Config{Endpoints: srv.Endpoints()})
+	c, err := New(ctx, srv.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}

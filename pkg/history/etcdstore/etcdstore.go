@@ -59,6 +59,7 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
+	"github.com/fence-dev/fence/pkg/internal/etcdtxn"
 )
 
 // DefaultPrefix is the key prefix used when none is given, as for the etcd
@@ -618,36 +619,6 @@ func unavailable(ctx context.Context, lock string, err error) error {
 	return fmt.Errorf("%w: history of %q: %w", coord.ErrUnavailable, lock, err)
 }
 
-var _ history.AcquireLooker = (*Store)(nil)
-
-// AcquireLooking implements history.AcquireLooker on the etcd coordinator
-// whose client the store shares: it acquires through
-// etcd.Coordinator.AcquireWith, reading the lock's history head and oldest
-// events in the transaction that takes the lock, and keeps them for the
-// next write, as LastLease would after it. lastLease then answers as
-// LastLease(ctx, name, n) from that read: the acquisition's record costs one
-// request (the write) instead of two. lastLease is nil when c is not such a
-// coordinator (Acquire was c's own) or when the lease took the lock another
-// way (a semaphore's slot: see AcquireWith).
-func (s *Store) AcquireLooking(ctx context.Context, c coord.Coordinator, name string, opts coord.AcquireOptions, n int) (*coord.Lease, func(context.Context) (history.Event, bool, error), error) {
-	ec, ok := c.(*etcd.Coordinator)
-	if !ok || ec.Client() != s.cli || ec.Prefix() != s.prefix || coord.ValidateName(name) != nil {
-		l, err := c.Acquire(ctx, name, opts)
-		return l, nil, err
-	}
-	l, got, err := ec.AcquireWith(ctx, name, opts, s.stateOps(name))
-	if err != nil || got == nil {
-		return l, nil, err
-	}
-	st, serr := s.decodeState(name, got)
-	if serr != nil {
-		// Read again apart: the record's own read reports it.
-		return l, nil, nil
-	}
-	s.keep(name, st)
-	return l, func(ctx context.Context) (history.Event, bool, error) { return s.lastLeaseIn(ctx, name, n, st) }, nil
-}
-
 // errNotHeld ends a write with the release (AppendRelease) whose lease no
 // longer holds the lock.
 var errNotHeld = errors.New("the lease no longer holds the lock")
@@ -655,7 +626,7 @@ var errNotHeld = errors.New("the lease no longer holds the lock")
 var _ history.ReleaseAppender = (*Store)(nil)
 
 // AppendRelease implements history.ReleaseAppender on the etcd coordinator
-// whose client the store shares (etcd.Coordinator.ReleaseWith): ev (the
+// whose client the store shares (package etcdtxn, the seam between them): ev (the
 // released event of leaseID, held under token) is written in the
 // transaction that deletes the holder's key, so that the event is on record
 // before the next holder's turn at the cost of one round trip, not of a read,
@@ -663,7 +634,7 @@ var _ history.ReleaseAppender = (*Store)(nil)
 // released, when c is not such a coordinator, when the lease no longer holds
 // the lock, or when the transaction failed (err says why): the caller then
 // records and releases the usual way. An error with done true is the
-// release's (see ReleaseWith): the event is written.
+// release's (see etcdtxn.Release): the event is written.
 func (s *Store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	ec, ok := c.(*etcd.Coordinator)
 	if !ok || ec.Client() != s.cli || ec.Prefix() != s.prefix {
@@ -677,7 +648,7 @@ func (s *Store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID 
 	}
 	var relErr error
 	err = s.appendWith(ctx, ev.Lock, []history.Event{ev}, func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
-		resp, held, err := ec.ReleaseWith(ctx, ev.Lock, leaseID, token, []clientv3.Cmp{cmp}, then, els)
+		resp, held, err := etcdtxn.Release(ctx, ec, ev.Lock, leaseID, token, []clientv3.Cmp{cmp}, then, els)
 		switch {
 		case resp != nil && resp.Succeeded:
 			done, relErr = true, err

@@ -150,10 +150,10 @@ func TestAcquisitionRecordCost(t *testing.T) {
 		released := kv.n.Load() - before
 		r.Close()
 		t.Logf("round %d: %d KV requests for the acquisition and its record, %d for the release and its event", round, acquired, released)
-		// The grant is one transaction, which reads the history's head
-		// too (AcquireLooking); the record one (the append): two in all.
-		if acquired != 2 || released != 1 {
-			t.Fatalf("round %d: %d KV requests to acquire and record, %d to release; want 2 and 1", round, acquired, released)
+		// The acquisition is one transaction; its record a read of the
+		// history's head and the append: three in all.
+		if acquired != 3 || released != 1 {
+			t.Fatalf("round %d: %d KV requests to acquire and record, %d to release; want 3 and 1", round, acquired, released)
 		}
 	}
 	evs, err := newStoreLike(t, cli, prefix).History(ctx, "job", 0)
@@ -161,9 +161,9 @@ func TestAcquisitionRecordCost(t *testing.T) {
 		t.Fatalf("history %+v, %v; want 3 acquired and released pairs", evs, err)
 	}
 
-	// A waiter: its queueing transaction, its claim at its turn (which
-	// makes the look), the record's write: three, counted on its own
-	// client (the holder's is another).
+	// A waiter: its queueing transaction, its claim at its turn, the
+	// record's read and write: four, counted on its own client (the
+	// holder's is another).
 	holder := recorderOf(t, ctx, srv.Client(t), prefix)
 	defer holder.Close()
 	hl, err := holder.Acquire(ctx, "job", coord.AcquireOptions{TTL: 10 * time.Second, Holder: "bob"})
@@ -176,8 +176,8 @@ func TestAcquisitionRecordCost(t *testing.T) {
 	if err := acquireAfter(t, ctx, r, "carol", func() error { return holder.Release(ctx, "job", hl.ID) }); err != nil {
 		t.Fatal(err)
 	}
-	if n := kv.n.Load() - before; n != 3 {
-		t.Fatalf("a waiter made %d KV requests to queue, claim and record, want 3", n)
+	if n := kv.n.Load() - before; n != 4 {
+		t.Fatalf("a waiter made %d KV requests to queue, claim and record, want 4", n)
 	}
 	evs, err = newStoreLike(t, cli, prefix).History(ctx, "job", 3)
 	if err != nil || len(evs) != 3 || evs[0].Kind != history.Acquired || evs[1].Kind != history.Released || evs[2].Kind != history.Acquired || evs[2].Holder != "carol" {
@@ -211,7 +211,7 @@ func acquireAfter(t *testing.T, ctx context.Context, c coord.Coordinator, holder
 // (etcd.NewFromClient) and its store under prefix.
 func recorderOf(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string) history.Recorder {
 	t.Helper()
-	c, err := etcd.NewFromClient(ctx, cli, prefix)
+	c, err := etcd.NewFromClient(ctx, cli, etcd.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +230,8 @@ func newStoreLike(t *testing.T, cli *clientv3.Client, prefix string) *Store {
 // TestAcquireWithoutHistoryPermission: recording never fails a lease. A
 // user who may use the locks but not read the history still acquires
 // through the Recorder, although the transaction that takes the lock would
-// read the history's head (AcquireLooking): etcd refuses that read, and
-// the lock is taken without it; only the record fails (logged).
+// read the history's head: etcd refuses that read; only the record fails
+// (logged).
 func TestAcquireWithoutHistoryPermission(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.WithAuth("rootpw"))
 	root := srv.Client(t)
@@ -253,7 +253,7 @@ func TestAcquireWithoutHistoryPermission(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints(), Username: "app", Password: "apppw", DialTimeout: 5 * time.Second})
+	c, err := etcd.New(ctx, srv.Endpoints(), etcd.WithDialTimeout(5*time.Second), etcd.WithAuth("app", "apppw"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestAcquireWithoutHistoryPermission(t *testing.T) {
 	}
 
 	// A waiter's claim, which would read the head too.
-	rc, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints(), Username: "root", Password: "rootpw", DialTimeout: 5 * time.Second})
+	rc, err := etcd.New(ctx, srv.Endpoints(), etcd.WithDialTimeout(5*time.Second), etcd.WithAuth("root", "rootpw"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestReleaseInOneTransaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p := newPrefix()
-	c, err := etcd.New(ctx, etcd.Config{Endpoints: srv.Endpoints(), Prefix: p})
+	c, err := etcd.New(ctx, srv.Endpoints(), etcd.WithPrefix(p))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,440 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// turn is a lock's waiter in line, as waitTurn knows it.
+type turn struct {
+	name, lockRange, key string
+	id                   clientv3.LeaseID
+	myRev                int64            // the create revision of our key
+	pred                 *mvccpb.KeyValue // the key just ahead of ours (nil: none)
+	from                 int64            // the revision to watch pred from
+	limRev               int64            // the revision the limits were read at (0: none)
+	lim                  *coord.Limit     // the limit then read
+	lost                 <-chan error     // our lease ended
+	claim                func() string    // our key's value once we hold
+	heldBack             string           // our key's value while a limit holds the lock back
+	marked               bool             // our key says held_back
+}
+
+// turnStep is where a waiter goes after one claim attempt.
+type turnStep int
+
+const (
+	turnAgain    turnStep = iota // the attempt went unanswered, or the limits allow now: claim again
+	turnMine                     // claimed: the waiter holds the lock
+	turnGone                     // our lease, or our key, is gone
+	turnFailed                   // the cluster refused the request
+	turnWatch                    // a key is ahead of ours: wait for its deletion
+	turnHeldBack                 // first in line, but a limit holds the lock back: wait for the limits
+)
+
+// claimAnswer is what one claim attempt learnt.
+type claimAnswer struct {
+	unanswered bool // no answer within claimTimeout, or none of the cluster's own
+	leaseGone  bool // etcd no longer knows our lease
+	failed     bool // any other error
+	claimed    bool // the claim committed
+	keyGone    bool // our key is no longer on the lock
+	ahead      bool // a key is ahead of ours
+	allows     bool // the limit as read lets the lock be held
+}
+
+// afterClaim decides the next step from a claim attempt's answer.
+func afterClaim(a claimAnswer) turnStep {
+	switch {
+	case a.unanswered:
+		return turnAgain
+	case a.leaseGone:
+		return turnGone
+	case a.failed:
+		return turnFailed
+	case a.claimed:
+		return turnMine
+	case a.keyGone:
+		return turnGone
+	case a.ahead:
+		return turnWatch
+	case a.allows:
+		return turnAgain // the limits changed since they were read, and allow it now
+	}
+	return turnHeldBack
+}
+
+// waitTurn waits until no key of the lock has a create revision smaller
+// than t.myRev, or until t.lost reports that our lease ended. As
+// concurrency.Mutex does, it watches only the key just ahead of ours
+// (t.pred), so a release wakes one waiter. When that key is gone, one
+// transaction claims the lock if every key of the lock is ours or younger
+// (recording acquired_at), or else returns the key now just ahead of ours
+// and whether ours is still there: one round trip per wake-up.
+//
+// The claim also compares the operator limits as read at t.limRev, and is
+// not tried while t.lim holds the lock back: the same reads are made
+// without it. When no key is ahead of ours but a limit holds the lock
+// back, it waits for the next change of a limit (waitLimits), and returns
+// an error wrapping the *coord.LimitError when ctx ends meanwhile.
+func (c *Coordinator) waitTurn(ctx context.Context, t *turn) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Close ends the wait at once.
+	defer context.AfterFunc(c.ctx, cancel)()
+	defer func() {
+		if err != nil && c.closed.Load() {
+			err = errClosed
+		}
+	}()
+	for {
+		if t.pred != nil {
+			if err := c.waitDelete(ctx, t.pred, t.from, t.lost); err != nil {
+				return err
+			}
+		}
+		ans, err := c.tryTurn(ctx, t)
+		switch afterClaim(ans) {
+		case turnMine:
+			return nil
+		case turnGone:
+			return errLeaseGone
+		case turnFailed:
+			return c.mapErr(ctx, "wait", err)
+		case turnHeldBack:
+			if err := c.holdBack(ctx, t); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// tryTurn is one claim attempt, bounded and tried again by the caller: a
+// request that went to a member that stopped answering must not hold the
+// waiter (the claim can be sent twice: the second finds the lock ours).
+// While a limit holds the lock back, only the reads are made. It updates
+// t from the reads.
+func (c *Coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error) {
+	reads := []clientv3.Op{
+		clientv3.OpGet(t.lockRange, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(t.myRev-1))...),
+		clientv3.OpGet(t.key, clientv3.WithCountOnly()),
+		c.limitsGet(),
+	}
+	tctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	blocked := !t.lim.Allows(0)
+	txn := c.cli.Txn(tctx)
+	if !blocked {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(t.lockRange), ">", t.myRev-1).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.myRev),
+			c.limitsCmp(t.limRev)).
+			Then(clientv3.OpPut(t.key, t.claim(), clientv3.WithLease(t.id))).
+			Else(reads...)
+	} else {
+		txn = txn.Then(reads...)
+	}
+	resp, err := txn.Commit()
+	if err != nil {
+		return claimAnswer{unanswered: retryable(ctx, tctx, err), leaseGone: errors.Is(err, rpctypes.ErrLeaseNotFound), failed: true}, err
+	}
+	if resp.Succeeded && !blocked {
+		return claimAnswer{claimed: true}, nil
+	}
+	if resp.Responses[1].GetResponseRange().Count == 0 {
+		return claimAnswer{keyGone: true}, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	t.pred, t.from, t.limRev = nil, resp.Header.Revision+1, resp.Header.Revision
+	if t.lim, err = c.effectiveOf(t.name, resp.Responses[2].GetResponseRange().Kvs); err != nil {
+		return claimAnswer{failed: true}, err
+	}
+	if len(kvs) > 0 {
+		t.pred = kvs[0]
+	}
+	return claimAnswer{ahead: t.pred != nil, allows: t.lim.Allows(0)}, nil
+}
+
+// retryable tells a request of a waiter to try again: its attempt's
+// context (tctx) timed out, or no member answered it (a stalled leader's
+// "request timed out", no leader), while the caller's ctx goes on.
+func retryable(ctx, tctx context.Context, err error) bool {
+	return ctx.Err() == nil && (tctx.Err() != nil || !answered(err))
+}
+
+// holdBack is the first waiter's wait while a limit holds the lock back:
+// its key says held_back, and it waits for a change of the limits.
+func (c *Coordinator) holdBack(ctx context.Context, t *turn) error {
+	if !t.marked {
+		if err := c.markHeldBack(ctx, t.key, t.id, t.myRev, t.heldBack); err != nil {
+			return err
+		}
+		t.marked = true
+	}
+	if err := c.waitLimits(ctx, t.from, t.lost); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (%w)", &coord.LimitError{Lock: t.name, Limit: *t.lim}, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// limitErr is the error of a try-lock refused by an operator limit.
+func limitErr(name string, lim *coord.Limit, kvs []*mvccpb.KeyValue) error {
+	if len(kvs) > 0 && decodeMeta(kvs[0].Value).Slots > 1 {
+		return &coord.LimitError{Lock: name, Limit: *lim, Holders: holders(kvs)}
+	}
+	return &coord.LimitError{Lock: name, Limit: *lim, Holders: min(len(kvs), 1)}
+}
+
+// waitDelete returns nil when pred's key is deleted at revision from or
+// later, or when its watch ends (compaction; the caller reads again); else
+// ctx's error or the lease-lost error.
+//
+// etcd serves a watch that starts at a revision it has already reached
+// from a catch-up loop that runs every 100ms, for that revision and every
+// later one, until the watch has caught up: events come up to 100ms late.
+// When revisions went by between the read that found the key and the
+// watch's creation (often: the holder records acquired_at, or releases at
+// once), a read tells whether the key is already gone, or was created again
+// since (a key with another create revision is another holding, and
+// pred's is gone); when it is not, the watch starts again after that read,
+// so that it follows live events (a few times at most, then the catch-up
+// is waited for).
+func (c *Coordinator) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, from int64, lost <-chan error) error {
+	key := string(pred.Key)
+	for restarts := 0; ; restarts++ {
+		again, err := c.watchDelete(ctx, key, pred.CreateRevision, from, lost, restarts < 3)
+		if err != nil || again == 0 {
+			return err
+		}
+		from = again
+	}
+}
+
+// watchStep is what a watch response means to a waiter's watch.
+type watchStep int
+
+const (
+	watchOn      watchStep = iota // nothing of note: keep watching
+	watchDeleted                  // the key was deleted
+	watchAgain                    // closed under us, or no leader: watch again, elsewhere
+	watchEnded                    // compacted, cancelled or closed: the caller reads again
+	watchLate                     // created after from: read whether the key is still there
+)
+
+// watchNews is what a watch response says.
+type watchNews struct {
+	closed   bool // the channel is closed
+	progress bool // a progress notification
+	failed   bool // an error, or cancelled
+	noLeader bool // the error is "no leader"
+	alive    bool // the caller's context and the Coordinator go on
+	late     bool // the creation, at a revision after the watch's start
+	deleted  bool // a deletion among its events
+}
+
+func newsOf(wr clientv3.WatchResponse, ok bool, from int64, alive bool) watchNews {
+	return watchNews{closed: !ok, progress: ok && wr.IsProgressNotify(), failed: wr.Err() != nil || wr.Canceled,
+		noLeader: errors.Is(wr.Err(), rpctypes.ErrNoLeader), alive: alive,
+		late: wr.Created && wr.Header.Revision >= from, deleted: hasDelete(wr.Events)}
+}
+
+func hasDelete(evs []*clientv3.Event) bool {
+	for _, ev := range evs {
+		if ev.Type == mvccpb.DELETE {
+			return true
+		}
+	}
+	return false
+}
+
+// afterWatch decides what a watch response leads to.
+func afterWatch(n watchNews) watchStep {
+	switch {
+	case n.progress:
+		return watchOn
+	case (n.closed || n.failed) && n.alive && (n.closed || n.noLeader):
+		return watchAgain
+	case n.closed || n.failed:
+		return watchEnded
+	case n.late:
+		return watchLate
+	case n.deleted:
+		return watchDeleted
+	}
+	return watchOn
+}
+
+// watchDelete is one watch of waitDelete. It returns a revision to watch
+// from again when restart allows and the watch would be served late.
+//
+// A watch that stops hearing goes deaf: the member that serves it may be
+// frozen or cut off while the TCP connection stays open, and a release
+// would be heard only when it comes back. So every watchCheck the waiter
+// asks for a progress notification (etcd answers on the same stream); a
+// watch that heard nothing for two of them is started again, from the same
+// revision, on a new stream (a stream is per context key: each watch has
+// its own), which the client's balancer puts on another member. The watch
+// requires a leader: a member that lost it ends the watch.
+func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, from int64, lost <-chan error, restart bool) (int64, error) {
+	wctx, cancel := c.watchContext(ctx)
+	defer cancel()
+	// Deaf: read whether the key is still there (a read is hedged across
+	// members), then watch again, elsewhere.
+	deaf := func() (int64, error) {
+		resp, err := c.cli.Get(ctx, key, clientv3.WithKeysOnly())
+		switch {
+		case err != nil:
+			return from, nil
+		case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev:
+			return 0, nil
+		}
+		return resp.Header.Revision + 1, nil
+	}
+	wch, err := c.watchCreated(ctx, lost, func() clientv3.WatchChan {
+		return c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	})
+	if wch == nil {
+		if err == nil {
+			return deaf()
+		}
+		return 0, err
+	}
+	tick := time.NewTicker(watchCheck)
+	defer tick.Stop()
+	heard := time.Now()
+	for {
+		select {
+		case err := <-lost:
+			return 0, err
+		case <-tick.C:
+			if time.Since(heard) >= 2*watchCheck {
+				return deaf()
+			}
+			go c.cli.RequestProgress(wctx)
+		case wr, ok := <-wch:
+			heard = time.Now()
+			switch afterWatch(newsOf(wr, ok, from, ctx.Err() == nil && !c.closed.Load())) {
+			case watchAgain:
+				return from, nil
+			case watchEnded:
+				return 0, ctx.Err() // nil: the caller reads again
+			case watchDeleted:
+				return 0, nil
+			case watchLate:
+				if again, done, err := c.stillThere(ctx, key, createRev, restart); done {
+					return again, err
+				}
+			}
+		}
+	}
+}
+
+// watchContext is the context of one watch of a waiter: it requires a
+// leader, and has a stream of its own.
+func (c *Coordinator) watchContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	return metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10)), cancel
+}
+
+// watchCreated returns the channel of the watch that open starts once the
+// member has created it, or nil: with ctx's or the lease-lost error, or
+// with none when it was not created within two watchChecks (a frozen
+// member never creates it).
+func (c *Coordinator) watchCreated(ctx context.Context, lost <-chan error, open func() clientv3.WatchChan) (clientv3.WatchChan, error) {
+	wchc := make(chan clientv3.WatchChan, 1)
+	go func() { wchc <- open() }()
+	created := time.NewTimer(2 * watchCheck)
+	defer created.Stop()
+	select {
+	case wch := <-wchc:
+		return wch, nil
+	case err := <-lost:
+		return nil, err
+	case <-created.C:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// stillThere reads, after a watch was created late, whether the key
+// created at createRev is still there: done with 0 when it is gone, with
+// the revision to watch from again when restart allows, else not done
+// (the watch goes on).
+func (c *Coordinator) stillThere(ctx context.Context, key string, createRev int64, restart bool) (int64, bool, error) {
+	resp, err := c.cli.Get(ctx, key, clientv3.WithKeysOnly())
+	switch {
+	case err != nil:
+		return 0, true, c.mapErr(ctx, "wait", err)
+	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev:
+		return 0, true, nil
+	case restart:
+		return resp.Header.Revision + 1, true, nil
+	}
+	return 0, false, nil
+}
+
+// watchCheck is how often a waiter's watch asks for a progress
+// notification (see watchDelete): a watch that heard nothing for two is
+// moved, so a release is noticed within about a second of a member going
+// silent.
+const watchCheck = 400 * time.Millisecond
+
+// watchSeq tells the waiters' watches apart (each gets a stream of its own).
+var watchSeq atomic.Uint64
+
+// keepAlive renews lease id every third of its TTL until ctx ends, and
+// records each acknowledged renewal in last (read by Acquire once
+// keepAlive has ended). It returns an error only when
+// the lease is gone.
+func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *ack) error {
+	t := time.NewTicker(max(last.ttl/3, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, max(last.ttl/3, 100*time.Millisecond))
+		ttl, sent, err := c.ka.renew(rctx, id)
+		cancel()
+		switch {
+		case err == nil && ttl <= 0:
+			return errLeaseGone
+		case err == nil:
+			last.sent, last.ttl = sent, time.Duration(ttl)*time.Second
+		}
+		// Other errors: the cluster is unreachable for now; the next tick
+		// tries again, and a lease that ran out is reported then.
+	}
+}
+
+// revoke revokes a lease on a fresh context, for cleanups after the
+// caller's context may have ended. Errors are ignored: the lease then ends
+// at its TTL.
+func (c *Coordinator) revoke(id clientv3.LeaseID) {
+	if c.closed.Load() && c.owned {
+		return // the client is closed too; the lease runs out at its TTL
+	}
+	c.revokeNow(id)
+}
+
+func (c *Coordinator) revokeNow(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, _ = c.cli.Revoke(ctx, id)
+}
