@@ -982,3 +982,23 @@ func closeUnderWaiter(t *testing.T, c *etcd.Coordinator, lock string, opts coord
 		t.Fatal("waiting Acquire did not end at Close")
 	}
 }
+
+// TestSemaphoreWaiterTakesAFreeSlot: a waiting caller of a semaphore that
+// has a holder and free slots is granted one by its waiting path (whose
+// transaction's answer holds the grant's puts, not the reads: reading the
+// reads there panicked).
+func TestSemaphoreWaiterTakesAFreeSlot(t *testing.T) {
+	srv := etcdtest.Start(t)
+	opts := func(h string) coord.AcquireOptions {
+		return coord.AcquireOptions{Holder: h, Slots: 3, TTL: time.Minute, Wait: coord.WaitForever}
+	}
+	for i := range 3 {
+		l, err := open(t, srv, "/sem/").Acquire(ctx(t), "backups", opts(fmt.Sprintf("h%d", i)))
+		if err != nil {
+			t.Fatalf("holder %d: %v", i, err)
+		}
+		if l.Slot != i {
+			t.Errorf("holder %d got slot %d, want %d", i, l.Slot, i)
+		}
+	}
+}

@@ -274,7 +274,11 @@ func (w *slotWaiter) decide(ctx, tctx context.Context, resp *clientv3.TxnRespons
 	if err != nil {
 		return afterSlotTxn(retryable(ctx, tctx, err), errors.Is(err, rpctypes.ErrLeaseNotFound), true, false, false)
 	}
-	return afterSlotTxn(false, false, false, grant && resp.Succeeded, resp.Responses[3].GetResponseRange().Count == 0)
+	if grant && resp.Succeeded {
+		// The grant's Then: its two puts, none of the reads.
+		return afterSlotTxn(false, false, false, true, false)
+	}
+	return afterSlotTxn(false, false, false, false, resp.Responses[3].GetResponseRange().Count == 0)
 }
 
 // await waits for the key just ahead when it waits, else for a deletion
