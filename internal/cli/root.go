@@ -24,7 +24,7 @@ var commandGroups = []commandGroup{
 	{"limits", "The kill switch (limits on holders):", []func(*Factory) *cobra.Command{newCmdLimit, newCmdFreeze, newCmdThaw}},
 	{"shards", "Ownership partitioning:", []func(*Factory) *cobra.Command{newCmdShards}},
 	{"guard", "Fenced writes:", []func(*Factory) *cobra.Command{newCmdGuard}},
-	{"tools", "Tools:", []func(*Factory) *cobra.Command{newCmdExporter, newCmdConfig, newCmdVersion}},
+	{"tools", "Tools:", []func(*Factory) *cobra.Command{newCmdExporter, newCmdConfig, newCmdPostgres, newCmdVersion}},
 }
 
 // NewRootCmd builds the fence command tree on f. It also points f's
