@@ -57,7 +57,7 @@ lists the files read, in that order.`,
 				stateDir = config.DefaultStateDir()
 			}
 			entries := cfg.Entries(stateDir, coord.DefaultHolder())
-			if len(cfg.Endpoints) > 0 && verr == nil {
+			if cfg.Backend() == "etcd" && verr == nil {
 				entries = append(entries, f.serverVersions(cmd.Context()))
 			}
 			switch format {

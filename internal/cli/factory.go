@@ -150,6 +150,10 @@ func NewFactory(ios *IOStreams) *Factory {
 		}
 		c, err := auto.Wrap(inner, opts...)
 		if err != nil {
+			if withoutHistory(cfg) {
+				f.verbosef("coordinator: %s (lease events are not recorded: no history store on PostgreSQL in this build)", inner.Describe())
+				return inner, nil
+			}
 			inner.Close()
 			return nil, err
 		}
@@ -165,6 +169,11 @@ func NewFactory(ios *IOStreams) *Factory {
 	}
 	return f
 }
+
+// withoutHistory reports whether cfg's coordinator is used without a
+// history when auto.Wrap finds no store for it: PostgreSQL, until its
+// history store is chosen there (auto.Store, the one switch by backend).
+func withoutHistory(cfg *config.Config) bool { return cfg.Backend() == "postgres" }
 
 // spoolDir is where the history events of cfg's etcd coordinator that
 // could not be written are kept on this host: one directory per cluster

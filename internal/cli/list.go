@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -209,7 +210,10 @@ func (f *Factory) describe() string {
 	if err != nil {
 		return "fence"
 	}
-	if len(cfg.Endpoints) > 0 {
+	switch cfg.Backend() {
+	case "postgres":
+		return "postgres " + config.RedactPostgres(cfg.Postgres)
+	case "etcd":
 		return fmt.Sprintf("etcd %v", cfg.Endpoints)
 	}
 	return "local"

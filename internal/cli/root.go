@@ -24,7 +24,7 @@ var commandGroups = []commandGroup{
 	{"limits", "The kill switch (limits on holders):", []func(*Factory) *cobra.Command{newCmdLimit, newCmdFreeze, newCmdThaw}},
 	{"shards", "Ownership partitioning:", []func(*Factory) *cobra.Command{newCmdShards}},
 	{"guard", "Fenced writes:", []func(*Factory) *cobra.Command{newCmdGuard}},
-	{"tools", "Tools:", []func(*Factory) *cobra.Command{newCmdExporter, newCmdConfig, newCmdVersion}},
+	{"tools", "Tools:", []func(*Factory) *cobra.Command{newCmdExporter, newCmdConfig, newCmdPostgres, newCmdVersion}},
 }
 
 // NewRootCmd builds the fence command tree on f. It also points f's
@@ -39,7 +39,8 @@ larger for every new holder, so that protected storage can refuse a stale
 holder's writes.
 
 The coordinator is local (one host, state in --state-dir) unless --endpoints
-names an etcd cluster. Every global flag can also be set in the environment
+names an etcd cluster or --postgres a PostgreSQL database. Every global flag
+can also be set in the environment
 (FENCE_ and the flag name in upper case, '-' as '_') or in the config file.
 
 Exit codes: 0 success, 1 the answer is no (check, status), 75 busy, 76 lease

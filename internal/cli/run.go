@@ -300,6 +300,13 @@ func onceKey(cmd *cobra.Command, f *Factory, o *runOptions) (string, error) {
 // that nested fence calls reach the same coordinator. Credentials are not
 // passed on (supervise removes them).
 func location(cfg *config.Config) map[string]string {
+	if cfg.Backend() == "postgres" {
+		m := map[string]string{"FENCE_POSTGRES": cfg.PostgresLocation(), "FENCE_POSTGRES_SCHEMA": cfg.PostgresSchema}
+		if cfg.InsecureTransport {
+			m["FENCE_INSECURE_TRANSPORT"] = "true"
+		}
+		return m
+	}
 	if len(cfg.Endpoints) == 0 {
 		return map[string]string{"FENCE_STATE_DIR": cfg.LocalStateDir()}
 	}

@@ -71,9 +71,17 @@ func heldByEnv(getenv func(string) string) []heldLock {
 }
 
 // sameCoordinator reports whether the coordinator location in the
-// environment (FENCE_ENDPOINTS and FENCE_PREFIX, else FENCE_STATE_DIR, as
+// environment (FENCE_POSTGRES and FENCE_POSTGRES_SCHEMA, else
+// FENCE_ENDPOINTS and FENCE_PREFIX, else FENCE_STATE_DIR, as
 // fence run gives its command) is the one cfg names.
 func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
+	if pg := getenv("FENCE_POSTGRES"); pg != "" || cfg.Backend() == "postgres" {
+		schema := getenv("FENCE_POSTGRES_SCHEMA")
+		if schema == "" {
+			schema = config.DefaultPostgresSchema
+		}
+		return cfg.Backend() == "postgres" && pg == cfg.PostgresLocation() && schema == cfg.PostgresSchema
+	}
 	if eps := splitEndpoints(getenv("FENCE_ENDPOINTS")); len(eps) > 0 {
 		if len(cfg.Endpoints) == 0 {
 			return false

@@ -30,6 +30,8 @@ type watchdogCoordinator struct {
 	Key               string        `json:"key,omitempty"`
 	User              string        `json:"user,omitempty"`
 	Password          string        `json:"password,omitempty"`
+	Postgres          string        `json:"postgres,omitempty"`
+	PostgresSchema    string        `json:"postgres_schema,omitempty"`
 	InsecureTransport bool          `json:"insecure_transport,omitempty"`
 	DialTimeout       time.Duration `json:"dial_timeout,omitempty"`
 }
@@ -42,6 +44,7 @@ func handover(cfg *config.Config) *supervise.Handover {
 		return json.Marshal(watchdogCoordinator{
 			StateDir: cfg.LocalStateDir(), Endpoints: cfg.Endpoints, Prefix: cfg.Prefix,
 			CACert: cfg.CACert, Cert: cfg.Cert, Key: cfg.Key, User: cfg.User, Password: cfg.Password,
+			Postgres: cfg.Postgres, PostgresSchema: cfg.PostgresSchema,
 			InsecureTransport: cfg.InsecureTransport, DialTimeout: cfg.DialTimeout,
 		})
 	}}
@@ -58,6 +61,7 @@ func endLeases(ctx context.Context, settings []byte, leases []coord.Lease) error
 	}
 	cfg := &config.Config{StateDir: s.StateDir, Endpoints: s.Endpoints, Prefix: s.Prefix,
 		CACert: s.CACert, Cert: s.Cert, Key: s.Key, User: s.User, Password: s.Password,
+		Postgres: s.Postgres, PostgresSchema: s.PostgresSchema,
 		InsecureTransport: s.InsecureTransport, DialTimeout: s.DialTimeout}
 	inner, err := config.Open(ctx, cfg)
 	if err != nil {
@@ -70,13 +74,19 @@ func endLeases(ctx context.Context, settings []byte, leases []coord.Lease) error
 			opts = append(opts, history.WithSpool(dir))
 		}
 	}
-	c, err := auto.Wrap(inner, opts...)
-	if err != nil {
-		inner.Close()
-		return err
+	var c coord.Coordinator
+	if c, err = auto.Wrap(inner, opts...); err != nil {
+		if !withoutHistory(cfg) {
+			inner.Close()
+			return err
+		}
+		c, err = inner, nil
 	}
 	for _, l := range leases {
 		err = errors.Join(err, c.Release(ctx, l.Name, l.ID))
 	}
-	return errors.Join(err, c.CloseContext(ctx))
+	if cc, ok := c.(interface{ CloseContext(context.Context) error }); ok {
+		return errors.Join(err, cc.CloseContext(ctx))
+	}
+	return errors.Join(err, c.Close())
 }

@@ -53,6 +53,8 @@ const (
 	KeyQuiet             = "quiet"
 	KeyLogFormat         = "log-format"
 	KeyLogLevel          = "log-level"
+	KeyPostgres          = "postgres"
+	KeyPostgresSchema    = "postgres-schema"
 	// KeyPassword is not a flag nor a file key: only FENCE_PASSWORD sets it.
 	KeyPassword = "password"
 )
@@ -61,6 +63,8 @@ const (
 const (
 	DefaultPrefix      = "/fence/"
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultPostgresSchema is postgres.DefaultSchema.
+	DefaultPostgresSchema = "fence"
 )
 
 // EnvPassword is the environment variable holding the etcd password.
@@ -68,7 +72,7 @@ const EnvPassword = "FENCE_PASSWORD"
 
 // fileKeys are the keys a config file may hold, in display order.
 var fileKeys = []string{
-	KeyStateDir, KeyEndpoints, KeyPrefix, KeyCACert, KeyCert, KeyKey, KeyUser,
+	KeyStateDir, KeyEndpoints, KeyPrefix, KeyPostgres, KeyPostgresSchema, KeyCACert, KeyCert, KeyKey, KeyUser,
 	KeyPasswordFile, KeyInsecureTransport, KeyDialTimeout, KeyHolder, KeyVerbose,
 	KeyQuiet, KeyLogFormat, KeyLogLevel,
 }
@@ -112,7 +116,13 @@ type Config struct {
 	User, Password string
 	// PasswordFile is where Password was read from, if anywhere.
 	PasswordFile string
-	// InsecureTransport allows plaintext to a non-loopback etcd endpoint.
+	// Postgres, when set, selects the PostgreSQL coordinator: a libpq URL
+	// or DSN (PostgresConn is what fence connects with).
+	Postgres string
+	// PostgresSchema holds fence's tables in PostgreSQL.
+	PostgresSchema string
+	// InsecureTransport allows plaintext to a non-loopback etcd endpoint
+	// or PostgreSQL host.
 	InsecureTransport bool
 	// DialTimeout bounds connecting to the coordinator.
 	DialTimeout time.Duration
@@ -139,6 +149,9 @@ type Config struct {
 	endpointsSet   bool
 	endpointsText  string
 	endpointsBlank int
+
+	postgresSet bool   // some source sets postgres, perhaps to nothing
+	pgConn      string // the connection string, as Validate completed it
 }
 
 // AddFlags defines the global flags on fs.
@@ -146,12 +159,14 @@ func AddFlags(fs *pflag.FlagSet) {
 	fs.String(KeyStateDir, "", "state directory of the local coordinator (default /var/lib/fence for root, else $XDG_STATE_HOME/fence)")
 	fs.String(KeyEndpoints, "", "etcd endpoints, comma-separated; selects the etcd coordinator")
 	fs.String(KeyPrefix, DefaultPrefix, "etcd key prefix; it ends in / (/fence means /fence/)")
+	fs.String(KeyPostgres, "", "PostgreSQL URL or DSN; selects the PostgreSQL coordinator (no password in it: PGPASSWORD, ~/.pgpass or --password-file)")
+	fs.String(KeyPostgresSchema, DefaultPostgresSchema, "PostgreSQL schema of fence's tables")
 	fs.String(KeyCACert, "", "CA certificate (PEM) to verify etcd's TLS certificate")
 	fs.String(KeyCert, "", "client certificate (PEM) for TLS to etcd")
 	fs.String(KeyKey, "", "client key (PEM) for TLS to etcd")
 	fs.String(KeyUser, "", "etcd user name (the password comes from FENCE_PASSWORD or --password-file)")
-	fs.String(KeyPasswordFile, "", "file holding the etcd password (mode 0600 or stricter)")
-	fs.Bool(KeyInsecureTransport, false, "allow plaintext to a non-loopback etcd endpoint")
+	fs.String(KeyPasswordFile, "", "file holding the etcd or PostgreSQL password (mode 0600 or stricter)")
+	fs.Bool(KeyInsecureTransport, false, "allow plaintext to a non-loopback etcd endpoint, or PostgreSQL without a verified certificate")
 	fs.Duration(KeyDialTimeout, DefaultDialTimeout, "how long to try to reach the coordinator")
 	fs.String(KeyHolder, "", "holder identity (default HOSTNAME:PID; for acquire, the PID of the process that ran it)")
 	fs.String(KeyConfig, "", "config file, merged over /etc/fence/config.yaml and $XDG_CONFIG_HOME/fence/config.yaml (its keys win)")
@@ -220,6 +235,7 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	// rather than passed over for the file or the default.
 	endpoints, epSet := lookupSet(fs, KeyEndpoints, fileMap, c.sources)
 	prefix, prefixSet := lookupSet(fs, KeyPrefix, fileMap, c.sources)
+	pg, pgSet := lookupSet(fs, KeyPostgres, fileMap, c.sources)
 	if !prefixSet {
 		prefix = DefaultPrefix
 	}
@@ -237,6 +253,7 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	if err == nil {
 		c.Prefix, err = toString(KeyPrefix, prefix, c.sources[KeyPrefix])
 	}
+	c.PostgresSchema = str(KeyPostgresSchema)
 	c.CACert = str(KeyCACert)
 	c.Cert = str(KeyCert)
 	c.Key = str(KeyKey)
@@ -251,6 +268,10 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	if c.Endpoints, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
 		return nil, err
 	}
+	if c.Postgres, err = toString(KeyPostgres, pg, c.sources[KeyPostgres]); err != nil {
+		return nil, err
+	}
+	c.postgresSet = pgSet
 	if epSet {
 		c.endpointsSet = true
 		c.endpointsText = listText(endpoints)

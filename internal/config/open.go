@@ -7,6 +7,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
 )
 
 // DefaultStateDir is the local coordinator's directory when --state-dir is
@@ -23,15 +24,22 @@ func (c *Config) LocalStateDir() string {
 	return DefaultStateDir()
 }
 
-// Open validates cfg and opens the coordinator it selects: etcd when
-// Endpoints are set, else local in StateDir. Errors wrap coord.ErrUnavailable
+// Open validates cfg and opens the coordinator it selects (Backend):
+// PostgreSQL, etcd, or local in StateDir. Errors wrap coord.ErrUnavailable
 // or ErrConfig (both exit 125).
 func Open(ctx context.Context, cfg *Config) (coord.Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Backend() == "local" {
+	switch cfg.Backend() {
+	case "local":
 		c, err := local.Open(cfg.LocalStateDir())
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	case "postgres":
+		c, err := postgres.Open(ctx, postgres.Config{URL: cfg.PostgresConn(), Schema: cfg.PostgresSchema})
 		if err != nil {
 			return nil, err
 		}

@@ -13,11 +13,18 @@ import (
 	"unicode"
 )
 
-// Backend names the coordinator a configuration selects: etcd when any
-// source sets endpoints, even to nothing (which Validate refuses: it never
-// falls back to local).
+// Backend names the coordinator a configuration selects: "postgres" when
+// any source sets postgres, "etcd" when any source sets endpoints, even to
+// nothing (which Validate refuses: it never falls back to local), else
+// "local". When both postgres and endpoints are set, the one from the
+// stronger source (Validate refuses two from equally strong ones).
 func (c *Config) Backend() string {
-	if len(c.Endpoints) > 0 || c.endpointsSet {
+	pg := c.Postgres != "" || c.postgresSet
+	ep := len(c.Endpoints) > 0 || c.endpointsSet
+	switch {
+	case pg && (!ep || rank(c.sources[KeyPostgres]) <= rank(c.sources[KeyEndpoints])):
+		return "postgres"
+	case ep:
 		return "etcd"
 	}
 	return "local"
@@ -58,11 +65,20 @@ func (c *Config) Validate() error {
 	if err := c.checkCoordinator(); err != nil {
 		return err
 	}
+	if c.Backend() == "postgres" {
+		return c.validatePostgres()
+	}
+	if c.sources[KeyPostgresSchema] == SourceFlag {
+		return configErr("--%s needs --postgres (it applies to PostgreSQL only)", KeyPostgresSchema)
+	}
 	if len(c.Endpoints) == 0 {
-		for _, k := range []string{KeyCACert, KeyCert, KeyKey, KeyUser, KeyPasswordFile} {
+		for _, k := range []string{KeyCACert, KeyCert, KeyKey, KeyUser} {
 			if c.sources[k] == SourceFlag {
 				return configErr("--%s needs --endpoints (it applies to etcd only)", k)
 			}
+		}
+		if c.sources[KeyPasswordFile] == SourceFlag {
+			return configErr("--%s needs --endpoints or --postgres (the local coordinator has no password)", KeyPasswordFile)
 		}
 		return nil
 	}
@@ -122,6 +138,9 @@ func (c *Config) Validate() error {
 // it is how a nested fence call, or a host whose config file names a local
 // state directory, reaches etcd by a flag.
 func (c *Config) checkCoordinator() error {
+	if err := c.checkPostgres(); err != nil {
+		return err
+	}
 	if !c.endpointsSet {
 		return nil
 	}
@@ -137,6 +156,32 @@ func (c *Config) checkCoordinator() error {
 		if ss := c.sources[KeyStateDir]; rank(ss) <= rank(src) {
 			return configErr("%s and %s name two coordinators (local %s, etcd %s): give one of them",
 				where(KeyStateDir, ss), w, c.StateDir, strings.Join(c.Endpoints, ","))
+		}
+	}
+	return nil
+}
+
+// checkPostgres is checkCoordinator for postgres: set to nothing, or
+// beside endpoints or a state directory from a source as strong, is
+// refused; a weaker one is overridden by precedence.
+func (c *Config) checkPostgres() error {
+	if !c.postgresSet {
+		return nil
+	}
+	src := c.sources[KeyPostgres]
+	w := where(KeyPostgres, src)
+	if strings.TrimSpace(c.Postgres) == "" {
+		return configErr("%s %q names no database: give a URL (postgres://HOST/DB) or keyword=value pairs (host=HOST dbname=DB), or unset it for the local coordinator", w, c.Postgres)
+	}
+	pg := RedactPostgres(c.Postgres)
+	if c.endpointsSet && rank(c.sources[KeyEndpoints]) == rank(src) {
+		return configErr("%s and %s name two coordinators (etcd %s, postgres %s): give one of them",
+			where(KeyEndpoints, c.sources[KeyEndpoints]), w, c.endpointsText, pg)
+	}
+	if c.Backend() == "postgres" && c.StateDir != "" {
+		if ss := c.sources[KeyStateDir]; rank(ss) <= rank(src) {
+			return configErr("%s and %s name two coordinators (local %s, postgres %s): give one of them",
+				where(KeyStateDir, ss), w, c.StateDir, pg)
 		}
 	}
 	return nil
@@ -354,6 +399,8 @@ func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 		{Key: KeyStateDir, Value: or(c.StateDir, defaultStateDir), Source: src(KeyStateDir)},
 		{Key: KeyEndpoints, Value: strings.Join(c.Endpoints, ","), Source: src(KeyEndpoints)},
 		{Key: KeyPrefix, Value: c.Prefix, Source: src(KeyPrefix)},
+		{Key: KeyPostgres, Value: RedactPostgres(c.Postgres), Source: src(KeyPostgres)},
+		{Key: KeyPostgresSchema, Value: c.PostgresSchema, Source: src(KeyPostgresSchema)},
 		{Key: KeyCACert, Value: c.CACert, Source: src(KeyCACert)},
 		{Key: KeyCert, Value: c.Cert, Source: src(KeyCert)},
 		{Key: KeyKey, Value: c.Key, Source: src(KeyKey)},

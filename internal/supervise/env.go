@@ -14,7 +14,7 @@ import (
 var credentialVars = []string{"FENCE_PASSWORD", "FENCE_PASSWORD_FILE"}
 
 // locationVars say where the coordinator is; Options.Location replaces them.
-var locationVars = []string{"FENCE_STATE_DIR", "FENCE_ENDPOINTS", "FENCE_PREFIX"}
+var locationVars = []string{"FENCE_STATE_DIR", "FENCE_ENDPOINTS", "FENCE_PREFIX", "FENCE_POSTGRES", "FENCE_POSTGRES_SCHEMA"}
 
 // leaseVars are set by fence for the command; inherited values are replaced
 // (FENCE_DEADLINE is removed when no deadline applies).

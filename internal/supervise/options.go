@@ -83,8 +83,9 @@ type Options struct {
 	// Location is set in the command's environment, replacing inherited
 	// values, so that nested fence calls reach the same coordinator:
 	// FENCE_STATE_DIR for local, FENCE_ENDPOINTS and FENCE_PREFIX for etcd
-	// (and TLS file settings where used). Inherited FENCE_STATE_DIR,
-	// FENCE_ENDPOINTS and FENCE_PREFIX not named here are removed.
+	// (and TLS file settings where used), FENCE_POSTGRES (without its
+	// password) and FENCE_POSTGRES_SCHEMA for PostgreSQL. Inherited ones
+	// (locationVars) not named here are removed.
 	Location map[string]string
 	// Dir is the command's working directory ("": fence's).
 	Dir string

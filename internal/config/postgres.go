@@ -1,0 +1,321 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The PostgreSQL coordinator's connection string is a libpq URL
+// (postgres://...) or DSN (host=... dbname=...), resolved by pgx with the
+// PG* variables and ~/.pgpass. fence reads it only to keep the password off
+// argv and out of the command's environment, to verify TLS beyond loopback,
+// and to add what fence's own settings say (the password file, the dial
+// timeout).
+
+// pgParam is one keyword=value of a connection string.
+type pgParam struct{ key, val string }
+
+// pgConnString is a connection string taken apart: a URL, or the
+// keyword=value pairs of a DSN.
+type pgConnString struct {
+	u   *url.URL  // a URL
+	kvs []pgParam // a DSN
+}
+
+func isPostgresURL(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+func parsePostgres(s string) (*pgConnString, error) {
+	if isPostgresURL(s) {
+		u, err := url.Parse(s)
+		if err != nil {
+			return nil, fmt.Errorf("not a URL: %s", redactPostgresError(err, s))
+		}
+		return &pgConnString{u: u}, nil
+	}
+	p := &pgConnString{}
+	rest := strings.TrimSpace(s)
+	for rest != "" {
+		eq := strings.IndexByte(rest, '=')
+		if eq < 0 {
+			return nil, fmt.Errorf("want a URL (postgres://HOST/DB) or keyword=value pairs (host=HOST dbname=DB)")
+		}
+		key := strings.TrimSpace(rest[:eq])
+		rest = strings.TrimLeft(rest[eq+1:], " \t\n\r\v\f")
+		var val strings.Builder
+		quoted := strings.HasPrefix(rest, "'")
+		if quoted {
+			rest = rest[1:]
+		}
+		i := 0
+		for ; i < len(rest); i++ {
+			ch := rest[i]
+			if quoted && ch == '\'' || !quoted && strings.IndexByte(" \t\n\r\v\f", ch) >= 0 {
+				break
+			}
+			if ch == '\\' && i+1 < len(rest) {
+				i++
+				ch = rest[i]
+			}
+			val.WriteByte(ch)
+		}
+		if quoted {
+			if i == len(rest) {
+				return nil, fmt.Errorf("unterminated quoted value of %q", key)
+			}
+			i++
+		}
+		p.kvs = append(p.kvs, pgParam{key, val.String()})
+		rest = strings.TrimLeft(rest[i:], " \t\n\r\v\f")
+	}
+	return p, nil
+}
+
+// get is the value of a keyword (a URL's query parameter).
+func (p *pgConnString) get(key string) (string, bool) {
+	if p.u != nil {
+		q := p.u.Query()
+		return q.Get(key), q.Has(key)
+	}
+	v, ok := "", false
+	for _, kv := range p.kvs {
+		if kv.key == key {
+			v, ok = kv.val, true
+		}
+	}
+	return v, ok
+}
+
+// hasPassword reports whether the string itself holds a password.
+func (p *pgConnString) hasPassword() bool {
+	if p.u != nil && p.u.User != nil {
+		if _, ok := p.u.User.Password(); ok {
+			return true
+		}
+	}
+	_, ok := p.get("password")
+	return ok
+}
+
+// set sets a keyword (a URL's query parameter).
+func (p *pgConnString) set(key, val string) {
+	if p.u != nil {
+		q := p.u.Query()
+		q.Set(key, val)
+		p.u.RawQuery = q.Encode()
+		return
+	}
+	p.del(key)
+	p.kvs = append(p.kvs, pgParam{key, val})
+}
+
+// del removes a keyword.
+func (p *pgConnString) del(key string) {
+	if p.u != nil {
+		q := p.u.Query()
+		if q.Has(key) {
+			q.Del(key)
+			p.u.RawQuery = q.Encode()
+		}
+		return
+	}
+	out := p.kvs[:0]
+	for _, kv := range p.kvs {
+		if kv.key != key {
+			out = append(out, kv)
+		}
+	}
+	p.kvs = out
+}
+
+// withoutPassword is the string with no password in it.
+func (p *pgConnString) withoutPassword() *pgConnString {
+	q := &pgConnString{kvs: append([]pgParam(nil), p.kvs...)}
+	if p.u != nil {
+		u := *p.u
+		if u.User != nil {
+			u.User = url.User(u.User.Username())
+		}
+		q.u = &u
+	}
+	q.del("password")
+	return q
+}
+
+// redacted is the string with its password, if any, as <redacted>.
+func (p *pgConnString) redacted() string {
+	if !p.hasPassword() {
+		return p.String()
+	}
+	q := p.withoutPassword()
+	if p.u != nil && p.u.User != nil {
+		if _, ok := p.u.User.Password(); ok {
+			q.u.User = url.UserPassword(p.u.User.Username(), Redacted)
+		}
+	}
+	if _, ok := p.get("password"); ok {
+		q.set("password", Redacted)
+	}
+	return strings.ReplaceAll(q.String(), url.QueryEscape(Redacted), Redacted)
+}
+
+func (p *pgConnString) String() string {
+	if p.u != nil {
+		return p.u.String()
+	}
+	parts := make([]string, len(p.kvs))
+	for i, kv := range p.kvs {
+		v := kv.val
+		if v == "" || strings.ContainsAny(v, " \t\n\r\v\f'\\") {
+			v = "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+		}
+		parts[i] = kv.key + "=" + v
+	}
+	return strings.Join(parts, " ")
+}
+
+// RedactPostgres is a connection string for display: its password, if any,
+// as <redacted> (the string itself when it cannot be parsed and holds no
+// '@' nor "password").
+func RedactPostgres(s string) string {
+	p, err := parsePostgres(s)
+	if err != nil {
+		if strings.Contains(s, "@") || strings.Contains(strings.ToLower(s), "password") {
+			return Redacted
+		}
+		return s
+	}
+	return p.redacted()
+}
+
+// PostgresLocation is the connection string without its password: what
+// the command of fence run gets in FENCE_POSTGRES, so that nested fence
+// calls reach the same database (and find the password where this fence
+// did: PGPASSWORD, ~/.pgpass).
+func (c *Config) PostgresLocation() string {
+	p, err := parsePostgres(c.Postgres)
+	if err != nil {
+		return ""
+	}
+	return p.withoutPassword().String()
+}
+
+// PostgresConn is the connection string fence connects with, set by
+// Validate: the one given, with the password of --password-file or
+// FENCE_PASSWORD, verify-full TLS to a non-loopback host when no sslmode was
+// named, and connect_timeout from --dial-timeout unless one was named.
+func (c *Config) PostgresConn() string { return c.pgConn }
+
+func redactPostgresError(err error, s string) string {
+	msg := oneLine(err.Error())
+	if p, perr := url.Parse(s); perr == nil && p.User != nil {
+		if pw, ok := p.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, Redacted)
+		}
+	}
+	return msg
+}
+
+// pgLoopback reports whether a host pgx connects to is this machine: a
+// unix socket's directory, localhost, a loopback address.
+func pgLoopback(host string) bool {
+	if strings.HasPrefix(host, "/") || strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// validatePostgres checks the PostgreSQL settings and sets pgConn.
+func (c *Config) validatePostgres() error {
+	w := where(KeyPostgres, c.sources[KeyPostgres])
+	for k, hint := range map[string]string{
+		KeyCACert: "sslrootcert=FILE", KeyCert: "sslcert=FILE", KeyKey: "sslkey=FILE", KeyUser: "user=NAME",
+	} {
+		if c.sources[k] == SourceFlag {
+			return configErr("--%s applies to etcd only: for PostgreSQL put %s in the connection string", k, hint)
+		}
+	}
+	if err := checkIdentifier(c.PostgresSchema); err != nil {
+		return err
+	}
+	p, err := parsePostgres(c.Postgres)
+	if err != nil {
+		return configErr("%s: %v", w, err)
+	}
+	if c.sources[KeyPostgres] == SourceFlag && p.hasPassword() {
+		return configErr("--postgres holds a password, which any user of this host can read in the process list: give it with PGPASSWORD, ~/.pgpass or --password-file, or put the URL in %s or the config file", EnvName(KeyPostgres))
+	}
+	if c.pwFile != "" {
+		if c.Password != "" {
+			return configErr("both %s and --password-file give a password: use one", EnvPassword)
+		}
+		pw, err := readPasswordFile(c.pwFile)
+		if err != nil {
+			return err
+		}
+		c.Password, c.PasswordFile = pw, c.pwFile
+		c.sources[KeyPassword] = c.sources[KeyPasswordFile]
+	}
+	if c.Password != "" {
+		if p.hasPassword() {
+			return configErr("%s holds a password and %s gives another: use one", w, passwordWhere(c))
+		}
+		p.set("password", c.Password)
+	}
+	if _, ok := p.get("connect_timeout"); !ok && os.Getenv("PGCONNECT_TIMEOUT") == "" && c.DialTimeout > 0 {
+		p.set("connect_timeout", fmt.Sprint(int(math.Ceil(c.DialTimeout.Seconds()))))
+	}
+	// TLS verified beyond loopback: verify-full unless an sslmode is named;
+	// a named one that does not verify the server is refused.
+	pc, err := pgconn.ParseConfig(p.String())
+	if err != nil {
+		return configErr("%s: %s", w, redactPostgresError(err, c.Postgres))
+	}
+	_, named := p.get("sslmode")
+	if !named && os.Getenv("PGSSLMODE") == "" && !c.InsecureTransport {
+		remote := !pgLoopback(pc.Host)
+		for _, fb := range pc.Fallbacks {
+			remote = remote || !pgLoopback(fb.Host)
+		}
+		if remote {
+			p.set("sslmode", "verify-full")
+			if pc, err = pgconn.ParseConfig(p.String()); err != nil {
+				return configErr("%s: %s", w, redactPostgresError(err, c.Postgres))
+			}
+		}
+	}
+	hosts := []*pgconn.FallbackConfig{{Host: pc.Host, Port: pc.Port, TLSConfig: pc.TLSConfig}}
+	hosts = append(hosts, pc.Fallbacks...)
+	for _, h := range hosts {
+		if c.InsecureTransport || pgLoopback(h.Host) || (h.TLSConfig != nil && !h.TLSConfig.InsecureSkipVerify) {
+			continue
+		}
+		return configErr("refusing PostgreSQL host %s without a verified TLS certificate: use sslmode=verify-full (with sslrootcert=CA.pem for a private CA), or --insecure-transport",
+			net.JoinHostPort(h.Host, fmt.Sprint(h.Port)))
+	}
+	c.pgConn = p.String()
+	return nil
+}
+
+func passwordWhere(c *Config) string {
+	if c.PasswordFile != "" {
+		return "--password-file"
+	}
+	return EnvPassword
+}
+
+// checkIdentifier checks a schema name as the coordinator will.
+func checkIdentifier(s string) error {
+	if s == "" || len(s) > 63 || strings.ContainsAny(s, "\x00\"") || strings.TrimSpace(s) != s {
+		return configErr("--%s %q: want 1 to 63 bytes without quotes or surrounding white space", KeyPostgresSchema, s)
+	}
+	return nil
+}
