@@ -20,10 +20,17 @@ var locationVars = []string{"FENCE_STATE_DIR", "FENCE_ENDPOINTS", "FENCE_PREFIX"
 // (FENCE_DEADLINE is removed when no deadline applies).
 var leaseVars = []string{"FENCE_LOCK", "FENCE_TOKEN", "FENCE_LEASE_ID", "FENCE_HOLDER", "FENCE_TTL", "FENCE_DEADLINE", "FENCE_SLOT"}
 
+// pgPassword is libpq's password variable: a credential of fence's own when
+// its coordinator is PostgreSQL, so then not passed on either.
+const pgPassword = "PGPASSWORD"
+
 // scrubEnv removes credentials, fence's own variables and the coordinator's
 // location from env, then adds location.
 func scrubEnv(env []string, location map[string]string) []string {
 	drop := map[string]bool{}
+	if _, ok := location["FENCE_POSTGRES"]; ok {
+		drop[pgPassword] = true
+	}
 	for _, k := range credentialVars {
 		drop[k] = true
 	}

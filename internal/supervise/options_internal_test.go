@@ -131,3 +131,31 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestScrubEnvCredentials: fence's credentials never reach the command;
+// PGPASSWORD is fence's own when its coordinator is PostgreSQL, and the
+// command's own otherwise.
+func TestScrubEnvCredentials(t *testing.T) {
+	env := []string{"PATH=/bin", "FENCE_PASSWORD=x", "FENCE_ETCD_SECRET=y", "PGPASSWORD=pw", "FENCE_POSTGRES=postgres://h/db"}
+	has := func(env []string, k string) bool {
+		for _, kv := range env {
+			if strings.HasPrefix(kv, k+"=") {
+				return true
+			}
+		}
+		return false
+	}
+	pg := scrubEnv(env, map[string]string{"FENCE_POSTGRES": "postgres://h/db", "FENCE_POSTGRES_SCHEMA": "fence"})
+	for _, k := range []string{"FENCE_PASSWORD", "FENCE_ETCD_SECRET", "PGPASSWORD"} {
+		if has(pg, k) {
+			t.Errorf("postgres coordinator: %s passed on: %q", k, pg)
+		}
+	}
+	if !has(pg, "PATH") || !has(pg, "FENCE_POSTGRES") {
+		t.Errorf("postgres coordinator: env %q lacks PATH or FENCE_POSTGRES", pg)
+	}
+	local := scrubEnv(env, map[string]string{"FENCE_STATE_DIR": "/s"})
+	if !has(local, "PGPASSWORD") || has(local, "FENCE_PASSWORD") || has(local, "FENCE_POSTGRES") {
+		t.Errorf("local coordinator: env %q; want the command's PGPASSWORD kept, fence's own dropped", local)
+	}
+}
