@@ -249,13 +249,49 @@ func appendByLock(ctx context.Context, st Store, evs []Event) (int, error) {
 		for j < len(evs) && evs[j].Lock == evs[i].Lock {
 			j++
 		}
-		if err := st.Append(ctx, evs[i:j]); err != nil && !errors.Is(err, coord.ErrInvalid) {
-			return written, err
+		if todo := unwritten(ctx, st, evs[i:j]); len(todo) > 0 {
+			if err := st.Append(ctx, todo); err != nil && !errors.Is(err, coord.ErrInvalid) {
+				return written, err
+			}
 		}
 		// Written, or refused for good (checked on reading, so not expected).
 		written, i = j, j
 	}
 	return written, nil
+}
+
+// recentWindow is how many of a lock's newest events a flush compares its
+// events with.
+const recentWindow = 256
+
+// unwritten returns the events of evs (all of one lock) that the lock's
+// recent history does not hold already. A write whose answer was lost (the
+// coordinator stalled after it had taken the write) was spooled though it
+// was written; without this look the flush would write it twice. When the
+// history cannot be read, every event is written: a duplicate, not a loss.
+func unwritten(ctx context.Context, st Store, evs []Event) []Event {
+	have, err := st.History(ctx, evs[0].Lock, recentWindow)
+	if err != nil || len(have) == 0 {
+		return evs
+	}
+	seen := map[Event]bool{}
+	for _, ev := range have {
+		seen[sameKey(ev)] = true
+	}
+	out := evs[:0:0]
+	for _, ev := range evs {
+		if !seen[sameKey(ev)] {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// sameKey is ev as compared by unwritten: its time to the millisecond (as
+// stores keep it), in UTC.
+func sameKey(ev Event) Event {
+	ev.Time = time.UnixMilli(ev.Time.UnixMilli()).UTC()
+	return ev
 }
 
 // byLockOrder sorts evs so that the events of each lock are together, in

@@ -20,10 +20,13 @@ import (
 )
 
 // downStore is a store that refuses every write while down is set: a
-// coordinator that does not answer.
+// coordinator that does not answer; while unanswered is set it writes and
+// then fails: a coordinator that took the write and stalled before its
+// answer.
 type downStore struct {
 	history.Store
-	down atomic.Bool
+	down       atomic.Bool
+	unanswered atomic.Bool
 }
 
 var errDown = errors.New("injected: coordinator does not answer")
@@ -34,6 +37,12 @@ func (s *downStore) Record(ctx context.Context, ev history.Event) error {
 
 func (s *downStore) Append(ctx context.Context, evs []history.Event) error {
 	if s.down.Load() {
+		return errDown
+	}
+	if s.unanswered.Load() {
+		if err := s.Store.Append(ctx, evs); err != nil {
+			return err
+		}
 		return errDown
 	}
 	return s.Store.Append(ctx, evs)
@@ -283,5 +292,38 @@ func TestSpoolDamagedFile(t *testing.T) {
 	before := g.logs.String()
 	if n, err := g.flush(); n != 0 || err != nil || g.logs.String() != before {
 		t.Errorf("second FlushSpool = %d, %v, logged %q; want nothing (set-aside files are left alone)", n, err, strings.TrimPrefix(g.logs.String(), before))
+	}
+}
+
+// TestSpoolWrittenButUnanswered: an event whose write the store took but
+// never answered is spooled, and the flush finds it in the lock's history
+// and does not write it a second time (TestRunHistoryKeptThroughStall saw
+// renewal_failed twice after an etcd stall).
+func TestSpoolWrittenButUnanswered(t *testing.T) {
+	g := newSpoolRig(t)
+	lost := history.Event{Time: spoolT0.Add(time.Second), Lock: "a", Kind: history.LeaseLost, Holder: "h", Token: 7, Error: "not renewed"}
+	g.store.unanswered.Store(true)
+	r := g.recorder()
+	if err := r.Append(ctxT(t), []history.Event{counted("a", 2)}); err == nil {
+		t.Fatal("Append with the answer lost succeeded")
+	}
+	g.store.unanswered.Store(false)
+	g.store.down.Store(true)
+	if err := r.Append(ctxT(t), []history.Event{lost}); err == nil {
+		t.Fatal("Append with the store down succeeded")
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g.store.down.Store(false)
+	if _, err := g.flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := g.store.History(ctxT(t), "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []history.Event{counted("a", 2), lost}; fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Errorf("history of a:\n got %+v\nwant %+v (each once)", got, want)
 	}
 }
