@@ -5,18 +5,25 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/etcdstore"
 	"github.com/fence-dev/fence/pkg/guard/localstore"
+	"github.com/fence-dev/fence/pkg/guard/pgstore"
 )
 
 // OpenGuard returns the guard store that lives beside the coordinator c,
 // which Open returned for cfg: files under the state directory for local,
-// keys under the prefix for etcd (through c's client).
+// keys under the prefix for etcd (through c's client), the guards table
+// of the schema for PostgreSQL (through c's pool).
 func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
 	var ec *etcd.Coordinator
 	if coord.As(c, &ec) {
 		return etcdstore.New(ec.Client(), ec.Prefix()), nil
+	}
+	var pc *postgres.Coordinator
+	if coord.As(c, &pc) {
+		return pgstore.New(pc)
 	}
 	if len(cfg.Endpoints) > 0 {
 		return nil, fmt.Errorf("internal error: coordinator %s is not etcd", c.Describe())

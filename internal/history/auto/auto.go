@@ -1,6 +1,7 @@
 // Package auto opens the history store that belongs to a coordinator: the
 // local store in a local coordinator's state directory, the etcd store under
-// an etcd coordinator's prefix, through its client. The CLI uses it to give
+// an etcd coordinator's prefix, through its client, the PostgreSQL store in a
+// PostgreSQL coordinator's schema, through its pool. The CLI uses it to give
 // every command a coordinator that records its lease events:
 //
 //	c, err := config.Open(ctx, cfg)
@@ -16,9 +17,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/etcdstore"
 	"github.com/fence-dev/fence/pkg/history/localstore"
+	"github.com/fence-dev/fence/pkg/history/pgstore"
 )
 
 // localBackend is what a local coordinator (pkg/coord/local) offers.
@@ -46,6 +49,10 @@ func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 	}
 	if _, err := history.NewOptions(opts...); err != nil {
 		return nil, err
+	}
+	var pb *postgres.Coordinator
+	if coord.As(c, &pb) {
+		return pgstore.New(pb, opts...)
 	}
 	var eb etcdBackend
 	if coord.As(c, &eb) {

@@ -82,6 +82,7 @@ type Coordinator struct {
 	pool    *pgxpool.Pool
 	connCfg *pgx.ConnConfig // for the connections that LISTEN
 	schema  string          // quoted identifier
+	name    string          // the schema's name
 	class   int32           // advisory lock class of this schema's waiters
 	chWatch string          // every change of a lock: payload its name
 	chLimit string          // every change of a limit
@@ -122,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		connCfg: pc.ConnConfig.Copy(),
 		schema:  pgx.Identifier{cfg.Schema}.Sanitize(),
+		name:    cfg.Schema,
 		class:   int32(binary.BigEndian.Uint32(h[:4]) & 0x7fffffff),
 		chWatch: "fence_w_" + hex.EncodeToString(h[:8]),
 		chLimit: "fence_l_" + hex.EncodeToString(h[:8]),
@@ -172,6 +174,30 @@ func (c *Coordinator) check() error {
 
 // sql puts the schema into a statement: {s} is the schema.
 func (c *Coordinator) sql(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
+
+// The stores that keep fence's history and guard values in the same schema
+// (pkg/history/pgstore, pkg/guard/pgstore) share the coordinator's pool and
+// its error classes through these.
+
+// SQL is q with {s} replaced by the schema (quoted).
+func (c *Coordinator) SQL(q string) string { return c.sql(q) }
+
+// Schema is the name of the schema (unquoted).
+func (c *Coordinator) Schema() string { return c.name }
+
+// Pool is the coordinator's connection pool.
+func (c *Coordinator) Pool() *pgxpool.Pool { return c.pool }
+
+// Tx runs f in a transaction on the pool; an error of the database is
+// coord.ErrUnavailable, named by op.
+func (c *Coordinator) Tx(ctx context.Context, op string, f func(pgx.Tx) error) error {
+	return c.tx(ctx, c.pool, op, f)
+}
+
+// MapErr is the error class of err, as Tx returns it.
+func (c *Coordinator) MapErr(ctx context.Context, op string, err error) error {
+	return c.mapErr(ctx, op, err)
+}
 
 // chLock is the channel of one lock.
 func (c *Coordinator) chLock(name string) string {
