@@ -3,11 +3,13 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 )
 
@@ -190,5 +192,47 @@ func retryV[T any](t *testing.T, f func() (T, error)) (T, error) {
 			return v, err
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestListOneQuery: List of many locks, with holders, a waiter and a limit,
+// is one query.
+func TestListOneQuery(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	ctx := context.Background()
+	var k counter
+	c, err := postgres.Open(ctx, postgres.Config{URL: url, Tracer: &k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, n := range []string{"l/a", "l/b", "l/c", "l/d", "other"} {
+		if _, err := c.Acquire(ctx, n, coord.AcquireOptions{TTL: 10 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.SetLimit(ctx, coord.Limit{Name: "l/e", Max: 0, Reason: "frozen", By: "me"}); err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan struct{})
+	go func() {
+		_, _ = mustOpen(t, url).Acquire(ctx, "l/a", coord.AcquireOptions{Wait: coord.WaitForever, OnWait: func(coord.LockInfo) { close(queued) }})
+	}()
+	<-queued
+	before := k.n.Load()
+	infos, err := c.List(ctx, "l/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := k.n.Load() - before; n != 1 {
+		t.Errorf("List sent %d queries, want 1", n)
+	}
+	var got []string
+	for _, i := range infos {
+		got = append(got, fmt.Sprintf("%s:%v:%d:%v", i.Name, i.Held, i.Waiters, i.Limit != nil && i.Limit.Reason == "frozen" && i.Limit.By == "me"))
+	}
+	if want := "[l/a:true:1:false l/b:true:0:false l/c:true:0:false l/d:true:0:false l/e:false:0:true]"; fmt.Sprint(got) != want {
+		t.Errorf("List = %v, want %v", got, want)
 	}
 }
