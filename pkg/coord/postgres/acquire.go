@@ -92,7 +92,7 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 				return err
 			}
 			st.waiters = append(st.waiters, waiter{seq: me, holder: opts.Holder, slots: slots, since: time.Now()})
-			return c.notify(ctx, tx, name, "c")
+			return c.notify(ctx, tx, name, 0, "")
 		}
 		if st.last >= coord.MaxToken {
 			return fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
@@ -123,7 +123,7 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 		}
 		l = &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(st.last + 1), ID: formatID(id),
 			TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}
-		return c.notify(ctx, tx, name, "c")
+		return c.notify(ctx, tx, name, st.last+1, opts.Holder)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -283,7 +283,7 @@ func (c *Coordinator) leave(conn *pgx.Conn, name string, me int64) {
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		return c.notify(ctx, tx, name, "c")
+		return c.notify(ctx, tx, name, 0, "")
 	})
 }
 

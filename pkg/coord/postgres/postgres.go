@@ -53,6 +53,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -84,7 +85,7 @@ type Coordinator struct {
 	schema  string          // quoted identifier
 	name    string          // the schema's name
 	class   int32           // advisory lock class of this schema's waiters
-	chWatch string          // every change of a lock: payload its name
+	chWatch string          // every change of a lock: payload watchPayload
 	chLimit string          // every change of a limit
 	where   string
 
@@ -287,8 +288,25 @@ func (c *Coordinator) forget(name string, keep map[int64]bool) {
 	}
 }
 
-// notify is the statement that announces a change of lock name.
-func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name, kind string) error {
-	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2), pg_notify($3, $4)", c.chLock(name), kind, c.chWatch, name)
+// notify is the statement that announces a change of lock name: the grant
+// of token to holder, or (token 0) another change.
+func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder string) error {
+	_, err := tx.Exec(ctx, "SELECT pg_notify($1, 'c'), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder))
 	return err
+}
+
+// watchPayload is the payload of a change of lock name on chWatch (names
+// and holders hold no control characters).
+func watchPayload(name string, token int64, holder string) string {
+	return fmt.Sprintf("%d\n%s\n%s", token, holder, name)
+}
+
+// parsePayload reads a watchPayload.
+func parsePayload(p string) (name string, token uint64, holder string) {
+	f := strings.SplitN(p, "\n", 3)
+	if len(f) != 3 {
+		return "", 0, ""
+	}
+	token, _ = strconv.ParseUint(f[0], 10, 64)
+	return f[2], token, f[1]
 }

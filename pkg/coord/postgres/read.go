@@ -118,79 +118,144 @@ func (c *Coordinator) list(ctx context.Context, prefix string) ([]coord.LockInfo
 }
 
 // Watch sends the state of each lock under prefix when it changes, as
-// NOTIFY tells.
+// NOTIFY tells. A grant's notification names its token: a lease granted
+// and ended between two reads of its lock is sent as EventAcquired (with
+// the token and holder) before the lock's state after it. When the
+// connection breaks, Watch connects again, reads the locks again and sends
+// EventReset.
 func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	ctx, cancel := c.bound(ctx)
-	conn, err := c.listen(ctx, c.chWatch, c.chLimit)
-	if err != nil {
+	w := &watch{c: c, prefix: prefix, ch: make(chan coord.Event), shown: map[string]uint64{}}
+	if err := w.resync(ctx); err != nil {
 		cancel()
-		return nil, c.mapErr(ctx, "watch", err)
-	}
-	prev := map[string]coord.LockInfo{}
-	infos, err := c.List(ctx, prefix)
-	if err != nil {
-		cancel()
-		conn.Close(context.Background())
 		return nil, err
 	}
-	for _, i := range infos {
-		prev[i.Name] = i
-	}
-	ch := make(chan coord.Event)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		defer close(ch)
+		defer close(w.ch)
 		defer cancel()
-		defer conn.Close(context.Background())
-		send := func(i coord.LockInfo) bool {
-			for _, t := range changes(prev[i.Name], i) {
-				select {
-				case ch <- coord.Event{Type: t, Info: i}:
-				case <-ctx.Done():
-					return false
-				}
-			}
-			prev[i.Name] = i
-			if !i.Held && i.Waiters == 0 && i.Limit == nil {
-				delete(prev, i.Name)
-			}
-			return true
-		}
 		for {
-			n, err := waitNote(ctx, conn, time.Time{})
-			if err != nil {
+			w.follow(ctx)
+			w.conn.Close(context.Background())
+			for w.conn = nil; w.conn == nil; {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(reconnectPause):
+				}
+				if w.resync(ctx) != nil {
+					w.conn = nil
+				}
+			}
+			if !w.send(ctx, coord.Event{Type: coord.EventReset}) {
 				return
-			}
-			var names []string
-			if n.Channel == c.chWatch {
-				if !strings.HasPrefix(n.Payload, prefix) {
-					continue
-				}
-				names = []string{n.Payload}
-			} else {
-				infos, err := c.List(ctx, prefix)
-				if err != nil {
-					return
-				}
-				for _, i := range infos {
-					names = append(names, i.Name)
-				}
-				for name := range prev {
-					if !slices.Contains(names, name) {
-						names = append(names, name)
-					}
-				}
-			}
-			for _, name := range names {
-				i, err := c.inspect(ctx, name)
-				if err != nil || !send(i) {
-					return
-				}
 			}
 		}
 	}()
-	return ch, nil
+	return w.ch, nil
+}
+
+type watch struct {
+	c      *Coordinator
+	prefix string
+	ch     chan coord.Event
+	conn   *pgx.Conn
+	prev   map[string]coord.LockInfo // as last sent
+	shown  map[string]uint64         // the largest token sent, by lock
+}
+
+// resync listens, then reads the locks.
+func (w *watch) resync(ctx context.Context) error {
+	conn, err := w.c.listen(ctx, w.c.chWatch, w.c.chLimit)
+	if err != nil {
+		return w.c.mapErr(ctx, "watch", err)
+	}
+	infos, err := w.c.List(ctx, w.prefix)
+	if err != nil {
+		conn.Close(context.Background())
+		return err
+	}
+	w.conn, w.prev = conn, map[string]coord.LockInfo{}
+	for _, i := range infos {
+		w.prev[i.Name] = i
+		w.shown[i.Name] = max(w.shown[i.Name], slices.Max(append(tokens(i), 0)))
+	}
+	return nil
+}
+
+func (w *watch) send(ctx context.Context, ev coord.Event) bool {
+	select {
+	case w.ch <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// update sends the events that lead to i.
+func (w *watch) update(ctx context.Context, i coord.LockInfo) bool {
+	for _, t := range changes(w.prev[i.Name], i) {
+		if !w.send(ctx, coord.Event{Type: t, Info: i}) {
+			return false
+		}
+	}
+	w.prev[i.Name] = i
+	w.shown[i.Name] = max(w.shown[i.Name], slices.Max(append(tokens(i), 0)))
+	if !i.Held && i.Waiters == 0 && i.Limit == nil {
+		delete(w.prev, i.Name)
+	}
+	return true
+}
+
+// follow sends the changes until the connection breaks or ctx ends.
+func (w *watch) follow(ctx context.Context) {
+	for {
+		n, err := waitNote(ctx, w.conn, time.Time{})
+		if err != nil {
+			return
+		}
+		var names []string
+		var grant uint64
+		var holder string
+		if n.Channel == w.c.chWatch {
+			var name string
+			if name, grant, holder = parsePayload(n.Payload); !strings.HasPrefix(name, w.prefix) {
+				continue
+			}
+			names = []string{name}
+		} else {
+			infos, err := w.c.List(ctx, w.prefix)
+			if err != nil {
+				return
+			}
+			for _, i := range infos {
+				names = append(names, i.Name)
+			}
+			for name := range w.prev {
+				if !slices.Contains(names, name) {
+					names = append(names, name)
+				}
+			}
+		}
+		for _, name := range names {
+			i, err := w.c.inspect(ctx, name)
+			if err != nil {
+				return
+			}
+			if grant > w.shown[name] && !slices.Contains(tokens(i), grant) {
+				// Granted and ended before this read.
+				gone := coord.LockInfo{Name: name, LastToken: grant, Limit: i.Limit}
+				gone.SetHolders(1, []coord.HolderInfo{{Holder: holder, Token: grant}})
+				if !w.update(ctx, gone) {
+					return
+				}
+			}
+			if !w.update(ctx, i) {
+				return
+			}
+		}
+	}
 }
 
 // changes lists the events that lead from a to b.

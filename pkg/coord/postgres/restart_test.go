@@ -236,3 +236,73 @@ func TestListOneQuery(t *testing.T) {
 		t.Errorf("List = %v, want %v", got, want)
 	}
 }
+
+// next reads the next event of ch within 10 s.
+func next(t *testing.T, ch <-chan coord.Event) coord.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("the watch ended")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	return coord.Event{}
+}
+
+// TestWatchMissedLease: a lease granted and released while the watch was
+// busy (its consumer not reading) is still sent as acquired, then released.
+func TestWatchMissedLease(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, w := mustOpen(t, url), mustOpen(t, url)
+	ch, err := w.Watch(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		l, err := c.Acquire(ctx, "m", coord.AcquireOptions{Holder: fmt.Sprint("h", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Release(ctx, "m", l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for len(got) < 4 {
+		ev := next(t, ch)
+		got = append(got, fmt.Sprintf("%s:%d:%s", ev.Type, ev.Info.Token, ev.Info.Holder))
+	}
+	if want := "[acquired:1:h0 released:0: acquired:2:h1 released:0:]"; fmt.Sprint(got) != want {
+		t.Errorf("events %v, want %v", got, want)
+	}
+}
+
+// TestWatchAcrossRestart: a watch whose connection breaks connects again,
+// sends EventReset and goes on.
+func TestWatchAcrossRestart(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, w := mustOpen(t, url), mustOpen(t, url)
+	ch, err := w.Watch(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.RestartAfter(t, time.Second)
+	if ev := next(t, ch); ev.Type != coord.EventReset {
+		t.Fatalf("first event after the restart: %+v, want reset", ev)
+	}
+	if _, err := retryV(t, func() (*coord.Lease, error) { return c.Acquire(ctx, "after", coord.AcquireOptions{}) }); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch); ev.Type != coord.EventAcquired || ev.Info.Name != "after" {
+		t.Fatalf("event after the restart: %+v, want acquired", ev)
+	}
+}

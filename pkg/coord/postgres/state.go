@@ -102,7 +102,7 @@ func (c *Coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64
 		return nil, err
 	}
 	if changed {
-		if err := c.notify(ctx, tx, name, "c"); err != nil {
+		if err := c.notify(ctx, tx, name, 0, ""); err != nil {
 			return nil, err
 		}
 	}
@@ -140,7 +140,7 @@ func (c *Coordinator) expire(ctx context.Context, q execer, name string, hs []le
 		expired, end := c.observe(name, l.id, l.rvn, l.ttl, now)
 		if expired {
 			tag, err := q.Exec(ctx, c.sql(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2 RETURNING name)
-				SELECT pg_notify($3, 'c'), pg_notify($4, name) FROM d`), l.id, l.rvn, c.chLock(name), c.chWatch)
+				SELECT pg_notify($3, 'c'), pg_notify($4, $5) FROM d`), l.id, l.rvn, c.chLock(name), c.chWatch, watchPayload(name, 0, ""))
 			if err != nil {
 				return nil, err
 			}
