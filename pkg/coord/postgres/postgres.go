@@ -39,6 +39,10 @@
 // change, when a lease it watches has gone a whole TTL unrenewed, or, while
 // the lock is free but a waiter ahead has not taken it, after a short pause.
 //
+// A waiter whose connection breaks (the server restarted, the network cut)
+// connects again every quarter second within its wait and queues again; a
+// Watch does the same and sends coord.EventReset.
+//
 // LISTEN needs a session: a connection pooler in transaction mode (PgBouncer's
 // pool_mode=transaction) drops notifications and advisory locks. Point fence
 // at PostgreSQL directly, or at a pooler in session mode.
