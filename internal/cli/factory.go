@@ -144,16 +144,10 @@ func NewFactory(ios *IOStreams) *Factory {
 		// Every command records its lease events in the lock's history.
 		opts := []history.Option{history.WithLogger(logger)}
 		if dir := spoolDir(cfg); dir != "" {
-			if _, ok := inner.(*etcd.Coordinator); ok {
-				opts = append(opts, history.WithSpool(dir))
-			}
+			opts = append(opts, history.WithSpool(dir))
 		}
 		c, err := auto.Wrap(inner, opts...)
 		if err != nil {
-			if withoutHistory(cfg) {
-				f.verbosef("coordinator: %s (lease events are not recorded: no history store on PostgreSQL in this build)", inner.Describe())
-				return inner, nil
-			}
 			inner.Close()
 			return nil, err
 		}
@@ -170,22 +164,23 @@ func NewFactory(ios *IOStreams) *Factory {
 	return f
 }
 
-// withoutHistory reports whether cfg's coordinator is used without a
-// history when auto.Wrap finds no store for it: PostgreSQL, until its
-// history store is chosen there (auto.Store, the one switch by backend).
-func withoutHistory(cfg *config.Config) bool { return cfg.Backend() == "postgres" }
-
-// spoolDir is where the history events of cfg's etcd coordinator that
-// could not be written are kept on this host: one directory per cluster
-// and prefix in the user's state directory ("" when there is none).
+// spoolDir is where the history events of cfg's coordinator that could not
+// be written are kept on this host: one directory per etcd cluster and
+// prefix, or PostgreSQL database and schema, in the user's state directory
+// ("" for the local coordinator, whose history is on this host already, or
+// when there is no state directory).
 func spoolDir(cfg *config.Config) string {
 	state := cfg.LocalStateDir()
-	if state == "" {
+	if state == "" || cfg.Backend() == "local" {
 		return ""
 	}
 	eps := slices.Clone(cfg.Endpoints)
 	slices.Sort(eps)
-	sum := sha256.Sum256([]byte(cfg.Prefix + "\n" + strings.Join(eps, ",")))
+	where := cfg.Prefix + "\n" + strings.Join(eps, ",")
+	if cfg.Backend() == "postgres" {
+		where = "postgres\n" + cfg.PostgresLocation() + "\n" + cfg.PostgresSchema
+	}
+	sum := sha256.Sum256([]byte(where))
 	return filepath.Join(state, "history-spool-"+hex.EncodeToString(sum[:6]))
 }
 

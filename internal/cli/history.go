@@ -49,7 +49,7 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
 				h, ok := c.(history.Historian)
 				if !ok {
-					return fmt.Errorf("the %s coordinator keeps no history (no history store for it in this build)", c.Describe())
+					return fmt.Errorf("the %s coordinator keeps no history", c.Describe())
 				}
 				events, err := h.History(ctx, args[0], limit)
 				if err != nil {

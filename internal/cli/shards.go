@@ -156,10 +156,6 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	defer c.Close()
 	defer f.flushVersions(nil) // before the close, which ends the question
 	g, err := config.OpenGuard(cfg, c)
-	if errors.Is(err, config.ErrNoGuardStore) {
-		// No store for the group's settings: none can have been set.
-		g, err = nil, nil
-	}
 	if err != nil {
 		return err
 	}

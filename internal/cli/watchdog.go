@@ -12,7 +12,6 @@ import (
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
@@ -69,18 +68,13 @@ func endLeases(ctx context.Context, settings []byte, leases []coord.Lease) error
 	}
 	// Nothing of the watchdog's goes to the command's stderr.
 	opts := []history.Option{history.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
-	if _, ok := inner.(*etcd.Coordinator); ok {
-		if dir := spoolDir(cfg); dir != "" {
-			opts = append(opts, history.WithSpool(dir))
-		}
+	if dir := spoolDir(cfg); dir != "" {
+		opts = append(opts, history.WithSpool(dir))
 	}
 	var c coord.Coordinator
 	if c, err = auto.Wrap(inner, opts...); err != nil {
-		if !withoutHistory(cfg) {
-			inner.Close()
-			return err
-		}
-		c, err = inner, nil
+		inner.Close()
+		return err
 	}
 	for _, l := range leases {
 		err = errors.Join(err, c.Release(ctx, l.Name, l.ID))

@@ -6,25 +6,23 @@ import (
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/etcdstore"
 	"github.com/fence-dev/fence/pkg/guard/localstore"
+	"github.com/fence-dev/fence/pkg/guard/pgstore"
 )
-
-// ErrNoGuardStore is OpenGuard's error for a coordinator whose guard store
-// is not in this build (PostgreSQL, for now); it wraps ErrConfig (exit 125).
-var ErrNoGuardStore = &configError{"no guard store on PostgreSQL in this build: fence guard and shard settings need the local or etcd coordinator"}
 
 // OpenGuard returns the guard store that lives beside the coordinator c,
 // which Open returned for cfg: files under the state directory for local,
-// keys under the prefix for etcd (through c's client).
+// keys under the prefix for etcd (through c's client), the guards table
+// of the schema for PostgreSQL (through c's pool).
 func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
 	if ec, ok := auto.Backend(c).(*etcd.Coordinator); ok {
 		return etcdstore.New(ec.Client(), ec.Prefix()), nil
 	}
-	// The one switch where the guard store is chosen by backend.
-	if cfg.Backend() == "postgres" {
-		return nil, ErrNoGuardStore
+	if pc, ok := auto.Backend(c).(*postgres.Coordinator); ok {
+		return pgstore.New(pc)
 	}
 	if len(cfg.Endpoints) > 0 {
 		return nil, fmt.Errorf("internal error: coordinator %s is not etcd", c.Describe())

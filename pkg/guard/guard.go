@@ -9,6 +9,8 @@
 //     `fence guard` store);
 //   - package etcdstore: one etcd transaction per write (the etcd backend's
 //     `fence guard` store);
+//   - package pgstore: a table in the PostgreSQL backend's schema, written
+//     by sqlguard's fenced upsert (the PostgreSQL backend's store);
 //   - package sqlguard: a key/value table on database/sql (PostgreSQL,
 //     SQLite), plus the fenced UPDATE and upsert forms for tables of your own.
 //

@@ -9,12 +9,13 @@
 // and for Wrap, a coordinator that records the lease events of the one it
 // decorates.
 //
-// A Store keeps the events. Two implementations sit beside the coordinator
+// A Store keeps the events. Three implementations sit beside the coordinator
 // backends, sharing their storage but none of their internals:
 //
 //   - package localstore: one append-only file per lock under
 //     <state-dir>/history/;
-//   - package etcdstore: one key per event under <prefix>history/.
+//   - package etcdstore: one key per event under <prefix>history/;
+//   - package pgstore: one row per event in the PostgreSQL backend's schema.
 //
 // Both are bounded by count per lock (DefaultMaxEvents) and by age
 // (defaultMaxAge), enforced when they are written, so that storage never

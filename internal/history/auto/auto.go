@@ -1,6 +1,7 @@
 // Package auto opens the history store that belongs to a coordinator: the
 // local store in a local coordinator's state directory, the etcd store under
-// an etcd coordinator's prefix, through its client. The CLI uses it to give
+// an etcd coordinator's prefix, through its client, the PostgreSQL store in a
+// PostgreSQL coordinator's schema, through its pool. The CLI uses it to give
 // every command a coordinator that records its lease events:
 //
 //	c, err := config.Open(ctx, cfg)
@@ -16,9 +17,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/etcdstore"
 	"github.com/fence-dev/fence/pkg/history/localstore"
+	"github.com/fence-dev/fence/pkg/history/pgstore"
 )
 
 // localBackend is what a local coordinator (pkg/coord/local) offers.
@@ -47,6 +50,9 @@ func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 		return nil, err
 	}
 	c = Backend(c)
+	if pb, ok := c.(*postgres.Coordinator); ok {
+		return pgstore.New(pb, opts...)
+	}
 	if eb, ok := c.(etcdBackend); ok {
 		return etcdstore.New(eb.Client(), eb.Prefix(), opts...)
 	}

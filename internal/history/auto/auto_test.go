@@ -15,9 +15,12 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
+	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/etcdstore"
 	"github.com/fence-dev/fence/pkg/history/localstore"
+	"github.com/fence-dev/fence/pkg/history/pgstore"
 )
 
 // roundTrip acquires and releases through auto.Wrap(c) and reads the events
@@ -71,6 +74,25 @@ func TestEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	roundTrip(t, c, s)
+}
+
+func TestPostgres(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	openPG := func() *postgres.Coordinator {
+		c, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	other := openPG()
+	defer other.Close()
+	s, err := pgstore.New(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, openPG(), s)
 }
 
 type other struct{ coord.Coordinator }

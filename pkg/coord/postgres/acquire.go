@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -91,7 +92,7 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 				return err
 			}
 			st.waiters = append(st.waiters, waiter{seq: me, holder: opts.Holder, slots: slots, since: time.Now()})
-			return c.notify(ctx, tx, name, "c")
+			return c.notify(ctx, tx, name, 0, "")
 		}
 		if st.last >= coord.MaxToken {
 			return fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
@@ -122,7 +123,7 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 		}
 		l = &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(st.last + 1), ID: formatID(id),
 			TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}
-		return c.notify(ctx, tx, name, "c")
+		return c.notify(ctx, tx, name, st.last+1, opts.Holder)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -132,36 +133,88 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 
 // wait queues for name on a connection of its own that LISTENs, and tries
 // again when notified of a change, when a holder's lease has gone a TTL
-// unrenewed, or when the wait ends.
+// unrenewed, or when the wait ends. A connection that breaks (the database
+// restarted, the network cut) does not end the wait: the waiter connects
+// again every quarter second within its budget and queues again.
 func (c *Coordinator) wait(ctx context.Context, name string, opts coord.AcquireOptions, start time.Time) (*coord.Lease, error) {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
-	conn, err := c.listen(ctx, c.chLock(name), c.chLimit)
-	if err != nil {
-		return nil, c.mapErr(ctx, "acquire "+name, err)
-	}
-	defer conn.Close(context.Background())
-	var me int64
-	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
-		return nil, c.mapErr(ctx, "acquire "+name, err)
-	}
 	var deadline time.Time
 	if opts.Wait > 0 {
 		deadline = start.Add(opts.Wait)
 	}
-	pid := conn.PgConn().PID()
-	onWait := opts.OnWait
 	for {
-		l, st, err := c.try(ctx, conn, name, opts, me)
+		l, err := c.queue(ctx, name, &opts, deadline)
+		var lost lostError
+		if !errors.As(err, &lost) {
+			return l, err
+		}
+		if !deadline.IsZero() && !time.Now().Add(reconnectPause).Before(deadline) {
+			return nil, c.mapErr(ctx, fmt.Sprintf("acquire %q (after waiting %v)", name, opts.Wait), lost.error)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("acquire %q: %w", name, ctx.Err())
+		case <-time.After(reconnectPause):
+		}
+	}
+}
+
+// reconnectPause is the pause between attempts to connect again;
+// queryTimeout bounds a waiter's query.
+const (
+	reconnectPause = 250 * time.Millisecond
+	queryTimeout   = 10 * time.Second
+)
+
+// lostError is a connection that broke or could not be made: a waiter
+// connects again.
+type lostError struct{ error }
+
+// lostConn wraps err as lost when conn is gone.
+func lostConn(conn *pgx.Conn, err error) error {
+	if err != nil && conn.IsClosed() {
+		return lostError{err}
+	}
+	return err
+}
+
+// queue is one connection's part of wait: it takes a place in the queue and
+// waits there until granted, the deadline, or the connection breaks (then a
+// lostError). opts.OnWait is called once, and then cleared.
+func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.AcquireOptions, deadline time.Time) (*coord.Lease, error) {
+	cctx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	conn, err := c.listen(cctx, c.chLock(name), c.chLimit)
+	if err != nil {
+		if ctx.Err() != nil || c.check() != nil {
+			return nil, c.mapErr(ctx, "acquire "+name, err)
+		}
+		return nil, lostError{err}
+	}
+	defer conn.Close(context.Background())
+	var me int64
+	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
+		return nil, lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
+	}
+	pid := conn.PgConn().PID()
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, queryTimeout) // a cut network breaks the connection
+		l, st, err := c.try(tctx, conn, name, *opts, me)
+		tcancel()
 		if l != nil || err != nil {
 			if err != nil {
 				c.leave(conn, name, me)
 			}
-			return l, err
+			return l, lostConn(conn, err)
 		}
-		if onWait != nil {
-			onWait(c.info(st))
-			onWait = nil
+		if opts.OnWait != nil {
+			opts.OnWait(c.info(st))
+			opts.OnWait = nil
 		}
 		next := time.Time{}
 		for _, h := range st.holders {
@@ -185,10 +238,10 @@ func (c *Coordinator) wait(ctx context.Context, name string, opts coord.AcquireO
 				return nil, fmt.Errorf("acquire %q: %w", name, ctx.Err())
 			case err != nil:
 				c.leave(conn, name, me)
-				return nil, c.mapErr(ctx, "acquire "+name, err)
+				return nil, lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
 			case n == nil && !deadline.IsZero() && !time.Now().Before(deadline):
 				c.leave(conn, name, me)
-				return nil, fmt.Errorf("%w (after waiting %v)", busy(st, opts), opts.Wait)
+				return nil, fmt.Errorf("%w (after waiting %v)", busy(st, *opts), opts.Wait)
 			case n == nil:
 				break wait
 			case n.PID == pid:
@@ -230,7 +283,7 @@ func (c *Coordinator) leave(conn *pgx.Conn, name string, me int64) {
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		return c.notify(ctx, tx, name, "c")
+		return c.notify(ctx, tx, name, 0, "")
 	})
 }
 

@@ -87,7 +87,7 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 			return err
 		}
 		n = 1
-		return c.notify(ctx, tx, name, "c")
+		return c.notify(ctx, tx, name, 0, "")
 	})
 	if err != nil || n == 1 {
 		return err
@@ -157,7 +157,7 @@ func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64
 		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
 			return err
 		}
-		return c.notify(ctx, tx, name, "c")
+		return c.notify(ctx, tx, name, 0, "")
 	})
 	return info, err
 }
@@ -182,7 +182,7 @@ func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64
 		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
 			return err
 		}
-		return c.notify(ctx, tx, name, "c")
+		return c.notify(ctx, tx, name, 0, "")
 	})
 	return info, asked && err == nil, err
 }

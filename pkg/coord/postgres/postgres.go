@@ -39,6 +39,10 @@
 // change, when a lease it watches has gone a whole TTL unrenewed, or, while
 // the lock is free but a waiter ahead has not taken it, after a short pause.
 //
+// A waiter whose connection breaks (the server restarted, the network cut)
+// connects again every quarter second within its wait and queues again; a
+// Watch does the same and sends coord.EventReset.
+//
 // LISTEN needs a session: a connection pooler in transaction mode (PgBouncer's
 // pool_mode=transaction) drops notifications and advisory locks. Point fence
 // at PostgreSQL directly, or at a pooler in session mode.
@@ -53,6 +57,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,8 +87,9 @@ type Coordinator struct {
 	pool    *pgxpool.Pool
 	connCfg *pgx.ConnConfig // for the connections that LISTEN
 	schema  string          // quoted identifier
+	name    string          // the schema's name
 	class   int32           // advisory lock class of this schema's waiters
-	chWatch string          // every change of a lock: payload its name
+	chWatch string          // every change of a lock: payload watchPayload
 	chLimit string          // every change of a limit
 	where   string
 
@@ -122,6 +128,7 @@ func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		connCfg: pc.ConnConfig.Copy(),
 		schema:  pgx.Identifier{cfg.Schema}.Sanitize(),
+		name:    cfg.Schema,
 		class:   int32(binary.BigEndian.Uint32(h[:4]) & 0x7fffffff),
 		chWatch: "fence_w_" + hex.EncodeToString(h[:8]),
 		chLimit: "fence_l_" + hex.EncodeToString(h[:8]),
@@ -172,6 +179,30 @@ func (c *Coordinator) check() error {
 
 // sql puts the schema into a statement: {s} is the schema.
 func (c *Coordinator) sql(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
+
+// The stores that keep fence's history and guard values in the same schema
+// (pkg/history/pgstore, pkg/guard/pgstore) share the coordinator's pool and
+// its error classes through these.
+
+// SQL is q with {s} replaced by the schema (quoted).
+func (c *Coordinator) SQL(q string) string { return c.sql(q) }
+
+// Schema is the name of the schema (unquoted).
+func (c *Coordinator) Schema() string { return c.name }
+
+// Pool is the coordinator's connection pool.
+func (c *Coordinator) Pool() *pgxpool.Pool { return c.pool }
+
+// Tx runs f in a transaction on the pool; an error of the database is
+// coord.ErrUnavailable, named by op.
+func (c *Coordinator) Tx(ctx context.Context, op string, f func(pgx.Tx) error) error {
+	return c.tx(ctx, c.pool, op, f)
+}
+
+// MapErr is the error class of err, as Tx returns it.
+func (c *Coordinator) MapErr(ctx context.Context, op string, err error) error {
+	return c.mapErr(ctx, op, err)
+}
 
 // chLock is the channel of one lock.
 func (c *Coordinator) chLock(name string) string {
@@ -261,8 +292,25 @@ func (c *Coordinator) forget(name string, keep map[int64]bool) {
 	}
 }
 
-// notify is the statement that announces a change of lock name.
-func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name, kind string) error {
-	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2), pg_notify($3, $4)", c.chLock(name), kind, c.chWatch, name)
+// notify is the statement that announces a change of lock name: the grant
+// of token to holder, or (token 0) another change.
+func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder string) error {
+	_, err := tx.Exec(ctx, "SELECT pg_notify($1, 'c'), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder))
 	return err
+}
+
+// watchPayload is the payload of a change of lock name on chWatch (names
+// and holders hold no control characters).
+func watchPayload(name string, token int64, holder string) string {
+	return fmt.Sprintf("%d\n%s\n%s", token, holder, name)
+}
+
+// parsePayload reads a watchPayload.
+func parsePayload(p string) (name string, token uint64, holder string) {
+	f := strings.SplitN(p, "\n", 3)
+	if len(f) != 3 {
+		return "", 0, ""
+	}
+	token, _ = strconv.ParseUint(f[0], 10, 64)
+	return f[2], token, f[1]
 }

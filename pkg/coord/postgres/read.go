@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -37,117 +38,224 @@ func (c *Coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, er
 }
 
 // List reads the locks under prefix that have holders or waiters, and those
-// with a limit of their own.
+// with a limit of their own, in one query (listSQL).
 func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	infos, _, err := c.list(ctx, prefix)
+	return infos, err
+}
+
+// listSQL reads every lease and live waiter under $1, and every limit, as
+// rows of kind, name, last_token and slots of the lock, then leaseCols
+// (waiters: seq, holder, 0, slots, ..., since; limits: max as last_token,
+// prefix as slots, set_by as holder, reason as process).
+const listSQL = `SELECT 'h', l.name, k.last_token, k.slots, l.` + "id, l.holder, l.token, l.slot, l.ttl_ms, l.rvn, l.acquired_at, l.renewed_at, l.supervised, l.process, l.stop_asked, now()" + `
+	FROM {s}.leases l JOIN {s}.locks k ON k.name = l.name WHERE starts_with(l.name, $1)
+UNION ALL SELECT 'w', w.name, k.last_token, k.slots, w.seq, w.holder, 0, w.slots, 0, 0, w.since, w.since, false, NULL, false, now()
+	FROM {s}.waiters w JOIN {s}.locks k ON k.name = w.name
+	WHERE CASE WHEN starts_with(w.name, $1) THEN NOT pg_try_advisory_xact_lock($2, (w.seq % 2147483647)::int) ELSE false END
+UNION ALL SELECT 'l', name, max, prefix::int, 0, set_by, 0, 0, 0, 0, set_at, set_at, false, to_jsonb(reason), false, now() FROM {s}.limits
+ORDER BY 1, 2, 7, 5`
+
+// list is List, with the last token of every lock it read.
+func (c *Coordinator) list(ctx context.Context, prefix string) ([]coord.LockInfo, map[string]int64, error) {
 	if err := c.check(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rows, err := c.pool.Query(ctx, c.sql(`SELECT name FROM {s}.leases WHERE starts_with(name, $1)
-		UNION SELECT name FROM {s}.waiters WHERE starts_with(name, $1)`), prefix)
+	rows, err := c.pool.Query(ctx, c.sql(listSQL), prefix, c.class)
 	if err != nil {
-		return nil, c.mapErr(ctx, "list", err)
+		return nil, nil, c.mapErr(ctx, "list", err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, c.mapErr(ctx, "list", err)
+	var names []string
+	byName := map[string]*state{}
+	var limits []coord.Limit
+	for rows.Next() {
+		var kind, name string
+		var last int64
+		var slots int
+		var now time.Time
+		l, err := scanLease(rows, &now, &kind, &name, &last, &slots)
+		if err != nil {
+			rows.Close()
+			return nil, nil, c.mapErr(ctx, "list", err)
+		}
+		if kind == "l" {
+			lim := coord.Limit{Name: name, Max: int(last), Prefix: slots == 1, By: l.holder, At: l.acquiredAt}
+			_ = json.Unmarshal(l.raw, &lim.Reason)
+			limits = append(limits, lim)
+			continue
+		}
+		st := byName[name]
+		if st == nil {
+			st = &state{name: name, last: last, slots: slots, dbNow: now}
+			byName[name] = st
+			names = append(names, name)
+		}
+		if kind == "h" {
+			st.holders = append(st.holders, l)
+		} else {
+			st.waiters = append(st.waiters, waiter{seq: l.id, holder: l.holder, slots: l.slot, since: l.acquiredAt})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, c.mapErr(ctx, "list", err)
 	}
 	var infos []coord.LockInfo
-	for _, n := range names {
-		i, err := c.inspect(ctx, n)
-		if err != nil {
-			return nil, err
+	lasts := map[string]int64{}
+	for _, name := range names {
+		st := byName[name]
+		lasts[name] = st.last
+		if st.holders, err = c.expire(ctx, c.pool, name, st.holders); err != nil {
+			return nil, nil, c.mapErr(ctx, "list", err)
 		}
-		if i.Held || i.Waiters > 0 {
+		st.limits = limits
+		if i := c.info(st); i.Held || i.Waiters > 0 {
 			infos = append(infos, i)
 		}
 	}
-	var ls []coord.Limit
-	err = c.tx(ctx, c.pool, "list", func(tx pgx.Tx) error {
-		ls, err = c.limits(ctx, tx, "")
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	infos = coord.WithLimited(infos, ls, prefix)
+	infos = coord.WithLimited(infos, limits, prefix)
 	slices.SortFunc(infos, func(a, b coord.LockInfo) int { return strings.Compare(a.Name, b.Name) })
-	return infos, nil
+	return infos, lasts, nil
 }
 
 // Watch sends the state of each lock under prefix when it changes, as
-// NOTIFY tells.
+// NOTIFY tells. A grant's notification names its token: a lease granted
+// and ended between two reads of its lock is sent as EventAcquired (with
+// the token and holder) before the lock's state after it. When the
+// connection breaks, Watch connects again, reads the locks again and sends
+// EventReset.
 func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	ctx, cancel := c.bound(ctx)
-	conn, err := c.listen(ctx, c.chWatch, c.chLimit)
-	if err != nil {
+	w := &watch{c: c, prefix: prefix, ch: make(chan coord.Event), shown: map[string]uint64{}}
+	if err := w.resync(ctx); err != nil {
 		cancel()
-		return nil, c.mapErr(ctx, "watch", err)
-	}
-	prev := map[string]coord.LockInfo{}
-	infos, err := c.List(ctx, prefix)
-	if err != nil {
-		cancel()
-		conn.Close(context.Background())
 		return nil, err
 	}
-	for _, i := range infos {
-		prev[i.Name] = i
-	}
-	ch := make(chan coord.Event)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		defer close(ch)
+		defer close(w.ch)
 		defer cancel()
-		defer conn.Close(context.Background())
-		send := func(i coord.LockInfo) bool {
-			for _, t := range changes(prev[i.Name], i) {
-				select {
-				case ch <- coord.Event{Type: t, Info: i}:
-				case <-ctx.Done():
-					return false
-				}
-			}
-			prev[i.Name] = i
-			if !i.Held && i.Waiters == 0 && i.Limit == nil {
-				delete(prev, i.Name)
-			}
-			return true
-		}
 		for {
-			n, err := waitNote(ctx, conn, time.Time{})
-			if err != nil {
+			w.follow(ctx)
+			w.conn.Close(context.Background())
+			for w.conn = nil; w.conn == nil; {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(reconnectPause):
+				}
+				if w.resync(ctx) != nil {
+					w.conn = nil
+				}
+			}
+			if !w.send(ctx, coord.Event{Type: coord.EventReset}) {
 				return
-			}
-			var names []string
-			if n.Channel == c.chWatch {
-				if !strings.HasPrefix(n.Payload, prefix) {
-					continue
-				}
-				names = []string{n.Payload}
-			} else {
-				infos, err := c.List(ctx, prefix)
-				if err != nil {
-					return
-				}
-				for _, i := range infos {
-					names = append(names, i.Name)
-				}
-				for name := range prev {
-					if !slices.Contains(names, name) {
-						names = append(names, name)
-					}
-				}
-			}
-			for _, name := range names {
-				i, err := c.inspect(ctx, name)
-				if err != nil || !send(i) {
-					return
-				}
 			}
 		}
 	}()
-	return ch, nil
+	return w.ch, nil
+}
+
+type watch struct {
+	c      *Coordinator
+	prefix string
+	ch     chan coord.Event
+	conn   *pgx.Conn
+	prev   map[string]coord.LockInfo // as last sent
+	shown  map[string]uint64         // the largest token sent, by lock
+}
+
+// resync listens, then reads the locks.
+func (w *watch) resync(ctx context.Context) error {
+	conn, err := w.c.listen(ctx, w.c.chWatch, w.c.chLimit)
+	if err != nil {
+		return w.c.mapErr(ctx, "watch", err)
+	}
+	infos, err := w.c.List(ctx, w.prefix)
+	if err != nil {
+		conn.Close(context.Background())
+		return err
+	}
+	w.conn, w.prev = conn, map[string]coord.LockInfo{}
+	for _, i := range infos {
+		w.prev[i.Name] = i
+		w.shown[i.Name] = max(w.shown[i.Name], slices.Max(append(tokens(i), 0)))
+	}
+	return nil
+}
+
+func (w *watch) send(ctx context.Context, ev coord.Event) bool {
+	select {
+	case w.ch <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// update sends the events that lead to i.
+func (w *watch) update(ctx context.Context, i coord.LockInfo) bool {
+	for _, t := range changes(w.prev[i.Name], i) {
+		if !w.send(ctx, coord.Event{Type: t, Info: i}) {
+			return false
+		}
+	}
+	w.prev[i.Name] = i
+	w.shown[i.Name] = max(w.shown[i.Name], slices.Max(append(tokens(i), 0)))
+	if !i.Held && i.Waiters == 0 && i.Limit == nil {
+		delete(w.prev, i.Name)
+	}
+	return true
+}
+
+// follow sends the changes until the connection breaks or ctx ends.
+func (w *watch) follow(ctx context.Context) {
+	for {
+		n, err := waitNote(ctx, w.conn, time.Time{})
+		if err != nil {
+			return
+		}
+		var names []string
+		var grant uint64
+		var holder string
+		if n.Channel == w.c.chWatch {
+			var name string
+			if name, grant, holder = parsePayload(n.Payload); !strings.HasPrefix(name, w.prefix) {
+				continue
+			}
+			names = []string{name}
+		} else {
+			infos, err := w.c.List(ctx, w.prefix)
+			if err != nil {
+				return
+			}
+			for _, i := range infos {
+				names = append(names, i.Name)
+			}
+			for name := range w.prev {
+				if !slices.Contains(names, name) {
+					names = append(names, name)
+				}
+			}
+		}
+		for _, name := range names {
+			i, err := w.c.inspect(ctx, name)
+			if err != nil {
+				return
+			}
+			if grant > w.shown[name] && !slices.Contains(tokens(i), grant) {
+				// Granted and ended before this read.
+				gone := coord.LockInfo{Name: name, LastToken: grant, Limit: i.Limit}
+				gone.SetHolders(1, []coord.HolderInfo{{Holder: holder, Token: grant}})
+				if !w.update(ctx, gone) {
+					return
+				}
+			}
+			if !w.update(ctx, i) {
+				return
+			}
+		}
+	}
 }
 
 // changes lists the events that lead from a to b.

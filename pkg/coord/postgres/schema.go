@@ -60,6 +60,20 @@ CREATE TABLE IF NOT EXISTS {s}.completions (
   finished_ns bigint NOT NULL,
   expires timestamptz NOT NULL,
   PRIMARY KEY (lock, key));
+CREATE TABLE IF NOT EXISTS {s}.history (
+  lock text COLLATE "C" NOT NULL,
+  seq bigint NOT NULL,
+  at_ns bigint NOT NULL,
+  event text NOT NULL,
+  PRIMARY KEY (lock, seq));
+CREATE TABLE IF NOT EXISTS {s}.history_heads (
+  lock text COLLATE "C" PRIMARY KEY,
+  seq bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS {s}.guards (
+  key text COLLATE "C" PRIMARY KEY,
+  value bytea,
+  fence bigint NOT NULL DEFAULT 0,
+  updated_at timestamptz);
 INSERT INTO {s}.schema_version VALUES (1) ON CONFLICT DO NOTHING;
 `
 

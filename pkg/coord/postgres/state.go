@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -20,6 +21,7 @@ type lease struct {
 	acquiredAt, renewedAt time.Time
 	supervised, stopAsked bool
 	process               *coord.ProcessInfo
+	raw                   []byte // the process column as read
 	end                   time.Time
 }
 
@@ -55,57 +57,32 @@ func (c *Coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64
 	if err := tx.QueryRow(ctx, c.sql(q), name).Scan(&st.last, &st.slots); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, c.sql(`SELECT id, holder, token, slot, ttl_ms, rvn, acquired_at, renewed_at, supervised, process, stop_asked, now()
-		FROM {s}.leases WHERE name = $1 ORDER BY token`), name)
+	rows, err := tx.Query(ctx, c.sql("SELECT "+leaseCols+" FROM {s}.leases WHERE name = $1 ORDER BY token"), name)
 	if err != nil {
 		return nil, err
 	}
 	var hs []lease
 	for rows.Next() {
-		var l lease
-		var ms int64
-		var proc []byte
-		if err := rows.Scan(&l.id, &l.holder, &l.token, &l.slot, &ms, &l.rvn, &l.acquiredAt, &l.renewedAt, &l.supervised, &proc, &l.stopAsked, &st.dbNow); err != nil {
+		l, err := scanLease(rows, &st.dbNow)
+		if err != nil {
 			rows.Close()
 			return nil, err
-		}
-		l.ttl = time.Duration(ms) * time.Millisecond
-		if proc != nil {
-			l.process = new(coord.ProcessInfo)
-			_ = json.Unmarshal(proc, l.process)
 		}
 		hs = append(hs, l)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	now := time.Now() // the rows came back: every rvn read was written before now
-	changed := false
-	keep := map[int64]bool{}
-	for _, l := range hs {
-		expired, end := c.observe(name, l.id, l.rvn, l.ttl, now)
-		if expired {
-			tag, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2"), l.id, l.rvn)
-			if err != nil {
-				return nil, err
-			}
-			if tag.RowsAffected() == 1 {
-				changed = true
-				continue
-			}
-		}
-		l.end = end
-		keep[l.id] = true
-		st.holders = append(st.holders, l)
+	if st.holders, err = c.expire(ctx, tx, name, hs); err != nil {
+		return nil, err
 	}
-	c.forget(name, keep)
 	// CASE keeps the advisory lock test to this lock's waiters.
 	tag, err := tx.Exec(ctx, c.sql(`DELETE FROM {s}.waiters WHERE name = $1 AND seq <> $2 AND
 		CASE WHEN name = $1 AND seq <> $2 THEN pg_try_advisory_xact_lock($3, (seq % 2147483647)::int) ELSE false END`), name, me, c.class)
 	if err != nil {
 		return nil, err
 	}
-	changed = changed || tag.RowsAffected() > 0
+	changed := tag.RowsAffected() > 0
 	rows, err = tx.Query(ctx, c.sql("SELECT seq, holder, slots, since FROM {s}.waiters WHERE name = $1 ORDER BY seq"), name)
 	if err != nil {
 		return nil, err
@@ -125,11 +102,58 @@ func (c *Coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64
 		return nil, err
 	}
 	if changed {
-		if err := c.notify(ctx, tx, name, "c"); err != nil {
+		if err := c.notify(ctx, tx, name, 0, ""); err != nil {
 			return nil, err
 		}
 	}
 	return st, nil
+}
+
+// leaseCols are the columns scanLease reads, after its first ones.
+const leaseCols = "id, holder, token, slot, ttl_ms, rvn, acquired_at, renewed_at, supervised, process, stop_asked, now()"
+
+// scanLease reads a row of leaseCols, after the columns of first.
+func scanLease(rows pgx.Rows, dbNow *time.Time, first ...any) (lease, error) {
+	var l lease
+	var ms int64
+	err := rows.Scan(append(first, &l.id, &l.holder, &l.token, &l.slot, &ms, &l.rvn, &l.acquiredAt, &l.renewedAt, &l.supervised, &l.raw, &l.stopAsked, dbNow)...)
+	l.ttl = time.Duration(ms) * time.Millisecond
+	if l.raw != nil {
+		l.process = new(coord.ProcessInfo)
+		_ = json.Unmarshal(l.raw, l.process)
+	}
+	return l, err
+}
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// expire ends the leases of lock name (hs: all of them) this client has
+// seen unrenewed for their TTL, conditionally on their rvn, and returns the
+// others, each with when this client may take it over.
+func (c *Coordinator) expire(ctx context.Context, q execer, name string, hs []lease) ([]lease, error) {
+	now := time.Now() // the rows came back: every rvn read was written before now
+	var kept []lease
+	keep := map[int64]bool{}
+	for _, l := range hs {
+		expired, end := c.observe(name, l.id, l.rvn, l.ttl, now)
+		if expired {
+			tag, err := q.Exec(ctx, c.sql(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2 RETURNING name)
+				SELECT pg_notify($3, 'c'), pg_notify($4, $5) FROM d`), l.id, l.rvn, c.chLock(name), c.chWatch, watchPayload(name, 0, ""))
+			if err != nil {
+				return nil, err
+			}
+			if tag.RowsAffected() == 1 {
+				continue
+			}
+		}
+		l.end = end
+		keep[l.id] = true
+		kept = append(kept, l)
+	}
+	c.forget(name, keep)
+	return kept, nil
 }
 
 // info is what readers see of st.

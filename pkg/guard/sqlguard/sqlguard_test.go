@@ -86,6 +86,7 @@ func TestPostgres(t *testing.T) {
 	runCommon(t, b)
 	t.Run("ConcurrentTransactions", func(t *testing.T) { testConcurrentTx(t, b) })
 	t.Run("PsqlRecipe", func(t *testing.T) { testPsqlRecipe(t, srv) })
+	t.Run("PsqlTransactionRecipe", func(t *testing.T) { testPsqlTxRecipe(t, srv) })
 	t.Run("Schema", func(t *testing.T) {
 		b.exec(t, `CREATE SCHEMA "Fenced Schema"`)
 		tab := b.kv(t, sqlguard.Config{Schema: "Fenced Schema", Table: "Data"})
@@ -543,5 +544,44 @@ func testPsqlRecipe(t *testing.T, srv *pgtest.Server) {
 	var fence int64
 	if err := db.QueryRow("SELECT result, fence FROM jobs WHERE id = 42").Scan(&result, &fence); err != nil || result != "eight" || fence != 8 {
 		t.Fatalf("row = %q@%d, %v", result, fence, err)
+	}
+}
+
+// testPsqlTxRecipe runs the transaction recipe of docs/fencing.md (read
+// from the file): the token check and the write commit together, a stale
+// token writes nothing (exit 77).
+func testPsqlTxRecipe(t *testing.T, srv *pgtest.Server) {
+	doc, err := os.ReadFile("../../../docs/fencing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "<!-- not a recipe: the transaction of a holder")
+	_, block, ok2 := strings.Cut(block, "```sh\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/fencing.md has no transaction recipe")
+	}
+	name := srv.CreateDatabase(t)
+	db := srv.Open(t, name)
+	b := backend{sqlguard.Postgres, db}
+	b.exec(t, "CREATE TABLE job_fence (job INT PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0)")
+	b.exec(t, "CREATE TABLE jobs (id INTEGER PRIMARY KEY, result TEXT)")
+	b.exec(t, "INSERT INTO jobs VALUES (42, 'none')")
+	for _, c := range []struct {
+		token, code int
+		result      string
+	}{{5, 0, "x'); DROP TABLE jobs; --"}, {5, 0, "five"}, {3, 77, "three"}, {8, 0, "eight"}, {7, 77, "seven"}} {
+		cmd := exec.Command("/bin/sh", "-c", block)
+		cmd.Env = append(append(os.Environ(), srv.Env(name)...), "PATH="+srv.BinDir()+":"+os.Getenv("PATH"),
+			fmt.Sprint("FENCE_TOKEN=", c.token), "RESULT="+c.result)
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != c.code {
+			t.Errorf("token %d: exit %d (%v), want %d: %s", c.token, code, err, c.code, out)
+		}
+	}
+	var result string
+	var fence int64
+	if err := db.QueryRow("SELECT result, fence FROM jobs, job_fence WHERE id = 42 AND job = 42").Scan(&result, &fence); err != nil || result != "eight" || fence != 8 {
+		t.Fatalf("row = %q@%d, %v; want eight@8", result, fence, err)
 	}
 }

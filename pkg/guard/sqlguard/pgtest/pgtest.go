@@ -266,9 +266,13 @@ func (s *Server) stop() {
 
 // Restart stops the server (a fast shutdown, as a service restart does) and
 // starts it again on its data directory and port.
-func (s *Server) Restart(t testing.TB) {
+func (s *Server) Restart(t testing.TB) { t.Helper(); s.RestartAfter(t, 0) }
+
+// RestartAfter is Restart with the server down for down.
+func (s *Server) RestartAfter(t testing.TB, down time.Duration) {
 	t.Helper()
 	s.stop()
+	time.Sleep(down)
 	if err := s.start(s.cred, s.data); err != nil {
 		t.Fatalf("pgtest: restart: %v", err)
 	}

@@ -1,0 +1,185 @@
+// Package pgstore is the history store of fence's PostgreSQL backend: two
+// tables in the coordinator's schema (pkg/coord/postgres creates them),
+//
+//	history (lock, seq, at_ns, event)   one row per event, the event as JSON
+//	history_heads (lock, seq)           the number of each lock's latest event
+//
+// through the coordinator's connection pool. A write is one transaction per
+// lock: it raises the head by the number of events (the upsert locks the
+// head's row, so concurrent writers in any number of processes take turns
+// and lose nothing), inserts the events under the numbers it got, and
+// deletes the lock's events beyond the count bound and those past the age
+// bound. The table thus never holds more than the bounds. Reads apply the
+// bounds too, so that time passing without writes takes events away.
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
+	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/pkg/history/internal/codec"
+	"github.com/fence-dev/fence/pkg/history/internal/trim"
+)
+
+// Store is a history.Store in PostgreSQL.
+type Store struct {
+	c    *postgres.Coordinator
+	opts history.Options
+}
+
+var _ history.Store = (*Store)(nil)
+
+// New returns the store in c's schema. It does not own c.
+func New(c *postgres.Coordinator, opts ...history.Option) (*Store, error) {
+	o, err := history.NewOptions(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{c: c, opts: o}, nil
+}
+
+// Record implements history.Store.
+func (s *Store) Record(ctx context.Context, ev history.Event) error {
+	return s.Append(ctx, []history.Event{ev})
+}
+
+// Append implements history.Store: one transaction per lock.
+func (s *Store) Append(ctx context.Context, evs []history.Event) error {
+	now := s.opts.Now()
+	norm := make([]history.Event, 0, len(evs))
+	for _, ev := range evs {
+		ev, err := history.Normalize(ev, now)
+		if err != nil {
+			return err
+		}
+		norm = append(norm, ev)
+	}
+	locks, byLock := trim.ByLock(norm)
+	for _, lock := range locks {
+		if err := s.append(ctx, lock, byLock[lock]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {
+	cut := s.opts.Cutoff()
+	evs = slices.DeleteFunc(evs, func(ev history.Event) bool { return ev.Time.Before(cut) }) // kept nowhere
+	if len(evs) == 0 {
+		return nil
+	}
+	ats, vals := make([]int64, len(evs)), make([]string, len(evs))
+	for i, ev := range evs {
+		b, err := codec.Encode(0, ev)
+		if err != nil {
+			return err
+		}
+		ats[i], vals[i] = ev.Time.UnixNano(), string(b)
+	}
+	return s.c.Tx(ctx, "history of "+lock, func(tx pgx.Tx) error {
+		var last int64
+		err := tx.QueryRow(ctx, s.c.SQL(`INSERT INTO {s}.history_heads AS h (lock, seq) VALUES ($1, $2)
+			ON CONFLICT (lock) DO UPDATE SET seq = h.seq + $2 RETURNING seq`), lock, len(evs)).Scan(&last)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, s.c.SQL(`INSERT INTO {s}.history (lock, seq, at_ns, event)
+			SELECT $1, $2 + n, a, e FROM unnest($3::bigint[], $4::text[]) WITH ORDINALITY AS u(a, e, n)`),
+			lock, last-int64(len(evs)), ats, vals)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, s.c.SQL("DELETE FROM {s}.history WHERE lock = $1 AND (seq <= $2 OR at_ns < $3)"),
+			lock, last-int64(s.opts.MaxEvents), cut.UnixNano())
+		return err
+	})
+}
+
+// History implements history.Store.
+func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
+	n := s.opts.MaxEvents
+	if limit > 0 && limit < n {
+		n = limit
+	}
+	ents, err := s.read(ctx, lock, "AND at_ns >= $2 ORDER BY seq DESC LIMIT $3", s.opts.Cutoff().UnixNano(), n)
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(ents)
+	ents = trim.Kept(s.opts, ents, entryTime, limit)
+	out := make([]history.Event, len(ents))
+	for i, e := range ents {
+		out[i] = e.Event
+	}
+	return out, nil
+}
+
+// Since implements history.Reader.
+func (s *Store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
+	ents, err := s.read(ctx, lock, "AND seq > $2 ORDER BY seq", int64(min(after, coord.MaxToken)))
+	if err != nil {
+		return nil, err
+	}
+	return trim.Kept(s.opts, ents, entryTime, 0), nil
+}
+
+// read reads lock's events that a clause (with the arguments from $2 on)
+// selects.
+func (s *Store) read(ctx context.Context, lock, clause string, args ...any) ([]history.Entry, error) {
+	if err := coord.ValidateName(lock); err != nil {
+		return nil, err
+	}
+	var ents []history.Entry
+	err := s.c.Tx(ctx, "history of "+lock, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.c.SQL("SELECT seq, event FROM {s}.history WHERE lock = $1 "+clause), append([]any{lock}, args...)...)
+		if err != nil {
+			return err
+		}
+		ents, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (history.Entry, error) {
+			var seq int64
+			var b []byte
+			if err := r.Scan(&seq, &b); err != nil {
+				return history.Entry{}, err
+			}
+			_, ev, err := codec.Decode(b)
+			if err == nil && ev.Lock != lock {
+				err = fmt.Errorf("it is an event of lock %q", ev.Lock)
+			}
+			if err != nil {
+				return history.Entry{}, fmt.Errorf("%w: history of %q: event %d is corrupt: %v", coord.ErrUnavailable, lock, seq, err)
+			}
+			return history.Entry{Seq: uint64(seq), Event: ev}, nil
+		})
+		return err
+	})
+	return ents, err
+}
+
+// Heads implements history.Reader.
+func (s *Store) Heads(ctx context.Context) ([]history.Head, error) {
+	var heads []history.Head
+	err := s.c.Tx(ctx, "history heads", func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.c.SQL("SELECT lock, seq FROM {s}.history_heads ORDER BY lock"))
+		if err == nil {
+			heads, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (history.Head, error) {
+				var h history.Head
+				var seq int64
+				err := r.Scan(&h.Lock, &seq)
+				h.Seq = uint64(seq)
+				return h, err
+			})
+		}
+		return err
+	})
+	return heads, err
+}
+
+func entryTime(e history.Entry) time.Time { return e.Event.Time }
