@@ -38,8 +38,9 @@ const (
 // postmaster and every backend) past the TTL, the server restarted (a
 // fast shutdown), and client 0 partitioned from the database by the fault
 // proxy while it holds the lock.
-var pgFaults = []string{"kill-fence", "partition", "server-stop", "stale-write", "kill-command", "server-restart",
-	"freeze-all-racing", "partition", "kill-watchdog", "server-stop", "freeze-fence"}
+var pgFaults = []string{"kill-fence", "partition", "stale-write", "server-stop", "kill-command", "stale-write",
+	"server-restart", "freeze-all-racing", "stale-write", "partition", "kill-watchdog", "stale-write", "server-stop",
+	"freeze-fence", "stale-write"}
 
 // TestPostgresNemesis is the nemesis of TestNemesisCounter with PostgreSQL
 // as the coordinator (`fence --postgres`, FENCE_POSTGRES) and the fenced
