@@ -24,6 +24,7 @@ import (
 	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
@@ -84,6 +85,7 @@ type Factory struct {
 	versionsOnce sync.Once
 	versions     []etcd.MemberVersion // what the etcd members reported, once answered
 	versionWarn  string               // their known lease-safety bugs, one line
+	shortWarn    string               // PostgreSQL's warning in short (versionWarning)
 
 	// The members' versions are asked on the side when an etcd coordinator
 	// opens (askedAt), never on the way of a lock operation; versionsDone
@@ -140,6 +142,9 @@ func NewFactory(ios *IOStreams) *Factory {
 		}
 		if ec, ok := inner.(*etcd.Coordinator); ok {
 			f.askVersionsOf(ctx, ec, cfg.DialTimeout)
+		}
+		if pc, ok := inner.(*postgres.Coordinator); ok {
+			f.askReplicationOf(ctx, pc, cfg.DialTimeout)
 		}
 		// Every command records its lease events in the lock's history.
 		opts := []history.Option{history.WithLogger(logger)}
@@ -225,6 +230,24 @@ func (f *Factory) askVersionsOf(ctx context.Context, c *etcd.Coordinator, dial t
 			}
 			if answered || errors.Is(vctx.Err(), context.DeadlineExceeded) { // not cut short by the command's end
 				benchtrace.Mark(benchtrace.Versions)
+			}
+		}()
+	})
+}
+
+// askReplicationOf asks c, on the side like the etcd members' versions,
+// whether it has standbys without synchronous replication; the answer is
+// the coordinator warning, printed and shown as the versions' is.
+func (f *Factory) askReplicationOf(ctx context.Context, c *postgres.Coordinator, dial time.Duration) {
+	f.versionsOnce.Do(func() {
+		done := make(chan struct{})
+		f.askedAt, f.versionsDone = time.Now(), done
+		go func() {
+			defer close(done)
+			vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
+			defer cancel()
+			if w := c.ReplicationWarning(vctx); w != "" {
+				f.versionWarn, f.shortWarn = w, postgres.ShortReplicationRisk
 			}
 		}()
 	})
@@ -324,6 +347,9 @@ func (f *Factory) coordinatorWarning() string {
 // the bug first so that a narrow status line keeps it: "lease bug
 // etcd#15247 in etcd 3.4.23" ("" when none).
 func (f *Factory) versionWarning() string {
+	if f.shortWarn != "" {
+		return f.shortWarn
+	}
 	seen := map[string]bool{}
 	var parts []string
 	for _, v := range f.versions {

@@ -254,6 +254,16 @@ type Collector struct {
 	versions   versioner         // nil: not etcd
 	versionsAt time.Time         // when they were last asked
 	memberVer  map[string]string // endpoint -> version, as last answered
+
+	replication replicator // nil: not PostgreSQL
+	replAt      time.Time  // when it was last asked
+	asyncRepl   bool       // standbys without synchronous replication, as last answered
+}
+
+// replicator is a PostgreSQL coordinator, which tells when its server has
+// standbys without synchronous replication (a failover can repeat tokens).
+type replicator interface {
+	ReplicationWarning(ctx context.Context) string
 }
 
 // versioner is an etcd coordinator, which reports its members' versions.
@@ -313,7 +323,8 @@ var (
 	descHistUp = prometheus.NewDesc("fence_exporter_history_up",
 		"1 when the exporter's last read of the lock histories succeeded.", nil, nil)
 	descKnownBug = prometheus.NewDesc("fence_coordinator_known_bug",
-		"1 for each etcd server version among the coordinator's members with a known lease-safety bug (see docs/operations.md).", []string{"version", "issue"}, nil)
+		"1 for each etcd server version among the coordinator's members with a known lease-safety bug, and for a PostgreSQL server "+
+			"with standbys but no synchronous replication (version \"postgres\", issue \"async-replication\"; see docs/operations.md).", []string{"version", "issue"}, nil)
 )
 
 // groupKinds are the kinds also exported from 0 for a lock of a `fence
@@ -355,6 +366,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 	}
 	col.hist, _ = c.(history.Reader)
 	col.versions, _ = auto.Backend(c).(versioner)
+	col.replication, _ = auto.Backend(c).(replicator)
 	if col.hist != nil {
 		col.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_wait_seconds",
@@ -766,6 +778,7 @@ func (col *Collector) healthy(ctx context.Context) error {
 // askVersions asks the etcd members for their versions, every
 // versionsEvery (more often until every member answered once).
 func (col *Collector) askVersions(ctx context.Context) {
+	col.askReplication(ctx)
 	if col.versions == nil {
 		return
 	}
@@ -791,6 +804,26 @@ func (col *Collector) askVersions(ctx context.Context) {
 	}
 }
 
+// askReplication asks a PostgreSQL server, every versionsEvery, whether it
+// has standbys without synchronous replication.
+func (col *Collector) askReplication(ctx context.Context) {
+	if col.replication == nil {
+		return
+	}
+	col.mu.Lock()
+	due := time.Since(col.replAt) >= versionsEvery
+	col.mu.Unlock()
+	if !due {
+		return
+	}
+	vctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	async := col.replication.ReplicationWarning(vctx) != ""
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.replAt, col.asyncRepl = time.Now(), async
+}
+
 // knownBugs are the (version, issue) pairs of the members' known
 // lease-safety bugs, sorted. col.mu is held.
 func (col *Collector) knownBugs() [][2]string {
@@ -803,6 +836,9 @@ func (col *Collector) knownBugs() [][2]string {
 				out = append(out, k)
 			}
 		}
+	}
+	if col.asyncRepl {
+		out = append(out, [2]string{"postgres", "async-replication"})
 	}
 	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0]+" "+a[1], b[0]+" "+b[1]) })
 	return out

@@ -278,6 +278,10 @@ func (s *Server) RestartAfter(t testing.TB, down time.Duration) {
 	}
 }
 
+// PID is the server's postmaster process (a new one after Restart): fault
+// tests freeze the server by stopping it and its children.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
 // Port is the server's TCP port on 127.0.0.1.
 func (s *Server) Port() int { return s.port }
 
