@@ -2,8 +2,11 @@ package details
 
 import (
 	"testing"
+	"time"
 
+	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/tui/internal/store"
 )
 
 // TestDescribeOnce: the timeline says which --once key ran to success, and
@@ -18,6 +21,78 @@ func TestDescribeOnce(t *testing.T) {
 	} {
 		if got := Describe(*ev); got != want {
 			t.Errorf("Describe(%s) = %q, want %q", ev.Kind, got, want)
+		}
+	}
+}
+
+// TestDescribeEveryKind: what each kind of event says after who.
+func TestDescribeEveryKind(t *testing.T) {
+	for _, c := range []struct {
+		ev   history.Event
+		want string
+	}{
+		{history.Event{Kind: history.Acquired, Token: 7}, "token 7"},
+		{history.Event{Kind: history.Acquired, Token: 7, Holder: "w", Wait: 1520 * time.Millisecond}, "token 7 by w, waited 1.5s"},
+		{history.Event{Kind: history.Released, Token: 7, HeldFor: 61*time.Second + 300*time.Millisecond}, "token 7, held 1m1s"},
+		{history.Event{Kind: history.RenewalFailed, Token: 7}, "token 7: 1 failed renewal"},
+		{history.Event{Kind: history.RenewalFailed, Token: 7, Count: 3, Error: "timeout"}, "token 7: 3 failed renewals, last: timeout"},
+		{history.Event{Kind: history.LeaseLost, Token: 7, Holder: "w"}, "token 7 by w: lease lost, command stopped"},
+		{history.Event{Kind: history.DeadlineExceeded, Token: 7}, "token 7: deadline reached, command stopped"},
+		{history.Event{Kind: history.Expired, Token: 7}, "token 7: expired, taken over"},
+		{history.Event{Kind: history.Revoked, Token: 7}, "token 7: revoked"},
+		{history.Event{Kind: history.Skipped, Key: "k"}, `key "k": done already, nothing run`},
+		{history.Event{Kind: history.Frozen}, "frozen"},
+		{history.Event{Kind: history.StaleRefused, Token: 3, AcceptedToken: 5}, "token 3 refused, 5 accepted"},
+		{history.Event{Kind: history.StaleRefused, Token: 3, AcceptedToken: 5, Key: "k"}, `key "k": token 3 refused, 5 accepted`},
+		{history.Event{Kind: history.ShardLost, Token: 7, Holder: "w"}, "token 7 by w"},
+		{history.Event{Kind: history.Restarted, Token: 7, Error: "crash"}, "token 7: crash"},
+	} {
+		if got := Describe(c.ev); got != c.want {
+			t.Errorf("Describe(%+v) = %q, want %q", c.ev, got, c.want)
+		}
+	}
+}
+
+// TestProcessText: the pids, and the process group when known.
+func TestProcessText(t *testing.T) {
+	for _, c := range []struct {
+		p    coord.ProcessInfo
+		want string
+	}{
+		{coord.ProcessInfo{PIDs: []int{42}}, "pids 42"},
+		{coord.ProcessInfo{PIDs: []int{42, 43}, PGID: 42}, "pids 42,43, pgid 42"},
+		{coord.ProcessInfo{}, "pids "},
+	} {
+		if got := processText(c.p); got != c.want {
+			t.Errorf("processText(%+v) = %q, want %q", c.p, got, c.want)
+		}
+	}
+}
+
+// TestFieldsOf: the header's values for a lock not listed, a free one and
+// a held one.
+func TestFieldsOf(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	st := store.New()
+	st.Apply(now,
+		store.Change{Info: coord.LockInfo{Name: "held", Held: true, Holder: "w", Token: 7, LastToken: 9, LeaseID: "l1",
+			TTL: 30 * time.Second, TTLLeft: 20 * time.Second, AcquiredAt: now.Add(-90 * time.Second), Waiters: 2}},
+		store.Change{Info: coord.LockInfo{Name: "free", LastToken: 5}})
+	st.SetCounts("held", 1, 2, now)
+	m := New(nil, time.UTC)
+	dash := fields{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+	for _, c := range []struct {
+		r    *store.Row
+		want fields
+	}{
+		{nil, dash},
+		{st.Get("free"), fields{holder: "-", token: "last 5", lease: "-", ttl: "-", acquired: "-", held: "-", waiters: "0",
+			renewals: "-", failures: "-", stale: "-", process: "-"}},
+		{st.Get("held"), fields{holder: "w", token: "7 (last 9)", lease: "l1", ttl: "██░░ 20s of 30s", acquired: "2026-01-02 03:02:35",
+			held: "1m30s", waiters: "2", renewals: "0", failures: "1", stale: "2", process: "-"}},
+	} {
+		if got := m.fieldsOf(c.r, now, 20); got != c.want {
+			t.Errorf("fieldsOf(%v) = %+v, want %+v", c.r != nil, got, c.want)
 		}
 	}
 }

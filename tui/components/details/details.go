@@ -13,6 +13,7 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 
 	"github.com/charmbracelet/bubbles/viewport"
+	"github.com/charmbracelet/lipgloss"
 
 	"github.com/fence-dev/fence/internal/contention"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -158,73 +159,103 @@ func (m *Model) eventLine(ev history.Event) string {
 	return "  " + s.Label.Render(ts) + "  " + kind + " " + format.Fit(Describe(ev), rest)
 }
 
-// Describe says what an event means, after its kind.
+// Describe says what an event means, after its kind: who (token and
+// holder), and what each kind adds (describers); an event of another kind
+// says who, and its error.
 func Describe(ev history.Event) string {
 	who := fmt.Sprintf("token %d", ev.Token)
 	if ev.Holder != "" {
 		who += " by " + ev.Holder
 	}
-	switch ev.Kind {
-	case history.Acquired:
-		if ev.Wait > 0 {
-			return fmt.Sprintf("%s, waited %s", who, roundDur(ev.Wait))
-		}
-		return who
-	case history.Released:
-		return fmt.Sprintf("%s, held %s", who, roundDur(ev.HeldFor))
-	case history.RenewalFailed:
-		n := max(ev.Count, 1)
-		msg := fmt.Sprintf("%s: %d failed renewal", who, n)
-		if n > 1 {
-			msg += "s"
-		}
-		if ev.Error != "" {
-			msg += ", last: " + ev.Error
-		}
-		return msg
-	case history.LeaseLost:
-		return who + ": lease lost, command stopped"
-	case history.DeadlineExceeded:
-		return who + ": deadline reached, command stopped"
-	case history.Expired:
-		return who + ": expired, taken over"
-	case history.Revoked:
-		return who + ": revoked"
-	case history.Completed:
-		return fmt.Sprintf("key %s: ran to success, %s", strconv.Quote(ev.Key), who)
-	case history.Skipped:
-		msg := fmt.Sprintf("key %s: done already, nothing run", strconv.Quote(ev.Key))
-		if ev.AcceptedToken > 0 {
-			msg += fmt.Sprintf(" (done under token %d)", ev.AcceptedToken)
-		}
-		if ev.Holder != "" {
-			msg += ", by " + ev.Holder
-		}
-		return msg
-	case history.Frozen, history.Limited, history.Thawed:
-		// Holder is who set or removed the limit; Count a limit's N.
-		msg := string(ev.Kind)
-		if ev.Kind == history.Limited {
-			msg = fmt.Sprintf("limited to %d", ev.Count)
-		}
-		if ev.Holder != "" {
-			msg += " by " + ev.Holder
-		}
-		if ev.Reason != "" {
-			msg += ": " + ev.Reason
-		}
-		return msg
-	case history.StaleRefused:
-		msg := fmt.Sprintf("token %d refused, %d accepted", ev.Token, ev.AcceptedToken)
-		if ev.Key != "" {
-			msg = "key " + strconv.Quote(ev.Key) + ": " + msg
-		}
-		return msg
+	if say := describers[ev.Kind]; say != nil {
+		return say(ev, who)
 	}
 	if ev.Error != "" {
 		return who + ": " + ev.Error
 	}
 	return who
+}
+
+// describers says what an event of each kind means, given who.
+var describers = map[history.Kind]func(ev history.Event, who string) string{
+	history.Acquired: func(ev history.Event, who string) string {
+		if ev.Wait > 0 {
+			return fmt.Sprintf("%s, waited %s", who, roundDur(ev.Wait))
+		}
+		return who
+	},
+	history.Released: func(ev history.Event, who string) string {
+		return fmt.Sprintf("%s, held %s", who, roundDur(ev.HeldFor))
+	},
+	history.RenewalFailed:    describeRenewalFailed,
+	history.LeaseLost:        whoThen(": lease lost, command stopped"),
+	history.DeadlineExceeded: whoThen(": deadline reached, command stopped"),
+	history.Expired:          whoThen(": expired, taken over"),
+	history.Revoked:          whoThen(": revoked"),
+	history.Completed: func(ev history.Event, who string) string {
+		return fmt.Sprintf("key %s: ran to success, %s", strconv.Quote(ev.Key), who)
+	},
+	history.Skipped:      describeSkipped,
+	history.Frozen:       describeLimit,
+	history.Limited:      describeLimit,
+	history.Thawed:       describeLimit,
+	history.StaleRefused: describeStaleRefused,
+}
+
+// whoThen says who, then what happened to it.
+func whoThen(what string) func(history.Event, string) string {
+	return func(_ history.Event, who string) string { return who + what }
+}
+
+// describeRenewalFailed: how many renewals failed, and the last error.
+func describeRenewalFailed(ev history.Event, who string) string {
+	n := max(ev.Count, 1)
+	msg := fmt.Sprintf("%s: %d failed renewal", who, n)
+	if n > 1 {
+		msg += "s"
+	}
+	if ev.Error != "" {
+		msg += ", last: " + ev.Error
+	}
+	return msg
+}
+
+// describeSkipped: a --once key found done, under which token, by whom.
+func describeSkipped(ev history.Event, _ string) string {
+	msg := fmt.Sprintf("key %s: done already, nothing run", strconv.Quote(ev.Key))
+	if ev.AcceptedToken > 0 {
+		msg += fmt.Sprintf(" (done under token %d)", ev.AcceptedToken)
+	}
+	if ev.Holder != "" {
+		msg += ", by " + ev.Holder
+	}
+	return msg
+}
+
+// describeLimit: a freeze, a limit (Count is its N) or a thaw; Holder is
+// who set or removed it.
+func describeLimit(ev history.Event, _ string) string {
+	msg := string(ev.Kind)
+	if ev.Kind == history.Limited {
+		msg = fmt.Sprintf("limited to %d", ev.Count)
+	}
+	if ev.Holder != "" {
+		msg += " by " + ev.Holder
+	}
+	if ev.Reason != "" {
+		msg += ": " + ev.Reason
+	}
+	return msg
+}
+
+// describeStaleRefused: the token refused and the one accepted, and for
+// which --once key.
+func describeStaleRefused(ev history.Event, _ string) string {
+	msg := fmt.Sprintf("token %d refused, %d accepted", ev.Token, ev.AcceptedToken)
+	if ev.Key != "" {
+		msg = "key " + strconv.Quote(ev.Key) + ": " + msg
+	}
+	return msg
 }
 
 func roundDur(d time.Duration) time.Duration {
@@ -275,111 +306,149 @@ const maxQueue = 3
 // labelW is the width of the field names.
 const labelW = 10
 
-// header is the lines above the timeline.
+// header is the lines above the timeline: the name and state, the fields
+// in pairs, a semaphore's holders, the limit, the queue, the waits, and
+// the timeline's rule.
 func (m *Model) header(r *store.Row, now time.Time) []string {
-	s := m.styles
 	w := m.width
 	lines := make([]string, 0, headerLines+maxQueue+4)
-
-	// Line 1: the name and the state.
-	state := "not listed"
-	stateStyle := s.Free
-	if r != nil {
-		st := r.State(now)
-		state = r.Label(now)
-		switch {
-		case r.Info.Limit != nil:
-			stateStyle = s.Limit
-		case st == store.Held:
-			stateStyle = s.Held
-		case st == store.Expiring:
-			stateStyle = s.Expiring
-		}
-	}
-	nameW := max(w-2-len(state)-2, 1)
-	lines = append(lines, "  "+s.Title.Render(format.Fit(m.name, nameW))+"  "+stateStyle.Render(state))
-
+	lines = append(lines, m.titleLine(r, now))
 	half := max((w-2)/2, 1)
-	pair := func(l1, v1, l2, v2 string) string {
-		const lw = labelW
-		if l2 == "" {
-			return "  " + s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(w-2-lw, 0))
-		}
-		left := s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(half-lw, 0))
-		right := ""
-		{
-			right = s.Label.Render(format.Fit(l2, lw)) + format.Fit(v2, max(w-2-half-lw, 0))
-		}
-		return "  " + left + right
-	}
-	var (
-		holder, token, lease, ttl, acquired, held, waiters = "-", "-", "-", "-", "-", "-", "-"
-		renewals, failures, stale                          = "-", "-", "-"
-		process                                            = "-"
-	)
-	if r != nil {
-		i := r.Info
-		token = "-"
-		if i.LastToken > 0 {
-			token = fmt.Sprintf("last %d", i.LastToken)
-		}
-		if i.Held {
-			holder = i.Holder
-			token = strconv.FormatUint(i.Token, 10)
-			if i.LastToken > i.Token {
-				token += fmt.Sprintf(" (last %d)", i.LastToken)
-			}
-			lease = i.LeaseID
-			left := r.TTLLeft(now)
-			barW := min(max(half-10-18, 4), 20)
-			full, empty := format.Bar(left, i.TTL, barW)
-			ttl = full + empty + " " + format.Duration(format.Ceil(left)) + " of " + format.Duration(i.TTL)
-			renewals = strconv.Itoa(r.Renewals)
-			if !i.AcquiredAt.IsZero() {
-				acquired = i.AcquiredAt.In(m.loc).Format(acquiredLayout)
-				held = format.Duration(i.HeldFor(now))
-			}
-		}
-		waiters = strconv.Itoa(i.Waiters)
-		if !m.NoHistory && r.Failures >= 0 {
-			failures, stale = strconv.Itoa(r.Failures), strconv.Itoa(r.Stale)
-		}
-		if p := i.Process; p != nil {
-			var ps []string
-			for _, pid := range p.PIDs {
-				ps = append(ps, strconv.Itoa(pid))
-			}
-			process = "pids " + strings.Join(ps, ",")
-			if p.PGID > 0 {
-				process += fmt.Sprintf(", pgid %d", p.PGID)
-			}
-		}
+	f := m.fieldsOf(r, now, half)
+	group := ""
+	if m.Group != "" {
+		group = "group"
 	}
 	lines = append(lines,
-		pair("holder", holder, "token", token),
-		pair("lease", lease, "ttl", ttl),
-		pair("acquired", acquired, "held for", held),
-		pair("renewals", renewals, "waiters", waiters),
-		pair("failures", failures, "stale", stale),
+		m.pair(half, "holder", f.holder, "token", f.token),
+		m.pair(half, "lease", f.lease, "ttl", f.ttl),
+		m.pair(half, "acquired", f.acquired, "held for", f.held),
+		m.pair(half, "renewals", f.renewals, "waiters", f.waiters),
+		m.pair(half, "failures", f.failures, "stale", f.stale),
+		m.pair(half, "process", f.process, group, m.Group),
 	)
-	if m.Group != "" {
-		lines = append(lines, pair("process", process, "group", m.Group))
-	} else {
-		lines = append(lines, pair("process", process, "", ""))
-	}
-	if r != nil && r.Info.Slots > 1 {
-		lines = append(lines, m.holderLines(r.Info, now)...)
-	}
-	if r != nil && r.Info.Limit != nil {
-		lines = append(lines, pair("limit", m.limitText(*r.Info.Limit), "", ""))
-	}
 	if r != nil {
-		lines = append(lines, m.queueLines(r.Info.Queue, now)...)
+		lines = append(lines, m.rowLines(r.Info, now)...)
 	}
 	lines = append(lines, m.contentionLines()...)
 	title := "── history, newest first "
-	lines = append(lines, s.Rule.Render(format.Fit("  "+title+strings.Repeat("─", max(w-2-len([]rune(title)), 0)), w)))
-	return lines
+	return append(lines, m.styles.Rule.Render(format.Fit("  "+title+strings.Repeat("─", max(w-2-len([]rune(title)), 0)), w)))
+}
+
+// titleLine is the lock's name and its state ("not listed" when r is nil).
+func (m *Model) titleLine(r *store.Row, now time.Time) string {
+	s := m.styles
+	state := "not listed"
+	stateStyle := s.Free
+	if r != nil {
+		state = r.Label(now)
+		stateStyle = m.stateStyle(r.Info.Limit != nil, r.State(now))
+	}
+	nameW := max(m.width-2-len(state)-2, 1)
+	return "  " + s.Title.Render(format.Fit(m.name, nameW)) + "  " + stateStyle.Render(state)
+}
+
+// stateStyle colours the state: a limit first, then held and expiring.
+func (m *Model) stateStyle(limited bool, st store.State) lipgloss.Style {
+	s := m.styles
+	switch {
+	case limited:
+		return s.Limit
+	case st == store.Held:
+		return s.Held
+	case st == store.Expiring:
+		return s.Expiring
+	}
+	return s.Free
+}
+
+// pair is a line of two fields, label and value, the first in the left
+// half; one field alone (l2 "") takes the whole line.
+func (m *Model) pair(half int, l1, v1, l2, v2 string) string {
+	s, w := m.styles, m.width
+	const lw = labelW
+	if l2 == "" {
+		return "  " + s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(w-2-lw, 0))
+	}
+	left := s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(half-lw, 0))
+	right := s.Label.Render(format.Fit(l2, lw)) + format.Fit(v2, max(w-2-half-lw, 0))
+	return "  " + left + right
+}
+
+// fields is the values of the header's pairs, "-" when not known.
+type fields struct {
+	holder, token, lease, ttl, acquired, held, waiters string
+	renewals, failures, stale, process                 string
+}
+
+// fieldsOf is the header's values for row r (nil: not listed) at now, the
+// TTL bar fitting a half line.
+func (m *Model) fieldsOf(r *store.Row, now time.Time, half int) fields {
+	f := fields{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+	if r == nil {
+		return f
+	}
+	i := r.Info
+	if i.LastToken > 0 {
+		f.token = fmt.Sprintf("last %d", i.LastToken)
+	}
+	if i.Held {
+		m.heldFields(&f, r, now, half)
+	}
+	f.waiters = strconv.Itoa(i.Waiters)
+	if !m.NoHistory && r.Failures >= 0 {
+		f.failures, f.stale = strconv.Itoa(r.Failures), strconv.Itoa(r.Stale)
+	}
+	if i.Process != nil {
+		f.process = processText(*i.Process)
+	}
+	return f
+}
+
+// heldFields are the values of a held lock: holder, token, lease, TTL,
+// renewals, and since when it is held.
+func (m *Model) heldFields(f *fields, r *store.Row, now time.Time, half int) {
+	i := r.Info
+	f.holder = i.Holder
+	f.token = strconv.FormatUint(i.Token, 10)
+	if i.LastToken > i.Token {
+		f.token += fmt.Sprintf(" (last %d)", i.LastToken)
+	}
+	f.lease = i.LeaseID
+	left := r.TTLLeft(now)
+	full, empty := format.Bar(left, i.TTL, min(max(half-10-18, 4), 20))
+	f.ttl = full + empty + " " + format.Duration(format.Ceil(left)) + " of " + format.Duration(i.TTL)
+	f.renewals = strconv.Itoa(r.Renewals)
+	if !i.AcquiredAt.IsZero() {
+		f.acquired = i.AcquiredAt.In(m.loc).Format(acquiredLayout)
+		f.held = format.Duration(i.HeldFor(now))
+	}
+}
+
+// processText is "pids 1,2, pgid 1".
+func processText(p coord.ProcessInfo) string {
+	ps := make([]string, 0, len(p.PIDs))
+	for _, pid := range p.PIDs {
+		ps = append(ps, strconv.Itoa(pid))
+	}
+	v := "pids " + strings.Join(ps, ",")
+	if p.PGID > 0 {
+		v += fmt.Sprintf(", pgid %d", p.PGID)
+	}
+	return v
+}
+
+// rowLines are the lines a listed lock adds when it has them: a
+// semaphore's holders, the limit, the queue.
+func (m *Model) rowLines(i coord.LockInfo, now time.Time) []string {
+	var lines []string
+	if i.Slots > 1 {
+		lines = append(lines, m.holderLines(i, now)...)
+	}
+	if i.Limit != nil {
+		lines = append(lines, m.pair(0, "limit", m.limitText(*i.Limit), "", ""))
+	}
+	return append(lines, m.queueLines(i.Queue, now)...)
 }
 
 // limitText names the limit: what it does, its scope, who set it, when and

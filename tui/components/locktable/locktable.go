@@ -131,6 +131,7 @@ type column struct {
 	title  string
 	min    int // narrowest width
 	max    int // widest width (0: no limit)
+	stop   int // the width past which it is given no more (0: none); its last share may pass it
 	weight int // share of the spare width
 	prio   int // columns with the lowest prio are dropped first on narrow screens
 	right  bool
@@ -138,9 +139,9 @@ type column struct {
 }
 
 var columns = [numCols]column{
-	colName:   {title: "NAME", min: 10, weight: 3, prio: 9, sort: store.ByName},
+	colName:   {title: "NAME", min: 10, stop: 64, weight: 3, prio: 9, sort: store.ByName},
 	colState:  {title: "STATE", min: 8, max: 8, prio: 8, sort: store.ByState},
-	colHolder: {title: "HOLDER", min: 8, weight: 2, prio: 6, sort: -1},
+	colHolder: {title: "HOLDER", min: 8, stop: 40, weight: 2, prio: 6, sort: -1},
 	colToken:  {title: "TOKEN", min: 6, right: true, prio: 7, sort: store.ByToken},
 	colTTL:    {title: "TTL", min: 10, max: 27, weight: 1, prio: 5, sort: store.ByTTL},
 	colHeld:   {title: "HELD", min: 5, max: 5, right: true, prio: 4, sort: store.ByHeldFor},
@@ -150,86 +151,118 @@ var columns = [numCols]column{
 }
 
 const (
-	gutter   = 2 // the cursor mark
-	ttlText  = 5 // "4m05s"
-	maxNameW = 64
-	maxHoldW = 40
+	gutter  = 2 // the cursor mark
+	ttlText = 5 // "4m05s"
 )
+
+// The layout of the table is three steps, each a pure function of the
+// widths: which columns fit (fitting), their narrowest widths, and the
+// spare width shared by weight (share) until none is left or no column
+// takes more.
 
 // layout gives each column its width for a screen width cells wide, 0 for a
 // column left out. tokenW is the width the visible tokens need.
 func layout(width, tokenW int) [numCols]int {
+	on := fitting(width, tokenW)
 	var w [numCols]int
-	on := [numCols]bool{}
-	for i := range on {
-		on[i] = true
-	}
-	mins := func(i int) int {
-		if i == colToken {
-			return max(columns[i].min, tokenW)
-		}
-		return columns[i].min
-	}
-	need := func() int {
-		n := gutter
-		for i := range columns {
-			if on[i] {
-				n += mins(i) + 1
-			}
-		}
-		return n - 1
-	}
-	for need() > width {
-		drop, prio := -1, 1<<30
-		for i, c := range columns {
-			if on[i] && c.prio < prio && i != colName {
-				drop, prio = i, c.prio
-			}
-		}
-		if drop < 0 {
-			break
-		}
-		on[drop] = false
-	}
-	spare := width - need()
 	for i := range columns {
 		if on[i] {
-			w[i] = mins(i)
+			w[i] = minWidth(i, tokenW)
 		}
 	}
-	// Share the spare width by weight, within each column's maximum.
-	for spare > 0 {
-		total := 0
-		for i, c := range columns {
-			if on[i] && c.weight > 0 && (c.max == 0 || w[i] < c.max) && !(i == colName && w[i] >= maxNameW) && !(i == colHolder && w[i] >= maxHoldW) {
-				total += c.weight
-			}
-		}
-		if total == 0 {
-			break
-		}
-		given := 0
-		for i, c := range columns {
-			if !on[i] || c.weight == 0 || (c.max > 0 && w[i] >= c.max) || (i == colName && w[i] >= maxNameW) || (i == colHolder && w[i] >= maxHoldW) {
-				continue
-			}
-			add := max(spare*c.weight/total, 1)
-			add = min(add, spare-given)
-			if c.max > 0 {
-				add = min(add, c.max-w[i])
-			}
-			w[i] += add
-			given += add
-			if given >= spare {
-				break
-			}
-		}
+	for spare := width - needed(on, tokenW); spare > 0; {
+		given := share(&w, on, spare)
 		if given == 0 {
 			break
 		}
 		spare -= given
 	}
 	return w
+}
+
+// minWidth is column i's narrowest width: the token column's is at least
+// what the tokens on screen need.
+func minWidth(i, tokenW int) int {
+	if i == colToken {
+		return max(columns[i].min, tokenW)
+	}
+	return columns[i].min
+}
+
+// needed is the width the columns that are on take at their narrowest,
+// with the gutter and one space between columns.
+func needed(on [numCols]bool, tokenW int) int {
+	n := gutter
+	for i := range columns {
+		if on[i] {
+			n += minWidth(i, tokenW) + 1
+		}
+	}
+	return n - 1
+}
+
+// fitting is the columns shown on a screen width cells wide: the lowest
+// prio goes first until the rest fit; the name always stays.
+func fitting(width, tokenW int) [numCols]bool {
+	var on [numCols]bool
+	for i := range on {
+		on[i] = true
+	}
+	for needed(on, tokenW) > width {
+		drop := lowestPrio(on)
+		if drop < 0 {
+			break
+		}
+		on[drop] = false
+	}
+	return on
+}
+
+// lowestPrio is the column that is on with the lowest prio, the name
+// aside; -1 when none is left.
+func lowestPrio(on [numCols]bool) int {
+	drop, prio := -1, 1<<30
+	for i, c := range columns {
+		if on[i] && c.prio < prio && i != colName {
+			drop, prio = i, c.prio
+		}
+	}
+	return drop
+}
+
+// grows reports whether column i, w cells wide, takes a share of the
+// spare width.
+func grows(i, w int) bool {
+	c := columns[i]
+	return c.weight > 0 && (c.max == 0 || w < c.max) && (c.stop == 0 || w < c.stop)
+}
+
+// share gives one round of spare cells to the columns that grow, by
+// weight (at least one cell each, in column order, within each column's
+// maximum), and says how many it gave.
+func share(w *[numCols]int, on [numCols]bool, spare int) int {
+	total := 0
+	for i, c := range columns {
+		if on[i] && grows(i, w[i]) {
+			total += c.weight
+		}
+	}
+	given := 0
+	for i, c := range columns {
+		if given >= spare {
+			break
+		}
+		if !on[i] || !grows(i, w[i]) {
+			continue
+		}
+		add := min(max(spare*c.weight/total, 1), spare-given)
+		if c.max > 0 {
+			add = min(add, c.max-w[i])
+		}
+		w[i] += add
+		given += add
+	}
+	return given
 }
 
 // View draws the header and the body: exactly height lines of at most the
@@ -300,122 +333,163 @@ func (m *Model) header(b *strings.Builder, w [numCols]int, key store.SortKey, re
 // style (nested colours would break its background); the others colour
 // their state, TTL bar and counters.
 func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store.Row, now time.Time, selected bool) {
-	s := m.styles
-	c := &s.Cell
-	styled := !selected
-	state := r.State(now)
-	held := r.Info.Held
-	if m.Unconfirmed && held {
-		state = store.Held
-	}
-	dim := func(v string) string {
-		if styled {
-			return c.Dim.Render(v)
-		}
-		return v
-	}
-	counter := func(n, width int) string {
-		switch {
-		case m.NoHistory:
-			return dim(format.FitRight("-", width))
-		case n < 0:
-			return dim(format.FitRight("·", width))
-		case n == 0:
-			return dim(format.FitRight("0", width))
-		case styled:
-			return c.Alert.Render(format.FitRight(strconv.Itoa(n), width))
-		default:
-			return format.FitRight(strconv.Itoa(n), width)
-		}
-	}
+	x := m.rowOf(r, now, selected)
 	for i := range cells {
 		cells[i] = ""
-	}
-	if w[colName] > 0 {
-		cells[colName] = format.Fit(r.Info.Name, w[colName])
-	}
-	if w[colState] > 0 {
-		label := state.String()
-		if r.Info.Limit != nil || state == store.Held && r.Info.Slots > 1 {
-			label = r.Label(now) // "frozen", "limit 1", a semaphore's "2/3 held"
-		}
-		v := format.Fit(label, w[colState])
-		if styled {
-			switch {
-			case r.Info.Limit != nil:
-				v = c.Limit.Render(v)
-			case state == store.Held:
-				v = c.Held.Render(v)
-			case state == store.Expiring:
-				v = c.Expiring.Render(v)
-			default:
-				v = c.Free.Render(v)
-			}
-		}
-		cells[colState] = v
-	}
-	if w[colHolder] > 0 {
-		if held {
-			cells[colHolder] = format.Fit(r.Info.Holder, w[colHolder])
-		} else {
-			cells[colHolder] = dim(format.Fit("-", w[colHolder]))
+		if w[i] > 0 {
+			cells[i] = cellOf[i](x, w[i])
 		}
 	}
-	if w[colToken] > 0 {
-		if held {
-			cells[colToken] = format.FitRight(tokenText(r), w[colToken])
-		} else {
-			// What the token sort sorts a free lock by: its last token,
-			// in parentheses (not a live one), "-" when none is known.
-			cells[colToken] = dim(format.FitRight(tokenText(r), w[colToken]))
-		}
+	line := joinCells(cells, w, m.width, selected)
+	if selected {
+		b.WriteString(m.styles.Selected.Render(line))
+		return
 	}
-	if w[colTTL] > 0 {
-		barW := w[colTTL] - ttlText - 1
-		if held && m.Unconfirmed {
-			cells[colTTL] = dim(format.FitRight("?", w[colTTL]))
-		} else if held {
-			left := r.TTLLeft(now)
-			full, empty := format.Bar(left, r.Info.TTL, barW)
-			text := format.FitRight(format.Duration(format.Ceil(left)), ttlText)
-			if styled {
-				fs := c.BarFull
-				if state == store.Expiring {
-					fs = c.Expiring
-				}
-				if full != "" {
-					full = fs.Render(full)
-				}
-				if empty != "" {
-					empty = c.BarEmpty.Render(empty)
-				}
-			}
-			cells[colTTL] = full + empty + " " + text
-		} else {
-			cells[colTTL] = dim(format.FitRight("-", w[colTTL]))
-		}
-	}
-	if w[colHeld] > 0 {
-		if held && !r.Info.AcquiredAt.IsZero() {
-			cells[colHeld] = format.FitRight(format.Duration(r.Info.HeldFor(now)), w[colHeld])
-		} else {
-			cells[colHeld] = dim(format.FitRight("-", w[colHeld]))
-		}
-	}
-	if w[colRenew] > 0 {
-		if held {
-			cells[colRenew] = format.FitRight(strconv.Itoa(r.Renewals), w[colRenew])
-		} else {
-			cells[colRenew] = dim(format.FitRight("-", w[colRenew]))
-		}
-	}
-	if w[colFail] > 0 {
-		cells[colFail] = counter(r.Failures, w[colFail])
-	}
-	if w[colStale] > 0 {
-		cells[colStale] = counter(r.Stale, w[colStale])
-	}
+	b.WriteString(line)
+}
 
+// cellRow is what the cells of one row are drawn from.
+type cellRow struct {
+	r     *store.Row
+	now   time.Time
+	state store.State // as shown: held while the TTLs are not known
+	held  bool
+	// unknown: the coordinator is not answering, the TTL is not known.
+	unknown   bool
+	noHistory bool
+	// paint is the cell styles; zero (no colour) on the selected row.
+	paint struct {
+		Held, Free, Expiring, Limit, Dim, Alert, BarFull, BarEmpty styles.Paint
+	}
+}
+
+func (m *Model) rowOf(r *store.Row, now time.Time, selected bool) *cellRow {
+	x := &cellRow{r: r, now: now, state: r.State(now), held: r.Info.Held, unknown: m.Unconfirmed, noHistory: m.NoHistory}
+	if m.Unconfirmed && x.held {
+		x.state = store.Held
+	}
+	if !selected {
+		x.paint = m.styles.Cell
+	}
+	return x
+}
+
+// cellOf draws each column's cell, width cells wide.
+var cellOf = [numCols]func(x *cellRow, width int) string{
+	colName:   func(x *cellRow, width int) string { return format.Fit(x.r.Info.Name, width) },
+	colState:  stateCell,
+	colHolder: holderCell,
+	colToken:  tokenCell,
+	colTTL:    ttlCell,
+	colHeld:   heldCell,
+	colRenew:  renewCell,
+	colFail:   func(x *cellRow, width int) string { return x.counterCell(x.r.Failures, width) },
+	colStale:  func(x *cellRow, width int) string { return x.counterCell(x.r.Stale, width) },
+}
+
+// dash is the cell of a value not known or not there.
+func (x *cellRow) dash(width int) string { return x.paint.Dim.Render(format.FitRight("-", width)) }
+
+// stateLabel is the STATE text: the state, or for a limited lock or a
+// semaphore held the row's label ("frozen", "limit 1", "2/3 held").
+func stateLabel(state store.State, limited bool, slots int, label func() string) string {
+	if limited || state == store.Held && slots > 1 {
+		return label()
+	}
+	return state.String()
+}
+
+func stateCell(x *cellRow, width int) string {
+	i := x.r.Info
+	v := format.Fit(stateLabel(x.state, i.Limit != nil, i.Slots, func() string { return x.r.Label(x.now) }), width)
+	switch {
+	case i.Limit != nil:
+		return x.paint.Limit.Render(v)
+	case x.state == store.Held:
+		return x.paint.Held.Render(v)
+	case x.state == store.Expiring:
+		return x.paint.Expiring.Render(v)
+	}
+	return x.paint.Free.Render(v)
+}
+
+func holderCell(x *cellRow, width int) string {
+	if x.held {
+		return format.Fit(x.r.Info.Holder, width)
+	}
+	return x.paint.Dim.Render(format.Fit("-", width))
+}
+
+// tokenCell: a free lock shows what the token sort sorts it by: its last
+// token, in parentheses (not a live one), "-" when none is known.
+func tokenCell(x *cellRow, width int) string {
+	v := format.FitRight(tokenText(x.r), width)
+	if x.held {
+		return v
+	}
+	return x.paint.Dim.Render(v)
+}
+
+func ttlCell(x *cellRow, width int) string {
+	switch {
+	case x.held && x.unknown:
+		return x.paint.Dim.Render(format.FitRight("?", width))
+	case !x.held:
+		return x.dash(width)
+	}
+	left := x.r.TTLLeft(x.now)
+	full, empty := format.Bar(left, x.r.Info.TTL, width-ttlText-1)
+	fs := x.paint.BarFull
+	if x.state == store.Expiring {
+		fs = x.paint.Expiring
+	}
+	if full != "" {
+		full = fs.Render(full)
+	}
+	if empty != "" {
+		empty = x.paint.BarEmpty.Render(empty)
+	}
+	return full + empty + " " + format.FitRight(format.Duration(format.Ceil(left)), ttlText)
+}
+
+func heldCell(x *cellRow, width int) string {
+	if x.held && !x.r.Info.AcquiredAt.IsZero() {
+		return format.FitRight(format.Duration(x.r.Info.HeldFor(x.now)), width)
+	}
+	return x.dash(width)
+}
+
+func renewCell(x *cellRow, width int) string {
+	if x.held {
+		return format.FitRight(strconv.Itoa(x.r.Renewals), width)
+	}
+	return x.dash(width)
+}
+
+// counterText is a history counter's cell text, and whether it calls for
+// attention: "-" without history, "·" not read yet (n < 0), else n,
+// alerting when more than 0.
+func counterText(n int, noHistory bool) (string, bool) {
+	switch {
+	case noHistory:
+		return "-", false
+	case n < 0:
+		return "·", false
+	}
+	return strconv.Itoa(n), n > 0
+}
+
+func (x *cellRow) counterCell(n, width int) string {
+	v, alert := counterText(n, x.noHistory)
+	if alert {
+		return x.paint.Alert.Render(format.FitRight(v, width))
+	}
+	return x.paint.Dim.Render(format.FitRight(v, width))
+}
+
+// joinCells is the row's line: the cursor mark, the cells of the columns
+// shown one space apart, padded to width.
+func joinCells(cells []string, w [numCols]int, width int, selected bool) string {
 	var line strings.Builder
 	if selected {
 		line.WriteString("> ")
@@ -436,14 +510,10 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 		line.WriteString(cells[i])
 		used += w[i]
 	}
-	if used < m.width {
-		line.WriteString(strings.Repeat(" ", m.width-used))
+	if used < width {
+		line.WriteString(strings.Repeat(" ", width-used))
 	}
-	if selected {
-		b.WriteString(s.Selected.Render(line.String()))
-		return
-	}
-	b.WriteString(line.String())
+	return line.String()
 }
 
 // tokenText is the TOKEN cell: the holder's token, "(N)" for the last

@@ -40,35 +40,84 @@ type Data struct {
 	Reverse bool
 }
 
-// View draws the status line, exactly width cells wide.
+// minBackend is the least width the backend's name keeps: on a narrow
+// screen the parts on the right go first (dropPart).
+const minBackend = 20
+
+// View draws the status line, exactly width cells wide: the backend, its
+// health, and the parts on the right (rightParts) that fit.
 func View(s *styles.Styles, width int, d Data) string {
 	if width <= 0 {
 		return ""
 	}
-	detail := func(def string) string {
-		return format.Fit(orDefault(d.Detail, def), min(ansi.StringWidth(orDefault(d.Detail, def)), max(width/3, 12)))
+	health := healthText(s, width, d)
+	sep := s.Status.Render(" │ ")
+	parts, limits := rightParts(d)
+	fixed := ansi.StringWidth(health) + ansi.StringWidth(sep)
+	right := joinParts(s, sep, parts)
+	for len(parts) > 0 && fixed+ansi.StringWidth(right)+minBackend > width {
+		parts = dropPart(parts, limits, d.Read)
+		limits = false // the limits are the first to go
+		right = joinParts(s, sep, parts)
 	}
-	var health string
+	room := width - fixed - ansi.StringWidth(right)
+	health, room = withWarning(s, width, d, health, room)
+	backend := " " + orDefault(d.Backend, "coordinator")
+	return fitLine(s, s.Status.Render(format.Fit(backend, max(room, 0)))+sep+health+right, width)
+}
+
+// healthText is the coordinator's health: "● ok", or why not, cut to a
+// third of the width (a half when it does not answer: how long it has not
+// answered matters most).
+func healthText(s *styles.Styles, width int, d Data) string {
+	cut := func(def string, share int) string {
+		msg := orDefault(d.Detail, def)
+		return format.Fit(msg, min(ansi.StringWidth(msg), max(width/share, 12)))
+	}
 	switch d.Health {
 	case OK:
-		health = s.OK.Render("● ok")
+		return s.OK.Render("● ok")
 	case Degraded:
-		health = s.Warn.Render("▲ " + detail("degraded"))
+		return s.Warn.Render("▲ " + cut("degraded", 3))
 	case Unavailable:
-		// Wider: how long the coordinator has not answered matters most.
-		msg := orDefault(d.Detail, "unavailable")
-		health = s.Down.Render("✖ " + format.Fit(msg, min(ansi.StringWidth(msg), max(width/2, 12))))
-	default:
-		health = s.Status.Render("… connecting")
+		return s.Down.Render("✖ " + cut("unavailable", 2))
 	}
-	read := ""
+	return s.Status.Render("… connecting")
+}
+
+// rightParts is what the right of the line shows, in order: the latency of
+// the last read (when known), the totals, the locks an operator limit binds
+// (when any), the sort; limits says that the limits are there.
+func rightParts(d Data) (parts []string, limits bool) {
 	if d.Read {
-		read = "read " + format.Latency(d.Latency)
+		parts = append(parts, "read "+format.Latency(d.Latency))
 	}
+	parts = append(parts, totalsText(d))
+	l := limitsText(d.Totals)
+	if l != "" {
+		parts = append(parts, l)
+	}
+	return append(parts, sortText(d.Sort.String(), d.Reverse)), l != ""
+}
+
+// totalsText is "N shown · N locks · N held · N expiring · N waiting"; the
+// shown only with a filter, the waiting only when some wait.
+func totalsText(d Data) string {
 	t := d.Totals
 	totals := plural(t.Locks, "lock", "locks") + fmt.Sprintf(" · %d held · %d expiring", t.Held, t.Expiring)
-	// The locks an operator limit binds: a part of their own, the first
-	// to go on a narrow screen (the STATE column says it too).
+	if t.Waiters > 0 {
+		totals += fmt.Sprintf(" · %d waiting", t.Waiters)
+	}
+	if d.Filter != "" {
+		totals = fmt.Sprintf("%d shown · ", d.Shown) + totals
+	}
+	return totals
+}
+
+// limitsText is the locks an operator limit binds ("1 frozen · 2
+// limited"), "" when none: a part of their own, the first to go on a
+// narrow screen (the STATE column says it too).
+func limitsText(t store.Totals) string {
 	var limits []string
 	if t.Frozen > 0 {
 		limits = append(limits, fmt.Sprintf("%d frozen", t.Frozen))
@@ -76,74 +125,66 @@ func View(s *styles.Styles, width int, d Data) string {
 	if t.Limited > 0 {
 		limits = append(limits, fmt.Sprintf("%d limited", t.Limited))
 	}
-	if t.Waiters > 0 {
-		totals += fmt.Sprintf(" · %d waiting", t.Waiters)
-	}
-	if d.Filter != "" {
-		totals = fmt.Sprintf("%d shown · ", d.Shown) + totals
-	}
-	dir := ""
-	if d.Reverse {
-		dir = " (rev)"
-	}
-	sort := "sort " + d.Sort.String() + dir
+	return strings.Join(limits, " · ")
+}
 
-	sep := s.Status.Render(" │ ")
-	var right []string
-	if read != "" {
-		right = append(right, read)
+func sortText(key string, reverse bool) string {
+	if reverse {
+		return "sort " + key + " (rev)"
 	}
-	right = append(right, totals, sort)
-	if len(limits) > 0 {
-		right = slices.Insert(right, len(right)-1, strings.Join(limits, " · "))
+	return "sort " + key
+}
+
+// dropPart is the right parts without the one that goes first when the
+// line is too narrow: the limits (when there), then the sort (the table
+// header marks it too), then the latency (read: it is there), then the
+// totals.
+func dropPart(parts []string, limits, read bool) []string {
+	switch {
+	case limits:
+		return slices.Delete(slices.Clone(parts), len(parts)-2, len(parts)-1)
+	case len(parts) == 3:
+		return parts[:2]
+	case len(parts) == 2 && read:
+		return parts[1:]
 	}
-	join := func() string {
-		out := ""
-		for _, p := range right {
-			out += sep + s.Status.Render(p)
-		}
-		return out
+	return parts[:len(parts)-1]
+}
+
+func joinParts(s *styles.Styles, sep string, parts []string) string {
+	out := ""
+	for _, p := range parts {
+		out += sep + s.Status.Render(p)
 	}
-	// The backend takes what is left, at least minBackend cells; on a
-	// narrow screen the sort goes first (the table header marks it too),
-	// then the latency, then the totals.
-	const minBackend = 20
-	backend := " " + orDefault(d.Backend, "coordinator")
-	fixed := ansi.StringWidth(health) + ansi.StringWidth(sep)
-	rightStr := join()
-	for len(right) > 0 && fixed+ansi.StringWidth(rightStr)+minBackend > width {
-		switch {
-		case len(limits) > 0:
-			right = slices.Delete(right, len(right)-2, len(right)-1)
-			limits = nil
-		case len(right) == 3:
-			right = right[:2] // sort
-		case len(right) == 2 && read != "":
-			right = right[1:] // latency
-		default:
-			right = right[:len(right)-1]
-		}
-		rightStr = join()
+	return out
+}
+
+// withWarning adds a known problem of the coordinator beside "● ok" (the
+// coordinator answers: health stays ok), in what the backend can spare of
+// its room; at the least its mark. It returns the health and the room
+// left.
+func withWarning(s *styles.Styles, width int, d Data, health string, room int) (string, int) {
+	if d.Health != OK || d.Warning == "" {
+		return health, room
 	}
-	room := width - fixed - ansi.StringWidth(rightStr)
-	if d.Health == OK && d.Warning != "" {
-		// The coordinator answers: health stays "ok" and the known
-		// problem goes beside it, in what the backend can spare; at
-		// the least its mark.
-		if spare := min(room-minBackend, max(width/3, 12)); spare >= 2 {
-			w := "▲"
-			if spare >= 2+8 {
-				w += " " + format.Fit(d.Warning, min(ansi.StringWidth(d.Warning), spare-3))
-			}
-			health += " " + s.Warn.Render(w)
-			room -= 1 + ansi.StringWidth(w)
-		}
+	spare := min(room-minBackend, max(width/3, 12))
+	if spare < 2 {
+		return health, room
 	}
-	line := s.Status.Render(format.Fit(backend, max(room, 0))) + sep + health + rightStr
-	if n := ansi.StringWidth(line); n < width {
-		line += s.Status.Render(strings.Repeat(" ", width-n))
-	} else if n > width {
-		line = ansi.Truncate(line, width, "")
+	w := "▲"
+	if spare >= 2+8 {
+		w += " " + format.Fit(d.Warning, min(ansi.StringWidth(d.Warning), spare-3))
+	}
+	return health + " " + s.Warn.Render(w), room - 1 - ansi.StringWidth(w)
+}
+
+// fitLine pads or cuts line to exactly width cells.
+func fitLine(s *styles.Styles, line string, width int) string {
+	switch n := ansi.StringWidth(line); {
+	case n < width:
+		return line + s.Status.Render(strings.Repeat(" ", width-n))
+	case n > width:
+		return ansi.Truncate(line, width, "")
 	}
 	return line
 }
