@@ -198,7 +198,8 @@ func TestRunKilledHandsOverNeverEarlier(t *testing.T) {
 // TestShardsKilledHandsOver: two members of `fence shards run` (TTL 15s)
 // hold one shard each; member a's fence is killed with SIGKILL. Its
 // watchdog ends a's shard lease and a's own lease once a's command is dead,
-// so b runs its command with both shards within a second of the kill.
+// so b runs its command with both shards within about a second of the kill
+// (not the 15 s TTL).
 func TestShardsKilledHandsOver(t *testing.T) {
 	for _, be := range handoverBackends(t, false) {
 		t.Run(be.name, func(t *testing.T) {
@@ -219,8 +220,11 @@ func TestShardsKilledHandsOver(t *testing.T) {
 			got := strings.Fields(waitFor(t, log, "b 0,1 "))
 			d := unixTime(t, got[2]).Sub(killed)
 			t.Logf("%s: b ran its command with both shards %v after a's SIGKILL (TTL 15s, settle 100ms)", be.name, d.Round(time.Millisecond))
-			if d > time.Second {
-				t.Errorf("b took a's shard %v after the kill; want within 1s", d)
+			// About 0.3 s on a quiet host; b also stops and restarts its own
+			// command with the new set. The bound is loose enough for a
+			// loaded CI host and far below the TTL (15 s) it waited before.
+			if d > 2500*time.Millisecond {
+				t.Errorf("b took a's shard %v after the kill; want within about a second (2.5s at most)", d)
 			}
 		})
 	}

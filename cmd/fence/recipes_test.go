@@ -52,19 +52,20 @@ var recipeWork = []string{
 
 // notRecipes are the commands whose Example is not a recipe to run, and why.
 var notRecipes = map[string]string{
-	"fence check":      "a step inside a recipe, for the holder's $FENCE_TOKEN",
-	"fence renew":      "a step inside a recipe, for the holder's $FENCE_LEASE_ID",
-	"fence release":    "a step inside a recipe, for the holder's $FENCE_LEASE_ID",
-	"fence list":       "inspection, no work",
-	"fence top":        "the interactive dashboard",
-	"fence exporter":   "a server",
-	"fence config":     "a config file",
-	"fence shards run": "a long-running worker of a group, one per host",
-	"fence revoke":     "an operator's command, no work",
-	"fence limit":      "the kill switch: an operator's command, no work",
-	"fence freeze":     "the kill switch: an operator's command, no work",
-	"fence thaw":       "the kill switch: an operator's command, no work",
-	"fence once list":  "inspection, no work",
+	"fence check":           "a step inside a recipe, for the holder's $FENCE_TOKEN",
+	"fence renew":           "a step inside a recipe, for the holder's $FENCE_LEASE_ID",
+	"fence release":         "a step inside a recipe, for the holder's $FENCE_LEASE_ID",
+	"fence list":            "inspection, no work",
+	"fence top":             "the interactive dashboard",
+	"fence exporter":        "a server",
+	"fence config":          "a config file",
+	"fence shards run":      "a long-running worker of a group, one per host",
+	"fence revoke":          "an operator's command, no work",
+	"fence limit":           "the kill switch: an operator's command, no work",
+	"fence freeze":          "the kill switch: an operator's command, no work",
+	"fence thaw":            "the kill switch: an operator's command, no work",
+	"fence once list":       "inspection, no work",
+	"fence postgres schema": "a DBA pipes the schema into psql on the database server; no lock is taken",
 }
 
 type recipe struct {
