@@ -34,7 +34,7 @@ const (
 
 // PostgresResults: section 6.
 type PostgresResults struct {
-	Server string // PostgreSQL's version()
+	Server string // "PostgreSQL " and its server_version
 	// Run is the whole-process time of one locked `true`, fence on
 	// PostgreSQL and on etcd, ms.
 	Run []Measure
@@ -170,7 +170,7 @@ func (s *pgServer) wait(ctx context.Context, logPath string) error {
 		if err == nil {
 			_, err = conn.Exec(cctx, "CREATE DATABASE fence_bench")
 			if err == nil {
-				err = conn.QueryRow(cctx, "SELECT version()").Scan(&s.version)
+				err = conn.QueryRow(cctx, "SELECT 'PostgreSQL ' || current_setting('server_version')").Scan(&s.version)
 			}
 			conn.Close(cctx)
 			cancel()
@@ -241,7 +241,7 @@ func runPostgres(ctx context.Context, cfg *config, srv *etcdServer, res *Results
 	}
 
 	// The contended loop.
-	benchtime, nrounds := "1500ms", 4
+	benchtime, nrounds := "1500ms", 3
 	if cfg.smoke {
 		benchtime, nrounds = "4x", 1
 	}
