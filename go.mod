@@ -3,6 +3,7 @@ module github.com/fence-dev/fence
 go 1.26.8
 
 require (
+	cirello.io/pglock v1.16.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/charmbracelet/bubbles v1.0.0
 	github.com/charmbracelet/bubbletea v1.3.10
@@ -37,7 +38,6 @@ require (
 )
 
 require (
-	cirello.io/pglock v1.16.0 // indirect
 	github.com/atotto/clipboard v0.1.4 // indirect
 	github.com/aymanbagabas/go-osc52/v2 v2.0.1 // indirect
 	github.com/aymanbagabas/go-udiff v0.3.1 // indirect
