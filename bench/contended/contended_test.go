@@ -79,8 +79,8 @@ var valueBytes = []byte("payload written under the lock")
 // --- fence: fencing.Acquire / guard Put / Held.Release -------------------
 
 type fenceWorker struct {
-	c      *etcd.Coordinator
-	g      *etcdstore.Store
+	c      coord.Coordinator
+	closer func() error
 	holder string
 }
 
@@ -89,7 +89,7 @@ func newFence(ctx context.Context, endpoints []string, prefix string, i int) (wo
 	if err != nil {
 		return nil, err
 	}
-	return &fenceWorker{c: c, g: etcdstore.New(c.Client(), prefix), holder: fmt.Sprintf("bench-%d", i)}, nil
+	return &fenceWorker{c: c, closer: c.Close, holder: fmt.Sprintf("bench-%d", i)}, nil
 }
 
 func (w *fenceWorker) op(ctx context.Context, inside func(uint64) error) error {
@@ -105,7 +105,7 @@ func (w *fenceWorker) op(ctx context.Context, inside func(uint64) error) error {
 	return ierr
 }
 
-func (w *fenceWorker) close() { w.c.Close() }
+func (w *fenceWorker) close() { w.closer() }
 
 // --- etcd: concurrency.Mutex / guard Put / Unlock ------------------------
 
@@ -196,7 +196,15 @@ func loop(tb testing.TB, endpoints []string, im impl, n, ops int, onStart func()
 	}
 	defer gcli.Close()
 	g := etcdstore.New(gcli, prefix)
+	return runWorkers(ctx, cancel, ws, ops, onStart, func(ctx context.Context, token uint64) error {
+		return g.Put(ctx, "contended", token, valueBytes)
+	})
+}
 
+// runWorkers runs ops acquisitions over ws, each with one guarded write
+// (put), checking that no two workers are inside at once, and returns the
+// time they took. cancel stops the others after a failure.
+func runWorkers(ctx context.Context, cancel func(), ws []worker, ops int, onStart func(), put func(context.Context, uint64) error) (time.Duration, error) {
 	var (
 		next   atomic.Int64
 		in     atomic.Int32
@@ -209,7 +217,7 @@ func loop(tb testing.TB, endpoints []string, im impl, n, ops int, onStart func()
 			return fmt.Errorf("%d holders inside the lock at once", k)
 		}
 		defer in.Add(-1)
-		if err := g.Put(ctx, "contended", token, valueBytes); err != nil {
+		if err := put(ctx, token); err != nil {
 			return fmt.Errorf("guarded write with token %d: %w", token, err)
 		}
 		return nil

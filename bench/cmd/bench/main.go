@@ -29,7 +29,9 @@
 // one locked `true` (hyperfine), peak memory (/usr/bin/time -v), handoff
 // latency between processes (CLOCK_BOOTTIME stamps written by bench/cmd/stamp),
 // contended throughput (Go benchmark bench/contended), scale (10,000 leases
-// renewed by one process, `fence list` over them, the dashboard's frame).
+// renewed by one process, `fence list` over them, the dashboard's frame),
+// PostgreSQL (fence's PostgreSQL coordinator beside cirello.io/pglock and
+// pg_advisory_lock on one PostgreSQL server: bench/contended, postgres.go).
 //
 // The hidden subcommand `bench leases` is the 10,000-lease holder that the
 // scale section starts.
@@ -172,6 +174,7 @@ func run() error {
 		{"handoff latency", runHandoff},
 		{"contended throughput", runContended},
 		{"scale", runScale},
+		{"postgres", runPostgres},
 	}
 	for _, s := range sections {
 		t0 := time.Now()

@@ -242,6 +242,7 @@ func markdown(r *Results) string {
 	}
 	p("\n![peak memory](benchmarks/memory.svg)\n\n")
 	concurrentTable(p, r)
+	postgresSection(p, r)
 
 	// Floors.
 	p("## Why targets are missed (the floors)\n\n")

@@ -22,6 +22,7 @@ type Results struct {
 	Handoff   HandoffResults
 	Contended ContendedResults
 	Scale     ScaleResults
+	Postgres  PostgresResults `json:",omitzero"`
 
 	Targets []Target
 
