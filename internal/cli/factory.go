@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/pflag"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/internal/logging"
@@ -224,13 +222,6 @@ func (f *Factory) askVersionsOf(ctx context.Context, c *etcd.Coordinator, dial t
 				vs = c.ServerVersions(vctx)
 			}
 			f.versions, f.versionWarn = vs, etcd.VersionWarning(vs)
-			answered := true
-			for _, v := range vs {
-				answered = answered && v.Err == nil
-			}
-			if answered || errors.Is(vctx.Err(), context.DeadlineExceeded) { // not cut short by the command's end
-				benchtrace.Mark(benchtrace.Versions)
-			}
 		}()
 	})
 }

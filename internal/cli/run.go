@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
@@ -232,7 +231,6 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	benchtrace.Mark(benchtrace.Open)
 	if err := order.check(ctx, c); err != nil { // only for a nested run
 		f.flushVersions(nil)
 		_ = c.Close()

@@ -96,7 +96,6 @@ import (
 	"github.com/mattn/go-isatty"
 	"golang.org/x/sys/unix"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/internal/proc"
@@ -305,7 +304,6 @@ type runner struct {
 	lostErr   error  // what fencing reported
 	cancelErr error  // why ctx ended
 	attaching sync.WaitGroup
-	warm      sync.WaitGroup
 	lw        leaseWatch // the coordinator's notice of the lease's end
 	once      onceState  // --once (once.go)
 }
@@ -353,8 +351,6 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	sigs, ignored := r.signals()
 	defer signal.Stop(sigs)
 
-	defer r.warm.Wait()
-
 	if p.Holds != nil {
 		r.useHolds()
 		return r.supervise(ctx, path, args, env, ignored, sigs)
@@ -391,9 +387,6 @@ func (r *runner) run(ctx context.Context) (int, error) {
 			PIDs: []int{os.Getpid(), r.wd.Process.Pid},
 		},
 		OnWait: func(cur coord.LockInfo) {
-			// A handoff is coming: warm up the coding of the start order
-			// meanwhile, as the watchdog does.
-			r.warm.Go(warmUp)
 			if p.Verbose || (!p.Quiet && isTerminal(r.stderr)) {
 				if cur.Slots > 1 {
 					r.infof("waiting for %q, %d of its %d slots held (the oldest by %s, token %d)", p.Lock, len(cur.Holders), cur.Slots, cur.Holder, cur.Token)
@@ -425,7 +418,6 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	t0 := clock.Now()
 	lease, err := acquire(actx, p.Lock, acq)
 	close(acqDone)
-	benchtrace.Mark(benchtrace.Acquired)
 	r.m.wait = clock.Now().Sub(t0)
 	if err == nil && context.Cause(actx) != nil {
 		// A signal came as the lock was granted: do not start the command.
@@ -485,7 +477,6 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	} else {
 		r.verbosef("released %q (token %d)", p.Lock, lease.Token)
 	}
-	benchtrace.Mark(benchtrace.Released)
 	return code, runErr
 }
 
@@ -567,7 +558,6 @@ func (r *runner) startWatchdog() error {
 		repR.Close()
 		return fmt.Errorf("start watchdog %s: %w", exe, err)
 	}
-	benchtrace.Mark(benchtrace.WatchdogStart)
 	r.wd = cmd
 	r.wdDone = make(chan struct{})
 	go func() {
@@ -803,7 +793,6 @@ func (r *runner) report(ctx context.Context, rep report) {
 	case evStopping:
 		r.wdStopped = rep.Reason
 	case evExited:
-		benchtrace.Mark(benchtrace.CommandEnd)
 		r.exit = rep.Exit
 		r.phase = r.phase.next(stepDone)
 	case evError:

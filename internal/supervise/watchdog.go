@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -81,7 +80,6 @@ type LeaseEnder func(ctx context.Context, coordinator []byte, leases []coord.Lea
 // frozen keeps fd 3 open: the watchdog then stops the command at the
 // lease's stop time and leaves the leases alone (fence may wake up).
 func WatchdogMain(args []string, end LeaseEnder) int {
-	benchtrace.Mark(benchtrace.WatchdogMain)
 	if len(args) > 0 && args[0] == WatchdogArg {
 		args = args[1:]
 	}
@@ -97,25 +95,17 @@ func WatchdogMain(args []string, end LeaseEnder) int {
 	unix.CloseOnExec(4)
 	repf := os.NewFile(4, "fence-reports")
 	out := newLineWriter(repf)
-	idle := !readable(3) // fence is still acquiring the lock
 	orders, err := newOrderPipe(3)
 	if err != nil {
 		_ = out.send(report{Ev: evError, Msg: "order pipe: " + err.Error(), At: clock.Now()})
 		return 125
 	}
-	w := &watchdog{orders: orders, out: out, self: os.Getpid(), idle: idle, end: end}
+	w := &watchdog{orders: orders, out: out, self: os.Getpid(), end: end}
 	if err := w.run(); err != nil {
 		_ = out.send(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
 		return 125
 	}
 	return 0
-}
-
-// readable reports whether fd has something to read (or is at its end).
-func readable(fd int) bool {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n > 0
 }
 
 func isPipe(fd int) bool {
@@ -127,7 +117,6 @@ type watchdog struct {
 	orders *orderPipe
 	out    *lineWriter
 	self   int
-	idle   bool // no order was waiting when the watchdog started
 	sp     *spec
 	cg     *cgroup
 	leader int // the command's PID = its PGID
@@ -183,16 +172,9 @@ func (w *watchdog) run() error {
 	}()
 
 	// While fence acquires the lock, get ready to start the command: become
-	// the subreaper of its tree, find where its cgroup goes, and, when no
-	// order was waiting, run the JSON coding of orders and reports once on
-	// the side (its first use costs about a millisecond, which would
-	// otherwise be paid between a handoff and the command's start).
-	if w.idle {
-		go warmUp()
-	}
+	// the subreaper of its tree and find where its cgroup goes.
 	subreaper := becomeSubreaper()
 	w.cgBase, w.cgBaseErr = ownCgroupDir()
-	benchtrace.Mark(benchtrace.WatchdogReady)
 
 	later := w.waitStart()
 	<-caught
@@ -209,7 +191,6 @@ func (w *watchdog) run() error {
 	if err := w.start(); err != nil {
 		return err
 	}
-	benchtrace.Mark(benchtrace.CommandStart)
 	if w.leader == 0 {
 		return nil // exec failed and was reported
 	}
