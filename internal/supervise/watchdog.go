@@ -170,29 +170,37 @@ func (w *watchdog) run() error {
 			syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
 		signal.Notify(chld, syscall.SIGCHLD)
 	}()
+	if started, err := w.prepareAndStart(caught); !started {
+		return err
+	}
+	return w.watch(sigs, chld)
+}
 
-	// While fence acquires the lock, get ready to start the command: become
-	// the subreaper of its tree and find where its cgroup goes.
+// prepareAndStart gets ready to start the command while fence acquires the
+// lock (become the subreaper of its tree, find where its cgroup goes),
+// waits for the start order (caught: the signals are caught) and starts
+// it. It reports whether the command runs.
+func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 	subreaper := becomeSubreaper()
 	w.cgBase, w.cgBaseErr = ownCgroupDir()
 
 	later := w.waitStart()
 	<-caught
 	if w.phase == phaseDone {
-		return nil
+		return false, nil
 	}
 	w.leaseStop = w.sp.LeaseStop
 	for _, s := range w.sp.Ignore {
 		signal.Ignore(syscall.Signal(s))
 	}
 	if subreaper != nil {
-		return fmt.Errorf("become a child subreaper: %w", subreaper)
+		return false, fmt.Errorf("become a child subreaper: %w", subreaper)
 	}
 	if err := w.start(); err != nil {
-		return err
+		return false, err
 	}
 	if w.leader == 0 {
-		return nil // exec failed and was reported
+		return false, nil // exec failed and was reported
 	}
 	w.phase = w.phase.next(stepStart)
 	for _, o := range later {
@@ -203,7 +211,13 @@ func (w *watchdog) run() error {
 		// rather than on the way to it.
 		sweepCgroups(w.cgBase, w.self)
 	}
+	return true, nil
+}
 
+// watch supervises the running command until its whole tree is gone:
+// reaps, takes fence's orders, acts on the stop time, and sleeps until
+// the next thing to do (a child, a signal, an order or the schedule).
+func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 	ready := w.orders.ready
 	woke := false // ready was received: its watcher waits for the orders to be taken
 	freezeAfterLook := os.Getenv(freezeAfterLookEnv) != ""
@@ -213,18 +227,7 @@ func (w *watchdog) run() error {
 			freezeAfterLook = false
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		}
-		// Done once the command is reaped, every other process of its tree
-		// too (orphans come to the watchdog, their subreaper: no child
-		// left means none is left anywhere in the tree, not even a zombie),
-		// and its cgroup is empty. fence releases the lease on the report.
-		if w.exit != nil && w.childless && w.treeEmpty() {
-			w.phase = w.phase.next(stepDone)
-			err := w.finish()
-			if w.fenceGone {
-				// Nobody will release the leases: end them now that
-				// nothing of the command is left.
-				w.endLeases()
-			}
+		if done, err := w.doneIfGone(); done {
 			return err
 		}
 		now := clock.Now()
@@ -254,6 +257,24 @@ func (w *watchdog) run() error {
 		}
 		t.Stop()
 	}
+}
+
+// doneIfGone finishes when the command is reaped, every other process of
+// its tree too (orphans come to the watchdog, their subreaper: no child
+// left means none is left anywhere in the tree, not even a zombie), and
+// its cgroup is empty. fence releases the lease on the report.
+func (w *watchdog) doneIfGone() (bool, error) {
+	if w.exit == nil || !w.childless || !w.treeEmpty() {
+		return false, nil
+	}
+	w.phase = w.phase.next(stepDone)
+	err := w.finish()
+	if w.fenceGone {
+		// Nobody will release the leases: end them now that nothing of
+		// the command is left.
+		w.endLeases()
+	}
+	return true, err
 }
 
 // act does what the phase asks at now: start the stop sequence when the
