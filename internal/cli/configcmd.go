@@ -107,10 +107,10 @@ func (f *Factory) serverVersions(ctx context.Context) config.Entry {
 		return e
 	}
 	defer c.Close()
-	f.awaitVersions() // the row shows them: the whole answer
+	f.versions.await() // the row shows them: the whole answer
 	f.printVersions(nil, true, false)
 	var parts []string
-	for _, v := range f.versions {
+	for _, v := range f.versions.versions {
 		p := strings.TrimPrefix(strings.TrimPrefix(v.Endpoint, "http://"), "https://") + "="
 		switch {
 		case v.Err != nil:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/pflag"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/internal/logging"
@@ -82,22 +80,9 @@ type Factory struct {
 	flags *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
 	args  []string       // the command line, set by Run (for hints in flag errors)
 
-	versionsOnce sync.Once
-	versions     []etcd.MemberVersion // what the etcd members reported, once answered
-	versionWarn  string               // their known lease-safety bugs, one line
-	shortWarn    string               // PostgreSQL's warning in short (versionWarning)
-
-	// The members' versions are asked on the side when an etcd coordinator
-	// opens (askedAt), never on the way of a lock operation; versionsDone
-	// is closed once they are answered (or the question's bound passed).
-	// flushVersions prints the warnings once they are in.
-	askedAt      time.Time
-	versionsDone chan struct{}
-	// askVersions asks the members (etcd.Coordinator.ServerVersions; a
-	// test holds the answer back).
-	askVersions func(context.Context, *etcd.Coordinator) []etcd.MemberVersion
-	flushMu     sync.Mutex
-	flushed     bool
+	// versions is the question of the etcd members' versions, asked on
+	// the side when an etcd coordinator opens (versions.go).
+	versions versionQuestion
 }
 
 // NewFactory returns a Factory whose configuration comes from the root
@@ -141,10 +126,10 @@ func NewFactory(ios *IOStreams) *Factory {
 			return nil, err
 		}
 		if ec, ok := inner.(*etcd.Coordinator); ok {
-			f.askVersionsOf(ctx, ec, cfg.DialTimeout)
+			f.versions.ask(ctx, ec, cfg.DialTimeout)
 		}
 		if pc, ok := inner.(*postgres.Coordinator); ok {
-			f.askReplicationOf(ctx, pc, cfg.DialTimeout)
+			f.versions.askReplication(ctx, pc, cfg.DialTimeout)
 		}
 		// Every command records its lease events in the lock's history.
 		opts := []history.Option{history.WithLogger(logger)}
@@ -187,180 +172,6 @@ func spoolDir(cfg *config.Config) string {
 	}
 	sum := sha256.Sum256([]byte(where))
 	return filepath.Join(state, "history-spool-"+hex.EncodeToString(sum[:6]))
-}
-
-// The etcd members' versions are asked for their known lease-safety bugs,
-// once per process, on the side: a member that does not answer (stalled or
-// partitioned while the quorum lives) must not hold up the command's work,
-// as the question did for its whole bound (a second) on every command
-// before. The warnings are printed once the answer is in: fence run looks
-// when its lease is held (without waiting), and every command looks at its
-// end, before the coordinator is closed, waiting for the answer until
-// warnWait after the question began. An answer later than that warns
-// nobody in this process. fence config and the dashboard, which show the
-// versions, wait for the whole answer.
-
-// versionTimeout bounds the question of the etcd members' versions.
-const versionTimeout = time.Second
-
-// warnWait is how long after the question began the end of a command waits
-// for its answer, to print the warnings.
-const warnWait = 100 * time.Millisecond
-
-// askVersionsOf asks c's members for their versions on a goroutine, once
-// per process; versionsDone is closed with the answer.
-func (f *Factory) askVersionsOf(ctx context.Context, c *etcd.Coordinator, dial time.Duration) {
-	f.versionsOnce.Do(func() {
-		done := make(chan struct{})
-		f.askedAt, f.versionsDone = time.Now(), done
-		go func() {
-			defer close(done)
-			vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
-			defer cancel()
-			var vs []etcd.MemberVersion
-			if f.askVersions != nil {
-				vs = f.askVersions(vctx, c)
-			} else {
-				vs = c.ServerVersions(vctx)
-			}
-			f.versions, f.versionWarn = vs, etcd.VersionWarning(vs)
-			answered := true
-			for _, v := range vs {
-				answered = answered && v.Err == nil
-			}
-			if answered || errors.Is(vctx.Err(), context.DeadlineExceeded) { // not cut short by the command's end
-				benchtrace.Mark(benchtrace.Versions)
-			}
-		}()
-	})
-}
-
-// askReplicationOf asks c, on the side like the etcd members' versions,
-// whether it has standbys without synchronous replication; the answer is
-// the coordinator warning, printed and shown as the versions' is.
-func (f *Factory) askReplicationOf(ctx context.Context, c *postgres.Coordinator, dial time.Duration) {
-	f.versionsOnce.Do(func() {
-		done := make(chan struct{})
-		f.askedAt, f.versionsDone = time.Now(), done
-		go func() {
-			defer close(done)
-			vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
-			defer cancel()
-			if w := c.ReplicationWarning(vctx); w != "" {
-				f.versionWarn, f.shortWarn = w, postgres.ShortReplicationRisk
-			}
-		}()
-	})
-}
-
-// awaitVersions waits for the whole answer of the version question (at
-// most its bound), when one was asked: for fence config and the dashboard,
-// which show the versions.
-func (f *Factory) awaitVersions() {
-	if f.versionsDone != nil {
-		<-f.versionsDone
-	}
-}
-
-// peekVersions prints the version warnings on w (nil: stderr) when the
-// answer is in, without waiting; flushVersions waits for it until warnWait
-// after the question began. Between them the warnings are printed once per
-// process. Both must be called before the coordinator is closed (which
-// ends the question).
-func (f *Factory) peekVersions(w io.Writer) { f.printVersions(w, false, true) }
-
-func (f *Factory) flushVersions(w io.Writer) { f.printVersions(w, true, true) }
-
-// printVersions prints the version warning; daily, at most once a day on
-// this host (warnDue), else whenever (fence config, where people look on
-// purpose, which neither counts as the day's warning).
-func (f *Factory) printVersions(w io.Writer, wait, daily bool) {
-	if !f.versionsIn(wait) {
-		return
-	}
-	f.flushMu.Lock()
-	defer f.flushMu.Unlock()
-	if f.flushed {
-		return
-	}
-	f.flushed = true
-	if f.versionWarn == "" {
-		return
-	}
-	if w == nil {
-		w = f.IO.ErrOut
-	}
-	// A warning like every other (--log-level error hides it), never under
-	// -q, and at most once a day per host and versions (cron mails every
-	// line): fence config, status, show, top and the exporter show it
-	// always.
-	cfg, err := f.Config()
-	if err != nil || cfg.Quiet {
-		return
-	}
-	if lvl, err := logging.ParseLevel(cfg.LogLevel); err == nil && lvl > slog.LevelWarn {
-		return
-	}
-	if daily && !warnDue(f.versionWarn, f.Now()) {
-		return
-	}
-	f.logLineTo(w, slog.LevelWarn, f.versionWarn)
-}
-
-// versionsIn reports whether the answer of the version question is in;
-// with wait, it waits for it until warnWait after the question began.
-func (f *Factory) versionsIn(wait bool) bool {
-	done := f.versionsDone
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		if !wait {
-			return false
-		}
-	}
-	t := time.NewTimer(time.Until(f.askedAt.Add(warnWait)))
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// coordinatorWarning is fence status's and show's coordinator_warning:
-// the etcd members' known lease-safety bugs (versionWarning), when their
-// versions are in by warnWait after the question began ("" otherwise, and
-// when there are none).
-func (f *Factory) coordinatorWarning() string {
-	if !f.versionsIn(true) {
-		return ""
-	}
-	return f.versionWarning()
-}
-
-// versionWarning is the dashboard's short form of the version warnings,
-// the bug first so that a narrow status line keeps it: "lease bug
-// etcd#15247 in etcd 3.4.23" ("" when none).
-func (f *Factory) versionWarning() string {
-	if f.shortWarn != "" {
-		return f.shortWarn
-	}
-	seen := map[string]bool{}
-	var parts []string
-	for _, v := range f.versions {
-		for _, b := range etcd.BugsOf(v.Version) {
-			if k := v.Version + b.Issue; !seen[k] {
-				seen[k] = true
-				parts = append(parts, "lease bug "+b.Issue+" in etcd "+v.Version)
-			}
-		}
-	}
-	return strings.Join(parts, "; ")
 }
 
 // holder returns the configured holder identity or the default.

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
 
@@ -157,86 +159,118 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 		return usageErrorf("--events must not be negative, got %d", o.events)
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		info, err := c.Inspect(ctx, o.lock)
+		d, err := readShow(ctx, c, o)
 		if err != nil {
-			return fmt.Errorf("show %s: %w", output.Clean(o.lock), err)
+			return err
 		}
-		if info.Name == "" {
-			info.Name = o.lock
-		}
-		var events []history.Event
-		h, hasHistory := c.(history.Historian)
-		if hasHistory {
-			if events, err = h.History(ctx, o.lock, o.events); err != nil {
-				return fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)
-			}
-		}
-		var done []coord.Completion
-		if k := c; k != nil {
-			if done, err = k.Completions(ctx, o.lock); err != nil {
-				return fmt.Errorf("show %s: completion records: %w", output.Clean(o.lock), err)
-			}
-			done = latestCompletions(done, 5)
-		}
-		now := f.Now()
-		out := f.IO.Out
-		warning := f.coordinatorWarning()
+		d.now, d.warning = f.Now(), f.coordinatorWarning()
 		if format == output.JSON {
-			v := showView{Lock: newLockView(info, now)}
-			v.Lock.CoordinatorWarning = warning
-			for _, d := range done {
-				v.Completions = append(v.Completions, newCompletionView(d))
-			}
-			if hasHistory {
-				v.Contention = ptr(newContention(events))
-				v.Events = make([]eventView, 0, len(events))
-				for _, e := range events {
-					v.Events = append(v.Events, newEventView(e))
-				}
-			}
-			return output.WriteJSON(out, v)
+			return output.WriteJSON(f.IO.Out, d.view())
 		}
-		if err := output.WriteFields(out, withWarning(lockFields(info, now), warning)); err != nil {
-			return err
-		}
-		if len(info.Queue) > 0 {
-			fmt.Fprintln(out, "\nqueue (served in this order):")
-			header, rows := queueTable(info.Queue, now)
-			if err := output.WriteTable(out, f.IO.IsStdoutTTY(), header, rows); err != nil {
-				return err
-			}
-		}
-		if len(done) > 0 {
-			fmt.Fprintln(out, "\nlast completions:")
-			rows := make([][]string, len(done))
-			for i, d := range done {
-				rows[i] = completionRow(d)
-			}
-			if err := output.WriteTable(out, f.IO.IsStdoutTTY(), onceHeader, rows); err != nil {
-				return err
-			}
-		}
-		switch {
-		case !hasHistory:
-			_, err = fmt.Fprintf(out, "\nevents: not recorded by the %s coordinator\n", c.Describe())
-			return err
-		case len(events) == 0:
-			_, err = fmt.Fprintln(out, "\nevents: none")
-			return err
-		}
-		if lines := contentionLines(newContention(events)); len(lines) > 0 {
-			fmt.Fprintln(out, "\nwait and hold (the events below):")
-			for _, l := range lines {
-				fmt.Fprintln(out, l)
-			}
-		}
-		fmt.Fprintln(out, "\nevents:")
-		rows := make([][]string, len(events))
-		for i, e := range events {
-			rows[i] = eventRow(e)
-		}
-		return output.WriteTable(out, f.IO.IsStdoutTTY(), eventHeader, rows)
+		return d.writeText(f.IO.Out, f.IO.IsStdoutTTY())
 	})
+}
+
+// shown is what fence show shows of a lock.
+type shown struct {
+	info       coord.LockInfo
+	events     []history.Event
+	hasHistory bool // the coordinator keeps events
+	done       []coord.Completion
+	describe   string // the coordinator
+	now        time.Time
+	warning    string
+}
+
+// readShow reads the lock's state, its events (where the coordinator
+// keeps them) and its last completions.
+func readShow(ctx context.Context, c coord.Coordinator, o *showOptions) (*shown, error) {
+	info, err := c.Inspect(ctx, o.lock)
+	if err != nil {
+		return nil, fmt.Errorf("show %s: %w", output.Clean(o.lock), err)
+	}
+	if info.Name == "" {
+		info.Name = o.lock
+	}
+	d := &shown{info: info, describe: c.Describe()}
+	if h, ok := c.(history.Historian); ok {
+		d.hasHistory = true
+		if d.events, err = h.History(ctx, o.lock, o.events); err != nil {
+			return nil, fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)
+		}
+	}
+	if d.done, err = c.Completions(ctx, o.lock); err != nil {
+		return nil, fmt.Errorf("show %s: completion records: %w", output.Clean(o.lock), err)
+	}
+	d.done = latestCompletions(d.done, 5)
+	return d, nil
+}
+
+// view is fence show -o json.
+func (d *shown) view() showView {
+	v := showView{Lock: newLockView(d.info, d.now)}
+	v.Lock.CoordinatorWarning = d.warning
+	for _, c := range d.done {
+		v.Completions = append(v.Completions, newCompletionView(c))
+	}
+	if d.hasHistory {
+		v.Contention = ptr(newContention(d.events))
+		v.Events = make([]eventView, 0, len(d.events))
+		for _, e := range d.events {
+			v.Events = append(v.Events, newEventView(e))
+		}
+	}
+	return v
+}
+
+// writeText writes fence show's text: the lock's fields, its queue, its
+// last completions, then its events.
+func (d *shown) writeText(out io.Writer, tty bool) error {
+	if err := output.WriteFields(out, withWarning(lockFields(d.info, d.now), d.warning)); err != nil {
+		return err
+	}
+	if len(d.info.Queue) > 0 {
+		fmt.Fprintln(out, "\nqueue (served in this order):")
+		header, rows := queueTable(d.info.Queue, d.now)
+		if err := output.WriteTable(out, tty, header, rows); err != nil {
+			return err
+		}
+	}
+	if len(d.done) > 0 {
+		fmt.Fprintln(out, "\nlast completions:")
+		rows := make([][]string, len(d.done))
+		for i, c := range d.done {
+			rows[i] = completionRow(c)
+		}
+		if err := output.WriteTable(out, tty, onceHeader, rows); err != nil {
+			return err
+		}
+	}
+	return d.writeEvents(out, tty)
+}
+
+// writeEvents writes the events, after their waits and holds.
+func (d *shown) writeEvents(out io.Writer, tty bool) error {
+	switch {
+	case !d.hasHistory:
+		_, err := fmt.Fprintf(out, "\nevents: not recorded by the %s coordinator\n", d.describe)
+		return err
+	case len(d.events) == 0:
+		_, err := fmt.Fprintln(out, "\nevents: none")
+		return err
+	}
+	if lines := contentionLines(newContention(d.events)); len(lines) > 0 {
+		fmt.Fprintln(out, "\nwait and hold (the events below):")
+		for _, l := range lines {
+			fmt.Fprintln(out, l)
+		}
+	}
+	fmt.Fprintln(out, "\nevents:")
+	rows := make([][]string, len(d.events))
+	for i, e := range d.events {
+		rows[i] = eventRow(e)
+	}
+	return output.WriteTable(out, tty, eventHeader, rows)
 }
 
 // withWarning adds the coordinator's known problem (coordinatorWarning) to

@@ -15,7 +15,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/internal/supervise"
@@ -30,10 +29,7 @@ func Main(args []string) int {
 	if len(args) > 0 && args[0] == supervise.WatchdogArg {
 		return supervise.WatchdogMain(args, endLeases)
 	}
-	benchtrace.Mark(benchtrace.Main)
-	code := Run(context.Background(), args, System())
-	benchtrace.Mark(benchtrace.Exit)
-	return code
+	return Run(context.Background(), args, System())
 }
 
 // Run runs fence with args on ios and returns the exit code. An error is

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
@@ -160,14 +159,9 @@ func runArgs(cmd *cobra.Command, args []string) error {
 }
 
 func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []string) error {
-	wait := coord.WaitForever
-	switch {
-	case o.noWait && cmd.Flags().Changed("wait"):
-		return usageErrorf("--wait and -n/--no-wait conflict: give one")
-	case o.noWait:
-		wait = 0
-	case cmd.Flags().Changed("wait"):
-		wait = o.wait
+	wait, err := runWait(cmd, o)
+	if err != nil {
+		return err
 	}
 	sig, err := supervise.ParseSignal(o.signal)
 	if err != nil {
@@ -177,17 +171,8 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	if err := checkSlotsFlag(o.slots, len(locks)); err != nil {
+	if err := checkRunFlags(o, key, locks); err != nil {
 		return err
-	}
-	if o.slots > 1 && key != "" {
-		return usageErrorf("--slots %d and --once/--once-per conflict: a job run at most once needs no more than one holder", o.slots)
-	}
-	if key != "" && len(locks) > 1 {
-		return usageErrorf("--once/--once-per take one lock, not %d (the completion record belongs to one lock): give one lock, or run the set inside a fence run of one lock with --once", len(locks))
-	}
-	if o.deadline != 0 && o.deadline < MinDeadline {
-		return usageErrorf("--deadline %v is below the minimum %v (the watchdog reads its clock every %v): give %v or more", o.deadline, MinDeadline, MinDeadline, MinDeadline)
 	}
 	cfg, err := f.Config()
 	if err != nil {
@@ -232,7 +217,6 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	benchtrace.Mark(benchtrace.Open)
 	if err := order.check(ctx, c); err != nil { // only for a nested run
 		f.flushVersions(nil)
 		_ = c.Close()
@@ -246,6 +230,37 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	}
 	if code != 0 {
 		return exitcode.Silent(code)
+	}
+	return nil
+}
+
+// runWait is how long fence run waits for the lock: --wait, 0 with
+// -n/--no-wait, else for ever.
+func runWait(cmd *cobra.Command, o *runOptions) (time.Duration, error) {
+	switch {
+	case o.noWait && cmd.Flags().Changed("wait"):
+		return 0, usageErrorf("--wait and -n/--no-wait conflict: give one")
+	case o.noWait:
+		return 0, nil
+	case cmd.Flags().Changed("wait"):
+		return o.wait, nil
+	}
+	return coord.WaitForever, nil
+}
+
+// checkRunFlags refuses the flags of fence run that conflict with each
+// other or with the locks (key: the --once key, "" without).
+func checkRunFlags(o *runOptions, key string, locks []string) error {
+	if err := checkSlotsFlag(o.slots, len(locks)); err != nil {
+		return err
+	}
+	switch {
+	case o.slots > 1 && key != "":
+		return usageErrorf("--slots %d and --once/--once-per conflict: a job run at most once needs no more than one holder", o.slots)
+	case key != "" && len(locks) > 1:
+		return usageErrorf("--once/--once-per take one lock, not %d (the completion record belongs to one lock): give one lock, or run the set inside a fence run of one lock with --once", len(locks))
+	case o.deadline != 0 && o.deadline < MinDeadline:
+		return usageErrorf("--deadline %v is below the minimum %v (the watchdog reads its clock every %v): give %v or more", o.deadline, MinDeadline, MinDeadline, MinDeadline)
 	}
 	return nil
 }

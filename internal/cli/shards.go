@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -244,96 +245,110 @@ func newCmdShardsShow(f *Factory) *cobra.Command {
 		Short: "Show a group's members, settings, and each shard's owner, token and since when",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			group := args[0]
-			if err := shards.ValidateGroup(group); err != nil {
-				return err
-			}
-			fm, err := parseFormat(format, output.Text, output.JSON)
-			if err != nil {
-				return err
-			}
-			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
-				cfg, err := f.Config()
-				if err != nil {
-					return err
-				}
-				g, err := config.OpenGuard(cfg, c)
-				if err != nil {
-					return err
-				}
-				st, err := shards.LoadSettings(cmd.Context(), g, group)
-				if err != nil {
-					return err
-				}
-				infos, err := c.List(cmd.Context(), group+"/")
-				if err != nil {
-					return err
-				}
-				v := shardsView{Group: group, Settings: st, Map: map[string][]int{}, Shards: []shardView{}, Members: []memberView{}}
-				count := map[string]int{}
-				var ids []string
-				n := 0
-				for _, in := range infos {
-					if !in.Held {
-						continue
-					}
-					rest := strings.TrimPrefix(in.Name, group+"/")
-					if id, ok := strings.CutPrefix(rest, "members/"); ok && shards.ValidateMember(id) == nil {
-						ids = append(ids, id)
-						v.Members = append(v.Members, memberView{ID: id, Since: output.Time(in.AcquiredAt), Drained: slices.Contains(st.Drained, id)})
-					}
-					if s, ok := strings.CutPrefix(rest, "shard/"); ok {
-						k, err := strconv.Atoi(s)
-						if err != nil || strconv.Itoa(k) != s {
-							continue
-						}
-						n = max(n, k+1)
-						v.Shards = append(v.Shards, shardView{Shard: k, Owner: in.Holder, Token: in.Token, Since: output.Time(in.AcquiredAt)})
-						v.Map[in.Holder] = append(v.Map[in.Holder], k)
-						count[in.Holder]++
-					}
-				}
-				slices.SortFunc(v.Shards, func(a, b shardView) int { return a.Shard - b.Shard })
-				for i := range v.Members {
-					v.Members[i].Shards = count[v.Members[i].ID]
-				}
-				for _, id := range ids {
-					slices.Sort(v.Map[id])
-				}
-				if fm == output.JSON {
-					return output.WriteJSON(f.IO.Out, v)
-				}
-				w := f.IO.Out
-				fmt.Fprintf(w, "group %s: %d members, %d shards held", group, len(v.Members), len(v.Shards))
-				if len(st.Drained) > 0 || st.Serial != nil {
-					fmt.Fprintf(w, " (%s)", settingsText(st))
-				}
-				fmt.Fprintln(w)
-				rows := [][]string{}
-				for _, mv := range v.Members {
-					d := ""
-					if mv.Drained {
-						d = "drained"
-					}
-					rows = append(rows, []string{mv.ID, strconv.Itoa(mv.Shards), shards.Ranges(v.Map[mv.ID]), d})
-				}
-				if err := output.WriteTable(w, f.IO.IsStdoutTTY(), []string{"MEMBER", "SHARDS", "OWNS", "STATE"}, rows); err != nil {
-					return err
-				}
-				rows = rows[:0]
-				for _, s := range v.Shards {
-					since := ""
-					if s.Since != nil {
-						since = *s.Since
-					}
-					rows = append(rows, []string{strconv.Itoa(s.Shard), s.Owner, strconv.FormatUint(s.Token, 10), since})
-				}
-				return output.WriteTable(w, f.IO.IsStdoutTTY(), []string{"SHARD", "OWNER", "TOKEN", "SINCE"}, rows)
-			})
+			return runShardsShow(cmd.Context(), f, args[0], format)
 		},
 	}
 	formatFlag(cmd, &format, output.Text, output.JSON)
 	return cmd
+}
+
+func runShardsShow(ctx context.Context, f *Factory, group, format string) error {
+	if err := shards.ValidateGroup(group); err != nil {
+		return err
+	}
+	fm, err := parseFormat(format, output.Text, output.JSON)
+	if err != nil {
+		return err
+	}
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		cfg, err := f.Config()
+		if err != nil {
+			return err
+		}
+		g, err := config.OpenGuard(cfg, c)
+		if err != nil {
+			return err
+		}
+		st, err := shards.LoadSettings(ctx, g, group)
+		if err != nil {
+			return err
+		}
+		infos, err := c.List(ctx, group+"/")
+		if err != nil {
+			return err
+		}
+		v := shardsViewOf(group, st, infos)
+		if fm == output.JSON {
+			return output.WriteJSON(f.IO.Out, v)
+		}
+		return writeShards(f.IO.Out, f.IO.IsStdoutTTY(), v)
+	})
+}
+
+// shardsViewOf is fence shards show's view of group from its locks
+// (infos): the held members and shards, who owns which.
+func shardsViewOf(group string, st shards.Settings, infos []coord.LockInfo) shardsView {
+	v := shardsView{Group: group, Settings: st, Map: map[string][]int{}, Shards: []shardView{}, Members: []memberView{}}
+	count := map[string]int{}
+	var ids []string
+	for _, in := range infos {
+		if !in.Held {
+			continue
+		}
+		rest := strings.TrimPrefix(in.Name, group+"/")
+		if id, ok := strings.CutPrefix(rest, "members/"); ok && shards.ValidateMember(id) == nil {
+			ids = append(ids, id)
+			v.Members = append(v.Members, memberView{ID: id, Since: output.Time(in.AcquiredAt), Drained: slices.Contains(st.Drained, id)})
+		}
+		if s, ok := strings.CutPrefix(rest, "shard/"); ok {
+			k, err := strconv.Atoi(s)
+			if err != nil || strconv.Itoa(k) != s {
+				continue
+			}
+			v.Shards = append(v.Shards, shardView{Shard: k, Owner: in.Holder, Token: in.Token, Since: output.Time(in.AcquiredAt)})
+			v.Map[in.Holder] = append(v.Map[in.Holder], k)
+			count[in.Holder]++
+		}
+	}
+	slices.SortFunc(v.Shards, func(a, b shardView) int { return a.Shard - b.Shard })
+	for i := range v.Members {
+		v.Members[i].Shards = count[v.Members[i].ID]
+	}
+	for _, id := range ids {
+		slices.Sort(v.Map[id])
+	}
+	return v
+}
+
+// writeShards writes fence shards show's text: a line on the group, its
+// members, its shards.
+func writeShards(w io.Writer, tty bool, v shardsView) error {
+	st := v.Settings
+	fmt.Fprintf(w, "group %s: %d members, %d shards held", v.Group, len(v.Members), len(v.Shards))
+	if len(st.Drained) > 0 || st.Serial != nil {
+		fmt.Fprintf(w, " (%s)", settingsText(st))
+	}
+	fmt.Fprintln(w)
+	rows := [][]string{}
+	for _, mv := range v.Members {
+		d := ""
+		if mv.Drained {
+			d = "drained"
+		}
+		rows = append(rows, []string{mv.ID, strconv.Itoa(mv.Shards), shards.Ranges(v.Map[mv.ID]), d})
+	}
+	if err := output.WriteTable(w, tty, []string{"MEMBER", "SHARDS", "OWNS", "STATE"}, rows); err != nil {
+		return err
+	}
+	rows = rows[:0]
+	for _, s := range v.Shards {
+		since := ""
+		if s.Since != nil {
+			since = *s.Since
+		}
+		rows = append(rows, []string{strconv.Itoa(s.Shard), s.Owner, strconv.FormatUint(s.Token, 10), since})
+	}
+	return output.WriteTable(w, tty, []string{"SHARD", "OWNER", "TOKEN", "SINCE"}, rows)
 }
 
 func settingsText(st shards.Settings) string {

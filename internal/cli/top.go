@@ -114,11 +114,11 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 		cfg.ShortenDialTimeout(topDialTimeout)
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		f.awaitVersions() // the status line shows their bugs: the whole answer
+		f.versions.await() // the status line shows their bugs: the whole answer
 		err := tui.Run(ctx, c, tui.Options{
 			Prefix:   o.prefix,
 			Refresh:  o.refresh,
-			Warning:  f.versionWarning(),
+			Warning:  f.versions.short(),
 			Operator: coord.DefaultSetter(),
 			Input:    topInput(f.IO.In),
 			Output:   f.IO.Out,

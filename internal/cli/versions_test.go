@@ -149,7 +149,7 @@ func TestVersionsAskedOnTheSide(t *testing.T) {
 		if err := f.flags.Parse([]string{"--endpoints", ep}); err != nil {
 			t.Fatal(err)
 		}
-		f.askVersions = func(ctx context.Context, c *etcd.Coordinator) []etcd.MemberVersion {
+		f.versions.asker = func(ctx context.Context, c *etcd.Coordinator) []etcd.MemberVersion {
 			if !ask(ctx) {
 				return []etcd.MemberVersion{{Endpoint: ep, Err: ctx.Err()}}
 			}
@@ -202,7 +202,7 @@ func TestVersionsAskedOnTheSide(t *testing.T) {
 	if answered.Load() {
 		t.Fatal("the end of the command waited for the whole question of a member that does not answer")
 	}
-	if waited := time.Since(f.askedAt); waited < warnWait {
+	if waited := time.Since(f.versions.askedAt); waited < warnWait {
 		t.Fatalf("the end of the command waited %v for the answer, want warnWait (%v)", waited, warnWait)
 	}
 	closeC()

@@ -194,9 +194,35 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 		return nil, configErr("%v", err)
 	}
 	c := &Config{sources: map[string]Source{}, fileOf: map[string]string{}}
+	fileMap, err := c.mergeFiles(v, fs)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range fileKeys {
+		c.sources[k] = sourceOf(fs, k, fileMap)
+	}
+	for _, step := range []func() error{
+		func() error { return c.readStrings(v, fs, fileMap) },
+		func() error { return c.readCoordinator(fs, fileMap) },
+		func() error { return c.readTyped(v) },
+		c.checkPrefix,
+		c.checkPaths,
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	if pw, ok := os.LookupEnv(EnvPassword); ok && pw != "" {
+		c.Password = pw
+		c.sources[KeyPassword] = SourceEnv
+	}
+	return c, nil
+}
 
-	// The config files, merged key by key: the system's, the user's, then
-	// the one named by --config or FENCE_CONFIG.
+// mergeFiles merges the config files into v, key by key: the system's, the
+// user's, then the one named by --config or FENCE_CONFIG. It returns what
+// they set.
+func (c *Config) mergeFiles(v *viper.Viper, fs *pflag.FlagSet) (map[string]any, error) {
 	c.sources[KeyConfig] = sourceOf(fs, KeyConfig, nil)
 	explicit := v.GetString(KeyConfig)
 	var paths []string
@@ -226,86 +252,102 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	if err := v.MergeConfigMap(fileMap); err != nil {
 		return nil, configErr("config files %s: %v", strings.Join(c.Files, ", "), err)
 	}
-	for _, k := range fileKeys {
-		c.sources[k] = sourceOf(fs, k, fileMap)
-	}
-	// The endpoints and the prefix say which coordinator and which of its
-	// namespaces: a variable set but empty (FENCE_ENDPOINTS= from a
-	// template with an unset variable) is set, not absent, and is refused
-	// rather than passed over for the file or the default.
-	endpoints, epSet := lookupSet(fs, KeyEndpoints, fileMap, c.sources)
+	return fileMap, nil
+}
+
+// readStrings reads the settings that are strings. The prefix says which
+// of the coordinator's namespaces: a variable set but empty
+// (FENCE_PREFIX= from a template with an unset variable) is set, not
+// absent, and is refused rather than passed over for the file or the
+// default.
+func (c *Config) readStrings(v *viper.Viper, fs *pflag.FlagSet, fileMap map[string]any) error {
 	prefix, prefixSet := lookupSet(fs, KeyPrefix, fileMap, c.sources)
-	pg, pgSet := lookupSet(fs, KeyPostgres, fileMap, c.sources)
 	if !prefixSet {
 		prefix = DefaultPrefix
 	}
-
 	var err error
-	str := func(key string) string {
+	str := func(key string, x any) string {
 		if err != nil {
 			return ""
 		}
 		var s string
-		s, err = toString(key, v.Get(key), c.sources[key])
+		s, err = toString(key, x, c.sources[key])
 		return s
 	}
-	c.StateDir = str(KeyStateDir)
-	if err == nil {
-		c.Prefix, err = toString(KeyPrefix, prefix, c.sources[KeyPrefix])
+	c.StateDir = str(KeyStateDir, v.Get(KeyStateDir))
+	c.Prefix = str(KeyPrefix, prefix)
+	for _, f := range []struct {
+		key string
+		to  *string
+	}{
+		{KeyPostgresSchema, &c.PostgresSchema}, {KeyCACert, &c.CACert}, {KeyCert, &c.Cert}, {KeyKey, &c.Key},
+		{KeyUser, &c.User}, {KeyPasswordFile, &c.pwFile}, {KeyHolder, &c.Holder}, {KeyLogFormat, &c.LogFormat}, {KeyLogLevel, &c.LogLevel},
+	} {
+		*f.to = str(f.key, v.Get(f.key))
 	}
-	c.PostgresSchema = str(KeyPostgresSchema)
-	c.CACert = str(KeyCACert)
-	c.Cert = str(KeyCert)
-	c.Key = str(KeyKey)
-	c.User = str(KeyUser)
-	c.pwFile = str(KeyPasswordFile)
-	c.Holder = str(KeyHolder)
-	c.LogFormat = str(KeyLogFormat)
-	c.LogLevel = str(KeyLogLevel)
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
+
+// readCoordinator reads the endpoints and the PostgreSQL address, which
+// say which coordinator: as for the prefix, a variable set but empty is
+// set.
+func (c *Config) readCoordinator(fs *pflag.FlagSet, fileMap map[string]any) error {
+	endpoints, epSet := lookupSet(fs, KeyEndpoints, fileMap, c.sources)
+	pg, pgSet := lookupSet(fs, KeyPostgres, fileMap, c.sources)
+	var err error
 	if c.Endpoints, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
-		return nil, err
+		return err
 	}
 	if c.Postgres, err = toString(KeyPostgres, pg, c.sources[KeyPostgres]); err != nil {
-		return nil, err
+		return err
 	}
 	c.postgresSet = pgSet
 	if epSet {
 		c.endpointsSet = true
 		c.endpointsText = listText(endpoints)
 	}
-	if c.InsecureTransport, err = toBool(KeyInsecureTransport, v.Get(KeyInsecureTransport), c.sources[KeyInsecureTransport]); err != nil {
-		return nil, err
+	return nil
+}
+
+// readTyped reads the settings that are booleans and durations.
+func (c *Config) readTyped(v *viper.Viper) error {
+	for _, f := range []struct {
+		key string
+		to  *bool
+	}{{KeyInsecureTransport, &c.InsecureTransport}, {KeyVerbose, &c.Verbose}, {KeyQuiet, &c.Quiet}} {
+		b, err := toBool(f.key, v.Get(f.key), c.sources[f.key])
+		if err != nil {
+			return err
+		}
+		*f.to = b
 	}
-	if c.Verbose, err = toBool(KeyVerbose, v.Get(KeyVerbose), c.sources[KeyVerbose]); err != nil {
-		return nil, err
-	}
-	if c.Quiet, err = toBool(KeyQuiet, v.Get(KeyQuiet), c.sources[KeyQuiet]); err != nil {
-		return nil, err
-	}
-	if c.DialTimeout, err = toDuration(KeyDialTimeout, v.Get(KeyDialTimeout), c.sources[KeyDialTimeout]); err != nil {
-		return nil, err
-	}
+	var err error
+	c.DialTimeout, err = toDuration(KeyDialTimeout, v.Get(KeyDialTimeout), c.sources[KeyDialTimeout])
+	return err
+}
+
+// checkPrefix refuses an empty prefix or one with white space at an end,
+// and normalises it: "/fence" is "/fence/", one namespace, whichever way
+// it is written.
+func (c *Config) checkPrefix() error {
 	switch {
 	case c.Prefix == "":
-		return nil, configErr("%s must not be empty", where(KeyPrefix, c.sources[KeyPrefix]))
+		return configErr("%s must not be empty", where(KeyPrefix, c.sources[KeyPrefix]))
 	case strings.TrimSpace(c.Prefix) != c.Prefix:
-		return nil, configErr("%s %q begins or ends with white space", where(KeyPrefix, c.sources[KeyPrefix]), c.Prefix)
+		return configErr("%s %q begins or ends with white space", where(KeyPrefix, c.sources[KeyPrefix]), c.Prefix)
 	}
-	// "/fence" is "/fence/": one namespace, whichever way it is written.
 	c.Prefix = etcd.NormalPrefix(c.Prefix)
+	return nil
+}
+
+// checkPaths refuses a path with a NUL byte.
+func (c *Config) checkPaths() error {
 	for _, s := range []string{c.StateDir, c.CACert, c.Cert, c.Key, c.pwFile} {
 		if strings.ContainsRune(s, 0) {
-			return nil, configErr("a path contains a NUL byte")
+			return configErr("a path contains a NUL byte")
 		}
 	}
-	if pw, ok := os.LookupEnv(EnvPassword); ok && pw != "" {
-		c.Password = pw
-		c.sources[KeyPassword] = SourceEnv
-	}
-	return c, nil
+	return nil
 }
 
 // lookupSet reads key from its strongest source as sourceOf does, except that

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -250,19 +251,28 @@ func (c *Config) validatePostgres() error {
 	if err != nil {
 		return configErr("%s: %v", w, err)
 	}
+	if err := c.postgresPassword(p, w); err != nil {
+		return err
+	}
+	if _, ok := p.get("connect_timeout"); !ok && os.Getenv("PGCONNECT_TIMEOUT") == "" && c.DialTimeout > 0 {
+		p.set("connect_timeout", fmt.Sprint(int(math.Ceil(c.DialTimeout.Seconds()))))
+	}
+	if err := c.postgresTLS(p, w); err != nil {
+		return err
+	}
+	c.pgConn = p.String()
+	return nil
+}
+
+// postgresPassword puts the password (FENCE_PASSWORD or --password-file)
+// in p, refusing one in --postgres itself (the process list shows it) and
+// two passwords.
+func (c *Config) postgresPassword(p *pgConnString, w string) error {
 	if c.sources[KeyPostgres] == SourceFlag && p.hasPassword() {
 		return configErr("--postgres holds a password, which any user of this host can read in the process list: give it with PGPASSWORD, ~/.pgpass or --password-file, or put the URL in %s or the config file", EnvName(KeyPostgres))
 	}
-	if c.pwFile != "" {
-		if c.Password != "" {
-			return configErr("both %s and --password-file give a password: use one", EnvPassword)
-		}
-		pw, err := readPasswordFile(c.pwFile)
-		if err != nil {
-			return err
-		}
-		c.Password, c.PasswordFile = pw, c.pwFile
-		c.sources[KeyPassword] = c.sources[KeyPasswordFile]
+	if err := c.readPassword(); err != nil {
+		return err
 	}
 	if c.Password != "" {
 		if p.hasPassword() {
@@ -270,40 +280,41 @@ func (c *Config) validatePostgres() error {
 		}
 		p.set("password", c.Password)
 	}
-	if _, ok := p.get("connect_timeout"); !ok && os.Getenv("PGCONNECT_TIMEOUT") == "" && c.DialTimeout > 0 {
-		p.set("connect_timeout", fmt.Sprint(int(math.Ceil(c.DialTimeout.Seconds()))))
-	}
-	// TLS verified beyond loopback: verify-full unless an sslmode is named;
-	// a named one that does not verify the server is refused.
+	return nil
+}
+
+// postgresTLS makes TLS verified beyond loopback: verify-full unless an
+// sslmode is named; a named one that does not verify the server is
+// refused (unless InsecureTransport).
+func (c *Config) postgresTLS(p *pgConnString, w string) error {
 	pc, err := pgconn.ParseConfig(p.String())
 	if err != nil {
 		return configErr("%s: %s", w, redactPostgresError(err, c.Postgres))
 	}
 	_, named := p.get("sslmode")
-	if !named && os.Getenv("PGSSLMODE") == "" && !c.InsecureTransport {
-		remote := !pgLoopback(pc.Host)
-		for _, fb := range pc.Fallbacks {
-			remote = remote || !pgLoopback(fb.Host)
-		}
-		if remote {
-			p.set("sslmode", "verify-full")
-			if pc, err = pgconn.ParseConfig(p.String()); err != nil {
-				return configErr("%s: %s", w, redactPostgresError(err, c.Postgres))
-			}
+	if !named && os.Getenv("PGSSLMODE") == "" && !c.InsecureTransport && slices.ContainsFunc(pgHosts(pc), pgRemote) {
+		p.set("sslmode", "verify-full")
+		if pc, err = pgconn.ParseConfig(p.String()); err != nil {
+			return configErr("%s: %s", w, redactPostgresError(err, c.Postgres))
 		}
 	}
-	hosts := []*pgconn.FallbackConfig{{Host: pc.Host, Port: pc.Port, TLSConfig: pc.TLSConfig}}
-	hosts = append(hosts, pc.Fallbacks...)
-	for _, h := range hosts {
-		if c.InsecureTransport || pgLoopback(h.Host) || (h.TLSConfig != nil && !h.TLSConfig.InsecureSkipVerify) {
+	for _, h := range pgHosts(pc) {
+		if c.InsecureTransport || !pgRemote(h) || (h.TLSConfig != nil && !h.TLSConfig.InsecureSkipVerify) {
 			continue
 		}
 		return configErr("refusing PostgreSQL host %s without a verified TLS certificate: use sslmode=verify-full (with sslrootcert=CA.pem for a private CA), or --insecure-transport",
 			net.JoinHostPort(h.Host, fmt.Sprint(h.Port)))
 	}
-	c.pgConn = p.String()
 	return nil
 }
+
+// pgHosts are the hosts pc connects to, the first and its fallbacks.
+func pgHosts(pc *pgconn.Config) []*pgconn.FallbackConfig {
+	return append([]*pgconn.FallbackConfig{{Host: pc.Host, Port: pc.Port, TLSConfig: pc.TLSConfig}}, pc.Fallbacks...)
+}
+
+// pgRemote reports whether h is not this machine (pgLoopback).
+func pgRemote(h *pgconn.FallbackConfig) bool { return !pgLoopback(h.Host) }
 
 func passwordWhere(c *Config) string {
 	if c.PasswordFile != "" {

@@ -72,16 +72,47 @@ func (c *Config) Validate() error {
 		return configErr("--%s needs --postgres (it applies to PostgreSQL only)", KeyPostgresSchema)
 	}
 	if len(c.Endpoints) == 0 {
-		for _, k := range []string{KeyCACert, KeyCert, KeyKey, KeyUser} {
-			if c.sources[k] == SourceFlag {
-				return configErr("--%s needs --endpoints (it applies to etcd only)", k)
-			}
-		}
-		if c.sources[KeyPasswordFile] == SourceFlag {
-			return configErr("--%s needs --endpoints or --postgres (the local coordinator has no password)", KeyPasswordFile)
-		}
-		return nil
+		return c.checkLocalFlags()
 	}
+	if err := c.checkEndpoints(); err != nil {
+		return err
+	}
+	if (c.Cert == "") != (c.Key == "") {
+		return configErr("--cert and --key go together: give both or neither")
+	}
+	if strings.Contains(c.User, ":") {
+		return configErr("--user must not contain a password (\"user:password\"): give the password with %s or --password-file", EnvPassword)
+	}
+	if err := c.readPassword(); err != nil {
+		return err
+	}
+	switch {
+	case c.User != "" && c.Password == "":
+		return configErr("--user %s needs a password: set %s or --password-file", c.User, EnvPassword)
+	case c.User == "" && c.Password != "":
+		return configErr("a password is given (%s or --password-file) but no --user", EnvPassword)
+	}
+	return nil
+}
+
+// checkLocalFlags refuses, for the local coordinator, flags that apply to
+// etcd or PostgreSQL only.
+func (c *Config) checkLocalFlags() error {
+	for _, k := range []string{KeyCACert, KeyCert, KeyKey, KeyUser} {
+		if c.sources[k] == SourceFlag {
+			return configErr("--%s needs --endpoints (it applies to etcd only)", k)
+		}
+	}
+	if c.sources[KeyPasswordFile] == SourceFlag {
+		return configErr("--%s needs --endpoints or --postgres (the local coordinator has no password)", KeyPasswordFile)
+	}
+	return nil
+}
+
+// checkEndpoints checks each etcd endpoint: well-formed, given once,
+// plaintext only without TLS, and then only to loopback unless
+// InsecureTransport.
+func (c *Config) checkEndpoints() error {
 	useTLS := c.UsesTLS()
 	seen := map[string]string{}
 	for _, raw := range c.Endpoints {
@@ -101,29 +132,23 @@ func (c *Config) Validate() error {
 			return configErr("refusing plaintext to non-loopback endpoint %q: give --cacert (TLS) or --insecure-transport", raw)
 		}
 	}
-	if (c.Cert == "") != (c.Key == "") {
-		return configErr("--cert and --key go together: give both or neither")
+	return nil
+}
+
+// readPassword reads --password-file, refused beside FENCE_PASSWORD.
+func (c *Config) readPassword() error {
+	if c.pwFile == "" {
+		return nil
 	}
-	if strings.Contains(c.User, ":") {
-		return configErr("--user must not contain a password (\"user:password\"): give the password with %s or --password-file", EnvPassword)
+	if c.Password != "" {
+		return configErr("both %s and --password-file give a password: use one", EnvPassword)
 	}
-	if c.pwFile != "" {
-		if c.Password != "" {
-			return configErr("both %s and --password-file give a password: use one", EnvPassword)
-		}
-		pw, err := readPasswordFile(c.pwFile)
-		if err != nil {
-			return err
-		}
-		c.Password, c.PasswordFile = pw, c.pwFile
-		c.sources[KeyPassword] = c.sources[KeyPasswordFile]
+	pw, err := readPasswordFile(c.pwFile)
+	if err != nil {
+		return err
 	}
-	switch {
-	case c.User != "" && c.Password == "":
-		return configErr("--user %s needs a password: set %s or --password-file", c.User, EnvPassword)
-	case c.User == "" && c.Password != "":
-		return configErr("a password is given (%s or --password-file) but no --user", EnvPassword)
-	}
+	c.Password, c.PasswordFile = pw, c.pwFile
+	c.sources[KeyPassword] = c.sources[KeyPasswordFile]
 	return nil
 }
 
@@ -257,37 +282,14 @@ func (ep endpoint) id(useTLS bool) string {
 const wantEndpoint = "want HOST:PORT, http://HOST:PORT, https://HOST:PORT or unix:///PATH"
 
 func parseEndpoint(raw string) (endpoint, error) {
-	var ep endpoint
-	hostport := raw
 	if strings.IndexFunc(raw, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
-		return ep, configErr("endpoint %q: white space or a control character inside it: %s", raw, wantEndpoint)
+		return endpoint{}, configErr("endpoint %q: white space or a control character inside it: %s", raw, wantEndpoint)
 	}
+	ep, hostport := endpoint{}, raw
 	if i := strings.Index(raw, "://"); i >= 0 {
-		u, err := url.Parse(raw)
-		if err != nil {
-			return ep, configErr("endpoint %q: %s", raw, oneLine(err.Error()))
-		}
-		ep.scheme = strings.ToLower(u.Scheme)
-		switch ep.scheme {
-		case "http", "https":
-			hostport = u.Host
-		case "unix", "unixs":
-			ep.loopback = true
-			ep.path = raw[i+3:]
-			if ep.path == "" {
-				return ep, configErr("endpoint %q: no socket path: %s", raw, wantEndpoint)
-			}
-			return ep, nil
-		default:
-			return ep, configErr("endpoint %q: unknown scheme %q (want http, https, unix or unixs)", raw, u.Scheme)
-		}
-		switch {
-		case u.User != nil:
-			return ep, configErr("endpoint %q: a user name is not allowed in it: give --user", raw)
-		case u.Path != "" && u.Path != "/":
-			return ep, configErr("endpoint %q: a path is not allowed", raw)
-		case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(raw, "?#"):
-			return ep, configErr("endpoint %q: a query or fragment is not allowed", raw)
+		var err error
+		if ep, hostport, err = parseEndpointURL(raw, i); err != nil || ep.path != "" {
+			return ep, err // a unix socket has no host and port
 		}
 	}
 	host, port, err := net.SplitHostPort(hostport)
@@ -301,12 +303,41 @@ func parseEndpoint(raw string) (endpoint, error) {
 		return ep, configErr("endpoint %q: %q is not a host name nor an IP address", raw, host)
 	}
 	ep.host, ep.port = host, port
-	if strings.EqualFold(host, "localhost") {
-		ep.loopback = true
-	} else if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		ep.loopback = true
-	}
+	ip := net.ParseIP(host)
+	ep.loopback = strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
 	return ep, nil
+}
+
+// parseEndpointURL reads an endpoint written as a URL ("://" at i): its
+// scheme, and its HOST:PORT or (unix, unixs) its socket's path.
+func parseEndpointURL(raw string, i int) (endpoint, string, error) {
+	var ep endpoint
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ep, "", configErr("endpoint %q: %s", raw, oneLine(err.Error()))
+	}
+	ep.scheme = strings.ToLower(u.Scheme)
+	switch ep.scheme {
+	case "http", "https":
+	case "unix", "unixs":
+		ep.loopback = true
+		ep.path = raw[i+3:]
+		if ep.path == "" {
+			return ep, "", configErr("endpoint %q: no socket path: %s", raw, wantEndpoint)
+		}
+		return ep, "", nil
+	default:
+		return ep, "", configErr("endpoint %q: unknown scheme %q (want http, https, unix or unixs)", raw, u.Scheme)
+	}
+	switch {
+	case u.User != nil:
+		return ep, "", configErr("endpoint %q: a user name is not allowed in it: give --user", raw)
+	case u.Path != "" && u.Path != "/":
+		return ep, "", configErr("endpoint %q: a path is not allowed", raw)
+	case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(raw, "?#"):
+		return ep, "", configErr("endpoint %q: a query or fragment is not allowed", raw)
+	}
+	return ep, u.Host, nil
 }
 
 // validHost accepts an IP address (an IPv6 one with a zone too) or a DNS

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -191,98 +192,118 @@ type plan struct {
 }
 
 // check validates opts and fills in defaults. Errors wrap coord.ErrInvalid
-// and say which setting is wrong and why.
+// and say which setting is wrong and why; each step checks one part, in
+// the order of the first error reported.
 func check(opts Options) (*plan, error) {
 	p := &plan{Options: opts}
-	if len(opts.Locks) > 0 {
+	for _, step := range []func(*plan) error{checkTarget, checkCommand, checkBounds, checkOnceAndSlots, checkSignal, checkTiming} {
+		if err := step(p); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// checkTarget checks the lock (or locks) and the TTL.
+func checkTarget(p *plan) error {
+	if len(p.Locks) > 0 {
 		if err := checkLocks(p); err != nil {
-			return nil, err
+			return err
 		}
-	} else if err := coord.ValidateName(opts.Lock); err != nil {
-		return nil, err
+	} else if err := coord.ValidateName(p.Lock); err != nil {
+		return err
 	}
-	if err := coord.ValidateTTL(opts.TTL); err != nil {
-		return nil, err
+	return coord.ValidateTTL(p.TTL)
+}
+
+// checkCommand checks that there is a command, one string with --shell.
+func checkCommand(p *plan) error {
+	switch {
+	case len(p.Command) == 0:
+		return fmt.Errorf("%w: no command to run", coord.ErrInvalid)
+	case p.Shell && len(p.Command) != 1:
+		return fmt.Errorf("%w: --shell takes the command as one string, got %d arguments (quote it)", coord.ErrInvalid, len(p.Command))
+	case p.Command[0] == "":
+		return fmt.Errorf("%w: the command is empty", coord.ErrInvalid)
 	}
-	if len(opts.Command) == 0 {
-		return nil, fmt.Errorf("%w: no command to run", coord.ErrInvalid)
+	return nil
+}
+
+// checkBounds checks the durations and the conflict exit code.
+func checkBounds(p *plan) error {
+	switch {
+	case p.Wait < 0 && p.Wait != coord.WaitForever:
+		return fmt.Errorf("%w: --wait must not be negative, got %v", coord.ErrInvalid, p.Wait)
+	case p.Deadline < 0:
+		return fmt.Errorf("%w: --deadline must be positive, got %v", coord.ErrInvalid, p.Deadline)
+	case p.Grace < 0:
+		return fmt.Errorf("%w: --grace must not be negative, got %v", coord.ErrInvalid, p.Grace)
+	case p.Margin < 0 || p.RenewInterval < 0:
+		return fmt.Errorf("%w: margin and renew interval must not be negative", coord.ErrInvalid)
+	case p.ConflictExitCode < 0 || p.ConflictExitCode > 255:
+		return fmt.Errorf("%w: --conflict-exit-code must be 0 to 255, got %d", coord.ErrInvalid, p.ConflictExitCode)
 	}
-	if opts.Shell && len(opts.Command) != 1 {
-		return nil, fmt.Errorf("%w: --shell takes the command as one string, got %d arguments (quote it)", coord.ErrInvalid, len(opts.Command))
-	}
-	if opts.Command[0] == "" {
-		return nil, fmt.Errorf("%w: the command is empty", coord.ErrInvalid)
-	}
-	if opts.Wait < 0 && opts.Wait != coord.WaitForever {
-		return nil, fmt.Errorf("%w: --wait must not be negative, got %v", coord.ErrInvalid, opts.Wait)
-	}
-	if opts.Deadline < 0 {
-		return nil, fmt.Errorf("%w: --deadline must be positive, got %v", coord.ErrInvalid, opts.Deadline)
-	}
-	if opts.Grace < 0 {
-		return nil, fmt.Errorf("%w: --grace must not be negative, got %v", coord.ErrInvalid, opts.Grace)
-	}
-	if opts.Margin < 0 || opts.RenewInterval < 0 {
-		return nil, fmt.Errorf("%w: margin and renew interval must not be negative", coord.ErrInvalid)
-	}
-	if opts.ConflictExitCode < 0 || opts.ConflictExitCode > 255 {
-		return nil, fmt.Errorf("%w: --conflict-exit-code must be 0 to 255, got %d", coord.ErrInvalid, opts.ConflictExitCode)
-	}
-	if opts.Once != "" {
-		if err := coord.ValidateKey(opts.Once); err != nil {
-			return nil, err
+	return nil
+}
+
+// checkOnceAndSlots checks --once, its keep, --slots and --done-exit-code.
+func checkOnceAndSlots(p *plan) error {
+	if p.Once != "" {
+		if err := coord.ValidateKey(p.Once); err != nil {
+			return err
 		}
 	}
-	if err := coord.ValidateKeep(opts.OnceKeep); err != nil {
-		return nil, err
+	if err := coord.ValidateKeep(p.OnceKeep); err != nil {
+		return err
 	}
-	if err := checkSlots(opts); err != nil {
-		return nil, err
+	if err := checkSlots(p.Options); err != nil {
+		return err
 	}
-	if opts.DoneExitCode < 0 || opts.DoneExitCode > 255 {
-		return nil, fmt.Errorf("%w: --done-exit-code must be 0 to 255, got %d", coord.ErrInvalid, opts.DoneExitCode)
+	if p.DoneExitCode < 0 || p.DoneExitCode > 255 {
+		return fmt.Errorf("%w: --done-exit-code must be 0 to 255, got %d", coord.ErrInvalid, p.DoneExitCode)
 	}
-	p.signal = opts.Signal
+	return nil
+}
+
+// checkSignal sets the stop signal (SIGTERM by default) and checks that it
+// ends a process.
+func checkSignal(p *plan) error {
+	p.signal = p.Signal
 	if p.signal == 0 {
 		p.signal = syscall.SIGTERM
 	}
 	if p.signal < 1 || p.signal > 64 {
-		return nil, fmt.Errorf("%w: --signal %d is not a signal", coord.ErrInvalid, int(p.signal))
+		return fmt.Errorf("%w: --signal %d is not a signal", coord.ErrInvalid, int(p.signal))
 	}
 	switch p.signal {
 	case syscall.SIGSTOP, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGCONT:
-		return nil, fmt.Errorf("%w: --signal %s does not end a process", coord.ErrInvalid, SignalName(p.signal))
+		return fmt.Errorf("%w: --signal %s does not end a process", coord.ErrInvalid, SignalName(p.signal))
 	}
-	ttl := opts.TTL
-	p.grace = opts.Grace
-	if p.grace == 0 {
-		p.grace = DefaultGrace(ttl)
-	}
-	p.margin = opts.Margin
-	if p.margin == 0 {
-		p.margin = fencing.DefaultMargin(ttl)
-	}
-	p.interval = opts.RenewInterval
-	if p.interval == 0 {
-		p.interval = ceilDiv(ttl, 3)
-	}
+	return nil
+}
+
+// checkTiming fills in the grace, margin and renewal interval and checks
+// that the TTL covers them: with --no-renew, a window to run the command
+// (and the deadline within it); else two renewal attempts before the
+// command must be stopped.
+func checkTiming(p *plan) error {
+	ttl := p.TTL
+	p.grace = cmp.Or(p.Grace, DefaultGrace(ttl))
+	p.margin = cmp.Or(p.Margin, fencing.DefaultMargin(ttl))
+	p.interval = cmp.Or(p.RenewInterval, ceilDiv(ttl, 3))
 	covered := ttl - p.margin - p.grace // from the grant's send to the stop signal
-	if opts.NoRenew {
-		if covered <= 0 {
-			return nil, fmt.Errorf("%w: --ttl %v does not cover --grace %v plus the safety margin %v: nothing is left to run the command",
-				coord.ErrInvalid, ttl, p.grace, p.margin)
-		}
-		if opts.Deadline > covered {
-			return nil, fmt.Errorf("%w: --deadline %v exceeds what a --no-renew lease of --ttl %v covers: %v (TTL - grace %v - margin %v)",
-				coord.ErrInvalid, opts.Deadline, ttl, covered, p.grace, p.margin)
-		}
-		return p, nil
-	}
-	if 2*p.interval >= covered {
-		return nil, fmt.Errorf("%w: --ttl %v with --grace %v and the safety margin %v leaves no room for two renewal attempts (every %v) before the command must be stopped; raise --ttl or lower --grace",
+	switch {
+	case p.NoRenew && covered <= 0:
+		return fmt.Errorf("%w: --ttl %v does not cover --grace %v plus the safety margin %v: nothing is left to run the command",
+			coord.ErrInvalid, ttl, p.grace, p.margin)
+	case p.NoRenew && p.Deadline > covered:
+		return fmt.Errorf("%w: --deadline %v exceeds what a --no-renew lease of --ttl %v covers: %v (TTL - grace %v - margin %v)",
+			coord.ErrInvalid, p.Deadline, ttl, covered, p.grace, p.margin)
+	case !p.NoRenew && 2*p.interval >= covered:
+		return fmt.Errorf("%w: --ttl %v with --grace %v and the safety margin %v leaves no room for two renewal attempts (every %v) before the command must be stopped; raise --ttl or lower --grace",
 			coord.ErrInvalid, ttl, p.grace, p.margin, roundForDisplay(p.interval))
 	}
-	return p, nil
+	return nil
 }
 
 // roundForDisplay rounds d to milliseconds for a message, unless that would

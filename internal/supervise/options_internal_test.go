@@ -1,12 +1,14 @@
 package supervise
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -157,5 +159,37 @@ func TestScrubEnvCredentials(t *testing.T) {
 	local := scrubEnv(env, map[string]string{"FENCE_STATE_DIR": "/s"})
 	if !has(local, "PGPASSWORD") || has(local, "FENCE_PASSWORD") || has(local, "FENCE_POSTGRES") {
 		t.Errorf("local coordinator: env %q; want the command's PGPASSWORD kept, fence's own dropped", local)
+	}
+}
+
+// TestAcquireFailure: a failed acquisition's exit code and message: a
+// signal first (128+n), then a busy lock (--conflict-exit-code), then the
+// run's own context, else the error as it is.
+func TestAcquireFailure(t *testing.T) {
+	p := &plan{Options: Options{Lock: "l", ConflictExitCode: 7}}
+	live := context.Background()
+	done, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("stop"))
+	intr, cancelIntr := context.WithCancelCause(context.Background())
+	cancelIntr(interrupted{syscall.SIGINT})
+	other := errors.New("boom")
+	for _, tc := range []struct {
+		name      string
+		ctx, actx context.Context
+		err       error
+		code      int
+		msg       string
+	}{
+		{"signal", live, intr, coord.ErrBusy, 130, `interrupted by SIGINT while waiting for "l"`},
+		{"busy", done, done, coord.ErrBusy, 7, coord.ErrBusy.Error()},
+		{"ended", done, done, other, exitcode.Failure, `waiting for "l": stop`},
+		{"error", live, live, other, exitcode.Failure, "boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, err := acquireFailure(tc.ctx, tc.actx, p, tc.err)
+			if code != tc.code || err == nil || err.Error() != tc.msg {
+				t.Errorf("acquireFailure = %d, %v; want %d, %s", code, err, tc.code, tc.msg)
+			}
+		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"os"
 	"sync"
 	"time"
 
@@ -144,23 +143,6 @@ func (l *lineWriter) send(v any) error {
 	}
 	l.err = l.enc.Encode(v)
 	return l.err
-}
-
-// warmUp encodes and decodes an order and a report like the real ones, once:
-// the first use of encoding/json for a type fills its caches (and pages in
-// its code), which costs about a millisecond in a fresh process. fence and
-// the watchdog call it while they wait, so that the orders and reports of a
-// handoff do not pay it.
-func warmUp() {
-	o := order{Op: opStart, Spec: &spec{Path: "/bin/true", Args: []string{"true"}, Env: os.Environ(), Ignore: []int{1}}}
-	var b bytes.Buffer
-	_ = newLineWriter(&b).send(o)
-	_ = newLineWriter(&b).send(report{Ev: evExited, Exit: &exitInfo{}})
-	dec := json.NewDecoder(&b)
-	var back order
-	var rep report
-	_ = dec.Decode(&back)
-	_ = dec.Decode(&rep)
 }
 
 // readLines decodes JSON lines from r into a channel of T, closed (as is r)

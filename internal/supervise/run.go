@@ -96,7 +96,6 @@ import (
 	"github.com/mattn/go-isatty"
 	"golang.org/x/sys/unix"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/internal/proc"
@@ -305,7 +304,6 @@ type runner struct {
 	lostErr   error  // what fencing reported
 	cancelErr error  // why ctx ended
 	attaching sync.WaitGroup
-	warm      sync.WaitGroup
 	lw        leaseWatch // the coordinator's notice of the lease's end
 	once      onceState  // --once (once.go)
 }
@@ -353,8 +351,6 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	sigs, ignored := r.signals()
 	defer signal.Stop(sigs)
 
-	defer r.warm.Wait()
-
 	if p.Holds != nil {
 		r.useHolds()
 		return r.supervise(ctx, path, args, env, ignored, sigs)
@@ -363,109 +359,9 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		return r.runSet(ctx, path, args, env, ignored, sigs) // set.go
 	}
 
-	// The watchdog was started by Start: its PID is recorded with the
-	// lease, and its start-up overlaps opening the coordinator and the
-	// acquisition. It is waited for after the release.
-	holder := p.Holder
-	if holder == "" {
-		holder = coord.DefaultHolder()
-	}
-	hopts := fencing.HoldOptions{
-		RenewInterval: p.interval,
-		Margin:        p.margin,
-		NoRenew:       p.NoRenew,
-		OnSafeUntil: func(su clock.Boot) {
-			r.orders.push(order{Op: opExtend, LeaseStop: su.Add(-p.grace)})
-			r.failuresBack() // an acknowledgment: the coordinator is reachable
-		},
-		OnRenewError: func(err error, n int) {
-			r.verbosef("renewal %d failed: %v", n, err)
-		},
-	}
-	acq := coord.AcquireOptions{
-		TTL:    p.TTL,
-		Holder: holder,
-		Wait:   p.Wait,
-		Slots:  p.Slots,
-		Process: &coord.ProcessInfo{
-			PIDs: []int{os.Getpid(), r.wd.Process.Pid},
-		},
-		OnWait: func(cur coord.LockInfo) {
-			// A handoff is coming: warm up the coding of the start order
-			// meanwhile, as the watchdog does.
-			r.warm.Go(warmUp)
-			if p.Verbose || (!p.Quiet && isTerminal(r.stderr)) {
-				if cur.Slots > 1 {
-					r.infof("waiting for %q, %d of its %d slots held (the oldest by %s, token %d)", p.Lock, len(cur.Holders), cur.Slots, cur.Holder, cur.Token)
-				} else {
-					r.infof("waiting for %q, held by %s (token %d)", p.Lock, cur.Holder, cur.Token)
-				}
-			}
-		},
-	}
-	actx, cancelAcq := context.WithCancelCause(ctx)
-	defer cancelAcq(nil)
-	acqDone := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			cancelAcq(interrupted{s.(syscall.Signal)})
-		case <-acqDone:
-		}
-	}()
-	if ok, code, err := r.oncePending(ctx); !ok {
-		return code, err // --once: done already (or the record cannot be read)
-	}
-	acquire := r.c.Acquire
-	if d, ok := r.c.(deferredAcquirer); ok {
-		// The history record of the acquisition overlaps the command's
-		// start; the coordinator's Release waits for it.
-		acquire = d.AcquireDeferred
-	}
-	t0 := clock.Now()
-	lease, err := acquire(actx, p.Lock, acq)
-	close(acqDone)
-	benchtrace.Mark(benchtrace.Acquired)
-	r.m.wait = clock.Now().Sub(t0)
-	if err == nil && context.Cause(actx) != nil {
-		// A signal came as the lock was granted: do not start the command.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = r.c.Release(rctx, lease.Name, lease.ID)
-		cancel()
-		err = context.Cause(actx)
-	}
-	if err == nil {
-		// The hold outlives ctx: when ctx ends, the command is stopped
-		// first, and the lease released after.
-		r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, hopts)
-		r.heldPtr.Store(r.held)
-		r.hold = r.held
-		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = r.c.Release(rctx, lease.Name, lease.ID)
-			cancel()
-			return exitcode.Failure, err
-		}
-		if ok, code, err := r.oncePending(ctx); !ok {
-			// --once: done by the holder before us.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = r.held.Release(rctx)
-			cancel()
-			return code, err
-		}
-	}
-	if err != nil {
-		var intr interrupted
-		switch cause := context.Cause(actx); {
-		case errors.As(cause, &intr):
-			return 128 + int(intr.sig), fmt.Errorf("interrupted by SIG%s while waiting for %q", SignalName(intr.sig), p.Lock)
-		case errors.Is(err, coord.ErrBusy):
-			return p.ConflictExitCode, err
-		case ctx.Err() != nil:
-			return exitcode.Failure, fmt.Errorf("waiting for %q: %w", p.Lock, context.Cause(ctx))
-		default:
-			return exitcode.Failure, err
-		}
+	lease, code, err := r.acquireAndHold(ctx, sigs)
+	if lease == nil {
+		return code, err
 	}
 	held := r.held
 	r.m.token = lease.Token
@@ -485,8 +381,137 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	} else {
 		r.verbosef("released %q (token %d)", p.Lock, lease.Token)
 	}
-	benchtrace.Mark(benchtrace.Released)
 	return code, runErr
+}
+
+// holdOptions are the fencing.Hold options of the run: the watchdog's stop
+// time moves with every acknowledgment of the coordinator.
+func (r *runner) holdOptions() fencing.HoldOptions {
+	p := r.p
+	return fencing.HoldOptions{
+		RenewInterval: p.interval,
+		Margin:        p.margin,
+		NoRenew:       p.NoRenew,
+		OnSafeUntil: func(su clock.Boot) {
+			r.orders.push(order{Op: opExtend, LeaseStop: su.Add(-p.grace)})
+			r.failuresBack() // an acknowledgment: the coordinator is reachable
+		},
+		OnRenewError: func(err error, n int) {
+			r.verbosef("renewal %d failed: %v", n, err)
+		},
+	}
+}
+
+// acquireOptions are the acquisition's options. The watchdog was started
+// by Start: its PID is recorded with the lease, and its start-up overlaps
+// opening the coordinator and the acquisition. It is waited for after the
+// release.
+func (r *runner) acquireOptions() coord.AcquireOptions {
+	p := r.p
+	holder := p.Holder
+	if holder == "" {
+		holder = coord.DefaultHolder()
+	}
+	return coord.AcquireOptions{
+		TTL:    p.TTL,
+		Holder: holder,
+		Wait:   p.Wait,
+		Slots:  p.Slots,
+		Process: &coord.ProcessInfo{
+			PIDs: []int{os.Getpid(), r.wd.Process.Pid},
+		},
+		OnWait: r.announceWait,
+	}
+}
+
+// announceWait says whom the run waits for (--verbose, or on a terminal).
+func (r *runner) announceWait(cur coord.LockInfo) {
+	p := r.p
+	if !p.Verbose && (p.Quiet || !isTerminal(r.stderr)) {
+		return
+	}
+	if cur.Slots > 1 {
+		r.infof("waiting for %q, %d of its %d slots held (the oldest by %s, token %d)", p.Lock, len(cur.Holders), cur.Slots, cur.Holder, cur.Token)
+	} else {
+		r.infof("waiting for %q, held by %s (token %d)", p.Lock, cur.Holder, cur.Token)
+	}
+}
+
+// acquireAndHold acquires the lock (a signal ends the wait) and holds its
+// lease (r.held). Without a lease (nil) the run ends with code and err:
+// --once done already, the lock busy, the wait interrupted, or an error.
+func (r *runner) acquireAndHold(ctx context.Context, sigs <-chan os.Signal) (*coord.Lease, int, error) {
+	p := r.p
+	actx, cancelAcq := context.WithCancelCause(ctx)
+	defer cancelAcq(nil)
+	acqDone := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			cancelAcq(interrupted{s.(syscall.Signal)})
+		case <-acqDone:
+		}
+	}()
+	if ok, code, err := r.oncePending(ctx); !ok {
+		return nil, code, err // --once: done already (or the record cannot be read)
+	}
+	acquire := r.c.Acquire
+	if d, ok := r.c.(deferredAcquirer); ok {
+		// The history record of the acquisition overlaps the command's
+		// start; the coordinator's Release waits for it.
+		acquire = d.AcquireDeferred
+	}
+	t0 := clock.Now()
+	lease, err := acquire(actx, p.Lock, r.acquireOptions())
+	close(acqDone)
+	r.m.wait = clock.Now().Sub(t0)
+	if err == nil && context.Cause(actx) != nil {
+		// A signal came as the lock was granted: do not start the command.
+		r.releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
+		err = context.Cause(actx)
+	}
+	if err != nil {
+		code, err := acquireFailure(ctx, actx, p, err)
+		return nil, code, err
+	}
+	// The hold outlives ctx: when ctx ends, the command is stopped first,
+	// and the lease released after.
+	r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, r.holdOptions())
+	r.heldPtr.Store(r.held)
+	r.hold = r.held
+	if err != nil {
+		r.releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
+		return nil, exitcode.Failure, err
+	}
+	if ok, code, err := r.oncePending(ctx); !ok {
+		// --once: done by the holder before us.
+		r.releaseBounded(ctx, r.held.Release)
+		return nil, code, err
+	}
+	return lease, 0, nil
+}
+
+// releaseBounded calls release with five seconds, whatever became of ctx.
+func (r *runner) releaseBounded(ctx context.Context, release func(context.Context) error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = release(rctx)
+}
+
+// acquireFailure is the exit code and error of an acquisition that failed
+// with err (actx: the acquisition's context, ended by a signal).
+func acquireFailure(ctx, actx context.Context, p *plan, err error) (int, error) {
+	var intr interrupted
+	switch cause := context.Cause(actx); {
+	case errors.As(cause, &intr):
+		return 128 + int(intr.sig), fmt.Errorf("interrupted by SIG%s while waiting for %q", SignalName(intr.sig), p.Lock)
+	case errors.Is(err, coord.ErrBusy):
+		return p.ConflictExitCode, err
+	case ctx.Err() != nil:
+		return exitcode.Failure, fmt.Errorf("waiting for %q: %w", p.Lock, context.Cause(ctx))
+	default:
+		return exitcode.Failure, err
+	}
 }
 
 // AfterStop bounds what Run does with the coordinator once the command was
@@ -567,7 +592,6 @@ func (r *runner) startWatchdog() error {
 		repR.Close()
 		return fmt.Errorf("start watchdog %s: %w", exe, err)
 	}
-	benchtrace.Mark(benchtrace.WatchdogStart)
 	r.wd = cmd
 	r.wdDone = make(chan struct{})
 	go func() {
@@ -803,7 +827,6 @@ func (r *runner) report(ctx context.Context, rep report) {
 	case evStopping:
 		r.wdStopped = rep.Reason
 	case evExited:
-		benchtrace.Mark(benchtrace.CommandEnd)
 		r.exit = rep.Exit
 		r.phase = r.phase.next(stepDone)
 	case evError:

@@ -138,7 +138,6 @@ func (r *runner) runSet(ctx context.Context, path string, args, env []string, ig
 		// recorded with every lease.
 		Process: &coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}},
 		OnWait: func(cur coord.LockInfo) {
-			r.warm.Go(warmUp)
 			if p.Verbose || isTerminal(r.stderr) {
 				r.infof("waiting for %q, held by %s (token %d)", cur.Name, cur.Holder, cur.Token)
 			}

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fence-dev/fence/internal/benchtrace"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -81,7 +80,6 @@ type LeaseEnder func(ctx context.Context, coordinator []byte, leases []coord.Lea
 // frozen keeps fd 3 open: the watchdog then stops the command at the
 // lease's stop time and leaves the leases alone (fence may wake up).
 func WatchdogMain(args []string, end LeaseEnder) int {
-	benchtrace.Mark(benchtrace.WatchdogMain)
 	if len(args) > 0 && args[0] == WatchdogArg {
 		args = args[1:]
 	}
@@ -97,25 +95,17 @@ func WatchdogMain(args []string, end LeaseEnder) int {
 	unix.CloseOnExec(4)
 	repf := os.NewFile(4, "fence-reports")
 	out := newLineWriter(repf)
-	idle := !readable(3) // fence is still acquiring the lock
 	orders, err := newOrderPipe(3)
 	if err != nil {
 		_ = out.send(report{Ev: evError, Msg: "order pipe: " + err.Error(), At: clock.Now()})
 		return 125
 	}
-	w := &watchdog{orders: orders, out: out, self: os.Getpid(), idle: idle, end: end}
+	w := &watchdog{orders: orders, out: out, self: os.Getpid(), end: end}
 	if err := w.run(); err != nil {
 		_ = out.send(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
 		return 125
 	}
 	return 0
-}
-
-// readable reports whether fd has something to read (or is at its end).
-func readable(fd int) bool {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n > 0
 }
 
 func isPipe(fd int) bool {
@@ -127,7 +117,6 @@ type watchdog struct {
 	orders *orderPipe
 	out    *lineWriter
 	self   int
-	idle   bool // no order was waiting when the watchdog started
 	sp     *spec
 	cg     *cgroup
 	leader int // the command's PID = its PGID
@@ -181,37 +170,37 @@ func (w *watchdog) run() error {
 			syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
 		signal.Notify(chld, syscall.SIGCHLD)
 	}()
-
-	// While fence acquires the lock, get ready to start the command: become
-	// the subreaper of its tree, find where its cgroup goes, and, when no
-	// order was waiting, run the JSON coding of orders and reports once on
-	// the side (its first use costs about a millisecond, which would
-	// otherwise be paid between a handoff and the command's start).
-	if w.idle {
-		go warmUp()
+	if started, err := w.prepareAndStart(caught); !started {
+		return err
 	}
+	return w.watch(sigs, chld)
+}
+
+// prepareAndStart gets ready to start the command while fence acquires the
+// lock (become the subreaper of its tree, find where its cgroup goes),
+// waits for the start order (caught: the signals are caught) and starts
+// it. It reports whether the command runs.
+func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 	subreaper := becomeSubreaper()
 	w.cgBase, w.cgBaseErr = ownCgroupDir()
-	benchtrace.Mark(benchtrace.WatchdogReady)
 
 	later := w.waitStart()
 	<-caught
 	if w.phase == phaseDone {
-		return nil
+		return false, nil
 	}
 	w.leaseStop = w.sp.LeaseStop
 	for _, s := range w.sp.Ignore {
 		signal.Ignore(syscall.Signal(s))
 	}
 	if subreaper != nil {
-		return fmt.Errorf("become a child subreaper: %w", subreaper)
+		return false, fmt.Errorf("become a child subreaper: %w", subreaper)
 	}
 	if err := w.start(); err != nil {
-		return err
+		return false, err
 	}
-	benchtrace.Mark(benchtrace.CommandStart)
 	if w.leader == 0 {
-		return nil // exec failed and was reported
+		return false, nil // exec failed and was reported
 	}
 	w.phase = w.phase.next(stepStart)
 	for _, o := range later {
@@ -222,7 +211,13 @@ func (w *watchdog) run() error {
 		// rather than on the way to it.
 		sweepCgroups(w.cgBase, w.self)
 	}
+	return true, nil
+}
 
+// watch supervises the running command until its whole tree is gone:
+// reaps, takes fence's orders, acts on the stop time, and sleeps until
+// the next thing to do (a child, a signal, an order or the schedule).
+func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 	ready := w.orders.ready
 	woke := false // ready was received: its watcher waits for the orders to be taken
 	freezeAfterLook := os.Getenv(freezeAfterLookEnv) != ""
@@ -232,18 +227,7 @@ func (w *watchdog) run() error {
 			freezeAfterLook = false
 			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		}
-		// Done once the command is reaped, every other process of its tree
-		// too (orphans come to the watchdog, their subreaper: no child
-		// left means none is left anywhere in the tree, not even a zombie),
-		// and its cgroup is empty. fence releases the lease on the report.
-		if w.exit != nil && w.childless && w.treeEmpty() {
-			w.phase = w.phase.next(stepDone)
-			err := w.finish()
-			if w.fenceGone {
-				// Nobody will release the leases: end them now that
-				// nothing of the command is left.
-				w.endLeases()
-			}
+		if done, err := w.doneIfGone(); done {
 			return err
 		}
 		now := clock.Now()
@@ -273,6 +257,24 @@ func (w *watchdog) run() error {
 		}
 		t.Stop()
 	}
+}
+
+// doneIfGone finishes when the command is reaped, every other process of
+// its tree too (orphans come to the watchdog, their subreaper: no child
+// left means none is left anywhere in the tree, not even a zombie), and
+// its cgroup is empty. fence releases the lease on the report.
+func (w *watchdog) doneIfGone() (bool, error) {
+	if w.exit == nil || !w.childless || !w.treeEmpty() {
+		return false, nil
+	}
+	w.phase = w.phase.next(stepDone)
+	err := w.finish()
+	if w.fenceGone {
+		// Nobody will release the leases: end them now that nothing of
+		// the command is left.
+		w.endLeases()
+	}
+	return true, err
 }
 
 // act does what the phase asks at now: start the stop sequence when the

@@ -19,7 +19,7 @@
 //	--render FILE      only rewrite the report from a results.json
 //	                   (after editing the report's text or floors.md)
 //	--baseline FILE    an earlier run's results.json: the report shows its
-//	                   targets and phases beside this run's (before, after);
+//	                   targets and figures beside this run's (before, after);
 //	                   the new results.json carries it (Baseline), so the
 //	                   repository keeps one file of figures
 //	--compare REV      also build fence at git revision REV and measure it

@@ -136,14 +136,6 @@ func markdown(r *Results) string {
 		p("| fence run (etcd) / the same at %s | %s |\n", c, ratioCell(find(r.Run.Etcd, nameFenceEtcd).S, find(r.Run.Etcd, nameFenceEtcd+" @"+c).S))
 		p("| fence version / the same at %s | %s |\n", c, ratioCell(find(r.Run.Local, nameFenceVersion).S, find(r.Run.Local, nameFenceVersion+" @"+c).S))
 	}
-	if len(r.Run.Phases) > 0 {
-		p("\n**Where the time goes.** Each tool run directly by the harness %d times with bench/cmd/stamp as its command: *before* is from fork to the command's first stamp (the command's own start, about %s ms, included), *after* from the command's last stamp to the tool's exit as wait(2) sees it. ms, median (min – max).\n\n", r.Run.Phases[0].Total.N, stats.Num(r.Handoff.StartCost.S.Median))
-		p("| tool | before the command | after the command | total |\n|---|---|---|---|\n")
-		for _, ph := range r.Run.Phases {
-			p("| %s | %s | %s | %s |\n", ph.Tool, cell(ph.Before), cell(ph.After), cell(ph.Total))
-		}
-		phaseTable(p, r.Run.Phases)
-	}
 	initTable(p, r.Run.Init)
 	requestsTable(p, r.Run.Requests)
 	p("\n`fence version` is the fence binary starting and exiting, and the small Go program is bench/cmd/stamp doing nothing: together they show the part of `fence run` that is the cost of starting a Go program of fence's size (fence starts twice per run: once as fence, once re-executed as its own watchdog).\n\n")
@@ -271,7 +263,6 @@ func markdown(r *Results) string {
 	p("- starts Debian's etcd-server on free loopback ports, the one server both fence and etcdctl use (data on tmpfs unless `--etcd-data-dir` says otherwise); the local backend's state lives in a fresh directory; no configuration file or `FENCE_*` variable of the caller reaches the measured processes;\n")
 	p("- with `--compare REV`, also builds fence (and its small watchdog, if REV has one) at git revision REV and measures it in section 1 in the same rounds (the rows marked `@REV`); with `--baseline FILE`, shows an earlier run's results.json beside this run's (the before and after section; the targets are evaluated with this harness's definitions);\n")
 	p("- runs the sections in order and writes this page, the SVG charts (bench/internal/chart, hand-written SVG) and the raw figures (`docs/benchmarks/results.json`).\n\n")
-	p("Phases and handoffs of a fence run can be traced by hand too: `FENCE_BENCH_TRACE=FILE fence run ...` appends `<phase> <CLOCK_BOOTTIME ns> <pid>` lines to FILE (internal/benchtrace), from fence and its watchdog; bench/cmd/stamp writes the command's in the same format.\n\n")
 	p("Section times in this run:")
 	for _, s := range r.SectionSeconds {
 		p(" %s %ss;", s.Name, stats.Num(s.Seconds))
@@ -345,67 +336,6 @@ func memoryChart(r *Results) chart.Chart {
 	return c
 }
 
-// phaseTable writes the phases of a fence run, from the stamps fence and
-// its watchdog write with FENCE_BENCH_TRACE, side by side per backend.
-func phaseTable(p func(string, ...any), phs []Phase) {
-	var cols []Phase
-	for _, ph := range phs {
-		if len(ph.Marks) > 0 {
-			cols = append(cols, ph)
-		}
-	}
-	if len(cols) == 0 {
-		return
-	}
-	p("\n**Phases of a fence run**, from the same runs: fence and its watchdog append a stamp per phase to a file when FENCE_BENCH_TRACE names one (internal/benchtrace; without it nothing is written). ms since the fork of fence, median (min – max); *step* is the difference of the medians from the phase above. The watchdog's phases (watchdog_main, watchdog_ready, command_start) run beside fence's, in another process. *versions* (etcd) is not a phase of the way: it is when every member had answered the question of its version, which nothing on the way waits for.\n\n")
-	p("| phase |")
-	for _, c := range cols {
-		p(" %s | step |", c.Tool)
-	}
-	p("\n|---|")
-	for range cols {
-		p("---|---|")
-	}
-	p("\n")
-	var names []string
-	for _, c := range cols {
-		for _, m := range c.Marks {
-			if !slices.Contains(names, m.Name) {
-				names = append(names, m.Name)
-			}
-		}
-	}
-	prev := make([]float64, len(cols))
-	for _, n := range names {
-		p("| %s |", n)
-		for i, c := range cols {
-			m, ok := markOf(c.Marks, n)
-			if !ok {
-				p(" – | |")
-				continue
-			}
-			if !slices.Contains(markOrder, n) {
-				// Not a phase of the run's way (benchtrace.Versions, a mark of
-				// another fence): when it came, with no step.
-				p(" %s | |", cell(m.At))
-				continue
-			}
-			p(" %s | %s |", cell(m.At), stats.Num(m.At.Median-prev[i]))
-			prev[i] = m.At.Median
-		}
-		p("\n")
-	}
-}
-
-func markOf(ms []Mark, name string) (Mark, bool) {
-	for _, m := range ms {
-		if m.Name == name {
-			return m, true
-		}
-	}
-	return Mark{}, false
-}
-
 // initTable writes the package initialisation of fence and etcdctl.
 func initTable(p func(string, ...any), ics []InitCost) {
 	if len(ics) == 0 {
@@ -422,7 +352,7 @@ func initTable(p func(string, ...any), ics []InitCost) {
 	}
 }
 
-// beforeAfter writes the targets and the phases of a fence run of the
+// beforeAfter writes the targets and the whole-process figures of the
 // baseline (--baseline) beside this run's.
 func beforeAfter(p func(string, ...any), r *Results) {
 	b := r.Baseline
@@ -476,64 +406,6 @@ func beforeAfter(p func(string, ...any), r *Results) {
 				am = r.Handoff.Gaps[tool][i].S
 			}
 			p("| handoff %s, %d waiter(s), ms | %s | %s | %s |\n", tool, w, cell(bm), cell(am), ratioCell(am, bm))
-		}
-	}
-	for _, tool := range []string{nameFenceLocal, nameFenceEtcd} {
-		var bp, ap Phase
-		for _, ph := range b.Run.Phases {
-			if ph.Tool == tool {
-				bp = ph
-			}
-		}
-		for _, ph := range r.Run.Phases {
-			if ph.Tool == tool {
-				ap = ph
-			}
-		}
-		if len(ap.Marks) == 0 {
-			continue
-		}
-		p("\n**Phases of %s**, before and after: ms since the fork of fence, median (min – max), and the step from the phase above (difference of medians).\n\n", tool)
-		p("| phase | before | step | after | step |\n|---|---|---|---|---|\n")
-		var names []string
-		for _, m := range bp.Marks {
-			names = append(names, m.Name)
-		}
-		for _, m := range ap.Marks {
-			if !slices.Contains(names, m.Name) {
-				names = append(names, m.Name)
-			}
-		}
-		// In the order of the run after the change.
-		slices.SortStableFunc(names, func(x, y string) int {
-			mx, okx := markOf(ap.Marks, x)
-			my, oky := markOf(ap.Marks, y)
-			if !okx || !oky {
-				return 0
-			}
-			switch {
-			case mx.At.Median < my.At.Median:
-				return -1
-			case mx.At.Median > my.At.Median:
-				return 1
-			}
-			return 0
-		})
-		var pb, pa float64
-		for _, n := range names {
-			mb, okb := markOf(bp.Marks, n)
-			ma, oka := markOf(ap.Marks, n)
-			sb, sa := "", ""
-			onWay := slices.Contains(markOrder, n) // a mark off the way (versions) has no step
-			if okb && onWay {
-				sb = stats.Num(mb.At.Median - pb)
-				pb = mb.At.Median
-			}
-			if oka && onWay {
-				sa = stats.Num(ma.At.Median - pa)
-				pa = ma.At.Median
-			}
-			p("| %s | %s | %s | %s | %s |\n", n, cell(mb.At), sb, cell(ma.At), sa)
 		}
 	}
 	p("\n")

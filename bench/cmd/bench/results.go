@@ -62,8 +62,6 @@ type RunResults struct {
 	Rounds int // hyperfine invocations, alternating the commands
 	Local  []Measure
 	Etcd   []Measure
-	// Phases splits each tool's time around its command.
-	Phases []Phase
 	// Compare is the git revision whose fence was measured beside this one
 	// (--compare; its measures are named "... @REV").
 	Compare string `json:",omitempty"`

@@ -1,0 +1,205 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fence-dev/fence/internal/logging"
+	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
+)
+
+// The etcd members' versions are asked for their known lease-safety bugs,
+// once per process, on the side: a member that does not answer (stalled or
+// partitioned while the quorum lives) must not hold up the command's work,
+// as the question did for its whole bound (a second) on every command
+// before. The warnings are printed once the answer is in: fence run looks
+// when its lease is held (without waiting), and every command looks at its
+// end, before the coordinator is closed, waiting for the answer until
+// warnWait after the question began. An answer later than that warns
+// nobody in this process. fence config and the dashboard, which show the
+// versions, wait for the whole answer.
+
+// versionTimeout bounds the question of the etcd members' versions.
+const versionTimeout = time.Second
+
+// warnWait is how long after the question began the end of a command waits
+// for its answer, to print the warnings.
+const warnWait = 100 * time.Millisecond
+
+// versionQuestion is the question of the etcd members' versions: asked
+// once per process when an etcd coordinator opens (askedAt), never on the
+// way of a lock operation; done is closed once it is answered (or its
+// bound passed). The zero value has asked nothing.
+type versionQuestion struct {
+	once     sync.Once
+	askedAt  time.Time
+	done     chan struct{}
+	versions []etcd.MemberVersion // what the members reported, once done
+	warn     string               // their known lease-safety bugs, one line
+	// shortWarn is the dashboard's form of a PostgreSQL server's warning
+	// (askReplication), which warn then holds.
+	shortWarn string
+
+	// asker asks the members (nil: etcd.Coordinator.ServerVersions; a
+	// test holds the answer back).
+	asker func(context.Context, *etcd.Coordinator) []etcd.MemberVersion
+
+	printMu sync.Mutex
+	printed bool
+}
+
+// ask asks c's members for their versions on a goroutine, once per
+// process; done is closed with the answer.
+func (q *versionQuestion) ask(ctx context.Context, c *etcd.Coordinator, dial time.Duration) {
+	q.once.Do(func() {
+		done := make(chan struct{})
+		q.askedAt, q.done = time.Now(), done
+		go func() {
+			defer close(done)
+			vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
+			defer cancel()
+			var vs []etcd.MemberVersion
+			if q.asker != nil {
+				vs = q.asker(vctx, c)
+			} else {
+				vs = c.ServerVersions(vctx)
+			}
+			q.versions, q.warn = vs, etcd.VersionWarning(vs)
+		}()
+	})
+}
+
+// askReplication asks c, on the side as ask does the etcd members, whether
+// it has standbys without synchronous replication; the answer is the
+// coordinator warning, printed and shown as the versions' is.
+func (q *versionQuestion) askReplication(ctx context.Context, c *postgres.Coordinator, dial time.Duration) {
+	q.once.Do(func() {
+		done := make(chan struct{})
+		q.askedAt, q.done = time.Now(), done
+		go func() {
+			defer close(done)
+			vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
+			defer cancel()
+			if w := c.ReplicationWarning(vctx); w != "" {
+				q.warn, q.shortWarn = w, postgres.ShortReplicationRisk
+			}
+		}()
+	})
+}
+
+// await waits for the whole answer (at most the question's bound), when
+// one was asked: for fence config and the dashboard, which show the
+// versions.
+func (q *versionQuestion) await() {
+	if q.done != nil {
+		<-q.done
+	}
+}
+
+// answered reports whether the answer is in; with wait, it waits for it
+// until warnWait after the question began.
+func (q *versionQuestion) answered(wait bool) bool {
+	done := q.done
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		if !wait {
+			return false
+		}
+	}
+	t := time.NewTimer(time.Until(q.askedAt.Add(warnWait)))
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// firstPrint reports whether this is the first time the warning is to be
+// printed in this process (true once).
+func (q *versionQuestion) firstPrint() bool {
+	q.printMu.Lock()
+	defer q.printMu.Unlock()
+	first := !q.printed
+	q.printed = true
+	return first
+}
+
+// short is the dashboard's short form of the version warnings, the bug
+// first so that a narrow status line keeps it: "lease bug etcd#15247 in
+// etcd 3.4.23" ("" when none).
+func (q *versionQuestion) short() string {
+	if q.shortWarn != "" {
+		return q.shortWarn
+	}
+	seen := map[string]bool{}
+	var parts []string
+	for _, v := range q.versions {
+		for _, b := range etcd.BugsOf(v.Version) {
+			if k := v.Version + b.Issue; !seen[k] {
+				seen[k] = true
+				parts = append(parts, "lease bug "+b.Issue+" in etcd "+v.Version)
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// peekVersions prints the version warnings on w (nil: stderr) when the
+// answer is in, without waiting; flushVersions waits for it until warnWait
+// after the question began. Between them the warnings are printed once per
+// process. Both must be called before the coordinator is closed (which
+// ends the question).
+func (f *Factory) peekVersions(w io.Writer) { f.printVersions(w, false, true) }
+
+func (f *Factory) flushVersions(w io.Writer) { f.printVersions(w, true, true) }
+
+// printVersions prints the version warning; daily, at most once a day on
+// this host (warnDue), else whenever (fence config, where people look on
+// purpose, which neither counts as the day's warning).
+func (f *Factory) printVersions(w io.Writer, wait, daily bool) {
+	q := &f.versions
+	if !q.answered(wait) || !q.firstPrint() || q.warn == "" {
+		return
+	}
+	if w == nil {
+		w = f.IO.ErrOut
+	}
+	// A warning like every other (--log-level error hides it), never under
+	// -q, and at most once a day per host and versions (cron mails every
+	// line): fence config, status, show, top and the exporter show it
+	// always.
+	cfg, err := f.Config()
+	if err != nil || cfg.Quiet {
+		return
+	}
+	if lvl, err := logging.ParseLevel(cfg.LogLevel); err == nil && lvl > slog.LevelWarn {
+		return
+	}
+	if daily && !warnDue(q.warn, f.Now()) {
+		return
+	}
+	f.logLineTo(w, slog.LevelWarn, q.warn)
+}
+
+// coordinatorWarning is fence status's and show's coordinator_warning:
+// the etcd members' known lease-safety bugs (versionQuestion.short), when
+// their versions are in by warnWait after the question began ("" otherwise,
+// and when there are none).
+func (f *Factory) coordinatorWarning() string {
+	if !f.versions.answered(true) {
+		return ""
+	}
+	return f.versions.short()
+}
