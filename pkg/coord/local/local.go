@@ -175,11 +175,6 @@ type options struct {
 	lockTimeout time.Duration
 }
 
-// withKillWait sets how long an Acquire that does not wait (Wait 0) gives a
-// stale command group it has just killed to disappear before it reports the
-// lock busy (default 2s).
-func withKillWait(d time.Duration) Option { return func(o *options) { o.killWait = d } }
-
 // withStallCheck sets how long a waiter gives the waiter ahead of it to take
 // a free lock before it checks whether that waiter was stopped (default 1s).
 // This timer runs only while the lock is free and another waiter should be

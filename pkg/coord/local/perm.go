@@ -56,9 +56,6 @@ func (s *sharing) checkFileStat(what, path string, fd int, st *unix.Stat_t) erro
 	return nil
 }
 
-// created sets the permission of a file this process has just created.
-func (s *sharing) created(fd int) error { return s.m.Created(fd) }
-
 // ensureDir checks (creating it when missing) a directory of the state tree
 // below the state directory.
 func (c *Coordinator) ensureDir(path string, parents bool) (created bool, err error) {
