@@ -37,6 +37,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/etcdstore"
 )
 
@@ -80,7 +81,7 @@ var valueBytes = []byte("payload written under the lock")
 
 type fenceWorker struct {
 	c      *etcd.Coordinator
-	g      *etcdstore.Store
+	g      guard.Guard
 	holder string
 }
 

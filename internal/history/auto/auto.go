@@ -11,6 +11,7 @@ package auto
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,15 +44,15 @@ func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 	if r, ok := c.(history.Recorder); ok {
 		return r.Store(), nil
 	}
-	if _, err := history.NewOptions(opts...); err != nil {
-		return nil, err
-	}
 	c = Backend(c)
 	if eb, ok := c.(etcdBackend); ok {
 		return etcdstore.New(eb.Client(), eb.Prefix(), opts...)
 	}
 	if lb, ok := c.(localBackend); ok {
 		s, err := localstore.Open(lb.Dir(), opts...)
+		if errors.Is(err, coord.ErrInvalid) {
+			return nil, err // bad options: Open checks them first
+		}
 		if err != nil {
 			return failing{err}, nil
 		}

@@ -39,31 +39,34 @@ import (
 	"github.com/fence-dev/fence/pkg/guard"
 )
 
-// DefaultPrefix is the key prefix used when none is given, as for the etcd
+// defaultPrefix is the key prefix used when none is given, as for the etcd
 // coordinator.
-const DefaultPrefix = "/fence/"
+const defaultPrefix = "/fence/"
 
-// Store is a guard.Guard on an etcd cluster.
-type Store struct {
+// store is a guard.Guard on an etcd cluster.
+type store struct {
 	cli    *clientv3.Client
 	prefix string
 	now    func() time.Time
 }
 
-var _ guard.Guard = (*Store)(nil)
+var _ guard.Guard = (*store)(nil)
 
 // New returns a store that keeps its values under <prefix>guards/ through
-// cli (DefaultPrefix when prefix is empty; a prefix not ending in "/" gets
+// cli ("/fence/" when prefix is empty; a prefix not ending in "/" gets
 // one, as etcd.NormalPrefix says, so "/fence" and "/fence/" are one
 // namespace). The store does not own cli: closing cli is the caller's
 // business.
-func New(cli *clientv3.Client, prefix string) *Store {
+func New(cli *clientv3.Client, prefix string) guard.Guard { return newStore(cli, prefix) }
+
+// newStore is New with the concrete type.
+func newStore(cli *clientv3.Client, prefix string) *store {
 	prefix = etcd.NormalPrefix(prefix)
-	return &Store{cli: cli, prefix: prefix, now: time.Now}
+	return &store{cli: cli, prefix: prefix, now: time.Now}
 }
 
 // Key returns the etcd key that holds the value of key.
-func (s *Store) Key(key string) string {
+func (s *store) Key(key string) string {
 	return s.prefix + "guards/" + url.PathEscape(key)
 }
 
@@ -80,7 +83,7 @@ type record struct {
 func padToken(token uint64) string { return fmt.Sprintf("%020d", token) }
 
 // Put implements guard.Guard.
-func (s *Store) Put(ctx context.Context, key string, token uint64, value []byte) error {
+func (s *store) Put(ctx context.Context, key string, token uint64, value []byte) error {
 	if err := guard.CheckPut(key, token); err != nil {
 		return err
 	}
@@ -139,7 +142,7 @@ func (s *Store) Put(ctx context.Context, key string, token uint64, value []byte)
 }
 
 // Get implements guard.Guard. The read is linearizable.
-func (s *Store) Get(ctx context.Context, key string) (guard.Value, error) {
+func (s *store) Get(ctx context.Context, key string) (guard.Value, error) {
 	if err := guard.ValidateKey(key); err != nil {
 		return guard.Value{}, err
 	}

@@ -31,9 +31,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func open(t *testing.T) *Store {
+func open(t *testing.T) *store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "state"))
+	s, err := openStore(filepath.Join(t.TempDir(), "state"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +175,11 @@ func TestSymlinkRefused(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), filepath.Join(state, Dir)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(state); err == nil {
+	if _, err := openStore(state); err == nil {
 		t.Error("Open accepted a symlinked guards directory")
 	}
-	if _, err := Open(""); !errors.Is(err, coord.ErrInvalid) {
-		t.Errorf("Open(\"\") = %v, want ErrInvalid", err)
+	if _, err := openStore(""); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("openStore(\"\") = %v, want ErrInvalid", err)
 	}
 }
 
@@ -260,7 +260,7 @@ func monoNow() int64 {
 func helper() int {
 	client, _ := strconv.Atoi(os.Getenv("FENCE_GUARD_HELPER"))
 	n, _ := strconv.Atoi(os.Getenv("FENCE_GUARD_OPS"))
-	s, err := Open(os.Getenv("FENCE_GUARD_STATE"))
+	s, err := openStore(os.Getenv("FENCE_GUARD_STATE"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -307,7 +307,7 @@ func helper() int {
 }
 
 // TestProcessesLinearizable runs several processes writing the same key
-// through their own Store on one state directory and checks the merged
+// through their own store on one state directory and checks the merged
 // history with porcupine.
 func TestProcessesLinearizable(t *testing.T) {
 	const procs, ops = 4, 40
