@@ -37,6 +37,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 // defaultPrefix is the key prefix used when none is given, as for the etcd
@@ -84,7 +85,7 @@ func padToken(token uint64) string { return fmt.Sprintf("%020d", token) }
 
 // Put implements guard.Guard.
 func (s *store) Put(ctx context.Context, key string, token uint64, value []byte) error {
-	if err := guard.CheckPut(key, token); err != nil {
+	if err := check.Put(key, token); err != nil {
 		return err
 	}
 	if value == nil {
@@ -178,7 +179,7 @@ func decode(key, etcdKey string, raw []byte) (guard.Value, error) {
 		return corrupt("token is not 20 digits")
 	}
 	tok, err := strconv.ParseUint(rec.Token, 10, 64)
-	if err != nil || guard.ValidateToken(tok) != nil {
+	if err != nil || check.Token(tok) != nil {
 		return corrupt(fmt.Sprintf("bad token %q", rec.Token))
 	}
 	if rec.Data == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/guardtest"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 var prefixes atomic.Int64
@@ -60,7 +61,7 @@ func TestTokenOrderingAcrossDigits(t *testing.T) {
 	srv := etcdtest.Start(t)
 	s := newStore(srv.Client(t), newPrefix())
 	ctx := context.Background()
-	for _, tok := range []uint64{9, 10, 99, 100, 1 << 32, 1<<32 + 1, guard.MaxToken} {
+	for _, tok := range []uint64{9, 10, 99, 100, 1 << 32, 1<<32 + 1, check.MaxToken} {
 		if err := s.Put(ctx, "k", tok, nil); err != nil {
 			t.Fatalf("Put(%d): %v", tok, err)
 		}

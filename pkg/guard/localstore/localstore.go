@@ -27,6 +27,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 
 	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/internal/flock"
@@ -103,7 +104,7 @@ type record struct {
 
 // Put implements guard.Guard.
 func (s *store) Put(ctx context.Context, key string, token uint64, value []byte) error {
-	if err := guard.CheckPut(key, token); err != nil {
+	if err := check.Put(key, token); err != nil {
 		return err
 	}
 	base := fileBase(key)
@@ -199,7 +200,7 @@ func (s *store) read(key, base string) (record, error) {
 		return corrupt(fmt.Sprintf("unknown version %d", rec.Version))
 	case rec.Key != key:
 		return corrupt(fmt.Sprintf("it holds key %q", rec.Key))
-	case guard.ValidateToken(rec.Token) != nil:
+	case check.Token(rec.Token) != nil:
 		return corrupt(fmt.Sprintf("invalid token %d", rec.Token))
 	}
 	return rec, nil

@@ -22,6 +22,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/guardtest"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 func TestMain(m *testing.M) {
@@ -94,7 +95,7 @@ func TestFileNames(t *testing.T) {
 			t.Errorf("fileBase(%q) = %q, want %q", key, got, want)
 		}
 	}
-	long := strings.Repeat("/", guard.MaxKeyLen)
+	long := strings.Repeat("/", check.MaxKeyLen)
 	if got := fileBase(long); !strings.HasPrefix(got, "~") || len(got) != 65 {
 		t.Errorf("fileBase(long) = %q, want ~ and a SHA-256", got)
 	}

@@ -48,6 +48,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 // Dialect selects placeholders, identifier quoting and column types.
@@ -413,7 +414,7 @@ const attempts = 3
 // Put implements guard.Guard with the fenced upsert: it inserts the row for
 // key or updates it when the stored fence is at most token.
 func (t *Table) Put(ctx context.Context, key string, token uint64, value []byte) error {
-	if err := guard.CheckPut(key, token); err != nil {
+	if err := check.Put(key, token); err != nil {
 		return err
 	}
 	if value == nil {
@@ -453,7 +454,7 @@ func (t *Table) Update(ctx context.Context, key any, token uint64, value []byte)
 // token. Errors are those of Update. set must not name the key or fence
 // column.
 func (t *Table) UpdateColumns(ctx context.Context, key any, token uint64, set map[string]any) error {
-	if err := guard.ValidateToken(token); err != nil {
+	if err := check.Token(token); err != nil {
 		return err
 	}
 	if key == nil {
