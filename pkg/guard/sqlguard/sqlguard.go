@@ -482,7 +482,7 @@ func (t *Table) Update(ctx context.Context, key any, token uint64, value []byte)
 }
 
 // UpdateColumns is the general fenced UPDATE: it sets each column of set to
-// its value, the timestamp column (unless NoColumn) and the fence to token,
+// its value, the timestamp column (unless the table has none) and the fence to token,
 // in the row whose key column equals key, when the row's fence is at most
 // token. Errors are those of Update. set must not name the key or fence
 // column.
