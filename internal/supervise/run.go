@@ -370,18 +370,12 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	if holder == "" {
 		holder = coord.DefaultHolder()
 	}
-	hopts := fencing.HoldOptions{
-		RenewInterval: p.interval,
-		Margin:        p.margin,
-		NoRenew:       p.NoRenew,
-		OnSafeUntil: func(su clock.Boot) {
-			r.orders.push(order{Op: opExtend, LeaseStop: su.Add(-p.grace)})
-			r.failuresBack() // an acknowledgment: the coordinator is reachable
-		},
-		OnRenewError: func(err error, n int) {
-			r.verbosef("renewal %d failed: %v", n, err)
-		},
-	}
+	hopts := holdOptions(p, func(h *fencing.Held) {
+		r.orders.push(order{Op: opExtend, LeaseStop: bootSafeUntil(h).Add(-p.grace)})
+		r.failuresBack() // an acknowledgment: the coordinator is reachable
+	}, func(err error, n int) {
+		r.verbosef("renewal %d failed: %v", n, err)
+	})
 	acq := coord.AcquireOptions{
 		TTL:    p.TTL,
 		Holder: holder,
@@ -437,9 +431,9 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	if err == nil {
 		// The hold outlives ctx: when ctx ends, the command is stopped
 		// first, and the lease released after.
-		r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, hopts)
+		r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, hopts...)
 		r.heldPtr.Store(r.held)
-		r.hold = r.held
+		r.hold = bootHeld{r.held}
 		if err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = r.c.Release(rctx, lease.Name, lease.ID)

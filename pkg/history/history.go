@@ -60,13 +60,13 @@ type Store interface {
 	Append(ctx context.Context, evs []Event) error
 }
 
-// ReleaseAppender is a Store that can write a released event in one step
+// releaseAppender is a Store that can write a released event in one step
 // with the release itself, on a coordinator of its own backend (package
 // etcdstore, on the etcd coordinator whose client it shares): the event is
 // on record before the next holder's turn, and the release costs one round
 // trip instead of a read, a write and the release. The Recorder uses it for
 // the leases it acquired.
-type ReleaseAppender interface {
+type releaseAppender interface {
 	// AppendRelease writes ev, the released event of lease leaseID held
 	// under token on lock ev.Lock, and releases that lease on c, at once
 	// and only while the lease holds the lock. done false: nothing was

@@ -257,10 +257,10 @@ func (r *recorder) Release(ctx context.Context, name, leaseID string) error {
 
 // releaseRecorded writes the released event of a lease this Recorder
 // acquired in one step with the release, where the store can
-// (ReleaseAppender) and no event is pending (they go first, and would not
+// (releaseAppender) and no event is pending (they go first, and would not
 // be in that step). done false: nothing was written or released.
 func (r *recorder) releaseRecorded(ctx context.Context, name, leaseID string, known heldLease) (done bool, err error) {
-	ra, ok := r.store.(ReleaseAppender)
+	ra, ok := r.store.(releaseAppender)
 	if !ok {
 		return false, nil
 	}

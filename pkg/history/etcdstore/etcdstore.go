@@ -633,9 +633,8 @@ func unavailable(ctx context.Context, lock string, err error) error {
 // longer holds the lock.
 var errNotHeld = errors.New("the lease no longer holds the lock")
 
-var _ history.ReleaseAppender = (*store)(nil)
-
-// AppendRelease implements history.ReleaseAppender on the etcd coordinator
+// AppendRelease is the history Recorder's one-step release (see
+// history.releaseAppender) on the etcd coordinator
 // whose client the store shares (package etcdtxn, the seam between them): ev (the
 // released event of leaseID, held under token) is written in the
 // transaction that deletes the holder's key, so that the event is on record

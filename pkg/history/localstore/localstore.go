@@ -851,9 +851,8 @@ func (s *store) removeStaleTemps() {
 // name, checked on every read.
 func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped, "~") }
 
-var _ history.ReleaseAppender = (*store)(nil)
-
-// AppendRelease implements history.ReleaseAppender on the local coordinator
+// AppendRelease is the history Recorder's one-step release (see
+// history.releaseAppender) on the local coordinator
 // of the state directory this store is in (local.Coordinator.ReleaseWith):
 // ev, the released event of leaseID held under token, is appended under
 // the lock's flock, once the lease is found to hold the lock and before the
