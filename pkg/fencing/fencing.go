@@ -318,7 +318,7 @@ func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.Ac
 }
 
 func acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts holdConfig) (*Held, error) {
-	acq, err := coord.CheckAcquire(name, acq) // the TTL that opts must fit (DefaultTTL for 0)
+	acq, err := coord.CheckAcquire(name, acq) // the TTL that opts must fit (15s for 0)
 	if err != nil {
 		return nil, err
 	}
