@@ -94,7 +94,7 @@ func newFence(ctx context.Context, endpoints []string, prefix string, i int) (wo
 
 func (w *fenceWorker) op(ctx context.Context, inside func(uint64) error) error {
 	h, err := fencing.Acquire(ctx, w.c, "contended",
-		coord.AcquireOptions{TTL: ttl, Holder: w.holder, Wait: coord.WaitForever}, fencing.HoldOptions{})
+		coord.AcquireOptions{TTL: ttl, Holder: w.holder, Wait: coord.WaitForever})
 	if err != nil {
 		return fmt.Errorf("acquire: %w", err)
 	}

@@ -233,7 +233,7 @@ func pgLoop(tb testing.TB, url string, im pgImpl, n, ops int, onStart func()) (t
 		return 0, err
 	}
 	defer db.Close()
-	g, err := sqlguard.New(db, sqlguard.Config{Dialect: sqlguard.Postgres, Table: ns + "_guarded"})
+	g, err := sqlguard.New(db, sqlguard.Postgres, ns+"_guarded")
 	if err != nil {
 		return 0, err
 	}
@@ -330,7 +330,7 @@ func measureQueries(tb testing.TB, url, impl string, window time.Duration) (quer
 			return q, err
 		}
 		defer w.Close()
-		h, err := fencing.Acquire(ctx, c, "idle", coord.AcquireOptions{TTL: idleTTL, Holder: "holder"}, fencing.HoldOptions{})
+		h, err := fencing.Acquire(ctx, c, "idle", coord.AcquireOptions{TTL: idleTTL, Holder: "holder"})
 		if err != nil {
 			return q, err
 		}

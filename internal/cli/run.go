@@ -308,7 +308,7 @@ func onceKey(cmd *cobra.Command, f *Factory, o *runOptions) (string, error) {
 		// The record would go before its period ends, and the job run again.
 		return "", usageErrorf("--once-for %v is shorter than --once-per %v: the job would run again within its period", o.onceFor, o.oncePer)
 	}
-	return coord.PeriodKey(f.Now(), o.oncePer), nil
+	return periodKey(f.Now(), o.oncePer), nil
 }
 
 // location is the coordinator's location for the command's environment, so
@@ -338,4 +338,18 @@ func location(cfg *config.Config) map[string]string {
 		m["FENCE_INSECURE_TRANSPORT"] = "true"
 	}
 	return m
+}
+
+// periodKey is the key of `--once-per period` at t: the start of the period
+// that contains t, in UTC, periods aligned to the Unix epoch, written in RFC
+// 3339 ("2025-03-01T00:00:00Z"; fractions of a second only when the period
+// has them). period must be positive.
+func periodKey(t time.Time, period time.Duration) string {
+	ns := t.UnixNano()
+	p := int64(period)
+	start := ns - ns%p
+	if ns%p < 0 {
+		start -= p // before the epoch: floor, not truncation
+	}
+	return time.Unix(0, start).UTC().Format(time.RFC3339Nano)
 }

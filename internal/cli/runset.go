@@ -205,7 +205,7 @@ func runAcquireSet(ctx context.Context, f *Factory, o *acquireOptions, format ou
 			OnWait: func(cur coord.LockInfo) {
 				f.verbosef("waiting for %s, held by %s (token %d)", output.Clean(cur.Name), output.Clean(cur.Holder), cur.Token)
 			},
-		}, fencing.HoldOptions{})
+		})
 		if err != nil {
 			return err
 		}

@@ -173,16 +173,15 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		}()
 	}
 	sr := &supervise.ShardRunner{}
-	m, err := shards.Join(ctx, c, group, shards.Options{
-		Shards: o.shards, Member: o.member, TTL: o.ttl, Settle: o.settle, Guard: g,
-		Process: &coord.ProcessInfo{PIDs: []int{os.Getpid()}},
-		Hold:    holdOptions(o.ttl, sr),
-		OnMove: func(mv shards.Move) {
+	m, err := shards.Join(ctx, c, group, o.shards,
+		shards.WithMember(o.member), shards.WithTTL(o.ttl), shards.WithSettle(o.settle), shards.WithGuard(g),
+		shards.WithProcess(&coord.ProcessInfo{PIDs: []int{os.Getpid()}}),
+		shards.WithHold(fencing.OnRenewed(sr.OnRenewed)),
+		shards.OnMove(func(mv shards.Move) {
 			kind := map[string]history.Kind{"taken": histShardTaken, "given_up": histShardGivenUp, "lost": histShardLost}[mv.Kind]
 			f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
 			record(history.Event{Lock: shards.ShardLock(group, mv.Shard), Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
-		},
-	})
+		}))
 	if err != nil {
 		if errors.Is(err, coord.ErrBusy) {
 			return exitcode.New(exitcode.Failure, fmt.Errorf("%w: %v", coord.ErrInvalid, err))
@@ -442,10 +441,4 @@ func newCmdShardsParallel(f *Factory) *cobra.Command {
 			return updateSettings(cmd, f, args[0], func(s *shards.Settings) { s.Serial = nil })
 		},
 	}
-}
-
-// holdOptions renews the shards' leases as fence run renews its lease, and
-// tells sr of each renewal (its watchdog's stop time follows the earliest).
-func holdOptions(ttl time.Duration, sr *supervise.ShardRunner) fencing.HoldOptions {
-	return fencing.HoldOptions{OnSafeUntil: sr.OnSafeUntil}
 }

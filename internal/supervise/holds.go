@@ -71,7 +71,7 @@ func (s *HeldSet) Context() context.Context { return s.ctx }
 func (s *HeldSet) SafeUntil() clock.Boot {
 	var su clock.Boot
 	for i, h := range s.helds {
-		if v := h.SafeUntil(); i == 0 || v < su {
+		if v := bootSafeUntil(h); i == 0 || v < su {
 			su = v
 		}
 	}
@@ -114,6 +114,31 @@ func (s *HeldSet) Renewed() {
 			s.f(su)
 		}
 	}
+}
+
+// bootSafeUntil is h's safe-until on the boot clock, which the watchdog
+// reads (0 for no hold).
+func bootSafeUntil(h *fencing.Held) clock.Boot {
+	if h == nil {
+		return 0
+	}
+	return h.Stats().SafeUntilBoot
+}
+
+// bootHeld is a *fencing.Held as a holdView.
+type bootHeld struct{ *fencing.Held }
+
+func (b bootHeld) SafeUntil() clock.Boot { return bootSafeUntil(b.Held) }
+
+// holdOptions are the options of fence run's holds: p's renew interval,
+// margin and --no-renew, with the callbacks given.
+func holdOptions(p *plan, renewed func(*fencing.Held), renewErr func(error, int)) []fencing.Option {
+	o := []fencing.Option{fencing.WithRenewInterval(p.interval), fencing.WithMargin(p.margin),
+		fencing.OnRenewed(renewed), fencing.OnRenewError(renewErr)}
+	if p.NoRenew {
+		o = append(o, fencing.WithoutRenewal())
+	}
+	return o
 }
 
 // holdView is what supervising needs of the lease or leases: a

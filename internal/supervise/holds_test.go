@@ -11,7 +11,6 @@ import (
 
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
 )
@@ -47,11 +46,11 @@ func TestHeldSetEarliest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	var cur atomic.Pointer[supervise.HeldSet]
-	hopts := fencing.HoldOptions{OnSafeUntil: func(clock.Boot) {
+	hopts := fencing.OnRenewed(func(*fencing.Held) {
 		if s := cur.Load(); s != nil {
 			s.Renewed()
 		}
-	}}
+	})
 	var helds []*fencing.Held
 	for _, name := range []string{"pair/a", "pair/b"} {
 		h, err := fencing.Acquire(ctx, c, name, coord.AcquireOptions{TTL: ttl, Wait: 0, Holder: "heldset-test"}, hopts)
@@ -83,9 +82,9 @@ func TestHeldSetEarliest(t *testing.T) {
 	died := death.wait(t)
 	r := <-res
 	// No renewal of b was acknowledged after the stall: its last safe-until.
-	su, healthy := stalled.SafeUntil(), helds[0].SafeUntil()
+	su, healthy := stalled.Stats().SafeUntilBoot, helds[0].Stats().SafeUntilBoot
 	// The stalled lease lives at least until su + margin (Sent + TTL).
-	expiry := su.Add(stalled.Margin())
+	expiry := su.Add(stalled.Stats().Margin)
 	t.Logf("the command (ignoring TERM) died %v before the stalled lease could expire; the healthy one's safe-until reaches %v past it",
 		expiry.Sub(died).Round(time.Millisecond), healthy.Sub(su).Round(time.Millisecond))
 	if died >= expiry {

@@ -72,7 +72,7 @@ func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int,
 		return code, runErr
 	}
 	lease := r.held.Lease()
-	if su := r.held.SafeUntil(); r.exit.Died > su {
+	if su := bootSafeUntil(r.held); r.exit.Died > su {
 		r.m.lost = true
 		return exitcode.LeaseLost, fmt.Errorf("%w: the command exited 0 %v after the lease on %q (token %d) could no longer be trusted: its completion of %q is not recorded",
 			coord.ErrLeaseLost, r.exit.Died.Sub(su).Round(time.Millisecond), p.Lock, lease.Token, p.Once)

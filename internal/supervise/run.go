@@ -386,20 +386,14 @@ func (r *runner) run(ctx context.Context) (int, error) {
 
 // holdOptions are the fencing.Hold options of the run: the watchdog's stop
 // time moves with every acknowledgment of the coordinator.
-func (r *runner) holdOptions() fencing.HoldOptions {
+func (r *runner) holdOptions() []fencing.Option {
 	p := r.p
-	return fencing.HoldOptions{
-		RenewInterval: p.interval,
-		Margin:        p.margin,
-		NoRenew:       p.NoRenew,
-		OnSafeUntil: func(su clock.Boot) {
-			r.orders.push(order{Op: opExtend, LeaseStop: su.Add(-p.grace)})
-			r.failuresBack() // an acknowledgment: the coordinator is reachable
-		},
-		OnRenewError: func(err error, n int) {
-			r.verbosef("renewal %d failed: %v", n, err)
-		},
-	}
+	return holdOptions(p, func(h *fencing.Held) {
+		r.orders.push(order{Op: opExtend, LeaseStop: bootSafeUntil(h).Add(-p.grace)})
+		r.failuresBack() // an acknowledgment: the coordinator is reachable
+	}, func(err error, n int) {
+		r.verbosef("renewal %d failed: %v", n, err)
+	})
 }
 
 // acquireOptions are the acquisition's options. The watchdog was started
@@ -476,9 +470,9 @@ func (r *runner) acquireAndHold(ctx context.Context, sigs <-chan os.Signal) (*co
 	}
 	// The hold outlives ctx: when ctx ends, the command is stopped first,
 	// and the lease released after.
-	r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, r.holdOptions())
+	r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, r.holdOptions()...)
 	r.heldPtr.Store(r.held)
-	r.hold = r.held
+	r.hold = bootHeld{r.held}
 	if err != nil {
 		r.releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
 		return nil, exitcode.Failure, err

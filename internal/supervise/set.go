@@ -56,7 +56,7 @@ type setHolds struct {
 }
 
 func (s *setHolds) Context() context.Context { return s.set.Context() }
-func (s *setHolds) SafeUntil() clock.Boot    { return s.set.SafeUntil() }
+func (s *setHolds) SafeUntil() clock.Boot    { return bootSafeUntil(s.set.Earliest()) }
 func (s *setHolds) Check() error             { return s.set.Check() }
 func (s *setHolds) Leases() []coord.Lease    { return s.set.Leases() }
 func (s *setHolds) Env() map[string]string   { return s.env }
@@ -68,7 +68,8 @@ func (s *setHolds) OnSafeUntil(f func(clock.Boot)) {
 }
 
 // renewed is the set's OnSafeUntil: its earliest safe-until moved later.
-func (s *setHolds) renewed(su clock.Boot) {
+func (s *setHolds) renewed(h *fencing.Held) {
+	su := bootSafeUntil(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f != nil {
@@ -121,15 +122,9 @@ func (r *runner) runSet(ctx context.Context, path string, args, env []string, ig
 		holder = coord.DefaultHolder()
 	}
 	hs := &setHolds{}
-	hopts := fencing.HoldOptions{
-		RenewInterval: p.interval,
-		Margin:        p.margin,
-		NoRenew:       p.NoRenew,
-		OnSafeUntil:   hs.renewed,
-		OnRenewError: func(err error, n int) {
-			r.verbosef("renewal %d failed: %v", n, err)
-		},
-	}
+	hopts := holdOptions(p, hs.renewed, func(err error, n int) {
+		r.verbosef("renewal %d failed: %v", n, err)
+	})
 	acq := coord.AcquireOptions{
 		TTL:    p.TTL,
 		Holder: holder,
@@ -158,7 +153,7 @@ func (r *runner) runSet(ctx context.Context, path string, args, env []string, ig
 		}
 	}()
 	t0 := clock.Now()
-	set, err := fencing.AcquireSet(actx, r.c, p.Locks, acq, hopts)
+	set, err := fencing.AcquireSet(actx, r.c, p.Locks, acq, hopts...)
 	close(acqDone)
 	r.m.wait = clock.Now().Sub(t0)
 	if err == nil && context.Cause(actx) != nil {

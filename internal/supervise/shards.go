@@ -15,7 +15,6 @@ import (
 
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/logging"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
 	"github.com/fence-dev/fence/pkg/shards"
@@ -34,8 +33,9 @@ type ShardRunner struct {
 	OnRestart func(n int, set []int, reason string)
 }
 
-// OnSafeUntil is told of each renewal of a shard's lease.
-func (sr *ShardRunner) OnSafeUntil(clock.Boot) {
+// OnRenewed is told of each renewal of a shard's lease (a
+// fencing.OnRenewed function).
+func (sr *ShardRunner) OnRenewed(*fencing.Held) {
 	if s := sr.cur.Load(); s != nil {
 		s.Renewed()
 	}

@@ -67,13 +67,13 @@ func testSignalDuringRestart(t *testing.T, when, why string) {
 		}
 	}
 	c1 := open()
-	m2, err := shards.Join(ctx, open(), group, shards.Options{Shards: 2, Member: "m2", TTL: 10 * time.Second, Settle: settle})
+	m2, err := shards.Join(ctx, open(), group, 2, shards.WithMember("m2"), shards.WithTTL(10*time.Second), shards.WithSettle(settle))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m2.Leave(context.Background())
-	m1, err := shards.Join(ctx, c1, group, shards.Options{Shards: 2, Member: "m1", TTL: 10 * time.Second, Settle: settle,
-		Hold: fencing.HoldOptions{OnSafeUntil: sr.OnSafeUntil}})
+	m1, err := shards.Join(ctx, c1, group, 2, shards.WithMember("m1"), shards.WithTTL(10*time.Second), shards.WithSettle(settle),
+		shards.WithHold(fencing.OnRenewed(sr.OnRenewed)))
 	if err != nil {
 		t.Fatal(err)
 	}

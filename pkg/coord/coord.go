@@ -28,20 +28,20 @@ const WaitForever time.Duration = -1
 // MaxNameLen is the longest lock name, in bytes.
 const MaxNameLen = 256
 
-// DefaultTTL is the TTL of a lease asked for with a zero
+// defaultTTL is the TTL of a lease asked for with a zero
 // AcquireOptions.TTL: fence run's default --ttl.
-const DefaultTTL = 15 * time.Second
+const defaultTTL = 15 * time.Second
 
 // AcquireOptions says how to take a lease. Every backend checks them with
 // CheckAcquire, so that all refuse the same input.
 //
-// The zero AcquireOptions is a try-lock: a lease of DefaultTTL for
+// The zero AcquireOptions is a try-lock: a lease of 15s for
 // DefaultHolder() when the lock is free, else ErrBusy at once. To wait as
 // etcd's concurrency.Mutex.Lock does, set Wait to WaitForever (the wait
 // then ends with ctx). The zero Wait stays "do not wait" because that is
 // what every caller that sets Wait: 0 means, fence's own included.
 type AcquireOptions struct {
-	// TTL is the requested time to live, 0 for DefaultTTL. A backend may
+	// TTL is the requested time to live, 0 for 15s. A backend may
 	// grant more (etcd rounds up to whole seconds and has a minimum);
 	// Lease.TTL is what it granted.
 	TTL time.Duration
@@ -356,17 +356,17 @@ func ValidateName(name string) error {
 	return invalid(printable.Check("lock name", name, MaxNameLen))
 }
 
-// MaxHolderLen is the longest holder identity, in bytes.
-const MaxHolderLen = 1024
+// maxHolderLen is the longest holder identity, in bytes.
+const maxHolderLen = 1024
 
 // ValidateHolder checks a holder identity (AcquireOptions.Holder) by the
-// rules of lock names, up to MaxHolderLen bytes; "" is allowed (the
+// rules of lock names, up to 1024 bytes; "" is allowed (the
 // default). The error wraps ErrInvalid.
 func ValidateHolder(holder string) error {
 	if holder == "" {
 		return nil
 	}
-	return invalid(printable.Check("holder", holder, MaxHolderLen))
+	return invalid(printable.Check("holder", holder, maxHolderLen))
 }
 
 // invalid wraps err, if any, in ErrInvalid.
@@ -378,7 +378,7 @@ func invalid(err error) error {
 }
 
 // CheckAcquire checks the arguments of an Acquire and returns the options
-// with their defaults: a zero TTL is DefaultTTL, an empty Holder
+// with their defaults: a zero TTL is 15s, an empty Holder
 // DefaultHolder(). Every backend calls it first, so that they refuse the
 // same input, each with an error wrapping ErrInvalid: a bad name
 // (ValidateName), a TTL that is negative or above MaxTTL, a negative Wait
@@ -390,7 +390,7 @@ func CheckAcquire(name string, o AcquireOptions) (AcquireOptions, error) {
 		return o, err
 	}
 	if o.TTL == 0 {
-		o.TTL = DefaultTTL
+		o.TTL = defaultTTL
 	}
 	if err := ValidateTTL(o.TTL); err != nil {
 		return o, err

@@ -43,14 +43,14 @@ func FuzzValidateName(f *testing.F) {
 }
 
 // TestValidateHolder: a holder is checked as a lock name is, up to
-// MaxHolderLen bytes; "" (the default) is allowed.
+// maxHolderLen bytes; "" (the default) is allowed.
 func TestValidateHolder(t *testing.T) {
-	for _, h := range []string{"", "host:123", "ci runner ✓", strings.Repeat("h", MaxHolderLen)} {
+	for _, h := range []string{"", "host:123", "ci runner ✓", strings.Repeat("h", maxHolderLen)} {
 		if err := ValidateHolder(h); err != nil {
 			t.Errorf("ValidateHolder(%q) = %v", h, err)
 		}
 	}
-	for _, h := range []string{"a\nb", "root\u202e", "ops\u200b", "\xff", strings.Repeat("h", MaxHolderLen+1)} {
+	for _, h := range []string{"a\nb", "root\u202e", "ops\u200b", "\xff", strings.Repeat("h", maxHolderLen+1)} {
 		if err := ValidateHolder(h); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ValidateHolder(%q) = %v, want ErrInvalid", h, err)
 		}
@@ -61,7 +61,7 @@ func TestValidateHolder(t *testing.T) {
 // conformance suite checks that every backend refuses them).
 func TestCheckAcquire(t *testing.T) {
 	o, err := CheckAcquire("a", AcquireOptions{})
-	if err != nil || o.TTL != DefaultTTL || o.Holder != DefaultHolder() || o.Wait != 0 {
+	if err != nil || o.TTL != defaultTTL || o.Holder != DefaultHolder() || o.Wait != 0 {
 		t.Errorf("CheckAcquire(zero) = %+v, %v", o, err)
 	}
 	o, err = CheckAcquire("a", AcquireOptions{TTL: time.Second, Holder: "me", Wait: WaitForever})

@@ -71,17 +71,3 @@ func KeepOrDefault(keep time.Duration) time.Duration {
 	}
 	return keep
 }
-
-// PeriodKey is the key of `--once-per period` at t: the start of the period
-// that contains t, in UTC, periods aligned to the Unix epoch, written in RFC
-// 3339 ("2025-03-01T00:00:00Z"; fractions of a second only when the period
-// has them). period must be positive.
-func PeriodKey(t time.Time, period time.Duration) string {
-	ns := t.UnixNano()
-	p := int64(period)
-	start := ns - ns%p
-	if ns%p < 0 {
-		start -= p // before the epoch: floor, not truncation
-	}
-	return time.Unix(0, start).UTC().Format(time.RFC3339Nano)
-}

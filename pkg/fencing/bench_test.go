@@ -50,7 +50,7 @@ func benchHolds(b *testing.B, c coord.Coordinator, renewals *atomic.Int64) {
 	var helds []*fencing.Held
 	for i := range 1000 {
 		l := &coord.Lease{Name: fmt.Sprintf("l%d", i), ID: fmt.Sprint(i), TTL: time.Second, Sent: time.Now()}
-		h, err := fencing.Hold(ctx, c, l, fencing.HoldOptions{})
+		h, err := fencing.Hold(ctx, c, l, fencing.Opts(fencing.HoldOptions{}))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -30,8 +30,7 @@ func Example() {
 
 	ctx := context.Background()
 	h, err := fencing.Acquire(ctx, c, "reports/nightly",
-		coord.AcquireOptions{TTL: 15 * time.Second, Wait: coord.WaitForever},
-		fencing.HoldOptions{})
+		coord.AcquireOptions{TTL: 15 * time.Second, Wait: coord.WaitForever})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,3 +15,10 @@ import (
 func HoldOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, fc *clockwork.FakeClock) (*Held, error) {
 	return holdOn(ctx, c, lease, opts, fakeClk{fc})
 }
+
+// HoldOptions is the configuration the Options build, for tests that set
+// it whole (and RetryInterval, which no Option sets).
+type HoldOptions = holdConfig
+
+// Opts sets the whole configuration.
+func Opts(o HoldOptions) Option { return func(c *holdConfig) { *c = o } }

@@ -78,10 +78,10 @@ type LostError struct {
 	Token  uint64
 	// SafeUntil is the safe-until that passed (Unsafe, Paused) or the last
 	// one known (Lost).
-	SafeUntil clock.Boot
+	SafeUntil time.Time
 	// Late is how far past SafeUntil the loss was detected (Unsafe, Paused).
 	Late time.Duration
-	// NoRenew is set when the hold did not renew (HoldOptions.NoRenew).
+	// NoRenew is set when the hold did not renew (WithoutRenewal).
 	NoRenew bool
 	// Failures counts the renewals that failed since the last
 	// acknowledgment; LastErr is the last of them (or, for Lost, the error
@@ -143,9 +143,9 @@ func ceilDiv(d time.Duration, n int64) time.Duration {
 	return q
 }
 
-// HoldOptions tunes Hold. The zero value renews every TTL/3 with
-// DefaultMargin.
-type HoldOptions struct {
+// holdConfig is what the Options set. The zero value renews every TTL/3
+// with DefaultMargin.
+type holdConfig struct {
 	// RenewInterval is the time from one renewal's send to the next
 	// (default: granted TTL / 3). Two renewal attempts must fit before
 	// safe-until: 2*RenewInterval < TTL - Margin. A renewal may go out up
@@ -176,6 +176,65 @@ type HoldOptions struct {
 	// error and the number of failures since the last acknowledgment. It
 	// must not block, and runs as OnSafeUntil does.
 	OnRenewError func(err error, failures int)
+	// OnRenewed is OnSafeUntil with the hold itself (the public form).
+	OnRenewed func(h *Held)
+	// Keep is how long Do keeps the completion record (0: coord.DefaultKeep).
+	Keep time.Duration
+}
+
+// Option tunes Hold, Acquire, AcquireSet and Do. With none, a hold renews
+// every TTL/3 with DefaultMargin.
+type Option func(*holdConfig)
+
+// WithRenewInterval sets the time from one renewal's send to the next
+// (default: granted TTL / 3). Two renewal attempts must fit before
+// safe-until: 2*d < TTL - margin. A renewal may go out up to d/16 early,
+// with the renewals of other holds that fall due then; never late. A
+// failed renewal is retried after d/4; one not answered within d/2 is
+// abandoned and retried at once.
+func WithRenewInterval(d time.Duration) Option {
+	return func(c *holdConfig) { c.RenewInterval = d }
+}
+
+// WithMargin sets what is subtracted from the renewal's send time plus the
+// TTL: it covers what has to happen after safe-until before the lease really
+// expires (the caller stopping its work, clock rate differences). Default
+// DefaultMargin(TTL).
+func WithMargin(d time.Duration) Option { return func(c *holdConfig) { c.Margin = d } }
+
+// WithoutRenewal holds the lease without renewing it: the context ends at
+// the first safe-until (Reason Unsafe, LostError.NoRenew set).
+func WithoutRenewal() Option { return func(c *holdConfig) { c.NoRenew = true } }
+
+// OnRenewed sets a function called with the hold after each acknowledged
+// renewal that moved its safe-until later (not for the initial one); for a
+// Set, with the hold whose safe-until comes first, each time the set's
+// safe-until becomes later. It must not block: it runs on the goroutine
+// that delivered the renewal's answer, which may deliver the answers of
+// other holds too (etcd: the keep-alive stream's receiver). The calls of
+// one hold are made one at a time, in order, and none once Release
+// returned. It may call the hold's SafeUntil and Stats, not Release.
+func OnRenewed(f func(h *Held)) Option { return func(c *holdConfig) { c.OnRenewed = f } }
+
+// OnRenewError sets a function called after each failed renewal with the
+// error and the number of failures since the last acknowledgment. It must
+// not block, and runs as OnRenewed's does.
+func OnRenewError(f func(err error, failures int)) Option {
+	return func(c *holdConfig) { c.OnRenewError = f }
+}
+
+// WithKeep sets how long Do keeps the completion record (default
+// coord.DefaultKeep). Use at least the time during which the job must not
+// run again. Hold and AcquireSet ignore it.
+func WithKeep(d time.Duration) Option { return func(c *holdConfig) { c.Keep = d } }
+
+// configOf applies opts.
+func configOf(opts []Option) holdConfig {
+	var c holdConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
 }
 
 // Stats is a snapshot of a hold's renewals.
@@ -186,8 +245,16 @@ type Stats struct {
 	Renewals, Failures, Consecutive int
 	// LastError is the last renewal error (nil if none failed).
 	LastError error
-	// SafeUntil is the current safe-until.
-	SafeUntil clock.Boot
+	// SafeUntil is the current safe-until, on this process's clock.
+	SafeUntil time.Time
+	// SafeUntilBoot is the same instant on the boot clock (package clock),
+	// for a supervisor that hands it to another process; it is exact where
+	// SafeUntil is converted, and unlike a time.Time it keeps counting
+	// while the host is suspended.
+	SafeUntilBoot clock.Boot
+	// Margin and RenewInterval are the ones in use (WithMargin,
+	// WithRenewInterval, or their defaults for the lease's TTL).
+	Margin, RenewInterval time.Duration
 }
 
 // Held is a lease kept alive by Hold. Its methods are safe for concurrent
@@ -211,13 +278,13 @@ type Stats struct {
 //   - h.cancel is never called with sched.mu held: the context's AfterFunc
 //     (remove) takes sched.mu and cbMu, on a goroutine of its own.
 //
-// The callbacks (OnSafeUntil, OnRenewError) run under cbMu only: they may
+// The callbacks (OnSafeUntil, OnRenewed, OnRenewError) run under cbMu only: they may
 // call SafeUntil and Stats (h.mu), not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
 	lease  coord.Lease
 	clk    clk
-	opts   HoldOptions
+	opts   holdConfig
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -233,7 +300,7 @@ type Held struct {
 	wake        clock.Boot    // when the scheduler looks at the hold next
 	next        clock.Boot    // the next renewal's send
 	early       time.Duration // how much earlier than next it may go out
-	su          clock.Boot    // safe-until (st.SafeUntil, as the scheduler reads it)
+	su          clock.Boot    // safe-until (st.SafeUntilBoot, as the scheduler reads it)
 	inflight    *attempt      // the renewal in flight
 	removed     bool          // released, lost or ended: no more renewals
 	pendingLoss *LostError    // a loss to report once the callbacks running are done
@@ -246,8 +313,12 @@ const pauseTolerance = 100 * time.Millisecond
 
 // Acquire takes a lease with c.Acquire and holds it (see Hold). If Hold
 // refuses the options, the lease is released and the error returned.
-func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts HoldOptions) (*Held, error) {
-	acq, err := coord.CheckAcquire(name, acq) // the TTL that opts must fit (DefaultTTL for 0)
+func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts ...Option) (*Held, error) {
+	return acquire(ctx, c, name, acq, configOf(opts))
+}
+
+func acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts holdConfig) (*Held, error) {
+	acq, err := coord.CheckAcquire(name, acq) // the TTL that opts must fit (15s for 0)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +329,7 @@ func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.Ac
 	if err != nil {
 		return nil, err
 	}
-	h, err := Hold(ctx, c, l, opts)
+	h, err := holdOn(ctx, c, l, opts, bootClk{clockwork.NewRealClock()})
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -277,12 +348,12 @@ func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.Ac
 //
 // When ctx ends, renewals stop and Context() ends with ctx's cause; the
 // lease then runs out at its TTL unless released.
-func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions) (*Held, error) {
-	return holdOn(ctx, c, lease, opts, bootClk{clockwork.NewRealClock()})
+func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts ...Option) (*Held, error) {
+	return holdOn(ctx, c, lease, configOf(opts), bootClk{clockwork.NewRealClock()})
 }
 
 // holdOn is Hold on clock k (a test's fake clock: see export_test.go).
-func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, k clk) (*Held, error) {
+func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts holdConfig, k clk) (*Held, error) {
 	if lease == nil {
 		return nil, fmt.Errorf("%w: no lease to hold", coord.ErrInvalid)
 	}
@@ -293,7 +364,7 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts H
 }
 
 // hold is Hold on clock k, with checked options.
-func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts HoldOptions, k clk) (*Held, error) {
+func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts holdConfig, k clk) (*Held, error) {
 	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
 	h.opts.fill(lease.TTL)
 
@@ -315,7 +386,7 @@ func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts Hol
 		sent = h.clk.toBoot(lease.Sent)
 	}
 	su := sent.Add(h.lease.TTL - h.opts.Margin)
-	h.st.SafeUntil = su
+	h.st.SafeUntilBoot = su
 	if now := h.clk.now(); now > su {
 		return nil, h.lostErr(now, su, su)
 	}
@@ -331,7 +402,7 @@ func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts Hol
 	return h, nil
 }
 
-func (o *HoldOptions) check(ttl time.Duration) error {
+func (o *holdConfig) check(ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("%w: lease TTL must be positive, got %v", coord.ErrInvalid, ttl)
 	}
@@ -350,7 +421,7 @@ func (o *HoldOptions) check(ttl time.Duration) error {
 	return nil
 }
 
-func (o *HoldOptions) fill(ttl time.Duration) {
+func (o *holdConfig) fill(ttl time.Duration) {
 	if o.RenewInterval == 0 {
 		o.RenewInterval = ceilDiv(ttl, 3)
 	}
@@ -385,7 +456,7 @@ func (h *Held) Check() error {
 	if err := h.Err(); err != nil {
 		return err
 	}
-	now, su := h.clk.now(), h.SafeUntil()
+	now, su := h.clk.now(), h.safeUntil()
 	if now <= su {
 		return nil
 	}
@@ -399,25 +470,27 @@ func (h *Held) Lease() coord.Lease { return h.lease }
 // Token is the lease's fencing token.
 func (h *Held) Token() uint64 { return h.lease.Token }
 
-// SafeUntil is the instant, on the boot clock, until which the lease is
-// certainly held (less the margin).
-func (h *Held) SafeUntil() clock.Boot {
+// SafeUntil is the instant until which the lease is certainly held (less
+// the margin), on this process's clock. The hold measures it on the boot
+// clock, which counts time suspended: Stats().SafeUntilBoot is the exact
+// value.
+func (h *Held) SafeUntil() time.Time { return h.clk.toTime(h.safeUntil()) }
+
+// safeUntil is SafeUntil on the boot clock.
+func (h *Held) safeUntil() clock.Boot {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.st.SafeUntil
+	return h.st.SafeUntilBoot
 }
-
-// Margin is the margin in use.
-func (h *Held) Margin() time.Duration { return h.opts.Margin }
-
-// RenewInterval is the renew interval in use.
-func (h *Held) RenewInterval() time.Duration { return h.opts.RenewInterval }
 
 // Stats returns a snapshot of the renewals so far.
 func (h *Held) Stats() Stats {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.st
+	st := h.st
+	h.mu.Unlock()
+	st.SafeUntil = h.clk.toTime(st.SafeUntilBoot)
+	st.Margin, st.RenewInterval = h.opts.Margin, h.opts.RenewInterval
+	return st
 }
 
 // Release stops renewing, cancels Context() (cause ErrReleased unless it was
@@ -443,7 +516,7 @@ func (h *Held) lostErr(now, su, planned clock.Boot) *LostError {
 	if now.Sub(max(planned, su)) > pauseTolerance {
 		r = Paused
 	}
-	return &LostError{Reason: r, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: su, Late: now.Sub(su),
+	return &LostError{Reason: r, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: h.clk.toTime(su), Late: now.Sub(su),
 		NoRenew: h.opts.NoRenew, Failures: h.st.Consecutive, LastErr: h.st.LastError}
 }
 
@@ -453,6 +526,7 @@ func (h *Held) lose(e *LostError) { h.cancel(e) }
 type clk interface {
 	now() clock.Boot
 	toBoot(time.Time) clock.Boot
+	toTime(clock.Boot) time.Time
 	newTimer(time.Duration) clockwork.Timer
 	// watchSuspend joins the suspend watch and returns the func that leaves
 	// it (the scheduler's goroutine is in it while it runs).
@@ -465,6 +539,7 @@ type bootClk struct{ c clockwork.Clock }
 
 func (b bootClk) now() clock.Boot                          { return clock.Now() }
 func (b bootClk) toBoot(t time.Time) clock.Boot            { return clock.FromMono(t) }
+func (b bootClk) toTime(t clock.Boot) time.Time            { return time.Now().Add(clock.Until(t)) }
 func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
 func (b bootClk) watchSuspend() func()                     { return suspends.join() }
 func (b bootClk) suspended() <-chan struct{}               { return suspends.current() }
@@ -475,6 +550,7 @@ type fakeClk struct{ c *clockwork.FakeClock }
 
 func (f fakeClk) now() clock.Boot                          { return clock.Boot(f.c.Now().UnixNano()) }
 func (f fakeClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
+func (f fakeClk) toTime(t clock.Boot) time.Time            { return time.Unix(0, int64(t)) }
 func (f fakeClk) newTimer(d time.Duration) clockwork.Timer { return f.c.NewTimer(d) }
 func (f fakeClk) watchSuspend() func()                     { return func() {} }
 func (f fakeClk) suspended() <-chan struct{}               { return nil }

@@ -80,11 +80,11 @@ func TestHoldKeepsLease(t *testing.T) {
 			var mu sync.Mutex
 			var extensions int
 			h, err := fencing.Acquire(ctx, c, "keep", coord.AcquireOptions{TTL: time.Second},
-				fencing.HoldOptions{OnSafeUntil: func(_ clock.Boot) { mu.Lock(); extensions++; mu.Unlock() }})
+				fencing.Opts(fencing.HoldOptions{OnSafeUntil: func(_ clock.Boot) { mu.Lock(); extensions++; mu.Unlock() }}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			first := h.SafeUntil()
+			first := h.Stats().SafeUntilBoot
 			time.Sleep(2500 * time.Millisecond) // 2.5 TTLs: the lease would have expired unrenewed
 			if err := h.Err(); err != nil {
 				t.Fatalf("hold ended: %v", err)
@@ -100,8 +100,8 @@ func TestHoldKeepsLease(t *testing.T) {
 			mu.Lock()
 			n := extensions
 			mu.Unlock()
-			if st.Renewals < 2 || n < 2 || st.SafeUntil <= first {
-				t.Fatalf("renewals %d, extensions %d, safe-until moved %v", st.Renewals, n, st.SafeUntil.Sub(first))
+			if st.Renewals < 2 || n < 2 || st.SafeUntilBoot <= first {
+				t.Fatalf("renewals %d, extensions %d, safe-until moved %v", st.Renewals, n, st.SafeUntilBoot.Sub(first))
 			}
 			if err := h.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -128,7 +128,7 @@ func TestRevokeCancels(t *testing.T) {
 			ctx := context.Background()
 			const interval = 100 * time.Millisecond
 			h, err := fencing.Acquire(ctx, c, "revoke", coord.AcquireOptions{TTL: 30 * time.Second},
-				fencing.HoldOptions{RenewInterval: interval})
+				fencing.Opts(fencing.HoldOptions{RenewInterval: interval}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +282,7 @@ func TestLateAcknowledgmentIsRefused(t *testing.T) {
 	if r := lostReason(t, h); r != fencing.Paused {
 		t.Fatalf("reason %v, want paused", r)
 	}
-	if got := h.SafeUntil(); got != su {
+	if got := h.SafeUntil(); !got.Equal(su) {
 		t.Fatalf("safe-until moved by %v after the late acknowledgment", got.Sub(su))
 	}
 }
@@ -308,7 +308,7 @@ func TestUnsafeWhenRenewalsFail(t *testing.T) {
 	}
 	var le *fencing.LostError
 	errors.As(h.Err(), &le)
-	if le.Failures < 2 || !errors.Is(le.LastErr, unreachable) || le.SafeUntil != su {
+	if le.Failures < 2 || !errors.Is(le.LastErr, unreachable) || !le.SafeUntil.Equal(su) {
 		t.Fatalf("LostError %+v: want ≥2 failures, the last error, the original safe-until", le)
 	}
 	// It ended at safe-until, not before: the fake clock is past it by at
@@ -355,7 +355,7 @@ func TestHoldRefusesUnsafeOptions(t *testing.T) {
 		{"negative", time.Second, fencing.HoldOptions{RetryInterval: -1}},
 	}
 	for _, tc := range cases {
-		_, err := fencing.Acquire(ctx, c, "opts", coord.AcquireOptions{TTL: tc.ttl}, tc.o)
+		_, err := fencing.Acquire(ctx, c, "opts", coord.AcquireOptions{TTL: tc.ttl}, fencing.Opts(tc.o))
 		if !errors.Is(err, coord.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", tc.name, err)
 		}
@@ -363,7 +363,7 @@ func TestHoldRefusesUnsafeOptions(t *testing.T) {
 	if info, _ := c.Inspect(ctx, "opts"); info.Held {
 		t.Fatal("a refused hold left the lock held")
 	}
-	if _, err := fencing.Hold(ctx, c, nil, fencing.HoldOptions{}); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := fencing.Hold(ctx, c, nil, fencing.Opts(fencing.HoldOptions{})); !errors.Is(err, coord.ErrInvalid) {
 		t.Fatalf("Hold(nil) = %v", err)
 	}
 }
@@ -378,18 +378,18 @@ func TestHoldWithoutSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	bare := &coord.Lease{Name: l.Name, ID: l.ID, Token: l.Token, TTL: l.TTL}
-	h, err := fencing.Hold(ctx, c, bare, fencing.HoldOptions{})
+	h, err := fencing.Hold(ctx, c, bare, fencing.Opts(fencing.HoldOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Release(ctx)
-	if left := clock.Until(h.SafeUntil()); left < 8*time.Second || left > 9*time.Second+time.Millisecond {
+	if left := time.Until(h.SafeUntil()); left < 8*time.Second || left > 9*time.Second+time.Millisecond {
 		t.Fatalf("safe-until %v away, want about TTL-margin", left)
 	}
 	if _, err := c.Revoke(ctx, "nosent"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fencing.Hold(ctx, c, bare, fencing.HoldOptions{}); !errors.Is(err, coord.ErrLeaseLost) {
+	if _, err := fencing.Hold(ctx, c, bare, fencing.Opts(fencing.HoldOptions{})); !errors.Is(err, coord.ErrLeaseLost) {
 		t.Fatalf("Hold of a revoked lease = %v, want ErrLeaseLost", err)
 	}
 }
@@ -398,7 +398,7 @@ func TestHoldWithoutSent(t *testing.T) {
 func TestParentContextEndsHold(t *testing.T) {
 	c := openLocal(t)
 	ctx, cancel := context.WithCancelCause(context.Background())
-	h, err := fencing.Acquire(ctx, c, "parent", coord.AcquireOptions{TTL: 10 * time.Second}, fencing.HoldOptions{})
+	h, err := fencing.Acquire(ctx, c, "parent", coord.AcquireOptions{TTL: 10 * time.Second}, fencing.Opts(fencing.HoldOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}

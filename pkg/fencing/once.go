@@ -8,19 +8,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// OnceOptions tunes Do.
-type OnceOptions struct {
-	// Acquire says how to take the lease (its TTL is required; Wait 0 fails
-	// with coord.ErrBusy when another process holds the lock).
-	Acquire coord.AcquireOptions
-	// Hold tunes the renewals (see Hold).
-	Hold HoldOptions
-	// Keep is how long the completion record is kept (0:
-	// coord.DefaultKeep). Use at least the time during which the job must
-	// not run again.
-	Keep time.Duration
-}
-
 // Do runs fn at most once to success for key of lock name, across every
 // process that shares the coordinator (`fence run --once` for Go
 // programs): at-least-once until one success, at most one success per key.
@@ -36,8 +23,12 @@ type OnceOptions struct {
 // the lease could not be trusted to the end of fn, or was lost before the
 // record was written, no record is written and the error wraps
 // coord.ErrLeaseLost: fn's work may have to be fenced by its token.
-
-func Do(ctx context.Context, c coord.Coordinator, name, key string, opts OnceOptions, fn func(ctx context.Context, h *Held) error) error {
+//
+// acq says how to take the lease (its TTL is required; Wait 0 fails with
+// coord.ErrBusy when another process holds the lock); opts tune the
+// renewals (see Hold) and, with WithKeep, how long the record is kept.
+func Do(ctx context.Context, c coord.Coordinator, name, key string, acq coord.AcquireOptions, fn func(ctx context.Context, h *Held) error, options ...Option) error {
+	opts := configOf(options)
 	k := c
 	if err := coord.ValidateKey(key); err != nil {
 		return err
@@ -58,7 +49,7 @@ func Do(ctx context.Context, c coord.Coordinator, name, key string, opts OnceOpt
 	if err := done(); err != nil {
 		return err
 	}
-	h, err := Acquire(ctx, c, name, opts.Acquire, opts.Hold)
+	h, err := acquire(ctx, c, name, acq, opts)
 	if err != nil {
 		return err
 	}

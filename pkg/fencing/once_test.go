@@ -21,19 +21,19 @@ func TestDo(t *testing.T) {
 			other := c // one client: the backends open a store of their own each
 			ctx, cancel := context.WithTimeout(context.Background(), hang)
 			defer cancel()
-			opts := fencing.OnceOptions{Acquire: coord.AcquireOptions{TTL: 3 * time.Second, Holder: "worker", Wait: coord.WaitForever}}
+			acq := coord.AcquireOptions{TTL: 3 * time.Second, Holder: "worker", Wait: coord.WaitForever}
 			runs := 0
 			job := func(err error) func(context.Context, *fencing.Held) error {
 				return func(context.Context, *fencing.Held) error { runs++; return err }
 			}
 			boom := errors.New("boom")
-			if err := fencing.Do(ctx, c, "charge", "2026-01", opts, job(boom)); !errors.Is(err, boom) {
+			if err := fencing.Do(ctx, c, "charge", "2026-01", acq, job(boom)); !errors.Is(err, boom) {
 				t.Fatalf("failing job: Do = %v, want its error", err)
 			}
-			if err := fencing.Do(ctx, c, "charge", "2026-01", opts, job(nil)); err != nil {
+			if err := fencing.Do(ctx, c, "charge", "2026-01", acq, job(nil)); err != nil {
 				t.Fatalf("Do after a failure: %v", err)
 			}
-			if err := fencing.Do(ctx, other, "charge", "2026-01", opts, job(nil)); !errors.Is(err, coord.ErrCompleted) {
+			if err := fencing.Do(ctx, other, "charge", "2026-01", acq, job(nil)); !errors.Is(err, coord.ErrCompleted) {
 				t.Fatalf("Do after a success = %v, want ErrCompleted", err)
 			}
 			if runs != 2 {
@@ -52,7 +52,7 @@ func TestDo(t *testing.T) {
 				<-ctx.Done() // the next renewal finds it
 				return nil
 			}
-			if err := fencing.Do(ctx, c, "charge", "2026-02", opts, lost); !errors.Is(err, coord.ErrLeaseLost) {
+			if err := fencing.Do(ctx, c, "charge", "2026-02", acq, lost); !errors.Is(err, coord.ErrLeaseLost) {
 				t.Fatalf("job whose lease was revoked: Do = %v, want ErrLeaseLost", err)
 			}
 			if _, ok, _ := other.Completion(ctx, "charge", "2026-02"); ok {

@@ -399,7 +399,7 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 		lost = h.lostErr(now, su, h.wake)
 	case err != nil && errors.Is(err, coord.ErrLeaseLost):
 		h.mu.Lock()
-		lost = &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: su,
+		lost = &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: h.clk.toTime(su),
 			Failures: h.st.Consecutive, LastErr: err}
 		h.mu.Unlock()
 	}
@@ -449,9 +449,9 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 		h.mu.Lock()
 		h.st.Renewals++
 		h.st.Consecutive = 0
-		extended = nsu > h.st.SafeUntil
+		extended = nsu > h.st.SafeUntilBoot
 		if extended {
-			h.st.SafeUntil = nsu
+			h.st.SafeUntilBoot = nsu
 		}
 		h.mu.Unlock()
 		if extended {
@@ -471,8 +471,13 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 	switch {
 	case err != nil && h.opts.OnRenewError != nil:
 		h.opts.OnRenewError(err, failures)
-	case extended && h.opts.OnSafeUntil != nil:
-		h.opts.OnSafeUntil(nsu)
+	case extended && (h.opts.OnSafeUntil != nil || h.opts.OnRenewed != nil):
+		if h.opts.OnSafeUntil != nil {
+			h.opts.OnSafeUntil(nsu)
+		}
+		if h.opts.OnRenewed != nil {
+			h.opts.OnRenewed(h)
+		}
 	}
 }
 

@@ -88,7 +88,7 @@ func TestSchedulerStopsWithLastHold(t *testing.T) {
 	if err := fc.BlockUntilContext(bctx, 1); err != nil { // the scheduler sleeps until the renewal
 		t.Fatal(err)
 	}
-	fc.Advance(h.RenewInterval())
+	fc.Advance(h.opts.RenewInterval)
 	for end := time.Now().Add(20 * time.Second); h.Stats().Renewals == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("a hold on a restarted scheduler was not renewed (%+v, %v)", h.Stats(), context.Cause(h.Context()))
@@ -123,6 +123,7 @@ type suspendClk struct {
 
 func (c *suspendClk) now() clock.Boot               { return clock.Boot(c.boot.Load()) }
 func (c *suspendClk) toBoot(t time.Time) clock.Boot { return clock.Boot(t.UnixNano()) }
+func (c *suspendClk) toTime(t clock.Boot) time.Time { return time.Unix(0, int64(t)) }
 func (c *suspendClk) newTimer(d time.Duration) clockwork.Timer {
 	return armTimer{c.timers.NewTimer(d), c.armed}
 }

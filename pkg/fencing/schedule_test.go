@@ -121,7 +121,7 @@ func TestSchedulerIsolatesHolds(t *testing.T) {
 	su := hung.SafeUntil()
 	stepUntil(t, fc, active, step, "the hung hold's end", func() bool { return hung.Err() != nil })
 	le := lostErr(t, hung)
-	if le.Reason != fencing.Unsafe || le.Late <= 0 || le.Late > step || le.SafeUntil != su {
+	if le.Reason != fencing.Unsafe || le.Late <= 0 || le.Late > step || !le.SafeUntil.Equal(su) {
 		t.Fatalf("hung hold: %+v, want unsafe at its safe-until %v (within one step)", le, su)
 	}
 	if st := hung.Stats(); st.Renewals != 0 || st.Failures < 2 || !errors.Is(st.LastError, context.Canceled) {
@@ -131,7 +131,7 @@ func TestSchedulerIsolatesHolds(t *testing.T) {
 		if err := h.Err(); err != nil {
 			t.Fatalf("hold on %q ended with the hung one: %v", h.Lease().Name, err)
 		}
-		if st := h.Stats(); st.Renewals < 2 || st.SafeUntil <= su {
+		if st := h.Stats(); st.Renewals < 2 || !st.SafeUntil.After(su) {
 			t.Fatalf("hold on %q did not keep renewing while another hung: %+v", h.Lease().Name, st)
 		}
 	}
@@ -198,7 +198,7 @@ func TestUnansweredRenewal(t *testing.T) {
 	su := silent.SafeUntil()
 	stepUntil(t, fc, func() int32 { return c.active.Load() }, step, "the silent hold's end", func() bool { return silent.Err() != nil })
 	le := lostErr(t, silent)
-	if le.Reason != fencing.Unsafe || le.Late <= 0 || le.Late > step || le.SafeUntil != su {
+	if le.Reason != fencing.Unsafe || le.Late <= 0 || le.Late > step || !le.SafeUntil.Equal(su) {
 		t.Fatalf("silent hold: %+v, want unsafe at its safe-until %v", le, su)
 	}
 	// Every renewal of the silent lease was cancelled (the last one when the
@@ -218,7 +218,7 @@ func TestUnansweredRenewal(t *testing.T) {
 	if err := answered.Err(); err != nil {
 		t.Fatalf("the answered hold ended: %v", err)
 	}
-	if st := answered.Stats(); st.Renewals < 2 || st.SafeUntil <= su {
+	if st := answered.Stats(); st.Renewals < 2 || !st.SafeUntil.After(su) {
 		t.Fatalf("answered hold: %+v, want renewals past the silent one's safe-until", st)
 	}
 }
@@ -231,7 +231,7 @@ func TestManyHoldsEtcd(t *testing.T) {
 	const n = 50
 	helds := make([]*fencing.Held, n)
 	for i := range helds {
-		h, err := fencing.Acquire(ctx, c, fmt.Sprintf("many/%02d", i), coord.AcquireOptions{TTL: 2 * time.Second}, fencing.HoldOptions{})
+		h, err := fencing.Acquire(ctx, c, fmt.Sprintf("many/%02d", i), coord.AcquireOptions{TTL: 2 * time.Second}, fencing.Opts(fencing.HoldOptions{}))
 		if err != nil {
 			t.Fatal(err)
 		}

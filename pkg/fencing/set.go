@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jonboulle/clockwork"
 	"slices"
 	"sync"
 	"time"
@@ -19,7 +20,7 @@ type Set struct {
 	order  []int    // indexes into names, in byte order of the names
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	onSU   func(clock.Boot)
+	onSU   func(*Held)
 
 	mu       sync.Mutex // guards helds while they are taken, last, complete
 	helds    []*Held    // as names; nil until taken
@@ -66,12 +67,14 @@ func (e *SetError) Unwrap() error { return e.Err }
 // is a *SetError naming that lock. Names that are invalid or given twice
 // are refused (coord.ErrInvalid) before any lock is taken.
 //
-// opts applies to every hold, except that OnSafeUntil, when set, is called
-// with the set's safe-until (the earliest of the leases') each time it
-// becomes later, one call at a time; OnRenewError is called for a failed
+// opts apply to every hold, except that OnRenewed, when set, is called
+// with the hold whose safe-until comes first each time the set's
+// safe-until (the earliest of the leases') becomes later, one call at a
+// time; OnRenewError is called for a failed
 // renewal of any of the leases. ctx bounds the acquisition and the holds,
 // as for Hold.
-func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq coord.AcquireOptions, opts HoldOptions) (*Set, error) {
+func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq coord.AcquireOptions, options ...Option) (*Set, error) {
+	opts := configOf(options)
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: no lock to acquire", coord.ErrInvalid)
 	}
@@ -88,7 +91,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 	if err := opts.check(acq.TTL); err != nil {
 		return nil, err
 	}
-	s := &Set{names: slices.Clone(names), helds: make([]*Held, len(names)), onSU: opts.OnSafeUntil}
+	s := &Set{names: slices.Clone(names), helds: make([]*Held, len(names)), onSU: opts.OnRenewed}
 	s.order = make([]int, len(names))
 	for i := range s.order {
 		s.order[i] = i
@@ -105,6 +108,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	hopts := opts
 	hopts.OnSafeUntil = func(clock.Boot) { s.renewed() }
+	hopts.OnRenewed = nil
 
 	// A lease lost while a later lock is waited for ends that wait.
 	actx, cancelAcq := context.WithCancelCause(ctx)
@@ -148,7 +152,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 		if err != nil {
 			return fail(name, err)
 		}
-		h, err := Hold(ctx, c, l, hopts)
+		h, err := holdOn(ctx, c, l, hopts, bootClk{clockwork.NewRealClock()})
 		if err != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = c.Release(rctx, l.Name, l.ID)
@@ -178,10 +182,14 @@ func (s *Set) renewed() {
 	if !s.complete {
 		return
 	}
-	if su := s.safeUntil(); su > s.last {
+	e := s.earliestLocked()
+	if e == nil {
+		return
+	}
+	if su := e.safeUntil(); su > s.last {
 		s.last = su
 		if s.onSU != nil {
-			s.onSU(su)
+			s.onSU(e)
 		}
 	}
 }
@@ -229,31 +237,31 @@ func (s *Set) Leases() []coord.Lease {
 
 // SafeUntil is the earliest safe-until of the leases: until then every one
 // of them is certainly held.
-func (s *Set) SafeUntil() clock.Boot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.safeUntil()
+func (s *Set) SafeUntil() time.Time {
+	if e := s.Earliest(); e != nil {
+		return e.SafeUntil()
+	}
+	return time.Time{}
 }
 
 func (s *Set) safeUntil() clock.Boot {
-	var su clock.Boot
-	first := true
-	for _, h := range s.helds {
-		if h == nil {
-			continue
-		}
-		if v := h.SafeUntil(); first || v < su {
-			su, first = v, false
-		}
+	if e := s.earliestLocked(); e != nil {
+		return e.safeUntil()
 	}
-	return su
+	return 0
 }
 
 // Earliest is the hold whose safe-until comes first.
 func (s *Set) Earliest() *Held {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.earliestLocked()
+}
+
+func (s *Set) earliestLocked() *Held {
 	var e *Held
-	for _, h := range s.Helds() {
-		if h != nil && (e == nil || h.SafeUntil() < e.SafeUntil()) {
+	for _, h := range s.helds {
+		if h != nil && (e == nil || h.safeUntil() < e.safeUntil()) {
 			e = h
 		}
 	}

@@ -51,7 +51,7 @@ func TestAcquireSetOrder(t *testing.T) {
 	ctx := context.Background()
 	c := &callLog{Coordinator: openLocal(t)}
 	names := []string{"b", "a/b", "B", "ab", "a"}
-	s, err := fencing.AcquireSet(ctx, c, names, coord.AcquireOptions{TTL: 10 * time.Second}, fencing.HoldOptions{})
+	s, err := fencing.AcquireSet(ctx, c, names, coord.AcquireOptions{TTL: 10 * time.Second}, fencing.Opts(fencing.HoldOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +80,10 @@ func TestAcquireSetOrder(t *testing.T) {
 			t.Fatalf("%s after Release: %+v, %v", n, info, err)
 		}
 	}
-	if _, err := fencing.AcquireSet(ctx, c, []string{"a", "b", "a"}, coord.AcquireOptions{TTL: 10 * time.Second}, fencing.HoldOptions{}); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := fencing.AcquireSet(ctx, c, []string{"a", "b", "a"}, coord.AcquireOptions{TTL: 10 * time.Second}, fencing.Opts(fencing.HoldOptions{})); !errors.Is(err, coord.ErrInvalid) {
 		t.Fatalf("a lock named twice: %v, want ErrInvalid", err)
 	}
-	if _, err := fencing.AcquireSet(ctx, c, []string{"a", ""}, coord.AcquireOptions{TTL: 10 * time.Second}, fencing.HoldOptions{}); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := fencing.AcquireSet(ctx, c, []string{"a", ""}, coord.AcquireOptions{TTL: 10 * time.Second}, fencing.Opts(fencing.HoldOptions{})); !errors.Is(err, coord.ErrInvalid) {
 		t.Fatalf("an empty name: %v, want ErrInvalid", err)
 	}
 	if got := c.log(); len(got) != 0 {
@@ -107,7 +107,7 @@ func TestAcquireSetAllOrNone(t *testing.T) {
 			}
 			for _, wait := range []time.Duration{0, 1500 * time.Millisecond} {
 				start := time.Now()
-				_, err := fencing.AcquireSet(ctx, c, []string{"d", "b", "c", "a"}, coord.AcquireOptions{TTL: 10 * time.Second, Wait: wait}, fencing.HoldOptions{})
+				_, err := fencing.AcquireSet(ctx, c, []string{"d", "b", "c", "a"}, coord.AcquireOptions{TTL: 10 * time.Second, Wait: wait}, fencing.Opts(fencing.HoldOptions{}))
 				took := time.Since(start)
 				var se *fencing.SetError
 				if !errors.As(err, &se) || se.Lock != "c" || !errors.Is(err, coord.ErrBusy) {
@@ -141,12 +141,13 @@ func TestAcquireSetLoss(t *testing.T) {
 			var su atomic.Int64
 			var calls atomic.Int32
 			s, err := fencing.AcquireSet(ctx, c, []string{"x", "y", "z"}, coord.AcquireOptions{TTL: 30 * time.Second},
-				fencing.HoldOptions{RenewInterval: 200 * time.Millisecond, OnSafeUntil: func(b clock.Boot) {
+				fencing.WithRenewInterval(200*time.Millisecond), fencing.OnRenewed(func(h *fencing.Held) {
+					b := h.Stats().SafeUntilBoot
 					if int64(b) <= su.Swap(int64(b)) {
 						t.Errorf("safe-until did not move later")
 					}
 					calls.Add(1)
-				}})
+				}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,8 +156,8 @@ func TestAcquireSetLoss(t *testing.T) {
 			for calls.Load() < 2 && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if calls.Load() < 2 || clock.Boot(su.Load()) > s.SafeUntil() {
-				t.Fatalf("OnSafeUntil called %d times", calls.Load())
+			if calls.Load() < 2 || clock.Boot(su.Load()) > s.Earliest().Stats().SafeUntilBoot {
+				t.Fatalf("OnRenewed called %d times", calls.Load())
 			}
 			if _, err := c.Revoke(ctx, "y"); err != nil {
 				t.Fatal(err)
@@ -187,7 +188,7 @@ func TestAcquireSetLoss(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				_, err := fencing.AcquireSet(ctx, c, []string{"q", "p"}, coord.AcquireOptions{TTL: 30 * time.Second, Wait: coord.WaitForever},
-					fencing.HoldOptions{RenewInterval: 200 * time.Millisecond})
+					fencing.Opts(fencing.HoldOptions{RenewInterval: 200 * time.Millisecond}))
 				done <- err
 			}()
 			for deadline := time.Now().Add(hang); ; time.Sleep(20 * time.Millisecond) {
@@ -231,7 +232,7 @@ func TestAcquireSetNoDeadlock(t *testing.T) {
 			for _, names := range [][]string{{"one", "two"}, {"two", "one"}} {
 				wg.Go(func() {
 					for range rounds {
-						s, err := fencing.AcquireSet(ctx, c, names, coord.AcquireOptions{TTL: 10 * time.Second, Wait: coord.WaitForever}, fencing.HoldOptions{})
+						s, err := fencing.AcquireSet(ctx, c, names, coord.AcquireOptions{TTL: 10 * time.Second, Wait: coord.WaitForever}, fencing.Opts(fencing.HoldOptions{}))
 						if err != nil {
 							errs <- err
 							return

@@ -80,41 +80,13 @@ func (e *StaleError) Error() string {
 // holds for a *StaleError.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
 
-// MaxKeyLen is the longest key, in bytes.
-const MaxKeyLen = coord.MaxNameLen
-
-// MaxToken is the largest token a guard accepts: tokens are stored as signed
-// 64-bit integers by SQL stores (BIGINT), and no coordinator issues a larger
-// one (coord.MaxToken).
-const MaxToken = coord.MaxToken
-
 // ValidateKey checks a key by the rules of lock names (coord.ValidateName:
-// the same check, not a copy): 1 to MaxKeyLen bytes of printable UTF-8, no
+// the same check, not a copy): 1 to coord.MaxNameLen bytes of printable UTF-8, no
 // control characters, no invisible or private-use characters. `/` is
 // allowed and has no nesting meaning. The error wraps coord.ErrInvalid.
 func ValidateKey(key string) error {
-	if err := printable.Check("guard key", key, MaxKeyLen); err != nil {
+	if err := printable.Check("guard key", key, coord.MaxNameLen); err != nil {
 		return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
 	}
 	return nil
-}
-
-// ValidateToken checks a token: 1 to MaxToken. The error wraps
-// coord.ErrInvalid.
-func ValidateToken(token uint64) error {
-	if token == 0 {
-		return fmt.Errorf("%w: fencing token must be positive", coord.ErrInvalid)
-	}
-	if token > MaxToken {
-		return fmt.Errorf("%w: fencing token %d exceeds the maximum %d", coord.ErrInvalid, token, uint64(MaxToken))
-	}
-	return nil
-}
-
-// CheckPut validates the arguments of a Put; stores call it first.
-func CheckPut(key string, token uint64) error {
-	if err := ValidateKey(key); err != nil {
-		return err
-	}
-	return ValidateToken(token)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 func TestStaleError(t *testing.T) {
@@ -37,13 +38,13 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	// A key is checked as a lock name is: one rule.
-	for _, k := range []string{"a", "x y", "a\u00a0b", "a\u2028", "a\u3164", "\u0378", "é", "a\ufe0f", strings.Repeat("k", guard.MaxKeyLen+1)} {
+	for _, k := range []string{"a", "x y", "a\u00a0b", "a\u2028", "a\u3164", "\u0378", "é", "a\ufe0f", strings.Repeat("k", check.MaxKeyLen+1)} {
 		if kerr, nerr := guard.ValidateKey(k), coord.ValidateName(k); (kerr == nil) != (nerr == nil) {
 			t.Errorf("%q: ValidateKey = %v, but ValidateName = %v", k, kerr, nerr)
 		}
 	}
-	for tok, ok := range map[uint64]bool{0: false, 1: true, guard.MaxToken: true, guard.MaxToken + 1: false} {
-		if err := guard.ValidateToken(tok); (err == nil) != ok || (err != nil && !errors.Is(err, coord.ErrInvalid)) {
+	for tok, ok := range map[uint64]bool{0: false, 1: true, check.MaxToken: true, check.MaxToken + 1: false} {
+		if err := check.Token(tok); (err == nil) != ok || (err != nil && !errors.Is(err, coord.ErrInvalid)) {
 			t.Errorf("ValidateToken(%d) = %v", tok, err)
 		}
 	}

@@ -1,6 +1,11 @@
 package history
 
-import "context"
+import (
+	"context"
+	"time"
+
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
+)
 
 // What the external tests reach of the package's internals.
 
@@ -17,4 +22,8 @@ func (p Pending) Flush(ctx context.Context) error               { return p.p.flu
 func (p Pending) Len() int                                      { return p.p.count() }
 func (p Pending) Dropped() int                                  { return p.p.droppedCount() }
 
-func WithMaxPending(n int) Option { return withMaxPending(n) }
+func WithMaxPending(n int) Option { return hopts.WithMaxPending(n) }
+
+func WithClock(now func() time.Time) Option { return hopts.WithClock(now) }
+
+func NewOptions(o ...Option) error { _, err := hopts.New(o...); return err }

@@ -17,8 +17,8 @@
 //   - package etcdstore: one key per event under <prefix>history/;
 //   - package pgstore: one row per event in the PostgreSQL backend's schema.
 //
-// Both are bounded by count per lock (DefaultMaxEvents) and by age
-// (defaultMaxAge), enforced when they are written, so that storage never
+// Both are bounded by count per lock (1000 events by default,
+// WithMaxEvents) and by age (7 days, WithMaxAge), enforced when they are written, so that storage never
 // grows without limit; reads never return an event beyond either bound.
 //
 // Wrap decorates a coord.Coordinator so that it records acquisitions,
@@ -40,17 +40,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
-// DefaultMaxEvents is the number of events kept per lock by default.
-const DefaultMaxEvents = 1000
-
-// defaultMaxAge is how long an event is kept by default.
-const defaultMaxAge = 7 * 24 * time.Hour
-
-// MaxTextLen bounds the free-text fields of an event (Holder, Error): longer
+// maxTextLen bounds the free-text fields of an event (Holder, Error): longer
 // values are cut, at a UTF-8 boundary, when the event is recorded.
-const MaxTextLen = 1024
+const maxTextLen = hopts.MaxTextLen
 
 // Store keeps the history of every lock. Implementations are safe for
 // concurrent use, and, for the ones in this module, by many processes.
@@ -66,13 +61,13 @@ type Store interface {
 	Append(ctx context.Context, evs []Event) error
 }
 
-// ReleaseAppender is a Store that can write a released event in one step
+// releaseAppender is a Store that can write a released event in one step
 // with the release itself, on a coordinator of its own backend (package
 // etcdstore, on the etcd coordinator whose client it shares): the event is
 // on record before the next holder's turn, and the release costs one round
 // trip instead of a read, a write and the release. The Recorder uses it for
 // the leases it acquired.
-type ReleaseAppender interface {
+type releaseAppender interface {
 	// AppendRelease writes ev, the released event of lease leaseID held
 	// under token on lock ev.Lock, and releases that lease on c, at once
 	// and only while the lease holds the lock. done false: nothing was
@@ -109,115 +104,24 @@ type Head struct {
 	Seq  uint64
 }
 
-// Options configure stores and the Recorder. Each reads the fields it
-// needs; the zero value of a field means its default.
-type Options struct {
-	// MaxEvents bounds the events kept per lock (DefaultMaxEvents).
-	MaxEvents int
-	// MaxAge bounds how long an event is kept (defaultMaxAge).
-	MaxAge time.Duration
-	// Now is the wall clock, for event times and the age bound (time.Now).
-	// Tests inject their own.
-	Now func() time.Time
-	// Logger receives the Recorder's warnings about events it could not
-	// write (slog.Default()).
-	Logger *slog.Logger
-	// RecordTimeout bounds each write the Recorder makes on its own behalf
-	// (defaultRecordTimeout), so that an unreachable store cannot hold up a
-	// lease operation for long.
-	RecordTimeout time.Duration
-	// MaxPending bounds the events a Recorder keeps in memory while the
-	// store cannot be written (defaultMaxPending); beyond it the oldest are
-	// dropped.
-	MaxPending int
-	// SpoolDir, when set, is where a Recorder keeps the events it could not
-	// write by its close (WithSpool).
-	SpoolDir string
-}
+// Option sets a bound of a store or a setting of the Recorder. A negative
+// bound or timeout is refused by the stores (an error wrapping
+// coord.ErrInvalid) and replaced by its default by Wrap.
+type Option = hopts.Option
 
-// defaultRecordTimeout is the default Options.RecordTimeout.
-const defaultRecordTimeout = 3 * time.Second
+// WithMaxEvents keeps at most n events per lock (n > 0; default 1000).
+func WithMaxEvents(n int) Option { return func(o *hopts.Options) { o.MaxEvents = n } }
 
-// defaultMaxPending is the default Options.MaxPending.
-const defaultMaxPending = 256
-
-// Option sets a field of Options.
-type Option func(*Options)
-
-// WithMaxEvents keeps at most n events per lock (n > 0).
-func WithMaxEvents(n int) Option { return func(o *Options) { o.MaxEvents = n } }
-
-// WithMaxAge keeps events for at most d (d > 0).
-func WithMaxAge(d time.Duration) Option { return func(o *Options) { o.MaxAge = d } }
-
-// WithClock sets the wall clock used for event times and the age bound.
-func WithClock(now func() time.Time) Option { return func(o *Options) { o.Now = now } }
+// WithMaxAge keeps events for at most d (d > 0; default 7 days).
+func WithMaxAge(d time.Duration) Option { return func(o *hopts.Options) { o.MaxAge = d } }
 
 // WithLogger sets the logger of the Recorder.
-func WithLogger(l *slog.Logger) Option { return func(o *Options) { o.Logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *hopts.Options) { o.Logger = l } }
 
-// WithRecordTimeout bounds each write the Recorder makes.
-func WithRecordTimeout(d time.Duration) Option { return func(o *Options) { o.RecordTimeout = d } }
-
-// withMaxPending bounds the events kept in memory while the store is down.
-func withMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
-
-// NewOptions applies opts over the defaults. It fails, wrapping
-// coord.ErrInvalid, on a negative bound.
-func NewOptions(opts ...Option) (Options, error) {
-	o, errs := options(opts)
-	if len(errs) > 0 {
-		return o, errs[0]
-	}
-	return o, nil
+// WithRecordTimeout bounds each write the Recorder makes (default 3s).
+func WithRecordTimeout(d time.Duration) Option {
+	return func(o *hopts.Options) { o.RecordTimeout = d }
 }
-
-// options applies opts over the defaults. A negative bound is replaced by
-// its default, and reported in errs (each wrapping coord.ErrInvalid); the
-// other options are kept.
-func options(opts []Option) (o Options, errs []error) {
-	for _, f := range opts {
-		f(&o)
-	}
-	if o.MaxEvents < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max events %d is negative", coord.ErrInvalid, o.MaxEvents))
-		o.MaxEvents = 0
-	}
-	if o.MaxAge < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max age %v is negative", coord.ErrInvalid, o.MaxAge))
-		o.MaxAge = 0
-	}
-	if o.RecordTimeout < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: record timeout %v is negative", coord.ErrInvalid, o.RecordTimeout))
-		o.RecordTimeout = 0
-	}
-	if o.MaxPending < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max pending %d is negative", coord.ErrInvalid, o.MaxPending))
-		o.MaxPending = 0
-	}
-	if o.MaxEvents == 0 {
-		o.MaxEvents = DefaultMaxEvents
-	}
-	if o.MaxAge == 0 {
-		o.MaxAge = defaultMaxAge
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.RecordTimeout == 0 {
-		o.RecordTimeout = defaultRecordTimeout
-	}
-	if o.MaxPending == 0 {
-		o.MaxPending = defaultMaxPending
-	}
-	return o, errs
-}
-
-// Cutoff is the oldest event time kept as of now.
-func (o Options) Cutoff() time.Time { return o.Now().Add(-o.MaxAge) }
 
 // maxLeaseIDLen bounds an event's lease id (etcd's are at most 16 hex
 // digits, the local backend's 24).
@@ -236,7 +140,7 @@ var knownKinds = map[Kind]bool{
 
 // Normalize checks an event before it is stored and fills in what may be
 // left out: a zero Time becomes now (in UTC, as every stored time), Holder
-// and Error are cut to MaxTextLen bytes. An event without a valid lock name,
+// and Error are cut to maxTextLen bytes. An event without a valid lock name,
 // with an unknown kind, a bad guard key, a negative duration or count, or a
 // token above coord.MaxToken is refused with an error wrapping
 // coord.ErrInvalid.
@@ -271,13 +175,13 @@ func Normalize(ev Event, now time.Time) (Event, error) {
 	return ev, nil
 }
 
-// cut shortens s to at most MaxTextLen bytes without splitting a rune.
+// cut shortens s to at most maxTextLen bytes without splitting a rune.
 func cut(s string) string {
-	if len(s) <= MaxTextLen {
+	if len(s) <= maxTextLen {
 		return s
 	}
 	const ell = "…"
-	s = s[:MaxTextLen-len(ell)]
+	s = s[:maxTextLen-len(ell)]
 	for len(s) > 0 && !utf8.ValidString(s) {
 		s = s[:len(s)-1]
 	}

@@ -18,6 +18,9 @@ import (
 // fence run records renewal failures through a Pending, so that the ones seen
 // while the coordinator could not be reached are written when it comes back.
 // A Pending is safe for concurrent use; writes are serialized.
+// defaultMaxPending is the pending buffer's bound when none is given.
+const defaultMaxPending = 256
+
 type pendingEvents struct {
 	h   Historian
 	app func(ctx context.Context, evs []Event) error // h's Append, if it has one

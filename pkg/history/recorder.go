@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 // Recorder is a coord.Coordinator that records the lease events it sees in a
@@ -71,7 +72,7 @@ type Recorder interface {
 type recorder struct {
 	inner   coord.Coordinator
 	store   Store
-	opts    Options
+	opts    hopts.Options
 	log     *slog.Logger
 	pending *pendingEvents
 	spool   *spool // WithSpool, else nil
@@ -102,12 +103,12 @@ var _ Recorder = (*recorder)(nil)
 
 // Wrap returns a Recorder that records c's lease events in s. Options set
 // the logger, the clock, the timeout of each write and the pending buffer
-// (the bounds are the store's own). A negative value, which NewOptions
-// refuses, is replaced by its default and logged at warn level: Wrap has
+// (the bounds are the store's own). A negative value, which the stores
+// refuse, is replaced by its default and logged at warn level: Wrap has
 // no error to return, and the other options are kept. Closing the Recorder
 // closes c.
 func Wrap(c coord.Coordinator, s Store, opts ...Option) Recorder {
-	o, errs := options(opts)
+	o, errs := hopts.Lenient(opts)
 	for _, err := range errs {
 		o.Logger.Warn("history: option ignored, the default is used", "err", err)
 	}
@@ -256,10 +257,10 @@ func (r *recorder) Release(ctx context.Context, name, leaseID string) error {
 
 // releaseRecorded writes the released event of a lease this Recorder
 // acquired in one step with the release, where the store can
-// (ReleaseAppender) and no event is pending (they go first, and would not
+// (releaseAppender) and no event is pending (they go first, and would not
 // be in that step). done false: nothing was written or released.
 func (r *recorder) releaseRecorded(ctx context.Context, name, leaseID string, known heldLease) (done bool, err error) {
-	ra, ok := r.store.(ReleaseAppender)
+	ra, ok := r.store.(releaseAppender)
 	if !ok {
 		return false, nil
 	}

@@ -458,7 +458,7 @@ func TestWrapKeepsValidOptions(t *testing.T) {
 	if !strings.Contains(logged.String(), "max pending -1 is negative") {
 		t.Errorf("the given logger did not get the warning; it got %q", logged.String())
 	}
-	if _, err := history.NewOptions(history.WithMaxPending(-1)); !errors.Is(err, coord.ErrInvalid) {
+	if err := history.NewOptions(history.WithMaxPending(-1)); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("NewOptions(negative) = %v, want ErrInvalid", err)
 	}
 }

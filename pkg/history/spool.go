@@ -22,6 +22,7 @@ import (
 	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/coord"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 // The spool (WithSpool) keeps, in files on the host, the events a Recorder
@@ -61,7 +62,7 @@ const (
 // a group's shared one makes it the group's), and lets FlushSpool write
 // them later, with their original times. dir must hold the events of one
 // store only: a flush writes them to its Recorder's.
-func WithSpool(dir string) Option { return func(o *Options) { o.SpoolDir = dir } }
+func WithSpool(dir string) Option { return func(o *hopts.Options) { o.SpoolDir = dir } }
 
 type spool struct {
 	dir       string

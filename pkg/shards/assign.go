@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// Assign maps shards 0..n-1 to members: rendezvous (highest random weight)
+// assign maps shards 0..n-1 to members: rendezvous (highest random weight)
 // hashing with a balance bound. Every (shard, member) pair has a score, a
 // hash of both; the pairs are taken in descending order of score, and a
 // pair assigns its shard to its member when the shard has no owner yet and
@@ -24,7 +24,7 @@ import (
 // in TestAssignMoves: 1.2 times the least possible with 4 or 10 members,
 // 1.5 times with 7 members of 64 shards. The map is indexed by shard; with no members every
 // entry is "".
-func Assign(n int, members []string) []string {
+func assign(n int, members []string) []string {
 	out := make([]string, n)
 	ms := slices.Clone(members)
 	slices.Sort(ms)
@@ -121,7 +121,7 @@ func Target(n int, members []string, st Settings) []string {
 		}
 		active = []string{one}
 	}
-	return Assign(n, active)
+	return assign(n, active)
 }
 
 // Of returns the shards of member in map, in ascending order.

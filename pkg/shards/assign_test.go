@@ -17,10 +17,10 @@ func TestAssignBalancedDeterministic(t *testing.T) {
 		for i := range m {
 			ms = append(ms, fmt.Sprintf("w%d-%d", i, r.IntN(1000)))
 		}
-		a := Assign(n, ms)
+		a := assign(n, ms)
 		rev := slices.Clone(ms)
 		slices.Reverse(rev)
-		if !slices.Equal(a, Assign(n, rev)) {
+		if !slices.Equal(a, assign(n, rev)) {
 			t.Fatalf("n=%d members %v: the map depends on their order", n, ms)
 		}
 		count := map[string]int{}
@@ -54,8 +54,8 @@ func TestAssignMoves(t *testing.T) {
 			for i := range c.m {
 				ms = append(ms, fmt.Sprintf("t%d-m%d", trial, i))
 			}
-			a := Assign(c.n, ms)
-			b := Assign(c.n, append(slices.Clone(ms), "joiner"))
+			a := assign(c.n, ms)
+			b := assign(c.n, append(slices.Clone(ms), "joiner"))
 			for s := range a {
 				if a[s] != b[s] {
 					joinMoved++
@@ -66,7 +66,7 @@ func TestAssignMoves(t *testing.T) {
 			}
 			gone := ms[trial%c.m]
 			rest := slices.DeleteFunc(slices.Clone(ms), func(id string) bool { return id == gone })
-			d := Assign(c.n, rest)
+			d := assign(c.n, rest)
 			for s := range a {
 				if a[s] != d[s] {
 					leaveMoved++

@@ -47,7 +47,7 @@ func TestAcquireErrorRetriedAfterASecond(t *testing.T) {
 	defer lc.Close()
 	c := &failing{Coordinator: lc}
 	c.fail.Store(true)
-	m, err := shards.Join(context.Background(), c, "spin", shards.Options{Shards: 4, Member: "m1", TTL: 5 * time.Second, Settle: -1})
+	m, err := shards.Join(context.Background(), c, "spin", 4, shards.WithMember("m1"), shards.WithTTL(5*time.Second), shards.WithSettle(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestThawedShardTaken(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := &failing{Coordinator: b.open(t)} // counts, fails nothing
-			m, err := shards.Join(ctx, c, group, shards.Options{Shards: 2, Member: "m1", TTL: 5 * time.Second, Settle: -1})
+			m, err := shards.Join(ctx, c, group, 2, shards.WithMember("m1"), shards.WithTTL(5*time.Second), shards.WithSettle(-1))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -35,8 +35,8 @@ func frozenHelper(ep string) int {
 		return 1
 	}
 	enc := json.NewEncoder(os.Stdout)
-	m, err := shards.Join(context.Background(), c, "frozen", shards.Options{Shards: 1, Member: "m1", TTL: frozenTTL,
-		Settle: 100 * time.Millisecond, OnMove: func(mv shards.Move) { enc.Encode(mv) }})
+	m, err := shards.Join(context.Background(), c, "frozen", 1, shards.WithMember("m1"), shards.WithTTL(frozenTTL),
+		shards.WithSettle(100*time.Millisecond), shards.OnMove(func(mv shards.Move) { enc.Encode(mv) }))
 	if err != nil {
 		fmt.Println("err", err)
 		return 1

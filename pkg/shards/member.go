@@ -14,7 +14,7 @@
 // context (cause ErrMoved), stops its work on it and calls Shard.Release.
 //
 // Changes of the membership (and of the settings) are applied only after
-// Options.Settle has passed without a further change, which damps churn
+// the settle time (WithSettle) has passed without a further change, which damps churn
 // when members flap.
 //
 // # Goroutines and locks
@@ -77,11 +77,11 @@ var (
 // MaxShards is the largest number of shards of a group.
 const MaxShards = 65536
 
-// DefaultSettle is Options.Settle's default.
+// DefaultSettle is the default of WithSettle.
 const DefaultSettle = time.Second
 
-// Options says how a member joins.
-type Options struct {
+// options says how a member joins.
+type options struct {
 	// Shards is the group's number of shards (1..MaxShards). Every member
 	// of a group must give the same number.
 	Shards int
@@ -95,7 +95,7 @@ type Options struct {
 	// negative: at once).
 	Settle time.Duration
 	// Hold tunes the renewal of the leases (package fencing).
-	Hold fencing.HoldOptions
+	Hold []fencing.Option
 	// Guard holds the group's settings (drain, serial); nil: none apply.
 	Guard guard.Guard
 	// Process, when set, is attached to the leases (coord.AcquireOptions).
@@ -104,6 +104,35 @@ type Options struct {
 	// It runs on the member's goroutine and must not block for long.
 	OnMove func(Move)
 }
+
+// Option says how a member joins.
+type Option func(*options)
+
+// WithMember sets this member's id (default coord.DefaultHolder()): 1 to
+// 128 bytes, a lock name without "/".
+func WithMember(id string) Option { return func(o *options) { o.Member = id } }
+
+// WithTTL sets the TTL of the member's and the shards' leases (default 15s).
+func WithTTL(ttl time.Duration) Option { return func(o *options) { o.TTL = ttl } }
+
+// WithSettle sets how long a change of the membership or the settings must
+// stay unchanged before the map is recomputed (default DefaultSettle;
+// negative: at once).
+func WithSettle(d time.Duration) Option { return func(o *options) { o.Settle = d } }
+
+// WithHold tunes the renewal of the leases (package fencing).
+func WithHold(opts ...fencing.Option) Option { return func(o *options) { o.Hold = opts } }
+
+// WithGuard sets the store of the group's settings (drain, serial): without
+// one, none apply.
+func WithGuard(g guard.Guard) Option { return func(o *options) { o.Guard = g } }
+
+// WithProcess attaches p to the leases (coord.AcquireOptions.Process).
+func WithProcess(p *coord.ProcessInfo) Option { return func(o *options) { o.Process = p } }
+
+// OnMove sets a function told of each shard this member takes or gives up.
+// It runs on the member's goroutine and must not block for long.
+func OnMove(f func(Move)) Option { return func(o *options) { o.OnMove = f } }
 
 // Move is a shard taken or given up by this member.
 type Move struct {
@@ -122,7 +151,7 @@ type Member struct {
 	c     coord.Coordinator
 	group string
 	id    string
-	opts  Options
+	opts  options
 
 	self      *fencing.Held
 	selfWatch *leaseWatch     // of the member's own lease; nil without one
@@ -258,11 +287,20 @@ type (
 	}
 )
 
-// Join makes this process a member of group on c and returns at once; the
-// member takes its shards in the background (Changed, Shards). Leave ends
-// it. The error wraps coord.ErrInvalid for bad options, coord.ErrBusy when
+// Join makes this process a member of group on c, a group of the given
+// number of shards (1..MaxShards: every member of a group must give the
+// same number), and returns at once; the member takes its shards in the
+// background (Changed, Shards). Leave ends it. The error wraps coord.ErrInvalid for bad options, coord.ErrBusy when
 // the member id is already live in the group.
-func Join(ctx context.Context, c coord.Coordinator, group string, opts Options) (*Member, error) {
+func Join(ctx context.Context, c coord.Coordinator, group string, shards int, opts ...Option) (*Member, error) {
+	o := options{Shards: shards}
+	for _, f := range opts {
+		f(&o)
+	}
+	return join(ctx, c, group, o)
+}
+
+func join(ctx context.Context, c coord.Coordinator, group string, opts options) (*Member, error) {
 	if err := ValidateGroup(group); err != nil {
 		return nil, err
 	}
@@ -297,7 +335,7 @@ func Join(ctx context.Context, c coord.Coordinator, group string, opts Options) 
 		return nil, err
 	}
 	self, err := fencing.Acquire(ctx, c, MemberLock(group, m.id),
-		coord.AcquireOptions{TTL: opts.TTL, Holder: m.id, Wait: 0, Process: opts.Process}, opts.Hold)
+		coord.AcquireOptions{TTL: opts.TTL, Holder: m.id, Wait: 0, Process: opts.Process}, opts.Hold...)
 	if err != nil {
 		wcancel()
 		if errors.Is(err, coord.ErrBusy) {
@@ -362,20 +400,6 @@ func (m *Member) Shards() []*Shard {
 	}
 	slices.SortFunc(out, func(a, b *Shard) int { return a.Number - b.Number })
 	return out
-}
-
-// Target returns the shards the map in force gives this member.
-func (m *Member) Target() []int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return Of(m.target, m.id)
-}
-
-// Map returns the map in force (by shard: its member) and the live members.
-func (m *Member) Map() (byShard []string, members []string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.target), slices.Clone(m.members)
 }
 
 // Settled says whether this member holds exactly its shards of the map in
@@ -683,7 +707,7 @@ func (l *memberLoop) claim() {
 		l.acquiring[k] = true
 		go func(k int) {
 			h, err := fencing.Acquire(m.ctx, m.c, ShardLock(m.group, k),
-				coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold)
+				coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold...)
 			if !m.send(acquired{k, h, err}) && h != nil {
 				// The member ended meanwhile: nobody will work on it.
 				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

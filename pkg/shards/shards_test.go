@@ -203,7 +203,7 @@ func (g *group) join(id string) {
 	c := g.b.open(g.t)
 	o := g.opts
 	o.Shards, o.Member, o.Guard = g.n, id, g.b.guard(g.t, c)
-	m, err := shards.Join(context.Background(), c, g.name, o)
+	m, err := shards.Join(context.Background(), c, g.name, g.n, shards.Opts(o))
 	if err != nil {
 		g.t.Fatal(err)
 	}

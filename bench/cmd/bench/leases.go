@@ -143,7 +143,7 @@ func holdLeases(ctx context.Context, o leaseOpts) (LeaseScale, error) {
 			name = "history-" + name // beside the etcd row's leases, which outlive their process by a TTL
 		}
 		h, err := fencing.Acquire(ctx, c, name,
-			coord.AcquireOptions{TTL: o.ttl, Holder: "bench-scale", Wait: 0}, fencing.HoldOptions{})
+			coord.AcquireOptions{TTL: o.ttl, Holder: "bench-scale", Wait: 0})
 		helds[i] = h
 		return err
 	})

@@ -12,6 +12,7 @@ package auto
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -46,9 +47,6 @@ func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 	if r, ok := c.(history.Recorder); ok {
 		return r.Store(), nil
 	}
-	if _, err := history.NewOptions(opts...); err != nil {
-		return nil, err
-	}
 	c = Backend(c)
 	if pb, ok := c.(*postgres.Coordinator); ok {
 		return pgstore.New(pb, opts...)
@@ -58,6 +56,9 @@ func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 	}
 	if lb, ok := c.(localBackend); ok {
 		s, err := localstore.Open(lb.Dir(), opts...)
+		if errors.Is(err, coord.ErrInvalid) {
+			return nil, err // bad options: Open checks them first
+		}
 		if err != nil {
 			return failing{err}, nil
 		}

@@ -17,6 +17,13 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
+// defaultTTL and maxHolderLen are coord's: the TTL of the zero
+// AcquireOptions and the longest holder.
+const (
+	defaultTTL   = 15 * time.Second
+	maxHolderLen = 1024
+)
+
 // tokens checks that every token it sees is larger than the last.
 type tokens struct {
 	t    testing.TB
@@ -837,7 +844,7 @@ func (s *suite) badInput(t *testing.T) {
 		{"holder with a newline", coord.AcquireOptions{Holder: "a\nb"}},
 		{"holder with a right-to-left override", coord.AcquireOptions{Holder: "root\u202e"}},
 		{"holder with a zero-width space", coord.AcquireOptions{Holder: "ops\u200b"}},
-		{"holder too long", coord.AcquireOptions{Holder: strings.Repeat("h", coord.MaxHolderLen+1)}},
+		{"holder too long", coord.AcquireOptions{Holder: strings.Repeat("h", maxHolderLen+1)}},
 		{"holder not UTF-8", coord.AcquireOptions{Holder: "\xff"}},
 		{"process id 0", coord.AcquireOptions{Process: &coord.ProcessInfo{PIDs: []int{0}}}},
 		{"negative process id", coord.AcquireOptions{Process: &coord.ProcessInfo{PIDs: []int{-5}}}},
@@ -861,7 +868,7 @@ func (s *suite) badInput(t *testing.T) {
 	release(t, c, l)
 }
 
-// zeroOptions: the zero AcquireOptions takes a lease of coord.DefaultTTL
+// zeroOptions: the zero AcquireOptions takes a lease of defaultTTL
 // (at least: a backend may grant more) for coord.DefaultHolder(), and does
 // not wait for a held lock (a try-lock).
 func (s *suite) zeroOptions(t *testing.T) {
@@ -871,10 +878,10 @@ func (s *suite) zeroOptions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire with zero options: %v", err)
 	}
-	if l.TTL < coord.DefaultTTL || l.Holder != coord.DefaultHolder() {
-		t.Errorf("zero options: TTL %v, holder %q; want at least %v, %q", l.TTL, l.Holder, coord.DefaultTTL, coord.DefaultHolder())
+	if l.TTL < defaultTTL || l.Holder != coord.DefaultHolder() {
+		t.Errorf("zero options: TTL %v, holder %q; want at least %v, %q", l.TTL, l.Holder, defaultTTL, coord.DefaultHolder())
 	}
-	if info := inspect(t, c2, name); !info.Held || info.Token != l.Token || info.Holder != coord.DefaultHolder() || info.TTL < coord.DefaultTTL {
+	if info := inspect(t, c2, name); !info.Held || info.Token != l.Token || info.Holder != coord.DefaultHolder() || info.TTL < defaultTTL {
 		t.Errorf("Inspect after a zero-options Acquire: %+v", info)
 	}
 	start := time.Now()

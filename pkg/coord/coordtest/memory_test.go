@@ -223,7 +223,7 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 			return nil, err
 		}
 		if c.st.bug == "no-validation" && o.TTL == 0 {
-			o.TTL = coord.DefaultTTL
+			o.TTL = defaultTTL
 		}
 		if err := coord.ValidateTTL(o.TTL); err != nil {
 			return nil, err

@@ -24,7 +24,7 @@ func TestHolderSurvivesDeadPaths(t *testing.T) {
 	const ttl = 4 * time.Second
 	// The hold's context must outlive the test's phases: its parent is not
 	// the test's guarded context.
-	h, err := fencing.Acquire(context.Background(), c, "dead-paths", coord.AcquireOptions{TTL: ttl}, fencing.HoldOptions{})
+	h, err := fencing.Acquire(context.Background(), c, "dead-paths", coord.AcquireOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestHolderSurvivesDeadPaths(t *testing.T) {
 			for i, px := range pxs {
 				before[i] = px.Forwarded()
 			}
-			time.Sleep(h.RenewInterval() * 3 / 2)
+			time.Sleep(h.Stats().RenewInterval * 3 / 2)
 			for i, px := range pxs {
 				if !dead[px] && px.Forwarded() > before[i] {
 					if active != nil {

@@ -37,33 +37,37 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
-// DefaultPrefix is the key prefix used when none is given, as for the etcd
+// defaultPrefix is the key prefix used when none is given, as for the etcd
 // coordinator.
-const DefaultPrefix = "/fence/"
+const defaultPrefix = "/fence/"
 
-// Store is a guard.Guard on an etcd cluster.
-type Store struct {
+// store is a guard.Guard on an etcd cluster.
+type store struct {
 	cli    *clientv3.Client
 	prefix string
 	now    func() time.Time
 }
 
-var _ guard.Guard = (*Store)(nil)
+var _ guard.Guard = (*store)(nil)
 
 // New returns a store that keeps its values under <prefix>guards/ through
-// cli (DefaultPrefix when prefix is empty; a prefix not ending in "/" gets
+// cli ("/fence/" when prefix is empty; a prefix not ending in "/" gets
 // one, as etcd.NormalPrefix says, so "/fence" and "/fence/" are one
 // namespace). The store does not own cli: closing cli is the caller's
 // business.
-func New(cli *clientv3.Client, prefix string) *Store {
+func New(cli *clientv3.Client, prefix string) guard.Guard { return newStore(cli, prefix) }
+
+// newStore is New with the concrete type.
+func newStore(cli *clientv3.Client, prefix string) *store {
 	prefix = etcd.NormalPrefix(prefix)
-	return &Store{cli: cli, prefix: prefix, now: time.Now}
+	return &store{cli: cli, prefix: prefix, now: time.Now}
 }
 
 // Key returns the etcd key that holds the value of key.
-func (s *Store) Key(key string) string {
+func (s *store) Key(key string) string {
 	return s.prefix + "guards/" + url.PathEscape(key)
 }
 
@@ -80,8 +84,8 @@ type record struct {
 func padToken(token uint64) string { return fmt.Sprintf("%020d", token) }
 
 // Put implements guard.Guard.
-func (s *Store) Put(ctx context.Context, key string, token uint64, value []byte) error {
-	if err := guard.CheckPut(key, token); err != nil {
+func (s *store) Put(ctx context.Context, key string, token uint64, value []byte) error {
+	if err := check.Put(key, token); err != nil {
 		return err
 	}
 	if value == nil {
@@ -139,7 +143,7 @@ func (s *Store) Put(ctx context.Context, key string, token uint64, value []byte)
 }
 
 // Get implements guard.Guard. The read is linearizable.
-func (s *Store) Get(ctx context.Context, key string) (guard.Value, error) {
+func (s *store) Get(ctx context.Context, key string) (guard.Value, error) {
 	if err := guard.ValidateKey(key); err != nil {
 		return guard.Value{}, err
 	}
@@ -175,7 +179,7 @@ func decode(key, etcdKey string, raw []byte) (guard.Value, error) {
 		return corrupt("token is not 20 digits")
 	}
 	tok, err := strconv.ParseUint(rec.Token, 10, 64)
-	if err != nil || guard.ValidateToken(tok) != nil {
+	if err != nil || check.Token(tok) != nil {
 		return corrupt(fmt.Sprintf("bad token %q", rec.Token))
 	}
 	if rec.Data == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/guardtest"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 var prefixes atomic.Int64
@@ -25,7 +26,7 @@ func newPrefix() string { return fmt.Sprintf("/t%d/", prefixes.Add(1)) }
 func TestConformance(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	guardtest.Run(t, func(t *testing.T) guard.Guard { return New(cli, newPrefix()) })
+	guardtest.Run(t, func(t *testing.T) guard.Guard { return newStore(cli, newPrefix()) })
 }
 
 func TestLayout(t *testing.T) {
@@ -33,7 +34,7 @@ func TestLayout(t *testing.T) {
 	cli := srv.Client(t)
 	ctx := context.Background()
 
-	s := New(cli, "")
+	s := newStore(cli, "")
 	if got := s.Key("a/b c"); got != "/fence/guards/a%2Fb%20c" {
 		t.Errorf("Key = %q", got)
 	}
@@ -49,7 +50,7 @@ func TestLayout(t *testing.T) {
 		t.Errorf("stored value %s", raw)
 	}
 	// Keys of one store do not leak into another prefix.
-	if _, err := New(cli, "/other/").Get(ctx, "job-42"); !errors.Is(err, guard.ErrNotFound) {
+	if _, err := newStore(cli, "/other/").Get(ctx, "job-42"); !errors.Is(err, guard.ErrNotFound) {
 		t.Errorf("other prefix sees the key: %v", err)
 	}
 }
@@ -58,9 +59,9 @@ func TestLayout(t *testing.T) {
 // number of significant digits changes.
 func TestTokenOrderingAcrossDigits(t *testing.T) {
 	srv := etcdtest.Start(t)
-	s := New(srv.Client(t), newPrefix())
+	s := newStore(srv.Client(t), newPrefix())
 	ctx := context.Background()
-	for _, tok := range []uint64{9, 10, 99, 100, 1 << 32, 1<<32 + 1, guard.MaxToken} {
+	for _, tok := range []uint64{9, 10, 99, 100, 1 << 32, 1<<32 + 1, check.MaxToken} {
 		if err := s.Put(ctx, "k", tok, nil); err != nil {
 			t.Fatalf("Put(%d): %v", tok, err)
 		}
@@ -83,7 +84,7 @@ func TestForeignValueFailsClosed(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	s := New(cli, newPrefix())
+	s := newStore(cli, newPrefix())
 	for i, raw := range []string{
 		"",
 		"plain text",
@@ -118,7 +119,7 @@ func TestForeignValueFailsClosed(t *testing.T) {
 func TestUnavailable(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	s := New(cli, newPrefix())
+	s := newStore(cli, newPrefix())
 	if err := s.Put(context.Background(), "k", 1, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +184,11 @@ func TestDocRecipe(t *testing.T) {
 // written (not at "/pguards/...").
 func TestPrefixWithoutSlash(t *testing.T) {
 	for _, p := range []string{"/p", "/p/"} {
-		if k := New(nil, p).Key("k"); k != "/p/guards/k" {
+		if k := newStore(nil, p).Key("k"); k != "/p/guards/k" {
 			t.Errorf("prefix %q: key %q, want /p/guards/k", p, k)
 		}
 	}
-	if k := New(nil, "").Key("k"); k != DefaultPrefix+"guards/k" {
+	if k := newStore(nil, "").Key("k"); k != defaultPrefix+"guards/k" {
 		t.Errorf("default prefix: key %q", k)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 // Open returns a guard on an empty store. Run calls it once per subtest;
@@ -127,12 +128,12 @@ func testStale(t *testing.T, g guard.Guard) {
 	}
 	mustPut(t, g, "k", 8, "eight")
 	mustGet(t, g, "k", 8, "eight")
-	mustPut(t, g, "k", guard.MaxToken, "max")
-	err = g.Put(ctxT(t), "k", guard.MaxToken-1, nil)
-	if !errors.As(err, &se) || se.Accepted != guard.MaxToken {
+	mustPut(t, g, "k", check.MaxToken, "max")
+	err = g.Put(ctxT(t), "k", check.MaxToken-1, nil)
+	if !errors.As(err, &se) || se.Accepted != check.MaxToken {
 		t.Fatalf("Put(MaxToken-1) = %v, want stale with accepted MaxToken", err)
 	}
-	mustGet(t, g, "k", guard.MaxToken, "max")
+	mustGet(t, g, "k", check.MaxToken, "max")
 }
 
 func testKeysIndependent(t *testing.T, g guard.Guard) {
@@ -151,8 +152,8 @@ func testKeysIndependent(t *testing.T, g guard.Guard) {
 var OddKeys = []string{
 	"/", ".", "..", "./x", "../../etc/passwd", "%", "%00", "%2F", "~", "-", "a\\b", "'", `"`,
 	"x'); DROP TABLE guards; --", "`rm -rf /`", "$(id)", "ü", "日本語", "emoji 🦀", "a\u00a0b", "tab\u2003space",
-	strings.Repeat("k", guard.MaxKeyLen), strings.Repeat("é", guard.MaxKeyLen/2), strings.Repeat("%", guard.MaxKeyLen),
-	strings.Repeat("k", guard.MaxKeyLen-1) + "/",
+	strings.Repeat("k", check.MaxKeyLen), strings.Repeat("é", check.MaxKeyLen/2), strings.Repeat("%", check.MaxKeyLen),
+	strings.Repeat("k", check.MaxKeyLen-1) + "/",
 }
 
 func testOddKeys(t *testing.T, g guard.Guard) {
@@ -166,7 +167,7 @@ func testOddKeys(t *testing.T, g guard.Guard) {
 
 func testInvalid(t *testing.T, g guard.Guard) {
 	ctx := ctxT(t)
-	badKeys := []string{"", strings.Repeat("k", guard.MaxKeyLen+1), "a\x00b", "a\nb", "\x1b[31m", "a\x7f", "\xff\xfe", "a\u2028b", "\u0085", "a\u202eb", "a\u200bb"}
+	badKeys := []string{"", strings.Repeat("k", check.MaxKeyLen+1), "a\x00b", "a\nb", "\x1b[31m", "a\x7f", "\xff\xfe", "a\u2028b", "\u0085", "a\u202eb", "a\u200bb"}
 	for _, k := range badKeys {
 		if err := g.Put(ctx, k, 1, []byte("x")); !errors.Is(err, coord.ErrInvalid) {
 			t.Errorf("Put(%q) = %v, want ErrInvalid", k, err)
@@ -175,7 +176,7 @@ func testInvalid(t *testing.T, g guard.Guard) {
 			t.Errorf("Get(%q) = %v, want ErrInvalid", k, err)
 		}
 	}
-	for _, tok := range []uint64{0, guard.MaxToken + 1, ^uint64(0)} {
+	for _, tok := range []uint64{0, check.MaxToken + 1, ^uint64(0)} {
 		if err := g.Put(ctx, "k", tok, []byte("x")); !errors.Is(err, coord.ErrInvalid) {
 			t.Errorf("Put(token %d) = %v, want ErrInvalid", tok, err)
 		}

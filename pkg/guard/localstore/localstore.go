@@ -27,6 +27,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 
 	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/internal/flock"
@@ -44,19 +45,28 @@ const maxEscaped = 200
 // memory.
 const maxFileSize = 1 << 30
 
-// Store is a guard.Guard on files under <state-dir>/guards/.
-type Store struct {
+// store is a guard.Guard on files under <state-dir>/guards/.
+type store struct {
 	dir   string
 	share sharedir.Mode // how the state directory is shared
 	now   func() time.Time
 }
 
-var _ guard.Guard = (*Store)(nil)
+var _ guard.Guard = (*store)(nil)
 
 // Open opens the store under stateDir, creating stateDir (0700) and its
 // guards/ directory (0700) when missing. It fails when guards/ is a symlink
 // or not a directory.
-func Open(stateDir string) (*Store, error) {
+func Open(stateDir string) (guard.Guard, error) {
+	s, err := openStore(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openStore is Open with the concrete type.
+func openStore(stateDir string) (*store, error) {
 	if stateDir == "" {
 		return nil, fmt.Errorf("%w: empty state directory", coord.ErrInvalid)
 	}
@@ -77,11 +87,11 @@ func Open(stateDir string) (*Store, error) {
 			return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
 		}
 	}
-	return &Store{dir: dir, share: share, now: time.Now}, nil
+	return &store{dir: dir, share: share, now: time.Now}, nil
 }
 
 // Dir returns the store's directory (<state-dir>/guards).
-func (s *Store) Dir() string { return s.dir }
+func (s *store) Dir() string { return s.dir }
 
 // record is the on-disk form of a value.
 type record struct {
@@ -93,8 +103,8 @@ type record struct {
 }
 
 // Put implements guard.Guard.
-func (s *Store) Put(ctx context.Context, key string, token uint64, value []byte) error {
-	if err := guard.CheckPut(key, token); err != nil {
+func (s *store) Put(ctx context.Context, key string, token uint64, value []byte) error {
+	if err := check.Put(key, token); err != nil {
 		return err
 	}
 	base := fileBase(key)
@@ -130,7 +140,7 @@ func (s *Store) Put(ctx context.Context, key string, token uint64, value []byte)
 }
 
 // Get implements guard.Guard.
-func (s *Store) Get(ctx context.Context, key string) (guard.Value, error) {
+func (s *store) Get(ctx context.Context, key string) (guard.Value, error) {
 	if err := guard.ValidateKey(key); err != nil {
 		return guard.Value{}, err
 	}
@@ -145,7 +155,7 @@ func (s *Store) Get(ctx context.Context, key string) (guard.Value, error) {
 }
 
 // read reads and checks the value file of key; guard.ErrNotFound when absent.
-func (s *Store) read(key, base string) (record, error) {
+func (s *store) read(key, base string) (record, error) {
 	path := filepath.Join(s.dir, base+".json")
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -190,7 +200,7 @@ func (s *Store) read(key, base string) (record, error) {
 		return corrupt(fmt.Sprintf("unknown version %d", rec.Version))
 	case rec.Key != key:
 		return corrupt(fmt.Sprintf("it holds key %q", rec.Key))
-	case guard.ValidateToken(rec.Token) != nil:
+	case check.Token(rec.Token) != nil:
 		return corrupt(fmt.Sprintf("invalid token %d", rec.Token))
 	}
 	return rec, nil
@@ -198,7 +208,7 @@ func (s *Store) read(key, base string) (record, error) {
 
 // lock takes the exclusive flock of the key's lock file (internal/flock: ctx
 // can abandon the wait).
-func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error) {
+func (s *store) lock(ctx context.Context, base string) (unlock func(), err error) {
 	path := filepath.Join(s.dir, base+".lock")
 	unlock, err = flock.LockPerm(ctx, path, s.share.FilePerm())
 	switch {
@@ -212,7 +222,7 @@ func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error
 
 // writeAtomic replaces name in the store's directory with data, durably
 // (atomicfile.Write with a directory fsync).
-func (s *Store) writeAtomic(name string, data []byte) error {
+func (s *store) writeAtomic(name string, data []byte) error {
 	_, err := atomicfile.WritePerm(filepath.Join(s.dir, name), data, true, s.share.FilePerm())
 	return err
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/guardtest"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 func TestMain(m *testing.M) {
@@ -31,9 +32,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func open(t *testing.T) *Store {
+func open(t *testing.T) *store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "state"))
+	s, err := openStore(filepath.Join(t.TempDir(), "state"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestFileNames(t *testing.T) {
 			t.Errorf("fileBase(%q) = %q, want %q", key, got, want)
 		}
 	}
-	long := strings.Repeat("/", guard.MaxKeyLen)
+	long := strings.Repeat("/", check.MaxKeyLen)
 	if got := fileBase(long); !strings.HasPrefix(got, "~") || len(got) != 65 {
 		t.Errorf("fileBase(long) = %q, want ~ and a SHA-256", got)
 	}
@@ -175,11 +176,11 @@ func TestSymlinkRefused(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), filepath.Join(state, Dir)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(state); err == nil {
+	if _, err := openStore(state); err == nil {
 		t.Error("Open accepted a symlinked guards directory")
 	}
-	if _, err := Open(""); !errors.Is(err, coord.ErrInvalid) {
-		t.Errorf("Open(\"\") = %v, want ErrInvalid", err)
+	if _, err := openStore(""); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("openStore(\"\") = %v, want ErrInvalid", err)
 	}
 }
 
@@ -260,7 +261,7 @@ func monoNow() int64 {
 func helper() int {
 	client, _ := strconv.Atoi(os.Getenv("FENCE_GUARD_HELPER"))
 	n, _ := strconv.Atoi(os.Getenv("FENCE_GUARD_OPS"))
-	s, err := Open(os.Getenv("FENCE_GUARD_STATE"))
+	s, err := openStore(os.Getenv("FENCE_GUARD_STATE"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -307,7 +308,7 @@ func helper() int {
 }
 
 // TestProcessesLinearizable runs several processes writing the same key
-// through their own Store on one state directory and checks the merged
+// through their own store on one state directory and checks the merged
 // history with porcupine.
 func TestProcessesLinearizable(t *testing.T) {
 	const procs, ops = 4, 40

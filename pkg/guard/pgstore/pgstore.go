@@ -33,8 +33,8 @@ var _ guard.Guard = (*Store)(nil)
 
 // New returns the store in c's schema. It does not own c.
 func New(c *postgres.Coordinator) (*Store, error) {
-	t, err := sqlguard.New(stdlib.OpenDBFromPool(c.Pool()), sqlguard.Config{
-		Dialect: sqlguard.Postgres, Schema: c.Schema(), Table: "guards", KeyColumn: "key"})
+	t, err := sqlguard.New(stdlib.OpenDBFromPool(c.Pool()), sqlguard.Postgres, "guards",
+		sqlguard.WithSchema(c.Schema()), sqlguard.WithColumns("key", "", ""))
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
+	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
 // Dialect selects placeholders, identifier quoting and column types.
@@ -68,13 +69,13 @@ type DB interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// NoColumn, as Config.UpdatedAtColumn, means the table has no timestamp
+// noColumn, as config.UpdatedAtColumn, means the table has no timestamp
 // column.
-const NoColumn = "-"
+const noColumn = "-"
 
-// Config names a fenced table and its columns. Empty column names take the
+// config names a fenced table and its columns. Empty column names take the
 // defaults.
-type Config struct {
+type config struct {
 	Dialect Dialect
 	// Schema optionally qualifies Table (PostgreSQL schema, SQLite attached
 	// database name).
@@ -88,15 +89,42 @@ type Config struct {
 	// FenceColumn holds the token of the last accepted write: "fence".
 	FenceColumn string
 	// UpdatedAtColumn records the writer's time of the last accepted write:
-	// "updated_at"; NoColumn when the table has none.
+	// "updated_at"; noColumn when the table has none.
 	UpdatedAtColumn string
+}
+
+// Option sets the schema or a column name of a Table.
+type Option func(*config)
+
+// WithSchema qualifies the table (PostgreSQL schema, SQLite attached
+// database name).
+func WithSchema(schema string) Option { return func(c *config) { c.Schema = schema } }
+
+// WithColumns names the key (primary key or unique) column, the value
+// column (of Put, Get and Update) and the fence column (the token of the
+// last accepted write). An empty name keeps its default: "id", "value",
+// "fence".
+func WithColumns(key, value, fence string) Option {
+	return func(c *config) { c.KeyColumn, c.ValueColumn, c.FenceColumn = key, value, fence }
+}
+
+// WithUpdatedAtColumn names the column that records the writer's time of
+// the last accepted write ("updated_at" by default); "" means the table has
+// none.
+func WithUpdatedAtColumn(name string) Option {
+	return func(c *config) {
+		c.UpdatedAtColumn = name
+		if name == "" {
+			c.UpdatedAtColumn = noColumn
+		}
+	}
 }
 
 // Table is a fenced table. It implements guard.Guard (keys are text, values
 // are bytes) and is safe for concurrent use when its DB is.
 type Table struct {
 	db  DB
-	cfg Config
+	cfg config
 	// quoted identifiers
 	table, key, value, fence, updatedAt string
 	now                                 func() time.Time
@@ -104,9 +132,18 @@ type Table struct {
 
 var _ guard.Guard = (*Table)(nil)
 
-// New returns the fenced table described by cfg, reached through db. It
-// checks the configuration only; it does not touch the database.
-func New(db DB, cfg Config) (*Table, error) {
+// New returns the fenced table called table, in dialect d, reached through
+// db. Options name its schema and columns. It checks the names only; it does
+// not touch the database.
+func New(db DB, d Dialect, table string, opts ...Option) (*Table, error) {
+	cfg := config{Dialect: d, Table: table}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return newTable(db, cfg)
+}
+
+func newTable(db DB, cfg config) (*Table, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlguard: nil DB", coord.ErrInvalid)
 	}
@@ -131,12 +168,12 @@ func New(db DB, cfg Config) (*Table, error) {
 		dst  *string
 		name string
 	}{{&t.key, cfg.KeyColumn}, {&t.value, cfg.ValueColumn}, {&t.fence, cfg.FenceColumn}} {
-		if *c.dst, err = QuoteIdent(cfg.Dialect, c.name); err != nil {
+		if *c.dst, err = quoteIdent(cfg.Dialect, c.name); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.UpdatedAtColumn != NoColumn {
-		if t.updatedAt, err = QuoteIdent(cfg.Dialect, cfg.UpdatedAtColumn); err != nil {
+	if cfg.UpdatedAtColumn != noColumn {
+		if t.updatedAt, err = quoteIdent(cfg.Dialect, cfg.UpdatedAtColumn); err != nil {
 			return nil, err
 		}
 	}
@@ -154,14 +191,11 @@ func New(db DB, cfg Config) (*Table, error) {
 	return t, nil
 }
 
-// Config returns the table's configuration, defaults filled in.
-func (t *Table) Config() Config { return t.cfg }
-
-// QuoteIdent quotes an identifier for dialect d: PostgreSQL "name", SQLite
+// quoteIdent quotes an identifier for dialect d: PostgreSQL "name", SQLite
 // `name`, with embedded quote characters doubled. It refuses an empty name,
 // invalid UTF-8 and NUL, and, for PostgreSQL, names over 63 bytes (which the
 // server would silently truncate). The error wraps coord.ErrInvalid.
-func QuoteIdent(d Dialect, name string) (string, error) {
+func quoteIdent(d Dialect, name string) (string, error) {
 	switch {
 	case name == "":
 		return "", fmt.Errorf("%w: sqlguard: empty identifier", coord.ErrInvalid)
@@ -183,14 +217,14 @@ func QuoteIdent(d Dialect, name string) (string, error) {
 }
 
 func qualified(d Dialect, schema, table string) (string, error) {
-	qt, err := QuoteIdent(d, table)
+	qt, err := quoteIdent(d, table)
 	if err != nil {
 		return "", fmt.Errorf("table: %w", err)
 	}
 	if schema == "" {
 		return qt, nil
 	}
-	qs, err := QuoteIdent(d, schema)
+	qs, err := quoteIdent(d, schema)
 	if err != nil {
 		return "", fmt.Errorf("schema: %w", err)
 	}
@@ -237,9 +271,9 @@ func (s *stmt) param(name string, v any) *stmt {
 
 func (s *stmt) String() string { return s.sb.String() }
 
-// Statements are the statements a Table runs, with the dialect's
+// statements are the statements a Table runs, with the dialect's
 // placeholders, for reading or for use outside sqlguard.
-type Statements struct {
+type statements struct {
 	// Update: the fenced UPDATE of the value (row must exist).
 	Update string
 	// Upsert: the fenced insert-or-update of Put.
@@ -255,9 +289,9 @@ type Statements struct {
 	Create string
 }
 
-// Statements returns the statements the table runs.
-func (t *Table) Statements() Statements {
-	return Statements{
+// statements returns the statements the table runs.
+func (t *Table) statements() statements {
+	return statements{
 		Update:         t.updateStmt("k", 1, map[string]any{t.cfg.ValueColumn: []byte(nil)}).String(),
 		Upsert:         t.upsertStmt("k", 1, nil).String(),
 		Select:         t.selectStmt("k").String(),
@@ -302,7 +336,7 @@ func (t *Table) updateStmt(key any, token int64, set map[string]any) *stmt {
 	s := &stmt{d: t.cfg.Dialect}
 	s.sql("UPDATE ", t.table, " SET ")
 	for _, c := range slices.Sorted(maps.Keys(set)) {
-		q, _ := QuoteIdent(t.cfg.Dialect, c)
+		q, _ := quoteIdent(t.cfg.Dialect, c)
 		s.sql(q, " = ").param("col\x00"+c, set[c]).sql(", ")
 	}
 	if t.updatedAt != "" {
@@ -318,7 +352,7 @@ func (t *Table) updateStmt(key any, token int64, set map[string]any) *stmt {
 // VALUES (…) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, …
 // WHERE cur.fence <= EXCLUDED.fence.
 func (t *Table) upsertStmt(key string, token int64, value []byte) *stmt {
-	cur, _ := QuoteIdent(t.cfg.Dialect, "cur")
+	cur, _ := quoteIdent(t.cfg.Dialect, "cur")
 	cols := []string{t.key, t.value}
 	if t.updatedAt != "" {
 		cols = append(cols, t.updatedAt)
@@ -413,7 +447,7 @@ const attempts = 3
 // Put implements guard.Guard with the fenced upsert: it inserts the row for
 // key or updates it when the stored fence is at most token.
 func (t *Table) Put(ctx context.Context, key string, token uint64, value []byte) error {
-	if err := guard.CheckPut(key, token); err != nil {
+	if err := check.Put(key, token); err != nil {
 		return err
 	}
 	if value == nil {
@@ -448,12 +482,12 @@ func (t *Table) Update(ctx context.Context, key any, token uint64, value []byte)
 }
 
 // UpdateColumns is the general fenced UPDATE: it sets each column of set to
-// its value, the timestamp column (unless NoColumn) and the fence to token,
+// its value, the timestamp column (unless the table has none) and the fence to token,
 // in the row whose key column equals key, when the row's fence is at most
 // token. Errors are those of Update. set must not name the key or fence
 // column.
 func (t *Table) UpdateColumns(ctx context.Context, key any, token uint64, set map[string]any) error {
-	if err := guard.ValidateToken(token); err != nil {
+	if err := check.Token(token); err != nil {
 		return err
 	}
 	if key == nil {
@@ -463,7 +497,7 @@ func (t *Table) UpdateColumns(ctx context.Context, key any, token uint64, set ma
 		return fmt.Errorf("%w: sqlguard: no column to update", coord.ErrInvalid)
 	}
 	for c := range set {
-		if _, err := QuoteIdent(t.cfg.Dialect, c); err != nil {
+		if _, err := quoteIdent(t.cfg.Dialect, c); err != nil {
 			return err
 		}
 		for _, reserved := range []string{t.cfg.KeyColumn, t.cfg.FenceColumn, t.cfg.UpdatedAtColumn} {

@@ -52,7 +52,7 @@ func (b backend) kv(t *testing.T, cfg sqlguard.Config) *sqlguard.Table {
 	if cfg.Table == "" {
 		cfg.Table = tableName()
 	}
-	tab, err := sqlguard.New(b.db, cfg)
+	tab, err := sqlguard.NewFromConfig(b.db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestSQLite(t *testing.T) {
 		b1 := backend{sqlguard.SQLite, openSQLite(t, path)}
 		b2 := backend{sqlguard.SQLite, openSQLite(t, path)}
 		t1 := b1.kv(t, sqlguard.Config{Table: "kv"})
-		t2, err := sqlguard.New(b2.db, t1.Config())
+		t2, err := sqlguard.NewFromConfig(b2.db, t1.Config())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func testAddFenceColumn(t *testing.T, b backend) {
 	qt, _ := sqlguard.QuoteIdent(b.dialect, name)
 	b.exec(t, "CREATE TABLE "+qt+" (id INTEGER PRIMARY KEY, owner TEXT NOT NULL, balance INTEGER NOT NULL)")
 	b.exec(t, "INSERT INTO "+qt+" (id, owner, balance) VALUES (1, 'ann', 10), (2, 'bob', 20)")
-	tab, err := sqlguard.New(b.db, sqlguard.Config{Dialect: b.dialect, Table: name, ValueColumn: "owner", UpdatedAtColumn: sqlguard.NoColumn})
+	tab, err := sqlguard.NewFromConfig(b.db, sqlguard.Config{Dialect: b.dialect, Table: name, ValueColumn: "owner", UpdatedAtColumn: sqlguard.NoColumn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,10 +294,10 @@ func testHostileIdentifiers(t *testing.T, b backend) {
 	if err := b.db.QueryRowContext(ctx, "SELECT count(*) FROM victims").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("victims: %d rows, %v", n, err)
 	}
-	if _, err := sqlguard.New(b.db, sqlguard.Config{Dialect: b.dialect, Table: "a\x00b"}); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := sqlguard.NewFromConfig(b.db, sqlguard.Config{Dialect: b.dialect, Table: "a\x00b"}); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("NUL in a table name: %v", err)
 	}
-	if _, err := sqlguard.New(b.db, sqlguard.Config{Dialect: b.dialect, Table: "t", KeyColumn: "x", ValueColumn: "X"}); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := sqlguard.NewFromConfig(b.db, sqlguard.Config{Dialect: b.dialect, Table: "t", KeyColumn: "x", ValueColumn: "X"}); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("one column twice: %v", err)
 	}
 }
@@ -309,7 +309,7 @@ func testWrongColumn(t *testing.T, b backend) {
 	tab := b.kv(t, sqlguard.Config{})
 	cfg := tab.Config()
 	cfg.FenceColumn = "fenc"
-	wrong, err := sqlguard.New(b.db, cfg)
+	wrong, err := sqlguard.NewFromConfig(b.db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func testTransaction(t *testing.T, b backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ttab, err := sqlguard.New(tx, tab.Config())
+	ttab, err := sqlguard.NewFromConfig(tx, tab.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func testConcurrentTx(t *testing.T, b backend) {
 				t.Fatal(err)
 			}
 			defer txA.Rollback()
-			tA, _ := sqlguard.New(txA, tab.Config())
+			tA, _ := sqlguard.NewFromConfig(txA, tab.Config())
 			if err := tA.Update(ctx, "k", 5, []byte("A")); err != nil {
 				t.Fatal(err)
 			}
@@ -455,7 +455,7 @@ func testConcurrentTx(t *testing.T, b backend) {
 }
 
 func TestStatements(t *testing.T) {
-	pg, err := sqlguard.New(&sql.DB{}, sqlguard.Config{Dialect: sqlguard.Postgres, Table: "jobs"})
+	pg, err := sqlguard.NewFromConfig(&sql.DB{}, sqlguard.Config{Dialect: sqlguard.Postgres, Table: "jobs"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func TestStatements(t *testing.T) {
 	if got := pg.Statements(); got != want {
 		t.Errorf("postgres statements:\n got %+v\nwant %+v", got, want)
 	}
-	lite, err := sqlguard.New(&sql.DB{}, sqlguard.Config{Dialect: sqlguard.SQLite, Table: "jobs", UpdatedAtColumn: sqlguard.NoColumn})
+	lite, err := sqlguard.NewFromConfig(&sql.DB{}, sqlguard.Config{Dialect: sqlguard.SQLite, Table: "jobs", UpdatedAtColumn: sqlguard.NoColumn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,11 +481,11 @@ func TestStatements(t *testing.T) {
 		t.Errorf("sqlite upsert:\n got %s\nwant %s", got, want)
 	}
 	for _, bad := range []sqlguard.Config{{Table: "t"}, {Dialect: "mysql", Table: "t"}, {Dialect: sqlguard.Postgres}, {Dialect: sqlguard.Postgres, Table: strings.Repeat("t", 64)}} {
-		if _, err := sqlguard.New(&sql.DB{}, bad); !errors.Is(err, coord.ErrInvalid) {
+		if _, err := sqlguard.NewFromConfig(&sql.DB{}, bad); !errors.Is(err, coord.ErrInvalid) {
 			t.Errorf("New(%+v) = %v, want ErrInvalid", bad, err)
 		}
 	}
-	if _, err := sqlguard.New(nil, sqlguard.Config{Dialect: sqlguard.SQLite, Table: "t"}); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := sqlguard.NewFromConfig(nil, sqlguard.Config{Dialect: sqlguard.SQLite, Table: "t"}); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("New(nil DB) = %v", err)
 	}
 }
@@ -510,7 +510,7 @@ func testPsqlRecipe(t *testing.T, srv *pgtest.Server) {
 	b := backend{sqlguard.Postgres, db}
 	b.exec(t, "CREATE TABLE jobs (id INTEGER PRIMARY KEY, result TEXT)")
 	b.exec(t, "INSERT INTO jobs VALUES (42, 'none')")
-	tab, err := sqlguard.New(db, sqlguard.Config{Dialect: sqlguard.Postgres, Table: "jobs"})
+	tab, err := sqlguard.NewFromConfig(db, sqlguard.Config{Dialect: sqlguard.Postgres, Table: "jobs"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,5 +583,37 @@ func testPsqlTxRecipe(t *testing.T, srv *pgtest.Server) {
 	var fence int64
 	if err := db.QueryRow("SELECT result, fence FROM jobs, job_fence WHERE id = 42 AND job = 42").Scan(&result, &fence); err != nil || result != "eight" || fence != 8 {
 		t.Fatalf("row = %q@%d, %v; want eight@8", result, fence, err)
+	}
+}
+
+// TestOptions: New's options name the schema and columns as the
+// configuration does; empty names keep their defaults.
+func TestOptions(t *testing.T) {
+	for _, c := range []struct {
+		opts []sqlguard.Option
+		cfg  sqlguard.Config
+	}{
+		{nil, sqlguard.Config{}},
+		{[]sqlguard.Option{sqlguard.WithSchema("s"), sqlguard.WithColumns("k", "", "f")},
+			sqlguard.Config{Schema: "s", KeyColumn: "k", FenceColumn: "f"}},
+		{[]sqlguard.Option{sqlguard.WithColumns("", "result", ""), sqlguard.WithUpdatedAtColumn("")},
+			sqlguard.Config{ValueColumn: "result", UpdatedAtColumn: sqlguard.NoColumn}},
+		{[]sqlguard.Option{sqlguard.WithUpdatedAtColumn("at")}, sqlguard.Config{UpdatedAtColumn: "at"}},
+	} {
+		got, err := sqlguard.New(&sql.DB{}, sqlguard.Postgres, "jobs", c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.cfg.Dialect, c.cfg.Table = sqlguard.Postgres, "jobs"
+		want, err := sqlguard.NewFromConfig(&sql.DB{}, c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Statements() != want.Statements() {
+			t.Errorf("options %+v: got %+v, want %+v", c.cfg, got.Statements(), want.Statements())
+		}
+	}
+	if _, err := sqlguard.New(&sql.DB{}, sqlguard.Postgres, "t", sqlguard.WithColumns("x", "X", "")); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("one column twice: %v", err)
 	}
 }

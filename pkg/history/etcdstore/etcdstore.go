@@ -58,13 +58,10 @@ import (
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
 	"github.com/fence-dev/fence/pkg/internal/etcdtxn"
 )
-
-// DefaultPrefix is the key prefix used when none is given, as for the etcd
-// coordinator.
-const DefaultPrefix = "/fence/"
 
 // trimRead is how many of the oldest events a write reads to apply the age
 // bound; when all of them are past it, it reads on, trimPage at a time.
@@ -81,46 +78,55 @@ const maxBatch = 100
 // the head to other writers.
 const maxAttempts = 1000
 
-// Store is a history.Store on an etcd cluster.
-type Store struct {
+// store is a history.Store on an etcd cluster.
+type store struct {
 	cli    *clientv3.Client
 	prefix string
-	opts   history.Options
+	opts   hopts.Options
 
 	mu    sync.Mutex
 	cache map[string]state // by lock: after this store's last write
 }
 
-var _ history.Store = (*Store)(nil)
+var _ history.Store = (*store)(nil)
 
 // New returns a store that keeps its events under <prefix>history/ through
-// cli (DefaultPrefix when prefix is empty; a prefix not ending in "/" gets
+// cli ("/fence/" when prefix is empty; a prefix not ending in "/" gets
 // one, as etcd.NormalPrefix says, so "/fence" and "/fence/" are one
 // namespace). Options set the bounds and the clock. The store does not own
 // cli: closing it is the caller's business.
-func New(cli *clientv3.Client, prefix string, opts ...history.Option) (*Store, error) {
-	o, err := history.NewOptions(opts...)
+func New(cli *clientv3.Client, prefix string, opts ...history.Option) (history.Store, error) {
+	s, err := newStore(cli, prefix, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStore is New with the concrete type.
+func newStore(cli *clientv3.Client, prefix string, opts ...history.Option) (*store, error) {
+	o, err := hopts.New(opts...)
 	if err != nil {
 		return nil, err
 	}
 	prefix = etcd.NormalPrefix(prefix)
-	return &Store{cli: cli, prefix: prefix, opts: o, cache: map[string]state{}}, nil
+	return &store{cli: cli, prefix: prefix, opts: o, cache: map[string]state{}}, nil
 }
 
 // Range returns the key prefix of every event of lock.
-func (s *Store) Range(lock string) string {
+func (s *store) Range(lock string) string {
 	return s.prefix + "history/" + url.PathEscape(lock) + "/"
 }
 
 // HeadKey returns the key of the head of lock.
-func (s *Store) HeadKey(lock string) string {
+func (s *store) HeadKey(lock string) string {
 	return s.headsPrefix() + url.PathEscape(lock)
 }
 
-func (s *Store) headsPrefix() string { return s.prefix + "history-heads/" }
+func (s *store) headsPrefix() string { return s.prefix + "history-heads/" }
 
 // key returns the key of event seq of lock.
-func (s *Store) key(lock string, seq uint64) string {
+func (s *store) key(lock string, seq uint64) string {
 	return s.Range(lock) + fmt.Sprintf("%020d", seq)
 }
 
@@ -141,13 +147,13 @@ type head struct {
 }
 
 // Record implements history.Store.
-func (s *Store) Record(ctx context.Context, ev history.Event) error {
+func (s *store) Record(ctx context.Context, ev history.Event) error {
 	return s.Append(ctx, []history.Event{ev})
 }
 
 // Append implements history.Store: the events of one lock are written in one
 // transaction (per 100 events).
-func (s *Store) Append(ctx context.Context, evs []history.Event) error {
+func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	now := s.opts.Now()
 	norm := make([]history.Event, 0, len(evs))
 	for _, ev := range evs {
@@ -171,7 +177,7 @@ func (s *Store) Append(ctx context.Context, evs []history.Event) error {
 	return nil
 }
 
-func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {
+func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {
 	return s.appendWith(ctx, lock, evs, nil)
 }
 
@@ -181,7 +187,7 @@ type commitFunc func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3
 // appendWith is append, with the transaction committed by commit (nil: on
 // the store's client). An error of commit wrapping errNotHeld is returned
 // as it is.
-func (s *Store) appendWith(ctx context.Context, lock string, evs []history.Event, commit commitFunc) error {
+func (s *store) appendWith(ctx context.Context, lock string, evs []history.Event, commit commitFunc) error {
 	cut := s.opts.Cutoff()
 	kept := evs[:0:0]
 	for _, ev := range evs {
@@ -310,7 +316,7 @@ func (s *Store) appendWith(ctx context.Context, lock string, evs []history.Event
 
 // stateOps are the reads of what a write needs to know of lock's history
 // (decodeState): its head and its oldest events.
-func (s *Store) stateOps(lock string) []clientv3.Op {
+func (s *store) stateOps(lock string) []clientv3.Op {
 	rng := s.Range(lock)
 	return []clientv3.Op{
 		clientv3.OpGet(s.HeadKey(lock)),
@@ -329,7 +335,7 @@ type state struct {
 }
 
 // decodeState reads the responses of readOps.
-func (s *Store) decodeState(lock string, resps []*etcdserverpb.ResponseOp) (state, error) {
+func (s *store) decodeState(lock string, resps []*etcdserverpb.ResponseOp) (state, error) {
 	if len(resps) != 2 || resps[0].GetResponseRange() == nil || resps[1].GetResponseRange() == nil {
 		return state{}, fmt.Errorf("%w: history of %q: unexpected transaction response", coord.ErrUnavailable, lock)
 	}
@@ -352,14 +358,14 @@ func (s *Store) decodeState(lock string, resps []*etcdserverpb.ResponseOp) (stat
 // maxCached bounds the locks whose state a store remembers.
 const maxCached = 1024
 
-func (s *Store) cached(lock string) (state, bool) {
+func (s *store) cached(lock string) (state, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.cache[lock]
 	return st, ok
 }
 
-func (s *Store) keep(lock string, st state) {
+func (s *store) keep(lock string, st state) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.cache) >= maxCached {
@@ -368,14 +374,14 @@ func (s *Store) keep(lock string, st state) {
 	s.cache[lock] = st
 }
 
-func (s *Store) forget(lock string) {
+func (s *store) forget(lock string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.cache, lock)
 }
 
 // History implements history.Store.
-func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
+func (s *store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
@@ -393,7 +399,7 @@ func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.
 // newestOp reads lock's newest events, newest first: as many as the count
 // bound keeps, at most limit (0: no limit). newestKept makes History's
 // answer of them.
-func (s *Store) newestOp(lock string, limit int) clientv3.Op {
+func (s *store) newestOp(lock string, limit int) clientv3.Op {
 	n := s.opts.MaxEvents
 	if limit > 0 && limit < n {
 		n = limit
@@ -411,7 +417,7 @@ func (s *Store) newestOp(lock string, limit int) clientv3.Op {
 // acquisition, asks LastLease, which reads less.) A write that
 // finds the head moved meanwhile reads it again and retries, as after any
 // other writer.
-func (s *Store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
+func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
@@ -446,7 +452,7 @@ func (s *Store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 // whole range (it has no reverse scan). A lock without a head has no
 // events. Where the head has no record (see head) it reads as Latest does.
 // The Recorder looks for this event before it records every acquisition.
-func (s *Store) LastLease(ctx context.Context, lock string, n int) (history.Event, bool, error) {
+func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Event, bool, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return history.Event{}, false, err
 	}
@@ -463,7 +469,7 @@ func (s *Store) LastLease(ctx context.Context, lock string, n int) (history.Even
 }
 
 // lastLeaseIn is LastLease on st, lock's state as just read.
-func (s *Store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (history.Event, bool, error) {
+func (s *store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (history.Event, bool, error) {
 	h := st.head
 	if !st.exists {
 		return history.Event{}, false, nil
@@ -504,7 +510,7 @@ func (s *Store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (
 
 // newestKept turns entries read newest first into History's answer: oldest
 // first, the bounds applied, at most limit (0: no limit).
-func (s *Store) newestKept(entries []history.Entry, limit int) []history.Event {
+func (s *store) newestKept(entries []history.Entry, limit int) []history.Event {
 	for i, j := 0, len(entries)-1; i < j; i, j = i+1, j-1 {
 		entries[i], entries[j] = entries[j], entries[i]
 	}
@@ -517,7 +523,7 @@ func (s *Store) newestKept(entries []history.Entry, limit int) []history.Event {
 }
 
 // Since implements history.Reader.
-func (s *Store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
+func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
@@ -535,7 +541,7 @@ func (s *Store) Since(ctx context.Context, lock string, after uint64) ([]history
 }
 
 // Heads implements history.Reader.
-func (s *Store) Heads(ctx context.Context) ([]history.Head, error) {
+func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 	p := s.headsPrefix()
 	resp, err := s.cli.Get(ctx, p, clientv3.WithPrefix())
 	if err != nil {
@@ -563,7 +569,7 @@ func (s *Store) Heads(ctx context.Context) ([]history.Head, error) {
 func entryTime(e history.Entry) time.Time { return e.Event.Time }
 
 // decodeAll decodes event keys of lock, in the order given.
-func (s *Store) decodeAll(lock string, kvs []*mvccpb.KeyValue) ([]history.Entry, error) {
+func (s *store) decodeAll(lock string, kvs []*mvccpb.KeyValue) ([]history.Entry, error) {
 	rng := s.Range(lock)
 	out := make([]history.Entry, 0, len(kvs))
 	for _, kv := range kvs {
@@ -623,9 +629,8 @@ func unavailable(ctx context.Context, lock string, err error) error {
 // longer holds the lock.
 var errNotHeld = errors.New("the lease no longer holds the lock")
 
-var _ history.ReleaseAppender = (*Store)(nil)
-
-// AppendRelease implements history.ReleaseAppender on the etcd coordinator
+// AppendRelease is the history Recorder's one-step release (see
+// history.releaseAppender) on the etcd coordinator
 // whose client the store shares (package etcdtxn, the seam between them): ev (the
 // released event of leaseID, held under token) is written in the
 // transaction that deletes the holder's key, so that the event is on record
@@ -635,7 +640,7 @@ var _ history.ReleaseAppender = (*Store)(nil)
 // the lock, or when the transaction failed (err says why): the caller then
 // records and releases the usual way. An error with done true is the
 // release's (see etcdtxn.Release): the event is written.
-func (s *Store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
+func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	ec, ok := c.(*etcd.Coordinator)
 	if !ok || ec.Client() != s.cli || ec.Prefix() != s.prefix {
 		return false, nil

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}
-		s, err := New(cli, os.Getenv(envPrefix))
+		s, err := newStore(cli, os.Getenv(envPrefix))
 		if err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
@@ -57,7 +57,7 @@ func TestConformance(t *testing.T) {
 		Storage: func(t *testing.T) historytest.Opener {
 			p := newPrefix()
 			return func(opts ...history.Option) history.Store {
-				s, err := New(cli, p, opts...)
+				s, err := newStore(cli, p, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -65,7 +65,7 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		Stored: func(t *testing.T, open historytest.Opener, lock string) int {
-			s := open().(*Store)
+			s := open().(*store)
 			rng := s.Range(lock)
 			resp, err := cli.Get(context.Background(), rng, clientv3.WithPrefix(), clientv3.WithCountOnly())
 			if err != nil {
@@ -76,7 +76,7 @@ func TestConformance(t *testing.T) {
 		Slack:  func(int) int { return 0 },
 		Events: suiteEvents,
 		Spawn: func(t *testing.T, open historytest.Opener, lock, id string, n int) *exec.Cmd {
-			s := open().(*Store)
+			s := open().(*store)
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), envEndpoint+"="+srv.Endpoints()[0], envPrefix+"="+s.prefix)
 			cmd.Env = append(cmd.Env, historytest.WriterEnv(lock, id, n)...)
@@ -89,7 +89,7 @@ func TestLayout(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	s, err := New(cli, "", history.WithMaxEvents(3))
+	s, err := newStore(cli, "", history.WithMaxEvents(3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,18 +139,18 @@ func TestCorruptFailsClosed(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	cases := map[string]func(s *Store) (key, val string){
-		"garbage event": func(s *Store) (string, string) { return s.key("c", 2), "{not json" },
-		"event of another lock": func(s *Store) (string, string) {
+	cases := map[string]func(s *store) (key, val string){
+		"garbage event": func(s *store) (string, string) { return s.key("c", 2), "{not json" },
+		"event of another lock": func(s *store) (string, string) {
 			return s.key("c", 3), `{"time":"2030-01-01T00:00:00Z","lock":"other","kind":"acquired"}`
 		},
-		"garbage head":      func(s *Store) (string, string) { return s.HeadKey("c"), "nope" },
-		"inconsistent head": func(s *Store) (string, string) { return s.HeadKey("c"), `{"seq":3,"first":9}` },
-		"stray key":         func(s *Store) (string, string) { return s.Range("c") + "zzz", `{}` },
+		"garbage head":      func(s *store) (string, string) { return s.HeadKey("c"), "nope" },
+		"inconsistent head": func(s *store) (string, string) { return s.HeadKey("c"), `{"seq":3,"first":9}` },
+		"stray key":         func(s *store) (string, string) { return s.Range("c") + "zzz", `{}` },
 	}
 	for name, damage := range cases {
 		t.Run(name, func(t *testing.T) {
-			s, err := New(cli, newPrefix())
+			s, err := newStore(cli, newPrefix())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +199,7 @@ func TestCorruptFailsClosed(t *testing.T) {
 func TestUnreachable(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	s, err := New(cli, newPrefix())
+	s, err := newStore(cli, newPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestUnreachable(t *testing.T) {
 // "/phistory/...").
 func TestPrefixWithoutSlash(t *testing.T) {
 	for _, p := range []string{"/p", "/p/"} {
-		s, err := New(nil, p)
+		s, err := newStore(nil, p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,11 +12,12 @@ import (
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/historytest"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 // lastLeaseOfLatest is what the Recorder found before LastLease: a scan of
 // Latest(lock, n) from its end for the last lease event.
-func lastLeaseOfLatest(t rapid.TB, s *Store, lock string, n int) (history.Event, bool) {
+func lastLeaseOfLatest(t rapid.TB, s *store, lock string, n int) (history.Event, bool) {
 	evs, err := s.Latest(context.Background(), lock, n)
 	if err != nil {
 		t.Fatalf("Latest: %v", err)
@@ -45,16 +46,16 @@ func TestLastLeaseAgreesWithLatest(t *testing.T) {
 		clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 		opts := []history.Option{
 			history.WithMaxEvents(rapid.IntRange(1, 12).Draw(t, "maxEvents")),
-			history.WithMaxAge(time.Hour), history.WithClock(clk.Now),
+			history.WithMaxAge(time.Hour), hopts.WithClock(clk.Now),
 		}
-		store := func() *Store {
-			s, err := New(cli, p, opts...)
+		mk := func() *store {
+			s, err := newStore(cli, p, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		}
-		writers := []*Store{store(), store()}
+		writers := []*store{mk(), mk()}
 		token := uint64(0)
 		for step := range rapid.IntRange(1, 16).Draw(t, "steps") {
 			switch rapid.IntRange(0, 5).Draw(t, fmt.Sprint("action", step)) {
@@ -90,8 +91,8 @@ func TestLastLeaseAgreesWithLatest(t *testing.T) {
 				}
 			}
 			for _, n := range []int{1, 3, 32, 0} {
-				want, wantOK := lastLeaseOfLatest(t, store(), "l", n)
-				for _, s := range []*Store{store(), writers[0]} {
+				want, wantOK := lastLeaseOfLatest(t, mk(), "l", n)
+				for _, s := range []*store{mk(), writers[0]} {
 					got, ok, err := s.LastLease(ctx, "l", n)
 					if err != nil {
 						t.Fatalf("LastLease(%d): %v", n, err)
@@ -117,7 +118,7 @@ func TestLastLeaseReadsTheHead(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p := newPrefix()
-	w, err := New(srv.Client(t), p)
+	w, err := newStore(srv.Client(t), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestLastLeaseReadsTheHead(t *testing.T) {
 	}
 	cost := func() (history.Event, int64) {
 		t.Helper()
-		s, err := New(cli, p)
+		s, err := newStore(cli, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +180,7 @@ func BenchmarkLastLease1000(b *testing.B) {
 	cli := srv.Client(b)
 	ctx := context.Background()
 	p := newPrefix()
-	w, err := New(cli, p)
+	w, err := newStore(cli, p)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -190,14 +191,14 @@ func BenchmarkLastLease1000(b *testing.B) {
 	}
 	for _, bc := range []struct {
 		name string
-		look func(s *Store) error
+		look func(s *store) error
 	}{
-		{"head", func(s *Store) error { _, _, err := s.LastLease(ctx, "l", 32); return err }},
-		{"latest", func(s *Store) error { _, err := s.Latest(ctx, "l", 32); return err }},
+		{"head", func(s *store) error { _, _, err := s.LastLease(ctx, "l", 32); return err }},
+		{"latest", func(s *store) error { _, err := s.Latest(ctx, "l", 32); return err }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
-				s, err := New(cli, p)
+				s, err := newStore(cli, p)
 				if err != nil {
 					b.Fatal(err)
 				}

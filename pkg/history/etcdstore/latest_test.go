@@ -14,6 +14,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/historytest"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 // countingKV counts the requests made through a client's KV.
@@ -62,20 +63,20 @@ func TestLatest(t *testing.T) {
 	defer cancel()
 	p := newPrefix()
 	clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	opts := []history.Option{history.WithMaxEvents(40), history.WithMaxAge(time.Hour), history.WithClock(clk.Now)}
-	w, err := New(srv.Client(t), p, opts...)
+	opts := []history.Option{history.WithMaxEvents(40), history.WithMaxAge(time.Hour), hopts.WithClock(clk.Now)}
+	w, err := newStore(srv.Client(t), p, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := func() *Store { // a store of cli that knows nothing of the lock yet
+	fresh := func() *store { // a store of cli that knows nothing of the lock yet
 		t.Helper()
-		s, err := New(cli, p, opts...)
+		s, err := newStore(cli, p, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	record := func(s *Store, token uint64, at time.Time) {
+	record := func(s *store, token uint64, at time.Time) {
 		t.Helper()
 		if err := s.Record(ctx, history.Event{Time: at, Lock: "l", Kind: history.Acquired, Holder: "h", Token: token}); err != nil {
 			t.Fatal(err)
@@ -87,7 +88,7 @@ func TestLatest(t *testing.T) {
 	}
 
 	// The append after Latest: one request. Without Latest: two.
-	appendCost := func(s *Store, token uint64) int64 {
+	appendCost := func(s *store, token uint64) int64 {
 		t.Helper()
 		before := kv.n.Load()
 		record(s, token, clk.Now())
@@ -218,9 +219,9 @@ func recorderOf(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix 
 	return history.Wrap(c, newStoreLike(t, cli, c.Prefix()))
 }
 
-func newStoreLike(t *testing.T, cli *clientv3.Client, prefix string) *Store {
+func newStoreLike(t *testing.T, cli *clientv3.Client, prefix string) *store {
 	t.Helper()
-	s, err := New(cli, prefix)
+	s, err := newStore(cli, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +258,7 @@ func TestAcquireWithoutHistoryPermission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(c.Client(), c.Prefix())
+	s, err := newStore(c.Client(), c.Prefix())
 	if err != nil {
 		t.Fatal(err)
 	}

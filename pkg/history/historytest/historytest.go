@@ -23,6 +23,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 // Harness says how to reach the store under test.
@@ -88,7 +89,7 @@ type latestReader interface {
 // away. A store without Latest skips it.
 func testLatest(t *testing.T, h Harness) {
 	clk := NewClock(epoch)
-	s := h.Storage(t)(history.WithMaxEvents(150), history.WithMaxAge(time.Hour), history.WithClock(clk.Now))
+	s := h.Storage(t)(history.WithMaxEvents(150), history.WithMaxAge(time.Hour), hopts.WithClock(clk.Now))
 	l, ok := s.(latestReader)
 	if !ok {
 		t.Skip("the store has no Latest")
@@ -207,7 +208,7 @@ func testEmpty(t *testing.T, h Harness) {
 // them back equal, oldest first.
 func testRoundTrip(t *testing.T, h Harness) {
 	clk := NewClock(epoch)
-	s := h.Storage(t)(history.WithClock(clk.Now))
+	s := h.Storage(t)(hopts.WithClock(clk.Now))
 	const lock = "jobs/nightly backup ✓"
 	local := time.FixedZone("X", 3600)
 	want := []history.Event{
@@ -233,10 +234,10 @@ func testRoundTrip(t *testing.T, h Harness) {
 		t.Fatalf("History:\n got %+v\nwant %+v", got, want)
 	}
 	// Long free text is cut, not refused.
-	long := strings.Repeat("é", history.MaxTextLen)
+	long := strings.Repeat("é", hopts.MaxTextLen)
 	mustRecord(t, s, history.Event{Lock: lock, Kind: history.RenewalFailed, Error: long, Holder: long})
 	last := mustHistory(t, s, lock, 1)
-	if len(last) != 1 || len(last[0].Error) > history.MaxTextLen || len(last[0].Holder) > history.MaxTextLen ||
+	if len(last) != 1 || len(last[0].Error) > hopts.MaxTextLen || len(last[0].Holder) > hopts.MaxTextLen ||
 		!strings.HasPrefix(long, strings.TrimSuffix(last[0].Error, "…")) {
 		t.Fatalf("long text stored as %+v", last)
 	}
@@ -279,7 +280,7 @@ func testInvalid(t *testing.T, h Harness) {
 		t.Errorf("Since(bad name) = %v", err)
 	}
 	// Bad options.
-	if _, err := history.NewOptions(history.WithMaxEvents(-1)); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := hopts.New(history.WithMaxEvents(-1)); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("negative max events: %v", err)
 	}
 }
@@ -397,7 +398,7 @@ func testCountBound(t *testing.T, h Harness) {
 	s := open()
 	total := h.Events
 	const lock = "busy"
-	maxStored := history.DefaultMaxEvents + h.Slack(history.DefaultMaxEvents)
+	maxStored := hopts.MaxEvents + h.Slack(hopts.MaxEvents)
 	written := 0
 	// Single events and batches of varying size, so that the bound is
 	// crossed by writes of every shape.
@@ -430,11 +431,11 @@ func testCountBound(t *testing.T, h Harness) {
 		}
 	}
 	evs := mustHistory(t, s, lock, 0)
-	if len(evs) != history.DefaultMaxEvents {
-		t.Fatalf("History keeps %d events, want %d", len(evs), history.DefaultMaxEvents)
+	if len(evs) != hopts.MaxEvents {
+		t.Fatalf("History keeps %d events, want %d", len(evs), hopts.MaxEvents)
 	}
 	for i, e := range evs {
-		if want := uint64(total - history.DefaultMaxEvents + i + 1); e.Token != want {
+		if want := uint64(total - hopts.MaxEvents + i + 1); e.Token != want {
 			t.Fatalf("event %d has token %d, want %d", i, e.Token, want)
 		}
 	}
@@ -442,7 +443,7 @@ func testCountBound(t *testing.T, h Harness) {
 		t.Fatalf("the storage holds %d events, more than %d", got, maxStored)
 	}
 	ents, err := s.Since(ctxT(t), lock, 0)
-	if err != nil || len(ents) != history.DefaultMaxEvents || ents[len(ents)-1].Seq != uint64(total) {
+	if err != nil || len(ents) != hopts.MaxEvents || ents[len(ents)-1].Seq != uint64(total) {
 		t.Fatalf("Since(0) = %d entries up to %v, %v", len(ents), ents[len(ents)-1].Seq, err)
 	}
 }
@@ -455,7 +456,7 @@ func testAgeBound(t *testing.T, h Harness) {
 	clk := NewClock(epoch)
 	open := h.Storage(t)
 	const maxAge = time.Hour
-	opts := []history.Option{history.WithClock(clk.Now), history.WithMaxAge(maxAge), history.WithMaxEvents(5000)}
+	opts := []history.Option{hopts.WithClock(clk.Now), history.WithMaxAge(maxAge), history.WithMaxEvents(5000)}
 	s := open(opts...)
 	total := h.Events
 	const step = 3600 * time.Millisecond // 1000 events per hour

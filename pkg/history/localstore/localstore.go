@@ -15,8 +15,8 @@
 // (see below), so that its cost does not grow with the history. Once the
 // sequence numbers of a file span a quarter more events than the count bound
 // (its lines are at most that many; fewer when a compaction dropped events
-// written out of time order from between others), or its Slack-th line is
-// past the age bound (see Slack), it is compacted: the whole file is read and
+// written out of time order from between others), or its slack-th line is
+// past the age bound (see slackOf), it is compacted: the whole file is read and
 // checked, the events kept are written to a temporary file (0600), fsynced
 // and renamed over it, and the directory is fsynced, so a crash leaves the
 // old or the new file, never a mix. A file thus never holds more than 1.25
@@ -45,17 +45,17 @@
 //     first line's is below theirs. Lines it read before, in the same
 //     process and the same file, are not read again;
 //   - Latest checks the first line and the last lines it needs, and these
-//     count as read for the writes of the same Store that follow while the
+//     count as read for the writes of the same store that follow while the
 //     file has not changed: `fence run` reads the last lease event, then
 //     writes with no further read.
 //
 // Damage in the middle of a long file is thus not seen by the write that
 // follows it, and that write appends after it (it never writes over it);
 // every full read refuses the file, and so does the next compaction (after
-// at most Slack more events), and every write after it. Once a read (History,
-// Since, Latest) or a compaction of a Store has refused a file, that Store's
+// at most slack more events), and every write after it. Once a read (History,
+// Since, Latest) or a compaction of a store has refused a file, that store's
 // writes check the whole file again before they write to it, until it is
-// repaired: damage a Store has read is never written after.
+// repaired: damage a store has read is never written after.
 //
 // Readers take no lock. Many processes on one host may share a store.
 package localstore
@@ -79,6 +79,7 @@ import (
 	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
 
 	"github.com/fence-dev/fence/internal/atomicfile"
@@ -99,10 +100,10 @@ const (
 // escapes use a SHA-256 name (the lock name is in every line either way).
 const maxEscaped = 200
 
-// Store is a history.Store on files under <state-dir>/history/.
-type Store struct {
+// store is a history.Store on files under <state-dir>/history/.
+type store struct {
 	dir   string
-	opts  history.Options
+	opts  hopts.Options
 	share sharedir.Mode // how the state directory is shared
 
 	mu    sync.Mutex
@@ -110,7 +111,7 @@ type Store struct {
 	bad   map[string]fileID    // by file base: files a read or compaction found damaged
 }
 
-var _ history.Store = (*Store)(nil)
+var _ history.Store = (*store)(nil)
 
 // fileID names a file by device and inode.
 type fileID struct{ dev, ino uint64 }
@@ -137,8 +138,17 @@ func (st fileState) span() int {
 // history/ directory (0700) when missing. It fails when history/ is a
 // symbolic link, not a directory or owned by another user. Options set the
 // bounds (history.WithMaxEvents, history.WithMaxAge) and the clock.
-func Open(stateDir string, opts ...history.Option) (*Store, error) {
-	o, err := history.NewOptions(opts...)
+func Open(stateDir string, opts ...history.Option) (history.Store, error) {
+	s, err := openStore(stateDir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openStore is Open with the concrete type.
+func openStore(stateDir string, opts ...history.Option) (*store, error) {
+	o, err := hopts.New(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -162,23 +172,23 @@ func Open(stateDir string, opts ...history.Option) (*Store, error) {
 			return nil, unavailable("history store: %w", err)
 		}
 	}
-	return &Store{dir: dir, opts: o, share: share, cache: map[string]fileState{}, bad: map[string]fileID{}}, nil
+	return &store{dir: dir, opts: o, share: share, cache: map[string]fileState{}, bad: map[string]fileID{}}, nil
 }
 
 // Dir returns the store's directory (<state-dir>/history).
-func (s *Store) Dir() string { return s.dir }
+func (s *store) Dir() string { return s.dir }
 
 // File returns the path of the history file of lock.
-func (s *Store) File(lock string) string { return filepath.Join(s.dir, fileBase(lock)+dataExt) }
+func (s *store) File(lock string) string { return filepath.Join(s.dir, fileBase(lock)+dataExt) }
 
 // Record implements history.Store.
-func (s *Store) Record(ctx context.Context, ev history.Event) error {
+func (s *store) Record(ctx context.Context, ev history.Event) error {
 	return s.Append(ctx, []history.Event{ev})
 }
 
 // Append implements history.Store: the events of each lock are written with
 // one write and one fsync.
-func (s *Store) Append(ctx context.Context, evs []history.Event) error {
+func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	now := s.opts.Now()
 	norm := make([]history.Event, 0, len(evs))
 	for _, ev := range evs {
@@ -197,7 +207,7 @@ func (s *Store) Append(ctx context.Context, evs []history.Event) error {
 	return nil
 }
 
-func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {
+func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {
 	sync, err := s.appendLater(ctx, lock, evs)
 	if err != nil {
 		return err
@@ -209,7 +219,7 @@ func (s *Store) append(ctx context.Context, lock string, evs []history.Event) er
 // error the events are written (every process sees them at once), and they
 // are durable once the returned func, which the caller must call once, has
 // returned nil. The flock is not held in between.
-func (s *Store) appendLater(ctx context.Context, lock string, evs []history.Event) (sync func() error, err error) {
+func (s *store) appendLater(ctx context.Context, lock string, evs []history.Event) (sync func() error, err error) {
 	done := func() error { return nil }
 	base := fileBase(lock)
 	unlock, err := s.lock(ctx, base)
@@ -271,7 +281,7 @@ func (s *Store) appendLater(ctx context.Context, lock string, evs []history.Even
 	if buf.Len() == 0 {
 		return done, nil
 	}
-	slack := Slack(s.opts.MaxEvents)
+	slack := slackOf(s.opts.MaxEvents)
 	compact := next.span() > s.opts.MaxEvents+slack
 	if !compact {
 		if compact, err = agedAtLeast(lock, path, f, st, cut, slack); err != nil {
@@ -310,7 +320,7 @@ func (s *Store) appendLater(ctx context.Context, lock string, evs []history.Even
 // compact rewrites the history of lock with the events it keeps, followed by
 // the encoded lines add (which are within the bounds: the result is never
 // empty).
-func (s *Store) compact(lock, base string, f *os.File, add []byte) error {
+func (s *store) compact(lock, base string, f *os.File, add []byte) error {
 	data, err := readAll(f)
 	if err != nil {
 		return unavailable("history of %q: %w", lock, err)
@@ -355,7 +365,7 @@ func (s *Store) compact(lock, base string, f *os.File, add []byte) error {
 // state, and whether it ends with an incomplete line. It reads the file's
 // tail and first line (see the package doc), or nothing when this process
 // wrote the file last; the whole file when a full read found it damaged.
-func (s *Store) scan(lock, path string, f *os.File) (fileState, bool, error) {
+func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 	fi, err := s.checkFile(lock, path, f)
 	if err != nil {
 		return fileState{}, false, err
@@ -403,7 +413,7 @@ func (s *Store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 }
 
 // scanAll is scan reading and checking every line.
-func (s *Store) scanAll(lock, path, base string, f *os.File, id fileID) (fileState, bool, error) {
+func (s *store) scanAll(lock, path, base string, f *os.File, id fileID) (fileState, bool, error) {
 	data, err := readAll(f)
 	if err != nil {
 		if errors.Is(err, errTooLarge) {
@@ -428,8 +438,8 @@ func (s *Store) scanAll(lock, path, base string, f *os.File, id fileID) (fileSta
 }
 
 // markBad notes that the file open in f, the history file named base, is
-// damaged: this Store's writes check it whole until it is repaired.
-func (s *Store) markBad(base string, f *os.File) {
+// damaged: this store's writes check it whole until it is repaired.
+func (s *store) markBad(base string, f *os.File) {
 	fi, err := f.Stat()
 	if err != nil {
 		return
@@ -442,18 +452,18 @@ func (s *Store) markBad(base string, f *os.File) {
 	}
 }
 
-// Slack is how many events beyond maxEvents a history file may hold before
+// slackOf is how many events beyond maxEvents a history file may hold before
 // it is compacted; as many events past the age bound at the start of the
 // file also trigger a compaction. Readers never see them.
-func Slack(maxEvents int) int { return max(maxEvents/4, 1) }
+func slackOf(maxEvents int) int { return max(maxEvents/4, 1) }
 
-func (s *Store) keep(base string, st fileState) {
+func (s *store) keep(base string, st fileState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cache[base] = st
 }
 
-func (s *Store) drop(base string) {
+func (s *store) drop(base string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.cache, base)
@@ -464,9 +474,9 @@ func (s *Store) drop(base string) {
 // lines it reads (a lock's recent events, on every acquisition, should not
 // cost a read of its whole history). It reads the whole file when the last
 // n events are not all within the age bound, when n is 0, and when a full
-// read of this Store found the file damaged. It checks the lines it returns
+// read of this store found the file damaged. It checks the lines it returns
 // (or would, but for the age bound) and the first line, not the rest.
-func (s *Store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
+func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
 	if n <= 0 {
 		return s.History(ctx, lock, 0)
 	}
@@ -538,7 +548,7 @@ func (s *Store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 }
 
 // History implements history.Store. It reads and checks the whole file.
-func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
+func (s *store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
 	lines, err := s.read(ctx, lock)
 	if err != nil {
 		return nil, err
@@ -552,7 +562,7 @@ func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.
 }
 
 // Since implements history.Reader.
-func (s *Store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
+func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
 	lines, err := s.read(ctx, lock)
 	if err != nil {
 		return nil, err
@@ -568,7 +578,7 @@ func (s *Store) Since(ctx context.Context, lock string, after uint64) ([]history
 }
 
 // Heads implements history.Reader. It reads the last line of each file.
-func (s *Store) Heads(ctx context.Context) ([]history.Head, error) {
+func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, unavailable("history store: %w", err)
@@ -595,7 +605,7 @@ func (s *Store) Heads(ctx context.Context) ([]history.Head, error) {
 }
 
 // head reads the lock and seq of the last complete line of a history file.
-func (s *Store) head(path string) (history.Head, bool, error) {
+func (s *store) head(path string) (history.Head, bool, error) {
 	what := filepath.Base(path)
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -631,7 +641,7 @@ func (s *Store) head(path string) (history.Head, bool, error) {
 }
 
 // read reads and checks the whole history of lock, without the lock file.
-func (s *Store) read(ctx context.Context, lock string) ([]line, error) {
+func (s *store) read(ctx context.Context, lock string) ([]line, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
@@ -757,7 +767,7 @@ func readAll(f *os.File) ([]byte, error) {
 
 // checkFile checks an open history file: a regular file of this user that
 // group and others cannot open.
-func (s *Store) checkFile(what, path string, f *os.File) (os.FileInfo, error) {
+func (s *store) checkFile(what, path string, f *os.File) (os.FileInfo, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, unavailable("history of %q: %w", what, err)
@@ -803,7 +813,7 @@ func unavailable(format string, args ...any) error {
 
 // lock takes the exclusive flock of a lock's lock file (internal/flock: ctx
 // can abandon the wait).
-func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error) {
+func (s *store) lock(ctx context.Context, base string) (unlock func(), err error) {
 	path := filepath.Join(s.dir, base+lockExt)
 	unlock, err = flock.LockPerm(ctx, path, s.share.FilePerm())
 	switch {
@@ -819,7 +829,7 @@ func (s *Store) lock(ctx context.Context, base string) (unlock func(), err error
 // a compaction (older than a minute: younger ones may be in use). Only a
 // compaction makes them, and only a compaction calls it: it lists the whole
 // directory, which Open, on the path of every fence command, should not.
-func (s *Store) removeStaleTemps() {
+func (s *store) removeStaleTemps() {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return
@@ -841,9 +851,8 @@ func (s *Store) removeStaleTemps() {
 // name, checked on every read.
 func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped, "~") }
 
-var _ history.ReleaseAppender = (*Store)(nil)
-
-// AppendRelease implements history.ReleaseAppender on the local coordinator
+// AppendRelease is the history Recorder's one-step release (see
+// history.releaseAppender) on the local coordinator
 // of the state directory this store is in (local.Coordinator.ReleaseWith):
 // ev, the released event of leaseID held under token, is appended under
 // the lock's flock, once the lease is found to hold the lock and before the
@@ -857,7 +866,7 @@ var _ history.ReleaseAppender = (*Store)(nil)
 // could not be written (err says why): the caller then records and
 // releases the usual way. An error with done true is the release's (the
 // event is written), or the fsync's.
-func (s *Store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
+func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	lc, ok := c.(*local.Coordinator)
 	if !ok || filepath.Clean(filepath.Join(lc.Dir(), Dir)) != filepath.Clean(s.dir) {
 		return false, nil

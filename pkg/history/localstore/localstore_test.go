@@ -23,7 +23,7 @@ const envDir = "FENCE_HISTORY_LOCALSTORE_DIR"
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(envDir); dir != "" {
-		s, err := Open(dir)
+		s, err := openStore(dir)
 		if err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 func storage(t *testing.T) historytest.Opener {
 	dir := filepath.Join(t.TempDir(), "state")
 	return func(opts ...history.Option) history.Store {
-		s, err := Open(dir, opts...)
+		s, err := openStore(dir, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,15 +48,15 @@ func TestConformance(t *testing.T) {
 	historytest.Run(t, historytest.Harness{
 		Storage: storage,
 		Stored: func(t *testing.T, open historytest.Opener, lock string) int {
-			b, err := os.ReadFile(open().(*Store).File(lock))
+			b, err := os.ReadFile(open().(*store).File(lock))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return bytes.Count(b, []byte{'\n'})
 		},
-		Slack: Slack,
+		Slack: slackOf,
 		Spawn: func(t *testing.T, open historytest.Opener, lock, id string, n int) *exec.Cmd {
-			dir := filepath.Dir(open().(*Store).Dir())
+			dir := filepath.Dir(open().(*store).Dir())
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), envDir+"="+dir)
 			cmd.Env = append(cmd.Env, historytest.WriterEnv(lock, id, n)...)
@@ -65,12 +65,12 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func open(t *testing.T, opts ...history.Option) *Store {
+func open(t *testing.T, opts ...history.Option) *store {
 	t.Helper()
-	return storage(t)(opts...).(*Store)
+	return storage(t)(opts...).(*store)
 }
 
-func record(t *testing.T, s *Store, lock string, token uint64) {
+func record(t *testing.T, s *store, lock string, token uint64) {
 	t.Helper()
 	if err := s.Record(context.Background(), history.Event{Lock: lock, Kind: history.Acquired, Token: token}); err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestFileNames(t *testing.T) {
 
 // failsClosed checks that reads and writes of lock fail with
 // ErrUnavailable, naming the file, and leave it as it is.
-func failsClosed(t *testing.T, s *Store, lock string) {
+func failsClosed(t *testing.T, s *store, lock string) {
 	t.Helper()
 	path := s.File(lock)
 	before, _ := os.ReadFile(path)
@@ -186,7 +186,7 @@ func TestCorruptFailsClosed(t *testing.T) {
 			damage(t, s.File("c"))
 			failsClosed(t, s, "c")
 			// A fresh process (no cached state) fails the same way.
-			s2, err := Open(filepath.Dir(s.Dir()))
+			s2, err := openStore(filepath.Dir(s.Dir()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,11 +236,11 @@ func TestTornTail(t *testing.T) {
 	}
 	f.WriteString(`{"seq":3,"time":"2030-01-01T00:00:00Z","lock":"t","ki`)
 	f.Close()
-	fresh, err := Open(filepath.Dir(s.Dir()))
+	fresh, err := openStore(filepath.Dir(s.Dir()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range []*Store{s, fresh} {
+	for _, st := range []*store{s, fresh} {
 		evs, err := st.History(context.Background(), "t", 0)
 		if err != nil || len(evs) != 2 {
 			t.Fatalf("History with a torn tail = %v, %v", evs, err)
@@ -261,11 +261,11 @@ func TestTornTail(t *testing.T) {
 // no temporary file, and a store that had cached the old file notices.
 func TestCompactionKeepsFile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
-	a, err := Open(dir, history.WithMaxEvents(8))
+	a, err := openStore(dir, history.WithMaxEvents(8))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(dir, history.WithMaxEvents(8))
+	b, err := openStore(dir, history.WithMaxEvents(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,11 +291,11 @@ func TestOpenRefusesSymlinkDir(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), filepath.Join(state, Dir)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(state); !errors.Is(err, coord.ErrUnavailable) {
+	if _, err := openStore(state); !errors.Is(err, coord.ErrUnavailable) {
 		t.Fatalf("Open with a symlinked history dir = %v", err)
 	}
-	if _, err := Open(""); !errors.Is(err, coord.ErrInvalid) {
-		t.Fatalf("Open(\"\") = %v", err)
+	if _, err := openStore(""); !errors.Is(err, coord.ErrInvalid) {
+		t.Fatalf("openStore(\"\") = %v", err)
 	}
 }
 

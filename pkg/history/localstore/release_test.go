@@ -23,12 +23,12 @@ func TestReleaseWithItsEvent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "state")
-	openPair := func() (*local.Coordinator, *Store) {
+	openPair := func() (*local.Coordinator, *store) {
 		c, err := local.Open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := Open(dir)
+		s, err := openStore(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

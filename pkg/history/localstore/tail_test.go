@@ -169,7 +169,7 @@ func TestTornOnly(t *testing.T) {
 }
 
 // fill writes n events to lock, tokens 1..n, one Append.
-func fill(t testing.TB, s *Store, lock string, n int, at time.Time) {
+func fill(t testing.TB, s *store, lock string, n int, at time.Time) {
 	t.Helper()
 	evs := make([]history.Event, n)
 	for i := range evs {
@@ -181,18 +181,18 @@ func fill(t testing.TB, s *Store, lock string, n int, at time.Time) {
 }
 
 // TestDamageBeyondTheTail damages a file far from its end, where a write's
-// tail read does not look: full reads refuse it, a Store that saw that
+// tail read does not look: full reads refuse it, a store that saw that
 // refuses to write, and the next compaction refuses it too, without
 // writing; no write ever changes the damaged line.
 func TestDamageBeyondTheTail(t *testing.T) {
-	const max = 100 // Slack 25
+	const max = 100 // slack 25
 	opts := []history.Option{history.WithMaxEvents(max)}
 	s := open(t, opts...)
 	fill(t, s, "d", 100, time.Time{})
 	path := s.File("d")
 	insertLine(t, path, 5, "{garbage")
-	fresh := func() *Store {
-		st, err := Open(filepath.Dir(s.Dir()), opts...)
+	fresh := func() *store {
+		st, err := openStore(filepath.Dir(s.Dir()), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestDamageBeyondTheTail(t *testing.T) {
 	if evs, err := w.Latest(context.Background(), "d", 2); err != nil || len(evs) != 2 || evs[1].Token != 101 {
 		t.Fatalf("Latest = %+v, %v", evs, err)
 	}
-	// A full read refuses the file; then that Store writes no more.
+	// A full read refuses the file; then that store writes no more.
 	r := fresh()
 	failsClosed(t, r, "d")
 	if _, err := r.Latest(context.Background(), "d", 2); err == nil {
@@ -232,7 +232,7 @@ func TestDamageBeyondTheTail(t *testing.T) {
 			t.Fatalf("a refused write changed the file")
 		}
 	}
-	if want := 140 - (max + Slack(max)); refused != want {
+	if want := 140 - (max + slackOf(max)); refused != want {
 		t.Fatalf("%d writes refused, want %d (all from the compaction on)", refused, want)
 	}
 	if b, _ := os.ReadFile(path); !bytes.Contains(b, []byte("\n{garbage\n")) {
@@ -268,8 +268,8 @@ func TestDamageInTheTail(t *testing.T) {
 			}
 			damage(t, s.File("d"))
 			before, _ := os.ReadFile(s.File("d"))
-			// A fresh Store's first write, before any full read.
-			fresh, err := Open(filepath.Dir(s.Dir()))
+			// A fresh store's first write, before any full read.
+			fresh, err := openStore(filepath.Dir(s.Dir()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,7 +300,7 @@ func TestStaleTemps(t *testing.T) {
 	if err := os.Chtimes(old, past, past); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := Open(filepath.Dir(s.Dir()), history.WithMaxEvents(4))
+	s2, err := openStore(filepath.Dir(s.Dir()), history.WithMaxEvents(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,12 +320,12 @@ func TestStaleTemps(t *testing.T) {
 }
 
 // BenchmarkAppendAtBound measures what a fence run costs the history at
-// different history sizes: a fresh Store (a new process), the last lease
+// different history sizes: a fresh store (a new process), the last lease
 // event (Latest, 32 events) and one write with its fsync. The file is cut
 // back to its size after each iteration, so every one sees the same file.
 func BenchmarkAppendAtBound(b *testing.B) {
 	ev := history.Event{Lock: "hl", Kind: history.Acquired, Holder: "host:1234", Token: 1}
-	atBound(b, func(b *testing.B, s *Store, path string, size int64) {
+	atBound(b, func(b *testing.B, s *store, path string, size int64) {
 		if err := s.Record(context.Background(), ev); err != nil {
 			b.Fatal(err)
 		}
@@ -338,10 +338,10 @@ func BenchmarkAppendAtBound(b *testing.B) {
 }
 
 // BenchmarkReadsAtBound is BenchmarkAppendAtBound without the write and
-// its fsync: the reads of a fence run's first write (a fresh Store, Latest,
+// its fsync: the reads of a fence run's first write (a fresh store, Latest,
 // the write's check of the file), which are what grew with the history.
 func BenchmarkReadsAtBound(b *testing.B) {
-	atBound(b, func(b *testing.B, s *Store, path string, _ int64) {
+	atBound(b, func(b *testing.B, s *store, path string, _ int64) {
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
 		if err != nil {
 			b.Fatal(err)
@@ -354,13 +354,13 @@ func BenchmarkReadsAtBound(b *testing.B) {
 }
 
 // atBound runs, for histories of 10, 1000 and 1240 events, a loop of: a
-// fresh Store on the state directory, Latest(32) of the lock, then step
-// with the Store, the lock's history file and its size before the loop.
-func atBound(b *testing.B, step func(b *testing.B, s *Store, path string, size int64)) {
+// fresh store on the state directory, Latest(32) of the lock, then step
+// with the store, the lock's history file and its size before the loop.
+func atBound(b *testing.B, step func(b *testing.B, s *store, path string, size int64)) {
 	for _, n := range []int{10, 1000, 1240} {
 		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
 			state := filepath.Join(b.TempDir(), "state")
-			s, err := Open(state)
+			s, err := openStore(state)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -371,7 +371,7 @@ func atBound(b *testing.B, step func(b *testing.B, s *Store, path string, size i
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				s, err := Open(state)
+				s, err := openStore(state)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -400,12 +400,12 @@ func TestLastLines(t *testing.T) {
 }
 
 // TestLatestDamageStopsWrites: damage that Latest finds, beyond what a
-// write's own tail read covers, stops that Store's writes.
+// write's own tail read covers, stops that store's writes.
 func TestLatestDamageStopsWrites(t *testing.T) {
 	s := open(t)
 	fill(t, s, "d", 100, time.Time{})
 	insertLine(t, s.File("d"), 40, "{garbage") // 60 lines from the end, more than 4 KiB
-	s, err := Open(filepath.Dir(s.Dir()))
+	s, err := openStore(filepath.Dir(s.Dir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,13 +419,13 @@ func TestLatestDamageStopsWrites(t *testing.T) {
 	if after, _ := os.ReadFile(s.File("d")); !bytes.Equal(before, after) {
 		t.Fatal("the file changed")
 	}
-	// Another Store, which read nothing, checks only the tail and writes.
-	other, err := Open(filepath.Dir(s.Dir()))
+	// Another store, which read nothing, checks only the tail and writes.
+	other, err := openStore(filepath.Dir(s.Dir()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	record(t, other, "d", 101)
-	// Repaired in place (same file): the first Store writes again.
+	// Repaired in place (same file): the first store writes again.
 	b, _ := os.ReadFile(s.File("d"))
 	if err := os.WriteFile(s.File("d"), bytes.Replace(b, []byte("{garbage\n"), nil, 1), 0o600); err != nil {
 		t.Fatal(err)

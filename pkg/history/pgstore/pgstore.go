@@ -25,20 +25,21 @@ import (
 	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
+	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
 )
 
 // Store is a history.Store in PostgreSQL.
 type Store struct {
 	c    *postgres.Coordinator
-	opts history.Options
+	opts hopts.Options
 }
 
 var _ history.Store = (*Store)(nil)
 
 // New returns the store in c's schema. It does not own c.
 func New(c *postgres.Coordinator, opts ...history.Option) (*Store, error) {
-	o, err := history.NewOptions(opts...)
+	o, err := hopts.New(opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
+	"github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 // Kept applies the bounds to a lock's events (oldest first) as a reader
 // sees them: it drops the events older than the cutoff and keeps the last
 // MaxEvents, then the last limit (when limit > 0). It reuses evs.
-func Kept[E any](o history.Options, evs []E, at func(E) time.Time, limit int) []E {
+func Kept[E any](o opts.Options, evs []E, at func(E) time.Time, limit int) []E {
 	cut := o.Cutoff()
 	out := evs[:0]
 	for _, e := range evs {

@@ -203,7 +203,7 @@ func pgWrite(tok uint64, value string) error {
 		return err
 	}
 	defer db.Close()
-	t, err := sqlguard.New(db, sqlguard.Config{Dialect: sqlguard.Postgres, Table: "jobs", UpdatedAtColumn: sqlguard.NoColumn})
+	t, err := sqlguard.New(db, sqlguard.Postgres, "jobs", sqlguard.WithUpdatedAtColumn(""))
 	if err != nil {
 		return err
 	}
@@ -261,7 +261,7 @@ func incr() int {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	table, err := sqlguard.New(db, sqlguard.Config{Dialect: sqlguard.Postgres, Table: "counter", UpdatedAtColumn: sqlguard.NoColumn})
+	table, err := sqlguard.New(db, sqlguard.Postgres, "counter", sqlguard.WithUpdatedAtColumn(""))
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -1,8 +1,10 @@
-package coord
+package cli
 
 import (
 	"testing"
 	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
 )
 
 // TestPeriodKey: --once-per keys on an injected clock: the start of the
@@ -32,24 +34,24 @@ func TestPeriodKey(t *testing.T) {
 		{time.Date(2026, 3, 1, 0, 0, 1, 400e6, time.UTC), 1500 * time.Millisecond, "2026-03-01T00:00:00Z"},
 		{time.Date(1969, 12, 31, 23, 0, 0, 0, time.UTC), day, "1969-12-31T00:00:00Z"},
 	} {
-		if got := PeriodKey(c.at, c.period); got != c.want {
-			t.Errorf("PeriodKey(%v, %v) = %s, want %s", c.at, c.period, got, c.want)
+		if got := periodKey(c.at, c.period); got != c.want {
+			t.Errorf("periodKey(%v, %v) = %s, want %s", c.at, c.period, got, c.want)
 		}
 	}
 	// Every instant of a run of hours maps to its hour, each hour to one key.
 	seen := map[string]bool{}
 	start := time.Date(2026, 12, 31, 20, 0, 0, 0, time.UTC)
 	for at := start; at.Before(start.Add(10 * hour)); at = at.Add(7 * time.Minute) {
-		k := PeriodKey(at, hour)
+		k := periodKey(at, hour)
 		if want := at.Truncate(hour).Format(time.RFC3339); k != want {
-			t.Fatalf("PeriodKey(%v, 1h) = %s, want %s", at, k, want)
+			t.Fatalf("periodKey(%v, 1h) = %s, want %s", at, k, want)
 		}
 		seen[k] = true
 	}
 	if len(seen) != 10 {
 		t.Errorf("%d keys for 10 hours", len(seen))
 	}
-	if err := ValidateKey(PeriodKey(time.Now(), day)); err != nil {
+	if err := coord.ValidateKey(periodKey(time.Now(), day)); err != nil {
 		t.Errorf("a period key is not a valid key: %v", err)
 	}
 }

@@ -1,0 +1,121 @@
+// Package opts holds the options shared by package history and its stores:
+// the bounds of a kept history, the clock and the Recorder's settings.
+package opts
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
+
+// MaxEvents is the number of events kept per lock by default.
+const MaxEvents = 1000
+
+// MaxAge is how long an event is kept by default.
+const MaxAge = 7 * 24 * time.Hour
+
+// MaxTextLen bounds the free-text fields of an event (Holder, Error): longer
+// values are cut, at a UTF-8 boundary, when the event is recorded.
+const MaxTextLen = 1024
+
+// recordTimeout is the default Options.RecordTimeout.
+const recordTimeout = 3 * time.Second
+
+// maxPending is the default Options.MaxPending.
+const maxPending = 256 // as history's defaultMaxPending
+
+// Options configure stores and the Recorder. Each reads the fields it
+// needs; the zero value of a field means its default.
+type Options struct {
+	// MaxEvents bounds the events kept per lock (MaxEvents).
+	MaxEvents int
+	// MaxAge bounds how long an event is kept (MaxAge).
+	MaxAge time.Duration
+	// Now is the wall clock, for event times and the age bound (time.Now).
+	// Tests inject their own.
+	Now func() time.Time
+	// Logger receives the Recorder's warnings about events it could not
+	// write (slog.Default()).
+	Logger *slog.Logger
+	// RecordTimeout bounds each write the Recorder makes on its own behalf
+	// (recordTimeout), so that an unreachable store cannot hold up a
+	// lease operation for long.
+	RecordTimeout time.Duration
+	// MaxPending bounds the events a Recorder keeps in memory while the
+	// store cannot be written (maxPending); beyond it the oldest are
+	// dropped.
+	MaxPending int
+	// SpoolDir, when set, is where a Recorder keeps the events it could not
+	// write by its close (history.WithSpool).
+	SpoolDir string
+}
+
+// Option sets a field of Options.
+type Option func(*Options)
+
+// WithClock sets the wall clock used for event times and the age bound
+// (tests).
+func WithClock(now func() time.Time) Option { return func(o *Options) { o.Now = now } }
+
+// WithMaxPending bounds the events kept in memory while the store is down
+// (tests).
+func WithMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
+
+// New applies opts over the defaults. It fails, wrapping coord.ErrInvalid,
+// on a negative bound.
+func New(opts ...Option) (Options, error) {
+	o, errs := Lenient(opts)
+	if len(errs) > 0 {
+		return o, errs[0]
+	}
+	return o, nil
+}
+
+// Lenient applies opts over the defaults. A negative bound is replaced by
+// its default, and reported in errs (each wrapping coord.ErrInvalid); the
+// other options are kept.
+func Lenient(opts []Option) (o Options, errs []error) {
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.MaxEvents < 0 {
+		errs = append(errs, fmt.Errorf("%w: history: max events %d is negative", coord.ErrInvalid, o.MaxEvents))
+		o.MaxEvents = 0
+	}
+	if o.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("%w: history: max age %v is negative", coord.ErrInvalid, o.MaxAge))
+		o.MaxAge = 0
+	}
+	if o.RecordTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: history: record timeout %v is negative", coord.ErrInvalid, o.RecordTimeout))
+		o.RecordTimeout = 0
+	}
+	if o.MaxPending < 0 {
+		errs = append(errs, fmt.Errorf("%w: history: max pending %d is negative", coord.ErrInvalid, o.MaxPending))
+		o.MaxPending = 0
+	}
+	if o.MaxEvents == 0 {
+		o.MaxEvents = MaxEvents
+	}
+	if o.MaxAge == 0 {
+		o.MaxAge = MaxAge
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.RecordTimeout == 0 {
+		o.RecordTimeout = recordTimeout
+	}
+	if o.MaxPending == 0 {
+		o.MaxPending = maxPending
+	}
+	return o, errs
+}
+
+// Cutoff is the oldest event time kept as of now.
+func (o Options) Cutoff() time.Time { return o.Now().Add(-o.MaxAge) }
