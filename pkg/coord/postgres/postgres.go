@@ -293,9 +293,12 @@ func (c *Coordinator) forget(name string, keep map[int64]bool) {
 }
 
 // notify is the statement that announces a change of lock name: the grant
-// of token to holder, or (token 0) another change.
-func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder string) error {
-	_, err := tx.Exec(ctx, "SELECT pg_notify($1, 'c'), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder))
+// of token to holder, or (token 0) another change. note is the payload on
+// the lock's channel, for its waiters: "j" a waiter joined the queue, "g
+// SEQ" waiter SEQ was granted, "l SEQ" it left, "f" a lease ended, "r ID
+// RVN" a renewal (Renew), "c" any other change.
+func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder, note string) error {
+	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $4), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder), note)
 	return err
 }
 

@@ -102,7 +102,7 @@ func (c *Coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64
 		return nil, err
 	}
 	if changed {
-		if err := c.notify(ctx, tx, name, 0, ""); err != nil {
+		if err := c.notify(ctx, tx, name, 0, "", "c"); err != nil {
 			return nil, err
 		}
 	}
