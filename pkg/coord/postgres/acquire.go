@@ -231,7 +231,12 @@ func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 		}
 		return nil, lostError{err}
 	}
-	defer conn.Close(context.Background())
+	spare := false // a connection granted its lease is kept for the next wait
+	defer func() {
+		if !spare || !c.putSpare(conn) {
+			conn.Close(context.Background())
+		}
+	}()
 	var me int64
 	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
 		return nil, lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
@@ -245,6 +250,7 @@ func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 			if err != nil {
 				c.leave(conn, name, me)
 			}
+			spare = err == nil
 			return l, lostConn(conn, err)
 		}
 		if opts.OnWait != nil {
@@ -351,22 +357,62 @@ func (c *Coordinator) leave(conn *pgx.Conn, name string, me int64) {
 	})
 }
 
-// listen opens a connection of its own that listens on chans.
+// listen is a connection of its own that listens on chans: the spare one
+// when there is one, else a new one.
 func (c *Coordinator) listen(ctx context.Context, chans ...string) (*pgx.Conn, error) {
 	if err := c.check(); err != nil {
 		return nil, err
+	}
+	var q strings.Builder
+	for _, ch := range chans {
+		q.WriteString("LISTEN " + pgx.Identifier{ch}.Sanitize() + ";")
+	}
+	c.mu.Lock()
+	conn := c.spare
+	c.spare = nil
+	fresh := time.Since(c.spareAt) < spareIdle
+	c.mu.Unlock()
+	if conn != nil {
+		if fresh {
+			if _, err := conn.Exec(ctx, q.String()); err == nil {
+				return conn, nil
+			}
+		}
+		conn.Close(context.Background()) // broken or idle too long: a new one
 	}
 	conn, err := pgx.ConnectConfig(ctx, c.connCfg)
 	if err != nil {
 		return nil, err
 	}
-	for _, ch := range chans {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			conn.Close(context.Background())
-			return nil, err
-		}
+	if _, err := conn.Exec(ctx, q.String()); err != nil {
+		conn.Close(context.Background())
+		return nil, err
 	}
 	return conn, nil
+}
+
+// spareIdle is how long a spare connection is kept unused.
+const spareIdle = time.Minute
+
+// putSpare keeps conn, a waiter's connection, for the next wait, once it
+// listens to nothing and holds no advisory lock; false when it cannot
+// (then the caller closes it).
+func (c *Coordinator) putSpare(conn *pgx.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c.check() != nil {
+		return false
+	}
+	if _, err := conn.Exec(ctx, "UNLISTEN *; SELECT pg_advisory_unlock_all()"); err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.spare != nil || c.check() != nil {
+		return false
+	}
+	c.spare, c.spareAt = conn, time.Now()
+	return true
 }
 
 // waitNote waits for a notification until until (zero: for ever); nil, nil

@@ -93,8 +93,10 @@ type Coordinator struct {
 	chLimit string          // every change of a limit
 	where   string
 
-	mu   sync.Mutex
-	seen map[int64]obs // lease id -> the rvn this client saw, since when
+	mu      sync.Mutex
+	seen    map[int64]obs // lease id -> the rvn this client saw, since when
+	spare   *pgx.Conn     // a waiter's connection kept for the next (listen)
+	spareAt time.Time
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -163,6 +165,12 @@ func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.wg.Wait()
+		c.mu.Lock()
+		if c.spare != nil {
+			c.spare.Close(context.Background())
+			c.spare = nil
+		}
+		c.mu.Unlock()
 		c.pool.Close()
 	})
 	return nil
