@@ -26,14 +26,14 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	if l, err := c.grantIdle(ctx, name, opts); l != nil || err != nil {
 		return l, err
 	}
+	if opts.Wait != 0 { // the queue's first try decides as try(me=0) would
+		return c.wait(ctx, name, opts, start)
+	}
 	l, st, err := c.try(ctx, c.pool, name, opts, 0)
 	if l != nil || err != nil {
 		return l, err
 	}
-	if opts.Wait == 0 {
-		return nil, busy(st, opts)
-	}
-	return c.wait(ctx, name, opts, start)
+	return nil, busy(st, opts)
 }
 
 // busy is the error of an Acquire that did not get the lock.
