@@ -38,6 +38,11 @@
 // renewals without sending a query. It queries only when notified of a
 // change, when a lease it watches has gone a whole TTL unrenewed, or, while
 // the lock is free but a waiter ahead has not taken it, after a short pause.
+// A waiter with others ahead of it ignores a release (the head takes it)
+// and counts the grants and leavings ahead from their notifications, so a
+// handoff wakes the head and the next waiter, not the whole queue. A
+// waiter's connection, once granted, is kept for the client's next wait.
+// An idle lock is granted in one statement (grant_idle in the schema).
 //
 // A waiter whose connection breaks (the server restarted, the network cut)
 // connects again every quarter second within its wait and queues again; a
