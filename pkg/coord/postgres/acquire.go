@@ -23,14 +23,17 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	if err != nil {
 		return nil, err
 	}
+	if l, err := c.grantIdle(ctx, name, opts); l != nil || err != nil {
+		return l, err
+	}
+	if opts.Wait != 0 { // the queue's first try decides as try(me=0) would
+		return c.wait(ctx, name, opts, start)
+	}
 	l, st, err := c.try(ctx, c.pool, name, opts, 0)
 	if l != nil || err != nil {
 		return l, err
 	}
-	if opts.Wait == 0 {
-		return nil, busy(st, opts)
-	}
-	return c.wait(ctx, name, opts, start)
+	return nil, busy(st, opts)
 }
 
 // busy is the error of an Acquire that did not get the lock.
@@ -44,6 +47,32 @@ func busy(st *state, opts coord.AcquireOptions) error {
 		return fmt.Errorf("%w: lock %q is held by %s (token %d)", coord.ErrBusy, st.name, h.holder, h.token)
 	}
 	return fmt.Errorf("%w: lock %q has %d waiter(s) ahead", coord.ErrBusy, st.name, len(st.waiters))
+}
+
+// grantIdle grants a lease in one statement when the lock is idle (no
+// lease, no waiter, no limit: see grant_idle in the schema); nil, nil when
+// it is not, and try decides.
+func (c *Coordinator) grantIdle(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	id, rvn, sent := random(), random(), time.Now()
+	var proc []byte
+	if opts.Process != nil {
+		proc, _ = json.Marshal(opts.Process)
+	}
+	var token int64
+	var at time.Time
+	err := c.pool.QueryRow(ctx, c.sql("SELECT g_token, g_at FROM {s}.grant_idle($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+		name, opts.Holder, coord.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, proc, c.chLock(name), c.chWatch).Scan(&token, &at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, c.mapErr(ctx, "acquire", err)
+	}
+	return &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(token), ID: formatID(id),
+		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent}, nil
 }
 
 // try grants a lease when the lock has room for it and no waiter is ahead
@@ -92,7 +121,7 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 				return err
 			}
 			st.waiters = append(st.waiters, waiter{seq: me, holder: opts.Holder, slots: slots, since: time.Now()})
-			return c.notify(ctx, tx, name, 0, "")
+			return c.notify(ctx, tx, name, 0, "", "j")
 		}
 		if st.last >= coord.MaxToken {
 			return fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
@@ -123,7 +152,11 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 		}
 		l = &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(st.last + 1), ID: formatID(id),
 			TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}
-		return c.notify(ctx, tx, name, st.last+1, opts.Holder)
+		note := "c"
+		if queued {
+			note = fmt.Sprintf("g %d", me)
+		}
+		return c.notify(ctx, tx, name, st.last+1, opts.Holder, note)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -164,6 +197,7 @@ func (c *Coordinator) wait(ctx context.Context, name string, opts coord.AcquireO
 // queryTimeout bounds a waiter's query.
 const (
 	reconnectPause = 250 * time.Millisecond
+	stallPause     = 250 * time.Millisecond
 	queryTimeout   = 10 * time.Second
 )
 
@@ -189,14 +223,20 @@ func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 		cctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	conn, err := c.listen(cctx, c.chLock(name), c.chLimit)
+	chl := c.chLock(name)
+	conn, err := c.listen(cctx, chl, c.chLimit)
 	if err != nil {
 		if ctx.Err() != nil || c.check() != nil {
 			return nil, c.mapErr(ctx, "acquire "+name, err)
 		}
 		return nil, lostError{err}
 	}
-	defer conn.Close(context.Background())
+	spare := false // a connection granted its lease is kept for the next wait
+	defer func() {
+		if !spare || !c.putSpare(conn) {
+			conn.Close(context.Background())
+		}
+	}()
 	var me int64
 	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
 		return nil, lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
@@ -210,6 +250,7 @@ func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 			if err != nil {
 				c.leave(conn, name, me)
 			}
+			spare = err == nil
 			return l, lostConn(conn, err)
 		}
 		if opts.OnWait != nil {
@@ -225,9 +266,22 @@ func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 		if len(st.holders) < st.room && (next.IsZero() || time.Until(next) > 250*time.Millisecond) {
 			next = time.Now().Add(250 * time.Millisecond) // room, but a waiter ahead has not taken it yet
 		}
+		// The waiters ahead: while one is, a release is theirs to take and
+		// their grants and leavings are counted here without a query,
+		// unless nobody takes a freed lease within stallPause.
+		ahead := map[int64]bool{}
+		for _, w := range st.waiters {
+			if w.seq < me {
+				ahead[w.seq] = true
+			}
+		}
+		var stall time.Time
 	wait:
 		for {
 			until := next
+			if !stall.IsZero() && (until.IsZero() || stall.Before(until)) {
+				until = stall
+			}
 			if !deadline.IsZero() && (until.IsZero() || deadline.Before(until)) {
 				until = deadline
 			}
@@ -244,7 +298,23 @@ func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 				return nil, fmt.Errorf("%w (after waiting %v)", busy(st, *opts), opts.Wait)
 			case n == nil:
 				break wait
-			case n.PID == pid:
+			case n.Channel != chl:
+				break wait // a limit changed
+			case n.PID == pid || n.Payload == "j":
+			case len(ahead) > 0 && (strings.HasPrefix(n.Payload, "g ") || strings.HasPrefix(n.Payload, "l ")):
+				var seq int64
+				fmt.Sscanf(n.Payload[2:], "%d", &seq)
+				if ahead[seq] {
+					delete(ahead, seq)
+					stall = time.Time{}
+				}
+				if len(ahead) == 0 {
+					break wait
+				}
+			case len(ahead) > 0 && n.Payload == "f":
+				if stall.IsZero() {
+					stall = time.Now().Add(stallPause)
+				}
 			case strings.HasPrefix(n.Payload, "r "):
 				// A renewal: its new rvn starts the count again, no query.
 				var id, rvn int64
@@ -283,26 +353,66 @@ func (c *Coordinator) leave(conn *pgx.Conn, name string, me int64) {
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
-		return c.notify(ctx, tx, name, 0, "")
+		return c.notify(ctx, tx, name, 0, "", fmt.Sprintf("l %d", me))
 	})
 }
 
-// listen opens a connection of its own that listens on chans.
+// listen is a connection of its own that listens on chans: the spare one
+// when there is one, else a new one.
 func (c *Coordinator) listen(ctx context.Context, chans ...string) (*pgx.Conn, error) {
 	if err := c.check(); err != nil {
 		return nil, err
+	}
+	var q strings.Builder
+	for _, ch := range chans {
+		q.WriteString("LISTEN " + pgx.Identifier{ch}.Sanitize() + ";")
+	}
+	c.mu.Lock()
+	conn := c.spare
+	c.spare = nil
+	fresh := time.Since(c.spareAt) < spareIdle
+	c.mu.Unlock()
+	if conn != nil {
+		if fresh {
+			if _, err := conn.Exec(ctx, q.String()); err == nil {
+				return conn, nil
+			}
+		}
+		conn.Close(context.Background()) // broken or idle too long: a new one
 	}
 	conn, err := pgx.ConnectConfig(ctx, c.connCfg)
 	if err != nil {
 		return nil, err
 	}
-	for _, ch := range chans {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			conn.Close(context.Background())
-			return nil, err
-		}
+	if _, err := conn.Exec(ctx, q.String()); err != nil {
+		conn.Close(context.Background())
+		return nil, err
 	}
 	return conn, nil
+}
+
+// spareIdle is how long a spare connection is kept unused.
+const spareIdle = time.Minute
+
+// putSpare keeps conn, a waiter's connection, for the next wait, once it
+// listens to nothing and holds no advisory lock; false when it cannot
+// (then the caller closes it).
+func (c *Coordinator) putSpare(conn *pgx.Conn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c.check() != nil {
+		return false
+	}
+	if _, err := conn.Exec(ctx, "UNLISTEN *; SELECT pg_advisory_unlock_all()"); err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.spare != nil || c.check() != nil {
+		return false
+	}
+	c.spare, c.spareAt = conn, time.Now()
+	return true
 }
 
 // waitNote waits for a notification until until (zero: for ever); nil, nil

@@ -80,17 +80,14 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err != nil {
 		return err
 	}
-	var n int
-	err = c.tx(ctx, c.pool, "release "+name, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1 AND name = $2"), id, name)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		n = 1
-		return c.notify(ctx, tx, name, 0, "")
-	})
-	if err != nil || n == 1 {
+	if err := c.check(); err != nil {
 		return err
+	}
+	// One statement: the delete and its notifications commit together.
+	tag, err := c.pool.Exec(ctx, c.sql(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND name = $2 RETURNING name)
+		SELECT pg_notify($3, 'f'), pg_notify($4, $5) FROM d`), id, name, c.chLock(name), c.chWatch, watchPayload(name, 0, ""))
+	if err != nil || tag.RowsAffected() == 1 {
+		return c.mapErr(ctx, "release "+name, err)
 	}
 	return c.gone(ctx, name, id, nil)
 }
@@ -157,7 +154,7 @@ func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64
 		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
 			return err
 		}
-		return c.notify(ctx, tx, name, 0, "")
+		return c.notify(ctx, tx, name, 0, "", "f")
 	})
 	return info, err
 }
@@ -182,7 +179,7 @@ func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64
 		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
 			return err
 		}
-		return c.notify(ctx, tx, name, 0, "")
+		return c.notify(ctx, tx, name, 0, "", "c")
 	})
 	return info, asked && err == nil, err
 }

@@ -38,6 +38,11 @@
 // renewals without sending a query. It queries only when notified of a
 // change, when a lease it watches has gone a whole TTL unrenewed, or, while
 // the lock is free but a waiter ahead has not taken it, after a short pause.
+// A waiter with others ahead of it ignores a release (the head takes it)
+// and counts the grants and leavings ahead from their notifications, so a
+// handoff wakes the head and the next waiter, not the whole queue. A
+// waiter's connection, once granted, is kept for the client's next wait.
+// An idle lock is granted in one statement (grant_idle in the schema).
 //
 // A waiter whose connection breaks (the server restarted, the network cut)
 // connects again every quarter second within its wait and queues again; a
@@ -93,8 +98,10 @@ type Coordinator struct {
 	chLimit string          // every change of a limit
 	where   string
 
-	mu   sync.Mutex
-	seen map[int64]obs // lease id -> the rvn this client saw, since when
+	mu      sync.Mutex
+	seen    map[int64]obs // lease id -> the rvn this client saw, since when
+	spare   *pgx.Conn     // a waiter's connection kept for the next (listen)
+	spareAt time.Time
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -163,6 +170,12 @@ func (c *Coordinator) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.wg.Wait()
+		c.mu.Lock()
+		if c.spare != nil {
+			c.spare.Close(context.Background())
+			c.spare = nil
+		}
+		c.mu.Unlock()
 		c.pool.Close()
 	})
 	return nil
@@ -293,9 +306,12 @@ func (c *Coordinator) forget(name string, keep map[int64]bool) {
 }
 
 // notify is the statement that announces a change of lock name: the grant
-// of token to holder, or (token 0) another change.
-func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder string) error {
-	_, err := tx.Exec(ctx, "SELECT pg_notify($1, 'c'), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder))
+// of token to holder, or (token 0) another change. note is the payload on
+// the lock's channel, for its waiters: "j" a waiter joined the queue, "g
+// SEQ" waiter SEQ was granted, "l SEQ" it left, "f" a lease ended, "r ID
+// RVN" a renewal (Renew), "c" any other change.
+func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder, note string) error {
+	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $4), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder), note)
 	return err
 }
 

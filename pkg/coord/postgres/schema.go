@@ -74,6 +74,29 @@ CREATE TABLE IF NOT EXISTS {s}.guards (
   value bytea,
   fence bigint NOT NULL DEFAULT 0,
   updated_at timestamptz);
+-- grant_idle grants a lease in one round trip when the lock is idle: no
+-- lease, no waiter (dead ones included), no limit, tokens left; else it
+-- returns no row and fence takes the long way (package postgres, try).
+CREATE OR REPLACE FUNCTION {s}.grant_idle(p_name text, p_holder text, p_slots int, p_ttl_ms bigint,
+  p_id bigint, p_rvn bigint, p_process jsonb, p_chlock text, p_chwatch text)
+RETURNS TABLE (g_token bigint, g_at timestamptz) LANGUAGE plpgsql AS $f$
+DECLARE t bigint;
+BEGIN
+  INSERT INTO {s}.locks AS k (name) VALUES (p_name)
+    ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING k.last_token INTO t;
+  IF t >= 9223372036854775807
+    OR EXISTS (SELECT FROM {s}.leases l WHERE l.name = p_name)
+    OR EXISTS (SELECT FROM {s}.waiters w WHERE w.name = p_name)
+    OR EXISTS (SELECT FROM {s}.limits m WHERE (NOT m.prefix AND m.name = p_name) OR (m.prefix AND starts_with(p_name, m.name))) THEN
+    RETURN;
+  END IF;
+  UPDATE {s}.locks k SET last_token = t + 1, slots = p_slots WHERE k.name = p_name;
+  INSERT INTO {s}.leases AS l (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)
+    VALUES (p_id, p_name, p_holder, t + 1, 0, p_ttl_ms, p_rvn, p_process IS NOT NULL, p_process)
+    RETURNING l.token, l.acquired_at INTO g_token, g_at;
+  PERFORM pg_notify(p_chlock, 'c'), pg_notify(p_chwatch, g_token::text || E'\n' || p_holder || E'\n' || p_name);
+  RETURN NEXT;
+END $f$;
 INSERT INTO {s}.schema_version VALUES (1) ON CONFLICT DO NOTHING;
 `
 

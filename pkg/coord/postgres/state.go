@@ -54,66 +54,74 @@ func (c *Coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64
 	if lock {
 		q = "INSERT INTO {s}.locks (name) VALUES ($1) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING last_token, slots"
 	}
-	if err := tx.QueryRow(ctx, c.sql(q), name).Scan(&st.last, &st.slots); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, err
-	}
-	rows, err := tx.Query(ctx, c.sql("SELECT "+leaseCols+" FROM {s}.leases WHERE name = $1 ORDER BY token"), name)
-	if err != nil {
-		return nil, err
-	}
-	var hs []lease
-	for rows.Next() {
-		l, err := scanLease(rows, &st.dbNow)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		hs = append(hs, l)
-	}
-	if err := rows.Err(); err != nil {
+	// One round trip: the statements run in order, each (READ COMMITTED)
+	// seeing what committed before it, so all after the lock's row is locked.
+	b := &pgx.Batch{}
+	b.Queue(c.sql(q), name)
+	b.Queue(c.sql("SELECT "+leaseCols+" FROM {s}.leases WHERE name = $1 ORDER BY token"), name)
+	// CASE keeps the advisory lock test to this lock's waiters.
+	b.Queue(c.sql(`DELETE FROM {s}.waiters WHERE name = $1 AND seq <> $2 AND
+		CASE WHEN name = $1 AND seq <> $2 THEN pg_try_advisory_xact_lock($3, (seq % 2147483647)::int) ELSE false END`), name, me, c.class)
+	b.Queue(c.sql("SELECT seq, holder, slots, since FROM {s}.waiters WHERE name = $1 ORDER BY seq"), name)
+	b.Queue(c.sql(limitsSQL+"WHERE (NOT prefix AND name = $1) OR (prefix AND starts_with($1, name))"+limitsOrder), name)
+	br := tx.SendBatch(ctx, b)
+	hs, changed, err := c.readBatch(br, st)
+	if err := errors.Join(err, br.Close()); err != nil {
 		return nil, err
 	}
 	if st.holders, err = c.expire(ctx, tx, name, hs); err != nil {
 		return nil, err
 	}
-	// CASE keeps the advisory lock test to this lock's waiters.
-	tag, err := tx.Exec(ctx, c.sql(`DELETE FROM {s}.waiters WHERE name = $1 AND seq <> $2 AND
-		CASE WHEN name = $1 AND seq <> $2 THEN pg_try_advisory_xact_lock($3, (seq % 2147483647)::int) ELSE false END`), name, me, c.class)
-	if err != nil {
-		return nil, err
-	}
-	changed := tag.RowsAffected() > 0
-	rows, err = tx.Query(ctx, c.sql("SELECT seq, holder, slots, since FROM {s}.waiters WHERE name = $1 ORDER BY seq"), name)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var w waiter
-		if err := rows.Scan(&w.seq, &w.holder, &w.slots, &w.since); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		st.waiters = append(st.waiters, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if st.limits, err = c.limits(ctx, tx, "WHERE (NOT prefix AND name = $1) OR (prefix AND starts_with($1, name))", name); err != nil {
-		return nil, err
-	}
 	if changed {
-		if err := c.notify(ctx, tx, name, 0, ""); err != nil {
+		if err := c.notify(ctx, tx, name, 0, "", "c"); err != nil {
 			return nil, err
 		}
 	}
 	return st, nil
 }
 
+// readBatch reads the results of load's batch into st: the leases, and
+// whether dead waiters were dropped.
+func (c *Coordinator) readBatch(br pgx.BatchResults, st *state) ([]lease, bool, error) {
+	if err := br.QueryRow().Scan(&st.last, &st.slots); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, false, err
+	}
+	hs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease, error) { return scanLease(r, &st.dbNow) })
+	if err != nil {
+		return nil, false, err
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return nil, false, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, false, err
+	}
+	if st.waiters, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (waiter, error) {
+		var w waiter
+		err := r.Scan(&w.seq, &w.holder, &w.slots, &w.since)
+		return w, err
+	}); err != nil {
+		return nil, false, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, false, err
+	}
+	st.limits, err = pgx.CollectRows(rows, scanLimit)
+	return hs, tag.RowsAffected() > 0, err
+}
+
 // leaseCols are the columns scanLease reads, after its first ones.
 const leaseCols = "id, holder, token, slot, ttl_ms, rvn, acquired_at, renewed_at, supervised, process, stop_asked, now()"
 
 // scanLease reads a row of leaseCols, after the columns of first.
-func scanLease(rows pgx.Rows, dbNow *time.Time, first ...any) (lease, error) {
+func scanLease(rows pgx.Row, dbNow *time.Time, first ...any) (lease, error) {
 	var l lease
 	var ms int64
 	err := rows.Scan(append(first, &l.id, &l.holder, &l.token, &l.slot, &ms, &l.rvn, &l.acquiredAt, &l.renewedAt, &l.supervised, &l.raw, &l.stopAsked, dbNow)...)
@@ -189,15 +197,22 @@ func one(name string, l lease) coord.LockInfo {
 	return i
 }
 
+const (
+	limitsSQL   = "SELECT name, prefix, max, reason, set_by, set_at FROM {s}.limits "
+	limitsOrder = " ORDER BY prefix, name"
+)
+
 // limits reads the limits a WHERE clause selects.
 func (c *Coordinator) limits(ctx context.Context, tx pgx.Tx, where string, args ...any) ([]coord.Limit, error) {
-	rows, err := tx.Query(ctx, c.sql("SELECT name, prefix, max, reason, set_by, set_at FROM {s}.limits "+where+" ORDER BY prefix, name"), args...)
+	rows, err := tx.Query(ctx, c.sql(limitsSQL+where+limitsOrder), args...)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (coord.Limit, error) {
-		var l coord.Limit
-		err := r.Scan(&l.Name, &l.Prefix, &l.Max, &l.Reason, &l.By, &l.At)
-		return l, err
-	})
+	return pgx.CollectRows(rows, scanLimit)
+}
+
+func scanLimit(r pgx.CollectableRow) (coord.Limit, error) {
+	var l coord.Limit
+	err := r.Scan(&l.Name, &l.Prefix, &l.Max, &l.Reason, &l.By, &l.At)
+	return l, err
 }
