@@ -23,6 +23,10 @@ var floorsMD string
 // on etcd.
 const noteListEtcd = "fence list over 10,000 locks (etcd)"
 
+// noteMoved is the floors.md section shown under the before and after
+// tables: why the figures that moved by more than 25% moved.
+const noteMoved = "why figures moved"
+
 // floors splits floorsMD into its sections, by target name.
 func floors() map[string]string {
 	out := map[string]string{}
@@ -116,6 +120,11 @@ func markdown(r *Results) string {
 	}
 	p("\nWhere a target is missed, [the floors](#why-targets-are-missed-the-floors) below say why, from profiles.\n\n")
 	beforeAfter(p, r)
+	if r.Baseline != nil {
+		if note, ok := floors()[noteMoved]; ok {
+			p("**Why figures moved by more than 25%%.** %s\n\n", note)
+		}
+	}
 
 	// 1. Whole-process time.
 	p("## 1. Whole-process time of one locked `true`\n\n")
