@@ -56,21 +56,14 @@ type versionQuestion struct {
 // ask asks c's members for their versions on a goroutine, once per
 // process; done is closed with the answer.
 func (q *versionQuestion) ask(ctx context.Context, c *etcd.Coordinator, dial time.Duration) {
-	q.once.Do(func() {
-		done := make(chan struct{})
-		q.askedAt, q.done = time.Now(), done
-		go func() {
-			defer close(done)
-			vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
-			defer cancel()
-			var vs []etcd.MemberVersion
-			if q.asker != nil {
-				vs = q.asker(vctx, c)
-			} else {
-				vs = c.ServerVersions(vctx)
-			}
-			q.versions, q.warn = vs, etcd.VersionWarning(vs)
-		}()
+	q.start(ctx, dial, func(ctx context.Context) {
+		var vs []etcd.MemberVersion
+		if q.asker != nil {
+			vs = q.asker(ctx, c)
+		} else {
+			vs = c.ServerVersions(ctx)
+		}
+		q.versions, q.warn = vs, etcd.VersionWarning(vs)
 	})
 }
 
@@ -78,16 +71,25 @@ func (q *versionQuestion) ask(ctx context.Context, c *etcd.Coordinator, dial tim
 // it has standbys without synchronous replication; the answer is the
 // coordinator warning, printed and shown as the versions' is.
 func (q *versionQuestion) askReplication(ctx context.Context, c *postgres.Coordinator, dial time.Duration) {
+	q.start(ctx, dial, func(ctx context.Context) {
+		if w := c.ReplicationWarning(ctx); w != "" {
+			q.warn, q.shortWarn = w, postgres.ShortReplicationRisk
+		}
+	})
+}
+
+// start runs answer on a goroutine, once per process, within the
+// question's bound (versionTimeout, or the dial timeout when shorter);
+// done is closed once it returns.
+func (q *versionQuestion) start(ctx context.Context, dial time.Duration, answer func(context.Context)) {
 	q.once.Do(func() {
 		done := make(chan struct{})
 		q.askedAt, q.done = time.Now(), done
 		go func() {
 			defer close(done)
-			vctx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
+			actx, cancel := context.WithTimeout(ctx, min(versionTimeout, max(dial, 100*time.Millisecond)))
 			defer cancel()
-			if w := c.ReplicationWarning(vctx); w != "" {
-				q.warn, q.shortWarn = w, postgres.ShortReplicationRisk
-			}
+			answer(actx)
 		}()
 	})
 }

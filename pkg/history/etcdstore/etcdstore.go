@@ -154,18 +154,7 @@ func (s *store) Record(ctx context.Context, ev history.Event) error {
 // Append implements history.Store: the events of one lock are written in one
 // transaction (per 100 events).
 func (s *store) Append(ctx context.Context, evs []history.Event) error {
-	now := s.opts.Now()
-	norm := make([]history.Event, 0, len(evs))
-	for _, ev := range evs {
-		ev, err := history.Normalize(ev, now)
-		if err != nil {
-			return err
-		}
-		norm = append(norm, ev)
-	}
-	locks, byLock := trim.ByLock(norm)
-	for _, lock := range locks {
-		evs := byLock[lock]
+	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
 		for len(evs) > 0 {
 			n := min(len(evs), maxBatch)
 			if err := s.append(ctx, lock, evs[:n]); err != nil {
@@ -173,8 +162,8 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 			}
 			evs = evs[n:]
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {

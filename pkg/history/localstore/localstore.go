@@ -189,22 +189,9 @@ func (s *store) Record(ctx context.Context, ev history.Event) error {
 // Append implements history.Store: the events of each lock are written with
 // one write and one fsync.
 func (s *store) Append(ctx context.Context, evs []history.Event) error {
-	now := s.opts.Now()
-	norm := make([]history.Event, 0, len(evs))
-	for _, ev := range evs {
-		ev, err := history.Normalize(ev, now)
-		if err != nil {
-			return err
-		}
-		norm = append(norm, ev)
-	}
-	locks, byLock := trim.ByLock(norm)
-	for _, lock := range locks {
-		if err := s.append(ctx, lock, byLock[lock]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
+		return s.append(ctx, lock, evs)
+	})
 }
 
 func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {

@@ -53,22 +53,9 @@ func (s *Store) Record(ctx context.Context, ev history.Event) error {
 
 // Append implements history.Store: one transaction per lock.
 func (s *Store) Append(ctx context.Context, evs []history.Event) error {
-	now := s.opts.Now()
-	norm := make([]history.Event, 0, len(evs))
-	for _, ev := range evs {
-		ev, err := history.Normalize(ev, now)
-		if err != nil {
-			return err
-		}
-		norm = append(norm, ev)
-	}
-	locks, byLock := trim.ByLock(norm)
-	for _, lock := range locks {
-		if err := s.append(ctx, lock, byLock[lock]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
+		return s.append(ctx, lock, evs)
+	})
 }
 
 func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {

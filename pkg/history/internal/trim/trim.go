@@ -29,6 +29,28 @@ func Kept[E any](o opts.Options, evs []E, at func(E) time.Time, limit int) []E {
 	return out
 }
 
+// EachLock normalizes evs at now (history.Normalize) and calls write with
+// each lock's events, in their order, the locks in order of first
+// appearance: the skeleton of every store's Append. It stops at the first
+// error.
+func EachLock(evs []history.Event, now time.Time, write func(lock string, evs []history.Event) error) error {
+	norm := make([]history.Event, 0, len(evs))
+	for _, ev := range evs {
+		ev, err := history.Normalize(ev, now)
+		if err != nil {
+			return err
+		}
+		norm = append(norm, ev)
+	}
+	locks, byLock := ByLock(norm)
+	for _, lock := range locks {
+		if err := write(lock, byLock[lock]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ByLock splits events by lock, keeping each lock's events in order, and
 // returns the locks in order of first appearance.
 func ByLock(evs []history.Event) (locks []string, byLock map[string][]history.Event) {
