@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"slices"
 	"sort"
+	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/test/e2e/internal/oplog"
 )
 
@@ -290,4 +294,34 @@ func counterAnomalies(h history, final cState) (tookEffect int, anomalies []stri
 		anomalies = append(anomalies, fmt.Sprintf("value %d (final %d) was written by no increment", v, final.Value))
 	}
 	return tookEffect, anomalies
+}
+
+// counterRun reads the counter's final state and the contenders' operation
+// logs in logDir, and builds the history the checkers read; it returns the
+// final state too, and torn counts the log lines cut short. When the test fails, the logs are kept in a
+// temporary directory.
+func counterRun(ctx context.Context, t *testing.T, db *sql.DB, logDir string) (history, cState, int) {
+	t.Helper()
+	finalT := int64(clock.Now())
+	var final cState
+	if err := db.QueryRowContext(ctx, `SELECT value, fence FROM counter WHERE id = 1`).Scan(&final.Value, &final.Fence); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			keep, err := os.MkdirTemp("", "fence-e2e-logs-")
+			if err == nil && os.CopyFS(keep, os.DirFS(logDir)) == nil {
+				t.Logf("operation logs kept in %s", keep)
+			}
+		}
+	})
+	recs, torn, err := oplog.ReadDir(logDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := oplog.Pair(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buildHistory(ops, final, finalT), final, torn
 }

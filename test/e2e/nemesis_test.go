@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/proc"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 	"github.com/fence-dev/fence/test/e2e/internal/oplog"
 )
@@ -155,29 +154,7 @@ func TestNemesisCounter(t *testing.T) {
 			t.Fatalf("%d connections to the counter's database are still open", n)
 		}
 	}
-	finalT := int64(clock.Now())
-	var final cState
-	if err := db.QueryRowContext(ctx, `SELECT value, fence FROM counter WHERE id = 1`).Scan(&final.Value, &final.Fence); err != nil {
-		t.Fatal(err)
-	}
-
-	defer func() {
-		if t.Failed() {
-			keep, err := os.MkdirTemp("", "fence-e2e-logs-")
-			if err == nil && os.CopyFS(keep, os.DirFS(logDir)) == nil {
-				t.Logf("operation logs kept in %s", keep)
-			}
-		}
-	}()
-	recs, torn, err := oplog.ReadDir(logDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops, err := oplog.Pair(recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := buildHistory(ops, final, finalT)
+	h, final, torn := counterRun(ctx, t, db, logDir)
 
 	var anomalies []string
 	checkStart := time.Now()

@@ -17,9 +17,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/faultproxy"
 	"github.com/fence-dev/fence/internal/proc"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
-	"github.com/fence-dev/fence/test/e2e/internal/oplog"
 )
 
 // Settings of the PostgreSQL nemesis.
@@ -54,7 +52,8 @@ var pgFaults = []string{"kill-fence", "partition", "stale-write", "server-stop",
 // partitioned holder's command is gone before partition start + TTL (its
 // safe-until is earlier: its last acknowledged renewal was sent before the
 // partition), and that once a frozen server answers again a waiter holds
-// the lock within pgNotice.
+// the lock within pgNotice of its being free to that waiter (at most a TTL
+// after the thaw, when the holder's release did not reach the server).
 func TestPostgresNemesis(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -250,28 +249,7 @@ func TestPostgresNemesis(t *testing.T) {
 	}
 	stopWatch()
 	<-watchDone
-	finalT := int64(clock.Now())
-	var final cState
-	if err := db.QueryRowContext(ctx, `SELECT value, fence FROM counter WHERE id = 1`).Scan(&final.Value, &final.Fence); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			keep, err := os.MkdirTemp("", "fence-e2e-pglogs-")
-			if err == nil && os.CopyFS(keep, os.DirFS(logDir)) == nil {
-				t.Logf("operation logs kept in %s", keep)
-			}
-		}
-	}()
-	recs, torn, err := oplog.ReadDir(logDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ops, err := oplog.Pair(recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := buildHistory(ops, final, finalT)
+	h, final, torn := counterRun(ctx, t, db, logDir)
 	var anomalies []string
 	checkStart := time.Now()
 	if why := linearizable(h, counterModel(true), 20*time.Second, os.TempDir()); why != "" {
@@ -320,9 +298,14 @@ func TestPostgresNemesis(t *testing.T) {
 	if len(notices) == 0 {
 		t.Errorf("no grant followed a frozen server's thaw within 5 s")
 	}
+	// The freeze outlasts the TTL: the holder's fence stops its command
+	// and exits without its release reaching the server, so the lease is
+	// still on record at the thaw. A waiter takes it over once it has seen
+	// it unrenewed for a whole TTL on its own clock (the package's
+	// invariant); a lock released at the thaw is taken within pgNotice.
 	for _, d := range notices {
-		if d > pgNotice {
-			t.Errorf("a waiter took the lock %v after the frozen server answered again, want within %v", d, pgNotice)
+		if d > pgTTL+pgNotice {
+			t.Errorf("a waiter took the lock %v after the frozen server answered again, want within the TTL and %v (%v)", d, pgNotice, pgTTL+pgNotice)
 		}
 	}
 	if h.refused == 0 {
