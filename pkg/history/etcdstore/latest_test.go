@@ -177,8 +177,11 @@ func TestAcquisitionRecordCost(t *testing.T) {
 	if err := acquireAfter(t, ctx, r, "carol", func() error { return holder.Release(ctx, "job", hl.ID) }); err != nil {
 		t.Fatal(err)
 	}
-	if n := kv.n.Load() - before; n != 4 {
-		t.Fatalf("a waiter made %d KV requests to queue, claim and record, want 4", n)
+	// Four; a fifth when the waiter reads its turn again because its first
+	// look came before the release committed (seen under -race on a loaded
+	// 2-core host). More is a request added to the waiter's way.
+	if n := kv.n.Load() - before; n < 4 || n > 5 {
+		t.Fatalf("a waiter made %d KV requests to queue, claim and record, want 4 (5 when its look races the release)", n)
 	}
 	evs, err = newStoreLike(t, cli, prefix).History(ctx, "job", 3)
 	if err != nil || len(evs) != 3 || evs[0].Kind != history.Acquired || evs[1].Kind != history.Released || evs[2].Kind != history.Acquired || evs[2].Holder != "carol" {
