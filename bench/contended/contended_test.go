@@ -271,6 +271,15 @@ const EnvRounds = "FENCE_BENCH_ROUNDS"
 // go test names a result "...#01", "...#02".
 func BenchmarkContended(b *testing.B) {
 	eps := endpoints(b)
+	runRounds(b, impls, func(im impl) string { return im.name }, func(b *testing.B, im impl, n int) (time.Duration, error) {
+		return loop(b, eps, im, n, b.N, b.ResetTimer)
+	})
+}
+
+// runRounds runs each of impls at each of Workers in sub-benchmarks, for
+// EnvRounds rounds (default 1), the order of impls reversed from one round
+// to the next, and reports each run's throughput in ops/s.
+func runRounds[T any](b *testing.B, impls []T, name func(T) string, run func(b *testing.B, im T, n int) (time.Duration, error)) {
 	rounds := 1
 	if s := os.Getenv(EnvRounds); s != "" {
 		n, err := strconv.Atoi(s)
@@ -286,8 +295,8 @@ func BenchmarkContended(b *testing.B) {
 		}
 		for _, n := range Workers {
 			for _, im := range order {
-				b.Run(fmt.Sprintf("impl=%s/workers=%d", im.name, n), func(b *testing.B) {
-					d, err := loop(b, eps, im, n, b.N, b.ResetTimer)
+				b.Run(fmt.Sprintf("impl=%s/workers=%d", name(im), n), func(b *testing.B) {
+					d, err := run(b, im, n)
 					b.StopTimer()
 					if err != nil {
 						b.Fatal(err)

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -250,32 +249,9 @@ func pgLoop(tb testing.TB, url string, im pgImpl, n, ops int, onStart func()) (t
 // next).
 func BenchmarkContendedPostgres(b *testing.B) {
 	url := pgURL(b)
-	rounds := 1
-	if s := os.Getenv(EnvRounds); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			b.Fatalf("%s=%q: want a number of rounds, 1 or more", EnvRounds, s)
-		}
-		rounds = n
-	}
-	for r := range rounds {
-		order := slices.Clone(pgImpls)
-		if r%2 == 1 {
-			slices.Reverse(order)
-		}
-		for _, n := range Workers {
-			for _, im := range order {
-				b.Run(fmt.Sprintf("impl=%s/workers=%d", im.name, n), func(b *testing.B) {
-					d, err := pgLoop(b, url, im, n, b.N, b.ResetTimer)
-					b.StopTimer()
-					if err != nil {
-						b.Fatal(err)
-					}
-					b.ReportMetric(float64(b.N)/d.Seconds(), "ops/s")
-				})
-			}
-		}
-	}
+	runRounds(b, pgImpls, func(im pgImpl) string { return im.name }, func(b *testing.B, im pgImpl, n int) (time.Duration, error) {
+		return pgLoop(b, url, im, n, b.N, b.ResetTimer)
+	})
 }
 
 // --- queries -------------------------------------------------------------
