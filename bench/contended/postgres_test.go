@@ -100,7 +100,7 @@ func openDB(url string, tr pgx.QueryTracer) (*sql.DB, error) {
 // --- fence: fencing.Acquire on pkg/coord/postgres ------------------------
 
 func newPgFence(ctx context.Context, url, ns string, i int, tr pgx.QueryTracer) (worker, error) {
-	c, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: ns, Tracer: tr})
+	c, err := postgres.Open(ctx, url, postgres.WithSchema(ns), postgres.WithTracer(tr))
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +276,7 @@ func measureQueries(tb testing.TB, url, impl string, window time.Duration) (quer
 	var holder, waiter counter
 	switch impl {
 	case "fence":
-		c, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: ns, Tracer: &holder})
+		c, err := postgres.Open(ctx, url, postgres.WithSchema(ns), postgres.WithTracer(&holder))
 		if err != nil {
 			return q, err
 		}
@@ -301,7 +301,7 @@ func measureQueries(tb testing.TB, url, impl string, window time.Duration) (quer
 			q.renew += float64(n2-n1) / reps
 			q.release += float64(n3-n2) / reps
 		}
-		w, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: ns, Tracer: &waiter})
+		w, err := postgres.Open(ctx, url, postgres.WithSchema(ns), postgres.WithTracer(&waiter))
 		if err != nil {
 			return q, err
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
-	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
@@ -128,7 +127,7 @@ func NewFactory(ios *IOStreams) *Factory {
 		if ec, ok := inner.(*etcd.Coordinator); ok {
 			f.versions.ask(ctx, ec, cfg.DialTimeout)
 		}
-		if pc, ok := inner.(*postgres.Coordinator); ok {
+		if pc, ok := inner.(replicationAsker); ok { // pkg/coord/postgres
 			f.versions.askReplication(ctx, pc, cfg.DialTimeout)
 		}
 		// Every command records its lease events in the lock's history.

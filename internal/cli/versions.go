@@ -67,10 +67,15 @@ func (q *versionQuestion) ask(ctx context.Context, c *etcd.Coordinator, dial tim
 	})
 }
 
+// replicationAsker is a PostgreSQL coordinator (pkg/coord/postgres).
+type replicationAsker interface {
+	ReplicationWarning(ctx context.Context) string
+}
+
 // askReplication asks c, on the side as ask does the etcd members, whether
 // it has standbys without synchronous replication; the answer is the
 // coordinator warning, printed and shown as the versions' is.
-func (q *versionQuestion) askReplication(ctx context.Context, c *postgres.Coordinator, dial time.Duration) {
+func (q *versionQuestion) askReplication(ctx context.Context, c replicationAsker, dial time.Duration) {
 	q.start(ctx, dial, func(ctx context.Context) {
 		if w := c.ReplicationWarning(ctx); w != "" {
 			q.warn, q.shortWarn = w, postgres.ShortReplicationRisk

@@ -3,10 +3,11 @@ package config
 import (
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
-	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/etcdstore"
 	"github.com/fence-dev/fence/pkg/guard/localstore"
@@ -21,11 +22,17 @@ func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
 	if ec, ok := auto.Backend(c).(*etcd.Coordinator); ok {
 		return etcdstore.New(ec.Client(), ec.Prefix()), nil
 	}
-	if pc, ok := auto.Backend(c).(*postgres.Coordinator); ok {
-		return pgstore.New(pc)
+	if b := auto.Backend(c); isPostgres(b) {
+		return pgstore.New(b)
 	}
 	if len(cfg.Endpoints) > 0 {
 		return nil, fmt.Errorf("internal error: coordinator %s is not etcd", c.Describe())
 	}
 	return localstore.Open(cfg.LocalStateDir())
+}
+
+// isPostgres reports whether c is a coordinator of pkg/coord/postgres.
+func isPostgres(c coord.Coordinator) bool {
+	_, ok := c.(interface{ Pool() *pgxpool.Pool })
+	return ok
 }

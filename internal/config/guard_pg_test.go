@@ -4,8 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fence-dev/fence/pkg/coord/postgres"
-	"github.com/fence-dev/fence/pkg/guard/pgstore"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 )
 
@@ -13,7 +14,7 @@ import (
 // in its schema.
 func TestOpenGuardPostgres(t *testing.T) {
 	srv := pgtest.Start(t)
-	c, err := postgres.Open(context.Background(), postgres.Config{URL: srv.URL(srv.CreateDatabase(t))})
+	c, err := postgres.Open(context.Background(), srv.URL(srv.CreateDatabase(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +23,12 @@ func TestOpenGuardPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := g.(*pgstore.Store); !ok {
-		t.Fatalf("OpenGuard on postgres = %T, want *pgstore.Store", g)
+	if err := g.Put(context.Background(), "k", 1, []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	pool := c.(interface{ Pool() *pgxpool.Pool }).Pool()
+	var v []byte
+	if err := pool.QueryRow(context.Background(), "SELECT value FROM fence.guards WHERE key = 'k'").Scan(&v); err != nil || string(v) != "v" {
+		t.Fatalf("OpenGuard on postgres (%T): the value in fence.guards = %q, %v; want \"v\"", g, v, err)
 	}
 }

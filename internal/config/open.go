@@ -39,7 +39,7 @@ func Open(ctx context.Context, cfg *Config) (coord.Coordinator, error) {
 		}
 		return c, nil
 	case "postgres":
-		c, err := postgres.Open(ctx, postgres.Config{URL: cfg.PostgresConn(), Schema: cfg.PostgresSchema})
+		c, err := postgres.Open(ctx, cfg.PostgresConn(), postgres.WithSchema(cfg.PostgresSchema))
 		if err != nil {
 			return nil, err
 		}

@@ -15,10 +15,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/etcdstore"
 	"github.com/fence-dev/fence/pkg/history/localstore"
@@ -36,6 +36,11 @@ type etcdBackend interface {
 	Prefix() string
 }
 
+// pgBackend is what a PostgreSQL coordinator (pkg/coord/postgres) offers.
+type pgBackend interface {
+	Pool() *pgxpool.Pool
+}
+
 // Store opens the history store of c (the Recorder's own when c is a
 // history.Recorder; its backend otherwise). A
 // coordinator of another kind, or invalid options, are refused with an error wrapping coord.ErrInvalid. A local
@@ -48,8 +53,8 @@ func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 		return r.Store(), nil
 	}
 	c = Backend(c)
-	if pb, ok := c.(*postgres.Coordinator); ok {
-		return pgstore.New(pb, opts...)
+	if _, ok := c.(pgBackend); ok {
+		return pgstore.New(c, opts...)
 	}
 	if eb, ok := c.(etcdBackend); ok {
 		return etcdstore.New(eb.Client(), eb.Prefix(), opts...)

@@ -79,8 +79,8 @@ func TestEtcd(t *testing.T) {
 func TestPostgres(t *testing.T) {
 	srv := pgtest.Start(t)
 	url := srv.URL(srv.CreateDatabase(t))
-	openPG := func() *postgres.Coordinator {
-		c, err := postgres.Open(context.Background(), postgres.Config{URL: url})
+	openPG := func() coord.Coordinator {
+		c, err := postgres.Open(context.Background(), url)
 		if err != nil {
 			t.Fatal(err)
 		}

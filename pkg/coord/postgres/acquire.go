@@ -17,7 +17,7 @@ import (
 
 // Acquire takes a lease on name: at once when the lock has room and nobody
 // waits, else (opts.Wait) in the queue.
-func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	start := time.Now()
 	opts, err := coord.CheckAcquire(name, opts)
 	if err != nil {
@@ -52,19 +52,15 @@ func busy(st *state, opts coord.AcquireOptions) error {
 // grantIdle grants a lease in one statement when the lock is idle (no
 // lease, no waiter, no limit: see grant_idle in the schema); nil, nil when
 // it is not, and try decides.
-func (c *Coordinator) grantIdle(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+func (c *coordinator) grantIdle(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	id, rvn, sent := random(), random(), time.Now()
-	var proc []byte
-	if opts.Process != nil {
-		proc, _ = json.Marshal(opts.Process)
-	}
 	var token int64
 	var at time.Time
 	err := c.pool.QueryRow(ctx, c.sql("SELECT g_token, g_at FROM {s}.grant_idle($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
-		name, opts.Holder, coord.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, proc, c.chLock(name), c.chWatch).Scan(&token, &at)
+		name, opts.Holder, coord.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, processJSON(opts), c.chLock(name), c.chWatch).Scan(&token, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -75,10 +71,61 @@ func (c *Coordinator) grantIdle(ctx context.Context, name string, opts coord.Acq
 		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent}, nil
 }
 
+// tryStep is what try does with a lock as it read it.
+type tryStep uint8
+
+const (
+	// tryGrant: the lock has room and no waiter is ahead: grant a lease.
+	tryGrant tryStep = iota
+	// tryWait: no room, or a waiter ahead, and the caller is in the queue
+	// already (or has no place in it: a try-lock): nothing to write.
+	tryWait
+	// tryJoin: no room, or a waiter ahead: the caller joins the queue.
+	tryJoin
+	// trySlots: the lock is in use with other slots than the caller's.
+	trySlots
+	// tryCeiling: the lock has issued its last token.
+	tryCeiling
+)
+
+// decide is try's decision on st for the caller at place me in the queue
+// (0: none) asking for slots; room is how many may hold the lock now, and
+// queued whether me is in the queue.
+func decide(st *state, me int64, slots int) (step tryStep, room int, queued bool) {
+	ahead, others := 0, 0
+	for _, w := range st.waiters {
+		switch {
+		case w.seq == me:
+			queued = true
+		case me == 0 || w.seq < me:
+			ahead++
+			others++
+		default:
+			others++
+		}
+	}
+	room = slots
+	if lim := coord.EffectiveLimit(st.limits, st.name); lim != nil {
+		room = min(room, lim.Max)
+	}
+	switch {
+	case (len(st.holders) > 0 || others > 0) && st.slots != slots:
+		return trySlots, room, queued
+	case len(st.holders) >= room || ahead > 0: // the head first: tokens in queue order
+		if me == 0 || queued {
+			return tryWait, room, queued
+		}
+		return tryJoin, room, queued
+	case st.last >= coord.MaxToken:
+		return tryCeiling, room, queued
+	}
+	return tryGrant, room, queued
+}
+
 // try grants a lease when the lock has room for it and no waiter is ahead
 // (me is the caller's place in the queue, 0 when it has none). A queued
 // caller that is not granted is (again) in the queue when try returns.
-func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coord.AcquireOptions, me int64) (*coord.Lease, *state, error) {
+func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coord.AcquireOptions, me int64) (*coord.Lease, *state, error) {
 	var l *coord.Lease
 	var st *state
 	sent := time.Now()
@@ -89,74 +136,21 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 			return err
 		}
 		slots := coord.SlotsOf(opts.Slots)
-		ahead, queued, others := 0, false, 0
-		for _, w := range st.waiters {
-			switch {
-			case w.seq == me:
-				queued = true
-			case me == 0 || w.seq < me:
-				ahead++
-				others++
-			default:
-				others++
-			}
-		}
-		idle := len(st.holders) == 0 && others == 0
-		if !idle && st.slots != slots {
-			return &coord.SlotsError{Lock: name, Have: st.slots, Want: slots}
-		}
-		room := slots
-		if lim := coord.EffectiveLimit(st.limits, name); lim != nil {
-			room = min(room, lim.Max)
-		}
+		step, room, queued := decide(st, me, slots)
 		st.room = room
-		if len(st.holders) >= room || ahead > 0 { // the head first: tokens in queue order
-			if me == 0 || queued {
-				return nil
-			}
-			if _, err := tx.Exec(ctx, c.sql("INSERT INTO {s}.waiters (seq, name, holder, slots) VALUES ($1, $2, $3, $4)"), me, name, opts.Holder, slots); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET slots = $2 WHERE name = $1"), name, slots); err != nil {
-				return err
-			}
-			st.waiters = append(st.waiters, waiter{seq: me, holder: opts.Holder, slots: slots, since: time.Now()})
-			return c.notify(ctx, tx, name, 0, "", "j")
-		}
-		if st.last >= coord.MaxToken {
+		switch step {
+		case trySlots:
+			return &coord.SlotsError{Lock: name, Have: st.slots, Want: slots}
+		case tryCeiling:
 			return fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
 				coord.ErrUnavailable, name, st.last)
+		case tryWait:
+			return nil
+		case tryJoin:
+			return c.join(ctx, tx, st, opts.Holder, me, slots)
 		}
-		slot := 0
-		for slices.ContainsFunc(st.holders, func(h lease) bool { return h.slot == slot }) {
-			slot++
-		}
-		id, rvn := random(), random()
-		var proc []byte
-		if opts.Process != nil {
-			proc, _ = json.Marshal(opts.Process)
-		}
-		var at time.Time
-		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET last_token = $2, slots = $3 WHERE name = $1"), name, st.last+1, slots); err != nil {
-			return err
-		}
-		if err := tx.QueryRow(ctx, c.sql(`INSERT INTO {s}.leases (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING acquired_at`),
-			id, name, opts.Holder, st.last+1, slot, opts.TTL.Milliseconds(), rvn, opts.Process != nil, proc).Scan(&at); err != nil {
-			return err
-		}
-		if queued {
-			if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.waiters WHERE seq = $1"), me); err != nil {
-				return err
-			}
-		}
-		l = &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(st.last + 1), ID: formatID(id),
-			TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}
-		note := "c"
-		if queued {
-			note = fmt.Sprintf("g %d", me)
-		}
-		return c.notify(ctx, tx, name, st.last+1, opts.Holder, note)
+		l, err = c.grant(ctx, tx, st, opts, me, queued, sent)
+		return err
 	})
 	if err != nil {
 		return nil, nil, err
@@ -164,12 +158,68 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 	return l, st, nil
 }
 
+// join puts the caller, at place me, in the queue of st's lock.
+func (c *coordinator) join(ctx context.Context, tx pgx.Tx, st *state, holder string, me int64, slots int) error {
+	if _, err := tx.Exec(ctx, c.sql("INSERT INTO {s}.waiters (seq, name, holder, slots) VALUES ($1, $2, $3, $4)"), me, st.name, holder, slots); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET slots = $2 WHERE name = $1"), st.name, slots); err != nil {
+		return err
+	}
+	st.waiters = append(st.waiters, waiter{seq: me, holder: holder, slots: slots, since: time.Now()})
+	return c.notify(ctx, tx, st.name, 0, "", "j")
+}
+
+// grant writes the lease of the caller (at place me, queued or not) with
+// the lock's next token, in its first free slot.
+func (c *coordinator) grant(ctx context.Context, tx pgx.Tx, st *state, opts coord.AcquireOptions, me int64, queued bool, sent time.Time) (*coord.Lease, error) {
+	name, token, slot := st.name, st.last+1, freeSlot(st.holders)
+	id, rvn := random(), random()
+	var at time.Time
+	if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET last_token = $2, slots = $3 WHERE name = $1"), name, token, coord.SlotsOf(opts.Slots)); err != nil {
+		return nil, err
+	}
+	if err := tx.QueryRow(ctx, c.sql(`INSERT INTO {s}.leases (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING acquired_at`),
+		id, name, opts.Holder, token, slot, opts.TTL.Milliseconds(), rvn, opts.Process != nil, processJSON(opts)).Scan(&at); err != nil {
+		return nil, err
+	}
+	note := "c"
+	if queued {
+		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.waiters WHERE seq = $1"), me); err != nil {
+			return nil, err
+		}
+		note = fmt.Sprintf("g %d", me)
+	}
+	l := &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(token), ID: formatID(id),
+		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}
+	return l, c.notify(ctx, tx, name, token, opts.Holder, note)
+}
+
+// freeSlot is the first slot no holder has.
+func freeSlot(hs []lease) int {
+	slot := 0
+	for slices.ContainsFunc(hs, func(h lease) bool { return h.slot == slot }) {
+		slot++
+	}
+	return slot
+}
+
+// processJSON is the process column of a grant (nil when unsupervised).
+func processJSON(opts coord.AcquireOptions) []byte {
+	if opts.Process == nil {
+		return nil
+	}
+	b, _ := json.Marshal(opts.Process)
+	return b
+}
+
 // wait queues for name on a connection of its own that LISTENs, and tries
 // again when notified of a change, when a holder's lease has gone a TTL
 // unrenewed, or when the wait ends. A connection that breaks (the database
 // restarted, the network cut) does not end the wait: the waiter connects
 // again every quarter second within its budget and queues again.
-func (c *Coordinator) wait(ctx context.Context, name string, opts coord.AcquireOptions, start time.Time) (*coord.Lease, error) {
+func (c *coordinator) wait(ctx context.Context, name string, opts coord.AcquireOptions, start time.Time) (*coord.Lease, error) {
 	ctx, cancel := c.bound(ctx)
 	defer cancel()
 	var deadline time.Time
@@ -216,20 +266,10 @@ func lostConn(conn *pgx.Conn, err error) error {
 // queue is one connection's part of wait: it takes a place in the queue and
 // waits there until granted, the deadline, or the connection breaks (then a
 // lostError). opts.OnWait is called once, and then cleared.
-func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.AcquireOptions, deadline time.Time) (*coord.Lease, error) {
-	cctx := ctx
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	chl := c.chLock(name)
-	conn, err := c.listen(cctx, chl, c.chLimit)
+func (c *coordinator) queue(ctx context.Context, name string, opts *coord.AcquireOptions, deadline time.Time) (*coord.Lease, error) {
+	conn, me, err := c.enqueue(ctx, name, deadline)
 	if err != nil {
-		if ctx.Err() != nil || c.check() != nil {
-			return nil, c.mapErr(ctx, "acquire "+name, err)
-		}
-		return nil, lostError{err}
+		return nil, err
 	}
 	spare := false // a connection granted its lease is kept for the next wait
 	defer func() {
@@ -237,115 +277,87 @@ func (c *Coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 			conn.Close(context.Background())
 		}
 	}()
-	var me int64
-	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
-		return nil, lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
-	}
-	pid := conn.PgConn().PID()
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, queryTimeout) // a cut network breaks the connection
 		l, st, err := c.try(tctx, conn, name, *opts, me)
 		tcancel()
-		if l != nil || err != nil {
-			if err != nil {
-				c.leave(conn, name, me)
+		err = lostConn(conn, err)
+		if err == nil && l == nil {
+			if opts.OnWait != nil {
+				opts.OnWait(c.info(st))
+				opts.OnWait = nil
 			}
-			spare = err == nil
-			return l, lostConn(conn, err)
+			err = c.await(ctx, conn, st, me, *opts, deadline)
 		}
-		if opts.OnWait != nil {
-			opts.OnWait(c.info(st))
-			opts.OnWait = nil
+		if err != nil {
+			c.leave(conn, name, me)
+			return nil, err
 		}
-		next := time.Time{}
-		for _, h := range st.holders {
-			if next.IsZero() || h.end.Before(next) {
-				next = h.end
-			}
-		}
-		if len(st.holders) < st.room && (next.IsZero() || time.Until(next) > 250*time.Millisecond) {
-			next = time.Now().Add(250 * time.Millisecond) // room, but a waiter ahead has not taken it yet
-		}
-		// The waiters ahead: while one is, a release is theirs to take and
-		// their grants and leavings are counted here without a query,
-		// unless nobody takes a freed lease within stallPause.
-		ahead := map[int64]bool{}
-		for _, w := range st.waiters {
-			if w.seq < me {
-				ahead[w.seq] = true
-			}
-		}
-		var stall time.Time
-	wait:
-		for {
-			until := next
-			if !stall.IsZero() && (until.IsZero() || stall.Before(until)) {
-				until = stall
-			}
-			if !deadline.IsZero() && (until.IsZero() || deadline.Before(until)) {
-				until = deadline
-			}
-			n, err := waitNote(ctx, conn, until)
-			switch {
-			case ctx.Err() != nil:
-				c.leave(conn, name, me)
-				return nil, fmt.Errorf("acquire %q: %w", name, ctx.Err())
-			case err != nil:
-				c.leave(conn, name, me)
-				return nil, lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
-			case n == nil && !deadline.IsZero() && !time.Now().Before(deadline):
-				c.leave(conn, name, me)
-				return nil, fmt.Errorf("%w (after waiting %v)", busy(st, *opts), opts.Wait)
-			case n == nil:
-				break wait
-			case n.Channel != chl:
-				break wait // a limit changed
-			case n.PID == pid || n.Payload == "j":
-			case len(ahead) > 0 && (strings.HasPrefix(n.Payload, "g ") || strings.HasPrefix(n.Payload, "l ")):
-				var seq int64
-				fmt.Sscanf(n.Payload[2:], "%d", &seq)
-				if ahead[seq] {
-					delete(ahead, seq)
-					stall = time.Time{}
-				}
-				if len(ahead) == 0 {
-					break wait
-				}
-			case len(ahead) > 0 && n.Payload == "f":
-				if stall.IsZero() {
-					stall = time.Now().Add(stallPause)
-				}
-			case strings.HasPrefix(n.Payload, "r "):
-				// A renewal: its new rvn starts the count again, no query.
-				var id, rvn int64
-				fmt.Sscanf(n.Payload, "r %d %d", &id, &rvn)
-				for i, h := range st.holders {
-					if h.id == id {
-						_, st.holders[i].end = c.observe(name, id, rvn, h.ttl, time.Now())
-					}
-				}
-				if len(st.holders) > 0 {
-					next = st.holders[0].end
-					for _, h := range st.holders {
-						next = minTime(next, h.end)
-					}
-				}
-			default:
-				break wait
-			}
+		if l != nil {
+			spare = true
+			return l, nil
 		}
 	}
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
+// enqueue is a connection that listens on the channels of lock name and
+// holds the advisory lock of a new place me in the queue (not taken yet).
+func (c *coordinator) enqueue(ctx context.Context, name string, deadline time.Time) (*pgx.Conn, int64, error) {
+	cctx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
-	return a
+	conn, err := c.listen(cctx, c.chLock(name), c.chLimit)
+	if err != nil {
+		if ctx.Err() != nil || c.check() != nil {
+			return nil, 0, c.mapErr(ctx, "acquire "+name, err)
+		}
+		return nil, 0, lostError{err}
+	}
+	var me int64
+	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
+		err = lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
+		conn.Close(context.Background())
+		return nil, 0, err
+	}
+	return conn, me, nil
+}
+
+// await waits, at place me in the queue of st's lock, for what makes
+// another try worth its query (see turn.on): nil then, else why the wait
+// ended.
+func (c *coordinator) await(ctx context.Context, conn *pgx.Conn, st *state, me int64, opts coord.AcquireOptions, deadline time.Time) error {
+	t := newTurn(st, me, deadline, time.Now())
+	chl, pid := c.chLock(st.name), conn.PgConn().PID()
+	for {
+		n, err := waitNote(ctx, conn, t.until())
+		if ctx.Err() != nil {
+			return fmt.Errorf("acquire %q: %w", st.name, ctx.Err())
+		}
+		if err != nil {
+			return lostConn(conn, c.mapErr(ctx, "acquire "+st.name, err))
+		}
+		nt, now := parseNote(n, chl, pid), time.Now()
+		switch t.on(nt, now) {
+		case actTry:
+			return nil
+		case actBusy:
+			return fmt.Errorf("%w (after waiting %v)", busy(st, opts), opts.Wait)
+		case actRenewed: // its new rvn starts the count again, no query
+			for i, h := range st.holders {
+				if h.id == nt.id {
+					_, st.holders[i].end = c.observe(st.name, h.id, nt.rvn, h.ttl, now)
+				}
+			}
+			t.renewed(st.holders)
+		}
+	}
 }
 
 // leave takes place me out of the queue and tells the others.
-func (c *Coordinator) leave(conn *pgx.Conn, name string, me int64) {
+func (c *coordinator) leave(conn *pgx.Conn, name string, me int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -359,7 +371,7 @@ func (c *Coordinator) leave(conn *pgx.Conn, name string, me int64) {
 
 // listen is a connection of its own that listens on chans: the spare one
 // when there is one, else a new one.
-func (c *Coordinator) listen(ctx context.Context, chans ...string) (*pgx.Conn, error) {
+func (c *coordinator) listen(ctx context.Context, chans ...string) (*pgx.Conn, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -397,7 +409,7 @@ const spareIdle = time.Minute
 // putSpare keeps conn, a waiter's connection, for the next wait, once it
 // listens to nothing and holds no advisory lock; false when it cannot
 // (then the caller closes it).
-func (c *Coordinator) putSpare(conn *pgx.Conn) bool {
+func (c *coordinator) putSpare(conn *pgx.Conn) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if c.check() != nil {
@@ -432,7 +444,7 @@ func waitNote(ctx context.Context, conn *pgx.Conn, until time.Time) (*pgconn.Not
 }
 
 // bound is ctx, also ended when the coordinator is closed.
-func (c *Coordinator) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+func (c *coordinator) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {

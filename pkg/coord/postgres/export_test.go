@@ -14,3 +14,6 @@ func init() {
 		unrenewed = func(ttl time.Duration) time.Duration { return ttl / 2 }
 	}
 }
+
+// ReplicationRisk is replicationRisk, for its table test.
+var ReplicationRisk = replicationRisk

@@ -12,7 +12,7 @@ import (
 )
 
 // SetLimit records l (coord.Limiter); waiters are told at its commit.
-func (c *Coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
+func (c *coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 	if err := coord.ValidateLimit(l); err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func (c *Coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 }
 
 // ClearLimit removes the limit of a scope.
-func (c *Coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
+func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
 	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
 		return coord.Limit{}, false, err
 	}
@@ -53,7 +53,7 @@ func (c *Coordinator) ClearLimit(ctx context.Context, name string, prefix bool) 
 }
 
 // Limits returns every limit, lock limits first, each by name.
-func (c *Coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
+func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 	var ls []coord.Limit
 	err := c.tx(ctx, c.pool, "limits", func(tx pgx.Tx) error {
 		var err error
@@ -86,7 +86,7 @@ func checkOnce(lock, key string, keep time.Duration) error {
 }
 
 // Completion reads the record of (lock, key).
-func (c *Coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
+func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
 	if err := checkOnce(lock, key, 0); err != nil {
 		return coord.Completion{}, false, err
 	}
@@ -102,7 +102,7 @@ func (c *Coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 }
 
 // write stores rec for keep; with replace it replaces a live record.
-func (c *Coordinator) write(ctx context.Context, tx pgx.Tx, rec coord.Completion, keep time.Duration, replace bool) error {
+func (c *coordinator) write(ctx context.Context, tx pgx.Tx, rec coord.Completion, keep time.Duration, replace bool) error {
 	var started int64
 	if !rec.Started.IsZero() {
 		started = rec.Started.UnixNano()
@@ -123,7 +123,7 @@ func (c *Coordinator) write(ctx context.Context, tx pgx.Tx, rec coord.Completion
 
 // Complete writes the record in the transaction that checks that the lease
 // still holds the lock (its row, locked against takeover until commit).
-func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
+func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
 	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 }
 
 // Mark writes rec without a lease, replacing the record of its key.
-func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
+func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
 	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 }
 
 // Forget removes the record of (lock, key).
-func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
+func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
 	if err := checkOnce(lock, key, 0); err != nil {
 		return false, err
 	}
@@ -166,7 +166,7 @@ func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error
 }
 
 // Completions lists the records of lock by key, dropping expired ones.
-func (c *Coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
+func (c *coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}

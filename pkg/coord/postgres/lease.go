@@ -24,7 +24,7 @@ func args(name, leaseID string) (int64, error) {
 
 // gone is the error for lease id not found on lock name: ErrInvalid when it
 // is another lock's, else lost (nil for a release).
-func (c *Coordinator) gone(ctx context.Context, name string, id int64, lost error) error {
+func (c *coordinator) gone(ctx context.Context, name string, id int64, lost error) error {
 	var other string
 	err := c.pool.QueryRow(ctx, c.sql("SELECT name FROM {s}.leases WHERE id = $1"), id).Scan(&other)
 	switch {
@@ -37,7 +37,7 @@ func (c *Coordinator) gone(ctx context.Context, name string, id int64, lost erro
 }
 
 // Renew writes a new record version: contenders start counting again.
-func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
+func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
 	id, err := args(name, leaseID)
 	if err != nil {
 		return coord.Renewal{}, err
@@ -59,7 +59,7 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 }
 
 // RenewAsync is Renew on a goroutine of its own (coord.AsyncRenewer).
-func (c *Coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, error)) func() {
+func (c *coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, error)) func() {
 	ctx, cancel := c.bound(context.Background())
 	var once sync.Once
 	fire := func(r coord.Renewal, err error) { once.Do(func() { done(r, err) }) }
@@ -75,7 +75,7 @@ func (c *Coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, 
 }
 
 // Release ends the lease; one already gone is not an error.
-func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
+func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
 	id, err := args(name, leaseID)
 	if err != nil {
 		return err
@@ -93,7 +93,7 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 }
 
 // AttachProcess records the processes of a lease (shown by readers).
-func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
+func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
 	id, err := args(name, leaseID)
 	if err != nil {
 		return err
@@ -113,12 +113,12 @@ func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 }
 
 // Revoke ends the holder's lease.
-func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
 	return c.RevokeToken(ctx, name, 0)
 }
 
 // holderOf picks the holder with token (0: the only one) of st.
-func (c *Coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, error) {
+func (c *coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, error) {
 	info := c.info(st)
 	switch {
 	case len(st.holders) == 0:
@@ -137,7 +137,7 @@ func (c *Coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, 
 }
 
 // RevokeToken ends the lease of the holder with token (0: the only one).
-func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
@@ -160,7 +160,7 @@ func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64
 }
 
 // RequestStop asks a supervised holder to stop (its WatchLease says so).
-func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, false, err
 	}
@@ -185,7 +185,7 @@ func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64
 }
 
 // WaitEnded waits until the lease with token no longer holds name.
-func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
+func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
 	if err := coord.ValidateName(name); err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 
 // WatchLease reports the end of lease leaseID's hold on name, or a stop
 // request (coord.LeaseWatcher).
-func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
+func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
 	id, err := args(name, leaseID)
 	if err != nil {
 		return nil, err

@@ -77,18 +77,26 @@ import (
 // DefaultSchema is the schema of fence's tables when none is named.
 const DefaultSchema = "fence"
 
-// Config says where the coordinator is.
-type Config struct {
-	// URL is a libpq connection URL or DSN.
-	URL string
-	// Schema holds fence's tables (DefaultSchema when empty).
-	Schema string
-	// Tracer, when set, sees every query (tests count them).
-	Tracer pgx.QueryTracer
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	schema string
+	tracer pgx.QueryTracer
 }
 
-// Coordinator is a coord.Coordinator on PostgreSQL.
-type Coordinator struct {
+// WithSchema names the schema of fence's tables (DefaultSchema when not
+// given, or empty).
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+
+// WithTracer has t see every query (tests and the benchmark count them).
+func WithTracer(t pgx.QueryTracer) Option { return func(o *options) { o.tracer = t } }
+
+// coordinator is a coord.Coordinator on PostgreSQL. Besides coord's methods
+// it offers, for the stores that keep fence's history and guard values in
+// its schema (pkg/history/pgstore, pkg/guard/pgstore) and for the CLI,
+// SQL, Schema, Pool, Tx, MapErr and ReplicationWarning.
+type coordinator struct {
 	pool    *pgxpool.Pool
 	connCfg *pgx.ConnConfig // for the connections that LISTEN
 	schema  string          // quoted identifier
@@ -115,31 +123,35 @@ type obs struct {
 	at   time.Time
 }
 
-// Open connects to the database, refuses a standby and creates the schema
-// when it is missing (see SchemaSQL).
-func Open(ctx context.Context, cfg Config) (*Coordinator, error) {
-	if cfg.Schema == "" {
-		cfg.Schema = DefaultSchema
+// Open connects to the database at url (a libpq URL or DSN), refuses a
+// standby and creates the schema when it is missing (see SchemaSQL).
+func Open(ctx context.Context, url string, opts ...Option) (coord.Coordinator, error) {
+	cfg := options{schema: DefaultSchema}
+	for _, o := range opts {
+		o(&cfg)
 	}
-	if err := checkIdent(cfg.Schema); err != nil {
+	if cfg.schema == "" {
+		cfg.schema = DefaultSchema
+	}
+	if err := checkIdent(cfg.schema); err != nil {
 		return nil, err
 	}
-	pc, err := pgxpool.ParseConfig(cfg.URL)
+	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %v", coord.ErrInvalid, oneLine(err))
 	}
 	pc.MaxConns = 4
 	pc.MaxConnIdleTime = time.Minute
-	pc.ConnConfig.Tracer = cfg.Tracer
-	h := sha256.Sum256([]byte(cfg.Schema))
-	c := &Coordinator{
+	pc.ConnConfig.Tracer = cfg.tracer
+	h := sha256.Sum256([]byte(cfg.schema))
+	c := &coordinator{
 		connCfg: pc.ConnConfig.Copy(),
-		schema:  pgx.Identifier{cfg.Schema}.Sanitize(),
-		name:    cfg.Schema,
+		schema:  pgx.Identifier{cfg.schema}.Sanitize(),
+		name:    cfg.schema,
 		class:   int32(binary.BigEndian.Uint32(h[:4]) & 0x7fffffff),
 		chWatch: "fence_w_" + hex.EncodeToString(h[:8]),
 		chLimit: "fence_l_" + hex.EncodeToString(h[:8]),
-		where:   fmt.Sprintf("postgres %s/%s schema %s", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), pc.ConnConfig.Database, cfg.Schema),
+		where:   fmt.Sprintf("postgres %s/%s schema %s", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), pc.ConnConfig.Database, cfg.schema),
 		seen:    map[int64]obs{},
 		done:    make(chan struct{}),
 	}
@@ -163,10 +175,10 @@ func checkIdent(s string) error {
 }
 
 // Describe says where the coordinator is.
-func (c *Coordinator) Describe() string { return c.where }
+func (c *coordinator) Describe() string { return c.where }
 
 // Close closes the connections (not the leases).
-func (c *Coordinator) Close() error {
+func (c *coordinator) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.wg.Wait()
@@ -181,7 +193,7 @@ func (c *Coordinator) Close() error {
 	return nil
 }
 
-func (c *Coordinator) check() error {
+func (c *coordinator) check() error {
 	select {
 	case <-c.done:
 		return fmt.Errorf("%w: coordinator closed", coord.ErrUnavailable)
@@ -191,40 +203,40 @@ func (c *Coordinator) check() error {
 }
 
 // sql puts the schema into a statement: {s} is the schema.
-func (c *Coordinator) sql(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
+func (c *coordinator) sql(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
 
 // The stores that keep fence's history and guard values in the same schema
 // (pkg/history/pgstore, pkg/guard/pgstore) share the coordinator's pool and
 // its error classes through these.
 
 // SQL is q with {s} replaced by the schema (quoted).
-func (c *Coordinator) SQL(q string) string { return c.sql(q) }
+func (c *coordinator) SQL(q string) string { return c.sql(q) }
 
 // Schema is the name of the schema (unquoted).
-func (c *Coordinator) Schema() string { return c.name }
+func (c *coordinator) Schema() string { return c.name }
 
 // Pool is the coordinator's connection pool.
-func (c *Coordinator) Pool() *pgxpool.Pool { return c.pool }
+func (c *coordinator) Pool() *pgxpool.Pool { return c.pool }
 
 // Tx runs f in a transaction on the pool; an error of the database is
 // coord.ErrUnavailable, named by op.
-func (c *Coordinator) Tx(ctx context.Context, op string, f func(pgx.Tx) error) error {
+func (c *coordinator) Tx(ctx context.Context, op string, f func(pgx.Tx) error) error {
 	return c.tx(ctx, c.pool, op, f)
 }
 
 // MapErr is the error class of err, as Tx returns it.
-func (c *Coordinator) MapErr(ctx context.Context, op string, err error) error {
+func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
 	return c.mapErr(ctx, op, err)
 }
 
 // chLock is the channel of one lock.
-func (c *Coordinator) chLock(name string) string {
+func (c *coordinator) chLock(name string) string {
 	h := sha256.Sum256([]byte(c.schema + "\x00" + name))
 	return "fence_" + hex.EncodeToString(h[:16])
 }
 
 // mapErr turns a database error into coord's classes.
-func (c *Coordinator) mapErr(ctx context.Context, op string, err error) error {
+func (c *coordinator) mapErr(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -241,7 +253,7 @@ func (c *Coordinator) mapErr(ctx context.Context, op string, err error) error {
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
 
 // tx runs f in a transaction on q (the pool or a connection).
-func (c *Coordinator) tx(ctx context.Context, q beginner, op string, f func(pgx.Tx) error) error {
+func (c *coordinator) tx(ctx context.Context, q beginner, op string, f func(pgx.Tx) error) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -282,7 +294,7 @@ var unrenewed = func(ttl time.Duration) time.Duration { return ttl + ttl/100 + t
 // observe records rvn of lease id as seen at now, and reports whether it has
 // been seen unchanged for its whole TTL and the margin: then the lease may
 // be taken over.
-func (c *Coordinator) observe(name string, id, rvn int64, ttl time.Duration, now time.Time) (expired bool, at time.Time) {
+func (c *coordinator) observe(name string, id, rvn int64, ttl time.Duration, now time.Time) (expired bool, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := c.seen[id]
@@ -295,7 +307,7 @@ func (c *Coordinator) observe(name string, id, rvn int64, ttl time.Duration, now
 }
 
 // forget drops what this client saw of the leases of name not in keep.
-func (c *Coordinator) forget(name string, keep map[int64]bool) {
+func (c *coordinator) forget(name string, keep map[int64]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id, o := range c.seen {
@@ -310,7 +322,7 @@ func (c *Coordinator) forget(name string, keep map[int64]bool) {
 // the lock's channel, for its waiters: "j" a waiter joined the queue, "g
 // SEQ" waiter SEQ was granted, "l SEQ" it left, "f" a lease ended, "r ID
 // RVN" a renewal (Renew), "c" any other change.
-func (c *Coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder, note string) error {
+func (c *coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder, note string) error {
 	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $4), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder), note)
 	return err
 }

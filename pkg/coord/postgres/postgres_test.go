@@ -30,13 +30,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func open(url string) (*postgres.Coordinator, error) {
+func open(url string) (coord.Coordinator, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return postgres.Open(ctx, postgres.Config{URL: url})
+	return postgres.Open(ctx, url)
 }
-
-var _ coord.Coordinator = (*postgres.Coordinator)(nil)
 
 // TestConformance runs the coordtest suite against a real PostgreSQL.
 func TestConformance(t *testing.T) {
@@ -83,7 +81,7 @@ func TestIdleWaiterSendsNothing(t *testing.T) {
 	}
 	defer holder.Close()
 	var k counter
-	waiter, err := postgres.Open(ctx, postgres.Config{URL: url, Tracer: &k})
+	waiter, err := postgres.Open(ctx, url, postgres.WithTracer(&k))
 	if err != nil {
 		t.Fatal(err)
 	}

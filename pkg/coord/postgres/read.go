@@ -13,14 +13,14 @@ import (
 )
 
 // Inspect reads one lock.
-func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
 	return c.inspect(ctx, name)
 }
 
-func (c *Coordinator) inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) inspect(ctx context.Context, name string) (coord.LockInfo, error) {
 	var info coord.LockInfo
 	err := c.tx(ctx, c.pool, "inspect "+name, func(tx pgx.Tx) error {
 		st, err := c.load(ctx, tx, name, 0, false)
@@ -33,13 +33,13 @@ func (c *Coordinator) inspect(ctx context.Context, name string) (coord.LockInfo,
 }
 
 // Peek is Inspect (coord.Peeker).
-func (c *Coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, error) {
 	return c.Inspect(ctx, name)
 }
 
 // List reads the locks under prefix that have holders or waiters, and those
 // with a limit of their own, in one query (listSQL).
-func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
 	infos, _, err := c.list(ctx, prefix)
 	return infos, err
 }
@@ -57,7 +57,7 @@ UNION ALL SELECT 'l', name, max, prefix::int, 0, set_by, 0, 0, 0, 0, set_at, set
 ORDER BY 1, 2, 7, 5`
 
 // list is List, with the last token of every lock it read.
-func (c *Coordinator) list(ctx context.Context, prefix string) ([]coord.LockInfo, map[string]int64, error) {
+func (c *coordinator) list(ctx context.Context, prefix string) ([]coord.LockInfo, map[string]int64, error) {
 	if err := c.check(); err != nil {
 		return nil, nil, err
 	}
@@ -123,7 +123,7 @@ func (c *Coordinator) list(ctx context.Context, prefix string) ([]coord.LockInfo
 // the token and holder) before the lock's state after it. When the
 // connection breaks, Watch connects again, reads the locks again and sends
 // EventReset.
-func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	ctx, cancel := c.bound(ctx)
 	w := &watch{c: c, prefix: prefix, ch: make(chan coord.Event), shown: map[string]uint64{}}
 	if err := w.resync(ctx); err != nil {
@@ -157,7 +157,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 }
 
 type watch struct {
-	c      *Coordinator
+	c      *coordinator
 	prefix string
 	ch     chan coord.Event
 	conn   *pgx.Conn

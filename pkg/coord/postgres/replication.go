@@ -12,7 +12,7 @@ import (
 // one; also "" when the question fails, which the command's own queries
 // report). A session's synchronous_commit is what fence's grants commit
 // with, so it is the one read.
-func (c *Coordinator) ReplicationWarning(ctx context.Context) string {
+func (c *coordinator) ReplicationWarning(ctx context.Context) string {
 	var standbys int
 	var names, commit string
 	err := c.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_replication),
@@ -20,15 +20,15 @@ func (c *Coordinator) ReplicationWarning(ctx context.Context) string {
 	if err != nil {
 		return ""
 	}
-	return ReplicationRisk(c.where, standbys, names, commit)
+	return replicationRisk(c.where, standbys, names, commit)
 }
 
-// ReplicationRisk is ReplicationWarning's decision: a server with standbys
+// replicationRisk is ReplicationWarning's decision: a server with standbys
 // (rows of pg_stat_replication) whose commits do not wait for one
 // (synchronous_standby_names empty, or synchronous_commit off or local)
 // can fail over to a standby that lacks the last tokens granted, and the
 // new primary may grant one of them again.
-func ReplicationRisk(where string, standbys int, names, commit string) string {
+func replicationRisk(where string, standbys int, names, commit string) string {
 	if standbys == 0 {
 		return ""
 	}
@@ -46,5 +46,5 @@ func ReplicationRisk(where string, standbys int, names, commit string) string {
 		"or remote_apply (see the operations guide, Replication)", where, standbys, why)
 }
 
-// ShortReplicationRisk is the dashboard's short form of ReplicationRisk.
+// ShortReplicationRisk is the dashboard's short form of replicationRisk.
 const ShortReplicationRisk = "async standbys: a failover can repeat tokens"

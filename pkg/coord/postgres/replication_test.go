@@ -49,7 +49,7 @@ func TestReplicationWarningNoStandby(t *testing.T) {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if w := c.ReplicationWarning(ctx); w != "" {
+	if w := c.(interface{ ReplicationWarning(context.Context) string }).ReplicationWarning(ctx); w != "" {
 		t.Errorf("ReplicationWarning on a server without standbys: %q, want none", w)
 	}
 }

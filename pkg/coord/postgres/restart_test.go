@@ -57,6 +57,21 @@ func TestWaiterSurvivesRestart(t *testing.T) {
 	}
 }
 
+// tallyRenewal counts one renewal of TestHolderAcrossRestart's holder: an
+// acknowledgement after the contender got the lock, a new safe-until, or
+// the loss told.
+func tallyRenewal(r coord.Renewal, err error, contenderAt time.Time, acksAfter int, safe time.Time, lostSeen bool) (int, time.Time, bool) {
+	switch {
+	case err == nil && !contenderAt.IsZero():
+		acksAfter++
+	case err == nil:
+		safe = r.Sent.Add(r.TTL)
+	case errors.Is(err, coord.ErrLeaseLost):
+		lostSeen = true
+	}
+	return acksAfter, safe, lostSeen
+}
+
 // TestHolderAcrossRestart: a holder renewing through a server restart
 // either keeps its lease (a renewal acknowledged within its safe time) or
 // loses it and is told so; a contender never gets the lock before the
@@ -94,18 +109,8 @@ func TestHolderAcrossRestart(t *testing.T) {
 					}
 					r, err := holder.Renew(ctx, name, l.ID)
 					mu.Lock()
-					now := time.Now()
-					if now.After(safe) {
-						unsafeSeen = true
-					}
-					switch {
-					case err == nil && !contenderAt.IsZero():
-						acksAfter++
-					case err == nil:
-						safe = r.Sent.Add(r.TTL)
-					case errors.Is(err, coord.ErrLeaseLost):
-						lostSeen = true
-					}
+					unsafeSeen = unsafeSeen || time.Now().After(safe)
+					acksAfter, safe, lostSeen = tallyRenewal(r, err, contenderAt, acksAfter, safe, lostSeen)
 					mu.Unlock()
 					if errors.Is(err, coord.ErrLeaseLost) {
 						return
@@ -202,7 +207,7 @@ func TestListOneQuery(t *testing.T) {
 	url := srv.URL(srv.CreateDatabase(t))
 	ctx := context.Background()
 	var k counter
-	c, err := postgres.Open(ctx, postgres.Config{URL: url, Tracer: &k})
+	c, err := postgres.Open(ctx, url, postgres.WithTracer(&k))
 	if err != nil {
 		t.Fatal(err)
 	}

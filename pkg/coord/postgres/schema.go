@@ -12,8 +12,8 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// SchemaVersion is the version of the tables this package uses.
-const SchemaVersion = 1
+// schemaVersion is the version of the tables this package uses.
+const schemaVersion = 1
 
 const schemaSQL = `CREATE SCHEMA IF NOT EXISTS {s};
 CREATE TABLE IF NOT EXISTS {s}.schema_version (version int PRIMARY KEY);
@@ -112,7 +112,7 @@ func SchemaSQL(schema string) string {
 // prepare refuses a standby and creates the schema when it is missing, in
 // one transaction under an advisory lock, so that two first users do not
 // race.
-func (c *Coordinator) prepare(ctx context.Context) error {
+func (c *coordinator) prepare(ctx context.Context) error {
 	var standby bool
 	if err := c.pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil {
 		return c.mapErr(ctx, "connect", err)
@@ -121,11 +121,11 @@ func (c *Coordinator) prepare(ctx context.Context) error {
 		return fmt.Errorf("%w: %s is a read-only standby (pg_is_in_recovery()): point fence at the primary", coord.ErrInvalid, c.where)
 	}
 	v, err := c.version(ctx)
-	if err == nil && v == SchemaVersion {
+	if err == nil && v == schemaVersion {
 		return nil
 	}
-	if err == nil && v > SchemaVersion {
-		return fmt.Errorf("%w: schema %s is at version %d, newer than this fence knows (%d): upgrade fence", coord.ErrInvalid, c.schema, v, SchemaVersion)
+	if err == nil && v > schemaVersion {
+		return fmt.Errorf("%w: schema %s is at version %d, newer than this fence knows (%d): upgrade fence", coord.ErrInvalid, c.schema, v, schemaVersion)
 	}
 	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", c.class); err != nil {
@@ -142,7 +142,7 @@ func (c *Coordinator) prepare(ctx context.Context) error {
 }
 
 // version reads the schema's version.
-func (c *Coordinator) version(ctx context.Context) (int, error) {
+func (c *coordinator) version(ctx context.Context) (int, error) {
 	var v *int
 	err := c.pool.QueryRow(ctx, c.sql("SELECT max(version) FROM {s}.schema_version")).Scan(&v)
 	if err != nil || v == nil {

@@ -48,7 +48,7 @@ type state struct {
 // unrenewed for their TTL (conditionally on their rvn) and drops the waiters
 // whose sessions are gone (their advisory lock is free), except me. With
 // lock, the lock's row is created if need be and locked.
-func (c *Coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64, lock bool) (*state, error) {
+func (c *coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64, lock bool) (*state, error) {
 	st := &state{name: name, slots: 1}
 	q := "SELECT last_token, slots FROM {s}.locks WHERE name = $1"
 	if lock {
@@ -82,7 +82,7 @@ func (c *Coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64
 
 // readBatch reads the results of load's batch into st: the leases, and
 // whether dead waiters were dropped.
-func (c *Coordinator) readBatch(br pgx.BatchResults, st *state) ([]lease, bool, error) {
+func (c *coordinator) readBatch(br pgx.BatchResults, st *state) ([]lease, bool, error) {
 	if err := br.QueryRow().Scan(&st.last, &st.slots); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, err
 	}
@@ -140,7 +140,7 @@ type execer interface {
 // expire ends the leases of lock name (hs: all of them) this client has
 // seen unrenewed for their TTL, conditionally on their rvn, and returns the
 // others, each with when this client may take it over.
-func (c *Coordinator) expire(ctx context.Context, q execer, name string, hs []lease) ([]lease, error) {
+func (c *coordinator) expire(ctx context.Context, q execer, name string, hs []lease) ([]lease, error) {
 	now := time.Now() // the rows came back: every rvn read was written before now
 	var kept []lease
 	keep := map[int64]bool{}
@@ -165,7 +165,7 @@ func (c *Coordinator) expire(ctx context.Context, q execer, name string, hs []le
 }
 
 // info is what readers see of st.
-func (c *Coordinator) info(st *state) coord.LockInfo {
+func (c *coordinator) info(st *state) coord.LockInfo {
 	i := coord.LockInfo{Name: st.name, LastToken: uint64(st.last), Waiters: len(st.waiters), Limit: coord.EffectiveLimit(st.limits, st.name)}
 	for _, w := range st.waiters {
 		i.Queue = append(i.Queue, coord.Waiter{Holder: w.holder, Since: w.since})
@@ -203,7 +203,7 @@ const (
 )
 
 // limits reads the limits a WHERE clause selects.
-func (c *Coordinator) limits(ctx context.Context, tx pgx.Tx, where string, args ...any) ([]coord.Limit, error) {
+func (c *coordinator) limits(ctx context.Context, tx pgx.Tx, where string, args ...any) ([]coord.Limit, error) {
 	rows, err := tx.Query(ctx, c.sql(limitsSQL+where+limitsOrder), args...)
 	if err != nil {
 		return nil, err

@@ -14,45 +14,57 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard"
 )
 
-// Store is a guard.Guard in PostgreSQL.
-type Store struct {
-	c *postgres.Coordinator
+// store is a guard.Guard in PostgreSQL.
+type store struct {
+	c backend
 	t *sqlguard.Table
 }
 
-var _ guard.Guard = (*Store)(nil)
+// backend is what a coordinator of pkg/coord/postgres offers its stores.
+type backend interface {
+	Pool() *pgxpool.Pool
+	Schema() string
+	MapErr(ctx context.Context, op string, err error) error
+}
 
-// New returns the store in c's schema. It does not own c.
-func New(c *postgres.Coordinator) (*Store, error) {
-	t, err := sqlguard.New(stdlib.OpenDBFromPool(c.Pool()), sqlguard.Postgres, "guards",
-		sqlguard.WithSchema(c.Schema()), sqlguard.WithColumns("key", "", ""))
+// New returns the store in the schema of c, a coordinator of
+// pkg/coord/postgres (any other is refused with coord.ErrInvalid). It does
+// not own c.
+func New(c coord.Coordinator) (guard.Guard, error) {
+	b, ok := c.(backend)
+	if !ok {
+		return nil, fmt.Errorf("%w: coordinator %s is not PostgreSQL", coord.ErrInvalid, c.Describe())
+	}
+	t, err := sqlguard.New(stdlib.OpenDBFromPool(b.Pool()), sqlguard.Postgres, "guards",
+		sqlguard.WithSchema(b.Schema()), sqlguard.WithColumns("key", "", ""))
 	if err != nil {
 		return nil, err
 	}
-	return &Store{c: c, t: t}, nil
+	return &store{c: b, t: t}, nil
 }
 
 // Put implements guard.Guard.
-func (s *Store) Put(ctx context.Context, key string, token uint64, value []byte) error {
+func (s *store) Put(ctx context.Context, key string, token uint64, value []byte) error {
 	return s.mapErr(ctx, key, s.t.Put(ctx, key, token, value))
 }
 
 // Get implements guard.Guard.
-func (s *Store) Get(ctx context.Context, key string) (guard.Value, error) {
+func (s *store) Get(ctx context.Context, key string) (guard.Value, error) {
 	v, err := s.t.Get(ctx, key)
 	return v, s.mapErr(ctx, key, err)
 }
 
-func (s *Store) mapErr(ctx context.Context, key string, err error) error {
+func (s *store) mapErr(ctx context.Context, key string, err error) error {
 	if err == nil || errors.Is(err, guard.ErrStale) || errors.Is(err, guard.ErrNotFound) || errors.Is(err, coord.ErrInvalid) {
 		return err
 	}

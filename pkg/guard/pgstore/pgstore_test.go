@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/guard"
@@ -14,10 +16,10 @@ import (
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 )
 
-func open(t testing.TB, url string) *postgres.Coordinator {
+func open(t testing.TB, url string) coord.Coordinator {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := postgres.Open(ctx, postgres.Config{URL: url})
+	c, err := postgres.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +47,16 @@ func TestDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Pool().Close()
+	pool(c).Close()
 	if err := s.Put(context.Background(), "k", 1, nil); !errors.Is(err, coord.ErrUnavailable) {
 		t.Errorf("Put on a closed pool = %v, want ErrUnavailable", err)
 	}
 	if _, err := s.Get(context.Background(), "k"); !errors.Is(err, coord.ErrUnavailable) {
 		t.Errorf("Get on a closed pool = %v, want ErrUnavailable", err)
 	}
+}
+
+// pool is the connection pool of c, a PostgreSQL coordinator.
+func pool(c coord.Coordinator) *pgxpool.Pool {
+	return c.(interface{ Pool() *pgxpool.Pool }).Pool()
 }

@@ -22,43 +22,52 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
 	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
 )
 
-// Store is a history.Store in PostgreSQL.
-type Store struct {
-	c    *postgres.Coordinator
+// store is a history.Store in PostgreSQL.
+type store struct {
+	c    backend
 	opts hopts.Options
 }
 
-var _ history.Store = (*Store)(nil)
+// backend is what a coordinator of pkg/coord/postgres offers its stores.
+type backend interface {
+	SQL(q string) string
+	Tx(ctx context.Context, op string, f func(pgx.Tx) error) error
+}
 
-// New returns the store in c's schema. It does not own c.
-func New(c *postgres.Coordinator, opts ...history.Option) (*Store, error) {
+// New returns the store in the schema of c, a coordinator of
+// pkg/coord/postgres (any other is refused with coord.ErrInvalid). It does
+// not own c.
+func New(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
+	b, ok := c.(backend)
+	if !ok {
+		return nil, fmt.Errorf("%w: coordinator %s is not PostgreSQL", coord.ErrInvalid, c.Describe())
+	}
 	o, err := hopts.New(opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{c: c, opts: o}, nil
+	return &store{c: b, opts: o}, nil
 }
 
 // Record implements history.Store.
-func (s *Store) Record(ctx context.Context, ev history.Event) error {
+func (s *store) Record(ctx context.Context, ev history.Event) error {
 	return s.Append(ctx, []history.Event{ev})
 }
 
 // Append implements history.Store: one transaction per lock.
-func (s *Store) Append(ctx context.Context, evs []history.Event) error {
+func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
 		return s.append(ctx, lock, evs)
 	})
 }
 
-func (s *Store) append(ctx context.Context, lock string, evs []history.Event) error {
+func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {
 	cut := s.opts.Cutoff()
 	evs = slices.DeleteFunc(evs, func(ev history.Event) bool { return ev.Time.Before(cut) }) // kept nowhere
 	if len(evs) == 0 {
@@ -92,7 +101,7 @@ func (s *Store) append(ctx context.Context, lock string, evs []history.Event) er
 }
 
 // History implements history.Store.
-func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
+func (s *store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
 	n := s.opts.MaxEvents
 	if limit > 0 && limit < n {
 		n = limit
@@ -111,7 +120,7 @@ func (s *Store) History(ctx context.Context, lock string, limit int) ([]history.
 }
 
 // Since implements history.Reader.
-func (s *Store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
+func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
 	ents, err := s.read(ctx, lock, "AND seq > $2 ORDER BY seq", int64(min(after, coord.MaxToken)))
 	if err != nil {
 		return nil, err
@@ -121,7 +130,7 @@ func (s *Store) Since(ctx context.Context, lock string, after uint64) ([]history
 
 // read reads lock's events that a clause (with the arguments from $2 on)
 // selects.
-func (s *Store) read(ctx context.Context, lock, clause string, args ...any) ([]history.Entry, error) {
+func (s *store) read(ctx context.Context, lock, clause string, args ...any) ([]history.Entry, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
@@ -152,7 +161,7 @@ func (s *Store) read(ctx context.Context, lock, clause string, args ...any) ([]h
 }
 
 // Heads implements history.Reader.
-func (s *Store) Heads(ctx context.Context) ([]history.Head, error) {
+func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 	var heads []history.Head
 	err := s.c.Tx(ctx, "history heads", func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, s.c.SQL("SELECT lock, seq FROM {s}.history_heads ORDER BY lock"))

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 	"github.com/fence-dev/fence/pkg/history"
@@ -30,10 +33,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func open(url string) (*postgres.Coordinator, error) {
+func open(url string) (coord.Coordinator, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return postgres.Open(ctx, postgres.Config{URL: url})
+	return postgres.Open(ctx, url)
 }
 
 func TestConformance(t *testing.T) {
@@ -63,7 +66,7 @@ func TestConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if err := c.Pool().QueryRow(context.Background(), "SELECT count(*) FROM fence.history WHERE lock = $1", lock).Scan(&n); err != nil {
+			if err := pool(c).QueryRow(context.Background(), "SELECT count(*) FROM fence.history WHERE lock = $1", lock).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			return n
@@ -75,4 +78,9 @@ func TestConformance(t *testing.T) {
 			return cmd
 		},
 	})
+}
+
+// pool is the connection pool of c, a PostgreSQL coordinator.
+func pool(c coord.Coordinator) *pgxpool.Pool {
+	return c.(interface{ Pool() *pgxpool.Pool }).Pool()
 }
