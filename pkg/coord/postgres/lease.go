@@ -138,11 +138,35 @@ func (c *coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, 
 
 // RevokeToken ends the lease of the holder with token (0: the only one).
 func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	info, _, err := c.onHolder(ctx, "revoke", name, token, func(tx pgx.Tx, h lease) (bool, error) {
+		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
+			return false, err
+		}
+		return true, c.notify(ctx, tx, name, 0, "", "f")
+	})
+	return info, err
+}
+
+// RequestStop asks a supervised holder to stop (its WatchLease says so).
+func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+	return c.onHolder(ctx, "stop", name, token, func(tx pgx.Tx, h lease) (bool, error) {
+		if !h.supervised {
+			return false, nil
+		}
+		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
+			return false, err
+		}
+		return true, c.notify(ctx, tx, name, 0, "", "c")
+	})
+}
+
+// onHolder runs f, in a transaction, on the holder of lock name with token
+// (0: the only one); done is f's, when it wrote.
+func (c *coordinator) onHolder(ctx context.Context, op, name string, token uint64, f func(pgx.Tx, lease) (bool, error)) (info coord.LockInfo, done bool, err error) {
 	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, false, err
 	}
-	var info coord.LockInfo
-	err := c.tx(ctx, c.pool, "revoke "+name, func(tx pgx.Tx) error {
+	err = c.tx(ctx, c.pool, op+" "+name, func(tx pgx.Tx) error {
 		st, err := c.load(ctx, tx, name, 0, false)
 		if err != nil {
 			return err
@@ -151,37 +175,10 @@ func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64
 		if h, info, err = c.holderOf(st, token); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
-			return err
-		}
-		return c.notify(ctx, tx, name, 0, "", "f")
+		done, err = f(tx, h)
+		return err
 	})
-	return info, err
-}
-
-// RequestStop asks a supervised holder to stop (its WatchLease says so).
-func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{}, false, err
-	}
-	var info coord.LockInfo
-	asked := false
-	err := c.tx(ctx, c.pool, "stop "+name, func(tx pgx.Tx) error {
-		st, err := c.load(ctx, tx, name, 0, false)
-		if err != nil {
-			return err
-		}
-		var h lease
-		if h, info, err = c.holderOf(st, token); err != nil || !h.supervised {
-			return err
-		}
-		asked = true
-		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
-			return err
-		}
-		return c.notify(ctx, tx, name, 0, "", "c")
-	})
-	return info, asked && err == nil, err
+	return info, done && err == nil, err
 }
 
 // WaitEnded waits until the lease with token no longer holds name.

@@ -40,8 +40,31 @@ func (c *coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, er
 // List reads the locks under prefix that have holders or waiters, and those
 // with a limit of their own, in one query (listSQL).
 func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
-	infos, _, err := c.list(ctx, prefix)
-	return infos, err
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, c.sql(listSQL), prefix, c.class)
+	if err != nil {
+		return nil, c.mapErr(ctx, "list", err)
+	}
+	names, byName, limits, err := readList(rows)
+	if err != nil {
+		return nil, c.mapErr(ctx, "list", err)
+	}
+	var infos []coord.LockInfo
+	for _, name := range names {
+		st := byName[name]
+		if st.holders, err = c.expire(ctx, c.pool, name, st.holders); err != nil {
+			return nil, c.mapErr(ctx, "list", err)
+		}
+		st.limits = limits
+		if i := c.info(st); i.Held || i.Waiters > 0 {
+			infos = append(infos, i)
+		}
+	}
+	infos = coord.WithLimited(infos, limits, prefix)
+	slices.SortFunc(infos, func(a, b coord.LockInfo) int { return strings.Compare(a.Name, b.Name) })
+	return infos, nil
 }
 
 // listSQL reads every lease and live waiter under $1, and every limit, as
@@ -56,18 +79,11 @@ UNION ALL SELECT 'w', w.name, k.last_token, k.slots, w.seq, w.holder, 0, w.slots
 UNION ALL SELECT 'l', name, max, prefix::int, 0, set_by, 0, 0, 0, 0, set_at, set_at, false, to_jsonb(reason), false, now() FROM {s}.limits
 ORDER BY 1, 2, 7, 5`
 
-// list is List, with the last token of every lock it read.
-func (c *coordinator) list(ctx context.Context, prefix string) ([]coord.LockInfo, map[string]int64, error) {
-	if err := c.check(); err != nil {
-		return nil, nil, err
-	}
-	rows, err := c.pool.Query(ctx, c.sql(listSQL), prefix, c.class)
-	if err != nil {
-		return nil, nil, c.mapErr(ctx, "list", err)
-	}
-	var names []string
-	byName := map[string]*state{}
-	var limits []coord.Limit
+// readList reads the rows of listSQL: the locks by name, in the order
+// read, and the limits.
+func readList(rows pgx.Rows) (names []string, byName map[string]*state, limits []coord.Limit, err error) {
+	defer rows.Close()
+	byName = map[string]*state{}
 	for rows.Next() {
 		var kind, name string
 		var last int64
@@ -75,8 +91,7 @@ func (c *coordinator) list(ctx context.Context, prefix string) ([]coord.LockInfo
 		var now time.Time
 		l, err := scanLease(rows, &now, &kind, &name, &last, &slots)
 		if err != nil {
-			rows.Close()
-			return nil, nil, c.mapErr(ctx, "list", err)
+			return nil, nil, nil, err
 		}
 		if kind == "l" {
 			lim := coord.Limit{Name: name, Max: int(last), Prefix: slots == 1, By: l.holder, At: l.acquiredAt}
@@ -96,25 +111,7 @@ func (c *coordinator) list(ctx context.Context, prefix string) ([]coord.LockInfo
 			st.waiters = append(st.waiters, waiter{seq: l.id, holder: l.holder, slots: l.slot, since: l.acquiredAt})
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, c.mapErr(ctx, "list", err)
-	}
-	var infos []coord.LockInfo
-	lasts := map[string]int64{}
-	for _, name := range names {
-		st := byName[name]
-		lasts[name] = st.last
-		if st.holders, err = c.expire(ctx, c.pool, name, st.holders); err != nil {
-			return nil, nil, c.mapErr(ctx, "list", err)
-		}
-		st.limits = limits
-		if i := c.info(st); i.Held || i.Waiters > 0 {
-			infos = append(infos, i)
-		}
-	}
-	infos = coord.WithLimited(infos, limits, prefix)
-	slices.SortFunc(infos, func(a, b coord.LockInfo) int { return strings.Compare(a.Name, b.Name) })
-	return infos, lasts, nil
+	return names, byName, limits, rows.Err()
 }
 
 // Watch sends the state of each lock under prefix when it changes, as
