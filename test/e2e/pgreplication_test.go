@@ -18,7 +18,9 @@ import (
 // that an asynchronous failover can lose the last tokens, once (a second
 // run the same day on the host does not repeat it), also when
 // synchronous_standby_names names the standby but synchronous_commit is
-// off (pgtest's server default), and not at all with synchronous_commit on.
+// off (pgtest's server default), and not at all with synchronous_commit on;
+// fence exporter exports the asynchronous standby as
+// fence_coordinator_known_bug.
 func TestPostgresReplication(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -65,6 +67,19 @@ func TestPostgresReplication(t *testing.T) {
 	}
 	if code, _, errOut = acquire(pg.URL(dbName), cache, "c"); code != 0 || warnings(errOut) != 0 {
 		t.Errorf("fence acquire again the same day: exit %d, stderr %q; want 0 and no warning (once a day on a host)", code, errOut)
+	}
+
+	// The exporter says so too.
+	url := startExporter(t, cleanEnv(t, "FENCE_POSTGRES="+pg.URL(dbName)))
+	const bug = `fence_coordinator_known_bug{issue="async-replication",version="postgres"}`
+	for deadline := time.Now().Add(hangGuard); ; time.Sleep(50 * time.Millisecond) {
+		_, body, _ := get(url + "/metrics")
+		if v, ok := sample(body, bug); ok && v == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fence exporter on a primary with an asynchronous standby: no %s 1 in /metrics:\n%s", bug, body)
+		}
 	}
 
 	admin := pg.Open(t, "postgres")
