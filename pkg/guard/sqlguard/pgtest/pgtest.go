@@ -331,3 +331,59 @@ func (s *Server) Open(t testing.TB, name string) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// StartStandby makes a streaming standby of s (pg_basebackup -R from it, a
+// data directory of its own, its own port and socket), starts it, and
+// waits until s reports it streaming (pg_stat_replication); it is stopped
+// and removed when the test ends. It is read-only: its databases are s's
+// (CreateDatabase fails on it).
+func (s *Server) StartStandby(t testing.TB) *Server {
+	t.Helper()
+	dir, err := os.MkdirTemp(filepath.Dir(s.dir), "fence-pg-standby-")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sb := &Server{bin: s.bin, dir: dir, sockDir: filepath.Join(dir, "sock")}
+	if err := os.Mkdir(sb.sockDir, 0o700); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if s.cred != nil {
+		for _, p := range []string{dir, sb.sockDir} {
+			if err := os.Chown(p, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+				t.Fatalf("pgtest: %v", err)
+			}
+		}
+	}
+	data := filepath.Join(dir, "data")
+	// pg_basebackup is beside postgres's real file (initdb and postgres may
+	// be links to it, as in /usr/local/bin).
+	if real, err := filepath.EvalSymlinks(filepath.Join(s.bin, "postgres")); err == nil {
+		sb.bin = filepath.Dir(real)
+	}
+	backup := sb.command(s.cred, "pg_basebackup", "-h", s.sockDir, "-p", strconv.Itoa(s.port), "-U", User,
+		"-D", data, "-R", "-X", "stream", "--no-sync", "-c", "fast")
+	if out, err := backup.CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
+	}
+	if err := sb.start(s.cred, data); err != nil {
+		t.Fatalf("pgtest: standby: %v", err)
+	}
+	t.Cleanup(sb.stop)
+	if sb.admin, err = sql.Open("pgx", sb.DSN("postgres")); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { sb.admin.Close() })
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) { // hang guard
+		var n int
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := s.admin.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").Scan(&n)
+		cancel()
+		if err == nil && n > 0 {
+			return sb
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pgtest: the standby is not streaming after 60 s (%v)", err)
+		}
+	}
+}
