@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/exitcode"
-	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -119,13 +118,13 @@ func lockAttrs(cmd *cobra.Command) []any {
 }
 
 // explainState adds to a permission error of the local state tree what
-// the file is and the command that repairs it (sharedir.Explain).
+// the file is and the command that repairs it (explainPerm).
 func explainState(f *Factory, err error) error {
 	cfg, cerr := f.Config()
 	if cerr != nil || cfg.Backend() != "local" {
 		return err
 	}
-	return sharedir.Explain(cfg.LocalStateDir(), err)
+	return explainPerm(cfg.LocalStateDir(), err)
 }
 
 // jsonLogs reports whether --log-format asks for JSON (false when the

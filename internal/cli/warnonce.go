@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/fence-dev/fence/internal/atomicfile"
 )
 
 // A warning about the coordinator itself (an etcd version with a known
@@ -62,7 +60,22 @@ func warnDue(warning string, now time.Time) bool {
 	}
 	keep = append(keep, key+" "+strconv.FormatInt(now.Unix(), 10))
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-		_, _ = atomicfile.WritePerm(path, []byte(strings.Join(keep, "\n")+"\n"), false, 0o600)
+		replaceFile(path, []byte(strings.Join(keep, "\n")+"\n"))
 	}
 	return true
+}
+
+// replaceFile replaces path with data through a temporary file (mode 0600)
+// and a rename, so that a reader sees the old list or the new one, never a
+// part. Errors are ignored: the list is only a memory.
+func replaceFile(path string, data []byte) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil && cerr == nil && os.Rename(tmp.Name(), path) == nil {
+		return
+	}
+	os.Remove(tmp.Name())
 }

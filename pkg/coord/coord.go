@@ -18,7 +18,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/fence-dev/fence/internal/printable"
+	"github.com/fence-dev/fence/pkg/internal/printable"
 )
 
 // WaitForever, as AcquireOptions.Wait, waits until the lease is acquired or

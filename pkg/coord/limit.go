@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fence-dev/fence/internal/printable"
+	"github.com/fence-dev/fence/pkg/internal/printable"
 )
 
 // Limits: the kill switch (fence limit, fence freeze, fence thaw).

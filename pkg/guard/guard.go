@@ -24,8 +24,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fence-dev/fence/internal/printable"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/printable"
 )
 
 // Guard is a store of fenced values, one per key. Implementations are safe

@@ -148,3 +148,35 @@ func TestPackageTableIsCurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestPkgReadsDownward keeps the library below the program: no package
+// under pkg/ (test kits included, tests left out) imports, directly or
+// through another, the module-root internal/ tree, which belongs to the
+// command line. What pkg/ shares lives in pkg/internal/.
+func TestPkgReadsDownward(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to list pkg/'s packages")
+	}
+	cmd := exec.Command(gobin, "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "-deps", "./pkg/...")
+	cmd.Dir = filepath.Join("..", "..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./pkg/...: %v", err)
+	}
+	const mod = "github.com/fence-dev/fence/"
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.HasPrefix(f[0], mod+"internal/") {
+			t.Errorf("pkg/ depends on %s", f[0])
+		}
+		if len(f) == 0 || !strings.HasPrefix(f[0], mod+"pkg/") {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, mod+"internal/") {
+				t.Errorf("%s imports %s: move what it needs under pkg/internal/", f[0], imp)
+			}
+		}
+	}
+}

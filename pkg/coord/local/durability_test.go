@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
 // TestEveryGrantIsDurable: the package's durability rule. Every grant

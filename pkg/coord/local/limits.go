@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
 // Limits (coord.Limiter). Every operator limit of the state directory is in

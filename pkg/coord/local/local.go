@@ -135,7 +135,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 
-	"github.com/fence-dev/fence/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
 // Coordinator is the local backend. It implements coord.Coordinator and
@@ -332,7 +332,7 @@ func openTop(path string) (*sharing, error) {
 // the cause, which is what the reader can act on. A permission error among
 // args is wrapped too, as an *fs.PathError naming the last absolute path
 // before it, so that the CLI can say how to repair the file
-// (sharedir.Explain).
+// (explainPerm in internal/cli).
 func unavailable(format string, args ...any) error {
 	e := &stateError{msg: fmt.Sprintf(format, args...)}
 	path := ""

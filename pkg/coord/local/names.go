@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/fence-dev/fence/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
 const (

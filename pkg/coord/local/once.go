@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
 // Completion records (coord.Completer, `fence run --once`).

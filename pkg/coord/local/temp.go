@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fence-dev/fence/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
 // legacyTempAge is the age past which a temporary file of an older fence
