@@ -166,7 +166,7 @@ type holdConfig struct {
 	// first safe-until (Reason Unsafe, LostError.NoRenew set).
 	NoRenew bool
 	// OnSafeUntil, when set, is called with each later safe-until after an
-	// acknowledged renewal (not for the initial one: see Held.SafeUntil).
+	// acknowledged renewal (not for the initial one).
 	// It must not block: it runs on the goroutine that delivered the
 	// renewal's answer, which may deliver the answers of other holds too
 	// (etcd: the keep-alive stream's receiver). The callbacks of one hold
@@ -213,7 +213,7 @@ func WithoutRenewal() Option { return func(c *holdConfig) { c.NoRenew = true } }
 // that delivered the renewal's answer, which may deliver the answers of
 // other holds too (etcd: the keep-alive stream's receiver). The calls of
 // one hold are made one at a time, in order, and none once Release
-// returned. It may call the hold's SafeUntil and Stats, not Release.
+// returned. It may call the hold's Stats, not Release.
 func OnRenewed(f func(h *Held)) Option { return func(c *holdConfig) { c.OnRenewed = f } }
 
 // OnRenewError sets a function called after each failed renewal with the
@@ -279,7 +279,7 @@ type Stats struct {
 //     (remove) takes sched.mu and cbMu, on a goroutine of its own.
 //
 // The callbacks (OnSafeUntil, OnRenewed, OnRenewError) run under cbMu only: they may
-// call SafeUntil and Stats (h.mu), not Release (which waits for cbMu).
+// call Stats (h.mu), not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
 	lease  coord.Lease
@@ -438,22 +438,15 @@ func (o *holdConfig) fill(ttl time.Duration) {
 // to Hold ends (its cause). context.Cause(h.Context()) says which.
 func (h *Held) Context() context.Context { return h.ctx }
 
-// Err is nil while the lease is safe, else the cause of Context().
-func (h *Held) Err() error {
-	if h.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(h.ctx)
-}
-
 // Check reads the clock now and returns nil if the lease is still safe,
-// else the cause of Context(). Call it right before an action that must not
+// else the cause of Context() (context.Cause(h.Context()) without
+// reading the clock). Call it right before an action that must not
 // happen without the lease (a write to storage that does not check tokens):
 // a process that was just resumed after a pause may run briefly before the
 // scheduler cancels Context(), and Check closes that gap. When it finds
 // safe-until passed, it cancels Context() itself.
 func (h *Held) Check() error {
-	if err := h.Err(); err != nil {
+	if err := context.Cause(h.ctx); err != nil {
 		return err
 	}
 	now, su := h.clk.now(), h.safeUntil()
@@ -461,7 +454,7 @@ func (h *Held) Check() error {
 		return nil
 	}
 	h.lose(h.lostErr(now, su, su))
-	return h.Err()
+	return context.Cause(h.ctx)
 }
 
 // Lease returns the held lease as granted.
@@ -470,13 +463,7 @@ func (h *Held) Lease() coord.Lease { return h.lease }
 // Token is the lease's fencing token.
 func (h *Held) Token() uint64 { return h.lease.Token }
 
-// SafeUntil is the instant until which the lease is certainly held (less
-// the margin), on this process's clock. The hold measures it on the boot
-// clock, which counts time suspended: Stats().SafeUntilBoot is the exact
-// value.
-func (h *Held) SafeUntil() time.Time { return h.clk.toTime(h.safeUntil()) }
-
-// safeUntil is SafeUntil on the boot clock.
+// safeUntil is Stats().SafeUntilBoot.
 func (h *Held) safeUntil() clock.Boot {
 	h.mu.Lock()
 	defer h.mu.Unlock()

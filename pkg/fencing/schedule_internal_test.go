@@ -190,7 +190,7 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 	}
 	sc.boot.Add(int64(2 * time.Minute))
 	time.Sleep(20 * time.Millisecond)
-	if h.Err() != nil {
+	if context.Cause(h.Context()) != nil {
 		t.Fatal("the hold ended with nothing to wake the scheduler: this test proves nothing")
 	}
 	sc.suspend()

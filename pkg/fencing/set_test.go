@@ -47,6 +47,16 @@ func (l *callLog) log() []string {
 // TestAcquireSetOrder: the locks are taken in byte order of their names
 // whatever the order given ("B" < "a" < "a/b" < "ab" < "b"), released in
 // the reverse order, and Helds and Leases keep the order given.
+// heldOf is the hold of lock name in s (nil if not in it).
+func heldOf(s *fencing.Set, name string) *fencing.Held {
+	for _, h := range s.Helds() {
+		if h.Lease().Name == name {
+			return h
+		}
+	}
+	return nil
+}
+
 func TestAcquireSetOrder(t *testing.T) {
 	ctx := context.Background()
 	c := &callLog{Coordinator: openLocal(t)}
@@ -58,13 +68,13 @@ func TestAcquireSetOrder(t *testing.T) {
 	if got, want := c.log(), []string{"acquire B", "acquire a", "acquire a/b", "acquire ab", "acquire b"}; !slices.Equal(got, want) {
 		t.Fatalf("calls %q, want %q", got, want)
 	}
-	for i, l := range s.Leases() {
-		if l.Name != names[i] || s.Helds()[i].Lease().ID != l.ID || s.Held(names[i]).Token() != l.Token {
+	for i, h := range s.Helds() {
+		if l := h.Lease(); l.Name != names[i] || heldOf(s, names[i]).Token() != l.Token {
 			t.Fatalf("lease %d is %+v, want lock %q", i, l, names[i])
 		}
 	}
-	if err := s.Check(); err != nil || s.Err() != nil {
-		t.Fatalf("Check %v, Err %v", err, s.Err())
+	if err := s.Check(); err != nil || context.Cause(s.Context()) != nil {
+		t.Fatalf("Check %v, Err %v", err, context.Cause(s.Context()))
 	}
 	if err := s.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -168,11 +178,11 @@ func TestAcquireSetLoss(t *testing.T) {
 				t.Fatal("the set's context did not end")
 			}
 			var le *fencing.LostError
-			if !errors.As(context.Cause(s.Context()), &le) || le.Lock != "y" || !errors.Is(s.Err(), coord.ErrLeaseLost) {
+			if !errors.As(context.Cause(s.Context()), &le) || le.Lock != "y" || !errors.Is(context.Cause(s.Context()), coord.ErrLeaseLost) {
 				t.Fatalf("cause %v, want y's LostError", context.Cause(s.Context()))
 			}
-			if s.Held("x").Err() != nil || s.Held("z").Err() != nil {
-				t.Fatalf("the other holds ended: %v, %v", s.Held("x").Err(), s.Held("z").Err())
+			if context.Cause(heldOf(s, "x").Context()) != nil || context.Cause(heldOf(s, "z").Context()) != nil {
+				t.Fatalf("the other holds ended: %v, %v", context.Cause(heldOf(s, "x").Context()), context.Cause(heldOf(s, "z").Context()))
 			}
 			if err := s.Release(ctx); err != nil {
 				t.Fatal(err)
