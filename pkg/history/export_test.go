@@ -27,3 +27,5 @@ func WithMaxPending(n int) Option { return hopts.WithMaxPending(n) }
 func WithClock(now func() time.Time) Option { return hopts.WithClock(now) }
 
 func NewOptions(o ...Option) error { _, err := hopts.New(o...); return err }
+
+func WithRecordTimeout(d time.Duration) Option { return hopts.WithRecordTimeout(d) }
