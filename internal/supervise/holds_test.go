@@ -46,8 +46,8 @@ func TestHeldSetEarliest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	var cur atomic.Pointer[supervise.HeldSet]
-	hopts := fencing.OnRenewed(func(*fencing.Held) {
-		if s := cur.Load(); s != nil {
+	hopts := fencing.OnRenewal(func(_ *fencing.Held, err error) {
+		if s := cur.Load(); s != nil && err == nil {
 			s.Renewed()
 		}
 	})

@@ -173,10 +173,10 @@ type holdConfig struct {
 	// are called one at a time, in order, and none once Release returned.
 	OnSafeUntil func(clock.Boot)
 	// OnRenewError, when set, is called after each failed renewal with the
-	// error and the number of failures since the last acknowledgment. It
-	// must not block, and runs as OnSafeUntil does.
-	OnRenewError func(err error, failures int)
-	// OnRenewed is OnSafeUntil with the hold itself (the public form).
+	// hold, the error and the number of failures since the last
+	// acknowledgment. It must not block, and runs as OnSafeUntil does.
+	OnRenewError func(h *Held, err error, failures int)
+	// OnRenewed is OnSafeUntil with the hold itself. OnRenewal sets both.
 	OnRenewed func(h *Held)
 	// Keep is how long Do keeps the completion record (0: coord.DefaultKeep).
 	Keep time.Duration
@@ -206,21 +206,22 @@ func WithMargin(d time.Duration) Option { return func(c *holdConfig) { c.Margin 
 // the first safe-until (Reason Unsafe, LostError.NoRenew set).
 func WithoutRenewal() Option { return func(c *holdConfig) { c.NoRenew = true } }
 
-// OnRenewed sets a function called with the hold after each acknowledged
-// renewal that moved its safe-until later (not for the initial one); for a
-// Set, with the hold whose safe-until comes first, each time the set's
-// safe-until becomes later. It must not block: it runs on the goroutine
-// that delivered the renewal's answer, which may deliver the answers of
-// other holds too (etcd: the keep-alive stream's receiver). The calls of
-// one hold are made one at a time, in order, and none once Release
+// OnRenewal sets a function told of the renewals: with err nil and the
+// hold after each acknowledged renewal that moved its safe-until later (not
+// for the initial one); with the error after each failed renewal
+// (h.Stats().Consecutive counts the failures since the last
+// acknowledgment). For a Set, an acknowledgment is told with the hold whose
+// safe-until comes first, each time the set's safe-until becomes later; a
+// failure of any of the leases with its hold. f must not block: it runs on
+// the goroutine that delivered the renewal's answer, which may deliver the
+// answers of other holds too (etcd: the keep-alive stream's receiver). The
+// calls of one hold are made one at a time, in order, and none once Release
 // returned. It may call the hold's Stats, not Release.
-func OnRenewed(f func(h *Held)) Option { return func(c *holdConfig) { c.OnRenewed = f } }
-
-// OnRenewError sets a function called after each failed renewal with the
-// error and the number of failures since the last acknowledgment. It must
-// not block, and runs as OnRenewed's does.
-func OnRenewError(f func(err error, failures int)) Option {
-	return func(c *holdConfig) { c.OnRenewError = f }
+func OnRenewal(f func(h *Held, err error)) Option {
+	return func(c *holdConfig) {
+		c.OnRenewed = func(h *Held) { f(h, nil) }
+		c.OnRenewError = func(h *Held, err error, _ int) { f(h, err) }
+	}
 }
 
 // WithKeep sets how long Do keeps the completion record (default
@@ -278,7 +279,7 @@ type Stats struct {
 //   - h.cancel is never called with sched.mu held: the context's AfterFunc
 //     (remove) takes sched.mu and cbMu, on a goroutine of its own.
 //
-// The callbacks (OnSafeUntil, OnRenewed, OnRenewError) run under cbMu only: they may
+// The callbacks (OnSafeUntil, OnRenewed, OnRenewError: OnRenewal) run under cbMu only: they may
 // call Stats (h.mu), not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator

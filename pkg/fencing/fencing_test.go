@@ -296,7 +296,7 @@ func TestUnsafeWhenRenewalsFail(t *testing.T) {
 	var mu sync.Mutex
 	var reported []int
 	const ttl = 3 * time.Second
-	h, fc := fakeHold(t, c, ttl, fencing.HoldOptions{OnRenewError: func(err error, n int) {
+	h, fc := fakeHold(t, c, ttl, fencing.HoldOptions{OnRenewError: func(_ *fencing.Held, err error, n int) {
 		mu.Lock()
 		reported = append(reported, n)
 		mu.Unlock()

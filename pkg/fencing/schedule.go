@@ -446,7 +446,7 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 	s.mu.Unlock()
 	switch {
 	case o == failed && h.opts.OnRenewError != nil:
-		h.opts.OnRenewError(err, failures)
+		h.opts.OnRenewError(h, err, failures)
 	case extended:
 		if h.opts.OnSafeUntil != nil {
 			h.opts.OnSafeUntil(nsu)

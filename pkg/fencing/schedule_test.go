@@ -188,7 +188,7 @@ func TestUnansweredRenewal(t *testing.T) {
 	var mu sync.Mutex
 	var failures []int
 	silent := holdAt(t, c, fc, "silent", 30*time.Second, fencing.HoldOptions{
-		OnRenewError: func(err error, n int) {
+		OnRenewError: func(_ *fencing.Held, err error, n int) {
 			mu.Lock()
 			failures = append(failures, n)
 			mu.Unlock()

@@ -66,11 +66,10 @@ func (e *SetError) Unwrap() error { return e.Err }
 // is a *SetError naming that lock. Names that are invalid or given twice
 // are refused (coord.ErrInvalid) before any lock is taken.
 //
-// opts apply to every hold, except that OnRenewed, when set, is called
-// with the hold whose safe-until comes first each time the set's
-// safe-until (the earliest of the leases') becomes later, one call at a
-// time; OnRenewError is called for a failed
-// renewal of any of the leases. ctx bounds the acquisition and the holds,
+// opts apply to every hold, except that OnRenewal, when set, is told of an
+// acknowledgment with the hold whose safe-until comes first each time the
+// set's safe-until (the earliest of the leases') becomes later, one call at
+// a time, and of a failed renewal of any of the leases. ctx bounds the acquisition and the holds,
 // as for Hold.
 func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq coord.AcquireOptions, options ...Option) (*Set, error) {
 	opts := configOf(options)
