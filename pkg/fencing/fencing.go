@@ -332,12 +332,18 @@ func acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.Ac
 	}
 	h, err := holdOn(ctx, c, l, opts, bootClk{clockwork.NewRealClock()})
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = c.Release(rctx, l.Name, l.ID)
+		releaseQuietly(ctx, c, l)
 		return nil, err
 	}
 	return h, nil
+}
+
+// releaseQuietly releases l on c, past ctx's end and within 5 s, after a
+// failure that is the error to report (the lease otherwise ends at its TTL).
+func releaseQuietly(ctx context.Context, c coord.Coordinator, l *coord.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = c.Release(rctx, l.Name, l.ID)
 }
 
 // Hold keeps lease renewed on c until Release or until ctx ends, and returns

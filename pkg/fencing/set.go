@@ -142,9 +142,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 		}
 		l, err := c.Acquire(actx, name, a)
 		if err == nil && actx.Err() != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = c.Release(rctx, l.Name, l.ID)
-			cancel()
+			releaseQuietly(ctx, c, l)
 			err = context.Cause(actx)
 		}
 		if err != nil {
@@ -152,9 +150,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 		}
 		h, err := holdOn(ctx, c, l, hopts, bootClk{clockwork.NewRealClock()})
 		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = c.Release(rctx, l.Name, l.ID)
-			cancel()
+			releaseQuietly(ctx, c, l)
 			return fail(name, err)
 		}
 		s.mu.Lock()

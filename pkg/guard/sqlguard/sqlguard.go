@@ -271,36 +271,6 @@ func (s *stmt) param(name string, v any) *stmt {
 
 func (s *stmt) String() string { return s.sb.String() }
 
-// statements are the statements a Table runs, with the dialect's
-// placeholders, for reading or for use outside sqlguard.
-type statements struct {
-	// Update: the fenced UPDATE of the value (row must exist).
-	Update string
-	// Upsert: the fenced insert-or-update of Put.
-	Upsert string
-	// Select: Get's query (value, fence, timestamp).
-	Select string
-	// Fence: the query that reads a row's fence after a write changed
-	// nothing.
-	Fence string
-	// AddFenceColumn: the ALTER TABLE of AddFenceColumn.
-	AddFenceColumn string
-	// Create: the CREATE TABLE IF NOT EXISTS of CreateTable.
-	Create string
-}
-
-// statements returns the statements the table runs.
-func (t *Table) statements() statements {
-	return statements{
-		Update:         t.updateStmt("k", 1, map[string]any{t.cfg.ValueColumn: []byte(nil)}).String(),
-		Upsert:         t.upsertStmt("k", 1, nil).String(),
-		Select:         t.selectStmt("k").String(),
-		Fence:          t.fenceStmt("k").String(),
-		AddFenceColumn: t.addFenceStmt(),
-		Create:         t.createStmt(),
-	}
-}
-
 func (t *Table) createStmt() string {
 	var s string
 	switch t.cfg.Dialect {
