@@ -315,7 +315,7 @@ func measureQueries(tb testing.TB, url, impl string, window time.Duration) (quer
 			_, err := w.Acquire(ctx, "idle", coord.AcquireOptions{TTL: idleTTL, Holder: "waiter", Wait: coord.WaitForever})
 			return err
 		})
-		if err := h.Err(); err != nil {
+		if err := context.Cause(h.Context()); err != nil {
 			return q, fmt.Errorf("the holder lost its lease while the waiter waited: %w", err)
 		}
 		return q, err

@@ -16,6 +16,7 @@ import (
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/fencing"
@@ -209,7 +210,7 @@ func runAcquireSet(ctx context.Context, f *Factory, o *acquireOptions, format ou
 		if err != nil {
 			return err
 		}
-		leases = set.Leases()
+		leases = supervise.SetLeases(set)
 		return nil
 	})
 	if sig, ok := interrupted(); ok && err != nil {

@@ -176,7 +176,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	m, err := shards.Join(ctx, c, group, o.shards,
 		shards.WithMember(o.member), shards.WithTTL(o.ttl), shards.WithSettle(o.settle), shards.WithGuard(g),
 		shards.WithProcess(&coord.ProcessInfo{PIDs: []int{os.Getpid()}}),
-		shards.WithHold(fencing.OnRenewed(sr.OnRenewed)),
+		shards.WithHold(fencing.OnRenewal(sr.OnRenewal)),
 		shards.OnMove(func(mv shards.Move) {
 			kind := map[string]history.Kind{"taken": histShardTaken, "given_up": histShardGivenUp, "lost": histShardLost}[mv.Kind]
 			f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))

@@ -134,7 +134,13 @@ func (b bootHeld) SafeUntil() clock.Boot { return bootSafeUntil(b.Held) }
 // margin and --no-renew, with the callbacks given.
 func holdOptions(p *plan, renewed func(*fencing.Held), renewErr func(error, int)) []fencing.Option {
 	o := []fencing.Option{fencing.WithRenewInterval(p.interval), fencing.WithMargin(p.margin),
-		fencing.OnRenewed(renewed), fencing.OnRenewError(renewErr)}
+		fencing.OnRenewal(func(h *fencing.Held, err error) {
+			if err != nil {
+				renewErr(err, h.Stats().Consecutive)
+				return
+			}
+			renewed(h)
+		})}
 	if p.NoRenew {
 		o = append(o, fencing.WithoutRenewal())
 	}

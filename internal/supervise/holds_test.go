@@ -46,8 +46,8 @@ func TestHeldSetEarliest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
 	var cur atomic.Pointer[supervise.HeldSet]
-	hopts := fencing.OnRenewed(func(*fencing.Held) {
-		if s := cur.Load(); s != nil {
+	hopts := fencing.OnRenewal(func(_ *fencing.Held, err error) {
+		if s := cur.Load(); s != nil && err == nil {
 			s.Renewed()
 		}
 	})
@@ -90,8 +90,8 @@ func TestHeldSetEarliest(t *testing.T) {
 	if died >= expiry {
 		t.Errorf("the command died %v after the stalled lease could expire", died.Sub(expiry).Round(time.Millisecond))
 	}
-	if helds[0].Err() != nil {
-		t.Errorf("the healthy lease ended: %v", helds[0].Err())
+	if context.Cause(helds[0].Context()) != nil {
+		t.Errorf("the healthy lease ended: %v", context.Cause(helds[0].Context()))
 	}
 	if healthy <= su {
 		t.Errorf("the healthy lease's safe-until %v is not past the stalled one's %v: the test proves nothing", healthy, su)

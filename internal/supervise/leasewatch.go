@@ -75,7 +75,7 @@ func (r *runner) lostNotice(err error) error {
 	}
 	lease := r.held.Lease()
 	return &fencing.LostError{Reason: fencing.Lost, Lock: lease.Name, Token: lease.Token,
-		SafeUntil: r.held.SafeUntil(), LastErr: err}
+		SafeUntil: r.held.Stats().SafeUntil, LastErr: err}
 }
 
 // revokedError is why a run stopped on a stop request (`fence revoke`

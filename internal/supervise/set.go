@@ -58,7 +58,7 @@ type setHolds struct {
 func (s *setHolds) Context() context.Context { return s.set.Context() }
 func (s *setHolds) SafeUntil() clock.Boot    { return bootSafeUntil(s.set.Earliest()) }
 func (s *setHolds) Check() error             { return s.set.Check() }
-func (s *setHolds) Leases() []coord.Lease    { return s.set.Leases() }
+func (s *setHolds) Leases() []coord.Lease    { return SetLeases(s.set) }
 func (s *setHolds) Env() map[string]string   { return s.env }
 
 func (s *setHolds) OnSafeUntil(f func(clock.Boot)) {
@@ -79,6 +79,25 @@ func (s *setHolds) renewed(h *fencing.Held) {
 
 // earliest is the lease that would expire first.
 func (s *setHolds) earliest() coord.Lease { return s.set.Earliest().Lease() }
+
+// SetLeases are the leases of set, in the order the names were given.
+func SetLeases(set *fencing.Set) []coord.Lease {
+	var out []coord.Lease
+	for _, h := range set.Helds() {
+		out = append(out, h.Lease())
+	}
+	return out
+}
+
+// setHeld is the hold of lock name in set (nil if not in it).
+func setHeld(set *fencing.Set, name string) *fencing.Held {
+	for _, h := range set.Helds() {
+		if h.Lease().Name == name {
+			return h
+		}
+	}
+	return nil
+}
 
 // SetEnv is what the command of `fence run A B C` learns of its leases:
 // FENCE_LOCKS (how many), FENCE_LOCK_i, FENCE_TOKEN_i and FENCE_LEASE_ID_i
@@ -183,7 +202,7 @@ func (r *runner) runSet(ctx context.Context, path string, args, env []string, ig
 			return exitcode.Failure, err
 		}
 	}
-	leases := set.Leases()
+	leases := SetLeases(set)
 	hs.set, hs.env = set, SetEnv(leases)
 	p.Holds = hs
 	r.m.token = leases[0].Token
@@ -258,7 +277,7 @@ func (r *runner) recordSet(ctx context.Context, set *fencing.Set, code int) {
 	}
 	switch {
 	case code == exitcode.LeaseLost && r.m.lost:
-		if held := set.Held(r.lostLock()); held != nil {
+		if held := setHeld(set, r.lostLock()); held != nil {
 			e := ev(held.Lease(), history.LeaseLost)
 			if r.lostErr != nil {
 				e.Error = r.lostErr.Error()
@@ -329,5 +348,5 @@ func (r *runner) setLostNotice(n *setNotice) error {
 		return &revokedError{lock: lease.Name, token: lease.Token, err: n.err}
 	}
 	return &fencing.LostError{Reason: fencing.Lost, Lock: lease.Name, Token: lease.Token,
-		SafeUntil: h.SafeUntil(), LastErr: n.err}
+		SafeUntil: h.Stats().SafeUntil, LastErr: n.err}
 }

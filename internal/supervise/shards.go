@@ -33,10 +33,10 @@ type ShardRunner struct {
 	OnRestart func(n int, set []int, reason string)
 }
 
-// OnRenewed is told of each renewal of a shard's lease (a
-// fencing.OnRenewed function).
-func (sr *ShardRunner) OnRenewed(*fencing.Held) {
-	if s := sr.cur.Load(); s != nil {
+// OnRenewal is told of each renewal of a shard's lease (a
+// fencing.OnRenewal function).
+func (sr *ShardRunner) OnRenewal(_ *fencing.Held, err error) {
+	if s := sr.cur.Load(); s != nil && err == nil {
 		s.Renewed()
 	}
 }

@@ -73,7 +73,7 @@ func testSignalDuringRestart(t *testing.T, when, why string) {
 	}
 	defer m2.Leave(context.Background())
 	m1, err := shards.Join(ctx, c1, group, 2, shards.WithMember("m1"), shards.WithTTL(10*time.Second), shards.WithSettle(settle),
-		shards.WithHold(fencing.OnRenewed(sr.OnRenewed)))
+		shards.WithHold(fencing.OnRenewal(sr.OnRenewal)))
 	if err != nil {
 		t.Fatal(err)
 	}

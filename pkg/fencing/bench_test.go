@@ -71,7 +71,7 @@ func benchHolds(b *testing.B, c coord.Coordinator, renewals *atomic.Int64) {
 	n := renewals.Load() - r0
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(n), "cpu-ns/renewal")
 	for _, h := range helds {
-		if err := h.Err(); err != nil {
+		if err := context.Cause(h.Context()); err != nil {
 			b.Fatalf("hold ended: %v", err)
 		}
 	}

@@ -166,17 +166,17 @@ type holdConfig struct {
 	// first safe-until (Reason Unsafe, LostError.NoRenew set).
 	NoRenew bool
 	// OnSafeUntil, when set, is called with each later safe-until after an
-	// acknowledged renewal (not for the initial one: see Held.SafeUntil).
+	// acknowledged renewal (not for the initial one).
 	// It must not block: it runs on the goroutine that delivered the
 	// renewal's answer, which may deliver the answers of other holds too
 	// (etcd: the keep-alive stream's receiver). The callbacks of one hold
 	// are called one at a time, in order, and none once Release returned.
 	OnSafeUntil func(clock.Boot)
 	// OnRenewError, when set, is called after each failed renewal with the
-	// error and the number of failures since the last acknowledgment. It
-	// must not block, and runs as OnSafeUntil does.
-	OnRenewError func(err error, failures int)
-	// OnRenewed is OnSafeUntil with the hold itself (the public form).
+	// hold, the error and the number of failures since the last
+	// acknowledgment. It must not block, and runs as OnSafeUntil does.
+	OnRenewError func(h *Held, err error, failures int)
+	// OnRenewed is OnSafeUntil with the hold itself. OnRenewal sets both.
 	OnRenewed func(h *Held)
 	// Keep is how long Do keeps the completion record (0: coord.DefaultKeep).
 	Keep time.Duration
@@ -206,21 +206,22 @@ func WithMargin(d time.Duration) Option { return func(c *holdConfig) { c.Margin 
 // the first safe-until (Reason Unsafe, LostError.NoRenew set).
 func WithoutRenewal() Option { return func(c *holdConfig) { c.NoRenew = true } }
 
-// OnRenewed sets a function called with the hold after each acknowledged
-// renewal that moved its safe-until later (not for the initial one); for a
-// Set, with the hold whose safe-until comes first, each time the set's
-// safe-until becomes later. It must not block: it runs on the goroutine
-// that delivered the renewal's answer, which may deliver the answers of
-// other holds too (etcd: the keep-alive stream's receiver). The calls of
-// one hold are made one at a time, in order, and none once Release
-// returned. It may call the hold's SafeUntil and Stats, not Release.
-func OnRenewed(f func(h *Held)) Option { return func(c *holdConfig) { c.OnRenewed = f } }
-
-// OnRenewError sets a function called after each failed renewal with the
-// error and the number of failures since the last acknowledgment. It must
-// not block, and runs as OnRenewed's does.
-func OnRenewError(f func(err error, failures int)) Option {
-	return func(c *holdConfig) { c.OnRenewError = f }
+// OnRenewal sets a function told of the renewals: with err nil and the
+// hold after each acknowledged renewal that moved its safe-until later (not
+// for the initial one); with the error after each failed renewal
+// (h.Stats().Consecutive counts the failures since the last
+// acknowledgment). For a Set, an acknowledgment is told with the hold whose
+// safe-until comes first, each time the set's safe-until becomes later; a
+// failure of any of the leases with its hold. f must not block: it runs on
+// the goroutine that delivered the renewal's answer, which may deliver the
+// answers of other holds too (etcd: the keep-alive stream's receiver). The
+// calls of one hold are made one at a time, in order, and none once Release
+// returned. It may call the hold's Stats, not Release.
+func OnRenewal(f func(h *Held, err error)) Option {
+	return func(c *holdConfig) {
+		c.OnRenewed = func(h *Held) { f(h, nil) }
+		c.OnRenewError = func(h *Held, err error, _ int) { f(h, err) }
+	}
 }
 
 // WithKeep sets how long Do keeps the completion record (default
@@ -278,8 +279,8 @@ type Stats struct {
 //   - h.cancel is never called with sched.mu held: the context's AfterFunc
 //     (remove) takes sched.mu and cbMu, on a goroutine of its own.
 //
-// The callbacks (OnSafeUntil, OnRenewed, OnRenewError) run under cbMu only: they may
-// call SafeUntil and Stats (h.mu), not Release (which waits for cbMu).
+// The callbacks (OnSafeUntil, OnRenewed, OnRenewError: OnRenewal) run under cbMu only: they may
+// call Stats (h.mu), not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
 	lease  coord.Lease
@@ -331,12 +332,18 @@ func acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.Ac
 	}
 	h, err := holdOn(ctx, c, l, opts, bootClk{clockwork.NewRealClock()})
 	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = c.Release(rctx, l.Name, l.ID)
+		releaseQuietly(ctx, c, l)
 		return nil, err
 	}
 	return h, nil
+}
+
+// releaseQuietly releases l on c, past ctx's end and within 5 s, after a
+// failure that is the error to report (the lease otherwise ends at its TTL).
+func releaseQuietly(ctx context.Context, c coord.Coordinator, l *coord.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = c.Release(rctx, l.Name, l.ID)
 }
 
 // Hold keeps lease renewed on c until Release or until ctx ends, and returns
@@ -438,22 +445,15 @@ func (o *holdConfig) fill(ttl time.Duration) {
 // to Hold ends (its cause). context.Cause(h.Context()) says which.
 func (h *Held) Context() context.Context { return h.ctx }
 
-// Err is nil while the lease is safe, else the cause of Context().
-func (h *Held) Err() error {
-	if h.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(h.ctx)
-}
-
 // Check reads the clock now and returns nil if the lease is still safe,
-// else the cause of Context(). Call it right before an action that must not
+// else the cause of Context() (context.Cause(h.Context()) without
+// reading the clock). Call it right before an action that must not
 // happen without the lease (a write to storage that does not check tokens):
 // a process that was just resumed after a pause may run briefly before the
 // scheduler cancels Context(), and Check closes that gap. When it finds
 // safe-until passed, it cancels Context() itself.
 func (h *Held) Check() error {
-	if err := h.Err(); err != nil {
+	if err := context.Cause(h.ctx); err != nil {
 		return err
 	}
 	now, su := h.clk.now(), h.safeUntil()
@@ -461,7 +461,7 @@ func (h *Held) Check() error {
 		return nil
 	}
 	h.lose(h.lostErr(now, su, su))
-	return h.Err()
+	return context.Cause(h.ctx)
 }
 
 // Lease returns the held lease as granted.
@@ -470,13 +470,7 @@ func (h *Held) Lease() coord.Lease { return h.lease }
 // Token is the lease's fencing token.
 func (h *Held) Token() uint64 { return h.lease.Token }
 
-// SafeUntil is the instant until which the lease is certainly held (less
-// the margin), on this process's clock. The hold measures it on the boot
-// clock, which counts time suspended: Stats().SafeUntilBoot is the exact
-// value.
-func (h *Held) SafeUntil() time.Time { return h.clk.toTime(h.safeUntil()) }
-
-// safeUntil is SafeUntil on the boot clock.
+// safeUntil is Stats().SafeUntilBoot.
 func (h *Held) safeUntil() clock.Boot {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -64,8 +64,8 @@ func lostReason(t *testing.T, h *fencing.Held) fencing.Reason {
 	if !errors.Is(cause, coord.ErrLeaseLost) {
 		t.Fatalf("cause %v does not wrap coord.ErrLeaseLost", cause)
 	}
-	if h.Err() != cause {
-		t.Fatalf("Err() = %v, want the context's cause", h.Err())
+	if context.Cause(h.Context()) != cause {
+		t.Fatalf("Err() = %v, want the context's cause", context.Cause(h.Context()))
 	}
 	return le.Reason
 }
@@ -86,7 +86,7 @@ func TestHoldKeepsLease(t *testing.T) {
 			}
 			first := h.Stats().SafeUntilBoot
 			time.Sleep(2500 * time.Millisecond) // 2.5 TTLs: the lease would have expired unrenewed
-			if err := h.Err(); err != nil {
+			if err := context.Cause(h.Context()); err != nil {
 				t.Fatalf("hold ended: %v", err)
 			}
 			info, err := c.Inspect(ctx, "keep")
@@ -211,7 +211,7 @@ func fakeHold(t *testing.T, c coord.Coordinator, ttl time.Duration, opts fencing
 func stepUntilLost(t *testing.T, h *fencing.Held, c *faulty, fc *clockwork.FakeClock, d time.Duration) {
 	t.Helper()
 	end := time.Now().Add(hang)
-	for h.Err() == nil {
+	for context.Cause(h.Context()) == nil {
 		if time.Now().After(end) {
 			t.Fatal("the hold did not end")
 		}
@@ -246,7 +246,7 @@ func TestPausedPastSafeUntil(t *testing.T) {
 		t.Fatalf("reason %v, want paused", r)
 	}
 	var le *fencing.LostError
-	errors.As(h.Err(), &le)
+	errors.As(context.Cause(h.Context()), &le)
 	if le.Late < time.Minute {
 		t.Fatalf("Late = %v, want about a minute", le.Late)
 	}
@@ -265,7 +265,7 @@ func TestLateAcknowledgmentIsRefused(t *testing.T) {
 	h, fc := fakeHold(t, c, ttl, fencing.HoldOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	su := h.SafeUntil()
+	su := h.Stats().SafeUntil
 	// Step to the first renewal (TTL/3): it goes out and hangs at the gate.
 	for fc.Since(h.Lease().Sent) < ttl/3 {
 		if err := fc.BlockUntilContext(ctx, 1); err != nil {
@@ -282,7 +282,7 @@ func TestLateAcknowledgmentIsRefused(t *testing.T) {
 	if r := lostReason(t, h); r != fencing.Paused {
 		t.Fatalf("reason %v, want paused", r)
 	}
-	if got := h.SafeUntil(); !got.Equal(su) {
+	if got := h.Stats().SafeUntil; !got.Equal(su) {
 		t.Fatalf("safe-until moved by %v after the late acknowledgment", got.Sub(su))
 	}
 }
@@ -296,18 +296,18 @@ func TestUnsafeWhenRenewalsFail(t *testing.T) {
 	var mu sync.Mutex
 	var reported []int
 	const ttl = 3 * time.Second
-	h, fc := fakeHold(t, c, ttl, fencing.HoldOptions{OnRenewError: func(err error, n int) {
+	h, fc := fakeHold(t, c, ttl, fencing.HoldOptions{OnRenewError: func(_ *fencing.Held, err error, n int) {
 		mu.Lock()
 		reported = append(reported, n)
 		mu.Unlock()
 	}})
-	su := h.SafeUntil()
+	su := h.Stats().SafeUntil
 	stepUntilLost(t, h, c, fc, 20*time.Millisecond)
 	if r := lostReason(t, h); r != fencing.Unsafe {
 		t.Fatalf("reason %v, want unsafe", r)
 	}
 	var le *fencing.LostError
-	errors.As(h.Err(), &le)
+	errors.As(context.Cause(h.Context()), &le)
 	if le.Failures < 2 || !errors.Is(le.LastErr, unreachable) || !le.SafeUntil.Equal(su) {
 		t.Fatalf("LostError %+v: want ≥2 failures, the last error, the original safe-until", le)
 	}
@@ -383,7 +383,7 @@ func TestHoldWithoutSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Release(ctx)
-	if left := time.Until(h.SafeUntil()); left < 8*time.Second || left > 9*time.Second+time.Millisecond {
+	if left := time.Until(h.Stats().SafeUntil); left < 8*time.Second || left > 9*time.Second+time.Millisecond {
 		t.Fatalf("safe-until %v away, want about TTL-margin", left)
 	}
 	if _, err := c.Revoke(ctx, "nosent"); err != nil {
@@ -405,8 +405,8 @@ func TestParentContextEndsHold(t *testing.T) {
 	stop := errors.New("shutting down")
 	cancel(stop)
 	<-h.Context().Done()
-	if !errors.Is(h.Err(), stop) {
-		t.Fatalf("cause %v", h.Err())
+	if !errors.Is(context.Cause(h.Context()), stop) {
+		t.Fatalf("cause %v", context.Cause(h.Context()))
 	}
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)

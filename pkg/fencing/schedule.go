@@ -365,26 +365,52 @@ func (h *Held) send(a *attempt) (cancel func()) {
 	return cancel
 }
 
+// outcome is what the answer to a renewal does to its hold.
+type outcome int
+
+const (
+	renewed outcome = iota // acknowledged: safe-until may move later
+	failed                 // failed: the next attempt is planned
+	lapsed                 // came after safe-until: the hold ends (Unsafe or Paused)
+	gone                   // the coordinator reported the lease gone: the hold ends (Lost)
+)
+
+// outcomeOf decides what an answer with error err, applied at now to a hold
+// whose safe-until is su, does. An answer after safe-until ends the hold
+// whatever it says: the lease may have lapsed in between.
+func outcomeOf(now, su clock.Boot, err error) outcome {
+	switch {
+	case now > su:
+		return lapsed
+	case err == nil:
+		return renewed
+	case errors.Is(err, coord.ErrLeaseLost):
+		return gone
+	}
+	return failed
+}
+
+// nextSend is when the attempt after an answer goes out: a renewal
+// interval after the acknowledged attempt's send, a retry interval after a
+// failure, or at once after a failure of an attempt given up at its end
+// (the wait is spent already).
+func nextSend(o outcome, now, sent clock.Boot, abandoned bool, renew, retry time.Duration) clock.Boot {
+	switch {
+	case o == renewed:
+		return sent.Add(renew)
+	case abandoned:
+		return now
+	}
+	return now.Add(retry)
+}
+
 // complete applies the answer to a renewal, on the goroutine that delivered
-// it, and runs the hold's callbacks. An answer that comes after safe-until
-// ends the hold: the lease may have lapsed in between, whatever the
-// coordinator says now.
+// it, and runs the hold's callbacks (see outcomeOf).
 func (a *attempt) complete(r coord.Renewal, err error) {
 	h := a.h
 	s := h.sched
 	h.cbMu.Lock()
-	defer func() {
-		// A loss found meanwhile by the scheduler is reported here, after
-		// the callbacks (see scheduler.lose).
-		s.mu.Lock()
-		e := h.pendingLoss
-		h.pendingLoss = nil
-		h.cbMu.Unlock()
-		s.mu.Unlock()
-		if e != nil {
-			h.cancel(e)
-		}
-	}()
+	defer h.reportPendingLoss()
 	now := h.clk.now()
 	s.mu.Lock()
 	if h.inflight != a || h.removed {
@@ -392,25 +418,17 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 		return // abandoned before it was sent, or the hold ended
 	}
 	h.inflight = nil
-	su := h.su
-	var lost *LostError
-	switch {
-	case now > su:
-		lost = h.lostErr(now, su, h.wake)
-	case err != nil && errors.Is(err, coord.ErrLeaseLost):
+	o := outcomeOf(now, h.su, err)
+	switch o {
+	case lapsed:
+		h.end(h.lostErr(now, h.su, h.wake))
+		return
+	case gone:
 		h.mu.Lock()
-		lost = &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: h.clk.toTime(su),
+		lost := &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: h.clk.toTime(h.su),
 			Failures: h.st.Consecutive, LastErr: err}
 		h.mu.Unlock()
-	}
-	if lost != nil {
-		h.removed = true
-		heap.Remove(&s.holds, h.index)
-		if len(s.holds) == 0 {
-			s.wakeUp()
-		}
-		s.mu.Unlock()
-		h.cancel(lost)
+		h.end(lost)
 		return
 	}
 	var (
@@ -418,47 +436,100 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 		nsu      clock.Boot
 		extended bool
 	)
-	if err != nil {
-		h.mu.Lock()
-		h.st.Failures++
-		h.st.Consecutive++
-		h.st.LastError = err
-		failures = h.st.Consecutive
-		h.mu.Unlock()
-		h.next = now.Add(h.opts.RetryInterval)
-		if a.abandon {
-			// Given up at its end: the wait is spent already; the next
-			// attempt goes out at once.
-			h.next = now
-		}
+	if o == failed {
+		failures = h.failed(err)
 	} else {
-		ttl := r.TTL
-		if ttl <= 0 {
-			ttl = h.lease.TTL
-		}
-		sent := a.sent
-		if _, real := h.clk.(bootClk); real && r.Sent.After(a.sentMono) {
-			// The acknowledged request left after the attempt began (the
-			// coordinator sent it again through another member): its own
-			// send time counts. sentMono was read after sent, and the
-			// monotonic clock never runs faster than the boot clock, so
-			// this is never later than the real send.
-			sent = sent.Add(r.Sent.Sub(a.sentMono))
-		}
-		nsu = sent.Add(ttl - h.opts.Margin)
-		h.mu.Lock()
-		h.st.Renewals++
-		h.st.Consecutive = 0
-		extended = nsu > h.st.SafeUntilBoot
-		if extended {
-			h.st.SafeUntilBoot = nsu
-		}
-		h.mu.Unlock()
-		if extended {
-			h.su = nsu
-		}
-		h.next = a.sent.Add(h.opts.RenewInterval)
+		nsu, extended = h.acknowledged(a, r)
 	}
+	h.next = nextSend(o, now, a.sent, a.abandon, h.opts.RenewInterval, h.opts.RetryInterval)
+	h.replan()
+	s.mu.Unlock()
+	switch {
+	case o == failed && h.opts.OnRenewError != nil:
+		h.opts.OnRenewError(h, err, failures)
+	case extended:
+		if h.opts.OnSafeUntil != nil {
+			h.opts.OnSafeUntil(nsu)
+		}
+		if h.opts.OnRenewed != nil {
+			h.opts.OnRenewed(h)
+		}
+	}
+}
+
+// reportPendingLoss reports a loss the scheduler found while an answer was
+// applied, after the callbacks (see scheduler.lose), and lets go of cbMu.
+func (h *Held) reportPendingLoss() {
+	s := h.sched
+	s.mu.Lock()
+	e := h.pendingLoss
+	h.pendingLoss = nil
+	h.cbMu.Unlock()
+	s.mu.Unlock()
+	if e != nil {
+		h.cancel(e)
+	}
+}
+
+// end takes h out of the scheduler and ends it with lost (s.mu held; it
+// releases it).
+func (h *Held) end(lost *LostError) {
+	s := h.sched
+	h.removed = true
+	heap.Remove(&s.holds, h.index)
+	if len(s.holds) == 0 {
+		s.wakeUp()
+	}
+	s.mu.Unlock()
+	h.cancel(lost)
+}
+
+// failed counts a failed renewal and returns the failures since the last
+// acknowledgment.
+func (h *Held) failed(err error) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.st.Failures++
+	h.st.Consecutive++
+	h.st.LastError = err
+	return h.st.Consecutive
+}
+
+// acknowledged applies the acknowledgment r of a (s.mu held): it returns
+// the renewal's safe-until and whether it moved the hold's later.
+func (h *Held) acknowledged(a *attempt, r coord.Renewal) (nsu clock.Boot, extended bool) {
+	ttl := r.TTL
+	if ttl <= 0 {
+		ttl = h.lease.TTL
+	}
+	sent := a.sent
+	if _, real := h.clk.(bootClk); real && r.Sent.After(a.sentMono) {
+		// The acknowledged request left after the attempt began (the
+		// coordinator sent it again through another member): its own
+		// send time counts. sentMono was read after sent, and the
+		// monotonic clock never runs faster than the boot clock, so
+		// this is never later than the real send.
+		sent = sent.Add(r.Sent.Sub(a.sentMono))
+	}
+	nsu = sent.Add(ttl - h.opts.Margin)
+	h.mu.Lock()
+	h.st.Renewals++
+	h.st.Consecutive = 0
+	extended = nsu > h.st.SafeUntilBoot
+	if extended {
+		h.st.SafeUntilBoot = nsu
+	}
+	h.mu.Unlock()
+	if extended {
+		h.su = nsu
+	}
+	return nsu, extended
+}
+
+// replan moves h in the scheduler's heap to its next wake, and wakes the
+// scheduler when that comes before its timer (s.mu held).
+func (h *Held) replan() {
+	s := h.sched
 	if w := h.plan(); w != h.wake {
 		h.wake = w
 		s.holds[h.index].wake = w
@@ -466,18 +537,6 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 	}
 	if h.wake < s.armed {
 		s.wakeUp()
-	}
-	s.mu.Unlock()
-	switch {
-	case err != nil && h.opts.OnRenewError != nil:
-		h.opts.OnRenewError(err, failures)
-	case extended && (h.opts.OnSafeUntil != nil || h.opts.OnRenewed != nil):
-		if h.opts.OnSafeUntil != nil {
-			h.opts.OnSafeUntil(nsu)
-		}
-		if h.opts.OnRenewed != nil {
-			h.opts.OnRenewed(h)
-		}
 	}
 }
 

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -190,7 +191,7 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 	}
 	sc.boot.Add(int64(2 * time.Minute))
 	time.Sleep(20 * time.Millisecond)
-	if h.Err() != nil {
+	if context.Cause(h.Context()) != nil {
 		t.Fatal("the hold ended with nothing to wake the scheduler: this test proves nothing")
 	}
 	sc.suspend()
@@ -222,5 +223,40 @@ func TestTinyTTLNeverGetsZeroIntervalOrMargin(t *testing.T) {
 	}
 	if m := DefaultMargin(15 * time.Second); m != 1500*time.Millisecond {
 		t.Fatalf("DefaultMargin(15s) = %v", m)
+	}
+}
+
+// TestOutcome is the table of what an answer to a renewal does to its hold
+// (outcomeOf) and when the next attempt goes out (nextSend).
+func TestOutcome(t *testing.T) {
+	const su = clock.Boot(1000)
+	lost := fmt.Errorf("renew: %w", coord.ErrLeaseLost)
+	slow := errors.New("timeout")
+	for _, c := range []struct {
+		name      string
+		now       clock.Boot
+		err       error
+		abandoned bool
+		want      outcome
+		next      clock.Boot // sent 100, renew 300, retry 50
+	}{
+		{"acknowledged in time", 900, nil, false, renewed, 400},
+		{"acknowledged at safe-until", su, nil, false, renewed, 400},
+		{"acknowledged after safe-until", su + 1, nil, false, lapsed, 0},
+		{"failed in time", 900, slow, false, failed, 950},
+		{"failed at its end (abandoned)", 900, slow, true, failed, 900},
+		{"failed after safe-until", su + 1, slow, false, lapsed, 0},
+		{"lease gone", 900, lost, false, gone, 0},
+		{"lease gone after safe-until", su + 1, lost, false, lapsed, 0},
+	} {
+		o := outcomeOf(c.now, su, c.err)
+		if o != c.want {
+			t.Errorf("%s: outcome %d, want %d", c.name, o, c.want)
+		}
+		if o == renewed || o == failed {
+			if got := nextSend(o, c.now, 100, c.abandoned, 300, 50); got != c.next {
+				t.Errorf("%s: next send %d, want %d", c.name, got, c.next)
+			}
+		}
 	}
 }

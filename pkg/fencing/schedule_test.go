@@ -80,8 +80,8 @@ func stepUntil(t *testing.T, fc *clockwork.FakeClock, active func() int32, d tim
 func lostErr(t *testing.T, h *fencing.Held) *fencing.LostError {
 	t.Helper()
 	var le *fencing.LostError
-	if !errors.As(h.Err(), &le) {
-		t.Fatalf("hold on %q: cause %v, want a *LostError", h.Lease().Name, h.Err())
+	if !errors.As(context.Cause(h.Context()), &le) {
+		t.Fatalf("hold on %q: cause %v, want a *LostError", h.Lease().Name, context.Cause(h.Context()))
 	}
 	return le
 }
@@ -109,17 +109,17 @@ func TestSchedulerIsolatesHolds(t *testing.T) {
 	start := fc.Now()
 	active := func() int32 { return c.active.Load() }
 
-	stepUntil(t, fc, active, step, "the fixed hold's end", func() bool { return fixed.Err() != nil })
+	stepUntil(t, fc, active, step, "the fixed hold's end", func() bool { return context.Cause(fixed.Context()) != nil })
 	if le := lostErr(t, fixed); le.Reason != fencing.Unsafe || !le.NoRenew || le.Late <= 0 || le.Late > step {
 		t.Fatalf("fixed hold: %+v, want unsafe at its safe-until (within one step)", le)
 	}
-	if c.hung.Load() == 0 || hung.Err() != nil {
+	if c.hung.Load() == 0 || context.Cause(hung.Context()) != nil {
 		t.Fatalf("when the fixed hold ended, the hung renewal should be in progress (hung %d, err %v): this test proves nothing",
-			c.hung.Load(), hung.Err())
+			c.hung.Load(), context.Cause(hung.Context()))
 	}
 
-	su := hung.SafeUntil()
-	stepUntil(t, fc, active, step, "the hung hold's end", func() bool { return hung.Err() != nil })
+	su := hung.Stats().SafeUntil
+	stepUntil(t, fc, active, step, "the hung hold's end", func() bool { return context.Cause(hung.Context()) != nil })
 	le := lostErr(t, hung)
 	if le.Reason != fencing.Unsafe || le.Late <= 0 || le.Late > step || !le.SafeUntil.Equal(su) {
 		t.Fatalf("hung hold: %+v, want unsafe at its safe-until %v (within one step)", le, su)
@@ -128,7 +128,7 @@ func TestSchedulerIsolatesHolds(t *testing.T) {
 		t.Fatalf("hung hold's stats %+v: want ≥2 abandoned renewals, none acknowledged", st)
 	}
 	for _, h := range append(ok, revoked) {
-		if err := h.Err(); err != nil {
+		if err := context.Cause(h.Context()); err != nil {
 			t.Fatalf("hold on %q ended with the hung one: %v", h.Lease().Name, err)
 		}
 		if st := h.Stats(); st.Renewals < 2 || !st.SafeUntil.After(su) {
@@ -139,12 +139,12 @@ func TestSchedulerIsolatesHolds(t *testing.T) {
 	if _, err := c.Revoke(context.Background(), "revoked"); err != nil {
 		t.Fatal(err)
 	}
-	stepUntil(t, fc, active, step, "the revoked hold's end", func() bool { return revoked.Err() != nil })
+	stepUntil(t, fc, active, step, "the revoked hold's end", func() bool { return context.Cause(revoked.Context()) != nil })
 	if le := lostErr(t, revoked); le.Reason != fencing.Lost {
 		t.Fatalf("revoked hold: %+v, want lost", le)
 	}
 	for _, h := range ok {
-		if err := h.Err(); err != nil {
+		if err := context.Cause(h.Context()); err != nil {
 			t.Fatalf("hold on %q ended with the revoked one: %v", h.Lease().Name, err)
 		}
 		if info, err := c.Inspect(context.Background(), h.Lease().Name); err != nil || !info.Held || info.Token != h.Token() {
@@ -188,15 +188,15 @@ func TestUnansweredRenewal(t *testing.T) {
 	var mu sync.Mutex
 	var failures []int
 	silent := holdAt(t, c, fc, "silent", 30*time.Second, fencing.HoldOptions{
-		OnRenewError: func(err error, n int) {
+		OnRenewError: func(_ *fencing.Held, err error, n int) {
 			mu.Lock()
 			failures = append(failures, n)
 			mu.Unlock()
 		},
 	})
 	answered := holdAt(t, c, fc, "answered", 30*time.Second, fencing.HoldOptions{})
-	su := silent.SafeUntil()
-	stepUntil(t, fc, func() int32 { return c.active.Load() }, step, "the silent hold's end", func() bool { return silent.Err() != nil })
+	su := silent.Stats().SafeUntil
+	stepUntil(t, fc, func() int32 { return c.active.Load() }, step, "the silent hold's end", func() bool { return context.Cause(silent.Context()) != nil })
 	le := lostErr(t, silent)
 	if le.Reason != fencing.Unsafe || le.Late <= 0 || le.Late > step || !le.SafeUntil.Equal(su) {
 		t.Fatalf("silent hold: %+v, want unsafe at its safe-until %v", le, su)
@@ -215,7 +215,7 @@ func TestUnansweredRenewal(t *testing.T) {
 		t.Fatalf("hung %d, cancelled %d, stats %+v, %d failures reported: want every renewal cancelled, each abandoned one reported",
 			c.hung.Load(), c.canceled.Load(), st, n)
 	}
-	if err := answered.Err(); err != nil {
+	if err := context.Cause(answered.Context()); err != nil {
 		t.Fatalf("the answered hold ended: %v", err)
 	}
 	if st := answered.Stats(); st.Renewals < 2 || !st.SafeUntil.After(su) {
@@ -241,7 +241,7 @@ func TestManyHoldsEtcd(t *testing.T) {
 	ttl := helds[0].Lease().TTL
 	time.Sleep(3 * ttl) // unrenewed, every lease would have expired
 	for _, h := range helds {
-		if err := h.Err(); err != nil {
+		if err := context.Cause(h.Context()); err != nil {
 			t.Fatalf("hold on %q ended: %v", h.Lease().Name, err)
 		}
 		if st := h.Stats(); st.Renewals < 2 {
@@ -258,7 +258,7 @@ func TestManyHoldsEtcd(t *testing.T) {
 		if i == 7 {
 			continue
 		}
-		if err := h.Err(); err != nil {
+		if err := context.Cause(h.Context()); err != nil {
 			t.Fatalf("hold on %q ended with the revoked one: %v", h.Lease().Name, err)
 		}
 	}

@@ -16,8 +16,7 @@ import (
 // Set is several leases held together, taken by AcquireSet. Its methods are
 // safe for concurrent use.
 type Set struct {
-	names  []string // as given
-	order  []int    // indexes into names, in byte order of the names
+	order  []int // indexes into helds, in byte order of the names
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	onSU   func(*Held)
@@ -67,11 +66,10 @@ func (e *SetError) Unwrap() error { return e.Err }
 // is a *SetError naming that lock. Names that are invalid or given twice
 // are refused (coord.ErrInvalid) before any lock is taken.
 //
-// opts apply to every hold, except that OnRenewed, when set, is called
-// with the hold whose safe-until comes first each time the set's
-// safe-until (the earliest of the leases') becomes later, one call at a
-// time; OnRenewError is called for a failed
-// renewal of any of the leases. ctx bounds the acquisition and the holds,
+// opts apply to every hold, except that OnRenewal, when set, is told of an
+// acknowledgment with the hold whose safe-until comes first each time the
+// set's safe-until (the earliest of the leases') becomes later, one call at
+// a time, and of a failed renewal of any of the leases. ctx bounds the acquisition and the holds,
 // as for Hold.
 func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq coord.AcquireOptions, options ...Option) (*Set, error) {
 	opts := configOf(options)
@@ -91,7 +89,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 	if err := opts.check(acq.TTL); err != nil {
 		return nil, err
 	}
-	s := &Set{names: slices.Clone(names), helds: make([]*Held, len(names)), onSU: opts.OnRenewed}
+	s := &Set{helds: make([]*Held, len(names)), onSU: opts.OnRenewed}
 	s.order = make([]int, len(names))
 	for i := range s.order {
 		s.order[i] = i
@@ -144,9 +142,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 		}
 		l, err := c.Acquire(actx, name, a)
 		if err == nil && actx.Err() != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = c.Release(rctx, l.Name, l.ID)
-			cancel()
+			releaseQuietly(ctx, c, l)
 			err = context.Cause(actx)
 		}
 		if err != nil {
@@ -154,9 +150,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 		}
 		h, err := holdOn(ctx, c, l, hopts, bootClk{clockwork.NewRealClock()})
 		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = c.Release(rctx, l.Name, l.ID)
-			cancel()
+			releaseQuietly(ctx, c, l)
 			return fail(name, err)
 		}
 		s.mu.Lock()
@@ -199,49 +193,12 @@ func (s *Set) renewed() {
 // ErrReleased), or when the context given to AcquireSet ends.
 func (s *Set) Context() context.Context { return s.ctx }
 
-// Err is nil while every lease is safe, else the cause of Context().
-func (s *Set) Err() error {
-	if s.ctx.Err() == nil {
-		return nil
-	}
-	return context.Cause(s.ctx)
-}
-
-// Helds are the holds, in the order the names were given.
+// Helds are the holds, in the order the names were given (Held.Lease of
+// each: the leases).
 func (s *Set) Helds() []*Held {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.helds)
-}
-
-// Held is the hold of the lock name (nil if name is not in the set).
-func (s *Set) Held(name string) *Held {
-	i := slices.Index(s.names, name)
-	if i < 0 {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.helds[i]
-}
-
-// Leases are the held leases, in the order the names were given.
-func (s *Set) Leases() []coord.Lease {
-	helds := s.Helds()
-	out := make([]coord.Lease, len(helds))
-	for i, h := range helds {
-		out[i] = h.Lease()
-	}
-	return out
-}
-
-// SafeUntil is the earliest safe-until of the leases: until then every one
-// of them is certainly held.
-func (s *Set) SafeUntil() time.Time {
-	if e := s.Earliest(); e != nil {
-		return e.SafeUntil()
-	}
-	return time.Time{}
 }
 
 func (s *Set) safeUntil() clock.Boot {
@@ -251,7 +208,8 @@ func (s *Set) safeUntil() clock.Boot {
 	return 0
 }
 
-// Earliest is the hold whose safe-until comes first.
+// Earliest is the hold whose safe-until comes first: its
+// Stats().SafeUntil is the set's, until which every lease is certainly held.
 func (s *Set) Earliest() *Held {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -14,7 +14,7 @@ const SpoolMaxEvents = spoolMaxEvents
 // Pending is the pending buffer a Recorder writes through.
 type Pending struct{ p *pendingEvents }
 
-func NewPending(h Historian, max int) Pending { return Pending{newPending(h, max)} }
+func NewPending(h Store, max int) Pending { return Pending{newPending(h, max)} }
 
 func (p Pending) Record(ctx context.Context, ev Event) error    { return p.p.record(ctx, ev) }
 func (p Pending) Append(ctx context.Context, evs []Event) error { return p.p.appendEvents(ctx, evs) }
@@ -27,3 +27,5 @@ func WithMaxPending(n int) Option { return hopts.WithMaxPending(n) }
 func WithClock(now func() time.Time) Option { return hopts.WithClock(now) }
 
 func NewOptions(o ...Option) error { _, err := hopts.New(o...); return err }
+
+func WithRecordTimeout(d time.Duration) Option { return hopts.WithRecordTimeout(d) }

@@ -118,11 +118,6 @@ func WithMaxAge(d time.Duration) Option { return func(o *hopts.Options) { o.MaxA
 // WithLogger sets the logger of the Recorder.
 func WithLogger(l *slog.Logger) Option { return func(o *hopts.Options) { o.Logger = l } }
 
-// WithRecordTimeout bounds each write the Recorder makes (default 3s).
-func WithRecordTimeout(d time.Duration) Option {
-	return func(o *hopts.Options) { o.RecordTimeout = d }
-}
-
 // maxLeaseIDLen bounds an event's lease id (etcd's are at most 16 hex
 // digits, the local backend's 24).
 const maxLeaseIDLen = 256

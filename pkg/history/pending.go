@@ -18,12 +18,8 @@ import (
 // fence run records renewal failures through a Pending, so that the ones seen
 // while the coordinator could not be reached are written when it comes back.
 // A Pending is safe for concurrent use; writes are serialized.
-// defaultMaxPending is the pending buffer's bound when none is given.
-const defaultMaxPending = 256
-
 type pendingEvents struct {
-	h   Historian
-	app func(ctx context.Context, evs []Event) error // h's Append, if it has one
+	h   Store
 	max int
 
 	mu      sync.Mutex
@@ -31,21 +27,17 @@ type pendingEvents struct {
 	dropped int
 }
 
+// defaultMaxPending is the pending buffer's bound when none is given.
+const defaultMaxPending = 256
+
 // newPending returns a Pending that writes to h and keeps at most max
-// events (defaultMaxPending when max <= 0). When h has an Append method (a
-// Store, a Recorder), pending events are written with the new one in one
-// call.
-func newPending(h Historian, max int) *pendingEvents {
+// events (defaultMaxPending when max <= 0). Pending events are written with
+// the new one in one Append.
+func newPending(h Store, max int) *pendingEvents {
 	if max <= 0 {
 		max = defaultMaxPending
 	}
-	p := &pendingEvents{h: h, max: max}
-	if a, ok := h.(interface {
-		Append(context.Context, []Event) error
-	}); ok {
-		p.app = a.Append
-	}
-	return p
+	return &pendingEvents{h: h, max: max}
 }
 
 // Record writes the pending events, then ev. When that fails, ev is kept
@@ -104,17 +96,15 @@ func (p *pendingEvents) flushLocked(ctx context.Context) error {
 	if len(p.evs) == 0 {
 		return nil
 	}
-	if p.app != nil {
-		err := p.app(ctx, p.evs)
-		if err == nil {
-			p.evs = p.evs[:0]
-			return nil
-		}
-		if !errors.Is(err, coord.ErrInvalid) {
-			return err
-		}
-		// One event is invalid: fall back to one at a time to find it.
+	err := p.h.Append(ctx, p.evs)
+	if err == nil {
+		p.evs = p.evs[:0]
+		return nil
 	}
+	if !errors.Is(err, coord.ErrInvalid) {
+		return err
+	}
+	// One event is invalid: fall back to one at a time to find it.
 	for len(p.evs) > 0 {
 		err := p.h.Record(ctx, p.evs[0])
 		if err != nil && !errors.Is(err, coord.ErrInvalid) {

@@ -167,7 +167,7 @@ func holdLeases(ctx context.Context, o leaseOpts) (LeaseScale, error) {
 	ren1, fail1 := renewals()
 	res.Renewals, res.RenewFailures = ren1-ren0, fail1-fail0
 	for _, h := range helds {
-		if err := h.Err(); err != nil {
+		if err := context.Cause(h.Context()); err != nil {
 			if res.Lost == 0 {
 				res.LostFirst = err.Error()
 			}

@@ -113,10 +113,10 @@ func TestBrokenLocalHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(t.TempDir(), filepath.Join(dir, localstore.Dir)); err != nil {
+	if err := os.Symlink(t.TempDir(), filepath.Join(dir, "history")); err != nil {
 		t.Fatal(err)
 	}
-	r, err := auto.Wrap(c, history.WithLogger(slog.New(slog.DiscardHandler)), history.WithRecordTimeout(time.Second))
+	r, err := auto.Wrap(c, history.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

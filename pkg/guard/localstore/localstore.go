@@ -34,8 +34,8 @@ import (
 	"github.com/fence-dev/fence/pkg/internal/sharedir"
 )
 
-// Dir is the name of the store's directory inside the state directory.
-const Dir = "guards"
+// dirName is the name of the store's directory inside the state directory.
+const dirName = "guards"
 
 // maxEscaped is the longest escaped key used as a file name; longer escapes
 // use a SHA-256 name (the key is stored inside the file either way).
@@ -77,7 +77,7 @@ func openStore(stateDir string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
 	}
-	dir := filepath.Join(stateDir, Dir)
+	dir := filepath.Join(stateDir, dirName)
 	created, err := share.EnsureDir(dir, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)

@@ -173,7 +173,7 @@ func TestSymlinkRefused(t *testing.T) {
 	}
 
 	state := t.TempDir()
-	if err := os.Symlink(t.TempDir(), filepath.Join(state, Dir)); err != nil {
+	if err := os.Symlink(t.TempDir(), filepath.Join(state, dirName)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := openStore(state); err == nil {

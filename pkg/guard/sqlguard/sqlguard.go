@@ -22,7 +22,7 @@
 // (guard.ErrNotFound).
 //
 // Table implements guard.Guard on a key/value table (Put is the upsert form);
-// its Update and UpdateColumns methods fence writes to tables of your own,
+// its Update method fences writes to tables of your own,
 // and AddFenceColumn adds the fence column to an existing table. Identifiers
 // are quoted (PostgreSQL "…", SQLite `…`), never interpolated raw, and values
 // are always bound as parameters.
@@ -84,7 +84,7 @@ type config struct {
 	Table string
 	// KeyColumn is the primary key (or unique) column: "id".
 	KeyColumn string
-	// ValueColumn holds the value of Put, Get and Update: "value".
+	// ValueColumn holds the value of Put and Get: "value".
 	ValueColumn string
 	// FenceColumn holds the token of the last accepted write: "fence".
 	FenceColumn string
@@ -101,7 +101,7 @@ type Option func(*config)
 func WithSchema(schema string) Option { return func(c *config) { c.Schema = schema } }
 
 // WithColumns names the key (primary key or unique) column, the value
-// column (of Put, Get and Update) and the fence column (the token of the
+// column (of Put and Get) and the fence column (the token of the
 // last accepted write). An empty name keeps its default: "id", "value",
 // "fence".
 func WithColumns(key, value, fence string) Option {
@@ -271,36 +271,6 @@ func (s *stmt) param(name string, v any) *stmt {
 
 func (s *stmt) String() string { return s.sb.String() }
 
-// statements are the statements a Table runs, with the dialect's
-// placeholders, for reading or for use outside sqlguard.
-type statements struct {
-	// Update: the fenced UPDATE of the value (row must exist).
-	Update string
-	// Upsert: the fenced insert-or-update of Put.
-	Upsert string
-	// Select: Get's query (value, fence, timestamp).
-	Select string
-	// Fence: the query that reads a row's fence after a write changed
-	// nothing.
-	Fence string
-	// AddFenceColumn: the ALTER TABLE of AddFenceColumn.
-	AddFenceColumn string
-	// Create: the CREATE TABLE IF NOT EXISTS of CreateTable.
-	Create string
-}
-
-// statements returns the statements the table runs.
-func (t *Table) statements() statements {
-	return statements{
-		Update:         t.updateStmt("k", 1, map[string]any{t.cfg.ValueColumn: []byte(nil)}).String(),
-		Upsert:         t.upsertStmt("k", 1, nil).String(),
-		Select:         t.selectStmt("k").String(),
-		Fence:          t.fenceStmt("k").String(),
-		AddFenceColumn: t.addFenceStmt(),
-		Create:         t.createStmt(),
-	}
-}
-
 func (t *Table) createStmt() string {
 	var s string
 	switch t.cfg.Dialect {
@@ -331,7 +301,7 @@ func (t *Table) addFenceStmt() string {
 
 // updateStmt: UPDATE t SET c1 = $1, …, [updated_at = $n,] fence = $m
 // WHERE key = $k AND fence <= $m. set's columns are quoted by the caller's
-// check (UpdateColumns) and sorted here.
+// check (Update) and sorted here.
 func (t *Table) updateStmt(key any, token int64, set map[string]any) *stmt {
 	s := &stmt{d: t.cfg.Dialect}
 	s.sql("UPDATE ", t.table, " SET ")
@@ -472,21 +442,14 @@ func (t *Table) Put(ctx context.Context, key string, token uint64, value []byte)
 	return fmt.Errorf("sqlguard: put %q: the row kept changing under the write; giving up", key)
 }
 
-// Update runs the fenced UPDATE of the value column (and the timestamp)
-// of the row whose key column equals key. It returns *guard.StaleError when
-// the row's fence is larger than token and an error wrapping
-// guard.ErrNotFound when there is no such row. key may be of any type the
-// driver accepts (an integer id, a string).
-func (t *Table) Update(ctx context.Context, key any, token uint64, value []byte) error {
-	return t.UpdateColumns(ctx, key, token, map[string]any{t.cfg.ValueColumn: value})
-}
-
-// UpdateColumns is the general fenced UPDATE: it sets each column of set to
-// its value, the timestamp column (unless the table has none) and the fence to token,
+// Update is the fenced UPDATE: it sets each column of set to its value,
+// the timestamp column (unless the table has none) and the fence to token,
 // in the row whose key column equals key, when the row's fence is at most
-// token. Errors are those of Update. set must not name the key or fence
-// column.
-func (t *Table) UpdateColumns(ctx context.Context, key any, token uint64, set map[string]any) error {
+// token. It returns *guard.StaleError when the row's fence is larger than
+// token and an error wrapping guard.ErrNotFound when there is no such row.
+// key may be of any type the driver accepts (an integer id, a string). set
+// must not name the key or fence column.
+func (t *Table) Update(ctx context.Context, key any, token uint64, set map[string]any) error {
 	if err := check.Token(token); err != nil {
 		return err
 	}

@@ -150,36 +150,36 @@ func runCommon(t *testing.T, b backend) {
 func testUpdate(t *testing.T, b backend) {
 	ctx := ctxT(t)
 	tab := b.kv(t, sqlguard.Config{})
-	if err := tab.Update(ctx, "k", 3, []byte("x")); !errors.Is(err, guard.ErrNotFound) || errors.Is(err, guard.ErrStale) {
+	if err := tab.UpdateValue(ctx, "k", 3, []byte("x")); !errors.Is(err, guard.ErrNotFound) || errors.Is(err, guard.ErrStale) {
 		t.Fatalf("Update of a missing row = %v, want ErrNotFound", err)
 	}
 	if err := tab.Put(ctx, "k", 3, []byte("three")); err != nil {
 		t.Fatal(err)
 	}
-	if err := tab.Update(ctx, "k", 3, []byte("three again")); err != nil {
+	if err := tab.UpdateValue(ctx, "k", 3, []byte("three again")); err != nil {
 		t.Fatalf("Update with the same token: %v", err)
 	}
 	var se *guard.StaleError
-	if err := tab.Update(ctx, "k", 2, []byte("two")); !errors.As(err, &se) || se.Accepted != 3 || se.Token != 2 || se.Key != "k" {
+	if err := tab.UpdateValue(ctx, "k", 2, []byte("two")); !errors.As(err, &se) || se.Accepted != 3 || se.Token != 2 || se.Key != "k" {
 		t.Fatalf("Update(2) = %v, want stale, accepted 3", err)
 	}
 	if errors.Is(se, guard.ErrNotFound) {
 		t.Fatal("stale also matches ErrNotFound")
 	}
-	if err := tab.Update(ctx, "k", 4, []byte("four")); err != nil {
+	if err := tab.UpdateValue(ctx, "k", 4, []byte("four")); err != nil {
 		t.Fatal(err)
 	}
 	v, err := tab.Get(ctx, "k")
 	if err != nil || v.Token != 4 || string(v.Data) != "four" {
 		t.Fatalf("Get = %q@%d, %v", v.Data, v.Token, err)
 	}
-	if err := tab.Update(ctx, "k", 0, nil); !errors.Is(err, coord.ErrInvalid) {
+	if err := tab.UpdateValue(ctx, "k", 0, nil); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("Update(token 0) = %v, want ErrInvalid", err)
 	}
 	// A token the BIGINT fence cannot hold is refused, not stored negative
 	// (which would let any later token through).
 	for _, tok := range []uint64{coord.MaxToken + 1, 1<<64 - 1} {
-		if err := tab.Update(ctx, "k", tok, []byte("huge")); !errors.Is(err, coord.ErrInvalid) {
+		if err := tab.UpdateValue(ctx, "k", tok, []byte("huge")); !errors.Is(err, coord.ErrInvalid) {
 			t.Errorf("Update(token %d) = %v, want ErrInvalid", tok, err)
 		}
 	}
@@ -208,20 +208,20 @@ func testAddFenceColumn(t *testing.T, b backend) {
 	if err := b.db.QueryRowContext(ctx, "SELECT fence FROM "+qt+" WHERE id = 2").Scan(&fence); err != nil || fence != 0 {
 		t.Fatalf("fence of an existing row = %d, %v; want 0", fence, err)
 	}
-	if err := tab.UpdateColumns(ctx, 2, 1, map[string]any{"balance": 25}); err != nil {
+	if err := tab.Update(ctx, 2, 1, map[string]any{"balance": 25}); err != nil {
 		t.Fatal(err)
 	}
 	var se *guard.StaleError
-	if err := tab.UpdateColumns(ctx, 2, 0+1, map[string]any{"balance": 26}); err != nil {
+	if err := tab.Update(ctx, 2, 0+1, map[string]any{"balance": 26}); err != nil {
 		t.Fatalf("same token again: %v", err)
 	}
-	if err := tab.UpdateColumns(ctx, int64(1), 7, map[string]any{"balance": 11}); err != nil {
+	if err := tab.Update(ctx, int64(1), 7, map[string]any{"balance": 11}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tab.UpdateColumns(ctx, 1, 6, map[string]any{"balance": 0}); !errors.As(err, &se) || se.Accepted != 7 || se.Key != "1" {
+	if err := tab.Update(ctx, 1, 6, map[string]any{"balance": 0}); !errors.As(err, &se) || se.Accepted != 7 || se.Key != "1" {
 		t.Fatalf("stale UpdateColumns = %v", err)
 	}
-	if err := tab.UpdateColumns(ctx, 3, 9, map[string]any{"balance": 1}); !errors.Is(err, guard.ErrNotFound) {
+	if err := tab.Update(ctx, 3, 9, map[string]any{"balance": 1}); !errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("UpdateColumns of a missing row = %v", err)
 	}
 	rows := map[int64][2]int64{}
@@ -246,11 +246,11 @@ func testUpdateColumns(t *testing.T, b backend) {
 	ctx := ctxT(t)
 	tab := b.kv(t, sqlguard.Config{})
 	for _, bad := range []map[string]any{nil, {"fence": 1}, {"ID": "x"}, {"updated_at": time.Now()}, {"": 1}, {"a\x00b": 1}} {
-		if err := tab.UpdateColumns(ctx, "k", 1, bad); !errors.Is(err, coord.ErrInvalid) {
+		if err := tab.Update(ctx, "k", 1, bad); !errors.Is(err, coord.ErrInvalid) {
 			t.Errorf("UpdateColumns(%v) = %v, want ErrInvalid", bad, err)
 		}
 	}
-	if err := tab.UpdateColumns(ctx, nil, 1, map[string]any{"value": []byte("x")}); !errors.Is(err, coord.ErrInvalid) {
+	if err := tab.Update(ctx, nil, 1, map[string]any{"value": []byte("x")}); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("nil key = %v, want ErrInvalid", err)
 	}
 }
@@ -279,7 +279,7 @@ func testHostileIdentifiers(t *testing.T, b backend) {
 		if err := tab.Put(ctx, key, 1, nil); !errors.As(err, &se) {
 			t.Fatalf("stale Put into %q: %v", n, err)
 		}
-		if err := tab.Update(ctx, key, 3, []byte("u")); err != nil {
+		if err := tab.UpdateValue(ctx, key, 3, []byte("u")); err != nil {
 			t.Fatalf("Update of %q: %v", n, err)
 		}
 		if err := tab.AddFenceColumn(ctx); err != nil {
@@ -316,7 +316,7 @@ func testWrongColumn(t *testing.T, b backend) {
 	if err := tab.Put(ctx, "k", 5, []byte("five")); err != nil {
 		t.Fatal(err)
 	}
-	if err := wrong.Update(ctx, "k", 1, []byte("one")); err == nil || errors.Is(err, guard.ErrStale) || errors.Is(err, guard.ErrNotFound) {
+	if err := wrong.UpdateValue(ctx, "k", 1, []byte("one")); err == nil || errors.Is(err, guard.ErrStale) || errors.Is(err, guard.ErrNotFound) {
 		t.Fatalf("Update through a missing fence column = %v, want an SQL error", err)
 	}
 	if err := wrong.Put(ctx, "k", 1, []byte("one")); err == nil {
@@ -336,7 +336,7 @@ func testNoTimestamp(t *testing.T, b backend) {
 	if err := tab.Put(ctx, "k", 1, []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	if err := tab.Update(ctx, "k", 2, []byte("w")); err != nil {
+	if err := tab.UpdateValue(ctx, "k", 2, []byte("w")); err != nil {
 		t.Fatal(err)
 	}
 	v, err := tab.Get(ctx, "k")
@@ -398,7 +398,7 @@ func testConcurrentTx(t *testing.T, b backend) {
 			}
 			defer txA.Rollback()
 			tA, _ := sqlguard.NewFromConfig(txA, tab.Config())
-			if err := tA.Update(ctx, "k", 5, []byte("A")); err != nil {
+			if err := tA.UpdateValue(ctx, "k", 5, []byte("A")); err != nil {
 				t.Fatal(err)
 			}
 			// B starts while A holds the row lock.
@@ -407,7 +407,7 @@ func testConcurrentTx(t *testing.T, b backend) {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
-			go func() { done <- tab.Update(ctx, "k", c.bTok, []byte("B")) }()
+			go func() { done <- tab.UpdateValue(ctx, "k", c.bTok, []byte("B")) }()
 			// Wait until B is blocked on A's lock, observed through
 			// pg_stat_activity (hang guard: the test context).
 			for {

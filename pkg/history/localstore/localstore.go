@@ -87,8 +87,8 @@ import (
 	"github.com/fence-dev/fence/pkg/internal/sharedir"
 )
 
-// Dir is the name of the store's directory inside the state directory.
-const Dir = "history"
+// dirName is the name of the store's directory inside the state directory.
+const dirName = "history"
 
 const (
 	dataExt    = ".jsonl"
@@ -162,7 +162,7 @@ func openStore(stateDir string, opts ...history.Option) (*store, error) {
 	if err != nil {
 		return nil, unavailable("history store: %w", err)
 	}
-	dir := filepath.Join(stateDir, Dir)
+	dir := filepath.Join(stateDir, dirName)
 	created, err := share.EnsureDir(dir, false)
 	if err != nil {
 		return nil, unavailable("history store: %w", err)
@@ -855,7 +855,7 @@ func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped,
 // event is written), or the fsync's.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	lc, ok := c.(*local.Coordinator)
-	if !ok || filepath.Clean(filepath.Join(lc.Dir(), Dir)) != filepath.Clean(s.dir) {
+	if !ok || filepath.Clean(filepath.Join(lc.Dir(), dirName)) != filepath.Clean(s.dir) {
 		return false, nil
 	}
 	if ev, err = history.Normalize(ev, s.opts.Now()); err != nil {

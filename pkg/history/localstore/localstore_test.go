@@ -288,7 +288,7 @@ func TestCompactionKeepsFile(t *testing.T) {
 
 func TestOpenRefusesSymlinkDir(t *testing.T) {
 	state := t.TempDir()
-	if err := os.Symlink(t.TempDir(), filepath.Join(state, Dir)); err != nil {
+	if err := os.Symlink(t.TempDir(), filepath.Join(state, dirName)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := openStore(state); !errors.Is(err, coord.ErrUnavailable) {

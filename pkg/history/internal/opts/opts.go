@@ -63,6 +63,10 @@ func WithClock(now func() time.Time) Option { return func(o *Options) { o.Now = 
 // (tests).
 func WithMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
 
+// WithRecordTimeout bounds each write the Recorder makes (default 3s;
+// tests).
+func WithRecordTimeout(d time.Duration) Option { return func(o *Options) { o.RecordTimeout = d } }
+
 // New applies opts over the defaults. It fails, wrapping coord.ErrInvalid,
 // on a negative bound.
 func New(opts ...Option) (Options, error) {

@@ -209,7 +209,7 @@ func pgWrite(tok uint64, value string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	return t.UpdateColumns(ctx, 42, tok, map[string]any{"value": value})
+	return t.Update(ctx, 42, tok, map[string]any{"value": value})
 }
 
 // guardWrite runs `fence guard put job-42/result --token N VALUE` and maps
@@ -321,7 +321,7 @@ func (h *holder) write(kind string, from, to int64) int {
 		set = map[string]any{"holder": fmt.Sprintf("client %d pid %d", h.client, os.Getpid())}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	err := h.table.UpdateColumns(ctx, 1, h.tok, set)
+	err := h.table.Update(ctx, 1, h.tok, set)
 	cancel()
 	r := h.rec(oplog.Ret, kind)
 	r.From, r.To = from, to
