@@ -20,7 +20,7 @@ import (
 
 // Acquire takes a lease on name; see coord.Coordinator. Waiters queue first
 // come, first served; OnWait is called once the caller's ticket is stored.
-func (c *Coordinator) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
+func (c *coordinator) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
 	o, err := coord.CheckAcquire(name, o)
 	if err != nil {
 		return nil, err
@@ -80,7 +80,7 @@ func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID, error) {
 }
 
 type acquirer struct {
-	c      *Coordinator
+	c      *coordinator
 	f      lockFiles
 	o      coord.AcquireOptions
 	self   proc.ID

@@ -10,10 +10,10 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)
 
 // RenewAsync implements coord.Coordinator: the renewals it is given run on
-// one goroutine of the Coordinator, one after the other, as Renew runs them,
+// one goroutine of the coordinator, one after the other, as Renew runs them,
 // each taking the lock's flock without waiting. A renewal that finds the
 // flock held (another process in the middle of an update of that lock) goes
 // on as Renew, on a goroutine of its own that waits for it, so that no
@@ -22,7 +22,7 @@ var _ coord.Coordinator = (*Coordinator)(nil)
 // pkg/fencing's scheduler, which sends the renewals due together, then
 // starts no goroutine and makes no context per renewal: about a tenth of
 // the CPU that 10,000 renewed local leases cost (docs/benchmarks.md).
-func (c *Coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, error)) (cancel func()) {
+func (c *coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, error)) (cancel func()) {
 	r := &asyncRenewal{name: name, leaseID: leaseID, done: done}
 	q := &c.renewals
 	q.mu.Lock()
@@ -100,7 +100,7 @@ func (r *asyncRenewal) answer(from int32, res coord.Renewal, err error) {
 }
 
 // runRenewals runs the queued renewals until none is left.
-func (c *Coordinator) runRenewals() {
+func (c *coordinator) runRenewals() {
 	q := &c.renewals
 	for {
 		q.mu.Lock()
@@ -143,7 +143,7 @@ const slowRenewal = time.Millisecond
 
 // renewAlone runs a renewal as Renew does, on a goroutine of its own,
 // which waits for the flock when it is held.
-func (c *Coordinator) renewAlone(r *asyncRenewal) {
+func (c *coordinator) renewAlone(r *asyncRenewal) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stopWait = cancel
 	if !r.state.CompareAndSwap(renewTaken, renewWaiting) {

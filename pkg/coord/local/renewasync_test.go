@@ -19,7 +19,7 @@ type renewAnswer struct {
 
 // renewAsync starts a renewal through RenewAsync and returns where its
 // answers go (done must be called once: a second answer fails the test).
-func renewAsync(t *testing.T, c *Coordinator, l *coord.Lease) (<-chan renewAnswer, func()) {
+func renewAsync(t *testing.T, c *coordinator, l *coord.Lease) (<-chan renewAnswer, func()) {
 	t.Helper()
 	ch := make(chan renewAnswer, 2)
 	cancel := c.RenewAsync(l.Name, l.ID, func(r coord.Renewal, err error) { ch <- renewAnswer{r, err} })
@@ -49,7 +49,7 @@ func noAnswer(t *testing.T, what string, ch <-chan renewAnswer) {
 // holdFlock takes the flock of lock name's lock file through a file
 // description of its own, as another process in the middle of an update of
 // the lock would hold it.
-func holdFlock(t *testing.T, c *Coordinator, name string) (release func()) {
+func holdFlock(t *testing.T, c *coordinator, name string) (release func()) {
 	t.Helper()
 	fd, err := unix.Open(c.files(name).lock, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
