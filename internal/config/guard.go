@@ -3,9 +3,10 @@ package config
 import (
 	"fmt"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/postgres"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/etcdstore"
@@ -18,7 +19,10 @@ import (
 // keys under the prefix for etcd (through c's client), the guards table
 // of the schema for PostgreSQL (through c's pool).
 func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
-	if ec, ok := auto.Backend(c).(*etcd.Coordinator); ok {
+	if ec, ok := auto.Backend(c).(interface { // package etcd's coordinator
+		Client() *clientv3.Client
+		Prefix() string
+	}); ok {
 		return etcdstore.New(ec.Client(), ec.Prefix()), nil
 	}
 	if pc, ok := auto.Backend(c).(*postgres.Coordinator); ok {

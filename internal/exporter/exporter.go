@@ -60,7 +60,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fence-dev/fence/internal/history/auto"
 	"log/slog"
 	"net"
 	"net/http"
@@ -75,6 +74,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fence-dev/fence/internal/etcdbugs"
+	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
@@ -830,7 +831,7 @@ func (col *Collector) knownBugs() [][2]string {
 	seen := map[[2]string]bool{}
 	var out [][2]string
 	for _, v := range col.memberVer {
-		for _, b := range etcd.BugsOf(v) {
+		for _, b := range etcdbugs.BugsOf(v) {
 			if k := [2]string{v, b.Issue}; !seen[k] {
 				seen[k] = true
 				out = append(out, k)

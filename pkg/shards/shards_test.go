@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
@@ -62,7 +64,10 @@ func backends(t *testing.T) []backend {
 				return c
 			},
 			guard: func(t *testing.T, c coord.Coordinator) guard.Guard {
-				ec := c.(*etcd.Coordinator)
+				ec := c.(interface { // the etcd coordinator's
+					Client() *clientv3.Client
+					Prefix() string
+				})
 				return etcdstore.New(ec.Client(), ec.Prefix())
 			}},
 	}

@@ -23,7 +23,7 @@ import (
 // transaction, as concurrency.Mutex's), then held, a semaphore's try for a
 // slot, busy, or queued; a queued attempt waits (waitTurn, waitSlot) and
 // ends held, or requeued when its lease ended before its turn.
-func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	opts, err := coord.CheckAcquire(name, opts)
 	if err != nil {
 		return nil, err
@@ -57,7 +57,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 
 // beforeRequeue pauses when rq asks for it and tells whether the wait goes
 // on; o.Wait becomes what is left of a bounded wait.
-func (c *Coordinator) beforeRequeue(ctx context.Context, rq *errRequeue, o *coord.AcquireOptions, wait time.Duration, until time.Time) error {
+func (c *coordinator) beforeRequeue(ctx context.Context, rq *errRequeue, o *coord.AcquireOptions, wait time.Duration, until time.Time) error {
 	if rq.pause {
 		t := time.NewTimer(requeueRetry)
 		select {
@@ -95,7 +95,7 @@ func (e *errRequeue) Error() string { return fmt.Sprintf("lock %q: queue again",
 // attempt is one try of Acquire: its lease, the key it puts on the lock
 // and what it knows of it.
 type attempt struct {
-	c     *Coordinator
+	c     *coordinator
 	name  string
 	opts  coord.AcquireOptions
 	slots int // coord.SlotsOf(opts.Slots): above 1, a semaphore (slots.go)
@@ -173,7 +173,7 @@ func afterPut(succeeded, waits, semaphore bool, keys int, allows bool) putStep {
 
 // attempt is one attempt of Acquire: for a waiter, errRequeue when it
 // must queue again.
-func (c *Coordinator) attempt(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+func (c *coordinator) attempt(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	a := &attempt{c: c, name: name, opts: opts, slots: coord.SlotsOf(opts.Slots), at: time.Now()}
 	sent := time.Now()
 	g, err := c.cli.Grant(ctx, leaseSeconds(opts.TTL))
@@ -469,7 +469,7 @@ var errLeaseGone = errors.New("lease gone")
 // unanswered maps the error of a request that takes a place: for a
 // waiter, one that no member answered (a stalled leader's "request timed
 // out", no leader) is errRequeue, to try again.
-func (c *Coordinator) unanswered(ctx context.Context, wait bool, name, op string, err error) error {
+func (c *coordinator) unanswered(ctx context.Context, wait bool, name, op string, err error) error {
 	if wait && !answered(err) && ctx.Err() == nil && !c.closed.Load() {
 		return &errRequeue{cur: coord.LockInfo{Name: name}, pause: true}
 	}
@@ -480,7 +480,7 @@ func (c *Coordinator) unanswered(ctx context.Context, wait bool, name, op string
 // *coord.LimitError when a limit, read once more now (as the local backend
 // looks once more), holds the lock back (frozen; a semaphore's holders at
 // its limit), else busy.
-func (c *Coordinator) gaveUp(ctx context.Context, cur coord.LockInfo, slots int, waited time.Duration) error {
+func (c *coordinator) gaveUp(ctx context.Context, cur coord.LockInfo, slots int, waited time.Duration) error {
 	rctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	ls, err := c.Limits(rctx)
 	cancel()

@@ -9,7 +9,7 @@ import (
 // AttachProcess implements coord.Coordinator. etcd does not watch the
 // processes of a host: it checks its arguments and records nothing (a
 // lease acquired with AcquireOptions.Process is on record as supervised).
-func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
+func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
 	if err := coord.ValidateName(name); err != nil {
 		return err
 	}

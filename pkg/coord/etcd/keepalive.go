@@ -14,7 +14,7 @@ import (
 )
 
 // keeper renews leases over LeaseKeepAlive streams that every lease of the
-// Coordinator shares, as etcd's own lessor does: a renewal is one small
+// coordinator shares, as etcd's own lessor does: a renewal is one small
 // message on an open stream, not a new stream (KeepAliveOnce opens one per
 // call, which costs a stream set-up on both sides).
 //
@@ -71,7 +71,7 @@ var (
 type lane struct {
 	k   *keeper
 	idx int
-	cfg *clientv3.Config // nil: the Coordinator's own client is used
+	cfg *clientv3.Config // nil: the coordinator's own client is used
 
 	cliMu sync.Mutex // held while the lane's client is made
 	cli   *clientv3.Client

@@ -11,15 +11,15 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)
 
 // RenewAsync implements coord.Coordinator: it renews the lease as Renew
 // does, with one keep-alive on the shared stream, and returns at once. The
 // answer is handed to done by the stream's receiver: no goroutine waits for
-// it. A lease that this Coordinator did not put on lock name is renewed by
+// it. A lease that this coordinator did not put on lock name is renewed by
 // Renew (read first, then keep-alive) on a goroutine of its own, and so is
 // the renewal that has to open the stream.
-func (c *Coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, error)) (cancel func()) {
+func (c *coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, error)) (cancel func()) {
 	id, err := c.renewable(name, leaseID)
 	if err != nil {
 		go done(coord.Renewal{}, err)
@@ -51,8 +51,8 @@ func (c *Coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, 
 	})
 }
 
-// renewable checks Renew's arguments and that the Coordinator is open.
-func (c *Coordinator) renewable(name, leaseID string) (clientv3.LeaseID, error) {
+// renewable checks Renew's arguments and that the coordinator is open.
+func (c *coordinator) renewable(name, leaseID string) (clientv3.LeaseID, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return 0, err
 	}

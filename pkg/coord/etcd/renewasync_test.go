@@ -68,7 +68,7 @@ func await(t *testing.T, ch <-chan asyncResult) asyncResult {
 // granted TTL; ErrLeaseLost for a lease that ended or a lease id given with
 // the wrong lock; the argument and closed-coordinator errors), through done
 // called exactly once and never on the caller's goroutine; leases another
-// Coordinator put on the lock are renewed too (read first).
+// coordinator put on the lock are renewed too (read first).
 func TestRenewAsync(t *testing.T) {
 	t.Parallel()
 	srv := etcdtest.Start(t)
@@ -88,7 +88,7 @@ func TestRenewAsync(t *testing.T) {
 
 	other := open(t, srv, "/renew-async/")
 	if res := await(t, first(renewAsync(t, other, l.Name, l.ID))); res.err != nil {
-		t.Errorf("RenewAsync through another Coordinator: %v", res.err)
+		t.Errorf("RenewAsync through another coordinator: %v", res.err)
 	}
 	acquire(t, c, "b", coord.AcquireOptions{TTL: 20 * time.Second})
 	if res := await(t, first(renewAsync(t, other, "b", l.ID))); !errors.Is(res.err, coord.ErrInvalid) || errors.Is(res.err, coord.ErrLeaseLost) {
@@ -109,7 +109,7 @@ func TestRenewAsync(t *testing.T) {
 	l2 := acquire(t, closed, "c", coord.AcquireOptions{TTL: 20 * time.Second})
 	closed.Close()
 	if res := await(t, first(renewAsync(t, closed, l2.Name, l2.ID))); !errors.Is(res.err, coord.ErrUnavailable) {
-		t.Errorf("RenewAsync on a closed Coordinator = %v, want ErrUnavailable", res.err)
+		t.Errorf("RenewAsync on a closed coordinator = %v, want ErrUnavailable", res.err)
 	}
 }
 

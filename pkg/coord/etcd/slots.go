@@ -36,11 +36,11 @@ import (
 // (one of them must go) and, under a limit, the limits.
 
 // slotsRange is the prefix of the slot keys of lock name.
-func (c *Coordinator) slotsRange(name string) string {
+func (c *coordinator) slotsRange(name string) string {
 	return c.prefix + "slots/" + url.PathEscape(name) + "/"
 }
 
-func (c *Coordinator) slotKey(name string, slot int) string {
+func (c *coordinator) slotKey(name string, slot int) string {
 	return c.slotsRange(name) + strconv.Itoa(slot)
 }
 
@@ -69,7 +69,7 @@ func allowed(slots int, lim *coord.Limit) int {
 // slotChoice is the lowest slot free for a grant, from the slot keys read
 // (slotKVs) and the lock's keys (kvs): a slot key whose holder's key is not
 // on the lock is free too (and is compared by its mod revision).
-func (c *Coordinator) slotChoice(name string, slots int, kvs, slotKVs []*mvccpb.KeyValue) (int, clientv3.Cmp, bool) {
+func (c *coordinator) slotChoice(name string, slots int, kvs, slotKVs []*mvccpb.KeyValue) (int, clientv3.Cmp, bool) {
 	taken := map[int]*mvccpb.KeyValue{}
 	for _, kv := range slotKVs {
 		s, err := strconv.Atoi(string(kv.Key[len(c.slotsRange(name)):]))
@@ -91,7 +91,7 @@ func (c *Coordinator) slotChoice(name string, slots int, kvs, slotKVs []*mvccpb.
 }
 
 // slotReads are the reads of a semaphore's state, in a transaction's Else.
-func (c *Coordinator) slotReads(name string) []clientv3.Op {
+func (c *coordinator) slotReads(name string) []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpGet(c.lockRange(name), clientv3.WithPrefix(), byCreate),
 		c.limitsGet(),
@@ -108,7 +108,7 @@ type slotState struct {
 	slotKVs []*mvccpb.KeyValue
 }
 
-func (c *Coordinator) parseSlotReads(name string, resp *clientv3.TxnResponse, at int) (slotState, error) {
+func (c *coordinator) parseSlotReads(name string, resp *clientv3.TxnResponse, at int) (slotState, error) {
 	r := resp.Responses[at:]
 	lim, err := c.effectiveOf(name, r[1].GetResponseRange().Kvs)
 	return slotState{rev: resp.Header.Revision, kvs: r[0].GetResponseRange().Kvs, lim: lim,
@@ -140,7 +140,7 @@ func eligible(st slotState, myRev int64, slots int) (bool, *mvccpb.KeyValue) {
 // created since the read), reading again when the transaction fails.
 // held is the key's value less its slot. It returns the slot and the
 // revision of the grant, or ok false with the state last read.
-func (c *Coordinator) trySlot(ctx context.Context, name, key string, id clientv3.LeaseID, slots int, held meta, st slotState) (slot int, rev int64, last slotState, ok bool, err error) {
+func (c *coordinator) trySlot(ctx context.Context, name, key string, id clientv3.LeaseID, slots int, held meta, st slotState) (slot int, rev int64, last slotState, ok bool, err error) {
 	for {
 		may, _ := eligible(st, 0, slots)
 		s, cmp, free := c.slotChoice(name, slots, st.kvs, st.slotKVs)
@@ -174,7 +174,7 @@ func (c *Coordinator) trySlot(ctx context.Context, name, key string, id clientv3
 // state read when the key was put. Each attempt of the grant is bounded by
 // claimTimeout and tried again, as a lock's claim is. When ctx ends while
 // a limit holds the semaphore back, the error wraps the *coord.LimitError.
-func (c *Coordinator) waitSlot(ctx context.Context, name, key string, id clientv3.LeaseID, myRev int64, slots int, st slotState, lost <-chan error, claim func(slot int) string) (slot int, err error) {
+func (c *coordinator) waitSlot(ctx context.Context, name, key string, id clientv3.LeaseID, myRev int64, slots int, st slotState, lost <-chan error, claim func(slot int) string) (slot int, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
@@ -213,7 +213,7 @@ func (c *Coordinator) waitSlot(ctx context.Context, name, key string, id clientv
 
 // slotWaiter is a semaphore's waiter whose key was put at myRev.
 type slotWaiter struct {
-	c         *Coordinator
+	c         *coordinator
 	name, key string
 	id        clientv3.LeaseID
 	myRev     int64
@@ -327,7 +327,7 @@ func holders(kvs []*mvccpb.KeyValue) int {
 // watch is not created or stops hearing within two watchChecks (a frozen
 // member, see watchDelete: the caller reads again, and watches again on a
 // new stream) or ends; else ctx's error or the lease-lost error.
-func (c *Coordinator) watchChange(ctx context.Context, key string, prefix, deletes bool, from int64, lost <-chan error, limits bool) error {
+func (c *coordinator) watchChange(ctx context.Context, key string, prefix, deletes bool, from int64, lost <-chan error, limits bool) error {
 	wctx, cancel := c.watchContext(ctx)
 	defer cancel()
 	opts := watchOpts(from, prefix, deletes)

@@ -28,7 +28,7 @@ import (
 // lock with a limit of its own and no keys, as List shows it). Every
 // event's Info carries the lock's limit. etcd renewals are not visible, so
 // there is no EventRenewed.
-func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 }
 
 type watcher struct {
-	c      *Coordinator
+	c      *coordinator
 	prefix string
 	rng    string // key prefix of every lock under prefix
 	ch     chan coord.Event
