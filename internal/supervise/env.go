@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

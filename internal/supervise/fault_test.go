@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

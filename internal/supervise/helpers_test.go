@@ -20,11 +20,11 @@ import (
 	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/internal/supervise"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
 )

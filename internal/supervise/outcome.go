@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/exitcode"
-	"github.com/fence-dev/fence/pkg/clock"
 )
 
 // ending is how a run ended, as far as fence's exit code and message go:

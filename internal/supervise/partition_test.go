@@ -12,12 +12,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/etcdproc"
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/faultproxy"
 	"github.com/fence-dev/fence/internal/supervise"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

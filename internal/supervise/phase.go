@@ -5,7 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 )
 
 // The supervision of one command, in fence (runner.supervise) and in the

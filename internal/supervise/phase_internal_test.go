@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 )
 
 // TestPhaseNext: every step from every phase.

@@ -96,10 +96,10 @@ import (
 	"github.com/mattn/go-isatty"
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/internal/proc"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
 )

@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/supervise"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 )
 
 // TestWatchdogResumedTakesExtensions: the watchdog alone is frozen (SIGSTOP) for three TTLs

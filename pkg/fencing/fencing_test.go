@@ -10,8 +10,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/etcdtest"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"

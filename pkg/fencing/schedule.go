@@ -10,7 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

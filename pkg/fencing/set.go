@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jonboulle/clockwork"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 )
 
 // suspendCheck is how often the suspend watcher compares the clocks: after a

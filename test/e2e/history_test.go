@@ -12,7 +12,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/test/e2e/internal/oplog"
 )
 

@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/faultproxy"
-	"github.com/fence-dev/fence/pkg/clock"
 )
 
 // TestExitSoonAfterStop: the coordinator stops answering while `fence run`

@@ -18,7 +18,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 )
 
 func main() {

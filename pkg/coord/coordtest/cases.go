@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

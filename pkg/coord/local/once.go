@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/atomicfile"
-	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

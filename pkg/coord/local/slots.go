@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/proc"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 

@@ -52,8 +52,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/proc"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/etcdstore"
 	"github.com/fence-dev/fence/pkg/guard/localstore"
