@@ -165,7 +165,7 @@ func stillHeldBack(heldBack map[int]bool, target []string, self string, held map
 		if k >= len(target) || target[k] != self || held[k] != nil {
 			continue
 		}
-		if l := coord.EffectiveLimit(ls, ShardLock(group, k)); l != nil && !l.Allows(0) {
+		if l := coord.EffectiveLimit(ls, shardLock(group, k)); l != nil && !l.Allows(0) {
 			out[k] = true
 		}
 	}
