@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // AttachProcess implements coord.Coordinator. etcd does not watch the
@@ -13,5 +14,5 @@ func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 	if err := coord.ValidateName(name); err != nil {
 		return err
 	}
-	return p.Validate()
+	return coordkit.ValidateProcess(p)
 }

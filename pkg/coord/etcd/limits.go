@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Limits (coord.Limiter). Each operator limit is one key without a lease:
@@ -80,7 +81,7 @@ func (c *coordinator) effectiveOf(name string, kvs []*mvccpb.KeyValue) (*coord.L
 	if err != nil {
 		return nil, err
 	}
-	return coord.EffectiveLimit(ls, name), nil
+	return coordkit.EffectiveLimit(ls, name), nil
 }
 
 // SetLimit puts the limit's key (coord.Limiter).

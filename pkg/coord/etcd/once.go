@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Completion records (coord.Completer, `fence run --once`).
@@ -80,7 +81,7 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 	if err := c.check(); err != nil {
 		return err
 	}
-	keep = coord.KeepOrDefault(keep)
+	keep = coordkit.KeepOrDefault(keep)
 	rec = stamp(rec, keep)
 	ret, err := c.cli.Grant(ctx, keepSeconds(keep))
 	if err != nil {
@@ -125,7 +126,7 @@ func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 	if err := c.check(); err != nil {
 		return err
 	}
-	keep = coord.KeepOrDefault(keep)
+	keep = coordkit.KeepOrDefault(keep)
 	rec = stamp(rec, keep)
 	ret, err := c.cli.Grant(ctx, keepSeconds(keep))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // byCreate sorts a lock's keys: holder first, then waiters in line.
@@ -97,10 +98,10 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 		return nil, err
 	}
 	for i := range infos {
-		infos[i].Limit = coord.EffectiveLimit(limits, infos[i].Name)
+		infos[i].Limit = coordkit.EffectiveLimit(limits, infos[i].Name)
 	}
-	if n := len(infos); len(coord.WithLimited(infos, limits, prefix)) != n {
-		infos = coord.WithLimited(infos, limits, prefix)
+	if n := len(infos); len(coordkit.WithLimited(infos, limits, prefix)) != n {
+		infos = coordkit.WithLimited(infos, limits, prefix)
 		sort.Slice(infos, func(a, b int) bool { return infos[a].Name < infos[b].Name })
 	}
 	return infos, nil

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Semaphores (coord.AcquireOptions.Slots above 1). The holders and waiters
@@ -44,15 +45,15 @@ func (c *coordinator) slotKey(name string, slot int) string {
 	return c.slotsRange(name) + strconv.Itoa(slot)
 }
 
-// checkSlots refuses, with a *coord.SlotsError, Slots want on a lock whose
+// checkSlots refuses, with a *coordkit.SlotsError, Slots want on a lock whose
 // keys kvs (other than our own, key) record other slots.
 func checkSlots(name string, kvs []*mvccpb.KeyValue, key string, want int) error {
 	for _, kv := range kvs {
 		if string(kv.Key) == key {
 			continue
 		}
-		if have := coord.SlotsOf(decodeMeta(kv.Value).Slots); have != want {
-			return &coord.SlotsError{Lock: name, Have: have, Want: want}
+		if have := coordkit.SlotsOf(decodeMeta(kv.Value).Slots); have != want {
+			return &coordkit.SlotsError{Lock: name, Have: have, Want: want}
 		}
 	}
 	return nil
@@ -173,7 +174,7 @@ func (c *coordinator) trySlot(ctx context.Context, name, key string, id clientv3
 // semaphore (see the top of this file) and returns the slot; st is the
 // state read when the key was put. Each attempt of the grant is bounded by
 // claimTimeout and tried again, as a lock's claim is. When ctx ends while
-// a limit holds the semaphore back, the error wraps the *coord.LimitError.
+// a limit holds the semaphore back, the error wraps the *coordkit.LimitError.
 func (c *coordinator) waitSlot(ctx context.Context, name, key string, id clientv3.LeaseID, myRev int64, slots int, st slotState, lost <-chan error, claim func(slot int) string) (slot int, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -284,7 +285,7 @@ func (w *slotWaiter) decide(ctx, tctx context.Context, resp *clientv3.TxnRespons
 // await waits for the key just ahead when it waits, else for a deletion
 // among the holders (and a change of the limits), then reads the
 // semaphore again. When ctx ends while a limit holds the semaphore back,
-// the error wraps the *coord.LimitError.
+// the error wraps the *coordkit.LimitError.
 func (w *slotWaiter) await(ctx context.Context, pred *mvccpb.KeyValue, st slotState, may bool) (*clientv3.TxnResponse, slotStep, error) {
 	c := w.c
 	var err error
@@ -295,7 +296,7 @@ func (w *slotWaiter) await(ctx context.Context, pred *mvccpb.KeyValue, st slotSt
 	}
 	if err != nil {
 		if ctx.Err() != nil && st.lim != nil && !may {
-			return nil, slotFailed, fmt.Errorf("%w (%w)", &coord.LimitError{Lock: w.name, Limit: *st.lim, Holders: holders(st.kvs)}, err)
+			return nil, slotFailed, fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: w.name, Limit: *st.lim, Holders: holders(st.kvs)}, err)
 		}
 		return nil, slotFailed, err
 	}

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 var _ coord.Coordinator = (*coordinator)(nil)
@@ -39,11 +40,11 @@ func (c *coordinator) holderKV(ctx context.Context, name string, token uint64, o
 	if len(info.Holders) > 1 {
 		// A semaphore's holder is named by its token.
 		if token == 0 {
-			return nil, info, coord.ManyHolders(info)
+			return nil, info, coordkit.ManyHolders(info)
 		}
-		h, ok := info.HeldBy(token)
+		h, ok := coordkit.HeldBy(info, token)
 		if !ok {
-			return nil, info, fmt.Errorf("%w: lock %q has no holder with token %d (%v)", coord.ErrOtherToken, name, token, coord.ManyHolders(info))
+			return nil, info, fmt.Errorf("%w: lock %q has no holder with token %d (%v)", coord.ErrOtherToken, name, token, coordkit.ManyHolders(info))
 		}
 		for _, kv := range resp.Kvs {
 			if uint64(kv.CreateRevision) == h.Token {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // turn is a lock's waiter in line, as waitTurn knows it.
@@ -87,7 +88,7 @@ func afterClaim(a claimAnswer) turnStep {
 // not tried while t.lim holds the lock back: the same reads are made
 // without it. When no key is ahead of ours but a limit holds the lock
 // back, it waits for the next change of a limit (waitLimits), and returns
-// an error wrapping the *coord.LimitError when ctx ends meanwhile.
+// an error wrapping the *coordkit.LimitError when ctx ends meanwhile.
 func (c *coordinator) waitTurn(ctx context.Context, t *turn) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -133,7 +134,7 @@ func (c *coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error)
 	}
 	tctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
-	blocked := !t.lim.Allows(0)
+	blocked := !coordkit.Allows(t.lim, 0)
 	txn := c.cli.Txn(tctx)
 	if !blocked {
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(t.lockRange), ">", t.myRev-1).WithPrefix(),
@@ -162,7 +163,7 @@ func (c *coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error)
 	if len(kvs) > 0 {
 		t.pred = kvs[0]
 	}
-	return claimAnswer{ahead: t.pred != nil, allows: t.lim.Allows(0)}, nil
+	return claimAnswer{ahead: t.pred != nil, allows: coordkit.Allows(t.lim, 0)}, nil
 }
 
 // retryable tells a request of a waiter to try again: its attempt's
@@ -183,7 +184,7 @@ func (c *coordinator) holdBack(ctx context.Context, t *turn) error {
 	}
 	if err := c.waitLimits(ctx, t.from, t.lost); err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w (%w)", &coord.LimitError{Lock: t.name, Limit: *t.lim}, err)
+			return fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: t.name, Limit: *t.lim}, err)
 		}
 		return err
 	}
@@ -193,9 +194,9 @@ func (c *coordinator) holdBack(ctx context.Context, t *turn) error {
 // limitErr is the error of a try-lock refused by an operator limit.
 func limitErr(name string, lim *coord.Limit, kvs []*mvccpb.KeyValue) error {
 	if len(kvs) > 0 && decodeMeta(kvs[0].Value).Slots > 1 {
-		return &coord.LimitError{Lock: name, Limit: *lim, Holders: holders(kvs)}
+		return &coordkit.LimitError{Lock: name, Limit: *lim, Holders: holders(kvs)}
 	}
-	return &coord.LimitError{Lock: name, Limit: *lim, Holders: min(len(kvs), 1)}
+	return &coordkit.LimitError{Lock: name, Limit: *lim, Holders: min(len(kvs), 1)}
 }
 
 // waitDelete returns nil when pred's key is deleted at revision from or

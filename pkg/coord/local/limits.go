@@ -14,6 +14,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Limits (coord.Limiter). Every operator limit of the state directory is in
@@ -106,7 +107,7 @@ func (c *coordinator) limitOf(name string) (*coord.Limit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return coord.EffectiveLimit(ls, name), nil
+	return coordkit.EffectiveLimit(ls, name), nil
 }
 
 // Limits returns every limit in force (coord.Limiter).

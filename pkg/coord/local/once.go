@@ -14,6 +14,7 @@ import (
 	"github.com/fence-dev/fence/internal/atomicfile"
 	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Completion records (coord.Completer, `fence run --once`).
@@ -199,7 +200,7 @@ func (c *coordinator) prune(lock string) ([]coord.Completion, error) {
 // fsync) and prunes the lock's expired records. The caller holds the lock's
 // flock.
 func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) error {
-	keep = coord.KeepOrDefault(keep)
+	keep = coordkit.KeepOrDefault(keep)
 	if rec.Finished.IsZero() {
 		rec.Finished = time.Now()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // lost is the ErrLeaseLost error for a lease that is not live.
@@ -321,12 +322,12 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 		if !strings.HasPrefix(li.Name, prefix) {
 			continue
 		}
-		li.Limit = coord.EffectiveLimit(limits, li.Name)
+		li.Limit = coordkit.EffectiveLimit(limits, li.Name)
 		if li.Held || li.Waiters > 0 || li.LastToken > 0 || li.Limit != nil {
 			out = append(out, li)
 		}
 	}
-	out = coord.WithLimited(out, limits, prefix)
+	out = coordkit.WithLimited(out, limits, prefix)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }

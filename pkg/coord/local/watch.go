@@ -14,6 +14,7 @@ import (
 	"github.com/fence-dev/fence/internal/clock"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // fallbackPoll is how often subscribers look again when inotify cannot be
@@ -464,7 +465,7 @@ func (w *watcher) relimit(emit func(coord.Event) bool) bool {
 	known := map[string]bool{}
 	for base, v := range w.views {
 		known[v.info.Name] = true
-		nl := coord.EffectiveLimit(ls, v.info.Name)
+		nl := coordkit.EffectiveLimit(ls, v.info.Name)
 		if sameLimit(v.info.Limit, nl) {
 			continue
 		}
@@ -479,8 +480,8 @@ func (w *watcher) relimit(emit func(coord.Event) bool) bool {
 			continue
 		}
 		known[l.Name] = true
-		nl := coord.EffectiveLimit(ls, l.Name)
-		if sameLimit(coord.EffectiveLimit(old, l.Name), nl) {
+		nl := coordkit.EffectiveLimit(ls, l.Name)
+		if sameLimit(coordkit.EffectiveLimit(old, l.Name), nl) {
 			continue
 		}
 		if emit != nil && !emit(coord.Event{Type: coord.EventLimit, Info: coord.LockInfo{Name: l.Name, Limit: nl}}) {
@@ -549,7 +550,7 @@ func (w *watcher) read(base string) (view, bool) {
 	if err != nil {
 		return view{}, false
 	}
-	return viewOf(lw, info(st, lw.v, now, w.self), coord.EffectiveLimit(w.limits, st.Name)), true
+	return viewOf(lw, info(st, lw.v, now, w.self), coordkit.EffectiveLimit(w.limits, st.Name)), true
 }
 
 // viewOf is what a watcher keeps of a lock judged lw, whose info is li:

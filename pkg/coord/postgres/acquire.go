@@ -13,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Acquire takes a lease on name: at once when the lock has room and nobody
 // waits, else (opts.Wait) in the queue.
 func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	start := time.Now()
-	opts, err := coord.CheckAcquire(name, opts)
+	opts, err := coordkit.CheckAcquire(name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -38,9 +39,9 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 
 // busy is the error of an Acquire that did not get the lock.
 func busy(st *state, opts coord.AcquireOptions) error {
-	lim := coord.EffectiveLimit(st.limits, st.name)
+	lim := coordkit.EffectiveLimit(st.limits, st.name)
 	if lim != nil && len(st.holders)+len(st.waiters) >= lim.Max {
-		return &coord.LimitError{Lock: st.name, Limit: *lim, Holders: len(st.holders)}
+		return &coordkit.LimitError{Lock: st.name, Limit: *lim, Holders: len(st.holders)}
 	}
 	if len(st.holders) > 0 {
 		h := st.holders[0]
@@ -64,7 +65,7 @@ func (c *Coordinator) grantIdle(ctx context.Context, name string, opts coord.Acq
 	var token int64
 	var at time.Time
 	err := c.pool.QueryRow(ctx, c.sql("SELECT g_token, g_at FROM {s}.grant_idle($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
-		name, opts.Holder, coord.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, proc, c.chLock(name), c.chWatch).Scan(&token, &at)
+		name, opts.Holder, coordkit.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, proc, c.chLock(name), c.chWatch).Scan(&token, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -88,7 +89,7 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 		if st, err = c.load(ctx, tx, name, me, true); err != nil {
 			return err
 		}
-		slots := coord.SlotsOf(opts.Slots)
+		slots := coordkit.SlotsOf(opts.Slots)
 		ahead, queued, others := 0, false, 0
 		for _, w := range st.waiters {
 			switch {
@@ -103,10 +104,10 @@ func (c *Coordinator) try(ctx context.Context, q beginner, name string, opts coo
 		}
 		idle := len(st.holders) == 0 && others == 0
 		if !idle && st.slots != slots {
-			return &coord.SlotsError{Lock: name, Have: st.slots, Want: slots}
+			return &coordkit.SlotsError{Lock: name, Have: st.slots, Want: slots}
 		}
 		room := slots
-		if lim := coord.EffectiveLimit(st.limits, name); lim != nil {
+		if lim := coordkit.EffectiveLimit(st.limits, name); lim != nil {
 			room = min(room, lim.Max)
 		}
 		st.room = room
