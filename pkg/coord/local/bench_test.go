@@ -145,7 +145,7 @@ func reportMedian(b *testing.B, unit string, d []time.Duration) {
 	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds()), "p99-"+unit)
 }
 
-func openTB(tb testing.TB, dir string, opts ...Option) *coordinator {
+func openTB(tb testing.TB, dir string, opts ...option) *coordinator {
 	tb.Helper()
 	c, err := open(dir, opts...)
 	if err != nil {

@@ -165,8 +165,8 @@ var (
 	_ coord.Coordinator = (*coordinator)(nil)
 )
 
-// Option configures Open.
-type Option func(*options)
+// option configures open (the tests' settings).
+type option func(*options)
 
 type options struct {
 	killWait    time.Duration
@@ -178,7 +178,7 @@ type options struct {
 // a free lock before it checks whether that waiter was stopped (default 1s).
 // This timer runs only while the lock is free and another waiter should be
 // taking it.
-func withStallCheck(d time.Duration) Option { return func(o *options) { o.stallCheck = d } }
+func withStallCheck(d time.Duration) option { return func(o *options) { o.stallCheck = d } }
 
 // DefaultDir is the default state directory: /var/lib/fence for root, else
 // $XDG_STATE_HOME/fence, falling back to ~/.local/state/fence. It is ""
@@ -200,15 +200,15 @@ func DefaultDir() string {
 // Open opens (creating it, 0700, when missing) the state directory dir and
 // returns the coordinator of its locks. Errors about the directory wrap
 // coord.ErrUnavailable; an empty dir wraps coord.ErrInvalid.
-func Open(dir string, opts ...Option) (coord.Coordinator, error) {
-	c, err := open(dir, opts...)
+func Open(dir string) (coord.Coordinator, error) {
+	c, err := open(dir)
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func open(dir string, opts ...Option) (*coordinator, error) {
+func open(dir string, opts ...option) (*coordinator, error) {
 	o := options{killWait: 2 * time.Second, stallCheck: time.Second, lockTimeout: 30 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
