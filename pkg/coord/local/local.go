@@ -72,11 +72,7 @@
 // token than the holder, makes the state corrupt. A holder that renews keeps
 // the parse of its state file and reuses it while the file's bytes stay the
 // same but for the record, so a renewal parses no JSON: it is one open and
-// flock of the lock file, one open, read and write of the state file. The
-// renewals of pkg/fencing's scheduler come through RenewAsync
-// (coord.AsyncRenewer): one goroutine of the coordinator runs them one
-// after the other, and none of them waits there for a flock another
-// process holds (renewasync.go).
+// flock of the lock file, one open, read and write of the state file.
 //
 // A state file that is corrupt, truncated, unreadable, a symbolic link, not
 // a regular file, owned by another user or open to group or others (mode
@@ -156,9 +152,6 @@ type coordinator struct {
 	// no JSON while the state stays the same but for its lease record
 	// (parseWith). An entry is dropped when its lease is released or lost.
 	cache sync.Map
-
-	// renewals is RenewAsync's queue (renewasync.go).
-	renewals renewQueue
 }
 
 var (

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -72,9 +71,6 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		}
 		return recordOnly, nil
 	})
-	if errors.Is(err, errWouldWait) {
-		return coord.Renewal{}, err // tried again, waiting (RenewAsync): the parse stays good
-	}
 	if err != nil {
 		c.cache.Delete(name)
 		return coord.Renewal{}, err

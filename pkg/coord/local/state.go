@@ -578,10 +578,6 @@ func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 		unix.Close(fd)
 		return nil, unavailable("lock %q: flock %s: %v", f.name, f.lock, err)
 	}
-	if ctx.Value(noWaitKey{}) != nil {
-		unix.Close(fd)
-		return nil, errWouldWait // RenewAsync's queue: waited for elsewhere
-	}
 	// Contended: block in a goroutine so that ctx and the timeout are obeyed.
 	res := make(chan error, 1)
 	go func() { res <- flockEINTR(fd, unix.LOCK_EX) }()
