@@ -279,7 +279,7 @@ func (f *fakeCoord) relimit() {
 	f.mu.Lock()
 	var evs []coord.Event
 	for name, i := range f.locks {
-		nl := coord.EffectiveLimit(f.limits, name)
+		nl := effectiveLimit(f.limits, name)
 		if (nl == nil) != (i.Limit == nil) || nl != nil && *nl != *i.Limit {
 			i.Limit = nl
 			f.locks[name] = i
@@ -296,4 +296,21 @@ func (f *fakeCoord) relimit() {
 			w <- ev
 		}
 	}
+}
+
+// effectiveLimit is the limit that binds lock name among ls, as the
+// backends choose it: the smallest Max of those that cover it (the lock's
+// own first, then the longest prefix, on a tie).
+func effectiveLimit(ls []coord.Limit, name string) *coord.Limit {
+	var best *coord.Limit
+	for i := range ls {
+		l := ls[i]
+		if l.Prefix && !strings.HasPrefix(name, l.Name) || !l.Prefix && l.Name != name {
+			continue
+		}
+		if best == nil || l.Max < best.Max || l.Max == best.Max && (best.Prefix && !l.Prefix || l.Prefix == best.Prefix && len(l.Name) > len(best.Name)) {
+			best = &l
+		}
+	}
+	return best
 }

@@ -6,8 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fence-dev/fence/pkg/shards"
-
+	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/tui/internal/store"
 )
 
@@ -62,7 +61,7 @@ func groupSummary(rows []*store.Row, name string) string {
 		slices.Sort(mine)
 		owns := "none"
 		if len(mine) > 0 {
-			owns = shards.Ranges(mine)
+			owns = output.Ranges(mine)
 		}
 		return fmt.Sprintf("%s · owns %d/%d: %s · %d members", group, len(mine), held, owns, members)
 	}

@@ -21,8 +21,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/history"
-
 	"github.com/charmbracelet/bubbles/cursor"
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/bubbles/textinput"
@@ -30,7 +28,9 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/muesli/termenv"
 
+	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/tui/components/details"
 	"github.com/fence-dev/fence/tui/components/locktable"
 	"github.com/fence-dev/fence/tui/internal/store"
@@ -205,7 +205,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		opts.Location = time.Local
 	}
 	if opts.Operator == "" {
-		opts.Operator = coord.DefaultSetter()
+		opts.Operator = config.DefaultSetter()
 	}
 	r := opts.Renderer
 	if r == nil {

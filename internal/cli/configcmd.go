@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/config"
+	"github.com/fence-dev/fence/internal/etcdbugs"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
 func newCmdConfig(f *Factory) *cobra.Command {
@@ -118,7 +118,7 @@ func (f *Factory) serverVersions(ctx context.Context) config.Entry {
 		default:
 			p += v.Version
 			var ids []string
-			for _, b := range etcd.BugsOf(v.Version) {
+			for _, b := range etcdbugs.BugsOf(v.Version) {
 				ids = append(ids, b.Issue)
 			}
 			if len(ids) > 0 {

@@ -21,7 +21,6 @@ import (
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
@@ -124,7 +123,7 @@ func NewFactory(ios *IOStreams) *Factory {
 		if err != nil {
 			return nil, err
 		}
-		if ec, ok := inner.(*etcd.Coordinator); ok {
+		if ec, ok := inner.(versionAsker); ok {
 			f.versions.ask(ctx, ec, cfg.DialTimeout)
 		}
 		if pc, ok := inner.(replicationAsker); ok { // pkg/coord/postgres

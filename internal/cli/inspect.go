@@ -4,16 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/fence-dev/fence/pkg/history"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 type checkOptions struct {
@@ -55,7 +55,7 @@ func runCheck(ctx context.Context, f *Factory, o *checkOptions) error {
 		if err != nil {
 			return fmt.Errorf("check %s: %w", output.Clean(o.lock), err)
 		}
-		_, live := info.HeldBy(token) // any holder of a semaphore
+		live := slices.ContainsFunc(info.AllHolders(), func(h coord.HolderInfo) bool { return h.Token == token }) // any holder of a semaphore
 		switch {
 		case !info.Held:
 			return exitcode.New(exitcode.No, fmt.Errorf("%s is free: token %d is not live", output.Clean(o.lock), token))

@@ -9,13 +9,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fence-dev/fence/pkg/history"
-
 	"github.com/spf13/cobra"
 
+	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // The kill switch: fence limit, fence freeze, fence thaw (coord.Coordinator.SetLimit).
@@ -188,7 +188,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 		return err
 	}
 	name, prefix := o.scope()
-	l := coord.Limit{Name: name, Prefix: prefix, Max: o.max, Reason: o.reason, By: coord.DefaultSetter()}
+	l := coord.Limit{Name: name, Prefix: prefix, Max: o.max, Reason: o.reason, By: config.DefaultSetter()}
 	if err := coord.ValidateLimit(l); err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 			return fmt.Errorf("thaw: the limit is removed, but the locks it covered cannot be listed: %w", err)
 		}
 		if ok {
-			recordLimit(ctx, c, infos, history.Thawed, coord.Limit{Name: name, Prefix: prefix, By: coord.DefaultSetter(), Reason: old.Describe()})
+			recordLimit(ctx, c, infos, history.Thawed, coord.Limit{Name: name, Prefix: prefix, By: config.DefaultSetter(), Reason: old.Describe()})
 		}
 		for _, i := range infos {
 			if i.Limit != nil {

@@ -180,7 +180,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		shards.OnMove(func(mv shards.Move) {
 			kind := map[string]history.Kind{"taken": histShardTaken, "given_up": histShardGivenUp, "lost": histShardLost}[mv.Kind]
 			f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
-			record(history.Event{Lock: shards.ShardLock(group, mv.Shard), Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
+			record(history.Event{Lock: mv.Lock, Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
 		}))
 	if err != nil {
 		if errors.Is(err, coord.ErrBusy) {
@@ -190,7 +190,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	}
 	sr.OnRestart = func(n int, _ []int, reason string) {
 		f.verbosef("restarting the command (%d): %s", n, reason)
-		record(history.Event{Lock: shards.MemberLock(group, m.ID()), Kind: histRestarted, Holder: m.ID(), Count: n, Reason: reason})
+		record(history.Event{Lock: m.Lease().Name, Kind: histRestarted, Holder: m.ID(), Count: n, Reason: reason})
 	}
 	code, runErr := sr.Run(ctx, c, m, sopts, o.settle)
 	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -334,7 +334,7 @@ func writeShards(w io.Writer, tty bool, v shardsView) error {
 		if mv.Drained {
 			d = "drained"
 		}
-		rows = append(rows, []string{mv.ID, strconv.Itoa(mv.Shards), shards.Ranges(v.Map[mv.ID]), d})
+		rows = append(rows, []string{mv.ID, strconv.Itoa(mv.Shards), output.Ranges(v.Map[mv.ID]), d})
 	}
 	if err := output.WriteTable(w, tty, []string{"MEMBER", "SHARDS", "OWNS", "STATE"}, rows); err != nil {
 		return err

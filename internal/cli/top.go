@@ -13,6 +13,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/spf13/cobra"
 
+	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/tui"
@@ -119,7 +120,7 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 			Prefix:   o.prefix,
 			Refresh:  o.refresh,
 			Warning:  f.versions.short(),
-			Operator: coord.DefaultSetter(),
+			Operator: config.DefaultSetter(),
 			Input:    topInput(f.IO.In),
 			Output:   f.IO.Out,
 		})

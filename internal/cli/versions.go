@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fence-dev/fence/internal/etcdbugs"
 	"github.com/fence-dev/fence/internal/logging"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/postgres"
@@ -45,17 +46,23 @@ type versionQuestion struct {
 	// (askReplication), which warn then holds.
 	shortWarn string
 
-	// asker asks the members (nil: etcd.Coordinator.ServerVersions; a
+	// asker asks the members (nil: the coordinator's ServerVersions; a
 	// test holds the answer back).
-	asker func(context.Context, *etcd.Coordinator) []etcd.MemberVersion
+	asker func(context.Context, versionAsker) []etcd.MemberVersion
 
 	printMu sync.Mutex
 	printed bool
 }
 
+// versionAsker is the etcd coordinator (pkg/coord/etcd), which asks its
+// members for their versions.
+type versionAsker interface {
+	ServerVersions(ctx context.Context) []etcd.MemberVersion
+}
+
 // ask asks c's members for their versions on a goroutine, once per
 // process; done is closed with the answer.
-func (q *versionQuestion) ask(ctx context.Context, c *etcd.Coordinator, dial time.Duration) {
+func (q *versionQuestion) ask(ctx context.Context, c versionAsker, dial time.Duration) {
 	q.start(ctx, dial, func(ctx context.Context) {
 		var vs []etcd.MemberVersion
 		if q.asker != nil {
@@ -63,7 +70,7 @@ func (q *versionQuestion) ask(ctx context.Context, c *etcd.Coordinator, dial tim
 		} else {
 			vs = c.ServerVersions(ctx)
 		}
-		q.versions, q.warn = vs, etcd.VersionWarning(vs)
+		q.versions, q.warn = vs, etcdbugs.Warning(vs)
 	})
 }
 
@@ -153,7 +160,7 @@ func (q *versionQuestion) short() string {
 	seen := map[string]bool{}
 	var parts []string
 	for _, v := range q.versions {
-		for _, b := range etcd.BugsOf(v.Version) {
+		for _, b := range etcdbugs.BugsOf(v.Version) {
 			if k := v.Version + b.Issue; !seen[k] {
 				seen[k] = true
 				parts = append(parts, "lease bug "+b.Issue+" in etcd "+v.Version)

@@ -149,7 +149,7 @@ func TestVersionsAskedOnTheSide(t *testing.T) {
 		if err := f.flags.Parse([]string{"--endpoints", ep}); err != nil {
 			t.Fatal(err)
 		}
-		f.versions.asker = func(ctx context.Context, c *etcd.Coordinator) []etcd.MemberVersion {
+		f.versions.asker = func(ctx context.Context, c versionAsker) []etcd.MemberVersion {
 			if !ask(ctx) {
 				return []etcd.MemberVersion{{Endpoint: ep, Err: ctx.Err()}}
 			}

@@ -105,7 +105,7 @@ func ptr[T any](v T) *T { return &v }
 
 func newLockView(i coord.LockInfo, now time.Time) lockView {
 	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, Queue: newQueueView(i.Queue, now), LastToken: i.LastToken,
-		Limit: newLimitView(i.Limit), Slots: coord.SlotsOf(i.Slots), Holders: newHolderViews(i, now)}
+		Limit: newLimitView(i.Limit), Slots: max(i.Slots, 1), Holders: newHolderViews(i, now)}
 	if i.Held {
 		v.Holder = ptr(i.Holder)
 		v.Token = ptr(i.Token)

@@ -3,15 +3,14 @@ package config
 import (
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/etcdstore"
 	"github.com/fence-dev/fence/pkg/guard/localstore"
 	"github.com/fence-dev/fence/pkg/guard/pgstore"
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // OpenGuard returns the guard store that lives beside the coordinator c,
@@ -19,7 +18,10 @@ import (
 // keys under the prefix for etcd (through c's client), the guards table
 // of the schema for PostgreSQL (through c's pool).
 func OpenGuard(cfg *Config, c coord.Coordinator) (guard.Guard, error) {
-	if ec, ok := auto.Backend(c).(*etcd.Coordinator); ok {
+	if ec, ok := auto.Backend(c).(interface { // package etcd's coordinator
+		Client() *clientv3.Client
+		Prefix() string
+	}); ok {
 		return etcdstore.New(ec.Client(), ec.Prefix()), nil
 	}
 	if b := auto.Backend(c); isPostgres(b) {

@@ -60,7 +60,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fence-dev/fence/internal/history/auto"
 	"log/slog"
 	"net"
 	"net/http"
@@ -75,6 +74,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fence-dev/fence/internal/etcdbugs"
+	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
@@ -547,7 +548,8 @@ func (col *Collector) apply(info coord.LockInfo, fromWatch bool) {
 // a semaphore that left).
 func (col *Collector) endSection(st *lockState, next coord.LockInfo, now time.Time) {
 	for _, h := range st.info.AllHolders() {
-		if _, stays := next.HeldBy(h.Token); stays || h.AcquiredAt.IsZero() {
+		stays := slices.ContainsFunc(next.AllHolders(), func(n coord.HolderInfo) bool { return n.Token == h.Token })
+		if stays || h.AcquiredAt.IsZero() {
 			continue
 		}
 		col.sections.WithLabelValues(st.info.Name).Observe(max(0, now.Sub(h.AcquiredAt).Seconds()))
@@ -670,7 +672,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descHolder, 1, n, st.info.Holder)
 		}
 		gauge(descHeld, held, n)
-		gauge(descSlots, float64(coord.SlotsOf(st.info.Slots)), n)
+		gauge(descSlots, float64(max(st.info.Slots, 1)), n)
 		gauge(descHolders, float64(len(st.info.AllHolders())), n)
 		for _, h := range st.info.Holders { // a semaphore's
 			gauge(descSlotToken, float64(h.Token), n, strconv.Itoa(h.Slot), h.Holder)
@@ -830,7 +832,7 @@ func (col *Collector) knownBugs() [][2]string {
 	seen := map[[2]string]bool{}
 	var out [][2]string
 	for _, v := range col.memberVer {
-		for _, b := range etcd.BugsOf(v) {
+		for _, b := range etcdbugs.BugsOf(v) {
 			if k := [2]string{v, b.Issue}; !seen[k] {
 				seen[k] = true
 				out = append(out, k)

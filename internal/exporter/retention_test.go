@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/etcdbugs"
 	"github.com/fence-dev/fence/internal/etcdproc"
 	"github.com/fence-dev/fence/internal/exporter"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -104,11 +105,13 @@ func TestHealthzAndKnownBug(t *testing.T) {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}
 	fams := scrape(t, url)
-	vs := c.ServerVersions(ctxT(t))
+	vs := c.(interface {
+		ServerVersions(context.Context) []etcd.MemberVersion
+	}).ServerVersions(ctxT(t))
 	if len(vs) != 1 || vs[0].Err != nil {
 		t.Fatalf("ServerVersions: %+v", vs)
 	}
-	bugs := etcd.BugsOf(vs[0].Version)
+	bugs := etcdbugs.BugsOf(vs[0].Version)
 	if len(bugs) == 0 {
 		t.Skipf("Debian's etcd %s has no known lease-safety bug", vs[0].Version)
 	}

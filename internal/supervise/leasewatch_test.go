@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/history"
-
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -28,6 +26,7 @@ import (
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // The lease-watch tests run with --ttl 60s: fence renews every 20s, so a
@@ -68,7 +67,7 @@ func startWatchRunOn(t *testing.T, lock, script string, endpoints func(*etcdtest
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	var inner *etcd.Coordinator
+	var inner coord.Coordinator
 	var err error
 	if opts == nil {
 		inner, err = etcd.New(ctx, eps, etcd.WithPrefix("/fence-test/"), etcd.WithDialTimeout(5*time.Second))

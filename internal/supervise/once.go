@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/history"
-
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // `fence run --once KEY`: the command runs at most once to success per

@@ -11,12 +11,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/history"
-
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // `fence run A B C -- COMMAND`: Options.Locks. The locks are taken with

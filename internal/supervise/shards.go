@@ -15,6 +15,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/logging"
+	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
 	"github.com/fence-dev/fence/pkg/shards"
@@ -428,11 +429,11 @@ func shardEnv(m *shards.Member, live []*shards.Shard, opts Options) map[string]s
 	var ns, ts []string
 	for _, s := range live {
 		ns = append(ns, strconv.Itoa(s.Number))
-		ts = append(ts, strconv.Itoa(s.Number)+":"+strconv.FormatUint(s.Token(), 10))
+		ts = append(ts, strconv.Itoa(s.Number)+":"+strconv.FormatUint(s.Held().Token(), 10))
 	}
 	ttl := opts.TTL
 	if len(live) > 0 {
-		ttl = live[0].Lease().TTL
+		ttl = live[0].Held().Lease().TTL
 	}
 	return map[string]string{
 		"FENCE_GROUP":        m.Group(),
@@ -449,5 +450,5 @@ func ranges(ns []int) string {
 	if len(ns) == 0 {
 		return "none"
 	}
-	return shards.Ranges(ns)
+	return output.Ranges(ns)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/internal/syncbuf"
+	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/fencing"
 	"github.com/fence-dev/fence/pkg/shards"
@@ -45,7 +46,7 @@ func testSignalDuringRestart(t *testing.T, when, why string) {
 	defer signal.Stop(keep)
 
 	dir := t.TempDir()
-	open := func() *local.Coordinator {
+	open := func() coord.Coordinator {
 		c, err := local.Open(dir)
 		if err != nil {
 			t.Fatal(err)

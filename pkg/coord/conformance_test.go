@@ -96,7 +96,7 @@ func TestConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer c.Close()
-				return c.StateFile(name)
+				return c.(interface{ StateFile(string) string }).StateFile(name)
 			},
 		})
 	})

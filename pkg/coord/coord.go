@@ -28,12 +28,12 @@ const WaitForever time.Duration = -1
 // MaxNameLen is the longest lock name, in bytes.
 const MaxNameLen = 256
 
-// defaultTTL is the TTL of a lease asked for with a zero
-// AcquireOptions.TTL: fence run's default --ttl.
-const defaultTTL = 15 * time.Second
-
 // AcquireOptions says how to take a lease. Every backend checks them with
-// CheckAcquire, so that all refuse the same input.
+// the same rules, so that all refuse the same input: a bad name
+// (ValidateName), a TTL that is negative or above 7 days, a negative Wait
+// other than WaitForever, a bad holder (ValidateHolder), a Process with a
+// PID that is not positive or a process group that is negative or init's,
+// and Slots outside 0..MaxSlots, each with an error wrapping ErrInvalid.
 //
 // The zero AcquireOptions is a try-lock: a lease of 15s for
 // DefaultHolder() when the lock is free, else ErrBusy at once. To wait as
@@ -67,7 +67,7 @@ type AcquireOptions struct {
 	// (token N)"). A waiter that arrives later queues behind this one.
 	OnWait func(current LockInfo)
 	// Slots, when above 1, makes the lock a semaphore of Slots holders
-	// (see SlotsError and LockInfo.Holders); 0 and 1 are a lock. At most
+	// (see LockInfo.Holders); 0 and 1 are a lock. At most
 	// MaxSlots.
 	Slots int
 }
@@ -137,7 +137,7 @@ type LockInfo struct {
 	LastToken uint64 `json:"last_token,omitempty"`
 	// Process is set for a local lease attached to processes.
 	Process *ProcessInfo `json:"process,omitempty"`
-	// Limit is the operator limit that binds the lock (EffectiveLimit), nil
+	// Limit is the operator limit that binds the lock (see Limit), nil
 	// when none covers it.
 	Limit *Limit `json:"limit,omitempty"`
 	// Slots is the lock's number of slots when it is a semaphore (above 1;
@@ -211,9 +211,9 @@ type Event struct {
 // allow. Fencing tokens of a lock are strictly increasing across holders,
 // restarts and failures, and never above MaxToken.
 type Coordinator interface {
-	// Acquire takes a lease on name, checking opts with CheckAcquire first.
-	// It returns ErrBusy (a *LimitError when an operator limit held it
-	// back, a *SlotsError, which is ErrInvalid, when opts.Slots differ from
+	// Acquire takes a lease on name, checking opts first (AcquireOptions).
+	// It returns ErrBusy (saying so when an operator limit held it
+	// back; an error wrapping ErrInvalid when opts.Slots differ from
 	// the lock's) when the lock was not acquired within opts.Wait, and
 	// ctx.Err() when ctx ended first; in both cases it holds nothing and has
 	// left the queue. Waiters are served first come, first served. The
@@ -243,7 +243,7 @@ type Coordinator interface {
 	Inspect(ctx context.Context, name string) (LockInfo, error)
 	// List returns every lock whose name starts with prefix, sorted by name:
 	// held locks, locks with waiters, locks with a limit of their own (see
-	// WithLimited), and, where the backend remembers them (local), free
+	// a limit of its own), and, where the backend remembers them (local), free
 	// locks with a token history (Held false).
 	List(ctx context.Context, prefix string) ([]LockInfo, error)
 	// Watch sends the state of each lock under prefix whenever it changes,
@@ -268,7 +268,7 @@ type Coordinator interface {
 
 	// Revoke ends the current holder's lease, whoever holds it, and returns
 	// what it ended. It returns ErrNotHeld when the lock is free, and an
-	// error wrapping ErrInvalid (ManyHolders) when several hold it.
+	// error wrapping ErrInvalid, listing their tokens, when several hold it.
 	Revoke(ctx context.Context, name string) (LockInfo, error)
 	// RequestStop asks the supervisor of the lease on lock name (fence run)
 	// to stop its command and release, through its WatchLease
@@ -377,71 +377,19 @@ func invalid(err error) error {
 	return fmt.Errorf("%w: %v", ErrInvalid, err)
 }
 
-// CheckAcquire checks the arguments of an Acquire and returns the options
-// with their defaults: a zero TTL is 15s, an empty Holder
-// DefaultHolder(). Every backend calls it first, so that they refuse the
-// same input, each with an error wrapping ErrInvalid: a bad name
-// (ValidateName), a TTL that is negative or above MaxTTL, a negative Wait
-// other than WaitForever, a bad holder (ValidateHolder), a Process with
-// a PID that is not positive or a process group that is negative or init's,
-// and Slots outside 0..MaxSlots.
-func CheckAcquire(name string, o AcquireOptions) (AcquireOptions, error) {
-	if err := ValidateName(name); err != nil {
-		return o, err
-	}
-	if o.TTL == 0 {
-		o.TTL = defaultTTL
-	}
-	if err := ValidateTTL(o.TTL); err != nil {
-		return o, err
-	}
-	if o.Wait < 0 && o.Wait != WaitForever {
-		return o, fmt.Errorf("%w: wait %v is negative (WaitForever waits until acquired)", ErrInvalid, o.Wait)
-	}
-	if err := ValidateHolder(o.Holder); err != nil {
-		return o, err
-	}
-	if o.Holder == "" {
-		o.Holder = DefaultHolder()
-	}
-	if o.Process != nil {
-		if err := o.Process.Validate(); err != nil {
-			return o, err
-		}
-	}
-	if o.Slots < 0 || o.Slots > MaxSlots {
-		return o, fmt.Errorf("%w: slots %d is out of range (1 to %d)", ErrInvalid, o.Slots, MaxSlots)
-	}
-	return o, nil
-}
-
-// Validate checks p: every PID positive, the process group 0 (not known
-// yet) or another process's than init's. The error wraps ErrInvalid.
-func (p ProcessInfo) Validate() error {
-	for _, pid := range p.PIDs {
-		if pid <= 0 {
-			return fmt.Errorf("%w: process id %d", ErrInvalid, pid)
-		}
-	}
-	if p.PGID < 0 || p.PGID == 1 {
-		return fmt.Errorf("%w: process group %d", ErrInvalid, p.PGID)
-	}
-	return nil
-}
-
-// ValidateTTL checks a TTL: positive and at most MaxTTL.
+// ValidateTTL checks a TTL: positive and at most 7 days.
 func ValidateTTL(ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("%w: TTL must be positive, got %v", ErrInvalid, ttl)
 	}
-	if ttl > MaxTTL {
-		return fmt.Errorf("%w: TTL %v exceeds the maximum %v", ErrInvalid, ttl, MaxTTL)
+	if ttl > maxTTL {
+		return fmt.Errorf("%w: TTL %v exceeds the maximum %v", ErrInvalid, ttl, maxTTL)
 	}
 	return nil
 }
 
-// MaxTTL is the longest TTL a lease may have.
-const MaxTTL = 7 * 24 * time.Hour
+// maxTTL is the longest TTL a lease may have.
+const maxTTL = 7 * 24 * time.Hour
 
 // DefaultHolder is the holder identity used when none is given:
 // "HOSTNAME:PID".

@@ -57,38 +57,8 @@ func TestValidateHolder(t *testing.T) {
 	}
 }
 
-// TestCheckAcquire: defaults filled in, bad options refused (the
-// conformance suite checks that every backend refuses them).
-func TestCheckAcquire(t *testing.T) {
-	o, err := CheckAcquire("a", AcquireOptions{})
-	if err != nil || o.TTL != defaultTTL || o.Holder != DefaultHolder() || o.Wait != 0 {
-		t.Errorf("CheckAcquire(zero) = %+v, %v", o, err)
-	}
-	o, err = CheckAcquire("a", AcquireOptions{TTL: time.Second, Holder: "me", Wait: WaitForever})
-	if err != nil || o.TTL != time.Second || o.Holder != "me" || o.Wait != WaitForever {
-		t.Errorf("CheckAcquire kept %+v, %v", o, err)
-	}
-	for what, tc := range map[string]struct {
-		name string
-		o    AcquireOptions
-	}{
-		"bad name":       {"a\u202e", AcquireOptions{}},
-		"negative TTL":   {"a", AcquireOptions{TTL: -time.Second}},
-		"TTL too long":   {"a", AcquireOptions{TTL: MaxTTL + 1}},
-		"negative wait":  {"a", AcquireOptions{Wait: -time.Second}},
-		"bad holder":     {"a", AcquireOptions{Holder: "a\x00"}},
-		"pid 0":          {"a", AcquireOptions{Process: &ProcessInfo{PIDs: []int{0}}}},
-		"init's group":   {"a", AcquireOptions{Process: &ProcessInfo{PGID: 1}}},
-		"negative group": {"a", AcquireOptions{Process: &ProcessInfo{PGID: -3}}},
-	} {
-		if _, err := CheckAcquire(tc.name, tc.o); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: CheckAcquire = %v, want ErrInvalid", what, err)
-		}
-	}
-}
-
 func TestValidateTTL(t *testing.T) {
-	for _, d := range []time.Duration{0, -time.Second, MaxTTL + 1} {
+	for _, d := range []time.Duration{0, -time.Second, maxTTL + 1} {
 		if !errors.Is(ValidateTTL(d), ErrInvalid) {
 			t.Errorf("ValidateTTL(%v) accepted", d)
 		}

@@ -2,10 +2,6 @@ package coord
 
 import (
 	"fmt"
-	"os"
-	"os/user"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,13 +14,14 @@ import (
 // holder), Max 1 safe serial processing. A limit is set on one lock, or on
 // a prefix, where it covers every lock whose name starts with it, also
 // locks that do not exist yet. Where several limits cover a lock, the
-// smallest Max binds (EffectiveLimit). A limit persists until it is cleared
+// smallest Max binds (the lock's own first, then the longest prefix, on a
+// tie). A limit persists until it is cleared
 // (thaw). It is checked by the coordinator atomically with every grant:
 // once SetLimit has returned, no grant exceeds it. Holders above a new
 // limit keep their leases (the caller revokes them if it wants to); waiters
 // keep their place in the queue and proceed, in order, when the limit
 // allows. An Acquire that does not wait on a lock held back by its limit
-// fails with a *LimitError, which is ErrBusy.
+// fails with an error that is ErrBusy and names the limit.
 
 // MaxLimit is the largest Max of a Limit.
 const MaxLimit = 1 << 20
@@ -50,34 +47,8 @@ type Limit struct {
 	At time.Time `json:"at"`
 }
 
-// DefaultSetter is who sets a limit when the caller names nobody, the
-// Limit.By that fence limit, freeze and thaw and the dashboard record:
-// "USER@HOSTNAME" (the uid when the user has no name).
-func DefaultSetter() string {
-	name := os.Getenv("USER")
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		name = u.Username
-	}
-	if name == "" {
-		name = strconv.Itoa(os.Getuid())
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	return name + "@" + host
-}
-
 // Frozen reports whether the limit lets no new holder in.
 func (l Limit) Frozen() bool { return l.Max == 0 }
-
-// covers reports whether the limit applies to lock name.
-func (l Limit) covers(name string) bool {
-	if l.Prefix {
-		return strings.HasPrefix(name, l.Name)
-	}
-	return l.Name == name
-}
 
 // Scope describes what the limit covers, for messages: `lock "a"`,
 // `prefix "backups/"`.
@@ -113,10 +84,6 @@ func (l Limit) Describe() string {
 	return b.String()
 }
 
-// Allows reports whether a lock held by holders may grant one more lease
-// under the limit l (nil: no limit).
-func (l *Limit) Allows(holders int) bool { return l == nil || holders < l.Max }
-
 // ValidateLimit checks a limit before it is stored: a valid lock name (a
 // prefix may be empty, and is otherwise checked as a name), Max between 0
 // and MaxLimit, a printable Reason and By of at most maxReasonLen bytes.
@@ -145,64 +112,4 @@ func ValidateLimit(l Limit) error {
 		}
 	}
 	return nil
-}
-
-// EffectiveLimit returns the limit that binds lock name among ls: of those
-// that cover it, the one with the smallest Max (the lock's own first, then
-// the longest prefix, on a tie), or nil when none covers it.
-func EffectiveLimit(ls []Limit, name string) *Limit {
-	var best *Limit
-	for i := range ls {
-		l := &ls[i]
-		if !l.covers(name) {
-			continue
-		}
-		if best == nil || l.Max < best.Max || l.Max == best.Max && more(l, best) {
-			best = l
-		}
-	}
-	if best == nil {
-		return nil
-	}
-	b := *best
-	return &b
-}
-
-// more reports whether a is more specific than b.
-func more(a, b *Limit) bool {
-	if a.Prefix != b.Prefix {
-		return !a.Prefix
-	}
-	return len(a.Name) > len(b.Name)
-}
-
-// LimitError is the error of an Acquire that did not wait on a lock held
-// back by an operator limit (fence freeze, fence limit). It is ErrBusy.
-type LimitError struct {
-	Lock    string
-	Limit   Limit
-	Holders int // the lock's holders as of the refusal
-}
-
-func (e *LimitError) Error() string {
-	return fmt.Sprintf("%v: lock %q is %s", ErrBusy, e.Lock, e.Limit.Describe())
-}
-
-// Is makes a LimitError ErrBusy.
-func (e *LimitError) Is(target error) bool { return target == ErrBusy }
-
-// WithLimited adds to infos, a listing of the locks under prefix, a free
-// entry for each lock of its own limit under prefix that infos lack (a
-// lock frozen before it was ever used), so that listings show it.
-func WithLimited(infos []LockInfo, ls []Limit, prefix string) []LockInfo {
-	for _, l := range ls {
-		if l.Prefix || !strings.HasPrefix(l.Name, prefix) {
-			continue
-		}
-		if slices.ContainsFunc(infos, func(i LockInfo) bool { return i.Name == l.Name }) {
-			continue
-		}
-		infos = append(infos, LockInfo{Name: l.Name, Limit: EffectiveLimit(ls, l.Name)})
-	}
-	return infos
 }

@@ -63,11 +63,3 @@ func ValidateKeep(keep time.Duration) error {
 	}
 	return nil
 }
-
-// KeepOrDefault is keep, or DefaultKeep when keep is 0.
-func KeepOrDefault(keep time.Duration) time.Duration {
-	if keep == 0 {
-		return DefaultKeep
-	}
-	return keep
-}

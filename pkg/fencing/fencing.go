@@ -38,6 +38,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // ErrReleased is the cause of Held.Context() after Release.
@@ -319,7 +320,7 @@ func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.Ac
 }
 
 func acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts holdConfig) (*Held, error) {
-	acq, err := coord.CheckAcquire(name, acq) // the TTL that opts must fit (15s for 0)
+	acq, err := coordkit.CheckAcquire(name, acq) // the TTL that opts must fit (15s for 0)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Recorder is a coord.Coordinator that records the lease events it sees in a
@@ -183,7 +184,7 @@ func (r *recorder) stillHolds(ctx context.Context, name string, token uint64, sl
 	if err != nil {
 		return true
 	}
-	_, ok := info.HeldBy(token)
+	_, ok := coordkit.HeldBy(info, token)
 	return ok
 }
 
@@ -303,12 +304,12 @@ func (r *recorder) revoke(ctx context.Context, name string, token uint64, end fu
 	info, ierr := r.inner.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
-	if h, ok := info.HeldBy(token); ierr == nil && token != 0 && ok {
+	if h, ok := coordkit.HeldBy(info, token); ierr == nil && token != 0 && ok {
 		info = coord.LockInfo{Name: name}
 		info.SetHolders(0, []coord.HolderInfo{h}) // of a semaphore: the holder named
 	}
 	// A semaphore's holders are named by token: with none named, the end
-	// fails (coord.ManyHolders) and there is nothing to record yet.
+	// fails (coordkit.ManyHolders) and there is nothing to record yet.
 	pre := ierr == nil && info.Held && (token == 0 || info.Token == token) && (token != 0 || len(info.Holders) <= 1)
 	if pre && !r.wasAsked(name, info.Token) {
 		r.write(rctx, r.revoked(name, info))

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/syncbuf"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -65,7 +67,11 @@ func backends(t *testing.T) []backend {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s, err := etcdstore.New(c.Client(), c.Prefix())
+				ec := c.(interface { // the etcd coordinator's
+					Client() *clientv3.Client
+					Prefix() string
+				})
+				s, err := etcdstore.New(ec.Client(), ec.Prefix())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -124,8 +124,8 @@ func Target(n int, members []string, st Settings) []string {
 	return assign(n, active)
 }
 
-// Of returns the shards of member in map, in ascending order.
-func Of(m []string, member string) []int {
+// of returns the shards of member in map, in ascending order.
+func of(m []string, member string) []int {
 	var out []int
 	for s, id := range m {
 		if id == member {

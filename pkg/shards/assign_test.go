@@ -86,18 +86,18 @@ func TestAssignMoves(t *testing.T) {
 
 func TestTargetSettings(t *testing.T) {
 	ms := []string{"a", "b", "c"}
-	if got := Of(Target(10, ms, Settings{Drained: []string{"b"}}), "b"); len(got) != 0 {
+	if got := of(Target(10, ms, Settings{Drained: []string{"b"}}), "b"); len(got) != 0 {
 		t.Errorf("drained b owns %v", got)
 	}
 	one := ""
-	if got := Of(Target(10, ms, Settings{Serial: &one}), "a"); len(got) != 10 {
+	if got := of(Target(10, ms, Settings{Serial: &one}), "a"); len(got) != 10 {
 		t.Errorf("serial: a owns %v", got)
 	}
 	c := "c"
-	if got := Of(Target(10, ms, Settings{Serial: &c}), "c"); len(got) != 10 {
+	if got := of(Target(10, ms, Settings{Serial: &c}), "c"); len(got) != 10 {
 		t.Errorf("serial on c: c owns %v", got)
 	}
-	if got := Of(Target(10, ms, Settings{Serial: &c, Drained: []string{"c"}}), "a"); len(got) != 10 {
+	if got := of(Target(10, ms, Settings{Serial: &c, Drained: []string{"c"}}), "a"); len(got) != 10 {
 		t.Errorf("serial on a drained c: a owns %v", got)
 	}
 }

@@ -12,5 +12,11 @@ func Opts(o Options) Option {
 func (m *Member) Target() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return Of(m.target, m.id)
+	return of(m.target, m.id)
 }
+
+// Of and ShardLock are of and shardLock, for the tests of package shards_test.
+var (
+	Of        = of
+	ShardLock = shardLock
+)

@@ -71,7 +71,7 @@ func TestAcquireErrorRetriedAfterASecond(t *testing.T) {
 }
 
 // TestThawedShardTaken: a shard whose lock an operator froze (fence
-// freeze: coord.Limiter) is refused to its member with a *coord.LimitError,
+// freeze: coord.Limiter) is refused to its member with a limit error (ErrBusy),
 // which is busy; a thaw sends no event on the lock, so the member must look
 // again by itself, and takes the shard soon after the thaw. While it is
 // frozen the member reads the limits at the retry instead of asking for the

@@ -138,6 +138,7 @@ func OnMove(f func(Move)) Option { return func(o *options) { o.OnMove = f } }
 type Move struct {
 	Group  string
 	Shard  int
+	Lock   string // the shard's lock, "GROUP/shard/N"
 	Member string
 	// Kind: "taken", "given_up" (moved to another member by the map),
 	// "lost" (its lease ended).
@@ -187,13 +188,8 @@ type Shard struct {
 	lostSeen bool
 }
 
-// Token is the shard's fencing token.
-func (s *Shard) Token() uint64 { return s.held.Token() }
-
-// Lease is the shard's lease.
-func (s *Shard) Lease() coord.Lease { return s.held.Lease() }
-
-// Held is the shard's hold (its safe-until, renewals).
+// Held is the shard's hold: its lease and fencing token, its safe-until,
+// its renewals.
 func (s *Shard) Held() *fencing.Held { return s.held }
 
 // Context ends when the shard can no longer be worked on: its lease was
@@ -218,11 +214,11 @@ func (s *Shard) Release(ctx context.Context) error {
 	return err
 }
 
-// ShardLock is the lock of shard n of group.
-func ShardLock(group string, n int) string { return group + "/shard/" + strconv.Itoa(n) }
+// shardLock is the lock of shard n of group.
+func shardLock(group string, n int) string { return group + "/shard/" + strconv.Itoa(n) }
 
-// MemberLock is the lock of member id of group.
-func MemberLock(group, id string) string { return group + "/members/" + id }
+// memberLock is the lock of member id of group (Member.Lease().Name).
+func memberLock(group, id string) string { return group + "/members/" + id }
 
 // ValidateGroup checks a group name: a lock name (coord.ValidateName) short
 // enough for its shards' and members' locks. The error wraps ErrInvalid.
@@ -334,7 +330,7 @@ func join(ctx context.Context, c coord.Coordinator, group string, opts options) 
 		wcancel()
 		return nil, err
 	}
-	self, err := fencing.Acquire(ctx, c, MemberLock(group, m.id),
+	self, err := fencing.Acquire(ctx, c, memberLock(group, m.id),
 		coord.AcquireOptions{TTL: opts.TTL, Holder: m.id, Wait: 0, Process: opts.Process}, opts.Hold...)
 	if err != nil {
 		wcancel()
@@ -365,7 +361,7 @@ func join(ctx context.Context, c coord.Coordinator, group string, opts options) 
 // ID is the member's id.
 func (m *Member) ID() string { return m.id }
 
-// Lease is the member's own lease (on MemberLock), as last renewed.
+// Lease is the member's own lease (on "GROUP/members/ID"), as last renewed.
 func (m *Member) Lease() coord.Lease { return m.self.Lease() }
 
 // Group is the group's name.
@@ -410,7 +406,7 @@ func (m *Member) Settled() bool {
 	if m.pending || m.target == nil {
 		return false
 	}
-	want := Of(m.target, m.id)
+	want := of(m.target, m.id)
 	if len(want) != len(m.shards) {
 		return false
 	}
@@ -691,7 +687,7 @@ func (l *memberLoop) apply() {
 	m.mu.Unlock()
 	for _, s := range away {
 		s.cancel(ErrMoved)
-		m.move(Move{Shard: s.Number, Kind: "given_up", Token: s.Token(), Reason: reason + " (to " + t[s.Number] + ")"})
+		m.move(Move{Shard: s.Number, Kind: "given_up", Token: s.held.Token(), Reason: reason + " (to " + t[s.Number] + ")"})
 	}
 	m.notify()
 }
@@ -706,7 +702,7 @@ func (l *memberLoop) claim() {
 	for _, k := range want {
 		l.acquiring[k] = true
 		go func(k int) {
-			h, err := fencing.Acquire(m.ctx, m.c, ShardLock(m.group, k),
+			h, err := fencing.Acquire(m.ctx, m.c, shardLock(m.group, k),
 				coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold...)
 			if !m.send(acquired{k, h, err}) && h != nil {
 				// The member ended meanwhile: nobody will work on it.
@@ -780,7 +776,7 @@ func (l *memberLoop) hold(n int, held *fencing.Held) {
 	m.mu.Lock()
 	m.shards[n] = s
 	m.mu.Unlock()
-	m.move(Move{Shard: n, Kind: "taken", Token: s.Token()})
+	m.move(Move{Shard: n, Kind: "taken", Token: s.held.Token()})
 	m.notify()
 }
 
@@ -803,7 +799,7 @@ func (l *memberLoop) released(s *Shard) {
 func (l *memberLoop) lost(s *Shard) {
 	if !s.lostSeen {
 		s.lostSeen = true
-		l.m.move(Move{Shard: s.Number, Kind: "lost", Token: s.Token(), Reason: context.Cause(s.held.Context()).Error()})
+		l.m.move(Move{Shard: s.Number, Kind: "lost", Token: s.held.Token(), Reason: context.Cause(s.held.Context()).Error()})
 	}
 	l.m.notify()
 }
@@ -820,7 +816,7 @@ func (l *memberLoop) revoked(s *Shard, err error) {
 	if !errors.Is(err, coord.ErrStopRequested) {
 		kind, s.lostSeen = "lost", true
 	}
-	m.move(Move{Shard: s.Number, Kind: kind, Token: s.Token(), Reason: "revoked: " + err.Error()})
+	m.move(Move{Shard: s.Number, Kind: kind, Token: s.held.Token(), Reason: "revoked: " + err.Error()})
 	m.notify()
 }
 
@@ -849,7 +845,7 @@ func (m *Member) finish(cause error) {
 }
 
 func (m *Member) move(mv Move) {
-	mv.Group, mv.Member = m.group, m.id
+	mv.Group, mv.Member, mv.Lock = m.group, m.id, shardLock(m.group, mv.Shard)
 	if m.opts.OnMove != nil {
 		m.opts.OnMove(mv)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
@@ -62,7 +64,10 @@ func backends(t *testing.T) []backend {
 				return c
 			},
 			guard: func(t *testing.T, c coord.Coordinator) guard.Guard {
-				ec := c.(*etcd.Coordinator)
+				ec := c.(interface { // the etcd coordinator's
+					Client() *clientv3.Client
+					Prefix() string
+				})
 				return etcdstore.New(ec.Client(), ec.Prefix())
 			}},
 	}
@@ -169,7 +174,7 @@ func worker(m *shards.Member, l *ledger) (stop func()) {
 					continue
 				}
 				if claimed[s.Number] != s {
-					l.claim(s.Number, m.ID(), s.Token())
+					l.claim(s.Number, m.ID(), s.Held().Token())
 					claimed[s.Number] = s
 				}
 			}
@@ -411,7 +416,7 @@ func TestRevokeShard(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			t0 := time.Now()
-			if _, asked, err := sr.RequestStop(ctx, shards.ShardLock(g.name, 1), s1.Token()); err != nil || !asked {
+			if _, asked, err := sr.RequestStop(ctx, shards.ShardLock(g.name, 1), s1.Held().Token()); err != nil || !asked {
 				t.Fatalf("RequestStop: asked %v, %v", asked, err)
 			}
 			select {
@@ -424,7 +429,7 @@ func TestRevokeShard(t *testing.T) {
 			}
 			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 			defer wcancel()
-			if err := sr.WaitEnded(wctx, shards.ShardLock(g.name, 1), s1.Token()); err != nil {
+			if err := sr.WaitEnded(wctx, shards.ShardLock(g.name, 1), s1.Held().Token()); err != nil {
 				t.Fatalf("the revoked shard was not released: %v", err)
 			}
 			t.Logf("%s: shard 1 asked, stopped and released in %v", b.name, time.Since(t0).Round(time.Millisecond))
@@ -433,12 +438,12 @@ func TestRevokeShard(t *testing.T) {
 				t.Fatalf("shard 1 is %q's after the revoke", after[1])
 			}
 			for _, s := range m.Shards() {
-				if s.Number == 1 && s.Token() <= s1.Token() {
-					t.Fatalf("shard 1 taken again under token %d, not above %d", s.Token(), s1.Token())
+				if s.Number == 1 && s.Held().Token() <= s1.Held().Token() {
+					t.Fatalf("shard 1 taken again under token %d, not above %d", s.Held().Token(), s1.Held().Token())
 				}
 			}
 
-			if _, asked, err := sr.RequestStop(ctx, shards.MemberLock(g.name, "m1"), 0); err != nil || !asked {
+			if _, asked, err := sr.RequestStop(ctx, m.Lease().Name, 0); err != nil || !asked {
 				t.Fatalf("RequestStop of the member: asked %v, %v", asked, err)
 			}
 			select {

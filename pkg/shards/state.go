@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // The member's goroutine (Member.loop) decides with the pure functions of
@@ -115,7 +116,7 @@ const (
 	// for: ask again at once.
 	askAgain
 	// heldBack: refused by an operator limit (fence freeze; a
-	// *coord.LimitError): a thaw sends no event on the lock, so look again
+	// *coordkit.LimitError): a thaw sends no event on the lock, so look again
 	// at the retry, once the limits allow it (stillHeldBack).
 	heldBack
 	// waitFree: busy: ask again at the lock's next release.
@@ -136,7 +137,7 @@ func (a afterAcquire) String() string {
 // mine, the map in force gives the shard to this member; ended, the member
 // has ended.
 func acquireOutcome(err error, freedMeanwhile, mine, ended bool) afterAcquire {
-	var limited *coord.LimitError
+	var limited *coordkit.LimitError
 	switch {
 	case errors.As(err, &limited) && !ended:
 		return heldBack
@@ -165,7 +166,7 @@ func stillHeldBack(heldBack map[int]bool, target []string, self string, held map
 		if k >= len(target) || target[k] != self || held[k] != nil {
 			continue
 		}
-		if l := coord.EffectiveLimit(ls, ShardLock(group, k)); l != nil && !l.Allows(0) {
+		if l := coordkit.EffectiveLimit(ls, shardLock(group, k)); l != nil && !coordkit.Allows(l, 0) {
 			out[k] = true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 func held(name, holder string) coord.LockInfo {
@@ -97,7 +98,7 @@ func TestClaims(t *testing.T) {
 
 // TestAcquireOutcome: every answer to an acquisition, in every state.
 func TestAcquireOutcome(t *testing.T) {
-	busy := &coord.LimitError{Lock: "g/shard/0", Limit: coord.Limit{Name: "g/shard/0"}} // frozen: busy
+	busy := &coordkit.LimitError{Lock: "g/shard/0", Limit: coord.Limit{Name: "g/shard/0"}} // frozen: busy
 	down := fmt.Errorf("%w: no leader", coord.ErrUnavailable)
 	for _, c := range []struct {
 		err                error

@@ -26,8 +26,8 @@ import (
 	"go.etcd.io/etcd/api/v3/version"
 	"golang.org/x/sys/unix"
 
+	"github.com/fence-dev/fence/internal/etcdbugs"
 	"github.com/fence-dev/fence/internal/etcdtest"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
 const (
@@ -122,7 +122,7 @@ func TestTopEtcd(t *testing.T) {
 	t.Parallel()
 	srv := etcdtest.Start(t)
 	b := backend{env: []string{"FENCE_ENDPOINTS=" + srv.Endpoints()[0]}, describe: " etcd 127.0.0.1:"}
-	if len(etcd.BugsOf(version.Version)) > 0 {
+	if len(etcdbugs.BugsOf(version.Version)) > 0 {
 		b.warning = "● ok ▲ lease bug etcd#"
 	}
 	runScenario(t, b)

@@ -825,12 +825,12 @@ func (s *suite) badInput(t *testing.T) {
 		cancel()
 	}
 	name := s.name(t, "ttl")
-	for _, ttl := range []time.Duration{-time.Second, -time.Nanosecond, coord.MaxTTL + time.Second} {
+	for _, ttl := range []time.Duration{-time.Second, -time.Nanosecond, 7*24*time.Hour + time.Second} {
 		_, err := c.Acquire(ctx(t), name, coord.AcquireOptions{TTL: ttl, Wait: 0})
 		wantErr(t, fmt.Sprintf("Acquire with TTL %v", ttl), err, coord.ErrInvalid)
 	}
 	// The other options are checked alike by every backend
-	// (coord.CheckAcquire), also those a backend does not use, and on a
+	// (coordkit.CheckAcquire), also those a backend does not use, and on a
 	// free lock as on a held one.
 	other := s.client(t)
 	held := s.name(t, "held")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // limiter returns c, skipping the case when it keeps no limits (a kit's
@@ -43,13 +44,13 @@ func clearLimit(t testing.TB, l coord.Coordinator, name string, prefix bool) coo
 func wantFrozen(t testing.TB, c coord.Coordinator, name, reason, by string) {
 	t.Helper()
 	l, err := tryAcquire(t, c, name, coord.AcquireOptions{Holder: "try"})
-	var le *coord.LimitError
+	var le *coordkit.LimitError
 	switch {
 	case err == nil:
 		release(t, c, l)
 		t.Fatalf("Acquire(no wait) of frozen lock %q granted token %d", name, l.Token)
 	case !errors.Is(err, coord.ErrBusy) || !errors.As(err, &le):
-		t.Fatalf("Acquire(no wait) of frozen lock %q: %v; want a *coord.LimitError (ErrBusy)", name, err)
+		t.Fatalf("Acquire(no wait) of frozen lock %q: %v; want a *coordkit.LimitError (ErrBusy)", name, err)
 	case !le.Limit.Frozen() || le.Limit.Reason != reason || le.Limit.By != by:
 		t.Fatalf("Acquire(no wait) of frozen lock %q: limit %+v; want frozen, reason %q by %q", name, le.Limit, reason, by)
 	}
@@ -128,10 +129,10 @@ func (s *suite) limitFrozenHeld(t *testing.T) {
 		setLimit(t, lim, coord.Limit{Name: name, Max: 0, Reason: "incident 43", By: "bob@ops"})
 		for _, wait := range []time.Duration{0, shortWait} {
 			_, err := tryAcquire(t, s.client(t), name, coord.AcquireOptions{Holder: "late", Slots: slots, Wait: wait})
-			var le *coord.LimitError
+			var le *coordkit.LimitError
 			if !errors.As(err, &le) || !errors.Is(err, coord.ErrBusy) || !le.Limit.Frozen() || le.Limit.Reason != "incident 43" ||
 				!strings.Contains(err.Error(), "frozen") || !strings.Contains(err.Error(), "incident 43") {
-				t.Errorf("Acquire(wait %v, %d slot(s)) of a frozen lock with holders: %v; want a *coord.LimitError saying frozen, with the reason", wait, slots, err)
+				t.Errorf("Acquire(wait %v, %d slot(s)) of a frozen lock with holders: %v; want a *coordkit.LimitError saying frozen, with the reason", wait, slots, err)
 			}
 		}
 		clearLimit(t, lim, name, false)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // TestSuiteOnMemory runs the suite against mem, a small in-memory reference
@@ -217,7 +218,7 @@ type memClient struct{ st *memState }
 func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
 	switch c.st.bug {
 	case "no-validation", "options-unchecked":
-		// As backends checked before coord.CheckAcquire: the name (unless
+		// As backends checked before coordkit.CheckAcquire: the name (unless
 		// no-validation) and a positive TTL, nothing else.
 		if err := coord.ValidateName(name); err != nil && c.st.bug != "no-validation" {
 			return nil, err
@@ -233,7 +234,7 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 		}
 	default:
 		var err error
-		if o, err = coord.CheckAcquire(name, o); err != nil {
+		if o, err = coordkit.CheckAcquire(name, o); err != nil {
 			return nil, err
 		}
 	}
@@ -248,11 +249,11 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 	ticket := &memTicket{holder: o.Holder, since: time.Now()}
 	s.mu.Lock()
 	l := s.lock(name)
-	want := coord.SlotsOf(o.Slots)
-	if have := coord.SlotsOf(l.slots); have != want && s.bug != "slots-mixed" {
+	want := coordkit.SlotsOf(o.Slots)
+	if have := coordkit.SlotsOf(l.slots); have != want && s.bug != "slots-mixed" {
 		if l.holder != nil || len(l.queue) > 0 {
 			s.mu.Unlock()
-			return nil, &coord.SlotsError{Lock: name, Have: have, Want: want}
+			return nil, &coordkit.SlotsError{Lock: name, Have: have, Want: want}
 		}
 	}
 	if l.holder == nil && len(l.queue) == 0 {
@@ -261,7 +262,7 @@ func (c *memClient) Acquire(ctx context.Context, name string, o coord.AcquireOpt
 			l.slots = want
 		}
 	}
-	capacity := coord.SlotsOf(l.slots)
+	capacity := coordkit.SlotsOf(l.slots)
 	if s.bug == "slots-over" && capacity > 1 {
 		capacity++
 	}
@@ -412,7 +413,7 @@ func (c *memClient) Revoke(ctx context.Context, name string) (coord.LockInfo, er
 	}
 	i := s.info(name, l)
 	if len(l.all()) > 1 {
-		return i, coord.ManyHolders(i)
+		return i, coordkit.ManyHolders(i)
 	}
 	l.holder = nil
 	s.change(name, coord.EventReleased)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // slots: a lock taken with Slots 3 has up to three holders at once, each
@@ -125,7 +126,7 @@ func wantHolders(t testing.TB, info coord.LockInfo, n int, ls ...*coord.Lease) {
 			info.Held, info.Slots, info.Token, got, n, want[0].Token, exp)
 	}
 	for _, l := range want {
-		if _, ok := info.HeldBy(l.Token); !ok {
+		if _, ok := coordkit.HeldBy(info, l.Token); !ok {
 			t.Errorf("LockInfo.HeldBy(%d) is false for a live holder", l.Token)
 		}
 	}
@@ -141,13 +142,13 @@ func (s *suite) slotsMixed(t *testing.T) {
 	for _, want := range []int{0, 1, 2} {
 		o := coord.AcquireOptions{Holder: "other", Slots: want, Wait: shortWait}
 		l, err := tryAcquire(t, s.client(t), name, o)
-		var se *coord.SlotsError
+		var se *coordkit.SlotsError
 		switch {
 		case err == nil:
 			release(t, c, l)
 			t.Errorf("Acquire with slots %d of a lock held with slots 3 granted token %d", want, l.Token)
-		case !errors.Is(err, coord.ErrInvalid) || !errors.As(err, &se) || se.Have != 3 || se.Want != coord.SlotsOf(want):
-			t.Errorf("Acquire with slots %d of a lock held with slots 3: %v; want a *coord.SlotsError (ErrInvalid) with 3 and %d", want, err, coord.SlotsOf(want))
+		case !errors.Is(err, coord.ErrInvalid) || !errors.As(err, &se) || se.Have != 3 || se.Want != coordkit.SlotsOf(want):
+			t.Errorf("Acquire with slots %d of a lock held with slots 3: %v; want a *coordkit.SlotsError (ErrInvalid) with 3 and %d", want, err, coordkit.SlotsOf(want))
 		}
 	}
 	if info := inspect(t, c, name); info.Waiters != 0 || len(info.Holders) != 1 {
@@ -178,9 +179,9 @@ func (s *suite) slotsLimit(t *testing.T) {
 	first := acquire(t, c, name, o)
 	o.Holder = "second"
 	_, err := tryAcquire(t, s.client(t), name, o)
-	var le *coord.LimitError
+	var le *coordkit.LimitError
 	if !errors.As(err, &le) || le.Limit.Max != 1 || le.Holders != 1 {
-		t.Fatalf("second try-lock of a 3-slot lock under limit 1: %v; want a *coord.LimitError with 1 holder", err)
+		t.Fatalf("second try-lock of a 3-slot lock under limit 1: %v; want a *coordkit.LimitError with 1 holder", err)
 	}
 	cx := ctx(t)
 	queued := make(chan struct{})
@@ -205,7 +206,7 @@ func (s *suite) slotsLimit(t *testing.T) {
 	release(t, c, first)
 	o.Wait, o.OnWait, o.Holder = 0, nil, "frozen"
 	if _, err := tryAcquire(t, s.client(t), name, o); !errors.As(err, &le) || !le.Limit.Frozen() {
-		t.Errorf("try-lock of a frozen 3-slot lock with a free slot: %v; want a *coord.LimitError (frozen)", err)
+		t.Errorf("try-lock of a frozen 3-slot lock with a free slot: %v; want a *coordkit.LimitError (frozen)", err)
 	}
 	release(t, c, r.l)
 }

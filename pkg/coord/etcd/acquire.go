@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Acquire takes a lease on name: it grants an etcd lease, puts its key on
@@ -23,8 +24,8 @@ import (
 // transaction, as concurrency.Mutex's), then held, a semaphore's try for a
 // slot, busy, or queued; a queued attempt waits (waitTurn, waitSlot) and
 // ends held, or requeued when its lease ended before its turn.
-func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	opts, err := coord.CheckAcquire(name, opts)
+func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+	opts, err := coordkit.CheckAcquire(name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +58,7 @@ func (c *Coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 
 // beforeRequeue pauses when rq asks for it and tells whether the wait goes
 // on; o.Wait becomes what is left of a bounded wait.
-func (c *Coordinator) beforeRequeue(ctx context.Context, rq *errRequeue, o *coord.AcquireOptions, wait time.Duration, until time.Time) error {
+func (c *coordinator) beforeRequeue(ctx context.Context, rq *errRequeue, o *coord.AcquireOptions, wait time.Duration, until time.Time) error {
 	if rq.pause {
 		t := time.NewTimer(requeueRetry)
 		select {
@@ -95,10 +96,10 @@ func (e *errRequeue) Error() string { return fmt.Sprintf("lock %q: queue again",
 // attempt is one try of Acquire: its lease, the key it puts on the lock
 // and what it knows of it.
 type attempt struct {
-	c     *Coordinator
+	c     *coordinator
 	name  string
 	opts  coord.AcquireOptions
-	slots int // coord.SlotsOf(opts.Slots): above 1, a semaphore (slots.go)
+	slots int // coordkit.SlotsOf(opts.Slots): above 1, a semaphore (slots.go)
 	id    clientv3.LeaseID
 	key   string
 	last  ack       // the grant, then the last acknowledged renewal
@@ -173,8 +174,8 @@ func afterPut(succeeded, waits, semaphore bool, keys int, allows bool) putStep {
 
 // attempt is one attempt of Acquire: for a waiter, errRequeue when it
 // must queue again.
-func (c *Coordinator) attempt(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	a := &attempt{c: c, name: name, opts: opts, slots: coord.SlotsOf(opts.Slots), at: time.Now()}
+func (c *coordinator) attempt(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+	a := &attempt{c: c, name: name, opts: opts, slots: coordkit.SlotsOf(opts.Slots), at: time.Now()}
 	sent := time.Now()
 	g, err := c.cli.Grant(ctx, leaseSeconds(opts.TTL))
 	if err != nil {
@@ -218,7 +219,7 @@ func (a *attempt) run(ctx context.Context) (*coord.Lease, error) {
 		// A limit that holds the lock back is said first, as the local
 		// backend does: a frozen lock says frozen, with the reason, even
 		// while its holders (every slot) hold it.
-		if !p.lim.Allows(0) || a.semaphore() && !p.lim.Allows(holders(p.kvs)) {
+		if !coordkit.Allows(p.lim, 0) || a.semaphore() && !coordkit.Allows(p.lim, holders(p.kvs)) {
 			return nil, limitErr(a.name, p.lim, p.kvs)
 		}
 		return nil, busy(cur, 0)
@@ -249,7 +250,7 @@ func (a *attempt) put(ctx context.Context) (putState, error) {
 		if err := a.readElse(&p); err != nil {
 			return p, err
 		}
-		if afterPut(false, a.waits(), a.semaphore(), len(p.kvs), p.lim.Allows(0)) != putRetry {
+		if afterPut(false, a.waits(), a.semaphore(), len(p.kvs), coordkit.Allows(p.lim, 0)) != putRetry {
 			return p, nil
 		}
 	}
@@ -393,7 +394,7 @@ const (
 
 // afterWait decides a wait's end: cancelled (the caller's context ended),
 // leaseGone (our lease ended), over (the wait's budget ran out), limited
-// (the error is a *coord.LimitError).
+// (the error is a *coordkit.LimitError).
 func afterWait(cancelled, leaseGone, over, limited bool) waitEnd {
 	switch {
 	case cancelled:
@@ -414,7 +415,7 @@ func afterWait(cancelled, leaseGone, over, limited bool) waitEnd {
 }
 
 func (a *attempt) waitFailed(ctx, wctx context.Context, err error, cur coord.LockInfo) error {
-	var le *coord.LimitError
+	var le *coordkit.LimitError
 	switch afterWait(ctx.Err() != nil, errors.Is(err, errLeaseGone), wctx.Err() != nil, errors.As(err, &le)) {
 	case endCancelled:
 		return fmt.Errorf("waiting for lock %q: %w", a.name, ctx.Err())
@@ -469,7 +470,7 @@ var errLeaseGone = errors.New("lease gone")
 // unanswered maps the error of a request that takes a place: for a
 // waiter, one that no member answered (a stalled leader's "request timed
 // out", no leader) is errRequeue, to try again.
-func (c *Coordinator) unanswered(ctx context.Context, wait bool, name, op string, err error) error {
+func (c *coordinator) unanswered(ctx context.Context, wait bool, name, op string, err error) error {
 	if wait && !answered(err) && ctx.Err() == nil && !c.closed.Load() {
 		return &errRequeue{cur: coord.LockInfo{Name: name}, pause: true}
 	}
@@ -477,16 +478,16 @@ func (c *Coordinator) unanswered(ctx context.Context, wait bool, name, op string
 }
 
 // gaveUp is the error of a waiter whose wait ended before its turn: a
-// *coord.LimitError when a limit, read once more now (as the local backend
+// *coordkit.LimitError when a limit, read once more now (as the local backend
 // looks once more), holds the lock back (frozen; a semaphore's holders at
 // its limit), else busy.
-func (c *Coordinator) gaveUp(ctx context.Context, cur coord.LockInfo, slots int, waited time.Duration) error {
+func (c *coordinator) gaveUp(ctx context.Context, cur coord.LockInfo, slots int, waited time.Duration) error {
 	rctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	ls, err := c.Limits(rctx)
 	cancel()
 	n := len(cur.AllHolders())
-	if lim := coord.EffectiveLimit(ls, cur.Name); err == nil && (!lim.Allows(0) || slots > 1 && !lim.Allows(n)) {
-		return &coord.LimitError{Lock: cur.Name, Limit: *lim, Holders: n}
+	if lim := coordkit.EffectiveLimit(ls, cur.Name); err == nil && (!coordkit.Allows(lim, 0) || slots > 1 && !coordkit.Allows(lim, n)) {
+		return &coordkit.LimitError{Lock: cur.Name, Limit: *lim, Holders: n}
 	}
 	return busy(cur, waited)
 }

@@ -33,9 +33,9 @@
 // are strictly increasing per lock (and across locks) and never reused.
 //
 // Renew is one keep-alive request on a LeaseKeepAlive stream that all the
-// Coordinator's leases share; its send time is recorded before the request
+// coordinator's leases share; its send time is recorded before the request
 // leaves, and the answer is matched to it (see keeper). A lease whose key
-// this Coordinator did not put is read first, to check that the key is on
+// this coordinator did not put is read first, to check that the key is on
 // the named lock. Release and Revoke revoke the lease, which deletes its key
 // in the same step. Every read is linearizable.
 //
@@ -104,7 +104,7 @@ const (
 // its lease) after the caller's context has ended.
 const cleanupTimeout = 5 * time.Second
 
-// Option sets up a Coordinator (New, NewFromClient), as
+// Option sets up a coordinator (New, NewFromClient), as
 // concurrency.NewSession(cli, concurrency.WithTTL(n)) does a session.
 type Option func(*options)
 
@@ -147,16 +147,16 @@ func optionsOf(opts []Option) options {
 	return o
 }
 
-// Coordinator is a coord.Coordinator on an etcd cluster. It is safe for
-// concurrent use.
-type Coordinator struct {
+// coordinator is a coord.Coordinator on an etcd cluster (New,
+// NewFromClient). It is safe for concurrent use.
+type coordinator struct {
 	cli    *clientv3.Client
 	prefix string
 	user   string
 	where  string // "host:port,host:port" for messages
 	closed atomic.Bool
-	owned  bool // the client is the Coordinator's own: Close closes it
-	// ctx ends when the Coordinator is closed (or its client is): the
+	owned  bool // the client is the coordinator's own: Close closes it
+	// ctx ends when the coordinator is closed (or its client is): the
 	// waits and watches that Close must end are bound to it.
 	ctx    context.Context
 	stop   context.CancelFunc
@@ -168,7 +168,7 @@ type Coordinator struct {
 }
 
 var (
-	_ coord.Coordinator = (*Coordinator)(nil)
+	_ coord.Coordinator = (*coordinator)(nil)
 )
 
 // New connects to the cluster at endpoints (client URLs such as
@@ -176,12 +176,20 @@ var (
 // request, that it answers and that the user may read the prefix. It fails
 // within the dial timeout (or when ctx ends) with an error wrapping
 // coord.ErrUnavailable; a refused login or a missing permission says so.
-func New(ctx context.Context, endpoints []string, opts ...Option) (*Coordinator, error) {
+func New(ctx context.Context, endpoints []string, opts ...Option) (coord.Coordinator, error) {
+	c, err := dial(ctx, endpoints, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func dial(ctx context.Context, endpoints []string, opts ...Option) (*coordinator, error) {
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("%w: etcd: no endpoints", coord.ErrInvalid)
 	}
 	cfg := optionsOf(opts)
-	c := &Coordinator{prefix: cfg.prefix, user: cfg.username, where: hosts(endpoints), owned: true, health: newHealth()}
+	c := &coordinator{prefix: cfg.prefix, user: cfg.username, where: hosts(endpoints), owned: true, health: newHealth()}
 	if cfg.username != "" && cfg.password == "" {
 		return nil, fmt.Errorf("%w: etcd: user %q has no password", coord.ErrInvalid, cfg.username)
 	}
@@ -194,7 +202,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Coordinator,
 	rw := newRefusalWatch(endpoints, c.where, func() { endLife(); cancel() })
 	// ctx bounds the login too, until New returns.
 	detach := context.AfterFunc(ctx, endLife)
-	fail := func(err error) (*Coordinator, error) {
+	fail := func(err error) (*coordinator, error) {
 		detach()
 		rw.end()
 		endLife()
@@ -219,7 +227,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Coordinator,
 		DialKeepAliveTimeout: dialKeepAliveTimeout,
 		Context:              life,
 	}
-	// The keeper's lanes dial each member with ccfg; the Coordinator's own
+	// The keeper's lanes dial each member with ccfg; the coordinator's own
 	// client reports refusals (dial.go) and hedges and bounds its requests
 	// (hedge.go).
 	mcfg := ccfg
@@ -254,18 +262,26 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Coordinator,
 	return c, nil
 }
 
-// NewFromClient returns a Coordinator that uses cli, an etcd client the
+// NewFromClient returns a coordinator that uses cli, an etcd client the
 // caller made and keeps (as concurrency.NewSession takes one): its
 // endpoints, TLS, credentials, logger and dial options are the client's.
 // Of the options only WithPrefix applies. Like New, it checks with one
 // request, within ctx, that the cluster answers and that the client may
-// read the prefix. Close stops the Coordinator's keep-alives and watches
+// read the prefix. Close stops the coordinator's keep-alives and watches
 // but does not close cli.
-func NewFromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Coordinator, error) {
+func NewFromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (coord.Coordinator, error) {
+	c, err := fromClient(ctx, cli, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func fromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*coordinator, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcd: no client", coord.ErrInvalid)
 	}
-	c := &Coordinator{prefix: optionsOf(opts).prefix, user: cli.Username, where: hosts(cli.Endpoints())}
+	c := &coordinator{prefix: optionsOf(opts).prefix, user: cli.Username, where: hosts(cli.Endpoints())}
 	c.start(cli, clientv3.Config{}) // one lane: the caller's client (no hedging across members)
 	if err := c.ping(ctx); err != nil {
 		c.Close()
@@ -278,7 +294,7 @@ func NewFromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*
 }
 
 // start sets c up on cli.
-func (c *Coordinator) start(cli *clientv3.Client, cfg clientv3.Config) {
+func (c *coordinator) start(cli *clientv3.Client, cfg clientv3.Config) {
 	if c.health == nil {
 		c.health = newHealth()
 	}
@@ -290,7 +306,7 @@ func (c *Coordinator) start(cli *clientv3.Client, cfg clientv3.Config) {
 
 // bound returns a context that ends with ctx or when c is closed, for the
 // goroutines of a watch; what it registers goes when it ends.
-func (c *Coordinator) bound(ctx context.Context) context.Context {
+func (c *coordinator) bound(ctx context.Context) context.Context {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(c.ctx, cancel)
 	context.AfterFunc(ctx, func() { stop() })
@@ -299,13 +315,13 @@ func (c *Coordinator) bound(ctx context.Context) context.Context {
 
 // ping asks the cluster one cheap question that needs read access to the
 // prefix.
-func (c *Coordinator) ping(ctx context.Context) error {
+func (c *coordinator) ping(ctx context.Context) error {
 	_, err := c.cli.Get(ctx, c.locksKey(""), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	return err
 }
 
 // connectErr explains a failed connection check.
-func (c *Coordinator) connectErr(ctx context.Context, timeout time.Duration, err error) error {
+func (c *coordinator) connectErr(ctx context.Context, timeout time.Duration, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("etcd %s: %w", c.where, ctx.Err())
 	}
@@ -318,18 +334,18 @@ func (c *Coordinator) connectErr(ctx context.Context, timeout time.Duration, err
 // Client returns the coordinator's etcd client, for packages that keep
 // their own keys next to the locks (guards). Close closes it when New made
 // it, not when it was given to NewFromClient.
-func (c *Coordinator) Client() *clientv3.Client { return c.cli }
+func (c *coordinator) Client() *clientv3.Client { return c.cli }
 
 // Prefix returns the key prefix in use ("/fence/" by default).
-func (c *Coordinator) Prefix() string { return c.prefix }
+func (c *coordinator) Prefix() string { return c.prefix }
 
 // Describe returns "etcd HOST:PORT,...".
-func (c *Coordinator) Describe() string { return "etcd " + c.where }
+func (c *coordinator) Describe() string { return "etcd " + c.where }
 
 // Close closes the client (unless it came from NewFromClient). Leases stay
 // until they are released or expire; waiting Acquire calls fail with an error wrapping
 // coord.ErrUnavailable and Watch channels are closed.
-func (c *Coordinator) Close() error {
+func (c *coordinator) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -353,7 +369,7 @@ var errClosed = fmt.Errorf("%w: etcd coordinator is closed", coord.ErrUnavailabl
 
 // check fails calls on a closed coordinator at once (a closed client would
 // retry for seconds before it gave up).
-func (c *Coordinator) check() error {
+func (c *coordinator) check() error {
 	if c.closed.Load() {
 		return errClosed
 	}
@@ -364,7 +380,7 @@ func (c *Coordinator) check() error {
 // the caller's context error as is, refused credentials and permissions
 // as one clear line wrapping coord.ErrUnavailable, anything else as
 // ErrUnavailable with the cluster's address.
-func (c *Coordinator) mapErr(ctx context.Context, op string, err error) error {
+func (c *coordinator) mapErr(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}

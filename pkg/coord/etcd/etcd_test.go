@@ -35,7 +35,7 @@ var prefixes atomic.Int64
 // open opens a coordinator on srv under prefix, closed at cleanup.
 func open(t testing.TB, srv *etcdtest.Server, prefix string) *etcd.Coordinator {
 	t.Helper()
-	c, err := etcd.New(ctx(t), srv.Endpoints(), etcd.WithPrefix(prefix), etcd.WithDialTimeout(5*time.Second))
+	c, err := etcd.Dial(ctx(t), srv.Endpoints(), etcd.WithPrefix(prefix), etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		t.Fatalf("etcd.New: %v", err)
 	}
@@ -59,7 +59,7 @@ func openProxied(t testing.TB, srv *etcdtest.Server, n int) (*etcd.Coordinator, 
 		pxs = append(pxs, px)
 		eps = append(eps, "http://"+px.Addr())
 	}
-	c, err := etcd.New(ctx(t), eps, etcd.WithDialTimeout(5*time.Second))
+	c, err := etcd.Dial(ctx(t), eps, etcd.WithDialTimeout(5*time.Second))
 	if err != nil {
 		t.Fatalf("etcd.New: %v", err)
 	}
@@ -797,7 +797,7 @@ func TestAuth(t *testing.T) {
 	setup("other", "elsewhere", "/elsewhere/")
 
 	newC := func(user, pw string) (*etcd.Coordinator, error) {
-		return etcd.New(ctx(t), srv.Endpoints(), etcd.WithDialTimeout(5*time.Second), etcd.WithAuth(user, pw))
+		return etcd.Dial(ctx(t), srv.Endpoints(), etcd.WithDialTimeout(5*time.Second), etcd.WithAuth(user, pw))
 	}
 	c, err := newC("app", "apppw")
 	if err != nil {
@@ -899,11 +899,11 @@ func testWaiterLeaseRevoked(t *testing.T, srv *etcdtest.Server, prefix string) {
 
 }
 
-// TestNewFromClient: a Coordinator on the caller's own client (as
+// TestNewFromClient: a coordinator on the caller's own client (as
 // concurrency.NewSession takes one) works as one from New, excludes one from
 // New on the same keys, and its Close ends its waits and watches but leaves
 // the client open: the caller can go on with it and open another
-// Coordinator on it.
+// coordinator on it.
 func TestNewFromClient(t *testing.T) {
 	srv := etcdtest.Start(t)
 	const prefix = "/from-client/"
@@ -912,7 +912,7 @@ func TestNewFromClient(t *testing.T) {
 		t.Errorf("NewFromClient(nil) = %v, want ErrInvalid", err)
 	}
 	own := open(t, srv, prefix)
-	c, err := etcd.NewFromClient(ctx(t), cli, etcd.WithPrefix(prefix))
+	c, err := etcd.FromClient(ctx(t), cli, etcd.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Every unary request of the Coordinator's client (its own, and those of
+// Every unary request of the coordinator's client (its own, and those of
 // the stores that share the client: history, guards) goes through
 // interceptUnary, for two things the client does not do:
 //
@@ -146,7 +146,7 @@ type attemptResult struct {
 	err   error
 }
 
-func (c *Coordinator) interceptUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+func (c *coordinator) interceptUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
 	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	h := c.health
 	_, persists := ctx.Value(persistKey{}).(bool)
@@ -183,7 +183,7 @@ func (c *Coordinator) interceptUnary(ctx context.Context, method string, req, re
 // hedgedCall is a unary request sent through the client and, when it is
 // hedged, through every lane.
 type hedgedCall struct {
-	c              *Coordinator
+	c              *coordinator
 	ctx, actx      context.Context // the caller's; the copies' (ends when the call returns)
 	method         string
 	req            any

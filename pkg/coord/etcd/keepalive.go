@@ -14,7 +14,7 @@ import (
 )
 
 // keeper renews leases over LeaseKeepAlive streams that every lease of the
-// Coordinator shares, as etcd's own lessor does: a renewal is one small
+// coordinator shares, as etcd's own lessor does: a renewal is one small
 // message on an open stream, not a new stream (KeepAliveOnce opens one per
 // call, which costs a stream set-up on both sides).
 //
@@ -41,9 +41,8 @@ import (
 // renewals that wait on no other stream go to a lane they have not tried,
 // or fail. gRPC keepalive (see New) ends a connection that is silent.
 //
-// A renewal is a waiter: a callback that the answer's receiver calls (start,
-// for RenewAsync: no goroutine waits), or that hands the answer to a blocked
-// caller (renew). A renewal whose caller gives up resets every stream it
+// A renewal is a waiter: a callback that the answer's receiver calls, which
+// hands the answer to a blocked caller (renew). A renewal whose caller gives up resets every stream it
 // waits on that answered nothing since it was queued there.
 type keeper struct {
 	lanes  []*lane
@@ -71,7 +70,7 @@ var (
 type lane struct {
 	k   *keeper
 	idx int
-	cfg *clientv3.Config // nil: the Coordinator's own client is used
+	cfg *clientv3.Config // nil: the coordinator's own client is used
 
 	cliMu sync.Mutex // held while the lane's client is made
 	cli   *clientv3.Client
@@ -138,10 +137,6 @@ type kaResult struct {
 	err  error
 }
 
-// errAbandoned is the result of a renewal abandoned by its caller (start's
-// cancel).
-var errAbandoned = fmt.Errorf("keep-alive abandoned: %w", context.Canceled)
-
 // errKeeperClosed ends the streams of a closed keeper.
 var errKeeperClosed = fmt.Errorf("keep-alive: %w", context.Canceled)
 
@@ -181,24 +176,6 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 			w.resetIfStuck()
 		}
 		return 0, time.Time{}, ctx.Err()
-	}
-}
-
-// start sends one keep-alive for id without waiting: done is called once,
-// with what renew would return, on another goroutine (a stream's receiver,
-// mostly), never on the caller's. The returned func abandons the renewal:
-// done then gets errAbandoned unless it had its answer. Neither start nor
-// its abandon func ever blocks or calls done itself.
-func (k *keeper) start(id clientv3.LeaseID, done func(ttl int64, sent time.Time, err error)) (abandon func()) {
-	w := &kaWaiter{id: int64(id), first: k.health.now(), done: done}
-	k.send(w, k.primaryLane())
-	return func() {
-		if w.fired.CompareAndSwap(false, true) {
-			go func() {
-				done(0, time.Time{}, errAbandoned)
-				w.resetIfStuck()
-			}()
-		}
 	}
 }
 

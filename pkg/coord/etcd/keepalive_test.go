@@ -42,7 +42,7 @@ func keepAliveStreams(t *testing.T) float64 {
 	return n
 }
 
-// TestRenewSharesOneStream: many leases renewed at once by one Coordinator
+// TestRenewSharesOneStream: many leases renewed at once by one coordinator
 // each get their own answer (Sent before it, the granted TTL), over one
 // LeaseKeepAlive stream: the server counts the streams opened.
 //
@@ -133,7 +133,7 @@ func TestRenewRecoversFromPartition(t *testing.T) {
 	}
 }
 
-// TestLeasesInALoop: a Coordinator that acquires a lock in a loop grants
+// TestLeasesInALoop: a coordinator that acquires a lock in a loop grants
 // a lease per holding and revokes it on Release: every holding has a
 // larger token and a fresh Sent, the lock is free after each Release, and
 // no lease is left behind.

@@ -15,21 +15,21 @@ import (
 
 // locksKey is "<prefix>locks/" followed by the escape of a name or of a name
 // prefix.
-func (c *Coordinator) locksKey(namePrefix string) string {
+func (c *coordinator) locksKey(namePrefix string) string {
 	return c.prefix + "locks/" + url.PathEscape(namePrefix)
 }
 
 // lockRange is the prefix of every key of lock name.
-func (c *Coordinator) lockRange(name string) string { return c.locksKey(name) + "/" }
+func (c *coordinator) lockRange(name string) string { return c.locksKey(name) + "/" }
 
 // leaseKey is the key of one lease on lock name.
-func (c *Coordinator) leaseKey(name string, id clientv3.LeaseID) string {
+func (c *coordinator) leaseKey(name string, id clientv3.LeaseID) string {
 	return c.lockRange(name) + formatID(id)
 }
 
 // parseKey returns the lock name of a key under <prefix>locks/, and false
 // for keys that fence did not write.
-func (c *Coordinator) parseKey(key string) (string, bool) {
+func (c *coordinator) parseKey(key string) (string, bool) {
 	rest, ok := strings.CutPrefix(key, c.prefix+"locks/")
 	if !ok {
 		return "", false

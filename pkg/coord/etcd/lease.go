@@ -13,14 +13,14 @@ import (
 )
 
 // Renew extends the lease by its TTL with one keep-alive on the
-// Coordinator's shared stream (see keeper); the Renewal reports the
+// coordinator's shared stream (see keeper); the Renewal reports the
 // request's send time and the TTL granted. A lease id given with the wrong
-// lock name is not renewed: unless this Coordinator put the lease's key on
+// lock name is not renewed: unless this coordinator put the lease's key on
 // lock name itself, a linearizable read checks that the key is there first
 // (see ownsKey: ErrInvalid when the lease lives on another lock). Once the key is known, the only ways it can go are the
 // lease ending (the keep-alive then says so) or a foreign delete; fence
 // itself removes a key only by revoking its lease.
-func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
+func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.Renewal{}, err
 	}
@@ -52,7 +52,7 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 // the lease's keys tell why: a lease that lives with a key on another lock
 // is bad input (ErrInvalid, naming that lock); one that is gone, or holds
 // no lock any more, is ErrLeaseLost.
-func (c *Coordinator) ownsKey(ctx context.Context, name string, id clientv3.LeaseID, op string) error {
+func (c *coordinator) ownsKey(ctx context.Context, name string, id clientv3.LeaseID, op string) error {
 	resp, err := c.cli.Get(ctx, c.leaseKey(name, id), clientv3.WithCountOnly())
 	if err != nil {
 		return c.mapErr(ctx, op, err)
@@ -74,12 +74,12 @@ func (c *Coordinator) ownsKey(ctx context.Context, name string, id clientv3.Leas
 	return fmt.Errorf("%w: lease %s holds no place on %q", coord.ErrLeaseLost, formatID(id), name)
 }
 
-// Release revokes the lease, which removes its key (a Coordinator that
+// Release revokes the lease, which removes its key (a coordinator that
 // acquires in a loop deletes the key and keeps the lease: see leases). A
 // lease that is gone is left alone and is not an error; one that lives on
-// another lock is left alone too, with ErrInvalid (a lease this Coordinator
+// another lock is left alone too, with ErrInvalid (a lease this coordinator
 // did not put on lock name itself is read first: see ownsKey).
-func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
+func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err := coord.ValidateName(name); err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 
 // Revoke ends the lease of the current holder of name, whoever holds it,
 // and returns the holder it ended. The first waiter then holds the lock.
-func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
 	return c.RevokeToken(ctx, name, 0)
 }
 
@@ -115,7 +115,7 @@ func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 // ctx allows: an attempt that went to a member that stopped answering must
 // not hold a release (and so the next holder) until that member resumes.
 // A revoke sent twice finds the lease gone the second time.
-func (c *Coordinator) revokeBounded(ctx context.Context, id clientv3.LeaseID) error {
+func (c *coordinator) revokeBounded(ctx context.Context, id clientv3.LeaseID) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, claimTimeout)
 		_, err := c.cli.Revoke(actx, id)

@@ -7,13 +7,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// leases is what a Coordinator remembers of the etcd leases it granted.
+// leases is what a coordinator remembers of the etcd leases it granted.
 //
-// own maps each lease that put a key on a lock through this Coordinator to
+// own maps each lease that put a key on a lock through this coordinator to
 // that lock and to its last acknowledged grant or renewal. Renew and
 // Release of such a lease skip the read that checks the key: fence removes
 // a key only by revoking its lease, so while the lease lives (the
-// keep-alive says so) its key is there. A lease id that this Coordinator
+// keep-alive says so) its key is there. A lease id that this coordinator
 // did not put on the lock (given by another process, or with another
 // lock's name) is still checked with a read first.
 type leases struct {
@@ -33,7 +33,7 @@ type ack struct {
 	ttl  time.Duration
 }
 
-// owned is a lease with a key on a lock, through this Coordinator.
+// owned is a lease with a key on a lock, through this coordinator.
 type owned struct {
 	name string
 	// create is the create revision of the lease's key on the lock (its
@@ -47,7 +47,7 @@ func (l *leases) init() {
 }
 
 // owns tells whether lease id put its key on lock name through this
-// Coordinator and has not been released since.
+// coordinator and has not been released since.
 func (l *leases) owns(name string, id clientv3.LeaseID) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -12,11 +12,11 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)
 
 // WatchLease implements coord.Coordinator with one etcd watch on the
 // lease's key on lock name (that key only: no other lock's key, whatever its
-// name, is in the range). For a lease that this Coordinator put on the lock
+// name, is in the range). For a lease that this coordinator put on the lock
 // (and has not released), the watch starts from the key's creation, the
 // lease's token: every change of the key since is in it, and no read comes
 // first (one round trip less on a run's way to its command). For any other
@@ -42,7 +42,7 @@ var _ coord.Coordinator = (*Coordinator)(nil)
 // hold has ended. Any other finding (the key gone while its lease lives, the
 // key put again) ends the watch without a report: it is not a revocation
 // that can be told for certain, and renewals go on as before.
-func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
+func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 
 // leaseWatch follows one lease's key.
 type leaseWatch struct {
-	c    *Coordinator
+	c    *coordinator
 	name string
 	id   clientv3.LeaseID
 	key  string

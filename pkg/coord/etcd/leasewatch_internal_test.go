@@ -16,12 +16,12 @@ import (
 // lwGuard turns a hang into a failure; no assertion relies on it for timing.
 const lwGuard = 20 * time.Second
 
-func lwCoordinator(t *testing.T) (*Coordinator, context.Context) {
+func lwCoordinator(t *testing.T) (*coordinator, context.Context) {
 	t.Helper()
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	c, err := New(ctx, srv.Endpoints(), WithPrefix("/lw/"))
+	c, err := dial(ctx, srv.Endpoints(), WithPrefix("/lw/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func lwCoordinator(t *testing.T) (*Coordinator, context.Context) {
 
 // watchOf starts the watch of l (as WatchLease does) and waits for its first
 // read of the key; the watch is cancelled and drained at cleanup.
-func watchOf(t *testing.T, c *Coordinator, l *coord.Lease) <-chan error {
+func watchOf(t *testing.T, c *coordinator, l *coord.Lease) <-chan error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	id := mustID(t, l.ID)
@@ -298,23 +298,23 @@ func (r *readsOf) Get(ctx context.Context, key string, opts ...clientv3.OpOption
 	return r.KV.Get(ctx, key, opts...)
 }
 
-// TestWatchLeaseOwnFromToken: a watch of a lease this Coordinator put on
+// TestWatchLeaseOwnFromToken: a watch of a lease this coordinator put on
 // the lock starts from the key's creation (its token) with no read first,
 // and still reports what happened between the acquisition and the watch: a
-// stop request, a revoke, the key deleted. A lease this Coordinator did not
+// stop request, a revoke, the key deleted. A lease this coordinator did not
 // acquire (or released since) is read first, as before.
 func TestWatchLeaseOwnFromToken(t *testing.T) {
 	t.Parallel()
 	c, ctx := lwCoordinator(t)
 	opts := coord.AcquireOptions{TTL: time.Minute}
-	counted := func(c *Coordinator, l *coord.Lease) *readsOf {
+	counted := func(c *coordinator, l *coord.Lease) *readsOf {
 		t.Helper()
 		r := &readsOf{KV: c.cli.KV, key: c.leaseKey(l.Name, mustID(t, l.ID)), n: make(chan struct{}, 16)}
 		c.cli.KV = r
 		t.Cleanup(func() { c.cli.KV = r.KV })
 		return r
 	}
-	watch := func(c *Coordinator, l *coord.Lease) <-chan error {
+	watch := func(c *coordinator, l *coord.Lease) <-chan error {
 		t.Helper()
 		ch, err := c.WatchLease(ctx, l.Name, l.ID)
 		if err != nil {
@@ -391,8 +391,8 @@ func TestWatchLeaseOwnFromToken(t *testing.T) {
 	noRead(r, "quiet")
 	c.cli.KV = r.KV
 
-	// Another Coordinator's lease: read first.
-	o, err := New(ctx, c.cli.Endpoints(), WithPrefix("/lw/"))
+	// Another coordinator's lease: read first.
+	o, err := dial(ctx, c.cli.Endpoints(), WithPrefix("/lw/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func TestWatchLeaseOwnFromToken(t *testing.T) {
 	select {
 	case <-r.n:
 	case <-time.After(lwGuard):
-		t.Fatal("the watch of another Coordinator's lease never read its key")
+		t.Fatal("the watch of another coordinator's lease never read its key")
 	}
 	if _, err := c.Revoke(ctx, f.Name); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Limits (coord.Limiter). Each operator limit is one key without a lease:
@@ -30,9 +31,9 @@ import (
 // (and still only the key ahead of it: none) and tries again at its next
 // change.
 
-func (c *Coordinator) limitsRange() string { return c.prefix + "limits/" }
+func (c *coordinator) limitsRange() string { return c.prefix + "limits/" }
 
-func (c *Coordinator) limitKey(name string, prefix bool) string {
+func (c *coordinator) limitKey(name string, prefix bool) string {
 	if prefix {
 		return c.prefix + "limits/prefix/" + url.PathEscape(name)
 	}
@@ -40,13 +41,13 @@ func (c *Coordinator) limitKey(name string, prefix bool) string {
 }
 
 // limitsGet reads every limit, in a transaction's Else.
-func (c *Coordinator) limitsGet() clientv3.Op {
+func (c *coordinator) limitsGet() clientv3.Op {
 	return clientv3.OpGet(c.limitsRange(), clientv3.WithPrefix())
 }
 
 // limitsCmp is true when the limits are as read at revision rev (0: when
 // there is no limit at all).
-func (c *Coordinator) limitsCmp(rev int64) clientv3.Cmp {
+func (c *coordinator) limitsCmp(rev int64) clientv3.Cmp {
 	if rev == 0 {
 		return clientv3.Compare(clientv3.CreateRevision(c.limitsRange()), "=", 0).WithPrefix()
 	}
@@ -55,7 +56,7 @@ func (c *Coordinator) limitsCmp(rev int64) clientv3.Cmp {
 
 // decodeLimits reads limit keys. A key that is not a valid limit fails
 // closed: no grant is made on limits that cannot be read.
-func (c *Coordinator) decodeLimits(kvs []*mvccpb.KeyValue) ([]coord.Limit, error) {
+func (c *coordinator) decodeLimits(kvs []*mvccpb.KeyValue) ([]coord.Limit, error) {
 	ls := make([]coord.Limit, 0, len(kvs))
 	for _, kv := range kvs {
 		var l coord.Limit
@@ -75,16 +76,16 @@ func (c *Coordinator) decodeLimits(kvs []*mvccpb.KeyValue) ([]coord.Limit, error
 }
 
 // effectiveOf is the limit that binds lock name among the limit keys kvs.
-func (c *Coordinator) effectiveOf(name string, kvs []*mvccpb.KeyValue) (*coord.Limit, error) {
+func (c *coordinator) effectiveOf(name string, kvs []*mvccpb.KeyValue) (*coord.Limit, error) {
 	ls, err := c.decodeLimits(kvs)
 	if err != nil {
 		return nil, err
 	}
-	return coord.EffectiveLimit(ls, name), nil
+	return coordkit.EffectiveLimit(ls, name), nil
 }
 
 // SetLimit puts the limit's key (coord.Limiter).
-func (c *Coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
+func (c *coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 	if err := coord.ValidateLimit(l); err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func (c *Coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 }
 
 // ClearLimit deletes the limit's key (coord.Limiter).
-func (c *Coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
+func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
 	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
 		return coord.Limit{}, false, err
 	}
@@ -126,7 +127,7 @@ func (c *Coordinator) ClearLimit(ctx context.Context, name string, prefix bool) 
 }
 
 // Limits returns every limit in force (coord.Limiter).
-func (c *Coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
+func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -156,7 +157,7 @@ func (c *Coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 // watches are (watchChange): a watch that is not created, or hears
 // nothing, within two watchChecks (a frozen member) returns nil too, and
 // the caller reads again and watches again on a new stream.
-func (c *Coordinator) waitLimits(ctx context.Context, from int64, lost <-chan error) error {
+func (c *coordinator) waitLimits(ctx context.Context, from int64, lost <-chan error) error {
 	return c.watchChange(ctx, c.limitsRange(), true, false, from, lost, false)
 }
 
@@ -164,7 +165,7 @@ func (c *Coordinator) waitLimits(ctx context.Context, from int64, lost <-chan er
 // key, created at myRev, keeping its lease, so that readers and watchers
 // do not take it for the holder. Each attempt is bounded by claimTimeout
 // and tried again, as the claim is (a put sent twice puts the same value).
-func (c *Coordinator) markHeldBack(ctx context.Context, key string, id clientv3.LeaseID, myRev int64, value string) error {
+func (c *coordinator) markHeldBack(ctx context.Context, key string, id clientv3.LeaseID, myRev int64, value string) error {
 	for {
 		tctx, cancel := context.WithTimeout(ctx, claimTimeout)
 		resp, err := c.cli.Txn(tctx).
@@ -187,4 +188,4 @@ func (c *Coordinator) markHeldBack(ctx context.Context, key string, id clientv3.
 	}
 }
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)

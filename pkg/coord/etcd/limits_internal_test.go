@@ -29,7 +29,7 @@ func TestHeldBackStepsBounded(t *testing.T) {
 	t.Cleanup(func() { px.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := New(ctx, []string{"http://" + px.Addr()}, WithPrefix("/hb/"))
+	c, err := dial(ctx, []string{"http://" + px.Addr()}, WithPrefix("/hb/"))
 	if err != nil {
 		t.Fatal(err)
 	}

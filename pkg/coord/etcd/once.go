@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Completion records (coord.Completer, `fence run --once`).
@@ -29,18 +30,18 @@ import (
 // revoked or released cannot write a record. The retention lease is granted
 // first and revoked when the transaction writes nothing.
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)
 
-func (c *Coordinator) onceRange(lock string) string {
+func (c *coordinator) onceRange(lock string) string {
 	return c.prefix + "once/" + url.PathEscape(lock) + "/"
 }
 
-func (c *Coordinator) onceKey(lock, key string) string {
+func (c *coordinator) onceKey(lock, key string) string {
 	return c.onceRange(lock) + url.PathEscape(key)
 }
 
 // Completion returns the record of (lock, key).
-func (c *Coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
+func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
 	if err := checkOnce(lock, key); err != nil {
 		return coord.Completion{}, false, err
 	}
@@ -63,7 +64,7 @@ func (c *Coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 
 // Complete writes rec in one transaction with the check that the lease
 // leaseID, of token rec.Token, holds rec.Lock.
-func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
+func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
 	if err := checkOnce(rec.Lock, rec.Key); err != nil {
 		return err
 	}
@@ -80,7 +81,7 @@ func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 	if err := c.check(); err != nil {
 		return err
 	}
-	keep = coord.KeepOrDefault(keep)
+	keep = coordkit.KeepOrDefault(keep)
 	rec = stamp(rec, keep)
 	ret, err := c.cli.Grant(ctx, keepSeconds(keep))
 	if err != nil {
@@ -115,7 +116,7 @@ func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 }
 
 // Mark writes rec without a lease, replacing the record of its key.
-func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
+func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
 	if err := checkOnce(rec.Lock, rec.Key); err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 	if err := c.check(); err != nil {
 		return err
 	}
-	keep = coord.KeepOrDefault(keep)
+	keep = coordkit.KeepOrDefault(keep)
 	rec = stamp(rec, keep)
 	ret, err := c.cli.Grant(ctx, keepSeconds(keep))
 	if err != nil {
@@ -143,7 +144,7 @@ func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 }
 
 // Forget deletes the record of (lock, key) and its retention lease.
-func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
+func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
 	if err := checkOnce(lock, key); err != nil {
 		return false, err
 	}
@@ -163,7 +164,7 @@ func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error
 }
 
 // Completions lists the records of lock, sorted by key.
-func (c *Coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
+func (c *coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}

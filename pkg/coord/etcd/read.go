@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // byCreate sorts a lock's keys: holder first, then waiters in line.
@@ -17,7 +18,7 @@ var byCreate = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAsc
 
 // Inspect returns the state of lock name, from a linearizable read. The
 // holder's TTLLeft is in whole seconds, as etcd reports it.
-func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
 	info, err := c.inspect(ctx, name, true)
 	if err != nil {
 		return info, err
@@ -31,12 +32,12 @@ func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 }
 
 // Peek is Inspect without the holder's TTL (one request fewer).
-func (c *Coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, error) {
 	return c.inspect(ctx, name, false)
 }
 
 // inspect reads lock name; withTTL asks etcd for the holder's TTL too.
-func (c *Coordinator) inspect(ctx context.Context, name string, withTTL bool) (coord.LockInfo, error) {
+func (c *coordinator) inspect(ctx context.Context, name string, withTTL bool) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{Name: name}, err
 	}
@@ -52,7 +53,7 @@ func (c *Coordinator) inspect(ctx context.Context, name string, withTTL bool) (c
 
 // List returns the locks whose names start with prefix that have a holder
 // or waiters, sorted by name. etcd keeps nothing for a free lock.
-func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -97,10 +98,10 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 		return nil, err
 	}
 	for i := range infos {
-		infos[i].Limit = coord.EffectiveLimit(limits, infos[i].Name)
+		infos[i].Limit = coordkit.EffectiveLimit(limits, infos[i].Name)
 	}
-	if n := len(infos); len(coord.WithLimited(infos, limits, prefix)) != n {
-		infos = coord.WithLimited(infos, limits, prefix)
+	if n := len(infos); len(coordkit.WithLimited(infos, limits, prefix)) != n {
+		infos = coordkit.WithLimited(infos, limits, prefix)
 		sort.Slice(infos, func(a, b int) bool { return infos[a].Name < infos[b].Name })
 	}
 	return infos, nil
@@ -113,7 +114,7 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // lockInfo describes a lock from its keys sorted by create revision. With
 // ttl, it asks etcd for the holder's lease TTL.
-func (c *Coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
+func (c *coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
 	info := coord.LockInfo{Name: name}
 	if len(kvs) == 0 {
 		return info, nil
@@ -181,7 +182,7 @@ func queueOf(kvs []*mvccpb.KeyValue) []coord.Waiter {
 // semInfo describes a semaphore (slots.go) from its keys sorted by create
 // revision: the keys with acquired_at hold, the others wait. With ttl, it
 // asks etcd for every holder's lease TTL.
-func (c *Coordinator) semInfo(ctx context.Context, name string, slots int, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
+func (c *coordinator) semInfo(ctx context.Context, name string, slots int, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
 	info := coord.LockInfo{Name: name}
 	var hs []coord.HolderInfo
 	var waiting []*mvccpb.KeyValue

@@ -15,7 +15,7 @@ import (
 
 func init() {
 	etcdtxn.Release = func(ctx context.Context, c any, name, leaseID string, token uint64, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, bool, error) {
-		ec, ok := c.(*Coordinator)
+		ec, ok := c.(*coordinator)
 		if !ok {
 			return nil, false, fmt.Errorf("%w: etcdtxn.Release on %T", coord.ErrInvalid, c)
 		}
@@ -26,7 +26,7 @@ func init() {
 // releaseWith is etcdtxn.Release: the holder's key is deleted in one
 // transaction with the caller's operations (the history's released
 // event), and the lease is revoked after it, off the handoff's path.
-func (c *Coordinator) releaseWith(ctx context.Context, name, leaseID string, token uint64, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, held bool, err error) {
+func (c *coordinator) releaseWith(ctx context.Context, name, leaseID string, token uint64, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, held bool, err error) {
 	if err := coord.ValidateName(name); err != nil {
 		return nil, false, err
 	}

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Semaphores (coord.AcquireOptions.Slots above 1). The holders and waiters
@@ -36,23 +37,23 @@ import (
 // (one of them must go) and, under a limit, the limits.
 
 // slotsRange is the prefix of the slot keys of lock name.
-func (c *Coordinator) slotsRange(name string) string {
+func (c *coordinator) slotsRange(name string) string {
 	return c.prefix + "slots/" + url.PathEscape(name) + "/"
 }
 
-func (c *Coordinator) slotKey(name string, slot int) string {
+func (c *coordinator) slotKey(name string, slot int) string {
 	return c.slotsRange(name) + strconv.Itoa(slot)
 }
 
-// checkSlots refuses, with a *coord.SlotsError, Slots want on a lock whose
+// checkSlots refuses, with a *coordkit.SlotsError, Slots want on a lock whose
 // keys kvs (other than our own, key) record other slots.
 func checkSlots(name string, kvs []*mvccpb.KeyValue, key string, want int) error {
 	for _, kv := range kvs {
 		if string(kv.Key) == key {
 			continue
 		}
-		if have := coord.SlotsOf(decodeMeta(kv.Value).Slots); have != want {
-			return &coord.SlotsError{Lock: name, Have: have, Want: want}
+		if have := coordkit.SlotsOf(decodeMeta(kv.Value).Slots); have != want {
+			return &coordkit.SlotsError{Lock: name, Have: have, Want: want}
 		}
 	}
 	return nil
@@ -69,7 +70,7 @@ func allowed(slots int, lim *coord.Limit) int {
 // slotChoice is the lowest slot free for a grant, from the slot keys read
 // (slotKVs) and the lock's keys (kvs): a slot key whose holder's key is not
 // on the lock is free too (and is compared by its mod revision).
-func (c *Coordinator) slotChoice(name string, slots int, kvs, slotKVs []*mvccpb.KeyValue) (int, clientv3.Cmp, bool) {
+func (c *coordinator) slotChoice(name string, slots int, kvs, slotKVs []*mvccpb.KeyValue) (int, clientv3.Cmp, bool) {
 	taken := map[int]*mvccpb.KeyValue{}
 	for _, kv := range slotKVs {
 		s, err := strconv.Atoi(string(kv.Key[len(c.slotsRange(name)):]))
@@ -91,7 +92,7 @@ func (c *Coordinator) slotChoice(name string, slots int, kvs, slotKVs []*mvccpb.
 }
 
 // slotReads are the reads of a semaphore's state, in a transaction's Else.
-func (c *Coordinator) slotReads(name string) []clientv3.Op {
+func (c *coordinator) slotReads(name string) []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpGet(c.lockRange(name), clientv3.WithPrefix(), byCreate),
 		c.limitsGet(),
@@ -108,7 +109,7 @@ type slotState struct {
 	slotKVs []*mvccpb.KeyValue
 }
 
-func (c *Coordinator) parseSlotReads(name string, resp *clientv3.TxnResponse, at int) (slotState, error) {
+func (c *coordinator) parseSlotReads(name string, resp *clientv3.TxnResponse, at int) (slotState, error) {
 	r := resp.Responses[at:]
 	lim, err := c.effectiveOf(name, r[1].GetResponseRange().Kvs)
 	return slotState{rev: resp.Header.Revision, kvs: r[0].GetResponseRange().Kvs, lim: lim,
@@ -140,7 +141,7 @@ func eligible(st slotState, myRev int64, slots int) (bool, *mvccpb.KeyValue) {
 // created since the read), reading again when the transaction fails.
 // held is the key's value less its slot. It returns the slot and the
 // revision of the grant, or ok false with the state last read.
-func (c *Coordinator) trySlot(ctx context.Context, name, key string, id clientv3.LeaseID, slots int, held meta, st slotState) (slot int, rev int64, last slotState, ok bool, err error) {
+func (c *coordinator) trySlot(ctx context.Context, name, key string, id clientv3.LeaseID, slots int, held meta, st slotState) (slot int, rev int64, last slotState, ok bool, err error) {
 	for {
 		may, _ := eligible(st, 0, slots)
 		s, cmp, free := c.slotChoice(name, slots, st.kvs, st.slotKVs)
@@ -173,8 +174,8 @@ func (c *Coordinator) trySlot(ctx context.Context, name, key string, id clientv3
 // semaphore (see the top of this file) and returns the slot; st is the
 // state read when the key was put. Each attempt of the grant is bounded by
 // claimTimeout and tried again, as a lock's claim is. When ctx ends while
-// a limit holds the semaphore back, the error wraps the *coord.LimitError.
-func (c *Coordinator) waitSlot(ctx context.Context, name, key string, id clientv3.LeaseID, myRev int64, slots int, st slotState, lost <-chan error, claim func(slot int) string) (slot int, err error) {
+// a limit holds the semaphore back, the error wraps the *coordkit.LimitError.
+func (c *coordinator) waitSlot(ctx context.Context, name, key string, id clientv3.LeaseID, myRev int64, slots int, st slotState, lost <-chan error, claim func(slot int) string) (slot int, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(c.ctx, cancel)()
@@ -213,7 +214,7 @@ func (c *Coordinator) waitSlot(ctx context.Context, name, key string, id clientv
 
 // slotWaiter is a semaphore's waiter whose key was put at myRev.
 type slotWaiter struct {
-	c         *Coordinator
+	c         *coordinator
 	name, key string
 	id        clientv3.LeaseID
 	myRev     int64
@@ -284,7 +285,7 @@ func (w *slotWaiter) decide(ctx, tctx context.Context, resp *clientv3.TxnRespons
 // await waits for the key just ahead when it waits, else for a deletion
 // among the holders (and a change of the limits), then reads the
 // semaphore again. When ctx ends while a limit holds the semaphore back,
-// the error wraps the *coord.LimitError.
+// the error wraps the *coordkit.LimitError.
 func (w *slotWaiter) await(ctx context.Context, pred *mvccpb.KeyValue, st slotState, may bool) (*clientv3.TxnResponse, slotStep, error) {
 	c := w.c
 	var err error
@@ -295,7 +296,7 @@ func (w *slotWaiter) await(ctx context.Context, pred *mvccpb.KeyValue, st slotSt
 	}
 	if err != nil {
 		if ctx.Err() != nil && st.lim != nil && !may {
-			return nil, slotFailed, fmt.Errorf("%w (%w)", &coord.LimitError{Lock: w.name, Limit: *st.lim, Holders: holders(st.kvs)}, err)
+			return nil, slotFailed, fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: w.name, Limit: *st.lim, Holders: holders(st.kvs)}, err)
 		}
 		return nil, slotFailed, err
 	}
@@ -327,7 +328,7 @@ func holders(kvs []*mvccpb.KeyValue) int {
 // watch is not created or stops hearing within two watchChecks (a frozen
 // member, see watchDelete: the caller reads again, and watches again on a
 // new stream) or ends; else ctx's error or the lease-lost error.
-func (c *Coordinator) watchChange(ctx context.Context, key string, prefix, deletes bool, from int64, lost <-chan error, limits bool) error {
+func (c *coordinator) watchChange(ctx context.Context, key string, prefix, deletes bool, from int64, lost <-chan error, limits bool) error {
 	wctx, cancel := c.watchContext(ctx)
 	defer cancel()
 	opts := watchOpts(from, prefix, deletes)

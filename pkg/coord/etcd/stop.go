@@ -11,14 +11,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)
 
 // holderKV reads lock name and returns its holder's key (nil when the lock
 // is free) with the lock's info (with the holder's TTL when withTTL),
 // refusing a holder whose token is not token (0: any).
-func (c *Coordinator) holderKV(ctx context.Context, name string, token uint64, op string, withTTL bool) (*mvccpb.KeyValue, coord.LockInfo, error) {
+func (c *coordinator) holderKV(ctx context.Context, name string, token uint64, op string, withTTL bool) (*mvccpb.KeyValue, coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return nil, coord.LockInfo{Name: name}, err
 	}
@@ -39,11 +40,11 @@ func (c *Coordinator) holderKV(ctx context.Context, name string, token uint64, o
 	if len(info.Holders) > 1 {
 		// A semaphore's holder is named by its token.
 		if token == 0 {
-			return nil, info, coord.ManyHolders(info)
+			return nil, info, coordkit.ManyHolders(info)
 		}
-		h, ok := info.HeldBy(token)
+		h, ok := coordkit.HeldBy(info, token)
 		if !ok {
-			return nil, info, fmt.Errorf("%w: lock %q has no holder with token %d (%v)", coord.ErrOtherToken, name, token, coord.ManyHolders(info))
+			return nil, info, fmt.Errorf("%w: lock %q has no holder with token %d (%v)", coord.ErrOtherToken, name, token, coordkit.ManyHolders(info))
 		}
 		for _, kv := range resp.Kvs {
 			if uint64(kv.CreateRevision) == h.Token {
@@ -72,7 +73,7 @@ func (c *Coordinator) holderKV(ctx context.Context, name string, token uint64, o
 // The holder's lease watch (WatchLease) follows that very key and sees the
 // put at once. A key without "supervised" (a lease acquired without
 // AcquireOptions.Process: fence acquire) is not asked.
-func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
 	for {
 		kv, info, err := c.holderKV(ctx, name, token, "stop request", true)
 		if err != nil {
@@ -104,10 +105,10 @@ func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64
 
 // RevokeToken implements coord.Coordinator: Revoke, limited to the holder
 // with token. The lease read with that token is revoked; the read and the
-// revoke are two requests, and a Coordinator that acquires the same lock in
+// revoke are two requests, and a coordinator that acquires the same lock in
 // a loop (keeping its lease, see leases) could hold it again in between
 // under the same lease. fence run never does.
-func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	_, info, err := c.holderKV(ctx, name, token, "revoke", true)
 	if err != nil {
 		return info, err
@@ -127,7 +128,7 @@ func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64
 // WaitEnded implements coord.Coordinator: it reads the holder's key and
 // watches it until it is deleted (the lease released, revoked or expired).
 // A failed watch reads the key again.
-func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
+func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
 	if token == 0 {
 		return fmt.Errorf("%w: WaitEnded needs a token", coord.ErrInvalid)
 	}
@@ -162,7 +163,7 @@ func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 
 // waitDeleted watches key from rev+1 and reports whether it was deleted;
 // false when the watch ended otherwise (the caller reads again).
-func (c *Coordinator) waitDeleted(ctx context.Context, key string, rev int64) bool {
+func (c *coordinator) waitDeleted(ctx context.Context, key string, rev int64) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range c.cli.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // turn is a lock's waiter in line, as waitTurn knows it.
@@ -87,8 +88,8 @@ func afterClaim(a claimAnswer) turnStep {
 // not tried while t.lim holds the lock back: the same reads are made
 // without it. When no key is ahead of ours but a limit holds the lock
 // back, it waits for the next change of a limit (waitLimits), and returns
-// an error wrapping the *coord.LimitError when ctx ends meanwhile.
-func (c *Coordinator) waitTurn(ctx context.Context, t *turn) (err error) {
+// an error wrapping the *coordkit.LimitError when ctx ends meanwhile.
+func (c *coordinator) waitTurn(ctx context.Context, t *turn) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Close ends the wait at once.
@@ -125,7 +126,7 @@ func (c *Coordinator) waitTurn(ctx context.Context, t *turn) (err error) {
 // waiter (the claim can be sent twice: the second finds the lock ours).
 // While a limit holds the lock back, only the reads are made. It updates
 // t from the reads.
-func (c *Coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error) {
+func (c *coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error) {
 	reads := []clientv3.Op{
 		clientv3.OpGet(t.lockRange, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(t.myRev-1))...),
 		clientv3.OpGet(t.key, clientv3.WithCountOnly()),
@@ -133,7 +134,7 @@ func (c *Coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error)
 	}
 	tctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
-	blocked := !t.lim.Allows(0)
+	blocked := !coordkit.Allows(t.lim, 0)
 	txn := c.cli.Txn(tctx)
 	if !blocked {
 		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(t.lockRange), ">", t.myRev-1).WithPrefix(),
@@ -162,7 +163,7 @@ func (c *Coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error)
 	if len(kvs) > 0 {
 		t.pred = kvs[0]
 	}
-	return claimAnswer{ahead: t.pred != nil, allows: t.lim.Allows(0)}, nil
+	return claimAnswer{ahead: t.pred != nil, allows: coordkit.Allows(t.lim, 0)}, nil
 }
 
 // retryable tells a request of a waiter to try again: its attempt's
@@ -174,7 +175,7 @@ func retryable(ctx, tctx context.Context, err error) bool {
 
 // holdBack is the first waiter's wait while a limit holds the lock back:
 // its key says held_back, and it waits for a change of the limits.
-func (c *Coordinator) holdBack(ctx context.Context, t *turn) error {
+func (c *coordinator) holdBack(ctx context.Context, t *turn) error {
 	if !t.marked {
 		if err := c.markHeldBack(ctx, t.key, t.id, t.myRev, t.heldBack); err != nil {
 			return err
@@ -183,7 +184,7 @@ func (c *Coordinator) holdBack(ctx context.Context, t *turn) error {
 	}
 	if err := c.waitLimits(ctx, t.from, t.lost); err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w (%w)", &coord.LimitError{Lock: t.name, Limit: *t.lim}, err)
+			return fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: t.name, Limit: *t.lim}, err)
 		}
 		return err
 	}
@@ -193,9 +194,9 @@ func (c *Coordinator) holdBack(ctx context.Context, t *turn) error {
 // limitErr is the error of a try-lock refused by an operator limit.
 func limitErr(name string, lim *coord.Limit, kvs []*mvccpb.KeyValue) error {
 	if len(kvs) > 0 && decodeMeta(kvs[0].Value).Slots > 1 {
-		return &coord.LimitError{Lock: name, Limit: *lim, Holders: holders(kvs)}
+		return &coordkit.LimitError{Lock: name, Limit: *lim, Holders: holders(kvs)}
 	}
-	return &coord.LimitError{Lock: name, Limit: *lim, Holders: min(len(kvs), 1)}
+	return &coordkit.LimitError{Lock: name, Limit: *lim, Holders: min(len(kvs), 1)}
 }
 
 // waitDelete returns nil when pred's key is deleted at revision from or
@@ -212,7 +213,7 @@ func limitErr(name string, lim *coord.Limit, kvs []*mvccpb.KeyValue) error {
 // pred's is gone); when it is not, the watch starts again after that read,
 // so that it follows live events (a few times at most, then the catch-up
 // is waited for).
-func (c *Coordinator) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, from int64, lost <-chan error) error {
+func (c *coordinator) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, from int64, lost <-chan error) error {
 	key := string(pred.Key)
 	for restarts := 0; ; restarts++ {
 		again, err := c.watchDelete(ctx, key, pred.CreateRevision, from, lost, restarts < 3)
@@ -240,7 +241,7 @@ type watchNews struct {
 	progress bool // a progress notification
 	failed   bool // an error, or cancelled
 	noLeader bool // the error is "no leader"
-	alive    bool // the caller's context and the Coordinator go on
+	alive    bool // the caller's context and the coordinator go on
 	late     bool // the creation, at a revision after the watch's start
 	deleted  bool // a deletion among its events
 }
@@ -288,7 +289,7 @@ func afterWatch(n watchNews) watchStep {
 // revision, on a new stream (a stream is per context key: each watch has
 // its own), which the client's balancer puts on another member. The watch
 // requires a leader: a member that lost it ends the watch.
-func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, from int64, lost <-chan error, restart bool) (int64, error) {
+func (c *coordinator) watchDelete(ctx context.Context, key string, createRev, from int64, lost <-chan error, restart bool) (int64, error) {
 	wctx, cancel := c.watchContext(ctx)
 	defer cancel()
 	// Deaf: read whether the key is still there (a read is hedged across
@@ -344,7 +345,7 @@ func (c *Coordinator) watchDelete(ctx context.Context, key string, createRev, fr
 
 // watchContext is the context of one watch of a waiter: it requires a
 // leader, and has a stream of its own.
-func (c *Coordinator) watchContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (c *coordinator) watchContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	return metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10)), cancel
 }
@@ -353,7 +354,7 @@ func (c *Coordinator) watchContext(ctx context.Context) (context.Context, contex
 // member has created it, or nil: with ctx's or the lease-lost error, or
 // with none when it was not created within two watchChecks (a frozen
 // member never creates it).
-func (c *Coordinator) watchCreated(ctx context.Context, lost <-chan error, open func() clientv3.WatchChan) (clientv3.WatchChan, error) {
+func (c *coordinator) watchCreated(ctx context.Context, lost <-chan error, open func() clientv3.WatchChan) (clientv3.WatchChan, error) {
 	wchc := make(chan clientv3.WatchChan, 1)
 	go func() { wchc <- open() }()
 	created := time.NewTimer(2 * watchCheck)
@@ -374,7 +375,7 @@ func (c *Coordinator) watchCreated(ctx context.Context, lost <-chan error, open 
 // created at createRev is still there: done with 0 when it is gone, with
 // the revision to watch from again when restart allows, else not done
 // (the watch goes on).
-func (c *Coordinator) stillThere(ctx context.Context, key string, createRev int64, restart bool) (int64, bool, error) {
+func (c *coordinator) stillThere(ctx context.Context, key string, createRev int64, restart bool) (int64, bool, error) {
 	resp, err := c.cli.Get(ctx, key, clientv3.WithKeysOnly())
 	switch {
 	case err != nil:
@@ -400,7 +401,7 @@ var watchSeq atomic.Uint64
 // records each acknowledged renewal in last (read by Acquire once
 // keepAlive has ended). It returns an error only when
 // the lease is gone.
-func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *ack) error {
+func (c *coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *ack) error {
 	t := time.NewTicker(max(last.ttl/3, 100*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -426,14 +427,14 @@ func (c *Coordinator) keepAlive(ctx context.Context, id clientv3.LeaseID, last *
 // revoke revokes a lease on a fresh context, for cleanups after the
 // caller's context may have ended. Errors are ignored: the lease then ends
 // at its TTL.
-func (c *Coordinator) revoke(id clientv3.LeaseID) {
+func (c *coordinator) revoke(id clientv3.LeaseID) {
 	if c.closed.Load() && c.owned {
 		return // the client is closed too; the lease runs out at its TTL
 	}
 	c.revokeNow(id)
 }
 
-func (c *Coordinator) revokeNow(id clientv3.LeaseID) {
+func (c *coordinator) revokeNow(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, _ = c.cli.Revoke(ctx, id)

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Watch sends the state of each lock under prefix after every change to its
@@ -28,7 +29,7 @@ import (
 // lock with a limit of its own and no keys, as List shows it). Every
 // event's Info carries the lock's limit. etcd renewals are not visible, so
 // there is no EventRenewed.
-func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 }
 
 type watcher struct {
-	c      *Coordinator
+	c      *coordinator
 	prefix string
 	rng    string // key prefix of every lock under prefix
 	ch     chan coord.Event
@@ -110,7 +111,7 @@ func (w *watcher) resync(ctx context.Context) error {
 	w.decodeLimits()
 	for name, lk := range w.locks {
 		lk.info, _ = w.c.lockInfo(ctx, name, sorted(lk.kvs), false)
-		lk.info.Limit = coord.EffectiveLimit(w.limits, name)
+		lk.info.Limit = coordkit.EffectiveLimit(w.limits, name)
 	}
 	return nil
 }
@@ -186,7 +187,7 @@ func (w *watcher) applyLimit(ctx context.Context, ev *clientv3.Event) bool {
 	sort.Strings(names)
 	for _, name := range names {
 		lk := w.locks[name]
-		nl := coord.EffectiveLimit(w.limits, name)
+		nl := coordkit.EffectiveLimit(w.limits, name)
 		if sameLimit(lk.info.Limit, nl) {
 			continue
 		}
@@ -208,8 +209,8 @@ func (w *watcher) applyLimit(ctx context.Context, ev *clientv3.Event) bool {
 			continue
 		}
 		seen[l.Name] = true
-		nl := coord.EffectiveLimit(w.limits, l.Name)
-		if sameLimit(coord.EffectiveLimit(old, l.Name), nl) {
+		nl := coordkit.EffectiveLimit(w.limits, l.Name)
+		if sameLimit(coordkit.EffectiveLimit(old, l.Name), nl) {
 			continue
 		}
 		if !w.send(ctx, coord.Event{Type: coord.EventLimit, Info: coord.LockInfo{Name: l.Name, Limit: nl}}) {
@@ -244,7 +245,7 @@ func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 	prev := lk.info
 	kvs := sorted(lk.kvs)
 	cur, _ := w.c.lockInfo(ctx, prev.Name, kvs, false)
-	cur.Limit = coord.EffectiveLimit(w.limits, prev.Name)
+	cur.Limit = coordkit.EffectiveLimit(w.limits, prev.Name)
 	lk.info = cur
 	if len(lk.kvs) == 0 {
 		delete(w.locks, prev.Name)

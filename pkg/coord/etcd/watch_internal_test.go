@@ -16,7 +16,7 @@ func TestWatchResetAfterCompaction(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := New(ctx, srv.Endpoints())
+	c, err := dial(ctx, srv.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestWatchAcrossRestart(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := New(ctx, srv.Endpoints())
+	c, err := dial(ctx, srv.Endpoints())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestWatchAcrossRestart(t *testing.T) {
 }
 
 func TestParseKey(t *testing.T) {
-	c := &Coordinator{prefix: "/p/"}
+	c := &coordinator{prefix: "/p/"}
 	for _, name := range []string{"a", "a/b", "%", "é ✓", "a%2Fb", "/"} {
 		got, ok := c.parseKey(c.leaseKey(name, 0x1f))
 		if !ok || got != name {

@@ -15,13 +15,14 @@ import (
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // Acquire takes a lease on name; see coord.Coordinator. Waiters queue first
 // come, first served; OnWait is called once the caller's ticket is stored.
-func (c *Coordinator) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
-	o, err := coord.CheckAcquire(name, o)
+func (c *coordinator) Acquire(ctx context.Context, name string, o coord.AcquireOptions) (*coord.Lease, error) {
+	o, err := coordkit.CheckAcquire(name, o)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +58,7 @@ func selfID() (proc.ID, error) {
 // recorded as gone (start 0); a process group whose leader is gone is
 // recorded with start 0 (see proc.GroupMembers).
 func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID, error) {
-	if err := p.Validate(); err != nil {
+	if err := coordkit.ValidateProcess(p); err != nil {
 		return nil, nil, err
 	}
 	var ids []proc.ID
@@ -80,7 +81,7 @@ func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID, error) {
 }
 
 type acquirer struct {
-	c      *Coordinator
+	c      *coordinator
 	f      lockFiles
 	o      coord.AcquireOptions
 	self   proc.ID
@@ -245,13 +246,13 @@ func (a *acquirer) decide(st *state, enqueue bool, sent time.Time) (attempt, sta
 // its slots while it has holders or waiters (slots.go), and refuses
 // another number then; an idle lock takes ours.
 func (a *acquirer) fitSlots(st *state, w lockView) error {
-	want := coord.SlotsOf(a.o.Slots)
-	have := coord.SlotsOf(st.Slots)
+	want := coordkit.SlotsOf(a.o.Slots)
+	have := coordkit.SlotsOf(st.Slots)
 	if have == want {
 		return nil
 	}
 	if len(w.busy) > 0 || len(st.Queue) > 0 {
-		return &coord.SlotsError{Lock: a.f.name, Have: have, Want: want}
+		return &coordkit.SlotsError{Lock: a.f.name, Have: have, Want: want}
 	}
 	// Idle: what is on record of its holders has ended.
 	for _, e := range w.ended {
@@ -315,7 +316,7 @@ func (a *acquirer) enqueue(st *state) {
 // to be freed by stopping an ended holder's command) but the live holders
 // are at the limit.
 func heldBack(lim *coord.Limit, w lockView) bool {
-	return !lim.Allows(0) || (w.v.free || w.v.kill) && !lim.Allows(len(w.live()))
+	return !coordkit.Allows(lim, 0) || (w.v.free || w.v.kill) && !coordkit.Allows(lim, len(w.live()))
 }
 
 // leave removes our ticket after a failed or abandoned wait.
@@ -401,7 +402,7 @@ func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error
 
 // limitErr is the error for a lock held back by an operator limit.
 func (a *acquirer) limitErr(res attempt) error {
-	return &coord.LimitError{Lock: a.f.name, Limit: *res.limited, Holders: len(res.info.AllHolders())}
+	return &coordkit.LimitError{Lock: a.f.name, Limit: *res.limited, Holders: len(res.info.AllHolders())}
 }
 
 // kill sends SIGKILL to the command group of an ended lease. An error means

@@ -41,7 +41,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 // BenchmarkHandoff measures the handoff latency: from the start of a
 // holder's Release to the next waiter holding the lock, with 1 and 16
-// waiters always queued (each a goroutine with its own Coordinator, as
+// waiters always queued (each a goroutine with its own coordinator, as
 // separate processes would have).
 func BenchmarkHandoff(b *testing.B) {
 	for _, waiters := range []int{1, 16} {
@@ -145,9 +145,9 @@ func reportMedian(b *testing.B, unit string, d []time.Duration) {
 	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds()), "p99-"+unit)
 }
 
-func openTB(tb testing.TB, dir string, opts ...Option) *Coordinator {
+func openTB(tb testing.TB, dir string, opts ...option) *coordinator {
 	tb.Helper()
-	c, err := Open(dir, opts...)
+	c, err := open(dir, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // writeTokens writes a state of lock name with the given last and reserved
 // tokens, of this boot (or of another when boot is not ""), and no holder.
-func writeTokens(t testing.TB, c *Coordinator, name string, last, reserved uint64, boot string) string {
+func writeTokens(t testing.TB, c *coordinator, name string, last, reserved uint64, boot string) string {
 	t.Helper()
 	if boot == "" {
 		boot = clock.BootID()

@@ -48,7 +48,7 @@ func helperMain(raw string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}()
-	c, err := Open(args[1])
+	c, err := open(args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 2
@@ -72,7 +72,7 @@ func say(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args.
 //	attached NAME TTL PID PGID  acquire attached to other processes, say "acquired TOKEN", block
 //	try NAME WAIT               acquire with that wait, say "acquired TOKEN" or "error ERR"
 //	cycle NAME                  acquire/release for ever, saying "T TOKEN" after each grant
-func runHelper(c *Coordinator, mode, name string, args []string) error {
+func runHelper(c *coordinator, mode, name string, args []string) error {
 	ctx := context.Background()
 	holder := fmt.Sprintf("helper-%s-%d", mode, os.Getpid())
 	self := &coord.ProcessInfo{PIDs: []int{os.Getpid()}}
@@ -100,7 +100,7 @@ func runHelper(c *Coordinator, mode, name string, args []string) error {
 		say("acquired %d", l.Token)
 		return block()
 	case "waitexit":
-		// Queue, take the lock, close the Coordinator at once (before the
+		// Queue, take the lock, close the coordinator at once (before the
 		// ring of the waiters behind is due) and exit without a release.
 		l, err := c.Acquire(ctx, name, coord.AcquireOptions{TTL: ttlArg(), Holder: holder, Wait: coord.WaitForever,
 			OnWait: func(coord.LockInfo) { say("queued") }})

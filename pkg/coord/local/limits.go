@@ -14,6 +14,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Limits (coord.Limiter). Every operator limit of the state directory is in
@@ -45,17 +46,17 @@ type limitsDoc struct {
 	Limits  []coord.Limit `json:"limits"`
 }
 
-func (c *Coordinator) limitsPath() string { return filepath.Join(c.dir, "limits.json") }
+func (c *coordinator) limitsPath() string { return filepath.Join(c.dir, "limits.json") }
 
 // limitFiles names the limits file and its flock as lockFiles, for
 // lockState.
-func (c *Coordinator) limitFiles() lockFiles {
+func (c *coordinator) limitFiles() lockFiles {
 	return lockFiles{name: "(limits)", base: "limits", state: c.limitsPath(),
 		lock: filepath.Join(c.dir, "limits.lock"), temp: filepath.Join(c.dir, tempPrefix+"limits.json"), share: c.share}
 }
 
 // readLimits reads every limit in force. A missing file is none.
-func (c *Coordinator) readLimits() ([]coord.Limit, error) {
+func (c *coordinator) readLimits() ([]coord.Limit, error) {
 	path := c.limitsPath()
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	switch {
@@ -101,16 +102,16 @@ func (c *Coordinator) readLimits() ([]coord.Limit, error) {
 }
 
 // limitOf is the limit that binds lock name (nil: none).
-func (c *Coordinator) limitOf(name string) (*coord.Limit, error) {
+func (c *coordinator) limitOf(name string) (*coord.Limit, error) {
 	ls, err := c.readLimits()
 	if err != nil {
 		return nil, err
 	}
-	return coord.EffectiveLimit(ls, name), nil
+	return coordkit.EffectiveLimit(ls, name), nil
 }
 
 // Limits returns every limit in force (coord.Limiter).
-func (c *Coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
+func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -138,7 +139,7 @@ func sortLimits(ls []coord.Limit) {
 }
 
 // SetLimit records l (coord.Limiter).
-func (c *Coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
+func (c *coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 	if err := coord.ValidateLimit(l); err != nil {
 		return err
 	}
@@ -162,7 +163,7 @@ func (c *Coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 }
 
 // ClearLimit removes the limit of one scope (coord.Limiter).
-func (c *Coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
+func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
 	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
 		return coord.Limit{}, false, err
 	}
@@ -184,7 +185,7 @@ func (c *Coordinator) ClearLimit(ctx context.Context, name string, prefix bool) 
 
 // changeLimits runs fn on the limits under the flock of limits.lock and
 // writes what it returns when it reports a change.
-func (c *Coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) ([]coord.Limit, bool)) error {
+func (c *coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) ([]coord.Limit, bool)) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
@@ -216,7 +217,7 @@ func (c *Coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) (
 // settle waits for the grants in progress on the locks a changed limit
 // covers (it takes and drops each one's flock) and wakes their waiters: the
 // state of a lock with waiters is written again, which they watch.
-func (c *Coordinator) settle(ctx context.Context, name string, prefix bool) error {
+func (c *coordinator) settle(ctx context.Context, name string, prefix bool) error {
 	var fs []lockFiles
 	if !prefix {
 		fs = []lockFiles{c.files(name)}
@@ -257,4 +258,4 @@ func (c *Coordinator) settle(ctx context.Context, name string, prefix bool) erro
 	return nil
 }
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)

@@ -21,7 +21,7 @@ import (
 func TestSetLimitWaitsForGrantInProgress(t *testing.T) {
 	for _, prefix := range []bool{false, true} {
 		dir := newDir(t)
-		c, err := Open(dir)
+		c, err := open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestSetLimitWaitsForGrantInProgress(t *testing.T) {
 // grants (and says which file) rather than granting without the limits.
 func TestLimitsFileFailsClosed(t *testing.T) {
 	dir := newDir(t)
-	c, err := Open(dir)
+	c, err := open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

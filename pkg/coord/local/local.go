@@ -72,11 +72,7 @@
 // token than the holder, makes the state corrupt. A holder that renews keeps
 // the parse of its state file and reuses it while the file's bytes stay the
 // same but for the record, so a renewal parses no JSON: it is one open and
-// flock of the lock file, one open, read and write of the state file. The
-// renewals of pkg/fencing's scheduler come through RenewAsync
-// (coord.AsyncRenewer): one goroutine of the Coordinator runs them one
-// after the other, and none of them waits there for a flock another
-// process holds (renewasync.go).
+// flock of the lock file, one open, read and write of the state file.
 //
 // A state file that is corrupt, truncated, unreadable, a symbolic link, not
 // a regular file, owned by another user or open to group or others (mode
@@ -138,11 +134,10 @@ import (
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
-// Coordinator is the local backend. It implements coord.Coordinator and
-// coord.ProcessAttacher and is safe for concurrent use; any number of
-// Coordinators, in any number of processes of one host, may share a state
+// coordinator is the local backend (Open). It is safe for concurrent use;
+// any number of coordinators, in any number of processes of one host, may share a state
 // directory.
-type Coordinator struct {
+type coordinator struct {
 	dir      string
 	locksDir string
 	opts     options
@@ -153,39 +148,30 @@ type Coordinator struct {
 	closed chan struct{}
 
 	// cache holds, by lock name, the parse of the state files of the
-	// leases this Coordinator renews (*parsed), so that a renewal parses
+	// leases this coordinator renews (*parsed), so that a renewal parses
 	// no JSON while the state stays the same but for its lease record
 	// (parseWith). An entry is dropped when its lease is released or lost.
 	cache sync.Map
-
-	// renewals is RenewAsync's queue (renewasync.go).
-	renewals renewQueue
 }
 
 var (
-	_ coord.Coordinator = (*Coordinator)(nil)
+	_ coord.Coordinator = (*coordinator)(nil)
 )
 
-// Option configures Open.
-type Option func(*options)
+// option configures open (the tests' settings).
+type option func(*options)
 
 type options struct {
 	killWait    time.Duration
 	stallCheck  time.Duration
-	lockTimeout time.Duration
+	lockTimeout time.Duration // the wait for a lock's flock (30s)
 }
 
 // withStallCheck sets how long a waiter gives the waiter ahead of it to take
 // a free lock before it checks whether that waiter was stopped (default 1s).
 // This timer runs only while the lock is free and another waiter should be
 // taking it.
-func withStallCheck(d time.Duration) Option { return func(o *options) { o.stallCheck = d } }
-
-// WithLockTimeout bounds the wait for the short per-lock file lock taken
-// around each state update (default 30s); a process stopped in the middle
-// of an update is the only way to reach it. The error wraps
-// coord.ErrUnavailable.
-func WithLockTimeout(d time.Duration) Option { return func(o *options) { o.lockTimeout = d } }
+func withStallCheck(d time.Duration) option { return func(o *options) { o.stallCheck = d } }
 
 // DefaultDir is the default state directory: /var/lib/fence for root, else
 // $XDG_STATE_HOME/fence, falling back to ~/.local/state/fence. It is ""
@@ -204,10 +190,18 @@ func DefaultDir() string {
 	return filepath.Join(home, ".local", "state", "fence")
 }
 
-// Open opens (creating it, 0700, when missing) the state directory dir.
-// Errors about the directory wrap coord.ErrUnavailable; an empty dir wraps
-// coord.ErrInvalid.
-func Open(dir string, opts ...Option) (*Coordinator, error) {
+// Open opens (creating it, 0700, when missing) the state directory dir and
+// returns the coordinator of its locks. Errors about the directory wrap
+// coord.ErrUnavailable; an empty dir wraps coord.ErrInvalid.
+func Open(dir string) (coord.Coordinator, error) {
+	c, err := open(dir)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func open(dir string, opts ...option) (*coordinator, error) {
 	o := options{killWait: 2 * time.Second, stallCheck: time.Second, lockTimeout: 30 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
@@ -234,23 +228,23 @@ func Open(dir string, opts ...Option) (*Coordinator, error) {
 			return nil, unavailable("state directory %s: %v", dir, err)
 		}
 	}
-	return &Coordinator{dir: dir, locksDir: locks, opts: o, share: share, closed: make(chan struct{})}, nil
+	return &coordinator{dir: dir, locksDir: locks, opts: o, share: share, closed: make(chan struct{})}, nil
 }
 
 // Dir returns the state directory.
-func (c *Coordinator) Dir() string { return c.dir }
+func (c *coordinator) Dir() string { return c.dir }
 
 // StateFile returns the path of the state file of lock name (which may not
 // exist yet), for messages and tools.
-func (c *Coordinator) StateFile(name string) string { return c.files(name).state }
+func (c *coordinator) StateFile(name string) string { return c.files(name).state }
 
 // Describe says where the coordinator is: "local /var/lib/fence".
-func (c *Coordinator) Describe() string { return "local " + c.dir }
+func (c *coordinator) Describe() string { return "local " + c.dir }
 
 // Close releases the coordinator's resources; leases stay as they are.
 // Waiting Acquire calls return an error wrapping coord.ErrUnavailable and
 // Watch channels are closed.
-func (c *Coordinator) Close() error {
+func (c *coordinator) Close() error {
 	c.mu.Lock()
 	select {
 	case <-c.closed:
@@ -270,7 +264,7 @@ func (c *Coordinator) Close() error {
 
 var errClosed = fmt.Errorf("%w: coordinator is closed", coord.ErrUnavailable)
 
-func (c *Coordinator) checkOpen() error {
+func (c *coordinator) checkOpen() error {
 	select {
 	case <-c.closed:
 		return errClosed
@@ -280,7 +274,7 @@ func (c *Coordinator) checkOpen() error {
 }
 
 // getHub returns the change notifier for locks/, started on first use.
-func (c *Coordinator) getHub() (*hub, error) {
+func (c *coordinator) getHub() (*hub, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	select {

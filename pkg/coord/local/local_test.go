@@ -18,7 +18,7 @@ import (
 	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
-func acquire(t testing.TB, c *Coordinator, name string, o coord.AcquireOptions) *coord.Lease {
+func acquire(t testing.TB, c *coordinator, name string, o coord.AcquireOptions) *coord.Lease {
 	t.Helper()
 	if o.TTL == 0 {
 		o.TTL = guard
@@ -30,14 +30,14 @@ func acquire(t testing.TB, c *Coordinator, name string, o coord.AcquireOptions) 
 	return l
 }
 
-func release(t testing.TB, c *Coordinator, l *coord.Lease) {
+func release(t testing.TB, c *coordinator, l *coord.Lease) {
 	t.Helper()
 	if err := c.Release(tctx(t), l.Name, l.ID); err != nil {
 		t.Fatalf("Release(%q): %v", l.Name, err)
 	}
 }
 
-func inspect(t testing.TB, c *Coordinator, name string) coord.LockInfo {
+func inspect(t testing.TB, c *coordinator, name string) coord.LockInfo {
 	t.Helper()
 	li, err := c.Inspect(tctx(t), name)
 	if err != nil {
@@ -51,7 +51,7 @@ type result struct {
 	err error
 }
 
-func goAcquire(ctx context.Context, c *Coordinator, name string, o coord.AcquireOptions) <-chan result {
+func goAcquire(ctx context.Context, c *coordinator, name string, o coord.AcquireOptions) <-chan result {
 	ch := make(chan result, 1)
 	if o.TTL == 0 {
 		o.TTL = guard
@@ -133,19 +133,19 @@ func TestOpenLayoutAndModes(t *testing.T) {
 	os.MkdirAll(lockLink, 0o700)
 	os.Symlink(filepath.Join(dir, "locks"), filepath.Join(lockLink, "locks"))
 	for _, bad := range []string{link, file, lockLink} {
-		if _, err := Open(bad); !errors.Is(err, coord.ErrUnavailable) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("Open(%s) = %v, want one-line ErrUnavailable", bad, err)
+		if _, err := open(bad); !errors.Is(err, coord.ErrUnavailable) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("open(%s) = %v, want one-line ErrUnavailable", bad, err)
 		}
 	}
-	if _, err := Open(""); !errors.Is(err, coord.ErrInvalid) {
-		t.Errorf("Open(\"\") = %v", err)
+	if _, err := open(""); !errors.Is(err, coord.ErrInvalid) {
+		t.Errorf("open(\"\") = %v", err)
 	}
 	if os.Geteuid() == 0 {
 		foreign := newDir(t)
 		os.MkdirAll(foreign, 0o700)
 		os.Chown(foreign, 65534, 65534)
-		if _, err := Open(foreign); !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "owned by uid 65534") {
-			t.Errorf("Open(foreign-owned) = %v", err)
+		if _, err := open(foreign); !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "owned by uid 65534") {
+			t.Errorf("open(foreign-owned) = %v", err)
 		}
 	}
 }
@@ -321,7 +321,7 @@ func TestTokensAcrossReopen(t *testing.T) {
 	dir := newDir(t)
 	var last uint64
 	for round := 0; round < 3; round++ {
-		c, err := Open(dir)
+		c, err := open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +483,7 @@ func TestExpiryTakeover(t *testing.T) {
 	}
 }
 
-func wantHeld(t testing.TB, c *Coordinator, l *coord.Lease) {
+func wantHeld(t testing.TB, c *coordinator, l *coord.Lease) {
 	t.Helper()
 	li := inspect(t, c, l.Name)
 	if !li.Held || li.Token != l.Token || li.LeaseID != l.ID {

@@ -41,11 +41,11 @@ func (f lockFiles) shared() *sharing {
 	return f.share
 }
 
-func (c *Coordinator) files(name string) lockFiles { return c.filesAt(name, fileBase(name)) }
+func (c *coordinator) files(name string) lockFiles { return c.filesAt(name, fileBase(name)) }
 
 // filesAt names the files of lock name stored under base (name may be "" for
 // a hashed base read from a listing: it is then read from the state file).
-func (c *Coordinator) filesAt(name, base string) lockFiles {
+func (c *coordinator) filesAt(name, base string) lockFiles {
 	return lockFiles{
 		name:  name,
 		base:  base,

@@ -14,6 +14,7 @@ import (
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Completion records (coord.Completer, `fence run --once`).
@@ -32,19 +33,19 @@ import (
 // flock (a rename is atomic). An expired record reads as absent and is
 // removed by the lock's next write or listing.
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)
 
 // onceDir is the directory of lock name's completion records.
-func (c *Coordinator) onceDir(name string) string {
+func (c *coordinator) onceDir(name string) string {
 	return filepath.Join(c.dir, "once", fileBase(name))
 }
 
-func (c *Coordinator) oncePath(name, key string) string {
+func (c *coordinator) oncePath(name, key string) string {
 	return filepath.Join(c.onceDir(name), fileBase(key)+stateSuffix)
 }
 
 // Completion returns the record of (lock, key).
-func (c *Coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
+func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
 	if err := checkOnce(lock, key); err != nil {
 		return coord.Completion{}, false, err
 	}
@@ -66,7 +67,7 @@ func (c *Coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 
 // Complete writes rec under the flock of rec.Lock when leaseID is its live
 // holder.
-func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
+func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
 	if err := checkOnce(rec.Lock, rec.Key); err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func (c *Coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 }
 
 // Mark writes rec without a lease, under the lock's flock.
-func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
+func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
 	if err := checkOnce(rec.Lock, rec.Key); err != nil {
 		return err
 	}
@@ -105,7 +106,7 @@ func (c *Coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 }
 
 // Forget removes the record of (lock, key).
-func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
+func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
 	if err := checkOnce(lock, key); err != nil {
 		return false, err
 	}
@@ -135,7 +136,7 @@ func (c *Coordinator) Forget(ctx context.Context, lock, key string) (bool, error
 
 // Completions lists the lock's live records, sorted by key, and removes the
 // expired ones.
-func (c *Coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
+func (c *coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
@@ -154,7 +155,7 @@ func (c *Coordinator) Completions(ctx context.Context, lock string) ([]coord.Com
 
 // prune reads every record of lock, removes the expired ones and returns
 // the others. The caller holds the lock's flock.
-func (c *Coordinator) prune(lock string) ([]coord.Completion, error) {
+func (c *coordinator) prune(lock string) ([]coord.Completion, error) {
 	dir := c.onceDir(lock)
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -198,8 +199,8 @@ func (c *Coordinator) prune(lock string) ([]coord.Completion, error) {
 // writeRecord writes rec durably (temporary file, fsync, rename, directory
 // fsync) and prunes the lock's expired records. The caller holds the lock's
 // flock.
-func (c *Coordinator) writeRecord(rec coord.Completion, keep time.Duration) error {
-	keep = coord.KeepOrDefault(keep)
+func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) error {
+	keep = coordkit.KeepOrDefault(keep)
 	if rec.Finished.IsZero() {
 		rec.Finished = time.Now()
 	}
@@ -230,7 +231,7 @@ func (c *Coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 }
 
 // ensureOnceDir creates once/ and the lock's directory in it when missing.
-func (c *Coordinator) ensureOnceDir(dir string) error {
+func (c *coordinator) ensureOnceDir(dir string) error {
 	parent := filepath.Dir(dir)
 	for _, d := range []string{parent, dir} {
 		created, err := c.ensureDir(d, false)
@@ -249,7 +250,7 @@ func (c *Coordinator) ensureOnceDir(dir string) error {
 // readRecord reads one record file; ok is false when it does not exist. A
 // record that cannot be trusted (not a regular file of ours, not JSON, of
 // another lock) fails closed.
-func (c *Coordinator) readRecord(path, lock string) (coord.Completion, bool, error) {
+func (c *coordinator) readRecord(path, lock string) (coord.Completion, bool, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unixNoFollow, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return coord.Completion{}, false, nil

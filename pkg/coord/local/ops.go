@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
@@ -30,7 +30,7 @@ func lost(name, leaseID string, st *state, v verdict) error {
 // the lease is not live: released, revoked, expired, replaced, or attached
 // to processes that are all gone; ErrInvalid for a malformed lease id or one
 // of another lock.
-func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
+func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.Renewal{}, err
 	}
@@ -71,9 +71,6 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		}
 		return recordOnly, nil
 	})
-	if errors.Is(err, errWouldWait) {
-		return coord.Renewal{}, err // tried again, waiting (RenewAsync): the parse stays good
-	}
 	if err != nil {
 		c.cache.Delete(name)
 		return coord.Renewal{}, err
@@ -86,7 +83,7 @@ func (c *Coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 
 // Release ends the lease; a lease that is already gone is not an error. A
 // malformed lease id, or one of another lock, is ErrInvalid.
-func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
+func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
 	_, err := c.release(ctx, name, leaseID, nil)
 	return err
 }
@@ -100,7 +97,7 @@ func (c *Coordinator) Release(ctx context.Context, name, leaseID string) error {
 // lock of its own. held is false, with neither before nor the release done,
 // when the lease does not hold the lock; an error of before ends the call
 // with held true and nothing released.
-func (c *Coordinator) ReleaseWith(ctx context.Context, name, leaseID string, token uint64, before func() error) (held bool, err error) {
+func (c *coordinator) ReleaseWith(ctx context.Context, name, leaseID string, token uint64, before func() error) (held bool, err error) {
 	if before == nil {
 		before = func() error { return nil }
 	}
@@ -123,7 +120,7 @@ func (c *Coordinator) ReleaseWith(ctx context.Context, name, leaseID string, tok
 // the lease's holder record, and the release goes on only when it returns
 // true and no error. held reports that the lease was found (and, with
 // check, that check said so).
-func (c *Coordinator) release(ctx context.Context, name, leaseID string, check func(*state, *holder) (bool, error)) (held bool, err error) {
+func (c *coordinator) release(ctx context.Context, name, leaseID string, check func(*state, *holder) (bool, error)) (held bool, err error) {
 	if err := coord.ValidateName(name); err != nil {
 		return false, err
 	}
@@ -170,12 +167,12 @@ func (c *Coordinator) release(ctx context.Context, name, leaseID string, check f
 // attached to processes leaves its command until its TTL to stop (fence run
 // stops it at once): a successor takes over once the command's group is
 // gone, and kills it when the TTL has run out.
-func (c *Coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
 	return c.revoke(ctx, name, 0)
 }
 
 // revoke is Revoke of the holder with token (0: any holder).
-func (c *Coordinator) revoke(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+func (c *coordinator) revoke(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
@@ -208,7 +205,7 @@ func (c *Coordinator) revoke(ctx context.Context, name string, token uint64) (co
 // when given, replace the supervising processes; PGID, when not 0, sets the
 // command's process group. It returns ErrLeaseLost when the lease is not
 // live.
-func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
+func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
 	if err := coord.ValidateName(name); err != nil {
 		return err
 	}
@@ -251,7 +248,7 @@ func (c *Coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 }
 
 // Inspect returns the state of one lock.
-func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
@@ -270,7 +267,7 @@ func (c *Coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 }
 
 // inspectFiles reads and judges one lock, returning its info and verdict.
-func (c *Coordinator) inspectFiles(f lockFiles) (coord.LockInfo, *state, error) {
+func (c *coordinator) inspectFiles(f lockFiles) (coord.LockInfo, *state, error) {
 	self, err := selfID()
 	if err != nil {
 		return coord.LockInfo{}, nil, err
@@ -290,7 +287,7 @@ func (c *Coordinator) inspectFiles(f lockFiles) (coord.LockInfo, *state, error) 
 // List returns the locks whose names start with prefix, sorted by name:
 // held ones, ones with waiters, and free ones that have issued a token. A
 // state file that cannot be trusted makes List fail (naming it).
-func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -321,12 +318,12 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 		if !strings.HasPrefix(li.Name, prefix) {
 			continue
 		}
-		li.Limit = coord.EffectiveLimit(limits, li.Name)
+		li.Limit = coordkit.EffectiveLimit(limits, li.Name)
 		if li.Held || li.Waiters > 0 || li.LastToken > 0 || li.Limit != nil {
 			out = append(out, li)
 		}
 	}
-	out = coord.WithLimited(out, limits, prefix)
+	out = coordkit.WithLimited(out, limits, prefix)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
@@ -334,7 +331,7 @@ func (c *Coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 // stateBases lists the bases of the state files in locks/. As it reads the
 // whole directory anyway, it removes the stale temporary files it finds
 // (removeStaleTemp).
-func (c *Coordinator) stateBases() ([]string, error) {
+func (c *coordinator) stateBases() ([]string, error) {
 	ents, err := os.ReadDir(c.locksDir)
 	if err != nil {
 		return nil, unavailable("read state directory %s: %v", c.locksDir, err)
@@ -353,7 +350,7 @@ func (c *Coordinator) stateBases() ([]string, error) {
 // filesForBase returns the files of the lock stored under base. For a
 // hashed base the name is read from the file (and checked by load); ok is
 // false for a file fence cannot have written.
-func (c *Coordinator) filesForBase(base string) (lockFiles, bool) {
+func (c *coordinator) filesForBase(base string) (lockFiles, bool) {
 	if name, ok := nameFromBase(base); ok {
 		if coord.ValidateName(name) != nil || fileBase(name) != base {
 			return lockFiles{}, false

@@ -58,7 +58,7 @@ func (s *sharing) checkFileStat(what, path string, fd int, st *unix.Stat_t) erro
 
 // ensureDir checks (creating it when missing) a directory of the state tree
 // below the state directory.
-func (c *Coordinator) ensureDir(path string, parents bool) (created bool, err error) {
+func (c *coordinator) ensureDir(path string, parents bool) (created bool, err error) {
 	return ensureTreeDir(c.share, path, parents)
 }
 
@@ -72,7 +72,7 @@ func ensureTreeDir(s *sharing, path string, parents bool) (bool, error) {
 
 // fixMode gives a file written through atomicfile (mode 0600) the tree's
 // permission.
-func (c *Coordinator) fixMode(path string) error {
+func (c *coordinator) fixMode(path string) error {
 	if !c.share.group() {
 		return nil
 	}
@@ -83,7 +83,7 @@ func (c *Coordinator) fixMode(path string) error {
 }
 
 // checkPerm checks a file of the tree read through os.File.
-func (c *Coordinator) checkPerm(path string, fi os.FileInfo, _ bool) error {
+func (c *coordinator) checkPerm(path string, fi os.FileInfo, _ bool) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil

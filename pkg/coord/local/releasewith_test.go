@@ -18,7 +18,7 @@ import (
 // lease, a revoked one or an expired one report held false and run
 // nothing; an error of before leaves the lease holding the lock.
 func TestReleaseWith(t *testing.T) {
-	c, err := Open(newDir(t))
+	c, err := open(newDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}

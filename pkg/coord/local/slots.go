@@ -6,6 +6,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
@@ -116,7 +117,7 @@ func judgeAll(st *state, now clock.Boot) (lockView, error) {
 		}
 		w.busy, w.vs = append(w.busy, h), append(w.vs, v)
 	}
-	if len(w.busy) < coord.SlotsOf(st.Slots) {
+	if len(w.busy) < coordkit.SlotsOf(st.Slots) {
 		w.v = verdict{free: true, why: "was released"}
 	}
 	// What a waiter follows: every holder's processes and expiry; what
@@ -156,7 +157,7 @@ func leaseOf(st *state, leaseID string, now clock.Boot) (*holder, verdict, error
 
 // pick returns the live holder of st with token, or the only one for token
 // 0, and the lock's info; ErrNotHeld when there is none, ErrOtherToken when
-// token is not a live holder's, coord.ManyHolders for token 0 with several.
+// token is not a live holder's, coordkit.ManyHolders for token 0 with several.
 func pick(name string, st *state, token uint64, now clock.Boot, self proc.ID) (*holder, coord.LockInfo, error) {
 	w, err := judgeAll(st, now)
 	if err != nil {
@@ -168,7 +169,7 @@ func pick(name string, st *state, token uint64, now clock.Boot, self proc.ID) (*
 	case len(live) == 0:
 		return nil, li, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)
 	case token == 0 && len(live) > 1:
-		return nil, li, coord.ManyHolders(li)
+		return nil, li, coordkit.ManyHolders(li)
 	case token == 0:
 		return live[0], li, nil
 	}
@@ -183,7 +184,7 @@ func pick(name string, st *state, token uint64, now clock.Boot, self proc.ID) (*
 	if len(live) == 1 {
 		return nil, li, checkToken(name, live[0], token)
 	}
-	return nil, li, fmt.Errorf("%w: lock %q has no holder with token %d (%s)", coord.ErrOtherToken, name, token, coord.ManyHolders(li))
+	return nil, li, fmt.Errorf("%w: lock %q has no holder with token %d (%s)", coord.ErrOtherToken, name, token, coordkit.ManyHolders(li))
 }
 
 // holderInfo is what readers see of a live holder.

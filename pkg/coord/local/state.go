@@ -16,9 +16,8 @@ import (
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/internal/proc"
-
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // formatVersion is the version of the state file format. It changes only for
@@ -494,7 +493,7 @@ func applyRecord(f lockFiles, st *state) error {
 // fsynced before the rename, so a crash never leaves a truncated state; the
 // directory is fsynced too when sync is set (a token was issued), so that
 // the token survives a power loss before the lease is returned.
-func (c *Coordinator) store(f lockFiles, st *state, sync bool) error {
+func (c *coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
 	if st.slotted() {
 		st.Version = slotsVersion
@@ -558,7 +557,7 @@ func hasRecord(raw []byte) bool {
 
 // lockState takes the lock's flock for a read-modify-write. The returned
 // function releases it.
-func (c *Coordinator) lockState(ctx context.Context, f lockFiles) (func(), error) {
+func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error) {
 	fd, err := unix.Open(f.lock, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
 	switch {
 	case errors.Is(err, unix.ELOOP):
@@ -578,10 +577,6 @@ func (c *Coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 	if !errors.Is(err, unix.EWOULDBLOCK) {
 		unix.Close(fd)
 		return nil, unavailable("lock %q: flock %s: %v", f.name, f.lock, err)
-	}
-	if ctx.Value(noWaitKey{}) != nil {
-		unix.Close(fd)
-		return nil, errWouldWait // RenewAsync's queue: waited for elsewhere
 	}
 	// Contended: block in a goroutine so that ctx and the timeout are obeyed.
 	res := make(chan error, 1)
@@ -640,13 +635,13 @@ const (
 // update runs fn on the lock's state under its flock and writes what fn
 // reports. Every write raises an inotify event on locks/, which wakes the
 // lock's waiters (see the package doc, "Waiting").
-func (c *Coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (stateWrite, error)) error {
+func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (stateWrite, error)) error {
 	return c.updateWith(ctx, f, nil, fn)
 }
 
 // updateWith is update, reusing and updating the parse in *slot (see
 // parseWith) when slot is not nil.
-func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed, fn func(st *state) (stateWrite, error)) error {
+func (c *coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed, fn func(st *state) (stateWrite, error)) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
@@ -677,7 +672,7 @@ func (c *Coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed
 }
 
 // write writes st as ch says; token is the holder's token as read.
-func (c *Coordinator) write(f lockFiles, st *state, raw []byte, fd int, token uint64, ch stateWrite) error {
+func (c *coordinator) write(f lockFiles, st *state, raw []byte, fd int, token uint64, ch stateWrite) error {
 	switch ch {
 	case noChange:
 		return nil

@@ -57,7 +57,7 @@ func stopAsked(st *state) uint64 {
 // ringLock writes one byte to the lock file of f, waking the lease watches
 // and the WaitEnded calls of the lock. A lock file that is missing or not a
 // regular file of ours is left alone.
-func (c *Coordinator) ringLock(f lockFiles) {
+func (c *coordinator) ringLock(f lockFiles) {
 	fd, err := unix.Open(f.lock, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return
@@ -70,7 +70,7 @@ func (c *Coordinator) ringLock(f lockFiles) {
 	_, _ = unix.Pwrite(fd, []byte{'!'}, 0)
 }
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)
 
 // checkToken refuses a live holder h whose token is not token (0: any).
 func checkToken(name string, h *holder, token uint64) error {
@@ -85,7 +85,7 @@ func checkToken(name string, h *holder, token uint64) error {
 // is alive (or it was recorded in another PID namespace, where they cannot
 // be checked): they are the ones who answer. A lease taken without
 // processes (fence acquire), or whose supervisors are gone, is not asked.
-func (c *Coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
+func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, false, err
 	}
@@ -150,7 +150,7 @@ func supervised(h *holder) bool {
 
 // RevokeToken implements coord.Coordinator: Revoke, limited to the holder
 // with token (0: any).
-func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	return c.revoke(ctx, name, token)
 }
 
@@ -158,7 +158,7 @@ func (c *Coordinator) RevokeToken(ctx context.Context, name string, token uint64
 // waiter does, without a place in the queue: it wakes when the lock file
 // is written (the holder released after an ask, or the lease was revoked),
 // when one of the holder's processes exits, and at the lease's expiry.
-func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
+func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
 	if err := coord.ValidateName(name); err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (c *Coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 	}
 }
 
-var _ coord.Coordinator = (*Coordinator)(nil)
+var _ coord.Coordinator = (*coordinator)(nil)
 
 // WatchLease implements coord.Coordinator. It wakes only when the lock's
 // lock file is written (see above), then reads the state: a stop request
@@ -207,7 +207,7 @@ var _ coord.Coordinator = (*Coordinator)(nil)
 // (revoked, released or replaced, expired, abandoned) is ErrLeaseLost.
 // Without inotify it reads the state every 200ms. A state that cannot be
 // read ends the watch without a report: renewals find out then.
-func (c *Coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
+func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ var errNoNews = errors.New("no news")
 
 // leaseNews reads the lock for WatchLease: nil when the lease holds on and
 // no stop was asked; otherwise the error to report (errNoNews: none).
-func (c *Coordinator) leaseNews(f lockFiles, leaseID string) error {
+func (c *coordinator) leaseNews(f lockFiles, leaseID string) error {
 	st, err := load(f)
 	if err != nil {
 		return errNoNews

@@ -16,8 +16,8 @@ import (
 // still told of a stop request at once.
 func TestLeaseWatchesShareALockFile(t *testing.T) {
 	dir := newDir(t)
-	open := func() *Coordinator {
-		c, err := Open(dir)
+	open := func() *coordinator {
+		c, err := open(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,7 +35,7 @@ func replaceState(f lockFiles, data []byte) error {
 // fence when it is older than legacyTempAge. Listings (List, Watch) call it:
 // a lock's leftover is otherwise replaced only by its next write (see
 // replaceState), and an older fence's never.
-func (c *Coordinator) removeStaleTemp(fileName string) {
+func (c *coordinator) removeStaleTemp(fileName string) {
 	path := filepath.Join(c.locksDir, fileName)
 	base, ok := strings.CutPrefix(fileName, tempPrefix)
 	if !ok {

@@ -230,7 +230,7 @@ func TestListDuringWrites(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := Open(dir)
+			c, err := open(dir)
 			if err != nil {
 				t.Error(err)
 				return
@@ -258,7 +258,7 @@ func TestListDuringWrites(t *testing.T) {
 	}
 }
 
-func tempFiles(t *testing.T, c *Coordinator) []string {
+func tempFiles(t *testing.T, c *coordinator) []string {
 	t.Helper()
 	ents, err := os.ReadDir(c.locksDir)
 	if err != nil {

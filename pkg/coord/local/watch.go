@@ -13,6 +13,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
@@ -21,7 +22,7 @@ import (
 const fallbackPoll = 200 * time.Millisecond
 
 // hub turns inotify events into wake-ups of subscribers. One hub (one
-// inotify instance) serves every Coordinator of this process on one state
+// inotify instance) serves every coordinator of this process on one state
 // directory; it is started by the first that needs it and stopped when the
 // last of them is closed. It watches two kinds of things:
 //
@@ -135,7 +136,7 @@ func (h *hub) run() {
 const limitsBase = "\x00limits"
 
 // limitsPath is the limits file of the state directory whose locks/ the
-// hub watches (Coordinator.limitsPath).
+// hub watches (coordinator.limitsPath).
 func (h *hub) limitsPath() string { return filepath.Join(filepath.Dir(h.dir), "limits.json") }
 
 // notify wakes the directory subscribers of base (all subscribers, of
@@ -267,7 +268,7 @@ const (
 	wokePoll                       // no inotify: time to look at everything again
 	wokeDeadline                   // the Wait deadline passed
 	wokeCtx                        // ctx ended
-	wokeClosed                     // the Coordinator was closed
+	wokeClosed                     // the coordinator was closed
 )
 
 // sleep waits for one wake-up: a change notified on sub, the exit of one of
@@ -336,9 +337,9 @@ func untilWake(b clock.Boot) time.Duration {
 // also for a lock with a limit of its own and no state yet, as List shows
 // it). Every event's Info carries the lock's limit. The queue is as of the
 // last change of the state file. The channel is closed when ctx ends or the
-// Coordinator is closed; a consumer that does not read holds up only its
+// coordinator is closed; a consumer that does not read holds up only its
 // own Watch.
-func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
+func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -369,7 +370,7 @@ func (c *Coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 }
 
 type watcher struct {
-	c      *Coordinator
+	c      *coordinator
 	prefix string
 	self   proc.ID
 	sub    *subscription
@@ -464,7 +465,7 @@ func (w *watcher) relimit(emit func(coord.Event) bool) bool {
 	known := map[string]bool{}
 	for base, v := range w.views {
 		known[v.info.Name] = true
-		nl := coord.EffectiveLimit(ls, v.info.Name)
+		nl := coordkit.EffectiveLimit(ls, v.info.Name)
 		if sameLimit(v.info.Limit, nl) {
 			continue
 		}
@@ -479,8 +480,8 @@ func (w *watcher) relimit(emit func(coord.Event) bool) bool {
 			continue
 		}
 		known[l.Name] = true
-		nl := coord.EffectiveLimit(ls, l.Name)
-		if sameLimit(coord.EffectiveLimit(old, l.Name), nl) {
+		nl := coordkit.EffectiveLimit(ls, l.Name)
+		if sameLimit(coordkit.EffectiveLimit(old, l.Name), nl) {
 			continue
 		}
 		if emit != nil && !emit(coord.Event{Type: coord.EventLimit, Info: coord.LockInfo{Name: l.Name, Limit: nl}}) {
@@ -549,7 +550,7 @@ func (w *watcher) read(base string) (view, bool) {
 	if err != nil {
 		return view{}, false
 	}
-	return viewOf(lw, info(st, lw.v, now, w.self), coord.EffectiveLimit(w.limits, st.Name)), true
+	return viewOf(lw, info(st, lw.v, now, w.self), coordkit.EffectiveLimit(w.limits, st.Name)), true
 }
 
 // viewOf is what a watcher keeps of a lock judged lw, whose info is li:

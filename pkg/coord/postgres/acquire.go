@@ -13,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Acquire takes a lease on name: at once when the lock has room and nobody
 // waits, else (opts.Wait) in the queue.
 func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	start := time.Now()
-	opts, err := coord.CheckAcquire(name, opts)
+	opts, err := coordkit.CheckAcquire(name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -38,9 +39,9 @@ func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 
 // busy is the error of an Acquire that did not get the lock.
 func busy(st *state, opts coord.AcquireOptions) error {
-	lim := coord.EffectiveLimit(st.limits, st.name)
+	lim := coordkit.EffectiveLimit(st.limits, st.name)
 	if lim != nil && len(st.holders)+len(st.waiters) >= lim.Max {
-		return &coord.LimitError{Lock: st.name, Limit: *lim, Holders: len(st.holders)}
+		return &coordkit.LimitError{Lock: st.name, Limit: *lim, Holders: len(st.holders)}
 	}
 	if len(st.holders) > 0 {
 		h := st.holders[0]
@@ -60,7 +61,7 @@ func (c *coordinator) grantIdle(ctx context.Context, name string, opts coord.Acq
 	var token int64
 	var at time.Time
 	err := c.pool.QueryRow(ctx, c.sql("SELECT g_token, g_at FROM {s}.grant_idle($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
-		name, opts.Holder, coord.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, processJSON(opts), c.chLock(name), c.chWatch).Scan(&token, &at)
+		name, opts.Holder, coordkit.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, processJSON(opts), c.chLock(name), c.chWatch).Scan(&token, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -105,7 +106,7 @@ func decide(st *state, me int64, slots int) (step tryStep, room int, queued bool
 		}
 	}
 	room = slots
-	if lim := coord.EffectiveLimit(st.limits, st.name); lim != nil {
+	if lim := coordkit.EffectiveLimit(st.limits, st.name); lim != nil {
 		room = min(room, lim.Max)
 	}
 	switch {
@@ -135,12 +136,12 @@ func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coo
 		if st, err = c.load(ctx, tx, name, me, true); err != nil {
 			return err
 		}
-		slots := coord.SlotsOf(opts.Slots)
+		slots := coordkit.SlotsOf(opts.Slots)
 		step, room, queued := decide(st, me, slots)
 		st.room = room
 		switch step {
 		case trySlots:
-			return &coord.SlotsError{Lock: name, Have: st.slots, Want: slots}
+			return &coordkit.SlotsError{Lock: name, Have: st.slots, Want: slots}
 		case tryCeiling:
 			return fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
 				coord.ErrUnavailable, name, st.last)
@@ -176,7 +177,7 @@ func (c *coordinator) grant(ctx context.Context, tx pgx.Tx, st *state, opts coor
 	name, token, slot := st.name, st.last+1, freeSlot(st.holders)
 	id, rvn := random(), random()
 	var at time.Time
-	if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET last_token = $2, slots = $3 WHERE name = $1"), name, token, coord.SlotsOf(opts.Slots)); err != nil {
+	if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET last_token = $2, slots = $3 WHERE name = $1"), name, token, coordkit.SlotsOf(opts.Slots)); err != nil {
 		return nil, err
 	}
 	if err := tx.QueryRow(ctx, c.sql(`INSERT INTO {s}.leases (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)

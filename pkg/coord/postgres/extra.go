@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // SetLimit records l (coord.Limiter); waiters are told at its commit.
@@ -117,7 +118,7 @@ func (c *coordinator) write(ctx context.Context, tx pgx.Tx, rec coord.Completion
 	_, err := tx.Exec(ctx, c.sql(`INSERT INTO {s}.completions (`+completionCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, now() + $7 * interval '1 millisecond')
 		ON CONFLICT (lock, key) DO UPDATE SET holder = $3, token = $4, started_ns = $5, finished_ns = $6, expires = EXCLUDED.expires `+cond),
-		rec.Lock, rec.Key, rec.Holder, int64(rec.Token), started, rec.Finished.UnixNano(), coord.KeepOrDefault(keep).Milliseconds())
+		rec.Lock, rec.Key, rec.Holder, int64(rec.Token), started, rec.Finished.UnixNano(), coordkit.KeepOrDefault(keep).Milliseconds())
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // args checks a lock name and a lease id.
@@ -98,7 +99,7 @@ func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 	if err != nil {
 		return err
 	}
-	if err := p.Validate(); err != nil {
+	if err := coordkit.ValidateProcess(p); err != nil {
 		return err
 	}
 	b, _ := json.Marshal(p)
@@ -124,7 +125,7 @@ func (c *coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, 
 	case len(st.holders) == 0:
 		return lease{}, info, fmt.Errorf("%w: %q", coord.ErrNotHeld, st.name)
 	case token == 0 && len(st.holders) > 1:
-		return lease{}, info, coord.ManyHolders(info)
+		return lease{}, info, coordkit.ManyHolders(info)
 	case token == 0:
 		return st.holders[0], one(st.name, st.holders[0]), nil
 	}

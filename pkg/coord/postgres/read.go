@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // Inspect reads one lock.
@@ -62,7 +63,7 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 			infos = append(infos, i)
 		}
 	}
-	infos = coord.WithLimited(infos, limits, prefix)
+	infos = coordkit.WithLimited(infos, limits, prefix)
 	slices.SortFunc(infos, func(a, b coord.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return infos, nil
 }

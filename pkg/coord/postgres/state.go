@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // lease is a holder's row, with when this client may take it over.
@@ -166,7 +167,7 @@ func (c *coordinator) expire(ctx context.Context, q execer, name string, hs []le
 
 // info is what readers see of st.
 func (c *coordinator) info(st *state) coord.LockInfo {
-	i := coord.LockInfo{Name: st.name, LastToken: uint64(st.last), Waiters: len(st.waiters), Limit: coord.EffectiveLimit(st.limits, st.name)}
+	i := coord.LockInfo{Name: st.name, LastToken: uint64(st.last), Waiters: len(st.waiters), Limit: coordkit.EffectiveLimit(st.limits, st.name)}
 	for _, w := range st.waiters {
 		i.Queue = append(i.Queue, coord.Waiter{Holder: w.holder, Since: w.since})
 	}

@@ -630,7 +630,10 @@ var errNotHeld = errors.New("the lease no longer holds the lock")
 // records and releases the usual way. An error with done true is the
 // release's (see etcdtxn.Release): the event is written.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
-	ec, ok := c.(*etcd.Coordinator)
+	ec, ok := c.(interface { // package etcd's coordinator
+		Client() *clientv3.Client
+		Prefix() string
+	})
 	if !ok || ec.Client() != s.cli || ec.Prefix() != s.prefix {
 		return false, nil
 	}

@@ -219,7 +219,17 @@ func recorderOf(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return history.Wrap(c, newStoreLike(t, cli, c.Prefix()))
+	return history.Wrap(c, newStoreLike(t, cli, etcd.NormalPrefix(prefix)))
+}
+
+// clientOf returns the client and prefix of c, a coordinator of package
+// etcd.
+func clientOf(c coord.Coordinator) (*clientv3.Client, string) {
+	ec := c.(interface {
+		Client() *clientv3.Client
+		Prefix() string
+	})
+	return ec.Client(), ec.Prefix()
 }
 
 func newStoreLike(t *testing.T, cli *clientv3.Client, prefix string) *store {
@@ -261,7 +271,7 @@ func TestAcquireWithoutHistoryPermission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newStore(c.Client(), c.Prefix())
+	s, err := newStore(clientOf(c))
 	if err != nil {
 		t.Fatal(err)
 	}

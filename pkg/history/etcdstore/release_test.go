@@ -31,7 +31,7 @@ func TestReleaseInOneTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := newStore(c.Client(), c.Prefix())
+	s, err := newStore(clientOf(c))
 	if err != nil {
 		t.Fatal(err)
 	}

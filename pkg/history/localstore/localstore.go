@@ -76,7 +76,6 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/local"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/internal/codec"
 	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
@@ -840,7 +839,7 @@ func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped,
 
 // AppendRelease is the history Recorder's one-step release (see
 // history.releaseAppender) on the local coordinator
-// of the state directory this store is in (local.Coordinator.ReleaseWith):
+// of the state directory this store is in (package local's ReleaseWith):
 // ev, the released event of leaseID held under token, is appended under
 // the lock's flock, once the lease is found to hold the lock and before the
 // release is written, so that it precedes the next holder's acquisition
@@ -854,7 +853,10 @@ func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped,
 // releases the usual way. An error with done true is the release's (the
 // event is written), or the fsync's.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
-	lc, ok := c.(*local.Coordinator)
+	lc, ok := c.(interface { // package local's coordinator
+		Dir() string
+		ReleaseWith(ctx context.Context, name, leaseID string, token uint64, before func() error) (bool, error)
+	})
 	if !ok || filepath.Clean(filepath.Join(lc.Dir(), dirName)) != filepath.Clean(s.dir) {
 		return false, nil
 	}

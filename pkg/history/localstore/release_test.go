@@ -13,7 +13,7 @@ import (
 
 // TestReleaseWithItsEvent: the released event of a lease the Recorder
 // acquired is appended under the lock's flock, before the release
-// (local.Coordinator.ReleaseWith), with no read of the lock of its own: a
+// (package local's ReleaseWith), with no read of the lock of its own: a
 // waiter in another coordinator that gets the lock finds the event on
 // record the moment its Acquire returns. A store of another state
 // directory does not take that path and writes nothing; a lease that is
@@ -23,7 +23,7 @@ func TestReleaseWithItsEvent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "state")
-	openPair := func() (*local.Coordinator, *store) {
+	openPair := func() (coord.Coordinator, *store) {
 		c, err := local.Open(dir)
 		if err != nil {
 			t.Fatal(err)

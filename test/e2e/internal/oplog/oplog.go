@@ -3,7 +3,7 @@
 // starts and one when it ends, to a file of its own; the test merges the
 // files into a history for the linearizability checker.
 //
-// Times are on the boot clock (pkg/clock, CLOCK_BOOTTIME), which every
+// Times are on the boot clock (internal/clock, CLOCK_BOOTTIME), which every
 // process of one boot shares and which does not jump.
 package oplog
 
