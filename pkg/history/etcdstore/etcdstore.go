@@ -19,7 +19,9 @@
 // against 0.30 ms in BenchmarkLastLease1000, on an idle in-process etcd;
 // about 3 ms more per `fence run` on one etcd 3.4 member). A head without "lease" (older
 // fence versions write it so) sends LastLease the long way until the next
-// write of this version.
+// write of this version. LastLease reads the head alone: the write after it
+// applies the count bound, and the write after that (the release's, which
+// knows the oldest events from the first) the age bound too.
 //
 // A write is one transaction that checks the head is as the writer last saw
 // it, puts the new events and the new head, and deletes, with one range
@@ -492,11 +494,11 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 
 // LastLease returns the newest lease event (history.Kind.OfLease) among
 // lock's last n kept events (n <= 0: all of them), the one a scan of
-// Latest(ctx, lock, n) from its end would find, and keeps what the store's
-// next write of lock needs, as Latest does. It reads the head's record of
+// Latest(ctx, lock, n) from its end would find, and keeps the head for the
+// store's next write of lock. It reads the head's record of
 // that event (see head) and decides from the head's numbers and the age
-// bound whether it is among those n: one transaction of two reads (the
-// head, the oldest events), whatever the length of the history, where
+// bound whether it is among those n: one read of one key (the head),
+// whatever the length of the history, where
 // Latest's read of the newest events makes etcd read and sort the lock's
 // whole range (it has no reverse scan). A lock without a head has no
 // events. Where the head has no record (see head) it reads as Latest does.
@@ -505,14 +507,23 @@ func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Even
 	if err := coord.ValidateName(lock); err != nil {
 		return history.Event{}, false, err
 	}
-	resp, err := s.cli.Txn(ctx).Then(s.stateOps(lock)...).Commit()
+	resp, err := s.cli.Get(ctx, s.HeadKey(lock))
 	if err != nil {
 		return history.Event{}, false, unavailable(ctx, lock, err)
 	}
-	st, err := s.decodeState(lock, resp.Responses)
-	if err != nil {
-		return history.Event{}, false, err
+	st := state{head: head{First: 1}}
+	if len(resp.Kvs) > 0 {
+		h, err := decodeHead(resp.Kvs[0].Value)
+		if err != nil {
+			return history.Event{}, false, corrupt(lock, string(resp.Kvs[0].Key), err.Error())
+		}
+		st.head, st.exists, st.modRev = h, true, resp.Kvs[0].ModRevision
 	}
+	// The oldest events are not read: from the start of the lock's range,
+	// etcd's index walks past the key of every event deleted since its
+	// last compaction. The next write applies the count bound, and reads
+	// the oldest events it keeps for the write after it (the release's),
+	// which applies the age bound.
 	s.keep(lock, st)
 	return s.lastLeaseIn(ctx, lock, n, st)
 }
