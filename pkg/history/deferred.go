@@ -19,7 +19,11 @@ import (
 // The events are never lost or reordered by the deferral: every later call
 // of this Recorder about the same lock (Release, Revoke, Record, Append)
 // first waits until the acquisition is recorded (or kept pending, as a
-// failed write is), and so does Close. A successor cannot take the lock
+// failed write is), and so does Close. On a store that can put a write's
+// fsync off (package localstore), "recorded" is written, visible to every
+// process: the fsync follows on the same goroutine, and the release's own
+// record, whose fsync covers the file's earlier writes, need not wait for
+// it; Close does. A successor cannot take the lock
 // before the lease is released, so it always finds the acquisition, and the
 // release, on record.
 func (r *recorder) AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
@@ -31,9 +35,14 @@ func (r *recorder) AcquireDeferred(ctx context.Context, name string, opts coord.
 	wait := time.Since(start)
 	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
 	done := r.inflight.start(name)
+	r.syncing.Add(1)
 	go func() {
-		defer r.inflight.finish(name, done)
-		r.recordAcquired(ctx, name, l, wait, opts.Slots, look)
+		defer r.syncing.Done()
+		fsync := r.recordAcquired(ctx, name, l, wait, opts.Slots, look, true)
+		r.inflight.finish(name, done)
+		if fsync != nil {
+			fsync()
+		}
 	}()
 	return l, nil
 }

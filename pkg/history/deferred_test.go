@@ -178,3 +178,97 @@ func TestAcquireDeferredDoesNotWait(t *testing.T) {
 		t.Fatalf("history %s, want %s", got, want)
 	}
 }
+
+// slowSyncStore is a local history store whose fsyncs wait until
+// unblocked (a slow disk): Append returns, and AppendLater's sync, only
+// then. Its AppendRelease is the local store's own.
+type slowSyncStore struct {
+	history.Store
+	syncing chan struct{} // closed when the first fsync waits
+	unblock chan struct{}
+}
+
+func (s *slowSyncStore) slowSync() {
+	select {
+	case <-s.syncing:
+	default:
+		close(s.syncing)
+	}
+	<-s.unblock
+}
+
+func (s *slowSyncStore) Append(ctx context.Context, evs []history.Event) error {
+	err := s.Store.Append(ctx, evs)
+	s.slowSync()
+	return err
+}
+
+func (s *slowSyncStore) AppendLater(ctx context.Context, evs []history.Event) (func() error, error) {
+	sync, err := s.Store.(interface {
+		AppendLater(context.Context, []history.Event) (func() error, error)
+	}).AppendLater(ctx, evs)
+	return func() error { s.slowSync(); return sync() }, err
+}
+
+func (s *slowSyncStore) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (bool, error) {
+	return s.Store.(interface {
+		AppendRelease(context.Context, coord.Coordinator, string, uint64, history.Event) (bool, error)
+	}).AppendRelease(ctx, c, leaseID, token, ev)
+}
+
+// TestAcquireDeferredReleaseSkipsTheFsync: on the local store, a release
+// after AcquireDeferred waits for the acquisition's record to be written,
+// not for its fsync (the release's own record, fsynced with the release,
+// makes both durable): with that fsync held up, the release completes and
+// the history reads acquired then released; Close waits for the fsync.
+// Before, the release waited for it (a short command paid two fsyncs of
+// the history after it ended).
+func TestAcquireDeferredReleaseSkipsTheFsync(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	c, err := local.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &slowSyncStore{Store: ls, syncing: make(chan struct{}), unblock: make(chan struct{})}
+	r := history.Wrap(c, store, history.WithRecordTimeout(time.Minute))
+	unblocked := false
+	defer func() {
+		if !unblocked {
+			close(store.unblock)
+		}
+	}()
+	l, err := r.AcquireDeferred(ctxT(t), "slowsync", coord.AcquireOptions{TTL: time.Minute, Holder: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-store.syncing // the acquisition is written, its fsync held up
+	released := make(chan error, 1)
+	go func() { released <- r.Release(ctxT(t), "slowsync", l.ID) }()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release waited for the fsync of the acquisition's record")
+	}
+	if got, want := kinds(t, ls, "slowsync"), fmt.Sprintf("acquired:h:%d released:h:%d", l.Token, l.Token); got != want {
+		t.Fatalf("history %s, want %s", got, want)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned before the fsync it put off: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	unblocked = true
+	close(store.unblock)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -82,7 +82,8 @@ type recorder struct {
 	held  map[string]heldLease // by lease id: leases acquired through this Recorder
 	asked map[string]uint64    // by lock: the token a stop was requested of (revoked on record)
 
-	inflight inflight // acquisitions being recorded (AcquireDeferred)
+	inflight inflight       // acquisitions being recorded (AcquireDeferred)
+	syncing  sync.WaitGroup // their fsyncs put off (recordAcquired)
 }
 
 type heldLease struct {
@@ -137,7 +138,7 @@ func (r *recorder) Acquire(ctx context.Context, name string, opts coord.AcquireO
 	}
 	wait := time.Since(start)
 	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
-	r.recordAcquired(ctx, name, l, wait, opts.Slots, look)
+	r.recordAcquired(ctx, name, l, wait, opts.Slots, look, false)
 	return l, nil
 }
 
@@ -154,7 +155,11 @@ func (r *recorder) acquire(ctx context.Context, name string, opts coord.AcquireO
 // (of a semaphore, slots above 1, only when it no longer holds a slot: its
 // holders overlap). look is the store's look at the lock's last lease event
 // made with the acquisition (nil: none was made, and it reads it now).
-func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, look func(context.Context) (Event, bool, error)) {
+// Where the store can (laterAppender) and nothing is pending, the events'
+// fsync is put off: it returns once they are written, and fsync, when not
+// nil, makes them durable (a deferred record: a Release waits for the write
+// only, and its own record's fsync covers both).
+func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, look func(context.Context) (Event, bool, error), later bool) (fsync func()) {
 	// The lease is running: spend at most a quarter of it on the history.
 	timeout := r.opts.RecordTimeout
 	if q := l.TTL / 4; q > 0 && q < timeout {
@@ -169,7 +174,44 @@ func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lea
 		evs = append(evs, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 	}
 	evs = append(evs, Event{Time: now, Lock: name, Kind: Acquired, Holder: l.Holder, Token: l.Token, Wait: wait, LeaseID: l.ID})
+	if later {
+		if fsync = r.writeLater(rctx, evs); fsync != nil {
+			return fsync
+		}
+	}
 	r.write(rctx, evs...)
+	return nil
+}
+
+// laterAppender is a Store that can put off the fsync of a write (package
+// localstore): AppendLater returns once evs are written (every process
+// sees them), and they are durable once sync has returned nil. sync must be
+// called once, whatever the error.
+type laterAppender interface {
+	AppendLater(ctx context.Context, evs []Event) (sync func() error, err error)
+}
+
+// writeLater writes evs with their fsync put off, when the store can and no
+// event is pending (they go first). nil: nothing was written, and the
+// caller writes them the usual way.
+func (r *recorder) writeLater(ctx context.Context, evs []Event) (fsync func()) {
+	la, ok := r.store.(laterAppender)
+	if !ok {
+		return nil
+	}
+	r.pending.whenEmpty(func() {
+		durable, err := la.AppendLater(ctx, evs)
+		if err != nil {
+			_ = durable()
+			return
+		}
+		fsync = func() {
+			if err := durable(); err != nil {
+				r.log.Warn("history: could not make events durable", "lock", evs[0].Lock, "err", err)
+			}
+		}
+	})
+	return fsync
 }
 
 // stillHolds reports whether the holder with token still holds a slot of
@@ -396,6 +438,7 @@ func (r *recorder) Close() error { return r.CloseContext(context.Background()) }
 // as lost.
 func (r *recorder) CloseContext(ctx context.Context) error {
 	r.inflight.wait()
+	r.syncing.Wait()
 	ctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	if err := r.pending.flush(ctx); err != nil {

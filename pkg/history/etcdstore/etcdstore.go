@@ -19,13 +19,17 @@
 // against 0.30 ms in BenchmarkLastLease1000, on an idle in-process etcd;
 // about 3 ms more per `fence run` on one etcd 3.4 member). A head without "lease" (older
 // fence versions write it so) sends LastLease the long way until the next
-// write of this version.
+// write of this version. LastLease reads the head alone: the write after it
+// applies the count bound, and the write after that (the release's, which
+// knows the oldest events from the first) the age bound too.
 //
 // A write is one transaction that checks the head is as the writer last saw
 // it, puts the new events and the new head, and deletes, with one range
 // delete, the oldest events beyond the count bound and those, from the
 // oldest on, past the age bound; it also reads the oldest events left, for
-// the store's next write. When another writer came first, the transaction
+// the store's next write. Both ranges start at the head's first number, not
+// at the start of the lock's range, where etcd's index keeps the key of
+// every deleted event until it is compacted. When another writer came first, the transaction
 // reads the head and the oldest events instead, and the write is tried
 // again on them. The lock's history thus never holds more
 // than the bound (plus nothing: trimming is part of the write), and
@@ -178,140 +182,198 @@ type commitFunc func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3
 // as it is.
 func (s *store) appendWith(ctx context.Context, lock string, evs []history.Event, commit commitFunc) error {
 	cut := s.opts.Cutoff()
-	kept := evs[:0:0]
-	for _, ev := range evs {
-		if !ev.Time.Before(cut) {
-			kept = append(kept, ev)
+	kept, vals, err := encodeKept(evs, cut)
+	if err != nil || len(kept) == 0 {
+		return err // none: already past the age bound, kept nowhere
+	}
+	if commit == nil {
+		commit = func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+			return s.cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
 		}
 	}
-	if len(kept) == 0 {
-		return nil // already past the age bound: kept nowhere
-	}
-	vals := make([]string, len(kept))
-	for i, ev := range kept {
-		b, err := codec.Encode(0, ev)
-		if err != nil {
-			return err
-		}
-		vals[i] = string(b)
-	}
-	hk, rng := s.HeadKey(lock), s.Range(lock)
-	end := clientv3.GetPrefixRangeEnd(rng)
-	readOps := s.stateOps(lock)
 	st, ok := s.cached(lock)
 	if !ok {
-		resp, err := s.cli.Txn(ctx).Then(readOps...).Commit()
-		if err != nil {
-			return unavailable(ctx, lock, err)
-		}
-		if st, err = s.decodeState(lock, resp.Responses); err != nil {
+		if st, err = s.readState(ctx, lock); err != nil {
 			return err
 		}
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		h := st.head
-		last := h.Seq + uint64(len(vals))
-		first := h.First
-		if n := uint64(s.opts.MaxEvents); last >= n && last-n+1 > first {
-			first = last - n + 1
-		}
-		// Past the age bound, from the oldest on: read further while all
-		// that was read is past it.
-		oldest := st.oldest
-		for limit := trimRead; len(oldest) > 0; limit = trimPage {
-			aged := 0
-			for _, e := range oldest {
-				if e.Seq < first {
-					aged++ // trimmed by count anyway
-					continue
-				}
-				if e.Seq > h.Seq || !e.Event.Time.Before(cut) {
-					break
-				}
-				first = max(first, e.Seq+1)
-				aged++
-			}
-			if aged < len(oldest) || len(oldest) < limit {
-				break
-			}
-			from := s.key(lock, oldest[len(oldest)-1].Seq+1)
-			more, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(trimPage),
-				clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithSerializable())
-			if err != nil {
-				s.forget(lock)
-				return unavailable(ctx, lock, err)
-			}
-			if oldest, err = s.decodeAll(lock, more.Kvs); err != nil {
-				return err
-			}
-		}
-		var err error
-		mark := h.Lease
-		for i, ev := range kept {
-			if ev.Kind.OfLease() {
-				if mark, err = codec.Encode(h.Seq+1+uint64(i), ev); err != nil {
-					return err
-				}
-			}
-		}
-		hv, _ := json.Marshal(head{Seq: last, First: first, Lease: mark})
-		ops := []clientv3.Op{clientv3.OpPut(hk, string(hv))}
-		for i, v := range vals {
-			if seq := h.Seq + 1 + uint64(i); seq >= first { // (a batch larger than the bound)
-				ops = append(ops, clientv3.OpPut(s.key(lock, seq), v))
-			}
-		}
-		// Everything below first goes, including strays below the head's own
-		// first (none, unless keys were put by hand). Then the oldest kept,
-		// for the next write: a transaction's reads see its own writes.
-		ops = append(ops, clientv3.OpDelete(rng, clientv3.WithRange(s.key(lock, first))), readOps[1])
-		cmp := clientv3.Compare(clientv3.CreateRevision(hk), "=", 0)
-		if st.exists {
-			cmp = clientv3.Compare(clientv3.ModRevision(hk), "=", st.modRev)
-		}
-		var tr *clientv3.TxnResponse
-		if commit == nil {
-			tr, err = s.cli.Txn(ctx).If(cmp).Then(ops...).Else(readOps...).Commit()
-		} else {
-			tr, err = commit(ctx, cmp, ops, readOps)
-		}
-		if err != nil {
-			s.forget(lock)
-			if errors.Is(err, errNotHeld) {
-				return err
-			}
-			return unavailable(ctx, lock, err)
-		}
-		if !tr.Succeeded {
-			// Another writer came first; its result is in the Else reads.
-			if st, err = s.decodeState(lock, tr.Responses); err != nil {
-				s.forget(lock)
-				return err
-			}
-			continue
-		}
-		next := state{head: head{Seq: last, First: first, Lease: mark}, exists: true, modRev: tr.Header.Revision}
-		if next.oldest, err = s.decodeAll(lock, tr.Responses[len(tr.Responses)-1].GetResponseRange().Kvs); err != nil {
-			s.forget(lock)
+		var done bool
+		if st, done, err = s.tryWrite(ctx, lock, st, kept, vals, cut, commit); done || err != nil {
 			return err
 		}
-		s.keep(lock, next)
-		return nil
 	}
 	s.forget(lock)
 	return fmt.Errorf("%w: history of %q: gave up after %d attempts to write it against other writers",
 		coord.ErrUnavailable, lock, maxAttempts)
 }
 
-// stateOps are the reads of what a write needs to know of lock's history
-// (decodeState): its head and its oldest events.
-func (s *store) stateOps(lock string) []clientv3.Op {
-	rng := s.Range(lock)
-	return []clientv3.Op{
-		clientv3.OpGet(s.HeadKey(lock)),
-		clientv3.OpGet(rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)), clientv3.WithLimit(trimRead),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend)),
+// encodeKept returns the events of evs not past the age bound (cut), and
+// their values.
+func encodeKept(evs []history.Event, cut time.Time) ([]history.Event, []string, error) {
+	var kept []history.Event
+	var vals []string
+	for _, ev := range evs {
+		if ev.Time.Before(cut) {
+			continue
+		}
+		b, err := codec.Encode(0, ev)
+		if err != nil {
+			return nil, nil, err
+		}
+		kept, vals = append(kept, ev), append(vals, string(b))
 	}
+	return kept, vals, nil
+}
+
+// readState reads what a write of lock needs to know (stateOps).
+func (s *store) readState(ctx context.Context, lock string) (state, error) {
+	resp, err := s.cli.Txn(ctx).Then(s.stateOps(lock)...).Commit()
+	if err != nil {
+		return state{}, unavailable(ctx, lock, err)
+	}
+	return s.decodeState(lock, resp.Responses)
+}
+
+// tryWrite is one attempt of appendWith on st, the lock's state as last
+// seen: done when the events are written; else next is the state another
+// writer left, to try again on.
+func (s *store) tryWrite(ctx context.Context, lock string, st state, kept []history.Event, vals []string, cut time.Time, commit commitFunc) (next state, done bool, err error) {
+	h := st.head
+	last := h.Seq + uint64(len(vals))
+	first, err := s.firstKept(ctx, lock, st, last, cut)
+	if err != nil {
+		return state{}, false, err
+	}
+	mark, err := leaseMark(h, kept)
+	if err != nil {
+		return state{}, false, err
+	}
+	nh := head{Seq: last, First: first, Lease: mark}
+	ops := s.writeOps(lock, h, nh, vals)
+	cmp := clientv3.Compare(clientv3.CreateRevision(s.HeadKey(lock)), "=", 0)
+	if st.exists {
+		cmp = clientv3.Compare(clientv3.ModRevision(s.HeadKey(lock)), "=", st.modRev)
+	}
+	tr, err := commit(ctx, cmp, ops, s.stateOps(lock))
+	switch {
+	case err != nil && errors.Is(err, errNotHeld):
+		s.forget(lock)
+		return state{}, false, err
+	case err != nil:
+		s.forget(lock)
+		return state{}, false, unavailable(ctx, lock, err)
+	case !tr.Succeeded:
+		// Another writer came first; its result is in the Else reads.
+		if next, err = s.decodeState(lock, tr.Responses); err != nil {
+			s.forget(lock)
+		}
+		return next, false, err
+	}
+	next = state{head: nh, exists: true, modRev: tr.Header.Revision}
+	if next.oldest, err = s.decodeAll(lock, tr.Responses[len(tr.Responses)-1].GetResponseRange().Kvs); err != nil {
+		s.forget(lock)
+		return state{}, false, err
+	}
+	s.keep(lock, next)
+	return next, true, nil
+}
+
+// firstKept is the first event number a write that makes last the newest
+// keeps: by the count bound, then past the age bound (cut) from the oldest
+// on, reading further (trimPage at a time) while all that was read is past
+// it.
+func (s *store) firstKept(ctx context.Context, lock string, st state, last uint64, cut time.Time) (uint64, error) {
+	first, oldest := st.head.First, st.oldest
+	for limit := trimRead; ; limit = trimPage {
+		var readOn bool
+		first, readOn = trimFirst(st.head, first, last, s.opts.MaxEvents, oldest, limit, cut)
+		if !readOn {
+			return first, nil
+		}
+		end := clientv3.GetPrefixRangeEnd(s.Range(lock))
+		more, err := s.cli.Get(ctx, s.key(lock, oldest[len(oldest)-1].Seq+1), clientv3.WithRange(end), clientv3.WithLimit(trimPage),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithSerializable())
+		if err != nil {
+			s.forget(lock)
+			return 0, unavailable(ctx, lock, err)
+		}
+		if oldest, err = s.decodeAll(lock, more.Kvs); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// trimFirst decides the first event number kept by a write that makes last
+// the newest of a history whose head is h: at least first, within the
+// count bound maxEvents, and past the events of oldest (read with limit,
+// oldest first) that are older than cut and not newer than h. readOn says
+// that all of oldest went, and as many as limit were read: the events after
+// them may be past the age bound too.
+func trimFirst(h head, first, last uint64, maxEvents int, oldest []history.Entry, limit int, cut time.Time) (uint64, bool) {
+	if n := uint64(maxEvents); last >= n && last-n+1 > first {
+		first = last - n + 1
+	}
+	aged := 0
+	for _, e := range oldest {
+		if e.Seq >= first && (e.Seq > h.Seq || !e.Event.Time.Before(cut)) {
+			break
+		}
+		first = max(first, e.Seq+1) // (below first: trimmed by count anyway)
+		aged++
+	}
+	return first, len(oldest) > 0 && aged == len(oldest) && len(oldest) >= limit
+}
+
+// leaseMark is the lease event the head of a write of kept after h names:
+// the newest of kept's lease events, else h's.
+func leaseMark(h head, kept []history.Event) (json.RawMessage, error) {
+	mark := h.Lease
+	for i, ev := range kept {
+		if ev.Kind.OfLease() {
+			var err error
+			if mark, err = codec.Encode(h.Seq+1+uint64(i), ev); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return mark, nil
+}
+
+// writeOps are the Then operations of a write of vals after head h that
+// leaves head nh: the new head, the events (those of a batch larger than
+// the count bound from nh.First on), the delete of the events from h.First
+// to nh.First, and last the oldest events kept, for the next write (a
+// transaction's reads see its own writes). Both the delete and the read
+// start at a first event number, never at the start of the lock's range:
+// etcd's index keeps the keys of deleted events until it is compacted, and
+// a range from the start of a long-lived lock's history would walk past
+// every one of them.
+func (s *store) writeOps(lock string, h, nh head, vals []string) []clientv3.Op {
+	hv, _ := json.Marshal(nh)
+	ops := []clientv3.Op{clientv3.OpPut(s.HeadKey(lock), string(hv))}
+	for i, v := range vals {
+		if seq := h.Seq + 1 + uint64(i); seq >= nh.First {
+			ops = append(ops, clientv3.OpPut(s.key(lock, seq), v))
+		}
+	}
+	if nh.First > h.First {
+		ops = append(ops, clientv3.OpDelete(s.key(lock, h.First), clientv3.WithRange(s.key(lock, nh.First))))
+	}
+	return append(ops, s.oldestOp(lock, s.key(lock, nh.First)))
+}
+
+// stateOps are the reads of what a write needs to know of lock's history
+// (decodeState): its head and its oldest events. Without the head, the
+// oldest events are read from the start of the lock's range.
+func (s *store) stateOps(lock string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpGet(s.HeadKey(lock)), s.oldestOp(lock, s.Range(lock))}
+}
+
+// oldestOp reads lock's oldest trimRead events from key from on.
+func (s *store) oldestOp(lock, from string) clientv3.Op {
+	return clientv3.OpGet(from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.Range(lock))), clientv3.WithLimit(trimRead),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 }
 
 // state is what a write needs to know of a lock's history: its head (and
@@ -432,11 +494,11 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 
 // LastLease returns the newest lease event (history.Kind.OfLease) among
 // lock's last n kept events (n <= 0: all of them), the one a scan of
-// Latest(ctx, lock, n) from its end would find, and keeps what the store's
-// next write of lock needs, as Latest does. It reads the head's record of
+// Latest(ctx, lock, n) from its end would find, and keeps the head for the
+// store's next write of lock. It reads the head's record of
 // that event (see head) and decides from the head's numbers and the age
-// bound whether it is among those n: one transaction of two reads (the
-// head, the oldest events), whatever the length of the history, where
+// bound whether it is among those n: one read of one key (the head),
+// whatever the length of the history, where
 // Latest's read of the newest events makes etcd read and sort the lock's
 // whole range (it has no reverse scan). A lock without a head has no
 // events. Where the head has no record (see head) it reads as Latest does.
@@ -445,14 +507,23 @@ func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Even
 	if err := coord.ValidateName(lock); err != nil {
 		return history.Event{}, false, err
 	}
-	resp, err := s.cli.Txn(ctx).Then(s.stateOps(lock)...).Commit()
+	resp, err := s.cli.Get(ctx, s.HeadKey(lock))
 	if err != nil {
 		return history.Event{}, false, unavailable(ctx, lock, err)
 	}
-	st, err := s.decodeState(lock, resp.Responses)
-	if err != nil {
-		return history.Event{}, false, err
+	st := state{head: head{First: 1}}
+	if len(resp.Kvs) > 0 {
+		h, err := decodeHead(resp.Kvs[0].Value)
+		if err != nil {
+			return history.Event{}, false, corrupt(lock, string(resp.Kvs[0].Key), err.Error())
+		}
+		st.head, st.exists, st.modRev = h, true, resp.Kvs[0].ModRevision
 	}
+	// The oldest events are not read: from the start of the lock's range,
+	// etcd's index walks past the key of every event deleted since its
+	// last compaction. The next write applies the count bound, and reads
+	// the oldest events it keeps for the write after it (the release's),
+	// which applies the age bound.
 	s.keep(lock, st)
 	return s.lastLeaseIn(ctx, lock, n, st)
 }

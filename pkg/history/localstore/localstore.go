@@ -193,6 +193,28 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	})
 }
 
+// AppendLater is Append with the fsync put off (see history.laterAppender):
+// when it returns without error the events are written, every process
+// sees them, and they are durable once sync has returned nil. sync must be
+// called once, whatever the error.
+func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func() error, err error) {
+	var syncs []func() error
+	err = trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
+		sy, err := s.appendLater(ctx, lock, evs)
+		if err == nil {
+			syncs = append(syncs, sy)
+		}
+		return err
+	})
+	return func() error {
+		var errs error
+		for _, sy := range syncs {
+			errs = errors.Join(errs, sy())
+		}
+		return errs
+	}, err
+}
+
 func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {
 	sync, err := s.appendLater(ctx, lock, evs)
 	if err != nil {
