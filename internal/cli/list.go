@@ -45,10 +45,8 @@ one line (JSON Lines); with -o yaml each is a YAML document.`,
   fence list deploy/ -o json | jq -r '.[] | select(.held) | .holder'
   fence list --held
   fence list --watch`,
-		Args: maxArgs(1),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			return completeLocks(f)(cmd, args, toComplete)
-		},
+		Args:              maxArgs(1),
+		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				o.prefix = args[0]
