@@ -21,15 +21,8 @@ import (
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/shards"
-)
-
-// History kinds of package shards' events.
-const (
-	histShardTaken   = history.ShardTaken
-	histShardGivenUp = history.ShardGivenUp
-	histShardLost    = history.ShardLost
-	histRestarted    = history.Restarted
 )
 
 func newCmdShards(f *Factory) *cobra.Command {
@@ -178,7 +171,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		shards.WithProcess(&coord.ProcessInfo{PIDs: []int{os.Getpid()}}),
 		shards.WithHold(fencing.OnRenewed(sr.OnRenewed)),
 		shards.OnMove(func(mv shards.Move) {
-			kind := map[string]history.Kind{"taken": histShardTaken, "given_up": histShardGivenUp, "lost": histShardLost}[mv.Kind]
+			kind := map[string]history.Kind{"taken": history.ShardTaken, "given_up": history.ShardGivenUp, "lost": history.ShardLost}[mv.Kind]
 			f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
 			record(history.Event{Lock: shards.ShardLock(group, mv.Shard), Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
 		}))
@@ -190,7 +183,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	}
 	sr.OnRestart = func(n int, _ []int, reason string) {
 		f.verbosef("restarting the command (%d): %s", n, reason)
-		record(history.Event{Lock: shards.MemberLock(group, m.ID()), Kind: histRestarted, Holder: m.ID(), Count: n, Reason: reason})
+		record(history.Event{Lock: shards.MemberLock(group, m.ID()), Kind: history.Restarted, Holder: m.ID(), Count: n, Reason: reason})
 	}
 	code, runErr := sr.Run(ctx, c, m, sopts, o.settle)
 	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -259,15 +252,7 @@ func runShardsShow(ctx context.Context, f *Factory, group, format string) error 
 	if err != nil {
 		return err
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		cfg, err := f.Config()
-		if err != nil {
-			return err
-		}
-		g, err := config.OpenGuard(cfg, c)
-		if err != nil {
-			return err
-		}
+	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
 		st, err := shards.LoadSettings(ctx, g, group)
 		if err != nil {
 			return err
@@ -369,15 +354,7 @@ func updateSettings(cmd *cobra.Command, f *Factory, group string, change func(*s
 	if err := shards.ValidateGroup(group); err != nil {
 		return err
 	}
-	return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
-		cfg, err := f.Config()
-		if err != nil {
-			return err
-		}
-		g, err := config.OpenGuard(cfg, c)
-		if err != nil {
-			return err
-		}
+	return withGuard(cmd.Context(), f, func(c coord.Coordinator, g guard.Guard) error {
 		st, err := shards.UpdateSettings(cmd.Context(), c, g, group, 10*time.Second, change)
 		if err != nil {
 			return err
