@@ -49,15 +49,10 @@ one line (JSON Lines); with -o yaml each is a YAML document.`,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
+				if err := checkPrefix(args[0]); err != nil {
+					return err
+				}
 				o.prefix = args[0]
-				if len(o.prefix) > coord.MaxNameLen {
-					return fmt.Errorf("%w: prefix is %d bytes, longer than any lock name", coord.ErrInvalid, len(o.prefix))
-				}
-				if o.prefix != "" {
-					if _, err := ParseLockName(o.prefix); err != nil {
-						return err
-					}
-				}
 			}
 			return runList(cmd.Context(), f, o)
 		},
