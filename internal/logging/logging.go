@@ -29,12 +29,6 @@ var (
 	Levels  = []string{"debug", "info", "warn", "error"}
 )
 
-// DefaultFormat and DefaultLevel apply when the flags are empty.
-const (
-	DefaultFormat = "text"
-	DefaultLevel  = "info"
-)
-
 // New returns a logger writing to w in format ("text" or "json"; "" means
 // text) at level and above ("" means info). An unknown format or level is
 // an error wrapping coord.ErrInvalid that names the accepted values.
