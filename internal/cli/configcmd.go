@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -68,10 +69,7 @@ lists the files read, in that order.`,
 			default:
 				rows := make([][]string, len(entries))
 				for i, e := range entries {
-					v := e.Value
-					if v == "" {
-						v = "-"
-					}
+					v := cmp.Or(e.Value, "-")
 					src := string(e.Source)
 					if e.File != "" {
 						src += " " + e.File

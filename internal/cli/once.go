@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -106,11 +107,7 @@ func latestCompletions(recs []coord.Completion, n int) []coord.Completion {
 }
 
 func completionRow(r coord.Completion) []string {
-	holder := r.Holder
-	if holder == "" {
-		holder = "-"
-	}
-	return []string{output.Clean(r.Key), output.Clean(holder), strconv.FormatUint(r.Token, 10), textTime(r.Finished), output.Duration(r.Duration())}
+	return []string{output.Clean(r.Key), output.Clean(cmp.Or(r.Holder, "-")), strconv.FormatUint(r.Token, 10), textTime(r.Finished), output.Duration(r.Duration())}
 }
 
 func newCmdOnceForget(f *Factory) *cobra.Command {
