@@ -78,6 +78,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -402,10 +403,7 @@ func (r *runner) holdOptions() []fencing.Option {
 // release.
 func (r *runner) acquireOptions() coord.AcquireOptions {
 	p := r.p
-	holder := p.Holder
-	if holder == "" {
-		holder = coord.DefaultHolder()
-	}
+	holder := cmp.Or(p.Holder, coord.DefaultHolder())
 	return coord.AcquireOptions{
 		TTL:    p.TTL,
 		Holder: holder,
@@ -549,10 +547,7 @@ func (r *runner) startWatchdog() error {
 		ordW.Close()
 		return fmt.Errorf("start watchdog: %w", err)
 	}
-	exe := p.Executable
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
+	exe := cmp.Or(p.Executable, "/proc/self/exe")
 	cmd := exec.Command(exe, WatchdogArg)
 	if p.Executable == "" && len(os.Args) > 0 && os.Args[0] != "" {
 		// The running binary under the name it was started as (ps shows
@@ -1052,10 +1047,7 @@ func resolve(p *plan, env []string) (string, []string, error) {
 	}
 	var denied error
 	for _, dir := range filepath.SplitList(pathVar) {
-		if dir == "" {
-			dir = "."
-		}
-		full := filepath.Join(dir, name)
+		full := filepath.Join(cmp.Or(dir, "."), name)
 		if !filepath.IsAbs(full) {
 			base := p.Dir
 			if base == "" {
