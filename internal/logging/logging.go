@@ -64,10 +64,6 @@ func ParseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// Discard returns a logger that writes nothing, for library callers and
-// tests that want no logs.
-func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 // lineHandler writes a record as one line in fence's style: "fence: ",
 // the level (nothing for info), the message, and the attributes as slog's
 // text handler writes them (key=value, quoted where needed, groups as
