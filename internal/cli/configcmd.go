@@ -96,9 +96,6 @@ lists the files read, in that order.`,
 // the warnings themselves go to stderr).
 func (f *Factory) serverVersions(ctx context.Context) config.Entry {
 	e := config.Entry{Key: "server-versions", Source: config.Source("server")}
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	c, err := f.Coordinator(ctx)
 	if err != nil {
 		e.Value = "unreachable: " + err.Error()

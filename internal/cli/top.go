@@ -77,7 +77,6 @@ end it like q.`,
 			return runTop(cmd.Context(), f, o)
 		},
 	}
-	cmd.GroupID = "inspect"
 	DurationVarP(cmd.Flags(), &o.refresh, "refresh", "", tui.DefaultRefresh, false, "list every lock again this often, besides following the watch")
 	return cmd
 }
