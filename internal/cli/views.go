@@ -117,9 +117,7 @@ func newLockView(i coord.LockInfo, now time.Time) lockView {
 		if !i.AcquiredAt.IsZero() {
 			v.HeldForSeconds = ptr(output.Seconds(i.HeldFor(now)))
 		}
-		if v.LastToken < i.Token {
-			v.LastToken = i.Token
-		}
+		v.LastToken = max(v.LastToken, i.Token)
 	}
 	if i.Process != nil {
 		v.Process = &processView{PIDs: append([]int{}, i.Process.PIDs...), PGID: i.Process.PGID}

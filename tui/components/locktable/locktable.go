@@ -87,9 +87,7 @@ func (m *Model) clamp(n int) {
 		return
 	}
 	m.cursor = min(max(m.cursor, 0), n-1)
-	if m.cursor < m.offset {
-		m.offset = m.cursor
-	}
+	m.offset = min(m.offset, m.cursor)
 	if m.height > 0 && m.cursor >= m.offset+m.height {
 		m.offset = m.cursor - m.height + 1
 	}
