@@ -356,8 +356,9 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 	opts.fill()
 	col := &Collector{
 		c: c, opts: opts, log: opts.Logger,
-		locks: map[string]*lockState{},
-		gone:  map[string]uint64{},
+		locks:     map[string]*lockState{},
+		gone:      map[string]uint64{},
+		memberVer: map[string]string{},
 		sections: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_critical_section_seconds",
 			Help:    "How long each holder held the lock (from its acquisition to the end of its lease, as seen by the exporter).",
@@ -784,9 +785,6 @@ func (col *Collector) askVersions(ctx context.Context) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.versionsAt = time.Now()
-	if col.memberVer == nil {
-		col.memberVer = map[string]string{}
-	}
 	for _, v := range vs {
 		if v.Err == nil {
 			col.memberVer[v.Endpoint] = v.Version
