@@ -343,20 +343,19 @@ func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
 func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 	c, h, ctx, by := m.c, m.hist, m.ctx, m.opts.Operator
 	return func() tea.Msg {
-		lim := c
 		msg := limitMsg{target: t}
 		now := time.Now()
 		var ev history.Event
 		scope := coord.Limit{Name: t.name}
 		if t.freeze {
 			l := coord.Limit{Name: t.name, By: by, Reason: "from fence top by " + by, At: now}
-			if err := lim.SetLimit(ctx, l); err != nil {
+			if err := c.SetLimit(ctx, l); err != nil {
 				return limitMsg{target: t, err: err}
 			}
 			ev = history.Event{Kind: history.Frozen, Holder: by, Reason: l.Reason, Time: l.At}
 		} else {
 			scope = t.limit
-			old, ok, err := lim.ClearLimit(ctx, scope.Name, scope.Prefix)
+			old, ok, err := c.ClearLimit(ctx, scope.Name, scope.Prefix)
 			if err != nil {
 				return limitMsg{target: t, err: err}
 			}

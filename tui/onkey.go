@@ -141,8 +141,8 @@ var keyHandlers = map[action]func(*Model) tea.Cmd{
 	actSort:        batched(func(m *Model) { m.sortBy(true) }),
 	actReverse:     batched(func(m *Model) { m.sortBy(false) }),
 	actRevoke:      onScreen(func(m *Model) { m.askRevoke(m.shown()) }),
-	actFreeze:      onScreen(func(m *Model) { m.askFreeze(m.shown()) }),
-	actThaw:        onScreen(func(m *Model) { m.askThaw(m.shown()) }),
+	actFreeze:      onScreen(func(m *Model) { m.askLimit(m.shown(), true) }),
+	actThaw:        onScreen(func(m *Model) { m.askLimit(m.shown(), false) }),
 	actHelp:        batched(func(m *Model) { m.mode, m.prevDetails = modeHelp, false }),
 
 	actCloseDetails: none(func(m *Model) { m.mode, m.prevDetails = modeTable, false }),

@@ -15,6 +15,7 @@
 package tui
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -92,11 +93,7 @@ func Run(ctx context.Context, c coord.Coordinator, opts Options) error {
 		popts = append(popts, tea.WithOutput(opts.Output))
 	}
 	if opts.Renderer == nil {
-		var out io.Writer = opts.Output
-		if out == nil {
-			out = os.Stdout
-		}
-		opts.Renderer = lipgloss.NewRenderer(out)
+		opts.Renderer = lipgloss.NewRenderer(cmp.Or[io.Writer](opts.Output, os.Stdout))
 	}
 	// Ask the terminal for its background (lipgloss's adaptive colours)
 	// now, before Bubble Tea reads the input that carries the answer.
@@ -201,16 +198,9 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Location == nil {
-		opts.Location = time.Local
-	}
-	if opts.Operator == "" {
-		opts.Operator = config.DefaultSetter()
-	}
-	r := opts.Renderer
-	if r == nil {
-		r = lipgloss.DefaultRenderer()
-	}
+	opts.Location = cmp.Or(opts.Location, time.Local)
+	opts.Operator = cmp.Or(opts.Operator, config.DefaultSetter())
+	r := cmp.Or(opts.Renderer, lipgloss.DefaultRenderer())
 	if opts.NoColor {
 		r = lipgloss.NewRenderer(io.Discard)
 		r.SetColorProfile(termenv.Ascii)

@@ -424,31 +424,21 @@ func (m *Model) askRevoke(name string) {
 	}
 }
 
-// askFreeze asks before freezing lock name: a lock-scope freeze, as
-// `fence freeze NAME` makes.
-func (m *Model) askFreeze(name string) {
+// askLimit asks before freezing lock name (a lock-scope freeze, as `fence
+// freeze NAME` makes) or, for a thaw, before removing the limit that binds
+// it, whatever its scope (the lock's own, or a prefix's: the question says
+// which).
+func (m *Model) askLimit(name string, freeze bool) {
 	r := m.store.Get(name)
 	switch {
 	case r == nil:
 		return
 	case m.limiting:
 		m.setFlash("a freeze or thaw is on its way", false)
-	case r.Info.Limit != nil && r.Info.Limit.Frozen():
+	case freeze && r.Info.Limit != nil && r.Info.Limit.Frozen():
 		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, r.Info.Limit.Scope()), false)
-	default:
+	case freeze:
 		m.confirmLimit = &limitTarget{name: name, freeze: true}
-	}
-}
-
-// askThaw asks before removing the limit that binds lock name, whatever
-// its scope (the lock's own, or a prefix's: the question says which).
-func (m *Model) askThaw(name string) {
-	r := m.store.Get(name)
-	switch {
-	case r == nil:
-		return
-	case m.limiting:
-		m.setFlash("a freeze or thaw is on its way", false)
 	case r.Info.Limit == nil:
 		m.setFlash(name+" has no limit: nothing to thaw", false)
 	default:

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -68,10 +69,7 @@ lists the files read, in that order.`,
 			default:
 				rows := make([][]string, len(entries))
 				for i, e := range entries {
-					v := e.Value
-					if v == "" {
-						v = "-"
-					}
+					v := cmp.Or(e.Value, "-")
 					src := string(e.Source)
 					if e.File != "" {
 						src += " " + e.File
@@ -98,9 +96,6 @@ lists the files read, in that order.`,
 // the warnings themselves go to stderr).
 func (f *Factory) serverVersions(ctx context.Context) config.Entry {
 	e := config.Entry{Key: "server-versions", Source: config.Source("server")}
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	c, err := f.Coordinator(ctx)
 	if err != nil {
 		e.Value = "unreachable: " + err.Error()

@@ -59,9 +59,6 @@ func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 // headed, --watch redraws the screen).
 func (s *IOStreams) IsStdoutTTY() bool { return s.outTTY }
 
-// SetStdoutTTY overrides terminal detection (tests).
-func (s *IOStreams) SetStdoutTTY(tty bool) { s.outTTY = tty }
-
 // Factory gives commands what they need from the outside world, so that they
 // can be tested: the streams, the configuration, the coordinator and a clock.
 type Factory struct {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -71,9 +72,7 @@ $FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the va
 			if err != nil {
 				return err
 			}
-			if lock == "" {
-				lock = os.Getenv("FENCE_LOCK") // set by fence run for its command
-			}
+			lock = cmp.Or(lock, os.Getenv("FENCE_LOCK")) // set by fence run for its command
 			if lock != "" {
 				if err := coord.ValidateName(lock); err != nil {
 					return err

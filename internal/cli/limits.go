@@ -165,8 +165,6 @@ such limit.`,
 	return cmd
 }
 
-func limiterOf(c coord.Coordinator) (coord.Coordinator, error) { return c, nil }
-
 // limitResult is what limit, freeze and thaw print.
 type limitResult struct {
 	Action string     `json:"action"` // "frozen", "limited", "thawed"
@@ -197,11 +195,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 		res.Action = "frozen"
 	}
 	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		lim, err := limiterOf(c)
-		if err != nil {
-			return err
-		}
-		if err := lim.SetLimit(ctx, l); err != nil {
+		if err := c.SetLimit(ctx, l); err != nil {
 			return fmt.Errorf("%s %s: %w", cmdWord(res.Action), output.Clean(l.Scope()), err)
 		}
 		infos, err := covered(ctx, c, name, prefix)
@@ -257,11 +251,7 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 	name, prefix := o.scope()
 	res := limitResult{Action: "thawed", Scope: scopeWord(prefix), Name: name}
 	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		lim, err := limiterOf(c)
-		if err != nil {
-			return err
-		}
-		old, ok, err := lim.ClearLimit(ctx, name, prefix)
+		old, ok, err := c.ClearLimit(ctx, name, prefix)
 		if err != nil {
 			return fmt.Errorf("thaw %s: %w", output.Clean(coord.Limit{Name: name, Prefix: prefix}.Scope()), err)
 		}

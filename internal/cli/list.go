@@ -45,21 +45,14 @@ one line (JSON Lines); with -o yaml each is a YAML document.`,
   fence list deploy/ -o json | jq -r '.[] | select(.held) | .holder'
   fence list --held
   fence list --watch`,
-		Args: maxArgs(1),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			return completeLocks(f)(cmd, args, toComplete)
-		},
+		Args:              maxArgs(1),
+		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
+				if err := checkPrefix(args[0]); err != nil {
+					return err
+				}
 				o.prefix = args[0]
-				if len(o.prefix) > coord.MaxNameLen {
-					return fmt.Errorf("%w: prefix is %d bytes, longer than any lock name", coord.ErrInvalid, len(o.prefix))
-				}
-				if o.prefix != "" {
-					if _, err := ParseLockName(o.prefix); err != nil {
-						return err
-					}
-				}
 			}
 			return runList(cmd.Context(), f, o)
 		},

@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"context"
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -66,7 +67,7 @@ record marked by hand has token 0.`,
 			if err != nil {
 				return err
 			}
-			return withCompleter(cmd.Context(), f, func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
 				recs, err := k.Completions(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -106,11 +107,7 @@ func latestCompletions(recs []coord.Completion, n int) []coord.Completion {
 }
 
 func completionRow(r coord.Completion) []string {
-	holder := r.Holder
-	if holder == "" {
-		holder = "-"
-	}
-	return []string{output.Clean(r.Key), output.Clean(holder), strconv.FormatUint(r.Token, 10), textTime(r.Finished), output.Duration(r.Duration())}
+	return []string{output.Clean(r.Key), output.Clean(cmp.Or(r.Holder, "-")), strconv.FormatUint(r.Token, 10), textTime(r.Finished), output.Duration(r.Duration())}
 }
 
 func newCmdOnceForget(f *Factory) *cobra.Command {
@@ -119,13 +116,13 @@ func newCmdOnceForget(f *Factory) *cobra.Command {
 		Short: "Remove a completion record, so that the job runs again (exit 1 when there was none)",
 		Args:  onceArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withCompleter(cmd.Context(), f, func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
 				removed, err := k.Forget(cmd.Context(), args[0], args[1])
 				if err != nil {
 					return err
 				}
 				if !removed {
-					return noRecord(args[0], args[1])
+					return exitcode.New(exitcode.No, fmt.Errorf("no completion record of %s for key %s", output.Clean(args[0]), output.Clean(args[1])))
 				}
 				f.verbosef("forgot the completion of %q for key %q", args[0], args[1])
 				return nil
@@ -151,11 +148,8 @@ then runs nothing. It is kept for --once-for (default 30 days).`,
 			if err != nil {
 				return err
 			}
-			if holder == "" {
-				holder = coord.DefaultHolder()
-			}
 			now := f.Now()
-			return withCompleter(cmd.Context(), f, func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
 				return k.Mark(cmd.Context(), coord.Completion{Lock: args[0], Key: args[1], Holder: holder, Started: now, Finished: now}, keep)
 			})
 		},
@@ -173,19 +167,4 @@ func onceArgs(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	return coord.ValidateKey(args[1])
-}
-
-func noRecord(lock, key string) error {
-	return &noRecordError{fmt.Sprintf("no completion record of %s for key %s", output.Clean(lock), output.Clean(key))}
-}
-
-type noRecordError struct{ msg string }
-
-func (e *noRecordError) Error() string { return e.msg }
-func (e *noRecordError) ExitCode() int { return 1 }
-
-// withCompleter opens the coordinator and calls fn with its completion
-// records.
-func withCompleter(ctx context.Context, f *Factory, fn func(coord.Coordinator) error) error {
-	return f.withCoordinator(ctx, fn)
 }

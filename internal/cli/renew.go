@@ -237,70 +237,67 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 		}
 	}
 	name := output.Clean(o.lock)
-	{
-		sr := c
-		no := func(info coord.LockInfo, err error) error {
-			switch {
-			case errors.Is(err, coord.ErrNotHeld):
-				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: the lock is free", name))
-			case errors.Is(err, coord.ErrOtherToken) && len(info.Holders) > 1:
-				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held under tokens %s, not %d: nothing was revoked",
-					name, tokensOf(info), token))
-			case errors.Is(err, coord.ErrOtherToken):
-				return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held by %s under token %d, not %d: nothing was revoked",
-					name, output.Clean(info.Holder), info.Token, token))
-			}
-			return fmt.Errorf("revoke %s: %w", name, err)
+	no := func(info coord.LockInfo, err error) error {
+		switch {
+		case errors.Is(err, coord.ErrNotHeld):
+			return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: the lock is free", name))
+		case errors.Is(err, coord.ErrOtherToken) && len(info.Holders) > 1:
+			return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held under tokens %s, not %d: nothing was revoked",
+				name, tokensOf(info), token))
+		case errors.Is(err, coord.ErrOtherToken):
+			return exitcode.New(exitcode.No, fmt.Errorf("revoke %s: held by %s under token %d, not %d: nothing was revoked",
+				name, output.Clean(info.Holder), info.Token, token))
 		}
-		start := time.Now()
-		res := revokeView{Ended: "revoked"}
-		asked := false
-		if !o.force {
-			var info coord.LockInfo
-			info, asked, err = sr.RequestStop(ctx, o.lock, token)
-			if err != nil {
-				return no(info, err)
-			}
-			res.info = info
-		}
-		if asked {
-			timeout := o.timeout
-			if !timeoutSet {
-				timeout = res.info.TTL
-				if timeout <= 0 {
-					timeout = defaultRevokeTimeout
-				}
-			}
-			f.verbosef("asked %s (token %d) to stop and release %s; waiting up to %v", output.Clean(res.info.Holder), res.info.Token, name, timeout)
-			wctx, cancel := context.WithTimeout(ctx, timeout)
-			err := sr.WaitEnded(wctx, o.lock, res.info.Token)
-			cancel()
-			switch {
-			case err == nil:
-				res.Ended = "released"
-				res.WaitedSeconds = output.Seconds(time.Since(start))
-				return writeRevoke(f, format, res)
-			case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-				f.logLine(slog.LevelInfo, fmt.Sprintf("revoke %s: the holder did not release the lease within %v: ending it", name, timeout))
-			default:
-				return fmt.Errorf("revoke %s: waiting for the holder to release: %w", name, err)
-			}
-			token = res.info.Token
-		}
-		info, err := sr.RevokeToken(ctx, o.lock, token)
-		if asked && (errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrOtherToken)) {
-			// It ended just now, after all.
-			res.Ended = "released"
-			err = nil
-		} else {
-			res.info = info
-		}
+		return fmt.Errorf("revoke %s: %w", name, err)
+	}
+	start := time.Now()
+	res := revokeView{Ended: "revoked"}
+	asked := false
+	if !o.force {
+		var info coord.LockInfo
+		info, asked, err = c.RequestStop(ctx, o.lock, token)
 		if err != nil {
 			return no(info, err)
 		}
-		res.WaitedSeconds = output.Seconds(time.Since(start))
-		return writeRevoke(f, format, res)
+		res.info = info
 	}
+	if asked {
+		timeout := o.timeout
+		if !timeoutSet {
+			timeout = res.info.TTL
+			if timeout <= 0 {
+				timeout = defaultRevokeTimeout
+			}
+		}
+		f.verbosef("asked %s (token %d) to stop and release %s; waiting up to %v", output.Clean(res.info.Holder), res.info.Token, name, timeout)
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		err := c.WaitEnded(wctx, o.lock, res.info.Token)
+		cancel()
+		switch {
+		case err == nil:
+			res.Ended = "released"
+			res.WaitedSeconds = output.Seconds(time.Since(start))
+			return writeRevoke(f, format, res)
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			f.logLine(slog.LevelInfo, fmt.Sprintf("revoke %s: the holder did not release the lease within %v: ending it", name, timeout))
+		default:
+			return fmt.Errorf("revoke %s: waiting for the holder to release: %w", name, err)
+		}
+		token = res.info.Token
+	}
+	info, err := c.RevokeToken(ctx, o.lock, token)
+	if asked && (errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrOtherToken)) {
+		// It ended just now, after all.
+		res.Ended = "released"
+		err = nil
+	} else {
+		res.info = info
+	}
+	if err != nil {
+		return no(info, err)
+	}
+	res.WaitedSeconds = output.Seconds(time.Since(start))
+	return writeRevoke(f, format, res)
 }
 
 // revokeView is what revoke prints: the lease it ended, and how it ended.

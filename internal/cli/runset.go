@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -77,20 +78,14 @@ func heldByEnv(getenv func(string) string) []heldLock {
 // fence run gives its command) is the one cfg names.
 func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
 	if pg := getenv("FENCE_POSTGRES"); pg != "" || cfg.Backend() == "postgres" {
-		schema := getenv("FENCE_POSTGRES_SCHEMA")
-		if schema == "" {
-			schema = config.DefaultPostgresSchema
-		}
+		schema := cmp.Or(getenv("FENCE_POSTGRES_SCHEMA"), config.DefaultPostgresSchema)
 		return cfg.Backend() == "postgres" && pg == cfg.PostgresLocation() && schema == cfg.PostgresSchema
 	}
 	if eps := splitEndpoints(getenv("FENCE_ENDPOINTS")); len(eps) > 0 {
 		if len(cfg.Endpoints) == 0 {
 			return false
 		}
-		prefix := getenv("FENCE_PREFIX")
-		if prefix == "" {
-			prefix = config.DefaultPrefix
-		}
+		prefix := cmp.Or(getenv("FENCE_PREFIX"), config.DefaultPrefix)
 		here := slices.Clone(cfg.Endpoints)
 		slices.Sort(here)
 		slices.Sort(eps)
@@ -99,13 +94,8 @@ func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
 	if len(cfg.Endpoints) > 0 {
 		return false
 	}
-	dir, here := getenv("FENCE_STATE_DIR"), cfg.StateDir
-	if dir == "" {
-		dir = config.DefaultStateDir()
-	}
-	if here == "" {
-		here = config.DefaultStateDir()
-	}
+	dir := cmp.Or(getenv("FENCE_STATE_DIR"), config.DefaultStateDir())
+	here := cmp.Or(cfg.StateDir, config.DefaultStateDir())
 	return filepath.Clean(dir) == filepath.Clean(here)
 }
 

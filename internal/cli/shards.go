@@ -15,21 +15,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/shards"
-)
-
-// History kinds of package shards' events.
-const (
-	histShardTaken   = history.ShardTaken
-	histShardGivenUp = history.ShardGivenUp
-	histShardLost    = history.ShardLost
-	histRestarted    = history.Restarted
 )
 
 func newCmdShards(f *Factory) *cobra.Command {
@@ -150,61 +142,53 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	}
 	r.Close()
 	ctx := context.WithoutCancel(cmd.Context())
-	c, err := f.Coordinator(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	defer f.flushVersions(nil) // before the close, which ends the question
-	g, err := config.OpenGuard(cfg, c)
-	if err != nil {
-		return err
-	}
-	hist, _ := c.(history.Historian)
-	record := func(ev history.Event) {
-		if hist == nil {
-			return
+	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
+		hist, _ := c.(history.Historian)
+		record := func(ev history.Event) {
+			if hist == nil {
+				return
+			}
+			ev.Time = time.Now()
+			go func() {
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = hist.Record(rctx, ev)
+			}()
 		}
-		ev.Time = time.Now()
-		go func() {
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = hist.Record(rctx, ev)
-		}()
-	}
-	sr := &supervise.ShardRunner{}
-	m, err := shards.Join(ctx, c, group, o.shards,
-		shards.WithMember(o.member), shards.WithTTL(o.ttl), shards.WithSettle(o.settle), shards.WithGuard(g),
-		shards.WithProcess(&coord.ProcessInfo{PIDs: []int{os.Getpid()}}),
-		shards.WithHold(fencing.OnRenewal(sr.OnRenewal)),
-		shards.OnMove(func(mv shards.Move) {
-			kind := map[string]history.Kind{"taken": histShardTaken, "given_up": histShardGivenUp, "lost": histShardLost}[mv.Kind]
-			f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
-			record(history.Event{Lock: mv.Lock, Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
-		}))
-	if err != nil {
-		if errors.Is(err, coord.ErrBusy) {
-			return exitcode.New(exitcode.Failure, fmt.Errorf("%w: %v", coord.ErrInvalid, err))
+		sr := &supervise.ShardRunner{}
+		m, err := shards.Join(ctx, c, group, o.shards,
+			shards.WithMember(o.member), shards.WithTTL(o.ttl), shards.WithSettle(o.settle), shards.WithGuard(g),
+			shards.WithProcess(&coord.ProcessInfo{PIDs: []int{os.Getpid()}}),
+			shards.WithHold(fencing.OnRenewal(sr.OnRenewal)),
+			shards.OnMove(func(mv shards.Move) {
+				kind := map[string]history.Kind{"taken": history.ShardTaken, "given_up": history.ShardGivenUp, "lost": history.ShardLost}[mv.Kind]
+				f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
+				record(history.Event{Lock: mv.Lock, Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
+			}))
+		if err != nil {
+			if errors.Is(err, coord.ErrBusy) {
+				return exitcode.New(exitcode.Failure, fmt.Errorf("%w: %v", coord.ErrInvalid, err))
+			}
+			return err
 		}
-		return err
-	}
-	sr.OnRestart = func(n int, _ []int, reason string) {
-		f.verbosef("restarting the command (%d): %s", n, reason)
-		record(history.Event{Lock: m.Lease().Name, Kind: histRestarted, Holder: m.ID(), Count: n, Reason: reason})
-	}
-	code, runErr := sr.Run(ctx, c, m, sopts, o.settle)
-	lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := m.Leave(lctx); err != nil {
-		f.warnf("leaving group %q: %v", group, err)
-	}
-	if runErr != nil {
-		return exitcode.New(code, shellHint(runErr, code, command, o.shell))
-	}
-	if code != 0 {
-		return exitcode.Silent(code)
-	}
-	return nil
+		sr.OnRestart = func(n int, _ []int, reason string) {
+			f.verbosef("restarting the command (%d): %s", n, reason)
+			record(history.Event{Lock: m.Lease().Name, Kind: history.Restarted, Holder: m.ID(), Count: n, Reason: reason})
+		}
+		code, runErr := sr.Run(ctx, c, m, sopts, o.settle)
+		lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Leave(lctx); err != nil {
+			f.warnf("leaving group %q: %v", group, err)
+		}
+		if runErr != nil {
+			return exitcode.New(code, shellHint(runErr, code, command, o.shell))
+		}
+		if code != 0 {
+			return exitcode.Silent(code)
+		}
+		return nil
+	})
 }
 
 func reasonSuffix(r string) string {
@@ -259,15 +243,7 @@ func runShardsShow(ctx context.Context, f *Factory, group, format string) error 
 	if err != nil {
 		return err
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		cfg, err := f.Config()
-		if err != nil {
-			return err
-		}
-		g, err := config.OpenGuard(cfg, c)
-		if err != nil {
-			return err
-		}
+	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
 		st, err := shards.LoadSettings(ctx, g, group)
 		if err != nil {
 			return err
@@ -369,15 +345,7 @@ func updateSettings(cmd *cobra.Command, f *Factory, group string, change func(*s
 	if err := shards.ValidateGroup(group); err != nil {
 		return err
 	}
-	return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
-		cfg, err := f.Config()
-		if err != nil {
-			return err
-		}
-		g, err := config.OpenGuard(cfg, c)
-		if err != nil {
-			return err
-		}
+	return withGuard(cmd.Context(), f, func(c coord.Coordinator, g guard.Guard) error {
 		st, err := shards.UpdateSettings(cmd.Context(), c, g, group, 10*time.Second, change)
 		if err != nil {
 			return err

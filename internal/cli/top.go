@@ -66,10 +66,8 @@ end it like q.`,
 		Example: `  fence top
   fence top deploy/
   FENCE_ENDPOINTS=etcd-1:2379 fence top --refresh 2s`,
-		Args: maxArgs(1),
-		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			return completeLocks(f)(cmd, args, toComplete)
-		},
+		Args:              maxArgs(1),
+		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				if err := checkPrefix(args[0]); err != nil {
@@ -80,7 +78,6 @@ end it like q.`,
 			return runTop(cmd.Context(), f, o)
 		},
 	}
-	cmd.GroupID = "inspect"
 	DurationVarP(cmd.Flags(), &o.refresh, "refresh", "", tui.DefaultRefresh, false, "list every lock again this often, besides following the watch")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -67,14 +68,8 @@ func newCmdVersion(f *Factory) *cobra.Command {
 			if format == output.JSON {
 				return output.WriteJSON(f.IO.Out, v)
 			}
-			commit := v.Commit
-			if len(commit) > 12 {
-				commit = commit[:12]
-			}
-			if commit == "" {
-				commit = "unknown"
-			}
-			_, err = fmt.Fprintf(f.IO.Out, "fence %s (commit %s, %s %s/%s)\n", v.Version, commit, v.Go, v.OS, v.Arch)
+			commit := v.Commit[:min(len(v.Commit), 12)]
+			_, err = fmt.Fprintf(f.IO.Out, "fence %s (commit %s, %s %s/%s)\n", v.Version, cmp.Or(commit, "unknown"), v.Go, v.OS, v.Arch)
 			return err
 		},
 	}

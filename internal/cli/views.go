@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"time"
@@ -116,9 +117,7 @@ func newLockView(i coord.LockInfo, now time.Time) lockView {
 		if !i.AcquiredAt.IsZero() {
 			v.HeldForSeconds = ptr(output.Seconds(i.HeldFor(now)))
 		}
-		if v.LastToken < i.Token {
-			v.LastToken = i.Token
-		}
+		v.LastToken = max(v.LastToken, i.Token)
 	}
 	if i.Process != nil {
 		v.Process = &processView{PIDs: append([]int{}, i.Process.PIDs...), PGID: i.Process.PGID}
@@ -280,7 +279,7 @@ func queueTable(q []coord.Waiter, now time.Time) ([]string, [][]string) {
 		}
 		row := []string{strconv.Itoa(i + 1), output.Clean(w.Holder), waiting, textTime(w.Since)}
 		if lease {
-			row = append(row, orDash(w.LeaseID))
+			row = append(row, cmp.Or(w.LeaseID, "-"))
 		}
 		if pid {
 			p := "-"
@@ -292,13 +291,6 @@ func queueTable(q []coord.Waiter, now time.Time) ([]string, [][]string) {
 		rows[i] = row
 	}
 	return header, rows
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // listRows are the rows of a lock in the table of locks: one, or one per
@@ -343,10 +335,7 @@ func eventRow(e history.Event) []string {
 	if e.Token > 0 {
 		token = strconv.FormatUint(e.Token, 10)
 	}
-	holder := e.Holder
-	if holder == "" {
-		holder = "-"
-	}
+	holder := cmp.Or(e.Holder, "-")
 	var detail string
 	switch e.Kind {
 	case history.Acquired:
@@ -379,8 +368,5 @@ func eventRow(e history.Event) []string {
 			detail = e.Reason
 		}
 	}
-	if detail == "" {
-		detail = "-"
-	}
-	return []string{textTime(e.Time), string(e.Kind), holder, token, detail}
+	return []string{textTime(e.Time), string(e.Kind), holder, token, cmp.Or(detail, "-")}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -39,9 +40,7 @@ func diagnoseTLS(ctx context.Context, endpoints []string, tc *tls.Config, timeou
 // TLS 1.3). Network errors are not TLS problems and give nil.
 func probeTLS(ctx context.Context, hostport, host string, tc *tls.Config, timeout time.Duration) error {
 	cfg := tc.Clone()
-	if cfg.ServerName == "" {
-		cfg.ServerName = host
-	}
+	cfg.ServerName = cmp.Or(cfg.ServerName, host)
 	cfg.NextProtos = []string{"h2"}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

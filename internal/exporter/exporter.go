@@ -357,8 +357,9 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 	opts.fill()
 	col := &Collector{
 		c: c, opts: opts, log: opts.Logger,
-		locks: map[string]*lockState{},
-		gone:  map[string]uint64{},
+		locks:     map[string]*lockState{},
+		gone:      map[string]uint64{},
+		memberVer: map[string]string{},
 		sections: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_critical_section_seconds",
 			Help:    "How long each holder held the lock (from its acquisition to the end of its lease, as seen by the exporter).",
@@ -382,7 +383,8 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
 	col.noteRead(nil)
-	col.applyList(infos)
+	col.listOK = true
+	col.applyListLocked(infos)
 	ch, err := c.Watch(ctx, opts.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
@@ -439,7 +441,14 @@ func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
 func (col *Collector) relist(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, col.opts.ScrapeTimeout)
 	defer cancel()
-	infos, err := col.c.List(rctx, col.opts.Prefix)
+	col.list(rctx, true)
+}
+
+// list reads every lock and applies them. After a relist (unconfirm),
+// events the watch sends next may be older than this List: until the
+// watch reports a holder itself, its "released" is not trusted.
+func (col *Collector) list(ctx context.Context, unconfirm bool) {
+	infos, err := col.c.List(ctx, col.opts.Prefix)
 	col.noteRead(err)
 	col.mu.Lock()
 	defer col.mu.Unlock()
@@ -449,10 +458,8 @@ func (col *Collector) relist(ctx context.Context) {
 		return
 	}
 	col.applyListLocked(infos)
-	// Events the watch sends next may be older than this List: until the
-	// watch reports a holder itself, its "released" is not trusted.
 	for _, st := range col.locks {
-		st.confirmed = false
+		st.confirmed = st.confirmed && !unconfirm
 	}
 }
 
@@ -460,13 +467,6 @@ func (col *Collector) setWatching(on bool) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.watching = on
-}
-
-func (col *Collector) applyList(infos []coord.LockInfo) {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	col.listOK = true
-	col.applyListLocked(infos)
 }
 
 // applyListLocked applies a List: the locks it shows, and the known locks it
@@ -723,16 +723,7 @@ func (col *Collector) refresh() {
 	defer col.scrape.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), col.opts.ScrapeTimeout)
 	defer cancel()
-	infos, err := col.c.List(ctx, col.opts.Prefix)
-	col.noteRead(err)
-	col.mu.Lock()
-	col.listOK = err == nil
-	if err != nil {
-		col.log.Warn("exporter: list", "err", err)
-	} else {
-		col.applyListLocked(infos)
-	}
-	col.mu.Unlock()
+	col.list(ctx, false)
 	if col.hist != nil {
 		col.readHistory(ctx)
 	}
@@ -796,9 +787,6 @@ func (col *Collector) askVersions(ctx context.Context) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.versionsAt = time.Now()
-	if col.memberVer == nil {
-		col.memberVer = map[string]string{}
-	}
 	for _, v := range vs {
 		if v.Err == nil {
 			col.memberVer[v.Endpoint] = v.Version

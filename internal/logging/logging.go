@@ -29,12 +29,6 @@ var (
 	Levels  = []string{"debug", "info", "warn", "error"}
 )
 
-// DefaultFormat and DefaultLevel apply when the flags are empty.
-const (
-	DefaultFormat = "text"
-	DefaultLevel  = "info"
-)
-
 // New returns a logger writing to w in format ("text" or "json"; "" means
 // text) at level and above ("" means info). An unknown format or level is
 // an error wrapping coord.ErrInvalid that names the accepted values.
@@ -69,10 +63,6 @@ func ParseLevel(s string) (slog.Level, error) {
 	}
 	return l, nil
 }
-
-// Discard returns a logger that writes nothing, for library callers and
-// tests that want no logs.
-func Discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // lineHandler writes a record as one line in fence's style: "fence: ",
 // the level (nothing for info), the message, and the attributes as slog's

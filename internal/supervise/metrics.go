@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -91,10 +92,7 @@ func writeMetrics(path string, m *metrics) error {
 
 	sort.Slice(fams, func(i, j int) bool { return fams[i].GetName() < fams[j].GetName() })
 	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".*.tmp")
+	tmp, err := os.CreateTemp(cmp.Or(dir, "."), "."+base+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("write metrics file: %w", err)
 	}

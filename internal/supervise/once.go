@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,10 +44,7 @@ func (r *runner) oncePending(ctx context.Context) (ok bool, code int, err error)
 	}
 	r.once.skipped = &rec
 	r.recordOnce(ctx, history.Event{Kind: history.Skipped, AcceptedToken: rec.Token})
-	by := rec.Holder
-	if by == "" {
-		by = "hand"
-	}
+	by := cmp.Or(rec.Holder, "hand")
 	tok := ""
 	if rec.Token != 0 {
 		tok = fmt.Sprintf(", token %d", rec.Token)
@@ -106,11 +104,7 @@ func (r *runner) recordOnce(ctx context.Context, e history.Event) {
 	if !ok {
 		return
 	}
-	holder := r.p.Holder
-	if holder == "" {
-		holder = coord.DefaultHolder()
-	}
-	e.Time, e.Lock, e.Key, e.Holder = time.Now(), r.p.Lock, r.p.Once, holder
+	e.Time, e.Lock, e.Key, e.Holder = time.Now(), r.p.Lock, r.p.Once, cmp.Or(r.p.Holder, coord.DefaultHolder())
 	_ = h.Record(ctx, e)
 }
 

@@ -268,10 +268,7 @@ func checkOnceAndSlots(p *plan) error {
 // checkSignal sets the stop signal (SIGTERM by default) and checks that it
 // ends a process.
 func checkSignal(p *plan) error {
-	p.signal = p.Signal
-	if p.signal == 0 {
-		p.signal = syscall.SIGTERM
-	}
+	p.signal = cmp.Or(p.Signal, syscall.SIGTERM)
 	if p.signal < 1 || p.signal > 64 {
 		return fmt.Errorf("%w: --signal %d is not a signal", coord.ErrInvalid, int(p.signal))
 	}

@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"strconv"
 	"syscall"
 	"time"
 
@@ -33,22 +32,6 @@ const (
 	// is empty, it could not be started, or (fence) the watchdog is gone.
 	phaseDone
 )
-
-func (ph phase) String() string {
-	switch ph {
-	case phaseWaiting:
-		return "waiting"
-	case phaseRunning:
-		return "running"
-	case phaseStopping:
-		return "stopping"
-	case phaseKilling:
-		return "killing"
-	case phaseDone:
-		return "done"
-	}
-	return "phase(" + strconv.Itoa(int(ph)) + ")"
-}
 
 // step is what moves a supervision from one phase to the next.
 type step uint8

@@ -78,6 +78,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -145,32 +146,10 @@ func (r *runner) releaseSignals() {
 	signal.Stop(sigs)
 }
 
-// Run acquires the lock, runs the command under a watchdog as the lease's
-// holder, releases the lock once no process of the command's tree is left,
-// and returns fence's exit code: the command's own code; 128+N when it died
-// of signal N that fence did not send for a stop (a forwarded signal counts
-// as the command's); or one of package exitcode's: Busy (as
-// Options.ConflictExitCode), LeaseLost, Deadline, Failure, CannotExec,
-// NotFound.
-//
-// err is non-nil when fence has something to say: one line for stderr (why
-// the command did not run, or why it was stopped), to be printed by the
-// caller; it wraps coord.ErrBusy, coord.ErrInvalid, ... as the cause
-// requires, but the code returned is the one to exit with. Run itself
-// writes to Stderr only with Verbose, the "waiting for" line when Stderr is
-// a terminal, and a warning when the lease could not be released or the
-// metrics file not written.
-//
-// When ctx ends, the command is stopped as at a deadline and Run returns
-// exitcode.Failure; the lease is released after. While it runs, SIGINT,
-// SIGTERM, SIGHUP and SIGQUIT sent to the calling process are forwarded to
-// the command's process group (those that were ignored when Run started stay
-// ignored, for fence and the command); while it waits for the lock, they end
-// the wait (exit 128+N).
-//
-// Run is Start followed by Runner.Run: a caller that has work to do before
-// it can pass a coordinator (connecting to it) calls Start first, so that
-// the watchdog's start-up overlaps that work.
+// Run is Start followed by Runner.Run, which says what it returns: a
+// caller that has work to do before it can pass a coordinator (connecting
+// to it) calls Start first, so that the watchdog's start-up overlaps that
+// work.
 func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
 	r, err := Start(opts)
 	if err != nil {
@@ -223,12 +202,30 @@ func Start(opts Options) (*Runner, error) {
 	return &Runner{r: r}, nil
 }
 
-// WatchdogPID is the process ID of the watchdog.
-func (rr *Runner) WatchdogPID() int { return rr.r.wd.Process.Pid }
-
-// Run acquires the lock on c and runs the command, as the package-level Run
-// does; it returns the same exit codes and errors. It may be called once,
-// and not after Close.
+// Run acquires the lock on c, runs the command under a watchdog as the lease's
+// holder, releases the lock once no process of the command's tree is left,
+// and returns fence's exit code: the command's own code; 128+N when it died
+// of signal N that fence did not send for a stop (a forwarded signal counts
+// as the command's); or one of package exitcode's: Busy (as
+// Options.ConflictExitCode), LeaseLost, Deadline, Failure, CannotExec,
+// NotFound.
+//
+// err is non-nil when fence has something to say: one line for stderr (why
+// the command did not run, or why it was stopped), to be printed by the
+// caller; it wraps coord.ErrBusy, coord.ErrInvalid, ... as the cause
+// requires, but the code returned is the one to exit with. Run itself
+// writes to Stderr only with Verbose, the "waiting for" line when Stderr is
+// a terminal, and a warning when the lease could not be released or the
+// metrics file not written.
+//
+// When ctx ends, the command is stopped as at a deadline and Run returns
+// exitcode.Failure; the lease is released after. While it runs, SIGINT,
+// SIGTERM, SIGHUP and SIGQUIT sent to the calling process are forwarded to
+// the command's process group (those that were ignored when Run started stay
+// ignored, for fence and the command); while it waits for the lock, they end
+// the wait (exit 128+N).
+//
+// It may be called once, and not after Close.
 func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 	rr.mu.Lock()
 	used, closed := rr.used, rr.closed
@@ -402,10 +399,7 @@ func (r *runner) holdOptions() []fencing.Option {
 // release.
 func (r *runner) acquireOptions() coord.AcquireOptions {
 	p := r.p
-	holder := p.Holder
-	if holder == "" {
-		holder = coord.DefaultHolder()
-	}
+	holder := cmp.Or(p.Holder, coord.DefaultHolder())
 	return coord.AcquireOptions{
 		TTL:    p.TTL,
 		Holder: holder,
@@ -549,10 +543,7 @@ func (r *runner) startWatchdog() error {
 		ordW.Close()
 		return fmt.Errorf("start watchdog: %w", err)
 	}
-	exe := p.Executable
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
+	exe := cmp.Or(p.Executable, "/proc/self/exe")
 	cmd := exec.Command(exe, WatchdogArg)
 	if p.Executable == "" && len(os.Args) > 0 && os.Args[0] != "" {
 		// The running binary under the name it was started as (ps shows
@@ -1052,10 +1043,7 @@ func resolve(p *plan, env []string) (string, []string, error) {
 	}
 	var denied error
 	for _, dir := range filepath.SplitList(pathVar) {
-		if dir == "" {
-			dir = "."
-		}
-		full := filepath.Join(dir, name)
+		full := filepath.Join(cmp.Or(dir, "."), name)
 		if !filepath.IsAbs(full) {
 			base := p.Dir
 			if base == "" {

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,9 +40,7 @@ func checkLocks(p *plan) error {
 		}
 		seen[n] = true
 	}
-	if p.Lock == "" {
-		p.Lock = strings.Join(p.Locks, ",")
-	}
+	p.Lock = cmp.Or(p.Lock, strings.Join(p.Locks, ","))
 	return nil
 }
 
@@ -135,10 +134,7 @@ func isSetVar(k string) bool {
 // under it, release it.
 func (r *runner) runSet(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
 	p := r.p
-	holder := p.Holder
-	if holder == "" {
-		holder = coord.DefaultHolder()
-	}
+	holder := cmp.Or(p.Holder, coord.DefaultHolder())
 	hs := &setHolds{}
 	hopts := holdOptions(p, hs.renewed, func(err error, n int) {
 		r.verbosef("renewal %d failed: %v", n, err)

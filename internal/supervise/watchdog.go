@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -390,10 +391,7 @@ func (w *watchdog) order(o order) {
 		}
 	case opStop:
 		if w.stillRunning() {
-			r := o.Reason
-			if r == "" {
-				r = reasonLost
-			}
+			r := cmp.Or(o.Reason, reasonLost)
 			w.beginStop(r, clock.Now())
 		}
 	case opSignal:

@@ -5,6 +5,7 @@
 package styles
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/charmbracelet/bubbles/help"
@@ -87,9 +88,7 @@ func (p Paint) Render(s string) string {
 // Nothing here depends on colour to be read: states are words, the selected
 // row has a cursor mark, TTL bars are drawn with characters.
 func New(r *lipgloss.Renderer) *Styles {
-	if r == nil {
-		r = lipgloss.DefaultRenderer()
-	}
+	r = cmp.Or(r, lipgloss.DefaultRenderer())
 	c := func(light, dark string) lipgloss.AdaptiveColor {
 		return lipgloss.AdaptiveColor{Light: light, Dark: dark}
 	}

@@ -4,6 +4,7 @@
 package details
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -54,10 +55,7 @@ type Model struct {
 
 // New returns a details view drawn with s, printing times in loc.
 func New(s *styles.Styles, loc *time.Location) Model {
-	if loc == nil {
-		loc = time.Local
-	}
-	return Model{styles: s, loc: loc, vp: viewport.New(0, 0)}
+	return Model{styles: s, loc: cmp.Or(loc, time.Local), vp: viewport.New(0, 0)}
 }
 
 // Open shows lock name, with its timeline not loaded yet.

@@ -41,17 +41,8 @@ func (m *Model) SetSize(width, height int) {
 	m.height = max(height-1, 0)
 }
 
-// Height is the number of body rows on screen.
-func (m *Model) Height() int { return m.height }
-
 // Selected is the name of the selected lock ("" when the table is empty).
 func (m *Model) Selected() string { return m.selected }
-
-// Cursor is the index of the selected row.
-func (m *Model) Cursor() int { return m.cursor }
-
-// Offset is the index of the first row on screen.
-func (m *Model) Offset() int { return m.offset }
 
 // Sync follows the selected lock after the store changed: the cursor goes
 // to its new place, or stays at the same index when it is gone (selecting
@@ -96,9 +87,7 @@ func (m *Model) clamp(n int) {
 		return
 	}
 	m.cursor = min(max(m.cursor, 0), n-1)
-	if m.cursor < m.offset {
-		m.offset = m.cursor
-	}
+	m.offset = min(m.offset, m.cursor)
 	if m.height > 0 && m.cursor >= m.offset+m.height {
 		m.offset = m.cursor - m.height + 1
 	}

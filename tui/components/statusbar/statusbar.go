@@ -4,6 +4,7 @@
 package statusbar
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -62,7 +63,7 @@ func View(s *styles.Styles, width int, d Data) string {
 	}
 	room := width - fixed - ansi.StringWidth(right)
 	health, room = withWarning(s, width, d, health, room)
-	backend := " " + orDefault(d.Backend, "coordinator")
+	backend := " " + cmp.Or(d.Backend, "coordinator")
 	return fitLine(s, s.Status.Render(format.Fit(backend, max(room, 0)))+sep+health+right, width)
 }
 
@@ -71,7 +72,7 @@ func View(s *styles.Styles, width int, d Data) string {
 // answered matters most).
 func healthText(s *styles.Styles, width int, d Data) string {
 	cut := func(def string, share int) string {
-		msg := orDefault(d.Detail, def)
+		msg := cmp.Or(d.Detail, def)
 		return format.Fit(msg, min(ansi.StringWidth(msg), max(width/share, 12)))
 	}
 	switch d.Health {
@@ -187,13 +188,6 @@ func fitLine(s *styles.Styles, line string, width int) string {
 		return ansi.Truncate(line, width, "")
 	}
 	return line
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // plural is "1 lock", "0 locks", "2 locks".

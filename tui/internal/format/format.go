@@ -59,35 +59,23 @@ func Latency(d time.Duration) string {
 
 // Fit truncates s to w cells (ending in "…" when cut) and pads it with
 // spaces to exactly w cells. Wide characters count as two cells.
-func Fit(s string, w int) string {
-	if w <= 0 {
-		return ""
-	}
-	n := ansi.StringWidth(s)
-	if n > w {
-		s = ansi.Truncate(s, w, "…")
-		n = ansi.StringWidth(s)
-	}
-	if n < w {
-		s += strings.Repeat(" ", w-n)
-	}
-	return s
-}
+func Fit(s string, w int) string { return fit(s, w, false) }
 
 // FitRight is Fit aligned to the right.
-func FitRight(s string, w int) string {
+func FitRight(s string, w int) string { return fit(s, w, true) }
+
+func fit(s string, w int, right bool) string {
 	if w <= 0 {
 		return ""
 	}
-	n := ansi.StringWidth(s)
-	if n > w {
+	if ansi.StringWidth(s) > w {
 		s = ansi.Truncate(s, w, "…")
-		n = ansi.StringWidth(s)
 	}
-	if n < w {
-		s = strings.Repeat(" ", w-n) + s
+	pad := strings.Repeat(" ", max(w-ansi.StringWidth(s), 0))
+	if right {
+		return pad + s
 	}
-	return s
+	return s + pad
 }
 
 // BarCells is how many of width cells a bar filled to left/total has: at
