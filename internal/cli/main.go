@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -118,13 +119,13 @@ func lockAttrs(cmd *cobra.Command) []any {
 }
 
 // explainState adds to a permission error of the local state tree what
-// the file is and the command that repairs it (explainPerm).
+// the file is and the command that repairs it (sharedir.Explain).
 func explainState(f *Factory, err error) error {
 	cfg, cerr := f.Config()
 	if cerr != nil || cfg.Backend() != "local" {
 		return err
 	}
-	return explainPerm(cfg.LocalStateDir(), err)
+	return sharedir.Explain(cfg.LocalStateDir(), err)
 }
 
 // jsonLogs reports whether --log-format asks for JSON (false when the

@@ -1,10 +1,12 @@
-// Package proc gives fence's supervision the Linux process facts it needs
-// to stop a command's whole tree: the processes descended from a supervisor
-// (Descendants) and signalling them without hitting a reused PID
-// (SignalDescendants), on the same process identity (an ID: PID and start
-// time) as the local coordinator's pkg/internal/proc, which pkg/ keeps for
-// itself. The two packages share the reading of /proc/PID/stat; this one has
-// only what the program (internal/supervise) and its tests use.
+// Package proc gives fence the Linux process facts it needs to hand a lock
+// over safely on one host: the start time of a PID (so that a reused PID is
+// not mistaken for the process that held a lease), liveness, the members of a
+// process group, signalling a group, and waiting for a process to exit
+// through a pidfd, without polling.
+//
+// A process is named by an ID: its PID and its start time. Every check
+// compares both, so a PID that was reused by a new process reads as gone.
+// Zombies (exited, not yet reaped) count as gone: they run no code.
 //
 // The package reads /proc and uses pidfd_open(2) (Linux 5.3 and later).
 // Elsewhere every function returns an error wrapping errors.ErrUnsupported.

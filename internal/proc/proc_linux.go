@@ -7,7 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // ReadStat reads /proc/PID/stat. A missing process gives an error wrapping
@@ -74,6 +77,11 @@ func Lookup(pid int) (ID, error) {
 	return st.ID(), nil
 }
 
+var self = sync.OnceValues(func() (ID, error) { return Lookup(os.Getpid()) })
+
+// Self returns the identity of the calling process.
+func Self() (ID, error) { return self() }
+
 // GroupMembers returns the live processes (zombies excluded) whose process
 // group is pgid.
 //
@@ -115,3 +123,37 @@ func GroupMembers(pgid int, leader ID) ([]ID, error) {
 	}
 	return out, nil
 }
+
+// SignalGroup sends sig to every process of the group pgid. It returns nil
+// when at least one member got the signal, an error wrapping ErrNoProcess
+// when the group has no member, and an error wrapping os.ErrPermission when
+// the caller may not signal any member (another user's processes, and the
+// caller is not root).
+func SignalGroup(pgid int, sig syscall.Signal) error {
+	if pgid <= 1 {
+		return fmt.Errorf("signal process group %d: invalid group", pgid)
+	}
+	switch err := unix.Kill(-pgid, sig); {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ESRCH):
+		return fmt.Errorf("signal process group %d: %w", pgid, ErrNoProcess)
+	case errors.Is(err, unix.EPERM):
+		return fmt.Errorf("signal process group %d: %w", pgid, os.ErrPermission)
+	default:
+		return fmt.Errorf("signal process group %d: %w", pgid, err)
+	}
+}
+
+var pidNS = sync.OnceValue(func() string {
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return ns
+})
+
+// PIDNamespace identifies the PID namespace of the calling process (as
+// "pid:[4026531836]"), or "" when it cannot be read. PIDs, and so IDs, mean
+// the same process only within one PID namespace.
+func PIDNamespace() string { return pidNS() }

@@ -142,3 +142,9 @@ func snapshot() ([]Stat, error) {
 	}
 	return out, nil
 }
+
+// SignalID sends sig to the process id only when the process that holds
+// id.PID now is the one that started at id.Start (through a pidfd, so a
+// reused PID is never signalled). An error wraps ErrNoProcess when it is
+// gone, os.ErrPermission when it may not be signalled.
+func SignalID(id ID, sig syscall.Signal) error { return signalID(id, sig) }

@@ -19,10 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/coord"
 	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
-	"github.com/fence-dev/fence/pkg/internal/sharedir"
 )
 
 // The spool (WithSpool) keeps, in files on the host, the events a Recorder

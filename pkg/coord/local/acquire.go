@@ -13,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // Acquire takes a lease on name; see coord.Coordinator. Waiters queue first

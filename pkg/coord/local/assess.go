@@ -3,9 +3,9 @@ package local
 import (
 	"os"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // verdict is what a lock's holder means for readers and successors, as of

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // facts are process facts of a test's making.

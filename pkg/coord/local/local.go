@@ -326,7 +326,7 @@ func openTop(path string) (*sharing, error) {
 // the cause, which is what the reader can act on. A permission error among
 // args is wrapped too, as an *fs.PathError naming the last absolute path
 // before it, so that the CLI can say how to repair the file
-// (explainPerm in internal/cli).
+// (sharedir.Explain).
 func unavailable(format string, args ...any) error {
 	e := &stateError{msg: fmt.Sprintf(format, args...)}
 	path := ""

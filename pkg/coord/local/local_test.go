@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 func acquire(t testing.TB, c *coordinator, name string, o coord.AcquireOptions) *coord.Lease {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // TestExpiredLeaseNoGroupRecorded: a supervisor froze after starting its

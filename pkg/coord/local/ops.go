@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // lost is the ErrLeaseLost error for a lease that is not live.

@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/fence-dev/fence/pkg/internal/sharedir"
+	"github.com/fence-dev/fence/internal/sharedir"
 )
 
 // Sharing. A state directory belongs to one user (mode 0700, files 0600:

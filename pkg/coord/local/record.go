@@ -4,8 +4,8 @@ import (
 	"hash/crc32"
 	"strconv"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // The lease record is the part of a holder that changes while the lease is

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 func TestRecordEncoding(t *testing.T) {

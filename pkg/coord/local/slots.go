@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // Semaphores (coord.AcquireOptions.Slots above 1). The state records the

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/internal/proc"
+	"github.com/fence-dev/fence/internal/proc"
 )
 
 // The acquisition and the wait of one Acquire go through explicit steps:

@@ -11,10 +11,10 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
-	"github.com/fence-dev/fence/pkg/internal/proc"
 )
 
 // fallbackPoll is how often subscribers look again when inotify cannot be

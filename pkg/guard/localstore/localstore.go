@@ -29,9 +29,9 @@ import (
 	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/guard/internal/check"
 
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 	"github.com/fence-dev/fence/pkg/internal/flock"
-	"github.com/fence-dev/fence/pkg/internal/sharedir"
 )
 
 // dirName is the name of the store's directory inside the state directory.

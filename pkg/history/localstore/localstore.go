@@ -81,9 +81,9 @@ import (
 	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 	"github.com/fence-dev/fence/pkg/history/internal/trim"
 
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 	"github.com/fence-dev/fence/pkg/internal/flock"
-	"github.com/fence-dev/fence/pkg/internal/sharedir"
 )
 
 // dirName is the name of the store's directory inside the state directory.

@@ -22,6 +22,7 @@ package sharedir
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"strconv"
@@ -176,6 +177,41 @@ func privateFixHint(m Mode) string {
 		d = shellQuote(m.Dir)
 	}
 	return fmt.Sprintf("as root, run `chown -R %s %s && chmod -R u+rwX,go-rwx %s`", userName(os.Geteuid()), d, d)
+}
+
+// Explain adds to err, when it is a permission problem (fs.ErrPermission)
+// with a file or directory of the local state directory stateDir, what that
+// file is and the command that repairs it: for a shared directory the
+// chgrp/chmod of the whole tree, for a user's own a chown/chmod, for a
+// state directory that cannot be created how to create it. Other errors
+// are returned as they are.
+func Explain(stateDir string, err error) error {
+	if err == nil || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	m, merr := OfDir(stateDir)
+	switch {
+	case errors.Is(merr, fs.ErrNotExist):
+		return fmt.Errorf("%w: create the state directory as root with `install -d -m 0700 -o %s %s` (or `install -d -m 2770 -g GROUP %s` to share it with a group), or give one you may write with --state-dir",
+			err, userName(os.Geteuid()), shellQuote(stateDir), shellQuote(stateDir))
+	case merr != nil:
+		return err
+	}
+	what := ""
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path != "" {
+		if fi, lerr := os.Lstat(pe.Path); lerr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				what = fmt.Sprintf(" (%s is owned by %s, group %s, mode %s)", pe.Path, userName(int(st.Uid)), GroupName(int(st.Gid)), ModeText(fi.Mode()))
+			}
+		}
+	}
+	if m.Group {
+		return fmt.Errorf("%w%s; the shared state directory %s wants every file 0660 and every directory 2770, of group %s: %s",
+			err, what, m.Dir, GroupName(m.GID), fixHint(m))
+	}
+	return fmt.Errorf("%w%s; the state directory %s is the current user's, with every file 0600 and directory 0700: %s",
+		err, what, m.Dir, privateFixHint(m))
 }
 
 // userName is the name of uid, or the number when it has none.
