@@ -353,3 +353,40 @@ func TestTokensAcrossCrash(t *testing.T) {
 		srv.Restart(t)
 	}
 }
+
+// TestRenewalAcrossCrash: a renewal acknowledged just before the server
+// crashes still counts after crash recovery: a contender that saw the
+// lease before the renewal does not take it over before the renewal's
+// send time + TTL (the holder's safe-until).
+func TestRenewalAcrossCrash(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	ctx := context.Background()
+	holder, contender := mustOpen(t, url), mustOpen(t, url)
+	const ttl = 3 * time.Second
+	l, err := holder.Acquire(ctx, "rc", coord.AcquireOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the grant is on disk whatever the settings
+	if _, err := contender.Acquire(ctx, "rc", coord.AcquireOptions{TTL: ttl}); !errors.Is(err, coord.ErrBusy) {
+		t.Fatalf("contender: %v, want busy", err) // it has seen the lease now
+	}
+	time.Sleep(time.Second)
+	r, err := holder.Renew(ctx, "rc", l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(srv.PID(), syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart(t)
+	if _, err := retryV(t, func() (*coord.Lease, error) {
+		return contender.Acquire(ctx, "rc", coord.AcquireOptions{TTL: ttl, Wait: 20 * time.Second})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if safe := r.Sent.Add(r.TTL); time.Now().Before(safe) {
+		t.Errorf("the contender took the lease %v before the acknowledged renewal's send time + TTL", safe.Sub(time.Now()))
+	}
+}
