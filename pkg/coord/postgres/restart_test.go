@@ -387,6 +387,6 @@ func TestRenewalAcrossCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	if safe := r.Sent.Add(r.TTL); time.Now().Before(safe) {
-		t.Errorf("the contender took the lease %v before the acknowledged renewal's send time + TTL", safe.Sub(time.Now()))
+		t.Errorf("the contender took the lease %v before the acknowledged renewal's send time + TTL", time.Until(safe))
 	}
 }
