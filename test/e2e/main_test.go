@@ -18,6 +18,7 @@ import (
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/internal/syncbuf"
+	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 )
 
 // The programs TestMain builds: the fence binary, and the command the tests
@@ -119,6 +120,13 @@ func etcdBackend(t *testing.T) backend {
 // directory.
 func localBackend(t *testing.T) backend {
 	return backend{name: "local", env: cleanEnv(t, "FENCE_STATE_DIR="+filepath.Join(t.TempDir(), "state"))}
+}
+
+// pgBackend starts a PostgreSQL server for the test (skipped when it is not
+// installed); fence processes reach it through FENCE_POSTGRES.
+func pgBackend(t *testing.T) backend {
+	pg := pgtest.Start(t)
+	return backend{name: "postgres", env: cleanEnv(t, "FENCE_POSTGRES="+pg.URL(pg.CreateDatabase(t)))}
 }
 
 // fenceProc is a running fence process started by a test.

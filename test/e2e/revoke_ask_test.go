@@ -74,17 +74,17 @@ func waitWaiters(t *testing.T, env []string, lock string, n int) {
 
 var revokedLine = regexp.MustCompile(`(?m)^fence: lease on "\S+" \(token \d+\) was revoked \(fence revoke asked this run to stop and release it\): the command was stopped \(SIGTERM, then SIGKILL after 1s\)$`)
 
-// TestRevokeWithoutOverlap, on both coordinators: `fence revoke L` (no
+// TestRevokeWithoutOverlap, on every coordinator: `fence revoke L` (no
 // --force) while `fence run --ttl 30s --grace 1s L` runs a command that
 // ignores SIGTERM and another `fence run L` waits. The revoke asks the holder
 // to stop: its command gets SIGTERM, then SIGKILL after the grace; once its
 // tree is gone the holder releases, and only then does the revoke return
 // (so it took the grace at least) and the waiter start, finding no process
 // of the old command alive. The holder exits 76 saying it was revoked. The
-// ask is noticed at once on both coordinators: the revoke returns well
+// ask is noticed at once on every coordinator: the revoke returns well
 // within a renewal interval (10s), not at the holder's next renewal.
 func TestRevokeWithoutOverlap(t *testing.T) {
-	for _, mk := range []func(*testing.T) backend{localBackend, etcdBackend} {
+	for _, mk := range []func(*testing.T) backend{localBackend, etcdBackend, pgBackend} {
 		be := mk(t)
 		t.Run(be.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -126,13 +126,13 @@ func TestRevokeWithoutOverlap(t *testing.T) {
 	}
 }
 
-// TestRevokeForceTokenAcquire, on both coordinators: --token N of another
+// TestRevokeForceTokenAcquire, on every coordinator: --token N of another
 // holder exits 1 and changes nothing; --force ends the lease at once, without
 // waiting for the holder's grace (its command still runs when the revoke
 // returns), and the holder exits 76; a lease from `fence acquire` (no fence
 // run attached) is ended at once without --force; a free lock is 1.
 func TestRevokeForceTokenAcquire(t *testing.T) {
-	for _, mk := range []func(*testing.T) backend{localBackend, etcdBackend} {
+	for _, mk := range []func(*testing.T) backend{localBackend, etcdBackend, pgBackend} {
 		be := mk(t)
 		t.Run(be.name, func(t *testing.T) {
 			pids := filepath.Join(t.TempDir(), "pids")
@@ -187,12 +187,12 @@ func TestRevokeForceTokenAcquire(t *testing.T) {
 	}
 }
 
-// TestRevokeFrozenHolder, on both coordinators: a holder whose whole tree is
+// TestRevokeFrozenHolder, on every coordinator: a holder whose whole tree is
 // frozen (SIGSTOP) cannot answer the ask: `fence revoke --timeout 1s` waits
 // the timeout, says so, and ends the lease (exit 0); resumed, the holder
 // exits 76.
 func TestRevokeFrozenHolder(t *testing.T) {
-	for _, mk := range []func(*testing.T) backend{localBackend, etcdBackend} {
+	for _, mk := range []func(*testing.T) backend{localBackend, etcdBackend, pgBackend} {
 		be := mk(t)
 		t.Run(be.name, func(t *testing.T) {
 			pids := filepath.Join(t.TempDir(), "pids")

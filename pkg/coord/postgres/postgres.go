@@ -7,7 +7,8 @@
 // Each lock has a row in locks whose last_token is raised by one, with a
 // check against coord.MaxToken, in the transaction that grants a lease. Rows
 // of locks are never deleted, so tokens only go up, across restarts and
-// crash recovery (a token is durable when the grant's commit is).
+// crash recovery: fence's sessions commit with synchronous_commit at least
+// local (durable), raised from off (see durable).
 //
 // # Leases without trusting clocks (the invariant)
 //
@@ -143,6 +144,7 @@ func Open(ctx context.Context, url string, opts ...Option) (coord.Coordinator, e
 	pc.MaxConns = 4
 	pc.MaxConnIdleTime = time.Minute
 	pc.ConnConfig.Tracer = cfg.tracer
+	pc.ConnConfig.AfterConnect = durable
 	h := sha256.Sum256([]byte(cfg.schema))
 	c := &coordinator{
 		connCfg: pc.ConnConfig.Copy(),
@@ -163,6 +165,14 @@ func Open(ctx context.Context, url string, opts ...Option) (coord.Coordinator, e
 		return nil, err
 	}
 	return c, nil
+}
+
+// durable raises a session's synchronous_commit of off to local: a grant
+// (its token) and a renewal (its rvn) must survive a crash of the server,
+// which may lose asynchronous commits. The other settings flush locally.
+func durable(ctx context.Context, pc *pgconn.PgConn) error {
+	_, err := pc.Exec(ctx, "SELECT set_config('synchronous_commit', 'local', false) WHERE current_setting('synchronous_commit') = 'off'").ReadAll()
+	return err
 }
 
 // checkIdent refuses a schema name PostgreSQL would truncate or that is

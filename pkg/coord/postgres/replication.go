@@ -10,13 +10,13 @@ import (
 // without waiting for one, and returns one line saying what a failover can
 // then lose ("" when it cannot: no standby, or synchronous replication to
 // one; also "" when the question fails, which the command's own queries
-// report). A session's synchronous_commit is what fence's grants commit
-// with, so it is the one read.
+// report). The session's default synchronous_commit is read: fence raises
+// off only to local (durable), which waits for no standby either.
 func (c *coordinator) ReplicationWarning(ctx context.Context) string {
 	var standbys int
 	var names, commit string
 	err := c.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_replication),
-		current_setting('synchronous_standby_names'), current_setting('synchronous_commit')`).Scan(&standbys, &names, &commit)
+		current_setting('synchronous_standby_names'), (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit')`).Scan(&standbys, &names, &commit)
 	if err != nil {
 		return ""
 	}

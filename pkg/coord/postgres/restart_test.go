@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -309,5 +310,83 @@ func TestWatchAcrossRestart(t *testing.T) {
 	}
 	if ev := next(t, ch); ev.Type != coord.EventAcquired || ev.Info.Name != "after" {
 		t.Fatalf("event after the restart: %+v, want acquired", ev)
+	}
+}
+
+// TestTokensAcrossCrash: the server crashes (SIGQUIT to the postmaster: an
+// immediate shutdown, its WAL buffers lost, crash recovery at the next
+// start) right after a grant, several times; every token granted before a
+// crash stays granted, so the next one is above it. pgtest's server runs
+// with synchronous_commit off, as a server tuned for speed may: fence's
+// own commits must still be durable.
+func TestTokensAcrossCrash(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	ctx := context.Background()
+	var last uint64
+	for i := range 5 {
+		c, err := retryV(t, func() (coord.Coordinator, error) { return open(url) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 3 {
+			l, err := retryV(t, func() (*coord.Lease, error) {
+				return c.Acquire(ctx, "crash", coord.AcquireOptions{TTL: time.Second, Wait: 20 * time.Second})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Token <= last {
+				t.Fatalf("crash %d: token %d after token %d was granted", i, l.Token, last)
+			}
+			last = l.Token
+			if j < 2 { // the last grant is the last commit before the crash
+				if err := c.Release(ctx, "crash", l.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := syscall.Kill(srv.PID(), syscall.SIGQUIT); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		srv.Restart(t)
+	}
+}
+
+// TestRenewalAcrossCrash: a renewal acknowledged just before the server
+// crashes still counts after crash recovery: a contender that saw the
+// lease before the renewal does not take it over before the renewal's
+// send time + TTL (the holder's safe-until).
+func TestRenewalAcrossCrash(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	ctx := context.Background()
+	holder, contender := mustOpen(t, url), mustOpen(t, url)
+	const ttl = 3 * time.Second
+	l, err := holder.Acquire(ctx, "rc", coord.AcquireOptions{TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the grant is on disk whatever the settings
+	if _, err := contender.Acquire(ctx, "rc", coord.AcquireOptions{TTL: ttl}); !errors.Is(err, coord.ErrBusy) {
+		t.Fatalf("contender: %v, want busy", err) // it has seen the lease now
+	}
+	time.Sleep(time.Second)
+	r, err := holder.Renew(ctx, "rc", l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(srv.PID(), syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart(t)
+	if _, err := retryV(t, func() (*coord.Lease, error) {
+		return contender.Acquire(ctx, "rc", coord.AcquireOptions{TTL: ttl, Wait: 20 * time.Second})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if safe := r.Sent.Add(r.TTL); time.Now().Before(safe) {
+		t.Errorf("the contender took the lease %v before the acknowledged renewal's send time + TTL", time.Until(safe))
 	}
 }
