@@ -19,7 +19,7 @@ var byCreate = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAsc
 // Inspect returns the state of lock name, from a linearizable read. The
 // holder's TTLLeft is in whole seconds, as etcd reports it.
 func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
-	info, err := c.inspect(ctx, name, true)
+	info, err := c.inspect(ctx, name)
 	if err != nil {
 		return info, err
 	}
@@ -31,13 +31,8 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	return info, err
 }
 
-// Peek is Inspect without the holder's TTL (one request fewer).
-func (c *coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, error) {
-	return c.inspect(ctx, name, false)
-}
-
-// inspect reads lock name; withTTL asks etcd for the holder's TTL too.
-func (c *coordinator) inspect(ctx context.Context, name string, withTTL bool) (coord.LockInfo, error) {
+// inspect reads lock name, with the holder's TTL.
+func (c *coordinator) inspect(ctx context.Context, name string) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{Name: name}, err
 	}
@@ -48,7 +43,7 @@ func (c *coordinator) inspect(ctx context.Context, name string, withTTL bool) (c
 	if err != nil {
 		return coord.LockInfo{Name: name}, c.mapErr(ctx, "inspect", err)
 	}
-	return c.lockInfo(ctx, name, resp.Kvs, withTTL)
+	return c.lockInfo(ctx, name, resp.Kvs, true)
 }
 
 // List returns the locks whose names start with prefix that have a holder
