@@ -167,10 +167,6 @@ type coordinator struct {
 	health  *health // see hedge.go
 }
 
-var (
-	_ coord.Coordinator = (*coordinator)(nil)
-)
-
 // New connects to the cluster at endpoints (client URLs such as
 // "https://10.0.0.1:2379", or host:port pairs) and checks, with a real
 // request, that it answers and that the user may read the prefix. It fails

@@ -12,8 +12,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 // WatchLease implements coord.Coordinator with one etcd watch on the
 // lease's key on lock name (that key only: no other lock's key, whatever its
 // name, is in the range). For a lease that this coordinator put on the lock

@@ -30,8 +30,6 @@ import (
 // revoked or released cannot write a record. The retention lease is granted
 // first and revoked when the transaction writes nothing.
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 func (c *coordinator) onceRange(lock string) string {
 	return c.prefix + "once/" + url.PathEscape(lock) + "/"
 }

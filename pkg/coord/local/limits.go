@@ -257,5 +257,3 @@ func (c *coordinator) settle(ctx context.Context, name string, prefix bool) erro
 	}
 	return nil
 }
-
-var _ coord.Coordinator = (*coordinator)(nil)

@@ -154,10 +154,6 @@ type coordinator struct {
 	cache sync.Map
 }
 
-var (
-	_ coord.Coordinator = (*coordinator)(nil)
-)
-
 // option configures open (the tests' settings).
 type option func(*options)
 

@@ -33,8 +33,6 @@ import (
 // flock (a rename is atomic). An expired record reads as absent and is
 // removed by the lock's next write or listing.
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 // onceDir is the directory of lock name's completion records.
 func (c *coordinator) onceDir(name string) string {
 	return filepath.Join(c.dir, "once", fileBase(name))

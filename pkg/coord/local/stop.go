@@ -70,8 +70,6 @@ func (c *coordinator) ringLock(f lockFiles) {
 	_, _ = unix.Pwrite(fd, []byte{'!'}, 0)
 }
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 // checkToken refuses a live holder h whose token is not token (0: any).
 func checkToken(name string, h *holder, token uint64) error {
 	if token != 0 && h.Token != token {
@@ -198,8 +196,6 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 		}
 	}
 }
-
-var _ coord.Coordinator = (*coordinator)(nil)
 
 // WatchLease implements coord.Coordinator. It wakes only when the lock's
 // lock file is written (see above), then reads the state: a stop request
