@@ -31,7 +31,7 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	if err := c.check(); err != nil {
 		return coord.Renewal{}, err
 	}
-	if !c.leases.owns(name, id) {
+	if _, ok := c.leases.owned(name, id); !ok {
 		if err := c.ownsKey(ctx, name, id, "renew"); err != nil {
 			return coord.Renewal{}, err
 		}
@@ -44,7 +44,6 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		c.leases.forget(id)
 		return coord.Renewal{}, fmt.Errorf("%w: lease %s on %q has ended", coord.ErrLeaseLost, leaseID, name)
 	}
-	c.leases.acked(id, time.Duration(ttl)*time.Second, sent)
 	return coord.Renewal{Sent: sent, TTL: time.Duration(ttl) * time.Second}, nil
 }
 
@@ -90,7 +89,7 @@ func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err := c.check(); err != nil {
 		return err
 	}
-	if !c.leases.owns(name, id) {
+	if _, ok := c.leases.owned(name, id); !ok {
 		if err := c.ownsKey(ctx, name, id, "release"); err != nil {
 			if errors.Is(err, coord.ErrLeaseLost) {
 				return nil

@@ -52,10 +52,8 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		return nil, err
 	}
 	w := &leaseWatch{c: c, name: name, id: id, key: c.leaseKey(name, id)}
-	if create, ok := c.leases.created(name, id); ok {
-		return w.start(c.bound(ctx), create, create), nil
-	}
-	return w.start(c.bound(ctx), 0, 0), nil
+	create, _ := c.leases.owned(name, id) // 0: read the key first
+	return w.start(c.bound(ctx), create, create), nil
 }
 
 // leaseWatch follows one lease's key.
