@@ -277,7 +277,7 @@ func fromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*coo
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcd: no client", coord.ErrInvalid)
 	}
-	c := &coordinator{prefix: optionsOf(opts).prefix, user: cli.Username, where: hosts(cli.Endpoints())}
+	c := &coordinator{prefix: optionsOf(opts).prefix, user: cli.Username, where: hosts(cli.Endpoints()), health: newHealth()}
 	c.start(cli, clientv3.Config{}) // one lane: the caller's client (no hedging across members)
 	if err := c.ping(ctx); err != nil {
 		c.Close()
@@ -291,9 +291,6 @@ func fromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*coo
 
 // start sets c up on cli.
 func (c *coordinator) start(cli *clientv3.Client, cfg clientv3.Config) {
-	if c.health == nil {
-		c.health = newHealth()
-	}
 	c.cli = cli
 	c.ctx, c.stop = context.WithCancel(cli.Ctx())
 	c.ka = newKeeper(cli, cfg, c.health)
