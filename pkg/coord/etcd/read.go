@@ -2,7 +2,10 @@ package etcd
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -52,21 +55,17 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	resp, err := c.cli.Get(ctx, c.locksKey(prefix), clientv3.WithPrefix())
+	resp, err := c.cli.Get(ctx, c.locksKey(prefix), clientv3.WithPrefix(), byCreate)
 	if err != nil {
 		return nil, c.mapErr(ctx, "list", err)
 	}
 	byName := map[string][]*mvccpb.KeyValue{}
 	for _, kv := range resp.Kvs {
-		if name, ok := c.parseKey(string(kv.Key)); ok && hasPrefix(name, prefix) {
+		if name, ok := c.parseKey(string(kv.Key)); ok && strings.HasPrefix(name, prefix) {
 			byName[name] = append(byName[name], kv)
 		}
 	}
-	names := make([]string, 0, len(byName))
-	for name := range byName {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Collect(maps.Keys(byName))
 	// One TimeToLive per held lock: asked by a few workers at once, so that
 	// a long list costs round trips divided by the workers, not summed.
 	infos := make([]coord.LockInfo, len(names))
@@ -74,10 +73,8 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	g.SetLimit(listWorkers)
 	for i, name := range names {
 		g.Go(func() error {
-			kvs := byName[name]
-			sort.Slice(kvs, func(a, b int) bool { return kvs[a].CreateRevision < kvs[b].CreateRevision })
 			var err error
-			infos[i], err = c.lockInfo(gctx, name, kvs, true)
+			infos[i], err = c.lockInfo(gctx, name, byName[name], true)
 			return err
 		})
 	}
@@ -95,17 +92,13 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	for i := range infos {
 		infos[i].Limit = coordkit.EffectiveLimit(limits, infos[i].Name)
 	}
-	if n := len(infos); len(coordkit.WithLimited(infos, limits, prefix)) != n {
-		infos = coordkit.WithLimited(infos, limits, prefix)
-		sort.Slice(infos, func(a, b int) bool { return infos[a].Name < infos[b].Name })
-	}
+	infos = coordkit.WithLimited(infos, limits, prefix)
+	sort.Slice(infos, func(a, b int) bool { return infos[a].Name < infos[b].Name })
 	return infos, nil
 }
 
 // listWorkers is how many TimeToLive requests List has in flight.
 const listWorkers = 32
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // lockInfo describes a lock from its keys sorted by create revision. With
 // ttl, it asks etcd for the holder's lease TTL.
