@@ -26,10 +26,7 @@ func (c *coordinator) Acquire(ctx context.Context, name string, o coord.AcquireO
 	if err != nil {
 		return nil, err
 	}
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
 	self, err := selfID()

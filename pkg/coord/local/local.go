@@ -355,12 +355,10 @@ func (e *stateError) Error() string        { return e.msg }
 func (e *stateError) Unwrap() error        { return e.cause }
 func (e *stateError) Is(target error) bool { return target == coord.ErrUnavailable }
 
-// ctxDone returns ctx.Err() if ctx has ended.
-func ctxDone(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	default:
-		return nil
+// ready fails a call on a closed coordinator, or whose ctx has ended.
+func (c *coordinator) ready(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
 	}
+	return ctx.Err()
 }

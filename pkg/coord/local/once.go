@@ -44,13 +44,10 @@ func (c *coordinator) oncePath(name, key string) string {
 
 // Completion returns the record of (lock, key).
 func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
-	if err := checkOnce(lock, key); err != nil {
+	if err := checkOnce(lock, key, 0); err != nil {
 		return coord.Completion{}, false, err
 	}
-	if err := c.checkOpen(); err != nil {
-		return coord.Completion{}, false, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return coord.Completion{}, false, err
 	}
 	rec, ok, err := c.readRecord(c.oncePath(lock, key), lock)
@@ -66,10 +63,7 @@ func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 // Complete writes rec under the flock of rec.Lock when leaseID is its live
 // holder.
 func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key); err != nil {
-		return err
-	}
-	if err := coord.ValidateKeep(keep); err != nil {
+	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	return c.update(ctx, c.files(rec.Lock), func(st *state) (stateWrite, error) {
@@ -92,10 +86,7 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 
 // Mark writes rec without a lease, under the lock's flock.
 func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key); err != nil {
-		return err
-	}
-	if err := coord.ValidateKeep(keep); err != nil {
+	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	return c.update(ctx, c.files(rec.Lock), func(*state) (stateWrite, error) {
@@ -105,7 +96,7 @@ func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 
 // Forget removes the record of (lock, key).
 func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
-	if err := checkOnce(lock, key); err != nil {
+	if err := checkOnce(lock, key, 0); err != nil {
 		return false, err
 	}
 	var removed bool
@@ -278,9 +269,12 @@ func (c *coordinator) readRecord(path, lock string) (coord.Completion, bool, err
 	return rec, true, nil
 }
 
-func checkOnce(lock, key string) error {
+func checkOnce(lock, key string, keep time.Duration) error {
 	if err := coord.ValidateName(lock); err != nil {
 		return err
 	}
-	return coord.ValidateKey(key)
+	if err := coord.ValidateKey(key); err != nil {
+		return err
+	}
+	return coord.ValidateKeep(keep)
 }

@@ -252,10 +252,7 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
-	if err := c.checkOpen(); err != nil {
-		return coord.LockInfo{}, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return coord.LockInfo{}, err
 	}
 	li, _, err := c.inspectFiles(c.files(name))
@@ -288,10 +285,7 @@ func (c *coordinator) inspectFiles(f lockFiles) (coord.LockInfo, *state, error) 
 // held ones, ones with waiters, and free ones that have issued a token. A
 // state file that cannot be trusted makes List fail (naming it).
 func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
 	bases, err := c.stateBases()
