@@ -118,11 +118,7 @@ func nameTag(name string) string {
 }
 
 // newID returns a new lease id for lock name.
-func newID(name string) string {
-	var b [8]byte
-	rand.Read(b[:])
-	return nameTag(name) + hex.EncodeToString(b[:])
-}
+func newID(name string) string { return nameTag(name) + newTicketID() }
 
 // newTicketID returns a new id for a waiter's ticket.
 func newTicketID() string {
@@ -384,17 +380,7 @@ func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error
 		}
 	}
 	cancel()
-	res, err := a.try(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	if res.lease != nil {
-		return res.lease, nil
-	}
-	if res.limited != nil {
-		return nil, a.limitErr(res)
-	}
-	return nil, busy(a.f.name, res.info)
+	return a.lastLook(ctx)
 }
 
 // limitErr is the error for a lock held back by an operator limit.
@@ -495,7 +481,8 @@ func (a *acquirer) look() (t turn, v verdict, follow bool, err error) {
 	return t, w.v, !limited || !lim.Frozen(), nil
 }
 
-// lastLook is the last attempt when Wait has passed.
+// lastLook is the last attempt when Wait has passed (or, for Wait 0, the
+// group of an ended lease was killed).
 func (a *acquirer) lastLook(ctx context.Context) (*coord.Lease, error) {
 	res, err := a.try(ctx, false)
 	switch {
