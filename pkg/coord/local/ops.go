@@ -168,11 +168,12 @@ func (c *coordinator) release(ctx context.Context, name, leaseID string, check f
 // stops it at once): a successor takes over once the command's group is
 // gone, and kills it when the TTL has run out.
 func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
-	return c.revoke(ctx, name, 0)
+	return c.RevokeToken(ctx, name, 0)
 }
 
-// revoke is Revoke of the holder with token (0: any holder).
-func (c *coordinator) revoke(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+// RevokeToken implements coord.Coordinator: Revoke, limited to the holder
+// with token (0: any).
+func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}

@@ -146,12 +146,6 @@ func supervised(h *holder) bool {
 	return false
 }
 
-// RevokeToken implements coord.Coordinator: Revoke, limited to the holder
-// with token (0: any).
-func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
-	return c.revoke(ctx, name, token)
-}
-
 // WaitEnded implements coord.Coordinator. It follows the hold as a
 // waiter does, without a place in the queue: it wakes when the lock file
 // is written (the holder released after an ask, or the lease was revoked),
