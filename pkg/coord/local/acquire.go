@@ -85,8 +85,7 @@ type acquirer struct {
 	start  time.Time
 	pids   []proc.ID
 	group  *proc.ID
-	ticket string  // my ticket's ID once queued
-	parsed *parsed // the last parse of the lock's state (parseWith)
+	ticket string // my ticket's ID once queued
 }
 
 // attempt is the outcome of one read-modify-write.
@@ -159,7 +158,7 @@ func unknownID(id string) error {
 func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 	var out attempt
 	sent := time.Now()
-	err := a.c.updateWith(ctx, a.f, &a.parsed, func(st *state) (stateWrite, error) {
+	err := a.c.update(ctx, a.f, func(st *state) (stateWrite, error) {
 		pruned := a.pruneDead(st)
 		var ch stateWrite
 		var err error
@@ -464,7 +463,7 @@ func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, e
 // rewrites it) or the waiter ahead of them; under a limit above 0 the
 // first ones also follow the holders (follow: one that ends makes room).
 func (a *acquirer) look() (t turn, v verdict, follow bool, err error) {
-	st, err := loadWith(a.f, &a.parsed)
+	st, err := load(a.f)
 	if err != nil {
 		return turn{}, verdict{}, false, err
 	}

@@ -39,18 +39,7 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	}
 	var r coord.Renewal
 	sent := time.Now()
-	var (
-		f    lockFiles
-		slot *parsed
-	)
-	if p, ok := c.cache.Load(name); ok {
-		slot = p.(*parsed)
-		f = slot.f
-	} else {
-		f = c.files(name)
-	}
-	cached := slot
-	err := c.updateWith(ctx, f, &slot, func(st *state) (stateWrite, error) {
+	err := c.update(ctx, c.files(name), func(st *state) (stateWrite, error) {
 		now := clock.Now()
 		h, v, err := leaseOf(st, leaseID, now)
 		if err != nil {
@@ -72,11 +61,7 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		return recordOnly, nil
 	})
 	if err != nil {
-		c.cache.Delete(name)
 		return coord.Renewal{}, err
-	}
-	if slot != cached {
-		c.cache.Store(name, slot)
 	}
 	return r, nil
 }
@@ -128,7 +113,6 @@ func (c *coordinator) release(ctx context.Context, name, leaseID string, check f
 		return false, err
 	}
 	f := c.files(name)
-	defer c.cache.Delete(name) // after the update: a renewal in flight may have stored it
 	if _, err := os.Lstat(f.state); os.IsNotExist(err) {
 		return false, unknownID(leaseID) // never used
 	}
