@@ -209,11 +209,8 @@ func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 	}
 	kb := fileBase(rec.Key)
 	path := filepath.Join(dir, kb+stateSuffix)
-	if _, err := atomicfile.WriteVia(path, filepath.Join(dir, tempPrefix+kb), append(b, '\n'), true); err != nil {
+	if _, err := atomicfile.WriteViaPerm(path, filepath.Join(dir, tempPrefix+kb), append(b, '\n'), true, c.share.filePerm()); err != nil {
 		return unavailable("lock %q: write completion record %s: %v", rec.Lock, path, err)
-	}
-	if err := c.fixMode(path); err != nil {
-		return err
 	}
 	_, err = c.prune(rec.Lock)
 	return err
@@ -223,7 +220,7 @@ func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 func (c *coordinator) ensureOnceDir(dir string) error {
 	parent := filepath.Dir(dir)
 	for _, d := range []string{parent, dir} {
-		created, err := c.ensureDir(d, false)
+		created, err := ensureTreeDir(c.share, d, false)
 		if err != nil {
 			return err
 		}
