@@ -177,7 +177,7 @@ func afterPut(succeeded, waits, semaphore bool, keys int, allows bool) putStep {
 func (c *coordinator) attempt(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	a := &attempt{c: c, name: name, opts: opts, slots: coordkit.SlotsOf(opts.Slots), at: time.Now()}
 	sent := time.Now()
-	g, err := c.cli.Grant(ctx, leaseSeconds(opts.TTL))
+	g, err := c.cli.Grant(ctx, seconds(opts.TTL))
 	if err != nil {
 		return nil, c.unanswered(ctx, a.waits(), name, "grant lease", err)
 	}
@@ -187,7 +187,7 @@ func (c *coordinator) attempt(ctx context.Context, name string, opts coord.Acqui
 		c.revoke(a.id)
 		return nil, err
 	}
-	c.leases.add(name, a.id, int64(l.Token), l.TTL, l.Sent)
+	c.leases.add(name, a.id, int64(l.Token))
 	return l, nil
 }
 

@@ -157,12 +157,7 @@ func probeRefused(ctx context.Context, endpoints []string) error {
 // dialTarget is the network and address the etcd client dials for an
 // endpoint (as its internal/endpoint package translates them).
 func dialTarget(ep string) (network, addr string) {
-	for _, scheme := range []string{"unix://", "unixs://"} {
-		if p, ok := strings.CutPrefix(ep, scheme); ok {
-			return "unix", p
-		}
-	}
-	for _, scheme := range []string{"unix:", "unixs:"} {
+	for _, scheme := range []string{"unix://", "unixs://", "unix:", "unixs:"} {
 		if p, ok := strings.CutPrefix(ep, scheme); ok {
 			return "unix", p
 		}

@@ -167,10 +167,6 @@ type coordinator struct {
 	health  *health // see hedge.go
 }
 
-var (
-	_ coord.Coordinator = (*coordinator)(nil)
-)
-
 // New connects to the cluster at endpoints (client URLs such as
 // "https://10.0.0.1:2379", or host:port pairs) and checks, with a real
 // request, that it answers and that the user may read the prefix. It fails
@@ -281,7 +277,7 @@ func fromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*coo
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcd: no client", coord.ErrInvalid)
 	}
-	c := &coordinator{prefix: optionsOf(opts).prefix, user: cli.Username, where: hosts(cli.Endpoints())}
+	c := &coordinator{prefix: optionsOf(opts).prefix, user: cli.Username, where: hosts(cli.Endpoints()), health: newHealth()}
 	c.start(cli, clientv3.Config{}) // one lane: the caller's client (no hedging across members)
 	if err := c.ping(ctx); err != nil {
 		c.Close()
@@ -295,9 +291,6 @@ func fromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*coo
 
 // start sets c up on cli.
 func (c *coordinator) start(cli *clientv3.Client, cfg clientv3.Config) {
-	if c.health == nil {
-		c.health = newHealth()
-	}
 	c.cli = cli
 	c.ctx, c.stop = context.WithCancel(cli.Ctx())
 	c.ka = newKeeper(cli, cfg, c.health)

@@ -75,14 +75,6 @@ func (h *health) silent() bool {
 	return s != 0 && s > h.answered.Load()
 }
 
-// silentFor is how long ago the cluster last answered, while it is silent.
-func (h *health) silentFor() (time.Duration, bool) {
-	if !h.silent() {
-		return 0, false
-	}
-	return time.Duration(h.now() - h.answered.Load()), true
-}
-
 var (
 	answerBound = time.Second
 	silentBound = 150 * time.Millisecond
@@ -289,8 +281,7 @@ func (hc *hedgedCall) wait(silent bool) attemptResult {
 			hc.hedge()
 			h.noAnswerSince(start)
 		case <-giveUp:
-			d, _ := h.silentFor()
-			return hc.held(errSilent(d))
+			return hc.held(errSilent(time.Duration(h.now() - h.answered.Load())))
 		case <-hc.ctx.Done():
 			return hc.held(status.FromContextError(hc.ctx.Err()).Err())
 		}

@@ -443,20 +443,10 @@ func (k *keeper) close() {
 	}
 }
 
-// send writes the queued requests. gRPC writes the messages queued while
-// its writer is busy in one system call; under load (many leases, the
-// last batch less than busyGap ago) the sender also waits batchWait for
-// more requests before it writes, so that a renewal costs a fraction of a
-// write instead of one (a renewal's send time is taken before it is
-// queued, so the wait only adds to its latency, never to its safe-until).
-// A lone renewal is written at once.
+// send writes the queued requests (gRPC writes the messages queued while
+// its writer is busy in one system call).
 func (s *kaStream) send() {
-	var (
-		last  time.Time
-		batch []*kaReq
-		t     = time.NewTimer(time.Hour)
-	)
-	t.Stop()
+	var batch []*kaReq
 	for {
 		s.mu.Lock()
 		pending := len(s.queue) > 0
@@ -468,22 +458,9 @@ func (s *kaStream) send() {
 				return
 			}
 		}
-		if time.Since(last) < busyGap {
-			t.Reset(batchWait)
-			select {
-			case <-t.C:
-			case <-s.done:
-				t.Stop()
-				return
-			}
-		}
 		s.mu.Lock()
 		batch, s.queue = s.queue, batch[:0]
 		s.mu.Unlock()
-		if len(batch) == 0 {
-			continue
-		}
-		last = time.Now()
 		for _, r := range batch {
 			if err := s.stream.Send(&pb.LeaseKeepAliveRequest{ID: r.id}); err != nil {
 				// recv sees the stream's end and fails the waiting renewals.
@@ -494,12 +471,6 @@ func (s *kaStream) send() {
 		clear(batch)
 	}
 }
-
-// Batching of keep-alive requests under load (see send).
-const (
-	busyGap   = 20 * time.Millisecond
-	batchWait = 10 * time.Millisecond
-)
 
 func (s *kaStream) recv() {
 	for {

@@ -214,25 +214,3 @@ func mustID(t *testing.T, id string) clientv3.LeaseID {
 	}
 	return clientv3.LeaseID(v)
 }
-
-// TestPeek: Peek reads what Inspect reads, without the TTL.
-func TestPeek(t *testing.T) {
-	t.Parallel()
-	srv := etcdtest.Start(t)
-	c := open(t, srv, "/peek/")
-	if info, err := c.Peek(ctx(t), "p"); err != nil || info.Held {
-		t.Fatalf("Peek of a free lock = %+v, %v", info, err)
-	}
-	l := acquire(t, c, "p", coord.AcquireOptions{TTL: 20 * time.Second, Holder: "h"})
-	full := inspect(t, c, "p")
-	got, err := c.Peek(ctx(t), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !got.Held || got.Holder != "h" || got.Token != l.Token || got.LeaseID != l.ID || got.Waiters != full.Waiters {
-		t.Errorf("Peek = %+v, Inspect = %+v", got, full)
-	}
-	if got.TTLLeft != 0 || full.TTLLeft == 0 {
-		t.Errorf("TTL left: Peek %v (want 0), Inspect %v", got.TTLLeft, full.TTLLeft)
-	}
-}

@@ -21,20 +21,9 @@ import (
 // lease ending (the keep-alive then says so) or a foreign delete; fence
 // itself removes a key only by revoking its lease.
 func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return coord.Renewal{}, err
-	}
-	id, err := parseID(leaseID)
+	id, err := c.leaseOn(ctx, name, leaseID, "renew")
 	if err != nil {
 		return coord.Renewal{}, err
-	}
-	if err := c.check(); err != nil {
-		return coord.Renewal{}, err
-	}
-	if !c.leases.owns(name, id) {
-		if err := c.ownsKey(ctx, name, id, "renew"); err != nil {
-			return coord.Renewal{}, err
-		}
 	}
 	ttl, sent, err := c.ka.renew(ctx, id)
 	switch {
@@ -44,8 +33,27 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		c.leases.forget(id)
 		return coord.Renewal{}, fmt.Errorf("%w: lease %s on %q has ended", coord.ErrLeaseLost, leaseID, name)
 	}
-	c.leases.acked(id, time.Duration(ttl)*time.Second, sent)
 	return coord.Renewal{Sent: sent, TTL: time.Duration(ttl) * time.Second}, nil
+}
+
+// leaseOn checks the arguments of an operation on lease leaseID of lock
+// name and, unless this coordinator put the lease's key on the lock itself,
+// that the key is there (ownsKey).
+func (c *coordinator) leaseOn(ctx context.Context, name, leaseID, op string) (clientv3.LeaseID, error) {
+	if err := coord.ValidateName(name); err != nil {
+		return 0, err
+	}
+	id, err := parseID(leaseID)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.check(); err != nil {
+		return 0, err
+	}
+	if _, ok := c.leases.owned(name, id); ok {
+		return id, nil
+	}
+	return id, c.ownsKey(ctx, name, id, op)
 }
 
 // ownsKey checks that lease id has its key on lock name. When it has not,
@@ -80,23 +88,12 @@ func (c *coordinator) ownsKey(ctx context.Context, name string, id clientv3.Leas
 // another lock is left alone too, with ErrInvalid (a lease this coordinator
 // did not put on lock name itself is read first: see ownsKey).
 func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
-	if err := coord.ValidateName(name); err != nil {
-		return err
+	id, err := c.leaseOn(ctx, name, leaseID, "release")
+	if errors.Is(err, coord.ErrLeaseLost) {
+		return nil
 	}
-	id, err := parseID(leaseID)
 	if err != nil {
 		return err
-	}
-	if err := c.check(); err != nil {
-		return err
-	}
-	if !c.leases.owns(name, id) {
-		if err := c.ownsKey(ctx, name, id, "release"); err != nil {
-			if errors.Is(err, coord.ErrLeaseLost) {
-				return nil
-			}
-			return err
-		}
 	}
 	if err := c.revokeBounded(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return c.mapErr(ctx, "release", err)

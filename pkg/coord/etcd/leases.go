@@ -10,20 +10,27 @@ import (
 // leases is what a coordinator remembers of the etcd leases it granted.
 //
 // own maps each lease that put a key on a lock through this coordinator to
-// that lock and to its last acknowledged grant or renewal. Renew and
-// Release of such a lease skip the read that checks the key: fence removes
-// a key only by revoking its lease, so while the lease lives (the
-// keep-alive says so) its key is there. A lease id that this coordinator
-// did not put on the lock (given by another process, or with another
-// lock's name) is still checked with a read first.
+// that lock and to the key's create revision (its token: a watch of the
+// key can start from there without reading it). Renew and Release of such
+// a lease skip the read that checks the key: fence removes a key only by
+// revoking its lease, so while the lease lives (the keep-alive says so)
+// its key is there. A lease id that this coordinator did not put on the
+// lock (given by another process, or with another lock's name) is still
+// checked with a read first.
 type leases struct {
 	mu  sync.Mutex
-	own map[clientv3.LeaseID]*owned
+	own map[clientv3.LeaseID]owned
 }
 
-// leaseSeconds is the TTL in whole seconds that Acquire asks etcd for.
-func leaseSeconds(ttl time.Duration) int64 {
-	return int64((ttl + time.Second - 1) / time.Second)
+// owned is a lease's key on a lock, put through this coordinator.
+type owned struct {
+	name   string
+	create int64
+}
+
+// seconds is d in whole seconds, rounded up: the TTL of an etcd lease.
+func seconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // ack is a lease's last acknowledged grant or renewal: the request's send
@@ -33,52 +40,25 @@ type ack struct {
 	ttl  time.Duration
 }
 
-// owned is a lease with a key on a lock, through this coordinator.
-type owned struct {
-	name string
-	// create is the create revision of the lease's key on the lock (its
-	// token): a watch of the key can start from there without reading it.
-	create int64
-	ack
-}
-
 func (l *leases) init() {
-	l.own = map[clientv3.LeaseID]*owned{}
+	l.own = map[clientv3.LeaseID]owned{}
 }
 
-// owns tells whether lease id put its key on lock name through this
-// coordinator and has not been released since.
-func (l *leases) owns(name string, id clientv3.LeaseID) bool {
+// owned returns the create revision of the key that lease id put on lock
+// name through this coordinator, and false when it put none there or was
+// released since.
+func (l *leases) owned(name string, id clientv3.LeaseID) (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	o, ok := l.own[id]
-	return ok && o.name == name
-}
-
-func (l *leases) add(name string, id clientv3.LeaseID, create int64, ttl time.Duration, sent time.Time) {
-	l.mu.Lock()
-	l.own[id] = &owned{name: name, create: create, ack: ack{sent: sent, ttl: ttl}}
-	l.mu.Unlock()
-}
-
-// created returns the create revision of the key that owned lease id put
-// on lock name (false when it is not owned on name).
-func (l *leases) created(name string, id clientv3.LeaseID) (int64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	o, ok := l.own[id]
-	if !ok || o.name != name || o.create <= 0 {
-		return 0, false
+	if o, ok := l.own[id]; ok && o.name == name {
+		return o.create, true
 	}
-	return o.create, true
+	return 0, false
 }
 
-// acked records an acknowledged renewal of an owned lease.
-func (l *leases) acked(id clientv3.LeaseID, ttl time.Duration, sent time.Time) {
+func (l *leases) add(name string, id clientv3.LeaseID, create int64) {
 	l.mu.Lock()
-	if o, ok := l.own[id]; ok && sent.After(o.sent) {
-		o.ttl, o.sent = ttl, sent
-	}
+	l.own[id] = owned{name: name, create: create}
 	l.mu.Unlock()
 }
 

@@ -12,8 +12,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 // WatchLease implements coord.Coordinator with one etcd watch on the
 // lease's key on lock name (that key only: no other lock's key, whatever its
 // name, is in the range). For a lease that this coordinator put on the lock
@@ -54,10 +52,8 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		return nil, err
 	}
 	w := &leaseWatch{c: c, name: name, id: id, key: c.leaseKey(name, id)}
-	if create, ok := c.leases.created(name, id); ok {
-		return w.start(c.bound(ctx), create, create), nil
-	}
-	return w.start(c.bound(ctx), 0, 0), nil
+	create, _ := c.leases.owned(name, id) // 0: read the key first
+	return w.start(c.bound(ctx), create, create), nil
 }
 
 // leaseWatch follows one lease's key.

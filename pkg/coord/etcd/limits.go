@@ -187,5 +187,3 @@ func (c *coordinator) markHeldBack(ctx context.Context, key string, id clientv3.
 		return nil
 	}
 }
-
-var _ coord.Coordinator = (*coordinator)(nil)

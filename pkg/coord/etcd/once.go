@@ -30,8 +30,6 @@ import (
 // revoked or released cannot write a record. The retention lease is granted
 // first and revoked when the transaction writes nothing.
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 func (c *coordinator) onceRange(lock string) string {
 	return c.prefix + "once/" + url.PathEscape(lock) + "/"
 }
@@ -42,7 +40,7 @@ func (c *coordinator) onceKey(lock, key string) string {
 
 // Completion returns the record of (lock, key).
 func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
-	if err := checkOnce(lock, key); err != nil {
+	if err := checkOnce(lock, key, 0); err != nil {
 		return coord.Completion{}, false, err
 	}
 	if err := c.check(); err != nil {
@@ -65,10 +63,7 @@ func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 // Complete writes rec in one transaction with the check that the lease
 // leaseID, of token rec.Token, holds rec.Lock.
 func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key); err != nil {
-		return err
-	}
-	if err := coord.ValidateKeep(keep); err != nil {
+	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	id, err := parseID(leaseID)
@@ -81,11 +76,9 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 	if err := c.check(); err != nil {
 		return err
 	}
-	keep = coordkit.KeepOrDefault(keep)
-	rec = stamp(rec, keep)
-	ret, err := c.cli.Grant(ctx, keepSeconds(keep))
+	rec, ret, err := c.retain(ctx, "complete", rec, keep)
 	if err != nil {
-		return c.mapErr(ctx, "complete", err)
+		return err
 	}
 	holderKey := c.leaseKey(rec.Lock, id)
 	recKey := c.onceKey(rec.Lock, rec.Key)
@@ -95,19 +88,19 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 		clientv3.Compare(clientv3.CreateRevision(c.lockRange(rec.Lock)), ">", tok-1).WithPrefix(),
 		clientv3.Compare(clientv3.CreateRevision(recKey), "=", 0),
 	).Then(
-		clientv3.OpPut(recKey, encodeCompletion(rec), clientv3.WithLease(ret.ID)),
+		clientv3.OpPut(recKey, encodeCompletion(rec), clientv3.WithLease(ret)),
 	).Else(
 		clientv3.OpGet(holderKey, clientv3.WithCountOnly()),
 		clientv3.OpGet(c.lockRange(rec.Lock), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
 	).Commit()
 	if err != nil {
-		c.revoke(ret.ID)
+		c.revoke(ret)
 		return c.mapErr(ctx, "complete", err)
 	}
 	if resp.Succeeded {
 		return nil
 	}
-	c.revoke(ret.ID)
+	c.revoke(ret)
 	holds := resp.Responses[0].GetResponseRange().Count > 0
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; holds && len(kvs) > 0 && kvs[0].CreateRevision == tok {
 		return nil // the lease holds the lock: the record was there (marked by hand)
@@ -117,24 +110,19 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 
 // Mark writes rec without a lease, replacing the record of its key.
 func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key); err != nil {
-		return err
-	}
-	if err := coord.ValidateKeep(keep); err != nil {
+	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	if err := c.check(); err != nil {
 		return err
 	}
-	keep = coordkit.KeepOrDefault(keep)
-	rec = stamp(rec, keep)
-	ret, err := c.cli.Grant(ctx, keepSeconds(keep))
+	rec, ret, err := c.retain(ctx, "mark", rec, keep)
 	if err != nil {
-		return c.mapErr(ctx, "mark", err)
+		return err
 	}
-	resp, err := c.cli.Put(ctx, c.onceKey(rec.Lock, rec.Key), encodeCompletion(rec), clientv3.WithLease(ret.ID), clientv3.WithPrevKV())
+	resp, err := c.cli.Put(ctx, c.onceKey(rec.Lock, rec.Key), encodeCompletion(rec), clientv3.WithLease(ret), clientv3.WithPrevKV())
 	if err != nil {
-		c.revoke(ret.ID)
+		c.revoke(ret)
 		return c.mapErr(ctx, "mark", err)
 	}
 	if p := resp.PrevKv; p != nil && p.Lease != 0 {
@@ -145,7 +133,7 @@ func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 
 // Forget deletes the record of (lock, key) and its retention lease.
 func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
-	if err := checkOnce(lock, key); err != nil {
+	if err := checkOnce(lock, key, 0); err != nil {
 		return false, err
 	}
 	if err := c.check(); err != nil {
@@ -188,20 +176,20 @@ func (c *coordinator) Completions(ctx context.Context, lock string) ([]coord.Com
 	return out, nil
 }
 
-// stamp sets the record's times: Finished defaults to now, Expires is
-// retention keep from now.
-func stamp(rec coord.Completion, keep time.Duration) coord.Completion {
+// retain sets the record's times (Finished defaults to now, Expires is
+// retention keep from now) and grants the etcd lease that keeps it.
+func (c *coordinator) retain(ctx context.Context, op string, rec coord.Completion, keep time.Duration) (coord.Completion, clientv3.LeaseID, error) {
+	keep = coordkit.KeepOrDefault(keep)
 	now := time.Now()
 	if rec.Finished.IsZero() {
 		rec.Finished = now
 	}
 	rec.Expires = now.Add(keep)
-	return rec
-}
-
-// keepSeconds is keep in whole seconds, rounded up.
-func keepSeconds(keep time.Duration) int64 {
-	return int64((keep + time.Second - 1) / time.Second)
+	ret, err := c.cli.Grant(ctx, seconds(keep))
+	if err != nil {
+		return rec, 0, c.mapErr(ctx, op, err)
+	}
+	return rec, ret.ID, nil
 }
 
 func encodeCompletion(rec coord.Completion) string {
@@ -220,9 +208,12 @@ func decodeCompletion(lock string, v []byte) (coord.Completion, bool) {
 	return rec, true
 }
 
-func checkOnce(lock, key string) error {
+func checkOnce(lock, key string, keep time.Duration) error {
 	if err := coord.ValidateName(lock); err != nil {
 		return err
 	}
-	return coord.ValidateKey(key)
+	if err := coord.ValidateKey(key); err != nil {
+		return err
+	}
+	return coord.ValidateKeep(keep)
 }

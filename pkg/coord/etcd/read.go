@@ -2,7 +2,10 @@ package etcd
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -19,7 +22,7 @@ var byCreate = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAsc
 // Inspect returns the state of lock name, from a linearizable read. The
 // holder's TTLLeft is in whole seconds, as etcd reports it.
 func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
-	info, err := c.inspect(ctx, name, true)
+	info, err := c.inspect(ctx, name)
 	if err != nil {
 		return info, err
 	}
@@ -31,13 +34,8 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	return info, err
 }
 
-// Peek is Inspect without the holder's TTL (one request fewer).
-func (c *coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, error) {
-	return c.inspect(ctx, name, false)
-}
-
-// inspect reads lock name; withTTL asks etcd for the holder's TTL too.
-func (c *coordinator) inspect(ctx context.Context, name string, withTTL bool) (coord.LockInfo, error) {
+// inspect reads lock name, with the holder's TTL.
+func (c *coordinator) inspect(ctx context.Context, name string) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{Name: name}, err
 	}
@@ -48,7 +46,7 @@ func (c *coordinator) inspect(ctx context.Context, name string, withTTL bool) (c
 	if err != nil {
 		return coord.LockInfo{Name: name}, c.mapErr(ctx, "inspect", err)
 	}
-	return c.lockInfo(ctx, name, resp.Kvs, withTTL)
+	return c.lockInfo(ctx, name, resp.Kvs, true)
 }
 
 // List returns the locks whose names start with prefix that have a holder
@@ -57,21 +55,17 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	resp, err := c.cli.Get(ctx, c.locksKey(prefix), clientv3.WithPrefix())
+	resp, err := c.cli.Get(ctx, c.locksKey(prefix), clientv3.WithPrefix(), byCreate)
 	if err != nil {
 		return nil, c.mapErr(ctx, "list", err)
 	}
 	byName := map[string][]*mvccpb.KeyValue{}
 	for _, kv := range resp.Kvs {
-		if name, ok := c.parseKey(string(kv.Key)); ok && hasPrefix(name, prefix) {
+		if name, ok := c.parseKey(string(kv.Key)); ok && strings.HasPrefix(name, prefix) {
 			byName[name] = append(byName[name], kv)
 		}
 	}
-	names := make([]string, 0, len(byName))
-	for name := range byName {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Collect(maps.Keys(byName))
 	// One TimeToLive per held lock: asked by a few workers at once, so that
 	// a long list costs round trips divided by the workers, not summed.
 	infos := make([]coord.LockInfo, len(names))
@@ -79,10 +73,8 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	g.SetLimit(listWorkers)
 	for i, name := range names {
 		g.Go(func() error {
-			kvs := byName[name]
-			sort.Slice(kvs, func(a, b int) bool { return kvs[a].CreateRevision < kvs[b].CreateRevision })
 			var err error
-			infos[i], err = c.lockInfo(gctx, name, kvs, true)
+			infos[i], err = c.lockInfo(gctx, name, byName[name], true)
 			return err
 		})
 	}
@@ -100,17 +92,13 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	for i := range infos {
 		infos[i].Limit = coordkit.EffectiveLimit(limits, infos[i].Name)
 	}
-	if n := len(infos); len(coordkit.WithLimited(infos, limits, prefix)) != n {
-		infos = coordkit.WithLimited(infos, limits, prefix)
-		sort.Slice(infos, func(a, b int) bool { return infos[a].Name < infos[b].Name })
-	}
+	infos = coordkit.WithLimited(infos, limits, prefix)
+	sort.Slice(infos, func(a, b int) bool { return infos[a].Name < infos[b].Name })
 	return infos, nil
 }
 
 // listWorkers is how many TimeToLive requests List has in flight.
 const listWorkers = 32
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // lockInfo describes a lock from its keys sorted by create revision. With
 // ttl, it asks etcd for the holder's lease TTL.

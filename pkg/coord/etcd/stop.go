@@ -14,8 +14,6 @@ import (
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 // holderKV reads lock name and returns its holder's key (nil when the lock
 // is free) with the lock's info (with the holder's TTL when withTTL),
 // refusing a holder whose token is not token (0: any).

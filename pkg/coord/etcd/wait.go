@@ -431,10 +431,6 @@ func (c *coordinator) revoke(id clientv3.LeaseID) {
 	if c.closed.Load() && c.owned {
 		return // the client is closed too; the lease runs out at its TTL
 	}
-	c.revokeNow(id)
-}
-
-func (c *coordinator) revokeNow(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	_, _ = c.cli.Revoke(ctx, id)

@@ -131,7 +131,7 @@ func (w *watcher) decodeLimits() {
 // lock returns the lock a key belongs to, nil when it is not one of ours.
 func (w *watcher) lock(key string) *watched {
 	name, ok := w.c.parseKey(key)
-	if !ok || !hasPrefix(name, w.prefix) {
+	if !ok || !strings.HasPrefix(name, w.prefix) {
 		return nil
 	}
 	lk := w.locks[name]
@@ -205,7 +205,7 @@ func (w *watcher) applyLimit(ctx context.Context, ev *clientv3.Event) bool {
 	}
 	seen := map[string]bool{}
 	for _, l := range slices.Concat(old, w.limits) {
-		if l.Prefix || seen[l.Name] || w.locks[l.Name] != nil || !hasPrefix(l.Name, w.prefix) {
+		if l.Prefix || seen[l.Name] || w.locks[l.Name] != nil || !strings.HasPrefix(l.Name, w.prefix) {
 			continue
 		}
 		seen[l.Name] = true

@@ -26,10 +26,7 @@ func (c *coordinator) Acquire(ctx context.Context, name string, o coord.AcquireO
 	if err != nil {
 		return nil, err
 	}
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
 	self, err := selfID()
@@ -88,8 +85,7 @@ type acquirer struct {
 	start  time.Time
 	pids   []proc.ID
 	group  *proc.ID
-	ticket string  // my ticket's ID once queued
-	parsed *parsed // the last parse of the lock's state (parseWith)
+	ticket string // my ticket's ID once queued
 }
 
 // attempt is the outcome of one read-modify-write.
@@ -121,11 +117,7 @@ func nameTag(name string) string {
 }
 
 // newID returns a new lease id for lock name.
-func newID(name string) string {
-	var b [8]byte
-	rand.Read(b[:])
-	return nameTag(name) + hex.EncodeToString(b[:])
-}
+func newID(name string) string { return nameTag(name) + newTicketID() }
 
 // newTicketID returns a new id for a waiter's ticket.
 func newTicketID() string {
@@ -166,7 +158,7 @@ func unknownID(id string) error {
 func (a *acquirer) try(ctx context.Context, enqueue bool) (attempt, error) {
 	var out attempt
 	sent := time.Now()
-	err := a.c.updateWith(ctx, a.f, &a.parsed, func(st *state) (stateWrite, error) {
+	err := a.c.update(ctx, a.f, func(st *state) (stateWrite, error) {
 		pruned := a.pruneDead(st)
 		var ch stateWrite
 		var err error
@@ -387,17 +379,7 @@ func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error
 		}
 	}
 	cancel()
-	res, err := a.try(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	if res.lease != nil {
-		return res.lease, nil
-	}
-	if res.limited != nil {
-		return nil, a.limitErr(res)
-	}
-	return nil, busy(a.f.name, res.info)
+	return a.lastLook(ctx)
 }
 
 // limitErr is the error for a lock held back by an operator limit.
@@ -481,7 +463,7 @@ func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, e
 // rewrites it) or the waiter ahead of them; under a limit above 0 the
 // first ones also follow the holders (follow: one that ends makes room).
 func (a *acquirer) look() (t turn, v verdict, follow bool, err error) {
-	st, err := loadWith(a.f, &a.parsed)
+	st, err := load(a.f)
 	if err != nil {
 		return turn{}, verdict{}, false, err
 	}
@@ -498,7 +480,8 @@ func (a *acquirer) look() (t turn, v verdict, follow bool, err error) {
 	return t, w.v, !limited || !lim.Frozen(), nil
 }
 
-// lastLook is the last attempt when Wait has passed.
+// lastLook is the last attempt when Wait has passed (or, for Wait 0, the
+// group of an ended lease was killed).
 func (a *acquirer) lastLook(ctx context.Context) (*coord.Lease, error) {
 	res, err := a.try(ctx, false)
 	switch {

@@ -112,10 +112,7 @@ func (c *coordinator) limitOf(name string) (*coord.Limit, error) {
 
 // Limits returns every limit in force (coord.Limiter).
 func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
 	ls, err := c.readLimits()
@@ -257,5 +254,3 @@ func (c *coordinator) settle(ctx context.Context, name string, prefix bool) erro
 	}
 	return nil
 }
-
-var _ coord.Coordinator = (*coordinator)(nil)

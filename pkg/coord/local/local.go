@@ -69,10 +69,8 @@
 // The record carries the holder's token and a checksum. A reader without
 // the flock that catches the record in the middle of an overwrite reads it
 // again; under the flock a record that does not check out, or names another
-// token than the holder, makes the state corrupt. A holder that renews keeps
-// the parse of its state file and reuses it while the file's bytes stay the
-// same but for the record, so a renewal parses no JSON: it is one open and
-// flock of the lock file, one open, read and write of the state file.
+// token than the holder, makes the state corrupt. A renewal is one open
+// and flock of the lock file, one open, read and write of the state file.
 //
 // A state file that is corrupt, truncated, unreadable, a symbolic link, not
 // a regular file, owned by another user or open to group or others (mode
@@ -146,17 +144,7 @@ type coordinator struct {
 	mu     sync.Mutex
 	hub    *hub // started on first use, guarded by mu
 	closed chan struct{}
-
-	// cache holds, by lock name, the parse of the state files of the
-	// leases this coordinator renews (*parsed), so that a renewal parses
-	// no JSON while the state stays the same but for its lease record
-	// (parseWith). An entry is dropped when its lease is released or lost.
-	cache sync.Map
 }
-
-var (
-	_ coord.Coordinator = (*coordinator)(nil)
-)
 
 // option configures open (the tests' settings).
 type option func(*options)
@@ -359,12 +347,10 @@ func (e *stateError) Error() string        { return e.msg }
 func (e *stateError) Unwrap() error        { return e.cause }
 func (e *stateError) Is(target error) bool { return target == coord.ErrUnavailable }
 
-// ctxDone returns ctx.Err() if ctx has ended.
-func ctxDone(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	default:
-		return nil
+// ready fails a call on a closed coordinator, or whose ctx has ended.
+func (c *coordinator) ready(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
 	}
+	return ctx.Err()
 }

@@ -33,8 +33,6 @@ import (
 // flock (a rename is atomic). An expired record reads as absent and is
 // removed by the lock's next write or listing.
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 // onceDir is the directory of lock name's completion records.
 func (c *coordinator) onceDir(name string) string {
 	return filepath.Join(c.dir, "once", fileBase(name))
@@ -46,13 +44,10 @@ func (c *coordinator) oncePath(name, key string) string {
 
 // Completion returns the record of (lock, key).
 func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
-	if err := checkOnce(lock, key); err != nil {
+	if err := checkOnce(lock, key, 0); err != nil {
 		return coord.Completion{}, false, err
 	}
-	if err := c.checkOpen(); err != nil {
-		return coord.Completion{}, false, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return coord.Completion{}, false, err
 	}
 	rec, ok, err := c.readRecord(c.oncePath(lock, key), lock)
@@ -68,10 +63,7 @@ func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 // Complete writes rec under the flock of rec.Lock when leaseID is its live
 // holder.
 func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key); err != nil {
-		return err
-	}
-	if err := coord.ValidateKeep(keep); err != nil {
+	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	return c.update(ctx, c.files(rec.Lock), func(st *state) (stateWrite, error) {
@@ -94,10 +86,7 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 
 // Mark writes rec without a lease, under the lock's flock.
 func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key); err != nil {
-		return err
-	}
-	if err := coord.ValidateKeep(keep); err != nil {
+	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	return c.update(ctx, c.files(rec.Lock), func(*state) (stateWrite, error) {
@@ -107,7 +96,7 @@ func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 
 // Forget removes the record of (lock, key).
 func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
-	if err := checkOnce(lock, key); err != nil {
+	if err := checkOnce(lock, key, 0); err != nil {
 		return false, err
 	}
 	var removed bool
@@ -220,11 +209,8 @@ func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 	}
 	kb := fileBase(rec.Key)
 	path := filepath.Join(dir, kb+stateSuffix)
-	if _, err := atomicfile.WriteVia(path, filepath.Join(dir, tempPrefix+kb), append(b, '\n'), true); err != nil {
+	if _, err := atomicfile.WriteViaPerm(path, filepath.Join(dir, tempPrefix+kb), append(b, '\n'), true, c.share.filePerm()); err != nil {
 		return unavailable("lock %q: write completion record %s: %v", rec.Lock, path, err)
-	}
-	if err := c.fixMode(path); err != nil {
-		return err
 	}
 	_, err = c.prune(rec.Lock)
 	return err
@@ -234,7 +220,7 @@ func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 func (c *coordinator) ensureOnceDir(dir string) error {
 	parent := filepath.Dir(dir)
 	for _, d := range []string{parent, dir} {
-		created, err := c.ensureDir(d, false)
+		created, err := ensureTreeDir(c.share, d, false)
 		if err != nil {
 			return err
 		}
@@ -280,9 +266,12 @@ func (c *coordinator) readRecord(path, lock string) (coord.Completion, bool, err
 	return rec, true, nil
 }
 
-func checkOnce(lock, key string) error {
+func checkOnce(lock, key string, keep time.Duration) error {
 	if err := coord.ValidateName(lock); err != nil {
 		return err
 	}
-	return coord.ValidateKey(key)
+	if err := coord.ValidateKey(key); err != nil {
+		return err
+	}
+	return coord.ValidateKeep(keep)
 }

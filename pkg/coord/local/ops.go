@@ -39,18 +39,7 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	}
 	var r coord.Renewal
 	sent := time.Now()
-	var (
-		f    lockFiles
-		slot *parsed
-	)
-	if p, ok := c.cache.Load(name); ok {
-		slot = p.(*parsed)
-		f = slot.f
-	} else {
-		f = c.files(name)
-	}
-	cached := slot
-	err := c.updateWith(ctx, f, &slot, func(st *state) (stateWrite, error) {
+	err := c.update(ctx, c.files(name), func(st *state) (stateWrite, error) {
 		now := clock.Now()
 		h, v, err := leaseOf(st, leaseID, now)
 		if err != nil {
@@ -72,11 +61,7 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		return recordOnly, nil
 	})
 	if err != nil {
-		c.cache.Delete(name)
 		return coord.Renewal{}, err
-	}
-	if slot != cached {
-		c.cache.Store(name, slot)
 	}
 	return r, nil
 }
@@ -128,7 +113,6 @@ func (c *coordinator) release(ctx context.Context, name, leaseID string, check f
 		return false, err
 	}
 	f := c.files(name)
-	defer c.cache.Delete(name) // after the update: a renewal in flight may have stored it
 	if _, err := os.Lstat(f.state); os.IsNotExist(err) {
 		return false, unknownID(leaseID) // never used
 	}
@@ -168,11 +152,12 @@ func (c *coordinator) release(ctx context.Context, name, leaseID string, check f
 // stops it at once): a successor takes over once the command's group is
 // gone, and kills it when the TTL has run out.
 func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
-	return c.revoke(ctx, name, 0)
+	return c.RevokeToken(ctx, name, 0)
 }
 
-// revoke is Revoke of the holder with token (0: any holder).
-func (c *coordinator) revoke(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+// RevokeToken implements coord.Coordinator: Revoke, limited to the holder
+// with token (0: any).
+func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
@@ -252,10 +237,7 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
-	if err := c.checkOpen(); err != nil {
-		return coord.LockInfo{}, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return coord.LockInfo{}, err
 	}
 	li, _, err := c.inspectFiles(c.files(name))
@@ -288,10 +270,7 @@ func (c *coordinator) inspectFiles(f lockFiles) (coord.LockInfo, *state, error) 
 // held ones, ones with waiters, and free ones that have issued a token. A
 // state file that cannot be trusted makes List fail (naming it).
 func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
 	bases, err := c.stateBases()

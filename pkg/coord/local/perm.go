@@ -56,30 +56,14 @@ func (s *sharing) checkFileStat(what, path string, fd int, st *unix.Stat_t) erro
 	return nil
 }
 
-// ensureDir checks (creating it when missing) a directory of the state tree
-// below the state directory.
-func (c *coordinator) ensureDir(path string, parents bool) (created bool, err error) {
-	return ensureTreeDir(c.share, path, parents)
-}
-
+// ensureTreeDir checks (creating it when missing) a directory of the state
+// tree below the state directory.
 func ensureTreeDir(s *sharing, path string, parents bool) (bool, error) {
 	created, err := s.m.EnsureDir(path, parents)
 	if err != nil {
 		return created, unavailable("%v", err)
 	}
 	return created, nil
-}
-
-// fixMode gives a file written through atomicfile (mode 0600) the tree's
-// permission.
-func (c *coordinator) fixMode(path string) error {
-	if !c.share.group() {
-		return nil
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		return unavailable("%s: %v", path, err)
-	}
-	return nil
 }
 
 // checkPerm checks a file of the tree read through os.File.

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"fmt"
 	"hash/crc32"
 	"strconv"
 
@@ -54,37 +55,12 @@ func (r record) append(b []byte) []byte {
 	if r.group != nil {
 		pgid, gstart = r.group.PID, r.group.Start
 	}
-	s := byte('h')
+	s := 'h'
 	if r.released {
 		s = 'r'
 	}
-	b = append(b, "t="...)
-	b = appendPadded(b, r.token, 20)
-	b = append(b, " e="...)
-	b = appendPadded(b, uint64(max(r.expires, 0)), 20)
-	b = append(b, " s="...)
-	b = append(b, s)
-	b = append(b, " g="...)
-	b = appendPadded(b, uint64(max(pgid, 0)), 10)
-	b = append(b, '@')
-	b = appendPadded(b, gstart, 20)
-	sum := crc32.ChecksumIEEE(b[start:])
-	b = append(b, " c="...)
-	const hexdig = "0123456789abcdef"
-	for shift := 28; shift >= 0; shift -= 4 {
-		b = append(b, hexdig[(sum>>shift)&15])
-	}
-	return b
-}
-
-// appendPadded appends v in decimal, zero-padded to width digits.
-func appendPadded(b []byte, v uint64, width int) []byte {
-	var d [20]byte
-	n := strconv.AppendUint(d[:0], v, 10)
-	for i := len(n); i < width; i++ {
-		b = append(b, '0')
-	}
-	return append(b, n...)
+	b = fmt.Appendf(b, "t=%020d e=%020d s=%c g=%010d@%020d", r.token, uint64(max(r.expires, 0)), s, max(pgid, 0), gstart)
+	return fmt.Appendf(b, " c=%08x", crc32.ChecksumIEEE(b[start:]))
 }
 
 // decodeRecord parses a lease record; ok is false for anything encode

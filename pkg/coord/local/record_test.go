@@ -288,3 +288,16 @@ func TestReadersDuringRenewals(t *testing.T) {
 		t.Fatalf("the waiting process: %v", f)
 	}
 }
+
+// sameButRecord reports whether two state files' bytes differ at most in
+// their lease records.
+func sameButRecord(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) <= recordOffset+recordLen || string(a[:recordOffset]) != recordPrefix {
+		return string(a) == string(b)
+	}
+	return string(a[:recordOffset]) == string(b[:recordOffset]) &&
+		string(a[recordOffset+recordLen:]) == string(b[recordOffset+recordLen:])
+}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -202,10 +200,7 @@ func freshState(f lockFiles) *state {
 // checksum and read again when it was caught in the middle of an overwrite.
 // A missing file is a lock never used: a fresh state. Anything that cannot
 // be trusted fails closed.
-func load(f lockFiles) (*state, error) { return loadWith(f, nil) }
-
-// loadWith is load, reusing and updating the parse in *slot (see parseWith).
-func loadWith(f lockFiles, slot **parsed) (*state, error) {
+func load(f lockFiles) (*state, error) {
 	fd, size, err := openState(f, false)
 	if err != nil {
 		return nil, err
@@ -219,7 +214,7 @@ func loadWith(f lockFiles, slot **parsed) (*state, error) {
 		if err != nil {
 			return nil, err
 		}
-		st, err := parseWith(f, b, slot)
+		st, err := parseState(f, b)
 		if !errors.Is(err, errTorn) {
 			return st, err
 		}
@@ -232,19 +227,10 @@ func loadWith(f lockFiles, slot **parsed) (*state, error) {
 	}
 }
 
-// parsed is a state file's bytes and their parse, before the lease record
-// was applied (see parseWith).
-type parsed struct {
-	f   lockFiles
-	raw []byte
-	st  *state
-}
-
 // loadLocked reads a lock's state under its flock. It returns the state,
 // the file's bytes and the file, open for writing (fd -1 when the file does
-// not exist yet); the caller closes it. slot, when not nil, is a parse to
-// reuse and update (see parseWith).
-func loadLocked(f lockFiles, slot **parsed) (*state, []byte, int, error) {
+// not exist yet); the caller closes it.
+func loadLocked(f lockFiles) (*state, []byte, int, error) {
 	fd, size, err := openState(f, true)
 	if err != nil {
 		return nil, nil, -1, err
@@ -257,7 +243,7 @@ func loadLocked(f lockFiles, slot **parsed) (*state, []byte, int, error) {
 		unix.Close(fd)
 		return nil, nil, -1, err
 	}
-	st, err := parseWith(f, b, slot)
+	st, err := parseState(f, b)
 	if errors.Is(err, errTorn) {
 		// Under the lock nothing overwrites the record: it is corrupt.
 		err = corrupt(f, "has a lease record that does not check out")
@@ -269,80 +255,10 @@ func loadLocked(f lockFiles, slot **parsed) (*state, []byte, int, error) {
 	return st, b, fd, nil
 }
 
-// parseWith parses a state file's bytes b. With slot not nil it keeps the
-// parse in *slot, and reuses the one there when b differs from its bytes at
-// most in the lease record (a holder renewing): then no JSON is parsed. The
-// bytes being the same, so is the parse.
-func parseWith(f lockFiles, b []byte, slot **parsed) (*state, error) {
-	if slot == nil {
-		return parseState(f, b, nil)
-	}
-	if p := *slot; p != nil && p.f == f && sameButRecord(p.raw, b) {
-		st := p.st.clone()
-		if hasRecord(b) {
-			st.Lease = string(b[recordOffset : recordOffset+recordLen])
-		}
-		if err := applyRecord(f, st); err != nil {
-			return nil, err
-		}
-		return st, nil
-	}
-	pre := new(state)
-	st, err := parseState(f, b, pre)
-	if err == nil {
-		*slot = &parsed{f: f, raw: b, st: pre}
-	}
-	return st, err
-}
-
-// sameButRecord reports whether two state files' bytes differ at most in
-// their lease records.
-func sameButRecord(a, b []byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	if len(a) <= recordOffset+recordLen || string(a[:recordOffset]) != recordPrefix {
-		return string(a) == string(b)
-	}
-	return string(a[:recordOffset]) == string(b[:recordOffset]) &&
-		string(a[recordOffset+recordLen:]) == string(b[recordOffset+recordLen:])
-}
-
-// clone returns a copy of st that shares nothing that callers change.
-func (st *state) clone() *state {
-	n := *st
-	n.Holder = st.Holder.clone()
-	if st.Others != nil {
-		n.Others = make([]*holder, len(st.Others))
-		for i, h := range st.Others {
-			n.Others[i] = h.clone()
-		}
-	}
-	n.Queue = slices.Clone(st.Queue)
-	n.Ext = maps.Clone(st.Ext)
-	return &n
-}
-
-// clone returns a copy of h (nil for nil) that shares nothing.
-func (h *holder) clone() *holder {
-	if h == nil {
-		return nil
-	}
-	n := *h
-	n.PIDs = slices.Clone(h.PIDs)
-	if h.Group != nil {
-		g := *h.Group
-		n.Group = &g
-	}
-	return &n
-}
-
-// parseState parses and checks a state file's bytes. When pre is not nil
-// it receives a copy of the state before the lease record was applied. The
-// steps: decode, checkState (every rule a state must meet, or it fails
+// parseState parses and checks a state file's bytes. The steps: decode, checkState (every rule a state must meet, or it fails
 // closed), forBoot (a state of another boot keeps only its token), then the
 // lease record.
-func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
+func parseState(f lockFiles, b []byte) (*state, error) {
 	st, err := decodeState(f, b)
 	if err != nil {
 		return nil, err
@@ -352,9 +268,6 @@ func parseState(f lockFiles, b []byte, pre *state) (*state, error) {
 	}
 	if err := forBoot(f, st, clock.BootID()); err != nil {
 		return nil, err
-	}
-	if pre != nil {
-		*pre = *st.clone()
 	}
 	if err := applyRecord(f, st); err != nil {
 		return nil, err
@@ -636,12 +549,6 @@ const (
 // reports. Every write raises an inotify event on locks/, which wakes the
 // lock's waiters (see the package doc, "Waiting").
 func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (stateWrite, error)) error {
-	return c.updateWith(ctx, f, nil, fn)
-}
-
-// updateWith is update, reusing and updating the parse in *slot (see
-// parseWith) when slot is not nil.
-func (c *coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed, fn func(st *state) (stateWrite, error)) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
@@ -649,7 +556,7 @@ func (c *coordinator) updateWith(ctx context.Context, f lockFiles, slot **parsed
 	if err != nil {
 		return err
 	}
-	st, raw, fd, err := loadLocked(f, slot)
+	st, raw, fd, err := loadLocked(f)
 	if err != nil {
 		unlock()
 		return err

@@ -70,8 +70,6 @@ func (c *coordinator) ringLock(f lockFiles) {
 	_, _ = unix.Pwrite(fd, []byte{'!'}, 0)
 }
 
-var _ coord.Coordinator = (*coordinator)(nil)
-
 // checkToken refuses a live holder h whose token is not token (0: any).
 func checkToken(name string, h *holder, token uint64) error {
 	if token != 0 && h.Token != token {
@@ -148,12 +146,6 @@ func supervised(h *holder) bool {
 	return false
 }
 
-// RevokeToken implements coord.Coordinator: Revoke, limited to the holder
-// with token (0: any).
-func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
-	return c.revoke(ctx, name, token)
-}
-
 // WaitEnded implements coord.Coordinator. It follows the hold as a
 // waiter does, without a place in the queue: it wakes when the lock file
 // is written (the holder released after an ask, or the lease was revoked),
@@ -198,8 +190,6 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 		}
 	}
 }
-
-var _ coord.Coordinator = (*coordinator)(nil)
 
 // WatchLease implements coord.Coordinator. It wakes only when the lock's
 // lock file is written (see above), then reads the state: a stop request

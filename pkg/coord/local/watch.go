@@ -340,10 +340,7 @@ func untilWake(b clock.Boot) time.Duration {
 // coordinator is closed; a consumer that does not read holds up only its
 // own Watch.
 func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
-	if err := c.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := ctxDone(ctx); err != nil {
+	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
 	self, err := selfID()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,22 +56,6 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		return coord.Renewal{}, c.mapErr(ctx, "renew "+name, err)
 	}
 	return coord.Renewal{Sent: sent, TTL: time.Duration(ms) * time.Millisecond}, nil
-}
-
-// RenewAsync is Renew on a goroutine of its own (coord.AsyncRenewer).
-func (c *coordinator) RenewAsync(name, leaseID string, done func(coord.Renewal, error)) func() {
-	ctx, cancel := c.bound(context.Background())
-	var once sync.Once
-	fire := func(r coord.Renewal, err error) { once.Do(func() { done(r, err) }) }
-	go func() {
-		r, err := c.Renew(ctx, name, leaseID)
-		fire(r, err)
-		cancel()
-	}()
-	return func() {
-		cancel()
-		go fire(coord.Renewal{}, fmt.Errorf("renew %q: %w", name, context.Canceled))
-	}
 }
 
 // Release ends the lease; one already gone is not an error.

@@ -33,11 +33,6 @@ func (c *coordinator) inspect(ctx context.Context, name string) (coord.LockInfo,
 	return info, err
 }
 
-// Peek is Inspect (coord.Peeker).
-func (c *coordinator) Peek(ctx context.Context, name string) (coord.LockInfo, error) {
-	return c.Inspect(ctx, name)
-}
-
 // List reads the locks under prefix that have holders or waiters, and those
 // with a limit of their own, in one query (listSQL).
 func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
