@@ -299,7 +299,7 @@ func covered(ctx context.Context, c coord.Coordinator, name string, prefix bool)
 // recordLimit records a limit's event in the history of every lock in
 // infos, best effort (the limit is set whatever the history says).
 func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
-	h, ok := c.(history.Historian)
+	h, ok := c.(history.Store)
 	if !ok {
 		return
 	}

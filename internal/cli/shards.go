@@ -143,7 +143,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	r.Close()
 	ctx := context.WithoutCancel(cmd.Context())
 	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
-		hist, _ := c.(history.Historian)
+		hist, _ := c.(history.Store)
 		record := func(ev history.Event) {
 			if hist == nil {
 				return

@@ -253,7 +253,7 @@ func (r *runner) lostLock() string {
 // recordSet is record for a set: renewal failures of each lease, the lost
 // lease, the deadline on every lease.
 func (r *runner) recordSet(ctx context.Context, set *fencing.Set, code int) {
-	h, ok := r.c.(history.Historian)
+	h, ok := r.c.(history.Store)
 	if !ok {
 		return
 	}
