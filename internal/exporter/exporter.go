@@ -681,7 +681,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTTL, ttl, n)
 		gauge(descHeldFor, st.info.HeldFor(now).Seconds(), n)
 		gauge(descWaiters, float64(st.info.Waiters), n)
-		gauge(descFrozen, b2f(st.limit != nil && st.limit.Frozen()), n)
+		gauge(descFrozen, b2f(st.limit != nil && st.limit.Max == 0), n)
 		if st.limit != nil {
 			gauge(descLimit, float64(st.limit.Max), n)
 		}

@@ -233,7 +233,7 @@ func holderWith(info coord.LockInfo, leaseID string) (coord.LockInfo, bool) {
 	for _, h := range info.AllHolders() {
 		if h.LeaseID == leaseID {
 			one := info
-			one.SetHolders(0, []coord.HolderInfo{h})
+			coordkit.SetHolders(&one, 0, []coord.HolderInfo{h})
 			one.Slots, one.Holders = 0, nil
 			return one, true
 		}
@@ -345,7 +345,7 @@ func (r *recorder) revoke(ctx context.Context, name string, token uint64, end fu
 	defer cancel()
 	if h, ok := coordkit.HeldBy(info, token); ierr == nil && token != 0 && ok {
 		info = coord.LockInfo{Name: name}
-		info.SetHolders(0, []coord.HolderInfo{h}) // of a semaphore: the holder named
+		coordkit.SetHolders(&info, 0, []coord.HolderInfo{h}) // of a semaphore: the holder named
 	}
 	// A semaphore's holders are named by token: with none named, the end
 	// fails (coordkit.ManyHolders) and there is nothing to record yet.

@@ -453,7 +453,7 @@ func (m *Model) rowLines(i coord.LockInfo, now time.Time) []string {
 // why.
 func (m *Model) limitText(l coord.Limit) string {
 	what := "frozen"
-	if !l.Frozen() {
+	if l.Max != 0 {
 		what = fmt.Sprintf("limit %d", l.Max)
 	}
 	scope := "this lock"
