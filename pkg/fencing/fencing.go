@@ -58,19 +58,6 @@ const (
 	Paused
 )
 
-func (r Reason) String() string {
-	switch r {
-	case Lost:
-		return "lost"
-	case Unsafe:
-		return "unsafe"
-	case Paused:
-		return "paused"
-	default:
-		return fmt.Sprintf("Reason(%d)", int(r))
-	}
-}
-
 // LostError is the cause of Held.Context() when the lease can no longer be
 // trusted. errors.Is(err, coord.ErrLeaseLost) holds for it.
 type LostError struct {
