@@ -127,7 +127,7 @@ func (t limitTarget) question() string {
 	// What the limit does and who set it; the details say when and why.
 	l := t.limit
 	brief := "frozen"
-	if !l.Frozen() {
+	if l.Max != 0 {
 		brief = fmt.Sprintf("limit %d", l.Max)
 	}
 	if l.By != "" {

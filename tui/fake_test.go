@@ -3,6 +3,7 @@ package tui
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -158,6 +159,36 @@ func (f *fakeCoord) History(_ context.Context, lock string, limit int) ([]histor
 		h = h[len(h)-limit:]
 	}
 	return slices.Clone(h), nil
+}
+
+func (f *fakeCoord) Append(ctx context.Context, evs []history.Event) error {
+	for _, ev := range evs {
+		_ = f.Record(ctx, ev)
+	}
+	return nil
+}
+
+// Since and Heads number a lock's events from 1 (the fake never trims).
+func (f *fakeCoord) Since(_ context.Context, lock string, after uint64) ([]history.Entry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []history.Entry
+	for i, ev := range f.history[lock] {
+		if seq := uint64(i + 1); seq > after {
+			out = append(out, history.Entry{Seq: seq, Event: ev})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeCoord) Heads(context.Context) ([]history.Head, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []history.Head
+	for _, lock := range slices.Sorted(maps.Keys(f.history)) {
+		out = append(out, history.Head{Lock: lock, Seq: uint64(len(f.history[lock]))})
+	}
+	return out, nil
 }
 
 // set changes a lock and sends the event to the current watch.

@@ -100,7 +100,7 @@ func TestFreezeAndThawAskFirst(t *testing.T) {
 	h.key("f", "y")
 	h.until("the freeze", func() bool { return !h.m.limiting })
 	lims, _ := f.Limits(t.Context())
-	if len(lims) != 1 || lims[0].Name != "deploy/prod" || lims[0].Prefix || !lims[0].Frozen() ||
+	if len(lims) != 1 || lims[0].Name != "deploy/prod" || lims[0].Prefix || lims[0].Max != 0 ||
 		lims[0].By != "ops@console" || lims[0].Reason != "from fence top by ops@console" {
 		t.Fatalf("limits after f y: %+v", lims)
 	}

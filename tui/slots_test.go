@@ -15,7 +15,7 @@ func TestSemaphoreState(t *testing.T) {
 	one := sem.AllHolders()[0]
 	two := one
 	two.Slot, two.Holder, two.Token = 1, "db-2:20", 44
-	sem.SetHolders(3, []coord.HolderInfo{one, two})
+	sem.Slots, sem.Holders = 3, []coord.HolderInfo{one, two} // one is the oldest, already on top
 	h := newHarness(t, newFake(sem, held("plain", "x:1", 7, 30*time.Second, 25*time.Second, time.Second)), Options{})
 	h.settle()
 	s := h.screen()
@@ -34,7 +34,7 @@ func TestSemaphoreDetails(t *testing.T) {
 	one := sem.AllHolders()[0]
 	two := one
 	two.Slot, two.Holder, two.Token, two.TTLLeft = 2, "db-2:20", 44, 10*time.Second
-	sem.SetHolders(3, []coord.HolderInfo{one, two})
+	sem.Slots, sem.Holders = 3, []coord.HolderInfo{one, two} // one is the oldest, already on top
 	h := newHarness(t, newFake(sem), Options{})
 	h.settle()
 	h.key("enter")

@@ -4,7 +4,7 @@
 //
 // The dashboard reads only through the pkg/coord API: Watch keeps the table
 // live, List loads it (and again on coord.EventReset and every refresh
-// period), Inspect and, when the coordinator implements history.Historian,
+// period), Inspect and, when the coordinator implements history.Store,
 // History fill the details and the counters; an Inspect of one key every
 // tick is the health probe (a stall shows within two seconds). Every read
 // runs in a tea.Cmd; Update and View do no I/O. A frame draws only the rows
@@ -121,7 +121,7 @@ type Model struct {
 	ctx    context.Context
 	stop   context.CancelFunc
 	c      coord.Coordinator
-	hist   history.Historian // nil when the coordinator keeps no history
+	hist   history.Store // nil when the coordinator keeps no history
 	opts   Options
 	tick   time.Duration
 	styles *styles.Styles
@@ -223,7 +223,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		retry:      minRetry,
 		inspecting: make(map[string]bool),
 	}
-	m.hist, _ = c.(history.Historian)
+	m.hist, _ = c.(history.Store)
 	m.table.NoHistory = m.hist == nil
 	m.details.NoHistory = m.hist == nil
 

@@ -435,7 +435,7 @@ func (m *Model) askLimit(name string, freeze bool) {
 		return
 	case m.limiting:
 		m.setFlash("a freeze or thaw is on its way", false)
-	case freeze && r.Info.Limit != nil && r.Info.Limit.Frozen():
+	case freeze && r.Info.Limit != nil && r.Info.Limit.Max == 0:
 		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, r.Info.Limit.Scope()), false)
 	case freeze:
 		m.confirmLimit = &limitTarget{name: name, freeze: true}

@@ -83,7 +83,7 @@ $FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the va
 				err := g.Put(ctx, key, tok, value)
 				var stale *guard.StaleError
 				if errors.As(err, &stale) {
-					if h, ok := c.(history.Historian); lock != "" && ok {
+					if h, ok := c.(history.Store); lock != "" && ok {
 						ev := history.Event{Time: f.Now(), Lock: lock, Kind: history.StaleRefused,
 							Key: key, Token: stale.Token, AcceptedToken: stale.Accepted}
 						if herr := h.Record(ctx, ev); herr != nil {

@@ -47,7 +47,7 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 			}
 			ctx := cmd.Context()
 			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-				h, ok := c.(history.Historian)
+				h, ok := c.(history.Store)
 				if !ok {
 					return fmt.Errorf("the %s coordinator keeps no history", c.Describe())
 				}

@@ -193,7 +193,7 @@ func readShow(ctx context.Context, c coord.Coordinator, o *showOptions) (*shown,
 		info.Name = o.lock
 	}
 	d := &shown{info: info, describe: c.Describe()}
-	if h, ok := c.(history.Historian); ok {
+	if h, ok := c.(history.Store); ok {
 		d.hasHistory = true
 		if d.events, err = h.History(ctx, o.lock, o.events); err != nil {
 			return nil, fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)

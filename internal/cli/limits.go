@@ -191,7 +191,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 		return err
 	}
 	res := limitResult{Action: "limited", Scope: scopeWord(prefix), Name: name}
-	if l.Frozen() {
+	if l.Max == 0 {
 		res.Action = "frozen"
 	}
 	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
@@ -203,7 +203,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 			return fmt.Errorf("%s %s: the limit is set, but the locks it covers cannot be listed: %w", cmdWord(res.Action), output.Clean(l.Scope()), err)
 		}
 		kind := history.Limited
-		if l.Frozen() {
+		if l.Max == 0 {
 			kind = history.Frozen
 		}
 		recordLimit(ctx, c, infos, kind, l)
@@ -299,7 +299,7 @@ func covered(ctx context.Context, c coord.Coordinator, name string, prefix bool)
 // recordLimit records a limit's event in the history of every lock in
 // infos, best effort (the limit is set whatever the history says).
 func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
-	h, ok := c.(history.Historian)
+	h, ok := c.(history.Store)
 	if !ok {
 		return
 	}
@@ -377,7 +377,7 @@ func newLimitView(l *coord.Limit) *limitView {
 	if l == nil {
 		return nil
 	}
-	return &limitView{Max: l.Max, Frozen: l.Frozen(), Scope: scopeWord(l.Prefix), Name: l.Name,
+	return &limitView{Max: l.Max, Frozen: l.Max == 0, Scope: scopeWord(l.Prefix), Name: l.Name,
 		Reason: nonZero(l.Reason), By: nonZero(l.By), At: output.Time(l.At)}
 }
 
@@ -394,7 +394,7 @@ func limitCell(l *coord.Limit) string {
 	switch {
 	case l == nil:
 		return "-"
-	case l.Frozen():
+	case l.Max == 0:
 		return "frozen"
 	}
 	return "max " + strconv.Itoa(l.Max)

@@ -45,7 +45,7 @@ func newCompletionView(c coord.Completion) completionView {
 	return completionView{
 		Key: c.Key, Holder: c.Holder, Token: c.Token,
 		Started: output.Time(c.Started), Finished: output.Time(c.Finished),
-		DurationSeconds: output.Seconds(c.Duration()), Expires: output.Time(c.Expires),
+		DurationSeconds: output.Seconds(jobDuration(c)), Expires: output.Time(c.Expires),
 	}
 }
 
@@ -106,8 +106,16 @@ func latestCompletions(recs []coord.Completion, n int) []coord.Completion {
 	return recs[:min(n, len(recs))]
 }
 
+// jobDuration is how long the job of c ran (0 when unknown).
+func jobDuration(c coord.Completion) time.Duration {
+	if c.Started.IsZero() || c.Finished.Before(c.Started) {
+		return 0
+	}
+	return c.Finished.Sub(c.Started)
+}
+
 func completionRow(r coord.Completion) []string {
-	return []string{output.Clean(r.Key), output.Clean(cmp.Or(r.Holder, "-")), strconv.FormatUint(r.Token, 10), textTime(r.Finished), output.Duration(r.Duration())}
+	return []string{output.Clean(r.Key), output.Clean(cmp.Or(r.Holder, "-")), strconv.FormatUint(r.Token, 10), textTime(r.Finished), output.Duration(jobDuration(r))}
 }
 
 func newCmdOnceForget(f *Factory) *cobra.Command {

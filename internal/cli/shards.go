@@ -98,7 +98,8 @@ COMMAND's code when it ends on its own.`,
 	fs.IntVar(&o.shards, "shards", 0, "number of shards of the group (the same for every member)")
 	fs.StringVar(&o.member, "member", "", "this member's id (default HOSTNAME:PID)")
 	DurationVarP(fs, &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the member's and the shards' leases")
-	DurationVarP(fs, &o.settle, "settle", "", shards.DefaultSettle, true, "how long a membership change must last before the map changes")
+	// --settle defaults to package shards' own default (1s).
+	DurationVarP(fs, &o.settle, "settle", "", time.Second, true, "how long a membership change must last before the map changes")
 	DurationVarP(fs, &o.grace, "grace", "", 0, false, "time between the stop signal and SIGKILL (default: TTL/5, at most 5s)")
 	fs.StringVar(&o.signal, "signal", "TERM", "signal that starts the stop sequence")
 	fs.BoolVar(&o.shell, "shell", false, "COMMAND is one string run by /bin/sh -c")
@@ -143,7 +144,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	r.Close()
 	ctx := context.WithoutCancel(cmd.Context())
 	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
-		hist, _ := c.(history.Historian)
+		hist, _ := c.(history.Store)
 		record := func(ev history.Event) {
 			if hist == nil {
 				return

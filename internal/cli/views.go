@@ -212,7 +212,7 @@ func textTime(t time.Time) string {
 func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 	if !i.Held {
 		state := "free"
-		if i.Limit != nil && i.Limit.Frozen() {
+		if i.Limit != nil && i.Limit.Max == 0 {
 			state = "frozen"
 		}
 		fs := []output.Field{{Key: "lock", Value: i.Name}, {Key: "state", Value: state}}
@@ -302,7 +302,8 @@ func listRows(i coord.LockInfo, now time.Time) [][]string {
 	var rows [][]string
 	for _, h := range i.Holders {
 		one := i
-		one.SetHolders(0, []coord.HolderInfo{h})
+		one.Holder, one.Token, one.LeaseID, one.TTL, one.TTLLeft, one.AcquiredAt, one.Process =
+			h.Holder, h.Token, h.LeaseID, h.TTL, h.TTLLeft, h.AcquiredAt, h.Process
 		row := listRow(one, now)
 		row[0] = fmt.Sprintf("%s[%d]", i.Name, h.Slot)
 		rows = append(rows, row)

@@ -63,7 +63,7 @@ const (
 const (
 	DefaultPrefix      = "/fence/"
 	DefaultDialTimeout = 5 * time.Second
-	// DefaultPostgresSchema is postgres.DefaultSchema.
+	// DefaultPostgresSchema is package postgres's default schema.
 	DefaultPostgresSchema = "fence"
 )
 

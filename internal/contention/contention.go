@@ -29,7 +29,7 @@ type Summary struct {
 	Wait, Hold Durations
 }
 
-// Of sums up events, oldest first (as history.Historian returns them).
+// Of sums up events, oldest first (as history.Store returns them).
 func Of(events []history.Event) Summary {
 	var waits, holds []time.Duration
 	for _, e := range events {

@@ -15,7 +15,7 @@
 //	                                               freeze: 0); absent when none does
 //
 // and, when the coordinator keeps a history (a history.Recorder, or anything
-// that implements history.Reader):
+// that implements history.Store):
 //
 //	fence_lock_renewal_failures_total    counter   failed renewals recorded (an event may stand for several)
 //	fence_lock_stale_refusals_total      counter   writes refused by a guard for a stale token
@@ -52,7 +52,7 @@
 // a holder's time from its acquired_at to the moment its end was seen, so
 // sections that end between two scrapes are all counted when the watch
 // sees them. History counters are read at each scrape, from each lock's
-// sequence number on (history.Reader), and start from the history kept when
+// sequence number on (history.Store), and start from the history kept when
 // the exporter starts.
 package exporter
 
@@ -231,7 +231,7 @@ func (p slogPrinter) Println(v ...any) {
 // register it in a registry of their own.
 type Collector struct {
 	c    coord.Coordinator
-	hist history.Reader // nil: the coordinator keeps no history
+	hist history.Store // nil: the coordinator keeps no history
 	opts Options
 	log  *slog.Logger
 
@@ -366,7 +366,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 			Buckets: opts.Buckets,
 		}, []string{"lock"}),
 	}
-	col.hist, _ = c.(history.Reader)
+	col.hist, _ = c.(history.Store)
 	col.versions, _ = auto.Backend(c).(versioner)
 	col.replication, _ = auto.Backend(c).(replicator)
 	if col.hist != nil {
@@ -681,7 +681,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTTL, ttl, n)
 		gauge(descHeldFor, st.info.HeldFor(now).Seconds(), n)
 		gauge(descWaiters, float64(st.info.Waiters), n)
-		gauge(descFrozen, b2f(st.limit != nil && st.limit.Frozen()), n)
+		gauge(descFrozen, b2f(st.limit != nil && st.limit.Max == 0), n)
 		if st.limit != nil {
 			gauge(descLimit, float64(st.limit.Max), n)
 		}

@@ -99,7 +99,7 @@ func leaseEnv(l coord.Lease, deadline clock.Boot) map[string]string {
 		"FENCE_SLOT": strconv.Itoa(l.Slot),
 	}
 	if deadline != 0 {
-		m["FENCE_DEADLINE"] = time.Now().Add(clock.Until(deadline)).Format(time.RFC3339)
+		m["FENCE_DEADLINE"] = time.Now().Add(deadline.Sub(clock.Now())).Format(time.RFC3339)
 	}
 	return m
 }

@@ -12,11 +12,11 @@ import (
 )
 
 // record leaves what happened in the lock's history, where the coordinator
-// keeps one (history.Historian): renewal failures, a lost lease, a deadline.
+// keeps one (history.Store): renewal failures, a lost lease, a deadline.
 // Acquisitions and releases are the coordinator's own to record. Best
 // effort: the history must never change the run's outcome.
 func (r *runner) record(ctx context.Context, code int, _ error) {
-	h, ok := r.c.(history.Historian)
+	h, ok := r.c.(history.Store)
 	if !ok || r.held == nil {
 		return
 	}
@@ -63,7 +63,7 @@ type failureRecorder struct {
 // failuresBack is called on the renewal goroutine after an acknowledged
 // renewal. It must not block: the write runs on a goroutine of its own.
 func (r *runner) failuresBack() {
-	h, ok := r.c.(history.Historian)
+	h, ok := r.c.(history.Store)
 	held := r.heldPtr.Load()
 	if !ok || held == nil {
 		return
@@ -87,7 +87,7 @@ func (r *runner) failuresBack() {
 
 // recordFailures writes one renewal_failed event for the failures not yet
 // written (their count and the last error).
-func (r *runner) recordFailures(ctx context.Context, h history.Historian, held *fencing.Held) {
+func (r *runner) recordFailures(ctx context.Context, h history.Store, held *fencing.Held) {
 	st := held.Stats()
 	r.hist.mu.Lock()
 	n := st.Failures - r.hist.recorded

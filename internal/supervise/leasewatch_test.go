@@ -152,7 +152,7 @@ func (w *watchRun) history(t *testing.T, lock string) []history.Kind {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
-	evs, err := w.c.(history.Historian).History(ctx, lock, 0)
+	evs, err := w.c.(history.Store).History(ctx, lock, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int,
 
 // recordOnce leaves a completed or skipped event in the lock's history.
 func (r *runner) recordOnce(ctx context.Context, e history.Event) {
-	h, ok := r.c.(history.Historian)
+	h, ok := r.c.(history.Store)
 	if !ok {
 		return
 	}

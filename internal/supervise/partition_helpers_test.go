@@ -104,7 +104,7 @@ type ackLogger struct {
 func (a *ackLogger) note(sent time.Time, ttl time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	fmt.Fprintf(a.log, "ack %d %d\n", int64(clock.FromMono(sent)), int64(ttl))
+	fmt.Fprintf(a.log, "ack %d %d\n", int64(clock.Now().Add(-time.Since(sent))), int64(ttl))
 }
 
 func (a *ackLogger) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {

@@ -238,7 +238,7 @@ func TestFrozenEtcd(t *testing.T) {
 	}
 	// Keep etcd frozen until the lease has certainly expired on it: it
 	// received nothing after the freeze, so the lease ends by frozeAt + TTL.
-	time.Sleep(clock.Until(frozeAt.Add(faultTTL + 500*time.Millisecond)))
+	time.Sleep(frozeAt.Add(faultTTL + 500*time.Millisecond).Sub(clock.Now()))
 	if err := srv.Thaw(); err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ type setHolds struct {
 }
 
 func (s *setHolds) Context() context.Context { return s.set.Context() }
-func (s *setHolds) SafeUntil() clock.Boot    { return bootSafeUntil(s.set.Earliest()) }
+func (s *setHolds) SafeUntil() clock.Boot    { return bootSafeUntil(earliestHeld(s.set)) }
 func (s *setHolds) Check() error             { return s.set.Check() }
 func (s *setHolds) Leases() []coord.Lease    { return SetLeases(s.set) }
 func (s *setHolds) Env() map[string]string   { return s.env }
@@ -76,7 +76,19 @@ func (s *setHolds) renewed(h *fencing.Held) {
 }
 
 // earliest is the lease that would expire first.
-func (s *setHolds) earliest() coord.Lease { return s.set.Earliest().Lease() }
+func (s *setHolds) earliest() coord.Lease { return earliestHeld(s.set).Lease() }
+
+// earliestHeld is the hold of set whose safe-until comes first: its
+// safe-until is the set's, until which every lease is certainly held.
+func earliestHeld(set *fencing.Set) *fencing.Held {
+	var e *fencing.Held
+	for _, h := range set.Helds() {
+		if h != nil && (e == nil || bootSafeUntil(h) < bootSafeUntil(e)) {
+			e = h
+		}
+	}
+	return e
+}
 
 // SetLeases are the leases of set, in the order the names were given.
 func SetLeases(set *fencing.Set) []coord.Lease {
@@ -253,7 +265,7 @@ func (r *runner) lostLock() string {
 // recordSet is record for a set: renewal failures of each lease, the lost
 // lease, the deadline on every lease.
 func (r *runner) recordSet(ctx context.Context, set *fencing.Set, code int) {
-	h, ok := r.c.(history.Historian)
+	h, ok := r.c.(history.Store)
 	if !ok {
 		return
 	}

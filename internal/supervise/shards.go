@@ -436,7 +436,7 @@ func shardEnv(m *shards.Member, live []*shards.Shard, opts Options) map[string]s
 		ttl = live[0].Held().Lease().TTL
 	}
 	return map[string]string{
-		"FENCE_GROUP":        m.Group(),
+		"FENCE_GROUP":        opts.Lock, // the group
 		"FENCE_MEMBER":       m.ID(),
 		"FENCE_SHARDS":       strings.Join(ns, ","),
 		"FENCE_SHARD_TOKENS": strings.Join(ts, ","),

@@ -13,19 +13,11 @@ type Boot int64
 // Now reads the boot clock.
 func Now() Boot { return now() }
 
-// FromMono converts a time.Time taken in this process (with a monotonic
-// reading) to the boot clock.
-func FromMono(t time.Time) Boot { return Now() - Boot(time.Since(t)) }
+// A time.Time t taken in this process is Now().Add(-time.Since(t)) on the
+// boot clock; the time until b is b.Sub(Now()).
 
 // Add returns b+d.
 func (b Boot) Add(d time.Duration) Boot { return b + Boot(d) }
 
 // Sub returns b-c as a duration.
 func (b Boot) Sub(c Boot) time.Duration { return time.Duration(b - c) }
-
-// Until is the time from now until b (negative when b has passed).
-func Until(b Boot) time.Duration { return time.Duration(b - Now()) }
-
-// BootID identifies the current boot ("" where unknown). Boot clock readings
-// are comparable only under the same BootID.
-func BootID() string { return bootID() }

@@ -1,12 +1,6 @@
 package clock
 
-import (
-	"os"
-	"strings"
-	"sync"
-
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 func now() Boot {
 	var ts unix.Timespec
@@ -15,13 +9,3 @@ func now() Boot {
 	}
 	return Boot(ts.Nano())
 }
-
-var bootIDOnce = sync.OnceValue(func() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-})
-
-func bootID() string { return bootIDOnce() }

@@ -101,12 +101,6 @@ type Lease struct {
 	Slot int
 }
 
-// SafeUntil is the latest instant, on this host's monotonic clock, at which
-// the lease is certainly still held, less margin: Sent + TTL - margin.
-func (l *Lease) SafeUntil(margin time.Duration) time.Time {
-	return l.Sent.Add(l.TTL - margin)
-}
-
 // Renewal is an acknowledged renewal.
 type Renewal struct {
 	// Sent is the local monotonic time at which the acknowledged request was

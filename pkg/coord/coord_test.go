@@ -67,11 +67,3 @@ func TestValidateTTL(t *testing.T) {
 		t.Error(err)
 	}
 }
-
-func TestLeaseSafeUntil(t *testing.T) {
-	now := time.Now()
-	l := Lease{Sent: now, TTL: 10 * time.Second}
-	if got := l.SafeUntil(time.Second); !got.Equal(now.Add(9 * time.Second)) {
-		t.Fatalf("SafeUntil = %v", got.Sub(now))
-	}
-}

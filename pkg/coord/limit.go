@@ -37,7 +37,8 @@ type Limit struct {
 	// Prefix: the limit covers every lock whose name starts with Name
 	// ("" covers every lock).
 	Prefix bool `json:"prefix,omitempty"`
-	// Max is the most holders the lock may have; 0 is frozen.
+	// Max is the most holders the lock may have; 0 is frozen: no new
+	// holder.
 	Max int `json:"max"`
 	// Reason is the operator's reason, in words (may be empty).
 	Reason string `json:"reason,omitempty"`
@@ -46,9 +47,6 @@ type Limit struct {
 	// At is when the limit was set.
 	At time.Time `json:"at"`
 }
-
-// Frozen reports whether the limit lets no new holder in.
-func (l Limit) Frozen() bool { return l.Max == 0 }
 
 // Scope describes what the limit covers, for messages: `lock "a"`,
 // `prefix "backups/"`.
@@ -64,7 +62,7 @@ func (l Limit) Scope() string {
 // disk full`.
 func (l Limit) Describe() string {
 	var b strings.Builder
-	if l.Frozen() {
+	if l.Max == 0 {
 		b.WriteString("frozen")
 	} else {
 		fmt.Fprintf(&b, "limited to %d holder(s)", l.Max)

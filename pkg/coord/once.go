@@ -35,14 +35,6 @@ type Completion struct {
 	Expires time.Time `json:"expires"`
 }
 
-// Duration is how long the job ran.
-func (c Completion) Duration() time.Duration {
-	if c.Started.IsZero() || c.Finished.Before(c.Started) {
-		return 0
-	}
-	return c.Finished.Sub(c.Started)
-}
-
 // ValidateKey checks a completion key: the rules of a lock name (1 to 256
 // bytes of printable UTF-8). The error wraps ErrInvalid.
 func ValidateKey(key string) error {

@@ -45,20 +45,3 @@ func (i LockInfo) AllHolders() []HolderInfo {
 	return []HolderInfo{{Holder: i.Holder, Token: i.Token, LeaseID: i.LeaseID, TTL: i.TTL, TTLLeft: i.TTLLeft,
 		AcquiredAt: i.AcquiredAt, Process: i.Process}}
 }
-
-// SetHolders sets hs (oldest first) as the holders of a lock of slots
-// slots: the top-level holder fields describe the oldest, Holders lists
-// them all when slots > 1. Held is whether there is any.
-func (i *LockInfo) SetHolders(slots int, hs []HolderInfo) {
-	if slots > 1 {
-		i.Slots = slots
-		i.Holders = hs
-	}
-	i.Held = len(hs) > 0
-	if !i.Held {
-		return
-	}
-	h := hs[0]
-	i.Holder, i.Token, i.LeaseID, i.TTL, i.TTLLeft, i.AcquiredAt, i.Process =
-		h.Holder, h.Token, h.LeaseID, h.TTL, h.TTLLeft, h.AcquiredAt, h.Process
-}

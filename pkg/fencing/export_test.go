@@ -22,3 +22,10 @@ type HoldOptions = holdConfig
 
 // Opts sets the whole configuration.
 func Opts(o HoldOptions) Option { return func(c *holdConfig) { *c = o } }
+
+// Earliest is the hold of s whose safe-until comes first.
+func (s *Set) Earliest() *Held {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.earliestLocked()
+}

@@ -58,19 +58,6 @@ const (
 	Paused
 )
 
-func (r Reason) String() string {
-	switch r {
-	case Lost:
-		return "lost"
-	case Unsafe:
-		return "unsafe"
-	case Paused:
-		return "paused"
-	default:
-		return fmt.Sprintf("Reason(%d)", int(r))
-	}
-}
-
 // LostError is the cause of Held.Context() when the lease can no longer be
 // trusted. errors.Is(err, coord.ErrLeaseLost) holds for it.
 type LostError struct {
@@ -533,8 +520,8 @@ type clk interface {
 type bootClk struct{ c clockwork.Clock }
 
 func (b bootClk) now() clock.Boot                          { return clock.Now() }
-func (b bootClk) toBoot(t time.Time) clock.Boot            { return clock.FromMono(t) }
-func (b bootClk) toTime(t clock.Boot) time.Time            { return time.Now().Add(clock.Until(t)) }
+func (b bootClk) toBoot(t time.Time) clock.Boot            { return clock.Now().Add(-time.Since(t)) }
+func (b bootClk) toTime(t clock.Boot) time.Time            { return time.Now().Add(t.Sub(clock.Now())) }
 func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
 func (b bootClk) watchSuspend() func()                     { return suspends.join() }
 func (b bootClk) suspended() <-chan struct{}               { return suspends.current() }

@@ -209,14 +209,6 @@ func (s *Set) safeUntil() clock.Boot {
 	return 0
 }
 
-// Earliest is the hold whose safe-until comes first: its
-// Stats().SafeUntil is the set's, until which every lease is certainly held.
-func (s *Set) Earliest() *Held {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.earliestLocked()
-}
-
 func (s *Set) earliestLocked() *Held {
 	var e *Held
 	for _, h := range s.helds {

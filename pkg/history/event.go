@@ -1,9 +1,6 @@
 package history
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Kind names a recorded lock event.
 type Kind string
@@ -35,17 +32,6 @@ const (
 	Thawed  Kind = "thawed"  // fence thaw: the limit was removed
 )
 
-// OfLease tells whether k begins or ends a lease: acquired, released,
-// revoked, expired (the events by which a Recorder tells whether a lease
-// ended on record).
-func (k Kind) OfLease() bool {
-	switch k {
-	case Acquired, Released, Revoked, Expired:
-		return true
-	}
-	return false
-}
-
 // Event is one entry of a lock's persistent history.
 type Event struct {
 	Time          time.Time     `json:"time"`
@@ -65,14 +51,4 @@ type Event struct {
 	LeaseID string `json:"lease_id,omitempty"`
 	// Reason says why, in words: why a shard moved (package shards).
 	Reason string `json:"reason,omitempty"`
-}
-
-// Historian is implemented by coordinators that keep a bounded, persistent
-// history of events per lock.
-type Historian interface {
-	// Record appends an event to the lock's history.
-	Record(ctx context.Context, ev Event) error
-	// History returns the lock's most recent events, oldest first, at most
-	// limit of them (0: all that are kept).
-	History(ctx context.Context, lock string, limit int) ([]Event, error)
 }

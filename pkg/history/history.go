@@ -3,11 +3,10 @@
 // leases, deadlines and stale tokens refused by a guard. It is what
 // `fence history`, `fence show`, the dashboard and the exporter read.
 //
-// Import it for the event types (Event and its Kind), for Historian, the
-// optional coordinator capability of a kept history (a type assertion on a
-// Recorder),
-// and for Wrap, a coordinator that records the lease events of the one it
-// decorates.
+// Import it for the event types (Event and its Kind), for Store, what keeps
+// them (also the optional capability of a coordinator that keeps a
+// history: a type assertion, c.(history.Store)), and for Wrap, a
+// coordinator that records the lease events of the one it decorates.
 //
 // A Store keeps the events. Three implementations sit beside the coordinator
 // backends, sharing their storage but none of their internals:
@@ -17,12 +16,12 @@
 //   - package etcdstore: one key per event under <prefix>history/;
 //   - package pgstore: one row per event in the PostgreSQL backend's schema.
 //
-// Both are bounded by count per lock (1000 events by default,
-// WithMaxEvents) and by age (7 days, WithMaxAge), enforced when they are written, so that storage never
-// grows without limit; reads never return an event beyond either bound.
+// They are bounded by count per lock (1000 events) and by age (7 days),
+// enforced when they are written, so that storage never grows without
+// limit; reads never return an event beyond either bound.
 //
 // Wrap decorates a coord.Coordinator so that it records acquisitions,
-// releases, revocations and expiries itself and implements Historian;
+// releases, revocations and expiries itself and implements Store;
 // package auto picks the store that belongs to a coordinator. Recording is
 // best effort: a failed write never fails the lease operation, it is logged
 // and retried with the next write (see Pending); with WithSpool, what is
@@ -48,17 +47,26 @@ import (
 const maxTextLen = hopts.MaxTextLen
 
 // Store keeps the history of every lock. Implementations are safe for
-// concurrent use, and, for the ones in this module, by many processes.
+// concurrent use, and, for the ones in this module, by many processes. A
+// coordinator that keeps a history (a Recorder) is one too: find out with a
+// type assertion, c.(history.Store).
 type Store interface {
-	// Record appends one event to its lock's history (Historian).
-	// History returns the lock's most recent events, oldest first: at most
+	// Record appends an event to the lock's history.
+	Record(ctx context.Context, ev Event) error
+	// History returns the lock's most recent events, oldest first, at most
 	// limit of them (0: all that are kept).
-	Historian
-	Reader
+	History(ctx context.Context, lock string, limit int) ([]Event, error)
 	// Append records events in the order given. Events of one lock are
 	// written in one step where the backend can; an error may leave a
 	// prefix of the events of other locks written.
 	Append(ctx context.Context, evs []Event) error
+	// Since returns the kept events of lock whose sequence number is
+	// greater than after, oldest first: the incremental read of followers
+	// such as the exporter that count events as they arrive.
+	Since(ctx context.Context, lock string, after uint64) ([]Entry, error)
+	// Heads returns every lock that has a history, sorted by name, with the
+	// sequence number of its latest event.
+	Heads(ctx context.Context) ([]Head, error)
 }
 
 // releaseAppender is a Store that can write a released event in one step
@@ -78,17 +86,6 @@ type releaseAppender interface {
 	AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev Event) (done bool, err error)
 }
 
-// Reader is the incremental side of a Store, for followers such as the
-// exporter that count events as they arrive.
-type Reader interface {
-	// Since returns the kept events of lock whose sequence number is
-	// greater than after, oldest first.
-	Since(ctx context.Context, lock string, after uint64) ([]Entry, error)
-	// Heads returns every lock that has a history, sorted by name, with the
-	// sequence number of its latest event.
-	Heads(ctx context.Context) ([]Head, error)
-}
-
 // Entry is a recorded event with its sequence number. Sequence numbers of a
 // lock start at 1 and grow by one per event written, in the order the store
 // wrote them (which is also the order History returns). They survive
@@ -104,16 +101,9 @@ type Head struct {
 	Seq  uint64
 }
 
-// Option sets a bound of a store or a setting of the Recorder. A negative
-// bound or timeout is refused by the stores (an error wrapping
-// coord.ErrInvalid) and replaced by its default by Wrap.
+// Option is a setting of the Recorder (WithLogger, WithSpool); the stores
+// take the same options.
 type Option = hopts.Option
-
-// WithMaxEvents keeps at most n events per lock (n > 0; default 1000).
-func WithMaxEvents(n int) Option { return func(o *hopts.Options) { o.MaxEvents = n } }
-
-// WithMaxAge keeps events for at most d (d > 0; default 7 days).
-func WithMaxAge(d time.Duration) Option { return func(o *hopts.Options) { o.MaxAge = d } }
 
 // WithLogger sets the logger of the Recorder.
 func WithLogger(l *slog.Logger) Option { return func(o *hopts.Options) { o.Logger = l } }

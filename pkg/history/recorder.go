@@ -13,7 +13,7 @@ import (
 )
 
 // Recorder is a coord.Coordinator that records the lease events it sees in a
-// Store, and a Historian that reads them back:
+// Store, and reads them back:
 //
 //   - acquired (token, holder, wait) when Acquire (or AcquireDeferred,
 //     which writes it after returning) succeeds, preceded by
@@ -40,10 +40,7 @@ import (
 // A Recorder is safe for concurrent use.
 type Recorder interface {
 	coord.Coordinator
-	Historian
-	Reader
-	// Append records events in order, as Record does.
-	Append(ctx context.Context, evs []Event) error
+	Store
 	// AcquireDeferred is Acquire with the acquired event written after it
 	// returns (see its implementation's doc in deferred.go).
 	AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error)
@@ -236,7 +233,7 @@ func holderWith(info coord.LockInfo, leaseID string) (coord.LockInfo, bool) {
 	for _, h := range info.AllHolders() {
 		if h.LeaseID == leaseID {
 			one := info
-			one.SetHolders(0, []coord.HolderInfo{h})
+			coordkit.SetHolders(&one, 0, []coord.HolderInfo{h})
 			one.Slots, one.Holders = 0, nil
 			return one, true
 		}
@@ -348,7 +345,7 @@ func (r *recorder) revoke(ctx context.Context, name string, token uint64, end fu
 	defer cancel()
 	if h, ok := coordkit.HeldBy(info, token); ierr == nil && token != 0 && ok {
 		info = coord.LockInfo{Name: name}
-		info.SetHolders(0, []coord.HolderInfo{h}) // of a semaphore: the holder named
+		coordkit.SetHolders(&info, 0, []coord.HolderInfo{h}) // of a semaphore: the holder named
 	}
 	// A semaphore's holders are named by token: with none named, the end
 	// fails (coordkit.ManyHolders) and there is nothing to record yet.
@@ -482,7 +479,7 @@ func (r *recorder) FlushSpool(ctx context.Context) (int, error) {
 	return r.spool.flush(ctx, r.store)
 }
 
-// Record implements Historian: it writes the events still pending,
+// Record implements Store: it writes the events still pending,
 // then ev; when that fails, ev is kept to be written later and the error is
 // returned. A zero ev.Time is now.
 func (r *recorder) Record(ctx context.Context, ev Event) error {
@@ -508,17 +505,17 @@ func (r *recorder) Append(ctx context.Context, evs []Event) error {
 	return r.pending.appendEvents(ctx, evs)
 }
 
-// History implements Historian.
+// History implements Store.
 func (r *recorder) History(ctx context.Context, lock string, limit int) ([]Event, error) {
 	return r.store.History(ctx, lock, limit)
 }
 
-// Since implements Reader.
+// Since implements Store.
 func (r *recorder) Since(ctx context.Context, lock string, after uint64) ([]Entry, error) {
 	return r.store.Since(ctx, lock, after)
 }
 
-// Heads implements Reader.
+// Heads implements Store.
 func (r *recorder) Heads(ctx context.Context) ([]Head, error) { return r.store.Heads(ctx) }
 
 // Pending returns the number of events not yet written.
@@ -565,7 +562,7 @@ func (r *recorder) lastLeaseEvent(ctx context.Context, lock string, look func(co
 		return Event{}, false
 	}
 	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Kind.OfLease() {
+		if hopts.OfLease(string(evs[i].Kind)) {
 			return evs[i], true
 		}
 	}

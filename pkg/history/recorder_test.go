@@ -91,7 +91,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // kinds renders a lock's history as "kind:holder:token" items.
-func kinds(t *testing.T, h history.Historian, lock string) string {
+func kinds(t *testing.T, h history.Store, lock string) string {
 	t.Helper()
 	evs, err := h.History(ctxT(t), lock, 0)
 	if err != nil {

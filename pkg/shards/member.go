@@ -77,8 +77,9 @@ var (
 // MaxShards is the largest number of shards of a group.
 const MaxShards = 65536
 
-// DefaultSettle is the default of WithSettle.
-const DefaultSettle = time.Second
+// defaultSettle is the default of WithSettle (and of `fence shards run
+// --settle`).
+const defaultSettle = time.Second
 
 // options says how a member joins.
 type options struct {
@@ -91,7 +92,7 @@ type options struct {
 	// TTL of the member's and the shards' leases (default 15s).
 	TTL time.Duration
 	// Settle is how long a change of the membership or the settings must
-	// stay unchanged before the map is recomputed (default DefaultSettle;
+	// stay unchanged before the map is recomputed (default 1s;
 	// negative: at once).
 	Settle time.Duration
 	// Hold tunes the renewal of the leases (package fencing).
@@ -116,7 +117,7 @@ func WithMember(id string) Option { return func(o *options) { o.Member = id } }
 func WithTTL(ttl time.Duration) Option { return func(o *options) { o.TTL = ttl } }
 
 // WithSettle sets how long a change of the membership or the settings must
-// stay unchanged before the map is recomputed (default DefaultSettle;
+// stay unchanged before the map is recomputed (default 1s;
 // negative: at once).
 func WithSettle(d time.Duration) Option { return func(o *options) { o.Settle = d } }
 
@@ -316,7 +317,7 @@ func join(ctx context.Context, c coord.Coordinator, group string, opts options) 
 		return nil, err
 	}
 	if opts.Settle == 0 {
-		opts.Settle = DefaultSettle
+		opts.Settle = defaultSettle
 	}
 	m := &Member{c: c, group: group, id: opts.Member, opts: opts,
 		done: make(chan struct{}), ev: make(chan any, 64), changed: make(chan struct{}, 1),
@@ -363,9 +364,6 @@ func (m *Member) ID() string { return m.id }
 
 // Lease is the member's own lease (on "GROUP/members/ID"), as last renewed.
 func (m *Member) Lease() coord.Lease { return m.self.Lease() }
-
-// Group is the group's name.
-func (m *Member) Group() string { return m.group }
 
 // Changed receives a value (at most one pending) whenever Shards or the map
 // change.

@@ -7,7 +7,7 @@
 //	c, err := config.Open(ctx, cfg)
 //	...
 //	r, err := auto.Wrap(c, history.WithLogger(logger))
-//	// r is a coord.Coordinator and a history.Historian; r.Close() closes c.
+//	// r is a coord.Coordinator and a history.Store; r.Close() closes c.
 package auto
 
 import (

@@ -132,7 +132,4 @@ func TestBrokenLocalHistory(t *testing.T) {
 	if _, err := r.History(ctx, "k", 0); !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "not a directory") {
 		t.Fatalf("History = %v, want the reason", err)
 	}
-	if _, err := auto.Wrap(c, history.WithMaxEvents(-1)); !errors.Is(err, coord.ErrInvalid) {
-		t.Fatalf("Wrap with bad options = %v", err)
-	}
 }

@@ -955,13 +955,13 @@ func (s *suite) killedHolderKeepsLease(t *testing.T) {
 	m := p.next(t, "acquired")
 	p.kill(t)
 	if _, err := tryAcquire(t, c, name, coord.AcquireOptions{Holder: "early", Wait: 0}); !errors.Is(err, coord.ErrBusy) {
-		if left := clock.Until(m.Sent.Add(time.Duration(m.TTL))); left > 0 {
+		if left := m.Sent.Add(time.Duration(m.TTL)).Sub(clock.Now()); left > 0 {
 			t.Fatalf("Acquire(no wait) %v before the killed holder's lease (no process attached) expires: %v, want ErrBusy", left, err)
 		}
 		t.Logf("machine too slow to check that the lease survives its holder: %v", err)
 	}
 	l := acquire(t, c, name, coord.AcquireOptions{Holder: "after", Wait: coord.WaitForever})
-	if left := clock.Until(m.Sent.Add(time.Duration(m.TTL))); left > 0 {
+	if left := m.Sent.Add(time.Duration(m.TTL)).Sub(clock.Now()); left > 0 {
 		t.Errorf("lease with no process attached taken over %v before its TTL ran out", left)
 	}
 	if l.Token <= m.Token {

@@ -153,7 +153,7 @@ func runHelper(cx context.Context, c coord.Coordinator, args []string) error {
 		if err != nil {
 			return err
 		}
-		say(helperMsg{Event: "acquired", Token: l.Token, ID: l.ID, Holder: l.Holder, TTL: int64(l.TTL), Sent: clock.FromMono(l.Sent)})
+		say(helperMsg{Event: "acquired", Token: l.Token, ID: l.ID, Holder: l.Holder, TTL: int64(l.TTL), Sent: clock.Now().Add(-time.Since(l.Sent))})
 		block() // until stdin closes or a signal
 	case args[0] == "sleep":
 		say(helperMsg{Event: "ready"})

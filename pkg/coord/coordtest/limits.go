@@ -51,7 +51,7 @@ func wantFrozen(t testing.TB, c coord.Coordinator, name, reason, by string) {
 		t.Fatalf("Acquire(no wait) of frozen lock %q granted token %d", name, l.Token)
 	case !errors.Is(err, coord.ErrBusy) || !errors.As(err, &le):
 		t.Fatalf("Acquire(no wait) of frozen lock %q: %v; want a *coordkit.LimitError (ErrBusy)", name, err)
-	case !le.Limit.Frozen() || le.Limit.Reason != reason || le.Limit.By != by:
+	case le.Limit.Max != 0 || le.Limit.Reason != reason || le.Limit.By != by:
 		t.Fatalf("Acquire(no wait) of frozen lock %q: limit %+v; want frozen, reason %q by %q", name, le.Limit, reason, by)
 	}
 }
@@ -69,7 +69,7 @@ func (s *suite) limitFreeze(t *testing.T) {
 	wantHeldBy(t, c, holder)
 	wantFrozen(t, s.client(t), name, "incident 42", "alice@ops")
 	info := inspect(t, c, name)
-	if info.Limit == nil || !info.Limit.Frozen() || info.Limit.Reason != "incident 42" {
+	if info.Limit == nil || info.Limit.Max != 0 || info.Limit.Reason != "incident 42" {
 		t.Errorf("Inspect of a frozen lock: Limit = %+v; want frozen with its reason", info.Limit)
 	}
 	const waiters = 3
@@ -93,7 +93,7 @@ func (s *suite) limitFreeze(t *testing.T) {
 		t.Fatalf("frozen lock after the release: held %v, %d waiters; want free with %d waiters", info.Held, info.Waiters, waiters)
 	}
 	old := clearLimit(t, lim, name, false)
-	if !old.Frozen() || old.By != "alice@ops" {
+	if old.Max != 0 || old.By != "alice@ops" {
 		t.Errorf("ClearLimit returned %+v, want the freeze", old)
 	}
 	last := holder.Token
@@ -130,7 +130,7 @@ func (s *suite) limitFrozenHeld(t *testing.T) {
 		for _, wait := range []time.Duration{0, shortWait} {
 			_, err := tryAcquire(t, s.client(t), name, coord.AcquireOptions{Holder: "late", Slots: slots, Wait: wait})
 			var le *coordkit.LimitError
-			if !errors.As(err, &le) || !errors.Is(err, coord.ErrBusy) || !le.Limit.Frozen() || le.Limit.Reason != "incident 43" ||
+			if !errors.As(err, &le) || !errors.Is(err, coord.ErrBusy) || le.Limit.Max != 0 || le.Limit.Reason != "incident 43" ||
 				!strings.Contains(err.Error(), "frozen") || !strings.Contains(err.Error(), "incident 43") {
 				t.Errorf("Acquire(wait %v, %d slot(s)) of a frozen lock with holders: %v; want a *coordkit.LimitError saying frozen, with the reason", wait, slots, err)
 			}
@@ -156,7 +156,7 @@ func (s *suite) limitPrefix(t *testing.T) {
 	l := acquire(t, c, base+"jobsx", coord.AcquireOptions{}) // not under "jobs/"
 	release(t, c, l)
 	setLimit(t, lim, coord.Limit{Name: base + "jobs/new", Max: 1, By: "carol"})
-	if li := inspect(t, c, base+"jobs/new"); li.Limit == nil || !li.Limit.Prefix || !li.Limit.Frozen() {
+	if li := inspect(t, c, base+"jobs/new"); li.Limit == nil || !li.Limit.Prefix || li.Limit.Max != 0 {
 		t.Errorf("lock with limit 1 under a frozen prefix: Limit = %+v; want the prefix's freeze (the smallest binds)", li.Limit)
 	}
 	setLimit(t, lim, coord.Limit{Name: base + "other", Max: 0, By: "dave"})
@@ -168,7 +168,7 @@ func (s *suite) limitPrefix(t *testing.T) {
 	var sawOther bool
 	for _, i := range infos {
 		if i.Name == base+"other" {
-			sawOther = i.Limit != nil && i.Limit.Frozen() && i.Limit.By == "dave"
+			sawOther = i.Limit != nil && i.Limit.Max == 0 && i.Limit.By == "dave"
 		}
 	}
 	if !sawOther {
@@ -324,7 +324,7 @@ func (s *suite) limitWatch(t *testing.T) {
 		}
 	}
 	frozenBy := func(by string, prefix bool) func(*coord.Limit) bool {
-		return func(l *coord.Limit) bool { return l != nil && l.Frozen() && l.By == by && l.Prefix == prefix }
+		return func(l *coord.Limit) bool { return l != nil && l.Max == 0 && l.By == by && l.Prefix == prefix }
 	}
 	none := func(l *coord.Limit) bool { return l == nil }
 

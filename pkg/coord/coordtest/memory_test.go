@@ -195,7 +195,7 @@ func (s *memState) info(name string, l *memLock) coord.LockInfo {
 		hs = append(hs, coord.HolderInfo{Slot: h.slot, Holder: h.holder, Token: h.token, LeaseID: h.id, TTL: h.ttl,
 			TTLLeft: time.Until(h.expires), AcquiredAt: h.acquiredAtWall})
 	}
-	i.SetHolders(l.slots, hs)
+	coordkit.SetHolders(&i, l.slots, hs)
 	return i
 }
 

@@ -79,7 +79,7 @@ func (s *suite) processTakeover(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("successor: %v", r.err)
 	}
-	if clock.Until(m.Sent.Add(time.Duration(m.TTL))) <= 0 {
+	if m.Sent.Add(time.Duration(m.TTL)).Sub(clock.Now()) <= 0 {
 		t.Errorf("lock of a killed process taken over only after its TTL %v", time.Duration(m.TTL))
 	}
 	if r.l.Token <= m.Token {

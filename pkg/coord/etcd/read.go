@@ -198,7 +198,7 @@ func (c *coordinator) semInfo(ctx context.Context, name string, slots int, kvs [
 		hs = append(hs, h)
 		info.LastToken = max(info.LastToken, h.Token)
 	}
-	info.SetHolders(slots, hs)
+	coordkit.SetHolders(&info, slots, hs)
 	info.Queue = queueOf(waiting)
 	return info, nil
 }

@@ -46,7 +46,7 @@ func (c *coordinator) holderKV(ctx context.Context, name string, token uint64, o
 		}
 		for _, kv := range resp.Kvs {
 			if uint64(kv.CreateRevision) == h.Token {
-				info.SetHolders(info.Slots, []coord.HolderInfo{h})
+				coordkit.SetHolders(&info, info.Slots, []coord.HolderInfo{h})
 				return kv, info, nil
 			}
 		}

@@ -477,7 +477,7 @@ func (a *acquirer) look() (t turn, v verdict, follow bool, err error) {
 	}
 	limited := heldBack(lim, w)
 	t = turn{free: w.v.free, kill: w.v.kill, limited: limited, pos: position(st.Queue, a.ticket, a.self)}
-	return t, w.v, !limited || !lim.Frozen(), nil
+	return t, w.v, !limited || lim.Max != 0, nil
 }
 
 // lastLook is the last attempt when Wait has passed (or, for Wait 0, the

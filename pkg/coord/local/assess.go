@@ -6,6 +6,7 @@ import (
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 // verdict is what a lock's holder means for readers and successors, as of
@@ -281,6 +282,6 @@ func info(st *state, v verdict, now clock.Boot, self proc.ID) coord.LockInfo {
 	if len(hs) > 0 || li.Waiters > 0 {
 		slots = st.Slots
 	}
-	li.SetHolders(slots, hs)
+	coordkit.SetHolders(&li, slots, hs)
 	return li
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -18,7 +17,7 @@ import (
 func writeTokens(t testing.TB, c *coordinator, name string, last, reserved uint64, boot string) string {
 	t.Helper()
 	if boot == "" {
-		boot = clock.BootID()
+		boot = bootID()
 	}
 	path := c.StateFile(name)
 	st := fmt.Sprintf(`{"version":2,"name":%q,"last_token":%d,"reserved_token":%d,"boot_id":%q}`, name, last, reserved, boot)

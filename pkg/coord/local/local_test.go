@@ -1048,7 +1048,7 @@ func TestOtherPIDNamespace(t *testing.T) {
 	c := openTB(t, newDir(t))
 	group := startSleep(t, true) // a local group that happens to have the recorded PGID
 	write := func(expires string) {
-		st := `{"version":1,"name":"ns","last_token":3,"boot_id":"` + clock.BootID() + `",` +
+		st := `{"version":1,"name":"ns","last_token":3,"boot_id":"` + bootID() + `",` +
 			`"holder":{"lease_id":"x","holder":"container","token":3,"ttl_ns":60000000000,"acquired_at":"2020-01-01T00:00:00Z",` +
 			`"expires_at":` + expires + `,"pids":[{"pid":999999,"start":5}],"pgid":{"pid":` + strconv.Itoa(group.Process.Pid) + `,"start":0},` +
 			`"pidns":"pid:[1]"}}`

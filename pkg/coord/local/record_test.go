@@ -219,7 +219,7 @@ func TestFormat1State(t *testing.T) {
 	c := openTB(t, newDir(t))
 	path := c.StateFile("v1")
 	exp := clock.Now().Add(time.Minute)
-	v1 := `{"version":1,"name":"v1","last_token":7,"boot_id":"` + clock.BootID() + `",` +
+	v1 := `{"version":1,"name":"v1","last_token":7,"boot_id":"` + bootID() + `",` +
 		`"holder":{"lease_id":"0123456789abcdef","holder":"old","token":7,"ttl_ns":60000000000,"acquired_at":"2020-01-01T00:00:00Z","expires_at":` +
 		strconv.FormatInt(int64(exp), 10) + `}}`
 	if err := os.WriteFile(path, []byte(v1), 0o600); err != nil {

@@ -177,7 +177,7 @@ func pick(name string, st *state, token uint64, now clock.Boot, self proc.ID) (*
 		if h.Token == token {
 			// The info is of the holder picked (a semaphore's Holders: it
 			// alone).
-			li.SetHolders(li.Slots, []coord.HolderInfo{holderInfo(h, now)})
+			coordkit.SetHolders(&li, li.Slots, []coord.HolderInfo{holderInfo(h, now)})
 			return h, li, nil
 		}
 	}

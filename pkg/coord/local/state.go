@@ -106,7 +106,7 @@ func (t ticket) proc() proc.ID { return proc.ID{PID: t.PID, Start: t.Start} }
 // fsync: only when the boot is known, so that a state read after a reboot
 // is recognised as such (and its holders, waiters and lease records are
 // ignored).
-func volatileOK() bool { return clock.BootID() != "" }
+func volatileOK() bool { return bootID() != "" }
 
 // corrupt is the fail-closed error for a state file that cannot be trusted.
 func corrupt(f lockFiles, what string, args ...any) error {
@@ -192,7 +192,7 @@ func readAll(f lockFiles, fd int, size int64) ([]byte, error) {
 }
 
 func freshState(f lockFiles) *state {
-	return &state{Version: formatVersion, Name: f.name, BootID: clock.BootID()}
+	return &state{Version: formatVersion, Name: f.name, BootID: bootID()}
 }
 
 // load reads a lock's state without taking its lock. States are replaced
@@ -266,7 +266,7 @@ func parseState(f lockFiles, b []byte) (*state, error) {
 	if err := checkState(f, st); err != nil {
 		return nil, err
 	}
-	if err := forBoot(f, st, clock.BootID()); err != nil {
+	if err := forBoot(f, st, bootID()); err != nil {
 		return nil, err
 	}
 	if err := applyRecord(f, st); err != nil {
@@ -411,7 +411,7 @@ func (c *coordinator) store(f lockFiles, st *state, sync bool) error {
 	if st.slotted() {
 		st.Version = slotsVersion
 	}
-	st.BootID = clock.BootID()
+	st.BootID = bootID()
 	st.Reserved = max(st.Reserved, st.LastToken)
 	st.Lease = ""
 	if st.Holder != nil {

@@ -326,7 +326,7 @@ func untilWake(b clock.Boot) time.Duration {
 	if b == 0 {
 		return -1
 	}
-	return max(clock.Until(b)+time.Millisecond, time.Millisecond)
+	return max(b.Sub(clock.Now())+time.Millisecond, time.Millisecond)
 }
 
 // Watch sends an Event with the lock's state after each change of a lock

@@ -75,8 +75,8 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// DefaultSchema is the schema of fence's tables when none is named.
-const DefaultSchema = "fence"
+// defaultSchema is the schema of fence's tables when none is named.
+const defaultSchema = "fence"
 
 // Option configures Open.
 type Option func(*options)
@@ -86,7 +86,7 @@ type options struct {
 	tracer pgx.QueryTracer
 }
 
-// WithSchema names the schema of fence's tables (DefaultSchema when not
+// WithSchema names the schema of fence's tables ("fence" when not
 // given, or empty).
 func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
@@ -127,12 +127,12 @@ type obs struct {
 // Open connects to the database at url (a libpq URL or DSN), refuses a
 // standby and creates the schema when it is missing (see SchemaSQL).
 func Open(ctx context.Context, url string, opts ...Option) (coord.Coordinator, error) {
-	cfg := options{schema: DefaultSchema}
+	cfg := options{schema: defaultSchema}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.schema == "" {
-		cfg.schema = DefaultSchema
+		cfg.schema = defaultSchema
 	}
 	if err := checkIdent(cfg.schema); err != nil {
 		return nil, err

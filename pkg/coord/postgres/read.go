@@ -239,7 +239,7 @@ func (w *watch) follow(ctx context.Context) {
 			if grant > w.shown[name] && !slices.Contains(tokens(i), grant) {
 				// Granted and ended before this read: its grant, then its end.
 				gone := coord.LockInfo{Name: name, LastToken: grant, Limit: i.Limit}
-				gone.SetHolders(1, []coord.HolderInfo{{Holder: holder, Token: grant}})
+				coordkit.SetHolders(&gone, 1, []coord.HolderInfo{{Holder: holder, Token: grant}})
 				if !w.update(ctx, gone) || !w.update(ctx, coord.LockInfo{Name: name, LastToken: grant, Limit: i.Limit}) {
 					return
 				}

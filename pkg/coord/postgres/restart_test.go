@@ -94,7 +94,7 @@ func TestHolderAcrossRestart(t *testing.T) {
 				t.Fatal(err)
 			}
 			var mu sync.Mutex
-			safe := l.SafeUntil(0)
+			safe := l.Sent.Add(l.TTL)
 			var contenderAt time.Time
 			var unsafeSeen, lostSeen bool
 			var acksAfter int

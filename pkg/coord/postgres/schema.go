@@ -104,7 +104,7 @@ INSERT INTO {s}.schema_version VALUES (1) ON CONFLICT DO NOTHING;
 // administrator runs it when fence's role may not: `fence postgres schema`).
 func SchemaSQL(schema string) string {
 	if schema == "" {
-		schema = DefaultSchema
+		schema = defaultSchema
 	}
 	return strings.ReplaceAll(schemaSQL, "{s}", pgx.Identifier{schema}.Sanitize())
 }

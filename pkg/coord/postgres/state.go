@@ -176,7 +176,7 @@ func (c *coordinator) info(st *state) coord.LockInfo {
 	for _, l := range st.holders {
 		hs = append(hs, holderInfo(l, now, st.dbNow))
 	}
-	i.SetHolders(st.slots, hs)
+	coordkit.SetHolders(&i, st.slots, hs)
 	return i
 }
 
@@ -194,7 +194,7 @@ func holderInfo(l lease, now, dbNow time.Time) coord.HolderInfo {
 // one is the LockInfo of lock name held by l alone.
 func one(name string, l lease) coord.LockInfo {
 	i := coord.LockInfo{Name: name}
-	i.SetHolders(1, []coord.HolderInfo{holderInfo(l, time.Now(), time.Now())})
+	coordkit.SetHolders(&i, 1, []coord.HolderInfo{holderInfo(l, time.Now(), time.Now())})
 	return i
 }
 

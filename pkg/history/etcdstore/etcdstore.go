@@ -138,7 +138,7 @@ func (s *store) key(lock string, seq uint64) string {
 type head struct {
 	Seq   uint64 `json:"seq"`
 	First uint64 `json:"first"`
-	// Lease is the lock's newest lease event (history.Kind.OfLease), stored
+	// Lease is the lock's newest lease event (opts.OfLease), stored
 	// as an event value with its number, when the head's writer knew it:
 	// every write of this version carries it on from the head it replaces,
 	// or sets it to the newest lease event it writes. LastLease reads it
@@ -330,7 +330,7 @@ func trimFirst(h head, first, last uint64, maxEvents int, oldest []history.Entry
 func leaseMark(h head, kept []history.Event) (json.RawMessage, error) {
 	mark := h.Lease
 	for i, ev := range kept {
-		if ev.Kind.OfLease() {
+		if hopts.OfLease(string(ev.Kind)) {
 			var err error
 			if mark, err = codec.Encode(h.Seq+1+uint64(i), ev); err != nil {
 				return nil, err
@@ -492,7 +492,7 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 	return s.newestKept(entries, n), nil
 }
 
-// LastLease returns the newest lease event (history.Kind.OfLease) among
+// LastLease returns the newest lease event (opts.OfLease) among
 // lock's last n kept events (n <= 0: all of them), the one a scan of
 // Latest(ctx, lock, n) from its end would find, and keeps the head for the
 // store's next write of lock. It reads the head's record of
@@ -561,7 +561,7 @@ func (s *store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (
 		return history.Event{}, false, err
 	}
 	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Kind.OfLease() {
+		if hopts.OfLease(string(evs[i].Kind)) {
 			return evs[i], true, nil
 		}
 	}
@@ -582,7 +582,7 @@ func (s *store) newestKept(entries []history.Entry, limit int) []history.Event {
 	return out
 }
 
-// Since implements history.Reader.
+// Since implements history.Store.
 func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
@@ -600,7 +600,7 @@ func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history
 	return trim.Kept(s.opts, entries, entryTime, 0), nil
 }
 
-// Heads implements history.Reader.
+// Heads implements history.Store.
 func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 	p := s.headsPrefix()
 	resp, err := s.cli.Get(ctx, p, clientv3.WithPrefix())
@@ -664,7 +664,7 @@ func decodeHead(b []byte) (head, error) {
 		if err != nil {
 			return h, fmt.Errorf("head's lease event: %v", err)
 		}
-		if seq == 0 || seq > h.Seq || !ev.Kind.OfLease() {
+		if seq == 0 || seq > h.Seq || !hopts.OfLease(string(ev.Kind)) {
 			return h, fmt.Errorf("head %s is inconsistent", b)
 		}
 	}

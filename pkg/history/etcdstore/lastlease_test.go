@@ -23,7 +23,7 @@ func lastLeaseOfLatest(t rapid.TB, s *store, lock string, n int) (history.Event,
 		t.Fatalf("Latest: %v", err)
 	}
 	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Kind.OfLease() {
+		if hopts.OfLease(string(evs[i].Kind)) {
 			return evs[i], true
 		}
 	}
@@ -45,8 +45,8 @@ func TestLastLeaseAgreesWithLatest(t *testing.T) {
 		p := newPrefix()
 		clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 		opts := []history.Option{
-			history.WithMaxEvents(rapid.IntRange(1, 12).Draw(t, "maxEvents")),
-			history.WithMaxAge(time.Hour), hopts.WithClock(clk.Now),
+			hopts.WithMaxEvents(rapid.IntRange(1, 12).Draw(t, "maxEvents")),
+			hopts.WithMaxAge(time.Hour), hopts.WithClock(clk.Now),
 		}
 		mk := func() *store {
 			s, err := newStore(cli, p, opts...)

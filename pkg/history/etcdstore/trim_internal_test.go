@@ -158,7 +158,7 @@ func TestRecordReadsNoDeletedKeys(t *testing.T) {
 	defer cancel()
 	p := newPrefix()
 	clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	opts := []history.Option{history.WithMaxEvents(10), history.WithMaxAge(time.Hour), hopts.WithClock(clk.Now)}
+	opts := []history.Option{hopts.WithMaxEvents(10), hopts.WithMaxAge(time.Hour), hopts.WithClock(clk.Now)}
 	w, err := newStore(srv.Client(t), p, opts...)
 	if err != nil {
 		t.Fatal(err)

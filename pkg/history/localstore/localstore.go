@@ -136,7 +136,7 @@ func (st fileState) span() int {
 // Open opens the store under stateDir, creating stateDir (0700) and its
 // history/ directory (0700) when missing. It fails when history/ is a
 // symbolic link, not a directory or owned by another user. Options set the
-// bounds (history.WithMaxEvents, history.WithMaxAge) and the clock.
+// bounds (hopts.WithMaxEvents, hopts.WithMaxAge) and the clock.
 func Open(stateDir string, opts ...history.Option) (history.Store, error) {
 	s, err := openStore(stateDir, opts...)
 	if err != nil {
@@ -569,7 +569,7 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 	return out, nil
 }
 
-// Since implements history.Reader.
+// Since implements history.Store.
 func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
 	lines, err := s.read(ctx, lock)
 	if err != nil {
@@ -585,7 +585,7 @@ func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history
 	return out, nil
 }
 
-// Heads implements history.Reader. It reads the last line of each file.
+// Heads implements history.Store. It reads the last line of each file.
 func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {

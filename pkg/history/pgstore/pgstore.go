@@ -119,7 +119,7 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 	return out, nil
 }
 
-// Since implements history.Reader.
+// Since implements history.Store.
 func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
 	ents, err := s.read(ctx, lock, "AND seq > $2 ORDER BY seq", int64(min(after, coord.MaxToken)))
 	if err != nil {
@@ -160,7 +160,7 @@ func (s *store) read(ctx context.Context, lock, clause string, args ...any) ([]h
 	return ents, err
 }
 
-// Heads implements history.Reader.
+// Heads implements history.Store.
 func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 	var heads []history.Head
 	err := s.c.Tx(ctx, "history heads", func(tx pgx.Tx) error {

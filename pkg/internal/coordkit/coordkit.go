@@ -201,3 +201,20 @@ func WithLimited(infos []coord.LockInfo, ls []coord.Limit, prefix string) []coor
 	}
 	return infos
 }
+
+// SetHolders sets hs on i (oldest first) as the holders of a lock of slots
+// slots: the top-level holder fields describe the oldest, Holders lists
+// them all when slots > 1. Held is whether there is any.
+func SetHolders(i *coord.LockInfo, slots int, hs []coord.HolderInfo) {
+	if slots > 1 {
+		i.Slots = slots
+		i.Holders = hs
+	}
+	i.Held = len(hs) > 0
+	if !i.Held {
+		return
+	}
+	h := hs[0]
+	i.Holder, i.Token, i.LeaseID, i.TTL, i.TTLLeft, i.AcquiredAt, i.Process =
+		h.Holder, h.Token, h.LeaseID, h.TTL, h.TTLLeft, h.AcquiredAt, h.Process
+}

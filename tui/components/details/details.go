@@ -82,7 +82,7 @@ func (m *Model) SetSize(width, height int) {
 }
 
 // SetHistory sets the timeline: events oldest first, as
-// history.Historian.History returns them, or the error that reading them
+// history.Store.History returns them, or the error that reading them
 // gave. The scroll position is kept.
 func (m *Model) SetHistory(events []history.Event, err error) {
 	m.loaded = true
@@ -453,7 +453,7 @@ func (m *Model) rowLines(i coord.LockInfo, now time.Time) []string {
 // why.
 func (m *Model) limitText(l coord.Limit) string {
 	what := "frozen"
-	if !l.Frozen() {
+	if l.Max != 0 {
 		what = fmt.Sprintf("limit %d", l.Max)
 	}
 	scope := "this lock"

@@ -97,7 +97,7 @@ func (r *Row) Label(now time.Time) string {
 		return fmt.Sprintf("%d/%d held", len(r.Info.Holders), r.Info.Slots) // a semaphore
 	case l == nil:
 		return r.State(now).String()
-	case l.Frozen():
+	case l.Max == 0:
 		return "frozen"
 	default:
 		return "limit " + strconv.Itoa(l.Max)
@@ -383,7 +383,7 @@ func (s *Store) account(r *Row, sign int) {
 		t.Expiring += sign
 	}
 	t.Waiters += sign * r.Info.Waiters
-	if l := r.Info.Limit; l != nil && l.Frozen() {
+	if l := r.Info.Limit; l != nil && l.Max == 0 {
 		t.Frozen += sign
 	} else if l != nil {
 		t.Limited += sign

@@ -59,6 +59,24 @@ type Option func(*Options)
 // (tests).
 func WithClock(now func() time.Time) Option { return func(o *Options) { o.Now = now } }
 
+// WithMaxEvents keeps at most n events per lock (n > 0; default
+// MaxEvents).
+func WithMaxEvents(n int) Option { return func(o *Options) { o.MaxEvents = n } }
+
+// WithMaxAge keeps events for at most d (d > 0; default MaxAge).
+func WithMaxAge(d time.Duration) Option { return func(o *Options) { o.MaxAge = d } }
+
+// OfLease tells whether kind (a history.Kind) begins or ends a lease:
+// acquired, released, revoked, expired (the events by which a Recorder
+// tells whether a lease ended on record).
+func OfLease(kind string) bool {
+	switch kind {
+	case "acquired", "released", "revoked", "expired":
+		return true
+	}
+	return false
+}
+
 // WithMaxPending bounds the events kept in memory while the store is down
 // (tests).
 func WithMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
