@@ -153,11 +153,12 @@ func TestPackageTableIsCurrent(t *testing.T) {
 // and the program use: Linux process facts (the local backend judges a
 // holder's processes, supervision signals a command's tree) and the state
 // directory's sharing rules (the local stores keep them, the CLI explains a
-// permission error with them). Go lets pkg/internal/ be imported only under
+// permission error with them), and, for test kits and tests alike, a buffer
+// safe for concurrent use. Go lets pkg/internal/ be imported only under
 // pkg/, so the alternatives are a second copy of each (about 500 lines) or a
 // public package; a leaf imports nothing of this module, so it sits below
 // both layers.
-var sharedLeaves = map[string]bool{"internal/proc": true, "internal/sharedir": true}
+var sharedLeaves = map[string]bool{"internal/proc": true, "internal/sharedir": true, "internal/syncbuf": true}
 
 // TestPkgReadsDownward keeps the library below the program: no package
 // under pkg/ (test kits included, tests left out) imports, directly or

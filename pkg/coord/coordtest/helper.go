@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/syncbuf"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -177,7 +178,7 @@ type proc struct {
 	msgs   chan helperMsg
 	done   chan struct{} // closed when reaped
 	err    error         // Wait's error, valid after done
-	stderr *stderrBuf
+	stderr *syncbuf.Buffer
 }
 
 // spawn starts a helper and registers its end with t: stdin closed, then
@@ -189,7 +190,7 @@ func (s *suite) spawn(t testing.TB, setup func(*exec.Cmd), args ...string) *proc
 	if setup != nil {
 		setup(cmd)
 	}
-	p := &proc{cmd: cmd, msgs: make(chan helperMsg, 16), done: make(chan struct{}), stderr: &stderrBuf{}}
+	p := &proc{cmd: cmd, msgs: make(chan helperMsg, 16), done: make(chan struct{}), stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
