@@ -25,15 +25,11 @@ import (
 // after: see renewsEarly), abandon a renewal that hangs.
 //
 // The scheduler never calls anything that can block: a renewal goes out
-// through coord.AsyncRenewer, which answers on another goroutine (etcd: the
-// keep-alive stream's receiver; local: the goroutine that runs its queue of
-// renewals), or else as a Renew call on a goroutine of its own; abandoning a renewal is cancelling it. The answer is applied to
-// the hold by whichever goroutine delivers it (complete), which also runs
-// the hold's callbacks. So a renewal that hangs delays nothing but its own
-// hold's next renewal (on the local backend, one that hangs in the kernel,
-// on a stalled disk, also holds the renewals queued behind it, which that
-// disk, the state directory's, would hold as well), and every hold's loss
-// is found at its own wake.
+// as a Renew call on a goroutine of its own; abandoning a renewal is
+// cancelling it. The answer is applied to the hold by the goroutine that
+// delivers it (complete), which also runs the hold's callbacks. So a
+// renewal that hangs delays nothing but its own hold's next renewal, and
+// every hold's loss is found at its own wake.
 //
 // The goroutine runs while the scheduler has holds and exits with the last.
 type scheduler struct {

@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Release releases lease leaseID of lock name, held under token, on c (an
-// *etcd.Coordinator), and commits then in the same transaction: one
+// Release releases lease leaseID of lock name, held under token, on c (a
+// coordinator of package etcd), and commits then in the same transaction: one
 // transaction deletes the holder's key and runs then, if the key is still
 // the one the lease put on the lock with token as its create revision and
 // cmps hold. The lease itself is revoked after the transaction.
