@@ -119,15 +119,7 @@ func (s *blockingStore) Append(ctx context.Context, evs []history.Event) error {
 // write is held up, and the lease is not released before its acquisition is
 // on record (a successor would take the missing record for an expiry).
 func TestAcquireDeferredDoesNotWait(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "state")
-	c, err := local.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := localstore.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ls := localWithStore(t)
 	store := &blockingStore{Store: ls, writing: make(chan struct{}), unblock: make(chan struct{})}
 	r := history.Wrap(c, store, history.WithRecordTimeout(time.Minute))
 	defer r.Close()
@@ -224,15 +216,7 @@ func (s *slowSyncStore) AppendRelease(ctx context.Context, c coord.Coordinator, 
 // Before, the release waited for it (a short command paid two fsyncs of
 // the history after it ended).
 func TestAcquireDeferredReleaseSkipsTheFsync(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "state")
-	c, err := local.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ls, err := localstore.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ls := localWithStore(t)
 	store := &slowSyncStore{Store: ls, syncing: make(chan struct{}), unblock: make(chan struct{})}
 	r := history.Wrap(c, store, history.WithRecordTimeout(time.Minute))
 	unblocked := false
@@ -271,4 +255,20 @@ func TestAcquireDeferredReleaseSkipsTheFsync(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// localWithStore opens a local coordinator and the history store of its
+// state directory, in a directory of the test's own.
+func localWithStore(t *testing.T) (coord.Coordinator, history.Store) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "state")
+	c, err := local.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := localstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ls
 }
