@@ -76,8 +76,8 @@ func (c *coordinator) readLimits() ([]coord.Limit, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, unavailable("limits file %s is not a regular file", path)
 	}
-	if err := c.share.checkFileStat("limits file", path, -1, &st); err != nil {
-		return nil, err
+	if err := c.share.CheckFile("limits file", path, -1, &st); err != nil {
+		return nil, unavailable("%v", err)
 	}
 	if st.Size > maxLimitsSize {
 		return nil, unavailable("limits file %s is larger than %d bytes; repair or remove it by hand", path, maxLimitsSize)
@@ -205,7 +205,7 @@ func (c *coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) (
 	if err != nil {
 		return unavailable("encode limits: %v", err)
 	}
-	if _, err := atomicfile.WriteViaPerm(lf.state, lf.temp, append(b, '\n'), true, c.share.filePerm()); err != nil {
+	if _, err := atomicfile.WriteViaPerm(lf.state, lf.temp, append(b, '\n'), true, c.share.FilePerm()); err != nil {
 		return unavailable("write limits file %s: %v", lf.state, err)
 	}
 	return nil

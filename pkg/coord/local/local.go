@@ -127,8 +127,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/coord"
-
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
@@ -139,7 +139,7 @@ type coordinator struct {
 	dir      string
 	locksDir string
 	opts     options
-	share    *sharing // how the state directory is shared (perm.go)
+	share    sharedir.Mode // how the state directory is shared (openTop)
 
 	mu     sync.Mutex
 	hub    *hub // started on first use, guarded by mu
@@ -206,9 +206,9 @@ func open(dir string, opts ...option) (*coordinator, error) {
 		return nil, err
 	}
 	locks := filepath.Join(dir, "locks")
-	created, err := ensureTreeDir(share, locks, false)
+	created, err := share.EnsureDir(locks, false)
 	if err != nil {
-		return nil, err
+		return nil, unavailable("%v", err)
 	}
 	if created {
 		// Make the new locks/ entry itself durable.
@@ -277,35 +277,43 @@ func (c *coordinator) getHub() (*hub, error) {
 }
 
 // openTop checks (creating it, 0700, when missing) the state directory
-// itself and decides how it is shared (sharingOf). A directory of the
-// user's own that is open to group or others, and not shared with a group,
-// is tightened to 0700.
-func openTop(path string) (*sharing, error) {
+// itself and decides how it is shared. A state directory belongs to one
+// user (mode 0700, files 0600: the default), or to a group whose members
+// share its locks: the directory is group-owned, group-writable and setgid,
+// and not world-writable (install -d -m 2770 -g fence /var/lib/fence). Then
+// every member of the group (and root) may use it: the directories of the
+// tree are 2770 and its files 0660, all of that group. Anything looser, and
+// a directory that is neither the user's own nor shared that way, is
+// refused with one line saying how to set it up (package internal/sharedir,
+// which the guard and history stores share). A directory of the user's own
+// that is open to group or others, and not shared with a group, is
+// tightened to 0700.
+func openTop(path string) (sharedir.Mode, error) {
 	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return nil, unavailable("cannot create state directory %s: %v", path, err)
+			return sharedir.Mode{}, unavailable("cannot create state directory %s: %v", path, err)
 		}
 	}
 	fi, err := os.Lstat(path)
 	if err != nil {
-		return nil, unavailable("state directory %s: %v", path, err)
+		return sharedir.Mode{}, unavailable("state directory %s: %v", path, err)
 	}
 	switch {
 	case fi.Mode()&os.ModeSymlink != 0:
-		return nil, unavailable("state directory %s is a symbolic link; give its real path", path)
+		return sharedir.Mode{}, unavailable("state directory %s is a symbolic link; give its real path", path)
 	case !fi.IsDir():
-		return nil, unavailable("state directory %s is not a directory", path)
+		return sharedir.Mode{}, unavailable("state directory %s is not a directory", path)
 	}
-	s, err := sharingOf(path, fi)
+	m, err := sharedir.Of(path, fi)
 	if err != nil {
-		return nil, err
+		return m, unavailable("%v", err)
 	}
-	if !s.group() {
-		if err := s.checkDir(path, fi); err != nil {
-			return nil, err
+	if !m.Group {
+		if err := m.CheckDir(path, fi); err != nil {
+			return m, unavailable("%v", err)
 		}
 	}
-	return s, nil
+	return m, nil
 }
 
 // unavailable is an error about the state tree: a file or directory that

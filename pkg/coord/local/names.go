@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
@@ -30,15 +31,7 @@ type lockFiles struct {
 	state string // path of the JSON state file
 	lock  string // path of the flock file
 	temp  string // path of the temporary file a state is written to
-	share *sharing
-}
-
-// shared is how the lock's state directory is shared.
-func (f lockFiles) shared() *sharing {
-	if f.share == nil {
-		return private
-	}
-	return f.share
+	share sharedir.Mode
 }
 
 func (c *coordinator) files(name string) lockFiles { return c.filesAt(name, fileBase(name)) }

@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -209,7 +212,7 @@ func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 	}
 	kb := fileBase(rec.Key)
 	path := filepath.Join(dir, kb+stateSuffix)
-	if _, err := atomicfile.WriteViaPerm(path, filepath.Join(dir, tempPrefix+kb), append(b, '\n'), true, c.share.filePerm()); err != nil {
+	if _, err := atomicfile.WriteViaPerm(path, filepath.Join(dir, tempPrefix+kb), append(b, '\n'), true, c.share.FilePerm()); err != nil {
 		return unavailable("lock %q: write completion record %s: %v", rec.Lock, path, err)
 	}
 	_, err = c.prune(rec.Lock)
@@ -220,9 +223,9 @@ func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 func (c *coordinator) ensureOnceDir(dir string) error {
 	parent := filepath.Dir(dir)
 	for _, d := range []string{parent, dir} {
-		created, err := ensureTreeDir(c.share, d, false)
+		created, err := c.share.EnsureDir(d, false)
 		if err != nil {
-			return err
+			return unavailable("%v", err)
 		}
 		if created {
 			if err := atomicfile.SyncDir(filepath.Dir(d)); err != nil {
@@ -237,7 +240,7 @@ func (c *coordinator) ensureOnceDir(dir string) error {
 // record that cannot be trusted (not a regular file of ours, not JSON, of
 // another lock) fails closed.
 func (c *coordinator) readRecord(path, lock string) (coord.Completion, bool, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unixNoFollow, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return coord.Completion{}, false, nil
 	}
@@ -245,14 +248,14 @@ func (c *coordinator) readRecord(path, lock string) (coord.Completion, bool, err
 		return coord.Completion{}, false, unavailable("lock %q: completion record %s: %v", lock, path, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return coord.Completion{}, false, unavailable("lock %q: completion record %s: %v", lock, path, err)
 	}
-	if err := c.checkPerm(path, fi, false); err != nil {
-		return coord.Completion{}, false, fmt.Errorf("lock %q: completion record: %w", lock, err)
+	if err := c.share.CheckFile("file", path, -1, &st); err != nil {
+		return coord.Completion{}, false, unavailable("lock %q: completion record: %v", lock, err)
 	}
-	if fi.Size() > 1<<20 {
+	if st.Size > 1<<20 {
 		return coord.Completion{}, false, unavailable("lock %q: completion record %s is larger than 1 MiB", lock, path)
 	}
 	var rec coord.Completion

@@ -120,7 +120,7 @@ func corrupt(f lockFiles, what string, args ...any) error {
 
 // checkFile refuses a file of the state tree that is not a regular file
 // with the tree's owner and mode (0600 and the effective user's, or 0660
-// and the group's in a shared state directory: perm.go). It returns the
+// and the group's in a shared state directory: openTop). It returns the
 // file's size.
 func checkFile(f lockFiles, path string, fd int) (int64, error) {
 	var st unix.Stat_t
@@ -131,8 +131,8 @@ func checkFile(f lockFiles, path string, fd int) (int64, error) {
 	if path == f.lock {
 		what = "lock file"
 	}
-	if err := f.shared().checkFileStat(fmt.Sprintf("lock %q: %s", f.name, what), path, fd, &st); err != nil {
-		return 0, err
+	if err := f.share.CheckFile(fmt.Sprintf("lock %q: %s", f.name, what), path, fd, &st); err != nil {
+		return 0, unavailable("%v", err)
 	}
 	return st.Size, nil
 }

@@ -1,7 +1,6 @@
 package local
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/fence-dev/fence/internal/proc"
@@ -25,18 +24,6 @@ const (
 	// moveStay: not granted; the queue stays as it is.
 	moveStay
 )
-
-func (m move) String() string {
-	switch m {
-	case moveGrant:
-		return "grant"
-	case moveQueue:
-		return "queue"
-	case moveStay:
-		return "stay"
-	}
-	return "move(" + strconv.Itoa(int(m)) + ")"
-}
 
 // turn is what one attempt or one round of the wait knows of the lock.
 type turn struct {
@@ -84,18 +71,6 @@ const (
 	// actSleep: nothing to do until something changes.
 	actSleep
 )
-
-func (a act) String() string {
-	switch a {
-	case actTry:
-		return "try"
-	case actStall:
-		return "stall"
-	case actSleep:
-		return "sleep"
-	}
-	return "act(" + strconv.Itoa(int(a)) + ")"
-}
 
 // nextAct decides a round of the wait.
 func nextAct(t turn) act {

@@ -2,6 +2,7 @@ package local
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -204,4 +205,30 @@ func TestForBoot(t *testing.T) {
 	if err := forBoot(f, held, "b"); err != nil || held.Holder == nil || held.LastToken != 5 {
 		t.Fatalf("same boot: %+v, %v", held, err)
 	}
+}
+
+// String names a move in test messages.
+func (m move) String() string {
+	switch m {
+	case moveGrant:
+		return "grant"
+	case moveQueue:
+		return "queue"
+	case moveStay:
+		return "stay"
+	}
+	return "move(" + strconv.Itoa(int(m)) + ")"
+}
+
+// String names an act in test messages.
+func (a act) String() string {
+	switch a {
+	case actTry:
+		return "try"
+	case actStall:
+		return "stall"
+	case actSleep:
+		return "sleep"
+	}
+	return "act(" + strconv.Itoa(int(a)) + ")"
 }

@@ -24,7 +24,7 @@ const legacyTempAge = time.Minute
 // is replaced (atomicfile.WriteVia). The directory is not fsynced (store
 // does, for a grant).
 func replaceState(f lockFiles, data []byte) error {
-	_, err := atomicfile.WriteViaPerm(f.state, f.temp, data, false, f.shared().filePerm())
+	_, err := atomicfile.WriteViaPerm(f.state, f.temp, data, false, f.share.FilePerm())
 	return err
 }
 
