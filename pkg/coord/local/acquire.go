@@ -126,9 +126,12 @@ func newTicketID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// checkLeaseID refuses, with ErrInvalid, a lease id that fence cannot have
-// issued, and one issued for a lock other than name.
+// checkLeaseID refuses, with ErrInvalid, a bad lock name, a lease id that
+// fence cannot have issued, and one issued for a lock other than name.
 func checkLeaseID(name, id string) error {
+	if err := coord.ValidateName(name); err != nil {
+		return err
+	}
 	if len(id) != leaseIDLen && len(id) != legacyIDLen || strings.Trim(id, "0123456789abcdef") != "" {
 		return fmt.Errorf("%w: lease id %q is not a lease id of the local coordinator (%d lower-case hex digits)", coord.ErrInvalid, id, leaseIDLen)
 	}

@@ -70,12 +70,10 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 		return err
 	}
 	return c.update(ctx, c.files(rec.Lock), func(st *state) (stateWrite, error) {
-		h, v, err := leaseOf(st, leaseID, clock.Now())
-		if err != nil {
+		if _, err := liveLease(rec.Lock, st, leaseID, clock.Now()); errors.Is(err, coord.ErrLeaseLost) {
+			return noChange, fmt.Errorf("%s: cannot record the completion of %q: %w", rec.Lock, rec.Key, err)
+		} else if err != nil {
 			return noChange, err
-		}
-		if h == nil || h.LeaseID != leaseID || !v.live {
-			return noChange, fmt.Errorf("%s: cannot record the completion of %q: %w", rec.Lock, rec.Key, lost(rec.Lock, leaseID, st, v))
 		}
 		path := c.oncePath(rec.Lock, rec.Key)
 		if old, ok, err := c.readRecord(path, rec.Lock); err != nil {

@@ -31,27 +31,21 @@ func lost(name, leaseID string, st *state, v verdict) error {
 // to processes that are all gone; ErrInvalid for a malformed lease id or one
 // of another lock.
 func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return coord.Renewal{}, err
-	}
 	if err := checkLeaseID(name, leaseID); err != nil {
 		return coord.Renewal{}, err
 	}
 	var r coord.Renewal
 	sent := time.Now()
 	err := c.update(ctx, c.files(name), func(st *state) (stateWrite, error) {
-		now := clock.Now()
-		h, v, err := leaseOf(st, leaseID, now)
-		if err != nil {
-			return noChange, err
-		}
 		if st.lease(leaseID) == nil {
 			if err := unknownID(leaseID); err != nil {
 				return noChange, err
 			}
 		}
-		if h == nil || h.LeaseID != leaseID || !v.live {
-			return noChange, lost(name, leaseID, st, v)
+		now := clock.Now()
+		h, err := liveLease(name, st, leaseID, now)
+		if err != nil {
+			return noChange, err
 		}
 		h.ExpiresAt = now.Add(h.TTL)
 		r = coord.Renewal{Sent: sent, TTL: h.TTL}
@@ -106,9 +100,6 @@ func (c *coordinator) ReleaseWith(ctx context.Context, name, leaseID string, tok
 // true and no error. held reports that the lease was found (and, with
 // check, that check said so).
 func (c *coordinator) release(ctx context.Context, name, leaseID string, check func(*state, *holder) (bool, error)) (held bool, err error) {
-	if err := coord.ValidateName(name); err != nil {
-		return false, err
-	}
 	if err := checkLeaseID(name, leaseID); err != nil {
 		return false, err
 	}
@@ -191,9 +182,6 @@ func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64
 // command's process group. It returns ErrLeaseLost when the lease is not
 // live.
 func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
-	if err := coord.ValidateName(name); err != nil {
-		return err
-	}
 	if err := checkLeaseID(name, leaseID); err != nil {
 		return err
 	}
@@ -202,12 +190,9 @@ func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 		return err
 	}
 	return c.update(ctx, c.files(name), func(st *state) (stateWrite, error) {
-		h, v, err := leaseOf(st, leaseID, clock.Now())
+		h, err := liveLease(name, st, leaseID, clock.Now())
 		if err != nil {
 			return noChange, err
-		}
-		if h == nil || h.LeaseID != leaseID || !v.live {
-			return noChange, lost(name, leaseID, st, v)
 		}
 		if !h.ours() && h.attached() {
 			return noChange, fmt.Errorf("%w: lease %s on lock %q is attached to processes of another PID namespace", coord.ErrInvalid, leaseID, name)

@@ -144,15 +144,22 @@ func (w lockView) freeSlot() int {
 	}
 }
 
-// leaseOf judges the holder of st with leaseID (nil when none is on
-// record), for the operations on one lease.
-func leaseOf(st *state, leaseID string, now clock.Boot) (*holder, verdict, error) {
+// liveLease returns the holder of st with leaseID, for the operations on
+// one lease, when it is live; otherwise the ErrLeaseLost error (lost), or
+// the error of judging it.
+func liveLease(name string, st *state, leaseID string, now clock.Boot) (*holder, error) {
 	h := st.lease(leaseID)
 	if h == nil && !st.slotted() {
-		h = st.Holder // judged, and found to be another's, by the caller
+		h = st.Holder // judged, and found to be another's, below
 	}
 	v, err := assess(h, now)
-	return h, v, err
+	if err != nil {
+		return nil, err
+	}
+	if h == nil || h.LeaseID != leaseID || !v.live {
+		return nil, lost(name, leaseID, st, v)
+	}
+	return h, nil
 }
 
 // pick returns the live holder of st with token, or the only one for token

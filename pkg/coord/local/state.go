@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -142,117 +143,84 @@ func checkFile(f lockFiles, path string, fd int) (int64, error) {
 var errTorn = errors.New("torn lease record")
 
 // openState opens a lock's state file (for writing too when rw is set) and
-// checks it. A missing file is fd -1 and no error.
-func openState(f lockFiles, rw bool) (fd int, size int64, err error) {
+// checks it. A missing file is nil and no error.
+func openState(f lockFiles, rw bool) (*os.File, int64, error) {
 	mode := unix.O_RDONLY
 	if rw {
 		mode = unix.O_RDWR
 	}
-	fd, err = unix.Open(f.state, mode|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := unix.Open(f.state, mode|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return -1, 0, nil
+		return nil, 0, nil
 	case errors.Is(err, unix.ELOOP):
-		return -1, 0, corrupt(f, "is a symbolic link")
+		return nil, 0, corrupt(f, "is a symbolic link")
 	case errors.Is(err, unix.EISDIR):
-		return -1, 0, unavailable("lock %q: state file %s is not a regular file", f.name, f.state)
+		return nil, 0, unavailable("lock %q: state file %s is not a regular file", f.name, f.state)
 	case err != nil:
-		return -1, 0, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
+		return nil, 0, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
 	}
-	if size, err = checkFile(f, f.state, fd); err != nil {
+	size, err := checkFile(f, f.state, fd)
+	if err == nil && size > maxStateSize {
+		err = corrupt(f, "is larger than %d bytes", maxStateSize)
+	}
+	if err != nil {
 		unix.Close(fd)
-		return -1, 0, err
+		return nil, 0, err
 	}
-	if size > maxStateSize {
-		unix.Close(fd)
-		return -1, 0, corrupt(f, "is larger than %d bytes", maxStateSize)
-	}
-	return fd, size, nil
-}
-
-// readAll reads an open state file of the given size. States are replaced
-// whole and the lease record is overwritten in place, so an open state file
-// never changes size.
-func readAll(f lockFiles, fd int, size int64) ([]byte, error) {
-	b := make([]byte, 0, size)
-	for len(b) < int(size) {
-		n, err := unix.Pread(fd, b[len(b):size], int64(len(b)))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
-		}
-		if n == 0 {
-			break // truncated under us: parsed (and refused) as it is
-		}
-		b = b[:len(b)+n]
-	}
-	return b, nil
+	return os.NewFile(uintptr(fd), f.state), size, nil
 }
 
 func freshState(f lockFiles) *state {
 	return &state{Version: formatVersion, Name: f.name, BootID: bootID()}
 }
 
-// load reads a lock's state without taking its lock. States are replaced
-// whole by rename; the lease record, overwritten in place, is checked by its
-// checksum and read again when it was caught in the middle of an overwrite.
-// A missing file is a lock never used: a fresh state. Anything that cannot
-// be trusted fails closed.
+// load reads a lock's state without taking its lock (readState).
 func load(f lockFiles) (*state, error) {
-	fd, size, err := openState(f, false)
-	if err != nil {
-		return nil, err
-	}
-	if fd < 0 {
-		return freshState(f), nil
-	}
-	defer unix.Close(fd)
-	for try := 0; ; try++ {
-		b, err := readAll(f, fd, size)
-		if err != nil {
-			return nil, err
-		}
-		st, err := parseState(f, b)
-		if !errors.Is(err, errTorn) {
-			return st, err
-		}
-		if try == 50 {
-			return nil, corrupt(f, "has a lease record that does not check out")
-		}
-		if try >= 3 {
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
+	st, _, _, err := readState(f, false)
+	return st, err
 }
 
-// loadLocked reads a lock's state under its flock. It returns the state,
-// the file's bytes and the file, open for writing (fd -1 when the file does
-// not exist yet); the caller closes it.
-func loadLocked(f lockFiles) (*state, []byte, int, error) {
-	fd, size, err := openState(f, true)
+// readState reads a lock's state. A missing file is a lock never used: a
+// fresh state. Anything that cannot be trusted fails closed. States are
+// replaced whole by rename, and the lease record is overwritten in place,
+// so an open state file never changes size. Without the flock (locked
+// false) a lease record that does not check out was caught in the middle
+// of an overwrite: it is read again. Under the flock (locked) nothing
+// overwrites the record, so such a record is corrupt; the state's bytes
+// and the file, open for writing (nil when it does not exist yet), are
+// returned too, and the caller closes it.
+func readState(f lockFiles, locked bool) (*state, []byte, *os.File, error) {
+	file, size, err := openState(f, locked)
 	if err != nil {
-		return nil, nil, -1, err
+		return nil, nil, nil, err
 	}
-	if fd < 0 {
-		return freshState(f), nil, -1, nil
+	if file == nil {
+		return freshState(f), nil, nil, nil
 	}
-	b, err := readAll(f, fd, size)
-	if err != nil {
-		unix.Close(fd)
-		return nil, nil, -1, err
+	for try := 0; ; try++ {
+		b := make([]byte, size)
+		n, err := file.ReadAt(b, 0)
+		if err != nil && !errors.Is(err, io.EOF) { // EOF: truncated under us, parsed (and refused) as it is
+			file.Close()
+			return nil, nil, nil, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
+		}
+		st, err := parseState(f, b[:n])
+		if errors.Is(err, errTorn) && !locked && try < 50 {
+			if try >= 3 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			continue
+		}
+		if errors.Is(err, errTorn) {
+			err = corrupt(f, "has a lease record that does not check out")
+		}
+		if err != nil || !locked {
+			file.Close()
+			return st, nil, nil, err
+		}
+		return st, b[:n], file, nil
 	}
-	st, err := parseState(f, b)
-	if errors.Is(err, errTorn) {
-		// Under the lock nothing overwrites the record: it is corrupt.
-		err = corrupt(f, "has a lease record that does not check out")
-	}
-	if err != nil {
-		unix.Close(fd)
-		return nil, nil, -1, err
-	}
-	return st, b, fd, nil
 }
 
 // parseState parses and checks a state file's bytes. The steps: decode, checkState (every rule a state must meet, or it fails
@@ -440,25 +408,13 @@ var syncDir = atomicfile.SyncDir
 // bytes are raw, without fsync. It returns false, writing nothing, when the
 // file has no record at its place (a state of format 1) or volatile writes
 // are not allowed: the caller then replaces the whole state.
-func writeRecord(fd int, raw []byte, r record) (bool, error) {
-	if fd < 0 || !volatileOK() || !hasRecord(raw) {
+func writeRecord(file *os.File, raw []byte, r record) (bool, error) {
+	if file == nil || !volatileOK() || !hasRecord(raw) {
 		return false, nil
 	}
 	var buf [recordLen]byte
-	b := r.append(buf[:0])
-	for {
-		n, err := unix.Pwrite(fd, b, int64(recordOffset))
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err == nil && n != len(b) {
-			err = io.ErrShortWrite
-		}
-		if err != nil {
-			return false, err
-		}
-		return true, nil
-	}
+	_, err := file.WriteAt(r.append(buf[:0]), int64(recordOffset))
+	return err == nil, err
 }
 
 // hasRecord reports whether a state file's bytes have a lease record at
@@ -556,7 +512,7 @@ func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state
 	if err != nil {
 		return err
 	}
-	st, raw, fd, err := loadLocked(f)
+	st, raw, file, err := readState(f, true)
 	if err != nil {
 		unlock()
 		return err
@@ -567,9 +523,9 @@ func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state
 	}
 	ch, err := fn(st)
 	st.promote()
-	werr := c.write(f, st, raw, fd, token, ch)
-	if fd >= 0 {
-		unix.Close(fd)
+	werr := c.write(f, st, raw, file, token, ch)
+	if file != nil {
+		file.Close()
 	}
 	unlock()
 	if werr != nil {
@@ -579,7 +535,7 @@ func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state
 }
 
 // write writes st as ch says; token is the holder's token as read.
-func (c *coordinator) write(f lockFiles, st *state, raw []byte, fd int, token uint64, ch stateWrite) error {
+func (c *coordinator) write(f lockFiles, st *state, raw []byte, file *os.File, token uint64, ch stateWrite) error {
 	switch ch {
 	case noChange:
 		return nil
@@ -594,7 +550,7 @@ func (c *coordinator) write(f lockFiles, st *state, raw []byte, fd int, token ui
 			r = recordOf(h)
 		}
 		if r.token != 0 {
-			ok, err := writeRecord(fd, raw, r)
+			ok, err := writeRecord(file, raw, r)
 			if err != nil {
 				return unavailable("lock %q: write state: %v", f.name, err)
 			}

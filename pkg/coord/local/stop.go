@@ -240,12 +240,11 @@ func (c *coordinator) leaseNews(f lockFiles, leaseID string) error {
 	if err != nil {
 		return errNoNews
 	}
-	h, v, err := leaseOf(st, leaseID, clock.Now())
-	if err != nil {
+	h, err := liveLease(f.name, st, leaseID, clock.Now())
+	if errors.Is(err, coord.ErrLeaseLost) {
+		return err
+	} else if err != nil {
 		return errNoNews
-	}
-	if h == nil || h.LeaseID != leaseID || !v.live {
-		return lost(f.name, leaseID, st, v)
 	}
 	if stopAsked(st) == h.Token || h.StopAsked {
 		return fmt.Errorf("%w: lease %s on lock %q (token %d): a stop was requested", coord.ErrStopRequested, leaseID, f.name, h.Token)
