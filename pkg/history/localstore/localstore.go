@@ -339,7 +339,7 @@ func (s *store) compact(lock, base string, f *os.File, add []byte) error {
 		s.markBad(base, f)
 		return err
 	}
-	lines = trim.Kept(s.opts, lines, func(l line) time.Time { return l.ev.Time }, 0)
+	lines = s.kept(lines, 0)
 	var out bytes.Buffer
 	var st fileState
 	for i, l := range lines {
@@ -359,13 +359,8 @@ func (s *store) compact(lock, base string, f *os.File, add []byte) error {
 		s.drop(base)
 		return unavailable("history of %q: %w", lock, err)
 	}
-	st.size = int64(out.Len())
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.fileID = fileID{dev: uint64(sys.Dev), ino: sys.Ino}
-		s.keep(base, st)
-	} else {
-		s.drop(base)
-	}
+	st.size, st.fileID = int64(out.Len()), idOf(fi)
+	s.keep(base, st)
 	return nil
 }
 
@@ -378,9 +373,7 @@ func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 	if err != nil {
 		return fileState{}, false, err
 	}
-	sys := fi.Sys().(*syscall.Stat_t)
-	id := fileID{dev: uint64(sys.Dev), ino: sys.Ino}
-	size := fi.Size()
+	id, size := idOf(fi), fi.Size()
 	base := strings.TrimSuffix(filepath.Base(path), dataExt)
 	s.mu.Lock()
 	st, cached := s.cache[base]
@@ -392,57 +385,45 @@ func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 	if cached && st.fileID == id && st.size == size {
 		return st, false, nil
 	}
-	data, start, err := readTail(f, size, 1)
-	if err != nil {
-		if errors.Is(err, errTooLarge) {
-			return fileState{}, false, corrupt(lock, path, "its last line is too large")
-		}
-		return fileState{}, false, unavailable("history of %q: %w", lock, err)
-	}
-	complete := completeLines(data)
-	st = fileState{fileID: id, size: start + int64(len(complete))}
-	torn := len(complete) < len(data)
-	if len(complete) == 0 {
-		return st, torn, nil // empty, or only an incomplete line (start is 0)
-	}
-	lines, err := parseAt(lock, path, complete, 0, start)
-	if err != nil {
-		return fileState{}, false, err
-	}
-	first := lines[0]
-	if start > 0 {
-		if first, err = firstLine(lock, path, f, start, first.seq); err != nil {
-			return fileState{}, false, err
-		}
-	}
-	st.lastSeq = lines[len(lines)-1].seq
-	st.firstSeq, st.firstTime = first.seq, first.ev.Time.UnixNano()
-	return st, torn, nil
+	_, st, torn, err := readEnd(lock, path, f, id, size, 1, true)
+	return st, torn, err
 }
 
 // scanAll is scan reading and checking every line.
 func (s *store) scanAll(lock, path, base string, f *os.File, id fileID) (fileState, bool, error) {
-	data, err := readAll(f)
-	if err != nil {
-		if errors.Is(err, errTooLarge) {
-			return fileState{}, false, corrupt(lock, path, "it is too large")
-		}
-		return fileState{}, false, unavailable("history of %q: %w", lock, err)
-	}
-	complete := completeLines(data)
-	lines, err := parse(lock, path, complete)
+	lines, data, err := s.readLines(lock, path, base, f)
 	if err != nil {
 		return fileState{}, false, err
 	}
-	s.mu.Lock()
-	delete(s.bad, base) // repaired
-	s.mu.Unlock()
+	complete := completeLines(data)
 	st := fileState{fileID: id, size: int64(len(complete))}
 	if len(lines) > 0 {
 		st.firstSeq, st.firstTime = lines[0].seq, lines[0].ev.Time.UnixNano()
 		st.lastSeq = lines[len(lines)-1].seq
 	}
 	return st, len(complete) < len(data), nil
+}
+
+// readLines reads and checks every line of the history of lock open in f
+// (named base), and returns them and the file's bytes. A file found
+// damaged is marked bad (markBad), one that checks out is no longer.
+func (s *store) readLines(lock, path, base string, f *os.File) ([]line, []byte, error) {
+	data, err := readAll(f)
+	if errors.Is(err, errTooLarge) {
+		s.markBad(base, f)
+		return nil, nil, corrupt(lock, path, "it is too large")
+	} else if err != nil {
+		return nil, nil, unavailable("history of %q: %w", lock, err)
+	}
+	lines, err := parse(lock, path, completeLines(data))
+	if err != nil {
+		s.markBad(base, f)
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	delete(s.bad, base) // repaired, if it was damaged
+	s.mu.Unlock()
+	return lines, data, nil
 }
 
 // markBad notes that the file open in f, the history file named base, is
@@ -452,12 +433,16 @@ func (s *store) markBad(base string, f *os.File) {
 	if err != nil {
 		return
 	}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.bad[base] = fileID{dev: uint64(sys.Dev), ino: sys.Ino}
-		delete(s.cache, base)
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bad[base] = idOf(fi)
+	delete(s.cache, base)
+}
+
+// idOf is the device and inode of a file.
+func idOf(fi os.FileInfo) fileID {
+	sys := fi.Sys().(*syscall.Stat_t)
+	return fileID{dev: uint64(sys.Dev), ino: sys.Ino}
 }
 
 // slackOf is how many events beyond maxEvents a history file may hold before
@@ -502,57 +487,41 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 		return s.History(ctx, lock, n)
 	}
 	path := s.File(lock)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, openErr(lock, path, err)
-	}
-	defer f.Close()
-	fi, err := s.checkFile(lock, path, f)
-	if err != nil {
+	f, fi, err := s.open(lock, path)
+	if f == nil || err != nil {
 		return nil, err
 	}
+	defer f.Close()
 	want := min(n, s.opts.MaxEvents)
-	data, start, err := readTail(f, fi.Size(), want)
-	if err != nil {
-		if errors.Is(err, errTooLarge) {
-			return nil, corrupt(lock, path, "it is too large")
-		}
-		return nil, unavailable("history of %q: %w", lock, err)
-	}
-	complete := completeLines(data)
-	skip := len(complete) - len(lastLines(complete, want))
-	at := start + int64(skip)
-	lines, err := parseAt(lock, path, complete[skip:], 0, at)
+	// With the first line, readEnd learns what a write needs to know of the
+	// file: the write that follows (fence run's) need not read it again.
+	lines, st, _, err := readEnd(lock, path, f, idOf(fi), fi.Size(), want, false)
 	if err != nil {
 		s.markBad(base, f)
 		return nil, err
 	}
 	if len(lines) > 0 {
-		// With the first line, what a write needs to know of the file: the
-		// write that follows (fence run's) need not read it again.
-		first := lines[0]
-		if at > 0 {
-			if first, err = firstLine(lock, path, f, at, first.seq); err != nil {
-				s.markBad(base, f)
-				return nil, err
-			}
-		}
-		sys := fi.Sys().(*syscall.Stat_t)
-		s.keep(base, fileState{fileID: fileID{dev: uint64(sys.Dev), ino: sys.Ino}, size: start + int64(len(complete)),
-			lastSeq: lines[len(lines)-1].seq, firstSeq: first.seq, firstTime: first.ev.Time.UnixNano()})
+		s.keep(base, st)
 	}
-	lines = trim.Kept(s.opts, lines, func(l line) time.Time { return l.ev.Time }, want)
-	if len(lines) < want && at > 0 {
+	earlier := len(lines) > 0 && lines[0].at > 0 // the file holds lines before these
+	lines = s.kept(lines, want)
+	if len(lines) < want && earlier {
 		return s.History(ctx, lock, n) // events past the age bound among the last ones
 	}
+	return events(lines), nil
+}
+
+// kept is what the bounds keep of lines: the last limit of them (0: all).
+func (s *store) kept(lines []line, limit int) []line {
+	return trim.Kept(s.opts, lines, func(l line) time.Time { return l.ev.Time }, limit)
+}
+
+func events(lines []line) []history.Event {
 	out := make([]history.Event, len(lines))
 	for i, l := range lines {
 		out[i] = l.ev
 	}
-	return out, nil
+	return out
 }
 
 // History implements history.Store. It reads and checks the whole file.
@@ -561,12 +530,8 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 	if err != nil {
 		return nil, err
 	}
-	lines = trim.Kept(s.opts, lines, func(l line) time.Time { return l.ev.Time }, limit)
-	out := make([]history.Event, len(lines))
-	for i, l := range lines {
-		out[i] = l.ev
-	}
-	return out, nil
+	lines = s.kept(lines, limit)
+	return events(lines), nil
 }
 
 // Since implements history.Store.
@@ -575,7 +540,7 @@ func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history
 	if err != nil {
 		return nil, err
 	}
-	lines = trim.Kept(s.opts, lines, func(l line) time.Time { return l.ev.Time }, 0)
+	lines = s.kept(lines, 0)
 	var out []history.Entry
 	for _, l := range lines {
 		if l.seq > after {
@@ -615,18 +580,11 @@ func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 // head reads the lock and seq of the last complete line of a history file.
 func (s *store) head(path string) (history.Head, bool, error) {
 	what := filepath.Base(path)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return history.Head{}, false, nil // removed by hand since the listing
-	}
-	if err != nil {
-		return history.Head{}, false, openErr(what, path, err)
+	f, fi, err := s.open(what, path)
+	if f == nil || err != nil {
+		return history.Head{}, false, err // nil: removed by hand since the listing
 	}
 	defer f.Close()
-	fi, err := s.checkFile(what, path, f)
-	if err != nil {
-		return history.Head{}, false, err
-	}
 	buf, _, err := readTail(f, fi.Size(), 1)
 	if errors.Is(err, errTooLarge) {
 		return history.Head{}, false, corrupt(what, path, "its last line is too large")
@@ -657,39 +615,37 @@ func (s *store) read(ctx context.Context, lock string) ([]line, error) {
 		return nil, err
 	}
 	path := s.File(lock)
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, openErr(lock, path, err)
+	f, _, err := s.open(lock, path)
+	if f == nil || err != nil {
+		return nil, err
 	}
 	defer f.Close()
-	if _, err := s.checkFile(lock, path, f); err != nil {
-		return nil, err
+	lines, _, err := s.readLines(lock, path, fileBase(lock), f)
+	return lines, err
+}
+
+// open opens and checks the history file of lock at path for reading; a
+// missing file is nil and no error.
+func (s *store) open(lock, path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
 	}
-	data, err := readAll(f)
 	if err != nil {
-		if errors.Is(err, errTooLarge) {
-			s.markBad(fileBase(lock), f)
-			return nil, corrupt(lock, path, "it is too large")
-		}
-		return nil, unavailable("history of %q: %w", lock, err)
+		return nil, nil, openErr(lock, path, err)
 	}
-	lines, err := parse(lock, path, completeLines(data))
+	fi, err := s.checkFile(lock, path, f)
 	if err != nil {
-		s.markBad(fileBase(lock), f)
-		return nil, err
+		f.Close()
+		return nil, nil, err
 	}
-	s.mu.Lock()
-	delete(s.bad, fileBase(lock)) // repaired, if it was damaged
-	s.mu.Unlock()
-	return lines, nil
+	return f, fi, nil
 }
 
 // line is one parsed line of a history file.
 type line struct {
 	raw []byte
+	at  int64 // offset in the file
 	seq uint64
 	ev  history.Event
 }
@@ -728,7 +684,7 @@ func parseAt(lock, path string, data []byte, after uint64, at int64) ([]line, er
 			return nil, corrupt(lock, path, fmt.Sprintf("%s: sequence number %d does not follow %d", where(), seq, prev))
 		}
 		prev = seq
-		out = append(out, line{raw: raw, seq: seq, ev: ev})
+		out = append(out, line{raw: raw, at: lineAt, seq: seq, ev: ev})
 	}
 	return out, nil
 }
@@ -774,7 +730,8 @@ func readAll(f *os.File) ([]byte, error) {
 }
 
 // checkFile checks an open history file: a regular file of this user that
-// group and others cannot open.
+// group and others cannot open (0600), or, in a shared state directory, the
+// group's file, 0660 (sharedir.Mode.CheckFile).
 func (s *store) checkFile(what, path string, f *os.File) (os.FileInfo, error) {
 	fi, err := f.Stat()
 	if err != nil {
@@ -783,22 +740,8 @@ func (s *store) checkFile(what, path string, f *os.File) (os.FileInfo, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, corrupt(what, path, "it is not a regular file")
 	}
-	if s.share.Group {
-		// A shared state directory: the group's files, 0660.
-		if err := s.share.CheckOpen("history file", f); err != nil {
-			return nil, corrupt(what, path, err.Error())
-		}
-		return fi, nil
-	}
-	sys, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return nil, unavailable("history of %q: cannot stat %s", what, path)
-	}
-	if int(sys.Uid) != os.Geteuid() {
-		return nil, corrupt(what, path, fmt.Sprintf("it is owned by uid %d", sys.Uid))
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, corrupt(what, path, fmt.Sprintf("its mode is %v, not 0600", fi.Mode().Perm()))
+	if err := s.share.CheckOpen("history file", f); err != nil {
+		return nil, corrupt(what, path, err.Error())
 	}
 	return fi, nil
 }

@@ -55,44 +55,56 @@ func readTail(f *os.File, size int64, want int) (data []byte, start int64, err e
 	}
 }
 
-// readFirstLine reads the first line of a file in which a newline is known
-// to come before limit, without its newline.
-func readFirstLine(f *os.File, limit int64) ([]byte, error) {
-	var buf []byte
-	for block := int64(512); ; block *= 2 {
-		n := min(block, limit, codec.MaxLen+1)
-		if n <= int64(len(buf)) {
-			return nil, errLongLine
-		}
-		buf = append(buf, make([]byte, n-int64(len(buf)))...)
-		got, err := f.ReadAt(buf, 0)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
-		}
-		buf = buf[:got]
-		if i := bytes.IndexByte(buf, '\n'); i >= 0 {
-			return buf[:i], nil
-		}
-		if got < int(n) {
-			return nil, io.ErrUnexpectedEOF
+// readEnd reads the end of the history file of lock open in f (id, size
+// bytes) until it holds want complete lines (readTail), and checks the
+// lines it returns, each a valid event of lock in sequence: every complete
+// line read when all is set, else the last want. It checks the first line
+// of the file too, and returns what a write needs to know of the file, and
+// whether it ends with an incomplete line.
+func readEnd(lock, path string, f *os.File, id fileID, size int64, want int, all bool) ([]line, fileState, bool, error) {
+	data, start, err := readTail(f, size, want)
+	if errors.Is(err, errTooLarge) {
+		return nil, fileState{}, false, corrupt(lock, path, "its last lines are too large")
+	} else if err != nil {
+		return nil, fileState{}, false, unavailable("history of %q: %w", lock, err)
+	}
+	complete := completeLines(data)
+	st := fileState{fileID: id, size: start + int64(len(complete))}
+	torn := len(complete) < len(data)
+	if len(complete) == 0 {
+		return nil, st, torn, nil // empty, or only an incomplete line (start is 0)
+	}
+	skip := 0
+	if !all {
+		skip = len(complete) - len(lastLines(complete, want))
+	}
+	lines, err := parseAt(lock, path, complete[skip:], 0, start+int64(skip))
+	if err != nil {
+		return nil, fileState{}, false, err
+	}
+	first := lines[0]
+	if first.at > 0 {
+		if first, err = firstLine(lock, path, f, first.at, first.seq); err != nil {
+			return nil, fileState{}, false, err
 		}
 	}
+	st.lastSeq = lines[len(lines)-1].seq
+	st.firstSeq, st.firstTime = first.seq, first.ev.Time.UnixNano()
+	return lines, st, torn, nil
 }
 
-var errLongLine = errors.New("line too long")
-
 // firstLine reads, checks and returns the first line of the history of lock
-// in f, whose complete lines end before end, and of which the line at start
-// (> 0) is known: the first line must come before it in sequence.
+// in f, of which the line at start (> 0) is known: the first line must
+// come before it in sequence.
 func firstLine(lock, path string, f *os.File, start int64, next uint64) (line, error) {
-	raw, err := readFirstLine(f, start)
-	switch {
-	case errors.Is(err, errLongLine):
-		return line{}, corrupt(lock, path, fmt.Sprintf("line 1 is more than %d bytes long", codec.MaxLen))
-	case err != nil:
-		return line{}, unavailable("history of %q: %w", lock, err)
+	raw, _, err := nthLine(lock, path, f, start, 1)
+	if err != nil {
+		return line{}, err
 	}
-	lines, err := parseAt(lock, path, append(raw, '\n'), 0, 0)
+	if raw == nil {
+		return line{}, unavailable("history of %q: %w", lock, io.ErrUnexpectedEOF)
+	}
+	lines, err := parseAt(lock, path, raw, 0, 0)
 	if err != nil {
 		return line{}, err
 	}
@@ -101,6 +113,29 @@ func firstLine(lock, path string, f *os.File, start int64, next uint64) (line, e
 			lines[0].seq, next, start))
 	}
 	return lines[0], nil
+}
+
+// nthLine reads the k-th line (from 1) of the first size bytes of the
+// history of lock in f, with its newline, and its offset; nil when there
+// are fewer lines.
+func nthLine(lock, path string, f *os.File, size int64, k int) ([]byte, int64, error) {
+	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, size), codec.MaxLen+1)
+	var off int64
+	for n := 1; ; n++ {
+		raw, err := r.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			return nil, 0, corrupt(lock, path, fmt.Sprintf("line %d is more than %d bytes long", n, codec.MaxLen))
+		case errors.Is(err, io.EOF):
+			return nil, 0, nil
+		case err != nil:
+			return nil, 0, unavailable("history of %q: %w", lock, err)
+		}
+		if n == k {
+			return raw, off, nil
+		}
+		off += int64(len(raw))
+	}
 }
 
 // agedAtLeast tells whether the k-th line of the history of lock in f (of
@@ -112,27 +147,13 @@ func agedAtLeast(lock, path string, f *os.File, st fileState, cut time.Time, k i
 	if st.lastSeq == 0 || st.firstTime >= cut.UnixNano() {
 		return false, nil
 	}
-	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, st.size), 64<<10)
-	var off int64
-	for n := 1; n <= k; n++ {
-		raw, err := r.ReadSlice('\n')
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			return false, corrupt(lock, path, fmt.Sprintf("line %d is more than %d bytes long", n, codec.MaxLen))
-		case errors.Is(err, io.EOF):
-			return false, nil // fewer than k lines
-		case err != nil:
-			return false, unavailable("history of %q: %w", lock, err)
-		}
-		if n < k {
-			off += int64(len(raw))
-			continue
-		}
-		lines, err := parseAt(lock, path, raw, 0, off)
-		if err != nil {
-			return false, err
-		}
-		return lines[0].ev.Time.Before(cut), nil
+	raw, off, err := nthLine(lock, path, f, st.size, k)
+	if raw == nil || err != nil {
+		return false, err // nil: fewer than k lines
 	}
-	return false, nil
+	lines, err := parseAt(lock, path, raw, 0, off)
+	if err != nil {
+		return false, err
+	}
+	return lines[0].ev.Time.Before(cut), nil
 }
