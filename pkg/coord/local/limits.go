@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +42,39 @@ const limitsVersion = 1
 // maxLimitsSize bounds limits.json.
 const maxLimitsSize = 4 << 20
 
+// readFile reads a file of the tree that readers read without a flock
+// (limits.json, completion records), named what in messages: nil when it
+// does not exist. One that is a symbolic link, not a regular file with the
+// tree's owner and mode, larger than max bytes, or unreadable fails closed.
+func (c *coordinator) readFile(what, path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, nil
+	case errors.Is(err, unix.ELOOP):
+		return nil, unavailable("%s %s is a symbolic link", what, path)
+	case err != nil:
+		return nil, unavailable("cannot read %s %s: %v", what, path, err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, unavailable("%s %s: %v", what, path, err)
+	}
+	if err := c.share.CheckFile(what, path, -1, &st); err != nil {
+		return nil, unavailable("%v", err)
+	}
+	if st.Size > max {
+		return nil, unavailable("%s %s is larger than %d bytes; repair or remove it by hand", what, path, max)
+	}
+	b := make([]byte, st.Size, st.Size+1) // not nil, also when empty
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, unavailable("cannot read %s %s: %v", what, path, err)
+	}
+	return b[:n], nil
+}
+
 type limitsDoc struct {
 	Version int           `json:"version"`
 	Limits  []coord.Limit `json:"limits"`
@@ -58,33 +92,9 @@ func (c *coordinator) limitFiles() lockFiles {
 // readLimits reads every limit in force. A missing file is none.
 func (c *coordinator) readLimits() ([]coord.Limit, error) {
 	path := c.limitsPath()
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		return nil, nil
-	case errors.Is(err, unix.ELOOP):
-		return nil, unavailable("limits file %s is a symbolic link", path)
-	case err != nil:
-		return nil, unavailable("cannot read limits file %s: %v", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, unavailable("limits file %s: %v", path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, unavailable("limits file %s is not a regular file", path)
-	}
-	if err := c.share.CheckFile("limits file", path, -1, &st); err != nil {
-		return nil, unavailable("%v", err)
-	}
-	if st.Size > maxLimitsSize {
-		return nil, unavailable("limits file %s is larger than %d bytes; repair or remove it by hand", path, maxLimitsSize)
-	}
-	b := make([]byte, st.Size)
-	if _, err := f.ReadAt(b, 0); err != nil && int64(len(b)) != 0 {
-		return nil, unavailable("cannot read limits file %s: %v", path, err)
+	b, err := c.readFile("limits file", path, maxLimitsSize)
+	if b == nil || err != nil {
+		return nil, err
 	}
 	var doc limitsDoc
 	if err := json.Unmarshal(b, &doc); err != nil {

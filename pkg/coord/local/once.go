@@ -9,10 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -238,27 +235,12 @@ func (c *coordinator) ensureOnceDir(dir string) error {
 // record that cannot be trusted (not a regular file of ours, not JSON, of
 // another lock) fails closed.
 func (c *coordinator) readRecord(path, lock string) (coord.Completion, bool, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return coord.Completion{}, false, nil
-	}
-	if err != nil {
-		return coord.Completion{}, false, unavailable("lock %q: completion record %s: %v", lock, path, err)
-	}
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return coord.Completion{}, false, unavailable("lock %q: completion record %s: %v", lock, path, err)
-	}
-	if err := c.share.CheckFile("file", path, -1, &st); err != nil {
-		return coord.Completion{}, false, unavailable("lock %q: completion record: %v", lock, err)
-	}
-	if st.Size > 1<<20 {
-		return coord.Completion{}, false, unavailable("lock %q: completion record %s is larger than 1 MiB", lock, path)
+	b, err := c.readFile(fmt.Sprintf("lock %q: completion record", lock), path, 1<<20)
+	if b == nil || err != nil {
+		return coord.Completion{}, false, err
 	}
 	var rec coord.Completion
-	dec := json.NewDecoder(f)
-	if err := dec.Decode(&rec); err != nil {
+	if err := json.Unmarshal(b, &rec); err != nil {
 		return coord.Completion{}, false, unavailable("lock %q: completion record %s is corrupt (%v); remove it with fence once forget or by hand", lock, path, err)
 	}
 	if rec.Lock != lock || coord.ValidateKey(rec.Key) != nil {
