@@ -201,21 +201,16 @@ func (a *acquirer) decide(st *state, enqueue bool, sent time.Time) (attempt, sta
 		return attempt{}, noChange, exhausted(a.f.name, st.LastToken)
 	}
 	now := clock.Now()
-	w, err := judgeAll(st, now)
+	// The operator limit is read under the flock: SetLimit takes this flock
+	// after writing it (limits.go), so no grant made with an older limit
+	// completes after SetLimit returns. It caps the busy slots.
+	t, w, lim, err := a.turnOf(st, now)
 	if err != nil {
 		return attempt{}, noChange, err
 	}
 	if err := a.fitSlots(st, w); err != nil {
 		return attempt{}, noChange, err
 	}
-	// The operator limit, read under the flock: SetLimit takes this flock
-	// after writing it (limits.go), so no grant made with an older limit
-	// completes after SetLimit returns. It caps the busy slots.
-	lim, err := a.c.limitOf(a.f.name)
-	if err != nil {
-		return attempt{}, noChange, err
-	}
-	t := turn{free: w.v.free, kill: w.v.kill, limited: heldBack(lim, w), pos: position(st.Queue, a.ticket, a.self)}
 	var out attempt
 	if t.limited {
 		out.limited = lim
@@ -470,17 +465,26 @@ func (a *acquirer) look() (t turn, v verdict, follow bool, err error) {
 	if err != nil {
 		return turn{}, verdict{}, false, err
 	}
-	w, err := judgeAll(st, clock.Now())
+	t, w, lim, err := a.turnOf(st, clock.Now())
 	if err != nil {
 		return turn{}, verdict{}, false, err
+	}
+	return t, w.v, !t.limited || lim.Max != 0, nil
+}
+
+// turnOf judges st at now for this acquirer: its turn, the lock's view and
+// the operator limit that binds the lock (nil: none).
+func (a *acquirer) turnOf(st *state, now clock.Boot) (turn, lockView, *coord.Limit, error) {
+	w, err := judgeAll(st, now)
+	if err != nil {
+		return turn{}, lockView{}, nil, err
 	}
 	lim, err := a.c.limitOf(a.f.name)
 	if err != nil {
-		return turn{}, verdict{}, false, err
+		return turn{}, lockView{}, nil, err
 	}
-	limited := heldBack(lim, w)
-	t = turn{free: w.v.free, kill: w.v.kill, limited: limited, pos: position(st.Queue, a.ticket, a.self)}
-	return t, w.v, !limited || lim.Max != 0, nil
+	t := turn{free: w.v.free, kill: w.v.kill, limited: heldBack(lim, w), pos: position(st.Queue, a.ticket, a.self)}
+	return t, w, lim, nil
 }
 
 // lastLook is the last attempt when Wait has passed (or, for Wait 0, the

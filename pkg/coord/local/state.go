@@ -262,17 +262,8 @@ func decodeState(f lockFiles, b []byte) (*state, error) {
 // checkState checks a decoded state, rule by rule; the first broken one is
 // the error.
 func checkState(f lockFiles, st *state) error {
-	for _, check := range []func(lockFiles, *state) error{checkHeader, checkTokens, checkHolders, checkMembers} {
-		if err := check(f, st); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkHeader: a known format version, and the lock's own name.
-func checkHeader(f lockFiles, st *state) error {
 	switch {
+	// A known format version, and the lock's own name.
 	case st.Version == 0:
 		return corrupt(f, "has no format version")
 	case st.Version > slotsVersion:
@@ -282,28 +273,20 @@ func checkHeader(f lockFiles, st *state) error {
 		return corrupt(f, "belongs to lock %q", st.Name)
 	case f.name == "" && (coord.ValidateName(st.Name) != nil || fileBase(st.Name) != f.base):
 		return corrupt(f, "names lock %q, which does not match its file name", st.Name)
-	}
-	return nil
-}
-
-// checkTokens: tokens never pass coord.MaxToken, and every token up to
-// reserved_token was covered by a durable write: a state beyond the
-// ceiling (an older fence wrapped its counter) or with a reservation below
-// its last token is damaged, and its next token could repeat one.
-func checkTokens(f lockFiles, st *state) error {
-	switch {
+	// Tokens never pass coord.MaxToken, and every token up to
+	// reserved_token was covered by a durable write: a state beyond the
+	// ceiling (an older fence wrapped its counter) or with a reservation
+	// below its last token is damaged, and its next token could repeat one.
 	case st.LastToken > coord.MaxToken || st.Reserved > coord.MaxToken:
 		return corrupt(f, "holds token %d, above the largest fencing token %d",
 			max(st.LastToken, st.Reserved), uint64(coord.MaxToken))
 	case st.Reserved != 0 && st.Reserved < st.LastToken:
 		return corrupt(f, "is inconsistent (reserved token %d below last token %d)", st.Reserved, st.LastToken)
+	// Slots within bounds, other holders only beside a holder.
+	case st.Slots < 0 || st.Slots > coord.MaxSlots || len(st.Others) > 0 && st.Holder == nil:
+		return corrupt(f, "is inconsistent (slots %d, %d other holder(s))", st.Slots, len(st.Others))
 	}
-	return nil
-}
-
-// checkHolders: every holder has a token the lock issued, a lease id and a
-// TTL.
-func checkHolders(f lockFiles, st *state) error {
+	// Every holder has a token the lock issued, a lease id and a TTL.
 	for _, h := range st.holders() {
 		if h == nil || h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
 			var tok uint64
@@ -313,15 +296,7 @@ func checkHolders(f lockFiles, st *state) error {
 			return corrupt(f, "is inconsistent (holder token %d, last token %d)", tok, st.LastToken)
 		}
 	}
-	return nil
-}
-
-// checkMembers: slots within bounds, other holders only beside a holder,
-// and waiters with an id and a PID.
-func checkMembers(f lockFiles, st *state) error {
-	if st.Slots < 0 || st.Slots > coord.MaxSlots || len(st.Others) > 0 && st.Holder == nil {
-		return corrupt(f, "is inconsistent (slots %d, %d other holder(s))", st.Slots, len(st.Others))
-	}
+	// Waiters have an id and a PID.
 	for _, t := range st.Queue {
 		if t.ID == "" || t.PID <= 0 {
 			return corrupt(f, "is inconsistent (a waiter without id or pid)")
