@@ -228,7 +228,7 @@ func (a *acquirer) decide(st *state, enqueue bool, sent time.Time) (attempt, sta
 	}
 	out.v = w.v
 	out.mayKill = mayKill(t)
-	out.info = info(st, w.v, now, a.self)
+	out.info = info(st, w, now, a.self)
 	return out, ch, nil
 }
 
@@ -315,7 +315,7 @@ func (a *acquirer) leave() {
 		return
 	}
 	id := a.ticket
-	ctx, cancel := context.WithTimeout(context.Background(), a.c.opts.lockTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
 	defer cancel()
 	_ = a.c.update(ctx, a.f, func(st *state) (stateWrite, error) {
 		i := slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == id })
@@ -370,7 +370,7 @@ func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error
 	if !res.mayKill || a.kill(res.v) != nil {
 		return nil, busy(a.f.name, res.info)
 	}
-	kctx, cancel := context.WithTimeout(ctx, a.c.opts.killWait)
+	kctx, cancel := context.WithTimeout(ctx, killWait)
 	for _, m := range res.v.group {
 		if proc.WaitExit(kctx, m) != nil {
 			break

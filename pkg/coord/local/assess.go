@@ -263,20 +263,13 @@ func waiters(q []ticket, self proc.ID) []coord.Waiter {
 	return ws
 }
 
-// info is the LockInfo of st as judged by v (a semaphore's holders are
-// judged one by one).
-func info(st *state, v verdict, now clock.Boot, self proc.ID) coord.LockInfo {
+// info is the LockInfo of st as judged at now (w).
+func info(st *state, w lockView, now clock.Boot, self proc.ID) coord.LockInfo {
 	q := waiters(st.Queue, self)
 	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken, Waiters: len(q), Queue: q}
 	var hs []coord.HolderInfo
-	if st.slotted() {
-		if w, err := judgeAll(st, now); err == nil {
-			for _, h := range w.live() {
-				hs = append(hs, holderInfo(h, now))
-			}
-		}
-	} else if h := st.Holder; h != nil && v.live {
-		hs = []coord.HolderInfo{holderInfo(h, now)}
+	for _, h := range w.live() {
+		hs = append(hs, holderInfo(h, now))
 	}
 	slots := 0
 	if len(hs) > 0 || li.Waiters > 0 {

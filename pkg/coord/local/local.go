@@ -150,10 +150,16 @@ type coordinator struct {
 type option func(*options)
 
 type options struct {
-	killWait    time.Duration
-	stallCheck  time.Duration
-	lockTimeout time.Duration // the wait for a lock's flock (30s)
+	stallCheck time.Duration
 }
+
+const (
+	// killWait bounds the wait of an Acquire without Wait for the killed
+	// group of an ended lease to be gone.
+	killWait = 2 * time.Second
+	// lockTimeout bounds the wait for a lock's flock.
+	lockTimeout = 30 * time.Second
+)
 
 // withStallCheck sets how long a waiter gives the waiter ahead of it to take
 // a free lock before it checks whether that waiter was stopped (default 1s).
@@ -190,7 +196,7 @@ func Open(dir string) (coord.Coordinator, error) {
 }
 
 func open(dir string, opts ...option) (*coordinator, error) {
-	o := options{killWait: 2 * time.Second, stallCheck: time.Second, lockTimeout: 30 * time.Second}
+	o := options{stallCheck: time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -1,8 +1,12 @@
 package local
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
@@ -82,4 +86,38 @@ func nameFromBase(base string) (string, bool) {
 // (tempPrefix) or one of an older fence (legacyTempPrefix).
 func isTempName(fileName string) bool {
 	return strings.HasPrefix(fileName, tempPrefix) || strings.HasPrefix(fileName, legacyTempPrefix)
+}
+
+// legacyTempAge is the age past which a temporary file of an older fence
+// (random name, legacyTempPrefix) counts as left by a crash.
+const legacyTempAge = time.Minute
+
+// removeStaleTemp removes the temporary file fileName, found by a listing
+// of locks/, when no writer can be using it: a lock's temporary file when
+// its lock's flock is free (taken without waiting, so that a writer in
+// progress, which holds it, keeps its file), a temporary file of an older
+// fence when it is older than legacyTempAge. Listings (List, Watch) call it:
+// a lock's leftover is otherwise replaced only by its next write (see
+// store), and an older fence's never.
+func (c *coordinator) removeStaleTemp(fileName string) {
+	path := filepath.Join(c.locksDir, fileName)
+	base, ok := strings.CutPrefix(fileName, tempPrefix)
+	if !ok {
+		if fi, err := os.Lstat(path); err == nil && time.Since(fi.ModTime()) > legacyTempAge {
+			os.Remove(path)
+		}
+		return
+	}
+	if base == "" || strings.HasPrefix(base, ".") {
+		return // not a name tempPrefix+base can have
+	}
+	fd, err := unix.Open(filepath.Join(c.locksDir, base+lockSuffix), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return // no lock file: not a temporary file fence made
+	}
+	defer unix.Close(fd)
+	if flockEINTR(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // a writer holds the lock (or it cannot be had): leave it
+	}
+	os.Remove(path)
 }

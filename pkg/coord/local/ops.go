@@ -225,7 +225,7 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	if err := c.ready(ctx); err != nil {
 		return coord.LockInfo{}, err
 	}
-	li, _, err := c.inspectFiles(c.files(name))
+	li, err := c.inspectFiles(c.files(name))
 	if err != nil {
 		return li, err
 	}
@@ -233,22 +233,22 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	return li, err
 }
 
-// inspectFiles reads and judges one lock, returning its info and verdict.
-func (c *coordinator) inspectFiles(f lockFiles) (coord.LockInfo, *state, error) {
+// inspectFiles reads and judges one lock.
+func (c *coordinator) inspectFiles(f lockFiles) (coord.LockInfo, error) {
 	self, err := selfID()
 	if err != nil {
-		return coord.LockInfo{}, nil, err
+		return coord.LockInfo{}, err
 	}
 	st, err := load(f)
 	if err != nil {
-		return coord.LockInfo{}, nil, err
+		return coord.LockInfo{}, err
 	}
 	now := clock.Now()
 	w, err := judgeAll(st, now)
 	if err != nil {
-		return coord.LockInfo{}, nil, err
+		return coord.LockInfo{}, err
 	}
-	return info(st, w.v, now, self), st, nil
+	return info(st, w, now, self), nil
 }
 
 // List returns the locks whose names start with prefix, sorted by name:
@@ -275,7 +275,7 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 		if !ok {
 			continue
 		}
-		li, _, err := c.inspectFiles(f)
+		li, err := c.inspectFiles(f)
 		if err != nil {
 			return nil, err
 		}

@@ -170,7 +170,7 @@ func pick(name string, st *state, token uint64, now clock.Boot, self proc.ID) (*
 	if err != nil {
 		return nil, coord.LockInfo{}, err
 	}
-	li := info(st, w.v, now, self)
+	li := info(st, w, now, self)
 	live := w.live()
 	switch {
 	case len(live) == 0:
@@ -189,7 +189,8 @@ func pick(name string, st *state, token uint64, now clock.Boot, self proc.ID) (*
 		}
 	}
 	if len(live) == 1 {
-		return nil, li, checkToken(name, live[0], token)
+		h := live[0]
+		return nil, li, fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, h.Holder, h.Token, token)
 	}
 	return nil, li, fmt.Errorf("%w: lock %q has no holder with token %d (%s)", coord.ErrOtherToken, name, token, coordkit.ManyHolders(li))
 }

@@ -345,10 +345,15 @@ func applyRecord(f lockFiles, st *state) error {
 	return nil
 }
 
-// store replaces the state file with st (replaceState): the data is
-// fsynced before the rename, so a crash never leaves a truncated state; the
-// directory is fsynced too when sync is set (a token was issued), so that
-// the token survives a power loss before the lease is returned.
+// store replaces the state file with st: the data is written to the lock's
+// temporary file f.temp, fsynced, and renamed over the state, so that a
+// crash leaves the old or the new state, never a mix or a file cut short,
+// on any file system. The caller holds the lock's flock, and only the
+// holder of the flock writes f.temp: a file found there is a leftover of a
+// writer that died between creating it and renaming it, and is replaced
+// (atomicfile.WriteViaPerm). The directory is fsynced too when sync is set
+// (a token was issued), so that the token survives a power loss before the
+// lease is returned.
 func (c *coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
 	if st.slotted() {
@@ -365,7 +370,7 @@ func (c *coordinator) store(f lockFiles, st *state, sync bool) error {
 		return unavailable("lock %q: encode state: %v", f.name, err)
 	}
 	b = append(b, '\n')
-	if err := replaceState(f, b); err != nil {
+	if _, err := atomicfile.WriteViaPerm(f.state, f.temp, b, false, f.share.FilePerm()); err != nil {
 		return unavailable("lock %q: write state: %v", f.name, err)
 	}
 	if sync {
@@ -425,7 +430,7 @@ func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 	// Contended: block in a goroutine so that ctx and the timeout are obeyed.
 	res := make(chan error, 1)
 	go func() { res <- flockEINTR(fd, unix.LOCK_EX) }()
-	timer := time.NewTimer(c.opts.lockTimeout)
+	timer := time.NewTimer(lockTimeout)
 	defer timer.Stop()
 	abandon := func() {
 		go func() { <-res; unix.Close(fd) }()
@@ -443,7 +448,7 @@ func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 	case <-timer.C:
 		abandon()
 		return nil, unavailable("lock %q: lock file %s has been locked for over %v (a process stopped in the middle of an update?)",
-			f.name, f.lock, c.opts.lockTimeout)
+			f.name, f.lock, lockTimeout)
 	case <-c.closed:
 		abandon()
 		return nil, errClosed

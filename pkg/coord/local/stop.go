@@ -70,14 +70,6 @@ func (c *coordinator) ringLock(f lockFiles) {
 	_, _ = unix.Pwrite(fd, []byte{'!'}, 0)
 }
 
-// checkToken refuses a live holder h whose token is not token (0: any).
-func checkToken(name string, h *holder, token uint64) error {
-	if token != 0 && h.Token != token {
-		return fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, h.Holder, h.Token, token)
-	}
-	return nil
-}
-
 // RequestStop implements coord.Coordinator. A lease is asked when it is
 // attached to processes (fence run) and one of its supervising processes
 // is alive (or it was recorded in another PID namespace, where they cannot

@@ -547,7 +547,7 @@ func (w *watcher) read(base string) (view, bool) {
 	if err != nil {
 		return view{}, false
 	}
-	return viewOf(lw, info(st, lw.v, now, w.self), coordkit.EffectiveLimit(w.limits, st.Name)), true
+	return viewOf(lw, info(st, lw, now, w.self), coordkit.EffectiveLimit(w.limits, st.Name)), true
 }
 
 // viewOf is what a watcher keeps of a lock judged lw, whose info is li:
