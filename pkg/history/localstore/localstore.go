@@ -189,7 +189,11 @@ func (s *store) Record(ctx context.Context, ev history.Event) error {
 // one write and one fsync.
 func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
-		return s.append(ctx, lock, evs)
+		sync, err := s.appendLater(ctx, lock, evs)
+		if err != nil {
+			return err
+		}
+		return sync()
 	})
 }
 
@@ -213,14 +217,6 @@ func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func
 		}
 		return errs
 	}, err
-}
-
-func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {
-	sync, err := s.appendLater(ctx, lock, evs)
-	if err != nil {
-		return err
-	}
-	return sync()
 }
 
 // appendLater is append with its fsync put off: when it returns without
