@@ -78,29 +78,15 @@ func decodeRecord(s string) (r record, ok bool) {
 		return record{}, false
 	}
 	// The checksum matched: the fields are as encode wrote them.
-	num := func(from, n int) uint64 {
-		v, err := strconv.ParseUint(body[from:from+n], 10, 64)
-		if err != nil {
-			ok = false
-		}
-		return v
+	var exp, gstart uint64
+	var pgid int
+	var st rune
+	if _, err := fmt.Sscanf(body, "t=%20d e=%20d s=%c g=%10d@%20d", &r.token, &exp, &st, &pgid, &gstart); err != nil {
+		return record{}, false
 	}
-	ok = true
-	r.token = num(2, 20)
-	exp := num(25, 20)
-	r.expires = clock.Boot(exp)
-	switch body[48] {
-	case 'h':
-	case 'r':
-		r.released = true
-	default:
-		ok = false
+	r.expires, r.released = clock.Boot(exp), st == 'r'
+	if pgid != 0 {
+		r.group = &proc.ID{PID: pgid, Start: gstart}
 	}
-	if pgid := num(52, 10); pgid != 0 {
-		r.group = &proc.ID{PID: int(pgid), Start: num(63, 20)}
-	}
-	if exp > 1<<62 || r.token == 0 {
-		ok = false
-	}
-	return r, ok
+	return r, (st == 'h' || st == 'r') && exp <= 1<<62 && r.token != 0 && pgid >= 0
 }
