@@ -67,10 +67,8 @@ func unescapeName(s string) (string, bool) { return atomicfile.Unescape(s) }
 // stateFileBase returns the base of a state file's name, and whether the
 // name is one of a state file (not a temporary or lock file).
 func stateFileBase(fileName string) (string, bool) {
-	if !strings.HasSuffix(fileName, stateSuffix) || strings.HasPrefix(fileName, ".") {
-		return "", false
-	}
-	return strings.TrimSuffix(fileName, stateSuffix), true
+	base, ok := strings.CutSuffix(fileName, stateSuffix)
+	return base, ok && !strings.HasPrefix(fileName, ".")
 }
 
 // nameFromBase returns the lock name for an escaped base; ok is false for a

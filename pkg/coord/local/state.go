@@ -286,6 +286,11 @@ func checkState(f lockFiles, st *state) error {
 	case st.Slots < 0 || st.Slots > coord.MaxSlots || len(st.Others) > 0 && st.Holder == nil:
 		return corrupt(f, "is inconsistent (slots %d, %d other holder(s))", st.Slots, len(st.Others))
 	}
+	return checkMembers(f, st)
+}
+
+// checkMembers checks a decoded state's holders and waiters.
+func checkMembers(f lockFiles, st *state) error {
 	// Every holder has a token the lock issued, a lease id and a TTL.
 	for _, h := range st.holders() {
 		if h == nil || h.Token == 0 || h.Token > st.LastToken || h.LeaseID == "" || h.TTL <= 0 {
