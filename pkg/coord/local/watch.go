@@ -46,8 +46,7 @@ type hub struct {
 	subs          map[*subscription]struct{} // directory subscribers
 	files         map[string]*fileWatch      // file subscribers by path
 
-	stop chan struct{}
-	done chan struct{}
+	done chan struct{} // closed when run has returned
 }
 
 // newWatcher makes an inotify instance (a variable for tests).
@@ -66,12 +65,12 @@ func acquireHub(dir string) *hub {
 		return h
 	}
 	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, files: map[string]*fileWatch{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		done: make(chan struct{})}
 	if w, err := newWatcher(); err == nil {
 		h.w = w
+		go h.run()
 	}
 	hubs.m[dir] = h
-	go h.run()
 	return h
 }
 
@@ -83,25 +82,16 @@ func (h *hub) release() {
 		delete(hubs.m, h.dir)
 	}
 	hubs.Unlock()
-	if last {
-		close(h.stop)
+	if last && h.w != nil {
+		h.w.Close() // closes its channels: run returns
 		<-h.done
-		if h.w != nil {
-			h.w.Close()
-		}
 	}
 }
 
 func (h *hub) run() {
 	defer close(h.done)
-	if h.w == nil {
-		<-h.stop
-		return
-	}
 	for {
 		select {
-		case <-h.stop:
-			return
 		case ev, ok := <-h.w.Events:
 			if !ok {
 				return
