@@ -212,15 +212,8 @@ func open(dir string, opts ...option) (*coordinator, error) {
 		return nil, err
 	}
 	locks := filepath.Join(dir, "locks")
-	created, err := share.EnsureDir(locks, false)
-	if err != nil {
-		return nil, unavailable("%v", err)
-	}
-	if created {
-		// Make the new locks/ entry itself durable.
-		if err := atomicfile.SyncDir(dir); err != nil {
-			return nil, unavailable("state directory %s: %v", dir, err)
-		}
+	if err := ensureDirs(share, locks); err != nil {
+		return nil, err
 	}
 	return &coordinator{dir: dir, locksDir: locks, opts: o, share: share, closed: make(chan struct{})}, nil
 }
@@ -320,6 +313,24 @@ func openTop(path string) (sharedir.Mode, error) {
 		}
 	}
 	return m, nil
+}
+
+// ensureDirs checks (creating them when missing) directories of the tree
+// below the state directory, each in the one before; a new one's entry is
+// made durable (its parent is fsynced).
+func ensureDirs(share sharedir.Mode, dirs ...string) error {
+	for _, d := range dirs {
+		created, err := share.EnsureDir(d, false)
+		if err != nil {
+			return unavailable("%v", err)
+		}
+		if created {
+			if err := atomicfile.SyncDir(filepath.Dir(d)); err != nil {
+				return unavailable("state directory %s: %v", filepath.Dir(d), err)
+			}
+		}
+	}
+	return nil
 }
 
 // unavailable is an error about the state tree: a file or directory that

@@ -198,7 +198,7 @@ func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 		rec.Expires = time.Now().Add(keep)
 	}
 	dir := c.onceDir(rec.Lock)
-	if err := c.ensureOnceDir(dir); err != nil {
+	if err := ensureDirs(c.share, filepath.Dir(dir), dir); err != nil {
 		return err
 	}
 	b, err := json.Marshal(rec)
@@ -212,23 +212,6 @@ func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) erro
 	}
 	_, err = c.prune(rec.Lock)
 	return err
-}
-
-// ensureOnceDir creates once/ and the lock's directory in it when missing.
-func (c *coordinator) ensureOnceDir(dir string) error {
-	parent := filepath.Dir(dir)
-	for _, d := range []string{parent, dir} {
-		created, err := c.share.EnsureDir(d, false)
-		if err != nil {
-			return unavailable("%v", err)
-		}
-		if created {
-			if err := atomicfile.SyncDir(filepath.Dir(d)); err != nil {
-				return unavailable("state directory %s: %v", filepath.Dir(d), err)
-			}
-		}
-	}
-	return nil
 }
 
 // readRecord reads one record file; ok is false when it does not exist. A
