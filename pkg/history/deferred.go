@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -27,18 +26,15 @@ import (
 // before the lease is released, so it always finds the acquisition, and the
 // release, on record.
 func (r *recorder) AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	start := time.Now()
-	l, look, err := r.acquire(ctx, name, opts)
+	l, wait, err := r.acquire(ctx, name, opts)
 	if err != nil {
 		return l, err
 	}
-	wait := time.Since(start)
-	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
 	done := r.inflight.start(name)
 	r.syncing.Add(1)
 	go func() {
 		defer r.syncing.Done()
-		fsync := r.recordAcquired(ctx, name, l, wait, opts.Slots, look, true)
+		fsync := r.recordAcquired(ctx, name, l, wait, opts.Slots, true)
 		r.inflight.finish(name, done)
 		if fsync != nil {
 			fsync()
