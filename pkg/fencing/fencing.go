@@ -153,19 +153,10 @@ type holdConfig struct {
 	// NoRenew holds the lease without renewing it: the context ends at the
 	// first safe-until (Reason Unsafe, LostError.NoRenew set).
 	NoRenew bool
-	// OnSafeUntil, when set, is called with each later safe-until after an
-	// acknowledged renewal (not for the initial one).
-	// It must not block: it runs on the goroutine that delivered the
-	// renewal's answer, which may deliver the answers of other holds too
-	// (etcd: the keep-alive stream's receiver). The callbacks of one hold
-	// are called one at a time, in order, and none once Release returned.
-	OnSafeUntil func(clock.Boot)
-	// OnRenewError, when set, is called after each failed renewal with the
-	// hold, the error and the number of failures since the last
-	// acknowledgment. It must not block, and runs as OnSafeUntil does.
-	OnRenewError func(h *Held, err error, failures int)
-	// OnRenewed is OnSafeUntil with the hold itself. OnRenewal sets both.
-	OnRenewed func(h *Held)
+	// OnRenewal, when set, is told of the renewals (see the Option
+	// OnRenewal): with err nil after each acknowledged renewal that moved
+	// the safe-until later, with the error after each failed one.
+	OnRenewal func(h *Held, err error)
 	// Keep is how long Do keeps the completion record (0: coord.DefaultKeep).
 	Keep time.Duration
 }
@@ -206,10 +197,7 @@ func WithoutRenewal() Option { return func(c *holdConfig) { c.NoRenew = true } }
 // calls of one hold are made one at a time, in order, and none once Release
 // returned. It may call the hold's Stats, not Release.
 func OnRenewal(f func(h *Held, err error)) Option {
-	return func(c *holdConfig) {
-		c.OnRenewed = func(h *Held) { f(h, nil) }
-		c.OnRenewError = func(h *Held, err error, _ int) { f(h, err) }
-	}
+	return func(c *holdConfig) { c.OnRenewal = f }
 }
 
 // WithKeep sets how long Do keeps the completion record (default
@@ -267,8 +255,8 @@ type Stats struct {
 //   - h.cancel is never called with sched.mu held: the context's AfterFunc
 //     (remove) takes sched.mu and cbMu, on a goroutine of its own.
 //
-// The callbacks (OnSafeUntil, OnRenewed, OnRenewError: OnRenewal) run under cbMu only: they may
-// call Stats (h.mu), not Release (which waits for cbMu).
+// The callback (OnRenewal) runs under cbMu only: it may call Stats (h.mu),
+// not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
 	lease  coord.Lease
@@ -525,14 +513,3 @@ func (b bootClk) toTime(t clock.Boot) time.Time            { return time.Now().A
 func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
 func (b bootClk) watchSuspend() func()                     { return suspends.join() }
 func (b bootClk) suspended() <-chan struct{}               { return suspends.current() }
-
-// fakeClk is a test's clockwork.FakeClock: a boot reading is the fake time
-// in Unix nanoseconds, and Lease.Sent is read the same way.
-type fakeClk struct{ c *clockwork.FakeClock }
-
-func (f fakeClk) now() clock.Boot                          { return clock.Boot(f.c.Now().UnixNano()) }
-func (f fakeClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
-func (f fakeClk) toTime(t clock.Boot) time.Time            { return time.Unix(0, int64(t)) }
-func (f fakeClk) newTimer(d time.Duration) clockwork.Timer { return f.c.NewTimer(d) }
-func (f fakeClk) watchSuspend() func()                     { return func() {} }
-func (f fakeClk) suspended() <-chan struct{}               { return nil }

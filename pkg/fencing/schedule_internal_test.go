@@ -29,9 +29,9 @@ func (s *stub) Renew(context.Context, string, string) (coord.Renewal, error) {
 func (s *stub) Release(context.Context, string, string) error { return nil }
 
 // running reports whether fc has a scheduler whose goroutine runs.
-func running(fc clockwork.Clock) bool {
+func running(fc *clockwork.FakeClock) bool {
 	schedulers.mu.Lock()
-	s := schedulers.m[fc]
+	s := schedulers.m[clockKey(fakeClk{fc})]
 	schedulers.mu.Unlock()
 	if s == nil {
 		return false
@@ -41,7 +41,7 @@ func running(fc clockwork.Clock) bool {
 	return s.running
 }
 
-func waitStopped(t *testing.T, fc clockwork.Clock) {
+func waitStopped(t *testing.T, fc *clockwork.FakeClock) {
 	t.Helper()
 	for end := time.Now().Add(20 * time.Second); running(fc); time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
