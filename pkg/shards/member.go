@@ -48,6 +48,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,29 +82,16 @@ const MaxShards = 65536
 // --settle`).
 const defaultSettle = time.Second
 
-// options says how a member joins.
+// options says how a member joins: see the Option that sets each field.
 type options struct {
-	// Shards is the group's number of shards (1..MaxShards). Every member
-	// of a group must give the same number.
-	Shards int
-	// Member is this member's id (default coord.DefaultHolder()): 1 to 128
-	// bytes, a lock name without "/".
-	Member string
-	// TTL of the member's and the shards' leases (default 15s).
-	TTL time.Duration
-	// Settle is how long a change of the membership or the settings must
-	// stay unchanged before the map is recomputed (default 1s;
-	// negative: at once).
-	Settle time.Duration
-	// Hold tunes the renewal of the leases (package fencing).
-	Hold []fencing.Option
-	// Guard holds the group's settings (drain, serial); nil: none apply.
-	Guard guard.Guard
-	// Process, when set, is attached to the leases (coord.AcquireOptions).
+	Shards  int // given to Join: 1..MaxShards, the same for every member
+	Member  string
+	TTL     time.Duration
+	Settle  time.Duration
+	Hold    []fencing.Option
+	Guard   guard.Guard // nil: no settings apply
 	Process *coord.ProcessInfo
-	// OnMove, when set, is told of each shard this member takes or gives up.
-	// It runs on the member's goroutine and must not block for long.
-	OnMove func(Move)
+	OnMove  func(Move)
 }
 
 // Option says how a member joins.
@@ -388,12 +376,7 @@ func (m *Member) Context() context.Context { return m.ctx }
 func (m *Member) Shards() []*Shard {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]*Shard, 0, len(m.shards))
-	for _, s := range m.shards {
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b *Shard) int { return a.Number - b.Number })
-	return out
+	return slices.SortedFunc(maps.Values(m.shards), func(a, b *Shard) int { return a.Number - b.Number })
 }
 
 // Settled says whether this member holds exactly its shards of the map in
