@@ -290,32 +290,22 @@ func (m *Model) View(st *store.Store, now time.Time) string {
 }
 
 func (m *Model) header(b *strings.Builder, w [numCols]int, key store.SortKey, reverse bool) {
-	var h strings.Builder
-	h.WriteString(strings.Repeat(" ", gutter))
-	first := true
+	titles := make([]string, numCols)
 	for i, c := range columns {
-		if w[i] == 0 {
-			continue
-		}
-		if !first {
-			h.WriteByte(' ')
-		}
-		first = false
 		t := c.title
-		if c.sort == key {
-			if reverse {
-				t += "▴"
-			} else {
-				t += "▾"
-			}
+		switch {
+		case c.sort == key && reverse:
+			t += "▴"
+		case c.sort == key:
+			t += "▾"
 		}
 		if c.right {
-			h.WriteString(format.FitRight(t, w[i]))
+			titles[i] = format.FitRight(t, w[i])
 		} else {
-			h.WriteString(format.Fit(t, w[i]))
+			titles[i] = format.Fit(t, w[i])
 		}
 	}
-	b.WriteString(m.styles.Header.Render(format.Fit(h.String(), m.width)))
+	b.WriteString(m.styles.Header.Render(format.Fit(joinCells(titles, w, m.width, false), m.width)))
 }
 
 // row draws one row. A selected row is drawn unstyled inside the selection
