@@ -343,11 +343,6 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 	if err := opts.check(lease.TTL); err != nil {
 		return nil, err
 	}
-	return hold(ctx, c, lease, opts, k)
-}
-
-// hold is Hold on clock k, with checked options.
-func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts holdConfig, k clk) (*Held, error) {
 	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
 	h.opts.fill(lease.TTL)
 

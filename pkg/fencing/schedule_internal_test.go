@@ -167,7 +167,7 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 	sc := &suspendClk{timers: clockwork.NewFakeClock(), ch: make(chan struct{}), armed: make(chan time.Duration, 1)}
 	const t0 = 1_000_000_000_000
 	sc.boot.Store(t0)
-	h, err := hold(context.Background(), &stub{}, &coord.Lease{Name: "s", ID: "s", TTL: 30 * time.Second, Sent: time.Unix(0, t0)}, HoldOptions{}, sc)
+	h, err := holdOn(context.Background(), &stub{}, &coord.Lease{Name: "s", ID: "s", TTL: 30 * time.Second, Sent: time.Unix(0, t0)}, HoldOptions{}, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
