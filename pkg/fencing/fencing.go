@@ -131,28 +131,15 @@ func ceilDiv(d time.Duration, n int64) time.Duration {
 	return q
 }
 
-// holdConfig is what the Options set. The zero value renews every TTL/3
-// with DefaultMargin.
+// holdConfig is what the Options set (see each Option). The zero value
+// renews every TTL/3 with DefaultMargin.
 type holdConfig struct {
-	// RenewInterval is the time from one renewal's send to the next
-	// (default: granted TTL / 3). Two renewal attempts must fit before
-	// safe-until: 2*RenewInterval < TTL - Margin. A renewal may go out up
-	// to RenewInterval/16 early, with the renewals of other holds that fall
-	// due then (one wake-up, one write for all of them); never late. An
-	// early renewal only moves safe-until less far.
-	RenewInterval time.Duration
+	RenewInterval time.Duration // WithRenewInterval; default granted TTL / 3
 	// RetryInterval is the wait after a failed renewal before the next
-	// attempt (default RenewInterval/4). A renewal that is not answered
-	// within RenewInterval/2 is abandoned and retried at once, so that two
-	// attempts fit between the renewal due and the stop.
+	// attempt (default RenewInterval/4). No Option sets it.
 	RetryInterval time.Duration
-	// Margin is subtracted from Sent+TTL: it covers what has to happen after
-	// safe-until before the lease really expires (the caller stopping its
-	// work, clock rate differences). Default DefaultMargin(TTL).
-	Margin time.Duration
-	// NoRenew holds the lease without renewing it: the context ends at the
-	// first safe-until (Reason Unsafe, LostError.NoRenew set).
-	NoRenew bool
+	Margin        time.Duration // WithMargin; default DefaultMargin(TTL)
+	NoRenew       bool          // WithoutRenewal
 	// OnRenewal, when set, is told of the renewals (see the Option
 	// OnRenewal): with err nil after each acknowledged renewal that moved
 	// the safe-until later, with the error after each failed one.

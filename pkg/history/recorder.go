@@ -122,11 +122,10 @@ func Wrap(c coord.Coordinator, s Store, opts ...Option) Recorder {
 	return r
 }
 
-// Unwrap returns the decorated coordinator (to reach a backend's own
-// methods, such as etcd's Client).
+// Unwrap implements Recorder.
 func (r *recorder) Unwrap() coord.Coordinator { return r.Coordinator }
 
-// Store returns the store the events are written to.
+// Store implements Recorder.
 func (r *recorder) Store() Store { return r.store }
 
 // Acquire implements coord.Coordinator and records the acquisition.
@@ -403,11 +402,7 @@ func (r *recorder) RevokeToken(ctx context.Context, name string, token uint64) (
 // coordinator.
 func (r *recorder) Close() error { return r.CloseContext(context.Background()) }
 
-// CloseContext is Close with the writes of what is still pending bounded by
-// ctx's deadline too (a caller that must exit soon, like `fence run` after
-// it stopped its command on a coordinator that does not answer): what
-// cannot be written by then is kept in the spool (WithSpool), else logged
-// as lost.
+// CloseContext implements Recorder.
 func (r *recorder) CloseContext(ctx context.Context) error {
 	r.inflight.wait()
 	r.syncing.Wait()
@@ -439,12 +434,7 @@ func (r *recorder) keep(err error) {
 	}
 }
 
-// FlushSpool writes the events kept in the spool (WithSpool) to the store,
-// with their original times, oldest first, and returns how many it wrote.
-// Its writes are bounded by spoolFlushTimeout (and ctx's deadline). Of
-// Recorders flushing one spool at once, each file is written by one. A
-// damaged spool file is set aside with a warning. Without a spool it does
-// nothing.
+// FlushSpool implements Recorder.
 func (r *recorder) FlushSpool(ctx context.Context) (int, error) {
 	if r.spool == nil {
 		return 0, nil
@@ -489,7 +479,7 @@ func (r *recorder) Since(ctx context.Context, lock string, after uint64) ([]Entr
 // Heads implements Store.
 func (r *recorder) Heads(ctx context.Context) ([]Head, error) { return r.store.Heads(ctx) }
 
-// Pending returns the number of events not yet written.
+// Pending implements Recorder.
 func (r *recorder) Pending() int { return r.pending.count() }
 
 // write records events on the Recorder's own behalf: failures are logged,
