@@ -46,7 +46,7 @@ func (r *recorder) AcquireDeferred(ctx context.Context, name string, opts coord.
 // inflight tracks the deferred records still being written, by lock.
 type inflight struct {
 	mu     sync.Mutex
-	byLock map[string]map[chan struct{}]struct{}
+	byLock map[string][]chan struct{}
 }
 
 // start registers a record of lock about to be written; finish(lock, ch)
@@ -56,18 +56,15 @@ func (f *inflight) start(lock string) chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.byLock == nil {
-		f.byLock = map[string]map[chan struct{}]struct{}{}
+		f.byLock = map[string][]chan struct{}{}
 	}
-	if f.byLock[lock] == nil {
-		f.byLock[lock] = map[chan struct{}]struct{}{}
-	}
-	f.byLock[lock][ch] = struct{}{}
+	f.byLock[lock] = append(f.byLock[lock], ch)
 	return ch
 }
 
 func (f *inflight) finish(lock string, ch chan struct{}) {
 	f.mu.Lock()
-	delete(f.byLock[lock], ch)
+	f.byLock[lock] = slices.DeleteFunc(f.byLock[lock], func(c chan struct{}) bool { return c == ch })
 	if len(f.byLock[lock]) == 0 {
 		delete(f.byLock, lock)
 	}
@@ -81,26 +78,12 @@ func (f *inflight) wait(locks ...string) {
 	var chs []chan struct{}
 	f.mu.Lock()
 	for lock, set := range f.byLock {
-		if len(locks) > 0 && !slices.Contains(locks, lock) {
-			continue
-		}
-		for ch := range set {
-			chs = append(chs, ch)
+		if len(locks) == 0 || slices.Contains(locks, lock) {
+			chs = append(chs, set...)
 		}
 	}
 	f.mu.Unlock()
 	for _, ch := range chs {
 		<-ch
 	}
-}
-
-// locksOf returns the lock names of evs.
-func locksOf(evs []Event) []string {
-	var out []string
-	for _, ev := range evs {
-		if !slices.Contains(out, ev.Lock) {
-			out = append(out, ev.Lock)
-		}
-	}
-	return out
 }

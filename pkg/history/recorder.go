@@ -460,8 +460,8 @@ func (r *recorder) Append(ctx context.Context, evs []Event) error {
 			evs[i].Time = now
 		}
 	}
-	if len(evs) > 0 {
-		r.inflight.wait(locksOf(evs)...)
+	for _, ev := range evs {
+		r.inflight.wait(ev.Lock)
 	}
 	return r.pending.appendEvents(ctx, evs)
 }
