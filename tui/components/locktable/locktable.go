@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/charmbracelet/lipgloss"
+
 	"github.com/fence-dev/fence/tui/internal/format"
 	"github.com/fence-dev/fence/tui/internal/store"
 	"github.com/fence-dev/fence/tui/styles"
@@ -336,19 +338,23 @@ type cellRow struct {
 	// unknown: the coordinator is not answering, the TTL is not known.
 	unknown   bool
 	noHistory bool
-	// paint is the cell styles; zero (no colour) on the selected row.
-	paint struct {
-		Held, Free, Expiring, Limit, Dim, Alert, BarFull, BarEmpty styles.Paint
+	styles    *styles.Styles
+	selected  bool // its cells are not styled (see row)
+}
+
+// paint is v in st, or v unstyled on the selected row.
+func (x *cellRow) paint(st lipgloss.Style, v string) string {
+	if x.selected {
+		return v
 	}
+	return st.Render(v)
 }
 
 func (m *Model) rowOf(r *store.Row, now time.Time, selected bool) *cellRow {
-	x := &cellRow{r: r, now: now, state: r.State(now), held: r.Info.Held, unknown: m.Unconfirmed, noHistory: m.NoHistory}
+	x := &cellRow{r: r, now: now, state: r.State(now), held: r.Info.Held, unknown: m.Unconfirmed, noHistory: m.NoHistory,
+		styles: m.styles, selected: selected}
 	if m.Unconfirmed && x.held {
 		x.state = store.Held
-	}
-	if !selected {
-		x.paint = m.styles.Cell
 	}
 	return x
 }
@@ -367,7 +373,7 @@ var cellOf = [numCols]func(x *cellRow, width int) string{
 }
 
 // dash is the cell of a value not known or not there.
-func (x *cellRow) dash(width int) string { return x.paint.Dim.Render(format.FitRight("-", width)) }
+func (x *cellRow) dash(width int) string { return x.paint(x.styles.Dim, format.FitRight("-", width)) }
 
 // stateLabel is the STATE text: the state, or for a limited lock or a
 // semaphore held the row's label ("frozen", "limit 1", "2/3 held").
@@ -383,20 +389,20 @@ func stateCell(x *cellRow, width int) string {
 	v := format.Fit(stateLabel(x.state, i.Limit != nil, i.Slots, func() string { return x.r.Label(x.now) }), width)
 	switch {
 	case i.Limit != nil:
-		return x.paint.Limit.Render(v)
+		return x.paint(x.styles.Limit, v)
 	case x.state == store.Held:
-		return x.paint.Held.Render(v)
+		return x.paint(x.styles.Held, v)
 	case x.state == store.Expiring:
-		return x.paint.Expiring.Render(v)
+		return x.paint(x.styles.Expiring, v)
 	}
-	return x.paint.Free.Render(v)
+	return x.paint(x.styles.Free, v)
 }
 
 func holderCell(x *cellRow, width int) string {
 	if x.held {
 		return format.Fit(x.r.Info.Holder, width)
 	}
-	return x.paint.Dim.Render(format.Fit("-", width))
+	return x.paint(x.styles.Dim, format.Fit("-", width))
 }
 
 // tokenCell: a free lock shows what the token sort sorts it by: its last
@@ -406,27 +412,27 @@ func tokenCell(x *cellRow, width int) string {
 	if x.held {
 		return v
 	}
-	return x.paint.Dim.Render(v)
+	return x.paint(x.styles.Dim, v)
 }
 
 func ttlCell(x *cellRow, width int) string {
 	switch {
 	case x.held && x.unknown:
-		return x.paint.Dim.Render(format.FitRight("?", width))
+		return x.paint(x.styles.Dim, format.FitRight("?", width))
 	case !x.held:
 		return x.dash(width)
 	}
 	left := x.r.TTLLeft(x.now)
 	full, empty := format.Bar(left, x.r.Info.TTL, width-ttlText-1)
-	fs := x.paint.BarFull
+	fs := x.styles.BarFull
 	if x.state == store.Expiring {
-		fs = x.paint.Expiring
+		fs = x.styles.Expiring
 	}
 	if full != "" {
-		full = fs.Render(full)
+		full = x.paint(fs, full)
 	}
 	if empty != "" {
-		empty = x.paint.BarEmpty.Render(empty)
+		empty = x.paint(x.styles.BarEmpty, empty)
 	}
 	return full + empty + " " + format.FitRight(format.Duration(format.Ceil(left)), ttlText)
 }
@@ -461,9 +467,9 @@ func counterText(n int, noHistory bool) (string, bool) {
 func (x *cellRow) counterCell(n, width int) string {
 	v, alert := counterText(n, x.noHistory)
 	if alert {
-		return x.paint.Alert.Render(format.FitRight(v, width))
+		return x.paint(x.styles.Alert, format.FitRight(v, width))
 	}
-	return x.paint.Dim.Render(format.FitRight(v, width))
+	return x.paint(x.styles.Dim, format.FitRight(v, width))
 }
 
 // joinCells is the row's line: the cursor mark, the cells of the columns
