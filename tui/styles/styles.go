@@ -9,6 +9,8 @@ import (
 
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/lipgloss"
+
+	"github.com/fence-dev/fence/tui/internal/store"
 )
 
 // Styles is every style of the dashboard. Build it with New.
@@ -105,4 +107,19 @@ func New(r *lipgloss.Renderer) *Styles {
 		FullSeparator:  desc,
 	}
 	return s
+}
+
+// State is the style of a lock's state (the STATE column, the details'
+// title): the limit's when an operator limit binds the lock, else held's,
+// expiring's or free's.
+func (s *Styles) State(limited bool, st store.State) lipgloss.Style {
+	switch {
+	case limited:
+		return s.Limit
+	case st == store.Held:
+		return s.Held
+	case st == store.Expiring:
+		return s.Expiring
+	}
+	return s.Free
 }

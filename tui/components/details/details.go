@@ -14,7 +14,6 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 
 	"github.com/charmbracelet/bubbles/viewport"
-	"github.com/charmbracelet/lipgloss"
 
 	"github.com/fence-dev/fence/internal/contention"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -334,24 +333,10 @@ func (m *Model) titleLine(r *store.Row, now time.Time) string {
 	stateStyle := s.Free
 	if r != nil {
 		state = r.Label(now)
-		stateStyle = m.stateStyle(r.Info.Limit != nil, r.State(now))
+		stateStyle = s.State(r.Info.Limit != nil, r.State(now))
 	}
 	nameW := max(m.width-2-len(state)-2, 1)
 	return "  " + s.Title.Render(format.Fit(m.name, nameW)) + "  " + stateStyle.Render(state)
-}
-
-// stateStyle colours the state: a limit first, then held and expiring.
-func (m *Model) stateStyle(limited bool, st store.State) lipgloss.Style {
-	s := m.styles
-	switch {
-	case limited:
-		return s.Limit
-	case st == store.Held:
-		return s.Held
-	case st == store.Expiring:
-		return s.Expiring
-	}
-	return s.Free
 }
 
 // pair is a line of two fields, label and value, the first in the left

@@ -387,15 +387,7 @@ func stateLabel(state store.State, limited bool, slots int, label func() string)
 func stateCell(x *cellRow, width int) string {
 	i := x.r.Info
 	v := format.Fit(stateLabel(x.state, i.Limit != nil, i.Slots, func() string { return x.r.Label(x.now) }), width)
-	switch {
-	case i.Limit != nil:
-		return x.paint(x.styles.Limit, v)
-	case x.state == store.Held:
-		return x.paint(x.styles.Held, v)
-	case x.state == store.Expiring:
-		return x.paint(x.styles.Expiring, v)
-	}
-	return x.paint(x.styles.Free, v)
+	return x.paint(x.styles.State(i.Limit != nil, x.state), v)
 }
 
 func holderCell(x *cellRow, width int) string {
