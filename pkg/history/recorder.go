@@ -117,7 +117,7 @@ func Wrap(c coord.Coordinator, s Store, opts ...Option) Recorder {
 	r := &recorder{Coordinator: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}, asked: map[string]uint64{}}
 	r.pending = &pendingEvents{h: s, max: o.MaxPending}
 	if o.SpoolDir != "" {
-		r.spool = newSpool(o.SpoolDir, o.Logger)
+		r.spool = &spool{dir: o.SpoolDir, log: o.Logger}
 	}
 	return r
 }

@@ -65,14 +65,8 @@ const (
 func WithSpool(dir string) Option { return func(o *hopts.Options) { o.SpoolDir = dir } }
 
 type spool struct {
-	dir       string
-	maxEvents int
-	maxBytes  int64
-	log       *slog.Logger
-}
-
-func newSpool(dir string, log *slog.Logger) *spool {
-	return &spool{dir: dir, maxEvents: spoolMaxEvents, maxBytes: spoolMaxBytes, log: log}
+	dir string
+	log *slog.Logger
 }
 
 // spooled is the stored form of an event (Event leaves its durations out of
@@ -128,7 +122,7 @@ func (s *spool) keep(evs []Event) (dropped int, err error) {
 	for _, l := range lines {
 		size += int64(len(l))
 	}
-	for len(lines) > s.maxEvents || size > s.maxBytes && len(lines) > 0 {
+	for len(lines) > spoolMaxEvents || size > spoolMaxBytes && len(lines) > 0 {
 		size -= int64(len(lines[0]))
 		lines = lines[1:]
 		dropped++
@@ -157,7 +151,7 @@ func (s *spool) trim() (dropped int) {
 			continue
 		}
 		n := int64(bytes.Count(b, []byte{'\n'}))
-		if events+n <= int64(s.maxEvents) && size+int64(len(b)) <= s.maxBytes {
+		if events+n <= spoolMaxEvents && size+int64(len(b)) <= spoolMaxBytes {
 			events, size = events+n, size+int64(len(b))
 			continue
 		}
