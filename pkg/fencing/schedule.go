@@ -125,20 +125,12 @@ type loss struct {
 	e *LostError
 }
 
-func (p *pass) reset() {
-	clear(p.starts)
-	clear(p.cancels)
-	clear(p.losses)
-	clear(p.sent)
-	p.starts, p.cancels, p.losses, p.sent = p.starts[:0], p.cancels[:0], p.losses[:0], p.sent[:0]
-}
-
 func (s *scheduler) run() {
 	defer s.clk.watchSuspend()()
 	t := s.clk.newTimer(time.Hour)
 	stopTimer(t)
-	var p pass
 	for {
+		var p pass
 		now := s.clk.now()
 		s.mu.Lock()
 		if len(s.holds) == 0 {
@@ -149,7 +141,6 @@ func (s *scheduler) run() {
 			}
 			continue
 		}
-		p.reset()
 		for len(s.holds) > 0 {
 			h := s.holds[0].h
 			if h.wake > now && !h.renewsEarly(now) {
