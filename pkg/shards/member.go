@@ -277,15 +277,11 @@ type (
 // same number), and returns at once; the member takes its shards in the
 // background (Changed, Shards). Leave ends it. The error wraps coord.ErrInvalid for bad options, coord.ErrBusy when
 // the member id is already live in the group.
-func Join(ctx context.Context, c coord.Coordinator, group string, shards int, opts ...Option) (*Member, error) {
-	o := options{Shards: shards}
-	for _, f := range opts {
-		f(&o)
+func Join(ctx context.Context, c coord.Coordinator, group string, shards int, with ...Option) (*Member, error) {
+	opts := options{Shards: shards}
+	for _, f := range with {
+		f(&opts)
 	}
-	return join(ctx, c, group, o)
-}
-
-func join(ctx context.Context, c coord.Coordinator, group string, opts options) (*Member, error) {
 	if err := ValidateGroup(group); err != nil {
 		return nil, err
 	}
