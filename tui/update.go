@@ -217,7 +217,7 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 			m.pending = append(m.pending, ev)
 			continue
 		}
-		changes = append(changes, changeOf(ev))
+		changes = append(changes, store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed})
 	}
 	flush()
 	m.changed()
@@ -236,11 +236,6 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 	return tea.Batch(cmds...)
 }
 
-// changeOf is a watch event as a change of the store.
-func changeOf(ev coord.Event) store.Change {
-	return store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed}
-}
-
 func (m *Model) onList(msg listMsg) tea.Cmd {
 	m.listing = false
 	m.lastList = m.now
@@ -252,7 +247,7 @@ func (m *Model) onList(msg listMsg) tea.Cmd {
 	if len(m.pending) > 0 {
 		changes := make([]store.Change, len(m.pending))
 		for i, ev := range m.pending {
-			changes[i] = changeOf(ev)
+			changes[i] = store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed}
 		}
 		m.store.Apply(m.now, changes...)
 		m.pending = m.pending[:0]
