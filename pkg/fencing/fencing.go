@@ -418,7 +418,7 @@ func (h *Held) Check() error {
 	if now <= su {
 		return nil
 	}
-	h.lose(h.lostErr(now, su, su))
+	h.cancel(h.lostErr(now, su, su))
 	return context.Cause(h.ctx)
 }
 
@@ -471,8 +471,6 @@ func (h *Held) lostErr(now, su, planned clock.Boot) *LostError {
 	return &LostError{Reason: r, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: h.clk.toTime(su), Late: now.Sub(su),
 		NoRenew: h.opts.NoRenew, Failures: h.st.Consecutive, LastErr: h.st.LastError}
 }
-
-func (h *Held) lose(e *LostError) { h.cancel(e) }
 
 // clk is the time source of a hold: the boot clock, or a fake for tests.
 type clk interface {
