@@ -209,14 +209,22 @@ func (m *Model) nextEventsCmd(gen int, ch <-chan coord.Event) tea.Cmd {
 func (m *Model) after(d time.Duration, msg tea.Msg) tea.Cmd {
 	ctx := m.ctx
 	return func() tea.Msg {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, d) {
 			return nil
-		case <-t.C:
-			return msg
 		}
+		return msg
+	}
+}
+
+// sleep waits for d, or until ctx ends: false then.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -263,14 +271,8 @@ func (m *Model) inspectCmd(name string) tea.Cmd {
 func (m *Model) historyCmd(names []string, delay time.Duration) tea.Cmd {
 	h, ctx, now := m.hist, m.ctx, m.opts.Now
 	return func() tea.Msg {
-		if delay > 0 {
-			t := time.NewTimer(delay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			case <-t.C:
-			}
+		if delay > 0 && !sleep(ctx, delay) {
+			return nil
 		}
 		start := now()
 		out := make([]lockCounts, 0, len(names))

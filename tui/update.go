@@ -151,15 +151,21 @@ func (m *Model) onWatchStarted(msg watchStartedMsg) tea.Cmd {
 	if msg.err != nil {
 		m.watchErr = msg.err
 		m.watching = false
-		d := m.retry
-		m.retry = min(m.retry*2, maxRetry)
 		// List anyway: the table is still worth showing.
-		return tea.Batch(m.after(d, restartWatchMsg{gen: m.watchGen}), m.startList())
+		return tea.Batch(m.restartWatchLater(), m.startList())
 	}
 	m.watchCh, m.watchCancel = msg.ch, msg.cancel
 	m.watching, m.watchErr, m.retry = true, nil, minRetry
 	// Events from now on are not missed; the list fills in the rest.
 	return tea.Batch(m.nextEventsCmd(m.watchGen, m.watchCh), m.startList())
+}
+
+// restartWatchLater starts the watch again after the retry delay, which
+// doubles up to maxRetry.
+func (m *Model) restartWatchLater() tea.Cmd {
+	d := m.retry
+	m.retry = min(m.retry*2, maxRetry)
+	return m.after(d, restartWatchMsg{gen: m.watchGen})
 }
 
 // startList lists every lock, or asks for another list when one is on its
@@ -222,9 +228,7 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 		m.cancelWatch()
 		if m.ctx.Err() == nil {
 			m.watchErr = errWatchEnded
-			d := m.retry
-			m.retry = min(m.retry*2, maxRetry)
-			cmds = append(cmds, m.after(d, restartWatchMsg{gen: m.watchGen}))
+			cmds = append(cmds, m.restartWatchLater())
 		}
 	} else {
 		cmds = append(cmds, m.nextEventsCmd(m.watchGen, m.watchCh))

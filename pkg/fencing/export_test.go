@@ -2,9 +2,11 @@ package fencing
 
 import (
 	"context"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -29,3 +31,14 @@ func (s *Set) Earliest() *Held {
 	defer s.mu.Unlock()
 	return s.earliestLocked()
 }
+
+// fakeClk is a test's clockwork.FakeClock: a boot reading is the fake time
+// in Unix nanoseconds, and Lease.Sent is read the same way.
+type fakeClk struct{ c *clockwork.FakeClock }
+
+func (f fakeClk) now() clock.Boot                          { return clock.Boot(f.c.Now().UnixNano()) }
+func (f fakeClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
+func (f fakeClk) toTime(t clock.Boot) time.Time            { return time.Unix(0, int64(t)) }
+func (f fakeClk) newTimer(d time.Duration) clockwork.Timer { return f.c.NewTimer(d) }
+func (f fakeClk) watchSuspend() func()                     { return func() {} }
+func (f fakeClk) suspended() <-chan struct{}               { return nil }

@@ -131,41 +131,19 @@ func ceilDiv(d time.Duration, n int64) time.Duration {
 	return q
 }
 
-// holdConfig is what the Options set. The zero value renews every TTL/3
-// with DefaultMargin.
+// holdConfig is what the Options set (see each Option). The zero value
+// renews every TTL/3 with DefaultMargin.
 type holdConfig struct {
-	// RenewInterval is the time from one renewal's send to the next
-	// (default: granted TTL / 3). Two renewal attempts must fit before
-	// safe-until: 2*RenewInterval < TTL - Margin. A renewal may go out up
-	// to RenewInterval/16 early, with the renewals of other holds that fall
-	// due then (one wake-up, one write for all of them); never late. An
-	// early renewal only moves safe-until less far.
-	RenewInterval time.Duration
+	RenewInterval time.Duration // WithRenewInterval; default granted TTL / 3
 	// RetryInterval is the wait after a failed renewal before the next
-	// attempt (default RenewInterval/4). A renewal that is not answered
-	// within RenewInterval/2 is abandoned and retried at once, so that two
-	// attempts fit between the renewal due and the stop.
+	// attempt (default RenewInterval/4). No Option sets it.
 	RetryInterval time.Duration
-	// Margin is subtracted from Sent+TTL: it covers what has to happen after
-	// safe-until before the lease really expires (the caller stopping its
-	// work, clock rate differences). Default DefaultMargin(TTL).
-	Margin time.Duration
-	// NoRenew holds the lease without renewing it: the context ends at the
-	// first safe-until (Reason Unsafe, LostError.NoRenew set).
-	NoRenew bool
-	// OnSafeUntil, when set, is called with each later safe-until after an
-	// acknowledged renewal (not for the initial one).
-	// It must not block: it runs on the goroutine that delivered the
-	// renewal's answer, which may deliver the answers of other holds too
-	// (etcd: the keep-alive stream's receiver). The callbacks of one hold
-	// are called one at a time, in order, and none once Release returned.
-	OnSafeUntil func(clock.Boot)
-	// OnRenewError, when set, is called after each failed renewal with the
-	// hold, the error and the number of failures since the last
-	// acknowledgment. It must not block, and runs as OnSafeUntil does.
-	OnRenewError func(h *Held, err error, failures int)
-	// OnRenewed is OnSafeUntil with the hold itself. OnRenewal sets both.
-	OnRenewed func(h *Held)
+	Margin        time.Duration // WithMargin; default DefaultMargin(TTL)
+	NoRenew       bool          // WithoutRenewal
+	// OnRenewal, when set, is told of the renewals (see the Option
+	// OnRenewal): with err nil after each acknowledged renewal that moved
+	// the safe-until later, with the error after each failed one.
+	OnRenewal func(h *Held, err error)
 	// Keep is how long Do keeps the completion record (0: coord.DefaultKeep).
 	Keep time.Duration
 }
@@ -206,10 +184,7 @@ func WithoutRenewal() Option { return func(c *holdConfig) { c.NoRenew = true } }
 // calls of one hold are made one at a time, in order, and none once Release
 // returned. It may call the hold's Stats, not Release.
 func OnRenewal(f func(h *Held, err error)) Option {
-	return func(c *holdConfig) {
-		c.OnRenewed = func(h *Held) { f(h, nil) }
-		c.OnRenewError = func(h *Held, err error, _ int) { f(h, err) }
-	}
+	return func(c *holdConfig) { c.OnRenewal = f }
 }
 
 // WithKeep sets how long Do keeps the completion record (default
@@ -267,8 +242,8 @@ type Stats struct {
 //   - h.cancel is never called with sched.mu held: the context's AfterFunc
 //     (remove) takes sched.mu and cbMu, on a goroutine of its own.
 //
-// The callbacks (OnSafeUntil, OnRenewed, OnRenewError: OnRenewal) run under cbMu only: they may
-// call Stats (h.mu), not Release (which waits for cbMu).
+// The callback (OnRenewal) runs under cbMu only: it may call Stats (h.mu),
+// not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
 	lease  coord.Lease
@@ -355,11 +330,6 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 	if err := opts.check(lease.TTL); err != nil {
 		return nil, err
 	}
-	return hold(ctx, c, lease, opts, k)
-}
-
-// hold is Hold on clock k, with checked options.
-func hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts holdConfig, k clk) (*Held, error) {
 	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
 	h.opts.fill(lease.TTL)
 
@@ -448,7 +418,7 @@ func (h *Held) Check() error {
 	if now <= su {
 		return nil
 	}
-	h.lose(h.lostErr(now, su, su))
+	h.cancel(h.lostErr(now, su, su))
 	return context.Cause(h.ctx)
 }
 
@@ -502,8 +472,6 @@ func (h *Held) lostErr(now, su, planned clock.Boot) *LostError {
 		NoRenew: h.opts.NoRenew, Failures: h.st.Consecutive, LastErr: h.st.LastError}
 }
 
-func (h *Held) lose(e *LostError) { h.cancel(e) }
-
 // clk is the time source of a hold: the boot clock, or a fake for tests.
 type clk interface {
 	now() clock.Boot
@@ -525,14 +493,3 @@ func (b bootClk) toTime(t clock.Boot) time.Time            { return time.Now().A
 func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
 func (b bootClk) watchSuspend() func()                     { return suspends.join() }
 func (b bootClk) suspended() <-chan struct{}               { return suspends.current() }
-
-// fakeClk is a test's clockwork.FakeClock: a boot reading is the fake time
-// in Unix nanoseconds, and Lease.Sent is read the same way.
-type fakeClk struct{ c *clockwork.FakeClock }
-
-func (f fakeClk) now() clock.Boot                          { return clock.Boot(f.c.Now().UnixNano()) }
-func (f fakeClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
-func (f fakeClk) toTime(t clock.Boot) time.Time            { return time.Unix(0, int64(t)) }
-func (f fakeClk) newTimer(d time.Duration) clockwork.Timer { return f.c.NewTimer(d) }
-func (f fakeClk) watchSuspend() func()                     { return func() {} }
-func (f fakeClk) suspended() <-chan struct{}               { return nil }

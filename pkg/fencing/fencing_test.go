@@ -11,7 +11,6 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/fence-dev/fence/internal/etcdtest"
-	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
@@ -80,7 +79,13 @@ func TestHoldKeepsLease(t *testing.T) {
 			var mu sync.Mutex
 			var extensions int
 			h, err := fencing.Acquire(ctx, c, "keep", coord.AcquireOptions{TTL: time.Second},
-				fencing.Opts(fencing.HoldOptions{OnSafeUntil: func(_ clock.Boot) { mu.Lock(); extensions++; mu.Unlock() }}))
+				fencing.Opts(fencing.HoldOptions{OnRenewal: func(_ *fencing.Held, err error) {
+					if err == nil {
+						mu.Lock()
+						extensions++
+						mu.Unlock()
+					}
+				}}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -296,9 +301,9 @@ func TestUnsafeWhenRenewalsFail(t *testing.T) {
 	var mu sync.Mutex
 	var reported []int
 	const ttl = 3 * time.Second
-	h, fc := fakeHold(t, c, ttl, fencing.HoldOptions{OnRenewError: func(_ *fencing.Held, err error, n int) {
+	h, fc := fakeHold(t, c, ttl, fencing.HoldOptions{OnRenewal: func(h *fencing.Held, err error) {
 		mu.Lock()
-		reported = append(reported, n)
+		reported = append(reported, h.Stats().Consecutive)
 		mu.Unlock()
 	}})
 	su := h.Stats().SafeUntil

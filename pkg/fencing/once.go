@@ -29,7 +29,7 @@ import (
 // renewals (see Hold) and, with WithKeep, how long the record is kept.
 func Do(ctx context.Context, c coord.Coordinator, name, key string, acq coord.AcquireOptions, fn func(ctx context.Context, h *Held) error, options ...Option) error {
 	opts := configOf(options)
-	k := c
+
 	if err := coord.ValidateKey(key); err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func Do(ctx context.Context, c coord.Coordinator, name, key string, acq coord.Ac
 		return err
 	}
 	done := func() error {
-		rec, ok, err := k.Completion(ctx, name, key)
+		rec, ok, err := c.Completion(ctx, name, key)
 		switch {
 		case err != nil:
 			return err
@@ -67,7 +67,7 @@ func Do(ctx context.Context, c coord.Coordinator, name, key string, acq coord.Ac
 		return fmt.Errorf("%q for key %q: the lease could not be trusted to the end of the job, which is not recorded: %w", name, key, err)
 	}
 	l := h.Lease()
-	return k.Complete(rctx, l.ID, coord.Completion{
+	return c.Complete(rctx, l.ID, coord.Completion{
 		Lock: name, Key: key, Holder: l.Holder, Token: l.Token, Started: started, Finished: time.Now(),
 	}, opts.Keep)
 }

@@ -81,14 +81,10 @@ func schedule(h *Held) {
 // clock, one for each fake clock of a test, and one for each other clock
 // (a test's own): a hold never joins a scheduler that reads another clock.
 func clockKey(k clk) any {
-	switch k := k.(type) {
-	case fakeClk:
-		return k.c
-	case bootClk:
+	if _, ok := k.(bootClk); ok {
 		return realClockKey{}
-	default:
-		return k
 	}
+	return k // a fakeClk is equal to another on the same fake clock
 }
 
 // exit stops the goroutine when no hold is left: it reports false when a
@@ -129,20 +125,12 @@ type loss struct {
 	e *LostError
 }
 
-func (p *pass) reset() {
-	clear(p.starts)
-	clear(p.cancels)
-	clear(p.losses)
-	clear(p.sent)
-	p.starts, p.cancels, p.losses, p.sent = p.starts[:0], p.cancels[:0], p.losses[:0], p.sent[:0]
-}
-
 func (s *scheduler) run() {
 	defer s.clk.watchSuspend()()
 	t := s.clk.newTimer(time.Hour)
 	stopTimer(t)
-	var p pass
 	for {
+		var p pass
 		now := s.clk.now()
 		s.mu.Lock()
 		if len(s.holds) == 0 {
@@ -153,7 +141,6 @@ func (s *scheduler) run() {
 			}
 			continue
 		}
-		p.reset()
 		for len(s.holds) > 0 {
 			h := s.holds[0].h
 			if h.wake > now && !h.renewsEarly(now) {
@@ -427,29 +414,17 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 		h.end(lost)
 		return
 	}
-	var (
-		failures int
-		nsu      clock.Boot
-		extended bool
-	)
+	extended := false
 	if o == failed {
-		failures = h.failed(err)
+		h.failed(err)
 	} else {
-		nsu, extended = h.acknowledged(a, r)
+		extended = h.acknowledged(a, r)
 	}
 	h.next = nextSend(o, now, a.sent, a.abandon, h.opts.RenewInterval, h.opts.RetryInterval)
 	h.replan()
 	s.mu.Unlock()
-	switch {
-	case o == failed && h.opts.OnRenewError != nil:
-		h.opts.OnRenewError(h, err, failures)
-	case extended:
-		if h.opts.OnSafeUntil != nil {
-			h.opts.OnSafeUntil(nsu)
-		}
-		if h.opts.OnRenewed != nil {
-			h.opts.OnRenewed(h)
-		}
+	if f := h.opts.OnRenewal; f != nil && (o == failed || extended) {
+		f(h, err)
 	}
 }
 
@@ -482,18 +457,17 @@ func (h *Held) end(lost *LostError) {
 
 // failed counts a failed renewal and returns the failures since the last
 // acknowledgment.
-func (h *Held) failed(err error) int {
+func (h *Held) failed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.st.Failures++
 	h.st.Consecutive++
 	h.st.LastError = err
-	return h.st.Consecutive
 }
 
 // acknowledged applies the acknowledgment r of a (s.mu held): it returns
-// the renewal's safe-until and whether it moved the hold's later.
-func (h *Held) acknowledged(a *attempt, r coord.Renewal) (nsu clock.Boot, extended bool) {
+// whether the renewal's safe-until moved the hold's later.
+func (h *Held) acknowledged(a *attempt, r coord.Renewal) (extended bool) {
 	ttl := r.TTL
 	if ttl <= 0 {
 		ttl = h.lease.TTL
@@ -507,7 +481,7 @@ func (h *Held) acknowledged(a *attempt, r coord.Renewal) (nsu clock.Boot, extend
 		// this is never later than the real send.
 		sent = sent.Add(r.Sent.Sub(a.sentMono))
 	}
-	nsu = sent.Add(ttl - h.opts.Margin)
+	nsu := sent.Add(ttl - h.opts.Margin)
 	h.mu.Lock()
 	h.st.Renewals++
 	h.st.Consecutive = 0
@@ -519,7 +493,7 @@ func (h *Held) acknowledged(a *attempt, r coord.Renewal) (nsu clock.Boot, extend
 	if extended {
 		h.su = nsu
 	}
-	return nsu, extended
+	return extended
 }
 
 // replan moves h in the scheduler's heap to its next wake, and wakes the

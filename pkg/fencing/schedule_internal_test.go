@@ -29,9 +29,9 @@ func (s *stub) Renew(context.Context, string, string) (coord.Renewal, error) {
 func (s *stub) Release(context.Context, string, string) error { return nil }
 
 // running reports whether fc has a scheduler whose goroutine runs.
-func running(fc clockwork.Clock) bool {
+func running(fc *clockwork.FakeClock) bool {
 	schedulers.mu.Lock()
-	s := schedulers.m[fc]
+	s := schedulers.m[clockKey(fakeClk{fc})]
 	schedulers.mu.Unlock()
 	if s == nil {
 		return false
@@ -41,7 +41,7 @@ func running(fc clockwork.Clock) bool {
 	return s.running
 }
 
-func waitStopped(t *testing.T, fc clockwork.Clock) {
+func waitStopped(t *testing.T, fc *clockwork.FakeClock) {
 	t.Helper()
 	for end := time.Now().Add(20 * time.Second); running(fc); time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
@@ -167,7 +167,7 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 	sc := &suspendClk{timers: clockwork.NewFakeClock(), ch: make(chan struct{}), armed: make(chan time.Duration, 1)}
 	const t0 = 1_000_000_000_000
 	sc.boot.Store(t0)
-	h, err := hold(context.Background(), &stub{}, &coord.Lease{Name: "s", ID: "s", TTL: 30 * time.Second, Sent: time.Unix(0, t0)}, HoldOptions{}, sc)
+	h, err := holdOn(context.Background(), &stub{}, &coord.Lease{Name: "s", ID: "s", TTL: 30 * time.Second, Sent: time.Unix(0, t0)}, HoldOptions{}, sc)
 	if err != nil {
 		t.Fatal(err)
 	}

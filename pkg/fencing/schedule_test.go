@@ -188,9 +188,9 @@ func TestUnansweredRenewal(t *testing.T) {
 	var mu sync.Mutex
 	var failures []int
 	silent := holdAt(t, c, fc, "silent", 30*time.Second, fencing.HoldOptions{
-		OnRenewError: func(_ *fencing.Held, err error, n int) {
+		OnRenewal: func(h *fencing.Held, err error) {
 			mu.Lock()
-			failures = append(failures, n)
+			failures = append(failures, h.Stats().Consecutive)
 			mu.Unlock()
 		},
 	})

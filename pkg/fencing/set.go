@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,10 +18,10 @@ import (
 // Set is several leases held together, taken by AcquireSet. Its methods are
 // safe for concurrent use.
 type Set struct {
-	order  []int // indexes into helds, in byte order of the names
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	onSU   func(*Held)
+	order     []int // indexes into helds, in byte order of the names
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	onRenewal func(*Held, error)
 
 	mu       sync.Mutex // guards helds while they are taken, last, complete
 	helds    []*Held    // as names; nil until taken
@@ -90,24 +91,22 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 	if err := opts.check(acq.TTL); err != nil {
 		return nil, err
 	}
-	s := &Set{helds: make([]*Held, len(names)), onSU: opts.OnRenewed}
+	s := &Set{helds: make([]*Held, len(names)), onRenewal: opts.OnRenewal}
 	s.order = make([]int, len(names))
 	for i := range s.order {
 		s.order[i] = i
 	}
-	slices.SortFunc(s.order, func(a, b int) int {
-		switch {
-		case names[a] < names[b]: // Go compares strings byte by byte
-			return -1
-		case names[a] > names[b]:
-			return 1
-		}
-		return 0
-	})
+	// strings.Compare compares byte by byte.
+	slices.SortFunc(s.order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	hopts := opts
-	hopts.OnSafeUntil = func(clock.Boot) { s.renewed() }
-	hopts.OnRenewed = nil
+	hopts.OnRenewal = func(h *Held, err error) {
+		if err == nil {
+			s.renewed()
+		} else if opts.OnRenewal != nil {
+			opts.OnRenewal(h, err)
+		}
+	}
 
 	// A lease lost while a later lock is waited for ends that wait.
 	actx, cancelAcq := context.WithCancelCause(ctx)
@@ -183,8 +182,8 @@ func (s *Set) renewed() {
 	}
 	if su := e.safeUntil(); su > s.last {
 		s.last = su
-		if s.onSU != nil {
-			s.onSU(e)
+		if s.onRenewal != nil {
+			s.onRenewal(e, nil)
 		}
 	}
 }

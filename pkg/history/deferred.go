@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -27,18 +26,15 @@ import (
 // before the lease is released, so it always finds the acquisition, and the
 // release, on record.
 func (r *recorder) AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	start := time.Now()
-	l, look, err := r.acquire(ctx, name, opts)
+	l, wait, err := r.acquire(ctx, name, opts)
 	if err != nil {
 		return l, err
 	}
-	wait := time.Since(start)
-	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
 	done := r.inflight.start(name)
 	r.syncing.Add(1)
 	go func() {
 		defer r.syncing.Done()
-		fsync := r.recordAcquired(ctx, name, l, wait, opts.Slots, look, true)
+		fsync := r.recordAcquired(ctx, name, l, wait, opts.Slots, true)
 		r.inflight.finish(name, done)
 		if fsync != nil {
 			fsync()
@@ -50,7 +46,7 @@ func (r *recorder) AcquireDeferred(ctx context.Context, name string, opts coord.
 // inflight tracks the deferred records still being written, by lock.
 type inflight struct {
 	mu     sync.Mutex
-	byLock map[string]map[chan struct{}]struct{}
+	byLock map[string][]chan struct{}
 }
 
 // start registers a record of lock about to be written; finish(lock, ch)
@@ -60,18 +56,15 @@ func (f *inflight) start(lock string) chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.byLock == nil {
-		f.byLock = map[string]map[chan struct{}]struct{}{}
+		f.byLock = map[string][]chan struct{}{}
 	}
-	if f.byLock[lock] == nil {
-		f.byLock[lock] = map[chan struct{}]struct{}{}
-	}
-	f.byLock[lock][ch] = struct{}{}
+	f.byLock[lock] = append(f.byLock[lock], ch)
 	return ch
 }
 
 func (f *inflight) finish(lock string, ch chan struct{}) {
 	f.mu.Lock()
-	delete(f.byLock[lock], ch)
+	f.byLock[lock] = slices.DeleteFunc(f.byLock[lock], func(c chan struct{}) bool { return c == ch })
 	if len(f.byLock[lock]) == 0 {
 		delete(f.byLock, lock)
 	}
@@ -85,26 +78,12 @@ func (f *inflight) wait(locks ...string) {
 	var chs []chan struct{}
 	f.mu.Lock()
 	for lock, set := range f.byLock {
-		if len(locks) > 0 && !slices.Contains(locks, lock) {
-			continue
-		}
-		for ch := range set {
-			chs = append(chs, ch)
+		if len(locks) == 0 || slices.Contains(locks, lock) {
+			chs = append(chs, set...)
 		}
 	}
 	f.mu.Unlock()
 	for _, ch := range chs {
 		<-ch
 	}
-}
-
-// locksOf returns the lock names of evs.
-func locksOf(evs []Event) []string {
-	var out []string
-	for _, ev := range evs {
-		if !slices.Contains(out, ev.Lock) {
-			out = append(out, ev.Lock)
-		}
-	}
-	return out
 }

@@ -14,13 +14,25 @@ const SpoolMaxEvents = spoolMaxEvents
 // Pending is the pending buffer a Recorder writes through.
 type Pending struct{ p *pendingEvents }
 
-func NewPending(h Store, max int) Pending { return Pending{newPending(h, max)} }
+// NewPending returns a Pending that writes to h and keeps at most max events
+// (the Recorder's default when max is 0).
+func NewPending(h Store, max int) Pending {
+	o, _ := hopts.New(hopts.WithMaxPending(max))
+	return Pending{&pendingEvents{h: h, max: o.MaxPending}}
+}
 
-func (p Pending) Record(ctx context.Context, ev Event) error    { return p.p.record(ctx, ev) }
+func (p Pending) Record(ctx context.Context, ev Event) error {
+	return p.p.appendEvents(ctx, []Event{ev})
+}
 func (p Pending) Append(ctx context.Context, evs []Event) error { return p.p.appendEvents(ctx, evs) }
 func (p Pending) Flush(ctx context.Context) error               { return p.p.flush(ctx) }
 func (p Pending) Len() int                                      { return p.p.count() }
-func (p Pending) Dropped() int                                  { return p.p.droppedCount() }
+
+func (p Pending) Dropped() int {
+	p.p.mu.Lock()
+	defer p.p.mu.Unlock()
+	return p.p.dropped
+}
 
 func WithMaxPending(n int) Option { return hopts.WithMaxPending(n) }
 

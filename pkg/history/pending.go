@@ -9,53 +9,28 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
-// Pending writes events to a history and keeps, in memory, those it could
+// pendingEvents writes events to a history and keeps, in memory, those it could
 // not write (the coordinator was unreachable), to write them before the next
 // event once a write succeeds again. The order of events is kept: an event
 // is never written before an older one that is still pending. Beyond max
 // pending events, the oldest are dropped and counted.
 //
-// fence run records renewal failures through a Pending, so that the ones seen
-// while the coordinator could not be reached are written when it comes back.
-// A Pending is safe for concurrent use; writes are serialized.
+// fence run records renewal failures through a Recorder, so that the ones
+// seen while the coordinator could not be reached are written when it comes
+// back. It is safe for concurrent use; writes are serialized, and pending
+// events are written with the new ones in one Append.
 type pendingEvents struct {
 	h   Store
 	max int
 
 	mu      sync.Mutex
 	evs     []Event
-	dropped int
+	dropped int // events dropped because more than max were pending
 }
 
-// defaultMaxPending is the pending buffer's bound when none is given.
-const defaultMaxPending = 256
-
-// newPending returns a Pending that writes to h and keeps at most max
-// events (defaultMaxPending when max <= 0). Pending events are written with
-// the new one in one Append.
-func newPending(h Store, max int) *pendingEvents {
-	if max <= 0 {
-		max = defaultMaxPending
-	}
-	return &pendingEvents{h: h, max: max}
-}
-
-// Record writes the pending events, then ev. When that fails, ev is kept
-// with them and the error is returned. An invalid event (see Normalize) is
-// refused at once with an error wrapping coord.ErrInvalid.
-func (p *pendingEvents) record(ctx context.Context, ev Event) error {
-	if _, err := Normalize(ev, time.Time{}); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.evs = append(p.evs, ev)
-	err := p.flushLocked(ctx)
-	p.trimLocked()
-	return err
-}
-
-// Append writes the pending events, then evs, as Record does for one.
+// appendEvents writes the pending events, then evs. When that fails, evs
+// are kept with them and the error is returned. An invalid event (see
+// Normalize) is refused at once with an error wrapping coord.ErrInvalid.
 func (p *pendingEvents) appendEvents(ctx context.Context, evs []Event) error {
 	for _, ev := range evs {
 		if _, err := Normalize(ev, time.Time{}); err != nil {
@@ -82,14 +57,6 @@ func (p *pendingEvents) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.evs)
-}
-
-// droppedCount is the number of events dropped because more than max were
-// pending.
-func (p *pendingEvents) droppedCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.dropped
 }
 
 func (p *pendingEvents) flushLocked(ctx context.Context) error {

@@ -66,9 +66,12 @@ type Recorder interface {
 	Unwrap() coord.Coordinator
 }
 
-// recorder is the Recorder that Wrap returns.
+// recorder is the Recorder that Wrap returns. The operations it does not
+// define are passed to the embedded coordinator unchanged: they record
+// nothing (Renew, the reads, and the operator limits, which their callers
+// record as Frozen, Limited and Thawed).
 type recorder struct {
-	inner   coord.Coordinator
+	coord.Coordinator
 	store   Store
 	opts    hopts.Options
 	log     *slog.Logger
@@ -111,52 +114,51 @@ func Wrap(c coord.Coordinator, s Store, opts ...Option) Recorder {
 	for _, err := range errs {
 		o.Logger.Warn("history: option ignored, the default is used", "err", err)
 	}
-	r := &recorder{inner: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}, asked: map[string]uint64{}}
-	r.pending = newPending(s, o.MaxPending)
+	r := &recorder{Coordinator: c, store: s, opts: o, log: o.Logger, held: map[string]heldLease{}, asked: map[string]uint64{}}
+	r.pending = &pendingEvents{h: s, max: o.MaxPending}
 	if o.SpoolDir != "" {
-		r.spool = newSpool(o.SpoolDir, o.Logger)
+		r.spool = &spool{dir: o.SpoolDir, log: o.Logger}
 	}
 	return r
 }
 
-// Unwrap returns the decorated coordinator (to reach a backend's own
-// methods, such as etcd's Client).
-func (r *recorder) Unwrap() coord.Coordinator { return r.inner }
+// Unwrap implements Recorder.
+func (r *recorder) Unwrap() coord.Coordinator { return r.Coordinator }
 
-// Store returns the store the events are written to.
+// Store implements Recorder.
 func (r *recorder) Store() Store { return r.store }
 
 // Acquire implements coord.Coordinator and records the acquisition.
 func (r *recorder) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
+	l, wait, err := r.acquire(ctx, name, opts)
+	if err == nil {
+		r.recordAcquired(ctx, name, l, wait, opts.Slots, false)
+	}
+	return l, err
+}
+
+// acquire acquires on the coordinator and remembers the lease; wait is
+// how long it took.
+func (r *recorder) acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, time.Duration, error) {
 	start := time.Now()
-	l, look, err := r.acquire(ctx, name, opts)
+	l, err := r.Coordinator.Acquire(ctx, name, opts)
 	if err != nil {
-		return l, err
+		return l, 0, err
 	}
 	wait := time.Since(start)
 	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
-	r.recordAcquired(ctx, name, l, wait, opts.Slots, look, false)
-	return l, nil
-}
-
-// acquire acquires on the coordinator; look (the store's look at the
-// lock's last lease event made with the acquisition) is nil: the record
-// reads it.
-func (r *recorder) acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, func(context.Context) (Event, bool, error), error) {
-	l, err := r.inner.Acquire(ctx, name, opts)
-	return l, nil, err
+	return l, wait, nil
 }
 
 // recordAcquired records the acquisition of l after wait: acquired,
 // preceded by expired for the previous holder when its end is not on record
 // (of a semaphore, slots above 1, only when it no longer holds a slot: its
-// holders overlap). look is the store's look at the lock's last lease event
-// made with the acquisition (nil: none was made, and it reads it now).
+// holders overlap).
 // Where the store can (laterAppender) and nothing is pending, the events'
 // fsync is put off: it returns once they are written, and fsync, when not
 // nil, makes them durable (a deferred record: a Release waits for the write
 // only, and its own record's fsync covers both).
-func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, look func(context.Context) (Event, bool, error), later bool) (fsync func()) {
+func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, later bool) (fsync func()) {
 	// The lease is running: spend at most a quarter of it on the history.
 	timeout := r.opts.RecordTimeout
 	if q := l.TTL / 4; q > 0 && q < timeout {
@@ -166,7 +168,7 @@ func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lea
 	defer cancel()
 	now := r.opts.Now()
 	var evs []Event
-	last, ok := r.lastLeaseEvent(rctx, name, look)
+	last, ok := r.lastLeaseEvent(rctx, name)
 	if ok && last.Kind == Acquired && last.Token < l.Token && !r.stillHolds(rctx, name, last.Token, slots) {
 		evs = append(evs, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 	}
@@ -219,7 +221,7 @@ func (r *recorder) stillHolds(ctx context.Context, name string, token uint64, sl
 	if slots <= 1 {
 		return false
 	}
-	info, err := r.inner.Inspect(ctx, name)
+	info, err := r.Coordinator.Inspect(ctx, name)
 	if err != nil {
 		return true
 	}
@@ -241,11 +243,6 @@ func holderWith(info coord.LockInfo, leaseID string) (coord.LockInfo, bool) {
 	return coord.LockInfo{}, false
 }
 
-// Renew implements coord.Coordinator. Renewals are not recorded.
-func (r *recorder) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
-	return r.inner.Renew(ctx, name, leaseID)
-}
-
 // Release implements coord.Coordinator. It records released when the lease
 // still holds the lock, expired when it is gone with no end on record: the
 // lock's last lease event is its acquired, found by its token when the
@@ -259,7 +256,7 @@ func (r *recorder) Release(ctx context.Context, name, leaseID string) error {
 			return err
 		}
 	}
-	info, ierr := r.inner.Inspect(ctx, name)
+	info, ierr := r.Coordinator.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	now := r.opts.Now()
@@ -279,13 +276,13 @@ func (r *recorder) Release(ctx context.Context, name, leaseID string) error {
 		// The lease is gone: unless its end is on record, it expired. (A
 		// successor that takes the lock meanwhile finds this expired on
 		// record, or writes it itself, before its acquired.)
-		last, ok := r.lastLeaseEvent(rctx, name, nil)
+		last, ok := r.lastLeaseEvent(rctx, name)
 		if ok && last.Kind == Acquired &&
 			(isKnown && last.Token == known.token || !isKnown && last.LeaseID != "" && last.LeaseID == leaseID) {
 			r.write(rctx, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 		}
 	}
-	err := r.inner.Release(ctx, name, leaseID)
+	err := r.Coordinator.Release(ctx, name, leaseID)
 	if err == nil && ierr != nil && isKnown {
 		// The lock could not be read but the release went through: the
 		// lease was held until now, or already gone; say released.
@@ -308,7 +305,7 @@ func (r *recorder) releaseRecorded(ctx context.Context, name, leaseID string, kn
 		HeldFor: time.Since(known.start)}
 	r.pending.whenEmpty(func() {
 		var werr error
-		done, werr = ra.AppendRelease(ctx, r.inner, leaseID, known.token, ev)
+		done, werr = ra.AppendRelease(ctx, r.Coordinator, leaseID, known.token, ev)
 		if done {
 			err = werr
 		} else if werr != nil {
@@ -333,14 +330,14 @@ func (r *recorder) recordContext(ctx context.Context) (context.Context, context.
 // Revoke implements coord.Coordinator and records revoked for the lease it
 // ends.
 func (r *recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, error) {
-	return r.revoke(ctx, name, 0, func() (coord.LockInfo, error) { return r.inner.Revoke(ctx, name) })
+	return r.revoke(ctx, name, 0, func() (coord.LockInfo, error) { return r.Coordinator.Revoke(ctx, name) })
 }
 
 // revoke records revoked around end, which ends the lease of lock name held
 // under token (0: whoever holds it).
 func (r *recorder) revoke(ctx context.Context, name string, token uint64, end func() (coord.LockInfo, error)) (coord.LockInfo, error) {
 	r.inflight.wait(name)
-	info, ierr := r.inner.Inspect(ctx, name)
+	info, ierr := r.Coordinator.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	if h, ok := coordkit.HeldBy(info, token); ierr == nil && token != 0 && ok {
@@ -379,7 +376,7 @@ func (r *recorder) wasAsked(name string, token uint64) bool {
 // that was asked is on record as revoked: asked to stop, it ends its lease.
 func (r *recorder) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
 	r.inflight.wait(name)
-	info, asked, err := r.inner.RequestStop(ctx, name, token)
+	info, asked, err := r.Coordinator.RequestStop(ctx, name, token)
 	if err != nil || !asked || r.wasAsked(name, info.Token) {
 		return info, asked, err
 	}
@@ -395,44 +392,17 @@ func (r *recorder) RequestStop(ctx context.Context, name string, token uint64) (
 	return info, asked, nil
 }
 
-// WaitEnded implements coord.Coordinator.
-func (r *recorder) WaitEnded(ctx context.Context, name string, token uint64) error {
-	return r.inner.WaitEnded(ctx, name, token)
-}
-
 // RevokeToken implements coord.Coordinator, and records revoked as Revoke
 // does, unless it is on record from RequestStop.
 func (r *recorder) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
-	return r.revoke(ctx, name, token, func() (coord.LockInfo, error) { return r.inner.RevokeToken(ctx, name, token) })
+	return r.revoke(ctx, name, token, func() (coord.LockInfo, error) { return r.Coordinator.RevokeToken(ctx, name, token) })
 }
-
-// Inspect implements coord.Coordinator.
-func (r *recorder) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
-	return r.inner.Inspect(ctx, name)
-}
-
-// List implements coord.Coordinator.
-func (r *recorder) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
-	return r.inner.List(ctx, prefix)
-}
-
-// Watch implements coord.Coordinator.
-func (r *recorder) Watch(ctx context.Context, prefix string) (<-chan coord.Event, error) {
-	return r.inner.Watch(ctx, prefix)
-}
-
-// Describe implements coord.Coordinator.
-func (r *recorder) Describe() string { return r.inner.Describe() }
 
 // Close writes what is still pending (briefly) and closes the decorated
 // coordinator.
 func (r *recorder) Close() error { return r.CloseContext(context.Background()) }
 
-// CloseContext is Close with the writes of what is still pending bounded by
-// ctx's deadline too (a caller that must exit soon, like `fence run` after
-// it stopped its command on a coordinator that does not answer): what
-// cannot be written by then is kept in the spool (WithSpool), else logged
-// as lost.
+// CloseContext implements Recorder.
 func (r *recorder) CloseContext(ctx context.Context) error {
 	r.inflight.wait()
 	r.syncing.Wait()
@@ -441,7 +411,7 @@ func (r *recorder) CloseContext(ctx context.Context) error {
 	if err := r.pending.flush(ctx); err != nil {
 		r.keep(err)
 	}
-	return r.inner.Close()
+	return r.Coordinator.Close()
 }
 
 // keep puts the pending events, which could not be written (err), in the
@@ -464,12 +434,7 @@ func (r *recorder) keep(err error) {
 	}
 }
 
-// FlushSpool writes the events kept in the spool (WithSpool) to the store,
-// with their original times, oldest first, and returns how many it wrote.
-// Its writes are bounded by spoolFlushTimeout (and ctx's deadline). Of
-// Recorders flushing one spool at once, each file is written by one. A
-// damaged spool file is set aside with a warning. Without a spool it does
-// nothing.
+// FlushSpool implements Recorder.
 func (r *recorder) FlushSpool(ctx context.Context) (int, error) {
 	if r.spool == nil {
 		return 0, nil
@@ -483,11 +448,7 @@ func (r *recorder) FlushSpool(ctx context.Context) (int, error) {
 // then ev; when that fails, ev is kept to be written later and the error is
 // returned. A zero ev.Time is now.
 func (r *recorder) Record(ctx context.Context, ev Event) error {
-	if ev.Time.IsZero() {
-		ev.Time = r.opts.Now()
-	}
-	r.inflight.wait(ev.Lock)
-	return r.pending.record(ctx, ev)
+	return r.Append(ctx, []Event{ev})
 }
 
 // Append records events in order, as Record does.
@@ -499,8 +460,8 @@ func (r *recorder) Append(ctx context.Context, evs []Event) error {
 			evs[i].Time = now
 		}
 	}
-	if len(evs) > 0 {
-		r.inflight.wait(locksOf(evs)...)
+	for _, ev := range evs {
+		r.inflight.wait(ev.Lock)
 	}
 	return r.pending.appendEvents(ctx, evs)
 }
@@ -518,7 +479,7 @@ func (r *recorder) Since(ctx context.Context, lock string, after uint64) ([]Entr
 // Heads implements Store.
 func (r *recorder) Heads(ctx context.Context) ([]Head, error) { return r.store.Heads(ctx) }
 
-// Pending returns the number of events not yet written.
+// Pending implements Recorder.
 func (r *recorder) Pending() int { return r.pending.count() }
 
 // write records events on the Recorder's own behalf: failures are logged,
@@ -538,14 +499,9 @@ func (r *recorder) write(ctx context.Context, evs ...Event) {
 
 // lastLeaseEvent returns the latest acquired, released, revoked or expired
 // event among the last scanBack events of lock.
-func (r *recorder) lastLeaseEvent(ctx context.Context, lock string, look func(context.Context) (Event, bool, error)) (Event, bool) {
-	if look == nil {
-		if lr, ok := r.store.(leaseReader); ok {
-			look = func(ctx context.Context) (Event, bool, error) { return lr.LastLease(ctx, lock, scanBack) }
-		}
-	}
-	if look != nil {
-		ev, ok, err := look(ctx)
+func (r *recorder) lastLeaseEvent(ctx context.Context, lock string) (Event, bool) {
+	if lr, ok := r.store.(leaseReader); ok {
+		ev, ok, err := lr.LastLease(ctx, lock, scanBack)
 		if err != nil {
 			r.log.Debug("history: could not read the lock's last lease event", "lock", lock, "err", err)
 			return Event{}, false

@@ -65,14 +65,8 @@ const (
 func WithSpool(dir string) Option { return func(o *hopts.Options) { o.SpoolDir = dir } }
 
 type spool struct {
-	dir       string
-	maxEvents int
-	maxBytes  int64
-	log       *slog.Logger
-}
-
-func newSpool(dir string, log *slog.Logger) *spool {
-	return &spool{dir: dir, maxEvents: spoolMaxEvents, maxBytes: spoolMaxBytes, log: log}
+	dir string
+	log *slog.Logger
 }
 
 // spooled is the stored form of an event (Event leaves its durations out of
@@ -120,19 +114,15 @@ func (s *spool) keep(evs []Event) (dropped int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	var lines [][]byte
-	for _, ev := range evs {
-		b, err := json.Marshal(spooled{Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
-		if err != nil {
-			return 0, err
-		}
-		lines = append(lines, append(b, '\n'))
+	lines, err := encodeSpooled(evs)
+	if err != nil {
+		return 0, err
 	}
 	size := int64(0)
 	for _, l := range lines {
 		size += int64(len(l))
 	}
-	for len(lines) > s.maxEvents || size > s.maxBytes && len(lines) > 0 {
+	for len(lines) > spoolMaxEvents || size > spoolMaxBytes && len(lines) > 0 {
 		size -= int64(len(lines[0]))
 		lines = lines[1:]
 		dropped++
@@ -161,7 +151,7 @@ func (s *spool) trim() (dropped int) {
 			continue
 		}
 		n := int64(bytes.Count(b, []byte{'\n'}))
-		if events+n <= int64(s.maxEvents) && size+int64(len(b)) <= s.maxBytes {
+		if events+n <= spoolMaxEvents && size+int64(len(b)) <= spoolMaxBytes {
 			events, size = events+n, size+int64(len(b))
 			continue
 		}
@@ -226,8 +216,10 @@ func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 		if err != nil {
 			if n == 0 {
 				_ = os.Rename(claimed, path)
-			} else if _, werr := atomicfile.WritePerm(path, encodeSpooled(evs[n:]), true, m.FilePerm()); werr == nil {
-				_ = os.Remove(claimed)
+			} else if lines, _ := encodeSpooled(evs[n:]); lines != nil {
+				if _, werr := atomicfile.WritePerm(path, bytes.Join(lines, nil), true, m.FilePerm()); werr == nil {
+					_ = os.Remove(claimed)
+				}
 			}
 			return written, err
 		}
@@ -307,14 +299,17 @@ func byLockOrder(evs []Event) {
 	slices.SortStableFunc(evs, func(a, b Event) int { return first[a.Lock] - first[b.Lock] })
 }
 
-func encodeSpooled(evs []Event) []byte {
-	var buf bytes.Buffer
+// encodeSpooled returns the lines of a spool file holding evs.
+func encodeSpooled(evs []Event) ([][]byte, error) {
+	var lines [][]byte
 	for _, ev := range evs {
-		b, _ := json.Marshal(spooled{Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
-		buf.Write(b)
-		buf.WriteByte('\n')
+		b, err := json.Marshal(spooled{Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
+		if err != nil {
+			return nil, err
+		}
+		lines = append(lines, append(b, '\n'))
 	}
-	return buf.Bytes()
+	return lines, nil
 }
 
 // readSpoolFile reads the events of a spool file: every line a valid

@@ -48,6 +48,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,29 +82,16 @@ const MaxShards = 65536
 // --settle`).
 const defaultSettle = time.Second
 
-// options says how a member joins.
+// options says how a member joins: see the Option that sets each field.
 type options struct {
-	// Shards is the group's number of shards (1..MaxShards). Every member
-	// of a group must give the same number.
-	Shards int
-	// Member is this member's id (default coord.DefaultHolder()): 1 to 128
-	// bytes, a lock name without "/".
-	Member string
-	// TTL of the member's and the shards' leases (default 15s).
-	TTL time.Duration
-	// Settle is how long a change of the membership or the settings must
-	// stay unchanged before the map is recomputed (default 1s;
-	// negative: at once).
-	Settle time.Duration
-	// Hold tunes the renewal of the leases (package fencing).
-	Hold []fencing.Option
-	// Guard holds the group's settings (drain, serial); nil: none apply.
-	Guard guard.Guard
-	// Process, when set, is attached to the leases (coord.AcquireOptions).
+	Shards  int // given to Join: 1..MaxShards, the same for every member
+	Member  string
+	TTL     time.Duration
+	Settle  time.Duration
+	Hold    []fencing.Option
+	Guard   guard.Guard // nil: no settings apply
 	Process *coord.ProcessInfo
-	// OnMove, when set, is told of each shard this member takes or gives up.
-	// It runs on the member's goroutine and must not block for long.
-	OnMove func(Move)
+	OnMove  func(Move)
 }
 
 // Option says how a member joins.
@@ -289,15 +277,11 @@ type (
 // same number), and returns at once; the member takes its shards in the
 // background (Changed, Shards). Leave ends it. The error wraps coord.ErrInvalid for bad options, coord.ErrBusy when
 // the member id is already live in the group.
-func Join(ctx context.Context, c coord.Coordinator, group string, shards int, opts ...Option) (*Member, error) {
-	o := options{Shards: shards}
-	for _, f := range opts {
-		f(&o)
+func Join(ctx context.Context, c coord.Coordinator, group string, shards int, with ...Option) (*Member, error) {
+	opts := options{Shards: shards}
+	for _, f := range with {
+		f(&opts)
 	}
-	return join(ctx, c, group, o)
-}
-
-func join(ctx context.Context, c coord.Coordinator, group string, opts options) (*Member, error) {
 	if err := ValidateGroup(group); err != nil {
 		return nil, err
 	}
@@ -388,12 +372,7 @@ func (m *Member) Context() context.Context { return m.ctx }
 func (m *Member) Shards() []*Shard {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]*Shard, 0, len(m.shards))
-	for _, s := range m.shards {
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b *Shard) int { return a.Number - b.Number })
-	return out
+	return slices.SortedFunc(maps.Values(m.shards), func(a, b *Shard) int { return a.Number - b.Number })
 }
 
 // Settled says whether this member holds exactly its shards of the map in

@@ -14,7 +14,7 @@ import (
 
 // Settings are a group's persistent operator settings: drained members and
 // the serial kill switch. They are stored as one fenced guard value,
-// settingsKeyOf(group), written only under a lease on settingsLockOf(group):
+// settingsOf(group), written only under a lease on the lock of that name:
 // Update takes that lease, reads the value, changes it and writes it with
 // the lease's token, so two operators never lose each other's change, and
 // one frozen past its lease is refused (guard.ErrStale) instead of
@@ -29,17 +29,15 @@ type Settings struct {
 	Serial *string `json:"serial,omitempty"`
 }
 
-// settingsKeyOf is the guard key of group's settings.
-func settingsKeyOf(group string) string { return group + "/settings" }
-
-// settingsLockOf is the lock under which group's settings are written.
-func settingsLockOf(group string) string { return group + "/settings" }
+// settingsOf is the name of group's settings: their guard key, and the
+// lock under which they are written.
+func settingsOf(group string) string { return group + "/settings" }
 
 // LoadSettings reads group's settings (the zero Settings when none were
 // written).
 func LoadSettings(ctx context.Context, g guard.Guard, group string) (Settings, error) {
 	var st Settings
-	v, err := g.Get(ctx, settingsKeyOf(group))
+	v, err := g.Get(ctx, settingsOf(group))
 	switch {
 	case errors.Is(err, guard.ErrNotFound):
 		return st, nil
@@ -56,13 +54,13 @@ func LoadSettings(ctx context.Context, g guard.Guard, group string) (Settings, e
 }
 
 // UpdateSettings changes group's settings with change, under a lease on
-// settingsLockOf(group) (waiting for it up to wait), and returns them as
+// settingsOf(group) (waiting for it up to wait), and returns them as
 // written.
 func UpdateSettings(ctx context.Context, c coord.Coordinator, g guard.Guard, group string, wait time.Duration, change func(*Settings)) (Settings, error) {
 	if err := ValidateGroup(group); err != nil {
 		return Settings{}, err
 	}
-	l, err := c.Acquire(ctx, settingsLockOf(group), coord.AcquireOptions{TTL: 10 * time.Second, Wait: wait, Holder: coord.DefaultHolder()})
+	l, err := c.Acquire(ctx, settingsOf(group), coord.AcquireOptions{TTL: 10 * time.Second, Wait: wait, Holder: coord.DefaultHolder()})
 	if err != nil {
 		return Settings{}, fmt.Errorf("lock the settings of group %q: %w", group, err)
 	}
@@ -82,7 +80,7 @@ func UpdateSettings(ctx context.Context, c coord.Coordinator, g guard.Guard, gro
 	if err != nil {
 		return st, err
 	}
-	if err := g.Put(ctx, settingsKeyOf(group), l.Token, b); err != nil {
+	if err := g.Put(ctx, settingsOf(group), l.Token, b); err != nil {
 		return st, fmt.Errorf("write the settings of group %q: %w", group, err)
 	}
 	return st, nil

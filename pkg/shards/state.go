@@ -1,8 +1,9 @@
 package shards
 
 import (
+	"encoding/json"
 	"errors"
-	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -81,12 +82,7 @@ func (v *view) free(k int) bool { return k < len(v.owner) && v.owner[k] == "" }
 
 // memberList is the live members in byte order.
 func (v *view) memberList() []string {
-	out := make([]string, 0, len(v.members))
-	for id := range v.members {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(v.members))
 }
 
 // claims are the shards to ask for now, in ascending order: target gives
@@ -127,10 +123,6 @@ const (
 	// dropped: failed because the member ended: nothing more.
 	dropped
 )
-
-func (a afterAcquire) String() string {
-	return [...]string{"keep", "give back", "ask again", "held back", "wait for the release", "retry later", "dropped"}[a]
-}
 
 // acquireOutcome decides on the answer err to an acquisition of a shard:
 // freedMeanwhile, the watch saw its lock freed while it was asked for;
@@ -293,15 +285,10 @@ func awayFrom(target []string, self string, held map[int]*Shard) []*Shard {
 	return away
 }
 
+// settingsKey tells settings apart: nil and "" serial differ.
 func settingsKey(st Settings) string {
-	return fmt.Sprint(st.Drained, st.Serial != nil, deref(st.Serial))
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
+	b, _ := json.Marshal(st)
+	return string(b)
 }
 
 func describe(st Settings) string {

@@ -297,3 +297,7 @@ func TestAwayFrom(t *testing.T) {
 		t.Errorf("nothing held: %v", a)
 	}
 }
+
+func (a afterAcquire) String() string {
+	return [...]string{"keep", "give back", "ask again", "held back", "wait for the release", "retry later", "dropped"}[a]
+}

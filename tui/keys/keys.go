@@ -27,8 +27,7 @@ type KeyMap struct {
 	// Interrupt quits from anywhere, also while typing a filter.
 	Interrupt key.Binding
 
-	Yes key.Binding // confirm a revoke, a freeze or a thaw
-	No  key.Binding // cancel it
+	Yes key.Binding // confirm a revoke, a freeze or a thaw (any other key cancels)
 
 	Apply key.Binding // keep the typed filter and leave the input
 }
@@ -57,7 +56,6 @@ func Default() KeyMap {
 		Interrupt: key.NewBinding(key.WithKeys("ctrl+c"), key.WithHelp("ctrl+c", "quit")),
 
 		Yes: key.NewBinding(key.WithKeys("y", "Y"), key.WithHelp("y", "yes")),
-		No:  key.NewBinding(key.WithKeys("n", "N", "esc", "q"), key.WithHelp("n/esc", "cancel")),
 
 		Apply: key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "apply")),
 	}

@@ -6,10 +6,11 @@ package styles
 
 import (
 	"cmp"
-	"strings"
 
 	"github.com/charmbracelet/bubbles/help"
 	"github.com/charmbracelet/lipgloss"
+
+	"github.com/fence-dev/fence/tui/internal/store"
 )
 
 // Styles is every style of the dashboard. Build it with New.
@@ -43,41 +44,6 @@ type Styles struct {
 	Prompt   lipgloss.Style // the filter prompt
 	Help     help.Styles    // the key help (bubbles/help)
 	Renderer *lipgloss.Renderer
-
-	// Cell holds the table's cell styles as Paints: a frame styles a few
-	// hundred cells, and Paint costs a concatenation where
-	// lipgloss.Style.Render lays the text out again each time.
-	Cell struct {
-		Held, Free, Expiring, Limit, Dim, Alert, BarFull, BarEmpty Paint
-	}
-}
-
-// Paint is an inline style (colours, bold) reduced to the escape sequences
-// around the text. It cannot pad, align or wrap: use it on text already
-// cut to its width.
-type Paint struct{ on, off string }
-
-// marker stands for the text while a style is rendered once.
-const marker = "\uE000"
-
-// NewPaint reduces st to a Paint. Styles with layout (width, padding,
-// borders) lose it.
-func NewPaint(st lipgloss.Style) Paint {
-	out := st.Inline(true).Render(marker)
-	on, off, ok := strings.Cut(out, marker)
-	if !ok {
-		return Paint{}
-	}
-	return Paint{on: on, off: off}
-}
-
-// Render wraps s in the paint's escape sequences (none under the ASCII
-// profile).
-func (p Paint) Render(s string) string {
-	if p.on == "" && p.off == "" {
-		return s
-	}
-	return p.on + s + p.off
 }
 
 // New builds the styles on renderer r (nil: lipgloss's default renderer).
@@ -129,15 +95,6 @@ func New(r *lipgloss.Renderer) *Styles {
 	s.Confirm = r.NewStyle().Bold(true).Foreground(yellow)
 	s.Prompt = r.NewStyle().Bold(true).Foreground(accent)
 
-	s.Cell.Held = NewPaint(s.Held)
-	s.Cell.Free = NewPaint(s.Free)
-	s.Cell.Expiring = NewPaint(s.Expiring)
-	s.Cell.Limit = NewPaint(s.Limit)
-	s.Cell.Dim = NewPaint(s.Dim)
-	s.Cell.Alert = NewPaint(s.Alert)
-	s.Cell.BarFull = NewPaint(s.BarFull)
-	s.Cell.BarEmpty = NewPaint(s.BarEmpty)
-
 	key := r.NewStyle().Foreground(accent)
 	desc := r.NewStyle().Foreground(dim)
 	s.Help = help.Styles{
@@ -150,4 +107,19 @@ func New(r *lipgloss.Renderer) *Styles {
 		FullSeparator:  desc,
 	}
 	return s
+}
+
+// State is the style of a lock's state (the STATE column, the details'
+// title): the limit's when an operator limit binds the lock, else held's,
+// expiring's or free's.
+func (s *Styles) State(limited bool, st store.State) lipgloss.Style {
+	switch {
+	case limited:
+		return s.Limit
+	case st == store.Held:
+		return s.Held
+	case st == store.Expiring:
+		return s.Expiring
+	}
+	return s.Free
 }

@@ -90,9 +90,6 @@ func openStore(stateDir string) (*store, error) {
 	return &store{dir: dir, share: share, now: time.Now}, nil
 }
 
-// Dir returns the store's directory (<state-dir>/guards).
-func (s *store) Dir() string { return s.dir }
-
 // record is the on-disk form of a value.
 type record struct {
 	Version   int       `json:"version"`

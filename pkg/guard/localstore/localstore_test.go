@@ -377,3 +377,6 @@ func TestProcessesLinearizable(t *testing.T) {
 		t.Fatalf("multi-process history is not linearizable: %v", res)
 	}
 }
+
+// Dir returns the store's directory (<state-dir>/guards).
+func (s *store) Dir() string { return s.dir }

@@ -73,24 +73,16 @@ type DB interface {
 // column.
 const noColumn = "-"
 
-// config names a fenced table and its columns. Empty column names take the
-// defaults.
+// config names a fenced table and its columns (see New and the Options).
+// Empty column names take the defaults.
 type config struct {
-	Dialect Dialect
-	// Schema optionally qualifies Table (PostgreSQL schema, SQLite attached
-	// database name).
-	Schema string
-	// Table is the table's name (required).
-	Table string
-	// KeyColumn is the primary key (or unique) column: "id".
-	KeyColumn string
-	// ValueColumn holds the value of Put and Get: "value".
-	ValueColumn string
-	// FenceColumn holds the token of the last accepted write: "fence".
-	FenceColumn string
-	// UpdatedAtColumn records the writer's time of the last accepted write:
-	// "updated_at"; noColumn when the table has none.
-	UpdatedAtColumn string
+	Dialect         Dialect
+	Schema          string // optional
+	Table           string
+	KeyColumn       string // "id"
+	ValueColumn     string // "value"
+	FenceColumn     string // "fence"
+	UpdatedAtColumn string // "updated_at"; noColumn: the table has none
 }
 
 // Option sets the schema or a column name of a Table.
@@ -423,23 +415,31 @@ func (t *Table) Put(ctx context.Context, key string, token uint64, value []byte)
 	if value == nil {
 		value = []byte{}
 	}
+	return t.write(ctx, "put", key, key, token, true, func() *stmt { return t.upsertStmt(key, int64(token), value) })
+}
+
+// write runs the fenced statement build makes until it changes a row, or
+// explain says why it changed none; a row that changed under it (and, with
+// retryMissing, for the upsert, a row deleted meanwhile) is tried again, up
+// to attempts times. what and name are for the errors.
+func (t *Table) write(ctx context.Context, what string, key any, name string, token uint64, retryMissing bool, build func() *stmt) error {
 	for range attempts {
-		s := t.upsertStmt(key, int64(token), value)
+		s := build()
 		res, err := t.db.ExecContext(ctx, s.String(), s.args...)
 		if err != nil {
-			return fmt.Errorf("sqlguard: put %q: %w", key, err)
+			return fmt.Errorf("sqlguard: %s %q: %w", what, name, err)
 		}
 		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("sqlguard: put %q: %w", key, err)
+			return fmt.Errorf("sqlguard: %s %q: %w", what, name, err)
 		} else if n > 0 {
 			return nil
 		}
-		err = t.explain(ctx, key, key, token)
-		if !errors.Is(err, errRetry) && !errors.Is(err, guard.ErrNotFound) {
+		err = t.explain(ctx, key, name, token)
+		if !errors.Is(err, errRetry) && !(retryMissing && errors.Is(err, guard.ErrNotFound)) {
 			return err
 		}
 	}
-	return fmt.Errorf("sqlguard: put %q: the row kept changing under the write; giving up", key)
+	return fmt.Errorf("sqlguard: %s %q: the row kept changing under the write; giving up", what, name)
 }
 
 // Update is the fenced UPDATE: it sets each column of set to its value,
@@ -469,23 +469,7 @@ func (t *Table) Update(ctx context.Context, key any, token uint64, set map[strin
 			}
 		}
 	}
-	name := fmt.Sprint(key)
-	for range attempts {
-		s := t.updateStmt(key, int64(token), set)
-		res, err := t.db.ExecContext(ctx, s.String(), s.args...)
-		if err != nil {
-			return fmt.Errorf("sqlguard: update %q: %w", name, err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return fmt.Errorf("sqlguard: update %q: %w", name, err)
-		} else if n > 0 {
-			return nil
-		}
-		if err := t.explain(ctx, key, name, token); !errors.Is(err, errRetry) {
-			return err
-		}
-	}
-	return fmt.Errorf("sqlguard: update %q: the row kept changing under the write; giving up", name)
+	return t.write(ctx, "update", key, fmt.Sprint(key), token, false, func() *stmt { return t.updateStmt(key, int64(token), set) })
 }
 
 var errRetry = errors.New("retry")

@@ -444,11 +444,11 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 	if err != nil {
 		return nil, err
 	}
-	return s.newestKept(entries, limit), nil
+	return trim.Newest(s.opts, entries, limit), nil
 }
 
 // newestOp reads lock's newest events, newest first: as many as the count
-// bound keeps, at most limit (0: no limit). newestKept makes History's
+// bound keeps, at most limit (0: no limit). trim.Newest makes History's
 // answer of them.
 func (s *store) newestOp(lock string, limit int) clientv3.Op {
 	n := s.opts.MaxEvents
@@ -489,7 +489,7 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 		return nil, err
 	}
 	s.keep(lock, st)
-	return s.newestKept(entries, n), nil
+	return trim.Newest(s.opts, entries, n), nil
 }
 
 // LastLease returns the newest lease event (opts.OfLease) among
@@ -568,20 +568,6 @@ func (s *store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (
 	return history.Event{}, false, nil
 }
 
-// newestKept turns entries read newest first into History's answer: oldest
-// first, the bounds applied, at most limit (0: no limit).
-func (s *store) newestKept(entries []history.Entry, limit int) []history.Event {
-	for i, j := 0, len(entries)-1; i < j; i, j = i+1, j-1 {
-		entries[i], entries[j] = entries[j], entries[i]
-	}
-	entries = trim.Kept(s.opts, entries, entryTime, limit)
-	out := make([]history.Event, len(entries))
-	for i, e := range entries {
-		out[i] = e.Event
-	}
-	return out
-}
-
 // Since implements history.Store.
 func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
 	if err := coord.ValidateName(lock); err != nil {
@@ -597,7 +583,7 @@ func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history
 	if err != nil {
 		return nil, err
 	}
-	return trim.Kept(s.opts, entries, entryTime, 0), nil
+	return trim.Kept(s.opts, entries, trim.EntryTime, 0), nil
 }
 
 // Heads implements history.Store.
@@ -625,8 +611,6 @@ func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 	sort.Slice(heads, func(i, j int) bool { return heads[i].Lock < heads[j].Lock })
 	return heads, nil
 }
-
-func entryTime(e history.Entry) time.Time { return e.Event.Time }
 
 // decodeAll decodes event keys of lock, in the order given.
 func (s *store) decodeAll(lock string, kvs []*mvccpb.KeyValue) ([]history.Entry, error) {

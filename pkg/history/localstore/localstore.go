@@ -174,9 +174,6 @@ func openStore(stateDir string, opts ...history.Option) (*store, error) {
 	return &store{dir: dir, opts: o, share: share, cache: map[string]fileState{}, bad: map[string]fileID{}}, nil
 }
 
-// Dir returns the store's directory (<state-dir>/history).
-func (s *store) Dir() string { return s.dir }
-
 // File returns the path of the history file of lock.
 func (s *store) File(lock string) string { return filepath.Join(s.dir, fileBase(lock)+dataExt) }
 

@@ -320,3 +320,6 @@ func TestCanceledContext(t *testing.T) {
 		t.Fatalf("Record against a held lock file = %v", err)
 	}
 }
+
+// Dir returns the store's directory (<state-dir>/history).
+func (s *store) Dir() string { return s.dir }

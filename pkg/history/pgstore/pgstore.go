@@ -17,7 +17,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -110,13 +109,7 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 	if err != nil {
 		return nil, err
 	}
-	slices.Reverse(ents)
-	ents = trim.Kept(s.opts, ents, entryTime, limit)
-	out := make([]history.Event, len(ents))
-	for i, e := range ents {
-		out[i] = e.Event
-	}
-	return out, nil
+	return trim.Newest(s.opts, ents, limit), nil
 }
 
 // Since implements history.Store.
@@ -125,7 +118,7 @@ func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history
 	if err != nil {
 		return nil, err
 	}
-	return trim.Kept(s.opts, ents, entryTime, 0), nil
+	return trim.Kept(s.opts, ents, trim.EntryTime, 0), nil
 }
 
 // read reads lock's events that a clause (with the arguments from $2 on)
@@ -178,5 +171,3 @@ func (s *store) Heads(ctx context.Context) ([]history.Head, error) {
 	})
 	return heads, err
 }
-
-func entryTime(e history.Entry) time.Time { return e.Event.Time }

@@ -14,7 +14,6 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 
 	"github.com/charmbracelet/bubbles/viewport"
-	"github.com/charmbracelet/lipgloss"
 
 	"github.com/fence-dev/fence/internal/contention"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -275,16 +274,10 @@ func (m *Model) View(r *store.Row, now time.Time) string {
 	}
 	lines := m.header(r, now)
 	m.vp.Height = max(m.height-len(lines), 0)
-	for len(lines) > m.height {
-		lines = lines[:m.height]
-	}
 	if len(lines) < m.height {
-		body := m.vp.View()
-		lines = append(lines, body)
-		out := strings.Join(lines, "\n")
-		return padLines(out, m.height)
+		lines = append(lines, m.vp.View())
 	}
-	return strings.Join(lines, "\n")
+	return padLines(strings.Join(lines, "\n"), m.height)
 }
 
 // Sync fits the timeline to the room the header leaves for row r at now
@@ -340,37 +333,38 @@ func (m *Model) titleLine(r *store.Row, now time.Time) string {
 	stateStyle := s.Free
 	if r != nil {
 		state = r.Label(now)
-		stateStyle = m.stateStyle(r.Info.Limit != nil, r.State(now))
+		stateStyle = s.State(r.Info.Limit != nil, r.State(now))
 	}
 	nameW := max(m.width-2-len(state)-2, 1)
 	return "  " + s.Title.Render(format.Fit(m.name, nameW)) + "  " + stateStyle.Render(state)
 }
 
-// stateStyle colours the state: a limit first, then held and expiring.
-func (m *Model) stateStyle(limited bool, st store.State) lipgloss.Style {
-	s := m.styles
-	switch {
-	case limited:
-		return s.Limit
-	case st == store.Held:
-		return s.Held
-	case st == store.Expiring:
-		return s.Expiring
-	}
-	return s.Free
-}
-
 // pair is a line of two fields, label and value, the first in the left
 // half; one field alone (l2 "") takes the whole line.
 func (m *Model) pair(half int, l1, v1, l2, v2 string) string {
-	s, w := m.styles, m.width
-	const lw = labelW
 	if l2 == "" {
-		return "  " + s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(w-2-lw, 0))
+		return m.field(l1, v1)
 	}
+	s, lw := m.styles, labelW
 	left := s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(half-lw, 0))
-	right := s.Label.Render(format.Fit(l2, lw)) + format.Fit(v2, max(w-2-half-lw, 0))
+	right := s.Label.Render(format.Fit(l2, lw)) + format.Fit(v2, max(m.width-2-half-lw, 0))
 	return "  " + left + right
+}
+
+// field is a line of one field: its label, then v on the rest of the line.
+func (m *Model) field(label, v string) string {
+	return "  " + m.styles.Label.Render(format.Fit(label, labelW)) + m.rest(v)
+}
+
+// rest fits v to the line after a label; indent stands for the label on
+// the lines that follow a field.
+func (m *Model) rest(v string) string { return format.Fit(v, max(m.width-2-labelW, 0)) }
+
+var indent = strings.Repeat(" ", 2+labelW)
+
+// andMore is the line that counts the n items not named.
+func (m *Model) andMore(n int) string {
+	return indent + m.styles.Label.Render(m.rest(fmt.Sprintf("and %d more", n)))
 }
 
 // fields is the values of the header's pairs, "-" when not known.
@@ -444,7 +438,7 @@ func (m *Model) rowLines(i coord.LockInfo, now time.Time) []string {
 		lines = append(lines, m.holderLines(i, now)...)
 	}
 	if i.Limit != nil {
-		lines = append(lines, m.pair(0, "limit", m.limitText(*i.Limit), "", ""))
+		lines = append(lines, m.field("limit", m.limitText(*i.Limit)))
 	}
 	return append(lines, m.queueLines(i.Queue, now)...)
 }
@@ -476,12 +470,10 @@ func (m *Model) limitText(l coord.Limit) string {
 // holderLines name a semaphore's holders, oldest first (the fields above
 // are the oldest's): slot, holder, token, time left, held for.
 func (m *Model) holderLines(i coord.LockInfo, now time.Time) []string {
-	s := m.styles
-	lines := []string{"  " + s.Label.Render(format.Fit("slots", labelW)) +
-		format.Fit(fmt.Sprintf("%d of %d held", len(i.Holders), i.Slots), max(m.width-2-labelW, 0))}
+	lines := []string{m.field("slots", fmt.Sprintf("%d of %d held", len(i.Holders), i.Slots))}
 	for n, h := range i.Holders {
 		if n == maxQueue {
-			lines = append(lines, "  "+strings.Repeat(" ", labelW)+s.Label.Render(format.Fit(fmt.Sprintf("and %d more", len(i.Holders)-maxQueue), max(m.width-2-labelW, 0))))
+			lines = append(lines, m.andMore(len(i.Holders)-maxQueue))
 			break
 		}
 		v := fmt.Sprintf("slot %d: %s, token %d", h.Slot, h.Holder, h.Token)
@@ -491,7 +483,7 @@ func (m *Model) holderLines(i coord.LockInfo, now time.Time) []string {
 		if !h.AcquiredAt.IsZero() {
 			v += ", held " + format.Duration(max(now.Sub(h.AcquiredAt), 0))
 		}
-		lines = append(lines, "  "+strings.Repeat(" ", labelW)+format.Fit(v, max(m.width-2-labelW, 0)))
+		lines = append(lines, indent+m.rest(v))
 	}
 	return lines
 }
@@ -499,11 +491,10 @@ func (m *Model) holderLines(i coord.LockInfo, now time.Time) []string {
 // queueLines names who waits, first served first: place, holder, how long
 // and since when, and its lease (etcd) or process (local).
 func (m *Model) queueLines(q []coord.Waiter, now time.Time) []string {
-	s := m.styles
 	var lines []string
 	for i, wt := range q {
 		if i == maxQueue {
-			lines = append(lines, "  "+strings.Repeat(" ", labelW)+s.Label.Render(format.Fit(fmt.Sprintf("and %d more", len(q)-maxQueue), max(m.width-2-labelW, 0))))
+			lines = append(lines, m.andMore(len(q)-maxQueue))
 			break
 		}
 		v := fmt.Sprintf("%d. %s", i+1, wt.Holder)
@@ -520,7 +511,7 @@ func (m *Model) queueLines(q []coord.Waiter, now time.Time) []string {
 		if i == 0 {
 			label = "queue"
 		}
-		lines = append(lines, "  "+s.Label.Render(format.Fit(label, labelW))+format.Fit(v, max(m.width-2-labelW, 0)))
+		lines = append(lines, m.field(label, v))
 	}
 	return lines
 }
@@ -532,7 +523,6 @@ func (m *Model) contentionLines() []string {
 	if m.NoHistory || !m.loaded || m.err != nil || m.sum.Empty() {
 		return nil
 	}
-	s := m.styles
 	top := m.sum.Top()
 	row := func(label string, d contention.Durations) string {
 		v := "none"
@@ -540,11 +530,11 @@ func (m *Model) contentionLines() []string {
 			v = fmt.Sprintf("%-20s n=%-3d median %-6s max %-6s total %s", contention.Sparkline(d.Recent, top), d.Count,
 				roundDur(d.Median), roundDur(d.Max), roundDur(d.Total))
 		}
-		return "  " + s.Label.Render(format.Fit(label, labelW)) + format.Fit(v, max(m.width-2-labelW, 0))
+		return m.field(label, v)
 	}
 	lines := []string{row("waits", m.sum.Wait), row("holds", m.sum.Hold)}
 	if m.sum.Bottleneck() {
-		lines = append(lines, "  "+strings.Repeat(" ", labelW)+s.Bad.Render(format.Fit("waits exceed holds: the lock is the bottleneck", max(m.width-2-labelW, 0))))
+		lines = append(lines, indent+m.styles.Bad.Render(m.rest("waits exceed holds: the lock is the bottleneck")))
 	}
 	return lines
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/charmbracelet/lipgloss"
+
 	"github.com/fence-dev/fence/tui/internal/format"
 	"github.com/fence-dev/fence/tui/internal/store"
 	"github.com/fence-dev/fence/tui/styles"
@@ -290,32 +292,22 @@ func (m *Model) View(st *store.Store, now time.Time) string {
 }
 
 func (m *Model) header(b *strings.Builder, w [numCols]int, key store.SortKey, reverse bool) {
-	var h strings.Builder
-	h.WriteString(strings.Repeat(" ", gutter))
-	first := true
+	titles := make([]string, numCols)
 	for i, c := range columns {
-		if w[i] == 0 {
-			continue
-		}
-		if !first {
-			h.WriteByte(' ')
-		}
-		first = false
 		t := c.title
-		if c.sort == key {
-			if reverse {
-				t += "▴"
-			} else {
-				t += "▾"
-			}
+		switch {
+		case c.sort == key && reverse:
+			t += "▴"
+		case c.sort == key:
+			t += "▾"
 		}
 		if c.right {
-			h.WriteString(format.FitRight(t, w[i]))
+			titles[i] = format.FitRight(t, w[i])
 		} else {
-			h.WriteString(format.Fit(t, w[i]))
+			titles[i] = format.Fit(t, w[i])
 		}
 	}
-	b.WriteString(m.styles.Header.Render(format.Fit(h.String(), m.width)))
+	b.WriteString(m.styles.Header.Render(format.Fit(joinCells(titles, w, m.width, false), m.width)))
 }
 
 // row draws one row. A selected row is drawn unstyled inside the selection
@@ -346,19 +338,23 @@ type cellRow struct {
 	// unknown: the coordinator is not answering, the TTL is not known.
 	unknown   bool
 	noHistory bool
-	// paint is the cell styles; zero (no colour) on the selected row.
-	paint struct {
-		Held, Free, Expiring, Limit, Dim, Alert, BarFull, BarEmpty styles.Paint
+	styles    *styles.Styles
+	selected  bool // its cells are not styled (see row)
+}
+
+// paint is v in st, or v unstyled on the selected row.
+func (x *cellRow) paint(st lipgloss.Style, v string) string {
+	if x.selected {
+		return v
 	}
+	return st.Render(v)
 }
 
 func (m *Model) rowOf(r *store.Row, now time.Time, selected bool) *cellRow {
-	x := &cellRow{r: r, now: now, state: r.State(now), held: r.Info.Held, unknown: m.Unconfirmed, noHistory: m.NoHistory}
+	x := &cellRow{r: r, now: now, state: r.State(now), held: r.Info.Held, unknown: m.Unconfirmed, noHistory: m.NoHistory,
+		styles: m.styles, selected: selected}
 	if m.Unconfirmed && x.held {
 		x.state = store.Held
-	}
-	if !selected {
-		x.paint = m.styles.Cell
 	}
 	return x
 }
@@ -377,7 +373,7 @@ var cellOf = [numCols]func(x *cellRow, width int) string{
 }
 
 // dash is the cell of a value not known or not there.
-func (x *cellRow) dash(width int) string { return x.paint.Dim.Render(format.FitRight("-", width)) }
+func (x *cellRow) dash(width int) string { return x.paint(x.styles.Dim, format.FitRight("-", width)) }
 
 // stateLabel is the STATE text: the state, or for a limited lock or a
 // semaphore held the row's label ("frozen", "limit 1", "2/3 held").
@@ -391,22 +387,14 @@ func stateLabel(state store.State, limited bool, slots int, label func() string)
 func stateCell(x *cellRow, width int) string {
 	i := x.r.Info
 	v := format.Fit(stateLabel(x.state, i.Limit != nil, i.Slots, func() string { return x.r.Label(x.now) }), width)
-	switch {
-	case i.Limit != nil:
-		return x.paint.Limit.Render(v)
-	case x.state == store.Held:
-		return x.paint.Held.Render(v)
-	case x.state == store.Expiring:
-		return x.paint.Expiring.Render(v)
-	}
-	return x.paint.Free.Render(v)
+	return x.paint(x.styles.State(i.Limit != nil, x.state), v)
 }
 
 func holderCell(x *cellRow, width int) string {
 	if x.held {
 		return format.Fit(x.r.Info.Holder, width)
 	}
-	return x.paint.Dim.Render(format.Fit("-", width))
+	return x.paint(x.styles.Dim, format.Fit("-", width))
 }
 
 // tokenCell: a free lock shows what the token sort sorts it by: its last
@@ -416,27 +404,27 @@ func tokenCell(x *cellRow, width int) string {
 	if x.held {
 		return v
 	}
-	return x.paint.Dim.Render(v)
+	return x.paint(x.styles.Dim, v)
 }
 
 func ttlCell(x *cellRow, width int) string {
 	switch {
 	case x.held && x.unknown:
-		return x.paint.Dim.Render(format.FitRight("?", width))
+		return x.paint(x.styles.Dim, format.FitRight("?", width))
 	case !x.held:
 		return x.dash(width)
 	}
 	left := x.r.TTLLeft(x.now)
 	full, empty := format.Bar(left, x.r.Info.TTL, width-ttlText-1)
-	fs := x.paint.BarFull
+	fs := x.styles.BarFull
 	if x.state == store.Expiring {
-		fs = x.paint.Expiring
+		fs = x.styles.Expiring
 	}
 	if full != "" {
-		full = fs.Render(full)
+		full = x.paint(fs, full)
 	}
 	if empty != "" {
-		empty = x.paint.BarEmpty.Render(empty)
+		empty = x.paint(x.styles.BarEmpty, empty)
 	}
 	return full + empty + " " + format.FitRight(format.Duration(format.Ceil(left)), ttlText)
 }
@@ -471,9 +459,9 @@ func counterText(n int, noHistory bool) (string, bool) {
 func (x *cellRow) counterCell(n, width int) string {
 	v, alert := counterText(n, x.noHistory)
 	if alert {
-		return x.paint.Alert.Render(format.FitRight(v, width))
+		return x.paint(x.styles.Alert, format.FitRight(v, width))
 	}
-	return x.paint.Dim.Render(format.FitRight(v, width))
+	return x.paint(x.styles.Dim, format.FitRight(v, width))
 }
 
 // joinCells is the row's line: the cursor mark, the cells of the columns

@@ -1,11 +1,16 @@
 package locktable
 
 import (
+	"io"
 	"testing"
 	"time"
 
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/tui/internal/store"
+	"github.com/fence-dev/fence/tui/styles"
 )
 
 // TestLayout: the columns a screen width shows and their widths. The
@@ -112,7 +117,9 @@ func TestCells(t *testing.T) {
 			TTLLeft: 20 * time.Second, AcquiredAt: now.Add(-90 * time.Second)}},
 		store.Change{Info: coord.LockInfo{Name: "free", LastToken: 5}})
 	st.SetCounts("held", 2, 0, now)
-	m := New(nil)
+	r := lipgloss.NewRenderer(io.Discard)
+	r.SetColorProfile(termenv.Ascii) // the cells' text, without colour
+	m := New(styles.New(r))
 	for _, c := range []struct {
 		lock        string
 		unconfirmed bool

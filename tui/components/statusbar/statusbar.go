@@ -105,7 +105,11 @@ func rightParts(d Data) (parts []string, limits bool) {
 // shown only with a filter, the waiting only when some wait.
 func totalsText(d Data) string {
 	t := d.Totals
-	totals := plural(t.Locks, "lock", "locks") + fmt.Sprintf(" · %d held · %d expiring", t.Held, t.Expiring)
+	locks := "locks"
+	if t.Locks == 1 {
+		locks = "lock"
+	}
+	totals := fmt.Sprintf("%d %s · %d held · %d expiring", t.Locks, locks, t.Held, t.Expiring)
 	if t.Waiters > 0 {
 		totals += fmt.Sprintf(" · %d waiting", t.Waiters)
 	}
@@ -188,12 +192,4 @@ func fitLine(s *styles.Styles, line string, width int) string {
 		return ansi.Truncate(line, width, "")
 	}
 	return line
-}
-
-// plural is "1 lock", "0 locks", "2 locks".
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }

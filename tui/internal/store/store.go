@@ -107,12 +107,10 @@ func (r *Row) Label(now time.Time) string {
 // limitRank orders rows by their limit for the state sort: frozen first,
 // then the limited ones (tightest first), then the others.
 func (r *Row) limitRank() int {
-	switch l := r.Info.Limit; {
-	case l == nil:
-		return coord.MaxLimit + 1
-	default:
+	if l := r.Info.Limit; l != nil {
 		return l.Max
 	}
+	return coord.MaxLimit + 1
 }
 
 // Token is the holder's token, or the last token issued for a free lock.
@@ -330,24 +328,6 @@ func (s *Store) Replace(at time.Time, infos []coord.LockInfo) {
 		}
 	}
 	s.sortAll()
-}
-
-// Remove drops a lock's row.
-func (s *Store) Remove(name string) {
-	r := s.rows[name]
-	if r == nil {
-		return
-	}
-	if i := s.find(s.all, r); i >= 0 {
-		s.all = slices.Delete(s.all, i, i+1)
-	}
-	if s.filter != "" {
-		if i := s.find(s.filtered, r); i >= 0 {
-			s.filtered = slices.Delete(s.filtered, i, i+1)
-		}
-	}
-	s.account(r, -1)
-	delete(s.rows, name)
 }
 
 // SetCounts records a lock's history counters, read at at.

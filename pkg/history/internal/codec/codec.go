@@ -23,30 +23,17 @@ import (
 // smaller (names and keys are at most 256 bytes, free text 1 KiB).
 const MaxLen = 16 << 10
 
+// wire is the stored form: the event's JSON fields and its durations.
 type wire struct {
-	Seq           uint64       `json:"seq,omitempty"`
-	Time          time.Time    `json:"time"`
-	Lock          string       `json:"lock"`
-	Kind          history.Kind `json:"kind"`
-	Holder        string       `json:"holder,omitempty"`
-	Token         uint64       `json:"token,omitempty"`
-	WaitNS        int64        `json:"wait_ns,omitempty"`
-	HeldForNS     int64        `json:"held_for_ns,omitempty"`
-	Count         int          `json:"count,omitempty"`
-	Error         string       `json:"error,omitempty"`
-	Key           string       `json:"key,omitempty"`
-	Reason        string       `json:"reason,omitempty"`
-	AcceptedToken uint64       `json:"accepted_token,omitempty"`
-	LeaseID       string       `json:"lease_id,omitempty"`
+	Seq uint64 `json:"seq,omitempty"`
+	history.Event
+	WaitNS    int64 `json:"wait_ns,omitempty"`
+	HeldForNS int64 `json:"held_for_ns,omitempty"`
 }
 
 // Encode returns the stored form of ev, with seq when it is not 0.
 func Encode(seq uint64, ev history.Event) ([]byte, error) {
-	b, err := json.Marshal(wire{
-		Seq: seq, Time: ev.Time, Lock: ev.Lock, Kind: ev.Kind, Holder: ev.Holder, Token: ev.Token,
-		WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor), Count: ev.Count, Error: ev.Error,
-		Key: ev.Key, AcceptedToken: ev.AcceptedToken, LeaseID: ev.LeaseID, Reason: ev.Reason,
-	})
+	b, err := json.Marshal(wire{Seq: seq, Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
 	if err != nil {
 		return nil, err
 	}
@@ -77,9 +64,6 @@ func Decode(b []byte) (uint64, history.Event, error) {
 	case w.WaitNS < 0 || w.HeldForNS < 0 || w.Count < 0:
 		return 0, history.Event{}, errors.New("event has a negative duration or count")
 	}
-	return w.Seq, history.Event{
-		Time: w.Time, Lock: w.Lock, Kind: w.Kind, Holder: w.Holder, Token: w.Token,
-		Wait: time.Duration(w.WaitNS), HeldFor: time.Duration(w.HeldForNS), Count: w.Count,
-		Error: w.Error, Key: w.Key, AcceptedToken: w.AcceptedToken, LeaseID: w.LeaseID, Reason: w.Reason,
-	}, nil
+	w.Wait, w.HeldFor = time.Duration(w.WaitNS), time.Duration(w.HeldForNS)
+	return w.Seq, w.Event, nil
 }

@@ -24,7 +24,7 @@ const MaxTextLen = 1024
 const recordTimeout = 3 * time.Second
 
 // maxPending is the default Options.MaxPending.
-const maxPending = 256 // as history's defaultMaxPending
+const maxPending = 256
 
 // Options configure stores and the Recorder. Each reads the fields it
 // needs; the zero value of a field means its default.

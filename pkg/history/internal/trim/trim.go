@@ -2,6 +2,7 @@
 package trim
 
 import (
+	"slices"
 	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
@@ -28,6 +29,22 @@ func Kept[E any](o opts.Options, evs []E, at func(E) time.Time, limit int) []E {
 	}
 	return out
 }
+
+// Newest turns a lock's entries read newest first into History's answer:
+// oldest first, the bounds applied, at most limit (0: no limit). It reuses
+// ents.
+func Newest(o opts.Options, ents []history.Entry, limit int) []history.Event {
+	slices.Reverse(ents)
+	ents = Kept(o, ents, EntryTime, limit)
+	out := make([]history.Event, len(ents))
+	for i, e := range ents {
+		out[i] = e.Event
+	}
+	return out
+}
+
+// EntryTime is the time of an entry's event.
+func EntryTime(e history.Entry) time.Time { return e.Event.Time }
 
 // EachLock normalizes evs at now (history.Normalize) and calls write with
 // each lock's events, in their order, the locks in order of first
