@@ -161,7 +161,7 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
 		for len(evs) > 0 {
 			n := min(len(evs), maxBatch)
-			if err := s.append(ctx, lock, evs[:n]); err != nil {
+			if err := s.appendWith(ctx, lock, evs[:n], s.commit); err != nil {
 				return err
 			}
 			evs = evs[n:]
@@ -170,26 +170,21 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	})
 }
 
-func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {
-	return s.appendWith(ctx, lock, evs, nil)
-}
-
 // commitFunc commits a write's transaction: If(cmp).Then(then...).Else(els...).
 type commitFunc func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error)
 
-// appendWith is append, with the transaction committed by commit (nil: on
-// the store's client). An error of commit wrapping errNotHeld is returned
-// as it is.
+// commit is the commitFunc of a write on the store's client.
+func (s *store) commit(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	return s.cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
+}
+
+// appendWith writes the events of one lock, its transaction committed by
+// commit. An error of commit wrapping errNotHeld is returned as it is.
 func (s *store) appendWith(ctx context.Context, lock string, evs []history.Event, commit commitFunc) error {
 	cut := s.opts.Cutoff()
 	kept, vals, err := encodeKept(evs, cut)
 	if err != nil || len(kept) == 0 {
 		return err // none: already past the age bound, kept nowhere
-	}
-	if commit == nil {
-		commit = func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
-			return s.cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
-		}
 	}
 	st, ok := s.cached(lock)
 	if !ok {
@@ -390,19 +385,25 @@ func (s *store) decodeState(lock string, resps []*etcdserverpb.ResponseOp) (stat
 	if len(resps) != 2 || resps[0].GetResponseRange() == nil || resps[1].GetResponseRange() == nil {
 		return state{}, fmt.Errorf("%w: history of %q: unexpected transaction response", coord.ErrUnavailable, lock)
 	}
-	st := state{head: head{First: 1}}
-	if hkvs := resps[0].GetResponseRange().Kvs; len(hkvs) > 0 {
-		h, err := decodeHead(hkvs[0].Value)
-		if err != nil {
-			return state{}, corrupt(lock, string(hkvs[0].Key), err.Error())
-		}
-		st.head, st.exists, st.modRev = h, true, hkvs[0].ModRevision
-	}
-	oldest, err := s.decodeAll(lock, resps[1].GetResponseRange().Kvs)
+	st, err := headState(lock, resps[0].GetResponseRange().Kvs)
 	if err != nil {
 		return state{}, err
 	}
-	st.oldest = oldest
+	st.oldest, err = s.decodeAll(lock, resps[1].GetResponseRange().Kvs)
+	return st, err
+}
+
+// headState is the state of lock as its head key, read as kvs, tells
+// (without the oldest events).
+func headState(lock string, kvs []*mvccpb.KeyValue) (state, error) {
+	st := state{head: head{First: 1}}
+	if len(kvs) > 0 {
+		h, err := decodeHead(kvs[0].Value)
+		if err != nil {
+			return state{}, corrupt(lock, string(kvs[0].Key), err.Error())
+		}
+		st.head, st.exists, st.modRev = h, true, kvs[0].ModRevision
+	}
 	return st, nil
 }
 
@@ -511,13 +512,9 @@ func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Even
 	if err != nil {
 		return history.Event{}, false, unavailable(ctx, lock, err)
 	}
-	st := state{head: head{First: 1}}
-	if len(resp.Kvs) > 0 {
-		h, err := decodeHead(resp.Kvs[0].Value)
-		if err != nil {
-			return history.Event{}, false, corrupt(lock, string(resp.Kvs[0].Key), err.Error())
-		}
-		st.head, st.exists, st.modRev = h, true, resp.Kvs[0].ModRevision
+	st, err := headState(lock, resp.Kvs)
+	if err != nil {
+		return history.Event{}, false, err
 	}
 	// The oldest events are not read: from the start of the lock's range,
 	// etcd's index walks past the key of every event deleted since its
