@@ -44,9 +44,8 @@ type keeper struct {
 	lanes  []*lane
 	health *health // told of every answer, and of renewals no member answered
 
-	mu      sync.Mutex
-	primary int
-	closed  bool
+	primary atomic.Int64 // the lane renewals go to first
+	closed  atomic.Bool
 }
 
 // hedgeAfter and stuckAfter: see keeper. A keep-alive answered by a
@@ -88,7 +87,7 @@ type kaStream struct {
 	stream   pb.Lease_LeaseKeepAliveClient
 	out      []*kaReq  // unanswered, in the order sent
 	err      error     // why the stream ended
-	lastRecv time.Time // when it was opened, then when the last response arrived
+	lastRecv time.Time // when the last response arrived (zero: none yet)
 }
 
 // kaReq is one request of a renewal on one stream; its answer (or the
@@ -123,7 +122,7 @@ func newKeeper(cli *clientv3.Client, cfg clientv3.Config, h *health) *keeper {
 		k.lanes = append(k.lanes, &lane{k: k, idx: i, cfg: &c})
 	}
 	// The processes of a cluster's users spread over its members.
-	k.primary = rand.IntN(len(k.lanes))
+	k.primary.Store(rand.Int64N(int64(len(k.lanes))))
 	return k
 }
 
@@ -138,7 +137,7 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 	n := len(k.lanes)
 	res := make(chan kaResult, n) // every lane answers at most once, reader or not
 	queued := make([]time.Time, n)
-	p := k.primaryLane()
+	p := int(k.primary.Load())
 	send := func(i int) {
 		queued[i] = time.Now()
 		k.lanes[i].lastSend.Store(queued[i].UnixNano())
@@ -155,11 +154,7 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 			return
 		}
 		hedged = true
-		k.mu.Lock()
-		if k.primary == p {
-			k.primary = (p + 1) % n
-		}
-		k.mu.Unlock()
+		k.primary.CompareAndSwap(int64(p), int64((p+1)%n))
 		for d := 1; d < n; d++ {
 			send((p + d) % n)
 			pending++
@@ -175,16 +170,15 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 		case r := <-res:
 			pending--
 			if r.err == nil {
-				if n > 1 && hedged {
-					k.mu.Lock()
-					k.primary = r.lane // the lane that answers
-					k.mu.Unlock()
+				if hedged {
+					k.primary.Store(int64(r.lane)) // the lane that answers
 				}
 				return r.ttl, r.sent, nil
 			}
 			if errors.Is(r.err, errKeeperClosed) {
 				return 0, time.Time{}, r.err
 			}
+			queued[r.lane] = time.Time{} // not on that lane's stream any more
 			hedge()
 			if pending == 0 {
 				// Every member it was sent to failed it: silent, unless
@@ -205,14 +199,8 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 	}
 }
 
-func (k *keeper) primaryLane() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.primary
-}
-
-// resetStuck ends the stream of each lane a renewal was queued on (at
-// queued[i]; zero: not sent there) that has answered nothing since. The
+// resetStuck ends the stream of each lane a renewal waits on (queued there
+// at queued[i]; zero: not) that has answered nothing since. The
 // renewal's requests stay on the streams that answer, so that the answers
 // to the lease's later renewals are still told apart.
 func (k *keeper) resetStuck(queued []time.Time) {
@@ -237,40 +225,55 @@ func (k *keeper) resetStuck(queued []time.Time) {
 }
 
 // send sends r on the lane's stream, opening one when it has none; r gets
-// the stream's error when it cannot be sent.
+// the error when it cannot be sent.
 func (l *lane) send(r *kaReq) {
-	l.k.mu.Lock()
-	closed := l.k.closed
-	l.k.mu.Unlock()
-	if closed {
-		r.res <- kaResult{lane: l.idx, err: errKeeperClosed}
-		return
+	err := errKeeperClosed
+	for range 2 { // a stream that ended meanwhile: the next one
+		s := l.stream()
+		if s == nil {
+			break
+		}
+		var queued bool
+		if queued, err = s.send(r); queued {
+			return // answered, or failed with the stream
+		}
+	}
+	r.res <- kaResult{lane: l.idx, err: err}
+}
+
+// stream returns the lane's stream, making one when it has none (nil when
+// the keeper is closed).
+func (l *lane) stream() *kaStream {
+	if l.k.closed.Load() {
+		return nil
 	}
 	l.mu.Lock()
-	s := l.cur
-	if s == nil {
+	defer l.mu.Unlock()
+	if l.cur == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		s = &kaStream{lane: l, ctx: ctx, cancel: cancel, lastRecv: time.Now()}
-		l.cur = s
+		l.cur = &kaStream{lane: l, ctx: ctx, cancel: cancel}
 	}
-	l.mu.Unlock()
+	return l.cur
+}
+
+// send queues r on the stream and sends it (opening the stream first);
+// queued is false when the stream had ended.
+func (s *kaStream) send(r *kaReq) (queued bool, err error) {
 	s.mu.Lock()
 	if s.err == nil && s.stream == nil {
 		s.err = s.open()
 	}
-	err, queued := s.err, s.err == nil
-	if queued {
+	if err = s.err; err == nil {
 		r.sent = time.Now()
 		s.out = append(s.out, r)
+		queued = true
 		err = s.stream.Send(&pb.LeaseKeepAliveRequest{ID: r.id})
 	}
 	s.mu.Unlock()
 	if err != nil {
 		s.fail(err) // r, when queued, among the requests that get err
-		if !queued {
-			r.res <- kaResult{lane: l.idx, err: err}
-		}
 	}
+	return queued, err
 }
 
 // open opens the stream and starts its receiver. The stream lives as long
@@ -306,10 +309,7 @@ func (l *lane) client() (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.k.mu.Lock()
-	closed := l.k.closed
-	l.k.mu.Unlock()
-	if closed {
+	if l.k.closed.Load() {
 		cli.Close()
 		return nil, errKeeperClosed
 	}
@@ -368,9 +368,7 @@ func (s *kaStream) fail(err error) {
 // close ends every stream, fails the renewals waiting, and closes the
 // lanes' own clients.
 func (k *keeper) close() {
-	k.mu.Lock()
-	k.closed = true
-	k.mu.Unlock()
+	k.closed.Store(true)
 	for _, l := range k.lanes {
 		l.mu.Lock()
 		s := l.cur

@@ -464,11 +464,9 @@ func (s *store) newestOp(lock string, limit int) clientv3.Op {
 // Latest returns what History(ctx, lock, n) returns, the lock's last n kept
 // events (n <= 0: all of them), and reads in the same transaction what the
 // store's next write of lock needs to know (its head and oldest events),
-// which it keeps for that write, so that the write is one round trip. (The
-// Recorder, which looks for a lock's last lease event before it records an
-// acquisition, asks LastLease, which reads less.) A write that
-// finds the head moved meanwhile reads it again and retries, as after any
-// other writer.
+// which it keeps for that write, so that the write is one round trip (a
+// write that finds the head moved meanwhile reads it again, as after any
+// other writer).
 func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
@@ -493,17 +491,13 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 	return s.newestKept(entries, n), nil
 }
 
-// LastLease returns the newest lease event (opts.OfLease) among
-// lock's last n kept events (n <= 0: all of them), the one a scan of
+// LastLease returns the newest lease event (opts.OfLease) among lock's
+// last n kept events (n <= 0: all of them), the one a scan of
 // Latest(ctx, lock, n) from its end would find, and keeps the head for the
-// store's next write of lock. It reads the head's record of
-// that event (see head) and decides from the head's numbers and the age
-// bound whether it is among those n: one read of one key (the head),
-// whatever the length of the history, where
-// Latest's read of the newest events makes etcd read and sort the lock's
-// whole range (it has no reverse scan). A lock without a head has no
-// events. Where the head has no record (see head) it reads as Latest does.
-// The Recorder looks for this event before it records every acquisition.
+// store's next write of lock. It decides from the head's record of that
+// event (see head), its numbers and the age bound: one read of one key,
+// whatever the length of the history. Without a record it reads as Latest
+// does. The Recorder looks for this event before every acquisition.
 func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Event, bool, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return history.Event{}, false, err
