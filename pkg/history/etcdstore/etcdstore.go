@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -562,9 +563,7 @@ func (s *store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (
 // newestKept turns entries read newest first into History's answer: oldest
 // first, the bounds applied, at most limit (0: no limit).
 func (s *store) newestKept(entries []history.Entry, limit int) []history.Event {
-	for i, j := 0, len(entries)-1; i < j; i, j = i+1, j-1 {
-		entries[i], entries[j] = entries[j], entries[i]
-	}
+	slices.Reverse(entries)
 	entries = trim.Kept(s.opts, entries, entryTime, limit)
 	out := make([]history.Event, len(entries))
 	for i, e := range entries {
