@@ -37,13 +37,15 @@ type refusalWatch struct {
 
 	done    atomic.Bool // the check is over: the interceptor passes through
 	once    sync.Once
-	stop    chan struct{}
+	ctx     context.Context // ends with the check
+	cancel  context.CancelFunc
 	stopped chan struct{}
 	err     atomic.Pointer[error]
 }
 
 func newRefusalWatch(endpoints []string, where string, abort func()) *refusalWatch {
-	return &refusalWatch{endpoints: endpoints, where: where, abort: abort, stop: make(chan struct{}), stopped: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &refusalWatch{endpoints: endpoints, where: where, abort: abort, ctx: ctx, cancel: cancel, stopped: make(chan struct{})}
 }
 
 // interceptor is a unary client interceptor that starts the watch on the
@@ -57,15 +59,7 @@ func (w *refusalWatch) interceptor(ctx context.Context, method string, req, repl
 
 func (w *refusalWatch) watch(cc *grpc.ClientConn) {
 	defer close(w.stopped)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-w.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx := w.ctx
 	for {
 		s := cc.GetState()
 		switch s {
@@ -89,7 +83,7 @@ func (w *refusalWatch) watch(cc *grpc.ClientConn) {
 func (w *refusalWatch) end() {
 	w.done.Store(true)
 	w.once.Do(func() { close(w.stopped) }) // no request went out: no watch
-	close(w.stop)
+	w.cancel()
 	<-w.stopped
 }
 

@@ -294,7 +294,6 @@ func (c *coordinator) start(cli *clientv3.Client, cfg clientv3.Config) {
 	c.cli = cli
 	c.ctx, c.stop = context.WithCancel(cli.Ctx())
 	c.ka = newKeeper(cli, cfg, c.health)
-	c.leases.init()
 }
 
 // bound returns a context that ends with ctx or when c is closed, for the

@@ -185,7 +185,6 @@ type hedgedCall struct {
 	results        chan attemptResult
 	launched, done int
 	failedCmp      *attemptResult // a transaction whose compare failed, held for the others
-	lastErr        error
 }
 
 func (hc *hedgedCall) launch(f func(r any) error) {
@@ -306,7 +305,6 @@ func (hc *hedgedCall) onResult(r attemptResult, holdT *time.Timer) (res attemptR
 		}
 		return r, false
 	case resultWait:
-		hc.lastErr = r.err
 		if !hc.hedged && hc.ctx.Err() == nil {
 			hc.hedge() // the first copy failed at once (its member is gone): the others now
 		}

@@ -18,8 +18,7 @@ import (
 // lock (given by another process, or with another lock's name) is still
 // checked with a read first.
 type leases struct {
-	mu  sync.Mutex
-	own map[clientv3.LeaseID]owned
+	own sync.Map // clientv3.LeaseID: owned
 }
 
 // owned is a lease's key on a lock, put through this coordinator.
@@ -40,30 +39,18 @@ type ack struct {
 	ttl  time.Duration
 }
 
-func (l *leases) init() {
-	l.own = map[clientv3.LeaseID]owned{}
-}
-
 // owned returns the create revision of the key that lease id put on lock
 // name through this coordinator, and false when it put none there or was
 // released since.
 func (l *leases) owned(name string, id clientv3.LeaseID) (int64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if o, ok := l.own[id]; ok && o.name == name {
-		return o.create, true
+	if v, ok := l.own.Load(id); ok && v.(owned).name == name {
+		return v.(owned).create, true
 	}
 	return 0, false
 }
 
 func (l *leases) add(name string, id clientv3.LeaseID, create int64) {
-	l.mu.Lock()
-	l.own[id] = owned{name: name, create: create}
-	l.mu.Unlock()
+	l.own.Store(id, owned{name: name, create: create})
 }
 
-func (l *leases) forget(id clientv3.LeaseID) {
-	l.mu.Lock()
-	delete(l.own, id)
-	l.mu.Unlock()
-}
+func (l *leases) forget(id clientv3.LeaseID) { l.own.Delete(id) }

@@ -40,10 +40,7 @@ func (c *coordinator) onceKey(lock, key string) string {
 
 // Completion returns the record of (lock, key).
 func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
-	if err := checkOnce(lock, key, 0); err != nil {
-		return coord.Completion{}, false, err
-	}
-	if err := c.check(); err != nil {
+	if err := c.checkOnce(lock, key, 0); err != nil {
 		return coord.Completion{}, false, err
 	}
 	resp, err := c.cli.Get(ctx, c.onceKey(lock, key))
@@ -63,7 +60,7 @@ func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 // Complete writes rec in one transaction with the check that the lease
 // leaseID, of token rec.Token, holds rec.Lock.
 func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
+	if err := c.checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	id, err := parseID(leaseID)
@@ -72,9 +69,6 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 	}
 	if rec.Token == 0 || rec.Token > 1<<63-1 {
 		return fmt.Errorf("%w: completion of %q on %q: token %d is not a lease's", coord.ErrInvalid, rec.Key, rec.Lock, rec.Token)
-	}
-	if err := c.check(); err != nil {
-		return err
 	}
 	rec, ret, err := c.retain(ctx, "complete", rec, keep)
 	if err != nil {
@@ -110,10 +104,7 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 
 // Mark writes rec without a lease, replacing the record of its key.
 func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
-		return err
-	}
-	if err := c.check(); err != nil {
+	if err := c.checkOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	rec, ret, err := c.retain(ctx, "mark", rec, keep)
@@ -133,10 +124,7 @@ func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 
 // Forget deletes the record of (lock, key) and its retention lease.
 func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
-	if err := checkOnce(lock, key, 0); err != nil {
-		return false, err
-	}
-	if err := c.check(); err != nil {
+	if err := c.checkOnce(lock, key, 0); err != nil {
 		return false, err
 	}
 	resp, err := c.cli.Delete(ctx, c.onceKey(lock, key), clientv3.WithPrevKV())
@@ -208,12 +196,17 @@ func decodeCompletion(lock string, v []byte) (coord.Completion, bool) {
 	return rec, true
 }
 
-func checkOnce(lock, key string, keep time.Duration) error {
+// checkOnce checks the arguments of a call on the records of (lock, key),
+// and fails it on a closed coordinator.
+func (c *coordinator) checkOnce(lock, key string, keep time.Duration) error {
 	if err := coord.ValidateName(lock); err != nil {
 		return err
 	}
 	if err := coord.ValidateKey(key); err != nil {
 		return err
 	}
-	return coord.ValidateKeep(keep)
+	if err := coord.ValidateKeep(keep); err != nil {
+		return err
+	}
+	return c.check()
 }

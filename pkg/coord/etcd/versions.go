@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // MemberVersion is the server version one endpoint reported.
@@ -24,18 +23,14 @@ func (c *coordinator) ServerVersions(ctx context.Context) []MemberVersion {
 	var wg sync.WaitGroup
 	for i, ep := range eps {
 		out[i].Endpoint = ep
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var cli *clientv3.Client
+		wg.Go(func() {
+			cli := c.cli
 			if c.ka.multi() {
 				var err error
 				if cli, err = c.ka.lanes[i].client(); err != nil {
 					out[i].Err = err
 					return
 				}
-			} else {
-				cli = c.cli
 			}
 			st, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
 			if err != nil {
@@ -43,7 +38,7 @@ func (c *coordinator) ServerVersions(ctx context.Context) []MemberVersion {
 				return
 			}
 			out[i].Version = st.Version
-		}()
+		})
 	}
 	wg.Wait()
 	return out

@@ -200,8 +200,8 @@ func limitErr(name string, lim *coord.Limit, kvs []*mvccpb.KeyValue) error {
 }
 
 // waitDelete returns nil when pred's key is deleted at revision from or
-// later, or when its watch ends (compaction; the caller reads again); else
-// ctx's error or the lease-lost error.
+// later, or when its watch ends or goes deaf (compaction, a frozen member:
+// the caller reads again); else ctx's error or the lease-lost error.
 //
 // etcd serves a watch that starts at a revision it has already reached
 // from a catch-up loop that runs every 100ms, for that revision and every
@@ -285,32 +285,18 @@ func afterWatch(n watchNews) watchStep {
 // frozen or cut off while the TCP connection stays open, and a release
 // would be heard only when it comes back. So every watchCheck the waiter
 // asks for a progress notification (etcd answers on the same stream); a
-// watch that heard nothing for two of them is started again, from the same
-// revision, on a new stream (a stream is per context key: each watch has
-// its own), which the client's balancer puts on another member. The watch
-// requires a leader: a member that lost it ends the watch.
+// watch that heard nothing for two of them ends: the caller reads the lock
+// again (its claim is bounded and tried again) and watches again on a new
+// stream (a stream is per context key: each watch has its own), which the
+// client's balancer puts on another member. The watch requires a leader:
+// a member that lost it ends the watch.
 func (c *coordinator) watchDelete(ctx context.Context, key string, createRev, from int64, lost <-chan error, restart bool) (int64, error) {
 	wctx, cancel := c.watchContext(ctx)
 	defer cancel()
-	// Deaf: read whether the key is still there (a read is hedged across
-	// members), then watch again, elsewhere.
-	deaf := func() (int64, error) {
-		resp, err := c.cli.Get(ctx, key, clientv3.WithKeysOnly())
-		switch {
-		case err != nil:
-			return from, nil
-		case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev:
-			return 0, nil
-		}
-		return resp.Header.Revision + 1, nil
-	}
 	wch, err := c.watchCreated(ctx, lost, func() clientv3.WatchChan {
 		return c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	})
 	if wch == nil {
-		if err == nil {
-			return deaf()
-		}
 		return 0, err
 	}
 	tick := time.NewTicker(watchCheck)
@@ -322,7 +308,7 @@ func (c *coordinator) watchDelete(ctx context.Context, key string, createRev, fr
 			return 0, err
 		case <-tick.C:
 			if time.Since(heard) >= 2*watchCheck {
-				return deaf()
+				return 0, nil // deaf
 			}
 			go c.cli.RequestProgress(wctx)
 		case wr, ok := <-wch:

@@ -1,9 +1,10 @@
 package etcd
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -119,11 +120,7 @@ func (w *watcher) resync(ctx context.Context) error {
 // decodeLimits sets limits from the limit keys, unless one of them is not
 // fence's.
 func (w *watcher) decodeLimits() {
-	kvs := make([]*mvccpb.KeyValue, 0, len(w.lkvs))
-	for _, kv := range w.lkvs {
-		kvs = append(kvs, kv)
-	}
-	if ls, err := w.c.decodeLimits(kvs); err == nil {
+	if ls, err := w.c.decodeLimits(slices.Collect(maps.Values(w.lkvs))); err == nil {
 		w.limits = ls
 	}
 }
@@ -180,12 +177,7 @@ func (w *watcher) applyLimit(ctx context.Context, ev *clientv3.Event) bool {
 	}
 	old := w.limits
 	w.decodeLimits()
-	names := make([]string, 0, len(w.locks))
-	for name := range w.locks {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(w.locks)) {
 		lk := w.locks[name]
 		nl := coordkit.EffectiveLimit(w.limits, name)
 		if sameLimit(lk.info.Limit, nl) {
@@ -286,10 +278,7 @@ func (w *watcher) send(ctx context.Context, ev coord.Event) bool {
 
 // sorted returns a lock's keys by create revision.
 func sorted(m map[string]*mvccpb.KeyValue) []*mvccpb.KeyValue {
-	kvs := make([]*mvccpb.KeyValue, 0, len(m))
-	for _, kv := range m {
-		kvs = append(kvs, kv)
-	}
-	sort.Slice(kvs, func(i, j int) bool { return kvs[i].CreateRevision < kvs[j].CreateRevision })
-	return kvs
+	return slices.SortedFunc(maps.Values(m), func(a, b *mvccpb.KeyValue) int {
+		return cmp.Compare(a.CreateRevision, b.CreateRevision)
+	})
 }

@@ -161,7 +161,7 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
 		for len(evs) > 0 {
 			n := min(len(evs), maxBatch)
-			if err := s.append(ctx, lock, evs[:n]); err != nil {
+			if err := s.appendWith(ctx, lock, evs[:n], s.commit); err != nil {
 				return err
 			}
 			evs = evs[n:]
@@ -170,26 +170,21 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	})
 }
 
-func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {
-	return s.appendWith(ctx, lock, evs, nil)
-}
-
 // commitFunc commits a write's transaction: If(cmp).Then(then...).Else(els...).
 type commitFunc func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error)
 
-// appendWith is append, with the transaction committed by commit (nil: on
-// the store's client). An error of commit wrapping errNotHeld is returned
-// as it is.
+// commit is the commitFunc of a write on the store's client.
+func (s *store) commit(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	return s.cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
+}
+
+// appendWith writes the events of one lock, its transaction committed by
+// commit. An error of commit wrapping errNotHeld is returned as it is.
 func (s *store) appendWith(ctx context.Context, lock string, evs []history.Event, commit commitFunc) error {
 	cut := s.opts.Cutoff()
 	kept, vals, err := encodeKept(evs, cut)
 	if err != nil || len(kept) == 0 {
 		return err // none: already past the age bound, kept nowhere
-	}
-	if commit == nil {
-		commit = func(ctx context.Context, cmp clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
-			return s.cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
-		}
 	}
 	st, ok := s.cached(lock)
 	if !ok {
@@ -390,19 +385,25 @@ func (s *store) decodeState(lock string, resps []*etcdserverpb.ResponseOp) (stat
 	if len(resps) != 2 || resps[0].GetResponseRange() == nil || resps[1].GetResponseRange() == nil {
 		return state{}, fmt.Errorf("%w: history of %q: unexpected transaction response", coord.ErrUnavailable, lock)
 	}
-	st := state{head: head{First: 1}}
-	if hkvs := resps[0].GetResponseRange().Kvs; len(hkvs) > 0 {
-		h, err := decodeHead(hkvs[0].Value)
-		if err != nil {
-			return state{}, corrupt(lock, string(hkvs[0].Key), err.Error())
-		}
-		st.head, st.exists, st.modRev = h, true, hkvs[0].ModRevision
-	}
-	oldest, err := s.decodeAll(lock, resps[1].GetResponseRange().Kvs)
+	st, err := headState(lock, resps[0].GetResponseRange().Kvs)
 	if err != nil {
 		return state{}, err
 	}
-	st.oldest = oldest
+	st.oldest, err = s.decodeAll(lock, resps[1].GetResponseRange().Kvs)
+	return st, err
+}
+
+// headState is the state of lock as its head key, read as kvs, tells
+// (without the oldest events).
+func headState(lock string, kvs []*mvccpb.KeyValue) (state, error) {
+	st := state{head: head{First: 1}}
+	if len(kvs) > 0 {
+		h, err := decodeHead(kvs[0].Value)
+		if err != nil {
+			return state{}, corrupt(lock, string(kvs[0].Key), err.Error())
+		}
+		st.head, st.exists, st.modRev = h, true, kvs[0].ModRevision
+	}
 	return st, nil
 }
 
@@ -463,11 +464,9 @@ func (s *store) newestOp(lock string, limit int) clientv3.Op {
 // Latest returns what History(ctx, lock, n) returns, the lock's last n kept
 // events (n <= 0: all of them), and reads in the same transaction what the
 // store's next write of lock needs to know (its head and oldest events),
-// which it keeps for that write, so that the write is one round trip. (The
-// Recorder, which looks for a lock's last lease event before it records an
-// acquisition, asks LastLease, which reads less.) A write that
-// finds the head moved meanwhile reads it again and retries, as after any
-// other writer.
+// which it keeps for that write, so that the write is one round trip (a
+// write that finds the head moved meanwhile reads it again, as after any
+// other writer).
 func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
@@ -492,17 +491,13 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 	return trim.Newest(s.opts, entries, n), nil
 }
 
-// LastLease returns the newest lease event (opts.OfLease) among
-// lock's last n kept events (n <= 0: all of them), the one a scan of
+// LastLease returns the newest lease event (opts.OfLease) among lock's
+// last n kept events (n <= 0: all of them), the one a scan of
 // Latest(ctx, lock, n) from its end would find, and keeps the head for the
-// store's next write of lock. It reads the head's record of
-// that event (see head) and decides from the head's numbers and the age
-// bound whether it is among those n: one read of one key (the head),
-// whatever the length of the history, where
-// Latest's read of the newest events makes etcd read and sort the lock's
-// whole range (it has no reverse scan). A lock without a head has no
-// events. Where the head has no record (see head) it reads as Latest does.
-// The Recorder looks for this event before it records every acquisition.
+// store's next write of lock. It decides from the head's record of that
+// event (see head), its numbers and the age bound: one read of one key,
+// whatever the length of the history. Without a record it reads as Latest
+// does. The Recorder looks for this event before every acquisition.
 func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Event, bool, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return history.Event{}, false, err
@@ -511,13 +506,9 @@ func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Even
 	if err != nil {
 		return history.Event{}, false, unavailable(ctx, lock, err)
 	}
-	st := state{head: head{First: 1}}
-	if len(resp.Kvs) > 0 {
-		h, err := decodeHead(resp.Kvs[0].Value)
-		if err != nil {
-			return history.Event{}, false, corrupt(lock, string(resp.Kvs[0].Key), err.Error())
-		}
-		st.head, st.exists, st.modRev = h, true, resp.Kvs[0].ModRevision
+	st, err := headState(lock, resp.Kvs)
+	if err != nil {
+		return history.Event{}, false, err
 	}
 	// The oldest events are not read: from the start of the lock's range,
 	// etcd's index walks past the key of every event deleted since its
