@@ -56,13 +56,30 @@ func DurationVarP(fs *pflag.FlagSet, p *time.Duration, name, short string, value
 	fs.VarP(&durationValue{d: p, allowZero: allowZero}, name, short, usage)
 }
 
-// ParseLockName checks a lock name given on the command line (see
-// coord.ValidateName). The error wraps coord.ErrInvalid.
-func ParseLockName(s string) (string, error) {
-	if err := coord.ValidateName(s); err != nil {
-		return "", err
+// leaseWait is --ttl, --wait and -n/--no-wait, of run and acquire.
+type leaseWait struct {
+	ttl, wait time.Duration
+	noWait    bool
+}
+
+func (o *leaseWait) addFlags(fs *pflag.FlagSet) {
+	DurationVarP(fs, &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the lease")
+	DurationVarP(fs, &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
+	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
+}
+
+// waitFor is how long to wait for the lock: --wait, 0 with -n/--no-wait,
+// else for ever.
+func (o *leaseWait) waitFor(cmd *cobra.Command) (time.Duration, error) {
+	switch {
+	case o.noWait && cmd.Flags().Changed("wait"):
+		return 0, usageErrorf("--wait and -n/--no-wait conflict: give one")
+	case o.noWait:
+		return 0, nil
+	case cmd.Flags().Changed("wait"):
+		return o.wait, nil
 	}
-	return s, nil
+	return coord.WaitForever, nil
 }
 
 // ParseToken parses a fencing token: a positive decimal integer of at most
@@ -119,8 +136,7 @@ func lockArg(cmd *cobra.Command, args []string) error {
 	case 0:
 		return usageErrorf("%s needs a LOCK argument (usage: %s)", cmd.CommandPath(), cmd.UseLine())
 	case 1:
-		_, err := ParseLockName(args[0])
-		return err
+		return coord.ValidateName(args[0])
 	default:
 		return usageErrorf("%s takes one LOCK argument, got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
 	}

@@ -56,17 +56,9 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 					return fmt.Errorf("history %s: %w", output.Clean(args[0]), err)
 				}
 				if fm == output.JSON {
-					views := make([]eventView, 0, len(events))
-					for _, e := range events {
-						views = append(views, newEventView(e))
-					}
-					return output.WriteJSON(f.IO.Out, views)
+					return output.WriteJSON(f.IO.Out, viewsOf(events, newEventView))
 				}
-				rows := make([][]string, len(events))
-				for i, e := range events {
-					rows[i] = eventRow(e)
-				}
-				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), eventHeader, rows)
+				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
 			})
 		},
 	}

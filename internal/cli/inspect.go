@@ -210,15 +210,10 @@ func readShow(ctx context.Context, c coord.Coordinator, o *showOptions) (*shown,
 func (d *shown) view() showView {
 	v := showView{Lock: newLockView(d.info, d.now)}
 	v.Lock.CoordinatorWarning = d.warning
-	for _, c := range d.done {
-		v.Completions = append(v.Completions, newCompletionView(c))
-	}
+	v.Completions = viewsOf(d.done, newCompletionView)
 	if d.hasHistory {
 		v.Contention = ptr(newContention(d.events))
-		v.Events = make([]eventView, 0, len(d.events))
-		for _, e := range d.events {
-			v.Events = append(v.Events, newEventView(e))
-		}
+		v.Events = viewsOf(d.events, newEventView)
 	}
 	return v
 }
@@ -238,11 +233,7 @@ func (d *shown) writeText(out io.Writer, tty bool) error {
 	}
 	if len(d.done) > 0 {
 		fmt.Fprintln(out, "\nlast completions:")
-		rows := make([][]string, len(d.done))
-		for i, c := range d.done {
-			rows[i] = completionRow(c)
-		}
-		if err := output.WriteTable(out, tty, onceHeader, rows); err != nil {
+		if err := output.WriteTable(out, tty, onceHeader, viewsOf(d.done, completionRow)); err != nil {
 			return err
 		}
 	}
@@ -266,11 +257,7 @@ func (d *shown) writeEvents(out io.Writer, tty bool) error {
 		}
 	}
 	fmt.Fprintln(out, "\nevents:")
-	rows := make([][]string, len(d.events))
-	for i, e := range d.events {
-		rows[i] = eventRow(e)
-	}
-	return output.WriteTable(out, tty, eventHeader, rows)
+	return output.WriteTable(out, tty, eventHeader, viewsOf(d.events, eventRow))
 }
 
 // withWarning adds the coordinator's known problem (coordinatorWarning) to

@@ -51,11 +51,10 @@ func (o *limitOptions) scopeArgs(cmd *cobra.Command, args []string, more int, us
 		}
 		return args, nil
 	}
-	name, err := ParseLockName(args[0])
-	if err != nil {
+	if err := coord.ValidateName(args[0]); err != nil {
 		return nil, err
 	}
-	o.lock = name
+	o.lock = args[0]
 	return args[1:], nil
 }
 
@@ -220,11 +219,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
 			revoked := false
 			for _, h := range hs[:max(0, len(hs)-o.max)] {
-				ro := &revokeOptions{lock: i.Name, format: string(output.Text), token: strconv.FormatUint(h.Token, 10)}
-				if format == output.JSON {
-					ro.format = string(output.JSON)
-				}
-				if err := revokeWith(ctx, f, c, ro, false); exitcode.Code(err) == exitcode.No {
+				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name}, h.Token, format); exitcode.Code(err) == exitcode.No {
 					continue // gone by now
 				} else if err != nil {
 					return fmt.Errorf("%s %s: the limit is set; revoking the holder of %s (token %d): %w", cmdWord(res.Action), output.Clean(l.Scope()), output.Clean(i.Name), h.Token, err)

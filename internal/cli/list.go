@@ -150,10 +150,7 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 	tty := f.IO.IsStdoutTTY()
 	switch format {
 	case output.JSON, output.YAML:
-		views := make([]lockView, 0, len(infos))
-		for _, i := range infos {
-			views = append(views, newLockView(i, now))
-		}
+		views := viewsOf(infos, func(i coord.LockInfo) lockView { return newLockView(i, now) })
 		switch {
 		case format == output.YAML && watch:
 			fmt.Fprintln(out, "---")
@@ -165,13 +162,12 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 		}
 		return output.WriteJSON(out, views)
 	}
-	rows := make([][]string, len(infos))
+	var rows [][]string
 	limited := slices.ContainsFunc(infos, func(i coord.LockInfo) bool { return i.Limit != nil })
 	header := listHeader
 	if limited {
 		header = append(slices.Clip(listHeader), limitHeader)
 	}
-	rows = rows[:0]
 	for _, info := range infos {
 		for _, row := range listRows(info, now) {
 			if limited {

@@ -74,19 +74,13 @@ record marked by hand has token 0.`,
 				}
 				switch fm {
 				case output.JSON, output.YAML:
-					views := make([]completionView, 0, len(recs))
-					for _, r := range recs {
-						views = append(views, newCompletionView(r))
-					}
+					views := viewsOf(recs, newCompletionView)
 					if fm == output.YAML {
 						return output.WriteYAML(f.IO.Out, views)
 					}
 					return output.WriteJSON(f.IO.Out, views)
 				}
-				rows := make([][]string, len(recs))
-				for i, r := range recs {
-					rows[i] = completionRow(r)
-				}
+				rows := viewsOf(recs, completionRow)
 				if len(rows) == 0 && f.IO.IsStdoutTTY() {
 					_, err := fmt.Fprintln(f.IO.Out, "no completion records")
 					return err
@@ -171,7 +165,7 @@ func onceArgs(cmd *cobra.Command, args []string) error {
 	if len(args) != 2 {
 		return usageErrorf("%s needs LOCK and KEY, got %d arguments", cmd.CommandPath(), len(args))
 	}
-	if _, err := ParseLockName(args[0]); err != nil {
+	if err := coord.ValidateName(args[0]); err != nil {
 		return err
 	}
 	return coord.ValidateKey(args[1])

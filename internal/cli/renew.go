@@ -192,7 +192,7 @@ is free or, with --token, held under another token.`,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.lock = args[0]
-			return runRevoke(cmd.Context(), f, o, cmd.Flags().Changed("timeout"))
+			return runRevoke(cmd.Context(), f, o)
 		},
 	}
 	formatFlag(cmd, &o.format, output.Text, output.JSON)
@@ -205,27 +205,8 @@ is free or, with --token, held under another token.`,
 // defaultRevokeTimeout is --timeout when the lease's TTL is not known.
 const defaultRevokeTimeout = 15 * time.Second
 
-func runRevoke(ctx context.Context, f *Factory, o *revokeOptions, timeoutSet bool) error {
+func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
 	// Bad input is refused before the coordinator is opened.
-	if _, err := parseFormat(o.format, output.Text, output.JSON); err != nil {
-		return err
-	}
-	if o.token != "" {
-		if _, err := ParseToken(o.token); err != nil {
-			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
-		}
-	}
-	if timeoutSet && o.force {
-		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
-	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		return revokeWith(ctx, f, c, o, timeoutSet)
-	})
-}
-
-// revokeWith is revoke on the open coordinator c (also fence freeze
-// --revoke).
-func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeOptions, timeoutSet bool) error {
 	format, err := parseFormat(o.format, output.Text, output.JSON)
 	if err != nil {
 		return err
@@ -236,6 +217,19 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
 		}
 	}
+	if o.timeout != 0 && o.force {
+		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
+	}
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		return revokeWith(ctx, f, c, o, token, format)
+	})
+}
+
+// revokeWith is revoke of the holder with token (0: the holder) on the
+// open coordinator c (also fence freeze --revoke); o.timeout 0 is the
+// lease's TTL.
+func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeOptions, token uint64, format output.Format) error {
+	var err error
 	name := output.Clean(o.lock)
 	no := func(info coord.LockInfo, err error) error {
 		switch {
@@ -263,7 +257,7 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 	}
 	if asked {
 		timeout := o.timeout
-		if !timeoutSet {
+		if timeout == 0 {
 			timeout = res.info.TTL
 			if timeout <= 0 {
 				timeout = defaultRevokeTimeout

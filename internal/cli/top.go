@@ -90,8 +90,7 @@ func checkPrefix(p string) error {
 	if p == "" {
 		return nil
 	}
-	_, err := ParseLockName(p)
-	return err
+	return coord.ValidateName(p)
 }
 
 func runTop(ctx context.Context, f *Factory, o *topOptions) error {
