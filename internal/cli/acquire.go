@@ -22,7 +22,7 @@ type acquireOptions struct {
 	leaseWait
 	locks    []string
 	anyOrder bool
-	format   string
+	format   output.Format
 	slots    int
 }
 
@@ -78,10 +78,6 @@ enclosing fence run holds; --any-order allows it.`,
 }
 
 func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireOptions) error {
-	format, err := parseFormat(o.format, output.Text, output.JSON, output.Env)
-	if err != nil {
-		return err
-	}
 	if err := coord.ValidateTTL(o.ttl); err != nil {
 		return err
 	}
@@ -97,7 +93,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 		return err
 	}
 	order := newOrderCheck(cfg, "acquire", o.locks, o.anyOrder)
-	holder, err := f.holderOr(parentHolder)
+	holder, err := f.holder(parentHolder)
 	if err != nil {
 		return err
 	}
@@ -142,7 +138,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	if err != nil {
 		return fmt.Errorf("acquire %s: %w", cleanJoin(o.locks), err)
 	}
-	return writeLeases(f.IO.Out, format, leases, o.slots > 1)
+	return writeLeases(f.IO.Out, o.format, leases, o.slots > 1)
 }
 
 // writeLeases prints the leases acquire took: one lease's fields, or

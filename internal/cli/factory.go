@@ -169,13 +169,8 @@ func spoolDir(cfg *config.Config) string {
 	return filepath.Join(state, "history-spool-"+hex.EncodeToString(sum[:6]))
 }
 
-// holder returns the configured holder identity or the default.
-func (f *Factory) holder() (string, error) {
-	return f.holderOr(coord.DefaultHolder)
-}
-
-// holderOr is --holder, else def().
-func (f *Factory) holderOr(def func() string) (string, error) {
+// holder is --holder, else def() (coord.DefaultHolder but for acquire).
+func (f *Factory) holder(def func() string) (string, error) {
 	cfg, err := f.Config()
 	if err != nil {
 		return "", err

@@ -100,23 +100,32 @@ func ParseToken(s string) (uint64, error) {
 }
 
 // formatFlag adds -o/--output to cmd, with the allowed formats, the first
-// being the default.
-func formatFlag(cmd *cobra.Command, p *string, allowed ...output.Format) {
+// being the default. Another value is refused when the flags are parsed.
+func formatFlag(cmd *cobra.Command, p *output.Format, allowed ...output.Format) {
 	names := make([]string, len(allowed))
 	for i, f := range allowed {
 		names[i] = string(f)
 	}
-	cmd.Flags().StringVarP(p, "output", "o", names[0], "output format: "+strings.Join(names, ", "))
+	*p = allowed[0]
+	cmd.Flags().VarP(&formatValue{p, allowed}, "output", "o", "output format: "+strings.Join(names, ", "))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// parseFormat checks the value of -o.
-func parseFormat(s string, allowed ...output.Format) (output.Format, error) {
-	f, err := output.ParseFormat(s, allowed...)
-	if err != nil {
-		return "", usageErrorf("%v", err)
+// formatValue is the value of -o: one of allowed.
+type formatValue struct {
+	p       *output.Format
+	allowed []output.Format
+}
+
+func (v *formatValue) String() string { return string(*v.p) }
+func (v *formatValue) Type() string   { return "string" }
+
+func (v *formatValue) Set(s string) error {
+	f, err := output.ParseFormat(s, v.allowed...)
+	if err == nil {
+		*v.p = f
 	}
-	return f, nil
+	return err
 }
 
 // noArgs refuses positional arguments.

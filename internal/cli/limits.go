@@ -27,7 +27,7 @@ type limitOptions struct {
 	max      int
 	reason   string
 	revoke   bool
-	format   string
+	format   output.Format
 }
 
 // scopeArgs reads LOCK, or --under P, and the remaining arguments.
@@ -180,10 +180,6 @@ type limitResult struct {
 }
 
 func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
-	format, err := parseFormat(o.format, output.Text, output.JSON)
-	if err != nil {
-		return err
-	}
 	name, prefix := o.scope()
 	l := coord.Limit{Name: name, Prefix: prefix, Max: o.max, Reason: o.reason, By: config.DefaultSetter()}
 	if err := coord.ValidateLimit(l); err != nil {
@@ -193,7 +189,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 	if l.Max == 0 {
 		res.Action = "frozen"
 	}
-	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		if err := c.SetLimit(ctx, l); err != nil {
 			return fmt.Errorf("%s %s: %w", cmdWord(res.Action), output.Clean(l.Scope()), err)
 		}
@@ -219,7 +215,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
 			revoked := false
 			for _, h := range hs[:max(0, len(hs)-o.max)] {
-				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name}, h.Token, format); exitcode.Code(err) == exitcode.No {
+				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name}, h.Token, o.format); exitcode.Code(err) == exitcode.No {
 					continue // gone by now
 				} else if err != nil {
 					return fmt.Errorf("%s %s: the limit is set; revoking the holder of %s (token %d): %w", cmdWord(res.Action), output.Clean(l.Scope()), output.Clean(i.Name), h.Token, err)
@@ -235,17 +231,13 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 	if err != nil {
 		return err
 	}
-	return writeLimitResult(f, format, res)
+	return writeLimitResult(f, o.format, res)
 }
 
 func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
-	format, err := parseFormat(o.format, output.Text, output.JSON)
-	if err != nil {
-		return err
-	}
 	name, prefix := o.scope()
 	res := limitResult{Action: "thawed", Scope: scopeWord(prefix), Name: name}
-	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		old, ok, err := c.ClearLimit(ctx, name, prefix)
 		if err != nil {
 			return fmt.Errorf("thaw %s: %w", output.Clean(coord.Limit{Name: name, Prefix: prefix}.Scope()), err)
@@ -274,7 +266,7 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 	if err != nil {
 		return err
 	}
-	return writeLimitResult(f, format, res)
+	return writeLimitResult(f, o.format, res)
 }
 
 // covered lists the locks a limit of the scope (name, prefix) covers that

@@ -52,7 +52,7 @@ func newCompletionView(c coord.Completion) completionView {
 var onceHeader = []string{"KEY", "HOLDER", "TOKEN", "FINISHED", "DURATION"}
 
 func newCmdOnceList(f *Factory) *cobra.Command {
-	var format string
+	var format output.Format
 	cmd := &cobra.Command{
 		Use:   "list LOCK [-o table|json|yaml]",
 		Short: "List a lock's completion records: key, holder, token, finished, duration",
@@ -63,19 +63,15 @@ record marked by hand has token 0.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fm, err := parseFormat(format, output.Table, output.JSON, output.YAML)
-			if err != nil {
-				return err
-			}
 			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
 				recs, err := k.Completions(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
-				switch fm {
+				switch format {
 				case output.JSON, output.YAML:
 					views := viewsOf(recs, newCompletionView)
-					if fm == output.YAML {
+					if format == output.YAML {
 						return output.WriteYAML(f.IO.Out, views)
 					}
 					return output.WriteJSON(f.IO.Out, views)
@@ -146,7 +142,7 @@ then runs nothing. It is kept for --once-for (default 30 days).`,
 			if err := coord.ValidateKeep(keep); err != nil {
 				return err
 			}
-			holder, err := f.holder()
+			holder, err := f.holder(coord.DefaultHolder)
 			if err != nil {
 				return err
 			}

@@ -158,7 +158,7 @@ in), every one even when one fails.`,
 
 type revokeOptions struct {
 	lock    string
-	format  string
+	format  output.Format
 	token   string
 	force   bool
 	timeout time.Duration
@@ -207,12 +207,9 @@ const defaultRevokeTimeout = 15 * time.Second
 
 func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
 	// Bad input is refused before the coordinator is opened.
-	format, err := parseFormat(o.format, output.Text, output.JSON)
-	if err != nil {
-		return err
-	}
 	var token uint64
 	if o.token != "" {
+		var err error
 		if token, err = ParseToken(o.token); err != nil {
 			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
 		}
@@ -221,7 +218,7 @@ func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
 		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		return revokeWith(ctx, f, c, o, token, format)
+		return revokeWith(ctx, f, c, o, token, o.format)
 	})
 }
 

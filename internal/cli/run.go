@@ -178,7 +178,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		return err
 	}
 	order := newOrderCheck(cfg, "run", locks, o.anyOrder)
-	holder, err := f.holder()
+	holder, err := f.holder(coord.DefaultHolder)
 	if err != nil {
 		return err
 	}
