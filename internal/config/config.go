@@ -448,8 +448,6 @@ func toList(key string, v any, src Source) (out []string, blank int, err error) 
 	case nil:
 	case string:
 		parts = strings.Split(x, ",")
-	case []string:
-		parts = x
 	case []any:
 		for _, e := range x {
 			s, ok := e.(string)
