@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 
 	"github.com/fence-dev/fence/internal/config"
-	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/history"
 )
 
 // handover lets the watchdog end the leases of a run on cfg's coordinator
@@ -36,25 +33,13 @@ func endLeases(ctx context.Context, settings []byte, leases []coord.Lease) error
 	if err := json.Unmarshal(settings, cfg); err != nil {
 		return err
 	}
-	inner, err := config.Open(ctx, cfg)
-	if err != nil {
-		return err
-	}
 	// Nothing of the watchdog's goes to the command's stderr.
-	opts := []history.Option{history.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
-	if dir := spoolDir(cfg); dir != "" {
-		opts = append(opts, history.WithSpool(dir))
-	}
-	var c coord.Coordinator
-	if c, err = auto.Wrap(inner, opts...); err != nil {
-		inner.Close()
+	c, err := openRecorded(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
 		return err
 	}
 	for _, l := range leases {
 		err = errors.Join(err, c.Release(ctx, l.Name, l.ID))
 	}
-	if cc, ok := c.(interface{ CloseContext(context.Context) error }); ok {
-		return errors.Join(err, cc.CloseContext(ctx))
-	}
-	return errors.Join(err, c.Close())
+	return errors.Join(err, c.CloseContext(ctx))
 }
