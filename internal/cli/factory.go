@@ -85,21 +85,12 @@ type Factory struct {
 // config.Open.
 func NewFactory(ios *IOStreams) *Factory {
 	f := &Factory{IO: ios, Now: time.Now}
-	var (
-		once sync.Once
-		cfg  *config.Config
-		err  error
-	)
-	f.Config = func() (*config.Config, error) {
-		once.Do(func() {
-			if f.flags == nil {
-				err = fmt.Errorf("internal error: configuration read before the flags were defined")
-				return
-			}
-			cfg, err = config.Load(f.flags)
-		})
-		return cfg, err
-	}
+	f.Config = sync.OnceValues(func() (*config.Config, error) {
+		if f.flags == nil {
+			return nil, fmt.Errorf("internal error: configuration read before the flags were defined")
+		}
+		return config.Load(f.flags)
+	})
 	f.Logger = func() (*slog.Logger, error) {
 		cfg, err := f.Config()
 		if err != nil {

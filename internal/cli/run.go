@@ -224,13 +224,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	code, err := r.Run(ctx, c)
 	f.flushVersions(nil) // when they came after the lease, or it was not acquired
 	closeAfterRun(c, code)
-	if err != nil { // one line saying why fence did not run or stopped the command
-		return exitcode.New(code, shellHint(err, code, command, o.shell))
-	}
-	if code != 0 {
-		return exitcode.Silent(code)
-	}
-	return nil
+	return commandExit(code, err, command, o.shell)
 }
 
 // checkRunFlags refuses the flags of fence run that conflict with each

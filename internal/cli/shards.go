@@ -182,13 +182,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		if err := m.Leave(lctx); err != nil {
 			f.warnf("leaving group %q: %v", group, err)
 		}
-		if runErr != nil {
-			return exitcode.New(code, shellHint(runErr, code, command, o.shell))
-		}
-		if code != 0 {
-			return exitcode.Silent(code)
-		}
-		return nil
+		return commandExit(code, runErr, command, o.shell)
 	})
 }
 
