@@ -20,9 +20,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -391,22 +392,13 @@ func readFile(path string, explicit bool) (map[string]any, error) {
 	if m == nil {
 		return map[string]any{}, nil // empty file
 	}
-	known := map[string]bool{}
-	for _, k := range fileKeys {
-		known[k] = true
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch {
 		case k == KeyPassword:
 			return nil, configErr("config file %s: key %q is not allowed: give the password with %s or %s", path, k, EnvPassword, KeyPasswordFile)
 		case k == KeyConfig:
 			return nil, configErr("config file %s: key %q is not allowed in a config file", path, k)
-		case !known[k]:
+		case !slices.Contains(fileKeys, k):
 			return nil, configErr("config file %s: unknown key %q (keys are the global flag names: %s)", path, k, strings.Join(fileKeys, ", "))
 		}
 	}
