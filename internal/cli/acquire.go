@@ -132,8 +132,8 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 		}
 		return err
 	})
-	if sig, ok := interrupted(); ok && err != nil {
-		return interruptedError(sig)
+	if ierr := interrupted(); ierr != nil && err != nil {
+		return ierr
 	}
 	if err != nil {
 		return fmt.Errorf("acquire %s: %w", cleanJoin(o.locks), err)

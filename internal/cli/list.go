@@ -78,7 +78,7 @@ func runList(ctx context.Context, f *Factory, o *listOptions) error {
 	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		return watchList(ctx, f, c, o)
 	})
-	if _, ok := interrupted(); ok {
+	if interrupted() != nil {
 		return nil // the normal way to end --watch
 	}
 	return err
