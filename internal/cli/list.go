@@ -148,10 +148,10 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 	case output.JSON, output.YAML:
 		views := viewsOf(infos, func(i coord.LockInfo) lockView { return newLockView(i, now) })
 		switch {
-		case format == output.YAML && watch:
-			fmt.Fprintln(out, "---")
-			return output.WriteYAML(out, views)
 		case format == output.YAML:
+			if watch {
+				fmt.Fprintln(out, "---")
+			}
 			return output.WriteYAML(out, views)
 		case watch:
 			return output.WriteJSONLine(out, views)

@@ -26,16 +26,6 @@ func leaseFlag(cmd *cobra.Command, p *[]string) {
 	_ = cmd.MarkFlagRequired("lease")
 }
 
-func checkLeaseID(id string) error {
-	if id == "" {
-		return usageErrorf("--lease must not be empty")
-	}
-	if output.Clean(id) != id || len(id) > 256 {
-		return fmt.Errorf("%w: invalid lease id %s", coord.ErrInvalid, output.Clean(id))
-	}
-	return nil
-}
-
 // ids are the lease ids of o.locks, in their order. One lock takes one
 // --lease, as given; several take one id each, from repeated or
 // comma-separated --lease values.
@@ -49,8 +39,11 @@ func (o *leaseOptions) ids() ([]string, error) {
 		}
 	}
 	for _, id := range ids {
-		if err := checkLeaseID(id); err != nil {
-			return nil, err
+		if id == "" {
+			return nil, usageErrorf("--lease must not be empty")
+		}
+		if output.Clean(id) != id || len(id) > 256 {
+			return nil, fmt.Errorf("%w: invalid lease id %s", coord.ErrInvalid, output.Clean(id))
 		}
 	}
 	if len(ids) != len(o.locks) {
