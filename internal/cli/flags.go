@@ -102,10 +102,7 @@ func ParseToken(s string) (uint64, error) {
 // formatFlag adds -o/--output to cmd, with the allowed formats, the first
 // being the default. Another value is refused when the flags are parsed.
 func formatFlag(cmd *cobra.Command, p *output.Format, allowed ...output.Format) {
-	names := make([]string, len(allowed))
-	for i, f := range allowed {
-		names[i] = string(f)
-	}
+	names := viewsOf(allowed, func(f output.Format) string { return string(f) })
 	*p = allowed[0]
 	cmd.Flags().VarP(&formatValue{p, allowed}, "output", "o", "output format: "+strings.Join(names, ", "))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -269,12 +270,5 @@ func withWarning(fs []output.Field, warning string) []output.Field {
 
 // tokensOf lists the tokens of a lock's holders: "5, 6, 9".
 func tokensOf(i coord.LockInfo) string {
-	var b strings.Builder
-	for k, h := range i.AllHolders() {
-		if k > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprint(&b, h.Token)
-	}
-	return b.String()
+	return strings.Join(viewsOf(i.AllHolders(), func(h coord.HolderInfo) string { return strconv.FormatUint(h.Token, 10) }), ", ")
 }

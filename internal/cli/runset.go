@@ -161,25 +161,17 @@ func (o *orderCheck) check(ctx context.Context, c coord.Coordinator) error {
 		all = append(all, o.locks...)
 		slices.Sort(all)
 		all = slices.Compact(all)
-		quoted := make([]string, len(all))
-		for i, l := range all {
-			quoted[i] = output.ShellQuote(l)
-		}
 		head, tail := "", "" // acquire's error says "acquire LOCK...: " before it
 		if o.cmdName == "run" {
 			head, tail = "run: ", " -- ..."
 		}
 		return exitcode.New(exitcode.Failure, fmt.Errorf(
 			"%slock %q sorts before %q, which this command already holds (an enclosing fence run took it): nesting locks out of byte order can deadlock; take them in one fence (fence %s %s%s), which orders them, or nest them in byte order, or pass --any-order to allow it (and the deadlock)",
-			head, output.Clean(low), output.Clean(h.name), o.cmdName, strings.Join(quoted, " "), tail))
+			head, output.Clean(low), output.Clean(h.name), o.cmdName, strings.Join(viewsOf(all, output.ShellQuote), " "), tail))
 	}
 	return nil
 }
 
 func cleanJoin(locks []string) string {
-	c := make([]string, len(locks))
-	for i, l := range locks {
-		c[i] = output.Clean(l)
-	}
-	return strings.Join(c, " ")
+	return strings.Join(viewsOf(locks, output.Clean), " ")
 }
