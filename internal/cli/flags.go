@@ -138,14 +138,10 @@ func noArgs(cmd *cobra.Command, args []string) error {
 
 // lockArg requires exactly one LOCK argument and checks it.
 func lockArg(cmd *cobra.Command, args []string) error {
-	switch len(args) {
-	case 0:
-		return usageErrorf("%s needs a LOCK argument (usage: %s)", cmd.CommandPath(), cmd.UseLine())
-	case 1:
-		return coord.ValidateName(args[0])
-	default:
+	if len(args) > 1 {
 		return usageErrorf("%s takes one LOCK argument, got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
 	}
+	return locksArgs(cmd, args)
 }
 
 // maxArgs allows at most n positional arguments.
