@@ -10,20 +10,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/output"
+	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/fencing"
 )
 
 // DefaultTTL is the default lease TTL of acquire (and run).
 const DefaultTTL = 15 * time.Second
 
 type acquireOptions struct {
+	leaseWait
 	locks    []string
 	anyOrder bool
-	order    *orderCheck
-	ttl      time.Duration
-	wait     time.Duration
-	noWait   bool
-	format   string
+	format   output.Format
 	slots    int
 }
 
@@ -71,9 +70,7 @@ enclosing fence run holds; --any-order allows it.`,
 			return runAcquire(cmd.Context(), f, cmd, o)
 		},
 	}
-	DurationVarP(cmd.Flags(), &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the lease")
-	DurationVarP(cmd.Flags(), &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
-	cmd.Flags().BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
+	o.addFlags(cmd.Flags())
 	formatFlag(cmd, &o.format, output.Text, output.JSON, output.Env)
 	cmd.Flags().IntVar(&o.slots, "slots", 1, "let up to N hold the lock at once (a semaphore); prints the slot taken, 0 to N-1")
 	cmd.Flags().BoolVar(&o.anyOrder, "any-order", false, "take a lock that sorts before one an enclosing fence run holds (this is how nested fences deadlock)")
@@ -81,82 +78,122 @@ enclosing fence run holds; --any-order allows it.`,
 }
 
 func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireOptions) error {
-	format, err := parseFormat(o.format, output.Text, output.JSON, output.Env)
-	if err != nil {
-		return err
-	}
 	if err := coord.ValidateTTL(o.ttl); err != nil {
 		return err
 	}
 	if err := checkSlotsFlag(o.slots, len(o.locks)); err != nil {
 		return err
 	}
-	wait := coord.WaitForever
-	switch {
-	case o.noWait && cmd.Flags().Changed("wait"):
-		return usageErrorf("--wait and -n/--no-wait conflict: give one")
-	case o.noWait:
-		wait = 0
-	case cmd.Flags().Changed("wait"):
-		wait = o.wait
+	wait, err := o.waitFor(cmd)
+	if err != nil {
+		return err
 	}
 	cfg, err := f.Config()
 	if err != nil {
 		return err
 	}
-	o.order = newOrderCheck(cfg, "acquire", o.locks, o.anyOrder)
-	holder, err := f.holderOr(parentHolder)
+	order := newOrderCheck(cfg, "acquire", o.locks, o.anyOrder)
+	holder, err := f.holder(parentHolder)
 	if err != nil {
 		return err
 	}
 	ctx, interrupted, stop := interruptible(ctx)
 	defer stop()
-	if len(o.locks) > 1 {
-		return runAcquireSet(ctx, f, o, format, holder, wait, interrupted)
-	}
-	lock := o.locks[0]
-	var lease *coord.Lease
+	var leases []coord.Lease
 	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		if err := o.order.check(ctx, c); err != nil {
+		if err := order.check(ctx, c); err != nil {
 			return err
 		}
-		lease, err = c.Acquire(ctx, lock, coord.AcquireOptions{
-			TTL: o.ttl, Holder: holder, Wait: wait, Slots: o.slots,
+		if len(o.locks) == 1 {
+			lease, err := c.Acquire(ctx, o.locks[0], coord.AcquireOptions{
+				TTL: o.ttl, Holder: holder, Wait: wait, Slots: o.slots,
+				OnWait: func(cur coord.LockInfo) {
+					f.verbosef("waiting for %s (token %d)", output.Clean(cur.Holder), cur.Token)
+				},
+			})
+			if err == nil {
+				leases = []coord.Lease{*lease}
+			}
+			return err
+		}
+		// The leases taken are kept renewed while the next lock is waited
+		// for; once all are taken the renewals stop and every lease lasts
+		// its TTL, as the lease of one lock does.
+		hctx, stopHolds := context.WithCancel(ctx)
+		defer stopHolds()
+		set, err := fencing.AcquireSet(hctx, c, o.locks, coord.AcquireOptions{
+			TTL: o.ttl, Holder: holder, Wait: wait,
 			OnWait: func(cur coord.LockInfo) {
-				f.verbosef("waiting for %s (token %d)", output.Clean(cur.Holder), cur.Token)
+				f.verbosef("waiting for %s, held by %s (token %d)", output.Clean(cur.Name), output.Clean(cur.Holder), cur.Token)
 			},
 		})
-		return err
-	})
-	if sig, ok := interrupted(); ok && err != nil {
-		return interruptedError(sig)
-	}
-	if err != nil {
-		return fmt.Errorf("acquire %s: %w", output.Clean(lock), err)
-	}
-	out := f.IO.Out
-	switch format {
-	case output.JSON:
-		return output.WriteJSON(out, newLeaseView(lease))
-	case output.Env:
-		_, err := fmt.Fprintf(out, "FENCE_LOCK=%s\nFENCE_TOKEN=%d\nFENCE_LEASE_ID=%s\n",
-			output.ShellQuote(lease.Name), lease.Token, output.ShellQuote(lease.ID))
-		if err == nil && o.slots > 1 {
-			_, err = fmt.Fprintf(out, "FENCE_SLOT=%d\n", lease.Slot)
+		if err == nil {
+			leases = supervise.SetLeases(set)
 		}
 		return err
+	})
+	if ierr := interrupted(); ierr != nil && err != nil {
+		return ierr
 	}
-	fields := []output.Field{
-		{Key: "lock", Value: lease.Name},
-		{Key: "token", Value: fmt.Sprint(lease.Token)},
-		{Key: "lease_id", Value: lease.ID},
-		{Key: "holder", Value: lease.Holder},
-		{Key: "ttl", Value: output.Duration(lease.TTL)},
+	if err != nil {
+		return fmt.Errorf("acquire %s: %w", cleanJoin(o.locks), err)
 	}
-	if o.slots > 1 {
-		fields = append(fields, output.Field{Key: "slot", Value: fmt.Sprint(lease.Slot)})
+	return writeLeases(f.IO.Out, o.format, leases, o.slots > 1)
+}
+
+// writeLeases prints the leases acquire took: one lease's fields, or
+// (several locks) FENCE_LOCKS=N and numbered variables, a "leases" array.
+// slot adds each lease's slot of a semaphore.
+func writeLeases(out io.Writer, format output.Format, leases []coord.Lease, slot bool) error {
+	one := len(leases) == 1
+	switch {
+	case format == output.JSON && one:
+		return output.WriteJSON(out, newLeaseView(&leases[0]))
+	case format == output.JSON:
+		views := make([]leaseView, len(leases))
+		for i := range leases {
+			views[i] = newLeaseView(&leases[i])
+		}
+		return output.WriteJSON(out, struct {
+			Leases []leaseView `json:"leases"`
+		}{views})
+	case format == output.Env:
+		var b strings.Builder
+		if one {
+			l := leases[0]
+			fmt.Fprintf(&b, "FENCE_LOCK=%s\nFENCE_TOKEN=%d\nFENCE_LEASE_ID=%s\n", output.ShellQuote(l.Name), l.Token, output.ShellQuote(l.ID))
+			if slot {
+				fmt.Fprintf(&b, "FENCE_SLOT=%d\n", l.Slot)
+			}
+		} else {
+			fmt.Fprintf(&b, "FENCE_LOCKS=%d\n", len(leases))
+			for i, l := range leases {
+				fmt.Fprintf(&b, "FENCE_LOCK_%d=%s\nFENCE_TOKEN_%d=%d\nFENCE_LEASE_ID_%d=%s\n",
+					i+1, output.ShellQuote(l.Name), i+1, l.Token, i+1, output.ShellQuote(l.ID))
+			}
+		}
+		_, err := io.WriteString(out, b.String())
+		return err
 	}
-	return output.WriteFields(out, fields)
+	for i, l := range leases {
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		fields := []output.Field{
+			{Key: "lock", Value: l.Name},
+			{Key: "token", Value: fmt.Sprint(l.Token)},
+			{Key: "lease_id", Value: l.ID},
+			{Key: "holder", Value: l.Holder},
+			{Key: "ttl", Value: output.Duration(l.TTL)},
+		}
+		if slot {
+			fields = append(fields, output.Field{Key: "slot", Value: fmt.Sprint(l.Slot)})
+		}
+		if err := output.WriteFields(out, fields); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkSlotsFlag checks --slots N of run and acquire: 1 to coord.MaxSlots,

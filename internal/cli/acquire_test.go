@@ -49,7 +49,7 @@ func TestRequestsEnv(t *testing.T) {
 // TestEnvFailureAfterPanic: a panic in a command run with -o env still
 // leaves the failing snippet on stdout (and one line on stderr).
 func TestEnvFailureAfterPanic(t *testing.T) {
-	var format string
+	var format output.Format
 	boom := &cobra.Command{Use: "boom", RunE: func(*cobra.Command, []string) error {
 		var m map[string]int
 		//lint:ignore SA5000 the nil map write is the point: a real runtime panic

@@ -15,7 +15,7 @@ import (
 )
 
 func newCmdConfig(f *Factory) *cobra.Command {
-	var format string
+	var format output.Format
 	cmd := &cobra.Command{
 		Use:   "config [-o table|json|yaml]",
 		Short: "Print the effective configuration and where each value came from",
@@ -44,10 +44,6 @@ lists the files read, in that order.`,
   password-file: /etc/fence/password`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := parseFormat(format, output.Table, output.JSON, output.YAML)
-			if err != nil {
-				return err
-			}
 			cfg, err := f.Config()
 			if err != nil {
 				return err

@@ -85,21 +85,12 @@ type Factory struct {
 // config.Open.
 func NewFactory(ios *IOStreams) *Factory {
 	f := &Factory{IO: ios, Now: time.Now}
-	var (
-		once sync.Once
-		cfg  *config.Config
-		err  error
-	)
-	f.Config = func() (*config.Config, error) {
-		once.Do(func() {
-			if f.flags == nil {
-				err = fmt.Errorf("internal error: configuration read before the flags were defined")
-				return
-			}
-			cfg, err = config.Load(f.flags)
-		})
-		return cfg, err
-	}
+	f.Config = sync.OnceValues(func() (*config.Config, error) {
+		if f.flags == nil {
+			return nil, fmt.Errorf("internal error: configuration read before the flags were defined")
+		}
+		return config.Load(f.flags)
+	})
 	f.Logger = func() (*slog.Logger, error) {
 		cfg, err := f.Config()
 		if err != nil {
@@ -116,25 +107,16 @@ func NewFactory(ios *IOStreams) *Factory {
 		if err != nil {
 			return nil, err
 		}
-		inner, err := config.Open(ctx, cfg)
+		// Every command records its lease events in the lock's history.
+		c, err := openRecorded(ctx, cfg, logger)
 		if err != nil {
 			return nil, err
 		}
-		if ec, ok := inner.(versionAsker); ok {
+		if ec, ok := auto.Backend(c).(versionAsker); ok {
 			f.versions.ask(ctx, ec, cfg.DialTimeout)
 		}
-		if pc, ok := inner.(replicationAsker); ok { // pkg/coord/postgres
+		if pc, ok := auto.Backend(c).(replicationAsker); ok { // pkg/coord/postgres
 			f.versions.askReplication(ctx, pc, cfg.DialTimeout)
-		}
-		// Every command records its lease events in the lock's history.
-		opts := []history.Option{history.WithLogger(logger)}
-		if dir := spoolDir(cfg); dir != "" {
-			opts = append(opts, history.WithSpool(dir))
-		}
-		c, err := auto.Wrap(inner, opts...)
-		if err != nil {
-			inner.Close()
-			return nil, err
 		}
 		f.verbosef("coordinator: %s", c.Describe())
 		// The events a fence on this host could not write (the coordinator
@@ -147,6 +129,26 @@ func NewFactory(ios *IOStreams) *Factory {
 		return c, nil
 	}
 	return f
+}
+
+// openRecorded opens cfg's coordinator with a history.Recorder: the lease
+// events are recorded in each lock's history, and those that cannot be
+// written are kept in the host's spool (spoolDir).
+func openRecorded(ctx context.Context, cfg *config.Config, logger *slog.Logger) (history.Recorder, error) {
+	inner, err := config.Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts := []history.Option{history.WithLogger(logger)}
+	if dir := spoolDir(cfg); dir != "" {
+		opts = append(opts, history.WithSpool(dir))
+	}
+	c, err := auto.Wrap(inner, opts...)
+	if err != nil {
+		inner.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // spoolDir is where the history events of cfg's coordinator that could not
@@ -169,13 +171,8 @@ func spoolDir(cfg *config.Config) string {
 	return filepath.Join(state, "history-spool-"+hex.EncodeToString(sum[:6]))
 }
 
-// holder returns the configured holder identity or the default.
-func (f *Factory) holder() (string, error) {
-	return f.holderOr(coord.DefaultHolder)
-}
-
-// holderOr is --holder, else def().
-func (f *Factory) holderOr(def func() string) (string, error) {
+// holder is --holder, else def() (coord.DefaultHolder but for acquire).
+func (f *Factory) holder(def func() string) (string, error) {
 	cfg, err := f.Config()
 	if err != nil {
 		return "", err

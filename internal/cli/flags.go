@@ -56,13 +56,30 @@ func DurationVarP(fs *pflag.FlagSet, p *time.Duration, name, short string, value
 	fs.VarP(&durationValue{d: p, allowZero: allowZero}, name, short, usage)
 }
 
-// ParseLockName checks a lock name given on the command line (see
-// coord.ValidateName). The error wraps coord.ErrInvalid.
-func ParseLockName(s string) (string, error) {
-	if err := coord.ValidateName(s); err != nil {
-		return "", err
+// leaseWait is --ttl, --wait and -n/--no-wait, of run and acquire.
+type leaseWait struct {
+	ttl, wait time.Duration
+	noWait    bool
+}
+
+func (o *leaseWait) addFlags(fs *pflag.FlagSet) {
+	DurationVarP(fs, &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the lease")
+	DurationVarP(fs, &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
+	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
+}
+
+// waitFor is how long to wait for the lock: --wait, 0 with -n/--no-wait,
+// else for ever.
+func (o *leaseWait) waitFor(cmd *cobra.Command) (time.Duration, error) {
+	switch {
+	case o.noWait && cmd.Flags().Changed("wait"):
+		return 0, usageErrorf("--wait and -n/--no-wait conflict: give one")
+	case o.noWait:
+		return 0, nil
+	case cmd.Flags().Changed("wait"):
+		return o.wait, nil
 	}
-	return s, nil
+	return coord.WaitForever, nil
 }
 
 // ParseToken parses a fencing token: a positive decimal integer of at most
@@ -83,23 +100,29 @@ func ParseToken(s string) (uint64, error) {
 }
 
 // formatFlag adds -o/--output to cmd, with the allowed formats, the first
-// being the default.
-func formatFlag(cmd *cobra.Command, p *string, allowed ...output.Format) {
-	names := make([]string, len(allowed))
-	for i, f := range allowed {
-		names[i] = string(f)
-	}
-	cmd.Flags().StringVarP(p, "output", "o", names[0], "output format: "+strings.Join(names, ", "))
+// being the default. Another value is refused when the flags are parsed.
+func formatFlag(cmd *cobra.Command, p *output.Format, allowed ...output.Format) {
+	names := viewsOf(allowed, func(f output.Format) string { return string(f) })
+	*p = allowed[0]
+	cmd.Flags().VarP(&formatValue{p, allowed}, "output", "o", "output format: "+strings.Join(names, ", "))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// parseFormat checks the value of -o.
-func parseFormat(s string, allowed ...output.Format) (output.Format, error) {
-	f, err := output.ParseFormat(s, allowed...)
-	if err != nil {
-		return "", usageErrorf("%v", err)
+// formatValue is the value of -o: one of allowed.
+type formatValue struct {
+	p       *output.Format
+	allowed []output.Format
+}
+
+func (v *formatValue) String() string { return string(*v.p) }
+func (v *formatValue) Type() string   { return "string" }
+
+func (v *formatValue) Set(s string) error {
+	f, err := output.ParseFormat(s, v.allowed...)
+	if err == nil {
+		*v.p = f
 	}
-	return f, nil
+	return err
 }
 
 // noArgs refuses positional arguments.
@@ -115,15 +138,10 @@ func noArgs(cmd *cobra.Command, args []string) error {
 
 // lockArg requires exactly one LOCK argument and checks it.
 func lockArg(cmd *cobra.Command, args []string) error {
-	switch len(args) {
-	case 0:
-		return usageErrorf("%s needs a LOCK argument (usage: %s)", cmd.CommandPath(), cmd.UseLine())
-	case 1:
-		_, err := ParseLockName(args[0])
-		return err
-	default:
+	if len(args) > 1 {
 		return usageErrorf("%s takes one LOCK argument, got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
 	}
+	return locksArgs(cmd, args)
 }
 
 // maxArgs allows at most n positional arguments.

@@ -128,7 +128,7 @@ type guardView struct {
 }
 
 func newCmdGuardGet(f *Factory) *cobra.Command {
-	var format string
+	var format output.Format
 	cmd := &cobra.Command{
 		Use:   "get KEY [-o text|json]",
 		Short: "Print a fenced value and its token (exit 1 when none was written)",
@@ -138,14 +138,10 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 			if err := guard.ValidateKey(key); err != nil {
 				return err
 			}
-			fm, err := parseFormat(format, output.Text, output.JSON)
-			if err != nil {
-				return err
-			}
 			return withGuard(cmd.Context(), f, func(_ coord.Coordinator, g guard.Guard) error {
 				v, err := g.Get(cmd.Context(), key)
 				if errors.Is(err, guard.ErrNotFound) {
-					if fm == output.JSON {
+					if format == output.JSON {
 						if err := output.WriteJSON(f.IO.Out, guardView{Key: key}); err != nil {
 							return err
 						}
@@ -159,7 +155,7 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 				if !utf8.Valid(v.Data) {
 					value, encoding = base64.StdEncoding.EncodeToString(v.Data), "base64"
 				}
-				if fm == output.JSON {
+				if format == output.JSON {
 					return output.WriteJSON(f.IO.Out, guardView{Key: key, Found: true, Token: &v.Token,
 						Value: &value, Encoding: &encoding, UpdatedAt: output.Time(v.UpdatedAt)})
 				}

@@ -20,7 +20,7 @@ import (
 )
 
 func newCmdHistory(f *Factory) *cobra.Command {
-	var format string
+	var format output.Format
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "history LOCK [-o text|json] [--limit N]",
@@ -38,10 +38,6 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fm, err := parseFormat(format, output.Text, output.JSON)
-			if err != nil {
-				return err
-			}
 			if limit < 0 {
 				return usageErrorf("--limit must not be negative, got %d", limit)
 			}
@@ -55,18 +51,10 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 				if err != nil {
 					return fmt.Errorf("history %s: %w", output.Clean(args[0]), err)
 				}
-				if fm == output.JSON {
-					views := make([]eventView, 0, len(events))
-					for _, e := range events {
-						views = append(views, newEventView(e))
-					}
-					return output.WriteJSON(f.IO.Out, views)
+				if format == output.JSON {
+					return output.WriteJSON(f.IO.Out, viewsOf(events, newEventView))
 				}
-				rows := make([][]string, len(events))
-				for i, e := range events {
-					rows[i] = eventRow(e)
-				}
-				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), eventHeader, rows)
+				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
 			})
 		},
 	}

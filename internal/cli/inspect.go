@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,9 +53,9 @@ func runCheck(ctx context.Context, f *Factory, o *checkOptions) error {
 		return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		info, err := c.Inspect(ctx, o.lock)
+		info, err := inspect(ctx, c, "check", o.lock)
 		if err != nil {
-			return fmt.Errorf("check %s: %w", output.Clean(o.lock), err)
+			return err
 		}
 		live := slices.ContainsFunc(info.AllHolders(), func(h coord.HolderInfo) bool { return h.Token == token }) // any holder of a semaphore
 		switch {
@@ -70,7 +72,7 @@ func runCheck(ctx context.Context, f *Factory, o *checkOptions) error {
 
 type statusOptions struct {
 	lock   string
-	format string
+	format output.Format
 }
 
 func newCmdStatus(f *Factory) *cobra.Command {
@@ -85,21 +87,14 @@ is free (the state is printed either way).`,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.lock = args[0]
-			format, err := parseFormat(o.format, output.Text, output.JSON)
-			if err != nil {
-				return err
-			}
 			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
-				info, err := c.Inspect(cmd.Context(), o.lock)
+				info, err := inspect(cmd.Context(), c, "status", o.lock)
 				if err != nil {
-					return fmt.Errorf("status %s: %w", output.Clean(o.lock), err)
-				}
-				if info.Name == "" {
-					info.Name = o.lock
+					return err
 				}
 				now := f.Now()
 				warning := f.coordinatorWarning()
-				if format == output.JSON {
+				if o.format == output.JSON {
 					v := newLockView(info, now)
 					v.CoordinatorWarning = warning
 					err = output.WriteJSON(f.IO.Out, v)
@@ -119,7 +114,7 @@ is free (the state is printed either way).`,
 
 type showOptions struct {
 	lock   string
-	format string
+	format output.Format
 	events int
 }
 
@@ -151,10 +146,6 @@ the bottleneck. Exits 0 whether the lock is held or free.`,
 }
 
 func runShow(ctx context.Context, f *Factory, o *showOptions) error {
-	format, err := parseFormat(o.format, output.Text, output.JSON)
-	if err != nil {
-		return err
-	}
 	if o.events < 0 {
 		return usageErrorf("--events must not be negative, got %d", o.events)
 	}
@@ -164,7 +155,7 @@ func runShow(ctx context.Context, f *Factory, o *showOptions) error {
 			return err
 		}
 		d.now, d.warning = f.Now(), f.coordinatorWarning()
-		if format == output.JSON {
+		if o.format == output.JSON {
 			return output.WriteJSON(f.IO.Out, d.view())
 		}
 		return d.writeText(f.IO.Out, f.IO.IsStdoutTTY())
@@ -185,12 +176,9 @@ type shown struct {
 // readShow reads the lock's state, its events (where the coordinator
 // keeps them) and its last completions.
 func readShow(ctx context.Context, c coord.Coordinator, o *showOptions) (*shown, error) {
-	info, err := c.Inspect(ctx, o.lock)
+	info, err := inspect(ctx, c, "show", o.lock)
 	if err != nil {
-		return nil, fmt.Errorf("show %s: %w", output.Clean(o.lock), err)
-	}
-	if info.Name == "" {
-		info.Name = o.lock
+		return nil, err
 	}
 	d := &shown{info: info, describe: c.Describe()}
 	if h, ok := c.(history.Store); ok {
@@ -210,15 +198,10 @@ func readShow(ctx context.Context, c coord.Coordinator, o *showOptions) (*shown,
 func (d *shown) view() showView {
 	v := showView{Lock: newLockView(d.info, d.now)}
 	v.Lock.CoordinatorWarning = d.warning
-	for _, c := range d.done {
-		v.Completions = append(v.Completions, newCompletionView(c))
-	}
+	v.Completions = viewsOf(d.done, newCompletionView)
 	if d.hasHistory {
 		v.Contention = ptr(newContention(d.events))
-		v.Events = make([]eventView, 0, len(d.events))
-		for _, e := range d.events {
-			v.Events = append(v.Events, newEventView(e))
-		}
+		v.Events = viewsOf(d.events, newEventView)
 	}
 	return v
 }
@@ -238,11 +221,7 @@ func (d *shown) writeText(out io.Writer, tty bool) error {
 	}
 	if len(d.done) > 0 {
 		fmt.Fprintln(out, "\nlast completions:")
-		rows := make([][]string, len(d.done))
-		for i, c := range d.done {
-			rows[i] = completionRow(c)
-		}
-		if err := output.WriteTable(out, tty, onceHeader, rows); err != nil {
+		if err := output.WriteTable(out, tty, onceHeader, viewsOf(d.done, completionRow)); err != nil {
 			return err
 		}
 	}
@@ -266,11 +245,18 @@ func (d *shown) writeEvents(out io.Writer, tty bool) error {
 		}
 	}
 	fmt.Fprintln(out, "\nevents:")
-	rows := make([][]string, len(d.events))
-	for i, e := range d.events {
-		rows[i] = eventRow(e)
+	return output.WriteTable(out, tty, eventHeader, viewsOf(d.events, eventRow))
+}
+
+// inspect is c.Inspect of lock, with its name (a lock not used yet has
+// none); an error names the command and the lock.
+func inspect(ctx context.Context, c coord.Coordinator, cmdName, lock string) (coord.LockInfo, error) {
+	info, err := c.Inspect(ctx, lock)
+	if err != nil {
+		return info, fmt.Errorf("%s %s: %w", cmdName, output.Clean(lock), err)
 	}
-	return output.WriteTable(out, tty, eventHeader, rows)
+	info.Name = cmp.Or(info.Name, lock)
+	return info, nil
 }
 
 // withWarning adds the coordinator's known problem (coordinatorWarning) to
@@ -284,12 +270,5 @@ func withWarning(fs []output.Field, warning string) []output.Field {
 
 // tokensOf lists the tokens of a lock's holders: "5, 6, 9".
 func tokensOf(i coord.LockInfo) string {
-	var b strings.Builder
-	for k, h := range i.AllHolders() {
-		if k > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprint(&b, h.Token)
-	}
-	return b.String()
+	return strings.Join(viewsOf(i.AllHolders(), func(h coord.HolderInfo) string { return strconv.FormatUint(h.Token, 10) }), ", ")
 }

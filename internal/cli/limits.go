@@ -21,13 +21,13 @@ import (
 // The kill switch: fence limit, fence freeze, fence thaw (coord.Coordinator.SetLimit).
 
 type limitOptions struct {
-	lock     string
-	prefix   string
+	name     string // LOCK, or the prefix with --under
+	prefix   string // --under
 	isPrefix bool
 	max      int
 	reason   string
 	revoke   bool
-	format   string
+	format   output.Format
 }
 
 // scopeArgs reads LOCK, or --under P, and the remaining arguments.
@@ -49,21 +49,14 @@ func (o *limitOptions) scopeArgs(cmd *cobra.Command, args []string, more int, us
 				return nil, err
 			}
 		}
+		o.name = o.prefix
 		return args, nil
 	}
-	name, err := ParseLockName(args[0])
-	if err != nil {
+	if err := coord.ValidateName(args[0]); err != nil {
 		return nil, err
 	}
-	o.lock = name
+	o.name = args[0]
 	return args[1:], nil
-}
-
-func (o *limitOptions) scope() (string, bool) {
-	if o.isPrefix {
-		return o.prefix, true
-	}
-	return o.lock, false
 }
 
 func limitFlags(cmd *cobra.Command, o *limitOptions, setting bool) {
@@ -181,34 +174,26 @@ type limitResult struct {
 }
 
 func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
-	format, err := parseFormat(o.format, output.Text, output.JSON)
-	if err != nil {
-		return err
-	}
-	name, prefix := o.scope()
+	name, prefix := o.name, o.isPrefix
 	l := coord.Limit{Name: name, Prefix: prefix, Max: o.max, Reason: o.reason, By: config.DefaultSetter()}
 	if err := coord.ValidateLimit(l); err != nil {
 		return err
 	}
 	res := limitResult{Action: "limited", Scope: scopeWord(prefix), Name: name}
+	what, kind := "limit "+output.Clean(l.Scope()), history.Limited // for errors
 	if l.Max == 0 {
-		res.Action = "frozen"
+		res.Action, what, kind = "frozen", "freeze "+output.Clean(l.Scope()), history.Frozen
 	}
-	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		if err := c.SetLimit(ctx, l); err != nil {
-			return fmt.Errorf("%s %s: %w", cmdWord(res.Action), output.Clean(l.Scope()), err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		infos, err := covered(ctx, c, name, prefix)
 		if err != nil {
-			return fmt.Errorf("%s %s: the limit is set, but the locks it covers cannot be listed: %w", cmdWord(res.Action), output.Clean(l.Scope()), err)
-		}
-		kind := history.Limited
-		if l.Max == 0 {
-			kind = history.Frozen
+			return fmt.Errorf("%s: the limit is set, but the locks it covers cannot be listed: %w", what, err)
 		}
 		recordLimit(ctx, c, infos, kind, l)
-		set := l
-		res.Limit = newLimitView(&set)
+		res.Limit = newLimitView(&l)
 		if !o.revoke {
 			return nil
 		}
@@ -220,14 +205,10 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
 			revoked := false
 			for _, h := range hs[:max(0, len(hs)-o.max)] {
-				ro := &revokeOptions{lock: i.Name, format: string(output.Text), token: strconv.FormatUint(h.Token, 10)}
-				if format == output.JSON {
-					ro.format = string(output.JSON)
-				}
-				if err := revokeWith(ctx, f, c, ro, false); exitcode.Code(err) == exitcode.No {
+				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name}, h.Token, o.format); exitcode.Code(err) == exitcode.No {
 					continue // gone by now
 				} else if err != nil {
-					return fmt.Errorf("%s %s: the limit is set; revoking the holder of %s (token %d): %w", cmdWord(res.Action), output.Clean(l.Scope()), output.Clean(i.Name), h.Token, err)
+					return fmt.Errorf("%s: the limit is set; revoking the holder of %s (token %d): %w", what, output.Clean(i.Name), h.Token, err)
 				}
 				revoked = true
 			}
@@ -240,17 +221,13 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 	if err != nil {
 		return err
 	}
-	return writeLimitResult(f, format, res)
+	return writeLimitResult(f, o.format, res)
 }
 
 func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
-	format, err := parseFormat(o.format, output.Text, output.JSON)
-	if err != nil {
-		return err
-	}
-	name, prefix := o.scope()
+	name, prefix := o.name, o.isPrefix
 	res := limitResult{Action: "thawed", Scope: scopeWord(prefix), Name: name}
-	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		old, ok, err := c.ClearLimit(ctx, name, prefix)
 		if err != nil {
 			return fmt.Errorf("thaw %s: %w", output.Clean(coord.Limit{Name: name, Prefix: prefix}.Scope()), err)
@@ -279,7 +256,7 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 	if err != nil {
 		return err
 	}
-	return writeLimitResult(f, format, res)
+	return writeLimitResult(f, o.format, res)
 }
 
 // covered lists the locks a limit of the scope (name, prefix) covers that
@@ -321,16 +298,6 @@ func scopeWord(prefix bool) string {
 		return "prefix"
 	}
 	return "lock"
-}
-
-func cmdWord(action string) string {
-	switch action {
-	case "frozen":
-		return "freeze"
-	case "thawed":
-		return "thaw"
-	}
-	return "limit"
 }
 
 func writeLimitResult(f *Factory, format output.Format, r limitResult) error {

@@ -16,7 +16,7 @@ import (
 
 type listOptions struct {
 	prefix string
-	format string
+	format output.Format
 	watch  bool
 	held   bool
 }
@@ -64,25 +64,21 @@ one line (JSON Lines); with -o yaml each is a YAML document.`,
 }
 
 func runList(ctx context.Context, f *Factory, o *listOptions) error {
-	format, err := parseFormat(o.format, output.Table, output.JSON, output.YAML)
-	if err != nil {
-		return err
-	}
 	if !o.watch {
 		return f.withCoordinator(ctx, func(c coord.Coordinator) error {
 			infos, err := c.List(ctx, o.prefix)
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}
-			return printList(f, format, o.filter(infos), false)
+			return printList(f, o.format, o.filter(infos), false)
 		})
 	}
 	ctx, interrupted, stop := interruptible(ctx)
 	defer stop()
-	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		return watchList(ctx, f, c, o, format)
+	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		return watchList(ctx, f, c, o)
 	})
-	if _, ok := interrupted(); ok {
+	if interrupted() != nil {
 		return nil // the normal way to end --watch
 	}
 	return err
@@ -90,7 +86,7 @@ func runList(ctx context.Context, f *Factory, o *listOptions) error {
 
 // watchList prints the list, then again after every change seen by the
 // watch. Changes that arrive together are coalesced into one redraw.
-func watchList(ctx context.Context, f *Factory, c coord.Coordinator, o *listOptions, format output.Format) error {
+func watchList(ctx context.Context, f *Factory, c coord.Coordinator, o *listOptions) error {
 	prefix := o.prefix
 	events, err := c.Watch(ctx, prefix) // before the first List: no change is missed
 	if err != nil {
@@ -104,7 +100,7 @@ func watchList(ctx context.Context, f *Factory, c coord.Coordinator, o *listOpti
 			}
 			return fmt.Errorf("list --watch: %w", err)
 		}
-		if err := printList(f, format, o.filter(infos), true); err != nil {
+		if err := printList(f, o.format, o.filter(infos), true); err != nil {
 			return err
 		}
 		if _, ok := <-events; !ok {
@@ -150,28 +146,24 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 	tty := f.IO.IsStdoutTTY()
 	switch format {
 	case output.JSON, output.YAML:
-		views := make([]lockView, 0, len(infos))
-		for _, i := range infos {
-			views = append(views, newLockView(i, now))
-		}
+		views := viewsOf(infos, func(i coord.LockInfo) lockView { return newLockView(i, now) })
 		switch {
-		case format == output.YAML && watch:
-			fmt.Fprintln(out, "---")
-			return output.WriteYAML(out, views)
 		case format == output.YAML:
+			if watch {
+				fmt.Fprintln(out, "---")
+			}
 			return output.WriteYAML(out, views)
 		case watch:
 			return output.WriteJSONLine(out, views)
 		}
 		return output.WriteJSON(out, views)
 	}
-	rows := make([][]string, len(infos))
+	var rows [][]string
 	limited := slices.ContainsFunc(infos, func(i coord.LockInfo) bool { return i.Limit != nil })
 	header := listHeader
 	if limited {
 		header = append(slices.Clip(listHeader), limitHeader)
 	}
-	rows = rows[:0]
 	for _, info := range infos {
 		for _, row := range listRows(info, now) {
 			if limited {

@@ -52,7 +52,7 @@ func newCompletionView(c coord.Completion) completionView {
 var onceHeader = []string{"KEY", "HOLDER", "TOKEN", "FINISHED", "DURATION"}
 
 func newCmdOnceList(f *Factory) *cobra.Command {
-	var format string
+	var format output.Format
 	cmd := &cobra.Command{
 		Use:   "list LOCK [-o table|json|yaml]",
 		Short: "List a lock's completion records: key, holder, token, finished, duration",
@@ -63,30 +63,20 @@ record marked by hand has token 0.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fm, err := parseFormat(format, output.Table, output.JSON, output.YAML)
-			if err != nil {
-				return err
-			}
 			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
 				recs, err := k.Completions(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
-				switch fm {
+				switch format {
 				case output.JSON, output.YAML:
-					views := make([]completionView, 0, len(recs))
-					for _, r := range recs {
-						views = append(views, newCompletionView(r))
-					}
-					if fm == output.YAML {
+					views := viewsOf(recs, newCompletionView)
+					if format == output.YAML {
 						return output.WriteYAML(f.IO.Out, views)
 					}
 					return output.WriteJSON(f.IO.Out, views)
 				}
-				rows := make([][]string, len(recs))
-				for i, r := range recs {
-					rows[i] = completionRow(r)
-				}
+				rows := viewsOf(recs, completionRow)
 				if len(rows) == 0 && f.IO.IsStdoutTTY() {
 					_, err := fmt.Fprintln(f.IO.Out, "no completion records")
 					return err
@@ -152,7 +142,7 @@ then runs nothing. It is kept for --once-for (default 30 days).`,
 			if err := coord.ValidateKeep(keep); err != nil {
 				return err
 			}
-			holder, err := f.holder()
+			holder, err := f.holder(coord.DefaultHolder)
 			if err != nil {
 				return err
 			}
@@ -171,7 +161,7 @@ func onceArgs(cmd *cobra.Command, args []string) error {
 	if len(args) != 2 {
 		return usageErrorf("%s needs LOCK and KEY, got %d arguments", cmd.CommandPath(), len(args))
 	}
-	if _, err := ParseLockName(args[0]); err != nil {
+	if err := coord.ValidateName(args[0]); err != nil {
 		return err
 	}
 	return coord.ValidateKey(args[1])

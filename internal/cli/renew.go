@@ -26,16 +26,6 @@ func leaseFlag(cmd *cobra.Command, p *[]string) {
 	_ = cmd.MarkFlagRequired("lease")
 }
 
-func checkLeaseID(id string) error {
-	if id == "" {
-		return usageErrorf("--lease must not be empty")
-	}
-	if output.Clean(id) != id || len(id) > 256 {
-		return fmt.Errorf("%w: invalid lease id %s", coord.ErrInvalid, output.Clean(id))
-	}
-	return nil
-}
-
 // ids are the lease ids of o.locks, in their order. One lock takes one
 // --lease, as given; several take one id each, from repeated or
 // comma-separated --lease values.
@@ -49,8 +39,11 @@ func (o *leaseOptions) ids() ([]string, error) {
 		}
 	}
 	for _, id := range ids {
-		if err := checkLeaseID(id); err != nil {
-			return nil, err
+		if id == "" {
+			return nil, usageErrorf("--lease must not be empty")
+		}
+		if output.Clean(id) != id || len(id) > 256 {
+			return nil, fmt.Errorf("%w: invalid lease id %s", coord.ErrInvalid, output.Clean(id))
 		}
 	}
 	if len(ids) != len(o.locks) {
@@ -158,7 +151,7 @@ in), every one even when one fails.`,
 
 type revokeOptions struct {
 	lock    string
-	format  string
+	format  output.Format
 	token   string
 	force   bool
 	timeout time.Duration
@@ -192,7 +185,7 @@ is free or, with --token, held under another token.`,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.lock = args[0]
-			return runRevoke(cmd.Context(), f, o, cmd.Flags().Changed("timeout"))
+			return runRevoke(cmd.Context(), f, o)
 		},
 	}
 	formatFlag(cmd, &o.format, output.Text, output.JSON)
@@ -205,37 +198,28 @@ is free or, with --token, held under another token.`,
 // defaultRevokeTimeout is --timeout when the lease's TTL is not known.
 const defaultRevokeTimeout = 15 * time.Second
 
-func runRevoke(ctx context.Context, f *Factory, o *revokeOptions, timeoutSet bool) error {
+func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
 	// Bad input is refused before the coordinator is opened.
-	if _, err := parseFormat(o.format, output.Text, output.JSON); err != nil {
-		return err
-	}
-	if o.token != "" {
-		if _, err := ParseToken(o.token); err != nil {
-			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
-		}
-	}
-	if timeoutSet && o.force {
-		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
-	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		return revokeWith(ctx, f, c, o, timeoutSet)
-	})
-}
-
-// revokeWith is revoke on the open coordinator c (also fence freeze
-// --revoke).
-func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeOptions, timeoutSet bool) error {
-	format, err := parseFormat(o.format, output.Text, output.JSON)
-	if err != nil {
-		return err
-	}
 	var token uint64
 	if o.token != "" {
+		var err error
 		if token, err = ParseToken(o.token); err != nil {
 			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
 		}
 	}
+	if o.timeout != 0 && o.force {
+		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
+	}
+	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		return revokeWith(ctx, f, c, o, token, o.format)
+	})
+}
+
+// revokeWith is revoke of the holder with token (0: the holder) on the
+// open coordinator c (also fence freeze --revoke); o.timeout 0 is the
+// lease's TTL.
+func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeOptions, token uint64, format output.Format) error {
+	var err error
 	name := output.Clean(o.lock)
 	no := func(info coord.LockInfo, err error) error {
 		switch {
@@ -263,7 +247,7 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 	}
 	if asked {
 		timeout := o.timeout
-		if !timeoutSet {
+		if timeout == 0 {
 			timeout = res.info.TTL
 			if timeout <= 0 {
 				timeout = defaultRevokeTimeout

@@ -15,16 +15,17 @@ import (
 )
 
 type runOptions struct {
-	ttl, wait, deadline, grace time.Duration
-	noWait, noRenew, shell     bool
-	signal                     string
-	conflictExitCode           int
-	metricsFile                string
-	once                       string
-	oncePer, onceFor           time.Duration
-	doneExitCode               int
-	anyOrder                   bool
-	slots                      int
+	leaseWait
+	deadline, grace  time.Duration
+	noRenew, shell   bool
+	signal           string
+	conflictExitCode int
+	metricsFile      string
+	once             string
+	oncePer, onceFor time.Duration
+	doneExitCode     int
+	anyOrder         bool
+	slots            int
 }
 
 func newCmdRun(f *Factory) *cobra.Command {
@@ -112,9 +113,7 @@ deadlock. Take the locks in one run, or nest them in byte order;
 		},
 	}
 	fs := cmd.Flags()
-	DurationVarP(fs, &o.ttl, "ttl", "", DefaultTTL, false, "time to live of the lease")
-	DurationVarP(fs, &o.wait, "wait", "", 0, true, "give up after this long when the lock is held (default: wait until acquired; 0: don't wait)")
-	fs.BoolVarP(&o.noWait, "no-wait", "n", false, "give up at once when the lock is held (= --wait 0)")
+	o.addFlags(fs)
 	DurationVarP(fs, &o.deadline, "deadline", "", 0, false, "hard limit on the command's run time, at least 100ms (exit 124)")
 	DurationVarP(fs, &o.grace, "grace", "", 0, false, "time between the stop signal and SIGKILL (default: TTL/5, at most 5s)")
 	fs.StringVar(&o.signal, "signal", "TERM", "signal that starts the stop sequence")
@@ -144,7 +143,7 @@ func runArgs(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 || dash == 0 {
 		return usageErrorf("run needs a LOCK and a command: fence run LOCK [flags] -- COMMAND [ARG...]")
 	}
-	if _, err := ParseLockName(args[0]); err != nil {
+	if err := coord.ValidateName(args[0]); err != nil {
 		return err
 	}
 	switch {
@@ -159,7 +158,7 @@ func runArgs(cmd *cobra.Command, args []string) error {
 }
 
 func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []string) error {
-	wait, err := runWait(cmd, o)
+	wait, err := o.waitFor(cmd)
 	if err != nil {
 		return err
 	}
@@ -179,7 +178,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		return err
 	}
 	order := newOrderCheck(cfg, "run", locks, o.anyOrder)
-	holder, err := f.holder()
+	holder, err := f.holder(coord.DefaultHolder)
 	if err != nil {
 		return err
 	}
@@ -225,27 +224,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	code, err := r.Run(ctx, c)
 	f.flushVersions(nil) // when they came after the lease, or it was not acquired
 	closeAfterRun(c, code)
-	if err != nil { // one line saying why fence did not run or stopped the command
-		return exitcode.New(code, shellHint(err, code, command, o.shell))
-	}
-	if code != 0 {
-		return exitcode.Silent(code)
-	}
-	return nil
-}
-
-// runWait is how long fence run waits for the lock: --wait, 0 with
-// -n/--no-wait, else for ever.
-func runWait(cmd *cobra.Command, o *runOptions) (time.Duration, error) {
-	switch {
-	case o.noWait && cmd.Flags().Changed("wait"):
-		return 0, usageErrorf("--wait and -n/--no-wait conflict: give one")
-	case o.noWait:
-		return 0, nil
-	case cmd.Flags().Changed("wait"):
-		return o.wait, nil
-	}
-	return coord.WaitForever, nil
+	return commandExit(code, err, command, o.shell)
 }
 
 // checkRunFlags refuses the flags of fence run that conflict with each

@@ -4,23 +4,19 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
-	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
-	"github.com/fence-dev/fence/pkg/fencing"
 )
 
 // Several locks at once (`fence run A B C`, `fence acquire A B C`) and the
@@ -31,7 +27,7 @@ import (
 func checkLocks(cmdName string, locks []string) error {
 	seen := make(map[string]bool, len(locks))
 	for _, l := range locks {
-		if _, err := ParseLockName(l); err != nil {
+		if err := coord.ValidateName(l); err != nil {
 			return err
 		}
 		if seen[l] {
@@ -165,91 +161,17 @@ func (o *orderCheck) check(ctx context.Context, c coord.Coordinator) error {
 		all = append(all, o.locks...)
 		slices.Sort(all)
 		all = slices.Compact(all)
-		quoted := make([]string, len(all))
-		for i, l := range all {
-			quoted[i] = output.ShellQuote(l)
-		}
 		head, tail := "", "" // acquire's error says "acquire LOCK...: " before it
 		if o.cmdName == "run" {
 			head, tail = "run: ", " -- ..."
 		}
 		return exitcode.New(exitcode.Failure, fmt.Errorf(
 			"%slock %q sorts before %q, which this command already holds (an enclosing fence run took it): nesting locks out of byte order can deadlock; take them in one fence (fence %s %s%s), which orders them, or nest them in byte order, or pass --any-order to allow it (and the deadlock)",
-			head, output.Clean(low), output.Clean(h.name), o.cmdName, strings.Join(quoted, " "), tail))
-	}
-	return nil
-}
-
-// runAcquireSet is `fence acquire A B C`. The leases taken are kept renewed
-// while the next lock is waited for; once all are taken the renewals stop
-// and every lease lasts its TTL, as the lease of one lock does.
-func runAcquireSet(ctx context.Context, f *Factory, o *acquireOptions, format output.Format, holder string, wait time.Duration, interrupted func() (os.Signal, bool)) error {
-	var leases []coord.Lease
-	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		if err := o.order.check(ctx, c); err != nil {
-			return err
-		}
-		hctx, stopHolds := context.WithCancel(ctx)
-		defer stopHolds()
-		set, err := fencing.AcquireSet(hctx, c, o.locks, coord.AcquireOptions{
-			TTL: o.ttl, Holder: holder, Wait: wait,
-			OnWait: func(cur coord.LockInfo) {
-				f.verbosef("waiting for %s, held by %s (token %d)", output.Clean(cur.Name), output.Clean(cur.Holder), cur.Token)
-			},
-		})
-		if err != nil {
-			return err
-		}
-		leases = supervise.SetLeases(set)
-		return nil
-	})
-	if sig, ok := interrupted(); ok && err != nil {
-		return interruptedError(sig)
-	}
-	if err != nil {
-		return fmt.Errorf("acquire %s: %w", cleanJoin(o.locks), err)
-	}
-	out := f.IO.Out
-	switch format {
-	case output.JSON:
-		views := make([]leaseView, len(leases))
-		for i := range leases {
-			views[i] = newLeaseView(&leases[i])
-		}
-		return output.WriteJSON(out, struct {
-			Leases []leaseView `json:"leases"`
-		}{views})
-	case output.Env:
-		var b strings.Builder
-		fmt.Fprintf(&b, "FENCE_LOCKS=%d\n", len(leases))
-		for i, l := range leases {
-			fmt.Fprintf(&b, "FENCE_LOCK_%d=%s\nFENCE_TOKEN_%d=%d\nFENCE_LEASE_ID_%d=%s\n",
-				i+1, output.ShellQuote(l.Name), i+1, l.Token, i+1, output.ShellQuote(l.ID))
-		}
-		_, err := io.WriteString(out, b.String())
-		return err
-	}
-	for i, l := range leases {
-		if i > 0 {
-			fmt.Fprintln(out)
-		}
-		if err := output.WriteFields(out, []output.Field{
-			{Key: "lock", Value: l.Name},
-			{Key: "token", Value: fmt.Sprint(l.Token)},
-			{Key: "lease_id", Value: l.ID},
-			{Key: "holder", Value: l.Holder},
-			{Key: "ttl", Value: output.Duration(l.TTL)},
-		}); err != nil {
-			return err
-		}
+			head, output.Clean(low), output.Clean(h.name), o.cmdName, strings.Join(viewsOf(all, output.ShellQuote), " "), tail))
 	}
 	return nil
 }
 
 func cleanJoin(locks []string) string {
-	c := make([]string, len(locks))
-	for i, l := range locks {
-		c[i] = output.Clean(l)
-	}
-	return strings.Join(c, " ")
+	return strings.Join(viewsOf(locks, output.Clean), " ")
 }

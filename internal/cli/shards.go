@@ -182,13 +182,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		if err := m.Leave(lctx); err != nil {
 			f.warnf("leaving group %q: %v", group, err)
 		}
-		if runErr != nil {
-			return exitcode.New(code, shellHint(runErr, code, command, o.shell))
-		}
-		if code != 0 {
-			return exitcode.Silent(code)
-		}
-		return nil
+		return commandExit(code, runErr, command, o.shell)
 	})
 }
 
@@ -223,7 +217,7 @@ type shardView struct {
 }
 
 func newCmdShardsShow(f *Factory) *cobra.Command {
-	var format string
+	var format output.Format
 	cmd := &cobra.Command{
 		Use:   "show GROUP [-o text|json]",
 		Short: "Show a group's members, settings, and each shard's owner, token and since when",
@@ -236,12 +230,8 @@ func newCmdShardsShow(f *Factory) *cobra.Command {
 	return cmd
 }
 
-func runShardsShow(ctx context.Context, f *Factory, group, format string) error {
+func runShardsShow(ctx context.Context, f *Factory, group string, format output.Format) error {
 	if err := shards.ValidateGroup(group); err != nil {
-		return err
-	}
-	fm, err := parseFormat(format, output.Text, output.JSON)
-	if err != nil {
 		return err
 	}
 	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
@@ -254,7 +244,7 @@ func runShardsShow(ctx context.Context, f *Factory, group, format string) error 
 			return err
 		}
 		v := shardsViewOf(group, st, infos)
-		if fm == output.JSON {
+		if format == output.JSON {
 			return output.WriteJSON(f.IO.Out, v)
 		}
 		return writeShards(f.IO.Out, f.IO.IsStdoutTTY(), v)

@@ -30,9 +30,9 @@ func TestShellHint(t *testing.T) {
 		{[]string{"echo hi | cat"}, exitcode.CannotExec, false, false},
 		{[]string{"echo hi | cat"}, exitcode.NotFound, true, false},
 	} {
-		err := shellHint(notFound, c.code, c.cmd, c.shell)
-		if got := strings.Contains(err.Error(), "give --shell"); got != c.hint || !errors.Is(err, notFound) {
-			t.Errorf("shellHint(%q, %d, shell %v) = %v; want hint %v", c.cmd, c.code, c.shell, err, c.hint)
+		err := commandExit(c.code, notFound, c.cmd, c.shell)
+		if got := strings.Contains(err.Error(), "give --shell"); got != c.hint || !errors.Is(err, notFound) || exitcode.Code(err) != c.code {
+			t.Errorf("commandExit(%d, %q, shell %v) = %v; want hint %v", c.code, c.cmd, c.shell, err, c.hint)
 		}
 	}
 }

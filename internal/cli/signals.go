@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,36 +12,30 @@ import (
 )
 
 // interruptible returns a context cancelled by SIGINT, SIGTERM or SIGHUP, and
-// a function converting an error caused by that cancellation into exit
-// 128+signal ("interrupted"). Commands that wait (acquire, list --watch) use
-// it; stop releases the signal handlers.
-func interruptible(parent context.Context) (ctx context.Context, interrupted func() (os.Signal, bool), stop func()) {
-	ctx, cancel := context.WithCancel(parent)
+// a function that returns, once one came, the error of the command it
+// stopped (exit 128+signal, interruptedError), else nil. Commands that wait
+// (acquire, list --watch) use it; stop releases the signal handlers.
+func interruptible(parent context.Context) (ctx context.Context, interrupted func() error, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	got := make(chan os.Signal, 1)
-	done := make(chan struct{})
 	go func() {
 		select {
 		case s := <-ch:
-			got <- s
-			cancel()
-		case <-done:
+			cancel(interruptedError(s))
+		case <-ctx.Done():
 		}
 	}()
-	interrupted = func() (os.Signal, bool) {
-		select {
-		case s := <-got:
-			got <- s
-			return s, true
-		default:
-			return nil, false
+	interrupted = func() error {
+		var e *exitcode.Error
+		if errors.As(context.Cause(ctx), &e) {
+			return e
 		}
+		return nil
 	}
 	stop = func() {
 		signal.Stop(ch)
-		close(done)
-		cancel()
+		cancel(nil)
 	}
 	return ctx, interrupted, stop
 }

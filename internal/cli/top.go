@@ -22,10 +22,6 @@ import (
 // topDialTimeout is fence top's dial timeout unless one is configured.
 const topDialTimeout = 2 * time.Second
 
-// errNoTerminal is why fence top refuses to start when stdout is not a
-// terminal.
-var errNoTerminal = errors.New("fence top needs a terminal; use fence list --watch")
-
 type topOptions struct {
 	prefix  string
 	refresh time.Duration
@@ -90,13 +86,12 @@ func checkPrefix(p string) error {
 	if p == "" {
 		return nil
 	}
-	_, err := ParseLockName(p)
-	return err
+	return coord.ValidateName(p)
 }
 
 func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	if !f.IO.IsStdoutTTY() {
-		return exitcode.New(exitcode.Failure, errNoTerminal)
+		return exitcode.New(exitcode.Failure, errors.New("fence top needs a terminal; use fence list --watch"))
 	}
 	// Bubble Tea ends the program itself on SIGINT and SIGTERM and restores
 	// the terminal. A second handler for them would race its own, and the

@@ -54,22 +54,18 @@ func buildInfo() versionView {
 }
 
 func newCmdVersion(f *Factory) *cobra.Command {
-	var format string
+	var format output.Format
 	cmd := &cobra.Command{
 		Use:   "version [-o text|json]",
 		Short: "Print fence's version",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			format, err := parseFormat(format, output.Text, output.JSON)
-			if err != nil {
-				return err
-			}
 			v := buildInfo()
 			if format == output.JSON {
 				return output.WriteJSON(f.IO.Out, v)
 			}
 			commit := v.Commit[:min(len(v.Commit), 12)]
-			_, err = fmt.Fprintf(f.IO.Out, "fence %s (commit %s, %s %s/%s)\n", v.Version, cmp.Or(commit, "unknown"), v.Go, v.OS, v.Arch)
+			_, err := fmt.Fprintf(f.IO.Out, "fence %s (commit %s, %s %s/%s)\n", v.Version, cmp.Or(commit, "unknown"), v.Go, v.OS, v.Arch)
 			return err
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fence-dev/fence/internal/etcdbugs"
@@ -50,8 +51,7 @@ type versionQuestion struct {
 	// test holds the answer back).
 	asker func(context.Context, versionAsker) []etcd.MemberVersion
 
-	printMu sync.Mutex
-	printed bool
+	printed atomic.Bool // the warning was up for printing once already
 }
 
 // versionAsker is the etcd coordinator (pkg/coord/etcd), which asks its
@@ -140,16 +140,6 @@ func (q *versionQuestion) answered(wait bool) bool {
 	}
 }
 
-// firstPrint reports whether this is the first time the warning is to be
-// printed in this process (true once).
-func (q *versionQuestion) firstPrint() bool {
-	q.printMu.Lock()
-	defer q.printMu.Unlock()
-	first := !q.printed
-	q.printed = true
-	return first
-}
-
 // short is the dashboard's short form of the version warnings, the bug
 // first so that a narrow status line keeps it: "lease bug etcd#15247 in
 // etcd 3.4.23" ("" when none).
@@ -184,7 +174,7 @@ func (f *Factory) flushVersions(w io.Writer) { f.printVersions(w, true, true) }
 // purpose, which neither counts as the day's warning).
 func (f *Factory) printVersions(w io.Writer, wait, daily bool) {
 	q := &f.versions
-	if !q.answered(wait) || !q.firstPrint() || q.warn == "" {
+	if !q.answered(wait) || !q.printed.CompareAndSwap(false, true) || q.warn == "" {
 		return
 	}
 	if w == nil {

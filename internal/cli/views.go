@@ -59,26 +59,26 @@ type holderView struct {
 	Process        *processView `json:"process" yaml:"process"`
 }
 
-func newHolderViews(i coord.LockInfo, now time.Time) []holderView {
-	out := []holderView{}
-	for _, h := range i.AllHolders() {
-		v := holderView{Slot: h.Slot, Holder: h.Holder, Token: h.Token, LeaseID: h.LeaseID,
-			TTLSeconds: output.Seconds(h.TTL), TTLLeftSeconds: output.Seconds(max(h.TTLLeft, 0)),
-			AcquiredAt: output.Time(h.AcquiredAt)}
-		if !h.AcquiredAt.IsZero() {
-			v.HeldForSeconds = ptr(output.Seconds(coord.LockInfo{Held: true, AcquiredAt: h.AcquiredAt}.HeldFor(now)))
-		}
-		if p := h.Process; p != nil {
-			v.Process = &processView{PIDs: append([]int{}, p.PIDs...), PGID: p.PGID}
-		}
-		out = append(out, v)
+func newHolderView(h coord.HolderInfo, now time.Time) holderView {
+	v := holderView{Slot: h.Slot, Holder: h.Holder, Token: h.Token, LeaseID: h.LeaseID,
+		TTLSeconds: output.Seconds(h.TTL), TTLLeftSeconds: output.Seconds(max(h.TTLLeft, 0)),
+		AcquiredAt: output.Time(h.AcquiredAt), Process: newProcessView(h.Process)}
+	if !h.AcquiredAt.IsZero() {
+		v.HeldForSeconds = ptr(output.Seconds(coord.LockInfo{Held: true, AcquiredAt: h.AcquiredAt}.HeldFor(now)))
 	}
-	return out
+	return v
 }
 
 type processView struct {
 	PIDs []int `json:"pids" yaml:"pids"`
 	PGID int   `json:"pgid" yaml:"pgid"`
+}
+
+func newProcessView(p *coord.ProcessInfo) *processView {
+	if p == nil {
+		return nil
+	}
+	return &processView{PIDs: append([]int{}, p.PIDs...), PGID: p.PGID}
 }
 
 // waiterView is one member of a lock's queue.
@@ -90,23 +90,30 @@ type waiterView struct {
 	PID            *int     `json:"pid" yaml:"pid"`
 }
 
-func newQueueView(q []coord.Waiter, now time.Time) []waiterView {
-	vs := make([]waiterView, 0, len(q))
-	for _, w := range q {
-		v := waiterView{Holder: w.Holder, Since: output.Time(w.Since), LeaseID: nonZero(w.LeaseID), PID: nonZero(w.PID)}
-		if !w.Since.IsZero() {
-			v.WaitingSeconds = ptr(output.Seconds(max(now.Sub(w.Since), 0)))
-		}
-		vs = append(vs, v)
+func newWaiterView(w coord.Waiter, now time.Time) waiterView {
+	v := waiterView{Holder: w.Holder, Since: output.Time(w.Since), LeaseID: nonZero(w.LeaseID), PID: nonZero(w.PID)}
+	if !w.Since.IsZero() {
+		v.WaitingSeconds = ptr(output.Seconds(max(now.Sub(w.Since), 0)))
 	}
-	return vs
+	return v
 }
 
 func ptr[T any](v T) *T { return &v }
 
+// viewsOf is fn of every x, in order; never nil (JSON [] rather than null).
+func viewsOf[T, V any](xs []T, fn func(T) V) []V {
+	vs := make([]V, 0, len(xs))
+	for _, x := range xs {
+		vs = append(vs, fn(x))
+	}
+	return vs
+}
+
 func newLockView(i coord.LockInfo, now time.Time) lockView {
-	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, Queue: newQueueView(i.Queue, now), LastToken: i.LastToken,
-		Limit: newLimitView(i.Limit), Slots: max(i.Slots, 1), Holders: newHolderViews(i, now)}
+	v := lockView{Name: i.Name, Held: i.Held, Waiters: i.Waiters, LastToken: i.LastToken,
+		Queue:   viewsOf(i.Queue, func(w coord.Waiter) waiterView { return newWaiterView(w, now) }),
+		Holders: viewsOf(i.AllHolders(), func(h coord.HolderInfo) holderView { return newHolderView(h, now) }),
+		Limit:   newLimitView(i.Limit), Slots: max(i.Slots, 1), Process: newProcessView(i.Process)}
 	if i.Held {
 		v.Holder = ptr(i.Holder)
 		v.Token = ptr(i.Token)
@@ -118,9 +125,6 @@ func newLockView(i coord.LockInfo, now time.Time) lockView {
 			v.HeldForSeconds = ptr(output.Seconds(i.HeldFor(now)))
 		}
 		v.LastToken = max(v.LastToken, i.Token)
-	}
-	if i.Process != nil {
-		v.Process = &processView{PIDs: append([]int{}, i.Process.PIDs...), PGID: i.Process.PGID}
 	}
 	for _, h := range i.Holders {
 		v.LastToken = max(v.LastToken, h.Token)

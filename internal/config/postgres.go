@@ -29,12 +29,8 @@ type pgConnString struct {
 	kvs []pgParam // a DSN
 }
 
-func isPostgresURL(s string) bool {
-	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
-}
-
 func parsePostgres(s string) (*pgConnString, error) {
-	if isPostgresURL(s) {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
 		u, err := url.Parse(s)
 		if err != nil {
 			return nil, fmt.Errorf("not a URL: %s", redactPostgresError(err, s))
@@ -224,16 +220,6 @@ func redactPostgresError(err error, s string) string {
 	return msg
 }
 
-// pgLoopback reports whether a host pgx connects to is this machine: a
-// unix socket's directory, localhost, a loopback address.
-func pgLoopback(host string) bool {
-	if strings.HasPrefix(host, "/") || strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // validatePostgres checks the PostgreSQL settings and sets pgConn.
 func (c *Config) validatePostgres() error {
 	w := where(KeyPostgres, c.sources[KeyPostgres])
@@ -313,8 +299,15 @@ func pgHosts(pc *pgconn.Config) []*pgconn.FallbackConfig {
 	return append([]*pgconn.FallbackConfig{{Host: pc.Host, Port: pc.Port, TLSConfig: pc.TLSConfig}}, pc.Fallbacks...)
 }
 
-// pgRemote reports whether h is not this machine (pgLoopback).
-func pgRemote(h *pgconn.FallbackConfig) bool { return !pgLoopback(h.Host) }
+// pgRemote reports whether a host pgx connects to is not this machine: a
+// unix socket's directory, localhost, a loopback address.
+func pgRemote(h *pgconn.FallbackConfig) bool {
+	if strings.HasPrefix(h.Host, "/") || strings.EqualFold(h.Host, "localhost") {
+		return false
+	}
+	ip := net.ParseIP(h.Host)
+	return ip == nil || !ip.IsLoopback()
+}
 
 func passwordWhere(c *Config) string {
 	if c.PasswordFile != "" {

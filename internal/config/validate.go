@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -177,11 +178,15 @@ func (c *Config) checkCoordinator() error {
 	if c.endpointsBlank > 0 {
 		return configErr("%s %q has an empty entry: give HOST:PORT[,HOST:PORT...] with no empty one", w, c.endpointsText)
 	}
-	if c.StateDir != "" {
-		if ss := c.sources[KeyStateDir]; rank(ss) <= rank(src) {
-			return configErr("%s and %s name two coordinators (local %s, etcd %s): give one of them",
-				where(KeyStateDir, ss), w, c.StateDir, strings.Join(c.Endpoints, ","))
-		}
+	return c.besideStateDir(KeyEndpoints, "etcd "+strings.Join(c.Endpoints, ","))
+}
+
+// besideStateDir refuses a state directory from a source at least as
+// strong as key's, which names the coordinator what.
+func (c *Config) besideStateDir(key, what string) error {
+	if ss, src := c.sources[KeyStateDir], c.sources[key]; c.StateDir != "" && rank(ss) <= rank(src) {
+		return configErr("%s and %s name two coordinators (local %s, %s): give one of them",
+			where(KeyStateDir, ss), where(key, src), c.StateDir, what)
 	}
 	return nil
 }
@@ -203,11 +208,8 @@ func (c *Config) checkPostgres() error {
 		return configErr("%s and %s name two coordinators (etcd %s, postgres %s): give one of them",
 			where(KeyEndpoints, c.sources[KeyEndpoints]), w, c.endpointsText, pg)
 	}
-	if c.Backend() == "postgres" && c.StateDir != "" {
-		if ss := c.sources[KeyStateDir]; rank(ss) <= rank(src) {
-			return configErr("%s and %s name two coordinators (local %s, postgres %s): give one of them",
-				where(KeyStateDir, ss), w, c.StateDir, pg)
-		}
+	if c.Backend() == "postgres" {
+		return c.besideStateDir(KeyPostgres, "postgres "+pg)
 	}
 	return nil
 }
@@ -405,18 +407,7 @@ const Redacted = "<redacted>"
 // config row lists every file read, in merge order). defaultStateDir and
 // defaultHolder fill in the values the defaults stand for.
 func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
-	or := func(v, def string) string {
-		if v == "" {
-			return def
-		}
-		return v
-	}
-	src := func(k string) Source {
-		if s, ok := c.sources[k]; ok {
-			return s
-		}
-		return SourceDefault
-	}
+	src := func(k string) Source { return cmp.Or(c.sources[k], SourceDefault) }
 	pw := ""
 	if c.Password != "" || c.sources[KeyPassword] == SourceEnv {
 		pw = Redacted
@@ -427,7 +418,7 @@ func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 	}
 	entries := []Entry{
 		{Key: KeyConfig, Value: strings.Join(c.Files, ","), Source: cfgSrc},
-		{Key: KeyStateDir, Value: or(c.StateDir, defaultStateDir), Source: src(KeyStateDir)},
+		{Key: KeyStateDir, Value: cmp.Or(c.StateDir, defaultStateDir), Source: src(KeyStateDir)},
 		{Key: KeyEndpoints, Value: strings.Join(c.Endpoints, ","), Source: src(KeyEndpoints)},
 		{Key: KeyPrefix, Value: c.Prefix, Source: src(KeyPrefix)},
 		{Key: KeyPostgres, Value: RedactPostgres(c.Postgres), Source: src(KeyPostgres)},
@@ -440,7 +431,7 @@ func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 		{Key: KeyPassword, Value: pw, Source: src(KeyPassword)},
 		{Key: KeyInsecureTransport, Value: fmt.Sprint(c.InsecureTransport), Source: src(KeyInsecureTransport)},
 		{Key: KeyDialTimeout, Value: c.DialTimeout.String(), Source: src(KeyDialTimeout)},
-		{Key: KeyHolder, Value: or(c.Holder, defaultHolder), Source: src(KeyHolder)},
+		{Key: KeyHolder, Value: cmp.Or(c.Holder, defaultHolder), Source: src(KeyHolder)},
 		{Key: KeyVerbose, Value: fmt.Sprint(c.Verbose), Source: src(KeyVerbose)},
 		{Key: KeyQuiet, Value: fmt.Sprint(c.Quiet), Source: src(KeyQuiet)},
 		{Key: KeyLogFormat, Value: c.LogFormat, Source: src(KeyLogFormat)},
