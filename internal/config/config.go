@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/fence-dev/fence/pkg/coord/etcd"
@@ -186,13 +187,25 @@ func EnvName(key string) string {
 // and parsed), the environment, the config file and the defaults. It checks
 // types and syntax; Validate checks what connecting needs.
 func Load(fs *pflag.FlagSet) (*Config, error) {
+	v := viper.New()
+	v.SetEnvPrefix("FENCE")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(fs); err != nil {
+		return nil, configErr("%v", err)
+	}
 	c := &Config{sources: map[string]Source{}, fileOf: map[string]string{}}
-	file, err := c.mergeFiles(fs)
+	fileMap, err := c.mergeFiles(v, fs)
 	if err != nil {
 		return nil, err
 	}
+	for _, k := range fileKeys {
+		c.sources[k] = sourceOf(fs, k, fileMap)
+	}
 	for _, step := range []func() error{
-		func() error { return c.read(fs, file) },
+		func() error { return c.readStrings(v, fs, fileMap) },
+		func() error { return c.readCoordinator(fs, fileMap) },
+		func() error { return c.readTyped(v) },
 		c.checkPrefix,
 		c.checkPaths,
 	} {
@@ -207,13 +220,12 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	return c, nil
 }
 
-// mergeFiles merges the config files, key by key: the system's, the
+// mergeFiles merges the config files into v, key by key: the system's, the
 // user's, then the one named by --config or FENCE_CONFIG. It returns what
 // they set.
-func (c *Config) mergeFiles(fs *pflag.FlagSet) (map[string]any, error) {
-	v, src := lookup(fs, KeyConfig, nil, false)
-	c.sources[KeyConfig] = src
-	explicit, _ := v.(string)
+func (c *Config) mergeFiles(v *viper.Viper, fs *pflag.FlagSet) (map[string]any, error) {
+	c.sources[KeyConfig] = sourceOf(fs, KeyConfig, nil)
+	explicit := v.GetString(KeyConfig)
 	var paths []string
 	for _, p := range defaultConfigFiles() {
 		if explicit == "" || filepath.Clean(p) != filepath.Clean(explicit) {
@@ -238,52 +250,80 @@ func (c *Config) mergeFiles(fs *pflag.FlagSet) (map[string]any, error) {
 			c.fileOf[k] = file
 		}
 	}
+	if err := v.MergeConfigMap(fileMap); err != nil {
+		return nil, configErr("config files %s: %v", strings.Join(c.Files, ", "), err)
+	}
 	return fileMap, nil
 }
 
-// read reads every setting from its strongest source (lookup) and records
-// where it came from. The prefix, the endpoints and the PostgreSQL address
-// say which coordinator: a variable of theirs set but empty (FENCE_PREFIX=
-// from a template with an unset variable) is set, not absent, and is
-// refused rather than passed over for the file or the default.
-func (c *Config) read(fs *pflag.FlagSet, file map[string]any) error {
-	get := func(key string) (any, Source) {
-		v, src := lookup(fs, key, file, key == KeyPrefix || key == KeyEndpoints || key == KeyPostgres)
-		c.sources[key] = src
-		return v, src
+// readStrings reads the settings that are strings. The prefix says which
+// of the coordinator's namespaces: a variable set but empty
+// (FENCE_PREFIX= from a template with an unset variable) is set, not
+// absent, and is refused rather than passed over for the file or the
+// default.
+func (c *Config) readStrings(v *viper.Viper, fs *pflag.FlagSet, fileMap map[string]any) error {
+	prefix, prefixSet := lookupSet(fs, KeyPrefix, fileMap, c.sources)
+	if !prefixSet {
+		prefix = DefaultPrefix
 	}
 	var err error
+	str := func(key string, x any) string {
+		if err != nil {
+			return ""
+		}
+		var s string
+		s, err = toString(key, x, c.sources[key])
+		return s
+	}
+	c.StateDir = str(KeyStateDir, v.Get(KeyStateDir))
+	c.Prefix = str(KeyPrefix, prefix)
 	for _, f := range []struct {
 		key string
 		to  *string
 	}{
-		{KeyStateDir, &c.StateDir}, {KeyPrefix, &c.Prefix},
 		{KeyPostgresSchema, &c.PostgresSchema}, {KeyCACert, &c.CACert}, {KeyCert, &c.Cert}, {KeyKey, &c.Key},
 		{KeyUser, &c.User}, {KeyPasswordFile, &c.pwFile}, {KeyHolder, &c.Holder}, {KeyLogFormat, &c.LogFormat}, {KeyLogLevel, &c.LogLevel},
-		{KeyPostgres, &c.Postgres},
 	} {
-		v, src := get(f.key)
-		if *f.to, err = toString(f.key, v, src); err != nil {
-			return err
-		}
+		*f.to = str(f.key, v.Get(f.key))
 	}
-	c.postgresSet = c.sources[KeyPostgres] != SourceDefault
-	endpoints, src := get(KeyEndpoints)
-	if c.Endpoints, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, src); err != nil {
+	return err
+}
+
+// readCoordinator reads the endpoints and the PostgreSQL address, which
+// say which coordinator: as for the prefix, a variable set but empty is
+// set.
+func (c *Config) readCoordinator(fs *pflag.FlagSet, fileMap map[string]any) error {
+	endpoints, epSet := lookupSet(fs, KeyEndpoints, fileMap, c.sources)
+	pg, pgSet := lookupSet(fs, KeyPostgres, fileMap, c.sources)
+	var err error
+	if c.Endpoints, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
 		return err
 	}
-	c.endpointsSet, c.endpointsText = src != SourceDefault, listText(endpoints)
+	if c.Postgres, err = toString(KeyPostgres, pg, c.sources[KeyPostgres]); err != nil {
+		return err
+	}
+	c.postgresSet = pgSet
+	if epSet {
+		c.endpointsSet = true
+		c.endpointsText = listText(endpoints)
+	}
+	return nil
+}
+
+// readTyped reads the settings that are booleans and durations.
+func (c *Config) readTyped(v *viper.Viper) error {
 	for _, f := range []struct {
 		key string
 		to  *bool
 	}{{KeyInsecureTransport, &c.InsecureTransport}, {KeyVerbose, &c.Verbose}, {KeyQuiet, &c.Quiet}} {
-		v, src := get(f.key)
-		if *f.to, err = toBool(f.key, v, src); err != nil {
+		b, err := toBool(f.key, v.Get(f.key), c.sources[f.key])
+		if err != nil {
 			return err
 		}
+		*f.to = b
 	}
-	v, src := get(KeyDialTimeout)
-	c.DialTimeout, err = toDuration(KeyDialTimeout, v, src)
+	var err error
+	c.DialTimeout, err = toDuration(KeyDialTimeout, v.Get(KeyDialTimeout), c.sources[KeyDialTimeout])
 	return err
 }
 
@@ -311,34 +351,24 @@ func (c *Config) checkPaths() error {
 	return nil
 }
 
-// lookup reads key from its strongest source: the flag when given, the
-// environment variable, the config files, else the flag's default. A
-// variable set to "" counts as unset unless emptyEnv. A flag's value is
-// typed as the flag (a duration flag gives a time.Duration).
-func lookup(fs *pflag.FlagSet, key string, file map[string]any, emptyEnv bool) (any, Source) {
-	f := fs.Lookup(key)
-	if f != nil && f.Changed {
-		return flagValue(f), SourceFlag
+// lookupSet reads key from its strongest source as sourceOf does, except that
+// a variable set to "" counts as set; it records the source in sources. set
+// is false when no source names key (the flag's default applies).
+func lookupSet(fs *pflag.FlagSet, key string, file map[string]any, sources map[string]Source) (v any, set bool) {
+	if f := fs.Lookup(key); f != nil && f.Changed {
+		sources[key] = SourceFlag
+		return f.Value.String(), true
 	}
-	if s, ok := os.LookupEnv(EnvName(key)); ok && (s != "" || emptyEnv) {
-		return s, SourceEnv
+	if s, ok := os.LookupEnv(EnvName(key)); ok {
+		sources[key] = SourceEnv
+		return s, true
 	}
 	if x, ok := file[key]; ok {
-		return x, SourceFile
+		sources[key] = SourceFile
+		return x, true
 	}
-	if f == nil {
-		return nil, SourceDefault
-	}
-	return flagValue(f), SourceDefault
-}
-
-func flagValue(f *pflag.Flag) any {
-	s := f.Value.String()
-	if f.Value.Type() == "duration" {
-		d, _ := time.ParseDuration(s)
-		return d
-	}
-	return s
+	sources[key] = SourceDefault
+	return nil, false
 }
 
 // listText is a list setting as it was written, for messages.
@@ -356,6 +386,20 @@ func listText(v any) string {
 		return ""
 	}
 	return fmt.Sprint(v)
+}
+
+// sourceOf says where key's value comes from.
+func sourceOf(fs *pflag.FlagSet, key string, file map[string]any) Source {
+	if f := fs.Lookup(key); f != nil && f.Changed {
+		return SourceFlag
+	}
+	if s, ok := os.LookupEnv(EnvName(key)); ok && s != "" {
+		return SourceEnv
+	}
+	if _, ok := file[key]; ok {
+		return SourceFile
+	}
+	return SourceDefault
 }
 
 // SystemConfigFile is the system-wide config file, read first. Tests point

@@ -435,8 +435,8 @@ func TestEndpointsSetToNothing(t *testing.T) {
 			check(t, mustLoad(t, "--config", f), "config file key endpoints")
 		})
 		t.Run("env over file "+strconvQuote(v), func(t *testing.T) {
-			// An empty variable is unset for most settings, which would
-			// use the file's endpoints: here the variable is the stronger.
+			// viper takes an empty variable for an unset one and would
+			// use the file's endpoints: the variable is the stronger.
 			f := writeFile(t, filepath.Join(dir, "ep-good.yaml"), "endpoints: 127.0.0.1:2379\n", 0o644)
 			t.Setenv("FENCE_ENDPOINTS", v)
 			check(t, mustLoad(t, "--config", f), "FENCE_ENDPOINTS")
