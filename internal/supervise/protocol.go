@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
 )
 
 // The watchdog talks with fence over two pipes, one JSON object per line:
@@ -85,14 +86,7 @@ type spec struct {
 // the leases to end, in order.
 type endSpec struct {
 	Coordinator json.RawMessage `json:"coordinator"`
-	Leases      []endLease      `json:"leases"`
-}
-
-type endLease struct {
-	Name   string `json:"name"`
-	ID     string `json:"id"`
-	Token  uint64 `json:"token,omitempty"`
-	Holder string `json:"holder,omitempty"`
+	Leases      []coord.Lease   `json:"leases"`
 }
 
 type report struct {

@@ -88,6 +88,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -692,19 +693,9 @@ func (r *runner) endSpec() *endSpec {
 		r.verbosef("the watchdog cannot end the lease if fence dies: %v", err)
 		return nil
 	}
-	e := &endSpec{Coordinator: settings}
-	own := r.hs.Leases()
-	for i := len(own) - 1; i >= 0; i-- {
-		e.Leases = append(e.Leases, endLeaseOf(own[i]))
-	}
-	for _, l := range h.Also {
-		e.Leases = append(e.Leases, endLeaseOf(l))
-	}
-	return e
-}
-
-func endLeaseOf(l coord.Lease) endLease {
-	return endLease{Name: l.Name, ID: l.ID, Token: l.Token, Holder: l.Holder}
+	leases := r.hs.Leases()
+	slices.Reverse(leases)
+	return &endSpec{Coordinator: settings, Leases: append(leases, h.Also...)}
 }
 
 // loop is what fence's supervision loop follows besides the phase.

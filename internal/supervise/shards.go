@@ -1,9 +1,11 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
@@ -93,7 +95,7 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 		case shardInterrupted:
 			return 128 + int(end.late), fmt.Errorf("interrupted by SIG%s while the command was stopped to restart it", SignalName(end.late))
 		case shardRestartLost:
-			if log, lerr := logging.New(opts.stderrOrDefault(), opts.LogFormat, "debug"); lerr == nil {
+			if log, lerr := logging.New(cmp.Or[io.Writer](opts.Stderr, os.Stderr), opts.LogFormat, "debug"); lerr == nil {
 				log.Info(fmt.Sprintf("%v; restarting with the shards left", end.err))
 			}
 		}
@@ -406,13 +408,6 @@ func shardAfter(e shardRunEnd) (shardNext, string) {
 		return shardRestartLost, fmt.Sprintf("lost a lease: %v", e.err)
 	}
 	return shardReturn, ""
-}
-
-func (o *Options) stderrOrDefault() interface{ Write([]byte) (int, error) } {
-	if o.Stderr != nil {
-		return o.Stderr
-	}
-	return os.Stderr
 }
 
 func numbers(ss []*shards.Shard) []int {

@@ -29,16 +29,12 @@ const WatchdogArg = "__watchdog"
 // command may run after a resume past its stop time.
 const recheck = 100 * time.Millisecond
 
-// freezeBeforeReportEnv, set in the watchdog's environment, makes it stop
-// itself (SIGSTOP) after starting the command and before reporting it: a
-// fault that only tests inject.
-const freezeBeforeReportEnv = "FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT"
-
-// freezeAfterLookEnv, set in the watchdog's environment, makes it stop
-// itself (SIGSTOP) once, right after its first look for the command's exit
-// that found it running: a freeze between that look and the judging of the
-// stop time, a fault that only tests inject.
-const freezeAfterLookEnv = "FENCE_TEST_WATCHDOG_FREEZE_AFTER_LOOK"
+// Faults that only tests inject (export_test.go sets them in the test
+// binary, which is also the tests' watchdog): freezeBeforeReport runs
+// after the command started and before it is reported; freezeAfterLook
+// once, right after the first look for the command's exit that found it
+// running (a freeze between that look and the judging of the stop time).
+var freezeBeforeReport, freezeAfterLook func()
 
 // cgroupPrefix starts the name of every cgroup a watchdog makes:
 // fence-run-<the watchdog's PID>-<CLOCK_BOOTTIME ns when it made it>
@@ -221,12 +217,12 @@ func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 	ready := w.orders.ready
 	woke := false // ready was received: its watcher waits for the orders to be taken
-	freezeAfterLook := os.Getenv(freezeAfterLookEnv) != ""
+	afterLook := freezeAfterLook
 	for {
 		w.reap()
-		if freezeAfterLook && w.exit == nil {
-			freezeAfterLook = false
-			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		if afterLook != nil && w.exit == nil {
+			afterLook()
+			afterLook = nil
 		}
 		if done, err := w.doneIfGone(); done {
 			return err
@@ -436,10 +432,8 @@ func (w *watchdog) start() error {
 		return w.out.send(report{Ev: evExecError, Code: code, Msg: fmt.Sprintf("%s: %v", sp.Args[0], err), At: clock.Now()})
 	}
 	w.leader = pid
-	if os.Getenv(freezeBeforeReportEnv) != "" {
-		// Fault injection for tests: a watchdog frozen between starting the
-		// command and reporting it. fence must stop the command alone.
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	if freezeBeforeReport != nil {
+		freezeBeforeReport() // fence must stop the command alone
 	}
 	r := report{Ev: evStarted, PID: pid, PGID: pid, At: at}
 	if w.cg != nil {
@@ -560,11 +554,7 @@ func (w *watchdog) endLeases() {
 	if w.end == nil || e == nil || len(e.Leases) == 0 {
 		return
 	}
-	leases := make([]coord.Lease, len(e.Leases))
-	for i, l := range e.Leases {
-		leases[i] = coord.Lease{Name: l.Name, ID: l.ID, Token: l.Token, Holder: l.Holder}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
-	_ = w.end(ctx, e.Coordinator, leases)
+	_ = w.end(ctx, e.Coordinator, e.Leases)
 }
