@@ -817,21 +817,17 @@ func (col *Collector) askReplication(ctx context.Context) {
 // knownBugs are the (version, issue) pairs of the members' known
 // lease-safety bugs, sorted. col.mu is held.
 func (col *Collector) knownBugs() [][2]string {
-	seen := map[[2]string]bool{}
 	var out [][2]string
 	for _, v := range col.memberVer {
 		for _, b := range etcdbugs.BugsOf(v) {
-			if k := [2]string{v, b.Issue}; !seen[k] {
-				seen[k] = true
-				out = append(out, k)
-			}
+			out = append(out, [2]string{v, b.Issue})
 		}
 	}
 	if col.asyncRepl {
 		out = append(out, [2]string{"postgres", "async-replication"})
 	}
 	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0]+" "+a[1], b[0]+" "+b[1]) })
-	return out
+	return slices.Compact(out) // members of one version
 }
 
 func b2f(b bool) float64 {
