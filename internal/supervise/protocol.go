@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -118,25 +117,6 @@ type exitInfo struct {
 	Leftovers int `json:"leftovers,omitempty"`
 	// Died is when the command's main process ended, on the boot clock.
 	Died clock.Boot `json:"died"`
-}
-
-// lineWriter writes JSON lines; safe for concurrent use.
-type lineWriter struct {
-	mu  sync.Mutex
-	enc *json.Encoder
-	err error
-}
-
-func newLineWriter(w io.Writer) *lineWriter { return &lineWriter{enc: json.NewEncoder(w)} }
-
-func (l *lineWriter) send(v any) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		return l.err
-	}
-	l.err = l.enc.Encode(v)
-	return l.err
 }
 
 // readLines decodes JSON lines from r into a channel of T, closed (as is r)

@@ -80,6 +80,7 @@ package supervise
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -109,27 +110,25 @@ import (
 // forwarded are the signals fence passes on to the command's group.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-// catchSignals starts catching the forwarded signals that are not ignored,
-// once, on a goroutine of its own: each costs a round trip to the Go
-// runtime's signal thread (the first one starts it), 0.1-0.5 ms in all,
-// which Start overlaps with the watchdog's start and the coordinator's
+// catchSignals starts catching the forwarded signals that are not ignored
+// (Start does, once), on a goroutine of its own: each costs a round trip to
+// the Go runtime's signal thread (the first one starts it), 0.1-0.5 ms in
+// all, which Start overlaps with the watchdog's start and the coordinator's
 // opening. run waits for it (signals) before anything else: a signal never
 // finds the lock acquired with no handler in place.
 func (r *runner) catchSignals() {
-	r.catching.Do(func() {
-		r.caught = make(chan struct{})
-		r.sigs = make(chan os.Signal, 4)
-		go func() {
-			defer close(r.caught)
-			for _, s := range forwarded {
-				if signal.Ignored(s) {
-					r.ignored = append(r.ignored, int(s.(syscall.Signal)))
-					continue
-				}
-				signal.Notify(r.sigs, s)
+	r.caught = make(chan struct{})
+	r.sigs = make(chan os.Signal, 4)
+	go func() {
+		defer close(r.caught)
+		for _, s := range forwarded {
+			if signal.Ignored(s) {
+				r.ignored = append(r.ignored, int(s.(syscall.Signal)))
+				continue
 			}
-		}()
-	})
+			signal.Notify(r.sigs, s)
+		}
+	}()
 }
 
 // signals waits until the forwarded signals are caught and returns their
@@ -142,7 +141,6 @@ func (r *runner) signals() (chan os.Signal, []int) {
 // releaseSignals stops catching the forwarded signals, for a Runner closed
 // without a run.
 func (r *runner) releaseSignals() {
-	r.catchSignals()
 	sigs, _ := r.signals()
 	signal.Stop(sigs)
 }
@@ -268,10 +266,9 @@ type runner struct {
 
 	// The signals fence forwards (catchSignals): caught is closed once
 	// sigs receives them, ignored are those found ignored at the start.
-	catching sync.Once
-	caught   chan struct{}
-	sigs     chan os.Signal
-	ignored  []int
+	caught  chan struct{}
+	sigs    chan os.Signal
+	ignored []int
 
 	c      coord.Coordinator
 	stderr io.Writer
@@ -347,7 +344,6 @@ func (r *runner) run(ctx context.Context) (int, error) {
 
 	// Signals: forwarded to the command once it runs; before, they end the
 	// wait for the lock.
-	r.catchSignals()
 	sigs, ignored := r.signals()
 	defer signal.Stop(sigs)
 
@@ -964,12 +960,12 @@ type orderQueue struct {
 	closed  bool
 	wake    chan struct{}
 	done    chan struct{}
-	w       *lineWriter
+	w       *json.Encoder
 	f       *os.File
 }
 
 func newOrderQueue(f *os.File) *orderQueue {
-	q := &orderQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), w: newLineWriter(f), f: f}
+	q := &orderQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), w: json.NewEncoder(f), f: f}
 	go q.loop()
 	return q
 }
@@ -1024,7 +1020,7 @@ func (q *orderQueue) loop() {
 				break
 			}
 			for _, o := range batch {
-				if err := q.w.send(o); err != nil {
+				if err := q.w.Encode(o); err != nil {
 					// The watchdog is gone; drop orders until closed.
 					break
 				}

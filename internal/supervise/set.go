@@ -19,20 +19,12 @@ import (
 // (stopped before the earliest lease can expire, and when any is lost or
 // revoked), and the set is released in reverse order.
 
-// checkLocks validates Options.Locks.
+// checkLocks checks Options.Locks against Holds. The names themselves are
+// checked by the CLI, and again by fencing.AcquireSet before it takes any
+// (invalid or given twice: coord.ErrInvalid).
 func checkLocks(p *plan) error {
 	if p.Holds != nil {
 		return fmt.Errorf("%w: Locks and Holds do not go together", coord.ErrInvalid)
-	}
-	seen := make(map[string]bool, len(p.Locks))
-	for _, n := range p.Locks {
-		if err := coord.ValidateName(n); err != nil {
-			return err
-		}
-		if seen[n] {
-			return fmt.Errorf("%w: lock %q is given twice", coord.ErrInvalid, n)
-		}
-		seen[n] = true
 	}
 	p.Lock = cmp.Or(p.Lock, strings.Join(p.Locks, ","))
 	return nil
@@ -47,11 +39,11 @@ func SetLeases(set *fencing.Set) []coord.Lease {
 	return out
 }
 
-// SetEnv is what the command of `fence run A B C` learns of its leases:
+// locksEnv is what the command of `fence run A B C` learns of its leases:
 // FENCE_LOCKS (how many), FENCE_LOCK_i, FENCE_TOKEN_i and FENCE_LEASE_ID_i
 // for i = 1..N in the order given, FENCE_HOLDER and FENCE_TTL. FENCE_LOCK,
 // FENCE_TOKEN and FENCE_LEASE_ID are not set (they are removed).
-func SetEnv(leases []coord.Lease) map[string]string {
+func locksEnv(leases []coord.Lease) map[string]string {
 	m := map[string]string{"FENCE_LOCKS": strconv.Itoa(len(leases))}
 	for i, l := range leases {
 		n := strconv.Itoa(i + 1)
@@ -66,7 +58,7 @@ func SetEnv(leases []coord.Lease) map[string]string {
 	return m
 }
 
-// isSetVar reports whether k is one of the variables SetEnv sets for a set
+// isSetVar reports whether k is one of the variables locksEnv sets for a set
 // (FENCE_LOCKS, FENCE_LOCK_3, ...): inherited ones are removed.
 func isSetVar(k string) bool {
 	if k == "FENCE_LOCKS" {
@@ -101,7 +93,7 @@ func (r *runner) acquireSet(ctx context.Context, sigs <-chan os.Signal) (release
 		return nil, code, err
 	}
 	leases := SetLeases(set)
-	r.useHolds(NewHeldSet(set.Helds(), SetEnv(leases)))
+	r.useHolds(NewHeldSet(set.Helds(), locksEnv(leases)))
 	for _, l := range leases {
 		r.verbosef("acquired %q: token %d, lease %s, TTL %v", l.Name, l.Token, l.ID, l.TTL)
 	}

@@ -179,9 +179,7 @@ func noCommandSignal(s os.Signal) (int, error) {
 func releaseEnded(ctx context.Context, m *shards.Member) {
 	for _, s := range m.Shards() {
 		if s.Context().Err() != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = s.Release(rctx)
-			cancel()
+			releaseBounded(ctx, s.Release)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package supervise
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -91,15 +92,15 @@ func WatchdogMain(args []string, end LeaseEnder) int {
 	unix.CloseOnExec(3)
 	unix.CloseOnExec(4)
 	repf := os.NewFile(4, "fence-reports")
-	out := newLineWriter(repf)
+	out := json.NewEncoder(repf)
 	orders, err := newOrderPipe(3)
 	if err != nil {
-		_ = out.send(report{Ev: evError, Msg: "order pipe: " + err.Error(), At: clock.Now()})
+		_ = out.Encode(report{Ev: evError, Msg: "order pipe: " + err.Error(), At: clock.Now()})
 		return 125
 	}
 	w := &watchdog{orders: orders, out: out, self: os.Getpid(), end: end}
 	if err := w.run(); err != nil {
-		_ = out.send(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
+		_ = out.Encode(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
 		return 125
 	}
 	return 0
@@ -112,7 +113,7 @@ func isPipe(fd int) bool {
 
 type watchdog struct {
 	orders *orderPipe
-	out    *lineWriter
+	out    *json.Encoder // the reports; the watchdog writes from one goroutine
 	self   int
 	sp     *spec
 	cg     *cgroup
@@ -293,7 +294,7 @@ func (w *watchdog) act(now clock.Boot) {
 		w.phase = w.phase.next(stepKill)
 		w.killAll()
 		if w.exit == nil || w.leftovers > 0 {
-			_ = w.out.send(report{Ev: evKilling, At: now})
+			_ = w.out.Encode(report{Ev: evKilling, At: now})
 		}
 	}
 	if w.phase == phaseKilling {
@@ -429,7 +430,7 @@ func (w *watchdog) start() error {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
 			code = 127
 		}
-		return w.out.send(report{Ev: evExecError, Code: code, Msg: fmt.Sprintf("%s: %v", sp.Args[0], err), At: clock.Now()})
+		return w.out.Encode(report{Ev: evExecError, Code: code, Msg: fmt.Sprintf("%s: %v", sp.Args[0], err), At: clock.Now()})
 	}
 	w.leader = pid
 	if freezeBeforeReport != nil {
@@ -439,7 +440,7 @@ func (w *watchdog) start() error {
 	if w.cg != nil {
 		r.Cgroup = w.cg.dir
 	}
-	return w.out.send(r)
+	return w.out.Encode(r)
 }
 
 // beginStop sends the stop signal to the command's tree and plans SIGKILL
@@ -457,7 +458,7 @@ func (w *watchdog) beginStop(reason string, now clock.Boot) {
 		// continued.
 		w.signalTree(syscall.SIGCONT)
 	}
-	_ = w.out.send(report{Ev: evStopping, Reason: reason, Signal: int(sig), At: now})
+	_ = w.out.Encode(report{Ev: evStopping, Reason: reason, Signal: int(sig), At: now})
 }
 
 // signalTree sends sig to the command's process group and to every other
@@ -539,7 +540,7 @@ func (w *watchdog) treeEmpty() bool {
 // it (fence waits for the watchdog's exit before its own).
 func (w *watchdog) finish() error {
 	w.exit.Leftovers = w.leftovers
-	err := w.out.send(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
+	err := w.out.Encode(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
 	if w.cg != nil {
 		_ = w.cg.remove()
 	}
