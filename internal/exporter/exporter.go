@@ -768,50 +768,33 @@ func (col *Collector) healthy(ctx context.Context) error {
 	return fmt.Errorf("coordinator %s: %s: %v", col.c.Describe(), since, err)
 }
 
-// askVersions asks the etcd members for their versions, every
-// versionsEvery (more often until every member answered once).
+// askVersions asks, every versionsEvery, the etcd members for their
+// versions (more often until every member answered once), or a PostgreSQL
+// server whether it has standbys without synchronous replication.
 func (col *Collector) askVersions(ctx context.Context) {
-	col.askReplication(ctx)
-	if col.versions == nil {
-		return
-	}
 	col.mu.Lock()
-	due := time.Since(col.versionsAt) >= versionsEvery || len(col.memberVer) == 0
+	etcdDue := col.versions != nil && (time.Since(col.versionsAt) >= versionsEvery || len(col.memberVer) == 0)
+	pgDue := col.replication != nil && time.Since(col.replAt) >= versionsEvery
 	col.mu.Unlock()
-	if !due {
-		return
-	}
 	vctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	vs := col.versions.ServerVersions(vctx)
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	col.versionsAt = time.Now()
-	for _, v := range vs {
-		if v.Err == nil {
-			col.memberVer[v.Endpoint] = v.Version
+	if etcdDue {
+		vs := col.versions.ServerVersions(vctx)
+		col.mu.Lock()
+		col.versionsAt = time.Now()
+		for _, v := range vs {
+			if v.Err == nil {
+				col.memberVer[v.Endpoint] = v.Version
+			}
 		}
+		col.mu.Unlock()
 	}
-}
-
-// askReplication asks a PostgreSQL server, every versionsEvery, whether it
-// has standbys without synchronous replication.
-func (col *Collector) askReplication(ctx context.Context) {
-	if col.replication == nil {
-		return
+	if pgDue {
+		async := col.replication.ReplicationWarning(vctx) != ""
+		col.mu.Lock()
+		col.replAt, col.asyncRepl = time.Now(), async
+		col.mu.Unlock()
 	}
-	col.mu.Lock()
-	due := time.Since(col.replAt) >= versionsEvery
-	col.mu.Unlock()
-	if !due {
-		return
-	}
-	vctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	async := col.replication.ReplicationWarning(vctx) != ""
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	col.replAt, col.asyncRepl = time.Now(), async
 }
 
 // knownBugs are the (version, issue) pairs of the members' known
