@@ -573,16 +573,9 @@ func (r *runner) startWatchdog() error {
 		// (a multi-call binary, testscript's commands) runs as fence again.
 		cmd.Args[0] = os.Args[0]
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
-	if cmd.Stdin == nil {
-		cmd.Stdin = os.Stdin
-	}
-	if cmd.Stdout == nil {
-		cmd.Stdout = os.Stdout
-	}
-	if cmd.Stderr == nil {
-		cmd.Stderr = os.Stderr
-	}
+	cmd.Stdin = cmp.Or[io.Reader](p.Stdin, os.Stdin)
+	cmd.Stdout = cmp.Or[io.Writer](p.Stdout, os.Stdout)
+	cmd.Stderr = cmp.Or[io.Writer](p.Stderr, os.Stderr)
 	cmd.ExtraFiles = []*os.File{ordR, repW}
 	// A process group of its own, in fence's session: a signal sent to
 	// fence's whole group (timeout(1), a supervisor's group kill, a shell's
