@@ -191,7 +191,7 @@ func Start(opts Options) (*Runner, error) {
 			return nil, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
 		}
 	}
-	r := &runner{p: p, m: metrics{lock: p.Lock}}
+	r := &runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
 	r.setStreams()
 	r.catchSignals() // beside the watchdog's start and the coordinator's opening
 	if err := r.startWatchdog(); err != nil {
@@ -238,7 +238,6 @@ func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 	r.c = c
 	code, err := r.run(ctx)
 	r.m.exitCode = code
-	r.onceMetrics()
 	if r.p.MetricsFile != "" {
 		if werr := writeMetrics(r.p.MetricsFile, &r.m); werr != nil {
 			r.warnf("%v", werr)
@@ -302,7 +301,6 @@ type runner struct {
 	cancelErr error  // why ctx ended
 	attaching sync.WaitGroup
 	lw        leaseWatch // the coordinator's notice of the lease's end
-	once      onceState  // --once (once.go)
 }
 
 // setStreams settles where fence's own lines go (r.stderr): the command's
