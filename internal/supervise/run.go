@@ -169,11 +169,8 @@ func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
 // A Runner must be closed or run, or its watchdog lives on until the calling
 // process exits.
 type Runner struct {
-	r *runner
-
-	mu     sync.Mutex
-	used   bool // Run was called
-	closed bool
+	r    *runner
+	used atomic.Bool // Run or Close was called
 }
 
 // Start checks opts and starts the watchdog process. The error (exit code
@@ -226,11 +223,7 @@ func Start(opts Options) (*Runner, error) {
 //
 // It may be called once, and not after Close.
 func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
-	rr.mu.Lock()
-	used, closed := rr.used, rr.closed
-	rr.used = true
-	rr.mu.Unlock()
-	if used || closed {
+	if !rr.used.CompareAndSwap(false, true) {
 		return exitcode.Failure, errors.New("supervise: Runner.Run called after Run or Close")
 	}
 	r := rr.r
@@ -250,11 +243,7 @@ func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 // it to exit. Once Run was called it does nothing: Run ends the watchdog
 // itself.
 func (rr *Runner) Close() {
-	rr.mu.Lock()
-	skip := rr.used || rr.closed
-	rr.closed = true
-	rr.mu.Unlock()
-	if !skip {
+	if rr.used.CompareAndSwap(false, true) {
 		rr.r.releaseSignals()
 		rr.r.closeWatchdog()
 	}
