@@ -499,7 +499,7 @@ func acquireFailure(ctx context.Context, cause error, p *plan, err error) (int, 
 	var intr interrupted
 	switch {
 	case errors.As(cause, &intr):
-		return 128 + int(intr.sig), fmt.Errorf("interrupted by SIG%s while waiting for %q", SignalName(intr.sig), lock)
+		return interruptedWhile(intr.sig, fmt.Sprintf("waiting for %q", lock))
 	case errors.Is(err, coord.ErrBusy):
 		return p.ConflictExitCode, err
 	case ctx.Err() != nil:
@@ -537,6 +537,12 @@ type deferredAcquirer interface {
 type interrupted struct{ sig syscall.Signal }
 
 func (i interrupted) Error() string { return "interrupted by SIG" + SignalName(i.sig) }
+
+// interruptedWhile is fence's end for signal sig that came while it was
+// doing what (no command ran, or it was being stopped): 128+N.
+func interruptedWhile(sig syscall.Signal, what string) (int, error) {
+	return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while %s", SignalName(sig), what)
+}
 
 // startWatchdog starts the watchdog, fence itself again
 // (Options.Executable, default /proc/self/exe), with its two pipes.

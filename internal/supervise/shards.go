@@ -93,7 +93,7 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 			<-m.Done()
 			return exitcode.LeaseLost, m.Err()
 		case shardInterrupted:
-			return 128 + int(end.late), fmt.Errorf("interrupted by SIG%s while the command was stopped to restart it", SignalName(end.late))
+			return interruptedWhile(end.late, "the command was stopped to restart it")
 		case shardRestartLost:
 			if log, lerr := logging.New(cmp.Or[io.Writer](opts.Stderr, os.Stderr), opts.LogFormat, "debug"); lerr == nil {
 				log.Info(fmt.Sprintf("%v; restarting with the shards left", end.err))
@@ -144,7 +144,7 @@ func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-cha
 		if start {
 			select {
 			case s := <-sigs: // came after the last run: no command would get it
-				code, err = noCommandSignal(s)
+				code, err = interruptedWhile(s.(syscall.Signal), "no command ran")
 				return nil, code, err
 			default:
 			}
@@ -162,17 +162,11 @@ func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-cha
 			return nil, exitcode.Failure, context.Cause(ctx)
 		case s := <-sigs:
 			t.Stop()
-			code, err = noCommandSignal(s)
+			code, err = interruptedWhile(s.(syscall.Signal), "no command ran")
 			return nil, code, err
 		}
 		t.Stop()
 	}
-}
-
-// noCommandSignal is fence's end for a signal that came while no command ran.
-func noCommandSignal(s os.Signal) (int, error) {
-	sig := s.(syscall.Signal)
-	return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while no command ran", SignalName(sig))
 }
 
 // releaseEnded releases the member's shards whose context ended.
