@@ -61,6 +61,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -691,15 +692,11 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 			if !st.lastCompletion.IsZero() {
 				gauge(descLastCompletion, float64(st.lastCompletion.UnixNano())/1e9, n)
 			}
-			// Every kind, from 0, so that increase() sees the first one.
-			kinds := append(append([]history.Kind(nil), allKinds...), groupKinds(n)...)
-			for k := range st.events {
-				if !slices.Contains(allKinds, k) {
-					kinds = append(kinds, k)
-				}
-			}
+			// Every kind, from 0, so that increase() sees the first one;
+			// each once.
+			kinds := slices.Concat(allKinds, groupKinds(n), slices.Collect(maps.Keys(st.events)))
 			slices.Sort(kinds)
-			for _, k := range kinds {
+			for _, k := range slices.Compact(kinds) {
 				counter(descEvents, st.events[k], n, string(k))
 			}
 		}
