@@ -240,8 +240,7 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	r, err := Start(o)
 	code := exitcode.Failure
 	if err == nil {
-		code, err = r.Run(rctx, c)
-		r.Close()
+		code, err = r.Run(rctx, c) // it ends the watchdog
 	}
 	stopped := context.Cause(rctx)
 	cancel(nil)
