@@ -1,33 +1,9 @@
 // Package exporter serves Prometheus metrics for every lock of a coordinator
 // (`fence exporter --listen ADDR`), with client_golang.
 //
-// Per lock (label lock):
-//
-//	fence_lock_held                      gauge     1 while the lock has a holder, else 0
-//	fence_lock_token                     gauge     the holder's fencing token; when free, the last token known
-//	fence_lock_ttl_remaining_seconds     gauge     time left on the holder's lease (0 when free)
-//	fence_lock_held_seconds              gauge     how long the holder has held the lock (0 when free)
-//	fence_lock_waiters                   gauge     processes queued for the lock
-//	fence_lock_holder_info               gauge     1, with label holder, while held (an info metric)
-//	fence_lock_critical_section_seconds  histogram how long each holder held the lock, observed when it ended
-//	fence_lock_frozen                    gauge     1 while an operator freeze (fence freeze) covers the lock, else 0
-//	fence_lock_limit                     gauge     the operator limit on holders that binds the lock (fence limit,
-//	                                               freeze: 0); absent when none does
-//
-// and, when the coordinator keeps a history (a history.Recorder, or anything
-// that implements history.Store):
-//
-//	fence_lock_renewal_failures_total    counter   failed renewals recorded (an event may stand for several)
-//	fence_lock_stale_refusals_total      counter   writes refused by a guard for a stale token
-//	fence_lock_events_total              counter   history events, by kind (label kind; every kind, from 0; a shard's and a member's kinds too on GROUP/shard/N and GROUP/members/ID)
-//	fence_lock_wait_seconds              histogram how long each holder waited for the lock (the history's
-//	                                               waited of each acquired event), observed as it is read
-//
-// plus fence_exporter_coordinator_up and fence_exporter_history_up (1 when
-// the last read succeeded), fence_coordinator_known_bug (1, with labels
-// version and issue, for each etcd server version among the members with a
-// known lease-safety bug; asked every versionsEvery), and the Go and
-// process collectors.
+// The metrics, per lock (label lock) and of the exporter itself, are listed
+// in docs/observability.md (keep it in step with Collect), beside the Go
+// and process collectors.
 //
 // A lock the coordinator has not listed for Options.Retention (etcd lists
 // no free lock: a lock nobody holds, waits for or limits is gone) is no
