@@ -26,7 +26,7 @@ import (
 // ShardRunner is `fence shards run`: it runs the command under the shards
 // a group member holds, each (re)start under a HeldSet of their leases,
 // and restarts it (stop signal, grace) whenever the member's set changes.
-// Give OnSafeUntil to the member's shards.Options.Hold.OnSafeUntil.
+// Give OnRenewal to the member's holds (fencing.OnRenewal).
 type ShardRunner struct {
 	cur atomic.Pointer[HeldSet]
 	// Restarts counts the restarts so far.
