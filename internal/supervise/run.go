@@ -145,19 +145,6 @@ func (r *runner) releaseSignals() {
 	signal.Stop(sigs)
 }
 
-// Run is Start followed by Runner.Run, which says what it returns: a
-// caller that has work to do before it can pass a coordinator (connecting
-// to it) calls Start first, so that the watchdog's start-up overlaps that
-// work.
-func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
-	r, err := Start(opts)
-	if err != nil {
-		return exitcode.Failure, err
-	}
-	defer r.Close()
-	return r.Run(ctx, c)
-}
-
 // Runner is a `fence run` whose watchdog process is already starting. The
 // watchdog is the fence binary started again, and its start-up (the
 // package initialisation of a large Go program) takes about as long as
