@@ -1,33 +1,9 @@
 // Package exporter serves Prometheus metrics for every lock of a coordinator
 // (`fence exporter --listen ADDR`), with client_golang.
 //
-// Per lock (label lock):
-//
-//	fence_lock_held                      gauge     1 while the lock has a holder, else 0
-//	fence_lock_token                     gauge     the holder's fencing token; when free, the last token known
-//	fence_lock_ttl_remaining_seconds     gauge     time left on the holder's lease (0 when free)
-//	fence_lock_held_seconds              gauge     how long the holder has held the lock (0 when free)
-//	fence_lock_waiters                   gauge     processes queued for the lock
-//	fence_lock_holder_info               gauge     1, with label holder, while held (an info metric)
-//	fence_lock_critical_section_seconds  histogram how long each holder held the lock, observed when it ended
-//	fence_lock_frozen                    gauge     1 while an operator freeze (fence freeze) covers the lock, else 0
-//	fence_lock_limit                     gauge     the operator limit on holders that binds the lock (fence limit,
-//	                                               freeze: 0); absent when none does
-//
-// and, when the coordinator keeps a history (a history.Recorder, or anything
-// that implements history.Store):
-//
-//	fence_lock_renewal_failures_total    counter   failed renewals recorded (an event may stand for several)
-//	fence_lock_stale_refusals_total      counter   writes refused by a guard for a stale token
-//	fence_lock_events_total              counter   history events, by kind (label kind; every kind, from 0; a shard's and a member's kinds too on GROUP/shard/N and GROUP/members/ID)
-//	fence_lock_wait_seconds              histogram how long each holder waited for the lock (the history's
-//	                                               waited of each acquired event), observed as it is read
-//
-// plus fence_exporter_coordinator_up and fence_exporter_history_up (1 when
-// the last read succeeded), fence_coordinator_known_bug (1, with labels
-// version and issue, for each etcd server version among the members with a
-// known lease-safety bug; asked every versionsEvery), and the Go and
-// process collectors.
+// The metrics, per lock (label lock) and of the exporter itself, are listed
+// in docs/observability.md (keep it in step with Collect), beside the Go
+// and process collectors.
 //
 // A lock the coordinator has not listed for Options.Retention (etcd lists
 // no free lock: a lock nobody holds, waits for or limits is gone) is no
@@ -61,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -691,15 +668,11 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 			if !st.lastCompletion.IsZero() {
 				gauge(descLastCompletion, float64(st.lastCompletion.UnixNano())/1e9, n)
 			}
-			// Every kind, from 0, so that increase() sees the first one.
-			kinds := append(append([]history.Kind(nil), allKinds...), groupKinds(n)...)
-			for k := range st.events {
-				if !slices.Contains(allKinds, k) {
-					kinds = append(kinds, k)
-				}
-			}
+			// Every kind, from 0, so that increase() sees the first one;
+			// each once.
+			kinds := slices.Concat(allKinds, groupKinds(n), slices.Collect(maps.Keys(st.events)))
 			slices.Sort(kinds)
-			for _, k := range kinds {
+			for _, k := range slices.Compact(kinds) {
 				counter(descEvents, st.events[k], n, string(k))
 			}
 		}
@@ -768,70 +741,49 @@ func (col *Collector) healthy(ctx context.Context) error {
 	return fmt.Errorf("coordinator %s: %s: %v", col.c.Describe(), since, err)
 }
 
-// askVersions asks the etcd members for their versions, every
-// versionsEvery (more often until every member answered once).
+// askVersions asks, every versionsEvery, the etcd members for their
+// versions (more often until every member answered once), or a PostgreSQL
+// server whether it has standbys without synchronous replication.
 func (col *Collector) askVersions(ctx context.Context) {
-	col.askReplication(ctx)
-	if col.versions == nil {
-		return
-	}
 	col.mu.Lock()
-	due := time.Since(col.versionsAt) >= versionsEvery || len(col.memberVer) == 0
+	etcdDue := col.versions != nil && (time.Since(col.versionsAt) >= versionsEvery || len(col.memberVer) == 0)
+	pgDue := col.replication != nil && time.Since(col.replAt) >= versionsEvery
 	col.mu.Unlock()
-	if !due {
-		return
-	}
 	vctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	vs := col.versions.ServerVersions(vctx)
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	col.versionsAt = time.Now()
-	for _, v := range vs {
-		if v.Err == nil {
-			col.memberVer[v.Endpoint] = v.Version
+	if etcdDue {
+		vs := col.versions.ServerVersions(vctx)
+		col.mu.Lock()
+		col.versionsAt = time.Now()
+		for _, v := range vs {
+			if v.Err == nil {
+				col.memberVer[v.Endpoint] = v.Version
+			}
 		}
+		col.mu.Unlock()
 	}
-}
-
-// askReplication asks a PostgreSQL server, every versionsEvery, whether it
-// has standbys without synchronous replication.
-func (col *Collector) askReplication(ctx context.Context) {
-	if col.replication == nil {
-		return
+	if pgDue {
+		async := col.replication.ReplicationWarning(vctx) != ""
+		col.mu.Lock()
+		col.replAt, col.asyncRepl = time.Now(), async
+		col.mu.Unlock()
 	}
-	col.mu.Lock()
-	due := time.Since(col.replAt) >= versionsEvery
-	col.mu.Unlock()
-	if !due {
-		return
-	}
-	vctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	async := col.replication.ReplicationWarning(vctx) != ""
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	col.replAt, col.asyncRepl = time.Now(), async
 }
 
 // knownBugs are the (version, issue) pairs of the members' known
 // lease-safety bugs, sorted. col.mu is held.
 func (col *Collector) knownBugs() [][2]string {
-	seen := map[[2]string]bool{}
 	var out [][2]string
 	for _, v := range col.memberVer {
 		for _, b := range etcdbugs.BugsOf(v) {
-			if k := [2]string{v, b.Issue}; !seen[k] {
-				seen[k] = true
-				out = append(out, k)
-			}
+			out = append(out, [2]string{v, b.Issue})
 		}
 	}
 	if col.asyncRepl {
 		out = append(out, [2]string{"postgres", "async-replication"})
 	}
 	slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0]+" "+a[1], b[0]+" "+b[1]) })
-	return out
+	return slices.Compact(out) // members of one version
 }
 
 func b2f(b bool) float64 {

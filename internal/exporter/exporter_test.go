@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -663,6 +664,17 @@ func TestShardEvents(t *testing.T) {
 		if ok || time.Now().After(deadline) {
 			break
 		}
+	}
+	// Each kind is collected once, also a shard's kinds that are among its
+	// events (a second copy fails the gathering).
+	col, err := exporter.NewCollector(ctx, recorder(t, b.open(t)), exporter.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col)
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("gathering: %v", err)
 	}
 }
 

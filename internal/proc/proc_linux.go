@@ -100,26 +100,15 @@ func GroupMembers(pgid int, leader ID) ([]ID, error) {
 			return nil, nil
 		}
 	}
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
+	all, err := snapshot()
 	if err != nil {
 		return nil, err
 	}
 	var out []ID
-	for _, n := range names {
-		pid, err := strconv.Atoi(n)
-		if err != nil {
-			continue
+	for _, st := range all {
+		if st.PGID == pgid && !st.Gone() {
+			out = append(out, st.ID())
 		}
-		st, err := ReadStat(pid)
-		if err != nil || st.PGID != pgid || st.Gone() {
-			continue
-		}
-		out = append(out, st.ID())
 	}
 	return out, nil
 }
@@ -133,16 +122,7 @@ func SignalGroup(pgid int, sig syscall.Signal) error {
 	if pgid <= 1 {
 		return fmt.Errorf("signal process group %d: invalid group", pgid)
 	}
-	switch err := unix.Kill(-pgid, sig); {
-	case err == nil:
-		return nil
-	case errors.Is(err, unix.ESRCH):
-		return fmt.Errorf("signal process group %d: %w", pgid, ErrNoProcess)
-	case errors.Is(err, unix.EPERM):
-		return fmt.Errorf("signal process group %d: %w", pgid, os.ErrPermission)
-	default:
-		return fmt.Errorf("signal process group %d: %w", pgid, err)
-	}
+	return killErr(fmt.Sprintf("signal process group %d", pgid), unix.Kill(-pgid, sig))
 }
 
 var pidNS = sync.OnceValue(func() string {

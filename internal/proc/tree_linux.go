@@ -63,7 +63,7 @@ func SignalDescendants(root int, sig syscall.Signal, skip func(Stat) bool) (int,
 		if st.Gone() || (skip != nil && skip(st)) {
 			continue
 		}
-		switch err := signalID(st.ID(), sig); {
+		switch err := SignalID(st.ID(), sig); {
 		case err == nil:
 			n++
 		case errors.Is(err, ErrNoProcess):
@@ -76,9 +76,11 @@ func SignalDescendants(root int, sig syscall.Signal, skip func(Stat) bool) (int,
 	return n, firstErr
 }
 
-// signalID sends sig to the process id, through a pidfd, only when the
-// process that holds id.PID now started at id.Start.
-func signalID(id ID, sig syscall.Signal) error {
+// SignalID sends sig to the process id only when the process that holds
+// id.PID now is the one that started at id.Start (through a pidfd, so a
+// reused PID is never signalled). An error wraps ErrNoProcess when it is
+// gone, os.ErrPermission when it may not be signalled.
+func SignalID(id ID, sig syscall.Signal) error {
 	fd, err := unix.PidfdOpen(id.PID, 0)
 	if err != nil {
 		if errors.Is(err, unix.ESRCH) {
@@ -89,7 +91,7 @@ func signalID(id ID, sig syscall.Signal) error {
 			if Check(id) == Gone {
 				return fmt.Errorf("process %d: %w", id.PID, ErrNoProcess)
 			}
-			return killErr(id.PID, unix.Kill(id.PID, sig))
+			return killErr(fmt.Sprintf("signal process %d", id.PID), unix.Kill(id.PID, sig))
 		}
 		return fmt.Errorf("pidfd_open %d: %w", id.PID, err)
 	}
@@ -100,19 +102,21 @@ func signalID(id ID, sig syscall.Signal) error {
 	if err != nil || st.Start != id.Start {
 		return fmt.Errorf("process %d: %w", id.PID, ErrNoProcess)
 	}
-	return killErr(id.PID, unix.PidfdSendSignal(fd, sig, nil, 0))
+	return killErr(fmt.Sprintf("signal process %d", id.PID), unix.PidfdSendSignal(fd, sig, nil, 0))
 }
 
-func killErr(pid int, err error) error {
+// killErr is the error of a kill of what (ESRCH: ErrNoProcess, EPERM:
+// os.ErrPermission).
+func killErr(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.ESRCH):
-		return fmt.Errorf("process %d: %w", pid, ErrNoProcess)
+		return fmt.Errorf("%s: %w", what, ErrNoProcess)
 	case errors.Is(err, unix.EPERM):
-		return fmt.Errorf("signal process %d: %w", pid, os.ErrPermission)
+		return fmt.Errorf("%s: %w", what, os.ErrPermission)
 	default:
-		return fmt.Errorf("signal process %d: %w", pid, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 }
 
@@ -142,9 +146,3 @@ func snapshot() ([]Stat, error) {
 	}
 	return out, nil
 }
-
-// SignalID sends sig to the process id only when the process that holds
-// id.PID now is the one that started at id.Start (through a pidfd, so a
-// reused PID is never signalled). An error wraps ErrNoProcess when it is
-// gone, os.ErrPermission when it may not be signalled.
-func SignalID(id ID, sig syscall.Signal) error { return signalID(id, sig) }

@@ -115,13 +115,13 @@ func TestSignalIDRefusesReusedPID(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := ID{PID: id.PID, Start: id.Start - 1}
-	if err := signalID(stale, syscall.SIGKILL); err == nil {
+	if err := SignalID(stale, syscall.SIGKILL); err == nil {
 		t.Fatal("signalled a process whose start time does not match")
 	}
 	if st, err := ReadStat(id.PID); err != nil || st.Gone() {
 		t.Fatal("the process was killed")
 	}
-	if err := signalID(id, syscall.SIGKILL); err != nil {
+	if err := SignalID(id, syscall.SIGKILL); err != nil {
 		t.Fatalf("signal by matching ID: %v", err)
 	}
 }

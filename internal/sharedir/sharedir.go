@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -323,15 +324,7 @@ func InGroup(gid int) bool {
 		return true
 	}
 	gs, err := os.Getgroups()
-	if err != nil {
-		return false
-	}
-	for _, g := range gs {
-		if g == gid {
-			return true
-		}
-	}
-	return false
+	return err == nil && slices.Contains(gs, gid)
 }
 
 // GroupName is "name (gid N)", or "gid N" when the group has no name.

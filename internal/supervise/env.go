@@ -88,8 +88,8 @@ func setEnv(env []string, vars map[string]string) []string {
 }
 
 // leaseEnv is what the command learns about its lease.
-func leaseEnv(l coord.Lease, deadline clock.Boot) map[string]string {
-	m := map[string]string{
+func leaseEnv(l coord.Lease) map[string]string {
+	return map[string]string{
 		"FENCE_LOCK":     l.Name,
 		"FENCE_TOKEN":    strconv.FormatUint(l.Token, 10),
 		"FENCE_LEASE_ID": l.ID,
@@ -98,8 +98,9 @@ func leaseEnv(l coord.Lease, deadline clock.Boot) map[string]string {
 		// The slot of a semaphore (--slots), 0 for a lock.
 		"FENCE_SLOT": strconv.Itoa(l.Slot),
 	}
-	if deadline != 0 {
-		m["FENCE_DEADLINE"] = time.Now().Add(deadline.Sub(clock.Now())).Format(time.RFC3339)
-	}
-	return m
+}
+
+// deadlineVar is FENCE_DEADLINE: the deadline on the wall clock.
+func deadlineVar(deadline clock.Boot) string {
+	return time.Now().Add(deadline.Sub(clock.Now())).Format(time.RFC3339)
 }

@@ -2,27 +2,28 @@ package supervise
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/history"
-
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
-// record leaves what happened in the lock's history, where the coordinator
-// keeps one (history.Store): renewal failures, a lost lease, a deadline.
-// Acquisitions and releases are the coordinator's own to record. Best
-// effort: the history must never change the run's outcome.
-func (r *runner) record(ctx context.Context, code int, _ error) {
+// record leaves what happened in the history of the run's own locks, where
+// the coordinator keeps one (history.Store): renewal failures of each
+// lease, the lost lease, the deadline on every lease. Acquisitions and
+// releases are the coordinator's own to record. Best effort: the history
+// must never change the run's outcome.
+func (r *runner) record(ctx context.Context, code int) {
 	h, ok := r.c.(history.Store)
-	if !ok || r.held == nil {
+	if !ok {
 		return
 	}
-	lease := r.held.Lease()
-	ev := func(kind history.Kind) history.Event {
-		return history.Event{Time: time.Now(), Lock: lease.Name, Kind: kind, Holder: lease.Holder, Token: lease.Token}
+	ev := func(l coord.Lease, kind history.Kind) history.Event {
+		return history.Event{Time: time.Now(), Lock: l.Name, Kind: kind, Holder: l.Holder, Token: l.Token}
 	}
 	// The failures recorded during the run, first (each write is bounded by
 	// the renewal interval; ctx may end sooner).
@@ -33,43 +34,60 @@ func (r *runner) record(ctx context.Context, code int, _ error) {
 	case <-ctx.Done():
 		return
 	}
-	r.recordFailures(ctx, h, r.held)
-	switch code {
-	case exitcode.LeaseLost:
-		if r.m.lost {
-			e := ev(history.LeaseLost)
+	for _, held := range r.hs.helds {
+		r.recordFailures(ctx, h, held)
+	}
+	switch {
+	case code == exitcode.LeaseLost && r.m.lost:
+		if held := r.hs.held(r.lostLock()); held != nil {
+			e := ev(held.Lease(), history.LeaseLost)
 			if r.lostErr != nil {
 				e.Error = r.lostErr.Error()
 			}
 			_ = h.Record(ctx, e)
 		}
-	case exitcode.Deadline:
-		if r.m.deadlineExceeded {
-			_ = h.Record(ctx, ev(history.DeadlineExceeded))
+	case code == exitcode.Deadline && r.m.deadlineExceeded:
+		for _, held := range r.hs.helds {
+			_ = h.Record(ctx, ev(held.Lease(), history.DeadlineExceeded))
 		}
 	}
 }
 
-// failureRecorder keeps count of the renewal failures already written to
-// the history, so that each is written once: at the first acknowledged
-// renewal after them (the coordinator can be reached again, so an operator
-// sees them during the run), and what is left at the end of the run.
+// lostLock is the lock whose loss stopped the command: the one a loss or
+// revocation names, else the one that would expire first.
+func (r *runner) lostLock() string {
+	var le *fencing.LostError
+	var re *revokedError
+	switch {
+	case errors.As(r.lostErr, &le):
+		return le.Lock
+	case errors.As(r.lostErr, &re):
+		return re.lock
+	}
+	return r.hs.earliest().Lease().Name
+}
+
+// failureRecorder keeps count of the renewal failures of each lease
+// already written to the history, so that each is written once: at the
+// first acknowledged renewal after them (the coordinator can be reached
+// again, so an operator sees them during the run), and what is left at the
+// end of the run.
 type failureRecorder struct {
 	mu       sync.Mutex
-	recorded int // failures written (or being written) so far
+	recorded map[*fencing.Held]int // failures written (or being written) so far
 	wg       sync.WaitGroup
 }
 
 // failuresBack is called on the renewal goroutine after an acknowledged
-// renewal. It must not block: the write runs on a goroutine of its own.
-func (r *runner) failuresBack() {
+// renewal of held. It must not block: the write runs on a goroutine of its
+// own.
+func (r *runner) failuresBack(held *fencing.Held) {
 	h, ok := r.c.(history.Store)
-	held := r.heldPtr.Load()
-	if !ok || held == nil {
+	if !ok {
 		return
 	}
 	r.hist.mu.Lock()
-	pending := held.Stats().Failures > r.hist.recorded
+	pending := held.Stats().Failures > r.hist.recorded[held]
 	if pending {
 		r.hist.wg.Add(1)
 	}
@@ -85,14 +103,17 @@ func (r *runner) failuresBack() {
 	}()
 }
 
-// recordFailures writes one renewal_failed event for the failures not yet
-// written (their count and the last error).
+// recordFailures writes one renewal_failed event for the failures of held
+// not yet written (their count and the last error).
 func (r *runner) recordFailures(ctx context.Context, h history.Store, held *fencing.Held) {
 	st := held.Stats()
 	r.hist.mu.Lock()
-	n := st.Failures - r.hist.recorded
+	n := st.Failures - r.hist.recorded[held]
 	if n > 0 {
-		r.hist.recorded = st.Failures
+		if r.hist.recorded == nil {
+			r.hist.recorded = map[*fencing.Held]int{}
+		}
+		r.hist.recorded[held] = st.Failures
 	}
 	r.hist.mu.Unlock()
 	if n <= 0 {

@@ -3,6 +3,7 @@ package supervise
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 
 	"github.com/fence-dev/fence/pkg/clock"
@@ -10,33 +11,13 @@ import (
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
-// Holds is what the command's safety rests on when the caller holds the
-// leases itself (Options.Holds: `fence shards run`, one lease per shard):
-// the Runner then acquires and releases nothing, and stops the command
-// before the earliest of the leases can expire, exactly as it does for its
-// own lease: the watchdog's stop time is the earliest safe-until less the
-// grace, and the loss of any lease stops the command (exit 76).
-type Holds interface {
-	// Context ends when any of the leases can no longer be trusted, with
-	// its *fencing.LostError as the cause.
-	Context() context.Context
-	// SafeUntil is the earliest safe-until of the leases.
-	SafeUntil() clock.Boot
-	// Check is fencing.Held.Check of every lease: the first error.
-	Check() error
-	// Leases are the held leases (the local backend records the command's
-	// process group with each).
-	Leases() []coord.Lease
-	// Env is what the command is told of them, set last in its
-	// environment (FENCE_LOCK, FENCE_TOKEN and the like are removed).
-	Env() map[string]string
-	// OnSafeUntil sets the function called with each later earliest
-	// safe-until. It must not block.
-	OnSafeUntil(func(clock.Boot))
-}
-
-// HeldSet is a Holds of several fencing holds. Call Renewed from their
-// HoldOptions.OnSafeUntil (with any safe-until): it recomputes the earliest.
+// HeldSet is the leases the command runs under, one or several: the
+// Runner's own (one lock, or the set of Options.Locks) or the caller's
+// (Options.Holds: `fence shards run`, one lease per shard). The command is
+// stopped before the earliest of them can expire: the watchdog's stop time
+// is the earliest safe-until less the grace, and the loss of any lease
+// stops the command (exit 76). Call Renewed from the holds'
+// fencing.OnRenewal (with any hold): it recomputes the earliest.
 type HeldSet struct {
 	helds  []*fencing.Held
 	env    map[string]string
@@ -48,7 +29,8 @@ type HeldSet struct {
 	f    func(clock.Boot)
 }
 
-// NewHeldSet makes a Holds of helds, whose command gets env.
+// NewHeldSet makes a HeldSet of helds, whose command gets env, set last in
+// its environment (FENCE_LOCK, FENCE_TOKEN and the like are removed).
 func NewHeldSet(helds []*fencing.Held, env map[string]string) *HeldSet {
 	s := &HeldSet{helds: helds, env: env}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
@@ -66,18 +48,26 @@ func NewHeldSet(helds []*fencing.Held, env map[string]string) *HeldSet {
 // Close ends the set's context (not the holds).
 func (s *HeldSet) Close() { s.cancel(context.Canceled) }
 
+// Context ends when any of the leases can no longer be trusted, with its
+// *fencing.LostError as the cause.
 func (s *HeldSet) Context() context.Context { return s.ctx }
 
-func (s *HeldSet) SafeUntil() clock.Boot {
-	var su clock.Boot
-	for i, h := range s.helds {
-		if v := bootSafeUntil(h); i == 0 || v < su {
-			su = v
+// SafeUntil is the earliest safe-until of the leases, on the boot clock.
+func (s *HeldSet) SafeUntil() clock.Boot { return bootSafeUntil(s.earliest()) }
+
+// earliest is the hold whose safe-until comes first: its safe-until is the
+// set's, until which every lease is certainly held.
+func (s *HeldSet) earliest() *fencing.Held {
+	var e *fencing.Held
+	for _, h := range s.helds {
+		if e == nil || bootSafeUntil(h) < bootSafeUntil(e) {
+			e = h
 		}
 	}
-	return su
+	return e
 }
 
+// Check is fencing.Held.Check of every lease: the first error.
 func (s *HeldSet) Check() error {
 	for _, h := range s.helds {
 		if err := h.Check(); err != nil {
@@ -87,6 +77,8 @@ func (s *HeldSet) Check() error {
 	return nil
 }
 
+// Leases are the held leases (the local backend records the command's
+// process group with each).
 func (s *HeldSet) Leases() []coord.Lease {
 	out := make([]coord.Lease, len(s.helds))
 	for i, h := range s.helds {
@@ -95,8 +87,8 @@ func (s *HeldSet) Leases() []coord.Lease {
 	return out
 }
 
-func (s *HeldSet) Env() map[string]string { return s.env }
-
+// OnSafeUntil sets the function called with each later earliest
+// safe-until. It must not block.
 func (s *HeldSet) OnSafeUntil(f func(clock.Boot)) {
 	s.mu.Lock()
 	s.f = f
@@ -116,6 +108,16 @@ func (s *HeldSet) Renewed() {
 	}
 }
 
+// held is the hold of lock name (nil if not in the set).
+func (s *HeldSet) held(name string) *fencing.Held {
+	for _, h := range s.helds {
+		if h.Lease().Name == name {
+			return h
+		}
+	}
+	return nil
+}
+
 // bootSafeUntil is h's safe-until on the boot clock, which the watchdog
 // reads (0 for no hold).
 func bootSafeUntil(h *fencing.Held) clock.Boot {
@@ -125,21 +127,21 @@ func bootSafeUntil(h *fencing.Held) clock.Boot {
 	return h.Stats().SafeUntilBoot
 }
 
-// bootHeld is a *fencing.Held as a holdView.
-type bootHeld struct{ *fencing.Held }
-
-func (b bootHeld) SafeUntil() clock.Boot { return bootSafeUntil(b.Held) }
-
-// holdOptions are the options of fence run's holds: p's renew interval,
-// margin and --no-renew, with the callbacks given.
-func holdOptions(p *plan, renewed func(*fencing.Held), renewErr func(error, int)) []fencing.Option {
+// holdOptions are the options of the run's own holds: the renew interval,
+// margin and --no-renew of the plan; every acknowledgment moves the
+// watchdog's stop time (through the HeldSet, once there is one).
+func (r *runner) holdOptions() []fencing.Option {
+	p := r.p
 	o := []fencing.Option{fencing.WithRenewInterval(p.interval), fencing.WithMargin(p.margin),
 		fencing.OnRenewal(func(h *fencing.Held, err error) {
 			if err != nil {
-				renewErr(err, h.Stats().Consecutive)
+				r.verbosef("renewal %d failed: %v", h.Stats().Consecutive, err)
 				return
 			}
-			renewed(h)
+			if hs := r.hsPtr.Load(); hs != nil {
+				hs.Renewed()
+			}
+			r.failuresBack(h) // an acknowledgment: the coordinator is reachable
 		})}
 	if p.NoRenew {
 		o = append(o, fencing.WithoutRenewal())
@@ -147,44 +149,25 @@ func holdOptions(p *plan, renewed func(*fencing.Held), renewErr func(error, int)
 	return o
 }
 
-// holdView is what supervising needs of the lease or leases: a
-// *fencing.Held or Options.Holds.
-type holdView interface {
-	Context() context.Context
-	SafeUntil() clock.Boot
-	Check() error
-}
-
-// commandEnv is the FENCE_ variables of the command: its lease's, or the
-// Holds' own.
+// commandEnv is the FENCE_ variables of the command: its leases' and the
+// deadline's.
 func (r *runner) commandEnv(deadline clock.Boot) map[string]string {
-	if r.p.Holds == nil {
-		return leaseEnv(r.held.Lease(), deadline)
-	}
-	m := map[string]string{}
-	for k, v := range r.p.Holds.Env() {
-		m[k] = v
+	m := maps.Clone(r.hs.env)
+	if m == nil {
+		m = map[string]string{}
 	}
 	if deadline != 0 {
-		m["FENCE_DEADLINE"] = leaseEnv(coord.Lease{}, deadline)["FENCE_DEADLINE"]
+		m["FENCE_DEADLINE"] = deadlineVar(deadline)
 	}
 	return m
 }
 
-// leases are the leases the command's process group is recorded with.
-func (r *runner) leases() []coord.Lease {
-	if r.p.Holds != nil {
-		return r.p.Holds.Leases()
-	}
-	return []coord.Lease{r.held.Lease()}
-}
-
-// useHolds starts supervising under Options.Holds: nothing to acquire.
-func (r *runner) useHolds() {
-	h := r.p.Holds
-	r.hold = h
-	h.OnSafeUntil(func(su clock.Boot) {
+// useHolds makes hs the leases of the run: each later earliest safe-until
+// moves the watchdog's stop time.
+func (r *runner) useHolds(hs *HeldSet) {
+	r.hs = hs
+	r.hsPtr.Store(hs)
+	hs.OnSafeUntil(func(su clock.Boot) {
 		r.orders.push(order{Op: opExtend, LeaseStop: su.Add(-r.p.grace)})
 	})
-	r.verbosef("running under %d leases of %q, safe until the earliest", len(h.Leases()), r.p.Lock)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
@@ -21,30 +22,53 @@ type leaseWatch struct {
 	cancel context.CancelFunc
 }
 
-// watchLease starts the watch of the held lease, once the command has
-// started: it adds nothing to the start-up. At most one per run.
+// watchLease starts the watch of the run's own leases, once the command
+// has started: it adds nothing to the start-up. At most one per run. The
+// first notice of each lease is passed on, naming its hold.
 func (r *runner) watchLease(ctx context.Context) {
-	if r.lw.cancel != nil {
+	if r.lw.cancel != nil || r.p.Holds != nil {
 		return
 	}
-	if hs, ok := r.p.Holds.(*setHolds); ok {
-		r.watchSet(ctx, hs) // set.go: every lease of the set
-		return
-	}
-	if r.held == nil {
-		return
-	}
-	w := r.c
-	lease := r.held.Lease()
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ch, err := w.WatchLease(wctx, lease.Name, lease.ID)
-	if err != nil {
-		cancel()
-		r.verbosef("cannot watch the lease (renewals will tell if it ends): %v", err)
-		return
+	out := make(chan error, len(r.hs.helds))
+	var wg sync.WaitGroup
+	for _, h := range r.hs.helds {
+		lease := h.Lease()
+		ch, err := r.c.WatchLease(wctx, lease.Name, lease.ID)
+		if err != nil {
+			r.verbosef("cannot watch the lease on %q (renewals will tell if it ends): %v", lease.Name, err)
+			continue
+		}
+		wg.Go(func() {
+			for err := range ch {
+				if err == nil {
+					continue
+				}
+				select {
+				case out <- &leaseNotice{held: h, err: err}:
+				case <-wctx.Done():
+				}
+			}
+		})
 	}
-	r.lw = leaseWatch{ch: ch, all: ch, cancel: cancel}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	r.lw = leaseWatch{ch: out, all: out, cancel: cancel}
 }
+
+// leaseNotice is the watch's notice about one lease.
+type leaseNotice struct {
+	held *fencing.Held
+	err  error
+}
+
+func (n *leaseNotice) Error() string {
+	return fmt.Sprintf("lock %q: %v", n.held.Lease().Name, n.err)
+}
+
+func (n *leaseNotice) Unwrap() error { return n.err }
 
 // stop ends the watch and waits for it, before the lease is released: fence's
 // own release must not read as a revocation.
@@ -62,20 +86,17 @@ func (w *leaseWatch) stop() {
 // renewal's report of a lost lease. When the hold knows better (fence was
 // paused past its safe-until, which is why the lease expired; or a renewal
 // found the loss first), that is the error.
-func (r *runner) lostNotice(err error) error {
-	if n, ok := err.(*setNotice); ok {
-		return r.setLostNotice(n)
-	}
-	if herr := r.held.Check(); errors.Is(herr, coord.ErrLeaseLost) {
+func lostNotice(n *leaseNotice) error {
+	h := n.held
+	if herr := h.Check(); errors.Is(herr, coord.ErrLeaseLost) {
 		return herr
 	}
-	if errors.Is(err, coord.ErrStopRequested) {
-		lease := r.held.Lease()
-		return &revokedError{lock: lease.Name, token: lease.Token, err: err}
+	lease := h.Lease()
+	if errors.Is(n.err, coord.ErrStopRequested) {
+		return &revokedError{lock: lease.Name, token: lease.Token, err: n.err}
 	}
-	lease := r.held.Lease()
 	return &fencing.LostError{Reason: fencing.Lost, Lock: lease.Name, Token: lease.Token,
-		SafeUntil: r.held.Stats().SafeUntil, LastErr: err}
+		SafeUntil: h.Stats().SafeUntil, LastErr: n.err}
 }
 
 // revokedError is why a run stopped on a stop request (`fence revoke`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -138,21 +139,13 @@ func previousGauge(path, name, lock string) float64 {
 	if fam == nil {
 		return 0
 	}
+	ofLock := func(l *dto.LabelPair) bool { return l.GetName() == "lock" && l.GetValue() == lock }
 	for _, m := range fam.GetMetric() {
-		if labelValue(m, "lock") == lock && m.GetGauge() != nil {
+		if m.GetGauge() != nil && slices.ContainsFunc(m.GetLabel(), ofLock) {
 			return m.GetGauge().GetValue()
 		}
 	}
 	return 0
-}
-
-func labelValue(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
 }
 
 func ptr[T any](v T) *T { return &v }

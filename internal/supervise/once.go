@@ -21,12 +21,6 @@ import (
 // record with the coordinator's atomic check that the lease still holds the
 // lock (onceComplete), before the release.
 
-// onceState is what a --once run found and did.
-type onceState struct {
-	skipped   *coord.Completion // the record that made the run skip
-	completed *coord.Completion // the record the run wrote
-}
-
 // oncePending checks the key's record. It returns ok when the command is to
 // run; otherwise the exit code and the error (wrapping coord.ErrCompleted
 // when the job is done) to return. holding says whether the lease is held.
@@ -42,7 +36,7 @@ func (r *runner) oncePending(ctx context.Context) (ok bool, code int, err error)
 	if !done {
 		return true, 0, nil
 	}
-	r.once.skipped = &rec
+	r.m.skipped, r.m.lastCompletion = true, rec.Finished
 	r.recordOnce(ctx, history.Event{Kind: history.Skipped, AcceptedToken: rec.Token})
 	by := cmp.Or(rec.Holder, "hand")
 	tok := ""
@@ -92,7 +86,7 @@ func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int,
 	case err != nil:
 		return exitcode.Failure, fmt.Errorf("the command succeeded, but its completion of %q could not be recorded (the next run will run it again): %w", p.Once, err)
 	}
-	r.once.completed = &rec
+	r.m.completed, r.m.lastCompletion = true, rec.Finished
 	r.verbosef("recorded the completion of %q for key %q (token %d)", p.Lock, p.Once, lease.Token)
 	r.recordOnce(ctx, history.Event{Kind: history.Completed, Token: lease.Token})
 	return 0, nil
@@ -106,18 +100,4 @@ func (r *runner) recordOnce(ctx context.Context, e history.Event) {
 	}
 	e.Time, e.Lock, e.Key, e.Holder = time.Now(), r.p.Lock, r.p.Once, cmp.Or(r.p.Holder, coord.DefaultHolder())
 	_ = h.Record(ctx, e)
-}
-
-// onceMetrics fills in the --once part of the metrics file.
-func (r *runner) onceMetrics() {
-	if r.p.Once == "" {
-		return
-	}
-	r.m.once = true
-	switch {
-	case r.once.completed != nil:
-		r.m.completed, r.m.lastCompletion = true, r.once.completed.Finished
-	case r.once.skipped != nil:
-		r.m.skipped, r.m.lastCompletion = true, r.once.skipped.Finished
-	}
 }

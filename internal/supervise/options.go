@@ -121,7 +121,7 @@ type Options struct {
 	// (`fence shards run`): the command runs under them, stopped before
 	// the earliest can expire, and Wait, NoRenew and ConflictExitCode do
 	// not apply. Lock names them in messages (the group).
-	Holds Holds
+	Holds *HeldSet
 
 	// Handover, when set, lets the watchdog end the command's leases
 	// itself when fence is gone (killed: the order pipe closed), once

@@ -186,7 +186,7 @@ func TestAcquireFailure(t *testing.T) {
 		{"error", live, live, other, exitcode.Failure, "boom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, err := acquireFailure(tc.ctx, tc.actx, p, tc.err)
+			code, err := acquireFailure(tc.ctx, context.Cause(tc.actx), p, tc.err)
 			if code != tc.code || err == nil || err.Error() != tc.msg {
 				t.Errorf("acquireFailure = %d, %v; want %d, %s", code, err, tc.code, tc.msg)
 			}

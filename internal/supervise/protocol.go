@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/pkg/clock"
+	"github.com/fence-dev/fence/pkg/coord"
 )
 
 // The watchdog talks with fence over two pipes, one JSON object per line:
@@ -85,14 +85,7 @@ type spec struct {
 // the leases to end, in order.
 type endSpec struct {
 	Coordinator json.RawMessage `json:"coordinator"`
-	Leases      []endLease      `json:"leases"`
-}
-
-type endLease struct {
-	Name   string `json:"name"`
-	ID     string `json:"id"`
-	Token  uint64 `json:"token,omitempty"`
-	Holder string `json:"holder,omitempty"`
+	Leases      []coord.Lease   `json:"leases"`
 }
 
 type report struct {
@@ -124,25 +117,6 @@ type exitInfo struct {
 	Leftovers int `json:"leftovers,omitempty"`
 	// Died is when the command's main process ended, on the boot clock.
 	Died clock.Boot `json:"died"`
-}
-
-// lineWriter writes JSON lines; safe for concurrent use.
-type lineWriter struct {
-	mu  sync.Mutex
-	enc *json.Encoder
-	err error
-}
-
-func newLineWriter(w io.Writer) *lineWriter { return &lineWriter{enc: json.NewEncoder(w)} }
-
-func (l *lineWriter) send(v any) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err != nil {
-		return l.err
-	}
-	l.err = l.enc.Encode(v)
-	return l.err
 }
 
 // readLines decodes JSON lines from r into a channel of T, closed (as is r)

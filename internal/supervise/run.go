@@ -80,6 +80,7 @@ package supervise
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,27 +110,25 @@ import (
 // forwarded are the signals fence passes on to the command's group.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-// catchSignals starts catching the forwarded signals that are not ignored,
-// once, on a goroutine of its own: each costs a round trip to the Go
-// runtime's signal thread (the first one starts it), 0.1-0.5 ms in all,
-// which Start overlaps with the watchdog's start and the coordinator's
+// catchSignals starts catching the forwarded signals that are not ignored
+// (Start does, once), on a goroutine of its own: each costs a round trip to
+// the Go runtime's signal thread (the first one starts it), 0.1-0.5 ms in
+// all, which Start overlaps with the watchdog's start and the coordinator's
 // opening. run waits for it (signals) before anything else: a signal never
 // finds the lock acquired with no handler in place.
 func (r *runner) catchSignals() {
-	r.catching.Do(func() {
-		r.caught = make(chan struct{})
-		r.sigs = make(chan os.Signal, 4)
-		go func() {
-			defer close(r.caught)
-			for _, s := range forwarded {
-				if signal.Ignored(s) {
-					r.ignored = append(r.ignored, int(s.(syscall.Signal)))
-					continue
-				}
-				signal.Notify(r.sigs, s)
+	r.caught = make(chan struct{})
+	r.sigs = make(chan os.Signal, 4)
+	go func() {
+		defer close(r.caught)
+		for _, s := range forwarded {
+			if signal.Ignored(s) {
+				r.ignored = append(r.ignored, int(s.(syscall.Signal)))
+				continue
 			}
-		}()
-	})
+			signal.Notify(r.sigs, s)
+		}
+	}()
 }
 
 // signals waits until the forwarded signals are caught and returns their
@@ -141,22 +141,8 @@ func (r *runner) signals() (chan os.Signal, []int) {
 // releaseSignals stops catching the forwarded signals, for a Runner closed
 // without a run.
 func (r *runner) releaseSignals() {
-	r.catchSignals()
 	sigs, _ := r.signals()
 	signal.Stop(sigs)
-}
-
-// Run is Start followed by Runner.Run, which says what it returns: a
-// caller that has work to do before it can pass a coordinator (connecting
-// to it) calls Start first, so that the watchdog's start-up overlaps that
-// work.
-func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
-	r, err := Start(opts)
-	if err != nil {
-		return exitcode.Failure, err
-	}
-	defer r.Close()
-	return r.Run(ctx, c)
 }
 
 // Runner is a `fence run` whose watchdog process is already starting. The
@@ -170,11 +156,8 @@ func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
 // A Runner must be closed or run, or its watchdog lives on until the calling
 // process exits.
 type Runner struct {
-	r *runner
-
-	mu     sync.Mutex
-	used   bool // Run was called
-	closed bool
+	r    *runner
+	used atomic.Bool // Run or Close was called
 }
 
 // Start checks opts and starts the watchdog process. The error (exit code
@@ -192,7 +175,7 @@ func Start(opts Options) (*Runner, error) {
 			return nil, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
 		}
 	}
-	r := &runner{p: p, m: metrics{lock: p.Lock}}
+	r := &runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
 	r.setStreams()
 	r.catchSignals() // beside the watchdog's start and the coordinator's opening
 	if err := r.startWatchdog(); err != nil {
@@ -227,11 +210,7 @@ func Start(opts Options) (*Runner, error) {
 //
 // It may be called once, and not after Close.
 func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
-	rr.mu.Lock()
-	used, closed := rr.used, rr.closed
-	rr.used = true
-	rr.mu.Unlock()
-	if used || closed {
+	if !rr.used.CompareAndSwap(false, true) {
 		return exitcode.Failure, errors.New("supervise: Runner.Run called after Run or Close")
 	}
 	r := rr.r
@@ -239,7 +218,6 @@ func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 	r.c = c
 	code, err := r.run(ctx)
 	r.m.exitCode = code
-	r.onceMetrics()
 	if r.p.MetricsFile != "" {
 		if werr := writeMetrics(r.p.MetricsFile, &r.m); werr != nil {
 			r.warnf("%v", werr)
@@ -252,11 +230,7 @@ func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 // it to exit. Once Run was called it does nothing: Run ends the watchdog
 // itself.
 func (rr *Runner) Close() {
-	rr.mu.Lock()
-	skip := rr.used || rr.closed
-	rr.closed = true
-	rr.mu.Unlock()
-	if !skip {
+	if rr.used.CompareAndSwap(false, true) {
 		rr.r.releaseSignals()
 		rr.r.closeWatchdog()
 	}
@@ -267,22 +241,23 @@ type runner struct {
 
 	// The signals fence forwards (catchSignals): caught is closed once
 	// sigs receives them, ignored are those found ignored at the start.
-	catching sync.Once
-	caught   chan struct{}
-	sigs     chan os.Signal
-	ignored  []int
+	caught  chan struct{}
+	sigs    chan os.Signal
+	ignored []int
 
 	c      coord.Coordinator
 	stderr io.Writer
 	log    *slog.Logger // fence's own lines, on stderr
 	m      metrics
 
-	held *fencing.Held
-	hold holdView // held, or Options.Holds
+	// hs is the leases the command runs under (hsPtr: for the renewal
+	// goroutine); held is the run's own lease of one lock, for --once.
+	hs    *HeldSet
+	hsPtr atomic.Pointer[HeldSet]
+	held  *fencing.Held
 	// hist records renewal failures as they are found to be over (see
-	// failuresBack); heldPtr is held for the renewal goroutine.
-	hist    failureRecorder
-	heldPtr atomic.Pointer[fencing.Held]
+	// failuresBack).
+	hist failureRecorder
 
 	wd        *exec.Cmd
 	wdDone    chan struct{}
@@ -302,7 +277,6 @@ type runner struct {
 	cancelErr error  // why ctx ended
 	attaching sync.WaitGroup
 	lw        leaseWatch // the coordinator's notice of the lease's end
-	once      onceState  // --once (once.go)
 }
 
 // setStreams settles where fence's own lines go (r.stderr): the command's
@@ -344,25 +318,25 @@ func (r *runner) run(ctx context.Context) (int, error) {
 
 	// Signals: forwarded to the command once it runs; before, they end the
 	// wait for the lock.
-	r.catchSignals()
 	sigs, ignored := r.signals()
 	defer signal.Stop(sigs)
 
 	if p.Holds != nil {
-		r.useHolds()
+		r.useHolds(p.Holds)
+		r.verbosef("running under %d leases of %q, safe until the earliest", len(p.Holds.helds), p.Lock)
 		return r.supervise(ctx, path, args, env, ignored, sigs)
 	}
+	var release func(context.Context) error
+	var code int
 	if len(p.Locks) > 0 {
-		return r.runSet(ctx, path, args, env, ignored, sigs) // set.go
+		release, code, err = r.acquireSet(ctx, sigs) // set.go
+	} else {
+		release, code, err = r.acquireAndHold(ctx, sigs)
 	}
-
-	lease, code, err := r.acquireAndHold(ctx, sigs)
-	if lease == nil {
+	if release == nil {
 		return code, err
 	}
-	held := r.held
-	r.m.token = lease.Token
-	r.verbosef("acquired %q: token %d, lease %s, TTL %v, waited %v", p.Lock, lease.Token, lease.ID, lease.TTL, r.m.wait.Round(time.Millisecond))
+	r.m.token = r.hs.helds[0].Token()
 
 	code, runErr := r.supervise(ctx, path, args, env, ignored, sigs)
 	r.attaching.Wait()
@@ -370,27 +344,16 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	rctx, cancel := r.afterRun(ctx, code)
 	defer cancel()
 	code, runErr = r.onceComplete(rctx, code, runErr) // --once: before the release
-	st := held.Stats()
-	r.m.renewals, r.m.failures = st.Renewals, st.Failures
-	r.record(rctx, code, runErr)
-	if err := held.Release(rctx); err != nil {
+	for _, h := range r.hs.helds {
+		st := h.Stats()
+		r.m.renewals += st.Renewals
+		r.m.failures += st.Failures
+	}
+	r.record(rctx, code)
+	if err := release(rctx); err != nil {
 		r.warnf("%v", err)
-	} else {
-		r.verbosef("released %q (token %d)", p.Lock, lease.Token)
 	}
 	return code, runErr
-}
-
-// holdOptions are the fencing.Hold options of the run: the watchdog's stop
-// time moves with every acknowledgment of the coordinator.
-func (r *runner) holdOptions() []fencing.Option {
-	p := r.p
-	return holdOptions(p, func(h *fencing.Held) {
-		r.orders.push(order{Op: opExtend, LeaseStop: bootSafeUntil(h).Add(-p.grace)})
-		r.failuresBack() // an acknowledgment: the coordinator is reachable
-	}, func(err error, n int) {
-		r.verbosef("renewal %d failed: %v", n, err)
-	})
 }
 
 // acquireOptions are the acquisition's options. The watchdog was started
@@ -418,28 +381,20 @@ func (r *runner) announceWait(cur coord.LockInfo) {
 	if !p.Verbose && (p.Quiet || !isTerminal(r.stderr)) {
 		return
 	}
+	name := cmp.Or(cur.Name, p.Lock) // of a set: the lock waited for
 	if cur.Slots > 1 {
-		r.infof("waiting for %q, %d of its %d slots held (the oldest by %s, token %d)", p.Lock, len(cur.Holders), cur.Slots, cur.Holder, cur.Token)
+		r.infof("waiting for %q, %d of its %d slots held (the oldest by %s, token %d)", name, len(cur.Holders), cur.Slots, cur.Holder, cur.Token)
 	} else {
-		r.infof("waiting for %q, held by %s (token %d)", p.Lock, cur.Holder, cur.Token)
+		r.infof("waiting for %q, held by %s (token %d)", name, cur.Holder, cur.Token)
 	}
 }
 
 // acquireAndHold acquires the lock (a signal ends the wait) and holds its
-// lease (r.held). Without a lease (nil) the run ends with code and err:
-// --once done already, the lock busy, the wait interrupted, or an error.
-func (r *runner) acquireAndHold(ctx context.Context, sigs <-chan os.Signal) (*coord.Lease, int, error) {
+// lease (r.held, r.hs). Without a lease (release nil) the run ends with
+// code and err: --once done already, the lock busy, the wait interrupted,
+// or an error.
+func (r *runner) acquireAndHold(ctx context.Context, sigs <-chan os.Signal) (release func(context.Context) error, code int, err error) {
 	p := r.p
-	actx, cancelAcq := context.WithCancelCause(ctx)
-	defer cancelAcq(nil)
-	acqDone := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			cancelAcq(interrupted{s.(syscall.Signal)})
-		case <-acqDone:
-		}
-	}()
 	if ok, code, err := r.oncePending(ctx); !ok {
 		return nil, code, err // --once: done already (or the record cannot be read)
 	}
@@ -449,54 +404,95 @@ func (r *runner) acquireAndHold(ctx context.Context, sigs <-chan os.Signal) (*co
 		// start; the coordinator's Release waits for it.
 		acquire = d.AcquireDeferred
 	}
-	t0 := clock.Now()
-	lease, err := acquire(actx, p.Lock, r.acquireOptions())
-	close(acqDone)
-	r.m.wait = clock.Now().Sub(t0)
-	if err == nil && context.Cause(actx) != nil {
+	var lease *coord.Lease
+	cause := r.interruptible(ctx, sigs, func(actx context.Context) error {
+		lease, err = acquire(actx, p.Lock, r.acquireOptions())
+		return err
+	})
+	if err == nil && cause != nil {
 		// A signal came as the lock was granted: do not start the command.
-		r.releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
-		err = context.Cause(actx)
+		releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
+		err = cause
 	}
 	if err != nil {
-		code, err := acquireFailure(ctx, actx, p, err)
+		code, err := acquireFailure(ctx, cause, p, err)
 		return nil, code, err
 	}
 	// The hold outlives ctx: when ctx ends, the command is stopped first,
 	// and the lease released after.
 	r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, r.holdOptions()...)
-	r.heldPtr.Store(r.held)
-	r.hold = bootHeld{r.held}
 	if err != nil {
-		r.releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
+		releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
 		return nil, exitcode.Failure, err
 	}
 	if ok, code, err := r.oncePending(ctx); !ok {
 		// --once: done by the holder before us.
-		r.releaseBounded(ctx, r.held.Release)
+		releaseBounded(ctx, r.held.Release)
 		return nil, code, err
 	}
-	return lease, 0, nil
+	r.useHolds(NewHeldSet([]*fencing.Held{r.held}, leaseEnv(*lease)))
+	r.verbosef("acquired %q: token %d, lease %s, TTL %v, waited %v", p.Lock, lease.Token, lease.ID, lease.TTL, r.m.wait.Round(time.Millisecond))
+	return func(ctx context.Context) error {
+		err := r.held.Release(ctx)
+		if err == nil {
+			r.verbosef("released %q (token %d)", p.Lock, lease.Token)
+		}
+		return err
+	}, 0, nil
+}
+
+// interruptible runs acquire with a context that a signal or the end of
+// ctx ends until acquire returns, measures the wait (r.m.wait), and returns
+// why that context ended: nil when it did not, an interrupted for a signal.
+// A signal that comes as the lock is granted counts: the command must not
+// start. The context is not ended after: the holds that fencing.AcquireSet
+// takes with it outlive ctx (the command is stopped first, the leases
+// released after).
+func (r *runner) interruptible(ctx context.Context, sigs <-chan os.Signal, acquire func(context.Context) error) error {
+	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(interrupted{s.(syscall.Signal)})
+		case <-ctx.Done():
+			cancel(context.Cause(ctx))
+		case <-done:
+		}
+	}()
+	t0 := clock.Now()
+	_ = acquire(actx)
+	close(done)
+	r.m.wait = clock.Now().Sub(t0)
+	return context.Cause(actx)
 }
 
 // releaseBounded calls release with five seconds, whatever became of ctx.
-func (r *runner) releaseBounded(ctx context.Context, release func(context.Context) error) {
+func releaseBounded(ctx context.Context, release func(context.Context) error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = release(rctx)
 }
 
 // acquireFailure is the exit code and error of an acquisition that failed
-// with err (actx: the acquisition's context, ended by a signal).
-func acquireFailure(ctx, actx context.Context, p *plan, err error) (int, error) {
+// with err (cause: why the acquisition's context ended, a signal or ctx's
+// end), naming the lock (of a set: the one not taken).
+func acquireFailure(ctx context.Context, cause error, p *plan, err error) (int, error) {
+	lock := p.Lock
+	var se *fencing.SetError
+	if errors.As(err, &se) {
+		lock = se.Lock
+	}
 	var intr interrupted
-	switch cause := context.Cause(actx); {
+	switch {
 	case errors.As(cause, &intr):
-		return 128 + int(intr.sig), fmt.Errorf("interrupted by SIG%s while waiting for %q", SignalName(intr.sig), p.Lock)
+		return interruptedWhile(intr.sig, fmt.Sprintf("waiting for %q", lock))
 	case errors.Is(err, coord.ErrBusy):
 		return p.ConflictExitCode, err
 	case ctx.Err() != nil:
-		return exitcode.Failure, fmt.Errorf("waiting for %q: %w", p.Lock, context.Cause(ctx))
+		return exitcode.Failure, fmt.Errorf("waiting for %q: %w", lock, context.Cause(ctx))
+	case errors.Is(err, coord.ErrLeaseLost):
+		return exitcode.LeaseLost, err
 	default:
 		return exitcode.Failure, err
 	}
@@ -529,6 +525,12 @@ type interrupted struct{ sig syscall.Signal }
 
 func (i interrupted) Error() string { return "interrupted by SIG" + SignalName(i.sig) }
 
+// interruptedWhile is fence's end for signal sig that came while it was
+// doing what (no command ran, or it was being stopped): 128+N.
+func interruptedWhile(sig syscall.Signal, what string) (int, error) {
+	return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while %s", SignalName(sig), what)
+}
+
 // startWatchdog starts the watchdog, fence itself again
 // (Options.Executable, default /proc/self/exe), with its two pipes.
 func (r *runner) startWatchdog() error {
@@ -551,16 +553,9 @@ func (r *runner) startWatchdog() error {
 		// (a multi-call binary, testscript's commands) runs as fence again.
 		cmd.Args[0] = os.Args[0]
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
-	if cmd.Stdin == nil {
-		cmd.Stdin = os.Stdin
-	}
-	if cmd.Stdout == nil {
-		cmd.Stdout = os.Stdout
-	}
-	if cmd.Stderr == nil {
-		cmd.Stderr = os.Stderr
-	}
+	cmd.Stdin = cmp.Or[io.Reader](p.Stdin, os.Stdin)
+	cmd.Stdout = cmp.Or[io.Writer](p.Stdout, os.Stdout)
+	cmd.Stderr = cmp.Or[io.Writer](p.Stderr, os.Stderr)
 	cmd.ExtraFiles = []*os.File{ordR, repW}
 	// A process group of its own, in fence's session: a signal sent to
 	// fence's whole group (timeout(1), a supervisor's group kill, a shell's
@@ -607,7 +602,7 @@ func (r *runner) closeWatchdog() {
 // supervise starts the command and follows it until the watchdog is done.
 func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
 	p := r.p
-	l := &loop{ctx: ctx, sigs: sigs, leaseStop: leaseStopOf(r.hold.SafeUntil(), p.grace)}
+	l := &loop{ctx: ctx, sigs: sigs, leaseStop: leaseStopOf(r.hs.SafeUntil(), p.grace)}
 	if p.Deadline > 0 {
 		l.deadline = clock.Now().Add(p.Deadline)
 	}
@@ -633,7 +628,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	r.phase = r.phase.next(stepStart)
 
 	defer r.lw.stop()
-	l.heldDone = r.hold.Context().Done()
+	l.heldDone = r.hs.Context().Done()
 	l.ctxDone = ctx.Done()
 	l.wdDone = r.wdDone
 	for {
@@ -667,19 +662,9 @@ func (r *runner) endSpec() *endSpec {
 		r.verbosef("the watchdog cannot end the lease if fence dies: %v", err)
 		return nil
 	}
-	e := &endSpec{Coordinator: settings}
-	own := r.leases()
-	for i := len(own) - 1; i >= 0; i-- {
-		e.Leases = append(e.Leases, endLeaseOf(own[i]))
-	}
-	for _, l := range h.Also {
-		e.Leases = append(e.Leases, endLeaseOf(l))
-	}
-	return e
-}
-
-func endLeaseOf(l coord.Lease) endLease {
-	return endLease{Name: l.Name, ID: l.ID, Token: l.Token, Holder: l.Holder}
+	leases := r.hs.Leases()
+	slices.Reverse(leases)
+	return &endSpec{Coordinator: settings, Leases: append(leases, h.Also...)}
 }
 
 // loop is what fence's supervision loop follows besides the phase.
@@ -699,7 +684,7 @@ type loop struct {
 func (r *runner) act(l *loop, now clock.Boot) {
 	p := r.p
 	if r.phase == phaseRunning {
-		l.leaseStop = max(l.leaseStop, leaseStopOf(r.hold.SafeUntil(), p.grace))
+		l.leaseStop = max(l.leaseStop, leaseStopOf(r.hs.SafeUntil(), p.grace))
 		if stop, reason := stopStart(l.leaseStop, l.deadline); now >= stop {
 			r.startStop(l, reason, now)
 		}
@@ -761,18 +746,18 @@ func (r *runner) await(l *loop, now, wake clock.Boot) {
 		l.wdDone = nil // the reports are read to their end before deciding
 	case <-l.heldDone:
 		l.heldDone = nil
-		cause := context.Cause(r.hold.Context())
+		cause := context.Cause(r.hs.Context())
 		if errors.Is(cause, coord.ErrLeaseLost) {
 			if r.lostErr == nil {
 				r.lostErr = cause
 			}
 			r.startStop(l, reasonLost, clock.Now())
 		}
-	case err, ok := <-r.lw.ch:
+	case err := <-r.lw.ch:
 		r.lw.ch = nil
-		if ok && err != nil {
+		if n, ok := err.(*leaseNotice); ok {
 			if r.lostErr == nil {
-				r.lostErr = r.lostNotice(err)
+				r.lostErr = lostNotice(n)
 			}
 			r.verbosef("the coordinator reports: %v", err)
 			r.startStop(l, reasonLost, clock.Now())
@@ -795,7 +780,7 @@ func (r *runner) report(ctx context.Context, rep report) {
 		r.verbosef("started the command: pid %d, process group %d%s", rep.PID, rep.PGID, cgroupNote(rep.Cgroup))
 		r.watchLease(ctx)
 		pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
-		for _, lease := range r.leases() {
+		for _, lease := range r.hs.Leases() {
 			r.attaching.Add(1)
 			go func() {
 				defer r.attaching.Done()
@@ -857,9 +842,9 @@ func (r *runner) outcome() (int, error) {
 		}
 		e.wdState = fmt.Sprint(r.wd.ProcessState) // the loop ended once it had exited
 	default:
-		if r.lostErr == nil && r.hold != nil {
+		if r.lostErr == nil {
 			// fence may have been resumed a moment ago: see for itself.
-			if err := r.hold.Check(); errors.Is(err, coord.ErrLeaseLost) {
+			if err := r.hs.Check(); errors.Is(err, coord.ErrLeaseLost) {
 				r.lostErr = err
 			}
 		}
@@ -868,11 +853,12 @@ func (r *runner) outcome() (int, error) {
 		}
 	}
 	e.lostErr = r.lostErr
-	if r.hold != nil {
-		e.safeUntil = r.hold.SafeUntil()
-	}
-	if _, ok := r.p.Holds.(*setHolds); ok {
-		e.unrenewed, e.token = r.unrenewed()
+	e.safeUntil = r.hs.SafeUntil()
+	if r.p.Holds == nil {
+		// The lease not renewed in time when no loss was reported (of a
+		// set: the one that would expire first).
+		l := r.hs.earliest().Lease()
+		e.unrenewed, e.token = l.Name, l.Token
 	}
 	res := outcomeOf(r.p, e)
 	r.m.lost = r.m.lost || res.lost
@@ -947,12 +933,12 @@ type orderQueue struct {
 	closed  bool
 	wake    chan struct{}
 	done    chan struct{}
-	w       *lineWriter
+	w       *json.Encoder
 	f       *os.File
 }
 
 func newOrderQueue(f *os.File) *orderQueue {
-	q := &orderQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), w: newLineWriter(f), f: f}
+	q := &orderQueue{wake: make(chan struct{}, 1), done: make(chan struct{}), w: json.NewEncoder(f), f: f}
 	go q.loop()
 	return q
 }
@@ -1007,7 +993,7 @@ func (q *orderQueue) loop() {
 				break
 			}
 			for _, o := range batch {
-				if err := q.w.send(o); err != nil {
+				if err := q.w.Encode(o); err != nil {
 					// The watchdog is gone; drop orders until closed.
 					break
 				}

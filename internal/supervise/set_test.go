@@ -2,6 +2,7 @@ package supervise_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
+	"github.com/fence-dev/fence/pkg/coord"
 )
 
 // TestSetLosesOne: a run under three locks, one of which is revoked (forced,
@@ -68,5 +70,28 @@ func TestSetLosesOne(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSetRefusesBadNames: a set whose names are invalid or given twice is
+// refused (125, coord.ErrInvalid) before any lock is taken or the command
+// runs: the CLI checks the names first, fencing.AcquireSet for other
+// callers.
+func TestSetRefusesBadNames(t *testing.T) {
+	b := localBackend(t)
+	ran := tempPath(t, "ran")
+	for _, locks := range [][]string{{"a", "b", "a"}, {"a", "b\x00"}} {
+		code, err := run(t, b, supervise.Options{Locks: locks, TTL: 5 * time.Second, Command: []string{"touch", ran}})
+		if code != exitcode.Failure || !errors.Is(err, coord.ErrInvalid) {
+			t.Errorf("Locks %q: code %d, %v; want 125 and ErrInvalid", locks, code, err)
+		}
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("the command ran")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	defer cancel()
+	if info, err := b.c.Inspect(ctx, "a"); err != nil || info.Held || info.LastToken != 0 {
+		t.Errorf("a after the refusals: %+v, %v; want it never taken", info, err)
 	}
 }

@@ -1,9 +1,11 @@
 package supervise
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
@@ -24,7 +26,7 @@ import (
 // ShardRunner is `fence shards run`: it runs the command under the shards
 // a group member holds, each (re)start under a HeldSet of their leases,
 // and restarts it (stop signal, grace) whenever the member's set changes.
-// Give OnSafeUntil to the member's shards.Options.Hold.OnSafeUntil.
+// Give OnRenewal to the member's holds (fencing.OnRenewal).
 type ShardRunner struct {
 	cur atomic.Pointer[HeldSet]
 	// Restarts counts the restarts so far.
@@ -91,9 +93,9 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 			<-m.Done()
 			return exitcode.LeaseLost, m.Err()
 		case shardInterrupted:
-			return 128 + int(end.late), fmt.Errorf("interrupted by SIG%s while the command was stopped to restart it", SignalName(end.late))
+			return interruptedWhile(end.late, "the command was stopped to restart it")
 		case shardRestartLost:
-			if log, lerr := logging.New(opts.stderrOrDefault(), opts.LogFormat, "debug"); lerr == nil {
+			if log, lerr := logging.New(cmp.Or[io.Writer](opts.Stderr, os.Stderr), opts.LogFormat, "debug"); lerr == nil {
 				log.Info(fmt.Sprintf("%v; restarting with the shards left", end.err))
 			}
 		}
@@ -142,7 +144,7 @@ func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-cha
 		if start {
 			select {
 			case s := <-sigs: // came after the last run: no command would get it
-				code, err = noCommandSignal(s)
+				code, err = interruptedWhile(s.(syscall.Signal), "no command ran")
 				return nil, code, err
 			default:
 			}
@@ -160,26 +162,18 @@ func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-cha
 			return nil, exitcode.Failure, context.Cause(ctx)
 		case s := <-sigs:
 			t.Stop()
-			code, err = noCommandSignal(s)
+			code, err = interruptedWhile(s.(syscall.Signal), "no command ran")
 			return nil, code, err
 		}
 		t.Stop()
 	}
 }
 
-// noCommandSignal is fence's end for a signal that came while no command ran.
-func noCommandSignal(s os.Signal) (int, error) {
-	sig := s.(syscall.Signal)
-	return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while no command ran", SignalName(sig))
-}
-
 // releaseEnded releases the member's shards whose context ended.
 func releaseEnded(ctx context.Context, m *shards.Member) {
 	for _, s := range m.Shards() {
 		if s.Context().Err() != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_ = s.Release(rctx)
-			cancel()
+			releaseBounded(ctx, s.Release)
 		}
 	}
 }
@@ -246,8 +240,7 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	r, err := Start(o)
 	code := exitcode.Failure
 	if err == nil {
-		code, err = r.Run(rctx, c)
-		r.Close()
+		code, err = r.Run(rctx, c) // it ends the watchdog
 	}
 	stopped := context.Cause(rctx)
 	cancel(nil)
@@ -406,13 +399,6 @@ func shardAfter(e shardRunEnd) (shardNext, string) {
 		return shardRestartLost, fmt.Sprintf("lost a lease: %v", e.err)
 	}
 	return shardReturn, ""
-}
-
-func (o *Options) stderrOrDefault() interface{ Write([]byte) (int, error) } {
-	if o.Stderr != nil {
-		return o.Stderr
-	}
-	return os.Stderr
 }
 
 func numbers(ss []*shards.Shard) []int {

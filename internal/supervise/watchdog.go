@@ -3,6 +3,7 @@ package supervise
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -29,16 +30,12 @@ const WatchdogArg = "__watchdog"
 // command may run after a resume past its stop time.
 const recheck = 100 * time.Millisecond
 
-// freezeBeforeReportEnv, set in the watchdog's environment, makes it stop
-// itself (SIGSTOP) after starting the command and before reporting it: a
-// fault that only tests inject.
-const freezeBeforeReportEnv = "FENCE_TEST_WATCHDOG_FREEZE_BEFORE_REPORT"
-
-// freezeAfterLookEnv, set in the watchdog's environment, makes it stop
-// itself (SIGSTOP) once, right after its first look for the command's exit
-// that found it running: a freeze between that look and the judging of the
-// stop time, a fault that only tests inject.
-const freezeAfterLookEnv = "FENCE_TEST_WATCHDOG_FREEZE_AFTER_LOOK"
+// Faults that only tests inject (export_test.go sets them in the test
+// binary, which is also the tests' watchdog): freezeBeforeReport runs
+// after the command started and before it is reported; freezeAfterLook
+// once, right after the first look for the command's exit that found it
+// running (a freeze between that look and the judging of the stop time).
+var freezeBeforeReport, freezeAfterLook func()
 
 // cgroupPrefix starts the name of every cgroup a watchdog makes:
 // fence-run-<the watchdog's PID>-<CLOCK_BOOTTIME ns when it made it>
@@ -95,15 +92,15 @@ func WatchdogMain(args []string, end LeaseEnder) int {
 	unix.CloseOnExec(3)
 	unix.CloseOnExec(4)
 	repf := os.NewFile(4, "fence-reports")
-	out := newLineWriter(repf)
+	out := json.NewEncoder(repf)
 	orders, err := newOrderPipe(3)
 	if err != nil {
-		_ = out.send(report{Ev: evError, Msg: "order pipe: " + err.Error(), At: clock.Now()})
+		_ = out.Encode(report{Ev: evError, Msg: "order pipe: " + err.Error(), At: clock.Now()})
 		return 125
 	}
 	w := &watchdog{orders: orders, out: out, self: os.Getpid(), end: end}
 	if err := w.run(); err != nil {
-		_ = out.send(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
+		_ = out.Encode(report{Ev: evError, Msg: err.Error(), At: clock.Now()})
 		return 125
 	}
 	return 0
@@ -116,7 +113,7 @@ func isPipe(fd int) bool {
 
 type watchdog struct {
 	orders *orderPipe
-	out    *lineWriter
+	out    *json.Encoder // the reports; the watchdog writes from one goroutine
 	self   int
 	sp     *spec
 	cg     *cgroup
@@ -221,12 +218,12 @@ func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 	ready := w.orders.ready
 	woke := false // ready was received: its watcher waits for the orders to be taken
-	freezeAfterLook := os.Getenv(freezeAfterLookEnv) != ""
+	afterLook := freezeAfterLook
 	for {
 		w.reap()
-		if freezeAfterLook && w.exit == nil {
-			freezeAfterLook = false
-			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		if afterLook != nil && w.exit == nil {
+			afterLook()
+			afterLook = nil
 		}
 		if done, err := w.doneIfGone(); done {
 			return err
@@ -297,7 +294,7 @@ func (w *watchdog) act(now clock.Boot) {
 		w.phase = w.phase.next(stepKill)
 		w.killAll()
 		if w.exit == nil || w.leftovers > 0 {
-			_ = w.out.send(report{Ev: evKilling, At: now})
+			_ = w.out.Encode(report{Ev: evKilling, At: now})
 		}
 	}
 	if w.phase == phaseKilling {
@@ -433,19 +430,17 @@ func (w *watchdog) start() error {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
 			code = 127
 		}
-		return w.out.send(report{Ev: evExecError, Code: code, Msg: fmt.Sprintf("%s: %v", sp.Args[0], err), At: clock.Now()})
+		return w.out.Encode(report{Ev: evExecError, Code: code, Msg: fmt.Sprintf("%s: %v", sp.Args[0], err), At: clock.Now()})
 	}
 	w.leader = pid
-	if os.Getenv(freezeBeforeReportEnv) != "" {
-		// Fault injection for tests: a watchdog frozen between starting the
-		// command and reporting it. fence must stop the command alone.
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	if freezeBeforeReport != nil {
+		freezeBeforeReport() // fence must stop the command alone
 	}
 	r := report{Ev: evStarted, PID: pid, PGID: pid, At: at}
 	if w.cg != nil {
 		r.Cgroup = w.cg.dir
 	}
-	return w.out.send(r)
+	return w.out.Encode(r)
 }
 
 // beginStop sends the stop signal to the command's tree and plans SIGKILL
@@ -463,7 +458,7 @@ func (w *watchdog) beginStop(reason string, now clock.Boot) {
 		// continued.
 		w.signalTree(syscall.SIGCONT)
 	}
-	_ = w.out.send(report{Ev: evStopping, Reason: reason, Signal: int(sig), At: now})
+	_ = w.out.Encode(report{Ev: evStopping, Reason: reason, Signal: int(sig), At: now})
 }
 
 // signalTree sends sig to the command's process group and to every other
@@ -545,7 +540,7 @@ func (w *watchdog) treeEmpty() bool {
 // it (fence waits for the watchdog's exit before its own).
 func (w *watchdog) finish() error {
 	w.exit.Leftovers = w.leftovers
-	err := w.out.send(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
+	err := w.out.Encode(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
 	if w.cg != nil {
 		_ = w.cg.remove()
 	}
@@ -560,11 +555,7 @@ func (w *watchdog) endLeases() {
 	if w.end == nil || e == nil || len(e.Leases) == 0 {
 		return
 	}
-	leases := make([]coord.Lease, len(e.Leases))
-	for i, l := range e.Leases {
-		leases[i] = coord.Lease{Name: l.Name, ID: l.ID, Token: l.Token, Holder: l.Holder}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
-	_ = w.end(ctx, e.Coordinator, leases)
+	_ = w.end(ctx, e.Coordinator, e.Leases)
 }
