@@ -54,7 +54,7 @@ func TestRenewalFailuresRecordedWhenBack(t *testing.T) {
 	goFile := filepath.Join(t.TempDir(), "go")
 	done := make(chan int, 1)
 	go func() {
-		code, _ := supervise.Run(ctxT(t), r, supervise.Options{
+		code, _ := superviseRun(ctxT(t), r, supervise.Options{
 			Lock: "flaky", TTL: 3 * time.Second, Holder: "runner", Wait: coord.WaitForever,
 			Command:          []string{"sh", "-c", `while [ ! -e "$1" ]; do sleep 0.02; done`, "sh", goFile},
 			ConflictExitCode: 75, Stdout: io.Discard, Stderr: io.Discard,

@@ -3,12 +3,14 @@
 package history_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/local"
@@ -35,7 +37,7 @@ func TestRunLeavesEvents(t *testing.T) {
 		return r
 	}
 	run := func(t *testing.T, r coord.Coordinator, lock string, deadline time.Duration, cmd ...string) int {
-		code, _ := supervise.Run(ctxT(t), r, supervise.Options{
+		code, _ := superviseRun(ctxT(t), r, supervise.Options{
 			Lock: lock, Command: cmd, TTL: 5 * time.Second, Holder: "runner", Wait: coord.WaitForever,
 			Deadline: deadline, ConflictExitCode: 75, Stdout: io.Discard, Stderr: io.Discard,
 		})
@@ -110,7 +112,7 @@ func TestRunLeavesEvents(t *testing.T) {
 	t.Run("Busy", func(t *testing.T) {
 		r := open(t)
 		l := acquire(t, r, "busy", "other", 30*time.Second)
-		code, _ := supervise.Run(ctxT(t), r, supervise.Options{Lock: "busy", Command: []string{"true"}, TTL: 5 * time.Second,
+		code, _ := superviseRun(ctxT(t), r, supervise.Options{Lock: "busy", Command: []string{"true"}, TTL: 5 * time.Second,
 			Holder: "runner", ConflictExitCode: 75, Stdout: io.Discard, Stderr: io.Discard})
 		if code != 75 {
 			t.Fatalf("exit %d, want 75", code)
@@ -119,4 +121,15 @@ func TestRunLeavesEvents(t *testing.T) {
 			t.Fatalf("history %s, want %s (a busy run leaves nothing)", got, want)
 		}
 	})
+}
+
+// superviseRun is `fence run` of the library: supervise.Start, then the
+// Runner's Run on c.
+func superviseRun(ctx context.Context, c coord.Coordinator, opts supervise.Options) (int, error) {
+	r, err := supervise.Start(opts)
+	if err != nil {
+		return exitcode.Failure, err
+	}
+	defer r.Close()
+	return r.Run(ctx, c)
 }
