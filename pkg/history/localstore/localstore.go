@@ -42,12 +42,8 @@
 //   - a write checks the first line and the lines of the last block of the
 //     file (at least 4 KiB, and at least the last complete line): each is a
 //     valid event of the lock, their sequence numbers increase, and the
-//     first line's is below theirs. Lines it read before, in the same
-//     process and the same file, are not read again;
-//   - Latest checks the first line and the last lines it needs, and these
-//     count as read for the writes of the same store that follow while the
-//     file has not changed: `fence run` reads the last lease event, then
-//     writes with no further read.
+//     first line's is below theirs;
+//   - Latest checks the first line and the last lines it needs.
 //
 // Damage in the middle of a long file is thus not seen by the write that
 // follows it, and that write appends after it (it never writes over it);
@@ -105,9 +101,8 @@ type store struct {
 	opts  hopts.Options
 	share sharedir.Mode // how the state directory is shared
 
-	mu    sync.Mutex
-	cache map[string]fileState // by file base: what this process last validated
-	bad   map[string]fileID    // by file base: files a read or compaction found damaged
+	mu  sync.Mutex
+	bad map[string]fileID // by file base: files a read or compaction found damaged
 }
 
 var _ history.Store = (*store)(nil)
@@ -115,9 +110,8 @@ var _ history.Store = (*store)(nil)
 // fileID names a file by device and inode.
 type fileID struct{ dev, ino uint64 }
 
-// fileState is what a writer knows of a history file it validated.
+// fileState is what a writer knows of a history file it checked.
 type fileState struct {
-	fileID
 	size      int64  // bytes of complete lines
 	lastSeq   uint64 // seq of the last line (0: the file has no line)
 	firstSeq  uint64 // seq of the first line
@@ -171,7 +165,7 @@ func openStore(stateDir string, opts ...history.Option) (*store, error) {
 			return nil, unavailable("history store: %w", err)
 		}
 	}
-	return &store{dir: dir, opts: o, share: share, cache: map[string]fileState{}, bad: map[string]fileID{}}, nil
+	return &store{dir: dir, opts: o, share: share, bad: map[string]fileID{}}, nil
 }
 
 // File returns the path of the history file of lock.
@@ -297,16 +291,12 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 	}
 	if _, err := f.Write(buf.Bytes()); err != nil {
 		// A partial write is a torn tail, cut off by the next writer.
-		s.drop(base)
 		return nil, unavailable("history of %q: %w", lock, err)
 	}
-	next.size += int64(buf.Len())
-	s.keep(base, next)
 	keepOpen = true
 	return func() error {
 		defer f.Close()
 		if err := f.Sync(); err != nil {
-			s.drop(base)
 			return unavailable("history of %q: %w", lock, err)
 		}
 		if created {
@@ -334,62 +324,48 @@ func (s *store) compact(lock, base string, f *os.File, add []byte) error {
 	}
 	lines = s.kept(lines, 0)
 	var out bytes.Buffer
-	var st fileState
-	for i, l := range lines {
+	for _, l := range lines {
 		out.Write(l.raw)
 		out.WriteByte('\n')
-		st.lastSeq = l.seq
-		if i == 0 {
-			st.firstSeq, st.firstTime = l.seq, l.ev.Time.UnixNano()
-		}
 	}
 	s.removeStaleTemps()
-	fi, err := atomicfile.WritePerm(path, out.Bytes(), false, s.share.FilePerm())
-	if err != nil {
+	if _, err := atomicfile.WritePerm(path, out.Bytes(), false, s.share.FilePerm()); err != nil {
 		return unavailable("history of %q: %w", lock, err)
 	}
 	if err := atomicfile.SyncDir(s.dir); err != nil {
-		s.drop(base)
 		return unavailable("history of %q: %w", lock, err)
 	}
-	st.size, st.fileID = int64(out.Len()), idOf(fi)
-	s.keep(base, st)
 	return nil
 }
 
 // scan checks the history file open in f (under the lock) and returns its
 // state, and whether it ends with an incomplete line. It reads the file's
-// tail and first line (see the package doc), or nothing when this process
-// wrote the file last; the whole file when a full read found it damaged.
+// tail and first line (see the package doc); the whole file when a full
+// read of this store found it damaged.
 func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 	fi, err := s.checkFile(lock, path, f)
 	if err != nil {
 		return fileState{}, false, err
 	}
-	id, size := idOf(fi), fi.Size()
 	base := strings.TrimSuffix(filepath.Base(path), dataExt)
 	s.mu.Lock()
-	st, cached := s.cache[base]
 	bad, isBad := s.bad[base]
 	s.mu.Unlock()
-	if isBad && bad == id {
-		return s.scanAll(lock, path, base, f, id)
+	if isBad && bad == idOf(fi) {
+		return s.scanAll(lock, path, base, f)
 	}
-	if cached && st.fileID == id && st.size == size {
-		return st, false, nil
-	}
-	_, st, torn, err := readEnd(lock, path, f, id, size, 1, true)
+	_, st, torn, err := readEnd(lock, path, f, fi.Size(), 1, true)
 	return st, torn, err
 }
 
 // scanAll is scan reading and checking every line.
-func (s *store) scanAll(lock, path, base string, f *os.File, id fileID) (fileState, bool, error) {
+func (s *store) scanAll(lock, path, base string, f *os.File) (fileState, bool, error) {
 	lines, data, err := s.readLines(lock, path, base, f)
 	if err != nil {
 		return fileState{}, false, err
 	}
 	complete := completeLines(data)
-	st := fileState{fileID: id, size: int64(len(complete))}
+	st := fileState{size: int64(len(complete))}
 	if len(lines) > 0 {
 		st.firstSeq, st.firstTime = lines[0].seq, lines[0].ev.Time.UnixNano()
 		st.lastSeq = lines[len(lines)-1].seq
@@ -429,7 +405,6 @@ func (s *store) markBad(base string, f *os.File) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.bad[base] = idOf(fi)
-	delete(s.cache, base)
 }
 
 // idOf is the device and inode of a file.
@@ -442,18 +417,6 @@ func idOf(fi os.FileInfo) fileID {
 // it is compacted; as many events past the age bound at the start of the
 // file also trigger a compaction. Readers never see them.
 func slackOf(maxEvents int) int { return max(maxEvents/4, 1) }
-
-func (s *store) keep(base string, st fileState) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cache[base] = st
-}
-
-func (s *store) drop(base string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.cache, base)
-}
 
 // Latest returns what History(ctx, lock, n) returns, the lock's last n kept
 // events (n > 0), reading only the end of the file and checking only the
@@ -486,15 +449,10 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 	}
 	defer f.Close()
 	want := min(n, s.opts.MaxEvents)
-	// With the first line, readEnd learns what a write needs to know of the
-	// file: the write that follows (fence run's) need not read it again.
-	lines, st, _, err := readEnd(lock, path, f, idOf(fi), fi.Size(), want, false)
+	lines, _, _, err := readEnd(lock, path, f, fi.Size(), want, false)
 	if err != nil {
 		s.markBad(base, f)
 		return nil, err
-	}
-	if len(lines) > 0 {
-		s.keep(base, st)
 	}
 	earlier := len(lines) > 0 && lines[0].at > 0 // the file holds lines before these
 	lines = s.kept(lines, want)

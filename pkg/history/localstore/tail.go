@@ -55,13 +55,13 @@ func readTail(f *os.File, size int64, want int) (data []byte, start int64, err e
 	}
 }
 
-// readEnd reads the end of the history file of lock open in f (id, size
-// bytes) until it holds want complete lines (readTail), and checks the
-// lines it returns, each a valid event of lock in sequence: every complete
+// readEnd reads the end of the history file of lock open in f (size bytes)
+// until it holds want complete lines (readTail), and checks the lines it
+// returns, each a valid event of lock in sequence: every complete
 // line read when all is set, else the last want. It checks the first line
 // of the file too, and returns what a write needs to know of the file, and
 // whether it ends with an incomplete line.
-func readEnd(lock, path string, f *os.File, id fileID, size int64, want int, all bool) ([]line, fileState, bool, error) {
+func readEnd(lock, path string, f *os.File, size int64, want int, all bool) ([]line, fileState, bool, error) {
 	data, start, err := readTail(f, size, want)
 	if errors.Is(err, errTooLarge) {
 		return nil, fileState{}, false, corrupt(lock, path, "its last lines are too large")
@@ -69,7 +69,7 @@ func readEnd(lock, path string, f *os.File, id fileID, size int64, want int, all
 		return nil, fileState{}, false, unavailable("history of %q: %w", lock, err)
 	}
 	complete := completeLines(data)
-	st := fileState{fileID: id, size: start + int64(len(complete))}
+	st := fileState{size: start + int64(len(complete))}
 	torn := len(complete) < len(data)
 	if len(complete) == 0 {
 		return nil, st, torn, nil // empty, or only an incomplete line (start is 0)
