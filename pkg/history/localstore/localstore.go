@@ -61,8 +61,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -179,13 +179,11 @@ func (s *store) Record(ctx context.Context, ev history.Event) error {
 // Append implements history.Store: the events of each lock are written with
 // one write and one fsync.
 func (s *store) Append(ctx context.Context, evs []history.Event) error {
-	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
-		sync, err := s.appendLater(ctx, lock, evs)
-		if err != nil {
-			return err
-		}
-		return sync()
-	})
+	sync, err := s.AppendLater(ctx, evs)
+	if serr := sync(); err == nil {
+		err = serr
+	}
+	return err
 }
 
 // AppendLater is Append with the fsync put off (see history.laterAppender):
@@ -284,7 +282,7 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 		}
 	}
 	if compact {
-		if err := s.compact(lock, base, f, buf.Bytes()); err != nil {
+		if err := s.compact(lock, base, f, st, buf.Bytes()); err != nil {
 			return nil, err
 		}
 		return done, nil // written durably
@@ -308,21 +306,21 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 	}, nil
 }
 
-// compact rewrites the history of lock with the events it keeps, followed by
-// the encoded lines add (which are within the bounds: the result is never
-// empty).
-func (s *store) compact(lock, base string, f *os.File, add []byte) error {
-	data, err := readAll(f)
-	if err != nil {
-		return unavailable("history of %q: %w", lock, err)
-	}
+// compact rewrites the history of lock (open in f, of st.size bytes of
+// complete lines) with the events it keeps, read and checked whole,
+// followed by the encoded lines add (which are within the bounds: the
+// result is never empty).
+func (s *store) compact(lock, base string, f *os.File, st fileState, add []byte) error {
 	path := filepath.Join(s.dir, base+dataExt)
-	lines, err := parse(lock, path, append(completeLines(data), add...))
+	lines, st, _, err := s.readLines(lock, path, base, f, st.size)
 	if err != nil {
-		s.markBad(base, f)
 		return err
 	}
-	lines = s.kept(lines, 0)
+	more, err := parseAt(lock, path, add, st.lastSeq, st.size)
+	if err != nil {
+		return err
+	}
+	lines = s.kept(append(lines, more...), 0)
 	var out bytes.Buffer
 	for _, l := range lines {
 		out.Write(l.raw)
@@ -352,47 +350,26 @@ func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 	bad, isBad := s.bad[base]
 	s.mu.Unlock()
 	if isBad && bad == idOf(fi) {
-		return s.scanAll(lock, path, base, f)
+		_, st, torn, err := s.readLines(lock, path, base, f, fi.Size())
+		return st, torn, err
 	}
 	_, st, torn, err := readEnd(lock, path, f, fi.Size(), 1, true)
 	return st, torn, err
 }
 
-// scanAll is scan reading and checking every line.
-func (s *store) scanAll(lock, path, base string, f *os.File) (fileState, bool, error) {
-	lines, data, err := s.readLines(lock, path, base, f)
-	if err != nil {
-		return fileState{}, false, err
-	}
-	complete := completeLines(data)
-	st := fileState{size: int64(len(complete))}
-	if len(lines) > 0 {
-		st.firstSeq, st.firstTime = lines[0].seq, lines[0].ev.Time.UnixNano()
-		st.lastSeq = lines[len(lines)-1].seq
-	}
-	return st, len(complete) < len(data), nil
-}
-
-// readLines reads and checks every line of the history of lock open in f
-// (named base), and returns them and the file's bytes. A file found
-// damaged is marked bad (markBad), one that checks out is no longer.
-func (s *store) readLines(lock, path, base string, f *os.File) ([]line, []byte, error) {
-	data, err := readAll(f)
-	if errors.Is(err, errTooLarge) {
-		s.markBad(base, f)
-		return nil, nil, corrupt(lock, path, "it is too large")
-	} else if err != nil {
-		return nil, nil, unavailable("history of %q: %w", lock, err)
-	}
-	lines, err := parse(lock, path, completeLines(data))
+// readLines is readEnd reading and checking every line of the history of
+// lock open in f (named base, size bytes). A file found damaged is marked
+// bad (markBad), one that checks out is no longer.
+func (s *store) readLines(lock, path, base string, f *os.File, size int64) ([]line, fileState, bool, error) {
+	lines, st, torn, err := readEnd(lock, path, f, size, math.MaxInt, true)
 	if err != nil {
 		s.markBad(base, f)
-		return nil, nil, err
+		return nil, fileState{}, false, err
 	}
 	s.mu.Lock()
 	delete(s.bad, base) // repaired, if it was damaged
 	s.mu.Unlock()
-	return lines, data, nil
+	return lines, st, torn, nil
 }
 
 // markBad notes that the file open in f, the history file named base, is
@@ -566,12 +543,12 @@ func (s *store) read(ctx context.Context, lock string) ([]line, error) {
 		return nil, err
 	}
 	path := s.File(lock)
-	f, _, err := s.open(lock, path)
+	f, fi, err := s.open(lock, path)
 	if f == nil || err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	lines, _, err := s.readLines(lock, path, fileBase(lock), f)
+	lines, _, _, err := s.readLines(lock, path, fileBase(lock), f, fi.Size())
 	return lines, err
 }
 
@@ -600,9 +577,6 @@ type line struct {
 	seq uint64
 	ev  history.Event
 }
-
-// parse parses the complete lines of a whole file.
-func parse(lock, path string, data []byte) ([]line, error) { return parseAt(lock, path, data, 0, 0) }
 
 // parseAt parses complete lines that start at byte offset at of the file,
 // each an event of lock with a sequence number greater than the one before
@@ -665,20 +639,6 @@ func lastLine(data []byte) []byte {
 const maxFileSize = 256 << 20
 
 var errTooLarge = errors.New("file too large")
-
-func readAll(f *os.File) ([]byte, error) {
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxFileSize {
-		return nil, errTooLarge
-	}
-	return data, nil
-}
 
 // checkFile checks an open history file: a regular file of this user that
 // group and others cannot open (0600), or, in a shared state directory, the
