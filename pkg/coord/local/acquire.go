@@ -347,7 +347,7 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	sub := h.subscribe(a.f.base)
+	sub := h.subscribe(a.f.state, h.dir)
 	defer sub.close()
 	if res, err = a.try(ctx, true); err != nil {
 		return nil, err

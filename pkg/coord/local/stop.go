@@ -154,7 +154,7 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 		return err
 	}
 	f := c.files(name)
-	sub := h.subscribeFile(f.lock)
+	sub := h.subscribe(f.lock, f.lock)
 	defer sub.close()
 	for {
 		st, err := load(f)
@@ -201,7 +201,7 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		return nil, err
 	}
 	f := c.files(name)
-	sub := h.subscribeFile(f.lock)
+	sub := h.subscribe(f.lock, f.lock)
 	ch := make(chan error, 1)
 	go func() {
 		defer close(ch)

@@ -24,27 +24,25 @@ const fallbackPoll = 200 * time.Millisecond
 // hub turns inotify events into wake-ups of subscribers. One hub (one
 // inotify instance) serves every coordinator of this process on one state
 // directory; it is started by the first that needs it and stopped when the
-// last of them is closed. It watches two kinds of things:
+// last of them is closed. Each subscription follows one file, or every
+// state file and limits.json (a Watch), and names the inotify watches it
+// needs, which subscribers share and which go with their last subscriber:
 //
-//   - the locks/ directory, only while a Watch or a waiter needs it: every change of a
-//     state file (replaced, or its lease record overwritten) wakes the
-//     subscribers of that lock (subscribe); and with it the state directory,
-//     where the replacement of limits.json (fence limit, freeze, thaw) wakes
-//     every Watch (limitsBase);
-//     waiters of a lock subscribe to its state file the same way;
-//   - single files, each its own inotify watch (subscribeFile): a lock's
-//     lock file, which Revoke and RequestStop write to (see stop.go) and
-//     the holder's lease watch follows.
+//   - the locks/ directory, for a waiter (its lock's state file is
+//     replaced, or its lease record overwritten) and a Watch; a Watch also
+//     needs the state directory, where the replacement of limits.json
+//     (fence limit, freeze, thaw) is seen (limitsBase);
+//   - a lock's lock file, its own inotify watch, which Revoke and
+//     RequestStop write to (see stop.go) and the holder's lease watch
+//     follows: no other change of the directory wakes it.
 type hub struct {
 	dir  string            // the locks/ directory
 	w    *fsnotify.Watcher // nil: no inotify, every subscriber polls
 	refs int               // guarded by hubs
 
-	mu            sync.Mutex
-	dirWatched    bool
-	limitsWatched bool                       // the state directory, for limits.json
-	subs          map[*subscription]struct{} // directory subscribers
-	files         map[string]*fileWatch      // file subscribers by path
+	mu      sync.Mutex
+	subs    map[*subscription]struct{}
+	watches map[string]int // inotify watches by path: their subscribers
 
 	done chan struct{} // closed when run has returned
 }
@@ -64,7 +62,7 @@ func acquireHub(dir string) *hub {
 		h.refs++
 		return h
 	}
-	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, files: map[string]*fileWatch{},
+	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, watches: map[string]int{},
 		done: make(chan struct{})}
 	if w, err := newWatcher(); err == nil {
 		h.w = w
@@ -96,26 +94,27 @@ func (h *hub) run() {
 			if !ok {
 				return
 			}
-			h.mu.Lock()
-			if fw := h.files[ev.Name]; fw != nil {
-				for s := range fw.subs {
-					s.poke()
-				}
+			base, changed := "", ev.Name == filepath.Join(filepath.Dir(h.dir), "limits.json")
+			if changed {
+				base = limitsBase
+			} else if filepath.Dir(ev.Name) == h.dir {
+				base, changed = stateFileBase(filepath.Base(ev.Name))
 			}
-			h.mu.Unlock()
-			if filepath.Dir(ev.Name) == h.dir {
-				if base, ok := stateFileBase(filepath.Base(ev.Name)); ok {
-					h.notify(base, false)
+			h.notify(func(s *subscription) bool {
+				if s.path == "" && changed {
+					s.dirty[base] = struct{}{}
 				}
-			} else if ev.Name == h.limitsPath() {
-				h.notify(limitsBase, false)
-			}
+				return s.path == ev.Name || s.path == "" && changed
+			})
 		case _, ok := <-h.w.Errors:
 			if !ok {
 				return
 			}
 			// Overflow (or worse): events were lost, everyone looks again.
-			h.notify("", true)
+			h.notify(func(s *subscription) bool {
+				s.all = true
+				return true
+			})
 		}
 	}
 }
@@ -125,53 +124,31 @@ func (h *hub) run() {
 // which never hold a NUL).
 const limitsBase = "\x00limits"
 
-// limitsPath is the limits file of the state directory whose locks/ the
-// hub watches (coordinator.limitsPath).
-func (h *hub) limitsPath() string { return filepath.Join(filepath.Dir(h.dir), "limits.json") }
-
-// notify wakes the directory subscribers of base (all subscribers, of
-// every kind, when all is set).
-func (h *hub) notify(base string, all bool) {
+// notify wakes the subscribers for which wake, called under their lock,
+// returns true.
+func (h *hub) notify(wake func(s *subscription) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
-		if !all && s.base != "" && s.base != base {
-			continue
-		}
 		s.mu.Lock()
-		if all {
-			s.all = true
-		} else {
-			s.dirty[base] = struct{}{}
-		}
+		ok := wake(s)
 		s.mu.Unlock()
-		s.poke()
-	}
-	if all {
-		for _, fw := range h.files {
-			for s := range fw.subs {
-				s.poke()
-			}
+		if ok {
+			s.poke()
 		}
 	}
-}
-
-// fileWatch is the inotify watch of one file and its subscribers.
-type fileWatch struct {
-	watched bool // an inotify watch was added (else its subscribers poll)
-	subs    map[*subscription]struct{}
 }
 
 // subscription receives a wake-up (coalesced) on c after changes to the
-// state file of base (any lock when base is ""), or to the file at path.
-// When poll is set no inotify watch could be had: the subscriber looks
-// again every fallbackPoll instead.
+// file at path (to every state file and limits.json when path is "": take
+// says which). When poll is set an inotify watch it needs could not be
+// had: the subscriber looks again every fallbackPoll instead.
 type subscription struct {
-	h    *hub
-	base string
-	path string
-	poll bool
-	c    chan struct{}
+	h       *hub
+	path    string
+	watches []string // the inotify watches it holds
+	poll    bool
+	c       chan struct{}
 
 	mu    sync.Mutex
 	dirty map[string]struct{}
@@ -185,56 +162,35 @@ func (s *subscription) poke() {
 	}
 }
 
-// subscribe subscribes to the changes of the state files of base (of all
-// locks when base is ""), watching the locks/ directory.
-func (h *hub) subscribe(base string) *subscription {
-	s := &subscription{h: h, base: base, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
+// subscribe subscribes to the changes of the file at path (of every state
+// file and limits.json when path is ""), seen by the inotify watches of
+// the paths watch.
+func (h *hub) subscribe(path string, watch ...string) *subscription {
+	s := &subscription{h: h, path: path, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.w != nil && !h.dirWatched {
-		h.dirWatched = h.w.Add(h.dir) == nil
+	for _, p := range watch {
+		if h.watches[p] == 0 && (h.w == nil || h.w.Add(p) != nil) {
+			s.poll = true
+			continue
+		}
+		h.watches[p]++
+		s.watches = append(s.watches, p)
 	}
-	if h.w != nil && base == "" && !h.limitsWatched {
-		h.limitsWatched = h.w.Add(filepath.Dir(h.dir)) == nil
-	}
-	s.poll = !h.dirWatched || base == "" && !h.limitsWatched
 	h.subs[s] = struct{}{}
 	return s
 }
 
-// subscribeFile subscribes to writes to the file at path (a lock file). Several subscribers of one path share its inotify watch.
-func (h *hub) subscribeFile(path string) *subscription {
-	s := &subscription{h: h, path: path, c: make(chan struct{}, 1), dirty: map[string]struct{}{}}
+func (s *subscription) close() {
+	h := s.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	fw := h.files[path]
-	if fw == nil {
-		fw = &fileWatch{watched: h.w != nil && h.w.Add(path) == nil, subs: map[*subscription]struct{}{}}
-		h.files[path] = fw
-	}
-	s.poll = !fw.watched
-	fw.subs[s] = struct{}{}
-	return s
-}
-
-func (s *subscription) close() {
-	s.h.mu.Lock()
-	defer s.h.mu.Unlock()
-	if s.path == "" {
-		delete(s.h.subs, s)
-		return
-	}
-	fw := s.h.files[s.path]
-	if fw == nil {
-		return
-	}
-	delete(fw.subs, s)
-	if len(fw.subs) > 0 {
-		return
-	}
-	delete(s.h.files, s.path)
-	if fw.watched {
-		_ = s.h.w.Remove(s.path) // already gone when the file was removed
+	delete(h.subs, s)
+	for _, p := range s.watches {
+		if h.watches[p]--; h.watches[p] == 0 {
+			delete(h.watches, p)
+			_ = h.w.Remove(p) // already gone when the file was removed
+		}
 	}
 }
 
@@ -342,7 +298,7 @@ func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 	if err != nil {
 		return nil, err
 	}
-	w.sub = h.subscribe("")
+	w.sub = h.subscribe("", h.dir, filepath.Dir(h.dir))
 	// The first scan, after subscribing, is the baseline: no events.
 	bases, err := c.stateBases()
 	if err != nil {
