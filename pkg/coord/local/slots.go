@@ -67,7 +67,7 @@ func (st *state) promote() {
 // lockView is the judgement of every holder of a lock at one instant.
 type lockView struct {
 	// v is the lock's verdict, as a lock's holder's is read: free when a
-	// slot is free (a lock: its holder's verdict); otherwise the times and
+	// slot is free; otherwise the times and
 	// processes at which that may change, and a holder to stop (kill)
 	// before a slot frees.
 	v verdict
@@ -90,21 +90,9 @@ func (w lockView) live() []*holder {
 	return out
 }
 
-// judgeAll judges every holder of st at now.
+// judgeAll judges every holder of st at now (a lock's one holder as a
+// semaphore's of one slot).
 func judgeAll(st *state, now clock.Boot) (lockView, error) {
-	if !st.slotted() {
-		v, err := assess(st.Holder, now)
-		if err != nil {
-			return lockView{}, err
-		}
-		w := lockView{v: v}
-		if st.Holder != nil && !v.free {
-			w.busy, w.vs = []*holder{st.Holder}, []verdict{v}
-		} else if st.Holder != nil {
-			w.ended = []*holder{st.Holder}
-		}
-		return w, nil
-	}
 	var w lockView
 	for _, h := range st.holders() {
 		v, err := assess(h, now)
