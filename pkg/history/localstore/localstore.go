@@ -520,7 +520,7 @@ func (s *store) head(path string) (history.Head, bool, error) {
 	if err != nil {
 		return history.Head{}, false, unavailable("history file %s: %w", path, err)
 	}
-	last := lastLine(completeLines(buf))
+	last := bytes.TrimSuffix(lastLines(completeLines(buf), 1), []byte{'\n'})
 	if len(last) == 0 {
 		return history.Head{}, false, nil
 	}
@@ -626,12 +626,6 @@ func lastLines(data []byte, n int) []byte {
 		end = bytes.LastIndexByte(data[:end], '\n')
 	}
 	return data[end+1:]
-}
-
-// lastLine returns the last line of complete lines, without its newline.
-func lastLine(data []byte) []byte {
-	data = bytes.TrimSuffix(data, []byte{'\n'})
-	return data[bytes.LastIndexByte(data, '\n')+1:]
 }
 
 // maxFileSize bounds what is read of one history file: far more than the
