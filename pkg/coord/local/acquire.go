@@ -441,7 +441,7 @@ func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, e
 				_ = a.kill(v) // not permitted: wait for the group to end
 			}
 		case actStall:
-			stall = a.c.opts.stallCheck
+			stall = a.c.stallCheck
 		}
 		n := napOf(t, follow, v.waitOn, untilWake(v.until), stall)
 		switch sleep(ctx, a.c.closed, sub, n.deps, n.wake, deadline) {

@@ -145,9 +145,9 @@ func reportMedian(b *testing.B, unit string, d []time.Duration) {
 	b.ReportMetric(float64(d[len(d)*99/100].Nanoseconds()), "p99-"+unit)
 }
 
-func openTB(tb testing.TB, dir string, opts ...option) *coordinator {
+func openTB(tb testing.TB, dir string) *coordinator {
 	tb.Helper()
-	c, err := open(dir, opts...)
+	c, err := open(dir)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -138,19 +138,16 @@ import (
 type coordinator struct {
 	dir      string
 	locksDir string
-	opts     options
 	share    sharedir.Mode // how the state directory is shared (openTop)
+	// stallCheck is how long a waiter gives the waiter ahead of it to take
+	// a free lock before it checks whether that waiter was stopped (1s;
+	// tests set less). This timer runs only while the lock is free and
+	// another waiter should be taking it.
+	stallCheck time.Duration
 
 	mu     sync.Mutex
 	hub    *hub // started on first use, guarded by mu
 	closed chan struct{}
-}
-
-// option configures open (the tests' settings).
-type option func(*options)
-
-type options struct {
-	stallCheck time.Duration
 }
 
 const (
@@ -160,12 +157,6 @@ const (
 	// lockTimeout bounds the wait for a lock's flock.
 	lockTimeout = 30 * time.Second
 )
-
-// withStallCheck sets how long a waiter gives the waiter ahead of it to take
-// a free lock before it checks whether that waiter was stopped (default 1s).
-// This timer runs only while the lock is free and another waiter should be
-// taking it.
-func withStallCheck(d time.Duration) option { return func(o *options) { o.stallCheck = d } }
 
 // DefaultDir is the default state directory: /var/lib/fence for root, else
 // $XDG_STATE_HOME/fence, falling back to ~/.local/state/fence. It is ""
@@ -195,11 +186,7 @@ func Open(dir string) (coord.Coordinator, error) {
 	return c, nil
 }
 
-func open(dir string, opts ...option) (*coordinator, error) {
-	o := options{stallCheck: time.Second}
-	for _, opt := range opts {
-		opt(&o)
-	}
+func open(dir string) (*coordinator, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: no state directory (set --state-dir or HOME)", coord.ErrInvalid)
 	}
@@ -215,7 +202,7 @@ func open(dir string, opts ...option) (*coordinator, error) {
 	if err := ensureDirs(share, locks); err != nil {
 		return nil, err
 	}
-	return &coordinator{dir: dir, locksDir: locks, opts: o, share: share, closed: make(chan struct{})}, nil
+	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, closed: make(chan struct{})}, nil
 }
 
 // Dir returns the state directory.

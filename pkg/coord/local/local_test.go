@@ -785,7 +785,8 @@ func TestWatch(t *testing.T) {
 // it is stopped; a dead waiter is dropped from the queue.
 func TestStoppedAndDeadWaiters(t *testing.T) {
 	dir := newDir(t)
-	c := openTB(t, dir, withStallCheck(100*time.Millisecond))
+	c := openTB(t, dir)
+	c.stallCheck = 100 * time.Millisecond
 	l := acquire(t, c, "q", coord.AcquireOptions{})
 	stopped := spawn(t, nil, "wait", dir, "q", "1m", "process")
 	stopped.expect("queued")
