@@ -132,15 +132,6 @@ func (st fileState) span() int {
 // symbolic link, not a directory or owned by another user. Options set the
 // bounds (hopts.WithMaxEvents, hopts.WithMaxAge) and the clock.
 func Open(stateDir string, opts ...history.Option) (history.Store, error) {
-	s, err := openStore(stateDir, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// openStore is Open with the concrete type.
-func openStore(stateDir string, opts ...history.Option) (*store, error) {
 	o, err := hopts.New(opts...)
 	if err != nil {
 		return nil, err

@@ -323,3 +323,12 @@ func TestCanceledContext(t *testing.T) {
 
 // Dir returns the store's directory (<state-dir>/history).
 func (s *store) Dir() string { return s.dir }
+
+// openStore is Open with the concrete type.
+func openStore(stateDir string, opts ...history.Option) (*store, error) {
+	s, err := Open(stateDir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s.(*store), nil
+}
