@@ -330,3 +330,12 @@ func failingWatcher() (*fsnotify.Watcher, error) { return nil, errors.New("no in
 
 // newDir returns a fresh state directory path (not yet created).
 func newDir(t testing.TB) string { return filepath.Join(t.TempDir(), "state") }
+
+// open is Open with the concrete type.
+func open(dir string) (*coordinator, error) {
+	c, err := Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*coordinator), nil
+}

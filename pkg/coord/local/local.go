@@ -179,14 +179,6 @@ func DefaultDir() string {
 // returns the coordinator of its locks. Errors about the directory wrap
 // coord.ErrUnavailable; an empty dir wraps coord.ErrInvalid.
 func Open(dir string) (coord.Coordinator, error) {
-	c, err := open(dir)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func open(dir string) (*coordinator, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: no state directory (set --state-dir or HOME)", coord.ErrInvalid)
 	}
