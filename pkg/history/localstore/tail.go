@@ -64,7 +64,7 @@ func readTail(f *os.File, size int64, want int) (data []byte, start int64, err e
 func readEnd(lock, path string, f *os.File, size int64, want int, all bool) ([]line, fileState, bool, error) {
 	data, start, err := readTail(f, size, want)
 	if errors.Is(err, errTooLarge) {
-		return nil, fileState{}, false, corrupt(lock, path, "its last lines are too large")
+		return nil, fileState{}, false, corrupt(lock, path, fmt.Sprintf("it is larger than %d bytes", maxFileSize))
 	} else if err != nil {
 		return nil, fileState{}, false, unavailable("history of %q: %w", lock, err)
 	}
