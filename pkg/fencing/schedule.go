@@ -142,7 +142,7 @@ func (s *scheduler) run() {
 			continue
 		}
 		for len(s.holds) > 0 {
-			h := s.holds[0].h
+			h := s.holds[0]
 			if h.wake > now && !h.renewsEarly(now) {
 				break
 			}
@@ -151,7 +151,6 @@ func (s *scheduler) run() {
 				s.lose(h, e, &p)
 				continue
 			}
-			s.holds[0].wake = h.wake
 			heap.Fix(&s.holds, 0)
 		}
 		wake := clock.Boot(math.MaxInt64)
@@ -502,7 +501,6 @@ func (h *Held) replan() {
 	s := h.sched
 	if w := h.plan(); w != h.wake {
 		h.wake = w
-		s.holds[h.index].wake = w
 		heap.Fix(&s.holds, h.index)
 	}
 	if h.wake < s.armed {
@@ -520,31 +518,25 @@ func stopTimer(t clockwork.Timer) {
 	}
 }
 
-// holdHeap orders holds by wake (s.mu held). Each entry carries a copy of
-// its hold's wake, so that ordering reads the heap's own memory only.
-type holdHeap []heapEntry
-
-type heapEntry struct {
-	wake clock.Boot
-	h    *Held
-}
+// holdHeap orders holds by wake (s.mu held).
+type holdHeap []*Held
 
 func (q holdHeap) Len() int           { return len(q) }
 func (q holdHeap) Less(i, j int) bool { return q[i].wake < q[j].wake }
 func (q holdHeap) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].h.index, q[j].h.index = i, j
+	q[i].index, q[j].index = i, j
 }
 func (q *holdHeap) Push(x any) {
 	h := x.(*Held)
 	h.index = len(*q)
-	*q = append(*q, heapEntry{h.wake, h})
+	*q = append(*q, h)
 }
 func (q *holdHeap) Pop() any {
 	old := *q
 	n := len(old)
-	h := old[n-1].h
-	old[n-1] = heapEntry{}
+	h := old[n-1]
+	old[n-1] = nil
 	h.index = -1
 	*q = old[:n-1]
 	return h
