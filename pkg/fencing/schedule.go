@@ -19,7 +19,7 @@ import (
 // keeps the holds in a heap ordered by the instant each must next be looked
 // at (its wake): its next renewal, the abandonment of a renewal in flight,
 // or the first instant past its safe-until. It sleeps on one timer until the
-// earliest wake, or until a suspend is noticed (see suspends), and then does
+// earliest wake, or for suspendCheck at most, and then does
 // for every hold that is due what a hold's own loop used to do: end it if
 // safe-until has passed, send its renewal (with the renewals due soon
 // after: see renewsEarly), abandon a renewal that hangs.
@@ -125,8 +125,14 @@ type loss struct {
 	e *LostError
 }
 
+// suspendCheck is the longest the scheduler sleeps. A system suspend stops
+// Go's timers (CLOCK_MONOTONIC) but not the boot clock, on which leases are
+// counted: a scheduler asleep until a hold's next renewal could wake long
+// after another's safe-until. Reading the boot clock at least this often,
+// holds look at it within suspendCheck of a resume.
+const suspendCheck = 250 * time.Millisecond
+
 func (s *scheduler) run() {
-	defer s.clk.watchSuspend()()
 	t := s.clk.newTimer(time.Hour)
 	stopTimer(t)
 	for {
@@ -164,12 +170,10 @@ func (s *scheduler) run() {
 		if wake == math.MaxInt64 {
 			continue
 		}
-		t.Reset(wake.Sub(s.clk.now()))
+		t.Reset(min(wake.Sub(s.clk.now()), suspendCheck))
 		select {
 		case <-t.Chan():
 		case <-s.poke:
-			stopTimer(t)
-		case <-s.clk.suspended():
 			stopTimer(t)
 		}
 	}
