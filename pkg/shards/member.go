@@ -325,18 +325,19 @@ func Join(ctx context.Context, c coord.Coordinator, group string, shards int, wi
 		return nil, err
 	}
 	m.self = self
+	fail := func(err error) (*Member, error) {
+		wcancel()
+		_ = self.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	if opts.Guard != nil {
 		if m.settings, err = LoadSettings(ctx, opts.Guard, group); err != nil {
-			wcancel()
-			_ = self.Release(context.WithoutCancel(ctx))
-			return nil, err
+			return fail(err)
 		}
 	}
 	infos, err := c.List(ctx, group+"/")
 	if err != nil {
-		wcancel()
-		_ = self.Release(context.WithoutCancel(ctx))
-		return nil, err
+		return fail(err)
 	}
 	m.selfWatch = m.watchLease(self.Lease())
 	go m.loop(events, wcancel, infos)
