@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,9 +10,6 @@ import (
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
-
-// credentialVars are never passed on to the command.
-var credentialVars = []string{"FENCE_PASSWORD", "FENCE_PASSWORD_FILE"}
 
 // locationVars say where the coordinator is; Options.Location replaces them.
 var locationVars = []string{"FENCE_STATE_DIR", "FENCE_ENDPOINTS", "FENCE_PREFIX", "FENCE_POSTGRES", "FENCE_POSTGRES_SCHEMA"}
@@ -27,23 +25,14 @@ const pgPassword = "PGPASSWORD"
 // scrubEnv removes credentials, fence's own variables and the coordinator's
 // location from env, then adds location.
 func scrubEnv(env []string, location map[string]string) []string {
-	drop := map[string]bool{}
+	drop := slices.Concat(locationVars, leaseVars)
 	if _, ok := location["FENCE_POSTGRES"]; ok {
-		drop[pgPassword] = true
-	}
-	for _, k := range credentialVars {
-		drop[k] = true
-	}
-	for _, k := range locationVars {
-		drop[k] = true
-	}
-	for _, k := range leaseVars {
-		drop[k] = true
+		drop = append(drop, pgPassword)
 	}
 	out := make([]string, 0, len(env)+len(location))
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if drop[k] || isCredential(k) || isSetVar(k) {
+		if slices.Contains(drop, k) || isCredential(k) || isSetVar(k) {
 			continue
 		}
 		out = append(out, kv)
@@ -51,8 +40,9 @@ func scrubEnv(env []string, location map[string]string) []string {
 	return setEnv(out, location)
 }
 
-// isCredential catches the like of FENCE_PASSWORD: a FENCE_ variable that
-// names a password or a secret.
+// isCredential catches the credentials never passed on to the command:
+// FENCE_PASSWORD, FENCE_PASSWORD_FILE and any FENCE_ variable that names a
+// password or a secret.
 func isCredential(k string) bool {
 	if !strings.HasPrefix(k, "FENCE_") {
 		return false
@@ -73,12 +63,7 @@ func setEnv(env []string, vars map[string]string) []string {
 			out = append(out, kv)
 		}
 	}
-	keys := make([]string, 0, len(vars))
-	for k := range vars {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		if isCredential(k) {
 			continue
 		}

@@ -164,26 +164,6 @@ func ceilDiv(d time.Duration, n int64) time.Duration {
 	return q
 }
 
-// checkSlots refuses the Slots that have no clear meaning: out of range,
-// or above 1 with several locks (one semaphore, or several locks of one
-// slot each?), with Holds, or with Once (a semaphore's holders would each
-// run the job once).
-func checkSlots(opts Options) error {
-	switch {
-	case opts.Slots < 0 || opts.Slots > coord.MaxSlots:
-		return fmt.Errorf("%w: --slots %d is out of range (1 to %d)", coord.ErrInvalid, opts.Slots, coord.MaxSlots)
-	case opts.Slots <= 1:
-		return nil
-	case len(opts.Locks) > 0:
-		return fmt.Errorf("%w: --slots %d takes one lock, not %d: run a fence per semaphore", coord.ErrInvalid, opts.Slots, len(opts.Locks))
-	case opts.Holds != nil:
-		return fmt.Errorf("%w: --slots does not go with Holds", coord.ErrInvalid)
-	case opts.Once != "":
-		return fmt.Errorf("%w: --slots %d and --once conflict: a job run at most once needs no more than one holder", coord.ErrInvalid, opts.Slots)
-	}
-	return nil
-}
-
 // plan is Options checked and completed.
 type plan struct {
 	Options
@@ -204,14 +184,19 @@ func check(opts Options) (*plan, error) {
 	return p, nil
 }
 
-// checkTarget checks the lock (or locks) and the TTL.
+// checkTarget checks the lock (or locks) and the TTL. The names of Locks
+// are checked by the CLI, and again by fencing.AcquireSet before it takes
+// any (invalid or given twice: coord.ErrInvalid).
 func checkTarget(p *plan) error {
-	if len(p.Locks) > 0 {
-		if err := checkLocks(p); err != nil {
+	switch {
+	case len(p.Locks) > 0 && p.Holds != nil:
+		return fmt.Errorf("%w: Locks and Holds do not go together", coord.ErrInvalid)
+	case len(p.Locks) > 0:
+		p.Lock = cmp.Or(p.Lock, strings.Join(p.Locks, ","))
+	default:
+		if err := coord.ValidateName(p.Lock); err != nil {
 			return err
 		}
-	} else if err := coord.ValidateName(p.Lock); err != nil {
-		return err
 	}
 	return coord.ValidateTTL(p.TTL)
 }
@@ -247,6 +232,9 @@ func checkBounds(p *plan) error {
 }
 
 // checkOnceAndSlots checks --once, its keep, --slots and --done-exit-code.
+// Slots without a clear meaning are refused: above 1 with several locks
+// (one semaphore, or several locks of one slot each?), with Holds, or with
+// Once (a semaphore's holders would each run the job once).
 func checkOnceAndSlots(p *plan) error {
 	if p.Once != "" {
 		if err := coord.ValidateKey(p.Once); err != nil {
@@ -256,10 +244,16 @@ func checkOnceAndSlots(p *plan) error {
 	if err := coord.ValidateKeep(p.OnceKeep); err != nil {
 		return err
 	}
-	if err := checkSlots(p.Options); err != nil {
-		return err
-	}
-	if p.DoneExitCode < 0 || p.DoneExitCode > 255 {
+	switch {
+	case p.Slots < 0 || p.Slots > coord.MaxSlots:
+		return fmt.Errorf("%w: --slots %d is out of range (1 to %d)", coord.ErrInvalid, p.Slots, coord.MaxSlots)
+	case p.Slots > 1 && len(p.Locks) > 0:
+		return fmt.Errorf("%w: --slots %d takes one lock, not %d: run a fence per semaphore", coord.ErrInvalid, p.Slots, len(p.Locks))
+	case p.Slots > 1 && p.Holds != nil:
+		return fmt.Errorf("%w: --slots does not go with Holds", coord.ErrInvalid)
+	case p.Slots > 1 && p.Once != "":
+		return fmt.Errorf("%w: --slots %d and --once conflict: a job run at most once needs no more than one holder", coord.ErrInvalid, p.Slots)
+	case p.DoneExitCode < 0 || p.DoneExitCode > 255:
 		return fmt.Errorf("%w: --done-exit-code must be 0 to 255, got %d", coord.ErrInvalid, p.DoneExitCode)
 	}
 	return nil

@@ -121,14 +121,21 @@ func (r *runner) catchSignals() {
 	r.sigs = make(chan os.Signal, 4)
 	go func() {
 		defer close(r.caught)
-		for _, s := range forwarded {
-			if signal.Ignored(s) {
-				r.ignored = append(r.ignored, int(s.(syscall.Signal)))
-				continue
-			}
-			signal.Notify(r.sigs, s)
-		}
+		r.ignored = notifyForwarded(r.sigs)
 	}()
+}
+
+// notifyForwarded relays to sigs the forwarded signals that are not
+// ignored, and returns those that are.
+func notifyForwarded(sigs chan<- os.Signal) (ignored []int) {
+	for _, s := range forwarded {
+		if signal.Ignored(s) {
+			ignored = append(ignored, int(s.(syscall.Signal)))
+			continue
+		}
+		signal.Notify(sigs, s)
+	}
+	return ignored
 }
 
 // signals waits until the forwarded signals are caught and returns their
@@ -955,25 +962,24 @@ func (q *orderQueue) push(o order) {
 		q.pending = append(q.pending, o)
 	}
 	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.poke()
 }
 
 // close writes what is pending, then closes the pipe.
 func (q *orderQueue) close() {
 	q.mu.Lock()
-	already := q.closed
 	q.closed = true
 	q.mu.Unlock()
-	if !already {
-		select {
-		case q.wake <- struct{}{}:
-		default:
-		}
-	}
+	q.poke()
 	<-q.done
+}
+
+// poke wakes the writing goroutine.
+func (q *orderQueue) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (q *orderQueue) loop() {

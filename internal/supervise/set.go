@@ -1,9 +1,7 @@
 package supervise
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -18,17 +16,6 @@ import (
 // --wait budget), then the command runs under a HeldSet of the set
 // (stopped before the earliest lease can expire, and when any is lost or
 // revoked), and the set is released in reverse order.
-
-// checkLocks checks Options.Locks against Holds. The names themselves are
-// checked by the CLI, and again by fencing.AcquireSet before it takes any
-// (invalid or given twice: coord.ErrInvalid).
-func checkLocks(p *plan) error {
-	if p.Holds != nil {
-		return fmt.Errorf("%w: Locks and Holds do not go together", coord.ErrInvalid)
-	}
-	p.Lock = cmp.Or(p.Lock, strings.Join(p.Locks, ","))
-	return nil
-}
 
 // SetLeases are the leases of set, in the order the names were given.
 func SetLeases(set *fencing.Set) []coord.Lease {

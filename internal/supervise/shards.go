@@ -70,11 +70,7 @@ var errSetChanged = errors.New("the member's shards changed")
 // and fence ends when the command does.
 func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.Member, opts Options, settle time.Duration) (int, error) {
 	sigs := make(chan os.Signal, 4)
-	for _, s := range forwarded {
-		if !signal.Ignored(s) {
-			signal.Notify(sigs, s)
-		}
-	}
+	notifyForwarded(sigs)
 	defer signal.Stop(sigs)
 	var w shardWait
 	for {

@@ -40,5 +40,3 @@ func (f fakeClk) now() clock.Boot                          { return clock.Boot(f
 func (f fakeClk) toBoot(t time.Time) clock.Boot            { return clock.Boot(t.UnixNano()) }
 func (f fakeClk) toTime(t clock.Boot) time.Time            { return time.Unix(0, int64(t)) }
 func (f fakeClk) newTimer(d time.Duration) clockwork.Timer { return f.c.NewTimer(d) }
-func (f fakeClk) watchSuspend() func()                     { return func() {} }
-func (f fakeClk) suspended() <-chan struct{}               { return nil }

@@ -478,11 +478,6 @@ type clk interface {
 	toBoot(time.Time) clock.Boot
 	toTime(clock.Boot) time.Time
 	newTimer(time.Duration) clockwork.Timer
-	// watchSuspend joins the suspend watch and returns the func that leaves
-	// it (the scheduler's goroutine is in it while it runs).
-	watchSuspend() func()
-	// suspended is closed when a system suspend was noticed (nil: never).
-	suspended() <-chan struct{}
 }
 
 type bootClk struct{ c clockwork.Clock }
@@ -491,5 +486,3 @@ func (b bootClk) now() clock.Boot                          { return clock.Now() 
 func (b bootClk) toBoot(t time.Time) clock.Boot            { return clock.Now().Add(-time.Since(t)) }
 func (b bootClk) toTime(t clock.Boot) time.Time            { return time.Now().Add(t.Sub(clock.Now())) }
 func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
-func (b bootClk) watchSuspend() func()                     { return suspends.join() }
-func (b bootClk) suspended() <-chan struct{}               { return suspends.current() }

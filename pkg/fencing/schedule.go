@@ -19,7 +19,7 @@ import (
 // keeps the holds in a heap ordered by the instant each must next be looked
 // at (its wake): its next renewal, the abandonment of a renewal in flight,
 // or the first instant past its safe-until. It sleeps on one timer until the
-// earliest wake, or until a suspend is noticed (see suspends), and then does
+// earliest wake, or for suspendCheck at most, and then does
 // for every hold that is due what a hold's own loop used to do: end it if
 // safe-until has passed, send its renewal (with the renewals due soon
 // after: see renewsEarly), abandon a renewal that hangs.
@@ -125,8 +125,14 @@ type loss struct {
 	e *LostError
 }
 
+// suspendCheck is the longest the scheduler sleeps. A system suspend stops
+// Go's timers (CLOCK_MONOTONIC) but not the boot clock, on which leases are
+// counted: a scheduler asleep until a hold's next renewal could wake long
+// after another's safe-until. Reading the boot clock at least this often,
+// holds look at it within suspendCheck of a resume.
+const suspendCheck = 250 * time.Millisecond
+
 func (s *scheduler) run() {
-	defer s.clk.watchSuspend()()
 	t := s.clk.newTimer(time.Hour)
 	stopTimer(t)
 	for {
@@ -142,7 +148,7 @@ func (s *scheduler) run() {
 			continue
 		}
 		for len(s.holds) > 0 {
-			h := s.holds[0].h
+			h := s.holds[0]
 			if h.wake > now && !h.renewsEarly(now) {
 				break
 			}
@@ -151,7 +157,6 @@ func (s *scheduler) run() {
 				s.lose(h, e, &p)
 				continue
 			}
-			s.holds[0].wake = h.wake
 			heap.Fix(&s.holds, 0)
 		}
 		wake := clock.Boot(math.MaxInt64)
@@ -165,12 +170,10 @@ func (s *scheduler) run() {
 		if wake == math.MaxInt64 {
 			continue
 		}
-		t.Reset(wake.Sub(s.clk.now()))
+		t.Reset(min(wake.Sub(s.clk.now()), suspendCheck))
 		select {
 		case <-t.Chan():
 		case <-s.poke:
-			stopTimer(t)
-		case <-s.clk.suspended():
 			stopTimer(t)
 		}
 	}
@@ -502,7 +505,6 @@ func (h *Held) replan() {
 	s := h.sched
 	if w := h.plan(); w != h.wake {
 		h.wake = w
-		s.holds[h.index].wake = w
 		heap.Fix(&s.holds, h.index)
 	}
 	if h.wake < s.armed {
@@ -520,31 +522,25 @@ func stopTimer(t clockwork.Timer) {
 	}
 }
 
-// holdHeap orders holds by wake (s.mu held). Each entry carries a copy of
-// its hold's wake, so that ordering reads the heap's own memory only.
-type holdHeap []heapEntry
-
-type heapEntry struct {
-	wake clock.Boot
-	h    *Held
-}
+// holdHeap orders holds by wake (s.mu held).
+type holdHeap []*Held
 
 func (q holdHeap) Len() int           { return len(q) }
 func (q holdHeap) Less(i, j int) bool { return q[i].wake < q[j].wake }
 func (q holdHeap) Swap(i, j int) {
 	q[i], q[j] = q[j], q[i]
-	q[i].h.index, q[j].h.index = i, j
+	q[i].index, q[j].index = i, j
 }
 func (q *holdHeap) Push(x any) {
 	h := x.(*Held)
 	h.index = len(*q)
-	*q = append(*q, heapEntry{h.wake, h})
+	*q = append(*q, h)
 }
 func (q *holdHeap) Pop() any {
 	old := *q
 	n := len(old)
-	h := old[n-1].h
-	old[n-1] = heapEntry{}
+	h := old[n-1]
+	old[n-1] = nil
 	h.index = -1
 	*q = old[:n-1]
 	return h

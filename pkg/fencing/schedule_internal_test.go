@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,13 +112,11 @@ func TestSchedulerStopsWithLastHold(t *testing.T) {
 }
 
 // suspendClk is a boot clock that can run on while the timers stand still,
-// as in a system suspend, and a suspend watcher that the test triggers.
+// as in a system suspend.
 type suspendClk struct {
 	boot   atomic.Int64
-	timers *clockwork.FakeClock // never advanced
+	timers *clockwork.FakeClock // advanced only after the suspend
 	armed  chan time.Duration   // each Reset of a timer, with its duration
-	mu     sync.Mutex
-	ch     chan struct{}
 }
 
 func (c *suspendClk) now() clock.Boot               { return clock.Boot(c.boot.Load()) }
@@ -144,27 +141,15 @@ func (t armTimer) Reset(d time.Duration) bool {
 	}
 	return ok
 }
-func (c *suspendClk) watchSuspend() func() { return func() {} }
-func (c *suspendClk) suspended() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ch
-}
-
-// suspend is the watcher noticing a suspend.
-func (c *suspendClk) suspend() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	close(c.ch)
-	c.ch = make(chan struct{})
-}
 
 // TestSchedulerWakesOnSuspend: the boot clock runs past a hold's
 // safe-until while the timers stand still (a system suspend); the
-// scheduler finds out when the suspend watcher wakes it, and ends the hold
-// as paused.
+// scheduler, which never sleeps longer than suspendCheck, finds out once
+// the timers have run that long after the resume, and ends the hold as
+// paused. Its next renewal is 10 s away: a scheduler that slept until then
+// fails this test.
 func TestSchedulerWakesOnSuspend(t *testing.T) {
-	sc := &suspendClk{timers: clockwork.NewFakeClock(), ch: make(chan struct{}), armed: make(chan time.Duration, 1)}
+	sc := &suspendClk{timers: clockwork.NewFakeClock(), armed: make(chan time.Duration, 1)}
 	const t0 = 1_000_000_000_000
 	sc.boot.Store(t0)
 	h, err := holdOn(context.Background(), &stub{}, &coord.Lease{Name: "s", ID: "s", TTL: 30 * time.Second, Sent: time.Unix(0, t0)}, HoldOptions{}, sc)
@@ -180,8 +165,8 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 	// the first pass see the hold expired, under -race once in CI).
 	select {
 	case d := <-sc.armed:
-		if d <= 0 {
-			t.Fatalf("the scheduler armed its timer for %v", d)
+		if d <= 0 || d > suspendCheck {
+			t.Fatalf("the scheduler armed its timer for %v, want (0, %v]", d, suspendCheck)
 		}
 	case <-ctx.Done():
 		t.Fatal("the scheduler never armed its timer")
@@ -194,11 +179,11 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 	if context.Cause(h.Context()) != nil {
 		t.Fatal("the hold ended with nothing to wake the scheduler: this test proves nothing")
 	}
-	sc.suspend()
+	sc.timers.Advance(suspendCheck) // the timers run again after the resume
 	select {
 	case <-h.Context().Done():
 	case <-ctx.Done():
-		t.Fatal("the scheduler did not wake up on the suspend")
+		t.Fatal("the scheduler did not wake up within suspendCheck of the resume")
 	}
 	var le *LostError
 	if !errors.As(context.Cause(h.Context()), &le) || le.Reason != Paused {

@@ -325,18 +325,19 @@ func Join(ctx context.Context, c coord.Coordinator, group string, shards int, wi
 		return nil, err
 	}
 	m.self = self
+	fail := func(err error) (*Member, error) {
+		wcancel()
+		_ = self.Release(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	if opts.Guard != nil {
 		if m.settings, err = LoadSettings(ctx, opts.Guard, group); err != nil {
-			wcancel()
-			_ = self.Release(context.WithoutCancel(ctx))
-			return nil, err
+			return fail(err)
 		}
 	}
 	infos, err := c.List(ctx, group+"/")
 	if err != nil {
-		wcancel()
-		_ = self.Release(context.WithoutCancel(ctx))
-		return nil, err
+		return fail(err)
 	}
 	m.selfWatch = m.watchLease(self.Lease())
 	go m.loop(events, wcancel, infos)
@@ -682,13 +683,17 @@ func (l *memberLoop) claim() {
 			h, err := fencing.Acquire(m.ctx, m.c, shardLock(m.group, k),
 				coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold...)
 			if !m.send(acquired{k, h, err}) && h != nil {
-				// The member ended meanwhile: nobody will work on it.
-				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_ = h.Release(rctx)
-				cancel()
+				releaseSoon(h) // the member ended meanwhile: nobody will work on it
 			}
 		}(k)
 	}
+}
+
+// releaseSoon releases a shard's lease taken to no use, within 5 s.
+func releaseSoon(h *fencing.Held) {
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = h.Release(rctx)
 }
 
 // acquired performs acquireOutcome's decision on an acquisition's answer.
@@ -698,22 +703,20 @@ func (l *memberLoop) acquired(e acquired) {
 	m.mu.Lock()
 	mine := m.target != nil && m.target[e.n] == m.id
 	m.mu.Unlock()
-	switch acquireOutcome(e.err, l.again[e.n], mine, m.ctx.Err() != nil) {
+	next := acquireOutcome(e.err, l.again[e.n], mine, m.ctx.Err() != nil)
+	if next != waitFree && next != dropped {
+		delete(l.again, e.n) // answered after the lock was freed: done with
+	}
+	switch next {
 	case keepShard:
-		delete(l.again, e.n)
 		delete(l.heldBack, e.n)
 		l.hold(e.n, e.held)
 		return
 	case giveBack:
-		delete(l.again, e.n)
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = e.held.Release(rctx)
-		cancel()
+		releaseSoon(e.held)
 	case askAgain:
-		delete(l.again, e.n)
 		l.view.owner[e.n] = ""
 	case heldBack:
-		delete(l.again, e.n)
 		l.heldBack[e.n] = true
 		l.view.owner[e.n] = "?" // a thaw sends no event: see at the retry
 		l.wake.armRetry(time.Now())
@@ -722,7 +725,6 @@ func (l *memberLoop) acquired(e acquired) {
 			l.view.owner[e.n] = "?" // held by someone: wait for its release
 		}
 	case retryLater:
-		delete(l.again, e.n)
 		l.view.owner[e.n] = "?" // not before the retry lists it again
 		l.wake.armRetry(time.Now())
 	case dropped:
