@@ -355,20 +355,23 @@ func (c *Config) checkPaths() error {
 // a variable set to "" counts as set; it records the source in sources. set
 // is false when no source names key (the flag's default applies).
 func lookupSet(fs *pflag.FlagSet, key string, file map[string]any, sources map[string]Source) (v any, set bool) {
+	v, sources[key] = lookup(fs, key, file, true)
+	return v, sources[key] != SourceDefault
+}
+
+// lookup reads key from its strongest source: the flag when given, the
+// variable when set (to "" too only when emptyEnv), the config files.
+func lookup(fs *pflag.FlagSet, key string, file map[string]any, emptyEnv bool) (any, Source) {
 	if f := fs.Lookup(key); f != nil && f.Changed {
-		sources[key] = SourceFlag
-		return f.Value.String(), true
+		return f.Value.String(), SourceFlag
 	}
-	if s, ok := os.LookupEnv(EnvName(key)); ok {
-		sources[key] = SourceEnv
-		return s, true
+	if s, ok := os.LookupEnv(EnvName(key)); ok && (emptyEnv || s != "") {
+		return s, SourceEnv
 	}
 	if x, ok := file[key]; ok {
-		sources[key] = SourceFile
-		return x, true
+		return x, SourceFile
 	}
-	sources[key] = SourceDefault
-	return nil, false
+	return nil, SourceDefault
 }
 
 // listText is a list setting as it was written, for messages.
@@ -390,16 +393,8 @@ func listText(v any) string {
 
 // sourceOf says where key's value comes from.
 func sourceOf(fs *pflag.FlagSet, key string, file map[string]any) Source {
-	if f := fs.Lookup(key); f != nil && f.Changed {
-		return SourceFlag
-	}
-	if s, ok := os.LookupEnv(EnvName(key)); ok && s != "" {
-		return SourceEnv
-	}
-	if _, ok := file[key]; ok {
-		return SourceFile
-	}
-	return SourceDefault
+	_, src := lookup(fs, key, file, false)
+	return src
 }
 
 // SystemConfigFile is the system-wide config file, read first. Tests point
@@ -544,7 +539,7 @@ const MaxDuration = 100 * 365 * 24 * time.Hour
 // ("500ms", "15s", "1m30s"). Zero, negative, unit-less, garbled and absurdly
 // long (over 100 years) durations are errors.
 func ParseDuration(s string) (time.Duration, error) {
-	d, err := parseDuration(s)
+	d, err := ParseDurationOrZero(s)
 	if err != nil {
 		return 0, err
 	}
@@ -556,10 +551,6 @@ func ParseDuration(s string) (time.Duration, error) {
 
 // ParseDurationOrZero is ParseDuration that also accepts zero ("0", "0s").
 func ParseDurationOrZero(s string) (time.Duration, error) {
-	return parseDuration(s)
-}
-
-func parseDuration(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, fmt.Errorf("empty duration: want a number with a unit, such as 15s")
 	}
