@@ -144,7 +144,7 @@ type leaseView struct {
 	Slot int `json:"slot" yaml:"slot"`
 }
 
-func newLeaseView(l *coord.Lease) leaseView {
+func newLeaseView(l coord.Lease) leaseView {
 	return leaseView{
 		Lock: l.Name, Token: l.Token, LeaseID: l.ID, Holder: l.Holder,
 		TTLSeconds: output.Seconds(l.TTL), AcquiredAt: output.Time(l.AcquiredAt), Slot: l.Slot,
