@@ -314,6 +314,20 @@ func TestPassword(t *testing.T) {
 			t.Fatalf("password %q, %v", c.Password, err)
 		}
 	})
+	t.Run("file from a config file", func(t *testing.T) {
+		// fence config names the config file the password's file came from.
+		f := writeFile(t, filepath.Join(dir, "pw-cf"), "fromfile\n", 0o600)
+		cf := writeFile(t, filepath.Join(dir, "pw.yaml"), "password-file: "+f+"\n", 0o600)
+		c := mustLoad(t, append(ep, "--config", cf)...)
+		if err := c.Validate(); err != nil || c.Password != "fromfile" {
+			t.Fatalf("password %q, %v", c.Password, err)
+		}
+		for _, e := range c.Entries("", "") {
+			if e.Key == KeyPassword && (e.Value != Redacted || e.Source != SourceFile || e.File != cf) {
+				t.Fatalf("password entry %+v, want %s from file %s", e, Redacted, cf)
+			}
+		}
+	})
 	t.Run("file readable by others", func(t *testing.T) {
 		for _, mode := range []os.FileMode{0o644, 0o640, 0o602} {
 			f := writeFile(t, filepath.Join(dir, "pw-open"), "x\n", mode)
