@@ -205,7 +205,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
 			revoked := false
 			for _, h := range hs[:max(0, len(hs)-o.max)] {
-				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name}, h.Token, o.format); exitcode.Code(err) == exitcode.No {
+				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name, format: o.format}, h.Token); exitcode.Code(err) == exitcode.No {
 					continue // gone by now
 				} else if err != nil {
 					return fmt.Errorf("%s: the limit is set; revoking the holder of %s (token %d): %w", what, output.Clean(i.Name), h.Token, err)
