@@ -296,18 +296,12 @@ func (c *Config) readCoordinator(fs *pflag.FlagSet, fileMap map[string]any) erro
 	endpoints, epSet := lookupSet(fs, KeyEndpoints, fileMap, c.sources)
 	pg, pgSet := lookupSet(fs, KeyPostgres, fileMap, c.sources)
 	var err error
-	if c.Endpoints, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
+	if c.Endpoints, c.endpointsText, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
 		return err
 	}
-	if c.Postgres, err = toString(KeyPostgres, pg, c.sources[KeyPostgres]); err != nil {
-		return err
-	}
-	c.postgresSet = pgSet
-	if epSet {
-		c.endpointsSet = true
-		c.endpointsText = listText(endpoints)
-	}
-	return nil
+	c.Postgres, err = toString(KeyPostgres, pg, c.sources[KeyPostgres])
+	c.endpointsSet, c.postgresSet = epSet, pgSet
+	return err
 }
 
 // readTyped reads the settings that are booleans and durations.
@@ -372,23 +366,6 @@ func lookup(fs *pflag.FlagSet, key string, file map[string]any, emptyEnv bool) (
 		return x, SourceFile
 	}
 	return nil, SourceDefault
-}
-
-// listText is a list setting as it was written, for messages.
-func listText(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = fmt.Sprint(e)
-		}
-		return strings.Join(parts, ",")
-	case nil:
-		return ""
-	}
-	return fmt.Sprint(v)
 }
 
 // sourceOf says where key's value comes from.
@@ -471,9 +448,10 @@ func toString(key string, v any, src Source) (string, error) {
 }
 
 // toList splits a list setting (a comma-separated string or a list of
-// strings) into its entries, without the white space around them. blank
-// counts the entries that are empty or white space only, which are left out.
-func toList(key string, v any, src Source) (out []string, blank int, err error) {
+// strings) into its entries, without the white space around them. text is
+// the setting as written, for messages; blank counts the entries that are
+// empty or white space only, which are left out.
+func toList(key string, v any, src Source) (out []string, text string, blank int, err error) {
 	var parts []string
 	switch x := v.(type) {
 	case nil:
@@ -483,12 +461,12 @@ func toList(key string, v any, src Source) (out []string, blank int, err error) 
 		for _, e := range x {
 			s, ok := e.(string)
 			if !ok {
-				return nil, 0, configErr("%s: want a list of strings, got %v", where(key, src), v)
+				return nil, "", 0, configErr("%s: want a list of strings, got %v", where(key, src), v)
 			}
 			parts = append(parts, s)
 		}
 	default:
-		return nil, 0, configErr("%s: want a comma-separated string or a list, got %v", where(key, src), v)
+		return nil, "", 0, configErr("%s: want a comma-separated string or a list, got %v", where(key, src), v)
 	}
 	for _, p := range parts {
 		if p = strings.TrimSpace(p); p != "" {
@@ -497,7 +475,7 @@ func toList(key string, v any, src Source) (out []string, blank int, err error) 
 			blank++
 		}
 	}
-	return out, blank, nil
+	return out, strings.Join(parts, ","), blank, nil
 }
 
 func toBool(key string, v any, src Source) (bool, error) {
