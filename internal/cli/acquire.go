@@ -148,15 +148,11 @@ func writeLeases(out io.Writer, format output.Format, leases []coord.Lease, slot
 	one := len(leases) == 1
 	switch {
 	case format == output.JSON && one:
-		return output.WriteJSON(out, newLeaseView(&leases[0]))
+		return output.WriteJSON(out, newLeaseView(leases[0]))
 	case format == output.JSON:
-		views := make([]leaseView, len(leases))
-		for i := range leases {
-			views[i] = newLeaseView(&leases[i])
-		}
 		return output.WriteJSON(out, struct {
 			Leases []leaseView `json:"leases"`
-		}{views})
+		}{viewsOf(leases, newLeaseView)})
 	case format == output.Env:
 		var b strings.Builder
 		if one {

@@ -103,17 +103,12 @@ func (f *Factory) serverVersions(ctx context.Context) config.Entry {
 	var parts []string
 	for _, v := range f.versions.versions {
 		p := strings.TrimPrefix(strings.TrimPrefix(v.Endpoint, "http://"), "https://") + "="
-		switch {
-		case v.Err != nil:
+		if v.Err != nil {
 			p += "?"
-		default:
+		} else {
 			p += v.Version
-			var ids []string
-			for _, b := range etcdbugs.BugsOf(v.Version) {
-				ids = append(ids, b.Issue)
-			}
-			if len(ids) > 0 {
-				p += " (lease-safety bug " + strings.Join(ids, ", ") + ")"
+			if bugs := etcdbugs.BugsOf(v.Version); len(bugs) > 0 {
+				p += " (lease-safety bug " + strings.Join(viewsOf(bugs, func(b etcdbugs.LeaseBug) string { return b.Issue }), ", ") + ")"
 			}
 		}
 		parts = append(parts, p)

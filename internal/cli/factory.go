@@ -48,12 +48,8 @@ func System() *IOStreams {
 // Test returns streams writing to the given writers, with stdin empty and
 // stdout not a terminal.
 func Test(out, errOut io.Writer) *IOStreams {
-	return &IOStreams{In: eofReader{}, Out: out, ErrOut: errOut}
+	return &IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut}
 }
-
-type eofReader struct{}
-
-func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
 
 // IsStdoutTTY reports whether Out is a terminal (tables are then aligned and
 // headed, --watch redraws the screen).

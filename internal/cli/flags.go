@@ -30,15 +30,11 @@ func (v *durationValue) String() string {
 }
 
 func (v *durationValue) Set(s string) error {
-	var (
-		d   time.Duration
-		err error
-	)
+	parse := config.ParseDuration
 	if v.allowZero {
-		d, err = config.ParseDurationOrZero(s)
-	} else {
-		d, err = config.ParseDuration(s)
+		parse = config.ParseDurationOrZero
 	}
+	d, err := parse(s)
 	if err != nil {
 		return err
 	}

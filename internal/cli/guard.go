@@ -83,10 +83,10 @@ $FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the va
 				err := g.Put(ctx, key, tok, value)
 				var stale *guard.StaleError
 				if errors.As(err, &stale) {
-					if h, ok := c.(history.Store); lock != "" && ok {
+					if lock != "" {
 						ev := history.Event{Time: f.Now(), Lock: lock, Kind: history.StaleRefused,
 							Key: key, Token: stale.Token, AcceptedToken: stale.Accepted}
-						if herr := h.Record(ctx, ev); herr != nil {
+						if herr := record(ctx, c, ev); herr != nil {
 							f.verbosef("could not record the stale refusal: %v", herr)
 						}
 					}

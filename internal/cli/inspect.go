@@ -18,13 +18,8 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 )
 
-type checkOptions struct {
-	lock  string
-	token string
-}
-
 func newCmdCheck(f *Factory) *cobra.Command {
-	o := &checkOptions{}
+	var token string
 	cmd := &cobra.Command{
 		Use:   "check LOCK --token N",
 		Short: "Tell whether N is the token of the live holder",
@@ -38,45 +33,39 @@ stale writers compares tokens itself (see 'fence guard').`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.lock = args[0]
-			return runCheck(cmd.Context(), f, o)
+			return runCheck(cmd.Context(), f, args[0], token)
 		},
 	}
-	cmd.Flags().StringVar(&o.token, "token", "", "fencing token (required)")
+	cmd.Flags().StringVar(&token, "token", "", "fencing token (required)")
 	_ = cmd.MarkFlagRequired("token")
 	return cmd
 }
 
-func runCheck(ctx context.Context, f *Factory, o *checkOptions) error {
-	token, err := ParseToken(o.token)
+func runCheck(ctx context.Context, f *Factory, lock, tokenArg string) error {
+	token, err := ParseToken(tokenArg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		info, err := inspect(ctx, c, "check", o.lock)
+		info, err := inspect(ctx, c, "check", lock)
 		if err != nil {
 			return err
 		}
 		live := slices.ContainsFunc(info.AllHolders(), func(h coord.HolderInfo) bool { return h.Token == token }) // any holder of a semaphore
 		switch {
 		case !info.Held:
-			return exitcode.New(exitcode.No, fmt.Errorf("%s is free: token %d is not live", output.Clean(o.lock), token))
+			return exitcode.New(exitcode.No, fmt.Errorf("%s is free: token %d is not live", output.Clean(lock), token))
 		case !live && len(info.Holders) > 1:
-			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with tokens %s, not %d", output.Clean(o.lock), tokensOf(info), token))
+			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with tokens %s, not %d", output.Clean(lock), tokensOf(info), token))
 		case !live:
-			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with token %d, not %d", output.Clean(o.lock), info.Token, token))
+			return exitcode.New(exitcode.No, fmt.Errorf("%s is held with token %d, not %d", output.Clean(lock), info.Token, token))
 		}
 		return nil
 	})
 }
 
-type statusOptions struct {
-	lock   string
-	format output.Format
-}
-
 func newCmdStatus(f *Factory) *cobra.Command {
-	o := &statusOptions{}
+	var format output.Format
 	cmd := &cobra.Command{
 		Use:   "status LOCK [-o text|json]",
 		Short: "Show a lock's holder, token and TTL left; exit 1 when free",
@@ -86,15 +75,14 @@ is free (the state is printed either way).`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.lock = args[0]
 			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
-				info, err := inspect(cmd.Context(), c, "status", o.lock)
+				info, err := inspect(cmd.Context(), c, "status", args[0])
 				if err != nil {
 					return err
 				}
 				now := f.Now()
 				warning := f.coordinatorWarning()
-				if o.format == output.JSON {
+				if format == output.JSON {
 					v := newLockView(info, now)
 					v.CoordinatorWarning = warning
 					err = output.WriteJSON(f.IO.Out, v)
@@ -108,7 +96,7 @@ is free (the state is printed either way).`,
 			})
 		},
 	}
-	formatFlag(cmd, &o.format, output.Text, output.JSON)
+	formatFlag(cmd, &format, output.Text, output.JSON)
 	return cmd
 }
 

@@ -205,7 +205,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
 			revoked := false
 			for _, h := range hs[:max(0, len(hs)-o.max)] {
-				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name}, h.Token, o.format); exitcode.Code(err) == exitcode.No {
+				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name, format: o.format}, h.Token); exitcode.Code(err) == exitcode.No {
 					continue // gone by now
 				} else if err != nil {
 					return fmt.Errorf("%s: the limit is set; revoking the holder of %s (token %d): %w", what, output.Clean(i.Name), h.Token, err)
@@ -276,10 +276,6 @@ func covered(ctx context.Context, c coord.Coordinator, name string, prefix bool)
 // recordLimit records a limit's event in the history of every lock in
 // infos, best effort (the limit is set whatever the history says).
 func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
-	h, ok := c.(history.Store)
-	if !ok {
-		return
-	}
 	reason := l.Reason
 	if l.Prefix {
 		reason = strings.TrimSuffix(l.Scope()+": "+reason, ": ")
@@ -289,8 +285,16 @@ func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInf
 		if kind == history.Limited {
 			ev.Count = l.Max
 		}
-		_ = h.Record(ctx, ev)
+		_ = record(ctx, c, ev)
 	}
+}
+
+// record records ev in its lock's history, where c keeps one.
+func record(ctx context.Context, c coord.Coordinator, ev history.Event) error {
+	if h, ok := c.(history.Store); ok {
+		return h.Record(ctx, ev)
+	}
+	return nil
 }
 
 func scopeWord(prefix bool) string {

@@ -128,13 +128,7 @@ func (o *listOptions) filter(infos []coord.LockInfo) []coord.LockInfo {
 	if !o.held {
 		return infos
 	}
-	held := make([]coord.LockInfo, 0, len(infos))
-	for _, i := range infos {
-		if i.Held {
-			held = append(held, i)
-		}
-	}
-	return held
+	return slices.DeleteFunc(slices.Clone(infos), func(i coord.LockInfo) bool { return !i.Held })
 }
 
 // clearScreen moves the cursor home and clears the screen.

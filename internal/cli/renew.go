@@ -211,15 +211,14 @@ func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
 		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
 	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		return revokeWith(ctx, f, c, o, token, o.format)
+		return revokeWith(ctx, f, c, o, token)
 	})
 }
 
 // revokeWith is revoke of the holder with token (0: the holder) on the
 // open coordinator c (also fence freeze --revoke); o.timeout 0 is the
 // lease's TTL.
-func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeOptions, token uint64, format output.Format) error {
-	var err error
+func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeOptions, token uint64) error {
 	name := output.Clean(o.lock)
 	no := func(info coord.LockInfo, err error) error {
 		switch {
@@ -238,12 +237,11 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 	res := revokeView{Ended: "revoked"}
 	asked := false
 	if !o.force {
-		var info coord.LockInfo
-		info, asked, err = c.RequestStop(ctx, o.lock, token)
+		info, a, err := c.RequestStop(ctx, o.lock, token)
 		if err != nil {
 			return no(info, err)
 		}
-		res.info = info
+		res.info, asked = info, a
 	}
 	if asked {
 		timeout := o.timeout
@@ -260,8 +258,6 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 		switch {
 		case err == nil:
 			res.Ended = "released"
-			res.WaitedSeconds = output.Seconds(time.Since(start))
-			return writeRevoke(f, format, res)
 		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 			f.logLine(slog.LevelInfo, fmt.Sprintf("revoke %s: the holder did not release the lease within %v: ending it", name, timeout))
 		default:
@@ -269,19 +265,19 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 		}
 		token = res.info.Token
 	}
-	info, err := c.RevokeToken(ctx, o.lock, token)
-	if asked && (errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrOtherToken)) {
-		// It ended just now, after all.
-		res.Ended = "released"
-		err = nil
-	} else {
-		res.info = info
-	}
-	if err != nil {
-		return no(info, err)
+	if res.Ended == "revoked" {
+		info, err := c.RevokeToken(ctx, o.lock, token)
+		switch {
+		case asked && (errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrOtherToken)):
+			res.Ended = "released" // it ended just now, after all
+		case err != nil:
+			return no(info, err)
+		default:
+			res.info = info
+		}
 	}
 	res.WaitedSeconds = output.Seconds(time.Since(start))
-	return writeRevoke(f, format, res)
+	return writeRevoke(f, o.format, res)
 }
 
 // revokeView is what revoke prints: the lease it ended, and how it ended.

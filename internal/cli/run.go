@@ -294,23 +294,18 @@ func onceKey(cmd *cobra.Command, f *Factory, o *runOptions) (string, error) {
 // that nested fence calls reach the same coordinator. Credentials are not
 // passed on (supervise removes them).
 func location(cfg *config.Config) map[string]string {
-	if cfg.Backend() == "postgres" {
-		m := map[string]string{"FENCE_POSTGRES": cfg.PostgresLocation(), "FENCE_POSTGRES_SCHEMA": cfg.PostgresSchema}
-		if cfg.InsecureTransport {
-			m["FENCE_INSECURE_TRANSPORT"] = "true"
-		}
-		return m
-	}
-	if len(cfg.Endpoints) == 0 {
+	var m map[string]string
+	switch cfg.Backend() {
+	case "local":
 		return map[string]string{"FENCE_STATE_DIR": cfg.LocalStateDir()}
-	}
-	m := map[string]string{
-		"FENCE_ENDPOINTS": strings.Join(cfg.Endpoints, ","),
-		"FENCE_PREFIX":    cfg.Prefix,
-	}
-	for k, v := range map[string]string{"FENCE_CACERT": cfg.CACert, "FENCE_CERT": cfg.Cert, "FENCE_KEY": cfg.Key, "FENCE_USER": cfg.User} {
-		if v != "" {
-			m[k] = v
+	case "postgres":
+		m = map[string]string{"FENCE_POSTGRES": cfg.PostgresLocation(), "FENCE_POSTGRES_SCHEMA": cfg.PostgresSchema}
+	default:
+		m = map[string]string{"FENCE_ENDPOINTS": strings.Join(cfg.Endpoints, ","), "FENCE_PREFIX": cfg.Prefix}
+		for k, v := range map[string]string{"FENCE_CACERT": cfg.CACert, "FENCE_CERT": cfg.Cert, "FENCE_KEY": cfg.Key, "FENCE_USER": cfg.User} {
+			if v != "" {
+				m[k] = v
+			}
 		}
 	}
 	if cfg.InsecureTransport {

@@ -144,16 +144,12 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	r.Close()
 	ctx := context.WithoutCancel(cmd.Context())
 	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
-		hist, _ := c.(history.Store)
-		record := func(ev history.Event) {
-			if hist == nil {
-				return
-			}
+		recordEvent := func(ev history.Event) {
 			ev.Time = time.Now()
 			go func() {
 				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				_ = hist.Record(rctx, ev)
+				_ = record(rctx, c, ev)
 			}()
 		}
 		sr := &supervise.ShardRunner{}
@@ -164,7 +160,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 			shards.OnMove(func(mv shards.Move) {
 				kind := map[string]history.Kind{"taken": history.ShardTaken, "given_up": history.ShardGivenUp, "lost": history.ShardLost}[mv.Kind]
 				f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
-				record(history.Event{Lock: mv.Lock, Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
+				recordEvent(history.Event{Lock: mv.Lock, Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
 			}))
 		if err != nil {
 			if errors.Is(err, coord.ErrBusy) {
@@ -174,7 +170,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		}
 		sr.OnRestart = func(n int, _ []int, reason string) {
 			f.verbosef("restarting the command (%d): %s", n, reason)
-			record(history.Event{Lock: m.Lease().Name, Kind: history.Restarted, Holder: m.ID(), Count: n, Reason: reason})
+			recordEvent(history.Event{Lock: m.Lease().Name, Kind: history.Restarted, Holder: m.ID(), Count: n, Reason: reason})
 		}
 		code, runErr := sr.Run(ctx, c, m, sopts, o.settle)
 		lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -22,13 +22,9 @@ import (
 // topDialTimeout is fence top's dial timeout unless one is configured.
 const topDialTimeout = 2 * time.Second
 
-type topOptions struct {
-	prefix  string
-	refresh time.Duration
-}
-
 func newCmdTop(f *Factory) *cobra.Command {
-	o := &topOptions{}
+	var prefix string
+	var refresh time.Duration
 	cmd := &cobra.Command{
 		Use:   "top [PREFIX] [--refresh D]",
 		Short: "Live dashboard of holders, tokens, TTLs and renewal failures",
@@ -69,12 +65,12 @@ end it like q.`,
 				if err := checkPrefix(args[0]); err != nil {
 					return err
 				}
-				o.prefix = args[0]
+				prefix = args[0]
 			}
-			return runTop(cmd.Context(), f, o)
+			return runTop(cmd.Context(), f, prefix, refresh)
 		},
 	}
-	DurationVarP(cmd.Flags(), &o.refresh, "refresh", "", tui.DefaultRefresh, false, "list every lock again this often, besides following the watch")
+	DurationVarP(cmd.Flags(), &refresh, "refresh", "", tui.DefaultRefresh, false, "list every lock again this often, besides following the watch")
 	return cmd
 }
 
@@ -89,7 +85,7 @@ func checkPrefix(p string) error {
 	return coord.ValidateName(p)
 }
 
-func runTop(ctx context.Context, f *Factory, o *topOptions) error {
+func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duration) error {
 	if !f.IO.IsStdoutTTY() {
 		return exitcode.New(exitcode.Failure, errors.New("fence top needs a terminal; use fence list --watch"))
 	}
@@ -109,8 +105,8 @@ func runTop(ctx context.Context, f *Factory, o *topOptions) error {
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
 		f.versions.await() // the status line shows their bugs: the whole answer
 		err := tui.Run(ctx, c, tui.Options{
-			Prefix:   o.prefix,
-			Refresh:  o.refresh,
+			Prefix:   prefix,
+			Refresh:  refresh,
 			Warning:  f.versions.short(),
 			Operator: config.DefaultSetter(),
 			Input:    topInput(f.IO.In),

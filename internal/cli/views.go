@@ -144,7 +144,7 @@ type leaseView struct {
 	Slot int `json:"slot" yaml:"slot"`
 }
 
-func newLeaseView(l *coord.Lease) leaseView {
+func newLeaseView(l coord.Lease) leaseView {
 	return leaseView{
 		Lock: l.Name, Token: l.Token, LeaseID: l.ID, Holder: l.Holder,
 		TTLSeconds: output.Seconds(l.TTL), AcquiredAt: output.Time(l.AcquiredAt), Slot: l.Slot,
@@ -214,38 +214,30 @@ func textTime(t time.Time) string {
 
 // lockFields is the text form of a lock.
 func lockFields(i coord.LockInfo, now time.Time) []output.Field {
-	if !i.Held {
-		state := "free"
-		if i.Limit != nil && i.Limit.Max == 0 {
-			state = "frozen"
-		}
-		fs := []output.Field{{Key: "lock", Value: i.Name}, {Key: "state", Value: state}}
-		if i.LastToken > 0 {
-			fs = append(fs, output.Field{Key: "last_token", Value: strconv.FormatUint(i.LastToken, 10)})
-		}
-		fs = append(fs, output.Field{Key: "waiters", Value: strconv.Itoa(i.Waiters)})
-		if i.Limit != nil {
-			fs = append(fs, output.Field{Key: "limit", Value: limitText(i.Limit)})
-		}
-		return fs
-	}
-	state := "held"
-	if i.Slots > 1 {
+	state := "free"
+	switch {
+	case i.Held && i.Slots > 1:
 		state = fmt.Sprintf("held (%d/%d slots)", len(i.Holders), i.Slots)
+	case i.Held:
+		state = "held"
+	case i.Limit != nil && i.Limit.Max == 0:
+		state = "frozen"
 	}
-	fs := []output.Field{
-		{Key: "lock", Value: i.Name},
-		{Key: "state", Value: state},
-		{Key: "holder", Value: i.Holder},
-		{Key: "token", Value: strconv.FormatUint(i.Token, 10)},
-		{Key: "lease_id", Value: i.LeaseID},
-		{Key: "ttl", Value: output.Duration(i.TTL)},
-		{Key: "ttl_left", Value: output.Duration(i.TTLLeft)},
-		{Key: "acquired_at", Value: textTime(i.AcquiredAt)},
-		{Key: "held_for", Value: output.Duration(i.HeldFor(now))},
-		{Key: "waiters", Value: strconv.Itoa(i.Waiters)},
+	fs := []output.Field{{Key: "lock", Value: i.Name}, {Key: "state", Value: state}}
+	if i.Held {
+		fs = append(fs,
+			output.Field{Key: "holder", Value: i.Holder},
+			output.Field{Key: "token", Value: strconv.FormatUint(i.Token, 10)},
+			output.Field{Key: "lease_id", Value: i.LeaseID},
+			output.Field{Key: "ttl", Value: output.Duration(i.TTL)},
+			output.Field{Key: "ttl_left", Value: output.Duration(i.TTLLeft)},
+			output.Field{Key: "acquired_at", Value: textTime(i.AcquiredAt)},
+			output.Field{Key: "held_for", Value: output.Duration(i.HeldFor(now))})
+	} else if i.LastToken > 0 {
+		fs = append(fs, output.Field{Key: "last_token", Value: strconv.FormatUint(i.LastToken, 10)})
 	}
-	if p := i.Process; p != nil {
+	fs = append(fs, output.Field{Key: "waiters", Value: strconv.Itoa(i.Waiters)})
+	if p := i.Process; p != nil { // a free lock has none
 		fs = append(fs, output.Field{Key: "process", Value: fmt.Sprintf("pids %v, pgid %d", p.PIDs, p.PGID)})
 	}
 	if i.Limit != nil {

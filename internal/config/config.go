@@ -296,18 +296,12 @@ func (c *Config) readCoordinator(fs *pflag.FlagSet, fileMap map[string]any) erro
 	endpoints, epSet := lookupSet(fs, KeyEndpoints, fileMap, c.sources)
 	pg, pgSet := lookupSet(fs, KeyPostgres, fileMap, c.sources)
 	var err error
-	if c.Endpoints, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
+	if c.Endpoints, c.endpointsText, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
 		return err
 	}
-	if c.Postgres, err = toString(KeyPostgres, pg, c.sources[KeyPostgres]); err != nil {
-		return err
-	}
-	c.postgresSet = pgSet
-	if epSet {
-		c.endpointsSet = true
-		c.endpointsText = listText(endpoints)
-	}
-	return nil
+	c.Postgres, err = toString(KeyPostgres, pg, c.sources[KeyPostgres])
+	c.endpointsSet, c.postgresSet = epSet, pgSet
+	return err
 }
 
 // readTyped reads the settings that are booleans and durations.
@@ -355,51 +349,29 @@ func (c *Config) checkPaths() error {
 // a variable set to "" counts as set; it records the source in sources. set
 // is false when no source names key (the flag's default applies).
 func lookupSet(fs *pflag.FlagSet, key string, file map[string]any, sources map[string]Source) (v any, set bool) {
-	if f := fs.Lookup(key); f != nil && f.Changed {
-		sources[key] = SourceFlag
-		return f.Value.String(), true
-	}
-	if s, ok := os.LookupEnv(EnvName(key)); ok {
-		sources[key] = SourceEnv
-		return s, true
-	}
-	if x, ok := file[key]; ok {
-		sources[key] = SourceFile
-		return x, true
-	}
-	sources[key] = SourceDefault
-	return nil, false
+	v, sources[key] = lookup(fs, key, file, true)
+	return v, sources[key] != SourceDefault
 }
 
-// listText is a list setting as it was written, for messages.
-func listText(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []any:
-		parts := make([]string, len(x))
-		for i, e := range x {
-			parts[i] = fmt.Sprint(e)
-		}
-		return strings.Join(parts, ",")
-	case nil:
-		return ""
+// lookup reads key from its strongest source: the flag when given, the
+// variable when set (to "" too only when emptyEnv), the config files.
+func lookup(fs *pflag.FlagSet, key string, file map[string]any, emptyEnv bool) (any, Source) {
+	if f := fs.Lookup(key); f != nil && f.Changed {
+		return f.Value.String(), SourceFlag
 	}
-	return fmt.Sprint(v)
+	if s, ok := os.LookupEnv(EnvName(key)); ok && (emptyEnv || s != "") {
+		return s, SourceEnv
+	}
+	if x, ok := file[key]; ok {
+		return x, SourceFile
+	}
+	return nil, SourceDefault
 }
 
 // sourceOf says where key's value comes from.
 func sourceOf(fs *pflag.FlagSet, key string, file map[string]any) Source {
-	if f := fs.Lookup(key); f != nil && f.Changed {
-		return SourceFlag
-	}
-	if s, ok := os.LookupEnv(EnvName(key)); ok && s != "" {
-		return SourceEnv
-	}
-	if _, ok := file[key]; ok {
-		return SourceFile
-	}
-	return SourceDefault
+	_, src := lookup(fs, key, file, false)
+	return src
 }
 
 // SystemConfigFile is the system-wide config file, read first. Tests point
@@ -476,9 +448,10 @@ func toString(key string, v any, src Source) (string, error) {
 }
 
 // toList splits a list setting (a comma-separated string or a list of
-// strings) into its entries, without the white space around them. blank
-// counts the entries that are empty or white space only, which are left out.
-func toList(key string, v any, src Source) (out []string, blank int, err error) {
+// strings) into its entries, without the white space around them. text is
+// the setting as written, for messages; blank counts the entries that are
+// empty or white space only, which are left out.
+func toList(key string, v any, src Source) (out []string, text string, blank int, err error) {
 	var parts []string
 	switch x := v.(type) {
 	case nil:
@@ -488,12 +461,12 @@ func toList(key string, v any, src Source) (out []string, blank int, err error) 
 		for _, e := range x {
 			s, ok := e.(string)
 			if !ok {
-				return nil, 0, configErr("%s: want a list of strings, got %v", where(key, src), v)
+				return nil, "", 0, configErr("%s: want a list of strings, got %v", where(key, src), v)
 			}
 			parts = append(parts, s)
 		}
 	default:
-		return nil, 0, configErr("%s: want a comma-separated string or a list, got %v", where(key, src), v)
+		return nil, "", 0, configErr("%s: want a comma-separated string or a list, got %v", where(key, src), v)
 	}
 	for _, p := range parts {
 		if p = strings.TrimSpace(p); p != "" {
@@ -502,7 +475,7 @@ func toList(key string, v any, src Source) (out []string, blank int, err error) 
 			blank++
 		}
 	}
-	return out, blank, nil
+	return out, strings.Join(parts, ","), blank, nil
 }
 
 func toBool(key string, v any, src Source) (bool, error) {
@@ -544,7 +517,7 @@ const MaxDuration = 100 * 365 * 24 * time.Hour
 // ("500ms", "15s", "1m30s"). Zero, negative, unit-less, garbled and absurdly
 // long (over 100 years) durations are errors.
 func ParseDuration(s string) (time.Duration, error) {
-	d, err := parseDuration(s)
+	d, err := ParseDurationOrZero(s)
 	if err != nil {
 		return 0, err
 	}
@@ -556,10 +529,6 @@ func ParseDuration(s string) (time.Duration, error) {
 
 // ParseDurationOrZero is ParseDuration that also accepts zero ("0", "0s").
 func ParseDurationOrZero(s string) (time.Duration, error) {
-	return parseDuration(s)
-}
-
-func parseDuration(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, fmt.Errorf("empty duration: want a number with a unit, such as 15s")
 	}

@@ -288,6 +288,24 @@ func TestValidateTransport(t *testing.T) {
 	}
 }
 
+// TestPasswordFileFromConfigFile: fence config names the config file the
+// password's file came from.
+func TestPasswordFileFromConfigFile(t *testing.T) {
+	dir := cleanEnv(t)
+	ep := []string{"--endpoints", "127.0.0.1:2379", "--user", "fence"}
+	f := writeFile(t, filepath.Join(dir, "pw-cf"), "fromfile\n", 0o600)
+	cf := writeFile(t, filepath.Join(dir, "pw.yaml"), "password-file: "+f+"\n", 0o600)
+	c := mustLoad(t, append(ep, "--config", cf)...)
+	if err := c.Validate(); err != nil || c.Password != "fromfile" {
+		t.Fatalf("password %q, %v", c.Password, err)
+	}
+	for _, e := range c.Entries("", "") {
+		if e.Key == KeyPassword && (e.Value != Redacted || e.Source != SourceFile || e.File != cf) {
+			t.Fatalf("password entry %+v, want %s from file %s", e, Redacted, cf)
+		}
+	}
+}
+
 func TestPassword(t *testing.T) {
 	dir := cleanEnv(t)
 	ep := []string{"--endpoints", "127.0.0.1:2379", "--user", "fence"}

@@ -148,9 +148,6 @@ func (p *pgConnString) withoutPassword() *pgConnString {
 
 // redacted is the string with its password, if any, as <redacted>.
 func (p *pgConnString) redacted() string {
-	if !p.hasPassword() {
-		return p.String()
-	}
 	q := p.withoutPassword()
 	if p.u != nil && p.u.User != nil {
 		if _, ok := p.u.User.Password(); ok {

@@ -24,10 +24,7 @@ func diagnoseTLS(ctx context.Context, endpoints []string, tc *tls.Config, timeou
 		if err != nil || ep.host == "" {
 			continue
 		}
-		hostport := raw
-		if i := strings.Index(raw, "://"); i >= 0 {
-			hostport = strings.TrimSuffix(raw[i+3:], "/")
-		}
+		hostport := net.JoinHostPort(ep.host, ep.port)
 		if err := probeTLS(ctx, hostport, ep.host, tc, timeout); err != nil {
 			return fmt.Errorf("%w: etcd %s: TLS: %s", coord.ErrUnavailable, hostport, oneLine(err.Error()))
 		}

@@ -150,6 +150,7 @@ func (c *Config) readPassword() error {
 	}
 	c.Password, c.PasswordFile = pw, c.pwFile
 	c.sources[KeyPassword] = c.sources[KeyPasswordFile]
+	c.fileOf[KeyPassword] = c.fileOf[KeyPasswordFile]
 	return nil
 }
 
@@ -269,16 +270,16 @@ type endpoint struct {
 // (none is http, or https with TLS), the host in lower case and the port,
 // or a unix socket's path.
 func (ep endpoint) id(useTLS bool) string {
-	switch ep.scheme {
-	case "unix", "unixs":
+	scheme := ep.scheme
+	switch {
+	case scheme == "unix" || scheme == "unixs":
 		return "unix " + ep.path
-	case "":
-		if useTLS {
-			return "https " + strings.ToLower(ep.host) + " " + ep.port
-		}
-		return "http " + strings.ToLower(ep.host) + " " + ep.port
+	case scheme == "" && useTLS:
+		scheme = "https"
+	case scheme == "":
+		scheme = "http"
 	}
-	return ep.scheme + " " + strings.ToLower(ep.host) + " " + ep.port
+	return scheme + " " + strings.ToLower(ep.host) + " " + ep.port
 }
 
 const wantEndpoint = "want HOST:PORT, http://HOST:PORT, https://HOST:PORT or unix:///PATH"
@@ -408,6 +409,13 @@ const Redacted = "<redacted>"
 // defaultHolder fill in the values the defaults stand for.
 func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 	src := func(k string) Source { return cmp.Or(c.sources[k], SourceDefault) }
+	entry := func(k, v string) Entry {
+		e := Entry{Key: k, Value: v, Source: src(k)}
+		if e.Source == SourceFile {
+			e.File = c.fileOf[k]
+		}
+		return e
+	}
 	pw := ""
 	if c.Password != "" || c.sources[KeyPassword] == SourceEnv {
 		pw = Redacted
@@ -416,35 +424,25 @@ func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 	if cfgSrc == SourceDefault && len(c.Files) > 0 {
 		cfgSrc = SourceFile // found in the default search path
 	}
-	entries := []Entry{
+	return []Entry{
 		{Key: KeyConfig, Value: strings.Join(c.Files, ","), Source: cfgSrc},
-		{Key: KeyStateDir, Value: cmp.Or(c.StateDir, defaultStateDir), Source: src(KeyStateDir)},
-		{Key: KeyEndpoints, Value: strings.Join(c.Endpoints, ","), Source: src(KeyEndpoints)},
-		{Key: KeyPrefix, Value: c.Prefix, Source: src(KeyPrefix)},
-		{Key: KeyPostgres, Value: RedactPostgres(c.Postgres), Source: src(KeyPostgres)},
-		{Key: KeyPostgresSchema, Value: c.PostgresSchema, Source: src(KeyPostgresSchema)},
-		{Key: KeyCACert, Value: c.CACert, Source: src(KeyCACert)},
-		{Key: KeyCert, Value: c.Cert, Source: src(KeyCert)},
-		{Key: KeyKey, Value: c.Key, Source: src(KeyKey)},
-		{Key: KeyUser, Value: c.User, Source: src(KeyUser)},
-		{Key: KeyPasswordFile, Value: c.pwFile, Source: src(KeyPasswordFile)},
-		{Key: KeyPassword, Value: pw, Source: src(KeyPassword)},
-		{Key: KeyInsecureTransport, Value: fmt.Sprint(c.InsecureTransport), Source: src(KeyInsecureTransport)},
-		{Key: KeyDialTimeout, Value: c.DialTimeout.String(), Source: src(KeyDialTimeout)},
-		{Key: KeyHolder, Value: cmp.Or(c.Holder, defaultHolder), Source: src(KeyHolder)},
-		{Key: KeyVerbose, Value: fmt.Sprint(c.Verbose), Source: src(KeyVerbose)},
-		{Key: KeyQuiet, Value: fmt.Sprint(c.Quiet), Source: src(KeyQuiet)},
-		{Key: KeyLogFormat, Value: c.LogFormat, Source: src(KeyLogFormat)},
-		{Key: KeyLogLevel, Value: c.LogLevel, Source: src(KeyLogLevel)},
+		entry(KeyStateDir, cmp.Or(c.StateDir, defaultStateDir)),
+		entry(KeyEndpoints, strings.Join(c.Endpoints, ",")),
+		entry(KeyPrefix, c.Prefix),
+		entry(KeyPostgres, RedactPostgres(c.Postgres)),
+		entry(KeyPostgresSchema, c.PostgresSchema),
+		entry(KeyCACert, c.CACert),
+		entry(KeyCert, c.Cert),
+		entry(KeyKey, c.Key),
+		entry(KeyUser, c.User),
+		entry(KeyPasswordFile, c.pwFile),
+		entry(KeyPassword, pw),
+		entry(KeyInsecureTransport, fmt.Sprint(c.InsecureTransport)),
+		entry(KeyDialTimeout, c.DialTimeout.String()),
+		entry(KeyHolder, cmp.Or(c.Holder, defaultHolder)),
+		entry(KeyVerbose, fmt.Sprint(c.Verbose)),
+		entry(KeyQuiet, fmt.Sprint(c.Quiet)),
+		entry(KeyLogFormat, c.LogFormat),
+		entry(KeyLogLevel, c.LogLevel),
 	}
-	for i, e := range entries {
-		switch {
-		case e.Source != SourceFile || e.Key == KeyConfig:
-		case e.Key == KeyPassword:
-			entries[i].File = c.fileOf[KeyPasswordFile]
-		default:
-			entries[i].File = c.fileOf[e.Key]
-		}
-	}
-	return entries
 }
