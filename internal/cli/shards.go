@@ -252,14 +252,12 @@ func runShardsShow(ctx context.Context, f *Factory, group string, format output.
 func shardsViewOf(group string, st shards.Settings, infos []coord.LockInfo) shardsView {
 	v := shardsView{Group: group, Settings: st, Map: map[string][]int{}, Shards: []shardView{}, Members: []memberView{}}
 	count := map[string]int{}
-	var ids []string
 	for _, in := range infos {
 		if !in.Held {
 			continue
 		}
 		rest := strings.TrimPrefix(in.Name, group+"/")
 		if id, ok := strings.CutPrefix(rest, "members/"); ok && shards.ValidateMember(id) == nil {
-			ids = append(ids, id)
 			v.Members = append(v.Members, memberView{ID: id, Since: output.Time(in.AcquiredAt), Drained: slices.Contains(st.Drained, id)})
 		}
 		if s, ok := strings.CutPrefix(rest, "shard/"); ok {
@@ -276,8 +274,8 @@ func shardsViewOf(group string, st shards.Settings, infos []coord.LockInfo) shar
 	for i := range v.Members {
 		v.Members[i].Shards = count[v.Members[i].ID]
 	}
-	for _, id := range ids {
-		slices.Sort(v.Map[id])
+	for _, ks := range v.Map { // also an owner whose member lease ended
+		slices.Sort(ks)
 	}
 	return v
 }

@@ -49,6 +49,16 @@ func TestShardsViewOf(t *testing.T) {
 			shards:  []int{0},
 			owns:    map[string][]int{"a": {0}},
 		},
+		{
+			// The lock list comes sorted by name: shard/10 before shard/2.
+			name: "an owner whose member lease ended: its shards in number order too",
+			infos: []coord.LockInfo{
+				held("g/shard/10", "gone", 8), held("g/shard/2", "gone", 9),
+			},
+			members: map[string]int{},
+			shards:  []int{2, 10},
+			owns:    map[string][]int{"gone": {2, 10}},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := shardsViewOf("g", tc.st, tc.infos)
