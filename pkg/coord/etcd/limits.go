@@ -158,7 +158,7 @@ func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 // nothing, within two watchChecks (a frozen member) returns nil too, and
 // the caller reads again and watches again on a new stream.
 func (c *coordinator) waitLimits(ctx context.Context, from int64, lost <-chan error) error {
-	return c.watchChange(ctx, c.limitsRange(), true, false, from, lost, false)
+	return c.watchChange(ctx, watchSpec{rng: c.limitsRange()}, from, lost)
 }
 
 // markHeldBack puts value (its meta with held_back) on the first waiter's
