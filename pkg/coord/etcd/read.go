@@ -101,50 +101,53 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 const listWorkers = 32
 
 // lockInfo describes a lock from its keys sorted by create revision. With
-// ttl, it asks etcd for the holder's lease TTL.
+// ttl, it asks etcd for each holder's lease TTL. A semaphore's keys
+// (slots.go) with acquired_at hold, the others wait. A lock's holder is
+// its oldest key, unless an operator limit holds that first waiter back
+// (limits.go): then nobody holds the lock.
 func (c *coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
 	info := coord.LockInfo{Name: name}
 	if len(kvs) == 0 {
 		return info, nil
 	}
-	h := kvs[0]
-	m := decodeMeta(h.Value)
-	if m.Slots > 1 {
-		return c.semInfo(ctx, name, m.Slots, kvs, ttl)
-	}
-	if m.HeldBack && m.AcquiredAt == nil {
-		// The first waiter is held back by an operator limit (limits.go):
-		// nobody holds the lock.
-		info.Waiters = len(kvs)
-		info.Queue = queueOf(kvs)
-		return info, nil
-	}
-	info.Held = true
-	info.Holder = m.Holder
-	info.Token = uint64(h.CreateRevision)
-	info.LastToken = info.Token
-	info.Waiters = len(kvs) - 1
-	info.Queue = queueOf(kvs[1:])
-	if h.Lease != 0 {
-		info.LeaseID = formatID(clientv3.LeaseID(h.Lease))
-	}
-	if m.AcquiredAt != nil {
-		info.AcquiredAt = *m.AcquiredAt
-	} else {
+	slots := decodeMeta(kvs[0].Value).Slots
+	var hs []coord.HolderInfo
+	var waiting []*mvccpb.KeyValue
+	for i, kv := range kvs {
+		m := decodeMeta(kv.Value)
+		holds := m.AcquiredAt != nil
+		if slots <= 1 {
+			holds = i == 0 && (m.AcquiredAt != nil || !m.HeldBack)
+		}
+		if !holds {
+			waiting = append(waiting, kv)
+			continue
+		}
 		// A waiter that has just become the holder and not yet recorded
 		// it: as far as anyone knows, it has held the lock for no time.
-		info.AcquiredAt = time.Now()
-	}
-	if ttl && h.Lease != 0 {
-		resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
-		if err != nil {
-			return info, c.mapErr(ctx, "lease ttl", err)
+		h := coord.HolderInfo{Slot: m.Slot, Holder: m.Holder, Token: uint64(kv.CreateRevision), AcquiredAt: time.Now()}
+		if m.AcquiredAt != nil {
+			h.AcquiredAt = *m.AcquiredAt
 		}
-		if resp.TTL >= 0 { // -1: expired since the read
-			info.TTL = time.Duration(resp.GrantedTTL) * time.Second
-			info.TTLLeft = time.Duration(resp.TTL) * time.Second
+		if kv.Lease != 0 {
+			h.LeaseID = formatID(clientv3.LeaseID(kv.Lease))
 		}
+		if ttl && kv.Lease != 0 {
+			resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				return info, c.mapErr(ctx, "lease ttl", err)
+			}
+			if resp.TTL >= 0 { // -1: expired since the read
+				h.TTL = time.Duration(resp.GrantedTTL) * time.Second
+				h.TTLLeft = time.Duration(resp.TTL) * time.Second
+			}
+		}
+		hs = append(hs, h)
+		info.LastToken = max(info.LastToken, h.Token)
 	}
+	coordkit.SetHolders(&info, slots, hs)
+	info.Waiters = len(waiting)
+	info.Queue = queueOf(waiting)
 	return info, nil
 }
 
@@ -165,40 +168,4 @@ func queueOf(kvs []*mvccpb.KeyValue) []coord.Waiter {
 		}
 	}
 	return q
-}
-
-// semInfo describes a semaphore (slots.go) from its keys sorted by create
-// revision: the keys with acquired_at hold, the others wait. With ttl, it
-// asks etcd for every holder's lease TTL.
-func (c *coordinator) semInfo(ctx context.Context, name string, slots int, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
-	info := coord.LockInfo{Name: name}
-	var hs []coord.HolderInfo
-	var waiting []*mvccpb.KeyValue
-	for _, kv := range kvs {
-		m := decodeMeta(kv.Value)
-		if m.AcquiredAt == nil {
-			info.Waiters++
-			waiting = append(waiting, kv)
-			continue
-		}
-		h := coord.HolderInfo{Slot: m.Slot, Holder: m.Holder, Token: uint64(kv.CreateRevision), AcquiredAt: *m.AcquiredAt}
-		if kv.Lease != 0 {
-			h.LeaseID = formatID(clientv3.LeaseID(kv.Lease))
-		}
-		if ttl && kv.Lease != 0 {
-			resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
-			if err != nil {
-				return info, c.mapErr(ctx, "lease ttl", err)
-			}
-			if resp.TTL >= 0 {
-				h.TTL = time.Duration(resp.GrantedTTL) * time.Second
-				h.TTLLeft = time.Duration(resp.TTL) * time.Second
-			}
-		}
-		hs = append(hs, h)
-		info.LastToken = max(info.LastToken, h.Token)
-	}
-	coordkit.SetHolders(&info, slots, hs)
-	info.Queue = queueOf(waiting)
-	return info, nil
 }
