@@ -151,16 +151,6 @@ func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 	return ls, nil
 }
 
-// waitLimits returns nil at the first change of a limit key at revision
-// from or later (or when the watch ends: the caller reads again); else
-// ctx's error or the lease-lost error. It is bounded as a waiter's other
-// watches are (watchChange): a watch that is not created, or hears
-// nothing, within two watchChecks (a frozen member) returns nil too, and
-// the caller reads again and watches again on a new stream.
-func (c *coordinator) waitLimits(ctx context.Context, from int64, lost <-chan error) error {
-	return c.watchChange(ctx, watchSpec{rng: c.limitsRange()}, from, lost)
-}
-
 // markHeldBack puts value (its meta with held_back) on the first waiter's
 // key, created at myRev, keeping its lease, so that readers and watchers
 // do not take it for the holder. Each attempt is bounded by claimTimeout

@@ -22,7 +22,7 @@ var byCreate = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAsc
 // Inspect returns the state of lock name, from a linearizable read. The
 // holder's TTLLeft is in whole seconds, as etcd reports it.
 func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
-	info, err := c.inspect(ctx, name)
+	_, info, err := c.readLock(ctx, name, "inspect", true)
 	if err != nil {
 		return info, err
 	}
@@ -34,19 +34,21 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	return info, err
 }
 
-// inspect reads lock name, with the holder's TTL.
-func (c *coordinator) inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+// readLock reads lock name: its keys by create revision and its info
+// (with the holders' TTLs when ttl).
+func (c *coordinator) readLock(ctx context.Context, name, op string, ttl bool) ([]*mvccpb.KeyValue, coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{Name: name}, err
+		return nil, coord.LockInfo{Name: name}, err
 	}
 	if err := c.check(); err != nil {
-		return coord.LockInfo{Name: name}, err
+		return nil, coord.LockInfo{Name: name}, err
 	}
 	resp, err := c.cli.Get(ctx, c.lockRange(name), clientv3.WithPrefix(), byCreate)
 	if err != nil {
-		return coord.LockInfo{Name: name}, c.mapErr(ctx, "inspect", err)
+		return nil, coord.LockInfo{Name: name}, c.mapErr(ctx, op, err)
 	}
-	return c.lockInfo(ctx, name, resp.Kvs, true)
+	info, err := c.lockInfo(ctx, name, resp.Kvs, ttl)
+	return resp.Kvs, info, err
 }
 
 // List returns the locks whose names start with prefix that have a holder

@@ -175,14 +175,6 @@ func (c *coordinator) trySlot(ctx context.Context, name, key string, id clientv3
 // claimTimeout and tried again, as a lock's claim is. When ctx ends while
 // a limit holds the semaphore back, the error wraps the *coordkit.LimitError.
 func (c *coordinator) waitSlot(ctx context.Context, name, key string, id clientv3.LeaseID, myRev int64, slots int, st slotState, lost <-chan error, claim func(slot int) string) (slot int, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(c.ctx, cancel)()
-	defer func() {
-		if err != nil && c.closed.Load() {
-			err = errClosed
-		}
-	}()
 	w := &slotWaiter{c: c, name: name, key: key, id: id, myRev: myRev, slots: slots, lost: lost, claim: claim}
 	for {
 		may, pred := eligible(st, myRev, slots)

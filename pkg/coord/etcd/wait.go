@@ -87,18 +87,9 @@ func afterClaim(a claimAnswer) turnStep {
 // The claim also compares the operator limits as read at t.limRev, and is
 // not tried while t.lim holds the lock back: the same reads are made
 // without it. When no key is ahead of ours but a limit holds the lock
-// back, it waits for the next change of a limit (waitLimits), and returns
+// back, it waits for the next change of a limit, and returns
 // an error wrapping the *coordkit.LimitError when ctx ends meanwhile.
-func (c *coordinator) waitTurn(ctx context.Context, t *turn) (err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// Close ends the wait at once.
-	defer context.AfterFunc(c.ctx, cancel)()
-	defer func() {
-		if err != nil && c.closed.Load() {
-			err = errClosed
-		}
-	}()
+func (c *coordinator) waitTurn(ctx context.Context, t *turn) error {
 	for {
 		if t.pred != nil {
 			if err := c.watchChange(ctx, watchSpec{kv: t.pred, deletes: true}, t.from, t.lost); err != nil {
@@ -182,7 +173,7 @@ func (c *coordinator) holdBack(ctx context.Context, t *turn) error {
 		}
 		t.marked = true
 	}
-	if err := c.waitLimits(ctx, t.from, t.lost); err != nil {
+	if err := c.watchChange(ctx, watchSpec{rng: c.limitsRange()}, t.from, t.lost); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: t.name, Limit: *t.lim}, err)
 		}
