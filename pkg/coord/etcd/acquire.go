@@ -60,12 +60,7 @@ func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 // on; o.Wait becomes what is left of a bounded wait.
 func (c *coordinator) beforeRequeue(ctx context.Context, rq *errRequeue, o *coord.AcquireOptions, wait time.Duration, until time.Time) error {
 	if rq.pause {
-		t := time.NewTimer(requeueRetry)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		pause(ctx, requeueRetry)
 	}
 	switch {
 	case ctx.Err() != nil:

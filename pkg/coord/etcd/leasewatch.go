@@ -120,15 +120,8 @@ func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
 				backoff = leaseWatchMinBackoff // it had worked for a while
 			}
 		}
-		if ctx.Err() != nil || w.c.closed.Load() {
+		if w.c.closed.Load() || !pause(ctx, backoff) {
 			return nil
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
 		}
 		backoff = min(2*backoff, leaseWatchMaxBackoff)
 	}

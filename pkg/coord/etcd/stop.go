@@ -135,15 +135,8 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 				return nil
 			}
 		}
-		if ctx.Err() != nil {
+		if !pause(ctx, backoff) {
 			return ctx.Err()
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
 		}
 		backoff = min(2*backoff, leaseWatchMaxBackoff)
 	}
