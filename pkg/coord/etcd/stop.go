@@ -34,12 +34,7 @@ func (c *coordinator) holderKV(ctx context.Context, name string, token uint64, o
 		if !ok {
 			return nil, info, fmt.Errorf("%w: lock %q has no holder with token %d (%v)", coord.ErrOtherToken, name, token, coordkit.ManyHolders(info))
 		}
-		for _, kv := range kvs {
-			if uint64(kv.CreateRevision) == h.Token {
-				coordkit.SetHolders(&info, info.Slots, []coord.HolderInfo{h})
-				return kv, info, nil
-			}
-		}
+		coordkit.SetHolders(&info, info.Slots, []coord.HolderInfo{h})
 	}
 	if token != 0 && info.Token != token {
 		return nil, info, fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, info.Holder, info.Token, token)
