@@ -295,20 +295,7 @@ func (c *coordinator) watchOnce(ctx context.Context, w watchSpec, from int64, lo
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wctx = metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10))
-	key, opts := w.rng, []clientv3.OpOption{clientv3.WithRev(from), clientv3.WithCreatedNotify(), clientv3.WithPrefix()}
-	if w.kv != nil {
-		key, opts = string(w.kv.Key), opts[:2]
-	}
-	if w.deletes {
-		opts = append(opts, clientv3.WithFilterPut())
-	}
-	// Watch returns once the member has created the watch: a frozen one
-	// never does (the ticker below gives up on it).
-	wchc, lchc := make(chan clientv3.WatchChan, 1), make(chan clientv3.WatchChan, 1)
-	go func() { wchc <- c.cli.Watch(wctx, key, opts...) }()
-	if w.limits {
-		go func() { lchc <- c.cli.Watch(wctx, c.limitsRange(), clientv3.WithPrefix(), clientv3.WithRev(from)) }()
-	}
+	wchc, lchc := c.openWatch(wctx, w, from)
 	var wch, lch clientv3.WatchChan
 	tick := time.NewTicker(watchCheck)
 	defer tick.Stop()
@@ -340,9 +327,6 @@ func (c *coordinator) watchOnce(ctx context.Context, w watchSpec, from int64, lo
 			case watchDeleted:
 				return 0, nil
 			case watchLate:
-				if w.kv == nil {
-					break // the caller's read was of many keys: wait for the catch-up
-				}
 				if again, done, err := c.stillThere(ctx, w.kv, restart); done {
 					return again, err
 				}
@@ -351,11 +335,35 @@ func (c *coordinator) watchOnce(ctx context.Context, w watchSpec, from int64, lo
 	}
 }
 
+// openWatch starts the watch of w from revision from (and, with
+// w.limits, the limits') on goroutines of their own. Watch returns once
+// the member has created the watch: a frozen one never does (watchOnce's
+// ticker gives up on it).
+func (c *coordinator) openWatch(wctx context.Context, w watchSpec, from int64) (wchc, lchc chan clientv3.WatchChan) {
+	key, opts := w.rng, []clientv3.OpOption{clientv3.WithRev(from), clientv3.WithCreatedNotify(), clientv3.WithPrefix()}
+	if w.kv != nil {
+		key, opts = string(w.kv.Key), opts[:2]
+	}
+	if w.deletes {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	wchc, lchc = make(chan clientv3.WatchChan, 1), make(chan clientv3.WatchChan, 1)
+	go func() { wchc <- c.cli.Watch(wctx, key, opts...) }()
+	if w.limits {
+		go func() { lchc <- c.cli.Watch(wctx, c.limitsRange(), clientv3.WithPrefix(), clientv3.WithRev(from)) }()
+	}
+	return wchc, lchc
+}
+
 // stillThere reads, after a watch was created late, whether kv's key is
 // still there as read: done with 0 when it is gone or changed, with the
 // revision to watch from again when restart allows, else not done (the
-// watch goes on).
+// watch goes on; also when kv is nil: the caller read many keys, and the
+// catch-up is waited for).
 func (c *coordinator) stillThere(ctx context.Context, kv *mvccpb.KeyValue, restart bool) (int64, bool, error) {
+	if kv == nil {
+		return 0, false, nil
+	}
 	resp, err := c.cli.Get(ctx, string(kv.Key), clientv3.WithKeysOnly())
 	switch {
 	case err != nil:
