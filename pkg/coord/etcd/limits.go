@@ -75,6 +75,15 @@ func (c *coordinator) decodeLimits(kvs []*mvccpb.KeyValue) ([]coord.Limit, error
 	return ls, nil
 }
 
+// readLimits reads every limit.
+func (c *coordinator) readLimits(ctx context.Context) ([]coord.Limit, error) {
+	resp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, c.mapErr(ctx, "read limits", err)
+	}
+	return c.decodeLimits(resp.Kvs)
+}
+
 // effectiveOf is the limit that binds lock name among the limit keys kvs.
 func (c *coordinator) effectiveOf(name string, kvs []*mvccpb.KeyValue) (*coord.Limit, error) {
 	ls, err := c.decodeLimits(kvs)
@@ -131,11 +140,7 @@ func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	resp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, c.mapErr(ctx, "read limits", err)
-	}
-	ls, err := c.decodeLimits(resp.Kvs)
+	ls, err := c.readLimits(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -26,11 +26,8 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	if err != nil {
 		return info, err
 	}
-	resp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
-	if err != nil {
-		return info, c.mapErr(ctx, "read limits", err)
-	}
-	info.Limit, err = c.effectiveOf(name, resp.Kvs)
+	ls, err := c.readLimits(ctx)
+	info.Limit = coordkit.EffectiveLimit(ls, name)
 	return info, err
 }
 
@@ -83,11 +80,7 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	lresp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, c.mapErr(ctx, "read limits", err)
-	}
-	limits, err := c.decodeLimits(lresp.Kvs)
+	limits, err := c.readLimits(ctx)
 	if err != nil {
 		return nil, err
 	}
