@@ -60,12 +60,7 @@ func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 // on; o.Wait becomes what is left of a bounded wait.
 func (c *coordinator) beforeRequeue(ctx context.Context, rq *errRequeue, o *coord.AcquireOptions, wait time.Duration, until time.Time) error {
 	if rq.pause {
-		t := time.NewTimer(requeueRetry)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		pause(ctx, requeueRetry)
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -346,11 +341,13 @@ func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*c
 		slot int
 		err  error
 	)
-	if a.semaphore() {
-		slot, err = a.c.waitSlot(wctx, a.name, a.key, a.id, myRev, a.slots, p.sem, lost, a.claim)
-	} else {
-		err = a.c.waitTurn(wctx, a.turn(p, myRev, lost))
-	}
+	err = a.c.waiting(wctx, func(ctx context.Context) (err error) {
+		if a.semaphore() {
+			slot, err = a.c.waitSlot(ctx, a.name, a.key, a.id, myRev, a.slots, p.sem, lost, a.claim)
+			return err
+		}
+		return a.c.waitTurn(ctx, a.turn(p, myRev, lost))
+	})
 	cancel()
 	stopKeepAlive()
 	<-kaDone
@@ -362,6 +359,19 @@ func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*c
 		return nil, err
 	}
 	return a.lease(myRev, slot)
+}
+
+// waiting runs a waiter's wait (waitTurn, waitSlot) on a context of its
+// own: Close ends it at once, and its error is then errClosed.
+func (c *coordinator) waiting(ctx context.Context, wait func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	err := wait(ctx)
+	if err != nil && c.closed.Load() {
+		return errClosed
+	}
+	return err
 }
 
 // turn is the place in line of a lock's waiter whose key was put at

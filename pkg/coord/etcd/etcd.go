@@ -305,6 +305,21 @@ func (c *coordinator) bound(ctx context.Context) context.Context {
 	return ctx
 }
 
+// pause waits d, and reports false when ctx ended first (or before).
+func pause(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // ping asks the cluster one cheap question that needs read access to the
 // prefix.
 func (c *coordinator) ping(ctx context.Context) error {

@@ -40,6 +40,19 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 // name and, unless this coordinator put the lease's key on the lock itself,
 // that the key is there (ownsKey).
 func (c *coordinator) leaseOn(ctx context.Context, name, leaseID, op string) (clientv3.LeaseID, error) {
+	id, err := c.checkLease(name, leaseID)
+	if err != nil {
+		return 0, err
+	}
+	if _, ok := c.leases.owned(name, id); ok {
+		return id, nil
+	}
+	return id, c.ownsKey(ctx, name, id, op)
+}
+
+// checkLease checks the arguments of an operation on lease leaseID of lock
+// name, and fails it on a closed coordinator.
+func (c *coordinator) checkLease(name, leaseID string) (clientv3.LeaseID, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return 0, err
 	}
@@ -47,13 +60,7 @@ func (c *coordinator) leaseOn(ctx context.Context, name, leaseID, op string) (cl
 	if err != nil {
 		return 0, err
 	}
-	if err := c.check(); err != nil {
-		return 0, err
-	}
-	if _, ok := c.leases.owned(name, id); ok {
-		return id, nil
-	}
-	return id, c.ownsKey(ctx, name, id, op)
+	return id, c.check()
 }
 
 // ownsKey checks that lease id has its key on lock name. When it has not,

@@ -41,14 +41,8 @@ import (
 // key put again) ends the watch without a report: it is not a revocation
 // that can be told for certain, and renewals go on as before.
 func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-chan error, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return nil, err
-	}
-	id, err := parseID(leaseID)
+	id, err := c.checkLease(name, leaseID)
 	if err != nil {
-		return nil, err
-	}
-	if err := c.check(); err != nil {
 		return nil, err
 	}
 	w := &leaseWatch{c: c, name: name, id: id, key: c.leaseKey(name, id)}
@@ -126,15 +120,8 @@ func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
 				backoff = leaseWatchMinBackoff // it had worked for a while
 			}
 		}
-		if ctx.Err() != nil || w.c.closed.Load() {
+		if w.c.closed.Load() || !pause(ctx, backoff) {
 			return nil
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
 		}
 		backoff = min(2*backoff, leaseWatchMaxBackoff)
 	}

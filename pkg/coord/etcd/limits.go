@@ -75,6 +75,15 @@ func (c *coordinator) decodeLimits(kvs []*mvccpb.KeyValue) ([]coord.Limit, error
 	return ls, nil
 }
 
+// readLimits reads every limit.
+func (c *coordinator) readLimits(ctx context.Context) ([]coord.Limit, error) {
+	resp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, c.mapErr(ctx, "read limits", err)
+	}
+	return c.decodeLimits(resp.Kvs)
+}
+
 // effectiveOf is the limit that binds lock name among the limit keys kvs.
 func (c *coordinator) effectiveOf(name string, kvs []*mvccpb.KeyValue) (*coord.Limit, error) {
 	ls, err := c.decodeLimits(kvs)
@@ -131,11 +140,7 @@ func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	resp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, c.mapErr(ctx, "read limits", err)
-	}
-	ls, err := c.decodeLimits(resp.Kvs)
+	ls, err := c.readLimits(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -149,16 +154,6 @@ func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 		return strings.Compare(a.Name, b.Name)
 	})
 	return ls, nil
-}
-
-// waitLimits returns nil at the first change of a limit key at revision
-// from or later (or when the watch ends: the caller reads again); else
-// ctx's error or the lease-lost error. It is bounded as a waiter's other
-// watches are (watchChange): a watch that is not created, or hears
-// nothing, within two watchChecks (a frozen member) returns nil too, and
-// the caller reads again and watches again on a new stream.
-func (c *coordinator) waitLimits(ctx context.Context, from int64, lost <-chan error) error {
-	return c.watchChange(ctx, c.limitsRange(), true, false, from, lost, false)
 }
 
 // markHeldBack puts value (its meta with held_back) on the first waiter's

@@ -48,12 +48,12 @@ func TestHeldBackStepsBounded(t *testing.T) {
 	px.SetMode(faultproxy.BlackholeBoth)
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	start := time.Now()
-	err = c.waitLimits(wctx, rev+1, nil)
+	err = c.watchChange(wctx, watchSpec{rng: c.limitsRange()}, rev+1, nil)
 	took := time.Since(start)
 	wcancel()
 	if err != nil || took > 3*watchCheck+time.Second {
-		t.Fatalf("waitLimits on a silent path returned %v after %v; want nil within about %v (read again, watch again elsewhere)",
+		t.Fatalf("the limits watch on a silent path returned %v after %v; want nil within about %v (read again, watch again elsewhere)",
 			err, took.Round(time.Millisecond), 2*watchCheck)
 	}
-	t.Logf("waitLimits on a silent path gave up after %v", took.Round(time.Millisecond))
+	t.Logf("the limits watch on a silent path gave up after %v", took.Round(time.Millisecond))
 }

@@ -85,7 +85,7 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 		clientv3.OpPut(recKey, encodeCompletion(rec), clientv3.WithLease(ret)),
 	).Else(
 		clientv3.OpGet(holderKey, clientv3.WithCountOnly()),
-		clientv3.OpGet(c.lockRange(rec.Lock), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
+		clientv3.OpGet(c.lockRange(rec.Lock), clientv3.WithPrefix(), byCreate, clientv3.WithLimit(1)),
 	).Commit()
 	if err != nil {
 		c.revoke(ret)

@@ -22,31 +22,30 @@ var byCreate = clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAsc
 // Inspect returns the state of lock name, from a linearizable read. The
 // holder's TTLLeft is in whole seconds, as etcd reports it.
 func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo, error) {
-	info, err := c.inspect(ctx, name)
+	_, info, err := c.readLock(ctx, name, "inspect", true)
 	if err != nil {
 		return info, err
 	}
-	resp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
-	if err != nil {
-		return info, c.mapErr(ctx, "read limits", err)
-	}
-	info.Limit, err = c.effectiveOf(name, resp.Kvs)
+	ls, err := c.readLimits(ctx)
+	info.Limit = coordkit.EffectiveLimit(ls, name)
 	return info, err
 }
 
-// inspect reads lock name, with the holder's TTL.
-func (c *coordinator) inspect(ctx context.Context, name string) (coord.LockInfo, error) {
+// readLock reads lock name: its keys by create revision and its info
+// (with the holders' TTLs when ttl).
+func (c *coordinator) readLock(ctx context.Context, name, op string, ttl bool) ([]*mvccpb.KeyValue, coord.LockInfo, error) {
 	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{Name: name}, err
+		return nil, coord.LockInfo{Name: name}, err
 	}
 	if err := c.check(); err != nil {
-		return coord.LockInfo{Name: name}, err
+		return nil, coord.LockInfo{Name: name}, err
 	}
 	resp, err := c.cli.Get(ctx, c.lockRange(name), clientv3.WithPrefix(), byCreate)
 	if err != nil {
-		return coord.LockInfo{Name: name}, c.mapErr(ctx, "inspect", err)
+		return nil, coord.LockInfo{Name: name}, c.mapErr(ctx, op, err)
 	}
-	return c.lockInfo(ctx, name, resp.Kvs, true)
+	info, err := c.lockInfo(ctx, name, resp.Kvs, ttl)
+	return resp.Kvs, info, err
 }
 
 // List returns the locks whose names start with prefix that have a holder
@@ -81,11 +80,7 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	lresp, err := c.cli.Get(ctx, c.limitsRange(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, c.mapErr(ctx, "read limits", err)
-	}
-	limits, err := c.decodeLimits(lresp.Kvs)
+	limits, err := c.readLimits(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -101,50 +96,53 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 const listWorkers = 32
 
 // lockInfo describes a lock from its keys sorted by create revision. With
-// ttl, it asks etcd for the holder's lease TTL.
+// ttl, it asks etcd for each holder's lease TTL. A semaphore's keys
+// (slots.go) with acquired_at hold, the others wait. A lock's holder is
+// its oldest key, unless an operator limit holds that first waiter back
+// (limits.go): then nobody holds the lock.
 func (c *coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
 	info := coord.LockInfo{Name: name}
 	if len(kvs) == 0 {
 		return info, nil
 	}
-	h := kvs[0]
-	m := decodeMeta(h.Value)
-	if m.Slots > 1 {
-		return c.semInfo(ctx, name, m.Slots, kvs, ttl)
-	}
-	if m.HeldBack && m.AcquiredAt == nil {
-		// The first waiter is held back by an operator limit (limits.go):
-		// nobody holds the lock.
-		info.Waiters = len(kvs)
-		info.Queue = queueOf(kvs)
-		return info, nil
-	}
-	info.Held = true
-	info.Holder = m.Holder
-	info.Token = uint64(h.CreateRevision)
-	info.LastToken = info.Token
-	info.Waiters = len(kvs) - 1
-	info.Queue = queueOf(kvs[1:])
-	if h.Lease != 0 {
-		info.LeaseID = formatID(clientv3.LeaseID(h.Lease))
-	}
-	if m.AcquiredAt != nil {
-		info.AcquiredAt = *m.AcquiredAt
-	} else {
+	slots := decodeMeta(kvs[0].Value).Slots
+	var hs []coord.HolderInfo
+	var waiting []*mvccpb.KeyValue
+	for i, kv := range kvs {
+		m := decodeMeta(kv.Value)
+		holds := m.AcquiredAt != nil
+		if slots <= 1 {
+			holds = i == 0 && (m.AcquiredAt != nil || !m.HeldBack)
+		}
+		if !holds {
+			waiting = append(waiting, kv)
+			continue
+		}
 		// A waiter that has just become the holder and not yet recorded
 		// it: as far as anyone knows, it has held the lock for no time.
-		info.AcquiredAt = time.Now()
-	}
-	if ttl && h.Lease != 0 {
-		resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
-		if err != nil {
-			return info, c.mapErr(ctx, "lease ttl", err)
+		h := coord.HolderInfo{Slot: m.Slot, Holder: m.Holder, Token: uint64(kv.CreateRevision), AcquiredAt: time.Now()}
+		if m.AcquiredAt != nil {
+			h.AcquiredAt = *m.AcquiredAt
 		}
-		if resp.TTL >= 0 { // -1: expired since the read
-			info.TTL = time.Duration(resp.GrantedTTL) * time.Second
-			info.TTLLeft = time.Duration(resp.TTL) * time.Second
+		if kv.Lease != 0 {
+			h.LeaseID = formatID(clientv3.LeaseID(kv.Lease))
 		}
+		if ttl && kv.Lease != 0 {
+			resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				return info, c.mapErr(ctx, "lease ttl", err)
+			}
+			if resp.TTL >= 0 { // -1: expired since the read
+				h.TTL = time.Duration(resp.GrantedTTL) * time.Second
+				h.TTLLeft = time.Duration(resp.TTL) * time.Second
+			}
+		}
+		hs = append(hs, h)
+		info.LastToken = max(info.LastToken, h.Token)
 	}
+	coordkit.SetHolders(&info, slots, hs)
+	info.Waiters = len(waiting)
+	info.Queue = queueOf(waiting)
 	return info, nil
 }
 
@@ -165,40 +163,4 @@ func queueOf(kvs []*mvccpb.KeyValue) []coord.Waiter {
 		}
 	}
 	return q
-}
-
-// semInfo describes a semaphore (slots.go) from its keys sorted by create
-// revision: the keys with acquired_at hold, the others wait. With ttl, it
-// asks etcd for every holder's lease TTL.
-func (c *coordinator) semInfo(ctx context.Context, name string, slots int, kvs []*mvccpb.KeyValue, ttl bool) (coord.LockInfo, error) {
-	info := coord.LockInfo{Name: name}
-	var hs []coord.HolderInfo
-	var waiting []*mvccpb.KeyValue
-	for _, kv := range kvs {
-		m := decodeMeta(kv.Value)
-		if m.AcquiredAt == nil {
-			info.Waiters++
-			waiting = append(waiting, kv)
-			continue
-		}
-		h := coord.HolderInfo{Slot: m.Slot, Holder: m.Holder, Token: uint64(kv.CreateRevision), AcquiredAt: *m.AcquiredAt}
-		if kv.Lease != 0 {
-			h.LeaseID = formatID(clientv3.LeaseID(kv.Lease))
-		}
-		if ttl && kv.Lease != 0 {
-			resp, err := c.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
-			if err != nil {
-				return info, c.mapErr(ctx, "lease ttl", err)
-			}
-			if resp.TTL >= 0 {
-				h.TTL = time.Duration(resp.GrantedTTL) * time.Second
-				h.TTLLeft = time.Duration(resp.TTL) * time.Second
-			}
-		}
-		hs = append(hs, h)
-		info.LastToken = max(info.LastToken, h.Token)
-	}
-	coordkit.SetHolders(&info, slots, hs)
-	info.Queue = queueOf(waiting)
-	return info, nil
 }

@@ -27,14 +27,8 @@ func init() {
 // transaction with the caller's operations (the history's released
 // event), and the lease is revoked after it, off the handoff's path.
 func (c *coordinator) releaseWith(ctx context.Context, name, leaseID string, token uint64, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, held bool, err error) {
-	if err := coord.ValidateName(name); err != nil {
-		return nil, false, err
-	}
-	id, err := parseID(leaseID)
+	id, err := c.checkLease(name, leaseID)
 	if err != nil {
-		return nil, false, err
-	}
-	if err := c.check(); err != nil {
 		return nil, false, err
 	}
 	key := c.leaseKey(name, id)

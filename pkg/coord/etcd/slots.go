@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -176,14 +175,6 @@ func (c *coordinator) trySlot(ctx context.Context, name, key string, id clientv3
 // claimTimeout and tried again, as a lock's claim is. When ctx ends while
 // a limit holds the semaphore back, the error wraps the *coordkit.LimitError.
 func (c *coordinator) waitSlot(ctx context.Context, name, key string, id clientv3.LeaseID, myRev int64, slots int, st slotState, lost <-chan error, claim func(slot int) string) (slot int, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(c.ctx, cancel)()
-	defer func() {
-		if err != nil && c.closed.Load() {
-			err = errClosed
-		}
-	}()
 	w := &slotWaiter{c: c, name: name, key: key, id: id, myRev: myRev, slots: slots, lost: lost, claim: claim}
 	for {
 		may, pred := eligible(st, myRev, slots)
@@ -290,9 +281,9 @@ func (w *slotWaiter) await(ctx context.Context, pred *mvccpb.KeyValue, st slotSt
 	c := w.c
 	var err error
 	if pred != nil && decodeMeta(pred.Value).AcquiredAt == nil {
-		err = c.watchChange(ctx, string(pred.Key), false, false, st.rev+1, w.lost, false)
+		err = c.watchChange(ctx, watchSpec{kv: pred}, st.rev+1, w.lost)
 	} else {
-		err = c.watchChange(ctx, c.lockRange(w.name), true, true, st.rev+1, w.lost, st.lim != nil)
+		err = c.watchChange(ctx, watchSpec{rng: c.lockRange(w.name), deletes: true, limits: st.lim != nil}, st.rev+1, w.lost)
 	}
 	if err != nil {
 		if ctx.Err() != nil && st.lim != nil && !may {
@@ -320,63 +311,4 @@ func holders(kvs []*mvccpb.KeyValue) int {
 		}
 	}
 	return n
-}
-
-// watchChange returns nil at the first event on key (or every key under
-// it, with prefix; deletions only, with deletes) at revision from or later,
-// and also, with limits, at the first change of a limit; nil too when the
-// watch is not created or stops hearing within two watchChecks (a frozen
-// member, see watchDelete: the caller reads again, and watches again on a
-// new stream) or ends; else ctx's error or the lease-lost error.
-func (c *coordinator) watchChange(ctx context.Context, key string, prefix, deletes bool, from int64, lost <-chan error, limits bool) error {
-	wctx, cancel := c.watchContext(ctx)
-	defer cancel()
-	opts := watchOpts(from, prefix, deletes)
-	// Watch returns once the member has created the watch: a frozen one
-	// never does (the ticker below gives up on it).
-	wchc, lchc := make(chan clientv3.WatchChan, 1), make(chan clientv3.WatchChan, 1)
-	go func() { wchc <- c.cli.Watch(wctx, key, opts...) }()
-	if limits {
-		go func() { lchc <- c.cli.Watch(wctx, c.limitsRange(), clientv3.WithPrefix(), clientv3.WithRev(from)) }()
-	}
-	var wch, lch clientv3.WatchChan
-	tick := time.NewTicker(watchCheck)
-	defer tick.Stop()
-	heard := time.Now()
-	for {
-		select {
-		case wch = <-wchc:
-		case lch = <-lchc:
-		case err := <-lost:
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-			if time.Since(heard) >= 2*watchCheck {
-				return nil // deaf: read again, then watch again elsewhere
-			}
-			go c.cli.RequestProgress(wctx)
-		case wr, ok := <-lch:
-			if !ok || wr.Err() != nil || wr.Canceled || len(wr.Events) > 0 {
-				return ctx.Err()
-			}
-		case wr, ok := <-wch:
-			heard = time.Now()
-			if !ok || wr.Err() != nil || wr.Canceled || len(wr.Events) > 0 {
-				return ctx.Err()
-			}
-		}
-	}
-}
-
-// watchOpts are the options of watchChange's watch.
-func watchOpts(from int64, prefix, deletes bool) []clientv3.OpOption {
-	opts := []clientv3.OpOption{clientv3.WithRev(from), clientv3.WithCreatedNotify()}
-	if prefix {
-		opts = append(opts, clientv3.WithPrefix())
-	}
-	if deletes {
-		opts = append(opts, clientv3.WithFilterPut())
-	}
-	return opts
 }

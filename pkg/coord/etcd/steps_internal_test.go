@@ -168,9 +168,13 @@ func TestNewsOf(t *testing.T) {
 		{"deleted", clientv3.WatchResponse{Events: []*clientv3.Event{put, del}}, true, watchDeleted},
 		{"put only", clientv3.WatchResponse{Events: []*clientv3.Event{put}}, true, watchOn},
 	} {
-		if got := afterWatch(newsOf(tc.wr, tc.ok, 10, true)); got != tc.want {
+		if got := afterWatch(newsOf(tc.wr, tc.ok, 10, true, true)); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	// A watch of any event (not deletions only) ends at a put too.
+	if got := afterWatch(newsOf(clientv3.WatchResponse{Events: []*clientv3.Event{put}}, true, 10, false, true)); got != watchDeleted {
+		t.Errorf("put on a watch of any event: %v, want %v", got, watchDeleted)
 	}
 }
 

@@ -18,17 +18,7 @@ import (
 // is free) with the lock's info (with the holder's TTL when withTTL),
 // refusing a holder whose token is not token (0: any).
 func (c *coordinator) holderKV(ctx context.Context, name string, token uint64, op string, withTTL bool) (*mvccpb.KeyValue, coord.LockInfo, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return nil, coord.LockInfo{Name: name}, err
-	}
-	if err := c.check(); err != nil {
-		return nil, coord.LockInfo{Name: name}, err
-	}
-	resp, err := c.cli.Get(ctx, c.lockRange(name), clientv3.WithPrefix(), byCreate)
-	if err != nil {
-		return nil, coord.LockInfo{Name: name}, c.mapErr(ctx, op, err)
-	}
-	info, err := c.lockInfo(ctx, name, resp.Kvs, withTTL)
+	kvs, info, err := c.readLock(ctx, name, op, withTTL)
 	if err != nil {
 		return nil, info, err
 	}
@@ -44,12 +34,7 @@ func (c *coordinator) holderKV(ctx context.Context, name string, token uint64, o
 		if !ok {
 			return nil, info, fmt.Errorf("%w: lock %q has no holder with token %d (%v)", coord.ErrOtherToken, name, token, coordkit.ManyHolders(info))
 		}
-		for _, kv := range resp.Kvs {
-			if uint64(kv.CreateRevision) == h.Token {
-				coordkit.SetHolders(&info, info.Slots, []coord.HolderInfo{h})
-				return kv, info, nil
-			}
-		}
+		coordkit.SetHolders(&info, info.Slots, []coord.HolderInfo{h})
 	}
 	if token != 0 && info.Token != token {
 		return nil, info, fmt.Errorf("%w: lock %q is held by %s under token %d, not %d", coord.ErrOtherToken, name, info.Holder, info.Token, token)
@@ -57,12 +42,12 @@ func (c *coordinator) holderKV(ctx context.Context, name string, token uint64, o
 	if info.LeaseID == "" {
 		return nil, info, fmt.Errorf("%w: the holder's key on %q has no lease: it was not written by fence", coord.ErrUnavailable, name)
 	}
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if uint64(kv.CreateRevision) == info.Token {
 			return kv, info, nil
 		}
 	}
-	return resp.Kvs[0], info, nil
+	return kvs[0], info, nil
 }
 
 // RequestStop implements coord.Coordinator: it sets stop_requested_at in
@@ -145,15 +130,8 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 				return nil
 			}
 		}
-		if ctx.Err() != nil {
+		if !pause(ctx, backoff) {
 			return ctx.Err()
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
 		}
 		backoff = min(2*backoff, leaseWatchMaxBackoff)
 	}

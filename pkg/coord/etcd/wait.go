@@ -87,21 +87,12 @@ func afterClaim(a claimAnswer) turnStep {
 // The claim also compares the operator limits as read at t.limRev, and is
 // not tried while t.lim holds the lock back: the same reads are made
 // without it. When no key is ahead of ours but a limit holds the lock
-// back, it waits for the next change of a limit (waitLimits), and returns
+// back, it waits for the next change of a limit, and returns
 // an error wrapping the *coordkit.LimitError when ctx ends meanwhile.
-func (c *coordinator) waitTurn(ctx context.Context, t *turn) (err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// Close ends the wait at once.
-	defer context.AfterFunc(c.ctx, cancel)()
-	defer func() {
-		if err != nil && c.closed.Load() {
-			err = errClosed
-		}
-	}()
+func (c *coordinator) waitTurn(ctx context.Context, t *turn) error {
 	for {
 		if t.pred != nil {
-			if err := c.waitDelete(ctx, t.pred, t.from, t.lost); err != nil {
+			if err := c.watchChange(ctx, watchSpec{kv: t.pred, deletes: true}, t.from, t.lost); err != nil {
 				return err
 			}
 		}
@@ -182,7 +173,7 @@ func (c *coordinator) holdBack(ctx context.Context, t *turn) error {
 		}
 		t.marked = true
 	}
-	if err := c.waitLimits(ctx, t.from, t.lost); err != nil {
+	if err := c.watchChange(ctx, watchSpec{rng: c.limitsRange()}, t.from, t.lost); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: t.name, Limit: *t.lim}, err)
 		}
@@ -199,24 +190,33 @@ func limitErr(name string, lim *coord.Limit, kvs []*mvccpb.KeyValue) error {
 	return &coordkit.LimitError{Lock: name, Limit: *lim, Holders: min(len(kvs), 1)}
 }
 
-// waitDelete returns nil when pred's key is deleted at revision from or
-// later, or when its watch ends or goes deaf (compaction, a frozen member:
-// the caller reads again); else ctx's error or the lease-lost error.
+// watchSpec is what a waiter's watch follows: one key as read (kv), or every
+// key under rng; deletions only (deletes); and, with limits, the limits too.
+type watchSpec struct {
+	kv      *mvccpb.KeyValue
+	rng     string
+	deletes bool
+	limits  bool
+}
+
+// watchChange returns nil at the first event of what w names at revision
+// from or later, or when its watch ends or goes deaf (compaction, a frozen
+// member: the caller reads again); else ctx's error or the lease-lost
+// error.
 //
 // etcd serves a watch that starts at a revision it has already reached
 // from a catch-up loop that runs every 100ms, for that revision and every
 // later one, until the watch has caught up: events come up to 100ms late.
-// When revisions went by between the read that found the key and the
-// watch's creation (often: the holder records acquired_at, or releases at
-// once), a read tells whether the key is already gone, or was created again
-// since (a key with another create revision is another holding, and
-// pred's is gone); when it is not, the watch starts again after that read,
-// so that it follows live events (a few times at most, then the catch-up
-// is waited for).
-func (c *coordinator) waitDelete(ctx context.Context, pred *mvccpb.KeyValue, from int64, lost <-chan error) error {
-	key := string(pred.Key)
+// When revisions went by between the read that found w.kv and the watch's
+// creation (often: the holder records acquired_at, or releases at once),
+// a read tells whether the key is already gone or changed (a key with
+// another create revision is another holding, and the one read is gone);
+// when it is not, the watch starts again after that read, so that it
+// follows live events (a few times at most, then the catch-up is waited
+// for).
+func (c *coordinator) watchChange(ctx context.Context, w watchSpec, from int64, lost <-chan error) error {
 	for restarts := 0; ; restarts++ {
-		again, err := c.watchDelete(ctx, key, pred.CreateRevision, from, lost, restarts < 3)
+		again, err := c.watchOnce(ctx, w, from, lost, restarts < 3)
 		if err != nil || again == 0 {
 			return err
 		}
@@ -229,7 +229,7 @@ type watchStep int
 
 const (
 	watchOn      watchStep = iota // nothing of note: keep watching
-	watchDeleted                  // the key was deleted
+	watchDeleted                  // the event watched for came
 	watchAgain                    // closed under us, or no leader: watch again, elsewhere
 	watchEnded                    // compacted, cancelled or closed: the caller reads again
 	watchLate                     // created after from: read whether the key is still there
@@ -243,13 +243,13 @@ type watchNews struct {
 	noLeader bool // the error is "no leader"
 	alive    bool // the caller's context and the coordinator go on
 	late     bool // the creation, at a revision after the watch's start
-	deleted  bool // a deletion among its events
+	deleted  bool // an event watched for: a deletion, with deletes; any, else
 }
 
-func newsOf(wr clientv3.WatchResponse, ok bool, from int64, alive bool) watchNews {
+func newsOf(wr clientv3.WatchResponse, ok bool, from int64, deletes, alive bool) watchNews {
 	return watchNews{closed: !ok, progress: ok && wr.IsProgressNotify(), failed: wr.Err() != nil || wr.Canceled,
 		noLeader: errors.Is(wr.Err(), rpctypes.ErrNoLeader), alive: alive,
-		late: wr.Created && wr.Header.Revision >= from, deleted: hasDelete(wr.Events)}
+		late: wr.Created && wr.Header.Revision >= from, deleted: hasDelete(wr.Events) || !deletes && len(wr.Events) > 0}
 }
 
 func hasDelete(evs []*clientv3.Event) bool {
@@ -278,42 +278,48 @@ func afterWatch(n watchNews) watchStep {
 	return watchOn
 }
 
-// watchDelete is one watch of waitDelete. It returns a revision to watch
-// from again when restart allows and the watch would be served late.
+// watchOnce is one watch of watchChange. It returns a revision to watch
+// from again when restart allows and the watch would be served late, or
+// when it ended under a caller that goes on.
 //
 // A watch that stops hearing goes deaf: the member that serves it may be
 // frozen or cut off while the TCP connection stays open, and a release
 // would be heard only when it comes back. So every watchCheck the waiter
 // asks for a progress notification (etcd answers on the same stream); a
-// watch that heard nothing for two of them ends: the caller reads the lock
-// again (its claim is bounded and tried again) and watches again on a new
-// stream (a stream is per context key: each watch has its own), which the
-// client's balancer puts on another member. The watch requires a leader:
-// a member that lost it ends the watch.
-func (c *coordinator) watchDelete(ctx context.Context, key string, createRev, from int64, lost <-chan error, restart bool) (int64, error) {
-	wctx, cancel := c.watchContext(ctx)
+// watch that is not created, or heard nothing, for two of them ends: the
+// caller reads again (its claim is bounded and tried again) and watches
+// again on a new stream (a stream is per context key: each watch has its
+// own), which the client's balancer puts on another member. The watch
+// requires a leader: a member that lost it ends the watch.
+func (c *coordinator) watchOnce(ctx context.Context, w watchSpec, from int64, lost <-chan error, restart bool) (int64, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch, err := c.watchCreated(ctx, lost, func() clientv3.WatchChan {
-		return c.cli.Watch(wctx, key, clientv3.WithRev(from), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	})
-	if wch == nil {
-		return 0, err
-	}
+	wctx = metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10))
+	wchc, lchc := c.openWatch(wctx, w, from)
+	var wch, lch clientv3.WatchChan
 	tick := time.NewTicker(watchCheck)
 	defer tick.Stop()
 	heard := time.Now()
 	for {
 		select {
+		case wch = <-wchc:
+		case lch = <-lchc:
 		case err := <-lost:
 			return 0, err
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		case <-tick.C:
 			if time.Since(heard) >= 2*watchCheck {
 				return 0, nil // deaf
 			}
 			go c.cli.RequestProgress(wctx)
+		case wr, ok := <-lch:
+			if !ok || wr.Err() != nil || wr.Canceled || len(wr.Events) > 0 {
+				return 0, ctx.Err()
+			}
 		case wr, ok := <-wch:
 			heard = time.Now()
-			switch afterWatch(newsOf(wr, ok, from, ctx.Err() == nil && !c.closed.Load())) {
+			switch afterWatch(newsOf(wr, ok, from, w.deletes, ctx.Err() == nil && !c.closed.Load())) {
 			case watchAgain:
 				return from, nil
 			case watchEnded:
@@ -321,7 +327,7 @@ func (c *coordinator) watchDelete(ctx context.Context, key string, createRev, fr
 			case watchDeleted:
 				return 0, nil
 			case watchLate:
-				if again, done, err := c.stillThere(ctx, key, createRev, restart); done {
+				if again, done, err := c.stillThere(ctx, w.kv, restart); done {
 					return again, err
 				}
 			}
@@ -329,44 +335,40 @@ func (c *coordinator) watchDelete(ctx context.Context, key string, createRev, fr
 	}
 }
 
-// watchContext is the context of one watch of a waiter: it requires a
-// leader, and has a stream of its own.
-func (c *coordinator) watchContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	return metadata.AppendToOutgoingContext(wctx, "fence-watch", strconv.FormatUint(watchSeq.Add(1), 10)), cancel
-}
-
-// watchCreated returns the channel of the watch that open starts once the
-// member has created it, or nil: with ctx's or the lease-lost error, or
-// with none when it was not created within two watchChecks (a frozen
-// member never creates it).
-func (c *coordinator) watchCreated(ctx context.Context, lost <-chan error, open func() clientv3.WatchChan) (clientv3.WatchChan, error) {
-	wchc := make(chan clientv3.WatchChan, 1)
-	go func() { wchc <- open() }()
-	created := time.NewTimer(2 * watchCheck)
-	defer created.Stop()
-	select {
-	case wch := <-wchc:
-		return wch, nil
-	case err := <-lost:
-		return nil, err
-	case <-created.C:
-		return nil, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+// openWatch starts the watch of w from revision from (and, with
+// w.limits, the limits') on goroutines of their own. Watch returns once
+// the member has created the watch: a frozen one never does (watchOnce's
+// ticker gives up on it).
+func (c *coordinator) openWatch(wctx context.Context, w watchSpec, from int64) (wchc, lchc chan clientv3.WatchChan) {
+	key, opts := w.rng, []clientv3.OpOption{clientv3.WithRev(from), clientv3.WithCreatedNotify(), clientv3.WithPrefix()}
+	if w.kv != nil {
+		key, opts = string(w.kv.Key), opts[:2]
 	}
+	if w.deletes {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	wchc, lchc = make(chan clientv3.WatchChan, 1), make(chan clientv3.WatchChan, 1)
+	go func() { wchc <- c.cli.Watch(wctx, key, opts...) }()
+	if w.limits {
+		go func() { lchc <- c.cli.Watch(wctx, c.limitsRange(), clientv3.WithPrefix(), clientv3.WithRev(from)) }()
+	}
+	return wchc, lchc
 }
 
-// stillThere reads, after a watch was created late, whether the key
-// created at createRev is still there: done with 0 when it is gone, with
-// the revision to watch from again when restart allows, else not done
-// (the watch goes on).
-func (c *coordinator) stillThere(ctx context.Context, key string, createRev int64, restart bool) (int64, bool, error) {
-	resp, err := c.cli.Get(ctx, key, clientv3.WithKeysOnly())
+// stillThere reads, after a watch was created late, whether kv's key is
+// still there as read: done with 0 when it is gone or changed, with the
+// revision to watch from again when restart allows, else not done (the
+// watch goes on; also when kv is nil: the caller read many keys, and the
+// catch-up is waited for).
+func (c *coordinator) stillThere(ctx context.Context, kv *mvccpb.KeyValue, restart bool) (int64, bool, error) {
+	if kv == nil {
+		return 0, false, nil
+	}
+	resp, err := c.cli.Get(ctx, string(kv.Key), clientv3.WithKeysOnly())
 	switch {
 	case err != nil:
 		return 0, true, c.mapErr(ctx, "wait", err)
-	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev:
+	case len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != kv.ModRevision:
 		return 0, true, nil
 	case restart:
 		return resp.Header.Revision + 1, true, nil
@@ -375,7 +377,7 @@ func (c *coordinator) stillThere(ctx context.Context, key string, createRev int6
 }
 
 // watchCheck is how often a waiter's watch asks for a progress
-// notification (see watchDelete): a watch that heard nothing for two is
+// notification (see watchOnce): a watch that heard nothing for two is
 // moved, so a release is noticed within about a second of a member going
 // silent.
 const watchCheck = 400 * time.Millisecond

@@ -76,13 +76,8 @@ func (w *watcher) run(ctx context.Context) {
 			if w.resync(ctx) == nil {
 				break
 			}
-			if w.c.closed.Load() {
+			if w.c.closed.Load() || !pause(ctx, backoff) {
 				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
 			}
 		}
 		if !w.send(ctx, coord.Event{Type: coord.EventReset}) {
