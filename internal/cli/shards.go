@@ -136,12 +136,10 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		Location: location(cfg), Handover: handover(cfg),
 	}
 	// The options are checked before joining: a bad --ttl or --grace is
-	// refused without taking a lease.
-	r, err := supervise.Start(sopts)
-	if err != nil {
+	// refused without taking a lease (and without starting a watchdog).
+	if err := supervise.Check(sopts); err != nil {
 		return exitcode.New(exitcode.Failure, err)
 	}
-	r.Close()
 	ctx := context.WithoutCancel(cmd.Context())
 	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
 		recordEvent := func(ev history.Event) {

@@ -171,6 +171,14 @@ type plan struct {
 	signal                  syscall.Signal
 }
 
+// Check reports what Start would refuse in opts, without starting a
+// watchdog: for a caller that must refuse bad settings before it takes a
+// lease of its own (fence shards run).
+func Check(opts Options) error {
+	_, err := check(opts)
+	return err
+}
+
 // check validates opts and fills in defaults. Errors wrap coord.ErrInvalid
 // and say which setting is wrong and why; each step checks one part, in
 // the order of the first error reported.
