@@ -71,13 +71,6 @@ const (
 // EnvPassword is the environment variable holding the etcd password.
 const EnvPassword = "FENCE_PASSWORD"
 
-// fileKeys are the keys a config file may hold, in display order.
-var fileKeys = []string{
-	KeyStateDir, KeyEndpoints, KeyPrefix, KeyPostgres, KeyPostgresSchema, KeyCACert, KeyCert, KeyKey, KeyUser,
-	KeyPasswordFile, KeyInsecureTransport, KeyDialTimeout, KeyHolder, KeyVerbose,
-	KeyQuiet, KeyLogFormat, KeyLogLevel,
-}
-
 // Source says where a setting's value came from.
 type Source string
 
@@ -145,36 +138,64 @@ type Config struct {
 	fileOf  map[string]string // the config file a key's value came from
 	pwFile  string            // password-file setting, read lazily by Validate
 
-	// endpointsSet: some source sets endpoints, perhaps to nothing
-	// (endpointsText as written; endpointsBlank empty entries in it).
-	endpointsSet   bool
+	// endpointsText is endpoints as written; endpointsBlank counts the
+	// empty entries in it.
 	endpointsText  string
 	endpointsBlank int
 
-	postgresSet bool   // some source sets postgres, perhaps to nothing
-	pgConn      string // the connection string, as Validate completed it
+	pgConn string // the connection string, as Validate completed it
+}
+
+// A setting is a global flag, a config file key (but config) and a FENCE_
+// variable. field is where Load puts its value (nil: config); its type is the
+// flag's. A variable set but empty (FENCE_PREFIX= from a template with an
+// unset variable) is set, not absent, for the settings that say which
+// coordinator or which of its namespaces (emptySet): it is refused rather
+// than passed over for the file or the default.
+type setting struct {
+	key, short, def, help string
+	emptySet              bool
+	field                 func(*Config) any
+}
+
+// settings are the global flags, in the order fence config shows them.
+var settings = []setting{
+	{KeyConfig, "", "", "config file, merged over /etc/fence/config.yaml and $XDG_CONFIG_HOME/fence/config.yaml (its keys win)", false, nil},
+	{KeyStateDir, "", "", "state directory of the local coordinator (default /var/lib/fence for root, else $XDG_STATE_HOME/fence)", false, func(c *Config) any { return &c.StateDir }},
+	{KeyEndpoints, "", "", "etcd endpoints, comma-separated; selects the etcd coordinator", true, func(c *Config) any { return &c.Endpoints }},
+	{KeyPrefix, "", DefaultPrefix, "etcd key prefix; it ends in / (/fence means /fence/)", true, func(c *Config) any { return &c.Prefix }},
+	{KeyPostgres, "", "", "PostgreSQL URL or DSN; selects the PostgreSQL coordinator (no password in it: PGPASSWORD, ~/.pgpass or --password-file)", true, func(c *Config) any { return &c.Postgres }},
+	{KeyPostgresSchema, "", DefaultPostgresSchema, "PostgreSQL schema of fence's tables", false, func(c *Config) any { return &c.PostgresSchema }},
+	{KeyCACert, "", "", "CA certificate (PEM) to verify etcd's TLS certificate", false, func(c *Config) any { return &c.CACert }},
+	{KeyCert, "", "", "client certificate (PEM) for TLS to etcd", false, func(c *Config) any { return &c.Cert }},
+	{KeyKey, "", "", "client key (PEM) for TLS to etcd", false, func(c *Config) any { return &c.Key }},
+	{KeyUser, "", "", "etcd user name (the password comes from FENCE_PASSWORD or --password-file)", false, func(c *Config) any { return &c.User }},
+	{KeyPasswordFile, "", "", "file holding the etcd or PostgreSQL password (mode 0600 or stricter)", false, func(c *Config) any { return &c.pwFile }},
+	{KeyInsecureTransport, "", "", "allow plaintext to a non-loopback etcd endpoint, or PostgreSQL without a verified certificate", false, func(c *Config) any { return &c.InsecureTransport }},
+	{KeyDialTimeout, "", "", "how long to try to reach the coordinator", false, func(c *Config) any { return &c.DialTimeout }},
+	{KeyHolder, "", "", "holder identity (default HOSTNAME:PID; for acquire, the PID of the process that ran it)", false, func(c *Config) any { return &c.Holder }},
+	{KeyVerbose, "v", "", "print progress messages on stderr", false, func(c *Config) any { return &c.Verbose }},
+	{KeyQuiet, "q", "", "print nothing on stderr for the expected outcomes of a wrapper (busy, already done, frozen); errors still print", false, func(c *Config) any { return &c.Quiet }},
+	{KeyLogFormat, "", "text", "format of log messages on stderr: text or json", false, func(c *Config) any { return &c.LogFormat }},
+	{KeyLogLevel, "", "warn", "least severe log messages shown: debug, info, warn or error", false, func(c *Config) any { return &c.LogLevel }},
 }
 
 // AddFlags defines the global flags on fs.
 func AddFlags(fs *pflag.FlagSet) {
-	fs.String(KeyStateDir, "", "state directory of the local coordinator (default /var/lib/fence for root, else $XDG_STATE_HOME/fence)")
-	fs.String(KeyEndpoints, "", "etcd endpoints, comma-separated; selects the etcd coordinator")
-	fs.String(KeyPrefix, DefaultPrefix, "etcd key prefix; it ends in / (/fence means /fence/)")
-	fs.String(KeyPostgres, "", "PostgreSQL URL or DSN; selects the PostgreSQL coordinator (no password in it: PGPASSWORD, ~/.pgpass or --password-file)")
-	fs.String(KeyPostgresSchema, DefaultPostgresSchema, "PostgreSQL schema of fence's tables")
-	fs.String(KeyCACert, "", "CA certificate (PEM) to verify etcd's TLS certificate")
-	fs.String(KeyCert, "", "client certificate (PEM) for TLS to etcd")
-	fs.String(KeyKey, "", "client key (PEM) for TLS to etcd")
-	fs.String(KeyUser, "", "etcd user name (the password comes from FENCE_PASSWORD or --password-file)")
-	fs.String(KeyPasswordFile, "", "file holding the etcd or PostgreSQL password (mode 0600 or stricter)")
-	fs.Bool(KeyInsecureTransport, false, "allow plaintext to a non-loopback etcd endpoint, or PostgreSQL without a verified certificate")
-	fs.Duration(KeyDialTimeout, DefaultDialTimeout, "how long to try to reach the coordinator")
-	fs.String(KeyHolder, "", "holder identity (default HOSTNAME:PID; for acquire, the PID of the process that ran it)")
-	fs.String(KeyConfig, "", "config file, merged over /etc/fence/config.yaml and $XDG_CONFIG_HOME/fence/config.yaml (its keys win)")
-	fs.BoolP(KeyVerbose, "v", false, "print progress messages on stderr")
-	fs.BoolP(KeyQuiet, "q", false, "print nothing on stderr for the expected outcomes of a wrapper (busy, already done, frozen); errors still print")
-	fs.String(KeyLogFormat, "text", "format of log messages on stderr: text or json")
-	fs.String(KeyLogLevel, "warn", "least severe log messages shown: debug, info, warn or error")
+	for _, s := range settings {
+		var field any = new(string)
+		if s.field != nil {
+			field = s.field(&Config{})
+		}
+		switch field.(type) {
+		case *bool:
+			fs.BoolP(s.key, s.short, false, s.help)
+		case *time.Duration:
+			fs.Duration(s.key, DefaultDialTimeout, s.help)
+		default:
+			fs.String(s.key, s.def, s.help)
+		}
+	}
 }
 
 // EnvName is the environment variable of a setting: FENCE_STATE_DIR for
@@ -199,18 +220,22 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range fileKeys {
-		c.sources[k] = sourceOf(fs, k, fileMap)
-	}
-	for _, step := range []func() error{
-		func() error { return c.readStrings(v, fs, fileMap) },
-		func() error { return c.readCoordinator(fs, fileMap) },
-		func() error { return c.readTyped(v) },
-		c.checkPrefix,
-		c.checkPaths,
-	} {
-		if err := step(); err != nil {
+	for _, s := range settings[1:] {
+		x, src := lookup(fs, s.key, fileMap, s.emptySet)
+		c.sources[s.key] = src
+		if !s.emptySet || src == SourceDefault {
+			x = v.Get(s.key)
+		}
+		if err := c.read(s.key, s.field(c), x, src); err != nil {
 			return nil, err
+		}
+	}
+	if err := c.checkPrefix(); err != nil {
+		return nil, err
+	}
+	for _, s := range []string{c.StateDir, c.CACert, c.Cert, c.Key, c.pwFile} {
+		if strings.ContainsRune(s, 0) {
+			return nil, configErr("a path contains a NUL byte")
 		}
 	}
 	if pw, ok := os.LookupEnv(EnvPassword); ok && pw != "" {
@@ -224,7 +249,7 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 // user's, then the one named by --config or FENCE_CONFIG. It returns what
 // they set.
 func (c *Config) mergeFiles(v *viper.Viper, fs *pflag.FlagSet) (map[string]any, error) {
-	c.sources[KeyConfig] = sourceOf(fs, KeyConfig, nil)
+	_, c.sources[KeyConfig] = lookup(fs, KeyConfig, nil, false)
 	explicit := v.GetString(KeyConfig)
 	var paths []string
 	for _, p := range defaultConfigFiles() {
@@ -256,68 +281,19 @@ func (c *Config) mergeFiles(v *viper.Viper, fs *pflag.FlagSet) (map[string]any, 
 	return fileMap, nil
 }
 
-// readStrings reads the settings that are strings. The prefix says which
-// of the coordinator's namespaces: a variable set but empty
-// (FENCE_PREFIX= from a template with an unset variable) is set, not
-// absent, and is refused rather than passed over for the file or the
-// default.
-func (c *Config) readStrings(v *viper.Viper, fs *pflag.FlagSet, fileMap map[string]any) error {
-	prefix, prefixSet := lookupSet(fs, KeyPrefix, fileMap, c.sources)
-	if !prefixSet {
-		prefix = DefaultPrefix
-	}
+// read converts x, the value of key from src, into field.
+func (c *Config) read(key string, field, x any, src Source) error {
 	var err error
-	str := func(key string, x any) string {
-		if err != nil {
-			return ""
-		}
-		var s string
-		s, err = toString(key, x, c.sources[key])
-		return s
+	switch f := field.(type) {
+	case *string:
+		*f, err = toString(key, x, src)
+	case *[]string:
+		*f, c.endpointsText, c.endpointsBlank, err = toList(key, x, src)
+	case *bool:
+		*f, err = toBool(key, x, src)
+	case *time.Duration:
+		*f, err = toDuration(key, x, src)
 	}
-	c.StateDir = str(KeyStateDir, v.Get(KeyStateDir))
-	c.Prefix = str(KeyPrefix, prefix)
-	for _, f := range []struct {
-		key string
-		to  *string
-	}{
-		{KeyPostgresSchema, &c.PostgresSchema}, {KeyCACert, &c.CACert}, {KeyCert, &c.Cert}, {KeyKey, &c.Key},
-		{KeyUser, &c.User}, {KeyPasswordFile, &c.pwFile}, {KeyHolder, &c.Holder}, {KeyLogFormat, &c.LogFormat}, {KeyLogLevel, &c.LogLevel},
-	} {
-		*f.to = str(f.key, v.Get(f.key))
-	}
-	return err
-}
-
-// readCoordinator reads the endpoints and the PostgreSQL address, which
-// say which coordinator: as for the prefix, a variable set but empty is
-// set.
-func (c *Config) readCoordinator(fs *pflag.FlagSet, fileMap map[string]any) error {
-	endpoints, epSet := lookupSet(fs, KeyEndpoints, fileMap, c.sources)
-	pg, pgSet := lookupSet(fs, KeyPostgres, fileMap, c.sources)
-	var err error
-	if c.Endpoints, c.endpointsText, c.endpointsBlank, err = toList(KeyEndpoints, endpoints, c.sources[KeyEndpoints]); err != nil {
-		return err
-	}
-	c.Postgres, err = toString(KeyPostgres, pg, c.sources[KeyPostgres])
-	c.endpointsSet, c.postgresSet = epSet, pgSet
-	return err
-}
-
-// readTyped reads the settings that are booleans and durations.
-func (c *Config) readTyped(v *viper.Viper) error {
-	for _, f := range []struct {
-		key string
-		to  *bool
-	}{{KeyInsecureTransport, &c.InsecureTransport}, {KeyVerbose, &c.Verbose}, {KeyQuiet, &c.Quiet}} {
-		b, err := toBool(f.key, v.Get(f.key), c.sources[f.key])
-		if err != nil {
-			return err
-		}
-		*f.to = b
-	}
-	var err error
-	c.DialTimeout, err = toDuration(KeyDialTimeout, v.Get(KeyDialTimeout), c.sources[KeyDialTimeout])
 	return err
 }
 
@@ -335,24 +311,6 @@ func (c *Config) checkPrefix() error {
 	return nil
 }
 
-// checkPaths refuses a path with a NUL byte.
-func (c *Config) checkPaths() error {
-	for _, s := range []string{c.StateDir, c.CACert, c.Cert, c.Key, c.pwFile} {
-		if strings.ContainsRune(s, 0) {
-			return configErr("a path contains a NUL byte")
-		}
-	}
-	return nil
-}
-
-// lookupSet reads key from its strongest source as sourceOf does, except that
-// a variable set to "" counts as set; it records the source in sources. set
-// is false when no source names key (the flag's default applies).
-func lookupSet(fs *pflag.FlagSet, key string, file map[string]any, sources map[string]Source) (v any, set bool) {
-	v, sources[key] = lookup(fs, key, file, true)
-	return v, sources[key] != SourceDefault
-}
-
 // lookup reads key from its strongest source: the flag when given, the
 // variable when set (to "" too only when emptyEnv), the config files.
 func lookup(fs *pflag.FlagSet, key string, file map[string]any, emptyEnv bool) (any, Source) {
@@ -366,12 +324,6 @@ func lookup(fs *pflag.FlagSet, key string, file map[string]any, emptyEnv bool) (
 		return x, SourceFile
 	}
 	return nil, SourceDefault
-}
-
-// sourceOf says where key's value comes from.
-func sourceOf(fs *pflag.FlagSet, key string, file map[string]any) Source {
-	_, src := lookup(fs, key, file, false)
-	return src
 }
 
 // SystemConfigFile is the system-wide config file, read first. Tests point
@@ -414,11 +366,20 @@ func readFile(path string, explicit bool) (map[string]any, error) {
 			return nil, configErr("config file %s: key %q is not allowed: give the password with %s or %s", path, k, EnvPassword, KeyPasswordFile)
 		case k == KeyConfig:
 			return nil, configErr("config file %s: key %q is not allowed in a config file", path, k)
-		case !slices.Contains(fileKeys, k):
-			return nil, configErr("config file %s: unknown key %q (keys are the global flag names: %s)", path, k, strings.Join(fileKeys, ", "))
+		case !slices.ContainsFunc(settings, func(s setting) bool { return s.key == k }):
+			return nil, configErr("config file %s: unknown key %q (keys are the global flag names: %s)", path, k, fileKeys())
 		}
 	}
 	return m, nil
+}
+
+// fileKeys lists the keys a config file may hold.
+func fileKeys() string {
+	var keys []string
+	for _, s := range settings[1:] {
+		keys = append(keys, s.key)
+	}
+	return strings.Join(keys, ", ")
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
@@ -549,4 +510,9 @@ func ParseDurationOrZero(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("duration %q is too long (at most 100 years)", s)
 	}
 	return d, nil
+}
+
+// isSet reports whether some source sets key, perhaps to nothing.
+func (c *Config) isSet(key string) bool {
+	return c.sources[key] != "" && c.sources[key] != SourceDefault
 }

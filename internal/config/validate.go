@@ -20,8 +20,8 @@ import (
 // "local". When both postgres and endpoints are set, the one from the
 // stronger source (Validate refuses two from equally strong ones).
 func (c *Config) Backend() string {
-	pg := c.Postgres != "" || c.postgresSet
-	ep := len(c.Endpoints) > 0 || c.endpointsSet
+	pg := c.Postgres != "" || c.isSet(KeyPostgres)
+	ep := len(c.Endpoints) > 0 || c.isSet(KeyEndpoints)
 	switch {
 	case pg && (!ep || rank(c.sources[KeyPostgres]) <= rank(c.sources[KeyEndpoints])):
 		return "postgres"
@@ -168,7 +168,7 @@ func (c *Config) checkCoordinator() error {
 	if err := c.checkPostgres(); err != nil {
 		return err
 	}
-	if !c.endpointsSet {
+	if !c.isSet(KeyEndpoints) {
 		return nil
 	}
 	src := c.sources[KeyEndpoints]
@@ -196,7 +196,7 @@ func (c *Config) besideStateDir(key, what string) error {
 // beside endpoints or a state directory from a source as strong, is
 // refused; a weaker one is overridden by precedence.
 func (c *Config) checkPostgres() error {
-	if !c.postgresSet {
+	if !c.isSet(KeyPostgres) {
 		return nil
 	}
 	src := c.sources[KeyPostgres]
@@ -205,7 +205,7 @@ func (c *Config) checkPostgres() error {
 		return configErr("%s %q names no database: give a URL (postgres://HOST/DB) or keyword=value pairs (host=HOST dbname=DB), or unset it for the local coordinator", w, c.Postgres)
 	}
 	pg := RedactPostgres(c.Postgres)
-	if c.endpointsSet && rank(c.sources[KeyEndpoints]) == rank(src) {
+	if c.isSet(KeyEndpoints) && rank(c.sources[KeyEndpoints]) == rank(src) {
 		return configErr("%s and %s name two coordinators (etcd %s, postgres %s): give one of them",
 			where(KeyEndpoints, c.sources[KeyEndpoints]), w, c.endpointsText, pg)
 	}
