@@ -424,25 +424,31 @@ func (c *Config) Entries(defaultStateDir, defaultHolder string) []Entry {
 	if cfgSrc == SourceDefault && len(c.Files) > 0 {
 		cfgSrc = SourceFile // found in the default search path
 	}
-	return []Entry{
-		{Key: KeyConfig, Value: strings.Join(c.Files, ","), Source: cfgSrc},
-		entry(KeyStateDir, cmp.Or(c.StateDir, defaultStateDir)),
-		entry(KeyEndpoints, strings.Join(c.Endpoints, ",")),
-		entry(KeyPrefix, c.Prefix),
-		entry(KeyPostgres, RedactPostgres(c.Postgres)),
-		entry(KeyPostgresSchema, c.PostgresSchema),
-		entry(KeyCACert, c.CACert),
-		entry(KeyCert, c.Cert),
-		entry(KeyKey, c.Key),
-		entry(KeyUser, c.User),
-		entry(KeyPasswordFile, c.pwFile),
-		entry(KeyPassword, pw),
-		entry(KeyInsecureTransport, fmt.Sprint(c.InsecureTransport)),
-		entry(KeyDialTimeout, c.DialTimeout.String()),
-		entry(KeyHolder, cmp.Or(c.Holder, defaultHolder)),
-		entry(KeyVerbose, fmt.Sprint(c.Verbose)),
-		entry(KeyQuiet, fmt.Sprint(c.Quiet)),
-		entry(KeyLogFormat, c.LogFormat),
-		entry(KeyLogLevel, c.LogLevel),
+	out := []Entry{{Key: KeyConfig, Value: strings.Join(c.Files, ","), Source: cfgSrc}}
+	for _, s := range settings[1:] {
+		var v string
+		switch f := s.field(c).(type) {
+		case *string:
+			v = *f
+		case *[]string:
+			v = strings.Join(*f, ",")
+		case *bool:
+			v = fmt.Sprint(*f)
+		case *time.Duration:
+			v = f.String()
+		}
+		switch s.key {
+		case KeyStateDir:
+			v = cmp.Or(v, defaultStateDir)
+		case KeyPostgres:
+			v = RedactPostgres(v)
+		case KeyHolder:
+			v = cmp.Or(v, defaultHolder)
+		}
+		out = append(out, entry(s.key, v))
+		if s.key == KeyPasswordFile {
+			out = append(out, entry(KeyPassword, pw))
+		}
 	}
+	return out
 }
