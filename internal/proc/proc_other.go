@@ -34,3 +34,14 @@ func WaitAny(ctx context.Context, ids ...ID) (ID, error) { return ID{}, errUnsup
 
 // PIDNamespace is "" on this system.
 func PIDNamespace() string { return "" }
+
+// Descendants is not supported on this system.
+func Descendants(root int) ([]Stat, error) { return nil, errUnsupported }
+
+// SignalDescendants is not supported on this system.
+func SignalDescendants(root int, sig syscall.Signal, skip func(Stat) bool) (int, error) {
+	return 0, errUnsupported
+}
+
+// SignalID is not supported on this system.
+func SignalID(id ID, sig syscall.Signal) error { return errUnsupported }
