@@ -5,8 +5,8 @@ package etcdbugs
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -115,25 +115,24 @@ func Warning(vs []etcd.MemberVersion) string {
 	var (
 		versions []string                // affected versions, first seen first
 		members  = map[string][]string{} // version -> its members
-		bugs     []LeaseBug
-		fixes    = map[string]bool{}
+		bugs     []LeaseBug              // first seen first
+		fixes    = map[string][]string{} // issue -> the releases that fix it
 	)
 	for _, v := range vs {
+		_, minor, _, _ := parseVersion(v.Version)
 		affected := false
 		for _, b := range BugsOf(v.Version) {
 			if b.Unfixed() {
 				continue
 			}
 			affected = true
-			if !slices.ContainsFunc(bugs, func(x LeaseBug) bool { return x.Issue == b.Issue }) {
+			if fixes[b.Issue] == nil {
 				bugs = append(bugs, b)
 			}
-			if maj, minor, _, _ := parseVersion(v.Version); b.Fixed[fmt.Sprintf("%d.%d", maj, minor)] != "" {
-				fixes[b.Issue+"\x00"+b.Fixed[fmt.Sprintf("%d.%d", maj, minor)]] = true
+			if f := b.Fixed[fmt.Sprintf("3.%d", minor)]; f != "" {
+				fixes[b.Issue] = append(fixes[b.Issue], f)
 			} else {
-				for _, f := range b.Fixed {
-					fixes[b.Issue+"\x00"+f] = true
-				}
+				fixes[b.Issue] = append(fixes[b.Issue], slices.Collect(maps.Values(b.Fixed))...)
 			}
 		}
 		if !affected {
@@ -147,7 +146,7 @@ func Warning(vs []etcd.MemberVersion) string {
 	if len(bugs) == 0 {
 		return ""
 	}
-	var who []string
+	var who, ids, sums []string
 	for _, ver := range versions {
 		if ms := members[ver]; len(ms) == 1 {
 			who = append(who, ms[0]+" runs "+ver)
@@ -155,31 +154,19 @@ func Warning(vs []etcd.MemberVersion) string {
 			who = append(who, andList(ms)+" run "+ver)
 		}
 	}
-	var ids, sums []string
 	for _, b := range bugs {
-		var fs []string
-		for k := range fixes {
-			if issue, f, _ := strings.Cut(k, "\x00"); issue == b.Issue {
-				fs = append(fs, f)
-			}
-		}
-		sort.Strings(fs)
-		fix := "not fixed in any release yet"
-		if len(fs) > 0 {
-			fix = "fixed in " + andList(fs)
-		}
-		ids = append(ids, b.Issue+", "+fix)
+		fs := slices.Compact(slices.Sorted(slices.Values(fixes[b.Issue])))
+		ids = append(ids, b.Issue+", fixed in "+andList(fs))
 		sums = append(sums, b.Summary)
 	}
-	which, what := "which has a known lease-safety bug", "("+ids[0]+")"
+	which, bug := "has", "a known lease-safety bug"
 	if len(versions) > 1 {
-		which = "which have a known lease-safety bug"
+		which = "have"
 	}
 	if len(bugs) > 1 {
-		which = strings.Replace(which, "a known lease-safety bug", "known lease-safety bugs", 1)
-		what = "(" + strings.Join(ids, "; ") + ")"
+		bug = "known lease-safety bugs"
 	}
-	return fmt.Sprintf("etcd %s, %s %s: %s; see docs/operations.md", strings.Join(who, ", "), which, what, strings.Join(sums, "; "))
+	return fmt.Sprintf("etcd %s, which %s %s (%s): %s; see docs/operations.md", strings.Join(who, ", "), which, bug, strings.Join(ids, "; "), strings.Join(sums, "; "))
 }
 
 // andList joins "a", "a and b", "a, b and c".
