@@ -88,17 +88,26 @@ func Of(path string, fi os.FileInfo) (Mode, error) {
 // OfDir is Of on the state directory at path, which must exist (it is not
 // followed when it is a symbolic link).
 func OfDir(path string) (Mode, error) {
-	fi, err := os.Lstat(path)
+	fi, err := lstatDir(path)
 	if err != nil {
 		return Mode{}, err
 	}
-	if fi.Mode()&os.ModeSymlink != 0 {
-		return Mode{}, refused("state directory %s is a symbolic link; give its real path", path)
-	}
-	if !fi.IsDir() {
-		return Mode{}, refused("state directory %s is not a directory", path)
-	}
 	return Of(path, fi)
+}
+
+// lstatDir is the Lstat of path, refused when it is a symbolic link or not
+// a directory.
+func lstatDir(path string) (os.FileInfo, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case err != nil:
+		return nil, err
+	case fi.Mode()&os.ModeSymlink != 0:
+		return nil, refused("state directory %s is a symbolic link, not a directory; give its real path", path)
+	case !fi.IsDir():
+		return nil, refused("state directory %s is not a directory", path)
+	}
+	return fi, nil
 }
 
 // DirMode is the mode of the directories of the tree.
@@ -128,7 +137,7 @@ func (m Mode) CheckDir(path string, fi os.FileInfo) error {
 	mine := int(st.Uid) == os.Geteuid()
 	if !m.Group {
 		if !mine {
-			return refused("state directory %s is owned by uid %d, not by the current user (uid %d): %s", path, st.Uid, os.Geteuid(), privateFixHint(m))
+			return refused("state directory %s is owned by uid %d, not by the current user (uid %d): %s", path, st.Uid, os.Geteuid(), fixHint(m))
 		}
 		if fi.Mode().Perm() != 0o700 || fi.Mode()&os.ModeSetgid != 0 {
 			if err := os.Chmod(path, 0o700); err != nil {
@@ -156,28 +165,22 @@ func (m Mode) CheckDir(path string, fi os.FileInfo) error {
 		ModeText(fi.Mode()), GroupName(int(st.Gid)), GroupName(m.GID), fixHint(m))
 }
 
-// fixHint is the command that gives every directory and file of a shared
-// state directory its group and mode (2770, 0660).
+// fixHint is the command that gives every directory and file of the state
+// directory its owner or group and mode: for a shared one its group, 2770 and
+// 0660; for the current user's own that user, 0700 and 0600.
 func fixHint(m Mode) string {
+	d, where := "DIR", " on the state directory"
+	if m.Dir != "" {
+		d, where = shellQuote(m.Dir), ""
+	}
+	if !m.Group {
+		return fmt.Sprintf("as root, run `chown -R %s %s && chmod -R u+rwX,go-rwx %s`%s", userName(os.Geteuid()), d, d, where)
+	}
 	g := strconv.Itoa(m.GID)
 	if gr, err := user.LookupGroupId(g); err == nil {
 		g = gr.Name
 	}
-	if m.Dir == "" {
-		return fmt.Sprintf("as root, run `chgrp -R %s DIR && chmod -R g+rwX,o-rwx DIR && find DIR -type d -exec chmod g+s {} +` on the state directory", g)
-	}
-	d := shellQuote(m.Dir)
-	return fmt.Sprintf("as root, run `chgrp -R %s %s && chmod -R g+rwX,o-rwx %s && find %s -type d -exec chmod g+s {} +`", g, d, d, d)
-}
-
-// privateFixHint is the command that gives every directory and file of the
-// current user's state directory back to that user (0700, 0600).
-func privateFixHint(m Mode) string {
-	d := "DIR"
-	if m.Dir != "" {
-		d = shellQuote(m.Dir)
-	}
-	return fmt.Sprintf("as root, run `chown -R %s %s && chmod -R u+rwX,go-rwx %s`", userName(os.Geteuid()), d, d)
+	return fmt.Sprintf("as root, run `chgrp -R %s %s && chmod -R g+rwX,o-rwx %s && find %s -type d -exec chmod g+s {} +`%s", g, d, d, d, where)
 }
 
 // Explain adds to err, when it is a permission problem (fs.ErrPermission)
@@ -212,7 +215,7 @@ func Explain(stateDir string, err error) error {
 			err, what, m.Dir, GroupName(m.GID), fixHint(m))
 	}
 	return fmt.Errorf("%w%s; the state directory %s is the current user's, with every file 0600 and directory 0700: %s",
-		err, what, m.Dir, privateFixHint(m))
+		err, what, m.Dir, fixHint(m))
 }
 
 // userName is the name of uid, or the number when it has none.
@@ -243,8 +246,7 @@ func shellQuote(s string) string {
 // parents is set) a directory of the tree below the state directory. It
 // refuses a symbolic link or a non-directory.
 func (m Mode) EnsureDir(path string, parents bool) (created bool, err error) {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 		mk := os.Mkdir
 		if parents {
 			mk = os.MkdirAll
@@ -253,16 +255,10 @@ func (m Mode) EnsureDir(path string, parents bool) (created bool, err error) {
 			return false, fmt.Errorf("cannot create state directory %s: %w", path, err)
 		}
 		created = true
-		fi, err = os.Lstat(path)
 	}
+	fi, err := lstatDir(path)
 	if err != nil {
 		return false, err
-	}
-	switch {
-	case fi.Mode()&os.ModeSymlink != 0:
-		return false, refused("state directory %s is a symbolic link, not a directory; give its real path", path)
-	case !fi.IsDir():
-		return false, refused("state directory %s is not a directory", path)
 	}
 	return created, m.CheckDir(path, fi)
 }
@@ -278,7 +274,7 @@ func (m Mode) CheckFile(what, path string, fd int, st *unix.Stat_t) error {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return refused("%s %s is not a regular file", what, path)
 	case !m.Group && int(st.Uid) != os.Geteuid():
-		return refused("%s %s is owned by uid %d, not by the current user (uid %d): %s", what, path, st.Uid, os.Geteuid(), privateFixHint(m))
+		return refused("%s %s is owned by uid %d, not by the current user (uid %d): %s", what, path, st.Uid, os.Geteuid(), fixHint(m))
 	case !m.Group && perm != 0o600:
 		return refused("%s %s has mode %04o, want 0600", what, path, perm)
 	case !m.Group:
