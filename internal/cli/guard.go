@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
+	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/guard"
@@ -177,12 +177,8 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 
 // withGuard opens the coordinator and the guard store beside it.
 func withGuard(ctx context.Context, f *Factory, fn func(coord.Coordinator, guard.Guard) error) error {
-	cfg, err := f.Config()
-	if err != nil {
-		return err
-	}
 	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		g, err := config.OpenGuard(cfg, c)
+		g, err := auto.Guard(c)
 		if err != nil {
 			return err
 		}

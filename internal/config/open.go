@@ -15,7 +15,7 @@ import (
 func DefaultStateDir() string { return local.DefaultDir() }
 
 // LocalStateDir is the state directory of the local coordinator that cfg
-// selects: StateDir, else DefaultStateDir(). Open, OpenGuard and the
+// selects: StateDir, else DefaultStateDir(). Open, the guard store and the
 // environment fence run gives its command all take it from here.
 func (c *Config) LocalStateDir() string {
 	if c.StateDir != "" {

@@ -1,8 +1,9 @@
-// Package auto opens the history store that belongs to a coordinator: the
-// local store in a local coordinator's state directory, the etcd store under
-// an etcd coordinator's prefix, through its client, the PostgreSQL store in a
-// PostgreSQL coordinator's schema, through its pool. The CLI uses it to give
-// every command a coordinator that records its lease events:
+// Package auto opens the history store and the guard store that belong to a
+// coordinator: the local stores in a local coordinator's state directory,
+// the etcd stores under an etcd coordinator's prefix, through its client,
+// the PostgreSQL stores in a PostgreSQL coordinator's schema, through its
+// pool. The CLI uses it to give every command a coordinator that records
+// its lease events:
 //
 //	c, err := config.Open(ctx, cfg)
 //	...
@@ -19,6 +20,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/guard"
+	guardetcd "github.com/fence-dev/fence/pkg/guard/etcdstore"
+	guardlocal "github.com/fence-dev/fence/pkg/guard/localstore"
+	guardpg "github.com/fence-dev/fence/pkg/guard/pgstore"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/etcdstore"
 	"github.com/fence-dev/fence/pkg/history/localstore"
@@ -70,6 +75,24 @@ func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("%w: coordinator %s keeps no history", coord.ErrInvalid, c.Describe())
+}
+
+// Guard opens the guard store beside c (or beside the coordinator it
+// records the history of): files under a local coordinator's state
+// directory, keys under an etcd coordinator's prefix (through its client),
+// the guards table of a PostgreSQL coordinator's schema (through its pool).
+func Guard(c coord.Coordinator) (guard.Guard, error) {
+	c = Backend(c)
+	if _, ok := c.(pgBackend); ok {
+		return guardpg.New(c)
+	}
+	if eb, ok := c.(etcdBackend); ok {
+		return guardetcd.New(eb.Client(), eb.Prefix()), nil
+	}
+	if lb, ok := c.(localBackend); ok {
+		return guardlocal.Open(lb.Dir())
+	}
+	return nil, fmt.Errorf("%w: coordinator %s has no guard store", coord.ErrInvalid, c.Describe())
 }
 
 // failing is a store that could not be opened.

@@ -1,4 +1,4 @@
-package config
+package auto
 
 import (
 	"context"
@@ -10,16 +10,16 @@ import (
 	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 )
 
-// TestOpenGuardPostgres: on a PostgreSQL coordinator the guard values are
+// TestGuardPostgres: on a PostgreSQL coordinator the guard values are
 // in its schema.
-func TestOpenGuardPostgres(t *testing.T) {
+func TestGuardPostgres(t *testing.T) {
 	srv := pgtest.Start(t)
 	c, err := postgres.Open(context.Background(), srv.URL(srv.CreateDatabase(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	g, err := OpenGuard(&Config{}, c)
+	g, err := Guard(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,6 +29,6 @@ func TestOpenGuardPostgres(t *testing.T) {
 	pool := c.(interface{ Pool() *pgxpool.Pool }).Pool()
 	var v []byte
 	if err := pool.QueryRow(context.Background(), "SELECT value FROM fence.guards WHERE key = 'k'").Scan(&v); err != nil || string(v) != "v" {
-		t.Fatalf("OpenGuard on postgres (%T): the value in fence.guards = %q, %v; want \"v\"", g, v, err)
+		t.Fatalf("Guard on postgres (%T): the value in fence.guards = %q, %v; want \"v\"", g, v, err)
 	}
 }
