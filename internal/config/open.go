@@ -33,17 +33,9 @@ func Open(ctx context.Context, cfg *Config) (coord.Coordinator, error) {
 	}
 	switch cfg.Backend() {
 	case "local":
-		c, err := local.Open(cfg.LocalStateDir())
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
+		return local.Open(cfg.LocalStateDir())
 	case "postgres":
-		c, err := postgres.Open(ctx, cfg.PostgresConn(), postgres.WithSchema(cfg.PostgresSchema))
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
+		return postgres.Open(ctx, cfg.PostgresConn(), postgres.WithSchema(cfg.PostgresSchema))
 	}
 	tc, err := cfg.TLSConfig()
 	if err != nil {
@@ -51,13 +43,10 @@ func Open(ctx context.Context, cfg *Config) (coord.Coordinator, error) {
 	}
 	c, err := etcd.New(ctx, cfg.Endpoints, etcd.WithPrefix(cfg.Prefix), etcd.WithDialTimeout(cfg.DialTimeout),
 		etcd.WithTLS(tc), etcd.WithAuth(cfg.User, cfg.Password))
-	if err != nil {
-		if errors.Is(err, coord.ErrUnavailable) && tc != nil && ctx.Err() == nil {
-			if terr := diagnoseTLS(ctx, cfg.Endpoints, tc, cfg.DialTimeout); terr != nil {
-				return nil, terr
-			}
+	if errors.Is(err, coord.ErrUnavailable) && tc != nil && ctx.Err() == nil {
+		if terr := diagnoseTLS(ctx, cfg.Endpoints, tc, cfg.DialTimeout); terr != nil {
+			return nil, terr
 		}
-		return nil, err // names the endpoints already
 	}
-	return c, nil
+	return c, err // an error names the endpoints already
 }
