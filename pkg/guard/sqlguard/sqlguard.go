@@ -62,6 +62,13 @@ const (
 	SQLite Dialect = "sqlite"
 )
 
+// dialects are each dialect's identifier quote and the column types of
+// CreateTable and AddFenceColumn.
+var dialects = map[Dialect]struct{ quote, key, bytes, integer, time string }{
+	Postgres: {`"`, "TEXT PRIMARY KEY", "BYTEA", "BIGINT", "TIMESTAMPTZ"},
+	SQLite:   {"`", "TEXT PRIMARY KEY NOT NULL", "BLOB", "INTEGER", "TIMESTAMP"},
+}
+
 // DB is what sqlguard runs statements on: *sql.DB, *sql.Tx and *sql.Conn
 // satisfy it.
 type DB interface {
@@ -139,7 +146,7 @@ func newTable(db DB, cfg config) (*Table, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlguard: nil DB", coord.ErrInvalid)
 	}
-	if cfg.Dialect != Postgres && cfg.Dialect != SQLite {
+	if _, ok := dialects[cfg.Dialect]; !ok {
 		return nil, fmt.Errorf("%w: sqlguard: unknown dialect %q (want %q or %q)", coord.ErrInvalid, cfg.Dialect, Postgres, SQLite)
 	}
 	def := func(s *string, d string) {
@@ -195,17 +202,13 @@ func quoteIdent(d Dialect, name string) (string, error) {
 		return "", fmt.Errorf("%w: sqlguard: identifier %q is not valid UTF-8", coord.ErrInvalid, name)
 	case strings.ContainsRune(name, 0):
 		return "", fmt.Errorf("%w: sqlguard: identifier %q contains NUL", coord.ErrInvalid, name)
+	case dialects[d].quote == "":
+		return "", fmt.Errorf("%w: sqlguard: unknown dialect %q", coord.ErrInvalid, d)
+	case d == Postgres && len(name) > 63:
+		return "", fmt.Errorf("%w: sqlguard: identifier %q is longer than PostgreSQL's 63 bytes", coord.ErrInvalid, name)
 	}
-	switch d {
-	case Postgres:
-		if len(name) > 63 {
-			return "", fmt.Errorf("%w: sqlguard: identifier %q is longer than PostgreSQL's 63 bytes", coord.ErrInvalid, name)
-		}
-		return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`, nil
-	case SQLite:
-		return "`" + strings.ReplaceAll(name, "`", "``") + "`", nil
-	}
-	return "", fmt.Errorf("%w: sqlguard: unknown dialect %q", coord.ErrInvalid, d)
+	q := dialects[d].quote
+	return q + strings.ReplaceAll(name, q, q+q) + q, nil
 }
 
 func qualified(d Dialect, schema, table string) (string, error) {
@@ -264,31 +267,23 @@ func (s *stmt) param(name string, v any) *stmt {
 func (s *stmt) String() string { return s.sb.String() }
 
 func (t *Table) createStmt() string {
-	var s string
-	switch t.cfg.Dialect {
-	case Postgres:
-		s = fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s TEXT PRIMARY KEY, %s BYTEA, %s BIGINT NOT NULL DEFAULT 0",
-			t.table, t.key, t.value, t.fence)
-		if t.updatedAt != "" {
-			s += ", " + t.updatedAt + " TIMESTAMPTZ"
-		}
-	case SQLite:
-		s = fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s TEXT PRIMARY KEY NOT NULL, %s BLOB, %s INTEGER NOT NULL DEFAULT 0",
-			t.table, t.key, t.value, t.fence)
-		if t.updatedAt != "" {
-			s += ", " + t.updatedAt + " TIMESTAMP"
-		}
+	ty := dialects[t.cfg.Dialect]
+	s := fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (%s %s, %s %s, %s %s NOT NULL DEFAULT 0",
+		t.table, t.key, ty.key, t.value, ty.bytes, t.fence, ty.integer)
+	if t.updatedAt != "" {
+		s += ", " + t.updatedAt + " " + ty.time
 	}
 	return s + ")"
 }
 
+// addFenceStmt adds the fence column (SQLite has no IF NOT EXISTS here:
+// AddFenceColumn looks first).
 func (t *Table) addFenceStmt() string {
-	switch t.cfg.Dialect {
-	case Postgres:
-		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s BIGINT NOT NULL DEFAULT 0", t.table, t.fence)
-	default:
-		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s INTEGER NOT NULL DEFAULT 0", t.table, t.fence)
+	ifNot := " IF NOT EXISTS"
+	if t.cfg.Dialect == SQLite {
+		ifNot = ""
 	}
+	return fmt.Sprintf("ALTER TABLE %s ADD COLUMN%s %s %s NOT NULL DEFAULT 0", t.table, ifNot, t.fence, dialects[t.cfg.Dialect].integer)
 }
 
 // updateStmt: UPDATE t SET c1 = $1, …, [updated_at = $n,] fence = $m
