@@ -105,9 +105,14 @@ func (s *store) Put(ctx context.Context, key string, token uint64, value []byte)
 		return err
 	}
 	base := fileBase(key)
-	unlock, err := s.lock(ctx, base)
-	if err != nil {
+	// The exclusive flock of the key's lock file (internal/flock: ctx can
+	// abandon the wait) covers the read-modify-write.
+	unlock, err := flock.LockPerm(ctx, filepath.Join(s.dir, base+".lock"), s.share.FilePerm())
+	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return err
+	case err != nil:
+		return fmt.Errorf("%w: guard lock: %w", coord.ErrUnavailable, err)
 	}
 	defer unlock()
 
@@ -130,7 +135,8 @@ func (s *store) Put(ctx context.Context, key string, token uint64, value []byte)
 	if err != nil {
 		return err
 	}
-	if err := s.writeAtomic(base+".json", append(buf, '\n')); err != nil {
+	// Durably: atomicfile.Write with a directory fsync.
+	if _, err := atomicfile.WritePerm(filepath.Join(s.dir, base+".json"), append(buf, '\n'), true, s.share.FilePerm()); err != nil {
 		return fmt.Errorf("%w: guard %q: %w", coord.ErrUnavailable, key, err)
 	}
 	return nil
@@ -201,27 +207,6 @@ func (s *store) read(key, base string) (record, error) {
 		return corrupt(fmt.Sprintf("invalid token %d", rec.Token))
 	}
 	return rec, nil
-}
-
-// lock takes the exclusive flock of the key's lock file (internal/flock: ctx
-// can abandon the wait).
-func (s *store) lock(ctx context.Context, base string) (unlock func(), err error) {
-	path := filepath.Join(s.dir, base+".lock")
-	unlock, err = flock.LockPerm(ctx, path, s.share.FilePerm())
-	switch {
-	case err == nil:
-		return unlock, nil
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return nil, err
-	}
-	return nil, fmt.Errorf("%w: guard lock: %w", coord.ErrUnavailable, err)
-}
-
-// writeAtomic replaces name in the store's directory with data, durably
-// (atomicfile.Write with a directory fsync).
-func (s *store) writeAtomic(name string, data []byte) error {
-	_, err := atomicfile.WritePerm(filepath.Join(s.dir, name), data, true, s.share.FilePerm())
-	return err
 }
 
 // fileBase names a key's files: a reversible escape (bytes other than
