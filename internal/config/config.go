@@ -455,20 +455,16 @@ func toBool(key string, v any, src Source) (bool, error) {
 }
 
 func toDuration(key string, v any, src Source) (time.Duration, error) {
-	switch x := v.(type) {
-	case time.Duration:
-		if x > 0 {
-			return x, nil
-		}
-		return 0, configErr("%s: must be positive, got %v", where(key, src), x)
-	case string:
-		d, err := ParseDuration(x)
-		if err != nil {
-			return 0, configErr("%s: %v", where(key, src), err)
-		}
-		return d, nil
+	// viper gives a duration flag, as every source, as a string.
+	x, ok := v.(string)
+	if !ok {
+		return 0, configErr("%s: want a duration with a unit such as 5s, got %v", where(key, src), v)
 	}
-	return 0, configErr("%s: want a duration with a unit such as 5s, got %v", where(key, src), v)
+	d, err := ParseDuration(x)
+	if err != nil {
+		return 0, configErr("%s: %v", where(key, src), err)
+	}
+	return d, nil
 }
 
 // MaxDuration is the longest duration ParseDuration accepts.
