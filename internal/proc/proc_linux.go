@@ -316,43 +316,31 @@ func WaitAny(ctx context.Context, ids ...ID) (ID, error) {
 		}
 		files = append(files, f)
 	}
-	if len(files) == 0 {
-		<-ctx.Done()
-		return ID{}, ctx.Err()
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	first := make(chan int, len(files))
 	var wg sync.WaitGroup
 	for i, f := range files {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if waitReadable(ctx, f) == nil {
 				first <- i
 			}
-		}()
+		})
 	}
-	var (
-		got = -1
-		err error
-	)
 	select {
-	case got = <-first:
+	case i := <-first:
+		cancel()
+		wg.Wait()
+		return ids[i], nil
 	case <-ctx.Done():
-		err = ctx.Err()
 	}
-	cancel()
 	wg.Wait()
-	if got < 0 {
-		select {
-		case got = <-first: // exited just as ctx ended: report the exit
-			err = nil
-		default:
-			return ID{}, err
-		}
+	select {
+	case i := <-first: // exited just as ctx ended: report the exit
+		return ids[i], nil
+	default:
+		return ID{}, ctx.Err()
 	}
-	return ids[got], nil
 }
 
 // openPidfd opens a pidfd for id, registered with the runtime poller. An
