@@ -132,32 +132,32 @@ func (p *pgConnString) del(key string) {
 	p.kvs = out
 }
 
-// withoutPassword is the string with no password in it.
-func (p *pgConnString) withoutPassword() *pgConnString {
+// withPassword is a copy of p whose passwords (of a URL's user and of the
+// password keyword), where it has any, are pw, or are removed when pw is "".
+func (p *pgConnString) withPassword(pw string) *pgConnString {
 	q := &pgConnString{kvs: append([]pgParam(nil), p.kvs...)}
 	if p.u != nil {
 		u := *p.u
-		if u.User != nil {
+		if _, ok := u.User.Password(); ok {
 			u.User = url.User(u.User.Username())
+			if pw != "" {
+				u.User = url.UserPassword(u.User.Username(), pw)
+			}
 		}
 		q.u = &u
 	}
-	q.del("password")
+	if _, ok := p.get("password"); ok {
+		q.del("password")
+		if pw != "" {
+			q.set("password", pw)
+		}
+	}
 	return q
 }
 
 // redacted is the string with its password, if any, as <redacted>.
 func (p *pgConnString) redacted() string {
-	q := p.withoutPassword()
-	if p.u != nil && p.u.User != nil {
-		if _, ok := p.u.User.Password(); ok {
-			q.u.User = url.UserPassword(p.u.User.Username(), Redacted)
-		}
-	}
-	if _, ok := p.get("password"); ok {
-		q.set("password", Redacted)
-	}
-	return strings.ReplaceAll(q.String(), url.QueryEscape(Redacted), Redacted)
+	return strings.ReplaceAll(p.withPassword(Redacted).String(), url.QueryEscape(Redacted), Redacted)
 }
 
 func (p *pgConnString) String() string {
@@ -198,7 +198,7 @@ func (c *Config) PostgresLocation() string {
 	if err != nil {
 		return ""
 	}
-	return p.withoutPassword().String()
+	return p.withPassword("").String()
 }
 
 // PostgresConn is the connection string fence connects with, set by
