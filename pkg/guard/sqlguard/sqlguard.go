@@ -35,6 +35,7 @@
 package sqlguard
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -149,43 +150,31 @@ func newTable(db DB, cfg config) (*Table, error) {
 	if _, ok := dialects[cfg.Dialect]; !ok {
 		return nil, fmt.Errorf("%w: sqlguard: unknown dialect %q (want %q or %q)", coord.ErrInvalid, cfg.Dialect, Postgres, SQLite)
 	}
-	def := func(s *string, d string) {
-		if *s == "" {
-			*s = d
-		}
-	}
-	def(&cfg.KeyColumn, "id")
-	def(&cfg.ValueColumn, "value")
-	def(&cfg.FenceColumn, "fence")
-	def(&cfg.UpdatedAtColumn, "updated_at")
 	t := &Table{db: db, cfg: cfg, now: time.Now}
 	var err error
 	if t.table, err = qualified(cfg.Dialect, cfg.Schema, cfg.Table); err != nil {
 		return nil, err
 	}
+	var used []string
 	for _, c := range []struct {
-		dst  *string
-		name string
-	}{{&t.key, cfg.KeyColumn}, {&t.value, cfg.ValueColumn}, {&t.fence, cfg.FenceColumn}} {
-		if *c.dst, err = quoteIdent(cfg.Dialect, c.name); err != nil {
+		dst, name *string
+		def       string
+	}{
+		{&t.key, &t.cfg.KeyColumn, "id"}, {&t.value, &t.cfg.ValueColumn, "value"},
+		{&t.fence, &t.cfg.FenceColumn, "fence"}, {&t.updatedAt, &t.cfg.UpdatedAtColumn, "updated_at"},
+	} {
+		name := cmp.Or(*c.name, c.def)
+		*c.name = name
+		if c.dst == &t.updatedAt && name == noColumn {
+			continue
+		}
+		if *c.dst, err = quoteIdent(cfg.Dialect, name); err != nil {
 			return nil, err
 		}
-	}
-	if cfg.UpdatedAtColumn != noColumn {
-		if t.updatedAt, err = quoteIdent(cfg.Dialect, cfg.UpdatedAtColumn); err != nil {
-			return nil, err
+		if slices.ContainsFunc(used, func(u string) bool { return strings.EqualFold(u, name) }) {
+			return nil, fmt.Errorf("%w: sqlguard: column %q is used twice", coord.ErrInvalid, name)
 		}
-	}
-	cols := []string{cfg.KeyColumn, cfg.ValueColumn, cfg.FenceColumn}
-	if t.updatedAt != "" {
-		cols = append(cols, cfg.UpdatedAtColumn)
-	}
-	for i, a := range cols {
-		for _, b := range cols[i+1:] {
-			if strings.EqualFold(a, b) {
-				return nil, fmt.Errorf("%w: sqlguard: column %q is used twice", coord.ErrInvalid, a)
-			}
-		}
+		used = append(used, name)
 	}
 	return t, nil
 }
