@@ -48,7 +48,6 @@ const defaultPrefix = "/fence/"
 type store struct {
 	cli    *clientv3.Client
 	prefix string
-	now    func() time.Time
 }
 
 var _ guard.Guard = (*store)(nil)
@@ -63,7 +62,7 @@ func New(cli *clientv3.Client, prefix string) guard.Guard { return newStore(cli,
 // newStore is New with the concrete type.
 func newStore(cli *clientv3.Client, prefix string) *store {
 	prefix = etcd.NormalPrefix(prefix)
-	return &store{cli: cli, prefix: prefix, now: time.Now}
+	return &store{cli: cli, prefix: prefix}
 }
 
 // Key returns the etcd key that holds the value of key.
@@ -91,7 +90,7 @@ func (s *store) Put(ctx context.Context, key string, token uint64, value []byte)
 	if value == nil {
 		value = []byte{}
 	}
-	buf, err := json.Marshal(record{Token: padToken(token), Data: value, UpdatedAt: s.now().UTC()})
+	buf, err := json.Marshal(record{Token: padToken(token), Data: value, UpdatedAt: time.Now().UTC()})
 	if err != nil {
 		return err
 	}

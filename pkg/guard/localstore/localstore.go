@@ -49,7 +49,6 @@ const maxFileSize = 1 << 30
 type store struct {
 	dir   string
 	share sharedir.Mode // how the state directory is shared
-	now   func() time.Time
 }
 
 var _ guard.Guard = (*store)(nil)
@@ -87,7 +86,7 @@ func openStore(stateDir string) (*store, error) {
 			return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
 		}
 	}
-	return &store{dir: dir, share: share, now: time.Now}, nil
+	return &store{dir: dir, share: share}, nil
 }
 
 // record is the on-disk form of a value.
@@ -127,7 +126,7 @@ func (s *store) Put(ctx context.Context, key string, token uint64, value []byte)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	rec := record{Version: 1, Key: key, Token: token, Data: value, UpdatedAt: s.now().UTC()}
+	rec := record{Version: 1, Key: key, Token: token, Data: value, UpdatedAt: time.Now().UTC()}
 	if rec.Data == nil {
 		rec.Data = []byte{}
 	}

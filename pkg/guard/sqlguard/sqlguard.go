@@ -127,7 +127,6 @@ type Table struct {
 	cfg config
 	// quoted identifiers
 	table, key, value, fence, updatedAt string
-	now                                 func() time.Time
 }
 
 var _ guard.Guard = (*Table)(nil)
@@ -150,7 +149,7 @@ func newTable(db DB, cfg config) (*Table, error) {
 	if _, ok := dialects[cfg.Dialect]; !ok {
 		return nil, fmt.Errorf("%w: sqlguard: unknown dialect %q (want %q or %q)", coord.ErrInvalid, cfg.Dialect, Postgres, SQLite)
 	}
-	t := &Table{db: db, cfg: cfg, now: time.Now}
+	t := &Table{db: db, cfg: cfg}
 	var err error
 	if t.table, err = qualified(cfg.Dialect, cfg.Schema, cfg.Table); err != nil {
 		return nil, err
@@ -286,7 +285,7 @@ func (t *Table) updateStmt(key any, token int64, set map[string]any) *stmt {
 		s.sql(q, " = ").param("col\x00"+c, set[c]).sql(", ")
 	}
 	if t.updatedAt != "" {
-		s.sql(t.updatedAt, " = ").param(" now", t.now().UTC()).sql(", ")
+		s.sql(t.updatedAt, " = ").param(" now", time.Now().UTC()).sql(", ")
 	}
 	s.sql(t.fence, " = ").param(" token", token)
 	s.sql(" WHERE ", t.key, " = ").param(" key", key)
@@ -308,7 +307,7 @@ func (t *Table) upsertStmt(key string, token int64, value []byte) *stmt {
 	s.sql("INSERT INTO ", t.table, " AS ", cur, " (", strings.Join(cols, ", "), ") VALUES (")
 	s.param(" key", key).sql(", ").param(" value", value).sql(", ")
 	if t.updatedAt != "" {
-		s.param(" now", t.now().UTC()).sql(", ")
+		s.param(" now", time.Now().UTC()).sql(", ")
 	}
 	s.param(" token", token).sql(") ON CONFLICT (", t.key, ") DO UPDATE SET ")
 	for i, c := range cols[1:] {
