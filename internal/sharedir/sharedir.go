@@ -110,14 +110,6 @@ func lstatDir(path string) (os.FileInfo, error) {
 	return fi, nil
 }
 
-// DirMode is the mode of the directories of the tree.
-func (m Mode) DirMode() os.FileMode {
-	if m.Group {
-		return os.ModeSetgid | 0o770
-	}
-	return 0o700
-}
-
 // FilePerm is the permission of the files of the tree.
 func (m Mode) FilePerm() os.FileMode {
 	if m.Group {
@@ -146,7 +138,7 @@ func (m Mode) CheckDir(path string, fi os.FileInfo) error {
 		}
 		return nil
 	}
-	want := m.DirMode()
+	want := os.ModeSetgid | 0o770
 	if int(st.Gid) == m.GID && fi.Mode()&(os.ModePerm|os.ModeSetgid) == want {
 		return nil
 	}
