@@ -40,10 +40,6 @@ import (
 	"github.com/fence-dev/fence/pkg/guard/internal/check"
 )
 
-// defaultPrefix is the key prefix used when none is given, as for the etcd
-// coordinator.
-const defaultPrefix = "/fence/"
-
 // store is a guard.Guard on an etcd cluster.
 type store struct {
 	cli    *clientv3.Client

@@ -188,7 +188,7 @@ func TestPrefixWithoutSlash(t *testing.T) {
 			t.Errorf("prefix %q: key %q, want /p/guards/k", p, k)
 		}
 	}
-	if k := newStore(nil, "").Key("k"); k != defaultPrefix+"guards/k" {
+	if k := newStore(nil, "").Key("k"); k != "/fence/guards/k" {
 		t.Errorf("default prefix: key %q", k)
 	}
 }
