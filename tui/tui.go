@@ -231,7 +231,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 	m.help.Styles = st.Help
 	m.filter = textinput.New()
 	m.filter.Prompt = "/"
-	m.filter.PromptStyle = st.Prompt
+	m.filter.PromptStyle = st.Accent
 	m.filter.Placeholder = "name or holder"
 	m.filter.PlaceholderStyle = st.Dim
 	m.filter.TextStyle = r.NewStyle()

@@ -307,7 +307,7 @@ func (m *Model) header(b *strings.Builder, w [numCols]int, key store.SortKey, re
 			titles[i] = format.Fit(t, w[i])
 		}
 	}
-	b.WriteString(m.styles.Header.Render(format.Fit(joinCells(titles, w, m.width, false), m.width)))
+	b.WriteString(m.styles.Accent.Render(format.Fit(joinCells(titles, w, m.width, false), m.width)))
 }
 
 // row draws one row. A selected row is drawn unstyled inside the selection
@@ -416,9 +416,9 @@ func ttlCell(x *cellRow, width int) string {
 	}
 	left := x.r.TTLLeft(x.now)
 	full, empty := format.Bar(left, x.r.Info.TTL, width-ttlText-1)
-	fs := x.styles.BarFull
+	fs := x.styles.Good
 	if x.state == store.Expiring {
-		fs = x.styles.Expiring
+		fs = x.styles.Caution
 	}
 	if full != "" {
 		full = x.paint(fs, full)
@@ -459,7 +459,7 @@ func counterText(n int, noHistory bool) (string, bool) {
 func (x *cellRow) counterCell(n, width int) string {
 	v, alert := counterText(n, x.noHistory)
 	if alert {
-		return x.paint(x.styles.Alert, format.FitRight(v, width))
+		return x.paint(x.styles.Bad, format.FitRight(v, width))
 	}
 	return x.paint(x.styles.Dim, format.FitRight(v, width))
 }
