@@ -136,11 +136,10 @@ type Model struct {
 	width, height int
 	now           time.Time
 	mode          mode
-	prevDetails   bool          // the help was opened from the details
-	filtering     bool          // typing a filter
-	confirm       *revokeTarget // asking before a revoke
+	prevDetails   bool      // the help was opened from the details
+	filtering     bool      // typing a filter
+	asking        *question // before a revoke, a freeze or a thaw
 	revoking      bool
-	confirmLimit  *limitTarget // asking before a freeze or a thaw
 	limiting      bool
 	flash         string
 	flashErr      bool

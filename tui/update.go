@@ -424,7 +424,12 @@ func (m *Model) askRevoke(name string) {
 	case !r.Info.Held:
 		m.setFlash(name+" is free: nothing to revoke", false)
 	default:
-		m.confirm = &revokeTarget{name: name, holder: r.Info.Holder, token: r.Info.Token}
+		t := revokeTarget{name: name, holder: r.Info.Holder, token: r.Info.Token}
+		m.asking = &question{
+			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, t.holder, t.token),
+			what: "revoke", doing: fmt.Sprintf("revoking %s…", name),
+			do: func() tea.Cmd { m.revoking = true; return m.revokeCmd(t) },
+		}
 	}
 }
 
@@ -441,12 +446,17 @@ func (m *Model) askLimit(name string, freeze bool) {
 		m.setFlash("a freeze or thaw is on its way", false)
 	case freeze && r.Info.Limit != nil && r.Info.Limit.Max == 0:
 		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, r.Info.Limit.Scope()), false)
-	case freeze:
-		m.confirmLimit = &limitTarget{name: name, freeze: true}
-	case r.Info.Limit == nil:
+	case !freeze && r.Info.Limit == nil:
 		m.setFlash(name+" has no limit: nothing to thaw", false)
 	default:
-		m.confirmLimit = &limitTarget{name: name, limit: *r.Info.Limit}
+		t := limitTarget{name: name, freeze: freeze}
+		if !freeze {
+			t.limit = *r.Info.Limit
+		}
+		m.asking = &question{
+			text: t.question(), what: t.verb(""), doing: fmt.Sprintf("%s %s…", t.verb("ing"), t.scope()),
+			do: func() tea.Cmd { m.limiting = true; return m.limitCmd(t) },
+		}
 	}
 }
 

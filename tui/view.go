@@ -79,11 +79,8 @@ func (m *Model) bottomView() string {
 	s := m.styles
 	var line string
 	switch {
-	case m.confirm != nil:
-		t := m.confirm
-		line = s.Caution.Render(fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", t.name, t.holder, t.token))
-	case m.confirmLimit != nil:
-		line = s.Caution.Render(m.confirmLimit.question())
+	case m.asking != nil:
+		line = s.Caution.Render(m.asking.text)
 	case m.filtering:
 		line = m.filter.View()
 	case m.flash != "":
