@@ -67,10 +67,9 @@ type (
 	}
 
 	revokeMsg struct {
-		target  revokeTarget
-		ended   coord.LockInfo
-		current coord.LockInfo // set when the lock changed hands before the revoke
-		err     error
+		target revokeTarget
+		ended  coord.LockInfo
+		err    error
 	}
 
 	limitMsg struct {
@@ -80,12 +79,6 @@ type (
 		info    coord.LockInfo
 		infoErr error
 		err     error
-	}
-
-	// probeMsg is the answer to probeCmd.
-	probeMsg struct {
-		err     error
-		latency time.Duration
 	}
 
 	tickMsg struct{}
@@ -241,26 +234,17 @@ func (m *Model) listCmd() tea.Cmd {
 // lock's answer is an answer too.
 const probeName = "fence-top-probe"
 
-// probeCmd reads one key of the coordinator, every tick, so that a
+// inspectCmd reads one lock. Every tick it reads probeName, so that a
 // coordinator that stops answering shows within stallAfter of a tick,
 // whatever the refresh period (a list may be seconds away).
-func (m *Model) probeCmd() tea.Cmd {
-	c, ctx, now := m.c, m.ctx, m.opts.Now
-	return func() tea.Msg {
-		start := now()
-		_, err := c.Inspect(ctx, probeName)
-		if ctx.Err() != nil {
-			return nil
-		}
-		return probeMsg{err: err, latency: now().Sub(start)}
-	}
-}
-
 func (m *Model) inspectCmd(name string) tea.Cmd {
 	c, ctx, now := m.c, m.ctx, m.opts.Now
 	return func() tea.Msg {
 		start := now()
 		info, err := c.Inspect(ctx, name)
+		if ctx.Err() != nil {
+			return nil
+		}
 		return inspectMsg{name: name, info: info, err: err, latency: now().Sub(start)}
 	}
 }
@@ -332,7 +316,7 @@ func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
 			return revokeMsg{target: t, err: coord.ErrNotHeld}
 		}
 		if cur.Token != t.token {
-			return revokeMsg{target: t, current: cur, err: fmt.Errorf("%w: now token %d of %s", errChanged, cur.Token, cur.Holder)}
+			return revokeMsg{target: t, err: fmt.Errorf("%w: now token %d of %s", errChanged, cur.Token, cur.Holder)}
 		}
 		ended, err := c.Revoke(ctx, t.name)
 		return revokeMsg{target: t, ended: ended, err: err}

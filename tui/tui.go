@@ -169,7 +169,7 @@ type Model struct {
 	read       bool
 	lastOK     time.Time // the last read that was answered
 	listStart  time.Time // when the list on its way was asked for
-	probing    bool      // a probe (probeCmd) is on its way
+	probing    bool      // an inspect of probeName is on its way
 	probeStart time.Time // since when
 
 	// History counters: one batch at a time.

@@ -42,6 +42,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.onList(msg)
 	case inspectMsg:
 		delete(m.inspecting, msg.name)
+		m.probing = m.probing && msg.name != probeName
 		m.noteRead(msg.err, msg.latency)
 		if msg.err == nil && m.store.Get(msg.name) != nil {
 			m.store.Apply(m.now, store.Change{Info: msg.info})
@@ -57,10 +58,6 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case limitMsg:
 		m.onLimit(msg)
-		return m, nil
-	case probeMsg:
-		m.probing = false
-		m.noteRead(msg.err, msg.latency)
 		return m, nil
 	case tickMsg:
 		return m, m.onTick()
@@ -385,7 +382,7 @@ func (m *Model) onTick() tea.Cmd {
 	}
 	if !m.probing && !m.lastList.IsZero() { // after the first list
 		m.probing, m.probeStart = true, m.now
-		cmds = append(cmds, m.probeCmd())
+		cmds = append(cmds, m.inspectCmd(probeName))
 	}
 	cmds = append(cmds, m.historyBatch())
 	// Re-read the expiring rows on screen: on etcd a renewal shows only
