@@ -226,16 +226,14 @@ type Collector struct {
 	// from there.
 	gone map[string]uint64
 
-	lastOK   time.Time // the last read the coordinator answered
-	firstErr time.Time // the first failed read since lastOK
+	lastOK time.Time // the last read the coordinator answered
 
-	versions   versioner         // nil: not etcd
-	versionsAt time.Time         // when they were last asked
-	memberVer  map[string]string // endpoint -> version, as last answered
-
-	replication replicator // nil: not PostgreSQL
-	replAt      time.Time  // when it was last asked
-	asyncRepl   bool       // standbys without synchronous replication, as last answered
+	// The coordinator's known problems (knownBugs), asked at bugsAt.
+	versions    versioner         // nil: not etcd
+	replication replicator        // nil: not PostgreSQL
+	bugsAt      time.Time         // when they were last asked
+	memberVer   map[string]string // etcd: endpoint -> version, as last answered
+	asyncRepl   bool              // PostgreSQL: standbys without synchronous replication, as last answered
 }
 
 // replicator is a PostgreSQL coordinator, which tells when its server has
@@ -707,12 +705,8 @@ func (col *Collector) refresh() {
 func (col *Collector) noteRead(err error) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	now := time.Now()
-	switch {
-	case err == nil || errors.Is(err, coord.ErrNotHeld):
-		col.lastOK, col.firstErr = now, time.Time{}
-	case col.firstErr.IsZero():
-		col.firstErr = now
+	if err == nil || errors.Is(err, coord.ErrNotHeld) {
+		col.lastOK = time.Now()
 	}
 }
 
@@ -746,27 +740,27 @@ func (col *Collector) healthy(ctx context.Context) error {
 // server whether it has standbys without synchronous replication.
 func (col *Collector) askVersions(ctx context.Context) {
 	col.mu.Lock()
-	etcdDue := col.versions != nil && (time.Since(col.versionsAt) >= versionsEvery || len(col.memberVer) == 0)
-	pgDue := col.replication != nil && time.Since(col.replAt) >= versionsEvery
+	due := time.Since(col.bugsAt) >= versionsEvery || col.versions != nil && len(col.memberVer) == 0
 	col.mu.Unlock()
+	if !due || col.versions == nil && col.replication == nil {
+		return
+	}
 	vctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if etcdDue {
-		vs := col.versions.ServerVersions(vctx)
-		col.mu.Lock()
-		col.versionsAt = time.Now()
-		for _, v := range vs {
-			if v.Err == nil {
-				col.memberVer[v.Endpoint] = v.Version
-			}
-		}
-		col.mu.Unlock()
+	var vs []etcd.MemberVersion
+	async := false
+	if col.versions != nil {
+		vs = col.versions.ServerVersions(vctx)
+	} else {
+		async = col.replication.ReplicationWarning(vctx) != ""
 	}
-	if pgDue {
-		async := col.replication.ReplicationWarning(vctx) != ""
-		col.mu.Lock()
-		col.replAt, col.asyncRepl = time.Now(), async
-		col.mu.Unlock()
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.bugsAt, col.asyncRepl = time.Now(), async
+	for _, v := range vs {
+		if v.Err == nil {
+			col.memberVer[v.Endpoint] = v.Version
+		}
 	}
 }
 
