@@ -204,7 +204,7 @@ func limitsScenario(t *testing.T, c coord.Coordinator) {
 	listed := h.m.lastList
 	state := func(name string) string {
 		if r := h.m.store.Get(name); r != nil {
-			return r.Label(time.Now())
+			return r.Label(r.State(time.Now()))
 		}
 		return "not listed"
 	}

@@ -332,7 +332,7 @@ func (m *Model) titleLine(r *store.Row, now time.Time) string {
 	state := "not listed"
 	stateStyle := s.Dim
 	if r != nil {
-		state = r.Label(now)
+		state = r.Label(r.State(now))
 		stateStyle = s.State(r.Info.Limit != nil, r.State(now))
 	}
 	nameW := max(m.width-2-len(state)-2, 1)

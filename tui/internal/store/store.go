@@ -86,17 +86,17 @@ func (r *Row) State(now time.Time) State {
 	return Held
 }
 
-// Label is what the STATE column and the details say: "frozen" for a lock
-// an operator froze (fence freeze), "limit N" for one held to N holders
-// (fence limit), "2/3 held" for a semaphore with 2 of its 3 slots held,
-// else the State at now. The limit wins: it is what an
+// Label is what the STATE column and the details say of the row in state
+// st: "frozen" for a lock an operator froze (fence freeze), "limit N" for
+// one held to N holders (fence limit), "2/3 held" for a semaphore held
+// with 2 of its 3 slots, else st. The limit wins: it is what an
 // operator must see first (the holder and the TTL bar show the rest).
-func (r *Row) Label(now time.Time) string {
+func (r *Row) Label(st State) string {
 	switch l := r.Info.Limit; {
-	case l == nil && r.Info.Slots > 1 && r.State(now) == Held:
+	case l == nil && r.Info.Slots > 1 && st == Held:
 		return fmt.Sprintf("%d/%d held", len(r.Info.Holders), r.Info.Slots) // a semaphore
 	case l == nil:
-		return r.State(now).String()
+		return st.String()
 	case l.Max == 0:
 		return "frozen"
 	default:
