@@ -3,8 +3,6 @@ package tui
 import (
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
-
-	"github.com/fence-dev/fence/tui/keys"
 )
 
 // A key goes through two decisions, both pure functions of the model's
@@ -53,7 +51,7 @@ type binding struct {
 // first binding that matches a key says what it does. A step that moves
 // the table's view is batched: rows that scrolled into view get their
 // counters soon, not at the next tick.
-func screenKeys(k keys.KeyMap, md mode) []binding {
+func screenKeys(k keyMap, md mode) []binding {
 	quit := binding{k.Quit, "quit", (*Model).quit}
 	switch md {
 	case modeHelp:
@@ -97,7 +95,7 @@ func screenKeys(k keys.KeyMap, md mode) []binding {
 
 // keyAction is the binding key msg matches on screen md; its run is nil
 // when none does.
-func keyAction(k keys.KeyMap, md mode, msg tea.KeyMsg) binding {
+func keyAction(k keyMap, md mode, msg tea.KeyMsg) binding {
 	for _, b := range screenKeys(k, md) {
 		if key.Matches(msg, b.key) {
 			return b

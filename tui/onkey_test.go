@@ -2,8 +2,6 @@ package tui
 
 import (
 	"testing"
-
-	"github.com/fence-dev/fence/tui/keys"
 )
 
 // TestKeyReaderOf: ctrl+c goes before everything, an open question before
@@ -31,7 +29,7 @@ func TestKeyReaderOf(t *testing.T) {
 
 // TestKeyAction: what each key does on each screen.
 func TestKeyAction(t *testing.T) {
-	k := keys.Default()
+	k := defaultKeys()
 	for _, c := range []struct {
 		md   mode
 		key  string
@@ -92,7 +90,7 @@ func TestKeyAction(t *testing.T) {
 // TestEveryKeyHasAHandler: every action a screen binds is one onKey runs,
 // and every key the help screen lists does something on the table.
 func TestEveryKeyHasAHandler(t *testing.T) {
-	k := keys.Default()
+	k := defaultKeys()
 	for _, md := range []mode{modeTable, modeDetails, modeHelp} {
 		for _, b := range screenKeys(k, md) {
 			if b.run == nil {

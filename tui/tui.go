@@ -11,7 +11,7 @@
 // on screen.
 //
 // Layout after gh-dash: components in tui/components, the one Styles struct
-// in tui/styles, the key map in tui/keys.
+// in tui/styles, the key map in keys.go.
 package tui
 
 import (
@@ -35,7 +35,6 @@ import (
 	"github.com/fence-dev/fence/tui/components/details"
 	"github.com/fence-dev/fence/tui/components/locktable"
 	"github.com/fence-dev/fence/tui/internal/store"
-	"github.com/fence-dev/fence/tui/keys"
 	"github.com/fence-dev/fence/tui/styles"
 )
 
@@ -125,7 +124,7 @@ type Model struct {
 	opts   Options
 	tick   time.Duration
 	styles *styles.Styles
-	keys   keys.KeyMap
+	keys   keyMap
 
 	help    help.Model
 	filter  textinput.Model
@@ -146,7 +145,6 @@ type Model struct {
 	flashUntil    time.Time
 
 	backend string
-	totals  store.Totals
 
 	// The watch.
 	watchGen    int
@@ -213,7 +211,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		opts:       opts,
 		tick:       time.Second,
 		styles:     st,
-		keys:       keys.Default(),
+		keys:       defaultKeys(),
 		table:      locktable.New(st),
 		details:    details.New(st, opts.Location),
 		store:      store.New(),
