@@ -41,7 +41,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -352,23 +351,17 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		}, []string{"lock"})
 	}
 	rctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
-	infos, err := c.List(rctx, opts.Prefix)
-	cancel()
-	if err != nil {
+	defer cancel()
+	if err := col.list(rctx, false); err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
-	col.noteRead(nil)
-	col.listOK = true
-	col.applyListLocked(infos)
 	ch, err := c.Watch(ctx, opts.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
 	col.watching = true
 	if col.hist != nil {
-		hctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
-		col.readHistory(hctx)
-		cancel()
+		col.readHistory(rctx)
 	}
 	go col.follow(ctx, ch)
 	return col, nil
@@ -416,26 +409,28 @@ func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
 func (col *Collector) relist(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, col.opts.ScrapeTimeout)
 	defer cancel()
-	col.list(rctx, true)
+	if err := col.list(rctx, true); err != nil {
+		col.log.Warn("exporter: list", "err", err)
+	}
 }
 
 // list reads every lock and applies them. After a relist (unconfirm),
 // events the watch sends next may be older than this List: until the
 // watch reports a holder itself, its "released" is not trusted.
-func (col *Collector) list(ctx context.Context, unconfirm bool) {
+func (col *Collector) list(ctx context.Context, unconfirm bool) error {
 	infos, err := col.c.List(ctx, col.opts.Prefix)
 	col.noteRead(err)
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.listOK = err == nil
 	if err != nil {
-		col.log.Warn("exporter: list", "err", err)
-		return
+		return err
 	}
 	col.applyListLocked(infos)
 	for _, st := range col.locks {
 		st.confirmed = st.confirmed && !unconfirm
 	}
+	return nil
 }
 
 func (col *Collector) setWatching(on bool) {
@@ -626,11 +621,6 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	col.refresh()
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	names := make([]string, 0, len(col.locks))
-	for n := range col.locks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	now := time.Now()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -638,7 +628,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(col.locks)) {
 		st := col.locks[n]
 		held, ttl := 0.0, 0.0
 		if st.info.Held {
@@ -694,7 +684,9 @@ func (col *Collector) refresh() {
 	defer col.scrape.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), col.opts.ScrapeTimeout)
 	defer cancel()
-	col.list(ctx, false)
+	if err := col.list(ctx, false); err != nil {
+		col.log.Warn("exporter: list", "err", err)
+	}
 	if col.hist != nil {
 		col.readHistory(ctx)
 	}
