@@ -141,16 +141,5 @@ func (m *Model) helpView() string {
 			lines = append(lines, "  "+s.Help.FullKey.Render("▲ ")+s.Help.FullDesc.Render(w+" (fence config, docs/operations.md)"))
 		}
 	}
-	for i, l := range lines {
-		if ansi.StringWidth(l) > m.width {
-			lines[i] = ansi.Truncate(l, m.width, "…")
-		}
-	}
-	if len(lines) > h {
-		lines = lines[:h]
-	}
-	for len(lines) < h {
-		lines = append(lines, "")
-	}
-	return strings.Join(lines, "\n")
+	return format.Block(strings.Join(lines, "\n"), m.width, h)
 }

@@ -277,7 +277,7 @@ func (m *Model) View(r *store.Row, now time.Time) string {
 	if len(lines) < m.height {
 		lines = append(lines, m.vp.View())
 	}
-	return padLines(strings.Join(lines, "\n"), m.height)
+	return format.Block(strings.Join(lines, "\n"), m.width, m.height)
 }
 
 // Sync fits the timeline to the room the header leaves for row r at now
@@ -537,14 +537,4 @@ func (m *Model) contentionLines() []string {
 		lines = append(lines, indent+m.styles.Bad.Render(m.rest("waits exceed holds: the lock is the bottleneck")))
 	}
 	return lines
-}
-
-// padLines makes s exactly n lines long.
-func padLines(s string, n int) string {
-	got := strings.Count(s, "\n") + 1
-	if got > n {
-		parts := strings.SplitN(s, "\n", n+1)
-		return strings.Join(parts[:n], "\n")
-	}
-	return s + strings.Repeat("\n", n-got)
 }
