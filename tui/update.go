@@ -53,11 +53,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.onHistory(msg)
 	case detailsMsg:
 		return m, m.onDetails(msg)
-	case revokeMsg:
-		m.onRevoke(msg)
-		return m, nil
-	case limitMsg:
-		m.onLimit(msg)
+	case doneMsg:
+		m.onDone(msg)
 		return m, nil
 	case tickMsg:
 		return m, m.onTick()
@@ -351,21 +348,6 @@ func (m *Model) onDetails(msg detailsMsg) tea.Cmd {
 	return nil
 }
 
-func (m *Model) onRevoke(msg revokeMsg) {
-	m.revoking = false
-	t := msg.target
-	switch {
-	case errors.Is(msg.err, errChanged):
-		m.setFlash(fmt.Sprintf("not revoked: %s changed hands (%v)", t.name, msg.err), true)
-	case errors.Is(msg.err, coord.ErrNotHeld):
-		m.setFlash(fmt.Sprintf("not revoked: %s is free already", t.name), false)
-	case msg.err != nil:
-		m.setFlash(fmt.Sprintf("revoke %s: %v", t.name, msg.err), true)
-	default:
-		m.setFlash(fmt.Sprintf("revoked %s: token %d of %s", t.name, msg.ended.Token, msg.ended.Holder), false)
-	}
-}
-
 func (m *Model) setFlash(s string, isErr bool) {
 	m.flash, m.flashErr, m.flashUntil = s, isErr, m.now.Add(flashFor)
 }
@@ -456,21 +438,15 @@ func (m *Model) askLimit(name string, freeze bool) {
 	}
 }
 
-func (m *Model) onLimit(msg limitMsg) {
-	m.limiting = false
-	t := msg.target
-	switch {
-	case msg.err != nil:
-		m.setFlash(fmt.Sprintf("%s %s: %v", t.verb(""), t.scope(), msg.err), true)
-		return
-	case !t.freeze && !msg.removed:
-		m.setFlash(fmt.Sprintf("not thawed: %s had no limit by now", t.scope()), false)
-	case msg.still != nil && !t.freeze:
-		m.setFlash(fmt.Sprintf("thawed %s; %s is still %s", t.scope(), t.name, msg.still.Describe()), false)
-	default:
-		m.setFlash(fmt.Sprintf("%s %s", t.verb("ed"), t.scope()), false)
+// onDone ends a revoke, a freeze or a thaw.
+func (m *Model) onDone(msg doneMsg) {
+	if msg.revoke {
+		m.revoking = false
+	} else {
+		m.limiting = false
 	}
-	if msg.infoErr == nil && m.store.Get(msg.info.Name) != nil {
+	m.setFlash(msg.flash, msg.isErr)
+	if msg.read && m.store.Get(msg.info.Name) != nil {
 		m.store.Apply(m.now, store.Change{Info: msg.info})
 		m.changed()
 	}
