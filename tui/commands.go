@@ -21,8 +21,6 @@ import (
 const maxBatch = 4096
 
 type (
-	describeMsg struct{ text string }
-
 	watchStartedMsg struct {
 		gen    int
 		ch     <-chan coord.Event
@@ -137,11 +135,6 @@ type revokeTarget struct {
 	name   string
 	holder string
 	token  uint64
-}
-
-func (m *Model) describeCmd() tea.Cmd {
-	c := m.c
-	return func() tea.Msg { return describeMsg{text: c.Describe()} }
 }
 
 // watchCmd starts a watch of the prefix under its own context.

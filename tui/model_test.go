@@ -604,7 +604,7 @@ func TestEveryFrameFits(t *testing.T) {
 			}
 			i.Waiters = len(i.Queue)
 		}
-		m.Update(describeMsg{text: rapid.StringMatching(`[a-z /:0-9.]{0,120}`).Draw(rt, "backend")})
+		m.backend = rapid.StringMatching(`[a-z /:0-9.]{0,120}`).Draw(rt, "backend")
 		m.Update(listMsg{infos: infos})
 		var counts []lockCounts
 		for _, i := range infos {

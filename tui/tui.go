@@ -216,6 +216,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		details:    details.New(st, opts.Location),
 		store:      store.New(),
 		now:        opts.Now(),
+		backend:    c.Describe(),
 		listEvery:  opts.Refresh,
 		retry:      minRetry,
 		inspecting: make(map[string]bool),
@@ -251,9 +252,8 @@ const (
 	flashFor   = 5 * time.Second
 )
 
-// Init starts the reads: where the coordinator is, the watch (then the
-// list), and the clock.
+// Init starts the reads: the watch (then the list), and the clock.
 func (m *Model) Init() tea.Cmd {
 	m.watchGen++
-	return tea.Batch(m.describeCmd(), m.watchCmd(m.watchGen), m.after(m.tick, tickMsg{}))
+	return tea.Batch(m.watchCmd(m.watchGen), m.after(m.tick, tickMsg{}))
 }

@@ -24,9 +24,6 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tea.KeyMsg:
 		return m, m.onKey(msg)
-	case describeMsg:
-		m.backend = msg.text
-		return m, nil
 	case watchStartedMsg:
 		return m, m.onWatchStarted(msg)
 	case eventsMsg:
