@@ -18,7 +18,7 @@
 //
 // The state comes from one Watch of the coordinator, started after an
 // initial List; a watch that fails or resets is started again, and followed
-// by a List. Each scrape also Lists the locks (within Options.ScrapeTimeout)
+// by a List. Each scrape also Lists the locks (within scrapeTimeout)
 // to refresh the time left on leases (etcd renewals are not visible to a
 // watch) and to catch what a watch restart missed. Holder changes are taken
 // in order: tokens only grow, so a state with a smaller token than one
@@ -57,13 +57,12 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 )
 
-// DefaultScrapeTimeout is the default Options.ScrapeTimeout.
-const DefaultScrapeTimeout = 5 * time.Second
-
 // DefaultRetention is the default Options.Retention.
 const DefaultRetention = time.Hour
 
 const (
+	// scrapeTimeout bounds the reads of one scrape.
+	scrapeTimeout = 5 * time.Second
 	// healthFresh is how recent a read must be for /healthz to answer
 	// without reading; healthTimeout bounds the read it makes otherwise.
 	healthFresh   = time.Second
@@ -75,13 +74,13 @@ const (
 	healthProbe = "fence-exporter-healthz"
 )
 
-// DefaultBuckets are the default buckets of
-// fence_lock_critical_section_seconds, in seconds: from 100ms to a day.
-var DefaultBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
+// sectionBuckets are the buckets of fence_lock_critical_section_seconds, in
+// seconds: from 100ms to a day.
+var sectionBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
 
-// DefaultWaitBuckets are the default buckets of fence_lock_wait_seconds, in
-// seconds: from 1ms (an uncontended grant) to an hour.
-var DefaultWaitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+// waitBuckets are the buckets of fence_lock_wait_seconds, in seconds: from
+// 1ms (an uncontended grant) to an hour.
+var waitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 // Options configure the exporter. The zero value is usable.
 type Options struct {
@@ -89,12 +88,6 @@ type Options struct {
 	Prefix string
 	// Logger receives warnings about failed reads (slog.Default()).
 	Logger *slog.Logger
-	// ScrapeTimeout bounds the reads of one scrape (DefaultScrapeTimeout).
-	ScrapeTimeout time.Duration
-	// Buckets of the critical-section histogram (DefaultBuckets).
-	Buckets []float64
-	// WaitBuckets of the wait histogram (DefaultWaitBuckets).
-	WaitBuckets []float64
 	// OnListen, when set, is called by Serve once it listens, with the
 	// address (useful with port 0).
 	OnListen func(net.Addr)
@@ -106,15 +99,6 @@ type Options struct {
 func (o *Options) fill() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
-	}
-	if o.ScrapeTimeout <= 0 {
-		o.ScrapeTimeout = DefaultScrapeTimeout
-	}
-	if len(o.Buckets) == 0 {
-		o.Buckets = DefaultBuckets
-	}
-	if len(o.WaitBuckets) == 0 {
-		o.WaitBuckets = DefaultWaitBuckets
 	}
 	if o.Retention <= 0 {
 		o.Retention = DefaultRetention
@@ -178,7 +162,7 @@ func Handler(ctx context.Context, c coord.Coordinator, opts Options) (http.Handl
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      slogPrinter{col.log},
+		ErrorLog:      slogPrinter{col.opts.Logger},
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -209,7 +193,6 @@ type Collector struct {
 	c    coord.Coordinator
 	hist history.Store // nil: the coordinator keeps no history
 	opts Options
-	log  *slog.Logger
 
 	scrape sync.Mutex // one scrape's reads at a time
 
@@ -330,14 +313,14 @@ var allKinds = []history.Kind{
 func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Collector, error) {
 	opts.fill()
 	col := &Collector{
-		c: c, opts: opts, log: opts.Logger,
+		c: c, opts: opts,
 		locks:     map[string]*lockState{},
 		gone:      map[string]uint64{},
 		memberVer: map[string]string{},
 		sections: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_critical_section_seconds",
 			Help:    "How long each holder held the lock (from its acquisition to the end of its lease, as seen by the exporter).",
-			Buckets: opts.Buckets,
+			Buckets: sectionBuckets,
 		}, []string{"lock"}),
 	}
 	col.hist, _ = c.(history.Store)
@@ -347,10 +330,10 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		col.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_wait_seconds",
 			Help:    "How long each holder waited for the lock before it was granted (the history's waited).",
-			Buckets: opts.WaitBuckets,
+			Buckets: waitBuckets,
 		}, []string{"lock"})
 	}
-	rctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
 	if err := col.list(rctx, false); err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
@@ -387,7 +370,7 @@ func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
 			return
 		}
 		col.setWatching(false)
-		col.log.Warn("exporter: the coordinator's watch ended; starting it again", "coordinator", col.c.Describe())
+		col.opts.Logger.Warn("exporter: the coordinator's watch ended; starting it again", "coordinator", col.c.Describe())
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
 			select {
 			case <-ctx.Done():
@@ -398,7 +381,7 @@ func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
 			if ch, err = col.c.Watch(ctx, col.opts.Prefix); err == nil {
 				break
 			}
-			col.log.Debug("exporter: watch", "err", err)
+			col.opts.Logger.Debug("exporter: watch", "err", err)
 		}
 		col.setWatching(true)
 		col.relist(ctx)
@@ -407,10 +390,10 @@ func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
 
 // relist reads every lock after the watch lost track.
 func (col *Collector) relist(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, col.opts.ScrapeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
 	if err := col.list(rctx, true); err != nil {
-		col.log.Warn("exporter: list", "err", err)
+		col.opts.Logger.Warn("exporter: list", "err", err)
 	}
 }
 
@@ -543,7 +526,7 @@ func (col *Collector) state(name string) *lockState {
 func (col *Collector) readHistory(ctx context.Context) {
 	heads, err := col.hist.Heads(ctx)
 	if err != nil {
-		col.log.Warn("exporter: history", "err", err)
+		col.opts.Logger.Warn("exporter: history", "err", err)
 		col.mu.Lock()
 		col.histUp = false
 		col.mu.Unlock()
@@ -570,7 +553,7 @@ func (col *Collector) readHistory(ctx context.Context) {
 		}
 		ents, err := col.hist.Since(ctx, h.Lock, cursor)
 		if err != nil {
-			col.log.Warn("exporter: history", "lock", h.Lock, "err", err)
+			col.opts.Logger.Warn("exporter: history", "lock", h.Lock, "err", err)
 			ok = false
 			continue
 		}
@@ -682,10 +665,10 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 func (col *Collector) refresh() {
 	col.scrape.Lock()
 	defer col.scrape.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), col.opts.ScrapeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	if err := col.list(ctx, false); err != nil {
-		col.log.Warn("exporter: list", "err", err)
+		col.opts.Logger.Warn("exporter: list", "err", err)
 	}
 	if col.hist != nil {
 		col.readHistory(ctx)
