@@ -42,7 +42,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.probing = m.probing && msg.name != probeName
 		m.noteRead(msg.err, msg.latency)
 		if msg.err == nil && m.store.Get(msg.name) != nil {
-			m.store.Apply(m.now, store.Change{Info: msg.info})
+			m.store.Apply(m.now, coord.Event{Info: msg.info})
 			m.changed()
 		}
 		return m, nil
@@ -177,39 +177,29 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 		return nil
 	}
 	var cmds []tea.Cmd
-	changes := make([]store.Change, 0, len(msg.events))
 	touched := false
-	flush := func() {
-		if len(changes) > 0 {
-			m.store.Apply(m.now, changes...)
-			changes = changes[:0]
-		}
-	}
 	for _, ev := range msg.events {
-		if ev.Type == coord.EventReset {
-			flush()
+		switch {
+		case ev.Type == coord.EventReset:
+			// The events after it go to pending: the list will have
+			// what the watch lost.
 			cmds = append(cmds, m.startList())
 			continue
-		}
-		if ev.Info.Name == "" {
+		case ev.Info.Name == "":
 			continue
-		}
-		if m.mode == modeDetails && ev.Info.Name == m.details.Name() {
-			touched = true
-		}
-		if m.listing {
-			if len(m.pending) >= maxPending {
-				// Too many to keep: the list after this one
-				// will have them all.
-				m.pending = m.pending[:0]
-				m.relist = true
-			}
+		case !m.listing:
+			m.store.Apply(m.now, ev)
+		case len(m.pending) >= maxPending:
+			// Too many to keep: the list after this one will have
+			// them all.
+			m.pending = m.pending[:0]
+			m.relist = true
+			fallthrough
+		default:
 			m.pending = append(m.pending, ev)
-			continue
 		}
-		changes = append(changes, store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed})
+		touched = touched || m.mode == modeDetails && ev.Info.Name == m.details.Name()
 	}
-	flush()
 	m.changed()
 	if touched {
 		cmds = append(cmds, m.fetchDetails())
@@ -234,14 +224,8 @@ func (m *Model) onList(msg listMsg) tea.Cmd {
 		m.store.Replace(m.now, msg.infos)
 		m.listEvery = max(m.opts.Refresh, 10*msg.latency)
 	}
-	if len(m.pending) > 0 {
-		changes := make([]store.Change, len(m.pending))
-		for i, ev := range m.pending {
-			changes[i] = store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed}
-		}
-		m.store.Apply(m.now, changes...)
-		m.pending = m.pending[:0]
-	}
+	m.store.Apply(m.now, m.pending...)
+	m.pending = m.pending[:0]
 	m.changed()
 	var cmds []tea.Cmd
 	if m.relist {
@@ -325,7 +309,7 @@ func (m *Model) onDetails(msg detailsMsg) tea.Cmd {
 	m.detailsBusy = false
 	m.noteRead(msg.infoErr, msg.latency)
 	if msg.infoErr == nil && m.store.Get(msg.name) != nil {
-		m.store.Apply(m.now, store.Change{Info: msg.info})
+		m.store.Apply(m.now, coord.Event{Info: msg.info})
 	}
 	if m.hist != nil && msg.histErr == nil {
 		f, s := countHistory(msg.events)
@@ -444,7 +428,7 @@ func (m *Model) onDone(msg doneMsg) {
 	}
 	m.setFlash(msg.flash, msg.isErr)
 	if msg.read && m.store.Get(msg.info.Name) != nil {
-		m.store.Apply(m.now, store.Change{Info: msg.info})
+		m.store.Apply(m.now, coord.Event{Info: msg.info})
 		m.changed()
 	}
 }

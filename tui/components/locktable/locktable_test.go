@@ -117,9 +117,9 @@ func TestCells(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	st := store.New()
 	st.Apply(now,
-		store.Change{Info: coord.LockInfo{Name: "held", Held: true, Holder: "web-1", Token: 7, TTL: 30 * time.Second,
+		coord.Event{Info: coord.LockInfo{Name: "held", Held: true, Holder: "web-1", Token: 7, TTL: 30 * time.Second,
 			TTLLeft: 20 * time.Second, AcquiredAt: now.Add(-90 * time.Second)}},
-		store.Change{Info: coord.LockInfo{Name: "free", LastToken: 5}})
+		coord.Event{Info: coord.LockInfo{Name: "free", LastToken: 5}})
 	st.SetCounts("held", 2, 0, now)
 	r := lipgloss.NewRenderer(io.Discard)
 	r.SetColorProfile(termenv.Ascii) // the cells' text, without colour

@@ -143,13 +143,6 @@ func (k SortKey) String() string {
 // Next is the key after k, wrapping around.
 func (k SortKey) Next() SortKey { return (k + 1) % numSortKeys }
 
-// Change is one new state of a lock.
-type Change struct {
-	Info coord.LockInfo
-	// Renewed says the watch reported a renewal (coord.EventRenewed).
-	Renewed bool
-}
-
 // Totals counts the rows.
 type Totals struct {
 	Locks, Held, Expiring, Free, Waiters int
@@ -243,10 +236,11 @@ func (s *Store) Tick(now time.Time) {
 	}
 }
 
-// Apply records new states of locks read at at.
-func (s *Store) Apply(at time.Time, changes ...Change) {
-	for _, c := range changes {
-		s.update(c, at)
+// Apply records new states of locks read at at: events of the watch, or
+// reads (events of no type).
+func (s *Store) Apply(at time.Time, evs ...coord.Event) {
+	for _, ev := range evs {
+		s.update(ev, at)
 	}
 }
 
@@ -256,7 +250,7 @@ func (s *Store) Replace(at time.Time, infos []coord.LockInfo) {
 	seen := make(map[string]struct{}, len(infos))
 	for _, info := range infos {
 		seen[info.Name] = struct{}{}
-		s.update(Change{Info: info}, at)
+		s.update(coord.Event{Info: info}, at)
 	}
 	for name := range s.rows {
 		if _, ok := seen[name]; !ok {
@@ -304,9 +298,9 @@ func (s *Store) Totals() Totals {
 	return t
 }
 
-// update applies c to its row, creating it.
-func (s *Store) update(c Change, at time.Time) {
-	info := c.Info
+// update applies ev to its row, creating it.
+func (s *Store) update(ev coord.Event, at time.Time) {
+	info := ev.Info
 	r := s.rows[info.Name]
 	if r == nil {
 		r = &Row{Failures: -1, Stale: -1}
@@ -325,7 +319,7 @@ func (s *Store) update(c Change, at time.Time) {
 	switch {
 	case !info.Held || !old.Held || old.LeaseID != info.LeaseID || old.Token != info.Token:
 		r.Renewals = 0
-	case c.Renewed:
+	case ev.Type == coord.EventRenewed:
 		r.Renewals++
 	case r.Expiry.Sub(oldExpiry) > info.TTL/4:
 		// The expiry moved on by more than clock noise between two
