@@ -56,10 +56,6 @@ type Row struct {
 	HistAt time.Time
 
 	match string // lower-cased "name\nholder", for the filter
-	// state is State as of the row's last change or the store's last
-	// Tick: the state sort and the totals use it, so that neither needs a
-	// pass over every row between ticks.
-	state State
 }
 
 // TTLLeft is the time left on the lease at now, counted down from the last
@@ -164,6 +160,10 @@ type Store struct {
 	reverse bool
 	filter  string // lower case; "" matches everything
 	dirty   bool   // all (a row came or went) or the order changed
+	// now is the last change's or Tick's time: the state sort and the
+	// totals take the states as of now, so that the order holds between
+	// two sorts.
+	now time.Time
 }
 
 // New returns an empty store sorted by name.
@@ -211,9 +211,7 @@ func (s *Store) Filter() string { return s.filter }
 
 // SetSort sorts by key, reversed or not, as of now.
 func (s *Store) SetSort(key SortKey, reverse bool, now time.Time) {
-	s.key, s.reverse = key, reverse
-	s.Tick(now)
-	s.dirty = true
+	s.key, s.reverse, s.now, s.dirty = key, reverse, now, true
 }
 
 // SetFilter keeps the rows whose name or holder contains f, ignoring case.
@@ -223,22 +221,18 @@ func (s *Store) SetFilter(f string) {
 	}
 }
 
-// Tick moves the store's clock to now: rows whose state changed with the
-// time (a held lock becoming expiring as its TTL runs down) are counted
-// again and, when sorted by state, moved. It is one pass over the rows,
-// for the once-a-second tick; frames do not need it.
+// Tick moves the store's clock to now, for the once-a-second tick: held
+// locks become expiring as their TTLs run down, and, when sorted by state,
+// move.
 func (s *Store) Tick(now time.Time) {
-	for _, r := range s.rows {
-		if st := r.State(now); st != r.state {
-			r.state = st
-			s.dirty = s.dirty || s.key == ByState
-		}
-	}
+	s.now = now
+	s.dirty = s.dirty || s.key == ByState
 }
 
 // Apply records new states of locks read at at: events of the watch, or
 // reads (events of no type).
 func (s *Store) Apply(at time.Time, evs ...coord.Event) {
+	s.now = at
 	for _, ev := range evs {
 		s.update(ev, at)
 	}
@@ -247,6 +241,7 @@ func (s *Store) Apply(at time.Time, evs ...coord.Event) {
 // Replace makes the store hold exactly the locks of a full listing read at
 // at: rows missing from it are dropped, the others updated.
 func (s *Store) Replace(at time.Time, infos []coord.LockInfo) {
+	s.now = at
 	seen := make(map[string]struct{}, len(infos))
 	for _, info := range infos {
 		seen[info.Name] = struct{}{}
@@ -281,7 +276,7 @@ func (s *Store) Totals() Totals {
 		if r.Info.Held {
 			t.Held++
 		}
-		if r.state == Expiring {
+		if r.State(s.now) == Expiring {
 			t.Expiring++
 		}
 		t.Waiters += r.Info.Waiters
@@ -330,7 +325,6 @@ func (s *Store) update(ev coord.Event, at time.Time) {
 	if old.Name == "" || old.Holder != info.Holder {
 		r.match = strings.ToLower(info.Name + "\n" + info.Holder)
 	}
-	r.state = r.State(at)
 }
 
 func (s *Store) matches(r *Row) bool {
@@ -376,7 +370,7 @@ func (s *Store) cmpKey(a, b *Row) int {
 		if c := cmp.Compare(a.limitRank(), b.limitRank()); c != 0 {
 			return c
 		}
-		return cmp.Compare(b.state, a.state)
+		return cmp.Compare(b.State(s.now), a.State(s.now))
 	case ByTTL:
 		if c := heldFirst(a, b); c != 0 || !a.Info.Held {
 			return c
