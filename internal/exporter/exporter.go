@@ -240,7 +240,6 @@ type lockState struct {
 
 	cursor          uint64 // history sequence number read up to
 	renewalFailures float64
-	staleRefusals   float64
 	events          map[history.Kind]float64
 	lastCompletion  time.Time // of the last completed --once run in the history
 }
@@ -525,14 +524,10 @@ func (col *Collector) state(name string) *lockState {
 // readHistory counts the history events written since the last read.
 func (col *Collector) readHistory(ctx context.Context) {
 	heads, err := col.hist.Heads(ctx)
+	ok := err == nil
 	if err != nil {
 		col.opts.Logger.Warn("exporter: history", "err", err)
-		col.mu.Lock()
-		col.histUp = false
-		col.mu.Unlock()
-		return
 	}
-	ok := true
 	for _, h := range heads {
 		if !strings.HasPrefix(h.Lock, col.opts.Prefix) {
 			continue
@@ -565,8 +560,6 @@ func (col *Collector) readHistory(ctx context.Context) {
 			switch e.Event.Kind {
 			case history.RenewalFailed:
 				st.renewalFailures += float64(max(e.Event.Count, 1))
-			case history.StaleRefused:
-				st.staleRefusals++
 			case history.Acquired:
 				col.waits.WithLabelValues(h.Lock).Observe(max(e.Event.Wait, 0).Seconds())
 			case history.Completed:
@@ -635,7 +628,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if col.hist != nil {
 			counter(descRenewalFailures, st.renewalFailures, n)
-			counter(descStale, st.staleRefusals, n)
+			counter(descStale, st.events[history.StaleRefused], n)
 			if !st.lastCompletion.IsZero() {
 				gauge(descLastCompletion, float64(st.lastCompletion.UnixNano())/1e9, n)
 			}
