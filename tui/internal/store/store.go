@@ -1,6 +1,6 @@
-// Package store keeps the dashboard's rows: one per lock, kept sorted and
-// filtered as changes arrive, so that drawing a frame only reads the rows on
-// screen. It does no I/O and is not safe for concurrent use: the Bubble Tea
+// Package store keeps the dashboard's rows: one per lock, sorted and
+// filtered again on the first read after a change, so that drawing a frame
+// only reads the rows on screen. It does no I/O and is not safe for concurrent use: the Bubble Tea
 // model owns it and changes it in Update.
 package store
 
