@@ -160,9 +160,10 @@ type Store struct {
 	reverse bool
 	filter  string // lower case; "" matches everything
 	dirty   bool   // all (a row came or went) or the order changed
-	// now is the last change's or Tick's time: the state sort and the
-	// totals take the states as of now, so that the order holds between
-	// two sorts.
+	// now is the time of the last Apply, Replace, SetSort or Tick: the
+	// state sort and the totals take the states as of now. It moves only
+	// with a re-sort when the order depends on it (the state sort), so
+	// that the order holds between two sorts.
 	now time.Time
 }
 
@@ -232,7 +233,7 @@ func (s *Store) Tick(now time.Time) {
 // Apply records new states of locks read at at: events of the watch, or
 // reads (events of no type).
 func (s *Store) Apply(at time.Time, evs ...coord.Event) {
-	s.now = at
+	s.now, s.dirty = at, true
 	for _, ev := range evs {
 		s.update(ev, at)
 	}
@@ -241,7 +242,7 @@ func (s *Store) Apply(at time.Time, evs ...coord.Event) {
 // Replace makes the store hold exactly the locks of a full listing read at
 // at: rows missing from it are dropped, the others updated.
 func (s *Store) Replace(at time.Time, infos []coord.LockInfo) {
-	s.now = at
+	s.now, s.dirty = at, true
 	seen := make(map[string]struct{}, len(infos))
 	for _, info := range infos {
 		seen[info.Name] = struct{}{}
@@ -253,7 +254,6 @@ func (s *Store) Replace(at time.Time, infos []coord.LockInfo) {
 		}
 	}
 	s.all = slices.DeleteFunc(s.all, func(r *Row) bool { return s.rows[r.Info.Name] != r })
-	s.dirty = true
 }
 
 // SetCounts records a lock's history counters, read at at.
@@ -269,7 +269,7 @@ func (s *Store) SetCounts(name string, failures, stale int, at time.Time) {
 }
 
 // Totals counts the rows (all of them, not only the filtered ones), with
-// the states as of the last change or Tick.
+// the states as of the store's clock (the last change or Tick).
 func (s *Store) Totals() Totals {
 	var t Totals
 	for _, r := range s.rows {
@@ -302,7 +302,6 @@ func (s *Store) update(ev coord.Event, at time.Time) {
 		s.rows[info.Name] = r
 		s.all = append(s.all, r)
 	}
-	s.dirty = true
 	old := r.Info
 	oldExpiry := r.Expiry
 	r.Info, r.ReadAt = info, at
