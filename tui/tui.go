@@ -145,6 +145,7 @@ type Model struct {
 	flashUntil    time.Time
 
 	backend string
+	totals  store.Totals // counted after each change, not in each frame
 
 	// The watch.
 	watchGen    int

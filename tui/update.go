@@ -72,10 +72,11 @@ func (m *Model) setSize(w, h int) {
 	m.table.Sync(m.store)
 }
 
-// changed brings the table and the details up to date after the store
-// changed.
+// changed brings the table, the totals and the details up to date after
+// the store changed.
 func (m *Model) changed() {
 	m.table.Sync(m.store)
+	m.totals = m.store.Totals()
 	if m.mode == modeDetails {
 		m.details.Sync(m.store.Get(m.details.Name()), m.now)
 	}

@@ -48,7 +48,7 @@ func (m *Model) statusView() string {
 		Backend: m.backend,
 		Latency: m.latency,
 		Read:    m.read,
-		Totals:  m.store.Totals(),
+		Totals:  m.totals,
 		Shown:   len(m.store.Rows()),
 		Filter:  m.store.Filter(),
 	}
