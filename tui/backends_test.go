@@ -134,7 +134,7 @@ func dashboardScenario(t *testing.T, c coord.Coordinator, backend string, renewA
 
 	// Revoke batch/x from the keyboard (it sorts first by name).
 	h.key("g", "r")
-	if h.m.confirm == nil || h.m.confirm.name != "batch/x" {
+	if h.m.asking == nil || !strings.HasPrefix(h.m.asking.text, "Revoke the lease on batch/x ") {
 		t.Fatalf("no question for batch/x: %q", h.screen()[23])
 	}
 	h.key("y")
@@ -204,7 +204,7 @@ func limitsScenario(t *testing.T, c coord.Coordinator) {
 	listed := h.m.lastList
 	state := func(name string) string {
 		if r := h.m.store.Get(name); r != nil {
-			return r.Label(time.Now())
+			return r.Label(r.State(time.Now()))
 		}
 		return "not listed"
 	}

@@ -18,7 +18,7 @@ func benchModel(b *testing.B, n int, sortKey int) *Model {
 	b.Cleanup(cancel)
 	m := New(ctx, newFake(), Options{Now: fixedClock, Location: time.UTC})
 	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
-	m.Update(describeMsg{text: "local /var/lib/fence"})
+	m.backend = "local /var/lib/fence"
 	infos := make([]coord.LockInfo, n)
 	counts := make([]lockCounts, n)
 	for i := range infos {

@@ -21,8 +21,6 @@ import (
 const maxBatch = 4096
 
 type (
-	describeMsg struct{ text string }
-
 	watchStartedMsg struct {
 		gen    int
 		ch     <-chan coord.Event
@@ -66,26 +64,14 @@ type (
 		latency time.Duration
 	}
 
-	revokeMsg struct {
-		target  revokeTarget
-		ended   coord.LockInfo
-		current coord.LockInfo // set when the lock changed hands before the revoke
-		err     error
-	}
-
-	limitMsg struct {
-		target  limitTarget
-		removed bool         // a thaw found the limit
-		still   *coord.Limit // the limit that binds the lock afterwards
-		info    coord.LockInfo
-		infoErr error
-		err     error
-	}
-
-	// probeMsg is the answer to probeCmd.
-	probeMsg struct {
-		err     error
-		latency time.Duration
+	// doneMsg ends a revoke, a freeze or a thaw: what the bottom line
+	// says, and the lock as read afterwards (read: a freeze or a thaw).
+	doneMsg struct {
+		revoke bool // else a freeze or a thaw
+		flash  string
+		isErr  bool
+		info   coord.LockInfo
+		read   bool
 	}
 
 	tickMsg struct{}
@@ -149,15 +135,6 @@ type revokeTarget struct {
 	name   string
 	holder string
 	token  uint64
-}
-
-// errChanged says the lock changed hands between the confirmation and the
-// revoke.
-var errChanged = errors.New("the lock changed hands")
-
-func (m *Model) describeCmd() tea.Cmd {
-	c := m.c
-	return func() tea.Msg { return describeMsg{text: c.Describe()} }
 }
 
 // watchCmd starts a watch of the prefix under its own context.
@@ -241,26 +218,17 @@ func (m *Model) listCmd() tea.Cmd {
 // lock's answer is an answer too.
 const probeName = "fence-top-probe"
 
-// probeCmd reads one key of the coordinator, every tick, so that a
+// inspectCmd reads one lock. Every tick it reads probeName, so that a
 // coordinator that stops answering shows within stallAfter of a tick,
 // whatever the refresh period (a list may be seconds away).
-func (m *Model) probeCmd() tea.Cmd {
-	c, ctx, now := m.c, m.ctx, m.opts.Now
-	return func() tea.Msg {
-		start := now()
-		_, err := c.Inspect(ctx, probeName)
-		if ctx.Err() != nil {
-			return nil
-		}
-		return probeMsg{err: err, latency: now().Sub(start)}
-	}
-}
-
 func (m *Model) inspectCmd(name string) tea.Cmd {
 	c, ctx, now := m.c, m.ctx, m.opts.Now
 	return func() tea.Msg {
 		start := now()
 		info, err := c.Inspect(ctx, name)
+		if ctx.Err() != nil {
+			return nil
+		}
 		return inspectMsg{name: name, info: info, err: err, latency: now().Sub(start)}
 	}
 }
@@ -325,17 +293,24 @@ func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
 	c, ctx := m.c, m.ctx
 	return func() tea.Msg {
 		cur, err := c.Inspect(ctx, t.name)
-		if err != nil {
-			return revokeMsg{target: t, err: err}
+		var ended coord.LockInfo
+		switch {
+		case err != nil:
+		case !cur.Held:
+			err = coord.ErrNotHeld
+		case cur.Token != t.token:
+			return doneMsg{revoke: true, isErr: true,
+				flash: fmt.Sprintf("not revoked: %s changed hands (now token %d of %s)", t.name, cur.Token, cur.Holder)}
+		default:
+			ended, err = c.Revoke(ctx, t.name)
 		}
-		if !cur.Held {
-			return revokeMsg{target: t, err: coord.ErrNotHeld}
+		switch {
+		case errors.Is(err, coord.ErrNotHeld):
+			return doneMsg{revoke: true, flash: fmt.Sprintf("not revoked: %s is free already", t.name)}
+		case err != nil:
+			return doneMsg{revoke: true, isErr: true, flash: fmt.Sprintf("revoke %s: %v", t.name, err)}
 		}
-		if cur.Token != t.token {
-			return revokeMsg{target: t, current: cur, err: fmt.Errorf("%w: now token %d of %s", errChanged, cur.Token, cur.Holder)}
-		}
-		ended, err := c.Revoke(ctx, t.name)
-		return revokeMsg{target: t, ended: ended, err: err}
+		return doneMsg{revoke: true, flash: fmt.Sprintf("revoked %s: token %d of %s", t.name, ended.Token, ended.Holder)}
 	}
 }
 
@@ -345,30 +320,29 @@ func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
 func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 	c, h, ctx, by := m.c, m.hist, m.ctx, m.opts.Operator
 	return func() tea.Msg {
-		msg := limitMsg{target: t}
+		fail := func(err error) tea.Msg {
+			return doneMsg{isErr: true, flash: fmt.Sprintf("%s %s: %v", t.verb(""), t.scope(), err)}
+		}
 		now := time.Now()
-		var ev history.Event
-		scope := coord.Limit{Name: t.name}
+		ev := history.Event{Kind: history.Frozen, Holder: by, Reason: "from fence top by " + by, Time: now}
+		scope, removed := coord.Limit{Name: t.name}, true
 		if t.freeze {
-			l := coord.Limit{Name: t.name, By: by, Reason: "from fence top by " + by, At: now}
-			if err := c.SetLimit(ctx, l); err != nil {
-				return limitMsg{target: t, err: err}
+			if err := c.SetLimit(ctx, coord.Limit{Name: t.name, By: by, Reason: ev.Reason, At: now}); err != nil {
+				return fail(err)
 			}
-			ev = history.Event{Kind: history.Frozen, Holder: by, Reason: l.Reason, Time: l.At}
 		} else {
 			scope = t.limit
 			old, ok, err := c.ClearLimit(ctx, scope.Name, scope.Prefix)
 			if err != nil {
-				return limitMsg{target: t, err: err}
+				return fail(err)
 			}
-			msg.removed = ok
-			reason := old.Describe()
+			removed = ok
+			ev.Kind, ev.Reason = history.Thawed, old.Describe()
 			if old.Prefix {
-				reason = old.Scope() + ": " + reason
+				ev.Reason = old.Scope() + ": " + ev.Reason
 			}
-			ev = history.Event{Kind: history.Thawed, Holder: by, Reason: reason, Time: now}
 		}
-		if h != nil && (t.freeze || msg.removed) {
+		if h != nil && removed {
 			names := []string{t.name}
 			if scope.Prefix {
 				if infos, err := c.List(ctx, scope.Name); err == nil {
@@ -383,9 +357,13 @@ func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 				_ = h.Record(ctx, ev)
 			}
 		}
-		msg.info, msg.infoErr = c.Inspect(ctx, t.name)
-		if msg.infoErr == nil {
-			msg.still = msg.info.Limit
+		info, err := c.Inspect(ctx, t.name)
+		msg := doneMsg{info: info, read: err == nil, flash: fmt.Sprintf("%s %s", t.verb("ed"), t.scope())}
+		switch {
+		case !removed:
+			msg.flash = fmt.Sprintf("not thawed: %s had no limit by now", t.scope())
+		case err == nil && info.Limit != nil && !t.freeze:
+			msg.flash = fmt.Sprintf("thawed %s; %s is still %s", t.scope(), t.name, info.Limit.Describe())
 		}
 		return msg
 	}

@@ -94,7 +94,7 @@ func TestFreezeAndThawAskFirst(t *testing.T) {
 		t.Fatalf("question %q", s)
 	}
 	h.key("n")
-	if h.m.confirmLimit != nil || len(f.limits) != 0 || !strings.Contains(h.screen()[23], "freeze cancelled") {
+	if h.m.asking != nil || len(f.limits) != 0 || !strings.Contains(h.screen()[23], "freeze cancelled") {
 		t.Fatalf("n: limits %v, line %q", f.limits, h.screen()[23])
 	}
 	h.key("f", "y")
@@ -113,7 +113,7 @@ func TestFreezeAndThawAskFirst(t *testing.T) {
 		t.Fatalf("history after the freeze: %+v", evs)
 	}
 	h.key("f")
-	if h.m.confirmLimit != nil || !strings.Contains(h.screen()[23], "deploy/prod is frozen already") {
+	if h.m.asking != nil || !strings.Contains(h.screen()[23], "deploy/prod is frozen already") {
 		t.Fatalf("f on a frozen lock: %q", h.screen()[23])
 	}
 
@@ -149,7 +149,7 @@ func TestFreezeAndThawAskFirst(t *testing.T) {
 		t.Fatalf("message %q", s)
 	}
 	h.key("t")
-	if h.m.confirmLimit != nil || !strings.Contains(h.screen()[23], "reports/daily has no limit: nothing to thaw") {
+	if h.m.asking != nil || !strings.Contains(h.screen()[23], "reports/daily has no limit: nothing to thaw") {
 		t.Fatalf("t on a lock without a limit: %q", h.screen()[23])
 	}
 }

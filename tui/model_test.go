@@ -470,7 +470,7 @@ func TestRevokeAsksFirst(t *testing.T) {
 		t.Fatalf("question %q", s)
 	}
 	h.key("n")
-	if h.m.confirm != nil || len(f.revoked) != 0 || !strings.Contains(h.screen()[23], "revoke cancelled") {
+	if h.m.asking != nil || len(f.revoked) != 0 || !strings.Contains(h.screen()[23], "revoke cancelled") {
 		t.Fatalf("n: revoked %v, line %q", f.revoked, h.screen()[23])
 	}
 	h.key("r", "y")
@@ -486,7 +486,7 @@ func TestRevokeAsksFirst(t *testing.T) {
 	}
 	// A free lock: nothing to ask.
 	h.key("down", "r")
-	if h.m.confirm != nil || !strings.Contains(h.screen()[23], "migrations is free: nothing to revoke") {
+	if h.m.asking != nil || !strings.Contains(h.screen()[23], "migrations is free: nothing to revoke") {
 		t.Fatalf("r on a free lock: %q", h.screen()[23])
 	}
 }
@@ -604,7 +604,7 @@ func TestEveryFrameFits(t *testing.T) {
 			}
 			i.Waiters = len(i.Queue)
 		}
-		m.Update(describeMsg{text: rapid.StringMatching(`[a-z /:0-9.]{0,120}`).Draw(rt, "backend")})
+		m.backend = rapid.StringMatching(`[a-z /:0-9.]{0,120}`).Draw(rt, "backend")
 		m.Update(listMsg{infos: infos})
 		var counts []lockCounts
 		for _, i := range infos {

@@ -1,17 +1,13 @@
 package tui
 
 import (
-	"fmt"
-
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
-
-	"github.com/fence-dev/fence/tui/keys"
 )
 
 // A key goes through two decisions, both pure functions of the model's
-// state: who reads it (keyReaderOf), and, for a screen, what it does there
-// (keyAction). onKey then runs the one handler they chose.
+// state: who reads it (keyReaderOf), and, for a screen, which of its
+// bindings it matches (keyAction). onKey then runs that binding's step.
 
 // keyReader is who reads a key.
 type keyReader uint8
@@ -20,11 +16,9 @@ const (
 	// readerInterrupt: ctrl+c quits from anywhere, also while typing a
 	// filter or answering a question.
 	readerInterrupt keyReader = iota
-	// readerRevokeAnswer: a revoke asked first; y does it, any other key
-	// cancels it.
-	readerRevokeAnswer
-	// readerLimitAnswer: a freeze or a thaw asked first; the same.
-	readerLimitAnswer
+	// readerAnswer: a revoke, a freeze or a thaw asked first; y does it,
+	// any other key cancels it.
+	readerAnswer
 	// readerFilter: the filter input takes every key while it is typed.
 	readerFilter
 	// readerScreen: the screen in view (table, details, help) does.
@@ -33,128 +27,81 @@ const (
 
 // keyReaderOf is who reads a key: interrupt says it is the interrupt key,
 // the others what the model is doing.
-func keyReaderOf(interrupt, askingRevoke, askingLimit, filtering bool) keyReader {
+func keyReaderOf(interrupt, asking, filtering bool) keyReader {
 	switch {
 	case interrupt:
 		return readerInterrupt
-	case askingRevoke:
-		return readerRevokeAnswer
-	case askingLimit:
-		return readerLimitAnswer
+	case asking:
+		return readerAnswer
 	case filtering:
 		return readerFilter
 	}
 	return readerScreen
 }
 
-// action is what a key does on a screen.
-type action string
-
-const (
-	actNone action = ""
-	actQuit action = "quit"
-
-	// The table.
-	actUp          action = "up"
-	actDown        action = "down"
-	actPageUp      action = "page up"
-	actPageDown    action = "page down"
-	actTop         action = "top"
-	actBottom      action = "bottom"
-	actOpenDetails action = "open details"
-	actFilter      action = "filter"
-	actClearFilter action = "clear filter"
-	actSort        action = "sort"
-	actReverse     action = "reverse"
-	actRevoke      action = "revoke"
-	actFreeze      action = "freeze"
-	actThaw        action = "thaw"
-	actHelp        action = "help"
-
-	// The details (revoke, freeze and thaw act on the lock shown).
-	actCloseDetails action = "close details"
-	actDetailsHelp  action = "help from details"
-	actScrollUp     action = "scroll up"
-	actScrollDown   action = "scroll down"
-	actScrollPgUp   action = "scroll page up"
-	actScrollPgDown action = "scroll page down"
-	actScrollTop    action = "scroll top"
-	actScrollBottom action = "scroll bottom"
-
-	// The help.
-	actCloseHelp action = "close help"
-)
-
-// binding is one key of a screen and what it does.
+// binding is one key of a screen, what it does (act, for the tests and
+// the reader) and the step that does it.
 type binding struct {
 	key key.Binding
-	act action
+	act string
+	run func(*Model) tea.Cmd
 }
 
 // screenKeys is the keys of screen md, in the order they are matched: the
-// first binding that matches a key says what it does.
-func screenKeys(k keys.KeyMap, md mode) []binding {
+// first binding that matches a key says what it does. A step that moves
+// the table's view is batched: rows that scrolled into view get their
+// counters soon, not at the next tick.
+func screenKeys(k keyMap, md mode) []binding {
+	quit := binding{k.Quit, "quit", (*Model).quit}
 	switch md {
 	case modeHelp:
-		return []binding{{k.Quit, actQuit}, {k.Help, actCloseHelp}, {k.Back, actCloseHelp}}
+		return []binding{quit, {k.Help, "close help", none((*Model).closeHelp)}, {k.Back, "close help", none((*Model).closeHelp)}}
 	case modeDetails:
 		return []binding{
-			{k.Quit, actQuit}, {k.Back, actCloseDetails}, {k.Details, actCloseDetails}, {k.Help, actDetailsHelp},
-			{k.Up, actScrollUp}, {k.Down, actScrollDown}, {k.PageUp, actScrollPgUp}, {k.PageDown, actScrollPgDown},
-			{k.Top, actScrollTop}, {k.Bottom, actScrollBottom},
-			{k.Revoke, actRevoke}, {k.Freeze, actFreeze}, {k.Thaw, actThaw},
+			quit,
+			{k.Back, "close details", none(func(m *Model) { m.mode, m.prevDetails = modeTable, false })},
+			{k.Details, "close details", none(func(m *Model) { m.mode, m.prevDetails = modeTable, false })},
+			{k.Help, "help from details", none(func(m *Model) { m.mode, m.prevDetails = modeHelp, true })},
+			{k.Up, "scroll up", none(func(m *Model) { m.details.ScrollDown(-1) })},
+			{k.Down, "scroll down", none(func(m *Model) { m.details.ScrollDown(1) })},
+			{k.PageUp, "scroll page up", none(func(m *Model) { m.details.PageDown(-1) })},
+			{k.PageDown, "scroll page down", none(func(m *Model) { m.details.PageDown(1) })},
+			{k.Top, "scroll top", none(func(m *Model) { m.details.Top() })},
+			{k.Bottom, "scroll bottom", none(func(m *Model) { m.details.Bottom() })},
+			{k.Revoke, "revoke", none(func(m *Model) { m.askRevoke(m.details.Name()) })},
+			{k.Freeze, "freeze", none(func(m *Model) { m.askLimit(m.details.Name(), true) })},
+			{k.Thaw, "thaw", none(func(m *Model) { m.askLimit(m.details.Name(), false) })},
 		}
 	}
 	return []binding{
-		{k.Quit, actQuit}, {k.Up, actUp}, {k.Down, actDown}, {k.PageUp, actPageUp}, {k.PageDown, actPageDown},
-		{k.Top, actTop}, {k.Bottom, actBottom}, {k.Details, actOpenDetails}, {k.Filter, actFilter},
-		{k.Back, actClearFilter}, {k.Sort, actSort}, {k.Reverse, actReverse},
-		{k.Revoke, actRevoke}, {k.Freeze, actFreeze}, {k.Thaw, actThaw}, {k.Help, actHelp},
+		quit,
+		{k.Up, "up", batched(func(m *Model) { m.table.Move(m.store, -1) })},
+		{k.Down, "down", batched(func(m *Model) { m.table.Move(m.store, 1) })},
+		{k.PageUp, "page up", batched(func(m *Model) { m.table.Page(m.store, -1) })},
+		{k.PageDown, "page down", batched(func(m *Model) { m.table.Page(m.store, 1) })},
+		{k.Top, "top", batched(func(m *Model) { m.table.Top(m.store) })},
+		{k.Bottom, "bottom", batched(func(m *Model) { m.table.Bottom(m.store) })},
+		{k.Details, "open details", (*Model).openDetails},
+		{k.Filter, "filter", (*Model).startFilter},
+		{k.Back, "clear filter", batched((*Model).clearFilter)},
+		{k.Sort, "sort", batched(func(m *Model) { m.sortBy(true) })},
+		{k.Reverse, "reverse", batched(func(m *Model) { m.sortBy(false) })},
+		{k.Revoke, "revoke", batched(func(m *Model) { m.askRevoke(m.table.Selected()) })},
+		{k.Freeze, "freeze", batched(func(m *Model) { m.askLimit(m.table.Selected(), true) })},
+		{k.Thaw, "thaw", batched(func(m *Model) { m.askLimit(m.table.Selected(), false) })},
+		{k.Help, "help", batched(func(m *Model) { m.mode, m.prevDetails = modeHelp, false })},
 	}
 }
 
-// keyAction is what key msg does on screen md (actNone: nothing).
-func keyAction(k keys.KeyMap, md mode, msg tea.KeyMsg) action {
+// keyAction is the binding key msg matches on screen md; its run is nil
+// when none does.
+func keyAction(k keyMap, md mode, msg tea.KeyMsg) binding {
 	for _, b := range screenKeys(k, md) {
 		if key.Matches(msg, b.key) {
-			return b.act
+			return b
 		}
 	}
-	return actNone
-}
-
-// keyHandlers runs each action. A handler that moves the table's view
-// returns historyBatch: rows that scrolled into view get their counters
-// soon, not at the next tick.
-var keyHandlers = map[action]func(*Model) tea.Cmd{
-	actQuit: (*Model).quit,
-
-	actUp:          batched(func(m *Model) { m.table.Move(m.store, -1) }),
-	actDown:        batched(func(m *Model) { m.table.Move(m.store, 1) }),
-	actPageUp:      batched(func(m *Model) { m.table.Page(m.store, -1) }),
-	actPageDown:    batched(func(m *Model) { m.table.Page(m.store, 1) }),
-	actTop:         batched(func(m *Model) { m.table.Top(m.store) }),
-	actBottom:      batched(func(m *Model) { m.table.Bottom(m.store) }),
-	actOpenDetails: (*Model).openDetails,
-	actFilter:      (*Model).startFilter,
-	actClearFilter: batched((*Model).clearFilter),
-	actSort:        batched(func(m *Model) { m.sortBy(true) }),
-	actReverse:     batched(func(m *Model) { m.sortBy(false) }),
-	actRevoke:      onScreen(func(m *Model) { m.askRevoke(m.shown()) }),
-	actFreeze:      onScreen(func(m *Model) { m.askLimit(m.shown(), true) }),
-	actThaw:        onScreen(func(m *Model) { m.askLimit(m.shown(), false) }),
-	actHelp:        batched(func(m *Model) { m.mode, m.prevDetails = modeHelp, false }),
-
-	actCloseDetails: none(func(m *Model) { m.mode, m.prevDetails = modeTable, false }),
-	actDetailsHelp:  none(func(m *Model) { m.mode, m.prevDetails = modeHelp, true }),
-	actScrollUp:     none(func(m *Model) { m.details.ScrollDown(-1) }),
-	actScrollDown:   none(func(m *Model) { m.details.ScrollDown(1) }),
-	actScrollPgUp:   none(func(m *Model) { m.details.PageDown(-1) }),
-	actScrollPgDown: none(func(m *Model) { m.details.PageDown(1) }),
-	actScrollTop:    none(func(m *Model) { m.details.Top() }),
-	actScrollBottom: none(func(m *Model) { m.details.Bottom() }),
-
-	actCloseHelp: none((*Model).closeHelp),
+	return binding{}
 }
 
 // batched is a table step, followed by the history counters of the rows in
@@ -168,30 +115,18 @@ func none(f func(*Model)) func(*Model) tea.Cmd {
 	return func(m *Model) tea.Cmd { f(m); return nil }
 }
 
-// onScreen is a step of the table (batched) or of the details (none).
-func onScreen(f func(*Model)) func(*Model) tea.Cmd {
-	return func(m *Model) tea.Cmd {
-		if m.mode == modeDetails {
-			return none(f)(m)
-		}
-		return batched(f)(m)
-	}
-}
-
 func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
-	switch keyReaderOf(key.Matches(msg, m.keys.Interrupt), m.confirm != nil, m.confirmLimit != nil, m.filtering) {
+	switch keyReaderOf(key.Matches(msg, m.keys.Interrupt), m.asking != nil, m.filtering) {
 	case readerInterrupt:
 		return m.quit()
-	case readerRevokeAnswer:
-		return m.answerRevoke(key.Matches(msg, m.keys.Yes))
-	case readerLimitAnswer:
-		return m.answerLimit(key.Matches(msg, m.keys.Yes))
+	case readerAnswer:
+		return m.answer(key.Matches(msg, m.keys.Yes))
 	case readerFilter:
 		return m.filterKey(msg)
 	}
 	m.flash = ""
-	if h := keyHandlers[keyAction(m.keys, m.mode, msg)]; h != nil {
-		return h(m)
+	if b := keyAction(m.keys, m.mode, msg); b.run != nil {
+		return b.run(m)
 	}
 	if m.mode == modeTable {
 		return m.historyBatch()
@@ -199,30 +134,23 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 	return nil
 }
 
-// answerRevoke ends the revoke question: yes revokes.
-func (m *Model) answerRevoke(yes bool) tea.Cmd {
-	t := *m.confirm
-	m.confirm = nil
-	if !yes {
-		m.setFlash("revoke cancelled", false)
-		return nil
-	}
-	m.revoking = true
-	m.setFlash(fmt.Sprintf("revoking %s…", t.name), false)
-	return m.revokeCmd(t)
+// question is what the bottom line asks before a revoke, a freeze or a
+// thaw: yes runs do, and shows doing meanwhile; no shows "what cancelled".
+type question struct {
+	text, what, doing string
+	do                func() tea.Cmd
 }
 
-// answerLimit ends the freeze or thaw question: yes does it.
-func (m *Model) answerLimit(yes bool) tea.Cmd {
-	t := *m.confirmLimit
-	m.confirmLimit = nil
+// answer ends the question: yes does it.
+func (m *Model) answer(yes bool) tea.Cmd {
+	q := *m.asking
+	m.asking = nil
 	if !yes {
-		m.setFlash(t.verb("")+" cancelled", false)
+		m.setFlash(q.what+" cancelled", false)
 		return nil
 	}
-	m.limiting = true
-	m.setFlash(fmt.Sprintf("%s %s…", t.verb("ing"), t.scope()), false)
-	return m.limitCmd(t)
+	m.setFlash(q.doing, false)
+	return q.do()
 }
 
 // filterKey is a key typed in the filter input: enter keeps the filter,
@@ -249,15 +177,6 @@ func (m *Model) filterKey(msg tea.KeyMsg) tea.Cmd {
 	}
 	m.changed()
 	return nil
-}
-
-// shown is the lock the keys act on: the one in the details, else the
-// selected row.
-func (m *Model) shown() string {
-	if m.mode == modeDetails {
-		return m.details.Name()
-	}
-	return m.table.Selected()
 }
 
 func (m *Model) openDetails() tea.Cmd {

@@ -2,8 +2,6 @@ package tui
 
 import (
 	"testing"
-
-	"github.com/fence-dev/fence/tui/keys"
 )
 
 // TestKeyReaderOf: ctrl+c goes before everything, an open question before
@@ -11,18 +9,18 @@ import (
 func TestKeyReaderOf(t *testing.T) {
 	for _, c := range []struct {
 		interrupt, revoke, limit, filtering bool
-		want                                keyReader
+		want                                keyReader // readerAnswer: a revoke or a limit asked
 	}{
 		{false, false, false, false, readerScreen},
 		{true, false, false, false, readerInterrupt},
 		{true, true, true, true, readerInterrupt},
-		{false, true, false, false, readerRevokeAnswer},
-		{false, true, true, true, readerRevokeAnswer},
-		{false, false, true, false, readerLimitAnswer},
-		{false, false, true, true, readerLimitAnswer},
+		{false, true, false, false, readerAnswer},
+		{false, true, true, true, readerAnswer},
+		{false, false, true, false, readerAnswer},
+		{false, false, true, true, readerAnswer},
 		{false, false, false, true, readerFilter},
 	} {
-		if got := keyReaderOf(c.interrupt, c.revoke, c.limit, c.filtering); got != c.want {
+		if got := keyReaderOf(c.interrupt, c.revoke || c.limit, c.filtering); got != c.want {
 			t.Errorf("keyReaderOf(interrupt %v, revoke %v, limit %v, filtering %v) = %d, want %d",
 				c.interrupt, c.revoke, c.limit, c.filtering, got, c.want)
 		}
@@ -31,59 +29,59 @@ func TestKeyReaderOf(t *testing.T) {
 
 // TestKeyAction: what each key does on each screen.
 func TestKeyAction(t *testing.T) {
-	k := keys.Default()
+	k := defaultKeys()
 	for _, c := range []struct {
 		md   mode
 		key  string
-		want action
+		want string
 	}{
-		{modeTable, "q", actQuit},
-		{modeTable, "ctrl+c", actQuit},
-		{modeTable, "k", actUp},
-		{modeTable, "up", actUp},
-		{modeTable, "j", actDown},
-		{modeTable, "down", actDown},
-		{modeTable, "pgdown", actPageDown},
-		{modeTable, " ", actPageDown},
-		{modeTable, "g", actTop},
-		{modeTable, "G", actBottom},
-		{modeTable, "enter", actOpenDetails},
-		{modeTable, "/", actFilter},
-		{modeTable, "esc", actClearFilter},
-		{modeTable, "backspace", actClearFilter},
-		{modeTable, "s", actSort},
-		{modeTable, "S", actReverse},
-		{modeTable, "r", actRevoke},
-		{modeTable, "f", actFreeze},
-		{modeTable, "t", actThaw},
-		{modeTable, "?", actHelp},
-		{modeTable, "x", actNone},
-		{modeTable, "y", actNone},
+		{modeTable, "q", "quit"},
+		{modeTable, "ctrl+c", "quit"},
+		{modeTable, "k", "up"},
+		{modeTable, "up", "up"},
+		{modeTable, "j", "down"},
+		{modeTable, "down", "down"},
+		{modeTable, "pgdown", "page down"},
+		{modeTable, " ", "page down"},
+		{modeTable, "g", "top"},
+		{modeTable, "G", "bottom"},
+		{modeTable, "enter", "open details"},
+		{modeTable, "/", "filter"},
+		{modeTable, "esc", "clear filter"},
+		{modeTable, "backspace", "clear filter"},
+		{modeTable, "s", "sort"},
+		{modeTable, "S", "reverse"},
+		{modeTable, "r", "revoke"},
+		{modeTable, "f", "freeze"},
+		{modeTable, "t", "thaw"},
+		{modeTable, "?", "help"},
+		{modeTable, "x", ""},
+		{modeTable, "y", ""},
 
-		{modeDetails, "q", actQuit},
-		{modeDetails, "esc", actCloseDetails},
-		{modeDetails, "enter", actCloseDetails},
-		{modeDetails, "?", actDetailsHelp},
-		{modeDetails, "k", actScrollUp},
-		{modeDetails, "down", actScrollDown},
-		{modeDetails, "pgdown", actScrollPgDown},
-		{modeDetails, "g", actScrollTop},
-		{modeDetails, "G", actScrollBottom},
-		{modeDetails, "r", actRevoke},
-		{modeDetails, "f", actFreeze},
-		{modeDetails, "t", actThaw},
-		{modeDetails, "/", actNone},
-		{modeDetails, "s", actNone},
+		{modeDetails, "q", "quit"},
+		{modeDetails, "esc", "close details"},
+		{modeDetails, "enter", "close details"},
+		{modeDetails, "?", "help from details"},
+		{modeDetails, "k", "scroll up"},
+		{modeDetails, "down", "scroll down"},
+		{modeDetails, "pgdown", "scroll page down"},
+		{modeDetails, "g", "scroll top"},
+		{modeDetails, "G", "scroll bottom"},
+		{modeDetails, "r", "revoke"},
+		{modeDetails, "f", "freeze"},
+		{modeDetails, "t", "thaw"},
+		{modeDetails, "/", ""},
+		{modeDetails, "s", ""},
 
-		{modeHelp, "q", actQuit},
-		{modeHelp, "?", actCloseHelp},
-		{modeHelp, "esc", actCloseHelp},
-		{modeHelp, "backspace", actCloseHelp},
-		{modeHelp, "enter", actNone},
-		{modeHelp, "j", actNone},
-		{modeHelp, "r", actNone},
+		{modeHelp, "q", "quit"},
+		{modeHelp, "?", "close help"},
+		{modeHelp, "esc", "close help"},
+		{modeHelp, "backspace", "close help"},
+		{modeHelp, "enter", ""},
+		{modeHelp, "j", ""},
+		{modeHelp, "r", ""},
 	} {
-		if got := keyAction(k, c.md, keyMsg(c.key)); got != c.want {
+		if got := keyAction(k, c.md, keyMsg(c.key)).act; got != c.want {
 			t.Errorf("mode %d, key %q: action %q, want %q", c.md, c.key, got, c.want)
 		}
 	}
@@ -92,17 +90,17 @@ func TestKeyAction(t *testing.T) {
 // TestEveryKeyHasAHandler: every action a screen binds is one onKey runs,
 // and every key the help screen lists does something on the table.
 func TestEveryKeyHasAHandler(t *testing.T) {
-	k := keys.Default()
+	k := defaultKeys()
 	for _, md := range []mode{modeTable, modeDetails, modeHelp} {
 		for _, b := range screenKeys(k, md) {
-			if keyHandlers[b.act] == nil {
+			if b.run == nil {
 				t.Errorf("mode %d: %q (%v) has no handler", md, b.act, b.key.Keys())
 			}
 		}
 	}
 	for _, col := range k.FullHelp() {
 		for _, b := range col {
-			if keyAction(k, modeTable, keyMsg(b.Keys()[0])) == actNone {
+			if keyAction(k, modeTable, keyMsg(b.Keys()[0])).run == nil {
 				t.Errorf("help lists %v, which does nothing on the table", b.Keys())
 			}
 		}

@@ -11,7 +11,7 @@
 // on screen.
 //
 // Layout after gh-dash: components in tui/components, the one Styles struct
-// in tui/styles, the key map in tui/keys.
+// in tui/styles, the key map in keys.go.
 package tui
 
 import (
@@ -35,7 +35,6 @@ import (
 	"github.com/fence-dev/fence/tui/components/details"
 	"github.com/fence-dev/fence/tui/components/locktable"
 	"github.com/fence-dev/fence/tui/internal/store"
-	"github.com/fence-dev/fence/tui/keys"
 	"github.com/fence-dev/fence/tui/styles"
 )
 
@@ -125,7 +124,7 @@ type Model struct {
 	opts   Options
 	tick   time.Duration
 	styles *styles.Styles
-	keys   keys.KeyMap
+	keys   keyMap
 
 	help    help.Model
 	filter  textinput.Model
@@ -136,18 +135,17 @@ type Model struct {
 	width, height int
 	now           time.Time
 	mode          mode
-	prevDetails   bool          // the help was opened from the details
-	filtering     bool          // typing a filter
-	confirm       *revokeTarget // asking before a revoke
+	prevDetails   bool      // the help was opened from the details
+	filtering     bool      // typing a filter
+	asking        *question // before a revoke, a freeze or a thaw
 	revoking      bool
-	confirmLimit  *limitTarget // asking before a freeze or a thaw
 	limiting      bool
 	flash         string
 	flashErr      bool
 	flashUntil    time.Time
 
 	backend string
-	totals  store.Totals
+	totals  store.Totals // counted after each change, not in each frame
 
 	// The watch.
 	watchGen    int
@@ -170,7 +168,7 @@ type Model struct {
 	read       bool
 	lastOK     time.Time // the last read that was answered
 	listStart  time.Time // when the list on its way was asked for
-	probing    bool      // a probe (probeCmd) is on its way
+	probing    bool      // an inspect of probeName is on its way
 	probeStart time.Time // since when
 
 	// History counters: one batch at a time.
@@ -214,11 +212,12 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		opts:       opts,
 		tick:       time.Second,
 		styles:     st,
-		keys:       keys.Default(),
+		keys:       defaultKeys(),
 		table:      locktable.New(st),
 		details:    details.New(st, opts.Location),
 		store:      store.New(),
 		now:        opts.Now(),
+		backend:    c.Describe(),
 		listEvery:  opts.Refresh,
 		retry:      minRetry,
 		inspecting: make(map[string]bool),
@@ -231,7 +230,7 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 	m.help.Styles = st.Help
 	m.filter = textinput.New()
 	m.filter.Prompt = "/"
-	m.filter.PromptStyle = st.Prompt
+	m.filter.PromptStyle = st.Accent
 	m.filter.Placeholder = "name or holder"
 	m.filter.PlaceholderStyle = st.Dim
 	m.filter.TextStyle = r.NewStyle()
@@ -254,9 +253,8 @@ const (
 	flashFor   = 5 * time.Second
 )
 
-// Init starts the reads: where the coordinator is, the watch (then the
-// list), and the clock.
+// Init starts the reads: the watch (then the list), and the clock.
 func (m *Model) Init() tea.Cmd {
 	m.watchGen++
-	return tea.Batch(m.describeCmd(), m.watchCmd(m.watchGen), m.after(m.tick, tickMsg{}))
+	return tea.Batch(m.watchCmd(m.watchGen), m.after(m.tick, tickMsg{}))
 }

@@ -24,9 +24,6 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tea.KeyMsg:
 		return m, m.onKey(msg)
-	case describeMsg:
-		m.backend = msg.text
-		return m, nil
 	case watchStartedMsg:
 		return m, m.onWatchStarted(msg)
 	case eventsMsg:
@@ -42,9 +39,10 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.onList(msg)
 	case inspectMsg:
 		delete(m.inspecting, msg.name)
+		m.probing = m.probing && msg.name != probeName
 		m.noteRead(msg.err, msg.latency)
 		if msg.err == nil && m.store.Get(msg.name) != nil {
-			m.store.Apply(m.now, store.Change{Info: msg.info})
+			m.store.Apply(m.now, coord.Event{Info: msg.info})
 			m.changed()
 		}
 		return m, nil
@@ -52,15 +50,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.onHistory(msg)
 	case detailsMsg:
 		return m, m.onDetails(msg)
-	case revokeMsg:
-		m.onRevoke(msg)
-		return m, nil
-	case limitMsg:
-		m.onLimit(msg)
-		return m, nil
-	case probeMsg:
-		m.probing = false
-		m.noteRead(msg.err, msg.latency)
+	case doneMsg:
+		m.onDone(msg)
 		return m, nil
 	case tickMsg:
 		return m, m.onTick()
@@ -81,8 +72,8 @@ func (m *Model) setSize(w, h int) {
 	m.table.Sync(m.store)
 }
 
-// changed brings the table and the totals up to date after the store
-// changed.
+// changed brings the table, the totals and the details up to date after
+// the store changed.
 func (m *Model) changed() {
 	m.table.Sync(m.store)
 	m.totals = m.store.Totals()
@@ -187,39 +178,29 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 		return nil
 	}
 	var cmds []tea.Cmd
-	changes := make([]store.Change, 0, len(msg.events))
 	touched := false
-	flush := func() {
-		if len(changes) > 0 {
-			m.store.Apply(m.now, changes...)
-			changes = changes[:0]
-		}
-	}
 	for _, ev := range msg.events {
-		if ev.Type == coord.EventReset {
-			flush()
+		switch {
+		case ev.Type == coord.EventReset:
+			// The events after it go to pending: the list will have
+			// what the watch lost.
 			cmds = append(cmds, m.startList())
 			continue
-		}
-		if ev.Info.Name == "" {
+		case ev.Info.Name == "":
 			continue
-		}
-		if m.mode == modeDetails && ev.Info.Name == m.details.Name() {
-			touched = true
-		}
-		if m.listing {
-			if len(m.pending) >= maxPending {
-				// Too many to keep: the list after this one
-				// will have them all.
-				m.pending = m.pending[:0]
-				m.relist = true
-			}
+		case !m.listing:
+			m.store.Apply(m.now, ev)
+		case len(m.pending) >= maxPending:
+			// Too many to keep: the list after this one will have
+			// them all.
+			m.pending = m.pending[:0]
+			m.relist = true
+			fallthrough
+		default:
 			m.pending = append(m.pending, ev)
-			continue
 		}
-		changes = append(changes, store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed})
+		touched = touched || m.mode == modeDetails && ev.Info.Name == m.details.Name()
 	}
-	flush()
 	m.changed()
 	if touched {
 		cmds = append(cmds, m.fetchDetails())
@@ -244,14 +225,8 @@ func (m *Model) onList(msg listMsg) tea.Cmd {
 		m.store.Replace(m.now, msg.infos)
 		m.listEvery = max(m.opts.Refresh, 10*msg.latency)
 	}
-	if len(m.pending) > 0 {
-		changes := make([]store.Change, len(m.pending))
-		for i, ev := range m.pending {
-			changes[i] = store.Change{Info: ev.Info, Renewed: ev.Type == coord.EventRenewed}
-		}
-		m.store.Apply(m.now, changes...)
-		m.pending = m.pending[:0]
-	}
+	m.store.Apply(m.now, m.pending...)
+	m.pending = m.pending[:0]
 	m.changed()
 	var cmds []tea.Cmd
 	if m.relist {
@@ -335,7 +310,7 @@ func (m *Model) onDetails(msg detailsMsg) tea.Cmd {
 	m.detailsBusy = false
 	m.noteRead(msg.infoErr, msg.latency)
 	if msg.infoErr == nil && m.store.Get(msg.name) != nil {
-		m.store.Apply(m.now, store.Change{Info: msg.info})
+		m.store.Apply(m.now, coord.Event{Info: msg.info})
 	}
 	if m.hist != nil && msg.histErr == nil {
 		f, s := countHistory(msg.events)
@@ -355,21 +330,6 @@ func (m *Model) onDetails(msg detailsMsg) tea.Cmd {
 	return nil
 }
 
-func (m *Model) onRevoke(msg revokeMsg) {
-	m.revoking = false
-	t := msg.target
-	switch {
-	case errors.Is(msg.err, errChanged):
-		m.setFlash(fmt.Sprintf("not revoked: %s changed hands (%v)", t.name, msg.err), true)
-	case errors.Is(msg.err, coord.ErrNotHeld):
-		m.setFlash(fmt.Sprintf("not revoked: %s is free already", t.name), false)
-	case msg.err != nil:
-		m.setFlash(fmt.Sprintf("revoke %s: %v", t.name, msg.err), true)
-	default:
-		m.setFlash(fmt.Sprintf("revoked %s: token %d of %s", t.name, msg.ended.Token, msg.ended.Holder), false)
-	}
-}
-
 func (m *Model) setFlash(s string, isErr bool) {
 	m.flash, m.flashErr, m.flashUntil = s, isErr, m.now.Add(flashFor)
 }
@@ -385,7 +345,7 @@ func (m *Model) onTick() tea.Cmd {
 	}
 	if !m.probing && !m.lastList.IsZero() { // after the first list
 		m.probing, m.probeStart = true, m.now
-		cmds = append(cmds, m.probeCmd())
+		cmds = append(cmds, m.inspectCmd(probeName))
 	}
 	cmds = append(cmds, m.historyBatch())
 	// Re-read the expiring rows on screen: on etcd a renewal shows only
@@ -424,7 +384,12 @@ func (m *Model) askRevoke(name string) {
 	case !r.Info.Held:
 		m.setFlash(name+" is free: nothing to revoke", false)
 	default:
-		m.confirm = &revokeTarget{name: name, holder: r.Info.Holder, token: r.Info.Token}
+		t := revokeTarget{name: name, holder: r.Info.Holder, token: r.Info.Token}
+		m.asking = &question{
+			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, t.holder, t.token),
+			what: "revoke", doing: fmt.Sprintf("revoking %s…", name),
+			do: func() tea.Cmd { m.revoking = true; return m.revokeCmd(t) },
+		}
 	}
 }
 
@@ -441,31 +406,30 @@ func (m *Model) askLimit(name string, freeze bool) {
 		m.setFlash("a freeze or thaw is on its way", false)
 	case freeze && r.Info.Limit != nil && r.Info.Limit.Max == 0:
 		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, r.Info.Limit.Scope()), false)
-	case freeze:
-		m.confirmLimit = &limitTarget{name: name, freeze: true}
-	case r.Info.Limit == nil:
+	case !freeze && r.Info.Limit == nil:
 		m.setFlash(name+" has no limit: nothing to thaw", false)
 	default:
-		m.confirmLimit = &limitTarget{name: name, limit: *r.Info.Limit}
+		t := limitTarget{name: name, freeze: freeze}
+		if !freeze {
+			t.limit = *r.Info.Limit
+		}
+		m.asking = &question{
+			text: t.question(), what: t.verb(""), doing: fmt.Sprintf("%s %s…", t.verb("ing"), t.scope()),
+			do: func() tea.Cmd { m.limiting = true; return m.limitCmd(t) },
+		}
 	}
 }
 
-func (m *Model) onLimit(msg limitMsg) {
-	m.limiting = false
-	t := msg.target
-	switch {
-	case msg.err != nil:
-		m.setFlash(fmt.Sprintf("%s %s: %v", t.verb(""), t.scope(), msg.err), true)
-		return
-	case !t.freeze && !msg.removed:
-		m.setFlash(fmt.Sprintf("not thawed: %s had no limit by now", t.scope()), false)
-	case msg.still != nil && !t.freeze:
-		m.setFlash(fmt.Sprintf("thawed %s; %s is still %s", t.scope(), t.name, msg.still.Describe()), false)
-	default:
-		m.setFlash(fmt.Sprintf("%s %s", t.verb("ed"), t.scope()), false)
+// onDone ends a revoke, a freeze or a thaw.
+func (m *Model) onDone(msg doneMsg) {
+	if msg.revoke {
+		m.revoking = false
+	} else {
+		m.limiting = false
 	}
-	if msg.infoErr == nil && m.store.Get(msg.info.Name) != nil {
-		m.store.Apply(m.now, store.Change{Info: msg.info})
+	m.setFlash(msg.flash, msg.isErr)
+	if msg.read && m.store.Get(msg.info.Name) != nil {
+		m.store.Apply(m.now, coord.Event{Info: msg.info})
 		m.changed()
 	}
 }

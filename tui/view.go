@@ -79,16 +79,13 @@ func (m *Model) bottomView() string {
 	s := m.styles
 	var line string
 	switch {
-	case m.confirm != nil:
-		t := m.confirm
-		line = s.Confirm.Render(fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", t.name, t.holder, t.token))
-	case m.confirmLimit != nil:
-		line = s.Confirm.Render(m.confirmLimit.question())
+	case m.asking != nil:
+		line = s.Caution.Render(m.asking.text)
 	case m.filtering:
 		line = m.filter.View()
 	case m.flash != "":
 		if m.flashErr {
-			line = s.Err.Render(m.flash)
+			line = s.Bad.Render(m.flash)
 		} else {
 			line = m.flash
 		}
@@ -105,7 +102,7 @@ func (m *Model) bottomView() string {
 		}
 		prefix := ""
 		if f := m.store.Filter(); f != "" && m.mode == modeTable {
-			prefix = s.Prompt.Render("/"+f) + s.Dim.Render(" (esc clears) ")
+			prefix = s.Accent.Render("/"+f) + s.Dim.Render(" (esc clears) ")
 		}
 		line = prefix + m.help.ShortHelpView(bindings)
 	}
@@ -129,31 +126,20 @@ var legend = [][2]string{
 func (m *Model) helpView() string {
 	s := m.styles
 	h := max(m.height-2, 0)
-	lines := []string{s.Header.Render(format.Fit("  keys", m.width)), ""}
+	lines := []string{s.Accent.Render(format.Fit("  keys", m.width)), ""}
 	for _, l := range strings.Split(m.help.FullHelpView(m.keys.FullHelp()), "\n") {
 		lines = append(lines, "  "+l)
 	}
-	lines = append(lines, "", s.Header.Render(format.Fit("  columns", m.width)), "")
+	lines = append(lines, "", s.Accent.Render(format.Fit("  columns", m.width)), "")
 	for _, l := range legend {
 		lines = append(lines, "  "+s.Help.FullKey.Render(format.Fit(l[0], 7))+s.Help.FullDesc.Render(l[1]))
 	}
 	if m.opts.Warning != "" {
 		// In full: a narrow status line may show only its mark.
-		lines = append(lines, "", s.Header.Render(format.Fit("  coordinator", m.width)), "")
+		lines = append(lines, "", s.Accent.Render(format.Fit("  coordinator", m.width)), "")
 		for _, w := range strings.Split(m.opts.Warning, "; ") {
 			lines = append(lines, "  "+s.Help.FullKey.Render("▲ ")+s.Help.FullDesc.Render(w+" (fence config, docs/operations.md)"))
 		}
 	}
-	for i, l := range lines {
-		if ansi.StringWidth(l) > m.width {
-			lines[i] = ansi.Truncate(l, m.width, "…")
-		}
-	}
-	if len(lines) > h {
-		lines = lines[:h]
-	}
-	for len(lines) < h {
-		lines = append(lines, "")
-	}
-	return strings.Join(lines, "\n")
+	return format.Block(strings.Join(lines, "\n"), m.width, h)
 }

@@ -18,7 +18,7 @@
 //
 // The state comes from one Watch of the coordinator, started after an
 // initial List; a watch that fails or resets is started again, and followed
-// by a List. Each scrape also Lists the locks (within Options.ScrapeTimeout)
+// by a List. Each scrape also Lists the locks (within scrapeTimeout)
 // to refresh the time left on leases (etcd renewals are not visible to a
 // watch) and to catch what a watch restart missed. Holder changes are taken
 // in order: tokens only grow, so a state with a smaller token than one
@@ -41,7 +41,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,13 +57,12 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 )
 
-// DefaultScrapeTimeout is the default Options.ScrapeTimeout.
-const DefaultScrapeTimeout = 5 * time.Second
-
 // DefaultRetention is the default Options.Retention.
 const DefaultRetention = time.Hour
 
 const (
+	// scrapeTimeout bounds the reads of one scrape.
+	scrapeTimeout = 5 * time.Second
 	// healthFresh is how recent a read must be for /healthz to answer
 	// without reading; healthTimeout bounds the read it makes otherwise.
 	healthFresh   = time.Second
@@ -76,13 +74,13 @@ const (
 	healthProbe = "fence-exporter-healthz"
 )
 
-// DefaultBuckets are the default buckets of
-// fence_lock_critical_section_seconds, in seconds: from 100ms to a day.
-var DefaultBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
+// sectionBuckets are the buckets of fence_lock_critical_section_seconds, in
+// seconds: from 100ms to a day.
+var sectionBuckets = []float64{0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400}
 
-// DefaultWaitBuckets are the default buckets of fence_lock_wait_seconds, in
-// seconds: from 1ms (an uncontended grant) to an hour.
-var DefaultWaitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+// waitBuckets are the buckets of fence_lock_wait_seconds, in seconds: from
+// 1ms (an uncontended grant) to an hour.
+var waitBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 // Options configure the exporter. The zero value is usable.
 type Options struct {
@@ -90,12 +88,6 @@ type Options struct {
 	Prefix string
 	// Logger receives warnings about failed reads (slog.Default()).
 	Logger *slog.Logger
-	// ScrapeTimeout bounds the reads of one scrape (DefaultScrapeTimeout).
-	ScrapeTimeout time.Duration
-	// Buckets of the critical-section histogram (DefaultBuckets).
-	Buckets []float64
-	// WaitBuckets of the wait histogram (DefaultWaitBuckets).
-	WaitBuckets []float64
 	// OnListen, when set, is called by Serve once it listens, with the
 	// address (useful with port 0).
 	OnListen func(net.Addr)
@@ -107,15 +99,6 @@ type Options struct {
 func (o *Options) fill() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
-	}
-	if o.ScrapeTimeout <= 0 {
-		o.ScrapeTimeout = DefaultScrapeTimeout
-	}
-	if len(o.Buckets) == 0 {
-		o.Buckets = DefaultBuckets
-	}
-	if len(o.WaitBuckets) == 0 {
-		o.WaitBuckets = DefaultWaitBuckets
 	}
 	if o.Retention <= 0 {
 		o.Retention = DefaultRetention
@@ -179,7 +162,7 @@ func Handler(ctx context.Context, c coord.Coordinator, opts Options) (http.Handl
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      slogPrinter{col.log},
+		ErrorLog:      slogPrinter{col.opts.Logger},
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -210,7 +193,6 @@ type Collector struct {
 	c    coord.Coordinator
 	hist history.Store // nil: the coordinator keeps no history
 	opts Options
-	log  *slog.Logger
 
 	scrape sync.Mutex // one scrape's reads at a time
 
@@ -226,16 +208,14 @@ type Collector struct {
 	// from there.
 	gone map[string]uint64
 
-	lastOK   time.Time // the last read the coordinator answered
-	firstErr time.Time // the first failed read since lastOK
+	lastOK time.Time // the last read the coordinator answered
 
-	versions   versioner         // nil: not etcd
-	versionsAt time.Time         // when they were last asked
-	memberVer  map[string]string // endpoint -> version, as last answered
-
-	replication replicator // nil: not PostgreSQL
-	replAt      time.Time  // when it was last asked
-	asyncRepl   bool       // standbys without synchronous replication, as last answered
+	// The coordinator's known problems (knownBugs), asked at bugsAt.
+	versions    versioner         // nil: not etcd
+	replication replicator        // nil: not PostgreSQL
+	bugsAt      time.Time         // when they were last asked
+	memberVer   map[string]string // etcd: endpoint -> version, as last answered
+	asyncRepl   bool              // PostgreSQL: standbys without synchronous replication, as last answered
 }
 
 // replicator is a PostgreSQL coordinator, which tells when its server has
@@ -260,7 +240,6 @@ type lockState struct {
 
 	cursor          uint64 // history sequence number read up to
 	renewalFailures float64
-	staleRefusals   float64
 	events          map[history.Kind]float64
 	lastCompletion  time.Time // of the last completed --once run in the history
 }
@@ -333,14 +312,14 @@ var allKinds = []history.Kind{
 func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Collector, error) {
 	opts.fill()
 	col := &Collector{
-		c: c, opts: opts, log: opts.Logger,
+		c: c, opts: opts,
 		locks:     map[string]*lockState{},
 		gone:      map[string]uint64{},
 		memberVer: map[string]string{},
 		sections: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_critical_section_seconds",
 			Help:    "How long each holder held the lock (from its acquisition to the end of its lease, as seen by the exporter).",
-			Buckets: opts.Buckets,
+			Buckets: sectionBuckets,
 		}, []string{"lock"}),
 	}
 	col.hist, _ = c.(history.Store)
@@ -350,27 +329,21 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		col.waits = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_wait_seconds",
 			Help:    "How long each holder waited for the lock before it was granted (the history's waited).",
-			Buckets: opts.WaitBuckets,
+			Buckets: waitBuckets,
 		}, []string{"lock"})
 	}
-	rctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
-	infos, err := c.List(rctx, opts.Prefix)
-	cancel()
-	if err != nil {
+	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+	defer cancel()
+	if err := col.list(rctx, false); err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
-	col.noteRead(nil)
-	col.listOK = true
-	col.applyListLocked(infos)
 	ch, err := c.Watch(ctx, opts.Prefix)
 	if err != nil {
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
 	col.watching = true
 	if col.hist != nil {
-		hctx, cancel := context.WithTimeout(ctx, opts.ScrapeTimeout)
-		col.readHistory(hctx)
-		cancel()
+		col.readHistory(rctx)
 	}
 	go col.follow(ctx, ch)
 	return col, nil
@@ -396,7 +369,7 @@ func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
 			return
 		}
 		col.setWatching(false)
-		col.log.Warn("exporter: the coordinator's watch ended; starting it again", "coordinator", col.c.Describe())
+		col.opts.Logger.Warn("exporter: the coordinator's watch ended; starting it again", "coordinator", col.c.Describe())
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
 			select {
 			case <-ctx.Done():
@@ -407,7 +380,7 @@ func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
 			if ch, err = col.c.Watch(ctx, col.opts.Prefix); err == nil {
 				break
 			}
-			col.log.Debug("exporter: watch", "err", err)
+			col.opts.Logger.Debug("exporter: watch", "err", err)
 		}
 		col.setWatching(true)
 		col.relist(ctx)
@@ -416,28 +389,30 @@ func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
 
 // relist reads every lock after the watch lost track.
 func (col *Collector) relist(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, col.opts.ScrapeTimeout)
+	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
-	col.list(rctx, true)
+	if err := col.list(rctx, true); err != nil {
+		col.opts.Logger.Warn("exporter: list", "err", err)
+	}
 }
 
 // list reads every lock and applies them. After a relist (unconfirm),
 // events the watch sends next may be older than this List: until the
 // watch reports a holder itself, its "released" is not trusted.
-func (col *Collector) list(ctx context.Context, unconfirm bool) {
+func (col *Collector) list(ctx context.Context, unconfirm bool) error {
 	infos, err := col.c.List(ctx, col.opts.Prefix)
 	col.noteRead(err)
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.listOK = err == nil
 	if err != nil {
-		col.log.Warn("exporter: list", "err", err)
-		return
+		return err
 	}
 	col.applyListLocked(infos)
 	for _, st := range col.locks {
 		st.confirmed = st.confirmed && !unconfirm
 	}
+	return nil
 }
 
 func (col *Collector) setWatching(on bool) {
@@ -549,14 +524,10 @@ func (col *Collector) state(name string) *lockState {
 // readHistory counts the history events written since the last read.
 func (col *Collector) readHistory(ctx context.Context) {
 	heads, err := col.hist.Heads(ctx)
+	ok := err == nil
 	if err != nil {
-		col.log.Warn("exporter: history", "err", err)
-		col.mu.Lock()
-		col.histUp = false
-		col.mu.Unlock()
-		return
+		col.opts.Logger.Warn("exporter: history", "err", err)
 	}
-	ok := true
 	for _, h := range heads {
 		if !strings.HasPrefix(h.Lock, col.opts.Prefix) {
 			continue
@@ -577,7 +548,7 @@ func (col *Collector) readHistory(ctx context.Context) {
 		}
 		ents, err := col.hist.Since(ctx, h.Lock, cursor)
 		if err != nil {
-			col.log.Warn("exporter: history", "lock", h.Lock, "err", err)
+			col.opts.Logger.Warn("exporter: history", "lock", h.Lock, "err", err)
 			ok = false
 			continue
 		}
@@ -589,8 +560,6 @@ func (col *Collector) readHistory(ctx context.Context) {
 			switch e.Event.Kind {
 			case history.RenewalFailed:
 				st.renewalFailures += float64(max(e.Event.Count, 1))
-			case history.StaleRefused:
-				st.staleRefusals++
 			case history.Acquired:
 				col.waits.WithLabelValues(h.Lock).Observe(max(e.Event.Wait, 0).Seconds())
 			case history.Completed:
@@ -628,11 +597,6 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	col.refresh()
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	names := make([]string, 0, len(col.locks))
-	for n := range col.locks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	now := time.Now()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
@@ -640,7 +604,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(col.locks)) {
 		st := col.locks[n]
 		held, ttl := 0.0, 0.0
 		if st.info.Held {
@@ -664,7 +628,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if col.hist != nil {
 			counter(descRenewalFailures, st.renewalFailures, n)
-			counter(descStale, st.staleRefusals, n)
+			counter(descStale, st.events[history.StaleRefused], n)
 			if !st.lastCompletion.IsZero() {
 				gauge(descLastCompletion, float64(st.lastCompletion.UnixNano())/1e9, n)
 			}
@@ -694,9 +658,11 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 func (col *Collector) refresh() {
 	col.scrape.Lock()
 	defer col.scrape.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), col.opts.ScrapeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	col.list(ctx, false)
+	if err := col.list(ctx, false); err != nil {
+		col.opts.Logger.Warn("exporter: list", "err", err)
+	}
 	if col.hist != nil {
 		col.readHistory(ctx)
 	}
@@ -707,12 +673,8 @@ func (col *Collector) refresh() {
 func (col *Collector) noteRead(err error) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	now := time.Now()
-	switch {
-	case err == nil || errors.Is(err, coord.ErrNotHeld):
-		col.lastOK, col.firstErr = now, time.Time{}
-	case col.firstErr.IsZero():
-		col.firstErr = now
+	if err == nil || errors.Is(err, coord.ErrNotHeld) {
+		col.lastOK = time.Now()
 	}
 }
 
@@ -746,27 +708,27 @@ func (col *Collector) healthy(ctx context.Context) error {
 // server whether it has standbys without synchronous replication.
 func (col *Collector) askVersions(ctx context.Context) {
 	col.mu.Lock()
-	etcdDue := col.versions != nil && (time.Since(col.versionsAt) >= versionsEvery || len(col.memberVer) == 0)
-	pgDue := col.replication != nil && time.Since(col.replAt) >= versionsEvery
+	due := time.Since(col.bugsAt) >= versionsEvery || col.versions != nil && len(col.memberVer) == 0
 	col.mu.Unlock()
+	if !due || col.versions == nil && col.replication == nil {
+		return
+	}
 	vctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if etcdDue {
-		vs := col.versions.ServerVersions(vctx)
-		col.mu.Lock()
-		col.versionsAt = time.Now()
-		for _, v := range vs {
-			if v.Err == nil {
-				col.memberVer[v.Endpoint] = v.Version
-			}
-		}
-		col.mu.Unlock()
+	var vs []etcd.MemberVersion
+	async := false
+	if col.versions != nil {
+		vs = col.versions.ServerVersions(vctx)
+	} else {
+		async = col.replication.ReplicationWarning(vctx) != ""
 	}
-	if pgDue {
-		async := col.replication.ReplicationWarning(vctx) != ""
-		col.mu.Lock()
-		col.replAt, col.asyncRepl = time.Now(), async
-		col.mu.Unlock()
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.bugsAt, col.asyncRepl = time.Now(), async
+	for _, v := range vs {
+		if v.Err == nil {
+			col.memberVer[v.Endpoint] = v.Version
+		}
 	}
 }
 

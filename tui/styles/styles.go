@@ -15,33 +15,19 @@ import (
 
 // Styles is every style of the dashboard. Build it with New.
 type Styles struct {
-	// Table.
-	Header   lipgloss.Style // the column titles
+	Accent   lipgloss.Style // the column titles, the lock's name, a limit ("frozen", "limit N"), the filter prompt
+	Good     lipgloss.Style // state "held", a healthy TTL bar, acquired, released
+	Caution  lipgloss.Style // state "expiring" and its TTL bar, the revoke, freeze and thaw questions
+	Bad      lipgloss.Style // renewal failures and stale refusals, bad events, error messages
+	Dim      lipgloss.Style // state "free", unknown values, zero counters, field names, the timeline's rule
 	Selected lipgloss.Style // the whole selected row (cells are unstyled inside it)
-	Held     lipgloss.Style // state "held"
-	Free     lipgloss.Style // state "free"
-	Expiring lipgloss.Style // state "expiring" and its TTL bar
-	Limit    lipgloss.Style // state "frozen", "limit N" (an operator limit)
-	Dim      lipgloss.Style // unknown values, zero counters
-	Alert    lipgloss.Style // non-zero renewal failures and stale refusals
-	BarFull  lipgloss.Style // the filled part of a healthy TTL bar
 	BarEmpty lipgloss.Style // the empty part of a TTL bar
 
-	// Details view.
-	Title lipgloss.Style // the lock name
-	Label lipgloss.Style // field names
-	Rule  lipgloss.Style // the timeline separator
-	Good  lipgloss.Style // acquired, released
-	Bad   lipgloss.Style // renewal failed, lease lost, deadline, expired, revoked, stale refused
-
-	// Bottom lines.
-	Status   lipgloss.Style // the status bar
+	// The status bar.
+	Status   lipgloss.Style
 	OK       lipgloss.Style // healthy
 	Warn     lipgloss.Style // degraded (watch lost, retrying)
-	Down     lipgloss.Style // unavailable, in the status bar
-	Err      lipgloss.Style // error messages
-	Confirm  lipgloss.Style // the revoke confirmation
-	Prompt   lipgloss.Style // the filter prompt
+	Down     lipgloss.Style // unavailable
 	Help     help.Styles    // the key help (bubbles/help)
 	Renderer *lipgloss.Renderer
 }
@@ -70,33 +56,21 @@ func New(r *lipgloss.Renderer) *Styles {
 		statBg = c("#e8e8e8", "#262626")
 	)
 	s := &Styles{Renderer: r}
-	s.Header = r.NewStyle().Bold(true).Foreground(accent)
-	s.Selected = r.NewStyle().Bold(true).Foreground(text).Background(selBg)
-	s.Held = r.NewStyle().Foreground(green)
-	s.Free = r.NewStyle().Foreground(dim)
-	s.Expiring = r.NewStyle().Bold(true).Foreground(yellow)
-	s.Limit = r.NewStyle().Bold(true).Foreground(accent)
-	s.Dim = r.NewStyle().Foreground(dim)
-	s.Alert = r.NewStyle().Bold(true).Foreground(red)
-	s.BarFull = r.NewStyle().Foreground(green)
-	s.BarEmpty = r.NewStyle().Foreground(barBg)
-
-	s.Title = r.NewStyle().Bold(true).Foreground(accent)
-	s.Label = r.NewStyle().Foreground(dim)
-	s.Rule = r.NewStyle().Foreground(dim)
+	s.Accent = r.NewStyle().Bold(true).Foreground(accent)
 	s.Good = r.NewStyle().Foreground(green)
+	s.Caution = r.NewStyle().Bold(true).Foreground(yellow)
 	s.Bad = r.NewStyle().Bold(true).Foreground(red)
+	s.Dim = r.NewStyle().Foreground(dim)
+	s.Selected = r.NewStyle().Bold(true).Foreground(text).Background(selBg)
+	s.BarEmpty = r.NewStyle().Foreground(barBg)
 
 	s.Status = r.NewStyle().Foreground(text).Background(statBg)
 	s.OK = r.NewStyle().Foreground(green).Background(statBg)
 	s.Warn = r.NewStyle().Bold(true).Foreground(yellow).Background(statBg)
 	s.Down = r.NewStyle().Bold(true).Foreground(red).Background(statBg)
-	s.Err = r.NewStyle().Bold(true).Foreground(red)
-	s.Confirm = r.NewStyle().Bold(true).Foreground(yellow)
-	s.Prompt = r.NewStyle().Bold(true).Foreground(accent)
 
 	key := r.NewStyle().Foreground(accent)
-	desc := r.NewStyle().Foreground(dim)
+	desc := s.Dim
 	s.Help = help.Styles{
 		Ellipsis:       desc,
 		ShortKey:       key,
@@ -115,11 +89,11 @@ func New(r *lipgloss.Renderer) *Styles {
 func (s *Styles) State(limited bool, st store.State) lipgloss.Style {
 	switch {
 	case limited:
-		return s.Limit
+		return s.Accent
 	case st == store.Held:
-		return s.Held
+		return s.Good
 	case st == store.Expiring:
-		return s.Expiring
+		return s.Caution
 	}
-	return s.Free
+	return s.Dim
 }

@@ -75,9 +75,9 @@ func TestFieldsOf(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	st := store.New()
 	st.Apply(now,
-		store.Change{Info: coord.LockInfo{Name: "held", Held: true, Holder: "w", Token: 7, LastToken: 9, LeaseID: "l1",
+		coord.Event{Info: coord.LockInfo{Name: "held", Held: true, Holder: "w", Token: 7, LastToken: 9, LeaseID: "l1",
 			TTL: 30 * time.Second, TTLLeft: 20 * time.Second, AcquiredAt: now.Add(-90 * time.Second), Waiters: 2}},
-		store.Change{Info: coord.LockInfo{Name: "free", LastToken: 5}})
+		coord.Event{Info: coord.LockInfo{Name: "free", LastToken: 5}})
 	st.SetCounts("held", 1, 2, now)
 	m := New(nil, time.UTC)
 	dash := fields{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}

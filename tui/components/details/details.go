@@ -120,13 +120,13 @@ func (m *Model) render() {
 	var lines []string
 	switch {
 	case m.NoHistory:
-		lines = []string{s.Label.Render(format.Fit("  this coordinator keeps no history", m.width))}
+		lines = []string{s.Dim.Render(format.Fit("  this coordinator keeps no history", m.width))}
 	case !m.loaded:
-		lines = []string{s.Label.Render(format.Fit("  loading…", m.width))}
+		lines = []string{s.Dim.Render(format.Fit("  loading…", m.width))}
 	case m.err != nil:
-		lines = []string{s.Err.Render(format.Fit("  history: "+m.err.Error(), m.width))}
+		lines = []string{s.Bad.Render(format.Fit("  history: "+m.err.Error(), m.width))}
 	case len(m.events) == 0:
-		lines = []string{s.Label.Render(format.Fit("  no events recorded", m.width))}
+		lines = []string{s.Dim.Render(format.Fit("  no events recorded", m.width))}
 	default:
 		lines = make([]string, 0, len(m.events))
 		for _, ev := range m.events {
@@ -153,7 +153,7 @@ func (m *Model) eventLine(ev history.Event) string {
 	if rest < 1 {
 		return format.Fit("  "+ts+"  "+string(ev.Kind), m.width)
 	}
-	return "  " + s.Label.Render(ts) + "  " + kind + " " + format.Fit(Describe(ev), rest)
+	return "  " + s.Dim.Render(ts) + "  " + kind + " " + format.Fit(Describe(ev), rest)
 }
 
 // Describe says what an event means, after its kind: who (token and
@@ -277,7 +277,7 @@ func (m *Model) View(r *store.Row, now time.Time) string {
 	if len(lines) < m.height {
 		lines = append(lines, m.vp.View())
 	}
-	return padLines(strings.Join(lines, "\n"), m.height)
+	return format.Block(strings.Join(lines, "\n"), m.width, m.height)
 }
 
 // Sync fits the timeline to the room the header leaves for row r at now
@@ -323,20 +323,20 @@ func (m *Model) header(r *store.Row, now time.Time) []string {
 	}
 	lines = append(lines, m.contentionLines()...)
 	title := "── history, newest first "
-	return append(lines, m.styles.Rule.Render(format.Fit("  "+title+strings.Repeat("─", max(w-2-len([]rune(title)), 0)), w)))
+	return append(lines, m.styles.Dim.Render(format.Fit("  "+title+strings.Repeat("─", max(w-2-len([]rune(title)), 0)), w)))
 }
 
 // titleLine is the lock's name and its state ("not listed" when r is nil).
 func (m *Model) titleLine(r *store.Row, now time.Time) string {
 	s := m.styles
 	state := "not listed"
-	stateStyle := s.Free
+	stateStyle := s.Dim
 	if r != nil {
-		state = r.Label(now)
+		state = r.Label(r.State(now))
 		stateStyle = s.State(r.Info.Limit != nil, r.State(now))
 	}
 	nameW := max(m.width-2-len(state)-2, 1)
-	return "  " + s.Title.Render(format.Fit(m.name, nameW)) + "  " + stateStyle.Render(state)
+	return "  " + s.Accent.Render(format.Fit(m.name, nameW)) + "  " + stateStyle.Render(state)
 }
 
 // pair is a line of two fields, label and value, the first in the left
@@ -346,14 +346,14 @@ func (m *Model) pair(half int, l1, v1, l2, v2 string) string {
 		return m.field(l1, v1)
 	}
 	s, lw := m.styles, labelW
-	left := s.Label.Render(format.Fit(l1, lw)) + format.Fit(v1, max(half-lw, 0))
-	right := s.Label.Render(format.Fit(l2, lw)) + format.Fit(v2, max(m.width-2-half-lw, 0))
+	left := s.Dim.Render(format.Fit(l1, lw)) + format.Fit(v1, max(half-lw, 0))
+	right := s.Dim.Render(format.Fit(l2, lw)) + format.Fit(v2, max(m.width-2-half-lw, 0))
 	return "  " + left + right
 }
 
 // field is a line of one field: its label, then v on the rest of the line.
 func (m *Model) field(label, v string) string {
-	return "  " + m.styles.Label.Render(format.Fit(label, labelW)) + m.rest(v)
+	return "  " + m.styles.Dim.Render(format.Fit(label, labelW)) + m.rest(v)
 }
 
 // rest fits v to the line after a label; indent stands for the label on
@@ -364,7 +364,7 @@ var indent = strings.Repeat(" ", 2+labelW)
 
 // andMore is the line that counts the n items not named.
 func (m *Model) andMore(n int) string {
-	return indent + m.styles.Label.Render(m.rest(fmt.Sprintf("and %d more", n)))
+	return indent + m.styles.Dim.Render(m.rest(fmt.Sprintf("and %d more", n)))
 }
 
 // fields is the values of the header's pairs, "-" when not known.
@@ -537,14 +537,4 @@ func (m *Model) contentionLines() []string {
 		lines = append(lines, indent+m.styles.Bad.Render(m.rest("waits exceed holds: the lock is the bottleneck")))
 	}
 	return lines
-}
-
-// padLines makes s exactly n lines long.
-func padLines(s string, n int) string {
-	got := strings.Count(s, "\n") + 1
-	if got > n {
-		parts := strings.SplitN(s, "\n", n+1)
-		return strings.Join(parts[:n], "\n")
-	}
-	return s + strings.Repeat("\n", n-got)
 }

@@ -307,7 +307,7 @@ func (m *Model) header(b *strings.Builder, w [numCols]int, key store.SortKey, re
 			titles[i] = format.Fit(t, w[i])
 		}
 	}
-	b.WriteString(m.styles.Header.Render(format.Fit(joinCells(titles, w, m.width, false), m.width)))
+	b.WriteString(m.styles.Accent.Render(format.Fit(joinCells(titles, w, m.width, false), m.width)))
 }
 
 // row draws one row. A selected row is drawn unstyled inside the selection
@@ -318,7 +318,7 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 	for i := range cells {
 		cells[i] = ""
 		if w[i] > 0 {
-			cells[i] = cellOf[i](x, w[i])
+			cells[i] = x.draw(i, w[i])
 		}
 	}
 	line := joinCells(cells, w, m.width, selected)
@@ -334,7 +334,6 @@ type cellRow struct {
 	r     *store.Row
 	now   time.Time
 	state store.State // as shown: held while the TTLs are not known
-	held  bool
 	// unknown: the coordinator is not answering, the TTL is not known.
 	unknown   bool
 	noHistory bool
@@ -342,105 +341,94 @@ type cellRow struct {
 	selected  bool // its cells are not styled (see row)
 }
 
-// paint is v in st, or v unstyled on the selected row.
-func (x *cellRow) paint(st lipgloss.Style, v string) string {
-	if x.selected {
-		return v
-	}
-	return st.Render(v)
-}
-
 func (m *Model) rowOf(r *store.Row, now time.Time, selected bool) *cellRow {
-	x := &cellRow{r: r, now: now, state: r.State(now), held: r.Info.Held, unknown: m.Unconfirmed, noHistory: m.NoHistory,
+	x := &cellRow{r: r, now: now, state: r.State(now), unknown: m.Unconfirmed, noHistory: m.NoHistory,
 		styles: m.styles, selected: selected}
-	if m.Unconfirmed && x.held {
+	if m.Unconfirmed && r.Info.Held {
 		x.state = store.Held
 	}
 	return x
 }
 
-// cellOf draws each column's cell, width cells wide.
-var cellOf = [numCols]func(x *cellRow, width int) string{
-	colName:   func(x *cellRow, width int) string { return format.Fit(x.r.Info.Name, width) },
-	colState:  stateCell,
-	colHolder: holderCell,
-	colToken:  tokenCell,
-	colTTL:    ttlCell,
-	colHeld:   heldCell,
-	colRenew:  renewCell,
-	colFail:   func(x *cellRow, width int) string { return x.counterCell(x.r.Failures, width) },
-	colStale:  func(x *cellRow, width int) string { return x.counterCell(x.r.Stale, width) },
-}
-
-// dash is the cell of a value not known or not there.
-func (x *cellRow) dash(width int) string { return x.paint(x.styles.Dim, format.FitRight("-", width)) }
-
-// stateLabel is the STATE text: the state, or for a limited lock or a
-// semaphore held the row's label ("frozen", "limit 1", "2/3 held").
-func stateLabel(state store.State, limited bool, slots int, label func() string) string {
-	if limited || state == store.Held && slots > 1 {
-		return label()
+// draw is column i's cell, width cells wide: its text (cell) fitted to
+// the column's side, in its style (none on the selected row). A held
+// lock's TTL, when known, is a bar (ttlBar).
+func (x *cellRow) draw(i, width int) string {
+	if i == colTTL && x.r.Info.Held && !x.unknown {
+		return x.ttlBar(width)
 	}
-	return state.String()
-}
-
-func stateCell(x *cellRow, width int) string {
-	i := x.r.Info
-	v := format.Fit(stateLabel(x.state, i.Limit != nil, i.Slots, func() string { return x.r.Label(x.now) }), width)
-	return x.paint(x.styles.State(i.Limit != nil, x.state), v)
-}
-
-func holderCell(x *cellRow, width int) string {
-	if x.held {
-		return format.Fit(x.r.Info.Holder, width)
+	v, st := x.cell(i)
+	if columns[i].right || i == colTTL {
+		v = format.FitRight(v, width)
+	} else {
+		v = format.Fit(v, width)
 	}
-	return x.paint(x.styles.Dim, format.Fit("-", width))
-}
-
-// tokenCell: a free lock shows what the token sort sorts it by: its last
-// token, in parentheses (not a live one), "-" when none is known.
-func tokenCell(x *cellRow, width int) string {
-	v := format.FitRight(tokenText(x.r), width)
-	if x.held {
+	if st == nil || x.selected {
 		return v
 	}
-	return x.paint(x.styles.Dim, v)
+	return st.Render(v)
 }
 
-func ttlCell(x *cellRow, width int) string {
-	switch {
-	case x.held && x.unknown:
-		return x.paint(x.styles.Dim, format.FitRight("?", width))
-	case !x.held:
-		return x.dash(width)
+// cell is column i's text and style (nil: none); "-", dim, for a value
+// not known or not there. A free lock shows what the token sort sorts it
+// by: its last token, in parentheses (not a live one).
+func (x *cellRow) cell(i int) (string, *lipgloss.Style) {
+	r, s := x.r, x.styles
+	switch held := r.Info.Held; {
+	case i == colName:
+		return r.Info.Name, nil
+	case i == colState:
+		st := s.State(r.Info.Limit != nil, x.state)
+		return r.Label(x.state), &st
+	case i == colToken && held:
+		return tokenText(r), nil
+	case i == colToken:
+		return tokenText(r), &s.Dim
+	case i == colFail || i == colStale:
+		return x.counter(i)
+	case !held:
+		return "-", &s.Dim
+	case i == colHolder:
+		return r.Info.Holder, nil
+	case i == colTTL: // held, not known
+		return "?", &s.Dim
+	case i == colHeld && !r.Info.AcquiredAt.IsZero():
+		return format.Duration(r.Info.HeldFor(x.now)), nil
+	case i == colRenew:
+		return strconv.Itoa(r.Renewals), nil
 	}
+	return "-", &s.Dim
+}
+
+// ttlBar is a held lock's TTL: the bar (in the expiring style when it
+// is) and the time left.
+func (x *cellRow) ttlBar(width int) string {
 	left := x.r.TTLLeft(x.now)
 	full, empty := format.Bar(left, x.r.Info.TTL, width-ttlText-1)
-	fs := x.styles.BarFull
+	fs := x.styles.Good
 	if x.state == store.Expiring {
-		fs = x.styles.Expiring
+		fs = x.styles.Caution
 	}
-	if full != "" {
-		full = x.paint(fs, full)
+	if full != "" && !x.selected {
+		full = fs.Render(full)
 	}
-	if empty != "" {
-		empty = x.paint(x.styles.BarEmpty, empty)
+	if empty != "" && !x.selected {
+		empty = x.styles.BarEmpty.Render(empty)
 	}
 	return full + empty + " " + format.FitRight(format.Duration(format.Ceil(left)), ttlText)
 }
 
-func heldCell(x *cellRow, width int) string {
-	if x.held && !x.r.Info.AcquiredAt.IsZero() {
-		return format.FitRight(format.Duration(x.r.Info.HeldFor(x.now)), width)
+// counter is column i's history counter (FAIL or STALE) and its style.
+func (x *cellRow) counter(i int) (string, *lipgloss.Style) {
+	n := x.r.Failures
+	if i == colStale {
+		n = x.r.Stale
 	}
-	return x.dash(width)
-}
-
-func renewCell(x *cellRow, width int) string {
-	if x.held {
-		return format.FitRight(strconv.Itoa(x.r.Renewals), width)
+	v, alert := counterText(n, x.noHistory)
+	if alert {
+		return v, &x.styles.Bad
 	}
-	return x.dash(width)
+	return v, &x.styles.Dim
 }
 
 // counterText is a history counter's cell text, and whether it calls for
@@ -454,14 +442,6 @@ func counterText(n int, noHistory bool) (string, bool) {
 		return "·", false
 	}
 	return strconv.Itoa(n), n > 0
-}
-
-func (x *cellRow) counterCell(n, width int) string {
-	v, alert := counterText(n, x.noHistory)
-	if alert {
-		return x.paint(x.styles.Alert, format.FitRight(v, width))
-	}
-	return x.paint(x.styles.Dim, format.FitRight(v, width))
 }
 
 // joinCells is the row's line: the cursor mark, the cells of the columns

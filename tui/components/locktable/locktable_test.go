@@ -84,9 +84,9 @@ func TestCounterText(t *testing.T) {
 }
 
 // TestStateLabel: a limit and a semaphore held show the row's label, the
-// others their state.
+// others their state (was stateLabel's test; the same cases, now with the
+// labels themselves).
 func TestStateLabel(t *testing.T) {
-	label := func() string { return "label" }
 	for _, c := range []struct {
 		state   store.State
 		limited bool
@@ -95,14 +95,18 @@ func TestStateLabel(t *testing.T) {
 	}{
 		{store.Held, false, 0, "held"},
 		{store.Held, false, 1, "held"},
-		{store.Held, false, 3, "label"},
+		{store.Held, false, 3, "2/3 held"},
 		{store.Expiring, false, 3, "expiring"},
 		{store.Free, false, 3, "free"},
-		{store.Free, true, 0, "label"},
-		{store.Expiring, true, 0, "label"},
+		{store.Free, true, 0, "limit 1"},
+		{store.Expiring, true, 0, "limit 1"},
 	} {
-		if got := stateLabel(c.state, c.limited, c.slots, label); got != c.want {
-			t.Errorf("stateLabel(%v, limited %v, slots %d) = %q, want %q", c.state, c.limited, c.slots, got, c.want)
+		r := &store.Row{Info: coord.LockInfo{Slots: c.slots, Holders: make([]coord.HolderInfo, 2)}}
+		if c.limited {
+			r.Info.Limit = &coord.Limit{Max: 1}
+		}
+		if got := r.Label(c.state); got != c.want {
+			t.Errorf("Label(%v), limited %v, slots %d = %q, want %q", c.state, c.limited, c.slots, got, c.want)
 		}
 	}
 }
@@ -113,9 +117,9 @@ func TestCells(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	st := store.New()
 	st.Apply(now,
-		store.Change{Info: coord.LockInfo{Name: "held", Held: true, Holder: "web-1", Token: 7, TTL: 30 * time.Second,
+		coord.Event{Info: coord.LockInfo{Name: "held", Held: true, Holder: "web-1", Token: 7, TTL: 30 * time.Second,
 			TTLLeft: 20 * time.Second, AcquiredAt: now.Add(-90 * time.Second)}},
-		store.Change{Info: coord.LockInfo{Name: "free", LastToken: 5}})
+		coord.Event{Info: coord.LockInfo{Name: "free", LastToken: 5}})
 	st.SetCounts("held", 2, 0, now)
 	r := lipgloss.NewRenderer(io.Discard)
 	r.SetColorProfile(termenv.Ascii) // the cells' text, without colour
@@ -147,7 +151,7 @@ func TestCells(t *testing.T) {
 	} {
 		m.Unconfirmed = c.unconfirmed
 		x := m.rowOf(st.Get(c.lock), now, true)
-		if got := cellOf[c.col](x, c.width); got != c.want {
+		if got := x.draw(c.col, c.width); got != c.want {
 			t.Errorf("%s (unconfirmed %v), %s: %q, want %q", c.lock, c.unconfirmed, columns[c.col].title, got, c.want)
 		}
 	}

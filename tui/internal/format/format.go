@@ -78,6 +78,21 @@ func fit(s string, w int, right bool) string {
 	return s + pad
 }
 
+// Block is s cut or padded to exactly h lines, each cut to w cells (ending
+// in "…" when cut).
+func Block(s string, w, h int) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if ansi.StringWidth(l) > w {
+			lines[i] = ansi.Truncate(l, w, "…")
+		}
+	}
+	for len(lines) < h {
+		lines = append(lines, "")
+	}
+	return strings.Join(lines[:h], "\n")
+}
+
 // BarCells is how many of width cells a bar filled to left/total has: at
 // least one while left > 0, so a lease about to expire is still visible.
 func BarCells(left, total time.Duration, width int) int {

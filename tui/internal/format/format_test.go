@@ -97,3 +97,20 @@ func TestBar(t *testing.T) {
 		}
 	}
 }
+
+// TestBlock: exactly h lines, none wider than w.
+func TestBlock(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		w, h int
+		want string
+	}{
+		{"ab\ncd", 5, 3, "ab\ncd\n"},
+		{"abcdef\nx\ny", 4, 2, "abc…\nx"},
+		{"a", 3, 0, ""},
+	} {
+		if got := Block(c.s, c.w, c.h); got != c.want {
+			t.Errorf("Block(%q, %d, %d) = %q, want %q", c.s, c.w, c.h, got, c.want)
+		}
+	}
+}

@@ -1,6 +1,6 @@
-// Package store keeps the dashboard's rows: one per lock, kept sorted and
-// filtered as changes arrive, so that drawing a frame only reads the rows on
-// screen. It does no I/O and is not safe for concurrent use: the Bubble Tea
+// Package store keeps the dashboard's rows: one per lock, sorted and
+// filtered again on the first read after a change, so that drawing a frame
+// only reads the rows on screen. It does no I/O and is not safe for concurrent use: the Bubble Tea
 // model owns it and changes it in Update.
 package store
 
@@ -56,10 +56,6 @@ type Row struct {
 	HistAt time.Time
 
 	match string // lower-cased "name\nholder", for the filter
-	// state is State as of the row's last change or the store's last
-	// Tick: the state sort and the totals use it, so that neither needs a
-	// pass over every row between ticks.
-	state State
 }
 
 // TTLLeft is the time left on the lease at now, counted down from the last
@@ -86,17 +82,17 @@ func (r *Row) State(now time.Time) State {
 	return Held
 }
 
-// Label is what the STATE column and the details say: "frozen" for a lock
-// an operator froze (fence freeze), "limit N" for one held to N holders
-// (fence limit), "2/3 held" for a semaphore with 2 of its 3 slots held,
-// else the State at now. The limit wins: it is what an
+// Label is what the STATE column and the details say of the row in state
+// st: "frozen" for a lock an operator froze (fence freeze), "limit N" for
+// one held to N holders (fence limit), "2/3 held" for a semaphore held
+// with 2 of its 3 slots, else st. The limit wins: it is what an
 // operator must see first (the holder and the TTL bar show the rest).
-func (r *Row) Label(now time.Time) string {
+func (r *Row) Label(st State) string {
 	switch l := r.Info.Limit; {
-	case l == nil && r.Info.Slots > 1 && r.State(now) == Held:
+	case l == nil && r.Info.Slots > 1 && st == Held:
 		return fmt.Sprintf("%d/%d held", len(r.Info.Holders), r.Info.Slots) // a semaphore
 	case l == nil:
-		return r.State(now).String()
+		return st.String()
 	case l.Max == 0:
 		return "frozen"
 	default:
@@ -143,13 +139,6 @@ func (k SortKey) String() string {
 // Next is the key after k, wrapping around.
 func (k SortKey) Next() SortKey { return (k + 1) % numSortKeys }
 
-// Change is one new state of a lock.
-type Change struct {
-	Info coord.LockInfo
-	// Renewed says the watch reported a renewal (coord.EventRenewed).
-	Renewed bool
-}
-
 // Totals counts the rows.
 type Totals struct {
 	Locks, Held, Expiring, Free, Waiters int
@@ -160,16 +149,22 @@ type Totals struct {
 	Failures, Stale int
 }
 
-// Store is the set of rows, sorted by a key and filtered by a string.
+// Store is the set of rows, sorted by a key and filtered by a string. A
+// change only marks the order out of date; the next read of the rows sorts
+// them again (the rows are nearly in order then: the sort is quick).
 type Store struct {
-	rows     map[string]*Row
-	all      []*Row // every row, in sort order
-	filtered []*Row // the rows matching filter, in sort order
-	key      SortKey
-	reverse  bool
-	filter   string // lower case; "" matches everything
-	now      time.Time
-	totals   Totals // kept up to date as rows change
+	rows    map[string]*Row
+	all     []*Row // every row, in sort order when !dirty
+	shown   []*Row // the rows matching filter, in sort order when !dirty
+	key     SortKey
+	reverse bool
+	filter  string // lower case; "" matches everything
+	dirty   bool   // all (a row came or went) or the order changed
+	// now is the time of the last Apply, Replace, SetSort or Tick: the
+	// state sort and the totals take the states as of now. It moves only
+	// with a re-sort when the order depends on it (the state sort), so
+	// that the order holds between two sorts.
+	now time.Time
 }
 
 // New returns an empty store sorted by name.
@@ -178,15 +173,20 @@ func New() *Store {
 }
 
 // Len is the number of rows, filtered or not.
-func (s *Store) Len() int { return len(s.all) }
+func (s *Store) Len() int { return len(s.rows) }
 
 // Rows is the filtered rows in order. The slice belongs to the store and is
 // valid until the next change.
 func (s *Store) Rows() []*Row {
-	if s.filter == "" {
-		return s.all
-	}
-	return s.filtered
+	s.sort()
+	return s.shown
+}
+
+// All is every row in order, ignoring the filter. The slice belongs to the
+// store and is valid until the next change.
+func (s *Store) All() []*Row {
+	s.sort()
+	return s.all
 }
 
 // Get is the row of a lock, nil if unknown.
@@ -195,14 +195,13 @@ func (s *Store) Get(name string) *Row { return s.rows[name] }
 // Index is the position of a lock in Rows, -1 when it is not there.
 func (s *Store) Index(name string) int {
 	r := s.rows[name]
-	if r == nil {
+	if r == nil || !s.matches(r) {
 		return -1
 	}
-	rows := s.Rows()
-	if s.filter != "" && !s.matches(r) {
-		return -1
+	if i, ok := slices.BinarySearchFunc(s.Rows(), r, s.cmp); ok {
+		return i
 	}
-	return s.find(rows, r)
+	return -1
 }
 
 // Sort is the current sort key and direction.
@@ -213,121 +212,48 @@ func (s *Store) Filter() string { return s.filter }
 
 // SetSort sorts by key, reversed or not, as of now.
 func (s *Store) SetSort(key SortKey, reverse bool, now time.Time) {
-	s.key, s.reverse, s.now = key, reverse, now
-	for _, r := range s.all {
-		if st := r.State(now); st != r.state {
-			s.account(r, -1)
-			r.state = st
-			s.account(r, +1)
-		}
-	}
-	s.sortAll()
+	s.key, s.reverse, s.now, s.dirty = key, reverse, now, true
 }
 
 // SetFilter keeps the rows whose name or holder contains f, ignoring case.
 func (s *Store) SetFilter(f string) {
-	f = strings.ToLower(f)
-	if f == s.filter {
-		return
+	if f = strings.ToLower(f); f != s.filter {
+		s.filter, s.dirty = f, true
 	}
-	s.filter = f
-	s.refilter()
 }
 
-// Tick moves the store's clock to now: rows whose state changed with the
-// time (a held lock becoming expiring as its TTL runs down) are counted
-// again and, when sorted by state, moved. It is one pass over the rows,
-// for the once-a-second tick; frames do not need it.
+// Tick moves the store's clock to now, for the once-a-second tick: held
+// locks become expiring as their TTLs run down, and, when sorted by state,
+// move.
 func (s *Store) Tick(now time.Time) {
 	s.now = now
-	var changed []*Row
-	for _, r := range s.all {
-		if st := r.State(now); st != r.state {
-			changed = append(changed, r)
-		}
-	}
-	if len(changed) == 0 {
-		return
-	}
-	if s.key != ByState || len(changed) > 64 {
-		for _, r := range changed {
-			s.account(r, -1)
-			r.state = r.State(now)
-			s.account(r, +1)
-		}
-		if s.key == ByState {
-			s.sortAll()
-		}
-		return
-	}
-	for _, r := range changed {
-		s.move(r, func() { r.state = r.State(now) })
-	}
+	s.dirty = s.dirty || s.key == ByState
 }
 
-// Apply records new states of locks read at at. A few changes move their
-// rows in place; many are applied in one resort.
-func (s *Store) Apply(at time.Time, changes ...Change) {
-	if len(changes) > 64 {
-		for _, c := range changes {
-			s.recount(c, at)
-		}
-		s.sortAll()
-		return
-	}
-	for _, c := range changes {
-		if s.rows[c.Info.Name] == nil {
-			r := s.update(c, at)
-			s.all = insert(s.all, r, s.cmp)
-			if s.filter != "" && s.matches(r) {
-				s.filtered = insert(s.filtered, r, s.cmp)
-			}
-			continue
-		}
-		r := s.rows[c.Info.Name]
-		s.move(r, func() { s.update(c, at) })
-	}
-}
-
-// move applies change to r and moves r to where the order then puts it, in
-// the sorted rows and the filtered ones, keeping the totals.
-func (s *Store) move(r *Row, change func()) {
-	i := s.find(s.all, r)
-	fi := -1
-	if s.filter != "" && s.matches(r) {
-		fi = s.find(s.filtered, r)
-	}
-	s.account(r, -1)
-	change()
-	s.account(r, +1)
-	s.all = s.reposition(s.all, i, r)
-	if s.filter != "" {
-		switch m := s.matches(r); {
-		case fi >= 0 && m:
-			s.filtered = s.reposition(s.filtered, fi, r)
-		case fi >= 0:
-			s.filtered = slices.Delete(s.filtered, fi, fi+1)
-		case m:
-			s.filtered = insert(s.filtered, r, s.cmp)
-		}
+// Apply records new states of locks read at at: events of the watch, or
+// reads (events of no type).
+func (s *Store) Apply(at time.Time, evs ...coord.Event) {
+	s.now, s.dirty = at, true
+	for _, ev := range evs {
+		s.update(ev, at)
 	}
 }
 
 // Replace makes the store hold exactly the locks of a full listing read at
 // at: rows missing from it are dropped, the others updated.
 func (s *Store) Replace(at time.Time, infos []coord.LockInfo) {
+	s.now, s.dirty = at, true
 	seen := make(map[string]struct{}, len(infos))
 	for _, info := range infos {
 		seen[info.Name] = struct{}{}
-		s.recount(Change{Info: info}, at)
+		s.update(coord.Event{Info: info}, at)
 	}
-	for name, r := range s.rows {
+	for name := range s.rows {
 		if _, ok := seen[name]; !ok {
-			s.account(r, -1)
 			delete(s.rows, name)
 		}
 	}
-	s.sortAll()
+	s.all = slices.DeleteFunc(s.all, func(r *Row) bool { return s.rows[r.Info.Name] != r })
 }
 
 // SetCounts records a lock's history counters, read at at.
@@ -337,50 +263,44 @@ func (s *Store) SetCounts(name string, failures, stale int, at time.Time) {
 		return
 	}
 	r.HistAt = at
-	if r.Failures == failures && r.Stale == stale {
-		return
+	if r.Failures != failures || r.Stale != stale {
+		r.Failures, r.Stale, s.dirty = failures, stale, true
 	}
-	s.move(r, func() { r.Failures, r.Stale = failures, stale })
 }
 
 // Totals counts the rows (all of them, not only the filtered ones), with
-// the states as of the last change or Tick. It costs nothing: the counts
-// are kept as rows change.
+// the states as of the store's clock (the last change or Tick).
 func (s *Store) Totals() Totals {
-	t := s.totals
+	var t Totals
+	for _, r := range s.rows {
+		if r.Info.Held {
+			t.Held++
+		}
+		if r.State(s.now) == Expiring {
+			t.Expiring++
+		}
+		t.Waiters += r.Info.Waiters
+		if l := r.Info.Limit; l != nil && l.Max == 0 {
+			t.Frozen++
+		} else if l != nil {
+			t.Limited++
+		}
+		t.Failures += max(r.Failures, 0)
+		t.Stale += max(r.Stale, 0)
+	}
 	t.Locks = len(s.rows)
 	t.Free = t.Locks - t.Held
 	return t
 }
 
-// account adds (sign +1) or removes (-1) a row's share of the totals.
-func (s *Store) account(r *Row, sign int) {
-	t := &s.totals
-	if r.Info.Held {
-		t.Held += sign
-	}
-	if r.state == Expiring {
-		t.Expiring += sign
-	}
-	t.Waiters += sign * r.Info.Waiters
-	if l := r.Info.Limit; l != nil && l.Max == 0 {
-		t.Frozen += sign
-	} else if l != nil {
-		t.Limited += sign
-	}
-	t.Failures += sign * max(r.Failures, 0)
-	t.Stale += sign * max(r.Stale, 0)
-}
-
-// update applies c to its row, creating it, without moving it. It counts
-// a new row in the totals; for an existing row, the caller recounts it.
-func (s *Store) update(c Change, at time.Time) *Row {
-	info := c.Info
+// update applies ev to its row, creating it.
+func (s *Store) update(ev coord.Event, at time.Time) {
+	info := ev.Info
 	r := s.rows[info.Name]
 	if r == nil {
 		r = &Row{Failures: -1, Stale: -1}
 		s.rows[info.Name] = r
-		defer s.account(r, +1)
+		s.all = append(s.all, r)
 	}
 	old := r.Info
 	oldExpiry := r.Expiry
@@ -393,7 +313,7 @@ func (s *Store) update(c Change, at time.Time) *Row {
 	switch {
 	case !info.Held || !old.Held || old.LeaseID != info.LeaseID || old.Token != info.Token:
 		r.Renewals = 0
-	case c.Renewed:
+	case ev.Type == coord.EventRenewed:
 		r.Renewals++
 	case r.Expiry.Sub(oldExpiry) > info.TTL/4:
 		// The expiry moved on by more than clock noise between two
@@ -404,75 +324,28 @@ func (s *Store) update(c Change, at time.Time) *Row {
 	if old.Name == "" || old.Holder != info.Holder {
 		r.match = strings.ToLower(info.Name + "\n" + info.Holder)
 	}
-	r.state = r.State(at)
-	return r
-}
-
-// recount is update for changes applied in bulk: the row is recounted in
-// the totals, and the caller sorts.
-func (s *Store) recount(c Change, at time.Time) {
-	r := s.rows[c.Info.Name]
-	if r == nil {
-		s.update(c, at)
-		return
-	}
-	s.account(r, -1)
-	s.update(c, at)
-	s.account(r, +1)
 }
 
 func (s *Store) matches(r *Row) bool {
 	return s.filter == "" || strings.Contains(r.match, s.filter)
 }
 
-func (s *Store) sortAll() {
-	s.all = s.all[:0]
-	for _, r := range s.rows {
-		s.all = append(s.all, r)
-	}
-	slices.SortFunc(s.all, s.cmp)
-	s.refilter()
-}
-
-func (s *Store) refilter() {
-	s.filtered = s.filtered[:0]
-	if s.filter == "" {
+// sort brings all and shown up to date after changes.
+func (s *Store) sort() {
+	if !s.dirty {
 		return
 	}
-	for _, r := range s.all {
-		if s.matches(r) {
-			s.filtered = append(s.filtered, r)
+	s.dirty = false
+	slices.SortFunc(s.all, s.cmp)
+	s.shown = s.all
+	if s.filter != "" {
+		s.shown = nil
+		for _, r := range s.all {
+			if s.matches(r) {
+				s.shown = append(s.shown, r)
+			}
 		}
 	}
-}
-
-// find is the index of r in rows, sorted by s.cmp, or -1.
-func (s *Store) find(rows []*Row, r *Row) int {
-	i, ok := slices.BinarySearchFunc(rows, r, s.cmp)
-	if ok && rows[i] == r {
-		return i
-	}
-	// Not where the order says: cannot happen while every change goes
-	// through reposition, but never lose a row over it.
-	return slices.Index(rows, r)
-}
-
-// reposition moves r, which was at index i of rows before it changed, to
-// where the order puts it now.
-func (s *Store) reposition(rows []*Row, i int, r *Row) []*Row {
-	if i < 0 {
-		return insert(rows, r, s.cmp)
-	}
-	if (i == 0 || s.cmp(rows[i-1], r) < 0) && (i == len(rows)-1 || s.cmp(r, rows[i+1]) < 0) {
-		return rows
-	}
-	rows = slices.Delete(rows, i, i+1)
-	return insert(rows, r, s.cmp)
-}
-
-func insert(rows []*Row, r *Row, cmpf func(a, b *Row) int) []*Row {
-	i, _ := slices.BinarySearchFunc(rows, r, cmpf)
-	return slices.Insert(rows, i, r)
 }
 
 // cmp is the total order of the rows: the sort key, then the name, so that
@@ -496,7 +369,7 @@ func (s *Store) cmpKey(a, b *Row) int {
 		if c := cmp.Compare(a.limitRank(), b.limitRank()); c != 0 {
 			return c
 		}
-		return cmp.Compare(b.state, a.state)
+		return cmp.Compare(b.State(s.now), a.State(s.now))
 	case ByTTL:
 		if c := heldFirst(a, b); c != 0 || !a.Info.Held {
 			return c
@@ -535,7 +408,3 @@ func boolCmp(a, b bool) int {
 		return -1
 	}
 }
-
-// All is every row in order, ignoring the filter. The slice belongs to the
-// store and is valid until the next change.
-func (s *Store) All() []*Row { return s.all }

@@ -36,8 +36,8 @@ func TestOrderInvariant(t *testing.T) {
 		nameGen := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g", "h", "ab", "ba", "x/y"})
 		t.Repeat(map[string]func(*rapid.T){
 			"apply": func(t *rapid.T) {
-				n := rapid.IntRange(1, 80).Draw(t, "n") // over 64: the bulk path
-				var cs []Change
+				n := rapid.IntRange(0, 80).Draw(t, "n") // 0: the clock moves alone
+				var cs []coord.Event
 				for range n {
 					name := nameGen.Draw(t, "name")
 					var info coord.LockInfo
@@ -48,8 +48,15 @@ func TestOrderInvariant(t *testing.T) {
 						info = coord.LockInfo{Name: name}
 					}
 					info.Waiters = rapid.IntRange(0, 2).Draw(t, "waiters")
-					cs = append(cs, Change{Info: info, Renewed: rapid.Bool().Draw(t, "renewed")})
+					ev := coord.Event{Info: info}
+					if rapid.Bool().Draw(t, "renewed") {
+						ev.Type = coord.EventRenewed
+					}
+					cs = append(cs, ev)
 				}
+				// Read later than the last change: the clock moves
+				// with the changes (and without any, n = 0).
+				now = now.Add(time.Duration(rapid.IntRange(0, 3).Draw(t, "later")) * time.Second)
 				s.Apply(now, cs...)
 			},
 			"remove": func(t *rapid.T) { s.Remove(nameGen.Draw(t, "name")) },
@@ -116,7 +123,7 @@ func TestOrderInvariant(t *testing.T) {
 
 func TestStateAndTTL(t *testing.T) {
 	s := New()
-	s.Apply(t0, Change{Info: heldInfo("a", 1, 15*time.Second, 15*time.Second)})
+	s.Apply(t0, coord.Event{Info: heldInfo("a", 1, 15*time.Second, 15*time.Second)})
 	r := s.Get("a")
 	if got := r.State(t0); got != Held {
 		t.Fatalf("state %v, want held", got)
@@ -131,7 +138,7 @@ func TestStateAndTTL(t *testing.T) {
 	if got := r.TTLLeft(t0.Add(time.Minute)); got != 0 {
 		t.Fatalf("TTL left %v after expiry, want 0", got)
 	}
-	s.Apply(t0, Change{Info: coord.LockInfo{Name: "a", LastToken: 1}})
+	s.Apply(t0, coord.Event{Info: coord.LockInfo{Name: "a", LastToken: 1}})
 	if got := r.State(t0); got != Free {
 		t.Fatalf("state %v, want free", got)
 	}
@@ -140,10 +147,10 @@ func TestStateAndTTL(t *testing.T) {
 func TestRenewals(t *testing.T) {
 	s := New()
 	info := heldInfo("a", 1, 15*time.Second, 15*time.Second)
-	s.Apply(t0, Change{Info: info})
+	s.Apply(t0, coord.Event{Info: info})
 	// Two renewals reported by the watch.
-	s.Apply(t0.Add(5*time.Second), Change{Info: info, Renewed: true})
-	s.Apply(t0.Add(10*time.Second), Change{Info: info, Renewed: true})
+	s.Apply(t0.Add(5*time.Second), coord.Event{Type: coord.EventRenewed, Info: info})
+	s.Apply(t0.Add(10*time.Second), coord.Event{Type: coord.EventRenewed, Info: info})
 	// A read with the same expiry is not a renewal; one with an expiry
 	// moved on by a renewal period is (etcd shows renewals no other way).
 	s.Replace(t0.Add(11*time.Second), []coord.LockInfo{withLeft(info, 14*time.Second)})
@@ -155,7 +162,7 @@ func TestRenewals(t *testing.T) {
 		t.Fatalf("renewals %d, want 3", got)
 	}
 	// A new lease starts again from zero.
-	s.Apply(t0.Add(20*time.Second), Change{Info: heldInfo("a", 2, 15*time.Second, 15*time.Second)})
+	s.Apply(t0.Add(20*time.Second), coord.Event{Info: heldInfo("a", 2, 15*time.Second, 15*time.Second)})
 	if got := s.Get("a").Renewals; got != 0 {
 		t.Fatalf("renewals %d after a new lease, want 0", got)
 	}
@@ -169,10 +176,10 @@ func withLeft(i coord.LockInfo, left time.Duration) coord.LockInfo {
 func TestSortKeys(t *testing.T) {
 	s := New()
 	s.Apply(t0,
-		Change{Info: heldInfo("old", 1, 15*time.Second, 14*time.Second)},
-		Change{Info: heldInfo("late", 9, 15*time.Second, 2*time.Second)},
-		Change{Info: coord.LockInfo{Name: "idle", LastToken: 4}},
-		Change{Info: heldInfo("mid", 5, 15*time.Second, 8*time.Second)},
+		coord.Event{Info: heldInfo("old", 1, 15*time.Second, 14*time.Second)},
+		coord.Event{Info: heldInfo("late", 9, 15*time.Second, 2*time.Second)},
+		coord.Event{Info: coord.LockInfo{Name: "idle", LastToken: 4}},
+		coord.Event{Info: heldInfo("mid", 5, 15*time.Second, 8*time.Second)},
 	)
 	s.SetCounts("mid", 3, 0, t0)
 	s.SetCounts("idle", 1, 7, t0)
@@ -202,7 +209,7 @@ func TestSortKeys(t *testing.T) {
 
 func TestFilter(t *testing.T) {
 	s := New()
-	s.Apply(t0, Change{Info: heldInfo("deploy/prod", 1, time.Second, time.Second)}, Change{Info: coord.LockInfo{Name: "db"}})
+	s.Apply(t0, coord.Event{Info: heldInfo("deploy/prod", 1, time.Second, time.Second)}, coord.Event{Info: coord.LockInfo{Name: "db"}})
 	s.SetFilter("H-DEPLOY") // the holder, any case
 	if got := names(s.Rows()); !slices.Equal(got, []string{"deploy/prod"}) {
 		t.Fatalf("filtered rows %v", got)
@@ -210,7 +217,7 @@ func TestFilter(t *testing.T) {
 	if s.Index("db") != -1 {
 		t.Fatal("a filtered-out row has an index")
 	}
-	s.Apply(t0, Change{Info: heldInfo("db", 2, time.Second, time.Second)}) // holder h-db
+	s.Apply(t0, coord.Event{Info: heldInfo("db", 2, time.Second, time.Second)}) // holder h-db
 	s.SetFilter("h-")
 	if got := len(s.Rows()); got != 2 {
 		t.Fatalf("%d rows match h-, want 2", got)
@@ -219,9 +226,9 @@ func TestFilter(t *testing.T) {
 
 func BenchmarkApplyOne10k(b *testing.B) {
 	s := New()
-	var cs []Change
+	var cs []coord.Event
 	for i := range 10_000 {
-		cs = append(cs, Change{Info: heldInfo(fmt.Sprintf("lock-%05d", i), uint64(i+1), 15*time.Second, 10*time.Second)})
+		cs = append(cs, coord.Event{Info: heldInfo(fmt.Sprintf("lock-%05d", i), uint64(i+1), 15*time.Second, 10*time.Second)})
 	}
 	s.Apply(t0, cs...)
 	s.SetSort(ByTTL, false, t0)
@@ -229,7 +236,7 @@ func BenchmarkApplyOne10k(b *testing.B) {
 	for i := range b.N {
 		c := cs[i%len(cs)]
 		c.Info.TTLLeft = time.Duration(i%15) * time.Second
-		c.Renewed = true
+		c.Type = coord.EventRenewed
 		s.Apply(t0, c)
 	}
 }

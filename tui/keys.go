@@ -1,12 +1,11 @@
-// Package keys is the key map of the fence top dashboard. It implements
-// bubbles/help.KeyMap, so the "?" screen and the short help line are
-// generated from the same bindings that Update matches.
-package keys
+package tui
 
 import "github.com/charmbracelet/bubbles/key"
 
-// KeyMap is every key binding of the dashboard.
-type KeyMap struct {
+// keyMap is every key binding of the dashboard. It implements
+// bubbles/help.KeyMap, so the "?" screen and the short help line are
+// generated from the same bindings that Update matches.
+type keyMap struct {
 	Up       key.Binding
 	Down     key.Binding
 	PageUp   key.Binding
@@ -32,9 +31,9 @@ type KeyMap struct {
 	Apply key.Binding // keep the typed filter and leave the input
 }
 
-// Default returns the standard bindings.
-func Default() KeyMap {
-	return KeyMap{
+// defaultKeys is the standard bindings.
+func defaultKeys() keyMap {
+	return keyMap{
 		Up:       key.NewBinding(key.WithKeys("up", "k"), key.WithHelp("↑/k", "up")),
 		Down:     key.NewBinding(key.WithKeys("down", "j"), key.WithHelp("↓/j", "down")),
 		PageUp:   key.NewBinding(key.WithKeys("pgup", "ctrl+b"), key.WithHelp("pgup", "page up")),
@@ -62,12 +61,12 @@ func Default() KeyMap {
 }
 
 // ShortHelp is the one-line help of the table.
-func (k KeyMap) ShortHelp() []key.Binding {
+func (k keyMap) ShortHelp() []key.Binding {
 	return []key.Binding{k.Details, k.Filter, k.Sort, k.Revoke, k.Help, k.Quit}
 }
 
 // FullHelp is the "?" screen, in columns.
-func (k KeyMap) FullHelp() [][]key.Binding {
+func (k keyMap) FullHelp() [][]key.Binding {
 	return [][]key.Binding{
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom},
 		{k.Details, k.Back, k.Filter, k.Sort, k.Reverse},
