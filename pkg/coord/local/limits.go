@@ -47,27 +47,12 @@ const maxLimitsSize = 4 << 20
 // does not exist. One that is a symbolic link, not a regular file with the
 // tree's owner and mode, larger than max bytes, or unreadable fails closed.
 func (c *coordinator) readFile(what, path string, max int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil, nil
-	case errors.Is(err, unix.ELOOP):
-		return nil, unavailable("%s %s is a symbolic link", what, path)
-	case err != nil:
-		return nil, unavailable("cannot read %s %s: %v", what, path, err)
+	f, size, err := openFile(c.share, what, path, unix.O_RDONLY, max)
+	if f == nil || err != nil {
+		return nil, err
 	}
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, unavailable("%s %s: %v", what, path, err)
-	}
-	if err := c.share.CheckFile(what, path, -1, &st); err != nil {
-		return nil, unavailable("%v", err)
-	}
-	if st.Size > max {
-		return nil, unavailable("%s %s is larger than %d bytes; repair or remove it by hand", what, path, max)
-	}
-	b := make([]byte, st.Size, st.Size+1) // not nil, also when empty
+	b := make([]byte, size, size+1) // not nil, also when empty
 	n, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, unavailable("cannot read %s %s: %v", what, path, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/internal/proc"
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
@@ -119,23 +121,37 @@ func corrupt(f lockFiles, what string, args ...any) error {
 		f.name, f.state, fmt.Sprintf(what, args...))
 }
 
-// checkFile refuses a file of the state tree that is not a regular file
-// with the tree's owner and mode (0600 and the effective user's, or 0660
-// and the group's in a shared state directory: openTop). It returns the
-// file's size.
-func checkFile(f lockFiles, path string, fd int) (int64, error) {
+// openFile opens a file of the state tree, named what in messages, with
+// flags (besides O_NOFOLLOW and friends; O_CREAT makes it 0600), and
+// refuses one that is a symbolic link, not a regular file with the tree's
+// owner and mode (0600 and the effective user's, or 0660 and the group's in
+// a shared state directory: openTop; a file of ours is given that mode), or
+// larger than max bytes. A missing file is nil and no error.
+func openFile(share sharedir.Mode, what, path string, flags int, max int64) (*os.File, int64, error) {
+	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
+	switch {
+	case errors.Is(err, unix.ENOENT) && flags&unix.O_CREAT == 0:
+		return nil, 0, nil
+	case errors.Is(err, unix.ELOOP):
+		return nil, 0, unavailable("%s %s is a symbolic link; repair or remove it by hand", what, path)
+	case errors.Is(err, unix.EISDIR):
+		return nil, 0, unavailable("%s %s is not a regular file", what, path)
+	case err != nil:
+		return nil, 0, unavailable("cannot open %s %s: %v", what, path, err)
+	}
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return 0, unavailable("lock %q: %s: %v", f.name, path, err)
+	if err = unix.Fstat(fd, &st); err != nil {
+		err = unavailable("%s %s: %v", what, path, err)
+	} else if err = share.CheckFile(what, path, fd, &st); err != nil {
+		err = unavailable("%v", err)
+	} else if st.Size > max {
+		err = unavailable("%s %s is larger than %d bytes; repair or remove it by hand", what, path, max)
 	}
-	what := "state file"
-	if path == f.lock {
-		what = "lock file"
+	if err != nil {
+		unix.Close(fd)
+		return nil, 0, err
 	}
-	if err := f.share.CheckFile(fmt.Sprintf("lock %q: %s", f.name, what), path, fd, &st); err != nil {
-		return 0, unavailable("%v", err)
-	}
-	return st.Size, nil
+	return os.NewFile(uintptr(fd), path), st.Size, nil
 }
 
 // errTorn marks a lease record that does not check out: read in the middle
@@ -143,32 +159,13 @@ func checkFile(f lockFiles, path string, fd int) (int64, error) {
 var errTorn = errors.New("torn lease record")
 
 // openState opens a lock's state file (for writing too when rw is set) and
-// checks it. A missing file is nil and no error.
+// checks it (openFile). A missing file is nil and no error.
 func openState(f lockFiles, rw bool) (*os.File, int64, error) {
-	mode := unix.O_RDONLY
+	flags := unix.O_RDONLY
 	if rw {
-		mode = unix.O_RDWR
+		flags = unix.O_RDWR
 	}
-	fd, err := unix.Open(f.state, mode|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		return nil, 0, nil
-	case errors.Is(err, unix.ELOOP):
-		return nil, 0, corrupt(f, "is a symbolic link")
-	case errors.Is(err, unix.EISDIR):
-		return nil, 0, unavailable("lock %q: state file %s is not a regular file", f.name, f.state)
-	case err != nil:
-		return nil, 0, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
-	}
-	size, err := checkFile(f, f.state, fd)
-	if err == nil && size > maxStateSize {
-		err = corrupt(f, "is larger than %d bytes", maxStateSize)
-	}
-	if err != nil {
-		unix.Close(fd)
-		return nil, 0, err
-	}
-	return os.NewFile(uintptr(fd), f.state), size, nil
+	return openFile(f.share, fmt.Sprintf("lock %q: state file", f.name), f.state, flags, maxStateSize)
 }
 
 func freshState(f lockFiles) *state {
@@ -412,24 +409,18 @@ func hasRecord(raw []byte) bool {
 // lockState takes the lock's flock for a read-modify-write. The returned
 // function releases it.
 func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error) {
-	fd, err := unix.Open(f.lock, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
-	switch {
-	case errors.Is(err, unix.ELOOP):
-		return nil, unavailable("lock %q: lock file %s is a symbolic link", f.name, f.lock)
-	case err != nil:
-		return nil, unavailable("lock %q: open lock file %s: %v", f.name, f.lock, err)
-	}
-	if _, err := checkFile(f, f.lock, fd); err != nil { // gives a new one of ours the tree's mode
-		unix.Close(fd)
+	file, _, err := openFile(f.share, fmt.Sprintf("lock %q: lock file", f.name), f.lock, unix.O_RDWR|unix.O_CREAT, math.MaxInt64)
+	if err != nil { // the check gives a new one of ours the tree's mode
 		return nil, err
 	}
-	unlock := func() { unix.Close(fd) } // closing the last descriptor drops the flock
+	fd := int(file.Fd())
+	unlock := func() { file.Close() } // closing the last descriptor drops the flock
 	err = flockEINTR(fd, unix.LOCK_EX|unix.LOCK_NB)
 	if err == nil {
 		return unlock, nil
 	}
 	if !errors.Is(err, unix.EWOULDBLOCK) {
-		unix.Close(fd)
+		file.Close()
 		return nil, unavailable("lock %q: flock %s: %v", f.name, f.lock, err)
 	}
 	// Contended: block in a goroutine so that ctx and the timeout are obeyed.
@@ -438,12 +429,12 @@ func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 	timer := time.NewTimer(lockTimeout)
 	defer timer.Stop()
 	abandon := func() {
-		go func() { <-res; unix.Close(fd) }()
+		go func() { <-res; file.Close() }()
 	}
 	select {
 	case err := <-res:
 		if err != nil {
-			unix.Close(fd)
+			file.Close()
 			return nil, unavailable("lock %q: flock %s: %v", f.name, f.lock, err)
 		}
 		return unlock, nil
