@@ -145,9 +145,12 @@ type coordinator struct {
 	// another waiter should be taking it.
 	stallCheck time.Duration
 
-	mu     sync.Mutex
-	hub    *hub // started on first use, guarded by mu
-	closed chan struct{}
+	mu  sync.Mutex
+	hub *hub // started on first use, guarded by mu
+	// life ends when the coordinator is closed (end); closed is its Done.
+	life   context.Context
+	end    context.CancelFunc
+	closed <-chan struct{}
 }
 
 const (
@@ -194,7 +197,8 @@ func Open(dir string) (coord.Coordinator, error) {
 	if err := ensureDirs(share, locks); err != nil {
 		return nil, err
 	}
-	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, closed: make(chan struct{})}, nil
+	life, end := context.WithCancel(context.Background())
+	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, life: life, end: end, closed: life.Done()}, nil
 }
 
 // Dir returns the state directory.
@@ -212,13 +216,11 @@ func (c *coordinator) Describe() string { return "local " + c.dir }
 // Watch channels are closed.
 func (c *coordinator) Close() error {
 	c.mu.Lock()
-	select {
-	case <-c.closed:
+	if c.life.Err() != nil {
 		c.mu.Unlock()
 		return nil
-	default:
 	}
-	close(c.closed)
+	c.end()
 	h := c.hub
 	c.hub = nil
 	c.mu.Unlock()
@@ -231,22 +233,18 @@ func (c *coordinator) Close() error {
 var errClosed = fmt.Errorf("%w: coordinator is closed", coord.ErrUnavailable)
 
 func (c *coordinator) checkOpen() error {
-	select {
-	case <-c.closed:
+	if c.life.Err() != nil {
 		return errClosed
-	default:
-		return nil
 	}
+	return nil
 }
 
 // getHub returns the change notifier for locks/, started on first use.
 func (c *coordinator) getHub() (*hub, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	select {
-	case <-c.closed:
-		return nil, errClosed
-	default:
+	if err := c.checkOpen(); err != nil {
+		return nil, err
 	}
 	if c.hub == nil {
 		c.hub = acquireHub(c.locksDir)

@@ -114,7 +114,7 @@ func (c *coordinator) removeStaleTemp(fileName string) {
 		return // no lock file: not a temporary file fence made
 	}
 	defer unix.Close(fd)
-	if flockEINTR(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil { // never EINTR: it does not wait
 		return // a writer holds the lock (or it cannot be had): leave it
 	}
 	os.Remove(path)

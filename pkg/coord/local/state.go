@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,6 +18,7 @@ import (
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/internal/flock"
 )
 
 // formatVersion is the version of the state file format. It changes only for
@@ -406,59 +406,39 @@ func hasRecord(raw []byte) bool {
 		raw[recordOffset+recordLen] == '"'
 }
 
-// lockState takes the lock's flock for a read-modify-write. The returned
-// function releases it.
+// lockState takes the lock's flock for a read-modify-write, waiting at
+// most lockTimeout, until ctx ends or the coordinator is closed. The
+// returned function releases it.
 func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error) {
 	file, _, err := openFile(f.share, fmt.Sprintf("lock %q: lock file", f.name), f.lock, unix.O_RDWR|unix.O_CREAT, math.MaxInt64)
 	if err != nil { // the check gives a new one of ours the tree's mode
 		return nil, err
 	}
-	fd := int(file.Fd())
 	unlock := func() { file.Close() } // closing the last descriptor drops the flock
-	err = flockEINTR(fd, unix.LOCK_EX|unix.LOCK_NB)
-	if err == nil {
-		return unlock, nil
+	if unix.Flock(int(file.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		return unlock, nil // uncontended, the rule: no timer to set
 	}
-	if !errors.Is(err, unix.EWOULDBLOCK) {
-		file.Close()
-		return nil, unavailable("lock %q: flock %s: %v", f.name, f.lock, err)
-	}
-	// Contended: block in a goroutine so that ctx and the timeout are obeyed.
-	res := make(chan error, 1)
-	go func() { res <- flockEINTR(fd, unix.LOCK_EX) }()
-	timer := time.NewTimer(lockTimeout)
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(lockTimeout, func() { cancel(errLockTimeout) })
 	defer timer.Stop()
-	abandon := func() {
-		go func() { <-res; file.Close() }()
-	}
-	select {
-	case err := <-res:
-		if err != nil {
-			file.Close()
-			return nil, unavailable("lock %q: flock %s: %v", f.name, f.lock, err)
+	defer context.AfterFunc(c.life, func() { cancel(errClosed) })()
+	if err := flock.Take(lctx, file); err != nil {
+		switch cause := context.Cause(lctx); {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case cause == errClosed:
+			return nil, errClosed
+		case cause == errLockTimeout:
+			return nil, unavailable("lock %q: lock file %s has been locked for over %v (a process stopped in the middle of an update?)",
+				f.name, f.lock, lockTimeout)
 		}
-		return unlock, nil
-	case <-ctx.Done():
-		abandon()
-		return nil, ctx.Err()
-	case <-timer.C:
-		abandon()
-		return nil, unavailable("lock %q: lock file %s has been locked for over %v (a process stopped in the middle of an update?)",
-			f.name, f.lock, lockTimeout)
-	case <-c.closed:
-		abandon()
-		return nil, errClosed
+		return nil, unavailable("lock %q: %v", f.name, err)
 	}
+	return unlock, nil
 }
 
-func flockEINTR(fd, how int) error {
-	for {
-		err := unix.Flock(fd, how)
-		if !errors.Is(err, syscall.EINTR) {
-			return err
-		}
-	}
-}
+var errLockTimeout = errors.New("lock timeout")
 
 // stateWrite is what an update writes.
 type stateWrite int
