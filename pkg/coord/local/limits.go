@@ -139,19 +139,8 @@ func (c *coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 		l.At = time.Now()
 	}
 	l.At = l.At.UTC().Round(0)
-	err := c.changeLimits(ctx, func(ls []coord.Limit) ([]coord.Limit, bool) {
-		i := slices.IndexFunc(ls, func(o coord.Limit) bool { return o.Name == l.Name && o.Prefix == l.Prefix })
-		if i >= 0 {
-			ls[i] = l
-		} else {
-			ls = append(ls, l)
-		}
-		return ls, true
-	})
-	if err != nil {
-		return err
-	}
-	return c.settle(ctx, l.Name, l.Prefix)
+	_, _, err := c.putLimit(ctx, l.Name, l.Prefix, &l)
+	return err
 }
 
 // ClearLimit removes the limit of one scope (coord.Limiter).
@@ -159,42 +148,44 @@ func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) 
 	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
 		return coord.Limit{}, false, err
 	}
-	var old coord.Limit
-	found := false
-	err := c.changeLimits(ctx, func(ls []coord.Limit) ([]coord.Limit, bool) {
-		i := slices.IndexFunc(ls, func(o coord.Limit) bool { return o.Name == name && o.Prefix == prefix })
-		if i < 0 {
-			return ls, false
-		}
-		old, found = ls[i], true
-		return slices.Delete(ls, i, i+1), true
-	})
-	if err != nil || !found {
-		return old, found, err
-	}
-	return old, true, c.settle(ctx, name, prefix)
+	return c.putLimit(ctx, name, prefix, nil)
 }
 
-// changeLimits runs fn on the limits under the flock of limits.lock and
-// writes what it returns when it reports a change.
-func (c *coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) ([]coord.Limit, bool)) error {
+// putLimit replaces the limit of one scope with l (nil: none) under the
+// flock of limits.lock, and returns the one it replaced; then, when
+// something changed, it settles the locks the scope covers.
+func (c *coordinator) putLimit(ctx context.Context, name string, prefix bool, l *coord.Limit) (old coord.Limit, found bool, err error) {
 	if err := c.checkOpen(); err != nil {
-		return err
+		return old, false, err
 	}
 	lf := c.limitFiles()
 	unlock, err := c.lockState(ctx, lf)
 	if err != nil {
-		return err
+		return old, false, err
 	}
-	defer unlock()
 	ls, err := c.readLimits()
-	if err != nil {
-		return err
+	if err == nil {
+		i := slices.IndexFunc(ls, func(o coord.Limit) bool { return o.Name == name && o.Prefix == prefix })
+		if i >= 0 {
+			old, found = ls[i], true
+			ls = slices.Delete(ls, i, i+1)
+		}
+		if l != nil {
+			ls = append(ls, *l)
+		}
+		if l != nil || found {
+			err = c.writeLimits(lf, ls)
+		}
 	}
-	ls, changed := fn(ls)
-	if !changed {
-		return nil
+	unlock()
+	if err != nil || l == nil && !found {
+		return old, found, err
 	}
+	return old, found, c.settle(ctx, name, prefix)
+}
+
+// writeLimits replaces limits.json with ls; the caller holds its flock.
+func (c *coordinator) writeLimits(lf lockFiles, ls []coord.Limit) error {
 	sortLimits(ls)
 	b, err := json.Marshal(limitsDoc{Version: limitsVersion, Limits: ls})
 	if err != nil {

@@ -49,9 +49,6 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		}
 		h.ExpiresAt = now.Add(h.TTL)
 		r = coord.Renewal{Sent: sent, TTL: h.TTL}
-		if h != st.Holder {
-			return rewrite, nil // a semaphore's other holder
-		}
 		return recordOnly, nil
 	})
 	if err != nil {
@@ -122,11 +119,7 @@ func (c *coordinator) release(ctx context.Context, name, leaseID string, check f
 		}
 		held = true
 		asked = stopAsked(st) == h.Token || h.StopAsked
-		if st.slotted() {
-			st.remove(h)
-			return rewrite, nil
-		}
-		st.Holder = nil
+		st.remove(h)
 		return recordOnly, nil
 	})
 	if err == nil && asked {
@@ -201,7 +194,7 @@ func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 		// lease record (fence run attaches its command's group this way);
 		// anything else replaces the state.
 		ch := recordOnly
-		if (len(pids) > 0 && !slices.Equal(pids, h.PIDs)) || h.PIDNS != proc.PIDNamespace() || h != st.Holder {
+		if (len(pids) > 0 && !slices.Equal(pids, h.PIDs)) || h.PIDNS != proc.PIDNamespace() {
 			ch = rewrite
 		}
 		if len(pids) > 0 {

@@ -446,9 +446,10 @@ type stateWrite int
 const (
 	// noChange: nothing is written.
 	noChange stateWrite = iota
-	// recordOnly: only the holder's expiry, group or release changed; the
+	// recordOnly: only a holder's expiry, group or release changed; the
 	// lease record is overwritten in place, without fsync (or, where it
-	// cannot be, the state is replaced as for rewrite).
+	// cannot be: a semaphore's state, one of format 1, the state is
+	// replaced as for rewrite; without a boot id, as for durable).
 	recordOnly
 	// rewrite: the state file is replaced (data fsynced, renamed).
 	rewrite
@@ -500,6 +501,9 @@ func (c *coordinator) write(f lockFiles, st *state, raw []byte, file *os.File, t
 			// Without a boot id a state outlives a reboot as it is: a
 			// release must be durable not to bring its holder back.
 			return c.store(f, st, true)
+		}
+		if st.slotted() {
+			return c.store(f, st, false) // no lease record
 		}
 		r := record{token: token, released: true}
 		if h := st.Holder; h != nil {
