@@ -201,27 +201,11 @@ func (c *coordinator) writeLimits(lf lockFiles, ls []coord.Limit) error {
 // covers (it takes and drops each one's flock) and wakes their waiters: the
 // state of a lock with waiters is written again, which they watch.
 func (c *coordinator) settle(ctx context.Context, name string, prefix bool) error {
-	var fs []lockFiles
-	if !prefix {
-		fs = []lockFiles{c.files(name)}
-	} else {
-		ents, err := os.ReadDir(c.locksDir)
-		if err != nil {
-			return unavailable("list %s: %v", c.locksDir, err)
-		}
-		for _, e := range ents {
-			base, ok := strings.CutSuffix(e.Name(), lockSuffix)
-			if !ok || strings.HasPrefix(base, ".") {
-				continue
-			}
-			if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, name) {
-				continue
-			}
-			f, ok := c.filesForBase(base)
-			if !ok {
-				continue
-			}
-			fs = append(fs, f)
+	fs := []lockFiles{c.files(name)}
+	if prefix {
+		var err error
+		if fs, err = c.listLocks(lockSuffix, name); err != nil {
+			return err
 		}
 	}
 	for _, f := range fs {

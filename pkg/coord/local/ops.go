@@ -218,7 +218,11 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	if err := c.ready(ctx); err != nil {
 		return coord.LockInfo{}, err
 	}
-	li, err := c.inspectFiles(c.files(name))
+	self, err := selfID()
+	if err != nil {
+		return coord.LockInfo{}, err
+	}
+	li, _, err := c.inspectFiles(c.files(name), self)
 	if err != nil {
 		return li, err
 	}
@@ -226,22 +230,19 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	return li, err
 }
 
-// inspectFiles reads and judges one lock.
-func (c *coordinator) inspectFiles(f lockFiles) (coord.LockInfo, error) {
-	self, err := selfID()
-	if err != nil {
-		return coord.LockInfo{}, err
-	}
+// inspectFiles reads and judges one lock: its info as self sees it, and
+// the judgement of its holders.
+func (c *coordinator) inspectFiles(f lockFiles, self proc.ID) (coord.LockInfo, lockView, error) {
 	st, err := load(f)
 	if err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, lockView{}, err
 	}
 	now := clock.Now()
 	w, err := judgeAll(st, now)
 	if err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, lockView{}, err
 	}
-	return info(st, w, now, self), nil
+	return info(st, w, now, self), w, nil
 }
 
 // List returns the locks whose names start with prefix, sorted by name:
@@ -251,7 +252,11 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
-	bases, err := c.stateBases()
+	self, err := selfID()
+	if err != nil {
+		return nil, err
+	}
+	fs, err := c.listLocks(stateSuffix, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -260,15 +265,8 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 		return nil, err
 	}
 	var out []coord.LockInfo
-	for _, base := range bases {
-		if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, prefix) {
-			continue
-		}
-		f, ok := c.filesForBase(base)
-		if !ok {
-			continue
-		}
-		li, err := c.inspectFiles(f)
+	for _, f := range fs {
+		li, _, err := c.inspectFiles(f, self)
 		if err != nil {
 			return nil, err
 		}
@@ -285,34 +283,38 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	return out, nil
 }
 
-// stateBases lists the bases of the state files in locks/. As it reads the
-// whole directory anyway, it removes the stale temporary files it finds
-// (removeStaleTemp).
-func (c *coordinator) stateBases() ([]string, error) {
+// listLocks lists the locks under prefix that have a file with suffix
+// (stateSuffix, lockSuffix) in locks/. As it reads the whole directory
+// anyway, it removes the stale temporary files it finds (removeStaleTemp).
+func (c *coordinator) listLocks(suffix, prefix string) ([]lockFiles, error) {
 	ents, err := os.ReadDir(c.locksDir)
 	if err != nil {
 		return nil, unavailable("read state directory %s: %v", c.locksDir, err)
 	}
-	var bases []string
+	var fs []lockFiles
 	for _, e := range ents {
-		if base, ok := stateFileBase(e.Name()); ok {
-			bases = append(bases, base)
+		if base, ok := strings.CutSuffix(e.Name(), suffix); ok && !strings.HasPrefix(base, ".") {
+			if f, ok := c.filesForBase(base, prefix); ok {
+				fs = append(fs, f)
+			}
 		} else if isTempName(e.Name()) {
 			c.removeStaleTemp(e.Name())
 		}
 	}
-	return bases, nil
+	return fs, nil
 }
 
 // filesForBase returns the files of the lock stored under base. For a
 // hashed base the name is read from the file (and checked by load); ok is
-// false for a file fence cannot have written.
-func (c *coordinator) filesForBase(base string) (lockFiles, bool) {
-	if name, ok := nameFromBase(base); ok {
-		if coord.ValidateName(name) != nil || fileBase(name) != base {
-			return lockFiles{}, false
-		}
-		return c.files(name), true
+// false for a file fence cannot have written, and for a name not under
+// prefix.
+func (c *coordinator) filesForBase(base, prefix string) (lockFiles, bool) {
+	name, ok := nameFromBase(base)
+	switch {
+	case !ok:
+		return c.filesAt("", base), true
+	case !strings.HasPrefix(name, prefix) || coord.ValidateName(name) != nil || fileBase(name) != base:
+		return lockFiles{}, false
 	}
-	return c.filesAt("", base), true
+	return c.files(name), true
 }

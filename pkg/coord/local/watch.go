@@ -299,12 +299,12 @@ func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 	}
 	w.sub = h.subscribe("", h.dir, filepath.Dir(h.dir))
 	// The first scan, after subscribing, is the baseline: no events.
-	bases, err := c.stateBases()
+	fs, err := c.listLocks(stateSuffix, prefix)
 	if err != nil {
 		w.sub.close()
 		return nil, err
 	}
-	w.scan(w.withLimits(w.filesOf(bases, false)), nil) // an unreadable limits file: none known until it reads
+	w.scan(w.withLimits(fs), nil) // an unreadable limits file: none known until it reads
 	ch := make(chan coord.Event, 16)
 	go w.run(ctx, ch)
 	return ch, nil
@@ -370,36 +370,33 @@ func (w *watcher) followed() (deps []proc.ID, next clock.Boot) {
 // exited.
 func (w *watcher) toScan(r wakeReason) []lockFiles {
 	if r != wokeChange && r != wokePoll {
-		return w.filesOf(nil, true)
+		return w.known()
 	}
 	bases, all := w.sub.take()
-	i := slices.Index(bases, limitsBase)
-	if i >= 0 {
-		bases = slices.Delete(bases, i, i+1)
-	}
-	if all || r == wokePoll {
-		bases, _ = w.c.stateBases()
-		return w.withLimits(w.filesOf(bases, true))
-	}
-	if i >= 0 {
-		return w.withLimits(w.filesOf(bases, false))
-	}
-	return w.filesOf(bases, false)
-}
-
-// filesOf returns the files of the locks stored under bases (a listing)
-// and, when known is set, of every lock the watcher knows.
-func (w *watcher) filesOf(bases []string, known bool) []lockFiles {
 	var fs []lockFiles
-	if known {
-		for _, v := range w.views {
-			fs = append(fs, w.c.files(v.info.Name))
-		}
-	}
+	limits := false
 	for _, b := range bases {
-		if f, ok := w.c.filesForBase(b); ok {
+		if b == limitsBase {
+			limits = true
+		} else if f, ok := w.c.filesForBase(b, w.prefix); ok {
 			fs = append(fs, f)
 		}
+	}
+	if all || r == wokePoll {
+		fs, _ = w.c.listLocks(stateSuffix, w.prefix)
+		fs, limits = append(fs, w.known()...), true
+	}
+	if limits {
+		return w.withLimits(fs)
+	}
+	return fs
+}
+
+// known returns the files of every lock the watcher knows.
+func (w *watcher) known() []lockFiles {
+	var fs []lockFiles
+	for _, v := range w.views {
+		fs = append(fs, w.c.files(v.info.Name))
 	}
 	return fs
 }
@@ -414,7 +411,7 @@ func (w *watcher) withLimits(fs []lockFiles) []lockFiles {
 	if err != nil || slices.Equal(ls, w.limits) {
 		return fs
 	}
-	fs = append(fs, w.filesOf(nil, true)...)
+	fs = append(fs, w.known()...)
 	for _, l := range slices.Concat(w.limits, ls) {
 		if !l.Prefix && strings.HasPrefix(l.Name, w.prefix) {
 			fs = append(fs, w.c.files(l.Name))
@@ -464,25 +461,17 @@ func (w *watcher) scan(fs []lockFiles, emit func(coord.Event) bool) bool {
 // read reads and judges the lock of f; ok is false for one outside the
 // prefix, and for a state that cannot be trusted (nothing to report).
 func (w *watcher) read(f lockFiles) (view, bool) {
-	if n, ok := nameFromBase(f.base); ok && !strings.HasPrefix(n, w.prefix) {
-		return view{}, false
-	}
-	st, err := load(f)
+	li, lw, err := w.c.inspectFiles(f, w.self)
 	if err != nil {
 		return view{}, false
 	}
-	if old, had := w.views[f.base]; st.Name == "" && had { // a hashed state file was removed
-		st.Name = old.info.Name
+	if old, had := w.views[f.base]; li.Name == "" && had { // a hashed state file was removed
+		li.Name = old.info.Name
 	}
-	if !strings.HasPrefix(st.Name, w.prefix) || st.Name == "" {
+	if !strings.HasPrefix(li.Name, w.prefix) || li.Name == "" {
 		return view{}, false
 	}
-	now := clock.Now()
-	lw, err := judgeAll(st, now)
-	if err != nil {
-		return view{}, false
-	}
-	return viewOf(lw, info(st, lw, now, w.self), coordkit.EffectiveLimit(w.limits, st.Name)), true
+	return viewOf(lw, li, coordkit.EffectiveLimit(w.limits, li.Name)), true
 }
 
 // viewOf is what a watcher keeps of a lock judged lw, whose info is li:
