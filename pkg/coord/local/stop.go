@@ -207,10 +207,21 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		defer close(ch)
 		defer sub.close()
 		for {
-			if err := c.leaseNews(f, leaseID); err != nil {
-				if !errors.Is(err, errNoNews) {
-					ch <- err
-				}
+			// A state that cannot be read, or cannot be judged, ends the
+			// watch without a report.
+			st, err := load(f)
+			if err != nil {
+				return
+			}
+			h, err := liveLease(f.name, st, leaseID, clock.Now())
+			switch {
+			case errors.Is(err, coord.ErrLeaseLost):
+				ch <- err
+				return
+			case err != nil:
+				return
+			case stopAsked(st) == h.Token || h.StopAsked:
+				ch <- fmt.Errorf("%w: lease %s on lock %q (token %d): a stop was requested", coord.ErrStopRequested, leaseID, f.name, h.Token)
 				return
 			}
 			switch sleep(ctx, c.closed, sub, nil, -1, nil) {
@@ -220,26 +231,4 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		}
 	}()
 	return ch, nil
-}
-
-// errNoNews ends a lease watch without a report.
-var errNoNews = errors.New("no news")
-
-// leaseNews reads the lock for WatchLease: nil when the lease holds on and
-// no stop was asked; otherwise the error to report (errNoNews: none).
-func (c *coordinator) leaseNews(f lockFiles, leaseID string) error {
-	st, err := load(f)
-	if err != nil {
-		return errNoNews
-	}
-	h, err := liveLease(f.name, st, leaseID, clock.Now())
-	if errors.Is(err, coord.ErrLeaseLost) {
-		return err
-	} else if err != nil {
-		return errNoNews
-	}
-	if stopAsked(st) == h.Token || h.StopAsked {
-		return fmt.Errorf("%w: lease %s on lock %q (token %d): a stop was requested", coord.ErrStopRequested, leaseID, f.name, h.Token)
-	}
-	return nil
 }

@@ -123,16 +123,13 @@ func (h *hub) run() {
 // which never hold a NUL).
 const limitsBase = "\x00limits"
 
-// notify wakes the subscribers for which wake, called under their lock,
-// returns true.
+// notify wakes the subscribers for which wake, called under h.mu, returns
+// true.
 func (h *hub) notify(wake func(s *subscription) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
-		s.mu.Lock()
-		ok := wake(s)
-		s.mu.Unlock()
-		if ok {
+		if wake(s) {
 			s.poke()
 		}
 	}
@@ -149,8 +146,7 @@ type subscription struct {
 	poll    bool
 	c       chan struct{}
 
-	mu    sync.Mutex
-	dirty map[string]struct{}
+	dirty map[string]struct{} // guarded by h.mu
 	all   bool
 }
 
@@ -195,8 +191,8 @@ func (s *subscription) close() {
 
 // take returns and clears what changed since the last take.
 func (s *subscription) take() (bases []string, all bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
 	for b := range s.dirty {
 		bases = append(bases, b)
 	}
