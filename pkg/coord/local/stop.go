@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"math"
 
 	"golang.org/x/sys/unix"
 
@@ -55,19 +55,15 @@ func stopAsked(st *state) uint64 {
 }
 
 // ringLock writes one byte to the lock file of f, waking the lease watches
-// and the WaitEnded calls of the lock. A lock file that is missing or not a
-// regular file of ours is left alone.
+// and the WaitEnded calls of the lock. A lock file that is missing or that
+// openFile refuses is left alone.
 func (c *coordinator) ringLock(f lockFiles) {
-	fd, err := unix.Open(f.lock, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	if err != nil {
+	file, _, err := openFile(f.share, "lock file", f.lock, unix.O_WRONLY, math.MaxInt64)
+	if file == nil || err != nil {
 		return
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
-		return
-	}
-	_, _ = unix.Pwrite(fd, []byte{'!'}, 0)
+	defer file.Close()
+	_, _ = file.WriteAt([]byte{'!'}, 0)
 }
 
 // RequestStop implements coord.Coordinator. A lease is asked when it is
