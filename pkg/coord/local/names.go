@@ -20,11 +20,11 @@ const (
 
 	// tempPrefix starts the name of a lock's temporary state file:
 	// tempPrefix+base (at most 255 bytes, as base+stateSuffix is). '~' is
-	// never in a base, so the name cannot be one that atomicfile.Write
+	// never in a base, so the name cannot be one that atomicfile.WritePerm
 	// (os.CreateTemp) makes.
 	tempPrefix = ".tmp~"
 	// legacyTempPrefix starts the temporary files of fence versions that
-	// wrote the state through atomicfile.Write (random names).
+	// wrote the state through atomicfile.WritePerm (random names).
 	legacyTempPrefix = atomicfile.TempPrefix
 )
 

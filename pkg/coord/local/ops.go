@@ -142,32 +142,48 @@ func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 // RevokeToken implements coord.Coordinator: Revoke, limited to the holder
 // with token (0: any).
 func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	li, _, err := c.onHolder(ctx, name, token, func(st *state, h *holder) (stateWrite, bool) {
+		if h.attached() {
+			h.Revoked = true
+		} else {
+			st.remove(h)
+		}
+		return rewrite, true // the holder's lease watch, and revokers waiting
+	})
+	return li, err
+}
+
+// onHolder runs fn under the lock's flock on the live holder with token (0:
+// the only one; see pick), writes what fn reports, and rings the lock file
+// (ringLock) when fn says so; it returns the lock's info and that.
+func (c *coordinator) onHolder(ctx context.Context, name string, token uint64, fn func(st *state, h *holder) (stateWrite, bool)) (coord.LockInfo, bool, error) {
 	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, false, err
 	}
 	self, err := selfID()
 	if err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, false, err
 	}
 	f := c.files(name)
 	var li coord.LockInfo
+	ring := false
 	err = c.update(ctx, f, func(st *state) (stateWrite, error) {
 		h, i, err := pick(name, st, token, clock.Now(), self)
 		li = i
 		if err != nil {
 			return noChange, err
 		}
-		if h.attached() {
-			h.Revoked = true
-		} else {
-			st.remove(h)
-		}
-		return rewrite, nil
+		var ch stateWrite
+		ch, ring = fn(st, h)
+		return ch, nil
 	})
-	if err == nil {
-		c.ringLock(f) // the holder's lease watch, and revokers waiting
+	if err != nil {
+		return li, false, err
 	}
-	return li, err
+	if ring {
+		c.ringLock(f)
+	}
+	return li, ring, nil
 }
 
 // AttachProcess attaches the live lease (name, leaseID) to processes: PIDs,

@@ -72,52 +72,22 @@ func (c *coordinator) ringLock(f lockFiles) {
 // be checked): they are the ones who answer. A lease taken without
 // processes (fence acquire), or whose supervisors are gone, is not asked.
 func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{}, false, err
-	}
-	self, err := selfID()
-	if err != nil {
-		return coord.LockInfo{}, false, err
-	}
-	f := c.files(name)
-	var (
-		li    coord.LockInfo
-		asked bool
-	)
-	err = c.update(ctx, f, func(st *state) (stateWrite, error) {
-		h, i, err := pick(name, st, token, clock.Now(), self)
-		li = i
-		if err != nil {
-			return noChange, err
-		}
-		if len(h.PIDs) == 0 || !supervised(h) {
-			return noChange, nil
-		}
-		asked = true
-		if stopAsked(st) == h.Token || h.StopAsked {
-			return noChange, nil // asked already
-		}
-		if st.slotted() {
+	return c.onHolder(ctx, name, token, func(st *state, h *holder) (stateWrite, bool) {
+		switch {
+		case len(h.PIDs) == 0 || !supervised(h):
+			return noChange, false
+		case stopAsked(st) == h.Token || h.StopAsked:
+			return noChange, true // asked already
+		case st.slotted():
 			h.StopAsked = true // each holder of a semaphore is asked on its own
-			return rewrite, nil
-		}
-		raw, err := json.Marshal(stopAsk{Token: h.Token})
-		if err != nil {
-			return noChange, err
+			return rewrite, true
 		}
 		if st.Ext == nil {
 			st.Ext = map[string]json.RawMessage{}
 		}
-		st.Ext[extStop] = raw
-		return rewrite, nil
+		st.Ext[extStop] = json.RawMessage(fmt.Sprintf(`{"token":%d}`, h.Token))
+		return rewrite, true
 	})
-	if err != nil {
-		return li, false, err
-	}
-	if asked {
-		c.ringLock(f)
-	}
-	return li, asked, nil
 }
 
 // supervised reports whether one of h's supervising processes may answer an
