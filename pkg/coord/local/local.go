@@ -270,24 +270,18 @@ func openTop(path string) (sharedir.Mode, error) {
 			return sharedir.Mode{}, unavailable("cannot create state directory %s: %v", path, err)
 		}
 	}
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return sharedir.Mode{}, unavailable("state directory %s: %v", path, err)
+	m, err := sharedir.OfDir(path) // refuses a symbolic link and a non-directory
+	if err == nil && !m.Group {
+		var fi os.FileInfo
+		if fi, err = os.Lstat(path); err == nil {
+			err = m.CheckDir(path, fi)
+		}
 	}
 	switch {
-	case fi.Mode()&os.ModeSymlink != 0:
-		return sharedir.Mode{}, unavailable("state directory %s is a symbolic link; give its real path", path)
-	case !fi.IsDir():
-		return sharedir.Mode{}, unavailable("state directory %s is not a directory", path)
-	}
-	m, err := sharedir.Of(path, fi)
-	if err != nil {
+	case errors.Is(err, sharedir.ErrRefused):
 		return m, unavailable("%v", err)
-	}
-	if !m.Group {
-		if err := m.CheckDir(path, fi); err != nil {
-			return m, unavailable("%v", err)
-		}
+	case err != nil:
+		return m, unavailable("state directory %s: %v", path, err)
 	}
 	return m, nil
 }
