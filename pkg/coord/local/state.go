@@ -113,12 +113,12 @@ func volatileOK() bool { return bootID() != "" }
 
 // corrupt is the fail-closed error for a state file that cannot be trusted.
 func corrupt(f lockFiles, what string, args ...any) error {
-	if f.name == "" {
-		return unavailable("state file %s %s; fence never resets it (its token would be lost): repair or remove it by hand",
-			f.state, fmt.Sprintf(what, args...))
+	lock := ""
+	if f.name != "" {
+		lock = fmt.Sprintf("lock %q: ", f.name)
 	}
-	return unavailable("lock %q: state file %s %s; fence never resets it (its token would be lost): repair or remove it by hand",
-		f.name, f.state, fmt.Sprintf(what, args...))
+	return unavailable("%sstate file %s %s; fence never resets it (its token would be lost): repair or remove it by hand",
+		lock, f.state, fmt.Sprintf(what, args...))
 }
 
 // openFile opens a file of the state tree, named what in messages, with
@@ -158,20 +158,6 @@ func openFile(share sharedir.Mode, what, path string, flags int, max int64) (*os
 // of an overwrite (a reader without the lock reads again), or corrupt.
 var errTorn = errors.New("torn lease record")
 
-// openState opens a lock's state file (for writing too when rw is set) and
-// checks it (openFile). A missing file is nil and no error.
-func openState(f lockFiles, rw bool) (*os.File, int64, error) {
-	flags := unix.O_RDONLY
-	if rw {
-		flags = unix.O_RDWR
-	}
-	return openFile(f.share, fmt.Sprintf("lock %q: state file", f.name), f.state, flags, maxStateSize)
-}
-
-func freshState(f lockFiles) *state {
-	return &state{Version: formatVersion, Name: f.name, BootID: bootID()}
-}
-
 // load reads a lock's state without taking its lock (readState).
 func load(f lockFiles) (*state, error) {
 	st, _, _, err := readState(f, false)
@@ -188,12 +174,16 @@ func load(f lockFiles) (*state, error) {
 // and the file, open for writing (nil when it does not exist yet), are
 // returned too, and the caller closes it.
 func readState(f lockFiles, locked bool) (*state, []byte, *os.File, error) {
-	file, size, err := openState(f, locked)
+	flags := unix.O_RDONLY
+	if locked {
+		flags = unix.O_RDWR
+	}
+	file, size, err := openFile(f.share, fmt.Sprintf("lock %q: state file", f.name), f.state, flags, maxStateSize)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if file == nil {
-		return freshState(f), nil, nil, nil
+		return &state{Version: formatVersion, Name: f.name, BootID: bootID()}, nil, nil, nil
 	}
 	for try := 0; ; try++ {
 		b := make([]byte, size)
@@ -220,13 +210,18 @@ func readState(f lockFiles, locked bool) (*state, []byte, *os.File, error) {
 	}
 }
 
-// parseState parses and checks a state file's bytes. The steps: decode, checkState (every rule a state must meet, or it fails
-// closed), forBoot (a state of another boot keeps only its token), then the
-// lease record.
+// parseState parses and checks a state file's bytes (at most maxStateSize:
+// openFile). The steps: decode (an empty or undecodable file fails
+// closed), checkState (every rule a state must meet, or it fails closed),
+// forBoot (a state of another boot keeps only its token), then the lease
+// record.
 func parseState(f lockFiles, b []byte) (*state, error) {
-	st, err := decodeState(f, b)
-	if err != nil {
-		return nil, err
+	st := new(state)
+	if len(b) == 0 {
+		return nil, corrupt(f, "is empty (truncated)")
+	}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
 	}
 	if err := checkState(f, st); err != nil {
 		return nil, err
@@ -236,22 +231,6 @@ func parseState(f lockFiles, b []byte) (*state, error) {
 	}
 	if err := applyRecord(f, st); err != nil {
 		return nil, err
-	}
-	return st, nil
-}
-
-// decodeState decodes a state file's bytes. An empty, oversized or
-// undecodable file fails closed.
-func decodeState(f lockFiles, b []byte) (*state, error) {
-	switch {
-	case len(b) == 0:
-		return nil, corrupt(f, "is empty (truncated)")
-	case len(b) > maxStateSize:
-		return nil, corrupt(f, "is larger than %d bytes", maxStateSize)
-	}
-	st := new(state)
-	if err := json.Unmarshal(b, st); err != nil {
-		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
 	}
 	return st, nil
 }
