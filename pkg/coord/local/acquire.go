@@ -186,10 +186,17 @@ func (a *acquirer) pruneDead(st *state) stateWrite {
 	if a.ticket != "" {
 		ahead = slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == a.ticket })
 	}
-	if len(prune(st, a.self, ahead)) > 0 {
-		return rewrite
+	kept := st.Queue[:0:0]
+	for i, t := range st.Queue {
+		if (ahead >= 0 && i >= ahead) || liveTicket(t, a.self) != proc.Gone {
+			kept = append(kept, t)
+		}
 	}
-	return noChange
+	if len(kept) == len(st.Queue) {
+		return noChange
+	}
+	st.Queue = kept
+	return rewrite
 }
 
 // decide judges the lock under its flock and makes the move nextMove

@@ -233,24 +233,6 @@ func position(q []ticket, myID string, self proc.ID) queuePos {
 	return p
 }
 
-// prune drops the tickets of dead waiters among the first n of the queue
-// (n < 0: all of them) and returns them.
-func prune(st *state, self proc.ID, n int) (dropped []ticket) {
-	kept := st.Queue[:0:0]
-	for i, t := range st.Queue {
-		if (n >= 0 && i >= n) || liveTicket(t, self) != proc.Gone {
-			kept = append(kept, t)
-		} else {
-			dropped = append(dropped, t)
-		}
-	}
-	st.Queue = kept
-	if len(st.Queue) == 0 {
-		st.Queue = nil
-	}
-	return dropped
-}
-
 // waiters is the queue's live members (every ticket whose process is not
 // gone), in order.
 func waiters(q []ticket, self proc.ID) []coord.Waiter {
