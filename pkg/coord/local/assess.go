@@ -233,22 +233,16 @@ func position(q []ticket, myID string, self proc.ID) queuePos {
 	return p
 }
 
-// waiters is the queue's live members (every ticket whose process is not
-// gone), in order.
-func waiters(q []ticket, self proc.ID) []coord.Waiter {
-	var ws []coord.Waiter
-	for _, t := range q {
+// info is the LockInfo of st as judged at now (w). Its queue is the live
+// waiters (every ticket whose process is not gone), in order.
+func info(st *state, w lockView, now clock.Boot, self proc.ID) coord.LockInfo {
+	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken}
+	for _, t := range st.Queue {
 		if liveTicket(t, self) != proc.Gone {
-			ws = append(ws, coord.Waiter{Holder: t.Holder, Since: t.Since, PID: t.PID})
+			li.Queue = append(li.Queue, coord.Waiter{Holder: t.Holder, Since: t.Since, PID: t.PID})
 		}
 	}
-	return ws
-}
-
-// info is the LockInfo of st as judged at now (w).
-func info(st *state, w lockView, now clock.Boot, self proc.ID) coord.LockInfo {
-	q := waiters(st.Queue, self)
-	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken, Waiters: len(q), Queue: q}
+	li.Waiters = len(li.Queue)
 	var hs []coord.HolderInfo
 	for _, h := range w.live() {
 		hs = append(hs, holderInfo(h, now))
