@@ -347,11 +347,10 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	}
 	// Queue up. The watch of the lock's state is in place before the
 	// ticket is stored, so that no wake-up is missed.
-	h, err := a.c.getHub()
+	sub, err := a.c.subscribe(a.f.state, a.c.locksDir)
 	if err != nil {
 		return nil, err
 	}
-	sub := h.subscribe(a.f.state, h.dir)
 	defer sub.close()
 	if res, err = a.try(ctx, true); err != nil || res.lease != nil {
 		return res.lease, err

@@ -239,8 +239,10 @@ func (c *coordinator) checkOpen() error {
 	return nil
 }
 
-// getHub returns the change notifier for locks/, started on first use.
-func (c *coordinator) getHub() (*hub, error) {
+// subscribe subscribes to the changes of the file at path, seen by the
+// inotify watches of the paths watch (hub.subscribe), on the change
+// notifier of locks/, started on first use.
+func (c *coordinator) subscribe(path string, watch ...string) (*subscription, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.checkOpen(); err != nil {
@@ -249,7 +251,7 @@ func (c *coordinator) getHub() (*hub, error) {
 	if c.hub == nil {
 		c.hub = acquireHub(c.locksDir)
 	}
-	return c.hub, nil
+	return c.hub.subscribe(path, watch...), nil
 }
 
 // openTop checks (creating it, 0700, when missing) the state directory

@@ -115,12 +115,11 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 	if token == 0 {
 		return fmt.Errorf("%w: WaitEnded needs a token", coord.ErrInvalid)
 	}
-	h, err := c.getHub()
+	f := c.files(name)
+	sub, err := c.subscribe(f.lock, f.lock)
 	if err != nil {
 		return err
 	}
-	f := c.files(name)
-	sub := h.subscribe(f.lock, f.lock)
 	defer sub.close()
 	for {
 		st, err := load(f)
@@ -162,12 +161,11 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 	if leaseID == "" {
 		return nil, fmt.Errorf("%w: empty lease id", coord.ErrInvalid)
 	}
-	h, err := c.getHub()
+	f := c.files(name)
+	sub, err := c.subscribe(f.lock, f.lock)
 	if err != nil {
 		return nil, err
 	}
-	f := c.files(name)
-	sub := h.subscribe(f.lock, f.lock)
 	ch := make(chan error, 1)
 	go func() {
 		defer close(ch)

@@ -289,11 +289,9 @@ func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 		return nil, err
 	}
 	w := &watcher{c: c, prefix: prefix, self: self, views: map[string]view{}}
-	h, err := c.getHub()
-	if err != nil {
+	if w.sub, err = c.subscribe("", c.locksDir, c.dir); err != nil {
 		return nil, err
 	}
-	w.sub = h.subscribe("", h.dir, filepath.Dir(h.dir))
 	// The first scan, after subscribing, is the baseline: no events.
 	fs, err := c.listLocks(stateSuffix, prefix)
 	if err != nil {
