@@ -186,10 +186,17 @@ func (a *acquirer) pruneDead(st *state) stateWrite {
 	if a.ticket != "" {
 		ahead = slices.IndexFunc(st.Queue, func(t ticket) bool { return t.ID == a.ticket })
 	}
-	if len(prune(st, a.self, ahead)) > 0 {
-		return rewrite
+	kept := st.Queue[:0:0]
+	for i, t := range st.Queue {
+		if (ahead >= 0 && i >= ahead) || liveTicket(t, a.self) != proc.Gone {
+			kept = append(kept, t)
+		}
 	}
-	return noChange
+	if len(kept) == len(st.Queue) {
+		return noChange
+	}
+	st.Queue = kept
+	return rewrite
 }
 
 // decide judges the lock under its flock and makes the move nextMove
@@ -332,28 +339,21 @@ func (a *acquirer) leave() {
 func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 	defer a.leave()
 	res, err := a.try(ctx, false)
-	if err != nil {
-		return nil, err
-	}
-	if res.lease != nil {
-		return res.lease, nil
+	if err != nil || res.lease != nil {
+		return res.lease, err
 	}
 	if a.o.Wait == 0 {
 		return a.noWait(ctx, res)
 	}
 	// Queue up. The watch of the lock's state is in place before the
 	// ticket is stored, so that no wake-up is missed.
-	h, err := a.c.getHub()
+	sub, err := a.c.subscribe(a.f.state, a.c.locksDir)
 	if err != nil {
 		return nil, err
 	}
-	sub := h.subscribe(a.f.state, h.dir)
 	defer sub.close()
-	if res, err = a.try(ctx, true); err != nil {
-		return nil, err
-	}
-	if res.lease != nil {
-		return res.lease, nil
+	if res, err = a.try(ctx, true); err != nil || res.lease != nil {
+		return res.lease, err
 	}
 	if a.o.OnWait != nil {
 		a.o.OnWait(res.info)
@@ -364,11 +364,8 @@ func (a *acquirer) run(ctx context.Context) (*coord.Lease, error) {
 // noWait handles a busy lock for Wait 0: only the command group of an
 // ended lease is worth a short wait, once it has been killed.
 func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error) {
-	if res.limited != nil {
-		return nil, a.limitErr(res)
-	}
-	if !res.mayKill || a.kill(res.v) != nil {
-		return nil, busy(a.f.name, res.info)
+	if res.limited != nil || !res.mayKill || a.kill(res.v) != nil {
+		return nil, a.refusal(res)
 	}
 	kctx, cancel := context.WithTimeout(ctx, killWait)
 	for _, m := range res.v.group {
@@ -380,9 +377,13 @@ func (a *acquirer) noWait(ctx context.Context, res attempt) (*coord.Lease, error
 	return a.lastLook(ctx)
 }
 
-// limitErr is the error for a lock held back by an operator limit.
-func (a *acquirer) limitErr(res attempt) error {
-	return &coordkit.LimitError{Lock: a.f.name, Limit: *res.limited, Holders: len(res.info.AllHolders())}
+// refusal is the error for a lock not granted: held back by an operator
+// limit, or busy.
+func (a *acquirer) refusal(res attempt) error {
+	if res.limited != nil {
+		return &coordkit.LimitError{Lock: a.f.name, Limit: *res.limited, Holders: len(res.info.AllHolders())}
+	}
+	return busy(a.f.name, res.info)
 }
 
 // kill sends SIGKILL to the command group of an ended lease. An error means
@@ -491,15 +492,10 @@ func (a *acquirer) turnOf(st *state, now clock.Boot) (turn, lockView, *coord.Lim
 // group of an ended lease was killed).
 func (a *acquirer) lastLook(ctx context.Context) (*coord.Lease, error) {
 	res, err := a.try(ctx, false)
-	switch {
-	case err != nil:
-		return nil, err
-	case res.lease != nil:
-		return res.lease, nil
-	case res.limited != nil:
-		return nil, a.limitErr(res)
+	if err != nil || res.lease != nil {
+		return res.lease, err
 	}
-	return nil, busy(a.f.name, res.info)
+	return nil, a.refusal(res)
 }
 
 // exhausted is the error for a lock that has issued coord.MaxToken: a new

@@ -233,40 +233,16 @@ func position(q []ticket, myID string, self proc.ID) queuePos {
 	return p
 }
 
-// prune drops the tickets of dead waiters among the first n of the queue
-// (n < 0: all of them) and returns them.
-func prune(st *state, self proc.ID, n int) (dropped []ticket) {
-	kept := st.Queue[:0:0]
-	for i, t := range st.Queue {
-		if (n >= 0 && i >= n) || liveTicket(t, self) != proc.Gone {
-			kept = append(kept, t)
-		} else {
-			dropped = append(dropped, t)
-		}
-	}
-	st.Queue = kept
-	if len(st.Queue) == 0 {
-		st.Queue = nil
-	}
-	return dropped
-}
-
-// waiters is the queue's live members (every ticket whose process is not
-// gone), in order.
-func waiters(q []ticket, self proc.ID) []coord.Waiter {
-	var ws []coord.Waiter
-	for _, t := range q {
-		if liveTicket(t, self) != proc.Gone {
-			ws = append(ws, coord.Waiter{Holder: t.Holder, Since: t.Since, PID: t.PID})
-		}
-	}
-	return ws
-}
-
-// info is the LockInfo of st as judged at now (w).
+// info is the LockInfo of st as judged at now (w). Its queue is the live
+// waiters (every ticket whose process is not gone), in order.
 func info(st *state, w lockView, now clock.Boot, self proc.ID) coord.LockInfo {
-	q := waiters(st.Queue, self)
-	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken, Waiters: len(q), Queue: q}
+	li := coord.LockInfo{Name: st.Name, LastToken: st.LastToken}
+	for _, t := range st.Queue {
+		if liveTicket(t, self) != proc.Gone {
+			li.Queue = append(li.Queue, coord.Waiter{Holder: t.Holder, Since: t.Since, PID: t.PID})
+		}
+	}
+	li.Waiters = len(li.Queue)
 	var hs []coord.HolderInfo
 	for _, h := range w.live() {
 		hs = append(hs, holderInfo(h, now))

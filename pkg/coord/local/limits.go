@@ -47,27 +47,12 @@ const maxLimitsSize = 4 << 20
 // does not exist. One that is a symbolic link, not a regular file with the
 // tree's owner and mode, larger than max bytes, or unreadable fails closed.
 func (c *coordinator) readFile(what, path string, max int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil, nil
-	case errors.Is(err, unix.ELOOP):
-		return nil, unavailable("%s %s is a symbolic link", what, path)
-	case err != nil:
-		return nil, unavailable("cannot read %s %s: %v", what, path, err)
+	f, size, err := openFile(c.share, what, path, unix.O_RDONLY, max)
+	if f == nil || err != nil {
+		return nil, err
 	}
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, unavailable("%s %s: %v", what, path, err)
-	}
-	if err := c.share.CheckFile(what, path, -1, &st); err != nil {
-		return nil, unavailable("%v", err)
-	}
-	if st.Size > max {
-		return nil, unavailable("%s %s is larger than %d bytes; repair or remove it by hand", what, path, max)
-	}
-	b := make([]byte, st.Size, st.Size+1) // not nil, also when empty
+	b := make([]byte, size, size+1) // not nil, also when empty
 	n, err := f.ReadAt(b, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, unavailable("cannot read %s %s: %v", what, path, err)
@@ -154,19 +139,8 @@ func (c *coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 		l.At = time.Now()
 	}
 	l.At = l.At.UTC().Round(0)
-	err := c.changeLimits(ctx, func(ls []coord.Limit) ([]coord.Limit, bool) {
-		i := slices.IndexFunc(ls, func(o coord.Limit) bool { return o.Name == l.Name && o.Prefix == l.Prefix })
-		if i >= 0 {
-			ls[i] = l
-		} else {
-			ls = append(ls, l)
-		}
-		return ls, true
-	})
-	if err != nil {
-		return err
-	}
-	return c.settle(ctx, l.Name, l.Prefix)
+	_, _, err := c.putLimit(ctx, l.Name, l.Prefix, &l)
+	return err
 }
 
 // ClearLimit removes the limit of one scope (coord.Limiter).
@@ -174,42 +148,44 @@ func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) 
 	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
 		return coord.Limit{}, false, err
 	}
-	var old coord.Limit
-	found := false
-	err := c.changeLimits(ctx, func(ls []coord.Limit) ([]coord.Limit, bool) {
-		i := slices.IndexFunc(ls, func(o coord.Limit) bool { return o.Name == name && o.Prefix == prefix })
-		if i < 0 {
-			return ls, false
-		}
-		old, found = ls[i], true
-		return slices.Delete(ls, i, i+1), true
-	})
-	if err != nil || !found {
-		return old, found, err
-	}
-	return old, true, c.settle(ctx, name, prefix)
+	return c.putLimit(ctx, name, prefix, nil)
 }
 
-// changeLimits runs fn on the limits under the flock of limits.lock and
-// writes what it returns when it reports a change.
-func (c *coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) ([]coord.Limit, bool)) error {
+// putLimit replaces the limit of one scope with l (nil: none) under the
+// flock of limits.lock, and returns the one it replaced; then, when
+// something changed, it settles the locks the scope covers.
+func (c *coordinator) putLimit(ctx context.Context, name string, prefix bool, l *coord.Limit) (old coord.Limit, found bool, err error) {
 	if err := c.checkOpen(); err != nil {
-		return err
+		return old, false, err
 	}
 	lf := c.limitFiles()
 	unlock, err := c.lockState(ctx, lf)
 	if err != nil {
-		return err
+		return old, false, err
 	}
-	defer unlock()
 	ls, err := c.readLimits()
-	if err != nil {
-		return err
+	if err == nil {
+		i := slices.IndexFunc(ls, func(o coord.Limit) bool { return o.Name == name && o.Prefix == prefix })
+		if i >= 0 {
+			old, found = ls[i], true
+			ls = slices.Delete(ls, i, i+1)
+		}
+		if l != nil {
+			ls = append(ls, *l)
+		}
+		if l != nil || found {
+			err = c.writeLimits(lf, ls)
+		}
 	}
-	ls, changed := fn(ls)
-	if !changed {
-		return nil
+	unlock()
+	if err != nil || l == nil && !found {
+		return old, found, err
 	}
+	return old, found, c.settle(ctx, name, prefix)
+}
+
+// writeLimits replaces limits.json with ls; the caller holds its flock.
+func (c *coordinator) writeLimits(lf lockFiles, ls []coord.Limit) error {
 	sortLimits(ls)
 	b, err := json.Marshal(limitsDoc{Version: limitsVersion, Limits: ls})
 	if err != nil {
@@ -225,27 +201,11 @@ func (c *coordinator) changeLimits(ctx context.Context, fn func([]coord.Limit) (
 // covers (it takes and drops each one's flock) and wakes their waiters: the
 // state of a lock with waiters is written again, which they watch.
 func (c *coordinator) settle(ctx context.Context, name string, prefix bool) error {
-	var fs []lockFiles
-	if !prefix {
-		fs = []lockFiles{c.files(name)}
-	} else {
-		ents, err := os.ReadDir(c.locksDir)
-		if err != nil {
-			return unavailable("list %s: %v", c.locksDir, err)
-		}
-		for _, e := range ents {
-			base, ok := strings.CutSuffix(e.Name(), lockSuffix)
-			if !ok || strings.HasPrefix(base, ".") {
-				continue
-			}
-			if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, name) {
-				continue
-			}
-			f, ok := c.filesForBase(base)
-			if !ok {
-				continue
-			}
-			fs = append(fs, f)
+	fs := []lockFiles{c.files(name)}
+	if prefix {
+		var err error
+		if fs, err = c.listLocks(lockSuffix, name); err != nil {
+			return err
 		}
 	}
 	for _, f := range fs {

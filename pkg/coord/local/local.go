@@ -145,9 +145,12 @@ type coordinator struct {
 	// another waiter should be taking it.
 	stallCheck time.Duration
 
-	mu     sync.Mutex
-	hub    *hub // started on first use, guarded by mu
-	closed chan struct{}
+	mu  sync.Mutex
+	hub *hub // started on first use, guarded by mu
+	// life ends when the coordinator is closed (end); closed is its Done.
+	life   context.Context
+	end    context.CancelFunc
+	closed <-chan struct{}
 }
 
 const (
@@ -194,7 +197,8 @@ func Open(dir string) (coord.Coordinator, error) {
 	if err := ensureDirs(share, locks); err != nil {
 		return nil, err
 	}
-	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, closed: make(chan struct{})}, nil
+	life, end := context.WithCancel(context.Background())
+	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, life: life, end: end, closed: life.Done()}, nil
 }
 
 // Dir returns the state directory.
@@ -212,13 +216,11 @@ func (c *coordinator) Describe() string { return "local " + c.dir }
 // Watch channels are closed.
 func (c *coordinator) Close() error {
 	c.mu.Lock()
-	select {
-	case <-c.closed:
+	if c.life.Err() != nil {
 		c.mu.Unlock()
 		return nil
-	default:
 	}
-	close(c.closed)
+	c.end()
 	h := c.hub
 	c.hub = nil
 	c.mu.Unlock()
@@ -231,27 +233,25 @@ func (c *coordinator) Close() error {
 var errClosed = fmt.Errorf("%w: coordinator is closed", coord.ErrUnavailable)
 
 func (c *coordinator) checkOpen() error {
-	select {
-	case <-c.closed:
+	if c.life.Err() != nil {
 		return errClosed
-	default:
-		return nil
 	}
+	return nil
 }
 
-// getHub returns the change notifier for locks/, started on first use.
-func (c *coordinator) getHub() (*hub, error) {
+// subscribe subscribes to the changes of the file at path, seen by the
+// inotify watches of the paths watch (hub.subscribe), on the change
+// notifier of locks/, started on first use.
+func (c *coordinator) subscribe(path string, watch ...string) (*subscription, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	select {
-	case <-c.closed:
-		return nil, errClosed
-	default:
+	if err := c.checkOpen(); err != nil {
+		return nil, err
 	}
 	if c.hub == nil {
 		c.hub = acquireHub(c.locksDir)
 	}
-	return c.hub, nil
+	return c.hub.subscribe(path, watch...), nil
 }
 
 // openTop checks (creating it, 0700, when missing) the state directory
@@ -272,24 +272,18 @@ func openTop(path string) (sharedir.Mode, error) {
 			return sharedir.Mode{}, unavailable("cannot create state directory %s: %v", path, err)
 		}
 	}
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return sharedir.Mode{}, unavailable("state directory %s: %v", path, err)
+	m, err := sharedir.OfDir(path) // refuses a symbolic link and a non-directory
+	if err == nil && !m.Group {
+		var fi os.FileInfo
+		if fi, err = os.Lstat(path); err == nil {
+			err = m.CheckDir(path, fi)
+		}
 	}
 	switch {
-	case fi.Mode()&os.ModeSymlink != 0:
-		return sharedir.Mode{}, unavailable("state directory %s is a symbolic link; give its real path", path)
-	case !fi.IsDir():
-		return sharedir.Mode{}, unavailable("state directory %s is not a directory", path)
-	}
-	m, err := sharedir.Of(path, fi)
-	if err != nil {
+	case errors.Is(err, sharedir.ErrRefused):
 		return m, unavailable("%v", err)
-	}
-	if !m.Group {
-		if err := m.CheckDir(path, fi); err != nil {
-			return m, unavailable("%v", err)
-		}
+	case err != nil:
+		return m, unavailable("state directory %s: %v", path, err)
 	}
 	return m, nil
 }

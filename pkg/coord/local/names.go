@@ -20,11 +20,11 @@ const (
 
 	// tempPrefix starts the name of a lock's temporary state file:
 	// tempPrefix+base (at most 255 bytes, as base+stateSuffix is). '~' is
-	// never in a base, so the name cannot be one that atomicfile.Write
+	// never in a base, so the name cannot be one that atomicfile.WritePerm
 	// (os.CreateTemp) makes.
 	tempPrefix = ".tmp~"
 	// legacyTempPrefix starts the temporary files of fence versions that
-	// wrote the state through atomicfile.Write (random names).
+	// wrote the state through atomicfile.WritePerm (random names).
 	legacyTempPrefix = atomicfile.TempPrefix
 )
 
@@ -114,7 +114,7 @@ func (c *coordinator) removeStaleTemp(fileName string) {
 		return // no lock file: not a temporary file fence made
 	}
 	defer unix.Close(fd)
-	if flockEINTR(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil { // never EINTR: it does not wait
 		return // a writer holds the lock (or it cannot be had): leave it
 	}
 	os.Remove(path)

@@ -49,9 +49,6 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		}
 		h.ExpiresAt = now.Add(h.TTL)
 		r = coord.Renewal{Sent: sent, TTL: h.TTL}
-		if h != st.Holder {
-			return rewrite, nil // a semaphore's other holder
-		}
 		return recordOnly, nil
 	})
 	if err != nil {
@@ -122,11 +119,7 @@ func (c *coordinator) release(ctx context.Context, name, leaseID string, check f
 		}
 		held = true
 		asked = stopAsked(st) == h.Token || h.StopAsked
-		if st.slotted() {
-			st.remove(h)
-			return rewrite, nil
-		}
-		st.Holder = nil
+		st.remove(h)
 		return recordOnly, nil
 	})
 	if err == nil && asked {
@@ -149,32 +142,48 @@ func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 // RevokeToken implements coord.Coordinator: Revoke, limited to the holder
 // with token (0: any).
 func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
+	li, _, err := c.onHolder(ctx, name, token, func(st *state, h *holder) (stateWrite, bool) {
+		if h.attached() {
+			h.Revoked = true
+		} else {
+			st.remove(h)
+		}
+		return rewrite, true // the holder's lease watch, and revokers waiting
+	})
+	return li, err
+}
+
+// onHolder runs fn under the lock's flock on the live holder with token (0:
+// the only one; see pick), writes what fn reports, and rings the lock file
+// (ringLock) when fn says so; it returns the lock's info and that.
+func (c *coordinator) onHolder(ctx context.Context, name string, token uint64, fn func(st *state, h *holder) (stateWrite, bool)) (coord.LockInfo, bool, error) {
 	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, false, err
 	}
 	self, err := selfID()
 	if err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, false, err
 	}
 	f := c.files(name)
 	var li coord.LockInfo
+	ring := false
 	err = c.update(ctx, f, func(st *state) (stateWrite, error) {
 		h, i, err := pick(name, st, token, clock.Now(), self)
 		li = i
 		if err != nil {
 			return noChange, err
 		}
-		if h.attached() {
-			h.Revoked = true
-		} else {
-			st.remove(h)
-		}
-		return rewrite, nil
+		var ch stateWrite
+		ch, ring = fn(st, h)
+		return ch, nil
 	})
-	if err == nil {
-		c.ringLock(f) // the holder's lease watch, and revokers waiting
+	if err != nil {
+		return li, false, err
 	}
-	return li, err
+	if ring {
+		c.ringLock(f)
+	}
+	return li, ring, nil
 }
 
 // AttachProcess attaches the live lease (name, leaseID) to processes: PIDs,
@@ -201,7 +210,7 @@ func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 		// lease record (fence run attaches its command's group this way);
 		// anything else replaces the state.
 		ch := recordOnly
-		if (len(pids) > 0 && !slices.Equal(pids, h.PIDs)) || h.PIDNS != proc.PIDNamespace() || h != st.Holder {
+		if (len(pids) > 0 && !slices.Equal(pids, h.PIDs)) || h.PIDNS != proc.PIDNamespace() {
 			ch = rewrite
 		}
 		if len(pids) > 0 {
@@ -225,7 +234,11 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	if err := c.ready(ctx); err != nil {
 		return coord.LockInfo{}, err
 	}
-	li, err := c.inspectFiles(c.files(name))
+	self, err := selfID()
+	if err != nil {
+		return coord.LockInfo{}, err
+	}
+	li, _, err := c.inspectFiles(c.files(name), self)
 	if err != nil {
 		return li, err
 	}
@@ -233,22 +246,19 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	return li, err
 }
 
-// inspectFiles reads and judges one lock.
-func (c *coordinator) inspectFiles(f lockFiles) (coord.LockInfo, error) {
-	self, err := selfID()
-	if err != nil {
-		return coord.LockInfo{}, err
-	}
+// inspectFiles reads and judges one lock: its info as self sees it, and
+// the judgement of its holders.
+func (c *coordinator) inspectFiles(f lockFiles, self proc.ID) (coord.LockInfo, lockView, error) {
 	st, err := load(f)
 	if err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, lockView{}, err
 	}
 	now := clock.Now()
 	w, err := judgeAll(st, now)
 	if err != nil {
-		return coord.LockInfo{}, err
+		return coord.LockInfo{}, lockView{}, err
 	}
-	return info(st, w, now, self), nil
+	return info(st, w, now, self), w, nil
 }
 
 // List returns the locks whose names start with prefix, sorted by name:
@@ -258,7 +268,11 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	if err := c.ready(ctx); err != nil {
 		return nil, err
 	}
-	bases, err := c.stateBases()
+	self, err := selfID()
+	if err != nil {
+		return nil, err
+	}
+	fs, err := c.listLocks(stateSuffix, prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -267,15 +281,8 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 		return nil, err
 	}
 	var out []coord.LockInfo
-	for _, base := range bases {
-		if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, prefix) {
-			continue
-		}
-		f, ok := c.filesForBase(base)
-		if !ok {
-			continue
-		}
-		li, err := c.inspectFiles(f)
+	for _, f := range fs {
+		li, _, err := c.inspectFiles(f, self)
 		if err != nil {
 			return nil, err
 		}
@@ -292,34 +299,38 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	return out, nil
 }
 
-// stateBases lists the bases of the state files in locks/. As it reads the
-// whole directory anyway, it removes the stale temporary files it finds
-// (removeStaleTemp).
-func (c *coordinator) stateBases() ([]string, error) {
+// listLocks lists the locks under prefix that have a file with suffix
+// (stateSuffix, lockSuffix) in locks/. As it reads the whole directory
+// anyway, it removes the stale temporary files it finds (removeStaleTemp).
+func (c *coordinator) listLocks(suffix, prefix string) ([]lockFiles, error) {
 	ents, err := os.ReadDir(c.locksDir)
 	if err != nil {
 		return nil, unavailable("read state directory %s: %v", c.locksDir, err)
 	}
-	var bases []string
+	var fs []lockFiles
 	for _, e := range ents {
-		if base, ok := stateFileBase(e.Name()); ok {
-			bases = append(bases, base)
+		if base, ok := strings.CutSuffix(e.Name(), suffix); ok && !strings.HasPrefix(base, ".") {
+			if f, ok := c.filesForBase(base, prefix); ok {
+				fs = append(fs, f)
+			}
 		} else if isTempName(e.Name()) {
 			c.removeStaleTemp(e.Name())
 		}
 	}
-	return bases, nil
+	return fs, nil
 }
 
 // filesForBase returns the files of the lock stored under base. For a
 // hashed base the name is read from the file (and checked by load); ok is
-// false for a file fence cannot have written.
-func (c *coordinator) filesForBase(base string) (lockFiles, bool) {
-	if name, ok := nameFromBase(base); ok {
-		if coord.ValidateName(name) != nil || fileBase(name) != base {
-			return lockFiles{}, false
-		}
-		return c.files(name), true
+// false for a file fence cannot have written, and for a name not under
+// prefix.
+func (c *coordinator) filesForBase(base, prefix string) (lockFiles, bool) {
+	name, ok := nameFromBase(base)
+	switch {
+	case !ok:
+		return c.filesAt("", base), true
+	case !strings.HasPrefix(name, prefix) || coord.ValidateName(name) != nil || fileBase(name) != base:
+		return lockFiles{}, false
 	}
-	return c.filesAt("", base), true
+	return c.files(name), true
 }

@@ -3,7 +3,6 @@ package local
 import (
 	"fmt"
 	"hash/crc32"
-	"strconv"
 
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
@@ -64,29 +63,19 @@ func (r record) append(b []byte) []byte {
 }
 
 // decodeRecord parses a lease record; ok is false for anything encode
-// cannot have written (or a record read while it was being overwritten).
+// cannot have written (or a record read while it was being overwritten):
+// the record must encode back to s, its checksum included.
 func decodeRecord(s string) (r record, ok bool) {
-	if len(s) != recordLen {
-		return record{}, false
-	}
-	body, sum := s[:len(recordBody)], s[len(recordBody):]
-	if sum[:3] != " c=" {
-		return record{}, false
-	}
-	want, err := strconv.ParseUint(sum[3:], 16, 32)
-	if err != nil || uint32(want) != crc32.ChecksumIEEE([]byte(body)) {
-		return record{}, false
-	}
-	// The checksum matched: the fields are as encode wrote them.
 	var exp, gstart uint64
 	var pgid int
 	var st rune
-	if _, err := fmt.Sscanf(body, "t=%20d e=%20d s=%c g=%10d@%20d", &r.token, &exp, &st, &pgid, &gstart); err != nil {
+	var sum uint32
+	if _, err := fmt.Sscanf(s, "t=%20d e=%20d s=%c g=%10d@%20d c=%08x", &r.token, &exp, &st, &pgid, &gstart, &sum); err != nil {
 		return record{}, false
 	}
 	r.expires, r.released = clock.Boot(exp), st == 'r'
 	if pgid != 0 {
 		r.group = &proc.ID{PID: pgid, Start: gstart}
 	}
-	return r, (st == 'h' || st == 'r') && exp <= 1<<62 && r.token != 0 && pgid >= 0
+	return r, r.encode() == s && exp <= 1<<62 && r.token != 0
 }

@@ -6,17 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/fence-dev/fence/internal/proc"
+	"github.com/fence-dev/fence/internal/sharedir"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
+	"github.com/fence-dev/fence/pkg/internal/flock"
 )
 
 // formatVersion is the version of the state file format. It changes only for
@@ -111,69 +113,50 @@ func volatileOK() bool { return bootID() != "" }
 
 // corrupt is the fail-closed error for a state file that cannot be trusted.
 func corrupt(f lockFiles, what string, args ...any) error {
-	if f.name == "" {
-		return unavailable("state file %s %s; fence never resets it (its token would be lost): repair or remove it by hand",
-			f.state, fmt.Sprintf(what, args...))
+	lock := ""
+	if f.name != "" {
+		lock = fmt.Sprintf("lock %q: ", f.name)
 	}
-	return unavailable("lock %q: state file %s %s; fence never resets it (its token would be lost): repair or remove it by hand",
-		f.name, f.state, fmt.Sprintf(what, args...))
+	return unavailable("%sstate file %s %s; fence never resets it (its token would be lost): repair or remove it by hand",
+		lock, f.state, fmt.Sprintf(what, args...))
 }
 
-// checkFile refuses a file of the state tree that is not a regular file
-// with the tree's owner and mode (0600 and the effective user's, or 0660
-// and the group's in a shared state directory: openTop). It returns the
-// file's size.
-func checkFile(f lockFiles, path string, fd int) (int64, error) {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return 0, unavailable("lock %q: %s: %v", f.name, path, err)
-	}
-	what := "state file"
-	if path == f.lock {
-		what = "lock file"
-	}
-	if err := f.share.CheckFile(fmt.Sprintf("lock %q: %s", f.name, what), path, fd, &st); err != nil {
-		return 0, unavailable("%v", err)
-	}
-	return st.Size, nil
-}
-
-// errTorn marks a lease record that does not check out: read in the middle
-// of an overwrite (a reader without the lock reads again), or corrupt.
-var errTorn = errors.New("torn lease record")
-
-// openState opens a lock's state file (for writing too when rw is set) and
-// checks it. A missing file is nil and no error.
-func openState(f lockFiles, rw bool) (*os.File, int64, error) {
-	mode := unix.O_RDONLY
-	if rw {
-		mode = unix.O_RDWR
-	}
-	fd, err := unix.Open(f.state, mode|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+// openFile opens a file of the state tree, named what in messages, with
+// flags (besides O_NOFOLLOW and friends; O_CREAT makes it 0600), and
+// refuses one that is a symbolic link, not a regular file with the tree's
+// owner and mode (0600 and the effective user's, or 0660 and the group's in
+// a shared state directory: openTop; a file of ours is given that mode), or
+// larger than max bytes. A missing file is nil and no error.
+func openFile(share sharedir.Mode, what, path string, flags int, max int64) (*os.File, int64, error) {
+	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
 	switch {
-	case errors.Is(err, unix.ENOENT):
+	case errors.Is(err, unix.ENOENT) && flags&unix.O_CREAT == 0:
 		return nil, 0, nil
 	case errors.Is(err, unix.ELOOP):
-		return nil, 0, corrupt(f, "is a symbolic link")
+		return nil, 0, unavailable("%s %s is a symbolic link; repair or remove it by hand", what, path)
 	case errors.Is(err, unix.EISDIR):
-		return nil, 0, unavailable("lock %q: state file %s is not a regular file", f.name, f.state)
+		return nil, 0, unavailable("%s %s is not a regular file", what, path)
 	case err != nil:
-		return nil, 0, unavailable("lock %q: cannot read state file %s: %v", f.name, f.state, err)
+		return nil, 0, unavailable("cannot open %s %s: %v", what, path, err)
 	}
-	size, err := checkFile(f, f.state, fd)
-	if err == nil && size > maxStateSize {
-		err = corrupt(f, "is larger than %d bytes", maxStateSize)
+	var st unix.Stat_t
+	if err = unix.Fstat(fd, &st); err != nil {
+		err = unavailable("%s %s: %v", what, path, err)
+	} else if err = share.CheckFile(what, path, fd, &st); err != nil {
+		err = unavailable("%v", err)
+	} else if st.Size > max {
+		err = unavailable("%s %s is larger than %d bytes; repair or remove it by hand", what, path, max)
 	}
 	if err != nil {
 		unix.Close(fd)
 		return nil, 0, err
 	}
-	return os.NewFile(uintptr(fd), f.state), size, nil
+	return os.NewFile(uintptr(fd), path), st.Size, nil
 }
 
-func freshState(f lockFiles) *state {
-	return &state{Version: formatVersion, Name: f.name, BootID: bootID()}
-}
+// errTorn marks a lease record that does not check out: read in the middle
+// of an overwrite (a reader without the lock reads again), or corrupt.
+var errTorn = errors.New("torn lease record")
 
 // load reads a lock's state without taking its lock (readState).
 func load(f lockFiles) (*state, error) {
@@ -191,12 +174,16 @@ func load(f lockFiles) (*state, error) {
 // and the file, open for writing (nil when it does not exist yet), are
 // returned too, and the caller closes it.
 func readState(f lockFiles, locked bool) (*state, []byte, *os.File, error) {
-	file, size, err := openState(f, locked)
+	flags := unix.O_RDONLY
+	if locked {
+		flags = unix.O_RDWR
+	}
+	file, size, err := openFile(f.share, fmt.Sprintf("lock %q: state file", f.name), f.state, flags, maxStateSize)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if file == nil {
-		return freshState(f), nil, nil, nil
+		return &state{Version: formatVersion, Name: f.name, BootID: bootID()}, nil, nil, nil
 	}
 	for try := 0; ; try++ {
 		b := make([]byte, size)
@@ -223,13 +210,18 @@ func readState(f lockFiles, locked bool) (*state, []byte, *os.File, error) {
 	}
 }
 
-// parseState parses and checks a state file's bytes. The steps: decode, checkState (every rule a state must meet, or it fails
-// closed), forBoot (a state of another boot keeps only its token), then the
-// lease record.
+// parseState parses and checks a state file's bytes (at most maxStateSize:
+// openFile). The steps: decode (an empty or undecodable file fails
+// closed), checkState (every rule a state must meet, or it fails closed),
+// forBoot (a state of another boot keeps only its token), then the lease
+// record.
 func parseState(f lockFiles, b []byte) (*state, error) {
-	st, err := decodeState(f, b)
-	if err != nil {
-		return nil, err
+	st := new(state)
+	if len(b) == 0 {
+		return nil, corrupt(f, "is empty (truncated)")
+	}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
 	}
 	if err := checkState(f, st); err != nil {
 		return nil, err
@@ -239,22 +231,6 @@ func parseState(f lockFiles, b []byte) (*state, error) {
 	}
 	if err := applyRecord(f, st); err != nil {
 		return nil, err
-	}
-	return st, nil
-}
-
-// decodeState decodes a state file's bytes. An empty, oversized or
-// undecodable file fails closed.
-func decodeState(f lockFiles, b []byte) (*state, error) {
-	switch {
-	case len(b) == 0:
-		return nil, corrupt(f, "is empty (truncated)")
-	case len(b) > maxStateSize:
-		return nil, corrupt(f, "is larger than %d bytes", maxStateSize)
-	}
-	st := new(state)
-	if err := json.Unmarshal(b, st); err != nil {
-		return nil, corrupt(f, "is truncated or corrupt (%v)", err)
 	}
 	return st, nil
 }
@@ -409,65 +385,39 @@ func hasRecord(raw []byte) bool {
 		raw[recordOffset+recordLen] == '"'
 }
 
-// lockState takes the lock's flock for a read-modify-write. The returned
-// function releases it.
+// lockState takes the lock's flock for a read-modify-write, waiting at
+// most lockTimeout, until ctx ends or the coordinator is closed. The
+// returned function releases it.
 func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error) {
-	fd, err := unix.Open(f.lock, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
-	switch {
-	case errors.Is(err, unix.ELOOP):
-		return nil, unavailable("lock %q: lock file %s is a symbolic link", f.name, f.lock)
-	case err != nil:
-		return nil, unavailable("lock %q: open lock file %s: %v", f.name, f.lock, err)
-	}
-	if _, err := checkFile(f, f.lock, fd); err != nil { // gives a new one of ours the tree's mode
-		unix.Close(fd)
+	file, _, err := openFile(f.share, fmt.Sprintf("lock %q: lock file", f.name), f.lock, unix.O_RDWR|unix.O_CREAT, math.MaxInt64)
+	if err != nil { // the check gives a new one of ours the tree's mode
 		return nil, err
 	}
-	unlock := func() { unix.Close(fd) } // closing the last descriptor drops the flock
-	err = flockEINTR(fd, unix.LOCK_EX|unix.LOCK_NB)
-	if err == nil {
-		return unlock, nil
+	unlock := func() { file.Close() } // closing the last descriptor drops the flock
+	if unix.Flock(int(file.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		return unlock, nil // uncontended, the rule: no timer to set
 	}
-	if !errors.Is(err, unix.EWOULDBLOCK) {
-		unix.Close(fd)
-		return nil, unavailable("lock %q: flock %s: %v", f.name, f.lock, err)
-	}
-	// Contended: block in a goroutine so that ctx and the timeout are obeyed.
-	res := make(chan error, 1)
-	go func() { res <- flockEINTR(fd, unix.LOCK_EX) }()
-	timer := time.NewTimer(lockTimeout)
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(lockTimeout, func() { cancel(errLockTimeout) })
 	defer timer.Stop()
-	abandon := func() {
-		go func() { <-res; unix.Close(fd) }()
-	}
-	select {
-	case err := <-res:
-		if err != nil {
-			unix.Close(fd)
-			return nil, unavailable("lock %q: flock %s: %v", f.name, f.lock, err)
+	defer context.AfterFunc(c.life, func() { cancel(errClosed) })()
+	if err := flock.Take(lctx, file); err != nil {
+		switch cause := context.Cause(lctx); {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case cause == errClosed:
+			return nil, errClosed
+		case cause == errLockTimeout:
+			return nil, unavailable("lock %q: lock file %s has been locked for over %v (a process stopped in the middle of an update?)",
+				f.name, f.lock, lockTimeout)
 		}
-		return unlock, nil
-	case <-ctx.Done():
-		abandon()
-		return nil, ctx.Err()
-	case <-timer.C:
-		abandon()
-		return nil, unavailable("lock %q: lock file %s has been locked for over %v (a process stopped in the middle of an update?)",
-			f.name, f.lock, lockTimeout)
-	case <-c.closed:
-		abandon()
-		return nil, errClosed
+		return nil, unavailable("lock %q: %v", f.name, err)
 	}
+	return unlock, nil
 }
 
-func flockEINTR(fd, how int) error {
-	for {
-		err := unix.Flock(fd, how)
-		if !errors.Is(err, syscall.EINTR) {
-			return err
-		}
-	}
-}
+var errLockTimeout = errors.New("lock timeout")
 
 // stateWrite is what an update writes.
 type stateWrite int
@@ -475,9 +425,10 @@ type stateWrite int
 const (
 	// noChange: nothing is written.
 	noChange stateWrite = iota
-	// recordOnly: only the holder's expiry, group or release changed; the
+	// recordOnly: only a holder's expiry, group or release changed; the
 	// lease record is overwritten in place, without fsync (or, where it
-	// cannot be, the state is replaced as for rewrite).
+	// cannot be: a semaphore's state, one of format 1, the state is
+	// replaced as for rewrite; without a boot id, as for durable).
 	recordOnly
 	// rewrite: the state file is replaced (data fsynced, renamed).
 	rewrite
@@ -529,6 +480,9 @@ func (c *coordinator) write(f lockFiles, st *state, raw []byte, file *os.File, t
 			// Without a boot id a state outlives a reboot as it is: a
 			// release must be durable not to bring its holder back.
 			return c.store(f, st, true)
+		}
+		if st.slotted() {
+			return c.store(f, st, false) // no lease record
 		}
 		r := record{token: token, released: true}
 		if h := st.Holder; h != nil {

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"math"
 
 	"golang.org/x/sys/unix"
 
@@ -55,19 +55,15 @@ func stopAsked(st *state) uint64 {
 }
 
 // ringLock writes one byte to the lock file of f, waking the lease watches
-// and the WaitEnded calls of the lock. A lock file that is missing or not a
-// regular file of ours is left alone.
+// and the WaitEnded calls of the lock. A lock file that is missing or that
+// openFile refuses is left alone.
 func (c *coordinator) ringLock(f lockFiles) {
-	fd, err := unix.Open(f.lock, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
-	if err != nil {
+	file, _, err := openFile(f.share, "lock file", f.lock, unix.O_WRONLY, math.MaxInt64)
+	if file == nil || err != nil {
 		return
 	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
-		return
-	}
-	_, _ = unix.Pwrite(fd, []byte{'!'}, 0)
+	defer file.Close()
+	_, _ = file.WriteAt([]byte{'!'}, 0)
 }
 
 // RequestStop implements coord.Coordinator. A lease is asked when it is
@@ -76,52 +72,22 @@ func (c *coordinator) ringLock(f lockFiles) {
 // be checked): they are the ones who answer. A lease taken without
 // processes (fence acquire), or whose supervisors are gone, is not asked.
 func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
-	if err := coord.ValidateName(name); err != nil {
-		return coord.LockInfo{}, false, err
-	}
-	self, err := selfID()
-	if err != nil {
-		return coord.LockInfo{}, false, err
-	}
-	f := c.files(name)
-	var (
-		li    coord.LockInfo
-		asked bool
-	)
-	err = c.update(ctx, f, func(st *state) (stateWrite, error) {
-		h, i, err := pick(name, st, token, clock.Now(), self)
-		li = i
-		if err != nil {
-			return noChange, err
-		}
-		if len(h.PIDs) == 0 || !supervised(h) {
-			return noChange, nil
-		}
-		asked = true
-		if stopAsked(st) == h.Token || h.StopAsked {
-			return noChange, nil // asked already
-		}
-		if st.slotted() {
+	return c.onHolder(ctx, name, token, func(st *state, h *holder) (stateWrite, bool) {
+		switch {
+		case len(h.PIDs) == 0 || !supervised(h):
+			return noChange, false
+		case stopAsked(st) == h.Token || h.StopAsked:
+			return noChange, true // asked already
+		case st.slotted():
 			h.StopAsked = true // each holder of a semaphore is asked on its own
-			return rewrite, nil
-		}
-		raw, err := json.Marshal(stopAsk{Token: h.Token})
-		if err != nil {
-			return noChange, err
+			return rewrite, true
 		}
 		if st.Ext == nil {
 			st.Ext = map[string]json.RawMessage{}
 		}
-		st.Ext[extStop] = raw
-		return rewrite, nil
+		st.Ext[extStop] = json.RawMessage(fmt.Sprintf(`{"token":%d}`, h.Token))
+		return rewrite, true
 	})
-	if err != nil {
-		return li, false, err
-	}
-	if asked {
-		c.ringLock(f)
-	}
-	return li, asked, nil
 }
 
 // supervised reports whether one of h's supervising processes may answer an
@@ -149,12 +115,11 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 	if token == 0 {
 		return fmt.Errorf("%w: WaitEnded needs a token", coord.ErrInvalid)
 	}
-	h, err := c.getHub()
+	f := c.files(name)
+	sub, err := c.subscribe(f.lock, f.lock)
 	if err != nil {
 		return err
 	}
-	f := c.files(name)
-	sub := h.subscribe(f.lock, f.lock)
 	defer sub.close()
 	for {
 		st, err := load(f)
@@ -196,21 +161,31 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 	if leaseID == "" {
 		return nil, fmt.Errorf("%w: empty lease id", coord.ErrInvalid)
 	}
-	h, err := c.getHub()
+	f := c.files(name)
+	sub, err := c.subscribe(f.lock, f.lock)
 	if err != nil {
 		return nil, err
 	}
-	f := c.files(name)
-	sub := h.subscribe(f.lock, f.lock)
 	ch := make(chan error, 1)
 	go func() {
 		defer close(ch)
 		defer sub.close()
 		for {
-			if err := c.leaseNews(f, leaseID); err != nil {
-				if !errors.Is(err, errNoNews) {
-					ch <- err
-				}
+			// A state that cannot be read, or cannot be judged, ends the
+			// watch without a report.
+			st, err := load(f)
+			if err != nil {
+				return
+			}
+			h, err := liveLease(f.name, st, leaseID, clock.Now())
+			switch {
+			case errors.Is(err, coord.ErrLeaseLost):
+				ch <- err
+				return
+			case err != nil:
+				return
+			case stopAsked(st) == h.Token || h.StopAsked:
+				ch <- fmt.Errorf("%w: lease %s on lock %q (token %d): a stop was requested", coord.ErrStopRequested, leaseID, f.name, h.Token)
 				return
 			}
 			switch sleep(ctx, c.closed, sub, nil, -1, nil) {
@@ -220,26 +195,4 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		}
 	}()
 	return ch, nil
-}
-
-// errNoNews ends a lease watch without a report.
-var errNoNews = errors.New("no news")
-
-// leaseNews reads the lock for WatchLease: nil when the lease holds on and
-// no stop was asked; otherwise the error to report (errNoNews: none).
-func (c *coordinator) leaseNews(f lockFiles, leaseID string) error {
-	st, err := load(f)
-	if err != nil {
-		return errNoNews
-	}
-	h, err := liveLease(f.name, st, leaseID, clock.Now())
-	if errors.Is(err, coord.ErrLeaseLost) {
-		return err
-	} else if err != nil {
-		return errNoNews
-	}
-	if stopAsked(st) == h.Token || h.StopAsked {
-		return fmt.Errorf("%w: lease %s on lock %q (token %d): a stop was requested", coord.ErrStopRequested, leaseID, f.name, h.Token)
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -124,16 +123,13 @@ func (h *hub) run() {
 // which never hold a NUL).
 const limitsBase = "\x00limits"
 
-// notify wakes the subscribers for which wake, called under their lock,
-// returns true.
+// notify wakes the subscribers for which wake, called under h.mu, returns
+// true.
 func (h *hub) notify(wake func(s *subscription) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
-		s.mu.Lock()
-		ok := wake(s)
-		s.mu.Unlock()
-		if ok {
+		if wake(s) {
 			s.poke()
 		}
 	}
@@ -150,8 +146,7 @@ type subscription struct {
 	poll    bool
 	c       chan struct{}
 
-	mu    sync.Mutex
-	dirty map[string]struct{}
+	dirty map[string]struct{} // guarded by h.mu
 	all   bool
 }
 
@@ -196,8 +191,8 @@ func (s *subscription) close() {
 
 // take returns and clears what changed since the last take.
 func (s *subscription) take() (bases []string, all bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
 	for b := range s.dirty {
 		bases = append(bases, b)
 	}
@@ -294,19 +289,16 @@ func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 		return nil, err
 	}
 	w := &watcher{c: c, prefix: prefix, self: self, views: map[string]view{}}
-	h, err := c.getHub()
-	if err != nil {
+	if w.sub, err = c.subscribe("", c.locksDir, c.dir); err != nil {
 		return nil, err
 	}
-	w.sub = h.subscribe("", h.dir, filepath.Dir(h.dir))
 	// The first scan, after subscribing, is the baseline: no events.
-	bases, err := c.stateBases()
+	fs, err := c.listLocks(stateSuffix, prefix)
 	if err != nil {
 		w.sub.close()
 		return nil, err
 	}
-	w.relimit(nil) // an unreadable limits file: none known until it reads
-	w.scan(ctx, bases, nil)
+	w.scan(w.withLimits(fs), nil) // an unreadable limits file: none known until it reads
 	ch := make(chan coord.Event, 16)
 	go w.run(ctx, ch)
 	return ch, nil
@@ -346,14 +338,7 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 	for {
 		deps, next := w.followed()
 		r := sleep(ctx, w.c.closed, w.sub, deps, untilWake(next), nil)
-		if r == wokeCtx || r == wokeClosed {
-			return
-		}
-		bases, limits := w.toScan(r)
-		if limits && !w.relimit(emit) {
-			return
-		}
-		if !w.scan(ctx, bases, emit) {
+		if r == wokeCtx || r == wokeClosed || !w.scan(w.toScan(r), emit) {
 			return
 		}
 	}
@@ -372,66 +357,62 @@ func (w *watcher) followed() (deps []proc.ID, next clock.Boot) {
 	return deps, next
 }
 
-// toScan returns the bases of the locks to read again after a wake-up for
-// reason r, and whether the limits are to be read again: the changed ones
-// (and the limits when limits.json changed); every lock (and the limits)
-// when events were lost or there is no inotify; the known ones when a time
-// passed or a process exited.
-func (w *watcher) toScan(r wakeReason) (bases []string, limits bool) {
+// toScan returns the locks to read again after a wake-up for reason r: the
+// changed ones (and, when limits.json changed, the limits with the locks
+// withLimits adds); every lock (and the limits) when events were lost or
+// there is no inotify; the known ones when a time passed or a process
+// exited.
+func (w *watcher) toScan(r wakeReason) []lockFiles {
 	if r != wokeChange && r != wokePoll {
-		return slices.Collect(maps.Keys(w.views)), false
+		return w.known()
 	}
 	bases, all := w.sub.take()
-	if i := slices.Index(bases, limitsBase); i >= 0 {
-		bases = slices.Delete(bases, i, i+1)
-		limits = true
+	var fs []lockFiles
+	limits := false
+	for _, b := range bases {
+		if b == limitsBase {
+			limits = true
+		} else if f, ok := w.c.filesForBase(b, w.prefix); ok {
+			fs = append(fs, f)
+		}
 	}
-	if !all && r != wokePoll {
-		return bases, limits
+	if all || r == wokePoll {
+		fs, _ = w.c.listLocks(stateSuffix, w.prefix)
+		fs, limits = append(fs, w.known()...), true
 	}
-	bases, _ = w.c.stateBases()
-	return append(bases, slices.Collect(maps.Keys(w.views))...), true
+	if limits {
+		return w.withLimits(fs)
+	}
+	return fs
 }
 
-// relimit reads limits.json again and, when a lock's effective limit
-// changed, emits EventLimit for it: for each lock the watcher knows, and
-// for each lock with a limit of its own (before or after) that has no
-// state file. A file that cannot be read keeps the limits last read (a
-// grant fails closed on it meanwhile). It returns false when emit gave up.
-func (w *watcher) relimit(emit func(coord.Event) bool) bool {
+// known returns the files of every lock the watcher knows.
+func (w *watcher) known() []lockFiles {
+	var fs []lockFiles
+	for _, v := range w.views {
+		fs = append(fs, w.c.files(v.info.Name))
+	}
+	return fs
+}
+
+// withLimits reads limits.json again and, when it changed, adds to fs every
+// lock the watcher knows (its effective limit may have changed) and each
+// lock under the prefix with a limit of its own, before or after, which may
+// have no state file (as List shows it). A file that cannot be read keeps
+// the limits last read (a grant fails closed on it meanwhile).
+func (w *watcher) withLimits(fs []lockFiles) []lockFiles {
 	ls, err := w.c.readLimits()
 	if err != nil || slices.Equal(ls, w.limits) {
-		return true
+		return fs
 	}
-	old := w.limits
+	fs = append(fs, w.known()...)
+	for _, l := range slices.Concat(w.limits, ls) {
+		if !l.Prefix && strings.HasPrefix(l.Name, w.prefix) {
+			fs = append(fs, w.c.files(l.Name))
+		}
+	}
 	w.limits = ls
-	known := map[string]bool{}
-	for base, v := range w.views {
-		known[v.info.Name] = true
-		nl := coordkit.EffectiveLimit(ls, v.info.Name)
-		if sameLimit(v.info.Limit, nl) {
-			continue
-		}
-		v.info.Limit = nl
-		w.views[base] = v
-		if emit != nil && !emit(coord.Event{Type: coord.EventLimit, Info: v.info}) {
-			return false
-		}
-	}
-	for _, l := range slices.Concat(old, ls) {
-		if l.Prefix || known[l.Name] || !strings.HasPrefix(l.Name, w.prefix) {
-			continue
-		}
-		known[l.Name] = true
-		nl := coordkit.EffectiveLimit(ls, l.Name)
-		if sameLimit(coordkit.EffectiveLimit(old, l.Name), nl) {
-			continue
-		}
-		if emit != nil && !emit(coord.Event{Type: coord.EventLimit, Info: coord.LockInfo{Name: l.Name, Limit: nl}}) {
-			return false
-		}
-	}
-	return true
+	return fs
 }
 
 // sameLimit reports whether a and b are the same limit (or both none).
@@ -439,61 +420,52 @@ func sameLimit(a, b *coord.Limit) bool {
 	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
-// scan reads the locks stored under bases and emits an event for each
-// change (emit nil: just record). It returns false when emit gave up.
-func (w *watcher) scan(ctx context.Context, bases []string, emit func(coord.Event) bool) bool {
+// scan reads the locks of fs and emits an event for each change (emit nil:
+// just record): EventLimit first when the lock's effective limit changed.
+// It returns false when emit gave up.
+func (w *watcher) scan(fs []lockFiles, emit func(coord.Event) bool) bool {
 	seen := map[string]bool{}
-	for _, base := range bases {
-		if seen[base] {
+	for _, f := range fs {
+		if seen[f.base] {
 			continue
 		}
-		seen[base] = true
-		nv, ok := w.read(base)
+		seen[f.base] = true
+		nv, ok := w.read(f)
 		if !ok {
 			continue
 		}
-		old := w.views[base]
-		w.views[base] = nv
+		old := w.views[f.base]
+		w.views[f.base] = nv
 		if emit == nil {
 			continue
+		}
+		if !sameLimit(old.info.Limit, nv.info.Limit) && !emit(coord.Event{Type: coord.EventLimit, Info: nv.info}) {
+			return false
 		}
 		if typ, ok := change(old, nv); ok && !emit(coord.Event{Type: typ, Info: nv.info}) {
 			return false
 		}
-		if !nv.info.Held && nv.info.Waiters == 0 && nv.info.LastToken == 0 {
-			delete(w.views, base)
+		if !nv.info.Held && nv.info.Waiters == 0 && nv.info.LastToken == 0 && nv.info.Limit == nil {
+			delete(w.views, f.base)
 		}
 	}
 	return true
 }
 
-// read reads and judges the lock stored under base; ok is false for one
-// outside the prefix, and for a state that cannot be trusted (nothing to
-// report).
-func (w *watcher) read(base string) (view, bool) {
-	if n, ok := nameFromBase(base); ok && !strings.HasPrefix(n, w.prefix) {
-		return view{}, false
-	}
-	f, ok := w.c.filesForBase(base)
-	if !ok {
-		return view{}, false
-	}
-	st, err := load(f)
+// read reads and judges the lock of f; ok is false for one outside the
+// prefix, and for a state that cannot be trusted (nothing to report).
+func (w *watcher) read(f lockFiles) (view, bool) {
+	li, lw, err := w.c.inspectFiles(f, w.self)
 	if err != nil {
 		return view{}, false
 	}
-	if old, had := w.views[base]; st.Name == "" && had { // a hashed state file was removed
-		st.Name = old.info.Name
+	if old, had := w.views[f.base]; li.Name == "" && had { // a hashed state file was removed
+		li.Name = old.info.Name
 	}
-	if !strings.HasPrefix(st.Name, w.prefix) || st.Name == "" {
+	if !strings.HasPrefix(li.Name, w.prefix) || li.Name == "" {
 		return view{}, false
 	}
-	now := clock.Now()
-	lw, err := judgeAll(st, now)
-	if err != nil {
-		return view{}, false
-	}
-	return viewOf(lw, info(st, lw, now, w.self), coordkit.EffectiveLimit(w.limits, st.Name)), true
+	return viewOf(lw, li, coordkit.EffectiveLimit(w.limits, li.Name)), true
 }
 
 // viewOf is what a watcher keeps of a lock judged lw, whose info is li:

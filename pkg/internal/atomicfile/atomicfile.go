@@ -9,62 +9,38 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
 
-// TempPrefix starts the name of every temporary file Write makes, so that
+// TempPrefix starts the name of every temporary file WritePerm makes, so that
 // stores can recognise (and clean up) leftovers of a crash.
 const TempPrefix = ".tmp-"
 
-// Write replaces path with data: a temporary file (mode 0600) in the same
-// directory, fsync, rename over path, and, when syncDir is set, an fsync of
-// the directory so that the rename itself is durable. A crash at any instant
+// WritePerm replaces path with data: a temporary file in the same
+// directory, with permission perm (set explicitly, whatever the umask),
+// fsync, rename over path, and, when syncDir is set, an fsync of the
+// directory so that the rename itself is durable. A crash at any instant
 // leaves the old or the new content, never a mix. It returns the file's info
 // as written (the renamed file keeps its device and inode).
-func Write(path string, data []byte, syncDir bool) (os.FileInfo, error) {
-	return WritePerm(path, data, syncDir, 0o600)
-}
-
-// WritePerm is Write with the file's permission perm, set explicitly
-// (whatever the umask) before the rename.
 func WritePerm(path string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), TempPrefix+"*")
-	if err != nil {
-		return nil, err
-	}
-	if perm != 0o600 {
-		if err := tmp.Chmod(perm); err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			return nil, err
-		}
-	}
-	return finish(tmp, path, data, syncDir)
+	return WriteViaPerm(path, "", data, syncDir, perm)
 }
 
-// WriteVia is Write through the temporary file temp, in path's directory,
-// for a caller that alone may write temp (it holds a lock that every writer
-// of path takes): a file found at temp is a leftover of a writer that died
-// before its rename, and is replaced. temp is created afresh, never opened
-// through a symbolic link.
-func WriteVia(path, temp string, data []byte, syncDir bool) (os.FileInfo, error) {
-	return WriteViaPerm(path, temp, data, syncDir, 0o600)
-}
-
-// WriteViaPerm is WriteVia with the file's permission perm, set explicitly
-// (whatever the umask) before the rename.
+// WriteViaPerm is WritePerm through the temporary file temp, in path's
+// directory, for a caller that alone may write temp (it holds a lock that
+// every writer of path takes): a file found at temp is a leftover of a
+// writer that died before its rename, and is replaced. temp is created
+// afresh, never opened through a symbolic link. An empty temp is a new
+// random name starting with TempPrefix.
 func WriteViaPerm(path, temp string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
-	return writeVia(path, temp, data, syncDir, perm)
-}
-
-// syncFile fsyncs a new file before its rename (a variable for the tests).
-var syncFile = (*os.File).Sync
-
-func writeVia(path, temp string, data []byte, syncDir bool, perm os.FileMode) (os.FileInfo, error) {
 	const flags = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW
-	tmp, err := os.OpenFile(temp, flags, 0o600)
-	if errors.Is(err, os.ErrExist) {
+	var tmp *os.File
+	var err error
+	if temp == "" {
+		tmp, err = os.CreateTemp(filepath.Dir(path), TempPrefix+"*")
+	} else if tmp, err = os.OpenFile(temp, flags, 0o600); errors.Is(err, os.ErrExist) {
 		if err := os.Remove(temp); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
@@ -73,28 +49,20 @@ func writeVia(path, temp string, data []byte, syncDir bool, perm os.FileMode) (o
 	if err != nil {
 		return nil, err
 	}
-	if perm != 0o600 {
-		if err := tmp.Chmod(perm); err != nil {
-			tmp.Close()
-			os.Remove(temp)
-			return nil, err
-		}
-	}
-	return finish(tmp, path, data, syncDir)
-}
-
-// finish writes data to the new temporary file tmp, fsyncs it and renames
-// it over path; on failure tmp is removed.
-func finish(tmp *os.File, path string, data []byte, syncDir bool) (os.FileInfo, error) {
 	fail := func(err error) (os.FileInfo, error) {
 		tmp.Close()
 		os.Remove(tmp.Name())
 		return nil, err
 	}
+	if perm != 0o600 {
+		if err := tmp.Chmod(perm); err != nil {
+			return fail(err)
+		}
+	}
 	if _, err := tmp.Write(data); err != nil {
 		return fail(err)
 	}
-	if err := syncFile(tmp); err != nil {
+	if err := tmp.Sync(); err != nil {
 		return fail(err)
 	}
 	fi, err := tmp.Stat()
@@ -147,40 +115,21 @@ func Escape(s string) string {
 }
 
 // Unescape reverses Escape; ok is false for a string Escape cannot have
-// produced (a bad or lower-case %XX, an unsafe byte, a leading '.').
+// produced (a bad or lower-case %XX, an unsafe byte, a leading '.'): the
+// decoded string must escape back to s.
 func Unescape(s string) (string, bool) {
-	var b strings.Builder
+	var b []byte
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '%':
-			if i+2 >= len(s) {
-				return "", false
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b = append(b, byte(v))
+				i += 2
+				continue
 			}
-			hi, lo := unhex(s[i+1]), unhex(s[i+2])
-			if hi < 0 || lo < 0 {
-				return "", false
-			}
-			b.WriteByte(byte(hi<<4 | lo))
-			i += 2
-		case safe(c) && !(i == 0 && c == '.'):
-			b.WriteByte(c)
-		default:
-			return "", false
 		}
+		b = append(b, s[i])
 	}
-	return b.String(), true
-}
-
-// unhex is the value of an upper-case hex digit, -1 for anything else.
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
+	return string(b), Escape(string(b)) == s
 }
 
 // FileBase is the base of the file names that hold s: Escape(s) when it is

@@ -11,7 +11,7 @@ func TestWriteReplaces(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "f.json")
 	for _, content := range []string{"first", "second, longer than the first"} {
-		fi, err := Write(path, []byte(content), true)
+		fi, err := WritePerm(path, []byte(content), true, 0o600)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func TestWriteFailureLeavesNothing(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(target, "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Write(target, []byte("x"), false); err == nil {
+	if _, err := WritePerm(target, []byte("x"), false, 0o600); err == nil {
 		t.Fatal("rename over a non-empty directory succeeded")
 	}
 	entries, _ := os.ReadDir(dir)
@@ -67,7 +67,7 @@ func TestEscape(t *testing.T) {
 	}
 }
 
-// TestWriteViaReplacesLeftover: WriteVia writes through the named temp, and
+// TestWriteViaReplacesLeftover: WriteViaPerm writes through the named temp, and
 // a leftover there (a partial write, a symbolic link to a file elsewhere) is
 // replaced, never written through.
 func TestWriteViaReplacesLeftover(t *testing.T) {
@@ -76,7 +76,7 @@ func TestWriteViaReplacesLeftover(t *testing.T) {
 	if err := os.WriteFile(temp, []byte("partial write of a dead wri"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := WriteVia(path, temp, []byte("one"), false); err != nil {
+	if _, err := WriteViaPerm(path, temp, []byte("one"), false, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	outside := filepath.Join(t.TempDir(), "victim")
@@ -86,7 +86,7 @@ func TestWriteViaReplacesLeftover(t *testing.T) {
 	if err := os.Symlink(outside, temp); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := WriteVia(path, temp, []byte("two"), true)
+	fi, err := WriteViaPerm(path, temp, []byte("two"), true, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}

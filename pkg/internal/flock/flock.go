@@ -1,6 +1,6 @@
 // Package flock takes an exclusive flock(2) on a lock file, with a context
-// that can abandon the wait. The local guard and history stores lock their
-// files with it.
+// that can abandon the wait. The local coordinator and the local guard and
+// history stores lock their files with it.
 package flock
 
 import (
@@ -12,17 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Lock opens (creating it 0600, never through a symlink) the lock file at
-// path and takes its exclusive flock. An uncontended lock is taken at once;
-// otherwise the blocking flock runs in a goroutine, so that ctx can abandon
-// the wait (Lock then returns ctx.Err(), and a lock obtained after that is
-// released at once). unlock releases the lock and closes the file.
-func Lock(ctx context.Context, path string) (unlock func(), err error) {
-	return LockPerm(ctx, path, 0o600)
-}
-
-// LockPerm is Lock with the permission of a lock file it creates, set
-// explicitly (whatever the umask): 0660 in a group-shared state directory.
+// LockPerm opens (creating it with permission perm, set explicitly whatever
+// the umask: 0660 in a group-shared state directory; never through a
+// symlink) the lock file at path and takes its exclusive flock (Take).
+// unlock releases the lock and closes the file.
 func LockPerm(ctx context.Context, path string, perm os.FileMode) (unlock func(), err error) {
 	_, statErr := os.Lstat(path)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
@@ -40,13 +33,24 @@ func LockPerm(ctx context.Context, path string, perm os.FileMode) (unlock func()
 			}
 		}
 	}
+	if err := Take(ctx, f); err != nil {
+		return nil, err
+	}
+	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+}
+
+// Take takes the exclusive flock of the open file f. An uncontended lock is
+// taken at once; otherwise the blocking flock runs in a goroutine, so that
+// ctx can abandon the wait (Take then returns ctx.Err(), and a lock obtained
+// after that is released at once). On error f is closed (once no flock
+// call uses it any more); else closing it releases the lock.
+func Take(ctx context.Context, f *os.File) error {
 	fd := int(f.Fd())
-	unlock = func() { _ = unix.Flock(fd, unix.LOCK_UN); f.Close() }
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == nil {
-		return unlock, nil
+		return nil
 	} else if !errors.Is(err, unix.EWOULDBLOCK) {
 		f.Close()
-		return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+		return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
 	}
 	// Unbuffered: the goroutine hands the result over only to a waiting
 	// receiver; once abandon is closed it releases the lock itself.
@@ -73,11 +77,11 @@ func LockPerm(ctx context.Context, path string, perm os.FileMode) (unlock func()
 	case err := <-done:
 		if err != nil {
 			f.Close()
-			return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+			return &os.PathError{Op: "flock", Path: f.Name(), Err: err}
 		}
-		return unlock, nil
+		return nil
 	case <-ctx.Done():
 		close(abandon)
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }

@@ -14,7 +14,7 @@ import (
 // Lock succeeds after the first is released; the file is 0600.
 func TestLock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.lock")
-	unlock, err := Lock(context.Background(), path)
+	unlock, err := LockPerm(context.Background(), path, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,13 +23,13 @@ func TestLock(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := Lock(ctx, path); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := LockPerm(ctx, path, 0o600); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock of a held lock = %v, want the deadline", err)
 	}
 	unlock()
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
-	unlock2, err := Lock(ctx2, path)
+	unlock2, err := LockPerm(ctx2, path, 0o600)
 	if err != nil {
 		t.Fatalf("Lock after release (the abandoned wait must let go): %v", err)
 	}
@@ -42,7 +42,7 @@ func TestLockRefusesSymlink(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "target"), filepath.Join(dir, "x.lock")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Lock(context.Background(), filepath.Join(dir, "x.lock")); err == nil {
+	if _, err := LockPerm(context.Background(), filepath.Join(dir, "x.lock"), 0o600); err == nil {
 		t.Fatal("Lock through a symlink succeeded")
 	}
 }
