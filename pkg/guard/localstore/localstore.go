@@ -134,7 +134,7 @@ func (s *store) Put(ctx context.Context, key string, token uint64, value []byte)
 	if err != nil {
 		return err
 	}
-	// Durably: atomicfile.Write with a directory fsync.
+	// Durably: atomicfile.WritePerm with a directory fsync.
 	if _, err := atomicfile.WritePerm(filepath.Join(s.dir, base+".json"), append(buf, '\n'), true, s.share.FilePerm()); err != nil {
 		return fmt.Errorf("%w: guard %q: %w", coord.ErrUnavailable, key, err)
 	}
