@@ -92,7 +92,6 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	if err != nil {
 		return err
 	}
-	order := newOrderCheck(cfg, "acquire", o.locks, o.anyOrder)
 	holder, err := f.holder(parentHolder)
 	if err != nil {
 		return err
@@ -101,7 +100,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	defer stop()
 	var leases []coord.Lease
 	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		if err := order.check(ctx, c); err != nil {
+		if err := checkOrder(ctx, c, cfg, "acquire", o.locks, o.anyOrder); err != nil {
 			return err
 		}
 		if len(o.locks) == 1 {

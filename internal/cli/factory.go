@@ -108,12 +108,7 @@ func NewFactory(ios *IOStreams) *Factory {
 		if err != nil {
 			return nil, err
 		}
-		if ec, ok := auto.Backend(c).(versionAsker); ok {
-			f.versions.ask(ctx, ec, cfg.DialTimeout)
-		}
-		if pc, ok := auto.Backend(c).(replicationAsker); ok { // pkg/coord/postgres
-			f.versions.askReplication(ctx, pc, cfg.DialTimeout)
-		}
+		f.versions.ask(ctx, auto.Backend(c), cfg.DialTimeout)
 		f.verbosef("coordinator: %s", c.Describe())
 		// The events a fence on this host could not write (the coordinator
 		// did not answer) go first, now that it answers.

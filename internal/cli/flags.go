@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -102,6 +103,25 @@ func formatFlag(cmd *cobra.Command, p *output.Format, allowed ...output.Format) 
 	*p = allowed[0]
 	cmd.Flags().VarP(&formatValue{p, allowed}, "output", "o", "output format: "+strings.Join(names, ", "))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// write prints v as -o json or yaml asks, else with text.
+func (f *Factory) write(format output.Format, v any, text func(io.Writer) error) error {
+	switch format {
+	case output.JSON:
+		return output.WriteJSON(f.IO.Out, v)
+	case output.YAML:
+		return output.WriteYAML(f.IO.Out, v)
+	}
+	return text(f.IO.Out)
+}
+
+// textLine is the text printer of one line.
+func textLine(s string) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := fmt.Fprintln(w, s)
+		return err
+	}
 }
 
 // formatValue is the value of -o: one of allowed.

@@ -177,23 +177,20 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	order := newOrderCheck(cfg, "run", locks, o.anyOrder)
 	holder, err := f.holder(coord.DefaultHolder)
 	if err != nil {
 		return err
 	}
-	lock := locks[0]
-	if len(locks) > 1 {
-		lock, locks = "", slices.Clone(locks)
-	} else {
-		locks = nil
+	lock, set := "", slices.Clone(locks)
+	if len(locks) == 1 {
+		lock, set = locks[0], nil
 	}
 	// The watchdog process starts before the coordinator is opened: its
 	// start-up (fence started again) overlaps the connection and the
 	// acquisition instead of following them. r.Close ends it when the
 	// coordinator cannot be opened.
 	r, err := supervise.Start(supervise.Options{
-		Lock: lock, Locks: locks, Command: command, Shell: o.shell,
+		Lock: lock, Locks: set, Command: command, Shell: o.shell,
 		TTL: o.ttl, Holder: holder, Wait: wait,
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
@@ -216,7 +213,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	if err := order.check(ctx, c); err != nil { // only for a nested run
+	if err := checkOrder(ctx, c, cfg, "run", locks, o.anyOrder); err != nil { // only for a nested run
 		f.flushVersions(nil)
 		_ = c.Close()
 		return err

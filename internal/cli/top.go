@@ -107,7 +107,7 @@ func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duratio
 		err := tui.Run(ctx, c, tui.Options{
 			Prefix:   prefix,
 			Refresh:  refresh,
-			Warning:  f.versions.short(),
+			Warning:  f.versions.short,
 			Operator: config.DefaultSetter(),
 			Input:    topInput(f.IO.In),
 			Output:   f.IO.Out,
