@@ -1,14 +1,14 @@
 package cli
 
 import (
-	"time"
-
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
 
@@ -51,10 +51,9 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 				if err != nil {
 					return fmt.Errorf("history %s: %w", output.Clean(args[0]), err)
 				}
-				if format == output.JSON {
-					return output.WriteJSON(f.IO.Out, viewsOf(events, newEventView))
-				}
-				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
+				return f.write(format, viewsOf(events, newEventView), func(w io.Writer) error {
+					return output.WriteTable(w, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
+				})
 			})
 		},
 	}

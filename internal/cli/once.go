@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"time"
@@ -68,20 +69,12 @@ record marked by hand has token 0.`,
 				if err != nil {
 					return err
 				}
-				switch format {
-				case output.JSON, output.YAML:
-					views := viewsOf(recs, newCompletionView)
-					if format == output.YAML {
-						return output.WriteYAML(f.IO.Out, views)
+				return f.write(format, viewsOf(recs, newCompletionView), func(w io.Writer) error {
+					if len(recs) == 0 && f.IO.IsStdoutTTY() {
+						return textLine("no completion records")(w)
 					}
-					return output.WriteJSON(f.IO.Out, views)
-				}
-				rows := viewsOf(recs, completionRow)
-				if len(rows) == 0 && f.IO.IsStdoutTTY() {
-					_, err := fmt.Fprintln(f.IO.Out, "no completion records")
-					return err
-				}
-				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), onceHeader, rows)
+					return output.WriteTable(w, f.IO.IsStdoutTTY(), onceHeader, viewsOf(recs, completionRow))
+				})
 			})
 		},
 	}

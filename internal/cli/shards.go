@@ -238,10 +238,7 @@ func runShardsShow(ctx context.Context, f *Factory, group string, format output.
 			return err
 		}
 		v := shardsViewOf(group, st, infos)
-		if format == output.JSON {
-			return output.WriteJSON(f.IO.Out, v)
-		}
-		return writeShards(f.IO.Out, f.IO.IsStdoutTTY(), v)
+		return f.write(format, v, func(w io.Writer) error { return writeShards(w, f.IO.IsStdoutTTY(), v) })
 	})
 }
 
