@@ -135,7 +135,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 		return ierr
 	}
 	if err != nil {
-		return fmt.Errorf("acquire %s: %w", cleanJoin(o.locks), err)
+		return fmt.Errorf("acquire %s: %w", strings.Join(viewsOf(o.locks, output.Clean), " "), err)
 	}
 	return writeLeases(f.IO.Out, o.format, leases, o.slots > 1)
 }

@@ -312,14 +312,6 @@ func newLimitView(l *coord.Limit) *limitView {
 		Reason: nonZero(l.Reason), By: nonZero(l.By), At: output.Time(l.At)}
 }
 
-// limitText is a lock's limit in text output: "frozen by … at …: reason".
-func limitText(l *coord.Limit) string {
-	if l == nil {
-		return "-"
-	}
-	return output.Clean(l.Describe())
-}
-
 // limitCell is a lock's limit in a table: "frozen", "max 1".
 func limitCell(l *coord.Limit) string {
 	switch {

@@ -77,7 +77,8 @@ func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
 		schema := cmp.Or(getenv("FENCE_POSTGRES_SCHEMA"), config.DefaultPostgresSchema)
 		return cfg.Backend() == "postgres" && pg == cfg.PostgresLocation() && schema == cfg.PostgresSchema
 	}
-	if eps := splitEndpoints(getenv("FENCE_ENDPOINTS")); len(eps) > 0 {
+	eps := slices.DeleteFunc(viewsOf(strings.Split(getenv("FENCE_ENDPOINTS"), ","), strings.TrimSpace), func(e string) bool { return e == "" })
+	if len(eps) > 0 {
 		if len(cfg.Endpoints) == 0 {
 			return false
 		}
@@ -93,16 +94,6 @@ func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
 	dir := cmp.Or(getenv("FENCE_STATE_DIR"), config.DefaultStateDir())
 	here := cmp.Or(cfg.StateDir, config.DefaultStateDir())
 	return filepath.Clean(dir) == filepath.Clean(here)
-}
-
-func splitEndpoints(s string) []string {
-	var out []string
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // checkOrder is the lock-order check of a nested fence: when the
@@ -143,8 +134,4 @@ func checkOrder(ctx context.Context, c coord.Coordinator, cfg *config.Config, cm
 			head, output.Clean(low), output.Clean(h.name), cmdName, strings.Join(viewsOf(all, output.ShellQuote), " "), tail))
 	}
 	return nil
-}
-
-func cleanJoin(locks []string) string {
-	return strings.Join(viewsOf(locks, output.Clean), " ")
 }

@@ -157,7 +157,11 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 			shards.WithHold(fencing.OnRenewal(sr.OnRenewal)),
 			shards.OnMove(func(mv shards.Move) {
 				kind := map[string]history.Kind{"taken": history.ShardTaken, "given_up": history.ShardGivenUp, "lost": history.ShardLost}[mv.Kind]
-				f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
+				msg := fmt.Sprintf("shard %d %s (token %d)", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token)
+				if mv.Reason != "" {
+					msg += ": " + mv.Reason
+				}
+				f.verbosef("%s", msg)
 				recordEvent(history.Event{Lock: mv.Lock, Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
 			}))
 		if err != nil {
@@ -178,13 +182,6 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		}
 		return commandExit(code, runErr, command, o.shell)
 	})
-}
-
-func reasonSuffix(r string) string {
-	if r == "" {
-		return ""
-	}
-	return ": " + r
 }
 
 // shardsView is `fence shards show`'s JSON.

@@ -241,7 +241,7 @@ func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 		fs = append(fs, output.Field{Key: "process", Value: fmt.Sprintf("pids %v, pgid %d", p.PIDs, p.PGID)})
 	}
 	if i.Limit != nil {
-		fs = append(fs, output.Field{Key: "limit", Value: limitText(i.Limit)})
+		fs = append(fs, output.Field{Key: "limit", Value: output.Clean(i.Limit.Describe())})
 	}
 	// A semaphore: every holder, one line each (the fields above are the
 	// oldest's).
