@@ -13,6 +13,7 @@ import (
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // DefaultTTL is the default lease TTL of acquire (and run).
@@ -99,7 +100,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	ctx, interrupted, stop := interruptible(ctx)
 	defer stop()
 	var leases []coord.Lease
-	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err = f.withCoordinator(ctx, func(c history.Recorder) error {
 		if err := checkOrder(ctx, c, cfg, "acquire", o.locks, o.anyOrder); err != nil {
 			return err
 		}

@@ -96,7 +96,7 @@ func (f *Factory) Logger() (*slog.Logger, error) {
 }
 
 // Coordinator opens the configured coordinator; the caller closes it.
-func (f *Factory) Coordinator(ctx context.Context) (coord.Coordinator, error) {
+func (f *Factory) Coordinator(ctx context.Context) (history.Recorder, error) {
 	cfg, err := f.Config()
 	if err != nil {
 		return nil, err
@@ -223,7 +223,7 @@ func (f *Factory) logLineTo(w io.Writer, level slog.Level, msg string, attrs ...
 }
 
 // withCoordinator opens the coordinator, calls fn and closes it.
-func (f *Factory) withCoordinator(ctx context.Context, fn func(coord.Coordinator) error) error {
+func (f *Factory) withCoordinator(ctx context.Context, fn func(history.Recorder) error) error {
 	c, err := f.Coordinator(ctx)
 	if err != nil {
 		return err

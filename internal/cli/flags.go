@@ -14,6 +14,7 @@ import (
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // durationValue is a pflag.Value parsed strictly with config.ParseDuration:
@@ -186,7 +187,7 @@ func completeLocks(f *Factory) cobra.CompletionFunc {
 		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 		defer cancel()
 		var names []string
-		err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		err := f.withCoordinator(ctx, func(c history.Recorder) error {
 			infos, err := c.List(ctx, toComplete)
 			for _, i := range infos {
 				names = append(names, i.Name)

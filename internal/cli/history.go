@@ -16,7 +16,6 @@ import (
 
 	"github.com/fence-dev/fence/internal/exporter"
 	"github.com/fence-dev/fence/internal/output"
-	"github.com/fence-dev/fence/pkg/coord"
 )
 
 func newCmdHistory(f *Factory) *cobra.Command {
@@ -42,12 +41,8 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 				return usageErrorf("--limit must not be negative, got %d", limit)
 			}
 			ctx := cmd.Context()
-			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-				h, ok := c.(history.Store)
-				if !ok {
-					return fmt.Errorf("the %s coordinator keeps no history", c.Describe())
-				}
-				events, err := h.History(ctx, args[0], limit)
+			return f.withCoordinator(ctx, func(c history.Recorder) error {
+				events, err := c.History(ctx, args[0], limit)
 				if err != nil {
 					return fmt.Errorf("history %s: %w", output.Clean(args[0]), err)
 				}
@@ -93,7 +88,7 @@ metrics and example alerts.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+			return f.withCoordinator(ctx, func(c history.Recorder) error {
 				err := exporter.Serve(ctx, listen, c, exporter.Options{
 					Prefix: prefix, Logger: logger, Retention: retention,
 					OnListen: func(a net.Addr) { f.verbosef("serving metrics on http://%s/metrics", a) },

@@ -45,7 +45,7 @@ func runCheck(ctx context.Context, f *Factory, lock, tokenArg string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		info, err := inspect(ctx, c, "check", lock)
 		if err != nil {
 			return err
@@ -74,7 +74,7 @@ is free (the state is printed either way).`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
 				info, err := inspect(cmd.Context(), c, "status", args[0])
 				if err != nil {
 					return err
@@ -118,7 +118,7 @@ the bottleneck. Exits 0 whether the lock is held or free.`,
 			if events < 0 {
 				return usageErrorf("--events must not be negative, got %d", events)
 			}
-			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
 				return runShow(cmd.Context(), f, c, args[0], format, events)
 			})
 		},
@@ -128,32 +128,28 @@ the bottleneck. Exits 0 whether the lock is held or free.`,
 	return cmd
 }
 
-// runShow reads the lock's state, its last completions and its events
-// (where the coordinator keeps them), and prints them.
-func runShow(ctx context.Context, f *Factory, c coord.Coordinator, lock string, format output.Format, n int) error {
+// runShow reads the lock's state, its events and its last completions,
+// and prints them.
+func runShow(ctx context.Context, f *Factory, c history.Recorder, lock string, format output.Format, n int) error {
 	info, err := inspect(ctx, c, "show", lock)
 	if err != nil {
 		return err
 	}
-	h, hasHistory := c.(history.Store)
-	var events []history.Event
-	if hasHistory {
-		if events, err = h.History(ctx, lock, n); err != nil {
-			return fmt.Errorf("show %s: history: %w", output.Clean(lock), err)
-		}
+	events, err := c.History(ctx, lock, n)
+	if err != nil {
+		return fmt.Errorf("show %s: history: %w", output.Clean(lock), err)
 	}
 	done, err := c.Completions(ctx, lock)
 	if err != nil {
 		return fmt.Errorf("show %s: completion records: %w", output.Clean(lock), err)
 	}
-	done = latestCompletions(done, 5)
+	// The last 5 finished, newest first.
+	slices.SortFunc(done, func(a, b coord.Completion) int { return b.Finished.Compare(a.Finished) })
+	done = done[:min(5, len(done))]
 	now, warning := f.Now(), f.coordinatorWarning()
-	v := showView{Lock: newLockView(info, now), Completions: viewsOf(done, newCompletionView)}
+	v := showView{Lock: newLockView(info, now), Completions: viewsOf(done, newCompletionView),
+		Contention: ptr(newContention(events)), Events: viewsOf(events, newEventView)}
 	v.Lock.CoordinatorWarning = warning
-	if hasHistory {
-		v.Contention = ptr(newContention(events))
-		v.Events = viewsOf(events, newEventView)
-	}
 	tty := f.IO.IsStdoutTTY()
 	return f.write(format, v, func(out io.Writer) error {
 		if err := output.WriteFields(out, withWarning(lockFields(info, now), warning)); err != nil {
@@ -172,11 +168,7 @@ func runShow(ctx context.Context, f *Factory, c coord.Coordinator, lock string, 
 				return err
 			}
 		}
-		switch {
-		case !hasHistory:
-			_, err := fmt.Fprintf(out, "\nevents: not recorded by the %s coordinator\n", c.Describe())
-			return err
-		case len(events) == 0:
+		if len(events) == 0 {
 			_, err := fmt.Fprintln(out, "\nevents: none")
 			return err
 		}

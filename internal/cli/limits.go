@@ -162,7 +162,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions, n int) error 
 	if l.Reason != "" {
 		text += ": " + output.Clean(l.Reason)
 	}
-	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c history.Recorder) error {
 		if err := c.SetLimit(ctx, l); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -205,7 +205,7 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 	name, prefix := o.name, o.isPrefix
 	scope := output.Clean(coord.Limit{Name: name, Prefix: prefix}.Scope())
 	res := limitResult{Action: "thawed", Scope: scopeWord(prefix), Name: name}
-	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c history.Recorder) error {
 		old, ok, err := c.ClearLimit(ctx, name, prefix)
 		if err != nil {
 			return fmt.Errorf("thaw %s: %w", scope, err)
@@ -263,7 +263,7 @@ func covered(ctx context.Context, c coord.Coordinator, name string, prefix bool)
 
 // recordLimit records a limit's event in the history of every lock in
 // infos, best effort (the limit is set whatever the history says).
-func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
+func recordLimit(ctx context.Context, c history.Store, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
 	reason := l.Reason
 	if l.Prefix {
 		reason = strings.TrimSuffix(l.Scope()+": "+reason, ": ")
@@ -273,16 +273,8 @@ func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInf
 		if kind == history.Limited {
 			ev.Count = l.Max
 		}
-		_ = record(ctx, c, ev)
+		_ = c.Record(ctx, ev)
 	}
-}
-
-// record records ev in its lock's history, where c keeps one.
-func record(ctx context.Context, c coord.Coordinator, ev history.Event) error {
-	if h, ok := c.(history.Store); ok {
-		return h.Record(ctx, ev)
-	}
-	return nil
 }
 
 func scopeWord(prefix bool) string {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 type listOptions struct {
@@ -64,7 +65,7 @@ one line (JSON Lines); with -o yaml each is a YAML document.`,
 
 func runList(ctx context.Context, f *Factory, o *listOptions) error {
 	if !o.watch {
-		return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		return f.withCoordinator(ctx, func(c history.Recorder) error {
 			infos, err := c.List(ctx, o.prefix)
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
@@ -74,7 +75,7 @@ func runList(ctx context.Context, f *Factory, o *listOptions) error {
 	}
 	ctx, interrupted, stop := interruptible(ctx)
 	defer stop()
-	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c history.Recorder) error {
 		return watchList(ctx, f, c, o)
 	})
 	if interrupted() != nil {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 func newCmdOnce(f *Factory) *cobra.Command {
@@ -64,7 +64,7 @@ record marked by hand has token 0.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k history.Recorder) error {
 				recs, err := k.Completions(cmd.Context(), args[0])
 				if err != nil {
 					return err
@@ -80,13 +80,6 @@ record marked by hand has token 0.`,
 	}
 	formatFlag(cmd, &format, output.Table, output.JSON, output.YAML)
 	return cmd
-}
-
-// latestCompletions is the n records finished last, newest first.
-func latestCompletions(recs []coord.Completion, n int) []coord.Completion {
-	recs = slices.Clone(recs)
-	slices.SortFunc(recs, func(a, b coord.Completion) int { return b.Finished.Compare(a.Finished) })
-	return recs[:min(n, len(recs))]
 }
 
 // jobDuration is how long the job of c ran (0 when unknown).
@@ -107,7 +100,7 @@ func newCmdOnceForget(f *Factory) *cobra.Command {
 		Short: "Remove a completion record, so that the job runs again (exit 1 when there was none)",
 		Args:  onceArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k history.Recorder) error {
 				removed, err := k.Forget(cmd.Context(), args[0], args[1])
 				if err != nil {
 					return err
@@ -140,7 +133,7 @@ then runs nothing. It is kept for --once-for (default 30 days).`,
 				return err
 			}
 			now := f.Now()
-			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k history.Recorder) error {
 				return k.Mark(cmd.Context(), coord.Completion{Lock: args[0], Key: args[1], Holder: holder, Started: now, Finished: now}, keep)
 			})
 		},

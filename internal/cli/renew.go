@@ -14,6 +14,7 @@ import (
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 type leaseOptions struct {
@@ -83,7 +84,7 @@ func runRenew(ctx context.Context, f *Factory, o *leaseOptions) error {
 	if err != nil {
 		return err
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		var gone error
 		for i, lock := range o.locks {
 			r, err := c.Renew(ctx, lock, ids[i])
@@ -134,7 +135,7 @@ in), every one even when one fails.`,
 				order[i] = i
 			}
 			slices.SortFunc(order, func(a, b int) int { return strings.Compare(o.locks[b], o.locks[a]) })
-			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
 				var first error
 				for _, i := range order {
 					if err := c.Release(cmd.Context(), o.locks[i], ids[i]); err != nil && first == nil {
@@ -210,7 +211,7 @@ func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
 	if o.timeout != 0 && o.force {
 		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		return revokeWith(ctx, f, c, o, token)
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 type runOptions struct {
@@ -245,15 +246,14 @@ func checkRunFlags(o *runOptions, key string, locks []string) error {
 // command (76, 124) the history events still pending get the same short
 // budget as Run gave its release: fence exits within about a second even
 // when the coordinator does not answer.
-func closeAfterRun(c coord.Coordinator, code int) {
-	cc, ok := c.(interface{ CloseContext(context.Context) error })
-	if !ok || (code != exitcode.LeaseLost && code != exitcode.Deadline) {
+func closeAfterRun(c history.Recorder, code int) {
+	if code != exitcode.LeaseLost && code != exitcode.Deadline {
 		_ = c.Close()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), supervise.AfterStop/3)
 	defer cancel()
-	_ = cc.CloseContext(ctx)
+	_ = c.CloseContext(ctx)
 }
 
 // onceKey is the --once key of a run: --once KEY, or the period's start for

@@ -141,13 +141,13 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		return exitcode.New(exitcode.Failure, err)
 	}
 	ctx := context.WithoutCancel(cmd.Context())
-	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
+	return withGuard(ctx, f, func(c history.Recorder, g guard.Guard) error {
 		recordEvent := func(ev history.Event) {
 			ev.Time = time.Now()
 			go func() {
 				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				_ = record(rctx, c, ev)
+				_ = c.Record(rctx, ev)
 			}()
 		}
 		sr := &supervise.ShardRunner{}
@@ -225,7 +225,7 @@ func runShardsShow(ctx context.Context, f *Factory, group string, format output.
 	if err := shards.ValidateGroup(group); err != nil {
 		return err
 	}
-	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
+	return withGuard(ctx, f, func(c history.Recorder, g guard.Guard) error {
 		st, err := shards.LoadSettings(ctx, g, group)
 		if err != nil {
 			return err
@@ -322,7 +322,7 @@ func updateSettings(cmd *cobra.Command, f *Factory, group string, change func(*s
 	if err := shards.ValidateGroup(group); err != nil {
 		return err
 	}
-	return withGuard(cmd.Context(), f, func(c coord.Coordinator, g guard.Guard) error {
+	return withGuard(cmd.Context(), f, func(c history.Recorder, g guard.Guard) error {
 		st, err := shards.UpdateSettings(cmd.Context(), c, g, group, 10*time.Second, change)
 		if err != nil {
 			return err

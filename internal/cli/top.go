@@ -16,6 +16,7 @@ import (
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/tui"
 )
 
@@ -102,7 +103,7 @@ func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duratio
 	if cfg, err := f.Config(); err == nil {
 		cfg.ShortenDialTimeout(topDialTimeout)
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		f.versions.await() // the status line shows their bugs: the whole answer
 		err := tui.Run(ctx, c, tui.Options{
 			Prefix:   prefix,

@@ -193,13 +193,14 @@ func newEventView(e history.Event) eventView {
 // showView is a lock and its recent events: show.
 type showView struct {
 	Lock lockView `json:"lock" yaml:"lock"`
-	// Events is null when the coordinator keeps no history.
+	// Events (and Contention) would be null for a coordinator that keeps
+	// no history (docs/json.md); every coordinator fence opens keeps one.
 	Events []eventView `json:"events" yaml:"events"`
 	// Completions are the lock's latest --once completion records, newest
 	// first (absent when it has none).
 	Completions []completionView `json:"completions,omitempty" yaml:"completions,omitempty"`
 	// Contention is the waits and holds of the events shown, side by
-	// side; null when the coordinator keeps no history.
+	// side.
 	Contention *contentionView `json:"contention" yaml:"contention"`
 }
 
