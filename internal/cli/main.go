@@ -119,13 +119,8 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// usageError is a usage error: a bad flag, argument or combination of them
-// (exit 125).
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-func (e *usageError) Unwrap() error { return exitcode.ErrUsage }
-
+// usageErrorf is a usage error: a bad flag, argument or combination of
+// them (exit 125).
 func usageErrorf(format string, args ...any) error {
-	return &usageError{fmt.Sprintf(format, args...)}
+	return exitcode.New(exitcode.Failure, fmt.Errorf(format, args...))
 }

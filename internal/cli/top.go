@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -103,6 +102,12 @@ func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duratio
 	if cfg, err := f.Config(); err == nil {
 		cfg.ShortenDialTimeout(topDialTimeout)
 	}
+	// The keyboard: for the process's own stdin nil, so that Bubble Tea
+	// reads the controlling terminal (/dev/tty) when stdin is redirected.
+	in := f.IO.In
+	if in == os.Stdin {
+		in = nil
+	}
 	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		f.versions.await() // the status line shows their bugs: the whole answer
 		err := tui.Run(ctx, c, tui.Options{
@@ -110,7 +115,7 @@ func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duratio
 			Refresh:  refresh,
 			Warning:  f.versions.short,
 			Operator: config.DefaultSetter(),
-			Input:    topInput(f.IO.In),
+			Input:    in,
 			Output:   f.IO.Out,
 		})
 		if errors.Is(err, tea.ErrInterrupted) {
@@ -123,14 +128,4 @@ func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duratio
 		}
 		return nil
 	})
-}
-
-// topInput is the dashboard's keyboard. For the process's own stdin it is
-// nil, so that Bubble Tea reads the controlling terminal (/dev/tty) when
-// stdin is redirected.
-func topInput(in io.Reader) io.Reader {
-	if in == os.Stdin {
-		return nil
-	}
-	return in
 }
