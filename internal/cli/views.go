@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -257,11 +258,8 @@ func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 // long and since when it waits, and its lease (etcd) or process (local).
 func queueTable(q []coord.Waiter, now time.Time) ([]string, [][]string) {
 	header := []string{"#", "HOLDER", "WAITING", "SINCE"}
-	lease, pid := false, false
-	for _, w := range q {
-		lease = lease || w.LeaseID != ""
-		pid = pid || w.PID != 0
-	}
+	lease := slices.ContainsFunc(q, func(w coord.Waiter) bool { return w.LeaseID != "" })
+	pid := slices.ContainsFunc(q, func(w coord.Waiter) bool { return w.PID != 0 })
 	if lease {
 		header = append(header, "LEASE")
 	}
