@@ -13,6 +13,7 @@ import (
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // DefaultTTL is the default lease TTL of acquire (and run).
@@ -92,7 +93,6 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	if err != nil {
 		return err
 	}
-	order := newOrderCheck(cfg, "acquire", o.locks, o.anyOrder)
 	holder, err := f.holder(parentHolder)
 	if err != nil {
 		return err
@@ -100,8 +100,8 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	ctx, interrupted, stop := interruptible(ctx)
 	defer stop()
 	var leases []coord.Lease
-	err = f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		if err := order.check(ctx, c); err != nil {
+	err = f.withCoordinator(ctx, func(c history.Recorder) error {
+		if err := checkOrder(ctx, c, cfg, "acquire", o.locks, o.anyOrder); err != nil {
 			return err
 		}
 		if len(o.locks) == 1 {
@@ -136,7 +136,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 		return ierr
 	}
 	if err != nil {
-		return fmt.Errorf("acquire %s: %w", cleanJoin(o.locks), err)
+		return fmt.Errorf("acquire %s: %w", strings.Join(viewsOf(o.locks, output.Clean), " "), err)
 	}
 	return writeLeases(f.IO.Out, o.format, leases, o.slots > 1)
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -57,23 +58,16 @@ lists the files read, in that order.`,
 			if cfg.Backend() == "etcd" && verr == nil {
 				entries = append(entries, f.serverVersions(cmd.Context()))
 			}
-			switch format {
-			case output.JSON:
-				err = output.WriteJSON(f.IO.Out, entries)
-			case output.YAML:
-				err = output.WriteYAML(f.IO.Out, entries)
-			default:
-				rows := make([][]string, len(entries))
-				for i, e := range entries {
-					v := cmp.Or(e.Value, "-")
+			err = f.write(format, entries, func(w io.Writer) error {
+				rows := viewsOf(entries, func(e config.Entry) []string {
 					src := string(e.Source)
 					if e.File != "" {
 						src += " " + e.File
 					}
-					rows[i] = []string{e.Key, v, src}
-				}
-				err = output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), []string{"KEY", "VALUE", "SOURCE"}, rows)
-			}
+					return []string{e.Key, cmp.Or(e.Value, "-"), src}
+				})
+				return output.WriteTable(w, f.IO.IsStdoutTTY(), []string{"KEY", "VALUE", "SOURCE"}, rows)
+			})
 			if err != nil {
 				return err
 			}

@@ -61,12 +61,8 @@ type Factory struct {
 	IO *IOStreams
 	// Config returns the resolved configuration (flags, env, file, defaults).
 	Config func() (*config.Config, error)
-	// Coordinator opens the configured coordinator; the caller closes it.
-	Coordinator func(ctx context.Context) (coord.Coordinator, error)
 	// Now reads the wall clock (for "held for").
 	Now func() time.Time
-	// Logger is the structured log on stderr (--log-format, --log-level).
-	Logger func() (*slog.Logger, error)
 
 	flags *pflag.FlagSet // the root's persistent flags, set by NewRootCmd
 	args  []string       // the command line, set by Run (for hints in flag errors)
@@ -87,44 +83,43 @@ func NewFactory(ios *IOStreams) *Factory {
 		}
 		return config.Load(f.flags)
 	})
-	f.Logger = func() (*slog.Logger, error) {
-		cfg, err := f.Config()
-		if err != nil {
-			return nil, err
-		}
-		return logging.New(f.IO.ErrOut, cfg.LogFormat, cfg.LogLevel)
-	}
-	f.Coordinator = func(ctx context.Context) (coord.Coordinator, error) {
-		cfg, err := f.Config()
-		if err != nil {
-			return nil, err
-		}
-		logger, err := f.Logger()
-		if err != nil {
-			return nil, err
-		}
-		// Every command records its lease events in the lock's history.
-		c, err := openRecorded(ctx, cfg, logger)
-		if err != nil {
-			return nil, err
-		}
-		if ec, ok := auto.Backend(c).(versionAsker); ok {
-			f.versions.ask(ctx, ec, cfg.DialTimeout)
-		}
-		if pc, ok := auto.Backend(c).(replicationAsker); ok { // pkg/coord/postgres
-			f.versions.askReplication(ctx, pc, cfg.DialTimeout)
-		}
-		f.verbosef("coordinator: %s", c.Describe())
-		// The events a fence on this host could not write (the coordinator
-		// did not answer) go first, now that it answers.
-		if n, err := c.FlushSpool(ctx); err != nil {
-			f.verbosef("history: kept events not written yet: %v", err)
-		} else if n > 0 {
-			f.verbosef("history: wrote %d events kept on this host", n)
-		}
-		return c, nil
-	}
 	return f
+}
+
+// Logger is the structured log on stderr (--log-format, --log-level).
+func (f *Factory) Logger() (*slog.Logger, error) {
+	cfg, err := f.Config()
+	if err != nil {
+		return nil, err
+	}
+	return logging.New(f.IO.ErrOut, cfg.LogFormat, cfg.LogLevel)
+}
+
+// Coordinator opens the configured coordinator; the caller closes it.
+func (f *Factory) Coordinator(ctx context.Context) (history.Recorder, error) {
+	cfg, err := f.Config()
+	if err != nil {
+		return nil, err
+	}
+	logger, err := f.Logger()
+	if err != nil {
+		return nil, err
+	}
+	// Every command records its lease events in the lock's history.
+	c, err := openRecorded(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	f.versions.ask(ctx, auto.Backend(c), cfg.DialTimeout)
+	f.verbosef("coordinator: %s", c.Describe())
+	// The events a fence on this host could not write (the coordinator
+	// did not answer) go first, now that it answers.
+	if n, err := c.FlushSpool(ctx); err != nil {
+		f.verbosef("history: kept events not written yet: %v", err)
+	} else if n > 0 {
+		f.verbosef("history: wrote %d events kept on this host", n)
+	}
+	return c, nil
 }
 
 // openRecorded opens cfg's coordinator with a history.Recorder: the lease
@@ -228,7 +223,7 @@ func (f *Factory) logLineTo(w io.Writer, level slog.Level, msg string, attrs ...
 }
 
 // withCoordinator opens the coordinator, calls fn and closes it.
-func (f *Factory) withCoordinator(ctx context.Context, fn func(coord.Coordinator) error) error {
+func (f *Factory) withCoordinator(ctx context.Context, fn func(history.Recorder) error) error {
 	c, err := f.Coordinator(ctx)
 	if err != nil {
 		return err

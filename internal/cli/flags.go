@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // durationValue is a pflag.Value parsed strictly with config.ParseDuration:
@@ -104,6 +106,25 @@ func formatFlag(cmd *cobra.Command, p *output.Format, allowed ...output.Format) 
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
 }
 
+// write prints v as -o json or yaml asks, else with text.
+func (f *Factory) write(format output.Format, v any, text func(io.Writer) error) error {
+	switch format {
+	case output.JSON:
+		return output.WriteJSON(f.IO.Out, v)
+	case output.YAML:
+		return output.WriteYAML(f.IO.Out, v)
+	}
+	return text(f.IO.Out)
+}
+
+// textLine is the text printer of one line.
+func textLine(s string) func(io.Writer) error {
+	return func(w io.Writer) error {
+		_, err := fmt.Fprintln(w, s)
+		return err
+	}
+}
+
 // formatValue is the value of -o: one of allowed.
 type formatValue struct {
 	p       *output.Format
@@ -166,7 +187,7 @@ func completeLocks(f *Factory) cobra.CompletionFunc {
 		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 		defer cancel()
 		var names []string
-		err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		err := f.withCoordinator(ctx, func(c history.Recorder) error {
 			infos, err := c.List(ctx, toComplete)
 			for _, i := range infos {
 				names = append(names, i.Name)

@@ -79,14 +79,14 @@ $FENCE_LOCK, which fence run sets for its command). With "-" or no VALUE, the va
 				}
 			}
 			ctx := cmd.Context()
-			return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
+			return withGuard(ctx, f, func(c history.Recorder, g guard.Guard) error {
 				err := g.Put(ctx, key, tok, value)
 				var stale *guard.StaleError
 				if errors.As(err, &stale) {
 					if lock != "" {
 						ev := history.Event{Time: f.Now(), Lock: lock, Kind: history.StaleRefused,
 							Key: key, Token: stale.Token, AcceptedToken: stale.Accepted}
-						if herr := record(ctx, c, ev); herr != nil {
+						if herr := c.Record(ctx, ev); herr != nil {
 							f.verbosef("could not record the stale refusal: %v", herr)
 						}
 					}
@@ -138,7 +138,7 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 			if err := guard.ValidateKey(key); err != nil {
 				return err
 			}
-			return withGuard(cmd.Context(), f, func(_ coord.Coordinator, g guard.Guard) error {
+			return withGuard(cmd.Context(), f, func(_ history.Recorder, g guard.Guard) error {
 				v, err := g.Get(cmd.Context(), key)
 				if errors.Is(err, guard.ErrNotFound) {
 					if format == output.JSON {
@@ -176,8 +176,8 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 }
 
 // withGuard opens the coordinator and the guard store beside it.
-func withGuard(ctx context.Context, f *Factory, fn func(coord.Coordinator, guard.Guard) error) error {
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+func withGuard(ctx context.Context, f *Factory, fn func(history.Recorder, guard.Guard) error) error {
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		g, err := auto.Guard(c)
 		if err != nil {
 			return err

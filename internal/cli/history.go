@@ -1,14 +1,14 @@
 package cli
 
 import (
-	"time"
-
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
 
@@ -16,7 +16,6 @@ import (
 
 	"github.com/fence-dev/fence/internal/exporter"
 	"github.com/fence-dev/fence/internal/output"
-	"github.com/fence-dev/fence/pkg/coord"
 )
 
 func newCmdHistory(f *Factory) *cobra.Command {
@@ -42,19 +41,14 @@ header. Times are UTC, as 2030-01-02T03:00:00Z.`,
 				return usageErrorf("--limit must not be negative, got %d", limit)
 			}
 			ctx := cmd.Context()
-			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-				h, ok := c.(history.Store)
-				if !ok {
-					return fmt.Errorf("the %s coordinator keeps no history", c.Describe())
-				}
-				events, err := h.History(ctx, args[0], limit)
+			return f.withCoordinator(ctx, func(c history.Recorder) error {
+				events, err := c.History(ctx, args[0], limit)
 				if err != nil {
 					return fmt.Errorf("history %s: %w", output.Clean(args[0]), err)
 				}
-				if format == output.JSON {
-					return output.WriteJSON(f.IO.Out, viewsOf(events, newEventView))
-				}
-				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
+				return f.write(format, viewsOf(events, newEventView), func(w io.Writer) error {
+					return output.WriteTable(w, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
+				})
 			})
 		},
 	}
@@ -94,7 +88,7 @@ metrics and example alerts.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+			return f.withCoordinator(ctx, func(c history.Recorder) error {
 				err := exporter.Serve(ctx, listen, c, exporter.Options{
 					Prefix: prefix, Logger: logger, Retention: retention,
 					OnListen: func(a net.Addr) { f.verbosef("serving metrics on http://%s/metrics", a) },

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -46,7 +45,7 @@ func runCheck(ctx context.Context, f *Factory, lock, tokenArg string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		info, err := inspect(ctx, c, "check", lock)
 		if err != nil {
 			return err
@@ -75,20 +74,17 @@ is free (the state is printed either way).`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
 				info, err := inspect(cmd.Context(), c, "status", args[0])
 				if err != nil {
 					return err
 				}
-				now := f.Now()
-				warning := f.coordinatorWarning()
-				if format == output.JSON {
-					v := newLockView(info, now)
-					v.CoordinatorWarning = warning
-					err = output.WriteJSON(f.IO.Out, v)
-				} else {
-					err = output.WriteFields(f.IO.Out, withWarning(lockFields(info, now), warning))
-				}
+				now, warning := f.Now(), f.coordinatorWarning()
+				v := newLockView(info, now)
+				v.CoordinatorWarning = warning
+				err = f.write(format, v, func(w io.Writer) error {
+					return output.WriteFields(w, withWarning(lockFields(info, now), warning))
+				})
 				if err == nil && !info.Held {
 					return exitcode.Silent(exitcode.No)
 				}
@@ -100,14 +96,9 @@ is free (the state is printed either way).`,
 	return cmd
 }
 
-type showOptions struct {
-	lock   string
-	format output.Format
-	events int
-}
-
 func newCmdShow(f *Factory) *cobra.Command {
-	o := &showOptions{}
+	var format output.Format
+	var events int
 	cmd := &cobra.Command{
 		Use:   "show LOCK [-o text|json]",
 		Short: "Show a lock's status and its recent events",
@@ -124,116 +115,70 @@ the bottleneck. Exits 0 whether the lock is held or free.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.lock = args[0]
-			return runShow(cmd.Context(), f, o)
+			if events < 0 {
+				return usageErrorf("--events must not be negative, got %d", events)
+			}
+			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
+				return runShow(cmd.Context(), f, c, args[0], format, events)
+			})
 		},
 	}
-	formatFlag(cmd, &o.format, output.Text, output.JSON)
-	cmd.Flags().IntVar(&o.events, "events", 20, "how many recent events to show (0: all that are kept)")
+	formatFlag(cmd, &format, output.Text, output.JSON)
+	cmd.Flags().IntVar(&events, "events", 20, "how many recent events to show (0: all that are kept)")
 	return cmd
 }
 
-func runShow(ctx context.Context, f *Factory, o *showOptions) error {
-	if o.events < 0 {
-		return usageErrorf("--events must not be negative, got %d", o.events)
-	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
-		d, err := readShow(ctx, c, o)
-		if err != nil {
-			return err
-		}
-		d.now, d.warning = f.Now(), f.coordinatorWarning()
-		if o.format == output.JSON {
-			return output.WriteJSON(f.IO.Out, d.view())
-		}
-		return d.writeText(f.IO.Out, f.IO.IsStdoutTTY())
-	})
-}
-
-// shown is what fence show shows of a lock.
-type shown struct {
-	info       coord.LockInfo
-	events     []history.Event
-	hasHistory bool // the coordinator keeps events
-	done       []coord.Completion
-	describe   string // the coordinator
-	now        time.Time
-	warning    string
-}
-
-// readShow reads the lock's state, its events (where the coordinator
-// keeps them) and its last completions.
-func readShow(ctx context.Context, c coord.Coordinator, o *showOptions) (*shown, error) {
-	info, err := inspect(ctx, c, "show", o.lock)
+// runShow reads the lock's state, its events and its last completions,
+// and prints them.
+func runShow(ctx context.Context, f *Factory, c history.Recorder, lock string, format output.Format, n int) error {
+	info, err := inspect(ctx, c, "show", lock)
 	if err != nil {
-		return nil, err
-	}
-	d := &shown{info: info, describe: c.Describe()}
-	if h, ok := c.(history.Store); ok {
-		d.hasHistory = true
-		if d.events, err = h.History(ctx, o.lock, o.events); err != nil {
-			return nil, fmt.Errorf("show %s: history: %w", output.Clean(o.lock), err)
-		}
-	}
-	if d.done, err = c.Completions(ctx, o.lock); err != nil {
-		return nil, fmt.Errorf("show %s: completion records: %w", output.Clean(o.lock), err)
-	}
-	d.done = latestCompletions(d.done, 5)
-	return d, nil
-}
-
-// view is fence show -o json.
-func (d *shown) view() showView {
-	v := showView{Lock: newLockView(d.info, d.now)}
-	v.Lock.CoordinatorWarning = d.warning
-	v.Completions = viewsOf(d.done, newCompletionView)
-	if d.hasHistory {
-		v.Contention = ptr(newContention(d.events))
-		v.Events = viewsOf(d.events, newEventView)
-	}
-	return v
-}
-
-// writeText writes fence show's text: the lock's fields, its queue, its
-// last completions, then its events.
-func (d *shown) writeText(out io.Writer, tty bool) error {
-	if err := output.WriteFields(out, withWarning(lockFields(d.info, d.now), d.warning)); err != nil {
 		return err
 	}
-	if len(d.info.Queue) > 0 {
-		fmt.Fprintln(out, "\nqueue (served in this order):")
-		header, rows := queueTable(d.info.Queue, d.now)
-		if err := output.WriteTable(out, tty, header, rows); err != nil {
+	events, err := c.History(ctx, lock, n)
+	if err != nil {
+		return fmt.Errorf("show %s: history: %w", output.Clean(lock), err)
+	}
+	done, err := c.Completions(ctx, lock)
+	if err != nil {
+		return fmt.Errorf("show %s: completion records: %w", output.Clean(lock), err)
+	}
+	// The last 5 finished, newest first.
+	slices.SortFunc(done, func(a, b coord.Completion) int { return b.Finished.Compare(a.Finished) })
+	done = done[:min(5, len(done))]
+	now, warning := f.Now(), f.coordinatorWarning()
+	v := showView{Lock: newLockView(info, now), Completions: viewsOf(done, newCompletionView),
+		Contention: ptr(newContention(events)), Events: viewsOf(events, newEventView)}
+	v.Lock.CoordinatorWarning = warning
+	tty := f.IO.IsStdoutTTY()
+	return f.write(format, v, func(out io.Writer) error {
+		if err := output.WriteFields(out, withWarning(lockFields(info, now), warning)); err != nil {
 			return err
 		}
-	}
-	if len(d.done) > 0 {
-		fmt.Fprintln(out, "\nlast completions:")
-		if err := output.WriteTable(out, tty, onceHeader, viewsOf(d.done, completionRow)); err != nil {
+		if len(info.Queue) > 0 {
+			fmt.Fprintln(out, "\nqueue (served in this order):")
+			header, rows := queueTable(info.Queue, now)
+			if err := output.WriteTable(out, tty, header, rows); err != nil {
+				return err
+			}
+		}
+		if len(done) > 0 {
+			fmt.Fprintln(out, "\nlast completions:")
+			if err := output.WriteTable(out, tty, onceHeader, viewsOf(done, completionRow)); err != nil {
+				return err
+			}
+		}
+		if len(events) == 0 {
+			_, err := fmt.Fprintln(out, "\nevents: none")
 			return err
 		}
-	}
-	return d.writeEvents(out, tty)
-}
-
-// writeEvents writes the events, after their waits and holds.
-func (d *shown) writeEvents(out io.Writer, tty bool) error {
-	switch {
-	case !d.hasHistory:
-		_, err := fmt.Fprintf(out, "\nevents: not recorded by the %s coordinator\n", d.describe)
-		return err
-	case len(d.events) == 0:
-		_, err := fmt.Fprintln(out, "\nevents: none")
-		return err
-	}
-	if lines := contentionLines(newContention(d.events)); len(lines) > 0 {
-		fmt.Fprintln(out, "\nwait and hold (the events below):")
-		for _, l := range lines {
-			fmt.Fprintln(out, l)
+		if lines := contentionLines(*v.Contention); len(lines) > 0 {
+			fmt.Fprintln(out, "\nwait and hold (the events below):")
+			fmt.Fprintln(out, strings.Join(lines, "\n"))
 		}
-	}
-	fmt.Fprintln(out, "\nevents:")
-	return output.WriteTable(out, tty, eventHeader, viewsOf(d.events, eventRow))
+		fmt.Fprintln(out, "\nevents:")
+		return output.WriteTable(out, tty, eventHeader, viewsOf(events, eventRow))
+	})
 }
 
 // inspect is c.Inspect of lock, with its name (a lock not used yet has

@@ -24,53 +24,54 @@ type limitOptions struct {
 	name     string // LOCK, or the prefix with --under
 	prefix   string // --under
 	isPrefix bool
-	max      int
 	reason   string
 	revoke   bool
 	format   output.Format
 }
 
-// scopeArgs reads LOCK, or --under P, and the remaining arguments.
-func (o *limitOptions) scopeArgs(cmd *cobra.Command, args []string, more int, usage string) ([]string, error) {
-	o.isPrefix = cmd.Flags().Changed("under")
-	want := more
-	if !o.isPrefix {
-		want++
-	}
-	if len(args) != want {
-		if !o.isPrefix && len(args) == more && cmd.Flags().Changed("prefix") {
-			return nil, usageErrorf("usage: %s (--prefix is the etcd key prefix; for every lock whose name starts with P, use --under P)", usage)
+// newLimitCmd is limit, freeze or thaw (cmd): LOCK or --under P, then
+// more arguments (limit's N), read as usage says; setting adds --reason
+// and --revoke. run gets the scope and the arguments after it.
+func newLimitCmd(f *Factory, cmd *cobra.Command, usage string, more int, setting bool, run func(context.Context, *limitOptions, []string) error) *cobra.Command {
+	o := &limitOptions{}
+	cmd.ValidArgsFunction = completeLocks(f)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		o.isPrefix = cmd.Flags().Changed("under")
+		want := more
+		if !o.isPrefix {
+			want++
 		}
-		return nil, usageErrorf("usage: %s", usage)
-	}
-	if o.isPrefix {
-		if o.prefix != "" {
-			if err := coord.ValidateLimit(coord.Limit{Name: o.prefix, Prefix: true}); err != nil {
-				return nil, err
+		switch {
+		case len(args) != want && !o.isPrefix && len(args) == more && cmd.Flags().Changed("prefix"):
+			return usageErrorf("usage: %s (--prefix is the etcd key prefix; for every lock whose name starts with P, use --under P)", usage)
+		case len(args) != want:
+			return usageErrorf("usage: %s", usage)
+		case o.isPrefix:
+			o.name = o.prefix
+			if o.name != "" {
+				if err := coord.ValidateLimit(coord.Limit{Name: o.name, Prefix: true}); err != nil {
+					return err
+				}
 			}
+		default:
+			if err := coord.ValidateName(args[0]); err != nil {
+				return err
+			}
+			o.name, args = args[0], args[1:]
 		}
-		o.name = o.prefix
-		return args, nil
+		return run(cmd.Context(), o, args)
 	}
-	if err := coord.ValidateName(args[0]); err != nil {
-		return nil, err
-	}
-	o.name = args[0]
-	return args[1:], nil
-}
-
-func limitFlags(cmd *cobra.Command, o *limitOptions, setting bool) {
 	cmd.Flags().StringVar(&o.prefix, "under", "", "every lock whose name starts with this prefix, also locks not used yet (\"\" for every lock), instead of LOCK")
 	if setting {
 		cmd.Flags().StringVar(&o.reason, "reason", "", "why, in words: shown to every caller it turns away, in status, list, show and the history")
 		cmd.Flags().BoolVar(&o.revoke, "revoke", false, "also end the holders above the new limit, newest first, as 'fence revoke' does (ask their fence run to stop, then end the lease)")
 	}
 	formatFlag(cmd, &o.format, output.Text, output.JSON)
+	return cmd
 }
 
 func newCmdLimit(f *Factory) *cobra.Command {
-	o := &limitOptions{}
-	cmd := &cobra.Command{
+	return newLimitCmd(f, &cobra.Command{
 		Use:   "limit LOCK N | --under P N [--reason TEXT] [--revoke]",
 		Short: "Cap the holders of a lock (or of every lock under a prefix): the kill switch",
 		Long: `Cap the holders of LOCK, or of every lock whose name starts with --under P
@@ -87,27 +88,17 @@ not wait (-n) gets exit 75 with the reason and who set the limit. Limits show
 in status, list, show, top, the history and the exporter's metrics.`,
 		Example: `  fence limit nightly-backup 1 --reason "one at a time during the migration"
   fence limit --under backups/ 3`,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			rest, err := o.scopeArgs(cmd, args, 1, "fence limit LOCK N | fence limit --under P N")
-			if err != nil {
-				return err
-			}
-			n, err := strconv.Atoi(rest[0])
-			if err != nil || n < 0 || n > coord.MaxLimit {
-				return usageErrorf("limit N must be a whole number from 0 to %d, got %q", coord.MaxLimit, rest[0])
-			}
-			o.max = n
-			return runSetLimit(cmd.Context(), f, o)
-		},
-	}
-	limitFlags(cmd, o, true)
-	return cmd
+	}, "fence limit LOCK N | fence limit --under P N", 1, true, func(ctx context.Context, o *limitOptions, rest []string) error {
+		n, err := strconv.Atoi(rest[0])
+		if err != nil || n < 0 || n > coord.MaxLimit {
+			return usageErrorf("limit N must be a whole number from 0 to %d, got %q", coord.MaxLimit, rest[0])
+		}
+		return runSetLimit(ctx, f, o, n)
+	})
 }
 
 func newCmdFreeze(f *Factory) *cobra.Command {
-	o := &limitOptions{}
-	cmd := &cobra.Command{
+	return newLimitCmd(f, &cobra.Command{
 		Use:   "freeze LOCK | --under P [--reason TEXT] [--revoke]",
 		Short: "Let no new holder take a lock (or any lock under a prefix) until thawed",
 		Long: `Freeze LOCK, or every lock whose name starts with --under P (also locks that
@@ -121,22 +112,13 @@ reason and who froze the lock. The freeze persists on the coordinator and shows
 in status ("frozen"), list, show, top, the history and the metrics.`,
 		Example: `  fence freeze --under backups/ --reason "INC-4711: storage degraded"
   fence freeze nightly-backup --revoke`,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := o.scopeArgs(cmd, args, 0, "fence freeze LOCK | fence freeze --under P"); err != nil {
-				return err
-			}
-			o.max = 0
-			return runSetLimit(cmd.Context(), f, o)
-		},
-	}
-	limitFlags(cmd, o, true)
-	return cmd
+	}, "fence freeze LOCK | fence freeze --under P", 0, true, func(ctx context.Context, o *limitOptions, _ []string) error {
+		return runSetLimit(ctx, f, o, 0)
+	})
 }
 
 func newCmdThaw(f *Factory) *cobra.Command {
-	o := &limitOptions{}
-	cmd := &cobra.Command{
+	return newLimitCmd(f, &cobra.Command{
 		Use:   "thaw LOCK | --under P",
 		Short: "Remove the limit or freeze of a lock (or of a prefix)",
 		Long: `Remove the limit or freeze set on LOCK, or on --under P, by 'fence limit' or
@@ -146,19 +128,12 @@ prefix thaw) stays in force: thaw says so. Exits 0, also when there was no
 such limit.`,
 		Example: `  fence thaw --under backups/
   fence thaw nightly-backup`,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := o.scopeArgs(cmd, args, 0, "fence thaw LOCK | fence thaw --under P"); err != nil {
-				return err
-			}
-			return runThaw(cmd.Context(), f, o)
-		},
-	}
-	limitFlags(cmd, o, false)
-	return cmd
+	}, "fence thaw LOCK | fence thaw --under P", 0, false, func(ctx context.Context, o *limitOptions, _ []string) error {
+		return runThaw(ctx, f, o)
+	})
 }
 
-// limitResult is what limit, freeze and thaw print.
+// limitResult is what limit, freeze and thaw print with -o json.
 type limitResult struct {
 	Action string     `json:"action"` // "frozen", "limited", "thawed"
 	Scope  string     `json:"scope"`  // "lock" or "prefix"
@@ -173,27 +148,29 @@ type limitResult struct {
 	Revoked []string `json:"revoked,omitempty"`
 }
 
-func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
-	name, prefix := o.name, o.isPrefix
-	l := coord.Limit{Name: name, Prefix: prefix, Max: o.max, Reason: o.reason, By: config.DefaultSetter()}
+func runSetLimit(ctx context.Context, f *Factory, o *limitOptions, n int) error {
+	l := coord.Limit{Name: o.name, Prefix: o.isPrefix, Max: n, Reason: o.reason, By: config.DefaultSetter()}
 	if err := coord.ValidateLimit(l); err != nil {
 		return err
 	}
-	res := limitResult{Action: "limited", Scope: scopeWord(prefix), Name: name}
-	what, kind := "limit "+output.Clean(l.Scope()), history.Limited // for errors
-	if l.Max == 0 {
-		res.Action, what, kind = "frozen", "freeze "+output.Clean(l.Scope()), history.Frozen
+	scope := output.Clean(l.Scope())
+	res := limitResult{Action: "limited", Scope: scopeWord(l.Prefix), Name: l.Name, Limit: newLimitView(&l)}
+	what, kind, text := "limit "+scope, history.Limited, fmt.Sprintf("limited %s to %d holder(s)", scope, n) // what: for errors
+	if n == 0 {
+		res.Action, what, kind, text = "frozen", "freeze "+scope, history.Frozen, "froze "+scope
 	}
-	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	if l.Reason != "" {
+		text += ": " + output.Clean(l.Reason)
+	}
+	err := f.withCoordinator(ctx, func(c history.Recorder) error {
 		if err := c.SetLimit(ctx, l); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		infos, err := covered(ctx, c, name, prefix)
+		infos, err := covered(ctx, c, l.Name, l.Prefix)
 		if err != nil {
 			return fmt.Errorf("%s: the limit is set, but the locks it covers cannot be listed: %w", what, err)
 		}
 		recordLimit(ctx, c, infos, kind, l)
-		res.Limit = newLimitView(&l)
 		if !o.revoke {
 			return nil
 		}
@@ -204,7 +181,7 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 			hs := slices.Clone(i.AllHolders())
 			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
 			revoked := false
-			for _, h := range hs[:max(0, len(hs)-o.max)] {
+			for _, h := range hs[:max(0, len(hs)-n)] {
 				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name, format: o.format}, h.Token); exitcode.Code(err) == exitcode.No {
 					continue // gone by now
 				} else if err != nil {
@@ -221,16 +198,17 @@ func runSetLimit(ctx context.Context, f *Factory, o *limitOptions) error {
 	if err != nil {
 		return err
 	}
-	return writeLimitResult(f, o.format, res)
+	return f.write(o.format, res, textLine(text))
 }
 
 func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 	name, prefix := o.name, o.isPrefix
+	scope := output.Clean(coord.Limit{Name: name, Prefix: prefix}.Scope())
 	res := limitResult{Action: "thawed", Scope: scopeWord(prefix), Name: name}
-	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c history.Recorder) error {
 		old, ok, err := c.ClearLimit(ctx, name, prefix)
 		if err != nil {
-			return fmt.Errorf("thaw %s: %w", output.Clean(coord.Limit{Name: name, Prefix: prefix}.Scope()), err)
+			return fmt.Errorf("thaw %s: %w", scope, err)
 		}
 		res.Removed = &ok
 		infos, err := covered(ctx, c, name, prefix)
@@ -256,7 +234,17 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 	if err != nil {
 		return err
 	}
-	return writeLimitResult(f, o.format, res)
+	text := "thawed " + scope
+	if !*res.Removed {
+		text = scope + " had no limit of its own: nothing removed"
+	}
+	if err := f.write(o.format, res, textLine(text)); err != nil {
+		return err
+	}
+	if len(res.StillLimited) > 0 && o.format != output.JSON {
+		f.logLine(slog.LevelInfo, fmt.Sprintf("thaw: another limit still holds back %s (see 'fence status')", output.Clean(strings.Join(res.StillLimited, ", "))))
+	}
+	return nil
 }
 
 // covered lists the locks a limit of the scope (name, prefix) covers that
@@ -275,7 +263,7 @@ func covered(ctx context.Context, c coord.Coordinator, name string, prefix bool)
 
 // recordLimit records a limit's event in the history of every lock in
 // infos, best effort (the limit is set whatever the history says).
-func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
+func recordLimit(ctx context.Context, c history.Store, infos []coord.LockInfo, kind history.Kind, l coord.Limit) {
 	reason := l.Reason
 	if l.Prefix {
 		reason = strings.TrimSuffix(l.Scope()+": "+reason, ": ")
@@ -285,16 +273,8 @@ func recordLimit(ctx context.Context, c coord.Coordinator, infos []coord.LockInf
 		if kind == history.Limited {
 			ev.Count = l.Max
 		}
-		_ = record(ctx, c, ev)
+		_ = c.Record(ctx, ev)
 	}
-}
-
-// record records ev in its lock's history, where c keeps one.
-func record(ctx context.Context, c coord.Coordinator, ev history.Event) error {
-	if h, ok := c.(history.Store); ok {
-		return h.Record(ctx, ev)
-	}
-	return nil
 }
 
 func scopeWord(prefix bool) string {
@@ -302,34 +282,6 @@ func scopeWord(prefix bool) string {
 		return "prefix"
 	}
 	return "lock"
-}
-
-func writeLimitResult(f *Factory, format output.Format, r limitResult) error {
-	if format == output.JSON {
-		return output.WriteJSON(f.IO.Out, r)
-	}
-	scope := output.Clean(coord.Limit{Name: r.Name, Prefix: r.Scope == "prefix"}.Scope())
-	out := f.IO.Out
-	switch {
-	case r.Action == "thawed" && r.Removed != nil && !*r.Removed:
-		fmt.Fprintf(out, "%s had no limit of its own: nothing removed\n", scope)
-	case r.Action == "thawed":
-		fmt.Fprintf(out, "thawed %s\n", scope)
-	default:
-		l := r.Limit
-		what := fmt.Sprintf("limited %s to %d holder(s)", scope, l.Max)
-		if r.Action == "frozen" {
-			what = "froze " + scope
-		}
-		if l.Reason != nil {
-			what += ": " + output.Clean(*l.Reason)
-		}
-		fmt.Fprintln(out, what)
-	}
-	if len(r.StillLimited) > 0 {
-		f.logLine(slog.LevelInfo, fmt.Sprintf("thaw: another limit still holds back %s (see 'fence status')", output.Clean(strings.Join(r.StillLimited, ", "))))
-	}
-	return nil
 }
 
 // limitView is an operator limit in JSON and YAML: part of a lock, or what
@@ -350,14 +302,6 @@ func newLimitView(l *coord.Limit) *limitView {
 	}
 	return &limitView{Max: l.Max, Frozen: l.Max == 0, Scope: scopeWord(l.Prefix), Name: l.Name,
 		Reason: nonZero(l.Reason), By: nonZero(l.By), At: output.Time(l.At)}
-}
-
-// limitText is a lock's limit in text output: "frozen by … at …: reason".
-func limitText(l *coord.Limit) string {
-	if l == nil {
-		return "-"
-	}
-	return output.Clean(l.Describe())
 }
 
 // limitCell is a lock's limit in a table: "frozen", "max 1".

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 type listOptions struct {
@@ -65,17 +65,17 @@ one line (JSON Lines); with -o yaml each is a YAML document.`,
 
 func runList(ctx context.Context, f *Factory, o *listOptions) error {
 	if !o.watch {
-		return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+		return f.withCoordinator(ctx, func(c history.Recorder) error {
 			infos, err := c.List(ctx, o.prefix)
 			if err != nil {
 				return fmt.Errorf("list: %w", err)
 			}
-			return printList(f, o.format, o.filter(infos), false)
+			return printList(f, o.format, o.filter(infos), "")
 		})
 	}
 	ctx, interrupted, stop := interruptible(ctx)
 	defer stop()
-	err := f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	err := f.withCoordinator(ctx, func(c history.Recorder) error {
 		return watchList(ctx, f, c, o)
 	})
 	if interrupted() != nil {
@@ -100,7 +100,7 @@ func watchList(ctx context.Context, f *Factory, c coord.Coordinator, o *listOpti
 			}
 			return fmt.Errorf("list --watch: %w", err)
 		}
-		if err := printList(f, o.format, o.filter(infos), true); err != nil {
+		if err := printList(f, o.format, o.filter(infos), c.Describe()); err != nil {
 			return err
 		}
 		if _, ok := <-events; !ok {
@@ -134,8 +134,10 @@ func (o *listOptions) filter(infos []coord.LockInfo) []coord.LockInfo {
 // clearScreen moves the cursor home and clears the screen.
 const clearScreen = "\x1b[H\x1b[2J"
 
-func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch bool) error {
-	now := f.Now()
+// printList prints the locks; watching is the coordinator's description
+// under --watch, else "".
+func printList(f *Factory, format output.Format, infos []coord.LockInfo, watching string) error {
+	now, watch := f.Now(), watching != ""
 	out := f.IO.Out
 	tty := f.IO.IsStdoutTTY()
 	switch format {
@@ -169,7 +171,7 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 	var buf bytes.Buffer
 	if watch && tty {
 		buf.WriteString(clearScreen)
-		fmt.Fprintf(&buf, "%s  (updated %s)\n\n", output.Clean(f.describe()), now.Format(time.TimeOnly))
+		fmt.Fprintf(&buf, "%s  (updated %s)\n\n", output.Clean(watching), now.Format(time.TimeOnly))
 	}
 	if len(rows) == 0 && tty {
 		buf.WriteString("no locks\n")
@@ -181,19 +183,4 @@ func printList(f *Factory, format output.Format, infos []coord.LockInfo, watch b
 	}
 	_, err := out.Write(buf.Bytes())
 	return err
-}
-
-// describe names the coordinator in use for a heading.
-func (f *Factory) describe() string {
-	cfg, err := f.Config()
-	if err != nil {
-		return "fence"
-	}
-	switch cfg.Backend() {
-	case "postgres":
-		return "postgres " + config.RedactPostgres(cfg.Postgres)
-	case "etcd":
-		return fmt.Sprintf("etcd %v", cfg.Endpoints)
-	}
-	return "local"
 }

@@ -56,37 +56,33 @@ func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
 	root := NewRootCmd(f)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
-	return report(f, err, quiet(f, err), lockAttrs(cmd)...)
+	return report(f, err, lockAttrs(cmd)...)
 }
 
-// quiet reports whether err is an expected outcome of a wrapper (busy,
-// already done, frozen: a lock whose limit keeps it from being taken is
-// busy) that -q/--quiet keeps off stderr.
-func quiet(f *Factory, err error) bool {
-	if err == nil || !(errors.Is(err, coord.ErrBusy) || errors.Is(err, coord.ErrCompleted)) {
-		return false
-	}
-	cfg, cerr := f.Config()
-	return cerr == nil && cfg.Quiet
-}
-
-// report prints err (unless silent or quiet) and returns its exit code:
-// "fence: MSG", or under --log-format json an error record with the exit
-// code and attrs (the command's lock: lockAttrs).
-func report(f *Factory, err error, quiet bool, attrs ...any) int {
+// report prints err and returns its exit code: "fence: MSG", or under
+// --log-format json an error record with the exit code and attrs (the
+// command's lock: lockAttrs). A permission error of the local state tree
+// gets what the file is and the command that repairs it
+// (sharedir.Explain). Nothing is printed for a silent error, nor under
+// -q/--quiet for an expected outcome of a wrapper (busy, already done,
+// frozen: a lock whose limit keeps it from being taken is busy).
+func report(f *Factory, err error, attrs ...any) int {
 	if err == nil {
 		return exitcode.OK
 	}
 	code := exitcode.Code(err)
-	err = explainState(f, err)
-	if !exitcode.IsSilent(err) && !quiet {
-		if msg := oneLine(err.Error()); msg != "" {
-			if f.jsonLogs() {
-				f.logLine(slog.LevelError, msg, append([]any{"exit_code", code}, attrs...)...)
-			} else {
-				fmt.Fprintf(f.IO.ErrOut, "fence: %s\n", msg)
-			}
-		}
+	cfg, cerr := f.Config()
+	if cerr == nil && cfg.Backend() == "local" {
+		err = sharedir.Explain(cfg.LocalStateDir(), err)
+	}
+	quiet := cerr == nil && cfg.Quiet && (errors.Is(err, coord.ErrBusy) || errors.Is(err, coord.ErrCompleted))
+	msg := oneLine(err.Error())
+	switch {
+	case exitcode.IsSilent(err) || quiet || msg == "":
+	case cerr == nil && strings.EqualFold(strings.TrimSpace(cfg.LogFormat), "json"):
+		f.logLine(slog.LevelError, msg, append([]any{"exit_code", code}, attrs...)...)
+	default:
+		fmt.Fprintf(f.IO.ErrOut, "fence: %s\n", msg)
 	}
 	return code
 }
@@ -118,35 +114,13 @@ func lockAttrs(cmd *cobra.Command) []any {
 	return nil
 }
 
-// explainState adds to a permission error of the local state tree what
-// the file is and the command that repairs it (sharedir.Explain).
-func explainState(f *Factory, err error) error {
-	cfg, cerr := f.Config()
-	if cerr != nil || cfg.Backend() != "local" {
-		return err
-	}
-	return sharedir.Explain(cfg.LocalStateDir(), err)
-}
-
-// jsonLogs reports whether --log-format asks for JSON (false when the
-// configuration cannot be read: its error is then printed as text).
-func (f *Factory) jsonLogs() bool {
-	cfg, err := f.Config()
-	return err == nil && strings.EqualFold(strings.TrimSpace(cfg.LogFormat), "json")
-}
-
 // oneLine folds a message onto one line.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// usageError is a usage error: a bad flag, argument or combination of them
-// (exit 125).
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-func (e *usageError) Unwrap() error { return exitcode.ErrUsage }
-
+// usageErrorf is a usage error: a bad flag, argument or combination of
+// them (exit 125).
 func usageErrorf(format string, args ...any) error {
-	return &usageError{fmt.Sprintf(format, args...)}
+	return exitcode.New(exitcode.Failure, fmt.Errorf(format, args...))
 }

@@ -3,7 +3,7 @@ package cli
 import (
 	"cmp"
 	"fmt"
-	"slices"
+	"io"
 	"strconv"
 	"time"
 
@@ -12,6 +12,7 @@ import (
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 func newCmdOnce(f *Factory) *cobra.Command {
@@ -63,37 +64,22 @@ record marked by hand has token 0.`,
 		Args:              lockArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k history.Recorder) error {
 				recs, err := k.Completions(cmd.Context(), args[0])
 				if err != nil {
 					return err
 				}
-				switch format {
-				case output.JSON, output.YAML:
-					views := viewsOf(recs, newCompletionView)
-					if format == output.YAML {
-						return output.WriteYAML(f.IO.Out, views)
+				return f.write(format, viewsOf(recs, newCompletionView), func(w io.Writer) error {
+					if len(recs) == 0 && f.IO.IsStdoutTTY() {
+						return textLine("no completion records")(w)
 					}
-					return output.WriteJSON(f.IO.Out, views)
-				}
-				rows := viewsOf(recs, completionRow)
-				if len(rows) == 0 && f.IO.IsStdoutTTY() {
-					_, err := fmt.Fprintln(f.IO.Out, "no completion records")
-					return err
-				}
-				return output.WriteTable(f.IO.Out, f.IO.IsStdoutTTY(), onceHeader, rows)
+					return output.WriteTable(w, f.IO.IsStdoutTTY(), onceHeader, viewsOf(recs, completionRow))
+				})
 			})
 		},
 	}
 	formatFlag(cmd, &format, output.Table, output.JSON, output.YAML)
 	return cmd
-}
-
-// latestCompletions is the n records finished last, newest first.
-func latestCompletions(recs []coord.Completion, n int) []coord.Completion {
-	recs = slices.Clone(recs)
-	slices.SortFunc(recs, func(a, b coord.Completion) int { return b.Finished.Compare(a.Finished) })
-	return recs[:min(n, len(recs))]
 }
 
 // jobDuration is how long the job of c ran (0 when unknown).
@@ -114,7 +100,7 @@ func newCmdOnceForget(f *Factory) *cobra.Command {
 		Short: "Remove a completion record, so that the job runs again (exit 1 when there was none)",
 		Args:  onceArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k history.Recorder) error {
 				removed, err := k.Forget(cmd.Context(), args[0], args[1])
 				if err != nil {
 					return err
@@ -147,7 +133,7 @@ then runs nothing. It is kept for --once-for (default 30 days).`,
 				return err
 			}
 			now := f.Now()
-			return f.withCoordinator(cmd.Context(), func(k coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(k history.Recorder) error {
 				return k.Mark(cmd.Context(), coord.Completion{Lock: args[0], Key: args[1], Holder: holder, Started: now, Finished: now}, keep)
 			})
 		},

@@ -34,7 +34,7 @@ func testFactory(tty bool) (*Factory, *bytes.Buffer) {
 
 func TestListTableOnTerminal(t *testing.T) {
 	f, out := testFactory(true)
-	if err := printList(f, output.Table, []coord.LockInfo{held, free}, false); err != nil {
+	if err := printList(f, output.Table, []coord.LockInfo{held, free}, ""); err != nil {
 		t.Fatal(err)
 	}
 	want := "" +
@@ -48,7 +48,7 @@ func TestListTableOnTerminal(t *testing.T) {
 
 func TestListTablePiped(t *testing.T) {
 	f, out := testFactory(false)
-	if err := printList(f, output.Table, []coord.LockInfo{held, free}, false); err != nil {
+	if err := printList(f, output.Table, []coord.LockInfo{held, free}, ""); err != nil {
 		t.Fatal(err)
 	}
 	want := "build\tci-1:4242\t42\t12s\t3s\t2\ndeploy/prod\t-\t-\t-\t-\t0\n"
@@ -59,15 +59,15 @@ func TestListTablePiped(t *testing.T) {
 
 func TestListEmpty(t *testing.T) {
 	f, out := testFactory(false)
-	if err := printList(f, output.Table, nil, false); err != nil || out.Len() != 0 {
+	if err := printList(f, output.Table, nil, ""); err != nil || out.Len() != 0 {
 		t.Fatalf("piped: %q, %v", out, err)
 	}
 	f, out = testFactory(true)
-	if err := printList(f, output.Table, nil, false); err != nil || out.String() != "no locks\n" {
+	if err := printList(f, output.Table, nil, ""); err != nil || out.String() != "no locks\n" {
 		t.Fatalf("terminal: %q, %v", out, err)
 	}
 	f, out = testFactory(false)
-	if err := printList(f, output.JSON, nil, false); err != nil || out.String() != "[]\n" {
+	if err := printList(f, output.JSON, nil, ""); err != nil || out.String() != "[]\n" {
 		t.Fatalf("json: %q, %v", out, err)
 	}
 }
@@ -78,7 +78,7 @@ func TestListJSONSameOnAndOffTerminal(t *testing.T) {
 	var outs [2]string
 	for i, tty := range []bool{false, true} {
 		f, out := testFactory(tty)
-		if err := printList(f, output.JSON, []coord.LockInfo{held, free}, false); err != nil {
+		if err := printList(f, output.JSON, []coord.LockInfo{held, free}, ""); err != nil {
 			t.Fatal(err)
 		}
 		outs[i] = out.String()
@@ -114,7 +114,7 @@ func TestListJSONSameOnAndOffTerminal(t *testing.T) {
 func TestListWatchFormats(t *testing.T) {
 	f, out := testFactory(false)
 	for range 2 {
-		if err := printList(f, output.JSON, []coord.LockInfo{held}, true); err != nil {
+		if err := printList(f, output.JSON, []coord.LockInfo{held}, "local /test"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,13 +123,13 @@ func TestListWatchFormats(t *testing.T) {
 		t.Fatalf("watch JSON is not one list per line: %q", out)
 	}
 	f, out = testFactory(false)
-	_ = printList(f, output.Table, []coord.LockInfo{held}, true)
-	_ = printList(f, output.Table, []coord.LockInfo{free}, true)
+	_ = printList(f, output.Table, []coord.LockInfo{held}, "local /test")
+	_ = printList(f, output.Table, []coord.LockInfo{free}, "local /test")
 	if want := "build\tci-1:4242\t42\t12s\t3s\t2\n\ndeploy/prod\t-\t-\t-\t-\t0\n\n"; out.String() != want {
 		t.Fatalf("piped watch: %q, want %q", out, want)
 	}
 	f, out = testFactory(true)
-	_ = printList(f, output.Table, []coord.LockInfo{held}, true)
+	_ = printList(f, output.Table, []coord.LockInfo{held}, "local /test")
 	if !strings.HasPrefix(out.String(), clearScreen) || !strings.Contains(out.String(), "NAME ") {
 		t.Fatalf("terminal watch does not redraw: %q", out)
 	}

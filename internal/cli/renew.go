@@ -14,6 +14,7 @@ import (
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 type leaseOptions struct {
@@ -83,7 +84,7 @@ func runRenew(ctx context.Context, f *Factory, o *leaseOptions) error {
 	if err != nil {
 		return err
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		var gone error
 		for i, lock := range o.locks {
 			r, err := c.Renew(ctx, lock, ids[i])
@@ -134,7 +135,7 @@ in), every one even when one fails.`,
 				order[i] = i
 			}
 			slices.SortFunc(order, func(a, b int) int { return strings.Compare(o.locks[b], o.locks[a]) })
-			return f.withCoordinator(cmd.Context(), func(c coord.Coordinator) error {
+			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
 				var first error
 				for _, i := range order {
 					if err := c.Release(cmd.Context(), o.locks[i], ids[i]); err != nil && first == nil {
@@ -210,7 +211,7 @@ func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
 	if o.timeout != 0 && o.force {
 		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		return revokeWith(ctx, f, c, o, token)
 	})
 }
@@ -234,72 +235,59 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 		return fmt.Errorf("revoke %s: %w", name, err)
 	}
 	start := time.Now()
-	res := revokeView{Ended: "revoked"}
+	var info coord.LockInfo
+	ended := "revoked" // "released" when the holder released the lease when asked
 	asked := false
 	if !o.force {
-		info, a, err := c.RequestStop(ctx, o.lock, token)
+		i, a, err := c.RequestStop(ctx, o.lock, token)
 		if err != nil {
-			return no(info, err)
+			return no(i, err)
 		}
-		res.info, asked = info, a
+		info, asked = i, a
 	}
 	if asked {
 		timeout := o.timeout
 		if timeout == 0 {
-			timeout = res.info.TTL
+			timeout = info.TTL
 			if timeout <= 0 {
 				timeout = defaultRevokeTimeout
 			}
 		}
-		f.verbosef("asked %s (token %d) to stop and release %s; waiting up to %v", output.Clean(res.info.Holder), res.info.Token, name, timeout)
+		f.verbosef("asked %s (token %d) to stop and release %s; waiting up to %v", output.Clean(info.Holder), info.Token, name, timeout)
 		wctx, cancel := context.WithTimeout(ctx, timeout)
-		err := c.WaitEnded(wctx, o.lock, res.info.Token)
+		err := c.WaitEnded(wctx, o.lock, info.Token)
 		cancel()
 		switch {
 		case err == nil:
-			res.Ended = "released"
+			ended = "released"
 		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 			f.logLine(slog.LevelInfo, fmt.Sprintf("revoke %s: the holder did not release the lease within %v: ending it", name, timeout))
 		default:
 			return fmt.Errorf("revoke %s: waiting for the holder to release: %w", name, err)
 		}
-		token = res.info.Token
+		token = info.Token
 	}
-	if res.Ended == "revoked" {
-		info, err := c.RevokeToken(ctx, o.lock, token)
+	if ended == "revoked" {
+		i, err := c.RevokeToken(ctx, o.lock, token)
 		switch {
 		case asked && (errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrOtherToken)):
-			res.Ended = "released" // it ended just now, after all
+			ended = "released" // it ended just now, after all
 		case err != nil:
-			return no(info, err)
+			return no(i, err)
 		default:
-			res.info = info
+			info = i
 		}
 	}
-	res.WaitedSeconds = output.Seconds(time.Since(start))
-	return writeRevoke(f, o.format, res)
-}
-
-// revokeView is what revoke prints: the lease it ended, and how it ended.
-type revokeView struct {
-	info coord.LockInfo
-	// Ended is "released" when the holder released the lease when asked,
-	// "revoked" when fence ended it.
-	Ended         string  `json:"ended"`
-	WaitedSeconds float64 `json:"waited_seconds"`
-}
-
-func writeRevoke(f *Factory, format output.Format, r revokeView) error {
-	info := r.info
-	if format == output.JSON {
+	waited := output.Seconds(time.Since(start))
+	if o.format == output.JSON {
 		return output.WriteJSON(f.IO.Out, struct {
 			lockView
-			Ended         string  `json:"ended"`
+			Ended         string  `json:"ended"` // "released" or "revoked"
 			WaitedSeconds float64 `json:"waited_seconds"`
-		}{newLockView(info, f.Now()), r.Ended, r.WaitedSeconds})
+		}{newLockView(info, f.Now()), ended, waited})
 	}
-	if r.Ended == "released" {
-		f.verbosef("the holder released the lease when asked, after %.3fs", r.WaitedSeconds)
+	if ended == "released" {
+		f.verbosef("the holder released the lease when asked, after %.3fs", waited)
 	}
 	_, err := fmt.Fprintf(f.IO.Out, "revoked %s: lease %s of %s, token %d\n",
 		output.Clean(info.Name), output.Clean(info.LeaseID), output.Clean(info.Holder), info.Token)

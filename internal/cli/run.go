@@ -12,6 +12,7 @@ import (
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/supervise"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 type runOptions struct {
@@ -177,23 +178,20 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	order := newOrderCheck(cfg, "run", locks, o.anyOrder)
 	holder, err := f.holder(coord.DefaultHolder)
 	if err != nil {
 		return err
 	}
-	lock := locks[0]
-	if len(locks) > 1 {
-		lock, locks = "", slices.Clone(locks)
-	} else {
-		locks = nil
+	lock, set := "", slices.Clone(locks)
+	if len(locks) == 1 {
+		lock, set = locks[0], nil
 	}
 	// The watchdog process starts before the coordinator is opened: its
 	// start-up (fence started again) overlaps the connection and the
 	// acquisition instead of following them. r.Close ends it when the
 	// coordinator cannot be opened.
 	r, err := supervise.Start(supervise.Options{
-		Lock: lock, Locks: locks, Command: command, Shell: o.shell,
+		Lock: lock, Locks: set, Command: command, Shell: o.shell,
 		TTL: o.ttl, Holder: holder, Wait: wait,
 		Deadline: o.deadline, Grace: o.grace, Signal: sig, NoRenew: o.noRenew,
 		ConflictExitCode: o.conflictExitCode, MetricsFile: o.metricsFile,
@@ -216,7 +214,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	if err := order.check(ctx, c); err != nil { // only for a nested run
+	if err := checkOrder(ctx, c, cfg, "run", locks, o.anyOrder); err != nil { // only for a nested run
 		f.flushVersions(nil)
 		_ = c.Close()
 		return err
@@ -248,15 +246,14 @@ func checkRunFlags(o *runOptions, key string, locks []string) error {
 // command (76, 124) the history events still pending get the same short
 // budget as Run gave its release: fence exits within about a second even
 // when the coordinator does not answer.
-func closeAfterRun(c coord.Coordinator, code int) {
-	cc, ok := c.(interface{ CloseContext(context.Context) error })
-	if !ok || (code != exitcode.LeaseLost && code != exitcode.Deadline) {
+func closeAfterRun(c history.Recorder, code int) {
+	if code != exitcode.LeaseLost && code != exitcode.Deadline {
 		_ = c.Close()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), supervise.AfterStop/3)
 	defer cancel()
-	_ = cc.CloseContext(ctx)
+	_ = c.CloseContext(ctx)
 }
 
 // onceKey is the --once key of a run: --once KEY, or the period's start for

@@ -77,7 +77,8 @@ func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
 		schema := cmp.Or(getenv("FENCE_POSTGRES_SCHEMA"), config.DefaultPostgresSchema)
 		return cfg.Backend() == "postgres" && pg == cfg.PostgresLocation() && schema == cfg.PostgresSchema
 	}
-	if eps := splitEndpoints(getenv("FENCE_ENDPOINTS")); len(eps) > 0 {
+	eps := slices.DeleteFunc(viewsOf(strings.Split(getenv("FENCE_ENDPOINTS"), ","), strings.TrimSpace), func(e string) bool { return e == "" })
+	if len(eps) > 0 {
 		if len(cfg.Endpoints) == 0 {
 			return false
 		}
@@ -95,83 +96,42 @@ func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
 	return filepath.Clean(dir) == filepath.Clean(here)
 }
 
-func splitEndpoints(s string) []string {
-	var out []string
-	for _, e := range strings.Split(s, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// orderCheck is the lock-order check of a nested fence: when the
+// checkOrder is the lock-order check of a nested fence: when the
 // environment shows that this fence runs under locks of the same
-// coordinator (an enclosing fence run), it refuses to take a lock that
-// sorts before one of them. Two programs that nest the same locks in
-// opposite orders deadlock; in byte order they cannot. anyOrder
-// (--any-order) skips it. The environment alone decides whether to look
-// further (nothing is read from the coordinator when no lock is held, or
-// none out of order): a refusal needs the lease the environment names to be
-// live on the coordinator (so that an inherited or hand-set FENCE_LOCK of a
-// lease long gone refuses nothing).
-type orderCheck struct {
-	cmdName string
-	locks   []string
-	suspect []heldLock // held locks that sort after one of locks
-}
-
-// newOrderCheck reads the environment; nil when there is nothing to check.
-func newOrderCheck(cfg *config.Config, cmdName string, locks []string, anyOrder bool) *orderCheck {
-	if anyOrder {
-		return nil
-	}
+// coordinator (an enclosing fence run), it refuses (exit 125, one line
+// naming both locks and the fix) to take a lock that sorts before one of
+// them. Two programs that nest the same locks in opposite orders deadlock;
+// in byte order they cannot. anyOrder (--any-order) skips it. The
+// environment alone decides whether to look further (nothing is read from
+// c when no lock is held, or none out of order): a refusal needs the lease
+// the environment names to be live on c (so that an inherited or hand-set
+// FENCE_LOCK of a lease long gone refuses nothing).
+func checkOrder(ctx context.Context, c coord.Coordinator, cfg *config.Config, cmdName string, locks []string, anyOrder bool) error {
 	held := heldByEnv(os.Getenv)
-	if len(held) == 0 || !sameCoordinator(cfg, os.Getenv) {
+	if anyOrder || len(held) == 0 || !sameCoordinator(cfg, os.Getenv) {
 		return nil
 	}
 	low := slices.Min(locks)
-	var suspect []heldLock
-	for _, h := range held {
-		if low < h.name && h.leaseID != "" {
-			suspect = append(suspect, h)
-		}
-	}
-	if len(suspect) == 0 {
-		return nil
-	}
 	// The largest first: the one to name.
-	slices.SortFunc(suspect, func(a, b heldLock) int { return strings.Compare(b.name, a.name) })
-	return &orderCheck{cmdName: cmdName, locks: locks, suspect: suspect}
-}
-
-// check refuses (exit 125, one line naming both locks and the fix) when a
-// suspect lease is live on c. A nil check passes.
-func (o *orderCheck) check(ctx context.Context, c coord.Coordinator) error {
-	if o == nil {
-		return nil
-	}
-	for _, h := range o.suspect {
+	slices.SortFunc(held, func(a, b heldLock) int { return strings.Compare(b.name, a.name) })
+	for _, h := range held {
+		if low >= h.name || h.leaseID == "" {
+			continue
+		}
 		info, err := c.Inspect(ctx, h.name)
 		if err != nil || !info.Held || info.LeaseID != h.leaseID {
 			continue
 		}
-		low := slices.Min(o.locks)
-		all := []string{h.name}
-		all = append(all, o.locks...)
+		all := append([]string{h.name}, locks...)
 		slices.Sort(all)
 		all = slices.Compact(all)
 		head, tail := "", "" // acquire's error says "acquire LOCK...: " before it
-		if o.cmdName == "run" {
+		if cmdName == "run" {
 			head, tail = "run: ", " -- ..."
 		}
 		return exitcode.New(exitcode.Failure, fmt.Errorf(
 			"%slock %q sorts before %q, which this command already holds (an enclosing fence run took it): nesting locks out of byte order can deadlock; take them in one fence (fence %s %s%s), which orders them, or nest them in byte order, or pass --any-order to allow it (and the deadlock)",
-			head, output.Clean(low), output.Clean(h.name), o.cmdName, strings.Join(viewsOf(all, output.ShellQuote), " "), tail))
+			head, output.Clean(low), output.Clean(h.name), cmdName, strings.Join(viewsOf(all, output.ShellQuote), " "), tail))
 	}
 	return nil
-}
-
-func cleanJoin(locks []string) string {
-	return strings.Join(viewsOf(locks, output.Clean), " ")
 }

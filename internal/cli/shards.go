@@ -110,16 +110,10 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	if !cmd.Flags().Changed("shards") {
 		return usageErrorf("shards run needs --shards N (the same for every member of %q)", group)
 	}
-	if o.shards < 1 || o.shards > shards.MaxShards {
-		return fmt.Errorf("%w: --shards must be 1 to %d, got %d", coord.ErrInvalid, shards.MaxShards, o.shards)
-	}
+	// shards.Join refuses a bad --shards or --member before it takes
+	// anything; a blank --member would be HOSTNAME:PID there.
 	if cmd.Flags().Changed("member") && strings.TrimSpace(o.member) == "" {
 		return usageErrorf("--member %q is blank: give this member's id, or leave --member out for HOSTNAME:PID", o.member)
-	}
-	if o.member != "" {
-		if err := shards.ValidateMember(o.member); err != nil {
-			return err
-		}
 	}
 	sig, err := supervise.ParseSignal(o.signal)
 	if err != nil {
@@ -141,13 +135,13 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		return exitcode.New(exitcode.Failure, err)
 	}
 	ctx := context.WithoutCancel(cmd.Context())
-	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
+	return withGuard(ctx, f, func(c history.Recorder, g guard.Guard) error {
 		recordEvent := func(ev history.Event) {
 			ev.Time = time.Now()
 			go func() {
 				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				_ = record(rctx, c, ev)
+				_ = c.Record(rctx, ev)
 			}()
 		}
 		sr := &supervise.ShardRunner{}
@@ -157,7 +151,11 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 			shards.WithHold(fencing.OnRenewal(sr.OnRenewal)),
 			shards.OnMove(func(mv shards.Move) {
 				kind := map[string]history.Kind{"taken": history.ShardTaken, "given_up": history.ShardGivenUp, "lost": history.ShardLost}[mv.Kind]
-				f.verbosef("shard %d %s (token %d)%s", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token, reasonSuffix(mv.Reason))
+				msg := fmt.Sprintf("shard %d %s (token %d)", mv.Shard, strings.ReplaceAll(mv.Kind, "_", " "), mv.Token)
+				if mv.Reason != "" {
+					msg += ": " + mv.Reason
+				}
+				f.verbosef("%s", msg)
 				recordEvent(history.Event{Lock: mv.Lock, Kind: kind, Holder: mv.Member, Token: mv.Token, Reason: mv.Reason})
 			}))
 		if err != nil {
@@ -178,13 +176,6 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 		}
 		return commandExit(code, runErr, command, o.shell)
 	})
-}
-
-func reasonSuffix(r string) string {
-	if r == "" {
-		return ""
-	}
-	return ": " + r
 }
 
 // shardsView is `fence shards show`'s JSON.
@@ -228,7 +219,7 @@ func runShardsShow(ctx context.Context, f *Factory, group string, format output.
 	if err := shards.ValidateGroup(group); err != nil {
 		return err
 	}
-	return withGuard(ctx, f, func(c coord.Coordinator, g guard.Guard) error {
+	return withGuard(ctx, f, func(c history.Recorder, g guard.Guard) error {
 		st, err := shards.LoadSettings(ctx, g, group)
 		if err != nil {
 			return err
@@ -238,10 +229,7 @@ func runShardsShow(ctx context.Context, f *Factory, group string, format output.
 			return err
 		}
 		v := shardsViewOf(group, st, infos)
-		if format == output.JSON {
-			return output.WriteJSON(f.IO.Out, v)
-		}
-		return writeShards(f.IO.Out, f.IO.IsStdoutTTY(), v)
+		return f.write(format, v, func(w io.Writer) error { return writeShards(w, f.IO.IsStdoutTTY(), v) })
 	})
 }
 
@@ -328,7 +316,7 @@ func updateSettings(cmd *cobra.Command, f *Factory, group string, change func(*s
 	if err := shards.ValidateGroup(group); err != nil {
 		return err
 	}
-	return withGuard(cmd.Context(), f, func(c coord.Coordinator, g guard.Guard) error {
+	return withGuard(cmd.Context(), f, func(c history.Recorder, g guard.Guard) error {
 		st, err := shards.UpdateSettings(cmd.Context(), c, g, group, 10*time.Second, change)
 		if err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/tui"
 )
 
@@ -102,14 +102,20 @@ func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duratio
 	if cfg, err := f.Config(); err == nil {
 		cfg.ShortenDialTimeout(topDialTimeout)
 	}
-	return f.withCoordinator(ctx, func(c coord.Coordinator) error {
+	// The keyboard: for the process's own stdin nil, so that Bubble Tea
+	// reads the controlling terminal (/dev/tty) when stdin is redirected.
+	in := f.IO.In
+	if in == os.Stdin {
+		in = nil
+	}
+	return f.withCoordinator(ctx, func(c history.Recorder) error {
 		f.versions.await() // the status line shows their bugs: the whole answer
 		err := tui.Run(ctx, c, tui.Options{
 			Prefix:   prefix,
 			Refresh:  refresh,
-			Warning:  f.versions.short(),
+			Warning:  f.versions.short,
 			Operator: config.DefaultSetter(),
-			Input:    topInput(f.IO.In),
+			Input:    in,
 			Output:   f.IO.Out,
 		})
 		if errors.Is(err, tea.ErrInterrupted) {
@@ -122,14 +128,4 @@ func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duratio
 		}
 		return nil
 	})
-}
-
-// topInput is the dashboard's keyboard. For the process's own stdin it is
-// nil, so that Bubble Tea reads the controlling terminal (/dev/tty) when
-// stdin is redirected.
-func topInput(in io.Reader) io.Reader {
-	if in == os.Stdin {
-		return nil
-	}
-	return in
 }

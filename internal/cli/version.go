@@ -61,12 +61,8 @@ func newCmdVersion(f *Factory) *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v := buildInfo()
-			if format == output.JSON {
-				return output.WriteJSON(f.IO.Out, v)
-			}
-			commit := v.Commit[:min(len(v.Commit), 12)]
-			_, err := fmt.Fprintf(f.IO.Out, "fence %s (commit %s, %s %s/%s)\n", v.Version, cmp.Or(commit, "unknown"), v.Go, v.OS, v.Arch)
-			return err
+			commit := cmp.Or(v.Commit[:min(len(v.Commit), 12)], "unknown")
+			return f.write(format, v, textLine(fmt.Sprintf("fence %s (commit %s, %s %s/%s)", v.Version, commit, v.Go, v.OS, v.Arch)))
 		},
 	}
 	formatFlag(cmd, &format, output.Text, output.JSON)

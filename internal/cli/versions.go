@@ -11,6 +11,7 @@ import (
 
 	"github.com/fence-dev/fence/internal/etcdbugs"
 	"github.com/fence-dev/fence/internal/logging"
+	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/postgres"
 )
@@ -33,19 +34,21 @@ const versionTimeout = time.Second
 // for its answer, to print the warnings.
 const warnWait = 100 * time.Millisecond
 
-// versionQuestion is the question of the etcd members' versions: asked
-// once per process when an etcd coordinator opens (askedAt), never on the
-// way of a lock operation; done is closed once it is answered (or its
-// bound passed). The zero value has asked nothing.
+// versionQuestion is the question of the etcd members' versions (or of a
+// PostgreSQL server's replication): asked once per process when the
+// coordinator opens (askedAt), never on the way of a lock operation; done
+// is closed once it is answered (or its bound passed). The zero value has
+// asked nothing.
 type versionQuestion struct {
 	once     sync.Once
 	askedAt  time.Time
 	done     chan struct{}
 	versions []etcd.MemberVersion // what the members reported, once done
-	warn     string               // their known lease-safety bugs, one line
-	// shortWarn is the dashboard's form of a PostgreSQL server's warning
-	// (askReplication), which warn then holds.
-	shortWarn string
+	warn     string               // the coordinator's known problem, one line
+	// short is the dashboard's and status's short form of warn, the bug
+	// first so that a narrow status line keeps it: "lease bug etcd#15247
+	// in etcd 3.4.23" ("" when none).
+	short string
 
 	// asker asks the members (nil: the coordinator's ServerVersions; a
 	// test holds the answer back).
@@ -60,40 +63,38 @@ type versionAsker interface {
 	ServerVersions(ctx context.Context) []etcd.MemberVersion
 }
 
-// ask asks c's members for their versions on a goroutine, once per
-// process; done is closed with the answer.
-func (q *versionQuestion) ask(ctx context.Context, c versionAsker, dial time.Duration) {
-	q.start(ctx, dial, func(ctx context.Context) {
-		var vs []etcd.MemberVersion
-		if q.asker != nil {
-			vs = q.asker(ctx, c)
-		} else {
-			vs = c.ServerVersions(ctx)
-		}
-		q.versions, q.warn = vs, etcdbugs.Warning(vs)
-	})
-}
-
-// replicationAsker is a PostgreSQL coordinator (pkg/coord/postgres).
+// replicationAsker is a PostgreSQL coordinator (pkg/coord/postgres),
+// which tells whether it has standbys without synchronous replication.
 type replicationAsker interface {
 	ReplicationWarning(ctx context.Context) string
 }
 
-// askReplication asks c, on the side as ask does the etcd members, whether
-// it has standbys without synchronous replication; the answer is the
-// coordinator warning, printed and shown as the versions' is.
-func (q *versionQuestion) askReplication(ctx context.Context, c replicationAsker, dial time.Duration) {
-	q.start(ctx, dial, func(ctx context.Context) {
-		if w := c.ReplicationWarning(ctx); w != "" {
-			q.warn, q.shortWarn = w, postgres.ShortReplicationRisk
+// ask asks backend, on a goroutine once per process within the question's
+// bound (versionTimeout, or the dial timeout when shorter), for its known
+// problem: an etcd member's version with a lease-safety bug, a PostgreSQL
+// server's asynchronous standbys. done is closed with the answer. Other
+// backends are asked nothing.
+func (q *versionQuestion) ask(ctx context.Context, backend coord.Coordinator, dial time.Duration) {
+	var answer func(context.Context)
+	switch c := backend.(type) {
+	case versionAsker:
+		answer = func(ctx context.Context) {
+			if q.asker != nil {
+				q.versions = q.asker(ctx, c)
+			} else {
+				q.versions = c.ServerVersions(ctx)
+			}
+			q.warn, q.short = etcdbugs.Warning(q.versions), shortBugs(q.versions)
 		}
-	})
-}
-
-// start runs answer on a goroutine, once per process, within the
-// question's bound (versionTimeout, or the dial timeout when shorter);
-// done is closed once it returns.
-func (q *versionQuestion) start(ctx context.Context, dial time.Duration, answer func(context.Context)) {
+	case replicationAsker:
+		answer = func(ctx context.Context) {
+			if w := c.ReplicationWarning(ctx); w != "" {
+				q.warn, q.short = w, postgres.ShortReplicationRisk
+			}
+		}
+	default:
+		return
+	}
 	q.once.Do(func() {
 		done := make(chan struct{})
 		q.askedAt, q.done = time.Now(), done
@@ -140,16 +141,12 @@ func (q *versionQuestion) answered(wait bool) bool {
 	}
 }
 
-// short is the dashboard's short form of the version warnings, the bug
-// first so that a narrow status line keeps it: "lease bug etcd#15247 in
-// etcd 3.4.23" ("" when none).
-func (q *versionQuestion) short() string {
-	if q.shortWarn != "" {
-		return q.shortWarn
-	}
+// shortBugs is the short form of the members' known bugs, one per
+// version and bug.
+func shortBugs(vs []etcd.MemberVersion) string {
 	seen := map[string]bool{}
 	var parts []string
-	for _, v := range q.versions {
+	for _, v := range vs {
 		for _, b := range etcdbugs.BugsOf(v.Version) {
 			if k := v.Version + b.Issue; !seen[k] {
 				seen[k] = true
@@ -198,12 +195,12 @@ func (f *Factory) printVersions(w io.Writer, wait, daily bool) {
 }
 
 // coordinatorWarning is fence status's and show's coordinator_warning:
-// the etcd members' known lease-safety bugs (versionQuestion.short), when
+// the coordinator's known problem (versionQuestion.short), when
 // their versions are in by warnWait after the question began ("" otherwise,
 // and when there are none).
 func (f *Factory) coordinatorWarning() string {
 	if !f.versions.answered(true) {
 		return ""
 	}
-	return f.versions.short()
+	return f.versions.short
 }

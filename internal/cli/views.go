@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -193,13 +194,14 @@ func newEventView(e history.Event) eventView {
 // showView is a lock and its recent events: show.
 type showView struct {
 	Lock lockView `json:"lock" yaml:"lock"`
-	// Events is null when the coordinator keeps no history.
+	// Events (and Contention) would be null for a coordinator that keeps
+	// no history (docs/json.md); every coordinator fence opens keeps one.
 	Events []eventView `json:"events" yaml:"events"`
 	// Completions are the lock's latest --once completion records, newest
 	// first (absent when it has none).
 	Completions []completionView `json:"completions,omitempty" yaml:"completions,omitempty"`
 	// Contention is the waits and holds of the events shown, side by
-	// side; null when the coordinator keeps no history.
+	// side.
 	Contention *contentionView `json:"contention" yaml:"contention"`
 }
 
@@ -241,7 +243,7 @@ func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 		fs = append(fs, output.Field{Key: "process", Value: fmt.Sprintf("pids %v, pgid %d", p.PIDs, p.PGID)})
 	}
 	if i.Limit != nil {
-		fs = append(fs, output.Field{Key: "limit", Value: limitText(i.Limit)})
+		fs = append(fs, output.Field{Key: "limit", Value: output.Clean(i.Limit.Describe())})
 	}
 	// A semaphore: every holder, one line each (the fields above are the
 	// oldest's).
@@ -256,11 +258,8 @@ func lockFields(i coord.LockInfo, now time.Time) []output.Field {
 // long and since when it waits, and its lease (etcd) or process (local).
 func queueTable(q []coord.Waiter, now time.Time) ([]string, [][]string) {
 	header := []string{"#", "HOLDER", "WAITING", "SINCE"}
-	lease, pid := false, false
-	for _, w := range q {
-		lease = lease || w.LeaseID != ""
-		pid = pid || w.PID != 0
-	}
+	lease := slices.ContainsFunc(q, func(w coord.Waiter) bool { return w.LeaseID != "" })
+	pid := slices.ContainsFunc(q, func(w coord.Waiter) bool { return w.PID != 0 })
 	if lease {
 		header = append(header, "LEASE")
 	}
