@@ -158,7 +158,7 @@ func (s *store) Record(ctx context.Context, ev history.Event) error {
 // Append implements history.Store: the events of one lock are written in one
 // transaction (per 100 events).
 func (s *store) Append(ctx context.Context, evs []history.Event) error {
-	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
+	return trim.EachLock(ctx, s.opts, evs, func(ctx context.Context, lock string, evs []history.Event) error {
 		for len(evs) > 0 {
 			n := min(len(evs), maxBatch)
 			if err := s.appendWith(ctx, lock, evs[:n], s.commit); err != nil {
@@ -178,14 +178,20 @@ func (s *store) commit(ctx context.Context, cmp clientv3.Cmp, then, els []client
 	return s.cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
 }
 
-// appendWith writes the events of one lock, its transaction committed by
-// commit. An error of commit wrapping errNotHeld is returned as it is.
+// appendWith writes the events of one lock (within the age bound), its
+// transaction committed by commit. An error of commit wrapping errNotHeld
+// is returned as it is.
 func (s *store) appendWith(ctx context.Context, lock string, evs []history.Event, commit commitFunc) error {
 	cut := s.opts.Cutoff()
-	kept, vals, err := encodeKept(evs, cut)
-	if err != nil || len(kept) == 0 {
-		return err // none: already past the age bound, kept nowhere
+	vals := make([]string, len(evs))
+	for i, ev := range evs {
+		b, err := codec.Encode(0, ev)
+		if err != nil {
+			return err
+		}
+		vals[i] = string(b)
 	}
+	var err error
 	st, ok := s.cached(lock)
 	if !ok {
 		if st, err = s.readState(ctx, lock); err != nil {
@@ -194,31 +200,13 @@ func (s *store) appendWith(ctx context.Context, lock string, evs []history.Event
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		var done bool
-		if st, done, err = s.tryWrite(ctx, lock, st, kept, vals, cut, commit); done || err != nil {
+		if st, done, err = s.tryWrite(ctx, lock, st, evs, vals, cut, commit); done || err != nil {
 			return err
 		}
 	}
 	s.forget(lock)
 	return fmt.Errorf("%w: history of %q: gave up after %d attempts to write it against other writers",
 		coord.ErrUnavailable, lock, maxAttempts)
-}
-
-// encodeKept returns the events of evs not past the age bound (cut), and
-// their values.
-func encodeKept(evs []history.Event, cut time.Time) ([]history.Event, []string, error) {
-	var kept []history.Event
-	var vals []string
-	for _, ev := range evs {
-		if ev.Time.Before(cut) {
-			continue
-		}
-		b, err := codec.Encode(0, ev)
-		if err != nil {
-			return nil, nil, err
-		}
-		kept, vals = append(kept, ev), append(vals, string(b))
-	}
-	return kept, vals, nil
 }
 
 // readState reads what a write of lock needs to know (stateOps).

@@ -183,7 +183,7 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 // called once, whatever the error.
 func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func() error, err error) {
 	var syncs []func() error
-	err = trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
+	err = trim.EachLock(ctx, s.opts, evs, func(ctx context.Context, lock string, evs []history.Event) error {
 		sy, err := s.appendLater(ctx, lock, evs)
 		if err == nil {
 			syncs = append(syncs, sy)
@@ -199,8 +199,8 @@ func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func
 	}, err
 }
 
-// appendLater is append with its fsync put off: when it returns without
-// error the events are written (every process sees them at once), and they
+// appendLater writes evs, events of lock within the age bound (at least
+// one), with the fsync put off: when it returns without error they are written (every process sees them at once), and they
 // are durable once the returned func, which the caller must call once, has
 // returned nil. The flock is not held in between.
 func (s *store) appendLater(ctx context.Context, lock string, evs []history.Event) (sync func() error, err error) {
@@ -248,9 +248,6 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 	var buf bytes.Buffer
 	next := st
 	for _, ev := range evs {
-		if ev.Time.Before(cut) {
-			continue // already past the age bound: kept nowhere
-		}
 		b, err := codec.Encode(next.lastSeq+1, ev)
 		if err != nil {
 			return nil, err
@@ -261,9 +258,6 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 		if next.firstSeq == 0 {
 			next.firstSeq, next.firstTime = next.lastSeq, ev.Time.UnixNano()
 		}
-	}
-	if buf.Len() == 0 {
-		return done, nil
 	}
 	slack := slackOf(s.opts.MaxEvents)
 	compact := next.span() > s.opts.MaxEvents+slack
