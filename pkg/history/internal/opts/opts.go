@@ -102,41 +102,28 @@ func Lenient(opts []Option) (o Options, errs []error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.MaxEvents < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max events %d is negative", coord.ErrInvalid, o.MaxEvents))
-		o.MaxEvents = 0
-	}
-	if o.MaxAge < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max age %v is negative", coord.ErrInvalid, o.MaxAge))
-		o.MaxAge = 0
-	}
-	if o.RecordTimeout < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: record timeout %v is negative", coord.ErrInvalid, o.RecordTimeout))
-		o.RecordTimeout = 0
-	}
-	if o.MaxPending < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max pending %d is negative", coord.ErrInvalid, o.MaxPending))
-		o.MaxPending = 0
-	}
-	if o.MaxEvents == 0 {
-		o.MaxEvents = MaxEvents
-	}
-	if o.MaxAge == 0 {
-		o.MaxAge = MaxAge
-	}
+	orDefault(&errs, "max events", &o.MaxEvents, MaxEvents)
+	orDefault(&errs, "max age", &o.MaxAge, MaxAge)
+	orDefault(&errs, "record timeout", &o.RecordTimeout, recordTimeout)
+	orDefault(&errs, "max pending", &o.MaxPending, maxPending)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.RecordTimeout == 0 {
-		o.RecordTimeout = recordTimeout
-	}
-	if o.MaxPending == 0 {
-		o.MaxPending = maxPending
-	}
 	return o, errs
+}
+
+// orDefault sets *v to def when it is 0 or negative, and reports a
+// negative one in errs.
+func orDefault[T int | time.Duration](errs *[]error, name string, v *T, def T) {
+	if *v < 0 {
+		*errs = append(*errs, fmt.Errorf("%w: history: %s %v is negative", coord.ErrInvalid, name, *v))
+	}
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Cutoff is the oldest event time kept as of now.
