@@ -439,7 +439,7 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	defer close(m.done)
 	defer stopWatch()
 	l := &memberLoop{m: m, view: newView(m.group, m.id, m.opts.Shards),
-		acquiring: map[int]bool{}, again: map[int]bool{}, heldBack: map[int]bool{}, timer: time.NewTimer(time.Hour)}
+		acquiring: map[int]bool{}, heldBack: map[int]bool{}, timer: time.NewTimer(time.Hour)}
 	l.timer.Stop()
 	defer l.timer.Stop()
 	l.view.reset(infos)
@@ -486,8 +486,7 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 type memberLoop struct {
 	m         *Member
 	view      view
-	acquiring map[int]bool // an acquisition of the shard is in flight
-	again     map[int]bool // its lock was freed while it was in flight
+	acquiring map[int]bool // in flight, by shard: true once its lock was seen freed meanwhile
 	heldBack  map[int]bool // refused by an operator limit: see at the retry
 	reads     reads
 	wake      wake
@@ -550,8 +549,8 @@ func (l *memberLoop) watched(ev coord.Event) {
 	case "settings":
 		l.readSettings()
 	case "shard":
-		if l.view.free(k) && l.acquiring[k] {
-			l.again[k] = true
+		if _, inFlight := l.acquiring[k]; inFlight && l.view.free(k) {
+			l.acquiring[k] = true
 		}
 	}
 	l.claim()
@@ -678,7 +677,7 @@ func (l *memberLoop) claim() {
 	want := claims(m.target, m.id, m.shards, l.acquiring, &l.view)
 	m.mu.Unlock()
 	for _, k := range want {
-		l.acquiring[k] = true
+		l.acquiring[k] = false
 		go func(k int) {
 			h, err := fencing.Acquire(m.ctx, m.c, shardLock(m.group, k),
 				coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold...)
@@ -699,14 +698,12 @@ func releaseSoon(h *fencing.Held) {
 // acquired performs acquireOutcome's decision on an acquisition's answer.
 func (l *memberLoop) acquired(e acquired) {
 	m := l.m
+	freed := l.acquiring[e.n]
 	delete(l.acquiring, e.n)
 	m.mu.Lock()
 	mine := m.target != nil && m.target[e.n] == m.id
 	m.mu.Unlock()
-	next := acquireOutcome(e.err, l.again[e.n], mine, m.ctx.Err() != nil)
-	if next != waitFree && next != dropped {
-		delete(l.again, e.n) // answered after the lock was freed: done with
-	}
+	next := acquireOutcome(e.err, freed, mine, m.ctx.Err() != nil)
 	switch next {
 	case keepShard:
 		delete(l.heldBack, e.n)
