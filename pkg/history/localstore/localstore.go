@@ -388,36 +388,16 @@ func slackOf(maxEvents int) int { return max(maxEvents/4, 1) }
 // read of this store found the file damaged. It checks the lines it returns
 // (or would, but for the age bound) and the first line, not the rest.
 func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
-	if n <= 0 {
-		return s.History(ctx, lock, 0)
-	}
-	if err := coord.ValidateName(lock); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	base := fileBase(lock)
-	s.mu.Lock()
-	_, isBad := s.bad[base]
-	s.mu.Unlock()
-	if isBad {
-		return s.History(ctx, lock, n)
-	}
-	path := s.File(lock)
-	f, fi, err := s.open(lock, path)
-	if f == nil || err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	want := min(n, s.opts.MaxEvents)
-	lines, _, _, err := readEnd(lock, path, f, fi.Size(), want, false)
+	if n <= 0 {
+		want = math.MaxInt
+	}
+	lines, err := s.read(ctx, lock, want)
 	if err != nil {
-		s.markBad(base, f)
 		return nil, err
 	}
 	earlier := len(lines) > 0 && lines[0].at > 0 // the file holds lines before these
-	lines = s.kept(lines, want)
+	lines = s.kept(lines, n)
 	if len(lines) < want && earlier {
 		return s.History(ctx, lock, n) // events past the age bound among the last ones
 	}
@@ -439,7 +419,7 @@ func events(lines []line) []history.Event {
 
 // History implements history.Store. It reads and checks the whole file.
 func (s *store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
-	lines, err := s.read(ctx, lock)
+	lines, err := s.read(ctx, lock, math.MaxInt)
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +429,7 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 
 // Since implements history.Store.
 func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
-	lines, err := s.read(ctx, lock)
+	lines, err := s.read(ctx, lock, math.MaxInt)
 	if err != nil {
 		return nil, err
 	}
@@ -519,21 +499,36 @@ func (s *store) head(path string) (history.Head, bool, error) {
 	return history.Head{Lock: ev.Lock, Seq: seq}, true, nil
 }
 
-// read reads and checks the whole history of lock, without the lock file.
-func (s *store) read(ctx context.Context, lock string) ([]line, error) {
+// read reads and checks the last want lines of the history of lock
+// (math.MaxInt: every line) and its first line, without the lock file. It
+// reads the whole file when a full read of this store found it damaged.
+func (s *store) read(ctx context.Context, lock string, want int) ([]line, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	base := fileBase(lock)
+	s.mu.Lock()
+	if _, isBad := s.bad[base]; isBad {
+		want = math.MaxInt
+	}
+	s.mu.Unlock()
 	path := s.File(lock)
 	f, fi, err := s.open(lock, path)
 	if f == nil || err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	lines, _, _, err := s.readLines(lock, path, fileBase(lock), f, fi.Size())
+	if want == math.MaxInt {
+		lines, _, _, err := s.readLines(lock, path, base, f, fi.Size())
+		return lines, err
+	}
+	lines, _, _, err := readEnd(lock, path, f, fi.Size(), want, false)
+	if err != nil {
+		s.markBad(base, f)
+	}
 	return lines, err
 }
 
