@@ -440,13 +440,9 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 // bound keeps, at most limit (0: no limit). trim.Newest makes History's
 // answer of them.
 func (s *store) newestOp(lock string, limit int) clientv3.Op {
-	n := s.opts.MaxEvents
-	if limit > 0 && limit < n {
-		n = limit
-	}
 	rng := s.Range(lock)
 	return clientv3.OpGet(rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n)))
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(s.opts.Window(limit))))
 }
 
 // Latest returns what History(ctx, lock, n) returns, the lock's last n kept
@@ -504,11 +500,6 @@ func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Even
 	// the oldest events it keeps for the write after it (the release's),
 	// which applies the age bound.
 	s.keep(lock, st)
-	return s.lastLeaseIn(ctx, lock, n, st)
-}
-
-// lastLeaseIn is LastLease on st, lock's state as just read.
-func (s *store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (history.Event, bool, error) {
 	h := st.head
 	if !st.exists {
 		return history.Event{}, false, nil
@@ -521,11 +512,7 @@ func (s *store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (
 		}
 		// Latest's window: the newest min(n, MaxEvents) events of the
 		// lock's kept range, without those past the age bound.
-		w := uint64(s.opts.MaxEvents)
-		if n > 0 && uint64(n) < w {
-			w = uint64(n)
-		}
-		if seq < h.First || h.Seq-seq >= w {
+		if seq < h.First || h.Seq-seq >= uint64(s.opts.Window(n)) {
 			return history.Event{}, false, nil // nor any lease event before it
 		}
 		if !ev.Time.Before(s.opts.Cutoff()) {

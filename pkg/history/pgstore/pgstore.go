@@ -93,11 +93,7 @@ func (s *store) append(ctx context.Context, lock string, evs []history.Event) er
 
 // History implements history.Store.
 func (s *store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
-	n := s.opts.MaxEvents
-	if limit > 0 && limit < n {
-		n = limit
-	}
-	ents, err := s.read(ctx, lock, "AND at_ns >= $2 ORDER BY seq DESC LIMIT $3", s.opts.Cutoff().UnixNano(), n)
+	ents, err := s.read(ctx, lock, "AND at_ns >= $2 ORDER BY seq DESC LIMIT $3", s.opts.Cutoff().UnixNano(), s.opts.Window(limit))
 	if err != nil {
 		return nil, err
 	}

@@ -126,5 +126,14 @@ func orDefault[T int | time.Duration](errs *[]error, name string, v *T, def T) {
 	}
 }
 
+// Window is how many of a lock's newest events a read of at most limit
+// (0: no limit) keeps by the count bound.
+func (o Options) Window(limit int) int {
+	if limit > 0 && limit < o.MaxEvents {
+		return limit
+	}
+	return o.MaxEvents
+}
+
 // Cutoff is the oldest event time kept as of now.
 func (o Options) Cutoff() time.Time { return o.Now().Add(-o.MaxAge) }

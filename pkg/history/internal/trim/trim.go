@@ -21,11 +21,7 @@ func Kept[E any](o opts.Options, evs []E, at func(E) time.Time, limit int) []E {
 			out = append(out, e)
 		}
 	}
-	n := o.MaxEvents
-	if limit > 0 && limit < n {
-		n = limit
-	}
-	if len(out) > n {
+	if n := o.Window(limit); len(out) > n {
 		out = out[len(out)-n:]
 	}
 	return out
