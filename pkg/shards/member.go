@@ -26,8 +26,8 @@
 // Shard.lostSeen. It decides with the pure functions of state.go. The
 // others reach it through its event channel (Member.send): an acquisition
 // goroutine per shard asked for (acquired), at most one settings read at a
-// time (settingsRead), each held shard's lease watch and the AfterFunc of
-// its loss (revoked, lost), and Shard.Release from any goroutine
+// time (settingsRead), the member's and each held shard's lease watch and
+// the AfterFunc of a shard's loss (revoked, lost), and Shard.Release from any goroutine
 // (released). send gives up once the member's goroutine has ended, so
 // none of them blocks on a member that left; an acquisition answered then
 // is released by its own goroutine.
@@ -143,11 +143,11 @@ type Member struct {
 	id    string
 	opts  options
 
-	self      *fencing.Held
-	selfWatch *leaseWatch     // of the member's own lease; nil without one
-	ctx       context.Context // the member's: ends at Leave or when its lease is lost
-	cancel    context.CancelCauseFunc
-	done      chan struct{}
+	self    *fencing.Held
+	unwatch func()          // ends the watch of the member's own lease
+	ctx     context.Context // the member's: ends at Leave or when its lease is lost
+	cancel  context.CancelCauseFunc
+	done    chan struct{}
 
 	ev      chan any
 	changed chan struct{}
@@ -170,8 +170,8 @@ type Shard struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	once   sync.Once
-	// unwatch ends the watch of the shard's lease (nil without one) and
-	// waits for it; lostSeen (the member's goroutine only): its end was
+	// unwatch ends the watch of the shard's lease and waits for it;
+	// lostSeen (the member's goroutine only): its end was
 	// already reported.
 	unwatch  func()
 	lostSeen bool
@@ -194,9 +194,7 @@ func (s *Shard) Release(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
 		s.cancel(ErrLeft)
-		if s.unwatch != nil {
-			s.unwatch() // our own release must not read as a revocation
-		}
+		s.unwatch() // our own release must not read as a revocation
 		err = s.held.Release(ctx)
 		s.m.send(released{s})
 	})
@@ -339,7 +337,7 @@ func Join(ctx context.Context, c coord.Coordinator, group string, shards int, wi
 	if err != nil {
 		return fail(err)
 	}
-	m.selfWatch = m.watchLease(self.Lease())
+	m.unwatch = m.watchLease(self.Lease(), nil)
 	go m.loop(events, wcancel, infos)
 	return m, nil
 }
@@ -408,7 +406,7 @@ func (m *Member) Leave(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	m.selfWatch.stop()
+	m.unwatch()
 	if err := m.self.Release(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -448,15 +446,9 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	m.mu.Unlock()
 	l.arm()
 	selfDone := m.self.Context().Done()
-	selfRevoked := m.selfWatch.channel()
 	for {
 		l.rearm()
 		select {
-		case err, ok := <-selfRevoked:
-			selfRevoked = nil
-			if ok && err != nil && !expired(m.self, err) {
-				m.cancel(fmt.Errorf("member %q of group %q: %w: %w", m.id, m.group, ErrRevoked, err))
-			}
 		case <-m.ctx.Done():
 			m.finish(context.Cause(m.ctx))
 			return
@@ -735,14 +727,7 @@ func (l *memberLoop) hold(n int, held *fencing.Held) {
 	m := l.m
 	s := &Shard{Group: m.group, Number: n, m: m, held: held}
 	s.ctx, s.cancel = context.WithCancelCause(held.Context())
-	if w := m.watchLease(held.Lease()); w != nil {
-		s.unwatch = w.stop
-		go func() {
-			if err, ok := <-w.ch; ok && err != nil {
-				m.send(revoked{s, err})
-			}
-		}()
-	}
+	s.unwatch = m.watchLease(held.Lease(), s)
 	context.AfterFunc(held.Context(), func() {
 		if c := context.Cause(held.Context()); errors.Is(c, coord.ErrLeaseLost) {
 			m.send(lost{s})
@@ -781,9 +766,15 @@ func (l *memberLoop) lost(s *Shard) {
 }
 
 // revoked ends a shard's context for `fence revoke` (asked: given up; its
-// lease ended: lost).
+// lease ended: lost), or the member's for its own lease (s nil).
 func (l *memberLoop) revoked(s *Shard, err error) {
 	m := l.m
+	if s == nil {
+		if !expired(m.self, err) {
+			m.cancel(fmt.Errorf("member %q of group %q: %w: %w", m.id, m.group, ErrRevoked, err))
+		}
+		return
+	}
 	if s.ctx.Err() != nil || expired(s.held, err) {
 		return // moved away, lost or left meanwhile; or lost now (see lost)
 	}
@@ -827,39 +818,27 @@ func (m *Member) move(mv Move) {
 	}
 }
 
-// leaseWatch is a coord.LeaseWatcher's watch of one lease: `fence revoke`
-// asking its holder to stop (coord.ErrStopRequested) or ending it.
-type leaseWatch struct {
-	ch     <-chan error
-	cancel context.CancelFunc
-}
-
-// watchLease watches l until the member ends or the watch is stopped; nil
-// when the watch cannot start (the renewals still find a revoked lease).
-func (m *Member) watchLease(l coord.Lease) *leaseWatch {
+// watchLease watches l (coord.LeaseWatcher: `fence revoke` asking its
+// holder to stop, with coord.ErrStopRequested, or ending it) until the
+// member ends or stop is called, and tells the member's goroutine of its
+// end (revoked; s nil for the member's own lease). When the watch cannot
+// start, the renewals still find a revoked lease. stop ends the watch and
+// waits for it: before the lease's own release.
+func (m *Member) watchLease(l coord.Lease, s *Shard) (stop func()) {
 	ctx, cancel := context.WithCancel(m.ctx)
 	ch, err := m.c.WatchLease(ctx, l.Name, l.ID)
 	if err != nil {
 		cancel()
-		return nil
+		return func() {}
 	}
-	return &leaseWatch{ch: ch, cancel: cancel}
-}
-
-// channel is the watch's channel (nil for no watch: never ready).
-func (w *leaseWatch) channel() <-chan error {
-	if w == nil {
-		return nil
-	}
-	return w.ch
-}
-
-// stop ends the watch and waits for it: before the lease's own release.
-func (w *leaseWatch) stop() {
-	if w == nil {
-		return
-	}
-	w.cancel()
-	for range w.ch {
+	go func() {
+		if err, ok := <-ch; ok && err != nil {
+			m.send(revoked{s, err})
+		}
+	}()
+	return func() {
+		cancel()
+		for range ch {
+		}
 	}
 }
