@@ -102,13 +102,10 @@ type store struct {
 	share sharedir.Mode // how the state directory is shared
 
 	mu  sync.Mutex
-	bad map[string]fileID // by file base: files a read or compaction found damaged
+	bad map[string]bool // by file base: files a read or compaction found damaged
 }
 
 var _ history.Store = (*store)(nil)
-
-// fileID names a file by device and inode.
-type fileID struct{ dev, ino uint64 }
 
 // fileState is what a writer knows of a history file it checked.
 type fileState struct {
@@ -156,7 +153,7 @@ func Open(stateDir string, opts ...history.Option) (history.Store, error) {
 			return nil, unavailable("history store: %w", err)
 		}
 	}
-	return &store{dir: dir, opts: o, share: share, bad: map[string]fileID{}}, nil
+	return &store{dir: dir, opts: o, share: share, bad: map[string]bool{}}, nil
 }
 
 // File returns the path of the history file of lock.
@@ -330,11 +327,7 @@ func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 	if err != nil {
 		return fileState{}, false, err
 	}
-	base := strings.TrimSuffix(filepath.Base(path), dataExt)
-	s.mu.Lock()
-	bad, isBad := s.bad[base]
-	s.mu.Unlock()
-	if isBad && bad == idOf(fi) {
+	if base := strings.TrimSuffix(filepath.Base(path), dataExt); s.isBad(base) {
 		_, st, torn, err := s.readLines(lock, path, base, f, fi.Size())
 		return st, torn, err
 	}
@@ -344,35 +337,30 @@ func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 
 // readLines is readEnd reading and checking every line of the history of
 // lock open in f (named base, size bytes). A file found damaged is marked
-// bad (markBad), one that checks out is no longer.
+// bad, one that checks out (repaired by hand) is no longer.
 func (s *store) readLines(lock, path, base string, f *os.File, size int64) ([]line, fileState, bool, error) {
 	lines, st, torn, err := readEnd(lock, path, f, size, math.MaxInt, true)
-	if err != nil {
-		s.markBad(base, f)
-		return nil, fileState{}, false, err
-	}
-	s.mu.Lock()
-	delete(s.bad, base) // repaired, if it was damaged
-	s.mu.Unlock()
-	return lines, st, torn, nil
+	s.mark(base, err != nil)
+	return lines, st, torn, err
 }
 
-// markBad notes that the file open in f, the history file named base, is
-// damaged: this store's writes check it whole until it is repaired.
-func (s *store) markBad(base string, f *os.File) {
-	fi, err := f.Stat()
-	if err != nil {
-		return
-	}
+// mark notes whether the history file named base was found damaged: this
+// store reads a damaged file whole, for its writes too, until it is found
+// sound.
+func (s *store) mark(base string, bad bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.bad[base] = idOf(fi)
+	if bad {
+		s.bad[base] = true
+	} else {
+		delete(s.bad, base)
+	}
 }
 
-// idOf is the device and inode of a file.
-func idOf(fi os.FileInfo) fileID {
-	sys := fi.Sys().(*syscall.Stat_t)
-	return fileID{dev: uint64(sys.Dev), ino: sys.Ino}
+func (s *store) isBad(base string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bad[base]
 }
 
 // slackOf is how many events beyond maxEvents a history file may hold before
@@ -510,11 +498,9 @@ func (s *store) read(ctx context.Context, lock string, want int) ([]line, error)
 		return nil, err
 	}
 	base := fileBase(lock)
-	s.mu.Lock()
-	if _, isBad := s.bad[base]; isBad {
+	if s.isBad(base) {
 		want = math.MaxInt
 	}
-	s.mu.Unlock()
 	path := s.File(lock)
 	f, fi, err := s.open(lock, path)
 	if f == nil || err != nil {
@@ -527,7 +513,7 @@ func (s *store) read(ctx context.Context, lock string, want int) ([]line, error)
 	}
 	lines, _, _, err := readEnd(lock, path, f, fi.Size(), want, false)
 	if err != nil {
-		s.markBad(base, f)
+		s.mark(base, true)
 	}
 	return lines, err
 }
