@@ -447,6 +447,7 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	l.arm()
 	selfDone := m.self.Context().Done()
 	for {
+		l.claim() // what happened may have made shards this member's to ask for
 		l.rearm()
 		select {
 		case <-m.ctx.Done():
@@ -506,7 +507,6 @@ func (l *memberLoop) woke(now time.Time) {
 	settle, retry := l.wake.due(now)
 	if settle {
 		l.apply()
-		l.claim()
 	}
 	if retry {
 		l.retry()
@@ -545,7 +545,6 @@ func (l *memberLoop) watched(ev coord.Event) {
 			l.acquiring[k] = true
 		}
 	}
-	l.claim()
 }
 
 // handle takes in an event of the member's own goroutines.
@@ -600,8 +599,8 @@ func (l *memberLoop) settingsRead(e settingsRead) {
 	}
 }
 
-// retry tries again what failed: a settings read, and every shard whose
-// lock is free in a fresh listing.
+// retry tries again what failed: a settings read, and (the loop's claim)
+// every shard whose lock is free in a fresh listing.
 func (l *memberLoop) retry() {
 	if l.reads.retry() {
 		l.startRead()
@@ -611,7 +610,6 @@ func (l *memberLoop) retry() {
 		l.view.relist(infos)
 	}
 	l.recheckLimits()
-	l.claim()
 }
 
 // recheckLimits reads the limits once for the shards held back by one and
@@ -662,7 +660,8 @@ func (l *memberLoop) apply() {
 }
 
 // claim asks for each shard that claims gives, each on a goroutine of its
-// own that reports the answer (acquired).
+// own that reports the answer (acquired). The loop calls it after every
+// event.
 func (l *memberLoop) claim() {
 	m := l.m
 	m.mu.Lock()
@@ -700,7 +699,6 @@ func (l *memberLoop) acquired(e acquired) {
 	case keepShard:
 		delete(l.heldBack, e.n)
 		l.hold(e.n, e.held)
-		return
 	case giveBack:
 		releaseSoon(e.held)
 	case askAgain:
@@ -718,7 +716,6 @@ func (l *memberLoop) acquired(e acquired) {
 		l.wake.armRetry(time.Now())
 	case dropped:
 	}
-	l.claim()
 }
 
 // hold makes a Shard of a lease taken: its lease watch, its loss, the
@@ -753,7 +750,6 @@ func (l *memberLoop) released(s *Shard) {
 		l.view.owner[s.Number] = ""
 	}
 	m.notify()
-	l.claim()
 }
 
 // lost reports a shard's lease ended (once).
