@@ -639,17 +639,13 @@ func unavailable(ctx context.Context, lock string, err error) error {
 // longer holds the lock.
 var errNotHeld = errors.New("the lease no longer holds the lock")
 
-// AppendRelease is the history Recorder's one-step release (see
-// history.releaseAppender) on the etcd coordinator
-// whose client the store shares (package etcdtxn, the seam between them): ev (the
-// released event of leaseID, held under token) is written in the
-// transaction that deletes the holder's key, so that the event is on record
-// before the next holder's turn at the cost of one round trip, not of a read,
-// a write and the release. done is false, with nothing written or
-// released, when c is not such a coordinator, when the lease no longer holds
-// the lock, or when the transaction failed (err says why): the caller then
-// records and releases the usual way. An error with done true is the
-// release's (see etcdtxn.Release): the event is written.
+// AppendRelease is the history Recorder's one-step release (its contract:
+// history.releaseAppender) on the etcd coordinator whose client the store
+// shares (package etcdtxn, the seam between them): ev is written in the
+// transaction that deletes the holder's key, so that the event is on
+// record before the next holder's turn at the cost of one round trip, not
+// of a read, a write and the release. An error with done true is
+// etcdtxn.Release's.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	ec, ok := c.(interface { // package etcd's coordinator
 		Client() *clientv3.Client

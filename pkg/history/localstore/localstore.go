@@ -174,10 +174,8 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	return err
 }
 
-// AppendLater is Append with the fsync put off (see history.laterAppender):
-// when it returns without error the events are written, every process
-// sees them, and they are durable once sync has returned nil. sync must be
-// called once, whatever the error.
+// AppendLater is Append with the fsync put off (its contract:
+// history.laterAppender).
 func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func() error, err error) {
 	var syncs []func() error
 	err = trim.EachLock(ctx, s.opts, evs, func(ctx context.Context, lock string, evs []history.Event) error {
@@ -673,21 +671,15 @@ func (s *store) removeStaleTemps() {
 // name, checked on every read.
 func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped, "~") }
 
-// AppendRelease is the history Recorder's one-step release (see
-// history.releaseAppender) on the local coordinator
-// of the state directory this store is in (package local's ReleaseWith):
-// ev, the released event of leaseID held under token, is appended under
-// the lock's flock, once the lease is found to hold the lock and before the
+// AppendRelease is the history Recorder's one-step release (its contract:
+// history.releaseAppender) on the local coordinator of the state directory
+// this store is in (package local's ReleaseWith): ev is appended under the
+// lock's flock, once the lease is found to hold the lock and before the
 // release is written, so that it precedes the next holder's acquisition
 // without a read of the lock beforehand. Its fsync comes after the release
-// (before AppendRelease returns): the next holder need not wait for it,
-// and its own records, appended after this one, are durable only with it.
-//
-// done is false, with nothing written or released, when c is not such a
-// coordinator, when the lease no longer holds the lock, or when the event
-// could not be written (err says why): the caller then records and
-// releases the usual way. An error with done true is the release's (the
-// event is written), or the fsync's.
+// (before AppendRelease returns, whose error it may be): the next holder
+// need not wait for it, and its own records, appended after this one, are
+// durable only with it.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	lc, ok := c.(interface { // package local's coordinator
 		Dir() string
@@ -708,19 +700,14 @@ func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID 
 		sync, werr = s.appendLater(ctx, ev.Lock, []history.Event{ev})
 		return werr
 	})
-	if sync == nil {
-		// Not held, or the event was not written: nothing was released.
-		if werr != nil {
+	if sync == nil { // not held, or the event was not written: nothing was released
+		if werr != nil || !held {
 			return false, werr
-		}
-		if !held {
-			return false, nil
 		}
 		return false, err
 	}
-	serr := sync()
-	if err != nil {
-		return true, err
+	if serr := sync(); err == nil {
+		err = serr
 	}
-	return true, serr
+	return true, err
 }
