@@ -198,15 +198,18 @@ func (s *store) appendWith(ctx context.Context, lock string, evs []history.Event
 			return err
 		}
 	}
-	for attempt := 0; attempt < maxAttempts; attempt++ {
+	for attempt := 0; attempt < maxAttempts && err == nil; attempt++ {
 		var done bool
-		if st, done, err = s.tryWrite(ctx, lock, st, evs, vals, cut, commit); done || err != nil {
-			return err
+		if st, done, err = s.tryWrite(ctx, lock, st, evs, vals, cut, commit); done {
+			return nil
 		}
 	}
-	s.forget(lock)
-	return fmt.Errorf("%w: history of %q: gave up after %d attempts to write it against other writers",
-		coord.ErrUnavailable, lock, maxAttempts)
+	if err == nil {
+		err = fmt.Errorf("%w: history of %q: gave up after %d attempts to write it against other writers",
+			coord.ErrUnavailable, lock, maxAttempts)
+	}
+	s.forget(lock) // what the store knew of the lock may be wrong
+	return err
 }
 
 // readState reads what a write of lock needs to know (stateOps).
@@ -241,21 +244,16 @@ func (s *store) tryWrite(ctx context.Context, lock string, st state, kept []hist
 	tr, err := commit(ctx, cmp, ops, s.stateOps(lock))
 	switch {
 	case err != nil && errors.Is(err, errNotHeld):
-		s.forget(lock)
 		return state{}, false, err
 	case err != nil:
-		s.forget(lock)
 		return state{}, false, unavailable(ctx, lock, err)
 	case !tr.Succeeded:
 		// Another writer came first; its result is in the Else reads.
-		if next, err = s.decodeState(lock, tr.Responses); err != nil {
-			s.forget(lock)
-		}
+		next, err = s.decodeState(lock, tr.Responses)
 		return next, false, err
 	}
 	next = state{head: nh, exists: true, modRev: tr.Header.Revision}
 	if next.oldest, err = s.decodeAll(lock, tr.Responses[len(tr.Responses)-1].GetResponseRange().Kvs); err != nil {
-		s.forget(lock)
 		return state{}, false, err
 	}
 	s.keep(lock, next)
@@ -278,7 +276,6 @@ func (s *store) firstKept(ctx context.Context, lock string, st state, last uint6
 		more, err := s.cli.Get(ctx, s.key(lock, oldest[len(oldest)-1].Seq+1), clientv3.WithRange(end), clientv3.WithLimit(trimPage),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithSerializable())
 		if err != nil {
-			s.forget(lock)
 			return 0, unavailable(ctx, lock, err)
 		}
 		if oldest, err = s.decodeAll(lock, more.Kvs); err != nil {
