@@ -33,7 +33,7 @@
 // is released by its own goroutine.
 //
 // Member.mu guards what the methods share with that goroutine (shards,
-// target, members, settings, pending, err). It is a leaf: held briefly,
+// target, settings, pending, err). It is a leaf: held briefly,
 // never across a coordinator call, a send or OnMove; only the contexts of
 // shards are cancelled under it (finish), which runs no user code
 // (context.AfterFunc callbacks run on goroutines of their own). The
@@ -155,7 +155,6 @@ type Member struct {
 	mu       sync.Mutex
 	shards   map[int]*Shard // held (a shard whose context ended stays until released)
 	target   []string       // the map in force
-	members  []string
 	settings Settings
 	pending  bool // a change waits for the settle time
 	err      error
@@ -441,9 +440,6 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	l.timer.Stop()
 	defer l.timer.Stop()
 	l.view.reset(infos)
-	m.mu.Lock()
-	m.members = l.view.memberList()
-	m.mu.Unlock()
 	l.arm()
 	selfDone := m.self.Context().Done()
 	for {
@@ -649,7 +645,7 @@ func (l *memberLoop) apply() {
 	t, now, reason := plan(m.opts.Shards, ms, st, l.applied)
 	l.applied = now
 	m.mu.Lock()
-	m.target, m.members = t, ms
+	m.target = t
 	away := awayFrom(t, m.id, m.shards)
 	m.mu.Unlock()
 	for _, s := range away {
