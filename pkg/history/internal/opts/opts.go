@@ -20,12 +20,6 @@ const MaxAge = 7 * 24 * time.Hour
 // values are cut, at a UTF-8 boundary, when the event is recorded.
 const MaxTextLen = 1024
 
-// recordTimeout is the default Options.RecordTimeout.
-const recordTimeout = 3 * time.Second
-
-// maxPending is the default Options.MaxPending.
-const maxPending = 256
-
 // Options configure stores and the Recorder. Each reads the fields it
 // needs; the zero value of a field means its default.
 type Options struct {
@@ -40,11 +34,11 @@ type Options struct {
 	// write (slog.Default()).
 	Logger *slog.Logger
 	// RecordTimeout bounds each write the Recorder makes on its own behalf
-	// (recordTimeout), so that an unreachable store cannot hold up a
+	// (3s), so that an unreachable store cannot hold up a
 	// lease operation for long.
 	RecordTimeout time.Duration
 	// MaxPending bounds the events a Recorder keeps in memory while the
-	// store cannot be written (maxPending); beyond it the oldest are
+	// store cannot be written (256); beyond it the oldest are
 	// dropped.
 	MaxPending int
 	// SpoolDir, when set, is where a Recorder keeps the events it could not
@@ -104,8 +98,8 @@ func Lenient(opts []Option) (o Options, errs []error) {
 	}
 	orDefault(&errs, "max events", &o.MaxEvents, MaxEvents)
 	orDefault(&errs, "max age", &o.MaxAge, MaxAge)
-	orDefault(&errs, "record timeout", &o.RecordTimeout, recordTimeout)
-	orDefault(&errs, "max pending", &o.MaxPending, maxPending)
+	orDefault(&errs, "record timeout", &o.RecordTimeout, 3*time.Second)
+	orDefault(&errs, "max pending", &o.MaxPending, 256)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
