@@ -116,12 +116,7 @@ func (s *scheduler) wakeUp() {
 type pass struct {
 	starts  []*attempt
 	cancels []func()
-	losses  []loss
-}
-
-type loss struct {
-	h *Held
-	e *LostError
+	losses  []func() // each ends a hold's context
 }
 
 // suspendCheck is the longest the scheduler sleeps. A system suspend stops
@@ -182,8 +177,8 @@ func (s *scheduler) run() {
 // then the abandonments (on a goroutine, however unlikely it is that
 // cancelling blocks).
 func (s *scheduler) do(p *pass) {
-	for _, l := range p.losses {
-		l.h.cancel(l.e)
+	for _, end := range p.losses {
+		end()
 	}
 	for _, a := range p.starts {
 		a.h.send(a)
@@ -206,7 +201,7 @@ func (s *scheduler) lose(h *Held, e *LostError, p *pass) {
 	s.dropAttempt(h, p)
 	if h.cbMu.TryLock() {
 		h.cbMu.Unlock()
-		p.losses = append(p.losses, loss{h, e})
+		p.losses = append(p.losses, func() { h.cancel(e) })
 		return
 	}
 	h.pendingLoss = e
