@@ -333,22 +333,15 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
 	h.opts.fill(lease.TTL)
 
-	var sent clock.Boot
-	if lease.Sent.IsZero() {
-		s := h.clk.now()
-		r, err := c.Renew(ctx, lease.Name, lease.ID)
-		if err != nil {
-			if errors.Is(err, coord.ErrLeaseLost) {
-				return nil, &LostError{Reason: Lost, Lock: lease.Name, Token: lease.Token, LastErr: err}
-			}
-			return nil, fmt.Errorf("renew lease on %q: %w", lease.Name, err)
-		}
-		sent = s
-		if r.TTL > 0 {
-			h.lease.TTL = r.TTL
-		}
-	} else {
+	sent := h.clk.now() // the send time of the renewal below, for a lease with no Sent
+	if !lease.Sent.IsZero() {
 		sent = h.clk.toBoot(lease.Sent)
+	} else if r, err := c.Renew(ctx, lease.Name, lease.ID); errors.Is(err, coord.ErrLeaseLost) {
+		return nil, &LostError{Reason: Lost, Lock: lease.Name, Token: lease.Token, LastErr: err}
+	} else if err != nil {
+		return nil, fmt.Errorf("renew lease on %q: %w", lease.Name, err)
+	} else if r.TTL > 0 {
+		h.lease.TTL = r.TTL
 	}
 	su := sent.Add(h.lease.TTL - h.opts.Margin)
 	h.st.SafeUntilBoot = su

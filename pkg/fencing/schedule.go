@@ -116,13 +116,7 @@ func (s *scheduler) wakeUp() {
 type pass struct {
 	starts  []*attempt
 	cancels []func()
-	losses  []loss
-	sent    []func() // the cancel funcs of starts, once sent
-}
-
-type loss struct {
-	h *Held
-	e *LostError
+	losses  []func() // each ends a hold's context
 }
 
 // suspendCheck is the longest the scheduler sleeps. A system suspend stops
@@ -183,29 +177,15 @@ func (s *scheduler) run() {
 // then the abandonments (on a goroutine, however unlikely it is that
 // cancelling blocks).
 func (s *scheduler) do(p *pass) {
-	for _, l := range p.losses {
-		l.h.cancel(l.e)
+	for _, end := range p.losses {
+		end()
 	}
 	for _, a := range p.starts {
-		p.sent = append(p.sent, a.h.send(a))
-	}
-	if len(p.starts) > 0 {
-		var late []func()
-		s.mu.Lock()
-		for i, a := range p.starts {
-			if a.abandon {
-				late = append(late, p.sent[i]) // ended or abandoned before it was sent
-			} else {
-				a.cancel = p.sent[i]
-			}
-		}
-		s.mu.Unlock()
-		p.cancels = append(p.cancels, late...)
+		a.h.send(a)
 	}
 	if len(p.cancels) > 0 {
-		cancels := append([]func(){}, p.cancels...)
 		go func() {
-			for _, c := range cancels {
+			for _, c := range p.cancels {
 				c()
 			}
 		}()
@@ -221,7 +201,7 @@ func (s *scheduler) lose(h *Held, e *LostError, p *pass) {
 	s.dropAttempt(h, p)
 	if h.cbMu.TryLock() {
 		h.cbMu.Unlock()
-		p.losses = append(p.losses, loss{h, e})
+		p.losses = append(p.losses, func() { h.cancel(e) })
 		return
 	}
 	h.pendingLoss = e
@@ -234,7 +214,7 @@ func (s *scheduler) dropAttempt(h *Held, p *pass) {
 		return
 	}
 	h.inflight = nil
-	if a.cancel != nil && !a.abandon {
+	if !a.abandon {
 		p.cancels = append(p.cancels, a.cancel)
 	}
 	a.abandon = true
@@ -296,10 +276,10 @@ type attempt struct {
 	// as much, on the boot clock only (see complete).
 	sentMono time.Time
 	end      clock.Boot // when it is abandoned
-	// cancel abandons it once sent. abandon is set when it was given up:
-	// at its end (its answer, an error mostly, is still applied) or when its
-	// hold ended (its answer is ignored). cancel is called then, or as soon
-	// as it is known.
+	// ctx is the request's; cancel abandons it. abandon is set when it was
+	// given up: at its end (its answer, an error mostly, is still applied)
+	// or when its hold ended (its answer is ignored). cancel is called then.
+	ctx     context.Context
 	cancel  func()
 	abandon bool
 }
@@ -312,6 +292,8 @@ func (h *Held) step(now clock.Boot, p *pass) *LostError {
 	}
 	if h.inflight == nil && !h.opts.NoRenew && now >= h.next.Add(-h.early) {
 		a := &attempt{h: h, sent: now, sentMono: time.Now(), end: min(now.Add(abandonAfter(h.opts.RenewInterval)), h.su)}
+		// Never blocks: h.ctx's cancellation takes no s.mu (see Held).
+		a.ctx, a.cancel = context.WithCancel(h.ctx)
 		h.inflight = a
 		p.starts = append(p.starts, a)
 	}
@@ -319,9 +301,7 @@ func (h *Held) step(now clock.Boot, p *pass) *LostError {
 		// A request that hangs is abandoned; its error comes back to
 		// complete, as a failure.
 		a.abandon = true
-		if a.cancel != nil {
-			p.cancels = append(p.cancels, a.cancel)
-		}
+		p.cancels = append(p.cancels, a.cancel)
 	}
 	h.wake = h.plan()
 	return nil
@@ -340,15 +320,13 @@ func (h *Held) plan() clock.Boot {
 	return wake
 }
 
-// send sends a renewal (without s.mu) and returns how to abandon it.
-func (h *Held) send(a *attempt) (cancel func()) {
-	ctx, cancel := context.WithCancel(h.ctx)
+// send sends a renewal (without s.mu).
+func (h *Held) send(a *attempt) {
 	go func() {
-		r, err := h.c.Renew(ctx, h.lease.Name, h.lease.ID)
-		cancel()
+		r, err := h.c.Renew(a.ctx, h.lease.Name, h.lease.ID)
+		a.cancel()
 		a.complete(r, err)
 	}()
-	return cancel
 }
 
 // outcome is what the answer to a renewal does to its hold.

@@ -164,7 +164,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 	}
 	s.mu.Lock()
 	s.complete = true
-	s.last = s.safeUntil()
+	s.last = s.earliestLocked().safeUntil()
 	s.mu.Unlock()
 	return s, nil
 }
@@ -176,10 +176,7 @@ func (s *Set) renewed() {
 	if !s.complete {
 		return
 	}
-	e := s.earliestLocked()
-	if e == nil {
-		return
-	}
+	e := s.earliestLocked() // every lease is taken
 	if su := e.safeUntil(); su > s.last {
 		s.last = su
 		if s.onRenewal != nil {
@@ -201,13 +198,8 @@ func (s *Set) Helds() []*Held {
 	return slices.Clone(s.helds)
 }
 
-func (s *Set) safeUntil() clock.Boot {
-	if e := s.earliestLocked(); e != nil {
-		return e.safeUntil()
-	}
-	return 0
-}
-
+// earliestLocked is the hold taken whose safe-until comes first (s.mu
+// held).
 func (s *Set) earliestLocked() *Held {
 	var e *Held
 	for _, h := range s.helds {

@@ -69,10 +69,11 @@ type Recorder interface {
 // recorder is the Recorder that Wrap returns. The operations it does not
 // define are passed to the embedded coordinator unchanged: they record
 // nothing (Renew, the reads, and the operator limits, which their callers
-// record as Frozen, Limited and Thawed).
+// record as Frozen, Limited and Thawed); the history's reads (History,
+// Since, Heads) are the embedded store's.
 type recorder struct {
 	coord.Coordinator
-	store   Store
+	store
 	opts    hopts.Options
 	log     *slog.Logger
 	pending *pendingEvents
@@ -102,6 +103,10 @@ const maxHeld = 4096
 const scanBack = 32
 
 var _ Recorder = (*recorder)(nil)
+
+// store is the Store a recorder writes to, embedded under this name
+// (Store is the Recorder's method that returns it).
+type store = Store
 
 // Wrap returns a Recorder that records c's lease events in s. Options set
 // the logger, the clock, the timeout of each write and the pending buffer
@@ -465,19 +470,6 @@ func (r *recorder) Append(ctx context.Context, evs []Event) error {
 	}
 	return r.pending.appendEvents(ctx, evs)
 }
-
-// History implements Store.
-func (r *recorder) History(ctx context.Context, lock string, limit int) ([]Event, error) {
-	return r.store.History(ctx, lock, limit)
-}
-
-// Since implements Store.
-func (r *recorder) Since(ctx context.Context, lock string, after uint64) ([]Entry, error) {
-	return r.store.Since(ctx, lock, after)
-}
-
-// Heads implements Store.
-func (r *recorder) Heads(ctx context.Context) ([]Head, error) { return r.store.Heads(ctx) }
 
 // Pending implements Recorder.
 func (r *recorder) Pending() int { return r.pending.count() }

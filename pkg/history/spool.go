@@ -78,30 +78,20 @@ type spooled struct {
 }
 
 // share checks the spool directory and its parent (the state directory
-// that decides how it is shared), creating them when create is set. ok
-// false: the directory does not exist (and create is not set).
-func (s *spool) share(create bool) (m sharedir.Mode, ok bool, err error) {
+// that decides how it is shared), creating them when missing.
+func (s *spool) share() (m sharedir.Mode, err error) {
 	parent := filepath.Dir(s.dir)
-	if create {
-		if err := os.MkdirAll(parent, 0o700); err != nil {
-			return m, false, err
-		}
-	} else if _, err := os.Lstat(s.dir); errors.Is(err, fs.ErrNotExist) {
-		return m, false, nil
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return m, err
 	}
 	if m, err = sharedir.OfDir(parent); err != nil {
-		return m, false, err
+		return m, err
 	}
 	created, err := m.EnsureDir(s.dir, false)
-	if err != nil {
-		return m, false, err
+	if err == nil && created {
+		err = atomicfile.SyncDir(parent)
 	}
-	if created {
-		if err := atomicfile.SyncDir(parent); err != nil {
-			return m, false, err
-		}
-	}
-	return m, true, nil
+	return m, err
 }
 
 // keep writes evs durably into a new spool file, then drops the oldest
@@ -110,7 +100,7 @@ func (s *spool) keep(evs []Event) (dropped int, err error) {
 	if len(evs) == 0 {
 		return 0, nil
 	}
-	m, _, err := s.share(true)
+	m, err := s.share()
 	if err != nil {
 		return 0, err
 	}
@@ -192,8 +182,8 @@ func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 	if entries, err := os.ReadDir(s.dir); errors.Is(err, fs.ErrNotExist) || err == nil && len(entries) == 0 {
 		return 0, nil
 	}
-	m, ok, err := s.share(false)
-	if err != nil || !ok {
+	m, err := s.share()
+	if err != nil {
 		return 0, err
 	}
 	s.unclaimStale()

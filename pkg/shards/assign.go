@@ -33,12 +33,6 @@ func assign(n int, members []string) []string {
 	if m == 0 || n <= 0 {
 		return out
 	}
-	if m == 1 {
-		for i := range out {
-			out[i] = ms[0]
-		}
-		return out
-	}
 	type pair struct {
 		score  uint64
 		shard  int32
@@ -112,10 +106,8 @@ func Target(n int, members []string, st Settings) []string {
 			active = append(active, id)
 		}
 	}
-	slices.Sort(active)
-	active = slices.Compact(active)
 	if st.Serial != nil && len(active) > 0 {
-		one := active[0]
+		one := slices.Min(active)
 		if slices.Contains(active, *st.Serial) {
 			one = *st.Serial
 		}

@@ -26,14 +26,14 @@
 // Shard.lostSeen. It decides with the pure functions of state.go. The
 // others reach it through its event channel (Member.send): an acquisition
 // goroutine per shard asked for (acquired), at most one settings read at a
-// time (settingsRead), each held shard's lease watch and the AfterFunc of
-// its loss (revoked, lost), and Shard.Release from any goroutine
+// time (settingsRead), the member's and each held shard's lease watch and
+// the AfterFunc of a shard's loss (revoked, lost), and Shard.Release from any goroutine
 // (released). send gives up once the member's goroutine has ended, so
 // none of them blocks on a member that left; an acquisition answered then
 // is released by its own goroutine.
 //
 // Member.mu guards what the methods share with that goroutine (shards,
-// target, members, settings, pending, err). It is a leaf: held briefly,
+// target, settings, pending, err). It is a leaf: held briefly,
 // never across a coordinator call, a send or OnMove; only the contexts of
 // shards are cancelled under it (finish), which runs no user code
 // (context.AfterFunc callbacks run on goroutines of their own). The
@@ -143,11 +143,11 @@ type Member struct {
 	id    string
 	opts  options
 
-	self      *fencing.Held
-	selfWatch *leaseWatch     // of the member's own lease; nil without one
-	ctx       context.Context // the member's: ends at Leave or when its lease is lost
-	cancel    context.CancelCauseFunc
-	done      chan struct{}
+	self    *fencing.Held
+	unwatch func()          // ends the watch of the member's own lease
+	ctx     context.Context // the member's: ends at Leave or when its lease is lost
+	cancel  context.CancelCauseFunc
+	done    chan struct{}
 
 	ev      chan any
 	changed chan struct{}
@@ -155,7 +155,6 @@ type Member struct {
 	mu       sync.Mutex
 	shards   map[int]*Shard // held (a shard whose context ended stays until released)
 	target   []string       // the map in force
-	members  []string
 	settings Settings
 	pending  bool // a change waits for the settle time
 	err      error
@@ -170,8 +169,8 @@ type Shard struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	once   sync.Once
-	// unwatch ends the watch of the shard's lease (nil without one) and
-	// waits for it; lostSeen (the member's goroutine only): its end was
+	// unwatch ends the watch of the shard's lease and waits for it;
+	// lostSeen (the member's goroutine only): its end was
 	// already reported.
 	unwatch  func()
 	lostSeen bool
@@ -194,9 +193,7 @@ func (s *Shard) Release(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
 		s.cancel(ErrLeft)
-		if s.unwatch != nil {
-			s.unwatch() // our own release must not read as a revocation
-		}
+		s.unwatch() // our own release must not read as a revocation
 		err = s.held.Release(ctx)
 		s.m.send(released{s})
 	})
@@ -339,7 +336,7 @@ func Join(ctx context.Context, c coord.Coordinator, group string, shards int, wi
 	if err != nil {
 		return fail(err)
 	}
-	m.selfWatch = m.watchLease(self.Lease())
+	m.unwatch = m.watchLease(self.Lease(), nil)
 	go m.loop(events, wcancel, infos)
 	return m, nil
 }
@@ -408,7 +405,7 @@ func (m *Member) Leave(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	m.selfWatch.stop()
+	m.unwatch()
 	if err := m.self.Release(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -439,24 +436,16 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	defer close(m.done)
 	defer stopWatch()
 	l := &memberLoop{m: m, view: newView(m.group, m.id, m.opts.Shards),
-		acquiring: map[int]bool{}, again: map[int]bool{}, heldBack: map[int]bool{}, timer: time.NewTimer(time.Hour)}
+		acquiring: map[int]bool{}, heldBack: map[int]bool{}, timer: time.NewTimer(time.Hour)}
 	l.timer.Stop()
 	defer l.timer.Stop()
 	l.view.reset(infos)
-	m.mu.Lock()
-	m.members = l.view.memberList()
-	m.mu.Unlock()
 	l.arm()
 	selfDone := m.self.Context().Done()
-	selfRevoked := m.selfWatch.channel()
 	for {
+		l.claim() // what happened may have made shards this member's to ask for
 		l.rearm()
 		select {
-		case err, ok := <-selfRevoked:
-			selfRevoked = nil
-			if ok && err != nil && !expired(m.self, err) {
-				m.cancel(fmt.Errorf("member %q of group %q: %w: %w", m.id, m.group, ErrRevoked, err))
-			}
 		case <-m.ctx.Done():
 			m.finish(context.Cause(m.ctx))
 			return
@@ -486,8 +475,7 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 type memberLoop struct {
 	m         *Member
 	view      view
-	acquiring map[int]bool // an acquisition of the shard is in flight
-	again     map[int]bool // its lock was freed while it was in flight
+	acquiring map[int]bool // in flight, by shard: true once its lock was seen freed meanwhile
 	heldBack  map[int]bool // refused by an operator limit: see at the retry
 	reads     reads
 	wake      wake
@@ -515,7 +503,6 @@ func (l *memberLoop) woke(now time.Time) {
 	settle, retry := l.wake.due(now)
 	if settle {
 		l.apply()
-		l.claim()
 	}
 	if retry {
 		l.retry()
@@ -550,11 +537,10 @@ func (l *memberLoop) watched(ev coord.Event) {
 	case "settings":
 		l.readSettings()
 	case "shard":
-		if l.view.free(k) && l.acquiring[k] {
-			l.again[k] = true
+		if _, inFlight := l.acquiring[k]; inFlight && l.view.free(k) {
+			l.acquiring[k] = true
 		}
 	}
-	l.claim()
 }
 
 // handle takes in an event of the member's own goroutines.
@@ -609,8 +595,8 @@ func (l *memberLoop) settingsRead(e settingsRead) {
 	}
 }
 
-// retry tries again what failed: a settings read, and every shard whose
-// lock is free in a fresh listing.
+// retry tries again what failed: a settings read, and (the loop's claim)
+// every shard whose lock is free in a fresh listing.
 func (l *memberLoop) retry() {
 	if l.reads.retry() {
 		l.startRead()
@@ -620,7 +606,6 @@ func (l *memberLoop) retry() {
 		l.view.relist(infos)
 	}
 	l.recheckLimits()
-	l.claim()
 }
 
 // recheckLimits reads the limits once for the shards held back by one and
@@ -660,7 +645,7 @@ func (l *memberLoop) apply() {
 	t, now, reason := plan(m.opts.Shards, ms, st, l.applied)
 	l.applied = now
 	m.mu.Lock()
-	m.target, m.members = t, ms
+	m.target = t
 	away := awayFrom(t, m.id, m.shards)
 	m.mu.Unlock()
 	for _, s := range away {
@@ -671,14 +656,15 @@ func (l *memberLoop) apply() {
 }
 
 // claim asks for each shard that claims gives, each on a goroutine of its
-// own that reports the answer (acquired).
+// own that reports the answer (acquired). The loop calls it after every
+// event.
 func (l *memberLoop) claim() {
 	m := l.m
 	m.mu.Lock()
 	want := claims(m.target, m.id, m.shards, l.acquiring, &l.view)
 	m.mu.Unlock()
 	for _, k := range want {
-		l.acquiring[k] = true
+		l.acquiring[k] = false
 		go func(k int) {
 			h, err := fencing.Acquire(m.ctx, m.c, shardLock(m.group, k),
 				coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold...)
@@ -699,19 +685,16 @@ func releaseSoon(h *fencing.Held) {
 // acquired performs acquireOutcome's decision on an acquisition's answer.
 func (l *memberLoop) acquired(e acquired) {
 	m := l.m
+	freed := l.acquiring[e.n]
 	delete(l.acquiring, e.n)
 	m.mu.Lock()
 	mine := m.target != nil && m.target[e.n] == m.id
 	m.mu.Unlock()
-	next := acquireOutcome(e.err, l.again[e.n], mine, m.ctx.Err() != nil)
-	if next != waitFree && next != dropped {
-		delete(l.again, e.n) // answered after the lock was freed: done with
-	}
+	next := acquireOutcome(e.err, freed, mine, m.ctx.Err() != nil)
 	switch next {
 	case keepShard:
 		delete(l.heldBack, e.n)
 		l.hold(e.n, e.held)
-		return
 	case giveBack:
 		releaseSoon(e.held)
 	case askAgain:
@@ -729,7 +712,6 @@ func (l *memberLoop) acquired(e acquired) {
 		l.wake.armRetry(time.Now())
 	case dropped:
 	}
-	l.claim()
 }
 
 // hold makes a Shard of a lease taken: its lease watch, its loss, the
@@ -738,14 +720,7 @@ func (l *memberLoop) hold(n int, held *fencing.Held) {
 	m := l.m
 	s := &Shard{Group: m.group, Number: n, m: m, held: held}
 	s.ctx, s.cancel = context.WithCancelCause(held.Context())
-	if w := m.watchLease(held.Lease()); w != nil {
-		s.unwatch = w.stop
-		go func() {
-			if err, ok := <-w.ch; ok && err != nil {
-				m.send(revoked{s, err})
-			}
-		}()
-	}
+	s.unwatch = m.watchLease(held.Lease(), s)
 	context.AfterFunc(held.Context(), func() {
 		if c := context.Cause(held.Context()); errors.Is(c, coord.ErrLeaseLost) {
 			m.send(lost{s})
@@ -771,7 +746,6 @@ func (l *memberLoop) released(s *Shard) {
 		l.view.owner[s.Number] = ""
 	}
 	m.notify()
-	l.claim()
 }
 
 // lost reports a shard's lease ended (once).
@@ -784,9 +758,15 @@ func (l *memberLoop) lost(s *Shard) {
 }
 
 // revoked ends a shard's context for `fence revoke` (asked: given up; its
-// lease ended: lost).
+// lease ended: lost), or the member's for its own lease (s nil).
 func (l *memberLoop) revoked(s *Shard, err error) {
 	m := l.m
+	if s == nil {
+		if !expired(m.self, err) {
+			m.cancel(fmt.Errorf("member %q of group %q: %w: %w", m.id, m.group, ErrRevoked, err))
+		}
+		return
+	}
 	if s.ctx.Err() != nil || expired(s.held, err) {
 		return // moved away, lost or left meanwhile; or lost now (see lost)
 	}
@@ -830,39 +810,27 @@ func (m *Member) move(mv Move) {
 	}
 }
 
-// leaseWatch is a coord.LeaseWatcher's watch of one lease: `fence revoke`
-// asking its holder to stop (coord.ErrStopRequested) or ending it.
-type leaseWatch struct {
-	ch     <-chan error
-	cancel context.CancelFunc
-}
-
-// watchLease watches l until the member ends or the watch is stopped; nil
-// when the watch cannot start (the renewals still find a revoked lease).
-func (m *Member) watchLease(l coord.Lease) *leaseWatch {
+// watchLease watches l (coord.LeaseWatcher: `fence revoke` asking its
+// holder to stop, with coord.ErrStopRequested, or ending it) until the
+// member ends or stop is called, and tells the member's goroutine of its
+// end (revoked; s nil for the member's own lease). When the watch cannot
+// start, the renewals still find a revoked lease. stop ends the watch and
+// waits for it: before the lease's own release.
+func (m *Member) watchLease(l coord.Lease, s *Shard) (stop func()) {
 	ctx, cancel := context.WithCancel(m.ctx)
 	ch, err := m.c.WatchLease(ctx, l.Name, l.ID)
 	if err != nil {
 		cancel()
-		return nil
+		return func() {}
 	}
-	return &leaseWatch{ch: ch, cancel: cancel}
-}
-
-// channel is the watch's channel (nil for no watch: never ready).
-func (w *leaseWatch) channel() <-chan error {
-	if w == nil {
-		return nil
-	}
-	return w.ch
-}
-
-// stop ends the watch and waits for it: before the lease's own release.
-func (w *leaseWatch) stop() {
-	if w == nil {
-		return
-	}
-	w.cancel()
-	for range w.ch {
+	go func() {
+		if err, ok := <-ch; ok && err != nil {
+			m.send(revoked{s, err})
+		}
+	}()
+	return func() {
+		cancel()
+		for range ch {
+		}
 	}
 }

@@ -86,12 +86,13 @@ func (v *view) memberList() []string {
 }
 
 // claims are the shards to ask for now, in ascending order: target gives
-// them to self, self holds none of them (held), none is being asked for,
-// and each lock is seen free (a busy lock is asked for at its release).
+// them to self, self holds none of them (held), none is being asked for (a
+// key of acquiring), and each lock is seen free (a busy lock is asked for
+// at its release).
 func claims(target []string, self string, held map[int]*Shard, acquiring map[int]bool, v *view) []int {
 	var want []int
 	for k, id := range target {
-		if id == self && held[k] == nil && !acquiring[k] && v.free(k) {
+		if _, inFlight := acquiring[k]; id == self && held[k] == nil && !inFlight && v.free(k) {
 			want = append(want, k)
 		}
 	}

@@ -158,7 +158,7 @@ func (s *store) Record(ctx context.Context, ev history.Event) error {
 // Append implements history.Store: the events of one lock are written in one
 // transaction (per 100 events).
 func (s *store) Append(ctx context.Context, evs []history.Event) error {
-	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
+	return trim.EachLock(ctx, s.opts, evs, func(ctx context.Context, lock string, evs []history.Event) error {
 		for len(evs) > 0 {
 			n := min(len(evs), maxBatch)
 			if err := s.appendWith(ctx, lock, evs[:n], s.commit); err != nil {
@@ -178,47 +178,38 @@ func (s *store) commit(ctx context.Context, cmp clientv3.Cmp, then, els []client
 	return s.cli.Txn(ctx).If(cmp).Then(then...).Else(els...).Commit()
 }
 
-// appendWith writes the events of one lock, its transaction committed by
-// commit. An error of commit wrapping errNotHeld is returned as it is.
+// appendWith writes the events of one lock (within the age bound), its
+// transaction committed by commit. An error of commit wrapping errNotHeld
+// is returned as it is.
 func (s *store) appendWith(ctx context.Context, lock string, evs []history.Event, commit commitFunc) error {
 	cut := s.opts.Cutoff()
-	kept, vals, err := encodeKept(evs, cut)
-	if err != nil || len(kept) == 0 {
-		return err // none: already past the age bound, kept nowhere
+	vals := make([]string, len(evs))
+	for i, ev := range evs {
+		b, err := codec.Encode(0, ev)
+		if err != nil {
+			return err
+		}
+		vals[i] = string(b)
 	}
+	var err error
 	st, ok := s.cached(lock)
 	if !ok {
 		if st, err = s.readState(ctx, lock); err != nil {
 			return err
 		}
 	}
-	for attempt := 0; attempt < maxAttempts; attempt++ {
+	for attempt := 0; attempt < maxAttempts && err == nil; attempt++ {
 		var done bool
-		if st, done, err = s.tryWrite(ctx, lock, st, kept, vals, cut, commit); done || err != nil {
-			return err
+		if st, done, err = s.tryWrite(ctx, lock, st, evs, vals, cut, commit); done {
+			return nil
 		}
 	}
-	s.forget(lock)
-	return fmt.Errorf("%w: history of %q: gave up after %d attempts to write it against other writers",
-		coord.ErrUnavailable, lock, maxAttempts)
-}
-
-// encodeKept returns the events of evs not past the age bound (cut), and
-// their values.
-func encodeKept(evs []history.Event, cut time.Time) ([]history.Event, []string, error) {
-	var kept []history.Event
-	var vals []string
-	for _, ev := range evs {
-		if ev.Time.Before(cut) {
-			continue
-		}
-		b, err := codec.Encode(0, ev)
-		if err != nil {
-			return nil, nil, err
-		}
-		kept, vals = append(kept, ev), append(vals, string(b))
+	if err == nil {
+		err = fmt.Errorf("%w: history of %q: gave up after %d attempts to write it against other writers",
+			coord.ErrUnavailable, lock, maxAttempts)
 	}
-	return kept, vals, nil
+	s.forget(lock) // what the store knew of the lock may be wrong
+	return err
 }
 
 // readState reads what a write of lock needs to know (stateOps).
@@ -253,21 +244,16 @@ func (s *store) tryWrite(ctx context.Context, lock string, st state, kept []hist
 	tr, err := commit(ctx, cmp, ops, s.stateOps(lock))
 	switch {
 	case err != nil && errors.Is(err, errNotHeld):
-		s.forget(lock)
 		return state{}, false, err
 	case err != nil:
-		s.forget(lock)
 		return state{}, false, unavailable(ctx, lock, err)
 	case !tr.Succeeded:
 		// Another writer came first; its result is in the Else reads.
-		if next, err = s.decodeState(lock, tr.Responses); err != nil {
-			s.forget(lock)
-		}
+		next, err = s.decodeState(lock, tr.Responses)
 		return next, false, err
 	}
 	next = state{head: nh, exists: true, modRev: tr.Header.Revision}
 	if next.oldest, err = s.decodeAll(lock, tr.Responses[len(tr.Responses)-1].GetResponseRange().Kvs); err != nil {
-		s.forget(lock)
 		return state{}, false, err
 	}
 	s.keep(lock, next)
@@ -290,7 +276,6 @@ func (s *store) firstKept(ctx context.Context, lock string, st state, last uint6
 		more, err := s.cli.Get(ctx, s.key(lock, oldest[len(oldest)-1].Seq+1), clientv3.WithRange(end), clientv3.WithLimit(trimPage),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend), clientv3.WithSerializable())
 		if err != nil {
-			s.forget(lock)
 			return 0, unavailable(ctx, lock, err)
 		}
 		if oldest, err = s.decodeAll(lock, more.Kvs); err != nil {
@@ -452,13 +437,9 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 // bound keeps, at most limit (0: no limit). trim.Newest makes History's
 // answer of them.
 func (s *store) newestOp(lock string, limit int) clientv3.Op {
-	n := s.opts.MaxEvents
-	if limit > 0 && limit < n {
-		n = limit
-	}
 	rng := s.Range(lock)
 	return clientv3.OpGet(rng, clientv3.WithRange(clientv3.GetPrefixRangeEnd(rng)),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(n)))
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(s.opts.Window(limit))))
 }
 
 // Latest returns what History(ctx, lock, n) returns, the lock's last n kept
@@ -516,11 +497,6 @@ func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Even
 	// the oldest events it keeps for the write after it (the release's),
 	// which applies the age bound.
 	s.keep(lock, st)
-	return s.lastLeaseIn(ctx, lock, n, st)
-}
-
-// lastLeaseIn is LastLease on st, lock's state as just read.
-func (s *store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (history.Event, bool, error) {
 	h := st.head
 	if !st.exists {
 		return history.Event{}, false, nil
@@ -533,11 +509,7 @@ func (s *store) lastLeaseIn(ctx context.Context, lock string, n int, st state) (
 		}
 		// Latest's window: the newest min(n, MaxEvents) events of the
 		// lock's kept range, without those past the age bound.
-		w := uint64(s.opts.MaxEvents)
-		if n > 0 && uint64(n) < w {
-			w = uint64(n)
-		}
-		if seq < h.First || h.Seq-seq >= w {
+		if seq < h.First || h.Seq-seq >= uint64(s.opts.Window(n)) {
 			return history.Event{}, false, nil // nor any lease event before it
 		}
 		if !ev.Time.Before(s.opts.Cutoff()) {
@@ -664,17 +636,13 @@ func unavailable(ctx context.Context, lock string, err error) error {
 // longer holds the lock.
 var errNotHeld = errors.New("the lease no longer holds the lock")
 
-// AppendRelease is the history Recorder's one-step release (see
-// history.releaseAppender) on the etcd coordinator
-// whose client the store shares (package etcdtxn, the seam between them): ev (the
-// released event of leaseID, held under token) is written in the
-// transaction that deletes the holder's key, so that the event is on record
-// before the next holder's turn at the cost of one round trip, not of a read,
-// a write and the release. done is false, with nothing written or
-// released, when c is not such a coordinator, when the lease no longer holds
-// the lock, or when the transaction failed (err says why): the caller then
-// records and releases the usual way. An error with done true is the
-// release's (see etcdtxn.Release): the event is written.
+// AppendRelease is the history Recorder's one-step release (its contract:
+// history.releaseAppender) on the etcd coordinator whose client the store
+// shares (package etcdtxn, the seam between them): ev is written in the
+// transaction that deletes the holder's key, so that the event is on
+// record before the next holder's turn at the cost of one round trip, not
+// of a read, a write and the release. An error with done true is
+// etcdtxn.Release's.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	ec, ok := c.(interface { // package etcd's coordinator
 		Client() *clientv3.Client

@@ -102,13 +102,10 @@ type store struct {
 	share sharedir.Mode // how the state directory is shared
 
 	mu  sync.Mutex
-	bad map[string]fileID // by file base: files a read or compaction found damaged
+	bad map[string]bool // by file base: files a read or compaction found damaged
 }
 
 var _ history.Store = (*store)(nil)
-
-// fileID names a file by device and inode.
-type fileID struct{ dev, ino uint64 }
 
 // fileState is what a writer knows of a history file it checked.
 type fileState struct {
@@ -156,7 +153,7 @@ func Open(stateDir string, opts ...history.Option) (history.Store, error) {
 			return nil, unavailable("history store: %w", err)
 		}
 	}
-	return &store{dir: dir, opts: o, share: share, bad: map[string]fileID{}}, nil
+	return &store{dir: dir, opts: o, share: share, bad: map[string]bool{}}, nil
 }
 
 // File returns the path of the history file of lock.
@@ -177,13 +174,11 @@ func (s *store) Append(ctx context.Context, evs []history.Event) error {
 	return err
 }
 
-// AppendLater is Append with the fsync put off (see history.laterAppender):
-// when it returns without error the events are written, every process
-// sees them, and they are durable once sync has returned nil. sync must be
-// called once, whatever the error.
+// AppendLater is Append with the fsync put off (its contract:
+// history.laterAppender).
 func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func() error, err error) {
 	var syncs []func() error
-	err = trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
+	err = trim.EachLock(ctx, s.opts, evs, func(ctx context.Context, lock string, evs []history.Event) error {
 		sy, err := s.appendLater(ctx, lock, evs)
 		if err == nil {
 			syncs = append(syncs, sy)
@@ -199,8 +194,8 @@ func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func
 	}, err
 }
 
-// appendLater is append with its fsync put off: when it returns without
-// error the events are written (every process sees them at once), and they
+// appendLater writes evs, events of lock within the age bound (at least
+// one), with the fsync put off: when it returns without error they are written (every process sees them at once), and they
 // are durable once the returned func, which the caller must call once, has
 // returned nil. The flock is not held in between.
 func (s *store) appendLater(ctx context.Context, lock string, evs []history.Event) (sync func() error, err error) {
@@ -248,9 +243,6 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 	var buf bytes.Buffer
 	next := st
 	for _, ev := range evs {
-		if ev.Time.Before(cut) {
-			continue // already past the age bound: kept nowhere
-		}
 		b, err := codec.Encode(next.lastSeq+1, ev)
 		if err != nil {
 			return nil, err
@@ -261,9 +253,6 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 		if next.firstSeq == 0 {
 			next.firstSeq, next.firstTime = next.lastSeq, ev.Time.UnixNano()
 		}
-	}
-	if buf.Len() == 0 {
-		return done, nil
 	}
 	slack := slackOf(s.opts.MaxEvents)
 	compact := next.span() > s.opts.MaxEvents+slack
@@ -336,11 +325,7 @@ func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 	if err != nil {
 		return fileState{}, false, err
 	}
-	base := strings.TrimSuffix(filepath.Base(path), dataExt)
-	s.mu.Lock()
-	bad, isBad := s.bad[base]
-	s.mu.Unlock()
-	if isBad && bad == idOf(fi) {
+	if base := strings.TrimSuffix(filepath.Base(path), dataExt); s.isBad(base) {
 		_, st, torn, err := s.readLines(lock, path, base, f, fi.Size())
 		return st, torn, err
 	}
@@ -350,35 +335,30 @@ func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
 
 // readLines is readEnd reading and checking every line of the history of
 // lock open in f (named base, size bytes). A file found damaged is marked
-// bad (markBad), one that checks out is no longer.
+// bad, one that checks out (repaired by hand) is no longer.
 func (s *store) readLines(lock, path, base string, f *os.File, size int64) ([]line, fileState, bool, error) {
 	lines, st, torn, err := readEnd(lock, path, f, size, math.MaxInt, true)
-	if err != nil {
-		s.markBad(base, f)
-		return nil, fileState{}, false, err
-	}
-	s.mu.Lock()
-	delete(s.bad, base) // repaired, if it was damaged
-	s.mu.Unlock()
-	return lines, st, torn, nil
+	s.mark(base, err != nil)
+	return lines, st, torn, err
 }
 
-// markBad notes that the file open in f, the history file named base, is
-// damaged: this store's writes check it whole until it is repaired.
-func (s *store) markBad(base string, f *os.File) {
-	fi, err := f.Stat()
-	if err != nil {
-		return
-	}
+// mark notes whether the history file named base was found damaged: this
+// store reads a damaged file whole, for its writes too, until it is found
+// sound.
+func (s *store) mark(base string, bad bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.bad[base] = idOf(fi)
+	if bad {
+		s.bad[base] = true
+	} else {
+		delete(s.bad, base)
+	}
 }
 
-// idOf is the device and inode of a file.
-func idOf(fi os.FileInfo) fileID {
-	sys := fi.Sys().(*syscall.Stat_t)
-	return fileID{dev: uint64(sys.Dev), ino: sys.Ino}
+func (s *store) isBad(base string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bad[base]
 }
 
 // slackOf is how many events beyond maxEvents a history file may hold before
@@ -394,36 +374,16 @@ func slackOf(maxEvents int) int { return max(maxEvents/4, 1) }
 // read of this store found the file damaged. It checks the lines it returns
 // (or would, but for the age bound) and the first line, not the rest.
 func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
-	if n <= 0 {
-		return s.History(ctx, lock, 0)
-	}
-	if err := coord.ValidateName(lock); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	base := fileBase(lock)
-	s.mu.Lock()
-	_, isBad := s.bad[base]
-	s.mu.Unlock()
-	if isBad {
-		return s.History(ctx, lock, n)
-	}
-	path := s.File(lock)
-	f, fi, err := s.open(lock, path)
-	if f == nil || err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	want := min(n, s.opts.MaxEvents)
-	lines, _, _, err := readEnd(lock, path, f, fi.Size(), want, false)
+	if n <= 0 {
+		want = math.MaxInt
+	}
+	lines, err := s.read(ctx, lock, want)
 	if err != nil {
-		s.markBad(base, f)
 		return nil, err
 	}
 	earlier := len(lines) > 0 && lines[0].at > 0 // the file holds lines before these
-	lines = s.kept(lines, want)
+	lines = s.kept(lines, n)
 	if len(lines) < want && earlier {
 		return s.History(ctx, lock, n) // events past the age bound among the last ones
 	}
@@ -445,7 +405,7 @@ func events(lines []line) []history.Event {
 
 // History implements history.Store. It reads and checks the whole file.
 func (s *store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
-	lines, err := s.read(ctx, lock)
+	lines, err := s.read(ctx, lock, math.MaxInt)
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +415,7 @@ func (s *store) History(ctx context.Context, lock string, limit int) ([]history.
 
 // Since implements history.Store.
 func (s *store) Since(ctx context.Context, lock string, after uint64) ([]history.Entry, error) {
-	lines, err := s.read(ctx, lock)
+	lines, err := s.read(ctx, lock, math.MaxInt)
 	if err != nil {
 		return nil, err
 	}
@@ -525,13 +485,19 @@ func (s *store) head(path string) (history.Head, bool, error) {
 	return history.Head{Lock: ev.Lock, Seq: seq}, true, nil
 }
 
-// read reads and checks the whole history of lock, without the lock file.
-func (s *store) read(ctx context.Context, lock string) ([]line, error) {
+// read reads and checks the last want lines of the history of lock
+// (math.MaxInt: every line) and its first line, without the lock file. It
+// reads the whole file when a full read of this store found it damaged.
+func (s *store) read(ctx context.Context, lock string, want int) ([]line, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	base := fileBase(lock)
+	if s.isBad(base) {
+		want = math.MaxInt
 	}
 	path := s.File(lock)
 	f, fi, err := s.open(lock, path)
@@ -539,7 +505,14 @@ func (s *store) read(ctx context.Context, lock string) ([]line, error) {
 		return nil, err
 	}
 	defer f.Close()
-	lines, _, _, err := s.readLines(lock, path, fileBase(lock), f, fi.Size())
+	if want == math.MaxInt {
+		lines, _, _, err := s.readLines(lock, path, base, f, fi.Size())
+		return lines, err
+	}
+	lines, _, _, err := readEnd(lock, path, f, fi.Size(), want, false)
+	if err != nil {
+		s.mark(base, true)
+	}
 	return lines, err
 }
 
@@ -698,21 +671,15 @@ func (s *store) removeStaleTemps() {
 // name, checked on every read.
 func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped, "~") }
 
-// AppendRelease is the history Recorder's one-step release (see
-// history.releaseAppender) on the local coordinator
-// of the state directory this store is in (package local's ReleaseWith):
-// ev, the released event of leaseID held under token, is appended under
-// the lock's flock, once the lease is found to hold the lock and before the
+// AppendRelease is the history Recorder's one-step release (its contract:
+// history.releaseAppender) on the local coordinator of the state directory
+// this store is in (package local's ReleaseWith): ev is appended under the
+// lock's flock, once the lease is found to hold the lock and before the
 // release is written, so that it precedes the next holder's acquisition
 // without a read of the lock beforehand. Its fsync comes after the release
-// (before AppendRelease returns): the next holder need not wait for it,
-// and its own records, appended after this one, are durable only with it.
-//
-// done is false, with nothing written or released, when c is not such a
-// coordinator, when the lease no longer holds the lock, or when the event
-// could not be written (err says why): the caller then records and
-// releases the usual way. An error with done true is the release's (the
-// event is written), or the fsync's.
+// (before AppendRelease returns, whose error it may be): the next holder
+// need not wait for it, and its own records, appended after this one, are
+// durable only with it.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	lc, ok := c.(interface { // package local's coordinator
 		Dir() string
@@ -733,19 +700,14 @@ func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID 
 		sync, werr = s.appendLater(ctx, ev.Lock, []history.Event{ev})
 		return werr
 	})
-	if sync == nil {
-		// Not held, or the event was not written: nothing was released.
-		if werr != nil {
+	if sync == nil { // not held, or the event was not written: nothing was released
+		if werr != nil || !held {
 			return false, werr
-		}
-		if !held {
-			return false, nil
 		}
 		return false, err
 	}
-	serr := sync()
-	if err != nil {
-		return true, err
+	if serr := sync(); err == nil {
+		err = serr
 	}
-	return true, serr
+	return true, err
 }

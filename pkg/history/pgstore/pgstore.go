@@ -16,7 +16,6 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -61,17 +60,10 @@ func (s *store) Record(ctx context.Context, ev history.Event) error {
 
 // Append implements history.Store: one transaction per lock.
 func (s *store) Append(ctx context.Context, evs []history.Event) error {
-	return trim.EachLock(evs, s.opts.Now(), func(lock string, evs []history.Event) error {
-		return s.append(ctx, lock, evs)
-	})
+	return trim.EachLock(ctx, s.opts, evs, s.append)
 }
 
 func (s *store) append(ctx context.Context, lock string, evs []history.Event) error {
-	cut := s.opts.Cutoff()
-	evs = slices.DeleteFunc(evs, func(ev history.Event) bool { return ev.Time.Before(cut) }) // kept nowhere
-	if len(evs) == 0 {
-		return nil
-	}
 	ats, vals := make([]int64, len(evs)), make([]string, len(evs))
 	for i, ev := range evs {
 		b, err := codec.Encode(0, ev)
@@ -94,18 +86,14 @@ func (s *store) append(ctx context.Context, lock string, evs []history.Event) er
 			return err
 		}
 		_, err = tx.Exec(ctx, s.c.SQL("DELETE FROM {s}.history WHERE lock = $1 AND (seq <= $2 OR at_ns < $3)"),
-			lock, last-int64(s.opts.MaxEvents), cut.UnixNano())
+			lock, last-int64(s.opts.MaxEvents), s.opts.Cutoff().UnixNano())
 		return err
 	})
 }
 
 // History implements history.Store.
 func (s *store) History(ctx context.Context, lock string, limit int) ([]history.Event, error) {
-	n := s.opts.MaxEvents
-	if limit > 0 && limit < n {
-		n = limit
-	}
-	ents, err := s.read(ctx, lock, "AND at_ns >= $2 ORDER BY seq DESC LIMIT $3", s.opts.Cutoff().UnixNano(), n)
+	ents, err := s.read(ctx, lock, "AND at_ns >= $2 ORDER BY seq DESC LIMIT $3", s.opts.Cutoff().UnixNano(), s.opts.Window(limit))
 	if err != nil {
 		return nil, err
 	}

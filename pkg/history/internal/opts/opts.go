@@ -20,12 +20,6 @@ const MaxAge = 7 * 24 * time.Hour
 // values are cut, at a UTF-8 boundary, when the event is recorded.
 const MaxTextLen = 1024
 
-// recordTimeout is the default Options.RecordTimeout.
-const recordTimeout = 3 * time.Second
-
-// maxPending is the default Options.MaxPending.
-const maxPending = 256
-
 // Options configure stores and the Recorder. Each reads the fields it
 // needs; the zero value of a field means its default.
 type Options struct {
@@ -40,11 +34,11 @@ type Options struct {
 	// write (slog.Default()).
 	Logger *slog.Logger
 	// RecordTimeout bounds each write the Recorder makes on its own behalf
-	// (recordTimeout), so that an unreachable store cannot hold up a
+	// (3s), so that an unreachable store cannot hold up a
 	// lease operation for long.
 	RecordTimeout time.Duration
 	// MaxPending bounds the events a Recorder keeps in memory while the
-	// store cannot be written (maxPending); beyond it the oldest are
+	// store cannot be written (256); beyond it the oldest are
 	// dropped.
 	MaxPending int
 	// SpoolDir, when set, is where a Recorder keeps the events it could not
@@ -102,41 +96,37 @@ func Lenient(opts []Option) (o Options, errs []error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.MaxEvents < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max events %d is negative", coord.ErrInvalid, o.MaxEvents))
-		o.MaxEvents = 0
-	}
-	if o.MaxAge < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max age %v is negative", coord.ErrInvalid, o.MaxAge))
-		o.MaxAge = 0
-	}
-	if o.RecordTimeout < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: record timeout %v is negative", coord.ErrInvalid, o.RecordTimeout))
-		o.RecordTimeout = 0
-	}
-	if o.MaxPending < 0 {
-		errs = append(errs, fmt.Errorf("%w: history: max pending %d is negative", coord.ErrInvalid, o.MaxPending))
-		o.MaxPending = 0
-	}
-	if o.MaxEvents == 0 {
-		o.MaxEvents = MaxEvents
-	}
-	if o.MaxAge == 0 {
-		o.MaxAge = MaxAge
-	}
+	orDefault(&errs, "max events", &o.MaxEvents, MaxEvents)
+	orDefault(&errs, "max age", &o.MaxAge, MaxAge)
+	orDefault(&errs, "record timeout", &o.RecordTimeout, 3*time.Second)
+	orDefault(&errs, "max pending", &o.MaxPending, 256)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.RecordTimeout == 0 {
-		o.RecordTimeout = recordTimeout
-	}
-	if o.MaxPending == 0 {
-		o.MaxPending = maxPending
-	}
 	return o, errs
+}
+
+// orDefault sets *v to def when it is 0 or negative, and reports a
+// negative one in errs.
+func orDefault[T int | time.Duration](errs *[]error, name string, v *T, def T) {
+	if *v < 0 {
+		*errs = append(*errs, fmt.Errorf("%w: history: %s %v is negative", coord.ErrInvalid, name, *v))
+	}
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// Window is how many of a lock's newest events a read of at most limit
+// (0: no limit) keeps by the count bound.
+func (o Options) Window(limit int) int {
+	if limit > 0 && limit < o.MaxEvents {
+		return limit
+	}
+	return o.MaxEvents
 }
 
 // Cutoff is the oldest event time kept as of now.

@@ -2,6 +2,7 @@
 package trim
 
 import (
+	"context"
 	"slices"
 	"time"
 
@@ -20,11 +21,7 @@ func Kept[E any](o opts.Options, evs []E, at func(E) time.Time, limit int) []E {
 			out = append(out, e)
 		}
 	}
-	n := o.MaxEvents
-	if limit > 0 && limit < n {
-		n = limit
-	}
-	if len(out) > n {
+	if n := o.Window(limit); len(out) > n {
 		out = out[len(out)-n:]
 	}
 	return out
@@ -46,37 +43,31 @@ func Newest(o opts.Options, ents []history.Entry, limit int) []history.Event {
 // EntryTime is the time of an entry's event.
 func EntryTime(e history.Entry) time.Time { return e.Event.Time }
 
-// EachLock normalizes evs at now (history.Normalize) and calls write with
-// each lock's events, in their order, the locks in order of first
-// appearance: the skeleton of every store's Append. It stops at the first
-// error.
-func EachLock(evs []history.Event, now time.Time, write func(lock string, evs []history.Event) error) error {
-	norm := make([]history.Event, 0, len(evs))
+// EachLock normalizes evs (history.Normalize), drops those already past
+// the age bound (kept nowhere), and calls write with each lock's events
+// left, in their order, the locks in order of first appearance: the
+// skeleton of every store's Append. It stops at the first error.
+func EachLock(ctx context.Context, o opts.Options, evs []history.Event, write func(ctx context.Context, lock string, evs []history.Event) error) error {
+	now, cut := o.Now(), o.Cutoff()
+	var locks []string
+	byLock := map[string][]history.Event{}
 	for _, ev := range evs {
 		ev, err := history.Normalize(ev, now)
 		if err != nil {
 			return err
 		}
-		norm = append(norm, ev)
-	}
-	locks, byLock := ByLock(norm)
-	for _, lock := range locks {
-		if err := write(lock, byLock[lock]); err != nil {
-			return err
+		if ev.Time.Before(cut) {
+			continue
 		}
-	}
-	return nil
-}
-
-// ByLock splits events by lock, keeping each lock's events in order, and
-// returns the locks in order of first appearance.
-func ByLock(evs []history.Event) (locks []string, byLock map[string][]history.Event) {
-	byLock = map[string][]history.Event{}
-	for _, ev := range evs {
 		if _, ok := byLock[ev.Lock]; !ok {
 			locks = append(locks, ev.Lock)
 		}
 		byLock[ev.Lock] = append(byLock[ev.Lock], ev)
 	}
-	return locks, byLock
+	for _, lock := range locks {
+		if err := write(ctx, lock, byLock[lock]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
