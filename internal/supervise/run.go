@@ -333,13 +333,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.verbosef("running under %d leases of %q, safe until the earliest", len(p.Holds.helds), p.Lock)
 		return r.supervise(ctx, path, args, env, ignored, sigs)
 	}
-	var release func(context.Context) error
-	var code int
-	if len(p.Locks) > 0 {
-		release, code, err = r.acquireSet(ctx, sigs) // set.go
-	} else {
-		release, code, err = r.acquireAndHold(ctx, sigs)
-	}
+	release, code, err := r.acquire(ctx, sigs)
 	if release == nil {
 		return code, err
 	}
@@ -357,8 +351,13 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.m.failures += st.Failures
 	}
 	r.record(rctx, code)
-	if err := release(rctx); err != nil {
+	switch err := release(rctx); {
+	case err != nil:
 		r.warnf("%v", err)
+	case len(p.Locks) > 0:
+		r.verbosef("released %s (in reverse order)", p.Lock)
+	default:
+		r.verbosef("released %q (token %d)", p.Lock, r.m.token)
 	}
 	return code, runErr
 }
@@ -396,56 +395,75 @@ func (r *runner) announceWait(cur coord.LockInfo) {
 	}
 }
 
-// acquireAndHold acquires the lock (a signal ends the wait) and holds its
-// lease (r.held, r.hs). Without a lease (release nil) the run ends with
-// code and err: --once done already, the lock busy, the wait interrupted,
-// or an error.
-func (r *runner) acquireAndHold(ctx context.Context, sigs <-chan os.Signal) (release func(context.Context) error, code int, err error) {
+// acquire takes the run's own leases, a signal ending the wait: the lock
+// (holdLock) or the set of Options.Locks (holdSet), and holds them (r.hs).
+// Without a lease (release nil) the run ends with code and err: --once done
+// already, the lock busy, the wait interrupted, or an error.
+func (r *runner) acquire(ctx context.Context, sigs <-chan os.Signal) (release func(context.Context) error, code int, err error) {
 	p := r.p
 	if ok, code, err := r.oncePending(ctx); !ok {
 		return nil, code, err // --once: done already (or the record cannot be read)
 	}
+	take := r.holdLock
+	if len(p.Locks) > 0 {
+		take = r.holdSet // set.go
+	}
+	var hs *HeldSet
+	cause := r.interruptible(ctx, sigs, func(actx context.Context) error {
+		hs, release, err = take(actx)
+		return err
+	})
+	if err == nil && cause != nil {
+		// A signal came as the lock (of a set: the last) was granted: do
+		// not start the command.
+		releaseBounded(ctx, release)
+		err = cause
+		if len(p.Locks) > 0 {
+			err = &fencing.SetError{Lock: p.Locks[len(p.Locks)-1], Err: cause}
+		}
+	}
+	if err != nil {
+		code, err := acquireFailure(ctx, cause, p, err)
+		return nil, code, err
+	}
+	if ok, code, err := r.oncePending(ctx); !ok {
+		// --once: done by the holder before us.
+		releaseBounded(ctx, release)
+		return nil, code, err
+	}
+	r.useHolds(hs)
+	waited := r.m.wait.Round(time.Millisecond)
+	if len(p.Locks) == 0 {
+		l := r.held.Lease()
+		r.verbosef("acquired %q: token %d, lease %s, TTL %v, waited %v", l.Name, l.Token, l.ID, l.TTL, waited)
+		return release, 0, nil
+	}
+	for _, l := range hs.Leases() {
+		r.verbosef("acquired %q: token %d, lease %s, TTL %v", l.Name, l.Token, l.ID, l.TTL)
+	}
+	r.verbosef("waited %v for %d locks", waited, len(hs.helds))
+	return release, 0, nil
+}
+
+// holdLock acquires the lock and holds its lease (r.held). The hold
+// outlives ctx (see interruptible): when Run's context ends, the command is
+// stopped first, and the lease released after.
+func (r *runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
 	acquire := r.c.Acquire
 	if d, ok := r.c.(deferredAcquirer); ok {
 		// The history record of the acquisition overlaps the command's
 		// start; the coordinator's Release waits for it.
 		acquire = d.AcquireDeferred
 	}
-	var lease *coord.Lease
-	cause := r.interruptible(ctx, sigs, func(actx context.Context) error {
-		lease, err = acquire(actx, p.Lock, r.acquireOptions())
-		return err
-	})
-	if err == nil && cause != nil {
-		// A signal came as the lock was granted: do not start the command.
-		releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
-		err = cause
-	}
+	lease, err := acquire(ctx, r.p.Lock, r.acquireOptions())
 	if err != nil {
-		code, err := acquireFailure(ctx, cause, p, err)
-		return nil, code, err
+		return nil, nil, err
 	}
-	// The hold outlives ctx: when ctx ends, the command is stopped first,
-	// and the lease released after.
-	r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, r.holdOptions()...)
-	if err != nil {
+	if r.held, err = fencing.Hold(ctx, r.c, lease, r.holdOptions()...); err != nil {
 		releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
-		return nil, exitcode.Failure, err
+		return nil, nil, err
 	}
-	if ok, code, err := r.oncePending(ctx); !ok {
-		// --once: done by the holder before us.
-		releaseBounded(ctx, r.held.Release)
-		return nil, code, err
-	}
-	r.useHolds(NewHeldSet([]*fencing.Held{r.held}, leaseEnv(*lease)))
-	r.verbosef("acquired %q: token %d, lease %s, TTL %v, waited %v", p.Lock, lease.Token, lease.ID, lease.TTL, r.m.wait.Round(time.Millisecond))
-	return func(ctx context.Context) error {
-		err := r.held.Release(ctx)
-		if err == nil {
-			r.verbosef("released %q (token %d)", p.Lock, lease.Token)
-		}
-		return err
-	}, 0, nil
+	return NewHeldSet([]*fencing.Held{r.held}, leaseEnv(*lease)), r.held.Release, nil
 }
 
 // interruptible runs acquire with a context that a signal or the end of
