@@ -41,8 +41,8 @@ func (r *runner) record(ctx context.Context, code int) {
 	case code == exitcode.LeaseLost && r.m.lost:
 		if held := r.hs.held(r.lostLock()); held != nil {
 			e := ev(held.Lease(), history.LeaseLost)
-			if r.lostErr != nil {
-				e.Error = r.lostErr.Error()
+			if r.end.lostErr != nil {
+				e.Error = r.end.lostErr.Error()
 			}
 			_ = h.Record(ctx, e)
 		}
@@ -59,9 +59,9 @@ func (r *runner) lostLock() string {
 	var le *fencing.LostError
 	var re *revokedError
 	switch {
-	case errors.As(r.lostErr, &le):
+	case errors.As(r.end.lostErr, &le):
 		return le.Lock
-	case errors.As(r.lostErr, &re):
+	case errors.As(r.end.lostErr, &re):
 		return re.lock
 	}
 	return r.hs.earliest().Lease().Name

@@ -267,7 +267,7 @@ type runner struct {
 	hist failureRecorder
 
 	wd        *exec.Cmd
-	wdDone    chan struct{}
+	wdExited  chan struct{}
 	orders    *orderQueue
 	reports   <-chan report // nil once read to its end
 	reportsCh <-chan report
@@ -275,15 +275,19 @@ type runner struct {
 	phase     phase // of the supervision: running from the start order on
 
 	started   *report // the watchdog's started report
-	execErr   *report
-	wdErr     string
-	exit      *exitInfo
-	stopping  string // fence's stop reason, "" before
-	wdStopped string // the reason the watchdog reported
-	lostErr   error  // what fencing reported
-	cancelErr error  // why ctx ended
+	wdStopped string  // the reason the watchdog reported
+	// end is what the watchdog reported and fence found, for outcome.
+	end       ending
 	attaching sync.WaitGroup
 	lw        leaseWatch // the coordinator's notice of the lease's end
+
+	// The supervision loop's state besides the phase: when the stop
+	// sequence must start unless extended (the watchdog was told), the
+	// deadline (0: none), fence's own stop once stopping, and the channels
+	// the loop waits for besides r.sigs (nil once received).
+	leaseStop, deadline       clock.Boot
+	own                       ownStop
+	heldDone, ctxDone, wdDone <-chan struct{}
 }
 
 // setStreams settles where fence's own lines go (r.stderr): the command's
@@ -331,7 +335,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	if p.Holds != nil {
 		r.useHolds(p.Holds)
 		r.verbosef("running under %d leases of %q, safe until the earliest", len(p.Holds.helds), p.Lock)
-		return r.supervise(ctx, path, args, env, ignored, sigs)
+		return r.supervise(ctx, path, args, env, ignored)
 	}
 	release, code, err := r.acquire(ctx, sigs)
 	if release == nil {
@@ -339,7 +343,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 	}
 	r.m.token = r.hs.helds[0].Token()
 
-	code, runErr := r.supervise(ctx, path, args, env, ignored, sigs)
+	code, runErr := r.supervise(ctx, path, args, env, ignored)
 	r.attaching.Wait()
 
 	rctx, cancel := r.afterRun(ctx, code)
@@ -535,7 +539,7 @@ const AfterStop = 750 * time.Millisecond
 // lease lost while fence could not stop it), after which the coordinator
 // is not waited for long.
 func (r *runner) stopped(code int) bool {
-	return r.stopping != "" || r.wdStopped != "" || r.lostErr != nil ||
+	return r.end.stopping != "" || r.wdStopped != "" || r.end.lostErr != nil ||
 		code == exitcode.LeaseLost || code == exitcode.Deadline
 }
 
@@ -598,10 +602,10 @@ func (r *runner) startWatchdog() error {
 		return fmt.Errorf("start watchdog %s: %w", exe, err)
 	}
 	r.wd = cmd
-	r.wdDone = make(chan struct{})
+	r.wdExited = make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
-		close(r.wdDone)
+		close(r.wdExited)
 	}()
 	r.orders = newOrderQueue(ordW)
 	r.reportsCh = readLines[report](repR) // it closes repR at the watchdog's end
@@ -619,26 +623,26 @@ func (r *runner) closeWatchdog() {
 		_ = r.wd.Process.Kill()
 	}
 	r.orders.close()
-	<-r.wdDone
+	<-r.wdExited
 	for range r.reportsCh {
 	}
 }
 
 // supervise starts the command and follows it until the watchdog is done.
-func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
+func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int) (int, error) {
 	p := r.p
-	l := &loop{ctx: ctx, sigs: sigs, leaseStop: leaseStopOf(r.hs.SafeUntil(), p.grace)}
+	r.leaseStop = leaseStopOf(r.hs.SafeUntil(), p.grace)
 	if p.Deadline > 0 {
-		l.deadline = clock.Now().Add(p.Deadline)
+		r.deadline = clock.Now().Add(p.Deadline)
 	}
-	if p.NoRenew && (l.deadline == 0 || l.deadline > l.leaseStop) {
-		l.deadline = l.leaseStop // what the lease covers
+	if p.NoRenew && (r.deadline == 0 || r.deadline > r.leaseStop) {
+		r.deadline = r.leaseStop // what the lease covers
 	}
-	env = setEnv(env, r.commandEnv(l.deadline))
+	env = setEnv(env, r.commandEnv(r.deadline))
 	sp := &spec{
 		Path: path, Args: args, Env: env, Dir: p.Dir,
 		Signal: int(p.signal), Grace: p.grace,
-		LeaseStop: l.leaseStop, Deadline: l.deadline,
+		LeaseStop: r.leaseStop, Deadline: r.deadline,
 		Ignore:     ignored,
 		Foreground: foreground(r.wd.Stdin),
 		FencePgrp:  unix.Getpgrp(),
@@ -653,22 +657,20 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 	r.phase = r.phase.next(stepStart)
 
 	defer r.lw.stop()
-	l.heldDone = r.hs.Context().Done()
-	l.ctxDone = ctx.Done()
-	l.wdDone = r.wdDone
+	r.heldDone, r.ctxDone, r.wdDone = r.hs.Context().Done(), ctx.Done(), r.wdExited
 	for {
 		now := clock.Now()
-		r.act(l, now)
+		r.act(now)
 		// The watchdog's last word: the command could not be started, or it
 		// ended and nothing of its tree is left. The lease can go now; the
 		// watchdog exits meanwhile (it is waited for after the release).
-		if r.reports == nil && isClosed(r.wdDone) {
+		if r.reports == nil && isClosed(r.wdExited) {
 			r.phase = r.phase.next(stepDone)
 		}
 		if r.phase == phaseDone {
 			break
 		}
-		r.await(l, now, nextWake(r.schedule(l), now))
+		r.await(ctx, now, nextWake(r.schedule(), now))
 	}
 	return r.outcome()
 }
@@ -692,26 +694,19 @@ func (r *runner) endSpec() *endSpec {
 	return &endSpec{Coordinator: settings, Leases: append(leases, h.Also...)}
 }
 
-// loop is what fence's supervision loop follows besides the phase.
-type loop struct {
-	ctx       context.Context
-	sigs      <-chan os.Signal
-	leaseStop clock.Boot // when the stop sequence must start unless extended
-	deadline  clock.Boot // 0: none
-	own       ownStop    // fence's own stop sequence, once stopping
-	// What the loop waits for; nil once received (or, sigs, never).
-	heldDone, ctxDone, wdDone <-chan struct{}
-}
-
-// act does what the phase asks at now: start the stop sequence when the
-// stop time has come (the lease's, extended by every renewal, or the
-// deadline), and fence's own stop signal and SIGKILL when theirs has.
-func (r *runner) act(l *loop, now clock.Boot) {
+// act does what the phase asks at now: tell the watchdog of a later stop
+// time (every renewal moves the leases' earliest safe-until), start the
+// stop sequence when the stop time has come (the lease's or the
+// deadline), and send fence's own stop signal and SIGKILL when theirs has.
+func (r *runner) act(now clock.Boot) {
 	p := r.p
 	if r.phase == phaseRunning {
-		l.leaseStop = max(l.leaseStop, leaseStopOf(r.hs.SafeUntil(), p.grace))
-		if stop, reason := stopStart(l.leaseStop, l.deadline); now >= stop {
-			r.startStop(l, reason, now)
+		if ls := leaseStopOf(r.hs.SafeUntil(), p.grace); ls > r.leaseStop {
+			r.leaseStop = ls
+			r.orders.push(order{Op: opExtend, LeaseStop: ls})
+		}
+		if stop, reason := stopStart(r.leaseStop, r.deadline); now >= stop {
+			r.startStop(reason, now)
 		}
 	}
 	// fence's own stop does not wait for the watchdog's report of the
@@ -719,7 +714,7 @@ func (r *runner) act(l *loop, now clock.Boot) {
 	// otherwise leave the command running. signalAll reaches the command
 	// through the watchdog's descendants in any case.
 	if r.phase.stopping() {
-		signal, kill := l.own.due(now, r.wdStopped != "")
+		signal, kill := r.own.due(now, r.wdStopped != "")
 		if signal {
 			r.signalAll(p.signal)
 		}
@@ -733,65 +728,62 @@ func (r *runner) act(l *loop, now clock.Boot) {
 // startStop starts the stop sequence for reason at now, unless it runs
 // already or the command is done: the watchdog is told to stop the
 // command, and fence's own stop backs it.
-func (r *runner) startStop(l *loop, reason string, now clock.Boot) {
+func (r *runner) startStop(reason string, now clock.Boot) {
 	if r.phase != phaseRunning {
 		return
 	}
 	r.phase = r.phase.next(stepStop)
-	r.stopping = reason
+	r.end.stopping = reason
 	r.orders.push(order{Op: opStop, Reason: reason})
-	l.own = beginOwnStop(now, l.leaseStop, r.p.grace, r.p.signal)
+	r.own = beginOwnStop(now, r.leaseStop, r.p.grace, r.p.signal)
 	r.verbosef("stopping the command (%s)", reason)
 }
 
 // schedule is what fence's loop waits for in its phase.
-func (r *runner) schedule(l *loop) schedule {
+func (r *runner) schedule() schedule {
 	if r.phase == phaseRunning {
-		stop, _ := stopStart(l.leaseStop, l.deadline)
+		stop, _ := stopStart(r.leaseStop, r.deadline)
 		return schedule{phase: r.phase, stop: stop}
 	}
-	return l.own.schedule(r.phase)
+	return r.own.schedule(r.phase)
 }
 
-// await sleeps from now until wake, a report of the watchdog, its exit, the end of
-// the hold, a notice of the lease watch, the end of ctx or a signal to
-// forward, and takes it in.
-func (r *runner) await(l *loop, now, wake clock.Boot) {
+// await sleeps from now until wake, a renewal, a report of the watchdog,
+// its exit, the end of the hold, a notice of the lease watch, the end of
+// ctx or a signal to forward, and takes it in.
+func (r *runner) await(ctx context.Context, now, wake clock.Boot) {
 	t := time.NewTimer(wake.Sub(now))
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-r.hs.renewed: // act tells the watchdog
 	case rep, ok := <-r.reports:
 		if !ok {
 			r.reports = nil
 			break
 		}
-		r.report(l.ctx, rep)
-	case <-l.wdDone:
-		l.wdDone = nil // the reports are read to their end before deciding
-	case <-l.heldDone:
-		l.heldDone = nil
+		r.report(ctx, rep)
+	case <-r.wdDone:
+		r.wdDone = nil // the reports are read to their end before deciding
+	case <-r.heldDone:
+		r.heldDone = nil
 		cause := context.Cause(r.hs.Context())
 		if errors.Is(cause, coord.ErrLeaseLost) {
-			if r.lostErr == nil {
-				r.lostErr = cause
-			}
-			r.startStop(l, reasonLost, clock.Now())
+			r.end.lostErr = cmp.Or(r.end.lostErr, cause)
+			r.startStop(reasonLost, clock.Now())
 		}
 	case err := <-r.lw.ch:
 		r.lw.ch = nil
 		if n, ok := err.(*leaseNotice); ok {
-			if r.lostErr == nil {
-				r.lostErr = lostNotice(n)
-			}
+			r.end.lostErr = cmp.Or(r.end.lostErr, lostNotice(n))
 			r.verbosef("the coordinator reports: %v", err)
-			r.startStop(l, reasonLost, clock.Now())
+			r.startStop(reasonLost, clock.Now())
 		}
-	case <-l.ctxDone:
-		l.ctxDone = nil
-		r.cancelErr = context.Cause(l.ctx)
-		r.startStop(l, reasonCanceled, clock.Now())
-	case s := <-l.sigs:
+	case <-r.ctxDone:
+		r.ctxDone = nil
+		r.end.cancelErr = context.Cause(ctx)
+		r.startStop(reasonCanceled, clock.Now())
+	case s := <-r.sigs:
 		r.verbosef("forwarding SIG%s to the command", SignalName(s.(syscall.Signal)))
 		r.orders.push(order{Op: opSignal, Signal: int(s.(syscall.Signal))})
 	}
@@ -817,15 +809,15 @@ func (r *runner) report(ctx context.Context, rep report) {
 			}()
 		}
 	case evExecError:
-		r.execErr = &rep
+		r.end.execErr = &rep
 		r.phase = r.phase.next(stepDone)
 	case evStopping:
 		r.wdStopped = rep.Reason
 	case evExited:
-		r.exit = rep.Exit
+		r.end.exit = rep.Exit
 		r.phase = r.phase.next(stepDone)
 	case evError:
-		r.wdErr = rep.Msg
+		r.end.wdErr = rep.Msg
 	}
 }
 
@@ -853,10 +845,10 @@ func (r *runner) signalAll(sig syscall.Signal) {
 // a last word, make sure nothing of the command is left; when the command
 // ended, see whether the lease was lost meanwhile.
 func (r *runner) outcome() (int, error) {
-	e := ending{execErr: r.execErr, exit: r.exit, wdErr: r.wdErr, stopping: r.stopping, cancelErr: r.cancelErr, token: r.m.token}
+	e := &r.end
 	switch {
-	case r.execErr != nil:
-	case r.exit == nil:
+	case e.execErr != nil:
+	case e.exit == nil:
 		// The watchdog died without a last word: make sure nothing is left.
 		if r.started != nil {
 			_ = unix.Kill(-r.started.PGID, syscall.SIGKILL)
@@ -867,25 +859,24 @@ func (r *runner) outcome() (int, error) {
 		}
 		e.wdState = fmt.Sprint(r.wd.ProcessState) // the loop ended once it had exited
 	default:
-		if r.lostErr == nil {
+		if e.lostErr == nil {
 			// fence may have been resumed a moment ago: see for itself.
 			if err := r.hs.Check(); errors.Is(err, coord.ErrLeaseLost) {
-				r.lostErr = err
+				e.lostErr = err
 			}
 		}
 		if r.started != nil {
-			r.m.duration = r.exit.Died.Sub(r.started.At)
+			r.m.duration = e.exit.Died.Sub(r.started.At)
 		}
 	}
-	e.lostErr = r.lostErr
-	e.safeUntil = r.hs.SafeUntil()
+	e.safeUntil, e.token = r.hs.SafeUntil(), r.m.token
 	if r.p.Holds == nil {
 		// The lease not renewed in time when no loss was reported (of a
 		// set: the one that would expire first).
 		l := r.hs.earliest().Lease()
 		e.unrenewed, e.token = l.Name, l.Token
 	}
-	res := outcomeOf(r.p, e)
+	res := outcomeOf(r.p, *e)
 	r.m.lost = r.m.lost || res.lost
 	r.m.deadlineExceeded = r.m.deadlineExceeded || res.deadline
 	if res.verbose != "" {
