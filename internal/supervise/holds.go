@@ -113,7 +113,7 @@ func bootSafeUntil(h *fencing.Held) clock.Boot {
 // holdOptions are the options of the run's own holds: the renew interval,
 // margin and --no-renew of the plan; every acknowledgment moves the
 // watchdog's stop time (through the HeldSet, once there is one).
-func (r *runner) holdOptions() []fencing.Option {
+func (r *Runner) holdOptions() []fencing.Option {
 	p := r.p
 	o := []fencing.Option{fencing.WithRenewInterval(p.interval), fencing.WithMargin(p.margin),
 		fencing.OnRenewal(func(h *fencing.Held, err error) {
@@ -134,7 +134,7 @@ func (r *runner) holdOptions() []fencing.Option {
 
 // commandEnv is the FENCE_ variables of the command: its leases' and the
 // deadline's.
-func (r *runner) commandEnv(deadline clock.Boot) map[string]string {
+func (r *Runner) commandEnv(deadline clock.Boot) map[string]string {
 	m := maps.Clone(r.hs.env)
 	if m == nil {
 		m = map[string]string{}
@@ -147,7 +147,7 @@ func (r *runner) commandEnv(deadline clock.Boot) map[string]string {
 
 // useHolds makes hs the leases of the run: each later earliest safe-until
 // moves the watchdog's stop time (act).
-func (r *runner) useHolds(hs *HeldSet) {
+func (r *Runner) useHolds(hs *HeldSet) {
 	r.hs = hs
 	r.hsPtr.Store(hs)
 }

@@ -24,7 +24,7 @@ import (
 // oncePending checks the key's record. It returns ok when the command is to
 // run; otherwise the exit code and the error (wrapping coord.ErrCompleted
 // when the job is done) to return. holding says whether the lease is held.
-func (r *runner) oncePending(ctx context.Context) (ok bool, code int, err error) {
+func (r *Runner) oncePending(ctx context.Context) (ok bool, code int, err error) {
 	p := r.p
 	if p.Once == "" {
 		return true, 0, nil
@@ -57,7 +57,7 @@ func (e *doneError) Is(target error) bool { return target == coord.ErrCompleted 
 // onceComplete writes the completion record after the command, when it
 // succeeded while the lease was safe; it returns the code and error to exit
 // with.
-func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int, error) {
+func (r *Runner) onceComplete(ctx context.Context, code int, runErr error) (int, error) {
 	p := r.p
 	if p.Once == "" || code != 0 || runErr != nil || r.end.exit == nil || r.end.exit.Code != 0 || r.end.exit.Signal != 0 || r.held == nil {
 		return code, runErr
@@ -93,7 +93,7 @@ func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int,
 }
 
 // recordOnce leaves a completed or skipped event in the lock's history.
-func (r *runner) recordOnce(ctx context.Context, e history.Event) {
+func (r *Runner) recordOnce(ctx context.Context, e history.Event) {
 	h, ok := r.c.(history.Store)
 	if !ok {
 		return

@@ -116,7 +116,7 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // all, which Start overlaps with the watchdog's start and the coordinator's
 // opening. run waits for it (signals) before anything else: a signal never
 // finds the lock acquired with no handler in place.
-func (r *runner) catchSignals() {
+func (r *Runner) catchSignals() {
 	r.caught = make(chan struct{})
 	r.sigs = make(chan os.Signal, 4)
 	go func() {
@@ -140,31 +140,16 @@ func notifyForwarded(sigs chan<- os.Signal) (ignored []int) {
 
 // signals waits until the forwarded signals are caught and returns their
 // channel and the signals found ignored.
-func (r *runner) signals() (chan os.Signal, []int) {
+func (r *Runner) signals() (chan os.Signal, []int) {
 	<-r.caught
 	return r.sigs, r.ignored
 }
 
 // releaseSignals stops catching the forwarded signals, for a Runner closed
 // without a run.
-func (r *runner) releaseSignals() {
+func (r *Runner) releaseSignals() {
 	sigs, _ := r.signals()
 	signal.Stop(sigs)
-}
-
-// Runner is a `fence run` whose watchdog process is already starting. The
-// watchdog is the fence binary started again, and its start-up (the
-// package initialisation of a large Go program) takes about as long as
-// connecting to etcd and acquiring a lock: Start it before opening the
-// coordinator, and the two overlap.
-//
-// Run runs the command once; Close ends the watchdog when Run is not called
-// (the coordinator could not be opened) and is a no-op once Run was called.
-// A Runner must be closed or run, or its watchdog lives on until the calling
-// process exits.
-type Runner struct {
-	r    *runner
-	used atomic.Bool // Run or Close was called
 }
 
 // Start checks opts and starts the watchdog process. The error (exit code
@@ -182,14 +167,14 @@ func Start(opts Options) (*Runner, error) {
 			return nil, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
 		}
 	}
-	r := &runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
+	r := &Runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
 	r.setStreams()
 	r.catchSignals() // beside the watchdog's start and the coordinator's opening
 	if err := r.startWatchdog(); err != nil {
 		r.releaseSignals()
 		return nil, err
 	}
-	return &Runner{r: r}, nil
+	return r, nil
 }
 
 // Run acquires the lock on c, runs the command under a watchdog as the lease's
@@ -216,11 +201,10 @@ func Start(opts Options) (*Runner, error) {
 // the wait (exit 128+N).
 //
 // It may be called once, and not after Close.
-func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
-	if !rr.used.CompareAndSwap(false, true) {
+func (r *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
+	if !r.used.CompareAndSwap(false, true) {
 		return exitcode.Failure, errors.New("supervise: Runner.Run called after Run or Close")
 	}
-	r := rr.r
 	defer r.closeWatchdog()
 	r.c = c
 	code, err := r.run(ctx)
@@ -236,15 +220,26 @@ func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 // Close kills the watchdog, which was never given a command, and waits for
 // it to exit. Once Run was called it does nothing: Run ends the watchdog
 // itself.
-func (rr *Runner) Close() {
-	if rr.used.CompareAndSwap(false, true) {
-		rr.r.releaseSignals()
-		rr.r.closeWatchdog()
+func (r *Runner) Close() {
+	if r.used.CompareAndSwap(false, true) {
+		r.releaseSignals()
+		r.closeWatchdog()
 	}
 }
 
-type runner struct {
-	p *plan
+// Runner is a `fence run` whose watchdog process is already starting. The
+// watchdog is the fence binary started again, and its start-up (the
+// package initialisation of a large Go program) takes about as long as
+// connecting to etcd and acquiring a lock: Start it before opening the
+// coordinator, and the two overlap.
+//
+// Run runs the command once; Close ends the watchdog when Run is not called
+// (the coordinator could not be opened) and is a no-op once Run was called.
+// A Runner must be closed or run, or its watchdog lives on until the calling
+// process exits.
+type Runner struct {
+	used atomic.Bool // Run or Close was called
+	p    *plan
 
 	// The signals fence forwards (catchSignals): caught is closed once
 	// sigs receives them, ignored are those found ignored at the start.
@@ -266,13 +261,14 @@ type runner struct {
 	// failuresBack).
 	hist failureRecorder
 
-	wd        *exec.Cmd
-	wdExited  chan struct{}
-	orders    *orderQueue
-	reports   <-chan report // nil once read to its end
-	reportsCh <-chan report
-	startSent bool  // the start order was given: the watchdog may have a command
-	phase     phase // of the supervision: running from the start order on
+	wd     *exec.Cmd
+	orders *orderQueue
+	// reports are the watchdog's, closed once it has exited and was waited
+	// for (reports: nil once read to its end).
+	reports, reportsCh <-chan report
+	// phase of the supervision: running from the start order on (the
+	// watchdog may have a command).
+	phase phase
 
 	started   *report // the watchdog's started report
 	wdStopped string  // the reason the watchdog reported
@@ -285,14 +281,14 @@ type runner struct {
 	// sequence must start unless extended (the watchdog was told), the
 	// deadline (0: none), fence's own stop once stopping, and the channels
 	// the loop waits for besides r.sigs (nil once received).
-	leaseStop, deadline       clock.Boot
-	own                       ownStop
-	heldDone, ctxDone, wdDone <-chan struct{}
+	leaseStop, deadline clock.Boot
+	own                 ownStop
+	heldDone, ctxDone   <-chan struct{}
 }
 
 // setStreams settles where fence's own lines go (r.stderr): the command's
 // stderr, serialized when it is not a file.
-func (r *runner) setStreams() {
+func (r *Runner) setStreams() {
 	p := r.p
 	switch p.Stderr.(type) {
 	case nil:
@@ -314,7 +310,7 @@ func (r *runner) setStreams() {
 	}
 }
 
-func (r *runner) run(ctx context.Context) (int, error) {
+func (r *Runner) run(ctx context.Context) (int, error) {
 	p := r.p
 	env := p.Env
 	if env == nil {
@@ -370,7 +366,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 // by Start: its PID is recorded with the lease, and its start-up overlaps
 // opening the coordinator and the acquisition. It is waited for after the
 // release.
-func (r *runner) acquireOptions() coord.AcquireOptions {
+func (r *Runner) acquireOptions() coord.AcquireOptions {
 	p := r.p
 	holder := cmp.Or(p.Holder, coord.DefaultHolder())
 	return coord.AcquireOptions{
@@ -386,7 +382,7 @@ func (r *runner) acquireOptions() coord.AcquireOptions {
 }
 
 // announceWait says whom the run waits for (--verbose, or on a terminal).
-func (r *runner) announceWait(cur coord.LockInfo) {
+func (r *Runner) announceWait(cur coord.LockInfo) {
 	p := r.p
 	if !p.Verbose && (p.Quiet || !isTerminal(r.stderr)) {
 		return
@@ -403,7 +399,7 @@ func (r *runner) announceWait(cur coord.LockInfo) {
 // (holdLock) or the set of Options.Locks (holdSet), and holds them (r.hs).
 // Without a lease (release nil) the run ends with code and err: --once done
 // already, the lock busy, the wait interrupted, or an error.
-func (r *runner) acquire(ctx context.Context, sigs <-chan os.Signal) (release func(context.Context) error, code int, err error) {
+func (r *Runner) acquire(ctx context.Context, sigs <-chan os.Signal) (release func(context.Context) error, code int, err error) {
 	p := r.p
 	if ok, code, err := r.oncePending(ctx); !ok {
 		return nil, code, err // --once: done already (or the record cannot be read)
@@ -452,7 +448,7 @@ func (r *runner) acquire(ctx context.Context, sigs <-chan os.Signal) (release fu
 // holdLock acquires the lock and holds its lease (r.held). The hold
 // outlives ctx (see interruptible): when Run's context ends, the command is
 // stopped first, and the lease released after.
-func (r *runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
+func (r *Runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
 	acquire := r.c.Acquire
 	if d, ok := r.c.(deferredAcquirer); ok {
 		// The history record of the acquisition overlaps the command's
@@ -477,7 +473,7 @@ func (r *runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) 
 // start. The context is not ended after: the holds that fencing.AcquireSet
 // takes with it outlive ctx (the command is stopped first, the leases
 // released after).
-func (r *runner) interruptible(ctx context.Context, sigs <-chan os.Signal, acquire func(context.Context) error) error {
+func (r *Runner) interruptible(ctx context.Context, sigs <-chan os.Signal, acquire func(context.Context) error) error {
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -535,14 +531,6 @@ func acquireFailure(ctx context.Context, cause error, p *plan, err error) (int, 
 // coordinator does not answer.
 const AfterStop = 750 * time.Millisecond
 
-// stopped reports whether the run ended in a stop of the command (or in a
-// lease lost while fence could not stop it), after which the coordinator
-// is not waited for long.
-func (r *runner) stopped(code int) bool {
-	return r.end.stopping != "" || r.wdStopped != "" || r.end.lostErr != nil ||
-		code == exitcode.LeaseLost || code == exitcode.Deadline
-}
-
 // deferredAcquirer is a coordinator that records an acquisition after it
 // returns the lease (history.Recorder.AcquireDeferred), and makes Release
 // and its history records wait for that record.
@@ -562,7 +550,7 @@ func interruptedWhile(sig syscall.Signal, what string) (int, error) {
 
 // startWatchdog starts the watchdog, fence itself again
 // (Options.Executable, default /proc/self/exe), with its two pipes.
-func (r *runner) startWatchdog() error {
+func (r *Runner) startWatchdog() error {
 	p := r.p
 	ordR, ordW, err := os.Pipe()
 	if err != nil {
@@ -602,14 +590,24 @@ func (r *runner) startWatchdog() error {
 		return fmt.Errorf("start watchdog %s: %w", exe, err)
 	}
 	r.wd = cmd
-	r.wdExited = make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(r.wdExited)
-	}()
 	r.orders = newOrderQueue(ordW)
-	r.reportsCh = readLines[report](repR) // it closes repR at the watchdog's end
-	r.reports = r.reportsCh
+	reports := make(chan report, 16)
+	go func() {
+		defer close(reports)
+		// Up to the end of the pipe, at the watchdog's end (or the first
+		// malformed line); then the watchdog is waited for.
+		dec := json.NewDecoder(repR)
+		for {
+			var rep report
+			if dec.Decode(&rep) != nil {
+				break
+			}
+			reports <- rep
+		}
+		repR.Close()
+		_ = cmd.Wait()
+	}()
+	r.reports, r.reportsCh = reports, reports
 	return nil
 }
 
@@ -618,18 +616,17 @@ func (r *runner) startWatchdog() error {
 // to end. A watchdog that was never given a command has nothing to stop or
 // clean up: it is killed, so that a failure before the command does not
 // wait for its start-up.
-func (r *runner) closeWatchdog() {
-	if !r.startSent {
+func (r *Runner) closeWatchdog() {
+	if r.phase == phaseWaiting {
 		_ = r.wd.Process.Kill()
 	}
 	r.orders.close()
-	<-r.wdExited
 	for range r.reportsCh {
 	}
 }
 
 // supervise starts the command and follows it until the watchdog is done.
-func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int) (int, error) {
+func (r *Runner) supervise(ctx context.Context, path string, args, env []string, ignored []int) (int, error) {
 	p := r.p
 	r.leaseStop = leaseStopOf(r.hs.SafeUntil(), p.grace)
 	if p.Deadline > 0 {
@@ -653,18 +650,19 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		p.OnAcquired(r.stderr)
 	}
 	r.orders.push(order{Op: opStart, Spec: sp})
-	r.startSent = true
 	r.phase = r.phase.next(stepStart)
 
 	defer r.lw.stop()
-	r.heldDone, r.ctxDone, r.wdDone = r.hs.Context().Done(), ctx.Done(), r.wdExited
+	r.heldDone, r.ctxDone = r.hs.Context().Done(), ctx.Done()
 	for {
 		now := clock.Now()
 		r.act(now)
-		// The watchdog's last word: the command could not be started, or it
-		// ended and nothing of its tree is left. The lease can go now; the
-		// watchdog exits meanwhile (it is waited for after the release).
-		if r.reports == nil && isClosed(r.wdExited) {
+		// The watchdog's last word (report): the command could not be
+		// started, or it ended and nothing of its tree is left. The lease
+		// can go now; the watchdog exits meanwhile (it is waited for after
+		// the release). Without a last word, the loop ends with the
+		// watchdog.
+		if r.reports == nil {
 			r.phase = r.phase.next(stepDone)
 		}
 		if r.phase == phaseDone {
@@ -679,7 +677,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 // is gone (Options.Handover): the coordinator's settings and the leases, the
 // command's in the reverse order of their acquisition (as a set is
 // released), then Handover.Also. nil without a Handover or settings.
-func (r *runner) endSpec() *endSpec {
+func (r *Runner) endSpec() *endSpec {
 	h := r.p.Handover
 	if h == nil || h.Coordinator == nil {
 		return nil
@@ -698,7 +696,7 @@ func (r *runner) endSpec() *endSpec {
 // time (every renewal moves the leases' earliest safe-until), start the
 // stop sequence when the stop time has come (the lease's or the
 // deadline), and send fence's own stop signal and SIGKILL when theirs has.
-func (r *runner) act(now clock.Boot) {
+func (r *Runner) act(now clock.Boot) {
 	p := r.p
 	if r.phase == phaseRunning {
 		if ls := leaseStopOf(r.hs.SafeUntil(), p.grace); ls > r.leaseStop {
@@ -728,7 +726,7 @@ func (r *runner) act(now clock.Boot) {
 // startStop starts the stop sequence for reason at now, unless it runs
 // already or the command is done: the watchdog is told to stop the
 // command, and fence's own stop backs it.
-func (r *runner) startStop(reason string, now clock.Boot) {
+func (r *Runner) startStop(reason string, now clock.Boot) {
 	if r.phase != phaseRunning {
 		return
 	}
@@ -740,7 +738,7 @@ func (r *runner) startStop(reason string, now clock.Boot) {
 }
 
 // schedule is what fence's loop waits for in its phase.
-func (r *runner) schedule() schedule {
+func (r *Runner) schedule() schedule {
 	if r.phase == phaseRunning {
 		stop, _ := stopStart(r.leaseStop, r.deadline)
 		return schedule{phase: r.phase, stop: stop}
@@ -748,10 +746,10 @@ func (r *runner) schedule() schedule {
 	return r.own.schedule(r.phase)
 }
 
-// await sleeps from now until wake, a renewal, a report of the watchdog,
-// its exit, the end of the hold, a notice of the lease watch, the end of
+// await sleeps from now until wake, a renewal, a report of the watchdog
+// (or their end), the end of the hold, a notice of the lease watch, the end of
 // ctx or a signal to forward, and takes it in.
-func (r *runner) await(ctx context.Context, now, wake clock.Boot) {
+func (r *Runner) await(ctx context.Context, now, wake clock.Boot) {
 	t := time.NewTimer(wake.Sub(now))
 	defer t.Stop()
 	select {
@@ -763,8 +761,6 @@ func (r *runner) await(ctx context.Context, now, wake clock.Boot) {
 			break
 		}
 		r.report(ctx, rep)
-	case <-r.wdDone:
-		r.wdDone = nil // the reports are read to their end before deciding
 	case <-r.heldDone:
 		r.heldDone = nil
 		cause := context.Cause(r.hs.Context())
@@ -790,7 +786,7 @@ func (r *runner) await(ctx context.Context, now, wake clock.Boot) {
 }
 
 // report takes in one report of the watchdog.
-func (r *runner) report(ctx context.Context, rep report) {
+func (r *Runner) report(ctx context.Context, rep report) {
 	switch rep.Ev {
 	case evStarted:
 		r.started = &rep
@@ -823,7 +819,7 @@ func (r *runner) report(ctx context.Context, rep report) {
 
 // signalAll is fence's own stop: the command's group, its cgroup and the
 // watchdog's descendants.
-func (r *runner) signalAll(sig syscall.Signal) {
+func (r *Runner) signalAll(sig syscall.Signal) {
 	if r.started != nil {
 		_ = unix.Kill(-r.started.PGID, sig)
 		if r.started.Cgroup != "" {
@@ -844,18 +840,15 @@ func (r *runner) signalAll(sig syscall.Signal) {
 // (outcomeOf), after what it must do first: when the watchdog died without
 // a last word, make sure nothing of the command is left; when the command
 // ended, see whether the lease was lost meanwhile.
-func (r *runner) outcome() (int, error) {
+func (r *Runner) outcome() (int, error) {
 	e := &r.end
 	switch {
 	case e.execErr != nil:
 	case e.exit == nil:
 		// The watchdog died without a last word: make sure nothing is left.
-		if r.started != nil {
-			_ = unix.Kill(-r.started.PGID, syscall.SIGKILL)
-			if r.started.Cgroup != "" {
-				(&cgroup{dir: r.started.Cgroup, fd: -1}).kill()
-				_ = removeCgroupDir(r.started.Cgroup)
-			}
+		r.signalAll(syscall.SIGKILL)
+		if r.started != nil && r.started.Cgroup != "" {
+			_ = removeCgroupDir(r.started.Cgroup)
 		}
 		e.wdState = fmt.Sprint(r.wd.ProcessState) // the loop ended once it had exited
 	default:
@@ -915,25 +908,16 @@ func cgroupNote(cg string) string {
 	return ", cgroup " + cg
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-func (r *runner) verbosef(format string, args ...any) {
+func (r *Runner) verbosef(format string, args ...any) {
 	if r.p.Verbose {
 		r.infof(format, args...)
 	}
 }
 
 // infof and warnf print one line of fence's own, in --log-format's style.
-func (r *runner) infof(format string, args ...any) { r.log.Info(fmt.Sprintf(format, args...)) }
+func (r *Runner) infof(format string, args ...any) { r.log.Info(fmt.Sprintf(format, args...)) }
 
-func (r *runner) warnf(format string, args ...any) { r.log.Warn(fmt.Sprintf(format, args...)) }
+func (r *Runner) warnf(format string, args ...any) { r.log.Warn(fmt.Sprintf(format, args...)) }
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
@@ -994,25 +978,20 @@ func (q *orderQueue) poke() {
 func (q *orderQueue) loop() {
 	defer close(q.done)
 	defer q.f.Close()
+	// Every push and close pokes after its change: what they left is
+	// taken at the next wake.
 	for range q.wake {
-		for {
-			q.mu.Lock()
-			batch := q.pending
-			q.pending = nil
-			closed := q.closed
-			q.mu.Unlock()
-			if len(batch) == 0 {
-				if closed {
-					return
-				}
-				break
+		q.mu.Lock()
+		batch, closed := q.pending, q.closed
+		q.pending = nil
+		q.mu.Unlock()
+		for _, o := range batch {
+			if q.w.Encode(o) != nil {
+				break // the watchdog is gone; drop orders until closed
 			}
-			for _, o := range batch {
-				if err := q.w.Encode(o); err != nil {
-					// The watchdog is gone; drop orders until closed.
-					break
-				}
-			}
+		}
+		if closed {
+			return
 		}
 	}
 }
@@ -1106,13 +1085,14 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 }
 
 // afterRun bounds what fence does with the coordinator once its command has
-// ended (history records, the --once record, the release). After a stop the
-// coordinator may well not answer (that may be why the lease was lost): they
-// then get what is left of a second (AfterStop), so that fence exits soon
-// after its command.
-func (r *runner) afterRun(ctx context.Context, code int) (context.Context, context.CancelFunc) {
+// ended (history records, the --once record, the release). After a stop of
+// the command (or a lease lost while fence could not stop it) the
+// coordinator may well not answer (that may be why the lease was lost):
+// they then get what is left of a second (AfterStop), so that fence exits
+// soon after its command.
+func (r *Runner) afterRun(ctx context.Context, code int) (context.Context, context.CancelFunc) {
 	budget := 10 * time.Second
-	if r.stopped(code) {
+	if r.end.stopping != "" || r.wdStopped != "" || r.end.lostErr != nil || code == exitcode.LeaseLost || code == exitcode.Deadline {
 		budget = AfterStop
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), budget)

@@ -59,7 +59,7 @@ func isSetVar(k string) bool {
 
 // holdSet takes and holds the set of Options.Locks, as holdLock does one
 // lock; the set is released in reverse order.
-func (r *runner) holdSet(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
+func (r *Runner) holdSet(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
 	acq := r.acquireOptions()
 	acq.Slots = 0
 	set, err := fencing.AcquireSet(ctx, r.c, r.p.Locks, acq, r.holdOptions()...)

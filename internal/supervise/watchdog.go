@@ -293,9 +293,6 @@ func (w *watchdog) act(now clock.Boot) {
 	if w.phase == phaseStopping && now >= w.killAt {
 		w.phase = w.phase.next(stepKill)
 		w.killAll()
-		if w.exit == nil || w.leftovers > 0 {
-			_ = w.out.Encode(report{Ev: evKilling, At: now})
-		}
 	}
 	if w.phase == phaseKilling {
 		w.killAll() // again: catch what forked meanwhile
@@ -327,18 +324,16 @@ func (w *watchdog) schedule(now clock.Boot) schedule {
 	return s
 }
 
-// running reports whether the command runs and no stop sequence was
-// started: a stop order, or the end of fence, starts one now.
-func (w *watchdog) running() bool { return w.phase == phaseRunning && w.exit == nil }
-
-// stillRunning is running after a fresh look for the command's exit, made
-// just before a stop: a command that ended since the loop's last look (the
-// watchdog frozen in between) is not reported stopped.
+// stillRunning reports whether the command runs and no stop sequence was
+// started (a stop order, or the end of fence, starts one now), after a
+// fresh look for the command's exit, made just before a stop: a command
+// that ended since the loop's last look (the watchdog frozen in between)
+// is not reported stopped.
 func (w *watchdog) stillRunning() bool {
-	if w.running() {
+	if w.phase == phaseRunning && w.exit == nil {
 		w.reap()
 	}
-	return w.running()
+	return w.phase == phaseRunning && w.exit == nil
 }
 
 // waitStart waits for the start order (phase waiting) and takes its spec;
@@ -458,7 +453,7 @@ func (w *watchdog) beginStop(reason string, now clock.Boot) {
 		// continued.
 		w.signalTree(syscall.SIGCONT)
 	}
-	_ = w.out.Encode(report{Ev: evStopping, Reason: reason, Signal: int(sig), At: now})
+	_ = w.out.Encode(report{Ev: evStopping, Reason: reason, At: now})
 }
 
 // signalTree sends sig to the command's process group and to every other
@@ -539,7 +534,6 @@ func (w *watchdog) treeEmpty() bool {
 // releases the lease on this report, so the empty cgroup is removed after
 // it (fence waits for the watchdog's exit before its own).
 func (w *watchdog) finish() error {
-	w.exit.Leftovers = w.leftovers
 	err := w.out.Encode(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
 	if w.cg != nil {
 		_ = w.cg.remove()
