@@ -125,7 +125,8 @@ type orderPipe struct {
 	buf   []byte
 	ended bool
 	// ready is signalled when the pipe has something to read (or is at its
-	// end); the watcher then waits for again before it polls once more.
+	// end); the watcher then waits for again, which every take signals,
+	// before it polls once more.
 	ready chan struct{}
 	again chan struct{}
 }
@@ -153,13 +154,6 @@ func (p *orderPipe) watch() {
 		if _, ok := <-p.again; !ok {
 			return
 		}
-	}
-}
-
-// woken is called after a receive from ready: the watcher may poll again.
-func (p *orderPipe) woken() {
-	if !p.ended {
-		p.again <- struct{}{}
 	}
 }
 
@@ -197,6 +191,12 @@ func (p *orderPipe) take() (orders []order, ended bool) {
 		}
 		orders = append(orders, o)
 		p.buf = p.buf[i+1:]
+	}
+	if !p.ended {
+		select {
+		case p.again <- struct{}{}: // the watcher may poll again
+		default:
+		}
 	}
 	return orders, p.ended
 }

@@ -216,8 +216,7 @@ func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 // reaps, takes fence's orders, acts on the stop time, and sleeps until
 // the next thing to do (a child, a signal, an order or the schedule).
 func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
-	ready := w.orders.ready
-	woke := false // ready was received: its watcher waits for the orders to be taken
+	ready := w.orders.ready // the orders are taken at the top of the loop
 	afterLook := freezeAfterLook
 	for {
 		w.reap()
@@ -232,13 +231,8 @@ func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 		// Every order fence sent before now is taken before the stop time
 		// is judged: after a freeze of the watchdog, the extensions fence
 		// sent meanwhile are waiting in the pipe.
-		if ready != nil {
-			if w.takeOrders() {
-				ready = nil
-			} else if woke {
-				w.orders.woken()
-			}
-			woke = false
+		if ready != nil && w.takeOrders() {
+			ready = nil
 		}
 		w.act(now)
 
@@ -251,7 +245,6 @@ func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 		case <-chld:
 		case <-sigs:
 		case <-ready:
-			woke = true // the orders are taken at the top of the loop
 		}
 		t.Stop()
 	}
@@ -354,7 +347,6 @@ func (w *watchdog) waitStart() []order {
 			return nil
 		}
 		<-w.orders.ready
-		w.orders.woken()
 	}
 }
 
