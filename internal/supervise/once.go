@@ -59,11 +59,12 @@ func (e *doneError) Is(target error) bool { return target == coord.ErrCompleted 
 // with.
 func (r *Runner) onceComplete(ctx context.Context, code int, runErr error) (int, error) {
 	p := r.p
-	if p.Once == "" || code != 0 || runErr != nil || r.end.exit == nil || r.end.exit.Code != 0 || r.end.exit.Signal != 0 || r.held == nil {
+	if p.Once == "" || code != 0 || runErr != nil || r.end.exit == nil || r.end.exit.Code != 0 || r.end.exit.Signal != 0 {
 		return code, runErr
 	}
-	lease := r.held.Lease()
-	if su := bootSafeUntil(r.held); r.end.exit.Died > su {
+	held := r.hs.helds[0] // --once takes one lock
+	lease := held.Lease()
+	if su := bootSafeUntil(held); r.end.exit.Died > su {
 		r.m.lost = true
 		return exitcode.LeaseLost, fmt.Errorf("%w: the command exited 0 %v after the lease on %q (token %d) could no longer be trusted: its completion of %q is not recorded",
 			coord.ErrLeaseLost, r.end.exit.Died.Sub(su).Round(time.Millisecond), p.Lock, lease.Token, p.Once)

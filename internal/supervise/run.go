@@ -114,7 +114,7 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // (Start does, once), on a goroutine of its own: each costs a round trip to
 // the Go runtime's signal thread (the first one starts it), 0.1-0.5 ms in
 // all, which Start overlaps with the watchdog's start and the coordinator's
-// opening. run waits for it (signals) before anything else: a signal never
+// opening. run waits for it (caught) before anything else: a signal never
 // finds the lock acquired with no handler in place.
 func (r *Runner) catchSignals() {
 	r.caught = make(chan struct{})
@@ -138,18 +138,10 @@ func notifyForwarded(sigs chan<- os.Signal) (ignored []int) {
 	return ignored
 }
 
-// signals waits until the forwarded signals are caught and returns their
-// channel and the signals found ignored.
-func (r *Runner) signals() (chan os.Signal, []int) {
-	<-r.caught
-	return r.sigs, r.ignored
-}
-
-// releaseSignals stops catching the forwarded signals, for a Runner closed
-// without a run.
+// releaseSignals stops catching the forwarded signals.
 func (r *Runner) releaseSignals() {
-	sigs, _ := r.signals()
-	signal.Stop(sigs)
+	<-r.caught
+	signal.Stop(r.sigs)
 }
 
 // Start checks opts and starts the watchdog process. The error (exit code
@@ -253,10 +245,9 @@ type Runner struct {
 	m      metrics
 
 	// hs is the leases the command runs under (hsPtr: for the renewal
-	// goroutine); held is the run's own lease of one lock, for --once.
+	// goroutine).
 	hs    *HeldSet
 	hsPtr atomic.Pointer[HeldSet]
-	held  *fencing.Held
 	// hist records renewal failures as they are found to be over (see
 	// failuresBack).
 	hist failureRecorder
@@ -325,21 +316,21 @@ func (r *Runner) run(ctx context.Context) (int, error) {
 
 	// Signals: forwarded to the command once it runs; before, they end the
 	// wait for the lock.
-	sigs, ignored := r.signals()
-	defer signal.Stop(sigs)
+	<-r.caught
+	defer r.releaseSignals()
 
 	if p.Holds != nil {
 		r.useHolds(p.Holds)
 		r.verbosef("running under %d leases of %q, safe until the earliest", len(p.Holds.helds), p.Lock)
-		return r.supervise(ctx, path, args, env, ignored)
+		return r.supervise(ctx, path, args, env)
 	}
-	release, code, err := r.acquire(ctx, sigs)
+	release, code, err := r.acquire(ctx)
 	if release == nil {
 		return code, err
 	}
 	r.m.token = r.hs.helds[0].Token()
 
-	code, runErr := r.supervise(ctx, path, args, env, ignored)
+	code, runErr := r.supervise(ctx, path, args, env)
 	r.attaching.Wait()
 
 	rctx, cancel := r.afterRun(ctx, code)
@@ -399,7 +390,7 @@ func (r *Runner) announceWait(cur coord.LockInfo) {
 // (holdLock) or the set of Options.Locks (holdSet), and holds them (r.hs).
 // Without a lease (release nil) the run ends with code and err: --once done
 // already, the lock busy, the wait interrupted, or an error.
-func (r *Runner) acquire(ctx context.Context, sigs <-chan os.Signal) (release func(context.Context) error, code int, err error) {
+func (r *Runner) acquire(ctx context.Context) (release func(context.Context) error, code int, err error) {
 	p := r.p
 	if ok, code, err := r.oncePending(ctx); !ok {
 		return nil, code, err // --once: done already (or the record cannot be read)
@@ -409,7 +400,7 @@ func (r *Runner) acquire(ctx context.Context, sigs <-chan os.Signal) (release fu
 		take = r.holdSet // set.go
 	}
 	var hs *HeldSet
-	cause := r.interruptible(ctx, sigs, func(actx context.Context) error {
+	cause := r.interruptible(ctx, func(actx context.Context) error {
 		hs, release, err = take(actx)
 		return err
 	})
@@ -434,7 +425,7 @@ func (r *Runner) acquire(ctx context.Context, sigs <-chan os.Signal) (release fu
 	r.useHolds(hs)
 	waited := r.m.wait.Round(time.Millisecond)
 	if len(p.Locks) == 0 {
-		l := r.held.Lease()
+		l := hs.helds[0].Lease()
 		r.verbosef("acquired %q: token %d, lease %s, TTL %v, waited %v", l.Name, l.Token, l.ID, l.TTL, waited)
 		return release, 0, nil
 	}
@@ -445,7 +436,7 @@ func (r *Runner) acquire(ctx context.Context, sigs <-chan os.Signal) (release fu
 	return release, 0, nil
 }
 
-// holdLock acquires the lock and holds its lease (r.held). The hold
+// holdLock acquires the lock and holds its lease. The hold
 // outlives ctx (see interruptible): when Run's context ends, the command is
 // stopped first, and the lease released after.
 func (r *Runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
@@ -459,11 +450,12 @@ func (r *Runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) 
 	if err != nil {
 		return nil, nil, err
 	}
-	if r.held, err = fencing.Hold(ctx, r.c, lease, r.holdOptions()...); err != nil {
+	held, err := fencing.Hold(ctx, r.c, lease, r.holdOptions()...)
+	if err != nil {
 		releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
 		return nil, nil, err
 	}
-	return NewHeldSet([]*fencing.Held{r.held}, leaseEnv(*lease)), r.held.Release, nil
+	return NewHeldSet([]*fencing.Held{held}, leaseEnv(*lease)), held.Release, nil
 }
 
 // interruptible runs acquire with a context that a signal or the end of
@@ -473,12 +465,12 @@ func (r *Runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) 
 // start. The context is not ended after: the holds that fencing.AcquireSet
 // takes with it outlive ctx (the command is stopped first, the leases
 // released after).
-func (r *Runner) interruptible(ctx context.Context, sigs <-chan os.Signal, acquire func(context.Context) error) error {
+func (r *Runner) interruptible(ctx context.Context, acquire func(context.Context) error) error {
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		select {
-		case s := <-sigs:
+		case s := <-r.sigs:
 			cancel(interrupted{s.(syscall.Signal)})
 		case <-ctx.Done():
 			cancel(context.Cause(ctx))
@@ -626,7 +618,7 @@ func (r *Runner) closeWatchdog() {
 }
 
 // supervise starts the command and follows it until the watchdog is done.
-func (r *Runner) supervise(ctx context.Context, path string, args, env []string, ignored []int) (int, error) {
+func (r *Runner) supervise(ctx context.Context, path string, args, env []string) (int, error) {
 	p := r.p
 	r.leaseStop = leaseStopOf(r.hs.SafeUntil(), p.grace)
 	if p.Deadline > 0 {
@@ -640,7 +632,7 @@ func (r *Runner) supervise(ctx context.Context, path string, args, env []string,
 		Path: path, Args: args, Env: env, Dir: p.Dir,
 		Signal: int(p.signal), Grace: p.grace,
 		LeaseStop: r.leaseStop, Deadline: r.deadline,
-		Ignore:     ignored,
+		Ignore:     r.ignored,
 		Foreground: foreground(r.wd.Stdin),
 		FencePgrp:  unix.Getpgrp(),
 		Cgroup:     !p.NoCgroup,
