@@ -120,9 +120,8 @@ type watchdog struct {
 	leader int // the command's PID = its PGID
 
 	// Found before the start order: the cgroup v2 the command's cgroup is
-	// made in, or why there is none.
-	cgBase    string
-	cgBaseErr error
+	// made in ("": none).
+	cgBase string
 
 	// phase: waiting for the start order, running the command, stopping
 	// it (or, once it ended on its own, what it left), killing what is
@@ -180,7 +179,7 @@ func (w *watchdog) run() error {
 // it. It reports whether the command runs.
 func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 	subreaper := becomeSubreaper()
-	w.cgBase, w.cgBaseErr = ownCgroupDir()
+	w.cgBase, _ = ownCgroupDir()
 
 	later := w.waitStart()
 	<-caught
@@ -388,7 +387,7 @@ func (w *watchdog) order(o order) {
 // start starts the command and reports it.
 func (w *watchdog) start() error {
 	sp := w.sp
-	if sp.Cgroup && w.cgBaseErr == nil {
+	if sp.Cgroup && w.cgBase != "" {
 		cg, err := newCgroup(w.cgBase, fmt.Sprintf("%s%d-%d", cgroupPrefix, w.self, clock.Now()))
 		if err == nil {
 			w.cg = cg
