@@ -94,11 +94,6 @@ type Options struct {
 	// Margin and RenewInterval tune the lease (0: fencing's defaults,
 	// fencing.DefaultMargin and TTL/3).
 	Margin, RenewInterval time.Duration
-	// Executable is the fence binary to run as the watchdog (default
-	// /proc/self/exe: the running binary, even if replaced on disk since,
-	// started with fence's own os.Args[0] as its argv[0]). Its main must
-	// dispatch WatchdogArg to WatchdogMain.
-	Executable string
 	// OnAcquired, when set, is called once the lease (every lease of Locks)
 	// is held, before the command is started, with the writer of fence's
 	// own lines (serialized with them).

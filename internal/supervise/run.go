@@ -540,8 +540,9 @@ func interruptedWhile(sig syscall.Signal, what string) (int, error) {
 	return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while %s", SignalName(sig), what)
 }
 
-// startWatchdog starts the watchdog, fence itself again
-// (Options.Executable, default /proc/self/exe), with its two pipes.
+// startWatchdog starts the watchdog with its two pipes: fence itself again,
+// /proc/self/exe (the running binary, even if replaced on disk since),
+// whose main must dispatch WatchdogArg to WatchdogMain.
 func (r *Runner) startWatchdog() error {
 	p := r.p
 	ordR, ordW, err := os.Pipe()
@@ -554,9 +555,9 @@ func (r *Runner) startWatchdog() error {
 		ordW.Close()
 		return fmt.Errorf("start watchdog: %w", err)
 	}
-	exe := cmp.Or(p.Executable, "/proc/self/exe")
+	const exe = "/proc/self/exe"
 	cmd := exec.Command(exe, WatchdogArg)
-	if p.Executable == "" && len(os.Args) > 0 && os.Args[0] != "" {
+	if len(os.Args) > 0 && os.Args[0] != "" {
 		// The running binary under the name it was started as (ps shows
 		// "fence __watchdog"), so that a binary that dispatches on argv[0]
 		// (a multi-call binary, testscript's commands) runs as fence again.
