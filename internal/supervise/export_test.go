@@ -21,7 +21,7 @@ func Run(ctx context.Context, c coord.Coordinator, opts Options) (int, error) {
 }
 
 // WatchdogPID is the process ID of the watchdog.
-func (rr *Runner) WatchdogPID() int { return rr.r.wd.Process.Pid }
+func (r *Runner) WatchdogPID() int { return r.wd.Process.Pid }
 
 // The test binary is also the tests' watchdog: these variables of its
 // environment inject the watchdog's faults (a SIGSTOP of itself).

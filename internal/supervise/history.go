@@ -17,7 +17,7 @@ import (
 // lease, the lost lease, the deadline on every lease. Acquisitions and
 // releases are the coordinator's own to record. Best effort: the history
 // must never change the run's outcome.
-func (r *runner) record(ctx context.Context, code int) {
+func (r *Runner) record(ctx context.Context, code int) {
 	h, ok := r.c.(history.Store)
 	if !ok {
 		return
@@ -41,8 +41,8 @@ func (r *runner) record(ctx context.Context, code int) {
 	case code == exitcode.LeaseLost && r.m.lost:
 		if held := r.hs.held(r.lostLock()); held != nil {
 			e := ev(held.Lease(), history.LeaseLost)
-			if r.lostErr != nil {
-				e.Error = r.lostErr.Error()
+			if r.end.lostErr != nil {
+				e.Error = r.end.lostErr.Error()
 			}
 			_ = h.Record(ctx, e)
 		}
@@ -55,13 +55,13 @@ func (r *runner) record(ctx context.Context, code int) {
 
 // lostLock is the lock whose loss stopped the command: the one a loss or
 // revocation names, else the one that would expire first.
-func (r *runner) lostLock() string {
+func (r *Runner) lostLock() string {
 	var le *fencing.LostError
 	var re *revokedError
 	switch {
-	case errors.As(r.lostErr, &le):
+	case errors.As(r.end.lostErr, &le):
 		return le.Lock
-	case errors.As(r.lostErr, &re):
+	case errors.As(r.end.lostErr, &re):
 		return re.lock
 	}
 	return r.hs.earliest().Lease().Name
@@ -81,7 +81,7 @@ type failureRecorder struct {
 // failuresBack is called on the renewal goroutine after an acknowledged
 // renewal of held. It must not block: the write runs on a goroutine of its
 // own.
-func (r *runner) failuresBack(held *fencing.Held) {
+func (r *Runner) failuresBack(held *fencing.Held) {
 	h, ok := r.c.(history.Store)
 	if !ok {
 		return
@@ -105,7 +105,7 @@ func (r *runner) failuresBack(held *fencing.Held) {
 
 // recordFailures writes one renewal_failed event for the failures of held
 // not yet written (their count and the last error).
-func (r *runner) recordFailures(ctx context.Context, h history.Store, held *fencing.Held) {
+func (r *Runner) recordFailures(ctx context.Context, h history.Store, held *fencing.Held) {
 	st := held.Stats()
 	r.hist.mu.Lock()
 	n := st.Failures - r.hist.recorded[held]

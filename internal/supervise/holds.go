@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"sync"
 
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -17,22 +16,20 @@ import (
 // stopped before the earliest of them can expire: the watchdog's stop time
 // is the earliest safe-until less the grace, and the loss of any lease
 // stops the command (exit 76). Call Renewed from the holds'
-// fencing.OnRenewal (with any hold): it recomputes the earliest.
+// fencing.OnRenewal (with any hold): the Runner then tells the watchdog of
+// the later earliest safe-until.
 type HeldSet struct {
-	helds  []*fencing.Held
-	env    map[string]string
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	mu   sync.Mutex
-	last clock.Boot
-	f    func(clock.Boot)
+	helds   []*fencing.Held
+	env     map[string]string
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	renewed chan struct{} // wakes the Runner's loop
 }
 
 // NewHeldSet makes a HeldSet of helds, whose command gets env, set last in
 // its environment (FENCE_LOCK, FENCE_TOKEN and the like are removed).
 func NewHeldSet(helds []*fencing.Held, env map[string]string) *HeldSet {
-	s := &HeldSet{helds: helds, env: env}
+	s := &HeldSet{helds: helds, env: env, renewed: make(chan struct{}, 1)}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	for _, h := range helds {
 		context.AfterFunc(h.Context(), func() {
@@ -41,7 +38,6 @@ func NewHeldSet(helds []*fencing.Held, env map[string]string) *HeldSet {
 			}
 		})
 	}
-	s.last = s.SafeUntil()
 	return s
 }
 
@@ -87,24 +83,11 @@ func (s *HeldSet) Leases() []coord.Lease {
 	return out
 }
 
-// OnSafeUntil sets the function called with each later earliest
-// safe-until. It must not block.
-func (s *HeldSet) OnSafeUntil(f func(clock.Boot)) {
-	s.mu.Lock()
-	s.f = f
-	s.mu.Unlock()
-}
-
-// Renewed is told that one of the holds was renewed.
+// Renewed is told that one of the holds was renewed. It does not block.
 func (s *HeldSet) Renewed() {
-	su := s.SafeUntil()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if su > s.last {
-		s.last = su
-		if s.f != nil {
-			s.f(su)
-		}
+	select {
+	case s.renewed <- struct{}{}:
+	default:
 	}
 }
 
@@ -130,7 +113,7 @@ func bootSafeUntil(h *fencing.Held) clock.Boot {
 // holdOptions are the options of the run's own holds: the renew interval,
 // margin and --no-renew of the plan; every acknowledgment moves the
 // watchdog's stop time (through the HeldSet, once there is one).
-func (r *runner) holdOptions() []fencing.Option {
+func (r *Runner) holdOptions() []fencing.Option {
 	p := r.p
 	o := []fencing.Option{fencing.WithRenewInterval(p.interval), fencing.WithMargin(p.margin),
 		fencing.OnRenewal(func(h *fencing.Held, err error) {
@@ -151,7 +134,7 @@ func (r *runner) holdOptions() []fencing.Option {
 
 // commandEnv is the FENCE_ variables of the command: its leases' and the
 // deadline's.
-func (r *runner) commandEnv(deadline clock.Boot) map[string]string {
+func (r *Runner) commandEnv(deadline clock.Boot) map[string]string {
 	m := maps.Clone(r.hs.env)
 	if m == nil {
 		m = map[string]string{}
@@ -163,11 +146,8 @@ func (r *runner) commandEnv(deadline clock.Boot) map[string]string {
 }
 
 // useHolds makes hs the leases of the run: each later earliest safe-until
-// moves the watchdog's stop time.
-func (r *runner) useHolds(hs *HeldSet) {
+// moves the watchdog's stop time (act).
+func (r *Runner) useHolds(hs *HeldSet) {
 	r.hs = hs
 	r.hsPtr.Store(hs)
-	hs.OnSafeUntil(func(su clock.Boot) {
-		r.orders.push(order{Op: opExtend, LeaseStop: su.Add(-r.p.grace)})
-	})
 }

@@ -25,7 +25,7 @@ type leaseWatch struct {
 // watchLease starts the watch of the run's own leases, once the command
 // has started: it adds nothing to the start-up. At most one per run. The
 // first notice of each lease is passed on, naming its hold.
-func (r *runner) watchLease(ctx context.Context) {
+func (r *Runner) watchLease(ctx context.Context) {
 	if r.lw.cancel != nil || r.p.Holds != nil {
 		return
 	}

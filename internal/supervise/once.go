@@ -24,7 +24,7 @@ import (
 // oncePending checks the key's record. It returns ok when the command is to
 // run; otherwise the exit code and the error (wrapping coord.ErrCompleted
 // when the job is done) to return. holding says whether the lease is held.
-func (r *runner) oncePending(ctx context.Context) (ok bool, code int, err error) {
+func (r *Runner) oncePending(ctx context.Context) (ok bool, code int, err error) {
 	p := r.p
 	if p.Once == "" {
 		return true, 0, nil
@@ -57,26 +57,27 @@ func (e *doneError) Is(target error) bool { return target == coord.ErrCompleted 
 // onceComplete writes the completion record after the command, when it
 // succeeded while the lease was safe; it returns the code and error to exit
 // with.
-func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int, error) {
+func (r *Runner) onceComplete(ctx context.Context, code int, runErr error) (int, error) {
 	p := r.p
-	if p.Once == "" || code != 0 || runErr != nil || r.exit == nil || r.exit.Code != 0 || r.exit.Signal != 0 || r.held == nil {
+	if p.Once == "" || code != 0 || runErr != nil || r.end.exit == nil || r.end.exit.Code != 0 || r.end.exit.Signal != 0 {
 		return code, runErr
 	}
-	lease := r.held.Lease()
-	if su := bootSafeUntil(r.held); r.exit.Died > su {
+	held := r.hs.helds[0] // --once takes one lock
+	lease := held.Lease()
+	if su := bootSafeUntil(held); r.end.exit.Died > su {
 		r.m.lost = true
 		return exitcode.LeaseLost, fmt.Errorf("%w: the command exited 0 %v after the lease on %q (token %d) could no longer be trusted: its completion of %q is not recorded",
-			coord.ErrLeaseLost, r.exit.Died.Sub(su).Round(time.Millisecond), p.Lock, lease.Token, p.Once)
+			coord.ErrLeaseLost, r.end.exit.Died.Sub(su).Round(time.Millisecond), p.Lock, lease.Token, p.Once)
 	}
 	// The command's start and end on the wall clock, from the watchdog's
 	// boot-clock records of them.
-	finished := time.Now().Add(-clock.Now().Sub(r.exit.Died))
+	finished := time.Now().Add(-clock.Now().Sub(r.end.exit.Died))
 	rec := coord.Completion{
 		Lock: p.Lock, Key: p.Once, Holder: lease.Holder, Token: lease.Token,
 		Started: finished, Finished: finished,
 	}
 	if r.started != nil {
-		rec.Started = finished.Add(-r.exit.Died.Sub(r.started.At))
+		rec.Started = finished.Add(-r.end.exit.Died.Sub(r.started.At))
 	}
 	err := r.c.Complete(ctx, lease.ID, rec, p.OnceKeep)
 	switch {
@@ -93,7 +94,7 @@ func (r *runner) onceComplete(ctx context.Context, code int, runErr error) (int,
 }
 
 // recordOnce leaves a completed or skipped event in the lock's history.
-func (r *runner) recordOnce(ctx context.Context, e history.Event) {
+func (r *Runner) recordOnce(ctx context.Context, e history.Event) {
 	h, ok := r.c.(history.Store)
 	if !ok {
 		return

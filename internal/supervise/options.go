@@ -94,11 +94,6 @@ type Options struct {
 	// Margin and RenewInterval tune the lease (0: fencing's defaults,
 	// fencing.DefaultMargin and TTL/3).
 	Margin, RenewInterval time.Duration
-	// Executable is the fence binary to run as the watchdog (default
-	// /proc/self/exe: the running binary, even if replaced on disk since,
-	// started with fence's own os.Args[0] as its argv[0]). Its main must
-	// dispatch WatchdogArg to WatchdogMain.
-	Executable string
 	// OnAcquired, when set, is called once the lease (every lease of Locks)
 	// is held, before the command is started, with the writer of fence's
 	// own lines (serialized with them).
@@ -242,7 +237,8 @@ func checkBounds(p *plan) error {
 // checkOnceAndSlots checks --once, its keep, --slots and --done-exit-code.
 // Slots without a clear meaning are refused: above 1 with several locks
 // (one semaphore, or several locks of one slot each?), with Holds, or with
-// Once (a semaphore's holders would each run the job once).
+// Once (a semaphore's holders would each run the job once); so is Once with
+// several locks.
 func checkOnceAndSlots(p *plan) error {
 	if p.Once != "" {
 		if err := coord.ValidateKey(p.Once); err != nil {
@@ -259,6 +255,8 @@ func checkOnceAndSlots(p *plan) error {
 		return fmt.Errorf("%w: --slots %d takes one lock, not %d: run a fence per semaphore", coord.ErrInvalid, p.Slots, len(p.Locks))
 	case p.Slots > 1 && p.Holds != nil:
 		return fmt.Errorf("%w: --slots does not go with Holds", coord.ErrInvalid)
+	case p.Once != "" && len(p.Locks) > 0:
+		return fmt.Errorf("%w: --once takes one lock, not %d (the completion record belongs to one lock)", coord.ErrInvalid, len(p.Locks))
 	case p.Slots > 1 && p.Once != "":
 		return fmt.Errorf("%w: --slots %d and --once conflict: a job run at most once needs no more than one holder", coord.ErrInvalid, p.Slots)
 	case p.DoneExitCode < 0 || p.DoneExitCode > 255:

@@ -83,6 +83,7 @@ func TestCheck(t *testing.T) {
 		{"negative interval", ok(Options{RenewInterval: -time.Second}), "margin and renew interval must not be negative"},
 		{"conflict code 256", ok(Options{ConflictExitCode: 256}), "--conflict-exit-code must be 0 to 255, got 256"},
 		{"conflict code -1", ok(Options{ConflictExitCode: -1}), "--conflict-exit-code must be 0 to 255, got -1"},
+		{"--once with a set", Options{Locks: []string{"a", "b"}, Command: []string{"true"}, TTL: 15 * time.Second, Once: "k"}, "--once takes one lock, not 2"},
 		{"signal 65", ok(Options{Signal: 65}), "--signal 65 is not a signal"},
 		{"signal -1", ok(Options{Signal: -1}), "--signal -1 is not a signal"},
 		{"STOP", ok(Options{Signal: syscall.SIGSTOP}), "--signal STOP does not end a process"},

@@ -7,7 +7,7 @@ import (
 	"github.com/fence-dev/fence/pkg/clock"
 )
 
-// The supervision of one command, in fence (runner.supervise) and in the
+// The supervision of one command, in fence (Runner.supervise) and in the
 // watchdog (watchdog.run), goes through the same phases, on the same rules
 // of time: this file holds them, as pure functions that both loops call.
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -29,8 +28,7 @@ const (
 const (
 	evStarted   = "started"    // PID, PGID, Cgroup
 	evExecError = "exec_error" // Code (126, 127), Msg
-	evStopping  = "stopping"   // Reason, Signal: the stop signal was sent
-	evKilling   = "killing"    // SIGKILL was sent to what was left
+	evStopping  = "stopping"   // Reason: the stop signal was sent
 	evExited    = "exited"     // Exit
 	evError     = "error"      // Msg: the watchdog failed (fence exits 125)
 )
@@ -96,7 +94,6 @@ type report struct {
 	Code   int    `json:"code,omitempty"`
 	Msg    string `json:"msg,omitempty"`
 	Reason string `json:"reason,omitempty"`
-	Signal int    `json:"signal,omitempty"`
 	// At is when the event happened, on the boot clock.
 	At   clock.Boot `json:"at,omitempty"`
 	Exit *exitInfo  `json:"exit,omitempty"`
@@ -112,30 +109,8 @@ type exitInfo struct {
 	Stopped string `json:"stopped,omitempty"`
 	// Killed: SIGKILL was needed.
 	Killed bool `json:"killed,omitempty"`
-	// Leftovers counts processes of the command's tree still running after
-	// the command itself ended (they were stopped).
-	Leftovers int `json:"leftovers,omitempty"`
 	// Died is when the command's main process ended, on the boot clock.
 	Died clock.Boot `json:"died"`
-}
-
-// readLines decodes JSON lines from r into a channel of T, closed (as is r)
-// at the end of r or at the first malformed line.
-func readLines[T any](r io.ReadCloser) <-chan T {
-	ch := make(chan T, 16)
-	go func() {
-		defer close(ch)
-		defer r.Close()
-		dec := json.NewDecoder(r)
-		for {
-			var v T
-			if err := dec.Decode(&v); err != nil {
-				return
-			}
-			ch <- v
-		}
-	}()
-	return ch
 }
 
 // orderPipe is the watchdog's end of the order pipe, read without blocking
@@ -150,7 +125,8 @@ type orderPipe struct {
 	buf   []byte
 	ended bool
 	// ready is signalled when the pipe has something to read (or is at its
-	// end); the watcher then waits for again before it polls once more.
+	// end); the watcher then waits for again, which every take signals,
+	// before it polls once more.
 	ready chan struct{}
 	again chan struct{}
 }
@@ -178,13 +154,6 @@ func (p *orderPipe) watch() {
 		if _, ok := <-p.again; !ok {
 			return
 		}
-	}
-}
-
-// woken is called after a receive from ready: the watcher may poll again.
-func (p *orderPipe) woken() {
-	if !p.ended {
-		p.again <- struct{}{}
 	}
 }
 
@@ -222,6 +191,12 @@ func (p *orderPipe) take() (orders []order, ended bool) {
 		}
 		orders = append(orders, o)
 		p.buf = p.buf[i+1:]
+	}
+	if !p.ended {
+		select {
+		case p.again <- struct{}{}: // the watcher may poll again
+		default:
+		}
 	}
 	return orders, p.ended
 }

@@ -114,9 +114,9 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // (Start does, once), on a goroutine of its own: each costs a round trip to
 // the Go runtime's signal thread (the first one starts it), 0.1-0.5 ms in
 // all, which Start overlaps with the watchdog's start and the coordinator's
-// opening. run waits for it (signals) before anything else: a signal never
+// opening. run waits for it (caught) before anything else: a signal never
 // finds the lock acquired with no handler in place.
-func (r *runner) catchSignals() {
+func (r *Runner) catchSignals() {
 	r.caught = make(chan struct{})
 	r.sigs = make(chan os.Signal, 4)
 	go func() {
@@ -138,33 +138,10 @@ func notifyForwarded(sigs chan<- os.Signal) (ignored []int) {
 	return ignored
 }
 
-// signals waits until the forwarded signals are caught and returns their
-// channel and the signals found ignored.
-func (r *runner) signals() (chan os.Signal, []int) {
+// releaseSignals stops catching the forwarded signals.
+func (r *Runner) releaseSignals() {
 	<-r.caught
-	return r.sigs, r.ignored
-}
-
-// releaseSignals stops catching the forwarded signals, for a Runner closed
-// without a run.
-func (r *runner) releaseSignals() {
-	sigs, _ := r.signals()
-	signal.Stop(sigs)
-}
-
-// Runner is a `fence run` whose watchdog process is already starting. The
-// watchdog is the fence binary started again, and its start-up (the
-// package initialisation of a large Go program) takes about as long as
-// connecting to etcd and acquiring a lock: Start it before opening the
-// coordinator, and the two overlap.
-//
-// Run runs the command once; Close ends the watchdog when Run is not called
-// (the coordinator could not be opened) and is a no-op once Run was called.
-// A Runner must be closed or run, or its watchdog lives on until the calling
-// process exits.
-type Runner struct {
-	r    *runner
-	used atomic.Bool // Run or Close was called
+	signal.Stop(r.sigs)
 }
 
 // Start checks opts and starts the watchdog process. The error (exit code
@@ -182,14 +159,14 @@ func Start(opts Options) (*Runner, error) {
 			return nil, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
 		}
 	}
-	r := &runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
+	r := &Runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
 	r.setStreams()
 	r.catchSignals() // beside the watchdog's start and the coordinator's opening
 	if err := r.startWatchdog(); err != nil {
 		r.releaseSignals()
 		return nil, err
 	}
-	return &Runner{r: r}, nil
+	return r, nil
 }
 
 // Run acquires the lock on c, runs the command under a watchdog as the lease's
@@ -216,11 +193,10 @@ func Start(opts Options) (*Runner, error) {
 // the wait (exit 128+N).
 //
 // It may be called once, and not after Close.
-func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
-	if !rr.used.CompareAndSwap(false, true) {
+func (r *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
+	if !r.used.CompareAndSwap(false, true) {
 		return exitcode.Failure, errors.New("supervise: Runner.Run called after Run or Close")
 	}
-	r := rr.r
 	defer r.closeWatchdog()
 	r.c = c
 	code, err := r.run(ctx)
@@ -236,15 +212,26 @@ func (rr *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 // Close kills the watchdog, which was never given a command, and waits for
 // it to exit. Once Run was called it does nothing: Run ends the watchdog
 // itself.
-func (rr *Runner) Close() {
-	if rr.used.CompareAndSwap(false, true) {
-		rr.r.releaseSignals()
-		rr.r.closeWatchdog()
+func (r *Runner) Close() {
+	if r.used.CompareAndSwap(false, true) {
+		r.releaseSignals()
+		r.closeWatchdog()
 	}
 }
 
-type runner struct {
-	p *plan
+// Runner is a `fence run` whose watchdog process is already starting. The
+// watchdog is the fence binary started again, and its start-up (the
+// package initialisation of a large Go program) takes about as long as
+// connecting to etcd and acquiring a lock: Start it before opening the
+// coordinator, and the two overlap.
+//
+// Run runs the command once; Close ends the watchdog when Run is not called
+// (the coordinator could not be opened) and is a no-op once Run was called.
+// A Runner must be closed or run, or its watchdog lives on until the calling
+// process exits.
+type Runner struct {
+	used atomic.Bool // Run or Close was called
+	p    *plan
 
 	// The signals fence forwards (catchSignals): caught is closed once
 	// sigs receives them, ignored are those found ignored at the start.
@@ -258,37 +245,41 @@ type runner struct {
 	m      metrics
 
 	// hs is the leases the command runs under (hsPtr: for the renewal
-	// goroutine); held is the run's own lease of one lock, for --once.
+	// goroutine).
 	hs    *HeldSet
 	hsPtr atomic.Pointer[HeldSet]
-	held  *fencing.Held
 	// hist records renewal failures as they are found to be over (see
 	// failuresBack).
 	hist failureRecorder
 
-	wd        *exec.Cmd
-	wdDone    chan struct{}
-	orders    *orderQueue
-	reports   <-chan report // nil once read to its end
-	reportsCh <-chan report
-	startSent bool  // the start order was given: the watchdog may have a command
-	phase     phase // of the supervision: running from the start order on
+	wd     *exec.Cmd
+	orders *orderQueue
+	// reports are the watchdog's, closed once it has exited and was waited
+	// for (reports: nil once read to its end).
+	reports, reportsCh <-chan report
+	// phase of the supervision: running from the start order on (the
+	// watchdog may have a command).
+	phase phase
 
 	started   *report // the watchdog's started report
-	execErr   *report
-	wdErr     string
-	exit      *exitInfo
-	stopping  string // fence's stop reason, "" before
-	wdStopped string // the reason the watchdog reported
-	lostErr   error  // what fencing reported
-	cancelErr error  // why ctx ended
+	wdStopped string  // the reason the watchdog reported
+	// end is what the watchdog reported and fence found, for outcome.
+	end       ending
 	attaching sync.WaitGroup
 	lw        leaseWatch // the coordinator's notice of the lease's end
+
+	// The supervision loop's state besides the phase: when the stop
+	// sequence must start unless extended (the watchdog was told), the
+	// deadline (0: none), fence's own stop once stopping, and the channels
+	// the loop waits for besides r.sigs (nil once received).
+	leaseStop, deadline clock.Boot
+	own                 ownStop
+	heldDone, ctxDone   <-chan struct{}
 }
 
 // setStreams settles where fence's own lines go (r.stderr): the command's
 // stderr, serialized when it is not a file.
-func (r *runner) setStreams() {
+func (r *Runner) setStreams() {
 	p := r.p
 	switch p.Stderr.(type) {
 	case nil:
@@ -310,7 +301,7 @@ func (r *runner) setStreams() {
 	}
 }
 
-func (r *runner) run(ctx context.Context) (int, error) {
+func (r *Runner) run(ctx context.Context) (int, error) {
 	p := r.p
 	env := p.Env
 	if env == nil {
@@ -325,27 +316,21 @@ func (r *runner) run(ctx context.Context) (int, error) {
 
 	// Signals: forwarded to the command once it runs; before, they end the
 	// wait for the lock.
-	sigs, ignored := r.signals()
-	defer signal.Stop(sigs)
+	<-r.caught
+	defer r.releaseSignals()
 
 	if p.Holds != nil {
 		r.useHolds(p.Holds)
 		r.verbosef("running under %d leases of %q, safe until the earliest", len(p.Holds.helds), p.Lock)
-		return r.supervise(ctx, path, args, env, ignored, sigs)
+		return r.supervise(ctx, path, args, env)
 	}
-	var release func(context.Context) error
-	var code int
-	if len(p.Locks) > 0 {
-		release, code, err = r.acquireSet(ctx, sigs) // set.go
-	} else {
-		release, code, err = r.acquireAndHold(ctx, sigs)
-	}
+	release, code, err := r.acquire(ctx)
 	if release == nil {
 		return code, err
 	}
 	r.m.token = r.hs.helds[0].Token()
 
-	code, runErr := r.supervise(ctx, path, args, env, ignored, sigs)
+	code, runErr := r.supervise(ctx, path, args, env)
 	r.attaching.Wait()
 
 	rctx, cancel := r.afterRun(ctx, code)
@@ -357,8 +342,13 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		r.m.failures += st.Failures
 	}
 	r.record(rctx, code)
-	if err := release(rctx); err != nil {
+	switch err := release(rctx); {
+	case err != nil:
 		r.warnf("%v", err)
+	case len(p.Locks) > 0:
+		r.verbosef("released %s (in reverse order)", p.Lock)
+	default:
+		r.verbosef("released %q (token %d)", p.Lock, r.m.token)
 	}
 	return code, runErr
 }
@@ -367,7 +357,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 // by Start: its PID is recorded with the lease, and its start-up overlaps
 // opening the coordinator and the acquisition. It is waited for after the
 // release.
-func (r *runner) acquireOptions() coord.AcquireOptions {
+func (r *Runner) acquireOptions() coord.AcquireOptions {
 	p := r.p
 	holder := cmp.Or(p.Holder, coord.DefaultHolder())
 	return coord.AcquireOptions{
@@ -383,7 +373,7 @@ func (r *runner) acquireOptions() coord.AcquireOptions {
 }
 
 // announceWait says whom the run waits for (--verbose, or on a terminal).
-func (r *runner) announceWait(cur coord.LockInfo) {
+func (r *Runner) announceWait(cur coord.LockInfo) {
 	p := r.p
 	if !p.Verbose && (p.Quiet || !isTerminal(r.stderr)) {
 		return
@@ -396,56 +386,76 @@ func (r *runner) announceWait(cur coord.LockInfo) {
 	}
 }
 
-// acquireAndHold acquires the lock (a signal ends the wait) and holds its
-// lease (r.held, r.hs). Without a lease (release nil) the run ends with
-// code and err: --once done already, the lock busy, the wait interrupted,
-// or an error.
-func (r *runner) acquireAndHold(ctx context.Context, sigs <-chan os.Signal) (release func(context.Context) error, code int, err error) {
+// acquire takes the run's own leases, a signal ending the wait: the lock
+// (holdLock) or the set of Options.Locks (holdSet), and holds them (r.hs).
+// Without a lease (release nil) the run ends with code and err: --once done
+// already, the lock busy, the wait interrupted, or an error.
+func (r *Runner) acquire(ctx context.Context) (release func(context.Context) error, code int, err error) {
 	p := r.p
 	if ok, code, err := r.oncePending(ctx); !ok {
 		return nil, code, err // --once: done already (or the record cannot be read)
 	}
+	take := r.holdLock
+	if len(p.Locks) > 0 {
+		take = r.holdSet // set.go
+	}
+	var hs *HeldSet
+	cause := r.interruptible(ctx, func(actx context.Context) error {
+		hs, release, err = take(actx)
+		return err
+	})
+	if err == nil && cause != nil {
+		// A signal came as the lock (of a set: the last) was granted: do
+		// not start the command.
+		releaseBounded(ctx, release)
+		err = cause
+		if len(p.Locks) > 0 {
+			err = &fencing.SetError{Lock: p.Locks[len(p.Locks)-1], Err: cause}
+		}
+	}
+	if err != nil {
+		code, err := acquireFailure(ctx, cause, p, err)
+		return nil, code, err
+	}
+	if ok, code, err := r.oncePending(ctx); !ok {
+		// --once: done by the holder before us.
+		releaseBounded(ctx, release)
+		return nil, code, err
+	}
+	r.useHolds(hs)
+	waited := r.m.wait.Round(time.Millisecond)
+	if len(p.Locks) == 0 {
+		l := hs.helds[0].Lease()
+		r.verbosef("acquired %q: token %d, lease %s, TTL %v, waited %v", l.Name, l.Token, l.ID, l.TTL, waited)
+		return release, 0, nil
+	}
+	for _, l := range hs.Leases() {
+		r.verbosef("acquired %q: token %d, lease %s, TTL %v", l.Name, l.Token, l.ID, l.TTL)
+	}
+	r.verbosef("waited %v for %d locks", waited, len(hs.helds))
+	return release, 0, nil
+}
+
+// holdLock acquires the lock and holds its lease. The hold
+// outlives ctx (see interruptible): when Run's context ends, the command is
+// stopped first, and the lease released after.
+func (r *Runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
 	acquire := r.c.Acquire
 	if d, ok := r.c.(deferredAcquirer); ok {
 		// The history record of the acquisition overlaps the command's
 		// start; the coordinator's Release waits for it.
 		acquire = d.AcquireDeferred
 	}
-	var lease *coord.Lease
-	cause := r.interruptible(ctx, sigs, func(actx context.Context) error {
-		lease, err = acquire(actx, p.Lock, r.acquireOptions())
-		return err
-	})
-	if err == nil && cause != nil {
-		// A signal came as the lock was granted: do not start the command.
-		releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
-		err = cause
-	}
+	lease, err := acquire(ctx, r.p.Lock, r.acquireOptions())
 	if err != nil {
-		code, err := acquireFailure(ctx, cause, p, err)
-		return nil, code, err
+		return nil, nil, err
 	}
-	// The hold outlives ctx: when ctx ends, the command is stopped first,
-	// and the lease released after.
-	r.held, err = fencing.Hold(context.WithoutCancel(ctx), r.c, lease, r.holdOptions()...)
+	held, err := fencing.Hold(ctx, r.c, lease, r.holdOptions()...)
 	if err != nil {
 		releaseBounded(ctx, func(rctx context.Context) error { return r.c.Release(rctx, lease.Name, lease.ID) })
-		return nil, exitcode.Failure, err
+		return nil, nil, err
 	}
-	if ok, code, err := r.oncePending(ctx); !ok {
-		// --once: done by the holder before us.
-		releaseBounded(ctx, r.held.Release)
-		return nil, code, err
-	}
-	r.useHolds(NewHeldSet([]*fencing.Held{r.held}, leaseEnv(*lease)))
-	r.verbosef("acquired %q: token %d, lease %s, TTL %v, waited %v", p.Lock, lease.Token, lease.ID, lease.TTL, r.m.wait.Round(time.Millisecond))
-	return func(ctx context.Context) error {
-		err := r.held.Release(ctx)
-		if err == nil {
-			r.verbosef("released %q (token %d)", p.Lock, lease.Token)
-		}
-		return err
-	}, 0, nil
+	return NewHeldSet([]*fencing.Held{held}, leaseEnv(*lease)), held.Release, nil
 }
 
 // interruptible runs acquire with a context that a signal or the end of
@@ -455,12 +465,12 @@ func (r *runner) acquireAndHold(ctx context.Context, sigs <-chan os.Signal) (rel
 // start. The context is not ended after: the holds that fencing.AcquireSet
 // takes with it outlive ctx (the command is stopped first, the leases
 // released after).
-func (r *runner) interruptible(ctx context.Context, sigs <-chan os.Signal, acquire func(context.Context) error) error {
+func (r *Runner) interruptible(ctx context.Context, acquire func(context.Context) error) error {
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		select {
-		case s := <-sigs:
+		case s := <-r.sigs:
 			cancel(interrupted{s.(syscall.Signal)})
 		case <-ctx.Done():
 			cancel(context.Cause(ctx))
@@ -513,14 +523,6 @@ func acquireFailure(ctx context.Context, cause error, p *plan, err error) (int, 
 // coordinator does not answer.
 const AfterStop = 750 * time.Millisecond
 
-// stopped reports whether the run ended in a stop of the command (or in a
-// lease lost while fence could not stop it), after which the coordinator
-// is not waited for long.
-func (r *runner) stopped(code int) bool {
-	return r.stopping != "" || r.wdStopped != "" || r.lostErr != nil ||
-		code == exitcode.LeaseLost || code == exitcode.Deadline
-}
-
 // deferredAcquirer is a coordinator that records an acquisition after it
 // returns the lease (history.Recorder.AcquireDeferred), and makes Release
 // and its history records wait for that record.
@@ -538,9 +540,10 @@ func interruptedWhile(sig syscall.Signal, what string) (int, error) {
 	return 128 + int(sig), fmt.Errorf("interrupted by SIG%s while %s", SignalName(sig), what)
 }
 
-// startWatchdog starts the watchdog, fence itself again
-// (Options.Executable, default /proc/self/exe), with its two pipes.
-func (r *runner) startWatchdog() error {
+// startWatchdog starts the watchdog with its two pipes: fence itself again,
+// /proc/self/exe (the running binary, even if replaced on disk since),
+// whose main must dispatch WatchdogArg to WatchdogMain.
+func (r *Runner) startWatchdog() error {
 	p := r.p
 	ordR, ordW, err := os.Pipe()
 	if err != nil {
@@ -552,9 +555,9 @@ func (r *runner) startWatchdog() error {
 		ordW.Close()
 		return fmt.Errorf("start watchdog: %w", err)
 	}
-	exe := cmp.Or(p.Executable, "/proc/self/exe")
+	const exe = "/proc/self/exe"
 	cmd := exec.Command(exe, WatchdogArg)
-	if p.Executable == "" && len(os.Args) > 0 && os.Args[0] != "" {
+	if len(os.Args) > 0 && os.Args[0] != "" {
 		// The running binary under the name it was started as (ps shows
 		// "fence __watchdog"), so that a binary that dispatches on argv[0]
 		// (a multi-call binary, testscript's commands) runs as fence again.
@@ -580,14 +583,24 @@ func (r *runner) startWatchdog() error {
 		return fmt.Errorf("start watchdog %s: %w", exe, err)
 	}
 	r.wd = cmd
-	r.wdDone = make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(r.wdDone)
-	}()
 	r.orders = newOrderQueue(ordW)
-	r.reportsCh = readLines[report](repR) // it closes repR at the watchdog's end
-	r.reports = r.reportsCh
+	reports := make(chan report, 16)
+	go func() {
+		defer close(reports)
+		// Up to the end of the pipe, at the watchdog's end (or the first
+		// malformed line); then the watchdog is waited for.
+		dec := json.NewDecoder(repR)
+		for {
+			var rep report
+			if dec.Decode(&rep) != nil {
+				break
+			}
+			reports <- rep
+		}
+		repR.Close()
+		_ = cmd.Wait()
+	}()
+	r.reports, r.reportsCh = reports, reports
 	return nil
 }
 
@@ -596,32 +609,31 @@ func (r *runner) startWatchdog() error {
 // to end. A watchdog that was never given a command has nothing to stop or
 // clean up: it is killed, so that a failure before the command does not
 // wait for its start-up.
-func (r *runner) closeWatchdog() {
-	if !r.startSent {
+func (r *Runner) closeWatchdog() {
+	if r.phase == phaseWaiting {
 		_ = r.wd.Process.Kill()
 	}
 	r.orders.close()
-	<-r.wdDone
 	for range r.reportsCh {
 	}
 }
 
 // supervise starts the command and follows it until the watchdog is done.
-func (r *runner) supervise(ctx context.Context, path string, args, env []string, ignored []int, sigs <-chan os.Signal) (int, error) {
+func (r *Runner) supervise(ctx context.Context, path string, args, env []string) (int, error) {
 	p := r.p
-	l := &loop{ctx: ctx, sigs: sigs, leaseStop: leaseStopOf(r.hs.SafeUntil(), p.grace)}
+	r.leaseStop = leaseStopOf(r.hs.SafeUntil(), p.grace)
 	if p.Deadline > 0 {
-		l.deadline = clock.Now().Add(p.Deadline)
+		r.deadline = clock.Now().Add(p.Deadline)
 	}
-	if p.NoRenew && (l.deadline == 0 || l.deadline > l.leaseStop) {
-		l.deadline = l.leaseStop // what the lease covers
+	if p.NoRenew && (r.deadline == 0 || r.deadline > r.leaseStop) {
+		r.deadline = r.leaseStop // what the lease covers
 	}
-	env = setEnv(env, r.commandEnv(l.deadline))
+	env = setEnv(env, r.commandEnv(r.deadline))
 	sp := &spec{
 		Path: path, Args: args, Env: env, Dir: p.Dir,
 		Signal: int(p.signal), Grace: p.grace,
-		LeaseStop: l.leaseStop, Deadline: l.deadline,
-		Ignore:     ignored,
+		LeaseStop: r.leaseStop, Deadline: r.deadline,
+		Ignore:     r.ignored,
 		Foreground: foreground(r.wd.Stdin),
 		FencePgrp:  unix.Getpgrp(),
 		Cgroup:     !p.NoCgroup,
@@ -631,26 +643,25 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 		p.OnAcquired(r.stderr)
 	}
 	r.orders.push(order{Op: opStart, Spec: sp})
-	r.startSent = true
 	r.phase = r.phase.next(stepStart)
 
 	defer r.lw.stop()
-	l.heldDone = r.hs.Context().Done()
-	l.ctxDone = ctx.Done()
-	l.wdDone = r.wdDone
+	r.heldDone, r.ctxDone = r.hs.Context().Done(), ctx.Done()
 	for {
 		now := clock.Now()
-		r.act(l, now)
-		// The watchdog's last word: the command could not be started, or it
-		// ended and nothing of its tree is left. The lease can go now; the
-		// watchdog exits meanwhile (it is waited for after the release).
-		if r.reports == nil && isClosed(r.wdDone) {
+		r.act(now)
+		// The watchdog's last word (report): the command could not be
+		// started, or it ended and nothing of its tree is left. The lease
+		// can go now; the watchdog exits meanwhile (it is waited for after
+		// the release). Without a last word, the loop ends with the
+		// watchdog.
+		if r.reports == nil {
 			r.phase = r.phase.next(stepDone)
 		}
 		if r.phase == phaseDone {
 			break
 		}
-		r.await(l, now, nextWake(r.schedule(l), now))
+		r.await(ctx, now, nextWake(r.schedule(), now))
 	}
 	return r.outcome()
 }
@@ -659,7 +670,7 @@ func (r *runner) supervise(ctx context.Context, path string, args, env []string,
 // is gone (Options.Handover): the coordinator's settings and the leases, the
 // command's in the reverse order of their acquisition (as a set is
 // released), then Handover.Also. nil without a Handover or settings.
-func (r *runner) endSpec() *endSpec {
+func (r *Runner) endSpec() *endSpec {
 	h := r.p.Handover
 	if h == nil || h.Coordinator == nil {
 		return nil
@@ -674,26 +685,19 @@ func (r *runner) endSpec() *endSpec {
 	return &endSpec{Coordinator: settings, Leases: append(leases, h.Also...)}
 }
 
-// loop is what fence's supervision loop follows besides the phase.
-type loop struct {
-	ctx       context.Context
-	sigs      <-chan os.Signal
-	leaseStop clock.Boot // when the stop sequence must start unless extended
-	deadline  clock.Boot // 0: none
-	own       ownStop    // fence's own stop sequence, once stopping
-	// What the loop waits for; nil once received (or, sigs, never).
-	heldDone, ctxDone, wdDone <-chan struct{}
-}
-
-// act does what the phase asks at now: start the stop sequence when the
-// stop time has come (the lease's, extended by every renewal, or the
-// deadline), and fence's own stop signal and SIGKILL when theirs has.
-func (r *runner) act(l *loop, now clock.Boot) {
+// act does what the phase asks at now: tell the watchdog of a later stop
+// time (every renewal moves the leases' earliest safe-until), start the
+// stop sequence when the stop time has come (the lease's or the
+// deadline), and send fence's own stop signal and SIGKILL when theirs has.
+func (r *Runner) act(now clock.Boot) {
 	p := r.p
 	if r.phase == phaseRunning {
-		l.leaseStop = max(l.leaseStop, leaseStopOf(r.hs.SafeUntil(), p.grace))
-		if stop, reason := stopStart(l.leaseStop, l.deadline); now >= stop {
-			r.startStop(l, reason, now)
+		if ls := leaseStopOf(r.hs.SafeUntil(), p.grace); ls > r.leaseStop {
+			r.leaseStop = ls
+			r.orders.push(order{Op: opExtend, LeaseStop: ls})
+		}
+		if stop, reason := stopStart(r.leaseStop, r.deadline); now >= stop {
+			r.startStop(reason, now)
 		}
 	}
 	// fence's own stop does not wait for the watchdog's report of the
@@ -701,7 +705,7 @@ func (r *runner) act(l *loop, now clock.Boot) {
 	// otherwise leave the command running. signalAll reaches the command
 	// through the watchdog's descendants in any case.
 	if r.phase.stopping() {
-		signal, kill := l.own.due(now, r.wdStopped != "")
+		signal, kill := r.own.due(now, r.wdStopped != "")
 		if signal {
 			r.signalAll(p.signal)
 		}
@@ -715,72 +719,67 @@ func (r *runner) act(l *loop, now clock.Boot) {
 // startStop starts the stop sequence for reason at now, unless it runs
 // already or the command is done: the watchdog is told to stop the
 // command, and fence's own stop backs it.
-func (r *runner) startStop(l *loop, reason string, now clock.Boot) {
+func (r *Runner) startStop(reason string, now clock.Boot) {
 	if r.phase != phaseRunning {
 		return
 	}
 	r.phase = r.phase.next(stepStop)
-	r.stopping = reason
+	r.end.stopping = reason
 	r.orders.push(order{Op: opStop, Reason: reason})
-	l.own = beginOwnStop(now, l.leaseStop, r.p.grace, r.p.signal)
+	r.own = beginOwnStop(now, r.leaseStop, r.p.grace, r.p.signal)
 	r.verbosef("stopping the command (%s)", reason)
 }
 
 // schedule is what fence's loop waits for in its phase.
-func (r *runner) schedule(l *loop) schedule {
+func (r *Runner) schedule() schedule {
 	if r.phase == phaseRunning {
-		stop, _ := stopStart(l.leaseStop, l.deadline)
+		stop, _ := stopStart(r.leaseStop, r.deadline)
 		return schedule{phase: r.phase, stop: stop}
 	}
-	return l.own.schedule(r.phase)
+	return r.own.schedule(r.phase)
 }
 
-// await sleeps from now until wake, a report of the watchdog, its exit, the end of
-// the hold, a notice of the lease watch, the end of ctx or a signal to
-// forward, and takes it in.
-func (r *runner) await(l *loop, now, wake clock.Boot) {
+// await sleeps from now until wake, a renewal, a report of the watchdog
+// (or their end), the end of the hold, a notice of the lease watch, the end of
+// ctx or a signal to forward, and takes it in.
+func (r *Runner) await(ctx context.Context, now, wake clock.Boot) {
 	t := time.NewTimer(wake.Sub(now))
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-r.hs.renewed: // act tells the watchdog
 	case rep, ok := <-r.reports:
 		if !ok {
 			r.reports = nil
 			break
 		}
-		r.report(l.ctx, rep)
-	case <-l.wdDone:
-		l.wdDone = nil // the reports are read to their end before deciding
-	case <-l.heldDone:
-		l.heldDone = nil
+		r.report(ctx, rep)
+	case <-r.heldDone:
+		r.heldDone = nil
 		cause := context.Cause(r.hs.Context())
 		if errors.Is(cause, coord.ErrLeaseLost) {
-			if r.lostErr == nil {
-				r.lostErr = cause
-			}
-			r.startStop(l, reasonLost, clock.Now())
+			r.end.lostErr = cmp.Or(r.end.lostErr, cause)
+			r.startStop(reasonLost, clock.Now())
 		}
 	case err := <-r.lw.ch:
 		r.lw.ch = nil
 		if n, ok := err.(*leaseNotice); ok {
-			if r.lostErr == nil {
-				r.lostErr = lostNotice(n)
-			}
+			r.end.lostErr = cmp.Or(r.end.lostErr, lostNotice(n))
 			r.verbosef("the coordinator reports: %v", err)
-			r.startStop(l, reasonLost, clock.Now())
+			r.startStop(reasonLost, clock.Now())
 		}
-	case <-l.ctxDone:
-		l.ctxDone = nil
-		r.cancelErr = context.Cause(l.ctx)
-		r.startStop(l, reasonCanceled, clock.Now())
-	case s := <-l.sigs:
+	case <-r.ctxDone:
+		r.ctxDone = nil
+		r.end.cancelErr = context.Cause(ctx)
+		r.startStop(reasonCanceled, clock.Now())
+	case s := <-r.sigs:
 		r.verbosef("forwarding SIG%s to the command", SignalName(s.(syscall.Signal)))
 		r.orders.push(order{Op: opSignal, Signal: int(s.(syscall.Signal))})
 	}
 }
 
 // report takes in one report of the watchdog.
-func (r *runner) report(ctx context.Context, rep report) {
+func (r *Runner) report(ctx context.Context, rep report) {
 	switch rep.Ev {
 	case evStarted:
 		r.started = &rep
@@ -799,21 +798,21 @@ func (r *runner) report(ctx context.Context, rep report) {
 			}()
 		}
 	case evExecError:
-		r.execErr = &rep
+		r.end.execErr = &rep
 		r.phase = r.phase.next(stepDone)
 	case evStopping:
 		r.wdStopped = rep.Reason
 	case evExited:
-		r.exit = rep.Exit
+		r.end.exit = rep.Exit
 		r.phase = r.phase.next(stepDone)
 	case evError:
-		r.wdErr = rep.Msg
+		r.end.wdErr = rep.Msg
 	}
 }
 
 // signalAll is fence's own stop: the command's group, its cgroup and the
 // watchdog's descendants.
-func (r *runner) signalAll(sig syscall.Signal) {
+func (r *Runner) signalAll(sig syscall.Signal) {
 	if r.started != nil {
 		_ = unix.Kill(-r.started.PGID, sig)
 		if r.started.Cgroup != "" {
@@ -834,40 +833,36 @@ func (r *runner) signalAll(sig syscall.Signal) {
 // (outcomeOf), after what it must do first: when the watchdog died without
 // a last word, make sure nothing of the command is left; when the command
 // ended, see whether the lease was lost meanwhile.
-func (r *runner) outcome() (int, error) {
-	e := ending{execErr: r.execErr, exit: r.exit, wdErr: r.wdErr, stopping: r.stopping, cancelErr: r.cancelErr, token: r.m.token}
+func (r *Runner) outcome() (int, error) {
+	e := &r.end
 	switch {
-	case r.execErr != nil:
-	case r.exit == nil:
+	case e.execErr != nil:
+	case e.exit == nil:
 		// The watchdog died without a last word: make sure nothing is left.
-		if r.started != nil {
-			_ = unix.Kill(-r.started.PGID, syscall.SIGKILL)
-			if r.started.Cgroup != "" {
-				(&cgroup{dir: r.started.Cgroup, fd: -1}).kill()
-				_ = removeCgroupDir(r.started.Cgroup)
-			}
+		r.signalAll(syscall.SIGKILL)
+		if r.started != nil && r.started.Cgroup != "" {
+			_ = removeCgroupDir(r.started.Cgroup)
 		}
 		e.wdState = fmt.Sprint(r.wd.ProcessState) // the loop ended once it had exited
 	default:
-		if r.lostErr == nil {
+		if e.lostErr == nil {
 			// fence may have been resumed a moment ago: see for itself.
 			if err := r.hs.Check(); errors.Is(err, coord.ErrLeaseLost) {
-				r.lostErr = err
+				e.lostErr = err
 			}
 		}
 		if r.started != nil {
-			r.m.duration = r.exit.Died.Sub(r.started.At)
+			r.m.duration = e.exit.Died.Sub(r.started.At)
 		}
 	}
-	e.lostErr = r.lostErr
-	e.safeUntil = r.hs.SafeUntil()
+	e.safeUntil, e.token = r.hs.SafeUntil(), r.m.token
 	if r.p.Holds == nil {
 		// The lease not renewed in time when no loss was reported (of a
 		// set: the one that would expire first).
 		l := r.hs.earliest().Lease()
 		e.unrenewed, e.token = l.Name, l.Token
 	}
-	res := outcomeOf(r.p, e)
+	res := outcomeOf(r.p, *e)
 	r.m.lost = r.m.lost || res.lost
 	r.m.deadlineExceeded = r.m.deadlineExceeded || res.deadline
 	if res.verbose != "" {
@@ -906,25 +901,16 @@ func cgroupNote(cg string) string {
 	return ", cgroup " + cg
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-func (r *runner) verbosef(format string, args ...any) {
+func (r *Runner) verbosef(format string, args ...any) {
 	if r.p.Verbose {
 		r.infof(format, args...)
 	}
 }
 
 // infof and warnf print one line of fence's own, in --log-format's style.
-func (r *runner) infof(format string, args ...any) { r.log.Info(fmt.Sprintf(format, args...)) }
+func (r *Runner) infof(format string, args ...any) { r.log.Info(fmt.Sprintf(format, args...)) }
 
-func (r *runner) warnf(format string, args ...any) { r.log.Warn(fmt.Sprintf(format, args...)) }
+func (r *Runner) warnf(format string, args ...any) { r.log.Warn(fmt.Sprintf(format, args...)) }
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
@@ -985,25 +971,20 @@ func (q *orderQueue) poke() {
 func (q *orderQueue) loop() {
 	defer close(q.done)
 	defer q.f.Close()
+	// Every push and close pokes after its change: what they left is
+	// taken at the next wake.
 	for range q.wake {
-		for {
-			q.mu.Lock()
-			batch := q.pending
-			q.pending = nil
-			closed := q.closed
-			q.mu.Unlock()
-			if len(batch) == 0 {
-				if closed {
-					return
-				}
-				break
+		q.mu.Lock()
+		batch, closed := q.pending, q.closed
+		q.pending = nil
+		q.mu.Unlock()
+		for _, o := range batch {
+			if q.w.Encode(o) != nil {
+				break // the watchdog is gone; drop orders until closed
 			}
-			for _, o := range batch {
-				if err := q.w.Encode(o); err != nil {
-					// The watchdog is gone; drop orders until closed.
-					break
-				}
-			}
+		}
+		if closed {
+			return
 		}
 	}
 }
@@ -1097,13 +1078,14 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 }
 
 // afterRun bounds what fence does with the coordinator once its command has
-// ended (history records, the --once record, the release). After a stop the
-// coordinator may well not answer (that may be why the lease was lost): they
-// then get what is left of a second (AfterStop), so that fence exits soon
-// after its command.
-func (r *runner) afterRun(ctx context.Context, code int) (context.Context, context.CancelFunc) {
+// ended (history records, the --once record, the release). After a stop of
+// the command (or a lease lost while fence could not stop it) the
+// coordinator may well not answer (that may be why the lease was lost):
+// they then get what is left of a second (AfterStop), so that fence exits
+// soon after its command.
+func (r *Runner) afterRun(ctx context.Context, code int) (context.Context, context.CancelFunc) {
 	budget := 10 * time.Second
-	if r.stopped(code) {
+	if r.end.stopping != "" || r.wdStopped != "" || r.end.lostErr != nil || code == exitcode.LeaseLost || code == exitcode.Deadline {
 		budget = AfterStop
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), budget)

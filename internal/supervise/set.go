@@ -2,10 +2,8 @@ package supervise
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/fencing"
@@ -59,37 +57,14 @@ func isSetVar(k string) bool {
 	return false
 }
 
-// acquireSet takes the set of Options.Locks (a signal ends the wait) and
-// runs under it (r.hs), as acquireAndHold does for one lock.
-func (r *runner) acquireSet(ctx context.Context, sigs <-chan os.Signal) (release func(context.Context) error, code int, err error) {
-	p := r.p
+// holdSet takes and holds the set of Options.Locks, as holdLock does one
+// lock; the set is released in reverse order.
+func (r *Runner) holdSet(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
 	acq := r.acquireOptions()
 	acq.Slots = 0
-	var set *fencing.Set
-	cause := r.interruptible(ctx, sigs, func(actx context.Context) error {
-		set, err = fencing.AcquireSet(actx, r.c, p.Locks, acq, r.holdOptions()...)
-		return err
-	})
-	if err == nil && cause != nil {
-		// A signal came as the last lock was granted: do not start the command.
-		releaseBounded(ctx, set.Release)
-		err = &fencing.SetError{Lock: p.Locks[len(p.Locks)-1], Err: cause}
-	}
+	set, err := fencing.AcquireSet(ctx, r.c, r.p.Locks, acq, r.holdOptions()...)
 	if err != nil {
-		code, err := acquireFailure(ctx, cause, p, err)
-		return nil, code, err
+		return nil, nil, err
 	}
-	leases := SetLeases(set)
-	r.useHolds(NewHeldSet(set.Helds(), locksEnv(leases)))
-	for _, l := range leases {
-		r.verbosef("acquired %q: token %d, lease %s, TTL %v", l.Name, l.Token, l.ID, l.TTL)
-	}
-	r.verbosef("waited %v for %d locks", r.m.wait.Round(time.Millisecond), len(leases))
-	return func(ctx context.Context) error {
-		err := set.Release(ctx)
-		if err == nil {
-			r.verbosef("released %s (in reverse order)", p.Lock)
-		}
-		return err
-	}, 0, nil
+	return NewHeldSet(set.Helds(), locksEnv(SetLeases(set))), set.Release, nil
 }

@@ -212,7 +212,6 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	}
 	hs := NewHeldSet(helds, shardEnv(m, live, opts))
 	sr.cur.Store(hs)
-	hs.Renewed()
 
 	rctx, cancel := context.WithCancelCause(ctx)
 	var signalled bool
@@ -222,7 +221,16 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	go func() {
 		defer close(watchDone)
 		signalled = watchSet(rctx, cancel, m, live, sigs, settle)
-		late = lateSignal(runDone, sigs)
+		// The signals from the end of rctx until the Runner returned: the
+		// last one is late.
+		for {
+			select {
+			case <-runDone:
+				return
+			case s := <-sigs:
+				late = s.(syscall.Signal)
+			}
+		}
 	}()
 	o := opts
 	o.Holds = hs
@@ -245,20 +253,6 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	hs.Close()
 	sr.cur.Store(nil)
 	return shardRunEnd{code: code, err: err, stopped: stopped, signalled: signalled, late: late, left: m.Context().Err() != nil}
-}
-
-// lateSignal reads the signals from the end of the run's context until
-// runDone (the Runner returned) and returns the last (0: none).
-func lateSignal(runDone <-chan struct{}, sigs <-chan os.Signal) syscall.Signal {
-	var late syscall.Signal
-	for {
-		select {
-		case <-runDone:
-			return late
-		case s := <-sigs:
-			late = s.(syscall.Signal)
-		}
-	}
 }
 
 // watchSet is the watcher of a run until its context ends: it records a

@@ -120,9 +120,8 @@ type watchdog struct {
 	leader int // the command's PID = its PGID
 
 	// Found before the start order: the cgroup v2 the command's cgroup is
-	// made in, or why there is none.
-	cgBase    string
-	cgBaseErr error
+	// made in ("": none).
+	cgBase string
 
 	// phase: waiting for the start order, running the command, stopping
 	// it (or, once it ended on its own, what it left), killing what is
@@ -180,7 +179,7 @@ func (w *watchdog) run() error {
 // it. It reports whether the command runs.
 func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 	subreaper := becomeSubreaper()
-	w.cgBase, w.cgBaseErr = ownCgroupDir()
+	w.cgBase, _ = ownCgroupDir()
 
 	later := w.waitStart()
 	<-caught
@@ -216,8 +215,7 @@ func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 // reaps, takes fence's orders, acts on the stop time, and sleeps until
 // the next thing to do (a child, a signal, an order or the schedule).
 func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
-	ready := w.orders.ready
-	woke := false // ready was received: its watcher waits for the orders to be taken
+	ready := w.orders.ready // the orders are taken at the top of the loop
 	afterLook := freezeAfterLook
 	for {
 		w.reap()
@@ -232,13 +230,8 @@ func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 		// Every order fence sent before now is taken before the stop time
 		// is judged: after a freeze of the watchdog, the extensions fence
 		// sent meanwhile are waiting in the pipe.
-		if ready != nil {
-			if w.takeOrders() {
-				ready = nil
-			} else if woke {
-				w.orders.woken()
-			}
-			woke = false
+		if ready != nil && w.takeOrders() {
+			ready = nil
 		}
 		w.act(now)
 
@@ -251,7 +244,6 @@ func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 		case <-chld:
 		case <-sigs:
 		case <-ready:
-			woke = true // the orders are taken at the top of the loop
 		}
 		t.Stop()
 	}
@@ -293,9 +285,6 @@ func (w *watchdog) act(now clock.Boot) {
 	if w.phase == phaseStopping && now >= w.killAt {
 		w.phase = w.phase.next(stepKill)
 		w.killAll()
-		if w.exit == nil || w.leftovers > 0 {
-			_ = w.out.Encode(report{Ev: evKilling, At: now})
-		}
 	}
 	if w.phase == phaseKilling {
 		w.killAll() // again: catch what forked meanwhile
@@ -327,18 +316,16 @@ func (w *watchdog) schedule(now clock.Boot) schedule {
 	return s
 }
 
-// running reports whether the command runs and no stop sequence was
-// started: a stop order, or the end of fence, starts one now.
-func (w *watchdog) running() bool { return w.phase == phaseRunning && w.exit == nil }
-
-// stillRunning is running after a fresh look for the command's exit, made
-// just before a stop: a command that ended since the loop's last look (the
-// watchdog frozen in between) is not reported stopped.
+// stillRunning reports whether the command runs and no stop sequence was
+// started (a stop order, or the end of fence, starts one now), after a
+// fresh look for the command's exit, made just before a stop: a command
+// that ended since the loop's last look (the watchdog frozen in between)
+// is not reported stopped.
 func (w *watchdog) stillRunning() bool {
-	if w.running() {
+	if w.phase == phaseRunning && w.exit == nil {
 		w.reap()
 	}
-	return w.running()
+	return w.phase == phaseRunning && w.exit == nil
 }
 
 // waitStart waits for the start order (phase waiting) and takes its spec;
@@ -359,7 +346,6 @@ func (w *watchdog) waitStart() []order {
 			return nil
 		}
 		<-w.orders.ready
-		w.orders.woken()
 	}
 }
 
@@ -401,7 +387,7 @@ func (w *watchdog) order(o order) {
 // start starts the command and reports it.
 func (w *watchdog) start() error {
 	sp := w.sp
-	if sp.Cgroup && w.cgBaseErr == nil {
+	if sp.Cgroup && w.cgBase != "" {
 		cg, err := newCgroup(w.cgBase, fmt.Sprintf("%s%d-%d", cgroupPrefix, w.self, clock.Now()))
 		if err == nil {
 			w.cg = cg
@@ -458,7 +444,7 @@ func (w *watchdog) beginStop(reason string, now clock.Boot) {
 		// continued.
 		w.signalTree(syscall.SIGCONT)
 	}
-	_ = w.out.Encode(report{Ev: evStopping, Reason: reason, Signal: int(sig), At: now})
+	_ = w.out.Encode(report{Ev: evStopping, Reason: reason, At: now})
 }
 
 // signalTree sends sig to the command's process group and to every other
@@ -539,7 +525,6 @@ func (w *watchdog) treeEmpty() bool {
 // releases the lease on this report, so the empty cgroup is removed after
 // it (fence waits for the watchdog's exit before its own).
 func (w *watchdog) finish() error {
-	w.exit.Leftovers = w.leftovers
 	err := w.out.Encode(report{Ev: evExited, Exit: w.exit, At: clock.Now()})
 	if w.cg != nil {
 		_ = w.cg.remove()
