@@ -463,5 +463,5 @@ func (c *coordinator) revoke(id clientv3.LeaseID) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_, _ = c.cli.Revoke(ctx, id)
+	_ = c.revokeBounded(ctx, id)
 }
