@@ -132,6 +132,7 @@ func (a *attempt) claim(slot int) string {
 type putState struct {
 	resp *clientv3.TxnResponse
 	st   lockState
+	slot int // a semaphore's slot the transaction took
 }
 
 // putStep is where the attempt goes after its transaction.
@@ -189,17 +190,7 @@ func (a *attempt) run(ctx context.Context) (*coord.Lease, error) {
 		return nil, err
 	}
 	if p.resp.Succeeded {
-		return a.held(ctx, p.resp.Header.Revision, 0)
-	}
-	if a.semaphore() && !a.waits() {
-		slot, rev, st, got, err := a.c.trySlot(ctx, a.name, a.key, a.id, a.slots, a.heldMeta(), p.st)
-		if err != nil {
-			return nil, a.c.mapErr(ctx, "acquire", err)
-		}
-		if got {
-			return a.held(ctx, rev, slot)
-		}
-		p.st = st
+		return a.held(ctx, p.resp.Header.Revision, p.slot)
 	}
 	kvs, lim := p.st.kvs, p.st.lim
 	cur, err := a.c.lockInfo(ctx, a.name, kvs, a.waits() && a.opts.OnWait != nil)
@@ -223,11 +214,14 @@ func (a *attempt) run(ctx context.Context) (*coord.Lease, error) {
 // the holder; otherwise it queues (or, not waiting, nothing is written)
 // and the lock's keys come back to find the holder. The operator limits
 // (limits.go) are compared too: at first that there is none, then that
-// they are as last read.
+// they are as last read. A semaphore's try-lock that may hold (every key
+// holds, fewer than its slots and the limit allow, and a slot is free)
+// puts again, comparing that no key was created since its read and that
+// the slot is free.
 func (a *attempt) put(ctx context.Context) (putState, error) {
 	var p putState
 	for {
-		resp, err := a.putTxn(ctx, p.st.rev)
+		resp, err := a.putTxn(ctx, &p)
 		if err != nil {
 			// A waiter whose first request went unanswered (a leader
 			// that stalls: "request timed out") revokes its lease, which
@@ -242,31 +236,44 @@ func (a *attempt) put(ctx context.Context) (putState, error) {
 		if err := a.readElse(&p); err != nil {
 			return p, err
 		}
-		if afterPut(false, a.waits(), a.semaphore(), len(p.st.kvs), coordkit.Allows(p.st.lim, 0)) != putRetry {
+		switch afterPut(false, a.waits(), a.semaphore(), len(p.st.kvs), coordkit.Allows(p.st.lim, 0)) {
+		case putTrySlot:
+			may, _ := eligible(p.st, 0, a.slots)
+			if _, _, free := a.c.slotChoice(a.name, a.slots, p.st.kvs, p.st.slotKVs); !may || !free {
+				return p, nil
+			}
+		case putRetry:
+		default:
 			return p, nil
 		}
 	}
 }
 
-func (a *attempt) putTxn(ctx context.Context, limRev int64) (*clientv3.TxnResponse, error) {
-	c, lockRange := a.c, a.c.lockRange(a.name)
-	then := []clientv3.Op{clientv3.OpPut(a.key, a.heldMeta().encode(), clientv3.WithLease(a.id))}
+// putTxn is one transaction of put, after the read p (none yet: rev 0).
+func (a *attempt) putTxn(ctx context.Context, p *putState) (*clientv3.TxnResponse, error) {
+	c, st := a.c, p.st
+	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.lockRange(a.name)), "<", st.rev+1).WithPrefix(), c.limitsCmp(st.rev)}
+	p.slot = 0
+	if a.semaphore() && st.rev != 0 {
+		var cmp clientv3.Cmp
+		p.slot, cmp, _ = c.slotChoice(a.name, a.slots, st.kvs, st.slotKVs)
+		ifs = append(ifs, cmp)
+	}
+	m := a.heldMeta()
+	m.Slot = p.slot
+	then := []clientv3.Op{clientv3.OpPut(a.key, m.encode(), clientv3.WithLease(a.id))}
+	if a.semaphore() {
+		// A semaphore's grant also takes a slot key.
+		then = append(then, clientv3.OpPut(c.slotKey(a.name, p.slot), formatID(a.id), clientv3.WithLease(a.id)))
+	}
 	var els []clientv3.Op
 	if a.waits() {
 		q := a.meta()
 		q.QueuedAt = &a.at
 		els = append(els, clientv3.OpPut(a.key, q.encode(), clientv3.WithLease(a.id)))
+		ctx = once(ctx)
 	}
-	els = append(els, c.stateReads(a.name, a.semaphore())...)
-	if a.semaphore() {
-		// A semaphore's grant also takes a slot key.
-		then = append(then, clientv3.OpPut(c.slotKey(a.name, 0), formatID(a.id), clientv3.WithLease(a.id)))
-	}
-	return c.cli.Txn(once(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix(), c.limitsCmp(limRev)).
-		Then(then...).
-		Else(els...).
-		Commit()
+	return c.cli.Txn(ctx).If(ifs...).Then(then...).Else(append(els, c.stateReads(a.name, a.semaphore())...)...).Commit()
 }
 
 // readElse reads the answers of a transaction that did not take the lock.

@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"context"
 	"net/url"
 	"slices"
 	"strconv"
@@ -142,40 +141,6 @@ func eligible(st lockState, myRev int64, slots int) (bool, *mvccpb.KeyValue) {
 		return false, pred // a waiter ahead: it goes first
 	}
 	return len(ahead) < allowed(slots, st.lim), pred
-}
-
-// trySlot is a try-lock of a semaphore (Wait 0) read as st: it puts key as
-// a holder in the lowest free slot when it may hold (and no key was
-// created since the read), reading again when the transaction fails.
-// held is the key's value less its slot. It returns the slot and the
-// revision of the grant, or ok false with the state last read.
-func (c *coordinator) trySlot(ctx context.Context, name, key string, id clientv3.LeaseID, slots int, held meta, st lockState) (slot int, rev int64, last lockState, ok bool, err error) {
-	for {
-		may, _ := eligible(st, 0, slots)
-		s, cmp, free := c.slotChoice(name, slots, st.kvs, st.slotKVs)
-		if !may || !free {
-			return 0, 0, st, false, nil
-		}
-		m := held
-		m.Slot = s
-		resp, err := c.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(c.lockRange(name)), "<", st.rev+1).WithPrefix(), cmp, c.limitsCmp(st.rev)).
-			Then(clientv3.OpPut(key, m.encode(), clientv3.WithLease(id)), clientv3.OpPut(c.slotKey(name, s), formatID(id), clientv3.WithLease(id))).
-			Else(c.stateReads(name, true)...).
-			Commit()
-		if err != nil {
-			return 0, 0, st, false, err
-		}
-		if resp.Succeeded {
-			return s, resp.Header.Revision, st, true, nil
-		}
-		if st, err = c.parseState(name, resp, true); err != nil {
-			return 0, 0, st, false, err
-		}
-		if err := checkSlots(name, st.kvs, key, slots); err != nil {
-			return 0, 0, st, false, err
-		}
-	}
 }
 
 // holders counts the keys of kvs that hold.
