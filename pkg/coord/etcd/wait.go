@@ -100,31 +100,23 @@ func afterTxn(again, leaseGone, failed, committed, keyGone bool) txnStep {
 // ctx ends while a limit holds the lock back, the error wraps the
 // *coordkit.LimitError.
 func (w *waiter) wait(ctx context.Context) (int, error) {
+	gone := false // a lock's key ahead is gone, or its watch lost track: the claim's compare tells
 	for {
 		may, pred := eligible(w.st, w.myRev, w.slots)
 		slot, cmp, free := w.slotFor()
-		step := afterRead(may, free, pred != nil, pred != nil && decodeMeta(pred.Value).AcquiredAt != nil, w.semaphore())
-		if step == waitClaim {
-			if ok, err := w.txn(ctx, []clientv3.Cmp{cmp, w.c.limitsCmp(w.st.rev)}, w.claimOps(slot)...); ok || err != nil {
-				return slot, err
-			}
-			continue
-		}
-		if err := w.await(ctx, step, pred); err != nil {
-			if lim := w.st.lim; ctx.Err() != nil && lim != nil && (step == waitHeldBack || w.semaphore() && !may) {
-				return 0, fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: w.name, Limit: *lim, Holders: holders(w.st.kvs)}, err)
-			}
-			return 0, err
-		}
+		step := afterRead(may || gone, free, pred != nil, pred != nil && decodeMeta(pred.Value).AcquiredAt != nil, w.semaphore())
+		gone = false
 		var err error
-		if step == waitPred && !w.semaphore() && coordkit.Allows(w.st.lim, 0) {
-			// The key ahead is gone, or the watch lost track: the claim's
-			// compare tells whether a key is still ahead.
+		if step == waitClaim {
 			var ok bool
-			if ok, err = w.txn(ctx, []clientv3.Cmp{cmp, w.c.limitsCmp(w.st.rev)}, w.claimOps(0)...); ok {
-				return 0, nil
+			if ok, err = w.txn(ctx, []clientv3.Cmp{cmp, w.c.limitsCmp(w.st.rev)}, w.claimOps(slot)...); ok {
+				return slot, nil
 			}
-		} else {
+		} else if err = w.await(ctx, step, pred); err != nil {
+			if lim := w.st.lim; ctx.Err() != nil && lim != nil && (step == waitHeldBack || w.semaphore() && !may) {
+				err = fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: w.name, Limit: *lim, Holders: holders(w.st.kvs)}, err)
+			}
+		} else if gone = step == waitPred && !w.semaphore() && coordkit.Allows(w.st.lim, 0); !gone {
 			_, err = w.txn(ctx, nil)
 		}
 		if err != nil {
