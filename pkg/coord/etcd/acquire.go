@@ -33,11 +33,9 @@ func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	}
 	// A waiter waits through a cluster that does not answer (hedge.go).
 	ctx = persist(ctx)
-	if opts.Wait == 0 {
-		return c.attempt(ctx, name, opts)
-	}
 	// A waiter that lost its place before its turn, or could not take one
-	// (see errRequeue), queues again within what is left of its wait.
+	// (see errRequeue), queues again within what is left of its wait (a
+	// try-lock's attempt never asks to).
 	waitUntil := time.Now().Add(opts.Wait)
 	o := opts
 	for {
