@@ -327,14 +327,11 @@ func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*c
 	if a.opts.Wait > 0 {
 		wctx, cancel = context.WithTimeout(ctx, a.opts.Wait)
 	}
-	var (
-		slot int
-		err  error
-	)
 	hb := a.meta()
 	hb.QueuedAt, hb.HeldBack = &a.at, true
 	w := &waiter{attempt: a, myRev: myRev, st: p.st, lost: lost, heldBack: hb.encode()}
-	err = a.c.waiting(wctx, func(ctx context.Context) (err error) {
+	var slot int
+	err := a.c.waiting(wctx, func(ctx context.Context) (err error) {
 		slot, err = w.wait(ctx)
 		return err
 	})
