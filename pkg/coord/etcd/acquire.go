@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
@@ -22,7 +21,7 @@ import (
 //
 // One attempt goes through named steps (see attempt): grant, put (one
 // transaction, as concurrency.Mutex's), then held, a semaphore's try for a
-// slot, busy, or queued; a queued attempt waits (waitTurn, waitSlot) and
+// slot, busy, or queued; a queued attempt waits (waiter.wait) and
 // ends held, or requeued when its lease ended before its turn.
 func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
 	opts, err := coordkit.CheckAcquire(name, opts)
@@ -34,11 +33,9 @@ func (c *coordinator) Acquire(ctx context.Context, name string, opts coord.Acqui
 	}
 	// A waiter waits through a cluster that does not answer (hedge.go).
 	ctx = persist(ctx)
-	if opts.Wait == 0 {
-		return c.attempt(ctx, name, opts)
-	}
 	// A waiter that lost its place before its turn, or could not take one
-	// (see errRequeue), queues again within what is left of its wait.
+	// (see errRequeue), queues again within what is left of its wait (a
+	// try-lock's attempt never asks to).
 	waitUntil := time.Now().Add(opts.Wait)
 	o := opts
 	for {
@@ -127,15 +124,13 @@ func (a *attempt) claim(slot int) string {
 	return m.encode()
 }
 
-// putState is what the attempt's transaction answered: the lock's keys by
-// create revision (ours included when it queued), the limit that binds the
-// lock, read at limRev, and a semaphore's state.
+// putState is what the attempt's transaction answered, and the lock as
+// it read it (keys by create revision, ours included when it queued; rev 0
+// before the first read: no limit at all is compared).
 type putState struct {
-	resp   *clientv3.TxnResponse
-	kvs    []*mvccpb.KeyValue
-	lim    *coord.Limit
-	limRev int64
-	sem    slotState
+	resp *clientv3.TxnResponse
+	st   lockState
+	slot int // a semaphore's slot the transaction took
 }
 
 // putStep is where the attempt goes after its transaction.
@@ -193,29 +188,20 @@ func (a *attempt) run(ctx context.Context) (*coord.Lease, error) {
 		return nil, err
 	}
 	if p.resp.Succeeded {
-		return a.held(ctx, p.resp.Header.Revision, 0)
+		return a.held(ctx, p.resp.Header.Revision, p.slot)
 	}
-	if a.semaphore() && !a.waits() {
-		slot, rev, st, got, err := a.c.trySlot(ctx, a.name, a.key, a.id, a.slots, a.heldMeta(), p.sem)
-		if err != nil {
-			return nil, a.c.mapErr(ctx, "acquire", err)
-		}
-		if got {
-			return a.held(ctx, rev, slot)
-		}
-		p.kvs, p.lim = st.kvs, st.lim
-	}
-	cur, err := a.c.lockInfo(ctx, a.name, p.kvs, a.waits() && a.opts.OnWait != nil)
+	kvs, lim := p.st.kvs, p.st.lim
+	cur, err := a.c.lockInfo(ctx, a.name, kvs, a.waits() && a.opts.OnWait != nil)
 	if err != nil {
 		return nil, err
 	}
-	cur.Limit = p.lim
+	cur.Limit = lim
 	if !a.waits() {
 		// A limit that holds the lock back is said first, as the local
 		// backend does: a frozen lock says frozen, with the reason, even
 		// while its holders (every slot) hold it.
-		if !coordkit.Allows(p.lim, 0) || a.semaphore() && !coordkit.Allows(p.lim, holders(p.kvs)) {
-			return nil, limitErr(a.name, p.lim, p.kvs)
+		if !coordkit.Allows(lim, 0) || a.semaphore() && !coordkit.Allows(lim, holders(kvs)) {
+			return nil, limitErr(a.name, lim, kvs)
 		}
 		return nil, busy(cur, 0)
 	}
@@ -226,11 +212,14 @@ func (a *attempt) run(ctx context.Context) (*coord.Lease, error) {
 // the holder; otherwise it queues (or, not waiting, nothing is written)
 // and the lock's keys come back to find the holder. The operator limits
 // (limits.go) are compared too: at first that there is none, then that
-// they are as last read.
+// they are as last read. A semaphore's try-lock that may hold (every key
+// holds, fewer than its slots and the limit allow, and a slot is free)
+// puts again, comparing that no key was created since its read and that
+// the slot is free.
 func (a *attempt) put(ctx context.Context) (putState, error) {
 	var p putState
 	for {
-		resp, err := a.putTxn(ctx, p.limRev)
+		resp, err := a.putTxn(ctx, &p)
 		if err != nil {
 			// A waiter whose first request went unanswered (a leader
 			// that stalls: "request timed out") revokes its lease, which
@@ -245,53 +234,54 @@ func (a *attempt) put(ctx context.Context) (putState, error) {
 		if err := a.readElse(&p); err != nil {
 			return p, err
 		}
-		if afterPut(false, a.waits(), a.semaphore(), len(p.kvs), coordkit.Allows(p.lim, 0)) != putRetry {
+		switch afterPut(false, a.waits(), a.semaphore(), len(p.st.kvs), coordkit.Allows(p.st.lim, 0)) {
+		case putTrySlot:
+			may, _ := eligible(p.st, 0, a.slots)
+			if _, _, free := a.c.slotChoice(a.name, a.slots, p.st.kvs, p.st.slotKVs); !may || !free {
+				return p, nil
+			}
+		case putRetry:
+		default:
 			return p, nil
 		}
 	}
 }
 
-func (a *attempt) putTxn(ctx context.Context, limRev int64) (*clientv3.TxnResponse, error) {
-	c, lockRange := a.c, a.c.lockRange(a.name)
-	then := []clientv3.Op{clientv3.OpPut(a.key, a.heldMeta().encode(), clientv3.WithLease(a.id))}
+// putTxn is one transaction of put, after the read p (none yet: rev 0).
+func (a *attempt) putTxn(ctx context.Context, p *putState) (*clientv3.TxnResponse, error) {
+	c, st := a.c, p.st
+	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(c.lockRange(a.name)), "<", st.rev+1).WithPrefix(), c.limitsCmp(st.rev)}
+	p.slot = 0
+	if a.semaphore() && st.rev != 0 {
+		var cmp clientv3.Cmp
+		p.slot, cmp, _ = c.slotChoice(a.name, a.slots, st.kvs, st.slotKVs)
+		ifs = append(ifs, cmp)
+	}
+	m := a.heldMeta()
+	m.Slot = p.slot
+	then := []clientv3.Op{clientv3.OpPut(a.key, m.encode(), clientv3.WithLease(a.id))}
+	if a.semaphore() {
+		// A semaphore's grant also takes a slot key.
+		then = append(then, clientv3.OpPut(c.slotKey(a.name, p.slot), formatID(a.id), clientv3.WithLease(a.id)))
+	}
 	var els []clientv3.Op
 	if a.waits() {
 		q := a.meta()
 		q.QueuedAt = &a.at
 		els = append(els, clientv3.OpPut(a.key, q.encode(), clientv3.WithLease(a.id)))
+		ctx = once(ctx)
 	}
-	els = append(els, clientv3.OpGet(lockRange, clientv3.WithPrefix(), byCreate), c.limitsGet())
-	if a.semaphore() {
-		// A semaphore's grant also takes a slot key.
-		then = append(then, clientv3.OpPut(c.slotKey(a.name, 0), formatID(a.id), clientv3.WithLease(a.id)))
-		els = append(els, clientv3.OpGet(c.slotsRange(a.name), clientv3.WithPrefix()))
-	}
-	return c.cli.Txn(once(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(lockRange), "=", 0).WithPrefix(), c.limitsCmp(limRev)).
-		Then(then...).
-		Else(els...).
-		Commit()
+	return c.cli.Txn(ctx).If(ifs...).Then(then...).Else(append(els, c.stateReads(a.name, a.semaphore())...)...).Commit()
 }
 
 // readElse reads the answers of a transaction that did not take the lock.
 func (a *attempt) readElse(p *putState) error {
-	resp := p.resp
-	n := len(resp.Responses)
 	var err error
-	if a.semaphore() {
-		if p.sem, err = a.c.parseSlotReads(a.name, resp, n-3); err != nil {
-			return err
-		}
-		p.kvs, p.lim = p.sem.kvs, p.sem.lim
-	} else {
-		p.kvs = resp.Responses[n-2].GetResponseRange().Kvs
-		if p.lim, err = a.c.effectiveOf(a.name, resp.Responses[n-1].GetResponseRange().Kvs); err != nil {
-			return err
-		}
+	if p.st, err = a.c.parseState(a.name, p.resp, a.semaphore()); err != nil {
+		return err
 	}
-	p.limRev = resp.Header.Revision
 	// Every key of a lock records the same slots.
-	return checkSlots(a.name, p.kvs, a.key, a.slots)
+	return checkSlots(a.name, p.st.kvs, a.key, a.slots)
 }
 
 // lease is the attempt's lease, holding since its key's create revision
@@ -337,16 +327,13 @@ func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*c
 	if a.opts.Wait > 0 {
 		wctx, cancel = context.WithTimeout(ctx, a.opts.Wait)
 	}
-	var (
-		slot int
-		err  error
-	)
-	err = a.c.waiting(wctx, func(ctx context.Context) (err error) {
-		if a.semaphore() {
-			slot, err = a.c.waitSlot(ctx, a.name, a.key, a.id, myRev, a.slots, p.sem, lost, a.claim)
-			return err
-		}
-		return a.c.waitTurn(ctx, a.turn(p, myRev, lost))
+	hb := a.meta()
+	hb.QueuedAt, hb.HeldBack = &a.at, true
+	w := &waiter{attempt: a, myRev: myRev, st: p.st, lost: lost, heldBack: hb.encode()}
+	var slot int
+	err := a.c.waiting(wctx, func(ctx context.Context) (err error) {
+		slot, err = w.wait(ctx)
+		return err
 	})
 	cancel()
 	stopKeepAlive()
@@ -361,7 +348,7 @@ func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*c
 	return a.lease(myRev, slot)
 }
 
-// waiting runs a waiter's wait (waitTurn, waitSlot) on a context of its
+// waiting runs a waiter's wait (waiter.wait) on a context of its
 // own: Close ends it at once, and its error is then errClosed.
 func (c *coordinator) waiting(ctx context.Context, wait func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -372,23 +359,6 @@ func (c *coordinator) waiting(ctx context.Context, wait func(context.Context) er
 		return errClosed
 	}
 	return err
-}
-
-// turn is the place in line of a lock's waiter whose key was put at
-// myRev: p's keys are the lock's by create revision, ours included, so the
-// key just ahead of ours is the last one created before it.
-func (a *attempt) turn(p putState, myRev int64, lost <-chan error) *turn {
-	t := &turn{name: a.name, lockRange: a.c.lockRange(a.name), key: a.key, id: a.id, myRev: myRev, from: myRev + 1,
-		limRev: p.limRev, lim: p.lim, lost: lost, claim: func() string { return a.claim(0) }}
-	for _, kv := range p.kvs {
-		if kv.CreateRevision < myRev {
-			t.pred = kv
-		}
-	}
-	hb := a.meta()
-	hb.QueuedAt, hb.HeldBack = &a.at, true
-	t.heldBack = hb.encode()
-	return t
 }
 
 // waitEnd is how a wait that ended before the waiter's turn ends Acquire.
@@ -467,7 +437,7 @@ func (a *attempt) freshen(ctx context.Context, cur coord.LockInfo, limit time.Du
 	return nil
 }
 
-// claimTimeout bounds one attempt of a waiter's claim (see waitTurn).
+// claimTimeout bounds one attempt of a waiter's transaction (see waiter.txn).
 const claimTimeout = time.Second
 
 // requeueRetry is the pause between a waiter's attempts to take a place

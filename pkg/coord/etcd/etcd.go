@@ -235,24 +235,17 @@ func dial(ctx context.Context, endpoints []string, opts ...Option) (*coordinator
 	}
 	// The client dials lazily: ask something to know the cluster answers.
 	c.start(cli, ccfg)
-	abandon := func() { // what start made: the lanes' clients (hedged requests dial them), the client
+	err = c.ping(pctx)
+	rw.end()
+	if err != nil || !detach() || rw.failed() != nil { // also: ctx ended, or refused, just as the answer came
+		// What start made: the lanes' clients (hedged requests dial them), the client.
 		c.ka.close()
 		c.stop()
 		cli.Close()
-	}
-	if err := c.ping(pctx); err != nil {
-		abandon()
-		return fail(err)
-	}
-	rw.end()
-	if !detach() || rw.failed() != nil { // ctx ended, or refused, just as the answer came
-		err := rw.failed()
 		if err == nil {
-			err = c.connectErr(ctx, cfg.dialTimeout, ctx.Err())
+			err = ctx.Err()
 		}
-		abandon()
-		endLife()
-		return nil, err
+		return fail(err)
 	}
 	c.endLife = endLife
 	return c, nil

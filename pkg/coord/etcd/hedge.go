@@ -28,7 +28,7 @@ import (
 // their writes with a compare, so the second copy finds the first done; a
 // copy that reports its compare failed waits for the others, so that it does
 // not hide the one that succeeded). A grant is not: two would leak a lease;
-// nor is Acquire's first transaction (once).
+// nor is a waiter's first transaction of Acquire (once).
 //
 // Silence. When no member has answered anything for answerBound while
 // asked (renewals on every lane, or a hedged request), the cluster is
@@ -84,9 +84,9 @@ type persistKey struct{}
 
 type onceKey struct{}
 
-// once marks ctx as a request's that must not be sent twice: Acquire's
-// first transaction, whose second copy would find the lock taken by the
-// first and put its queued record over the holder's.
+// once marks ctx as a request's that must not be sent twice: a waiter's
+// first transaction of Acquire, whose second copy would find the lock
+// taken by the first and put its queued record over the holder's.
 func once(ctx context.Context) context.Context { return context.WithValue(ctx, onceKey{}, true) }
 
 // persist marks ctx as a caller's that waits through a silent cluster (see

@@ -102,7 +102,7 @@ func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.revokeBounded(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := c.revokeBounded(ctx, id); err != nil {
 		return c.mapErr(ctx, "release", err)
 	}
 	c.leases.forget(id)
@@ -118,13 +118,17 @@ func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 // revokeBounded revokes lease id with attempts of claimTimeout each, while
 // ctx allows: an attempt that went to a member that stopped answering must
 // not hold a release (and so the next holder) until that member resumes.
-// A revoke sent twice finds the lease gone the second time.
+// A revoke sent twice finds the lease gone the second time: a lease that
+// is gone is not an error.
 func (c *coordinator) revokeBounded(ctx context.Context, id clientv3.LeaseID) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, claimTimeout)
 		_, err := c.cli.Revoke(actx, id)
 		timedOut := actx.Err() != nil
 		cancel()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil
+		}
 		if err == nil || !timedOut || ctx.Err() != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
@@ -154,31 +152,4 @@ func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
 		return strings.Compare(a.Name, b.Name)
 	})
 	return ls, nil
-}
-
-// markHeldBack puts value (its meta with held_back) on the first waiter's
-// key, created at myRev, keeping its lease, so that readers and watchers
-// do not take it for the holder. Each attempt is bounded by claimTimeout
-// and tried again, as the claim is (a put sent twice puts the same value).
-func (c *coordinator) markHeldBack(ctx context.Context, key string, id clientv3.LeaseID, myRev int64, value string) error {
-	for {
-		tctx, cancel := context.WithTimeout(ctx, claimTimeout)
-		resp, err := c.cli.Txn(tctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-			Then(clientv3.OpPut(key, value, clientv3.WithLease(id))).
-			Commit()
-		timedOut := tctx.Err() != nil
-		cancel()
-		switch {
-		case err != nil && ctx.Err() == nil && timedOut:
-			continue // timed out: again
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return errLeaseGone
-		case err != nil:
-			return c.mapErr(ctx, "wait", err)
-		case !resp.Succeeded:
-			return errLeaseGone // our key is gone: the lease ended
-		}
-		return nil
-	}
 }

@@ -17,7 +17,7 @@ import (
 // a path that went silent (a frozen member), the limits watch gives up
 // within about two watchChecks, so that the waiter reads again and watches
 // again on a new stream, instead of waiting for that member for ever.
-// (markHeldBack's attempts are bounded too; with one path there is nowhere
+// (the held-back mark's attempts are bounded too; with one path there is nowhere
 // else to send them, and with several the hedge already sends them again,
 // so no test here can tell.)
 func TestHeldBackStepsBounded(t *testing.T) {

@@ -107,7 +107,6 @@ func (c *coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.K
 	}
 	slots := decodeMeta(kvs[0].Value).Slots
 	var hs []coord.HolderInfo
-	var waiting []*mvccpb.KeyValue
 	for i, kv := range kvs {
 		m := decodeMeta(kv.Value)
 		holds := m.AcquiredAt != nil
@@ -115,7 +114,15 @@ func (c *coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.K
 			holds = i == 0 && (m.AcquiredAt != nil || !m.HeldBack)
 		}
 		if !holds {
-			waiting = append(waiting, kv)
+			// A waiter, in create order.
+			w := coord.Waiter{Holder: m.Holder}
+			if m.QueuedAt != nil {
+				w.Since = *m.QueuedAt
+			}
+			if kv.Lease != 0 {
+				w.LeaseID = formatID(clientv3.LeaseID(kv.Lease))
+			}
+			info.Queue = append(info.Queue, w)
 			continue
 		}
 		// A waiter that has just become the holder and not yet recorded
@@ -141,26 +148,6 @@ func (c *coordinator) lockInfo(ctx context.Context, name string, kvs []*mvccpb.K
 		info.LastToken = max(info.LastToken, h.Token)
 	}
 	coordkit.SetHolders(&info, slots, hs)
-	info.Waiters = len(waiting)
-	info.Queue = queueOf(waiting)
+	info.Waiters = len(info.Queue)
 	return info, nil
-}
-
-// queueOf is the waiters of a lock from their keys, in create order.
-func queueOf(kvs []*mvccpb.KeyValue) []coord.Waiter {
-	if len(kvs) == 0 {
-		return nil
-	}
-	q := make([]coord.Waiter, len(kvs))
-	for i, kv := range kvs {
-		m := decodeMeta(kv.Value)
-		q[i] = coord.Waiter{Holder: m.Holder}
-		if m.QueuedAt != nil {
-			q[i].Since = *m.QueuedAt
-		}
-		if kv.Lease != 0 {
-			q[i].LeaseID = formatID(clientv3.LeaseID(kv.Lease))
-		}
-	}
-	return q
 }

@@ -2,11 +2,9 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
@@ -46,7 +44,7 @@ func (c *coordinator) releaseWith(ctx context.Context, name, leaseID string, tok
 		return resp, held, nil
 	}
 	resp.Responses = resp.Responses[1:]
-	if err := c.revokeBounded(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := c.revokeBounded(ctx, id); err != nil {
 		return resp, true, c.mapErr(ctx, "release", err)
 	}
 	c.leases.forget(id)

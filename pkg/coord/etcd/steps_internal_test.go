@@ -69,54 +69,78 @@ func TestAfterWait(t *testing.T) {
 	})
 }
 
-// TestAfterClaim: every combination of a claim attempt's answer. An
-// attempt without an answer is tried again whatever else is set (the
-// claim may be sent twice); a committed claim holds only when no error
-// came; a key ahead is watched before any limit is looked at.
+// TestAfterClaim: every combination of a lock waiter's claim attempt's
+// answer (afterTxn, then afterRead on the lock as read). An attempt
+// without an answer is tried again whatever else is set (the claim may be
+// sent twice); a committed claim holds only when no error came; a key ahead
+// is watched before any limit is looked at.
 func TestAfterClaim(t *testing.T) {
-	bools(7, func(b []bool) {
-		a := claimAnswer{unanswered: b[0], leaseGone: b[1], failed: b[2], claimed: b[3], keyGone: b[4], ahead: b[5], allows: b[6]}
-		want := turnHeldBack
+	bools(8, func(b []bool) {
+		unanswered, leaseGone, failed, claimed, keyGone, ahead, allows, predHolds := b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
+		want := "held back"
 		switch {
-		case a.unanswered:
-			want = turnAgain
-		case a.leaseGone:
-			want = turnGone
-		case a.failed:
-			want = turnFailed
-		case a.claimed:
-			want = turnMine
-		case a.keyGone:
-			want = turnGone
-		case a.ahead:
-			want = turnWatch
-		case a.allows:
-			want = turnAgain
+		case unanswered:
+			want = "again"
+		case leaseGone:
+			want = "gone"
+		case failed:
+			want = "failed"
+		case claimed:
+			want = "mine"
+		case keyGone:
+			want = "gone"
+		case ahead:
+			want = "watch"
+		case allows:
+			want = "claim"
 		}
-		if got := afterClaim(a); got != want {
-			t.Errorf("afterClaim(%+v) = %v, want %v", a, got, want)
+		got := map[txnStep]string{txnAgain: "again", txnGone: "gone", txnFailed: "failed", txnDone: "mine"}[afterTxn(unanswered, leaseGone, failed, claimed, keyGone)]
+		if got == "" {
+			got = map[waitStep]string{waitClaim: "claim", waitPred: "watch", waitHeldBack: "held back"}[afterRead(!ahead && allows, true, ahead, ahead && predHolds, false)]
+		}
+		if got != want {
+			t.Errorf("claim %v: %s, want %s", b, got, want)
 		}
 	})
 }
 
-// TestAfterSlotTxn: a semaphore waiter's transaction, as TestAfterClaim.
-func TestAfterSlotTxn(t *testing.T) {
+// TestAfterTxn: a waiter's transaction (a lock's claim, a semaphore's
+// grant or read).
+func TestAfterTxn(t *testing.T) {
 	bools(5, func(b []bool) {
-		want := slotRead
+		want := txnRead
 		switch {
 		case b[0]:
-			want = slotAgain
+			want = txnAgain
 		case b[1]:
-			want = slotGone
+			want = txnGone
 		case b[2]:
-			want = slotFailed
+			want = txnFailed
 		case b[3]:
-			want = slotGranted
+			want = txnDone
 		case b[4]:
-			want = slotGone
+			want = txnGone
 		}
-		if got := afterSlotTxn(b[0], b[1], b[2], b[3], b[4]); got != want {
-			t.Errorf("afterSlotTxn(%v) = %v, want %v", b, got, want)
+		if got := afterTxn(b[0], b[1], b[2], b[3], b[4]); got != want {
+			t.Errorf("afterTxn(%v) = %v, want %v", b, got, want)
+		}
+	})
+}
+
+// TestAfterRead: a semaphore's waiter claims a free slot once eligible,
+// watches the key ahead while it waits, else its holders' deletions.
+func TestAfterRead(t *testing.T) {
+	bools(4, func(b []bool) {
+		may, free, pred, predHolds := b[0], b[1], b[2], b[3]
+		want := waitRange
+		switch {
+		case may && free:
+			want = waitClaim
+		case pred && !predHolds:
+			want = waitPred
+		}
+		if got := afterRead(may, free, pred, predHolds, true); got != want {
+			t.Errorf("afterRead(%v, semaphore) = %v, want %v", b, got, want)
 		}
 	})
 }

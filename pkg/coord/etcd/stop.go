@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fence-dev/fence/pkg/coord"
@@ -102,15 +101,16 @@ func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64
 	}
 	// A lease that ended since the read (released, expired) is what the
 	// caller asked for: not an error.
-	if _, err := c.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := c.revokeBounded(ctx, id); err != nil {
 		return info, c.mapErr(ctx, "revoke", err)
 	}
 	return info, nil
 }
 
 // WaitEnded implements coord.Coordinator: it reads the holder's key and
-// watches it until it is deleted (the lease released, revoked or expired).
-// A failed watch reads the key again.
+// watches it until it is deleted (the lease released, revoked or expired),
+// as a waiter watches the key ahead (watchChange: a watch that lost track
+// or went deaf reads the key again).
 func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) error {
 	if token == 0 {
 		return fmt.Errorf("%w: WaitEnded needs a token", coord.ErrInvalid)
@@ -121,36 +121,20 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 		switch {
 		case errors.Is(err, coord.ErrNotHeld), errors.Is(err, coord.ErrOtherToken):
 			return nil
-		case err != nil && ctx.Err() != nil:
+		case err == nil:
+			err = c.watchChange(ctx, watchSpec{kv: kv, deletes: true}, kv.ModRevision+1, nil)
+		}
+		switch {
+		case ctx.Err() != nil:
 			return ctx.Err()
-		case err != nil && c.closed.Load():
+		case c.closed.Load():
 			return errClosed
 		case err == nil:
-			if c.waitDeleted(ctx, string(kv.Key), kv.ModRevision) {
-				return nil
-			}
+			continue // deleted, or the watch lost track: read again
 		}
 		if !pause(ctx, backoff) {
 			return ctx.Err()
 		}
 		backoff = min(2*backoff, leaseWatchMaxBackoff)
 	}
-}
-
-// waitDeleted watches key from rev+1 and reports whether it was deleted;
-// false when the watch ended otherwise (the caller reads again).
-func (c *coordinator) waitDeleted(ctx context.Context, key string, rev int64) bool {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range c.cli.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
-		if wr.Canceled || wr.Err() != nil {
-			return false
-		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
-				return true
-			}
-		}
-	}
-	return false
 }

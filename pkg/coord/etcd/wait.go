@@ -17,144 +17,196 @@ import (
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
-// turn is a lock's waiter in line, as waitTurn knows it.
-type turn struct {
-	name, lockRange, key string
-	id                   clientv3.LeaseID
-	myRev                int64            // the create revision of our key
-	pred                 *mvccpb.KeyValue // the key just ahead of ours (nil: none)
-	from                 int64            // the revision to watch pred from
-	limRev               int64            // the revision the limits were read at (0: none)
-	lim                  *coord.Limit     // the limit then read
-	lost                 <-chan error     // our lease ended
-	claim                func() string    // our key's value once we hold
-	heldBack             string           // our key's value while a limit holds the lock back
-	marked               bool             // our key says held_back
+// waiter is a queued attempt waiting for its turn: its key was put at
+// myRev, and st is the lock as last read.
+type waiter struct {
+	*attempt
+	myRev    int64
+	st       lockState
+	lost     <-chan error // our lease ended
+	heldBack string       // our key's value while a limit holds the lock back
+	marked   bool         // our key says held_back
 }
 
-// turnStep is where a waiter goes after one claim attempt.
-type turnStep int
+// waitStep is where a waiter goes from the lock as read.
+type waitStep int
 
 const (
-	turnAgain    turnStep = iota // the attempt went unanswered, or the limits allow now: claim again
-	turnMine                     // claimed: the waiter holds the lock
-	turnGone                     // our lease, or our key, is gone
-	turnFailed                   // the cluster refused the request
-	turnWatch                    // a key is ahead of ours: wait for its deletion
-	turnHeldBack                 // first in line, but a limit holds the lock back: wait for the limits
+	waitClaim    waitStep = iota // its turn: claim the lock (a semaphore's free slot)
+	waitPred                     // a key ahead of ours goes first: watch it
+	waitRange                    // a semaphore's waiter behind holders only: watch their deletions (and the limits)
+	waitHeldBack                 // a lock's first waiter held back by a limit: mark our key, watch the limits
 )
 
-// claimAnswer is what one claim attempt learnt.
-type claimAnswer struct {
-	unanswered bool // no answer within claimTimeout, or none of the cluster's own
-	leaseGone  bool // etcd no longer knows our lease
-	failed     bool // any other error
-	claimed    bool // the claim committed
-	keyGone    bool // our key is no longer on the lock
-	ahead      bool // a key is ahead of ours
-	allows     bool // the limit as read lets the lock be held
-}
-
-// afterClaim decides the next step from a claim attempt's answer.
-func afterClaim(a claimAnswer) turnStep {
+// afterRead decides a waiter's step: may (every key ahead holds and fewer
+// than the slots and the limit allow; for a lock, none is ahead and the
+// limit allows one), free (a slot is free; always for a lock), pred (a key
+// is ahead of ours), predHolds (that key holds).
+func afterRead(may, free, pred, predHolds, semaphore bool) waitStep {
 	switch {
-	case a.unanswered:
-		return turnAgain
-	case a.leaseGone:
-		return turnGone
-	case a.failed:
-		return turnFailed
-	case a.claimed:
-		return turnMine
-	case a.keyGone:
-		return turnGone
-	case a.ahead:
-		return turnWatch
-	case a.allows:
-		return turnAgain // the limits changed since they were read, and allow it now
+	case may && free:
+		return waitClaim
+	case pred && (!semaphore || !predHolds):
+		return waitPred
+	case semaphore:
+		return waitRange
 	}
-	return turnHeldBack
+	return waitHeldBack
 }
 
-// waitTurn waits until no key of the lock has a create revision smaller
-// than t.myRev, or until t.lost reports that our lease ended. As
-// concurrency.Mutex does, it watches only the key just ahead of ours
-// (t.pred), so a release wakes one waiter. When that key is gone, one
+// txnStep is where a waiter goes after one of its transactions.
+type txnStep int
+
+const (
+	txnAgain  txnStep = iota // no answer in time: send it again (it can be sent twice)
+	txnDone                  // its Then committed
+	txnGone                  // our lease, or our key, is gone
+	txnFailed                // the cluster refused the request
+	txnRead                  // the lock was read again: decide again
+)
+
+// afterTxn decides a transaction's answer: again (unanswered, to try
+// again), leaseGone, failed (another error), committed, keyGone (our key
+// is no longer on the lock).
+func afterTxn(again, leaseGone, failed, committed, keyGone bool) txnStep {
+	switch {
+	case again:
+		return txnAgain
+	case leaseGone:
+		return txnGone
+	case failed:
+		return txnFailed
+	case committed:
+		return txnDone
+	case keyGone:
+		return txnGone
+	}
+	return txnRead
+}
+
+// wait waits until the waiter holds (a semaphore: see the top of slots.go)
+// and returns its slot, or until w.lost reports that our lease ended. As
+// concurrency.Mutex does, a lock's waiter watches only the key just ahead
+// of its own, so a release wakes one waiter; when that key is gone, one
 // transaction claims the lock if every key of the lock is ours or younger
-// (recording acquired_at), or else returns the key now just ahead of ours
-// and whether ours is still there: one round trip per wake-up.
+// (recording acquired_at), or else reads the key now just ahead of ours:
+// one round trip per wake-up. A semaphore's waiter reads the lock after
+// its watch, then claims a free slot (keys ahead need no compare once
+// read).
 //
-// The claim also compares the operator limits as read at t.limRev, and is
-// not tried while t.lim holds the lock back: the same reads are made
-// without it. When no key is ahead of ours but a limit holds the lock
-// back, it waits for the next change of a limit, and returns
-// an error wrapping the *coordkit.LimitError when ctx ends meanwhile.
-func (c *coordinator) waitTurn(ctx context.Context, t *turn) error {
+// Every claim also compares the operator limits as last read, and is not
+// tried while they hold the lock back: a lock's first waiter held back
+// marks its key held_back and waits for the next change of a limit. When
+// ctx ends while a limit holds the lock back, the error wraps the
+// *coordkit.LimitError.
+func (w *waiter) wait(ctx context.Context) (int, error) {
+	gone := false // a lock's key ahead is gone, or its watch lost track: the claim's compare tells
 	for {
-		if t.pred != nil {
-			if err := c.watchChange(ctx, watchSpec{kv: t.pred, deletes: true}, t.from, t.lost); err != nil {
-				return err
+		may, pred := eligible(w.st, w.myRev, w.slots)
+		slot, cmp, free := w.slotFor()
+		step := afterRead(may || gone, free, pred != nil, pred != nil && decodeMeta(pred.Value).AcquiredAt != nil, w.semaphore())
+		gone = false
+		var err error
+		if step == waitClaim {
+			var ok bool
+			if ok, err = w.txn(ctx, []clientv3.Cmp{cmp, w.c.limitsCmp(w.st.rev)}, w.claimOps(slot)...); ok {
+				return slot, nil
 			}
+		} else if err = w.await(ctx, step, pred); err != nil {
+			if lim := w.st.lim; ctx.Err() != nil && lim != nil && (step == waitHeldBack || w.semaphore() && !may) {
+				err = fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: w.name, Limit: *lim, Holders: holders(w.st.kvs)}, err)
+			}
+		} else if gone = step == waitPred && !w.semaphore() && coordkit.Allows(w.st.lim, 0); !gone {
+			_, err = w.txn(ctx, nil)
 		}
-		ans, err := c.tryTurn(ctx, t)
-		switch afterClaim(ans) {
-		case turnMine:
-			return nil
-		case turnGone:
-			return errLeaseGone
-		case turnFailed:
-			return c.mapErr(ctx, "wait", err)
-		case turnHeldBack:
-			if err := c.holdBack(ctx, t); err != nil {
-				return err
-			}
+		if err != nil {
+			return 0, err
 		}
 	}
 }
 
-// tryTurn is one claim attempt, bounded and tried again by the caller: a
-// request that went to a member that stopped answering must not hold the
-// waiter (the claim can be sent twice: the second finds the lock ours).
-// While a limit holds the lock back, only the reads are made. It updates
-// t from the reads.
-func (c *coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error) {
-	reads := []clientv3.Op{
-		clientv3.OpGet(t.lockRange, append(clientv3.WithLastCreate(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(t.myRev-1))...),
-		clientv3.OpGet(t.key, clientv3.WithCountOnly()),
-		c.limitsGet(),
+// slotFor is the slot a claim takes and its compare: a semaphore's lowest
+// free slot (free false: none), a lock's 0 with the compare that no key of
+// the lock is older than ours.
+func (w *waiter) slotFor() (int, clientv3.Cmp, bool) {
+	if w.semaphore() {
+		return w.c.slotChoice(w.name, w.slots, w.st.kvs, w.st.slotKVs)
 	}
-	tctx, cancel := context.WithTimeout(ctx, claimTimeout)
-	defer cancel()
-	blocked := !coordkit.Allows(t.lim, 0)
-	txn := c.cli.Txn(tctx)
-	if !blocked {
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(t.lockRange), ">", t.myRev-1).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(t.key), "=", t.myRev),
-			c.limitsCmp(t.limRev)).
-			Then(clientv3.OpPut(t.key, t.claim(), clientv3.WithLease(t.id))).
-			Else(reads...)
-	} else {
-		txn = txn.Then(reads...)
+	return 0, clientv3.Compare(clientv3.CreateRevision(w.c.lockRange(w.name)), ">", w.myRev-1).WithPrefix(), true
+}
+
+// claimOps are the puts of a claim: our key's value as held (and a
+// semaphore's slot key).
+func (w *waiter) claimOps(slot int) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpPut(w.key, w.claim(slot), clientv3.WithLease(w.id))}
+	if w.semaphore() {
+		ops = append(ops, clientv3.OpPut(w.c.slotKey(w.name, slot), formatID(w.id), clientv3.WithLease(w.id)))
 	}
-	resp, err := txn.Commit()
-	if err != nil {
-		return claimAnswer{unanswered: retryable(ctx, tctx, err), leaseGone: errors.Is(err, rpctypes.ErrLeaseNotFound), failed: true}, err
+	return ops
+}
+
+// await is a waiter's watch before it reads (or claims) again: the key
+// ahead (its deletion for a lock, any change for a semaphore), a
+// semaphore's holders' deletions (and the limits, under one), or, for a
+// lock's first waiter held back, the limits, once its key says held_back.
+func (w *waiter) await(ctx context.Context, step waitStep, pred *mvccpb.KeyValue) error {
+	spec := watchSpec{kv: pred, deletes: !w.semaphore()}
+	switch step {
+	case waitRange:
+		spec = watchSpec{rng: w.c.lockRange(w.name), deletes: true, limits: w.st.lim != nil}
+	case waitHeldBack:
+		if !w.marked {
+			// So that readers and watchers do not take it for the holder.
+			if _, err := w.txn(ctx, nil, clientv3.OpPut(w.key, w.heldBack, clientv3.WithLease(w.id))); err != nil {
+				return err
+			}
+			w.marked = true
+		}
+		spec = watchSpec{rng: w.c.limitsRange()}
 	}
-	if resp.Succeeded && !blocked {
-		return claimAnswer{claimed: true}, nil
+	return w.c.watchChange(ctx, spec, w.st.rev+1, w.lost)
+}
+
+// txn is one transaction of the waiter, each attempt bounded by
+// claimTimeout and sent again while unanswered: a request that went to a
+// member that stopped answering must not hold the waiter (a claim sent
+// twice finds the lock ours). With then, it runs then if our key is still
+// ours and cmps hold; else, and when they do not, it reads the lock's keys
+// ahead of ours into w.st. ok tells that then committed; errLeaseGone that
+// our lease, or our key, is gone.
+func (w *waiter) txn(ctx context.Context, cmps []clientv3.Cmp, then ...clientv3.Op) (ok bool, err error) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), byCreate, clientv3.WithMaxCreateRev(w.myRev - 1)}
+	if !w.semaphore() {
+		opts = append(opts, clientv3.WithLastCreate()...) // a lock's waiter needs the key just ahead only
 	}
-	if resp.Responses[1].GetResponseRange().Count == 0 {
-		return claimAnswer{keyGone: true}, nil
+	reads := append([]clientv3.Op{clientv3.OpGet(w.key, clientv3.WithCountOnly())}, w.c.stateReads(w.name, w.semaphore(), opts...)...)
+	for {
+		tctx, cancel := context.WithTimeout(ctx, claimTimeout)
+		txn := w.c.cli.Txn(tctx)
+		if len(then) > 0 {
+			own := clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.myRev)
+			txn = txn.If(append(cmps, own)...).Then(then...).Else(reads...)
+		} else {
+			txn = txn.Then(reads...)
+		}
+		resp, err := txn.Commit()
+		again := err != nil && retryable(ctx, tctx, err)
+		cancel()
+		committed := err == nil && resp.Succeeded && len(then) > 0
+		keyGone := err == nil && !committed && resp.Responses[0].GetResponseRange().Count == 0
+		switch afterTxn(again, errors.Is(err, rpctypes.ErrLeaseNotFound), err != nil, committed, keyGone) {
+		case txnAgain:
+			continue
+		case txnGone:
+			return false, errLeaseGone
+		case txnFailed:
+			return false, w.c.mapErr(ctx, "wait", err)
+		case txnDone:
+			return true, nil
+		}
+		w.st, err = w.c.parseState(w.name, resp, w.semaphore())
+		return false, err
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	t.pred, t.from, t.limRev = nil, resp.Header.Revision+1, resp.Header.Revision
-	if t.lim, err = c.effectiveOf(t.name, resp.Responses[2].GetResponseRange().Kvs); err != nil {
-		return claimAnswer{failed: true}, err
-	}
-	if len(kvs) > 0 {
-		t.pred = kvs[0]
-	}
-	return claimAnswer{ahead: t.pred != nil, allows: coordkit.Allows(t.lim, 0)}, nil
 }
 
 // retryable tells a request of a waiter to try again: its attempt's
@@ -162,24 +214,6 @@ func (c *coordinator) tryTurn(ctx context.Context, t *turn) (claimAnswer, error)
 // "request timed out", no leader), while the caller's ctx goes on.
 func retryable(ctx, tctx context.Context, err error) bool {
 	return ctx.Err() == nil && (tctx.Err() != nil || !answered(err))
-}
-
-// holdBack is the first waiter's wait while a limit holds the lock back:
-// its key says held_back, and it waits for a change of the limits.
-func (c *coordinator) holdBack(ctx context.Context, t *turn) error {
-	if !t.marked {
-		if err := c.markHeldBack(ctx, t.key, t.id, t.myRev, t.heldBack); err != nil {
-			return err
-		}
-		t.marked = true
-	}
-	if err := c.watchChange(ctx, watchSpec{rng: c.limitsRange()}, t.from, t.lost); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w (%w)", &coordkit.LimitError{Lock: t.name, Limit: *t.lim}, err)
-		}
-		return err
-	}
-	return nil
 }
 
 // limitErr is the error of a try-lock refused by an operator limit.
@@ -421,5 +455,5 @@ func (c *coordinator) revoke(id clientv3.LeaseID) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_, _ = c.cli.Revoke(ctx, id)
+	_ = c.revokeBounded(ctx, id)
 }

@@ -161,7 +161,7 @@ func (w *watcher) follow(ctx context.Context) {
 
 // applyLimit applies the change of a limit key and sends EventLimit for
 // each lock whose effective limit it changed: the locks the watcher knows,
-// and those with a limit of their own and no keys. It returns false when
+// and those with a limit of their own and no keys, by name. It returns false when
 // ctx ended.
 func (w *watcher) applyLimit(ctx context.Context, ev *clientv3.Event) bool {
 	key := string(ev.Kv.Key)
@@ -172,35 +172,32 @@ func (w *watcher) applyLimit(ctx context.Context, ev *clientv3.Event) bool {
 	}
 	old := w.limits
 	w.decodeLimits()
-	for _, name := range slices.Sorted(maps.Keys(w.locks)) {
-		lk := w.locks[name]
-		nl := coordkit.EffectiveLimit(w.limits, name)
-		if sameLimit(lk.info.Limit, nl) {
-			continue
-		}
-		lk.info.Limit = nl
-		info := lk.info
-		if info.Held {
-			if full, err := w.c.lockInfo(ctx, name, sorted(lk.kvs), true); err == nil {
-				info = full
-				info.Limit = nl
-			}
-		}
-		if !w.send(ctx, coord.Event{Type: coord.EventLimit, Info: info}) {
-			return false
+	names := slices.Collect(maps.Keys(w.locks))
+	for _, l := range slices.Concat(old, w.limits) {
+		if !l.Prefix && strings.HasPrefix(l.Name, w.prefix) {
+			names = append(names, l.Name)
 		}
 	}
-	seen := map[string]bool{}
-	for _, l := range slices.Concat(old, w.limits) {
-		if l.Prefix || seen[l.Name] || w.locks[l.Name] != nil || !strings.HasPrefix(l.Name, w.prefix) {
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		nl := coordkit.EffectiveLimit(w.limits, name)
+		info := coord.LockInfo{Name: name}
+		if lk := w.locks[name]; lk != nil {
+			if sameLimit(lk.info.Limit, nl) {
+				continue
+			}
+			lk.info.Limit = nl
+			info = lk.info
+			if info.Held {
+				if full, err := w.c.lockInfo(ctx, name, sorted(lk.kvs), true); err == nil {
+					info = full
+				}
+			}
+		} else if sameLimit(coordkit.EffectiveLimit(old, name), nl) {
 			continue
 		}
-		seen[l.Name] = true
-		nl := coordkit.EffectiveLimit(w.limits, l.Name)
-		if sameLimit(coordkit.EffectiveLimit(old, l.Name), nl) {
-			continue
-		}
-		if !w.send(ctx, coord.Event{Type: coord.EventLimit, Info: coord.LockInfo{Name: l.Name, Limit: nl}}) {
+		info.Limit = nl
+		if !w.send(ctx, coord.Event{Type: coord.EventLimit, Info: info}) {
 			return false
 		}
 	}
