@@ -133,7 +133,7 @@ func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coo
 	err := c.tx(ctx, q, "acquire", func(tx pgx.Tx) error {
 		l = nil
 		var err error
-		if st, err = c.load(ctx, tx, name, me, true); err != nil {
+		if st, err = c.load(ctx, tx, name, me); err != nil {
 			return err
 		}
 		slots := coordkit.SlotsOf(opts.Slots)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,11 +111,11 @@ func (c *coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, 
 	case token == 0 && len(st.holders) > 1:
 		return lease{}, info, coordkit.ManyHolders(info)
 	case token == 0:
-		return st.holders[0], one(st.name, st.holders[0]), nil
+		return st.holders[0], alone(st.name, st.holders[0]), nil
 	}
 	for _, h := range st.holders {
 		if uint64(h.token) == token {
-			return h, one(st.name, h), nil
+			return h, alone(st.name, h), nil
 		}
 	}
 	return lease{}, info, fmt.Errorf("%w: lock %q is held by %s (token %d), not token %d", coord.ErrOtherToken, st.name, info.Holder, info.Token, token)
@@ -151,7 +152,7 @@ func (c *coordinator) onHolder(ctx context.Context, op, name string, token uint6
 		return coord.LockInfo{}, false, err
 	}
 	err = c.tx(ctx, c.pool, op+" "+name, func(tx pgx.Tx) error {
-		st, err := c.load(ctx, tx, name, 0, false)
+		st, err := c.one(ctx, tx, name)
 		if err != nil {
 			return err
 		}
@@ -181,24 +182,18 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 	}
 	defer conn.Close(context.Background())
 	for {
-		var until time.Time
-		held := false
-		err := c.tx(ctx, conn, "wait "+name, func(tx pgx.Tx) error {
-			st, err := c.load(ctx, tx, name, 0, false)
-			if err != nil {
-				return err
-			}
-			for _, h := range st.holders {
-				if uint64(h.token) == token {
-					held, until = true, h.end
-				}
-			}
-			return nil
-		})
-		if err != nil || !held {
+		if err := c.check(); err != nil {
 			return err
 		}
-		if _, err := waitNote(ctx, conn, until); err != nil {
+		st, err := c.one(ctx, conn, name)
+		if err != nil {
+			return c.mapErr(ctx, "wait "+name, err)
+		}
+		k := slices.IndexFunc(st.holders, func(h lease) bool { return uint64(h.token) == token })
+		if k < 0 {
+			return nil
+		}
+		if _, err := waitNote(ctx, conn, st.holders[k].end); err != nil {
 			return c.mapErr(ctx, "wait "+name, err)
 		}
 	}
