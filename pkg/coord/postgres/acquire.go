@@ -60,13 +60,13 @@ func (c *coordinator) grantIdle(ctx context.Context, name string, opts coord.Acq
 	id, rvn, sent := random(), random(), time.Now()
 	var token int64
 	var at time.Time
-	err := c.pool.QueryRow(ctx, c.sql("SELECT g_token, g_at FROM {s}.grant_idle($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+	err := c.pool.QueryRow(ctx, c.SQL("SELECT g_token, g_at FROM {s}.grant_idle($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
 		name, opts.Holder, coordkit.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, processJSON(opts), c.chLock(name), c.chWatch).Scan(&token, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, c.mapErr(ctx, "acquire", err)
+		return nil, c.MapErr(ctx, "acquire", err)
 	}
 	return &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(token), ID: formatID(id),
 		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent}, nil
@@ -161,40 +161,36 @@ func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coo
 
 // join puts the caller, at place me, in the queue of st's lock.
 func (c *coordinator) join(ctx context.Context, tx pgx.Tx, st *state, holder string, me int64, slots int) error {
-	if _, err := tx.Exec(ctx, c.sql("INSERT INTO {s}.waiters (seq, name, holder, slots) VALUES ($1, $2, $3, $4)"), me, st.name, holder, slots); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET slots = $2 WHERE name = $1"), st.name, slots); err != nil {
+	if _, err := tx.Exec(ctx, c.SQL(`WITH w AS (INSERT INTO {s}.waiters (seq, name, holder, slots) VALUES ($1, $2, $3, $4))
+		UPDATE {s}.locks SET slots = $4 WHERE name = $2`), me, st.name, holder, slots); err != nil {
 		return err
 	}
 	st.waiters = append(st.waiters, waiter{seq: me, holder: holder, slots: slots, since: time.Now()})
 	return c.notify(ctx, tx, st.name, 0, "", "j")
 }
 
-// grant writes the lease of the caller (at place me, queued or not) with
-// the lock's next token, in its first free slot.
+// grant writes, in one statement, the lease of the caller (at place me,
+// queued or not: it leaves the queue) with the lock's next token, in its
+// first free slot, and announces it (notify).
 func (c *coordinator) grant(ctx context.Context, tx pgx.Tx, st *state, opts coord.AcquireOptions, me int64, queued bool, sent time.Time) (*coord.Lease, error) {
-	name, token, slot := st.name, st.last+1, freeSlot(st.holders)
-	id, rvn := random(), random()
-	var at time.Time
-	if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET last_token = $2, slots = $3 WHERE name = $1"), name, token, coordkit.SlotsOf(opts.Slots)); err != nil {
-		return nil, err
-	}
-	if err := tx.QueryRow(ctx, c.sql(`INSERT INTO {s}.leases (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING acquired_at`),
-		id, name, opts.Holder, token, slot, opts.TTL.Milliseconds(), rvn, opts.Process != nil, processJSON(opts)).Scan(&at); err != nil {
-		return nil, err
-	}
+	name, token, slot, id := st.name, st.last+1, freeSlot(st.holders), random()
 	note := "c"
 	if queued {
-		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.waiters WHERE seq = $1"), me); err != nil {
-			return nil, err
-		}
 		note = fmt.Sprintf("g %d", me)
 	}
-	l := &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(token), ID: formatID(id),
-		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}
-	return l, c.notify(ctx, tx, name, token, opts.Holder, note)
+	var at time.Time
+	err := tx.QueryRow(ctx, c.SQL(`WITH k AS (UPDATE {s}.locks SET last_token = $4, slots = $10 WHERE name = $2),
+		w AS (DELETE FROM {s}.waiters WHERE seq = $11),
+		l AS (INSERT INTO {s}.leases (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING acquired_at)
+		SELECT acquired_at, pg_notify($12, $13), pg_notify($14, $15) FROM l`),
+		id, name, opts.Holder, token, slot, opts.TTL.Milliseconds(), random(), opts.Process != nil, processJSON(opts),
+		coordkit.SlotsOf(opts.Slots), me, c.chLock(name), note, c.chWatch, watchPayload(name, token, opts.Holder)).Scan(&at, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(token), ID: formatID(id),
+		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}, nil
 }
 
 // freeSlot is the first slot no holder has.
@@ -234,7 +230,7 @@ func (c *coordinator) wait(ctx context.Context, name string, opts coord.AcquireO
 			return l, err
 		}
 		if !deadline.IsZero() && !time.Now().Add(reconnectPause).Before(deadline) {
-			return nil, c.mapErr(ctx, fmt.Sprintf("acquire %q (after waiting %v)", name, opts.Wait), lost.error)
+			return nil, c.MapErr(ctx, fmt.Sprintf("acquire %q (after waiting %v)", name, opts.Wait), lost.error)
 		}
 		select {
 		case <-ctx.Done():
@@ -313,13 +309,13 @@ func (c *coordinator) enqueue(ctx context.Context, name string, deadline time.Ti
 	conn, err := c.listen(cctx, c.chLock(name), c.chLimit)
 	if err != nil {
 		if ctx.Err() != nil || c.check() != nil {
-			return nil, 0, c.mapErr(ctx, "acquire "+name, err)
+			return nil, 0, c.MapErr(ctx, "acquire "+name, err)
 		}
 		return nil, 0, lostError{err}
 	}
 	var me int64
-	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
-		err = lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
+	if err := conn.QueryRow(ctx, c.SQL("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
+		err = lostConn(conn, c.MapErr(ctx, "acquire "+name, err))
 		conn.Close(context.Background())
 		return nil, 0, err
 	}
@@ -338,7 +334,7 @@ func (c *coordinator) await(ctx context.Context, conn *pgx.Conn, st *state, me i
 			return fmt.Errorf("acquire %q: %w", st.name, ctx.Err())
 		}
 		if err != nil {
-			return lostConn(conn, c.mapErr(ctx, "acquire "+st.name, err))
+			return lostConn(conn, c.MapErr(ctx, "acquire "+st.name, err))
 		}
 		nt, now := parseNote(n, chl, pid), time.Now()
 		switch t.on(nt, now) {
@@ -362,7 +358,7 @@ func (c *coordinator) leave(conn *pgx.Conn, name string, me int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.waiters WHERE seq = $1"), me)
+		tag, err := tx.Exec(ctx, c.SQL("DELETE FROM {s}.waiters WHERE seq = $1"), me)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}

@@ -27,12 +27,12 @@ func args(name, leaseID string) (int64, error) {
 // is another lock's, else lost (nil for a release).
 func (c *coordinator) gone(ctx context.Context, name string, id int64, lost error) error {
 	var other string
-	err := c.pool.QueryRow(ctx, c.sql("SELECT name FROM {s}.leases WHERE id = $1"), id).Scan(&other)
+	err := c.pool.QueryRow(ctx, c.SQL("SELECT name FROM {s}.leases WHERE id = $1"), id).Scan(&other)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return lost
 	case err != nil:
-		return c.mapErr(ctx, "lease "+formatID(id), err)
+		return c.MapErr(ctx, "lease "+formatID(id), err)
 	}
 	return fmt.Errorf("%w: lease %s belongs to lock %q, not %q", coord.ErrInvalid, formatID(id), other, name)
 }
@@ -48,13 +48,13 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	}
 	rvn, sent := random(), time.Now()
 	var ms int64
-	err = c.pool.QueryRow(ctx, c.sql(`WITH u AS (UPDATE {s}.leases SET rvn = $3, renewed_at = now() WHERE id = $1 AND name = $2 RETURNING ttl_ms)
+	err = c.pool.QueryRow(ctx, c.SQL(`WITH u AS (UPDATE {s}.leases SET rvn = $3, renewed_at = now() WHERE id = $1 AND name = $2 RETURNING ttl_ms)
 		SELECT ttl_ms, pg_notify($4, $5)::text FROM u`), id, name, rvn, c.chLock(name), fmt.Sprintf("r %d %d", id, rvn)).Scan(&ms, nil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return coord.Renewal{}, c.gone(ctx, name, id, fmt.Errorf("%w: lease %s on %q", coord.ErrLeaseLost, leaseID, name))
 	}
 	if err != nil {
-		return coord.Renewal{}, c.mapErr(ctx, "renew "+name, err)
+		return coord.Renewal{}, c.MapErr(ctx, "renew "+name, err)
 	}
 	return coord.Renewal{Sent: sent, TTL: time.Duration(ms) * time.Millisecond}, nil
 }
@@ -69,10 +69,10 @@ func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
 		return err
 	}
 	// One statement: the delete and its notifications commit together.
-	tag, err := c.pool.Exec(ctx, c.sql(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND name = $2 RETURNING name)
+	tag, err := c.pool.Exec(ctx, c.SQL(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND name = $2 RETURNING name)
 		SELECT pg_notify($3, 'f'), pg_notify($4, $5) FROM d`), id, name, c.chLock(name), c.chWatch, watchPayload(name, 0, ""))
 	if err != nil || tag.RowsAffected() == 1 {
-		return c.mapErr(ctx, "release "+name, err)
+		return c.MapErr(ctx, "release "+name, err)
 	}
 	return c.gone(ctx, name, id, nil)
 }
@@ -87,9 +87,9 @@ func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 		return err
 	}
 	b, _ := json.Marshal(p)
-	tag, err := c.pool.Exec(ctx, c.sql("UPDATE {s}.leases SET process = $3, supervised = true WHERE id = $1 AND name = $2"), id, name, b)
+	tag, err := c.pool.Exec(ctx, c.SQL("UPDATE {s}.leases SET process = $3, supervised = true WHERE id = $1 AND name = $2"), id, name, b)
 	if err != nil {
-		return c.mapErr(ctx, "attach "+name, err)
+		return c.MapErr(ctx, "attach "+name, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return c.gone(ctx, name, id, fmt.Errorf("%w: lease %s on %q", coord.ErrLeaseLost, leaseID, name))
@@ -124,7 +124,7 @@ func (c *coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, 
 // RevokeToken ends the lease of the holder with token (0: the only one).
 func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	info, _, err := c.onHolder(ctx, "revoke", name, token, func(tx pgx.Tx, h lease) (bool, error) {
-		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
+		if _, err := tx.Exec(ctx, c.SQL("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
 			return false, err
 		}
 		return true, c.notify(ctx, tx, name, 0, "", "f")
@@ -138,7 +138,7 @@ func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64
 		if !h.supervised {
 			return false, nil
 		}
-		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
+		if _, err := tx.Exec(ctx, c.SQL("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
 			return false, err
 		}
 		return true, c.notify(ctx, tx, name, 0, "", "c")
@@ -178,7 +178,7 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 	defer cancel()
 	conn, err := c.listen(ctx, c.chLock(name))
 	if err != nil {
-		return c.mapErr(ctx, "wait "+name, err)
+		return c.MapErr(ctx, "wait "+name, err)
 	}
 	defer conn.Close(context.Background())
 	for {
@@ -187,14 +187,14 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 		}
 		st, err := c.one(ctx, conn, name)
 		if err != nil {
-			return c.mapErr(ctx, "wait "+name, err)
+			return c.MapErr(ctx, "wait "+name, err)
 		}
 		k := slices.IndexFunc(st.holders, func(h lease) bool { return uint64(h.token) == token })
 		if k < 0 {
 			return nil
 		}
 		if _, err := waitNote(ctx, conn, st.holders[k].end); err != nil {
-			return c.mapErr(ctx, "wait "+name, err)
+			return c.MapErr(ctx, "wait "+name, err)
 		}
 	}
 }
@@ -223,7 +223,7 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		defer conn.Close(context.Background())
 		for {
 			var stop bool
-			err := conn.QueryRow(ctx, c.sql("SELECT stop_asked FROM {s}.leases WHERE id = $1 AND name = $2"), id, name).Scan(&stop)
+			err := conn.QueryRow(ctx, c.SQL("SELECT stop_asked FROM {s}.leases WHERE id = $1 AND name = $2"), id, name).Scan(&stop)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				ch <- fmt.Errorf("%w: lease %s no longer holds %q", coord.ErrLeaseLost, leaseID, name)

@@ -212,15 +212,12 @@ func (c *coordinator) check() error {
 	}
 }
 
-// sql puts the schema into a statement: {s} is the schema.
-func (c *coordinator) sql(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
-
 // The stores that keep fence's history and guard values in the same schema
 // (pkg/history/pgstore, pkg/guard/pgstore) share the coordinator's pool and
 // its error classes through these.
 
 // SQL is q with {s} replaced by the schema (quoted).
-func (c *coordinator) SQL(q string) string { return c.sql(q) }
+func (c *coordinator) SQL(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
 
 // Schema is the name of the schema (unquoted).
 func (c *coordinator) Schema() string { return c.name }
@@ -234,19 +231,15 @@ func (c *coordinator) Tx(ctx context.Context, op string, f func(pgx.Tx) error) e
 	return c.tx(ctx, c.pool, op, f)
 }
 
-// MapErr is the error class of err, as Tx returns it.
-func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
-	return c.mapErr(ctx, op, err)
-}
-
 // chLock is the channel of one lock.
 func (c *coordinator) chLock(name string) string {
 	h := sha256.Sum256([]byte(c.schema + "\x00" + name))
 	return "fence_" + hex.EncodeToString(h[:16])
 }
 
-// mapErr turns a database error into coord's classes.
-func (c *coordinator) mapErr(ctx context.Context, op string, err error) error {
+// MapErr turns a database error into coord's classes (as Tx returns it),
+// named by op.
+func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -267,7 +260,7 @@ func (c *coordinator) tx(ctx context.Context, q beginner, op string, f func(pgx.
 	if err := c.check(); err != nil {
 		return err
 	}
-	return c.mapErr(ctx, op, pgx.BeginFunc(ctx, q, f))
+	return c.MapErr(ctx, op, pgx.BeginFunc(ctx, q, f))
 }
 
 type beginner interface {
@@ -278,11 +271,10 @@ type beginner interface {
 func formatID(id int64) string { return fmt.Sprintf("%016x", id) }
 
 func parseID(s string) (int64, error) {
-	var id uint64
-	if len(s) != 16 || strings.Trim(s, "0123456789abcdef") != "" {
+	id, err := strconv.ParseUint(s, 16, 64)
+	if len(s) != 16 || strings.ToLower(s) != s || err != nil {
 		return 0, fmt.Errorf("%w: lease id %q is not one of this coordinator's (16 hex digits)", coord.ErrInvalid, s)
 	}
-	fmt.Sscanf(s, "%x", &id)
 	if id == 0 || id > coord.MaxToken {
 		return 0, fmt.Errorf("%w: lease id %q is out of range", coord.ErrInvalid, s)
 	}

@@ -22,7 +22,7 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	}
 	st, err := c.one(ctx, c.pool, name)
 	if err != nil {
-		return coord.LockInfo{}, c.mapErr(ctx, "inspect "+name, err)
+		return coord.LockInfo{}, c.MapErr(ctx, "inspect "+name, err)
 	}
 	return c.info(st), nil
 }
@@ -35,7 +35,7 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	}
 	sts, limits, err := c.read(ctx, c.pool, prefix, true)
 	if err != nil {
-		return nil, c.mapErr(ctx, "list", err)
+		return nil, c.MapErr(ctx, "list", err)
 	}
 	var infos []coord.LockInfo
 	for _, st := range sts {
@@ -100,7 +100,7 @@ type watch struct {
 func (w *watch) resync(ctx context.Context) error {
 	conn, err := w.c.listen(ctx, w.c.chWatch, w.c.chLimit)
 	if err != nil {
-		return w.c.mapErr(ctx, "watch", err)
+		return w.c.MapErr(ctx, "watch", err)
 	}
 	infos, err := w.c.List(ctx, w.prefix)
 	if err != nil {

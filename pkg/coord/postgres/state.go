@@ -55,9 +55,9 @@ func (c *coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64
 	// One round trip: the statements run in order, each (READ COMMITTED)
 	// seeing what committed before it, so all after the lock's row is locked.
 	b := &pgx.Batch{}
-	b.Queue(c.sql("INSERT INTO {s}.locks (name) VALUES ($1) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name"), name)
+	b.Queue(c.SQL("INSERT INTO {s}.locks (name) VALUES ($1) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name"), name)
 	// CASE keeps the advisory lock test to this lock's waiters.
-	b.Queue(c.sql(`DELETE FROM {s}.waiters WHERE name = $1 AND seq <> $2 AND
+	b.Queue(c.SQL(`DELETE FROM {s}.waiters WHERE name = $1 AND seq <> $2 AND
 		CASE WHEN name = $1 AND seq <> $2 THEN pg_try_advisory_xact_lock($3, (seq % 2147483647)::int) ELSE false END`), name, me, c.class).
 		Exec(func(tag pgconn.CommandTag) error { dropped = tag.RowsAffected() > 0; return nil })
 	b.Queue(c.readSQL(false), name, c.class, me).Query(func(rows pgx.Rows) (err error) { sts, limits, err = readRows(rows); return err })
@@ -119,7 +119,7 @@ func (c *coordinator) readSQL(prefix bool) string {
 		}
 		return col + " = $1"
 	}
-	return c.sql(`SELECT 'h', l.name, k.last_token, k.slots, l.id, l.holder, l.token, l.slot, l.ttl_ms, l.rvn,
+	return c.SQL(`SELECT 'h', l.name, k.last_token, k.slots, l.id, l.holder, l.token, l.slot, l.ttl_ms, l.rvn,
 	l.acquired_at, l.renewed_at, l.supervised, l.process, l.stop_asked, now()
 	FROM {s}.leases l JOIN {s}.locks k ON k.name = l.name WHERE ` + m("l.name") + `
 UNION ALL SELECT 'w', w.name, k.last_token, k.slots, w.seq, w.holder, 0, w.slots, 0, 0, w.since, w.since, false, NULL, false, now()
@@ -200,7 +200,7 @@ func (c *coordinator) expire(ctx context.Context, q querier, st *state) error {
 	for _, l := range st.holders {
 		expired, end := c.observe(st.name, l.id, l.rvn, l.ttl, now)
 		if expired {
-			tag, err := q.Exec(ctx, c.sql(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2 RETURNING name)
+			tag, err := q.Exec(ctx, c.SQL(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2 RETURNING name)
 				SELECT pg_notify($3, 'c'), pg_notify($4, $5) FROM d`), l.id, l.rvn, c.chLock(st.name), c.chWatch, watchPayload(st.name, 0, ""))
 			if err != nil {
 				return err
@@ -249,24 +249,4 @@ func alone(name string, l lease) coord.LockInfo {
 	i := coord.LockInfo{Name: name}
 	coordkit.SetHolders(&i, 1, []coord.HolderInfo{holderInfo(l, time.Now(), time.Now())})
 	return i
-}
-
-const (
-	limitsSQL   = "SELECT name, prefix, max, reason, set_by, set_at FROM {s}.limits "
-	limitsOrder = " ORDER BY prefix, name"
-)
-
-// limits reads the limits a WHERE clause selects.
-func (c *coordinator) limits(ctx context.Context, tx pgx.Tx, where string, args ...any) ([]coord.Limit, error) {
-	rows, err := tx.Query(ctx, c.sql(limitsSQL+where+limitsOrder), args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, scanLimit)
-}
-
-func scanLimit(r pgx.CollectableRow) (coord.Limit, error) {
-	var l coord.Limit
-	err := r.Scan(&l.Name, &l.Prefix, &l.Max, &l.Reason, &l.By, &l.At)
-	return l, err
 }
