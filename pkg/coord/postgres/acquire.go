@@ -72,27 +72,12 @@ func (c *coordinator) grantIdle(ctx context.Context, name string, opts coord.Acq
 		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent}, nil
 }
 
-// tryStep is what try does with a lock as it read it.
-type tryStep uint8
-
-const (
-	// tryGrant: the lock has room and no waiter is ahead: grant a lease.
-	tryGrant tryStep = iota
-	// tryWait: no room, or a waiter ahead, and the caller is in the queue
-	// already (or has no place in it: a try-lock): nothing to write.
-	tryWait
-	// tryJoin: no room, or a waiter ahead: the caller joins the queue.
-	tryJoin
-	// trySlots: the lock is in use with other slots than the caller's.
-	trySlots
-	// tryCeiling: the lock has issued its last token.
-	tryCeiling
-)
-
 // decide is try's decision on st for the caller at place me in the queue
-// (0: none) asking for slots; room is how many may hold the lock now, and
-// queued whether me is in the queue.
-func decide(st *state, me int64, slots int) (step tryStep, room int, queued bool) {
+// (0: none) asking for slots: grant when the lock has room and no waiter is
+// ahead, else wait (queued says whether me is in the queue already), or an
+// error when the lock is in use with other slots than the caller's or has
+// issued its last token. It sets st.room, how many may hold the lock now.
+func decide(st *state, me int64, slots int) (grant, queued bool, err error) {
 	ahead, others := 0, 0
 	for _, w := range st.waiters {
 		switch {
@@ -105,27 +90,26 @@ func decide(st *state, me int64, slots int) (step tryStep, room int, queued bool
 			others++
 		}
 	}
-	room = slots
+	st.room = slots
 	if lim := coordkit.EffectiveLimit(st.limits, st.name); lim != nil {
-		room = min(room, lim.Max)
+		st.room = min(st.room, lim.Max)
 	}
 	switch {
 	case (len(st.holders) > 0 || others > 0) && st.slots != slots:
-		return trySlots, room, queued
-	case len(st.holders) >= room || ahead > 0: // the head first: tokens in queue order
-		if me == 0 || queued {
-			return tryWait, room, queued
-		}
-		return tryJoin, room, queued
+		return false, queued, &coordkit.SlotsError{Lock: st.name, Have: st.slots, Want: slots}
+	case len(st.holders) >= st.room || ahead > 0: // the head first: tokens in queue order
+		return false, queued, nil
 	case st.last >= coord.MaxToken:
-		return tryCeiling, room, queued
+		return false, queued, fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
+			coord.ErrUnavailable, st.name, st.last)
 	}
-	return tryGrant, room, queued
+	return true, queued, nil
 }
 
 // try grants a lease when the lock has room for it and no waiter is ahead
-// (me is the caller's place in the queue, 0 when it has none). A queued
-// caller that is not granted is (again) in the queue when try returns.
+// (me is the caller's place in the queue, 0 when it has none). A caller
+// with a place that is not granted is in the queue when try returns (it
+// joins it if need be).
 func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coord.AcquireOptions, me int64) (*coord.Lease, *state, error) {
 	var l *coord.Lease
 	var st *state
@@ -137,21 +121,17 @@ func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coo
 			return err
 		}
 		slots := coordkit.SlotsOf(opts.Slots)
-		step, room, queued := decide(st, me, slots)
-		st.room = room
-		switch step {
-		case trySlots:
-			return &coordkit.SlotsError{Lock: name, Have: st.slots, Want: slots}
-		case tryCeiling:
-			return fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
-				coord.ErrUnavailable, name, st.last)
-		case tryWait:
-			return nil
-		case tryJoin:
+		grant, queued, err := decide(st, me, slots)
+		switch {
+		case err != nil:
+			return err
+		case grant:
+			l, err = c.grant(ctx, tx, st, opts, me, queued, sent)
+			return err
+		case me != 0 && !queued:
 			return c.join(ctx, tx, st, opts.Holder, me, slots)
 		}
-		l, err = c.grant(ctx, tx, st, opts, me, queued, sent)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, nil, err
