@@ -146,7 +146,8 @@ func (c *coordinator) join(ctx context.Context, tx pgx.Tx, st *state, holder str
 		return err
 	}
 	st.waiters = append(st.waiters, waiter{seq: me, holder: holder, slots: slots, since: time.Now()})
-	return c.notify(ctx, tx, st.name, 0, "", "j")
+	_, err := c.notify(ctx, tx, st.name, "j", "")
+	return err
 }
 
 // grant writes, in one statement, the lease of the caller (at place me,
@@ -337,13 +338,7 @@ func (c *coordinator) await(ctx context.Context, conn *pgx.Conn, st *state, me i
 func (c *coordinator) leave(conn *pgx.Conn, name string, me int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, c.SQL("DELETE FROM {s}.waiters WHERE seq = $1"), me)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		return c.notify(ctx, tx, name, 0, "", fmt.Sprintf("l %d", me))
-	})
+	_, _ = c.notify(ctx, conn, name, fmt.Sprintf("l %d", me), "DELETE FROM {s}.waiters WHERE seq = $1", me)
 }
 
 // listen is a connection of its own that listens on chans: the spare one

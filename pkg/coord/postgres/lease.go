@@ -69,9 +69,8 @@ func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
 		return err
 	}
 	// One statement: the delete and its notifications commit together.
-	tag, err := c.pool.Exec(ctx, c.SQL(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND name = $2 RETURNING name)
-		SELECT pg_notify($3, 'f'), pg_notify($4, $5) FROM d`), id, name, c.chLock(name), c.chWatch, watchPayload(name, 0, ""))
-	if err != nil || tag.RowsAffected() == 1 {
+	ended, err := c.notify(ctx, c.pool, name, "f", "DELETE FROM {s}.leases WHERE id = $1 AND name = $2", id, name)
+	if err != nil || ended {
 		return c.MapErr(ctx, "release "+name, err)
 	}
 	return c.gone(ctx, name, id, nil)
@@ -124,10 +123,7 @@ func (c *coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, 
 // RevokeToken ends the lease of the holder with token (0: the only one).
 func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	info, _, err := c.onHolder(ctx, "revoke", name, token, func(tx pgx.Tx, h lease) (bool, error) {
-		if _, err := tx.Exec(ctx, c.SQL("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
-			return false, err
-		}
-		return true, c.notify(ctx, tx, name, 0, "", "f")
+		return c.notify(ctx, tx, name, "f", "DELETE FROM {s}.leases WHERE id = $1", h.id)
 	})
 	return info, err
 }
@@ -138,10 +134,7 @@ func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64
 		if !h.supervised {
 			return false, nil
 		}
-		if _, err := tx.Exec(ctx, c.SQL("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
-			return false, err
-		}
-		return true, c.notify(ctx, tx, name, 0, "", "c")
+		return c.notify(ctx, tx, name, "c", "UPDATE {s}.leases SET stop_asked = true WHERE id = $1", h.id)
 	})
 }
 

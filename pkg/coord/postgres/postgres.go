@@ -319,14 +319,21 @@ func (c *coordinator) forget(name string, keep map[int64]bool) {
 	}
 }
 
-// notify is the statement that announces a change of lock name: the grant
-// of token to holder, or (token 0) another change. note is the payload on
-// the lock's channel, for its waiters: "j" a waiter joined the queue, "g
-// SEQ" waiter SEQ was granted, "l SEQ" it left, "f" a lease ended, "r ID
-// RVN" a renewal (Renew), "c" any other change.
-func (c *coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder, note string) error {
-	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $4), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder), note)
-	return err
+// notify announces a change of lock name other than a grant (grant and
+// grant_idle announce theirs). note is the payload on the lock's channel,
+// for its waiters: "j" a waiter joined the queue, "g SEQ" waiter SEQ was
+// granted, "l SEQ" it left, "f" a lease ended, "r ID RVN" a renewal (Renew),
+// "c" any other change. With stmt, a data-modifying statement of args,
+// notify runs it and announces, in the same statement, only when it changed
+// a row; changed says whether it did.
+func (c *coordinator) notify(ctx context.Context, q querier, name, note, stmt string, args ...any) (changed bool, err error) {
+	n := len(args)
+	sql := fmt.Sprintf("SELECT pg_notify($%d, $%d), pg_notify($%d, $%d)", n+1, n+2, n+3, n+4)
+	if stmt != "" {
+		sql = fmt.Sprintf("WITH d AS (%s RETURNING 1) %s FROM (SELECT FROM d LIMIT 1) x", stmt, sql)
+	}
+	tag, err := q.Exec(ctx, c.SQL(sql), append(args, c.chLock(name), note, c.chWatch, watchPayload(name, 0, ""))...)
+	return tag.RowsAffected() > 0, err
 }
 
 // watchPayload is the payload of a change of lock name on chWatch (names

@@ -67,7 +67,7 @@ func (c *coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64
 	st := find(sts, limits, name)
 	err := c.expire(ctx, tx, st)
 	if err == nil && dropped {
-		err = c.notify(ctx, tx, name, 0, "", "c")
+		_, err = c.notify(ctx, tx, name, "c", "")
 	}
 	return st, err
 }
@@ -200,12 +200,11 @@ func (c *coordinator) expire(ctx context.Context, q querier, st *state) error {
 	for _, l := range st.holders {
 		expired, end := c.observe(st.name, l.id, l.rvn, l.ttl, now)
 		if expired {
-			tag, err := q.Exec(ctx, c.SQL(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2 RETURNING name)
-				SELECT pg_notify($3, 'c'), pg_notify($4, $5) FROM d`), l.id, l.rvn, c.chLock(st.name), c.chWatch, watchPayload(st.name, 0, ""))
+			ended, err := c.notify(ctx, q, st.name, "c", "DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2", l.id, l.rvn)
 			if err != nil {
 				return err
 			}
-			if tag.RowsAffected() == 1 {
+			if ended {
 				continue
 			}
 		}
