@@ -418,12 +418,6 @@ func waitNote(ctx context.Context, conn *pgx.Conn, until time.Time) (*pgconn.Not
 // bound is ctx, also ended when the coordinator is closed.
 func (c *coordinator) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	stop := context.AfterFunc(c.closed, cancel)
+	return ctx, func() { stop(); cancel() }
 }

@@ -112,7 +112,8 @@ type coordinator struct {
 	spare   *pgx.Conn     // a waiter's connection kept for the next (listen)
 	spareAt time.Time
 
-	done      chan struct{}
+	closed    context.Context // ended by Close
+	end       context.CancelFunc
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -155,8 +156,8 @@ func Open(ctx context.Context, url string, opts ...Option) (coord.Coordinator, e
 		chLimit: "fence_l_" + hex.EncodeToString(h[:8]),
 		where:   fmt.Sprintf("postgres %s/%s schema %s", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), pc.ConnConfig.Database, cfg.schema),
 		seen:    map[int64]obs{},
-		done:    make(chan struct{}),
 	}
+	c.closed, c.end = context.WithCancel(context.Background())
 	if c.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return nil, fmt.Errorf("%w: %v", coord.ErrUnavailable, oneLine(err))
 	}
@@ -190,7 +191,7 @@ func (c *coordinator) Describe() string { return c.where }
 // Close closes the connections (not the leases).
 func (c *coordinator) Close() error {
 	c.closeOnce.Do(func() {
-		close(c.done)
+		c.end()
 		c.wg.Wait()
 		c.mu.Lock()
 		if c.spare != nil {
@@ -204,12 +205,10 @@ func (c *coordinator) Close() error {
 }
 
 func (c *coordinator) check() error {
-	select {
-	case <-c.done:
+	if c.closed.Err() != nil {
 		return fmt.Errorf("%w: coordinator closed", coord.ErrUnavailable)
-	default:
-		return nil
 	}
+	return nil
 }
 
 // The stores that keep fence's history and guard values in the same schema
