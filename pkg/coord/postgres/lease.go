@@ -101,23 +101,21 @@ func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 	return c.RevokeToken(ctx, name, 0)
 }
 
-// holderOf picks the holder with token (0: the only one) of st.
+// holderOf picks the holder with token (0: the only one) of st, with the
+// LockInfo of the lock held by it alone.
 func (c *coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, error) {
 	info := c.info(st)
+	k := slices.IndexFunc(st.holders, func(h lease) bool { return token == 0 || uint64(h.token) == token })
 	switch {
 	case len(st.holders) == 0:
 		return lease{}, info, fmt.Errorf("%w: %q", coord.ErrNotHeld, st.name)
 	case token == 0 && len(st.holders) > 1:
 		return lease{}, info, coordkit.ManyHolders(info)
-	case token == 0:
-		return st.holders[0], alone(st.name, st.holders[0]), nil
+	case k < 0:
+		return lease{}, info, fmt.Errorf("%w: lock %q is held by %s (token %d), not token %d", coord.ErrOtherToken, st.name, info.Holder, info.Token, token)
 	}
-	for _, h := range st.holders {
-		if uint64(h.token) == token {
-			return h, alone(st.name, h), nil
-		}
-	}
-	return lease{}, info, fmt.Errorf("%w: lock %q is held by %s (token %d), not token %d", coord.ErrOtherToken, st.name, info.Holder, info.Token, token)
+	h := st.holders[k]
+	return h, c.info(&state{name: st.name, slots: 1, holders: []lease{h}, dbNow: st.dbNow}), nil
 }
 
 // RevokeToken ends the lease of the holder with token (0: the only one).

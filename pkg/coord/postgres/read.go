@@ -69,14 +69,11 @@ func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 		for {
 			w.follow(ctx)
 			w.conn.Close(context.Background())
-			for w.conn = nil; w.conn == nil; {
+			for w.conn = nil; w.conn == nil; _ = w.resync(ctx) { // resync sets conn
 				select {
 				case <-ctx.Done():
 					return
 				case <-time.After(reconnectPause):
-				}
-				if w.resync(ctx) != nil {
-					w.conn = nil
 				}
 			}
 			if !w.send(ctx, coord.Event{Type: coord.EventReset}) {

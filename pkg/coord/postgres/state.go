@@ -226,26 +226,15 @@ func (c *coordinator) info(st *state) coord.LockInfo {
 	now := time.Now()
 	hs := make([]coord.HolderInfo, 0, len(st.holders))
 	for _, l := range st.holders {
-		hs = append(hs, holderInfo(l, now, st.dbNow))
+		// Left: until this client would take it over, or the database
+		// clock's estimate when smaller (for display only).
+		left := min(l.ttl, l.end.Sub(now))
+		if est := l.ttl - st.dbNow.Sub(l.renewedAt); est > 0 && est < left {
+			left = est
+		}
+		hs = append(hs, coord.HolderInfo{Slot: l.slot, Holder: l.holder, Token: uint64(l.token), LeaseID: formatID(l.id),
+			TTL: l.ttl, TTLLeft: max(left, time.Millisecond), AcquiredAt: l.acquiredAt, Process: l.process})
 	}
 	coordkit.SetHolders(&i, st.slots, hs)
-	return i
-}
-
-func holderInfo(l lease, now, dbNow time.Time) coord.HolderInfo {
-	// Left: until this client would take it over, or the database clock's
-	// estimate when smaller (for display only).
-	left := min(l.ttl, l.end.Sub(now))
-	if est := l.ttl - dbNow.Sub(l.renewedAt); est > 0 && est < left {
-		left = est
-	}
-	return coord.HolderInfo{Slot: l.slot, Holder: l.holder, Token: uint64(l.token), LeaseID: formatID(l.id),
-		TTL: l.ttl, TTLLeft: max(left, time.Millisecond), AcquiredAt: l.acquiredAt, Process: l.process}
-}
-
-// alone is the LockInfo of lock name held by l alone.
-func alone(name string, l lease) coord.LockInfo {
-	i := coord.LockInfo{Name: name}
-	coordkit.SetHolders(&i, 1, []coord.HolderInfo{holderInfo(l, time.Now(), time.Now())})
 	return i
 }
