@@ -103,15 +103,24 @@ func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 	if err := checkOnce(lock, key, 0); err != nil {
 		return coord.Completion{}, false, err
 	}
-	rows, err := c.pool.Query(ctx, c.SQL("SELECT "+completionCols+" FROM {s}.completions WHERE lock = $1 AND key = $2 AND expires > now()"), lock, key)
+	recs, err := c.completions(ctx, "SELECT "+completionCols+" FROM {s}.completions WHERE lock = $1 AND key = $2 AND expires > now()", lock, key)
+	if err != nil || len(recs) == 0 {
+		return coord.Completion{}, false, err
+	}
+	return recs[0], true, nil
+}
+
+// completions reads the records a query selects.
+func (c *coordinator) completions(ctx context.Context, q string, args ...any) ([]coord.Completion, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, c.SQL(q), args...)
 	if err != nil {
-		return coord.Completion{}, false, c.MapErr(ctx, "once", err)
+		return nil, c.MapErr(ctx, "once", err)
 	}
-	rec, err := pgx.CollectExactlyOneRow(rows, scanCompletion)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return coord.Completion{}, false, nil
-	}
-	return rec, err == nil, c.MapErr(ctx, "once", err)
+	recs, err := pgx.CollectRows(rows, scanCompletion)
+	return recs, c.MapErr(ctx, "once", err)
 }
 
 // write stores rec for keep; with replace it replaces a live record.
@@ -178,23 +187,14 @@ func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error
 	return tag.RowsAffected() > 0, nil
 }
 
-// Completions lists the records of lock by key, dropping expired ones.
+// Completions lists the records of lock by key, dropping expired ones (the
+// delete and the read see the same now()).
 func (c *coordinator) Completions(ctx context.Context, lock string) ([]coord.Completion, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
 	}
-	var recs []coord.Completion
-	err := c.tx(ctx, c.pool, "once", func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, c.SQL("DELETE FROM {s}.completions WHERE lock = $1 AND expires <= now()"), lock); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, c.SQL("SELECT "+completionCols+" FROM {s}.completions WHERE lock = $1 ORDER BY key"), lock)
-		if err == nil {
-			recs, err = pgx.CollectRows(rows, scanCompletion)
-		}
-		return err
-	})
-	return recs, err
+	return c.completions(ctx, `WITH d AS (DELETE FROM {s}.completions WHERE lock = $1 AND expires <= now())
+		SELECT `+completionCols+` FROM {s}.completions WHERE lock = $1 AND expires > now() ORDER BY key`, lock)
 }
 
 func unixNano(ns int64) time.Time {
