@@ -14,46 +14,42 @@ import (
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
-// SetLimit records l (coord.Limiter); waiters are told at its commit.
+// SetLimit records l (coord.Limiter); waiters are told at its commit, by
+// the same statement.
 func (c *coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 	if err := coord.ValidateLimit(l); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
 		return err
 	}
 	if l.At.IsZero() {
 		l.At = time.Now()
 	}
-	return c.tx(ctx, c.pool, "limit", func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, c.SQL(`INSERT INTO {s}.limits (name, prefix, max, reason, set_by, set_at) VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (name, prefix) DO UPDATE SET max = $3, reason = $4, set_by = $5, set_at = $6`), l.Name, l.Prefix, l.Max, l.Reason, l.By, l.At)
-		if err == nil {
-			_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", c.chLimit, l.Name)
-		}
-		return err
-	})
+	_, err := c.pool.Exec(ctx, c.SQL(`WITH u AS (INSERT INTO {s}.limits (name, prefix, max, reason, set_by, set_at) VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (name, prefix) DO UPDATE SET max = $3, reason = $4, set_by = $5, set_at = $6 RETURNING 1)
+		SELECT pg_notify($7, $1) FROM u`), l.Name, l.Prefix, l.Max, l.Reason, l.By, l.At, c.chLimit)
+	return c.MapErr(ctx, "limit", err)
 }
 
-// ClearLimit removes the limit of a scope.
+// ClearLimit removes the limit of a scope, and tells the waiters in the
+// same statement.
 func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
 	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
 		return coord.Limit{}, false, err
 	}
-	var l coord.Limit
-	ok := false
-	err := c.tx(ctx, c.pool, "thaw", func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, c.SQL("DELETE FROM {s}.limits WHERE name = $1 AND prefix = $2 RETURNING name, prefix, max, reason, set_by, set_at"),
-			name, prefix).Scan(&l.Name, &l.Prefix, &l.Max, &l.Reason, &l.By, &l.At)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ok = true
-		_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", c.chLimit, name)
-		return err
-	})
-	if err != nil || !ok {
+	if err := c.check(); err != nil {
 		return coord.Limit{}, false, err
+	}
+	var l coord.Limit
+	err := c.pool.QueryRow(ctx, c.SQL(`WITH d AS (DELETE FROM {s}.limits WHERE name = $1 AND prefix = $2 RETURNING *)
+		SELECT name, prefix, max, reason, set_by, set_at, pg_notify($3, $1)::text FROM d`), name, prefix, c.chLimit).
+		Scan(&l.Name, &l.Prefix, &l.Max, &l.Reason, &l.By, &l.At, nil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return coord.Limit{}, false, nil
+	}
+	if err != nil {
+		return coord.Limit{}, false, c.MapErr(ctx, "thaw", err)
 	}
 	return l, true, nil
 }
