@@ -6,8 +6,8 @@
 // token, an integer strictly greater than every token issued before for the
 // same lock, so that protected storage can refuse a stale holder's writes.
 //
-// Two backends implement Coordinator: package local (one host, no server; the
-// default) and package etcd (an etcd v3 cluster). Decorators such as
+// Three backends implement Coordinator: package local (one host, no server;
+// the default), package etcd (an etcd v3 cluster) and package postgres. Decorators such as
 // history.Recorder implement it too, by wrapping another Coordinator.
 package coord
 
@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -27,6 +28,12 @@ const WaitForever time.Duration = -1
 
 // MaxNameLen is the longest lock name, in bytes.
 const MaxNameLen = 256
+
+// MaxToken is the largest fencing token a coordinator issues: tokens fit a
+// signed 64-bit integer (an SQL BIGINT or SQLite INTEGER column, an etcd
+// revision). A lock whose counter has reached it refuses new leases with an
+// error wrapping ErrUnavailable; a token never wraps.
+const MaxToken = math.MaxInt64
 
 // AcquireOptions says how to take a lease. Every backend checks them with
 // the same rules, so that all refuse the same input: a bad name
@@ -66,9 +73,14 @@ type AcquireOptions struct {
 	// in the queue and before it waits (fence run prints "waiting for HOLDER
 	// (token N)"). A waiter that arrives later queues behind this one.
 	OnWait func(current LockInfo)
-	// Slots, when above 1, makes the lock a semaphore of Slots holders
-	// (see LockInfo.Holders); 0 and 1 are a lock. At most
-	// MaxSlots.
+	// Slots, when above 1 (at most MaxSlots), makes the lock a semaphore:
+	// up to Slots holders at once (see LockInfo.Holders), each in a slot
+	// (0..Slots-1, the lowest free one at its grant) and each with its own
+	// fencing token (tokens are per lock, never per slot); 0 and 1 are a
+	// lock. The lock records Slots while it has holders or waiters: an
+	// Acquire with another number fails with an error wrapping ErrInvalid
+	// and does not queue; an idle lock takes its next caller's. An
+	// operator limit (SetLimit) caps the holders below Slots.
 	Slots int
 }
 
@@ -161,11 +173,7 @@ func (i LockInfo) HeldFor(now time.Time) time.Duration {
 	if !i.Held || i.AcquiredAt.IsZero() {
 		return 0
 	}
-	d := now.Sub(i.AcquiredAt)
-	if d < 0 {
-		return 0
-	}
-	return d
+	return max(now.Sub(i.AcquiredAt), 0)
 }
 
 // EventType says what changed in a watch.
@@ -336,6 +344,18 @@ var (
 	// ErrUnavailable: the coordinator cannot be reached or its state cannot
 	// be read safely (corrupt state fails closed with this). Wrapped.
 	ErrUnavailable = errors.New("coordinator unavailable")
+	// ErrStopRequested is what a lease watch (Coordinator.WatchLease) reports when the
+	// holder of the lease was asked to stop its work and release the lease
+	// (Coordinator.RequestStop: `fence revoke` without --force). The lease
+	// is still held: the holder should stop, then release it.
+	ErrStopRequested = errors.New("stop requested")
+	// ErrOtherToken: the lock is held, but under another token than the one
+	// named (the token arguments of RequestStop and RevokeToken). Wrapped with details.
+	ErrOtherToken = errors.New("held under another token")
+	// ErrCompleted: the job already ran to success for its key (a completion
+	// record exists). It is the expected outcome of a `fence run --once` that
+	// another host got to first, not a failure.
+	ErrCompleted = errors.New("already completed")
 )
 
 // ValidateName checks a lock name: 1 to MaxNameLen bytes of printable

@@ -8,29 +8,21 @@ import (
 	"github.com/fence-dev/fence/pkg/internal/printable"
 )
 
-// Limits: the kill switch (fence limit, fence freeze, fence thaw).
-//
-// An operator limit caps the holders of a lock: Max 0 is a freeze (no new
-// holder), Max 1 safe serial processing. A limit is set on one lock, or on
-// a prefix, where it covers every lock whose name starts with it, also
-// locks that do not exist yet. Where several limits cover a lock, the
-// smallest Max binds (the lock's own first, then the longest prefix, on a
-// tie). A limit persists until it is cleared
-// (thaw). It is checked by the coordinator atomically with every grant:
-// once SetLimit has returned, no grant exceeds it. Holders above a new
-// limit keep their leases (the caller revokes them if it wants to); waiters
-// keep their place in the queue and proceed, in order, when the limit
-// allows. An Acquire that does not wait on a lock held back by its limit
-// fails with an error that is ErrBusy and names the limit.
-
 // MaxLimit is the largest Max of a Limit.
 const MaxLimit = 1 << 20
 
 // maxReasonLen bounds Limit.Reason and Limit.By, in bytes.
 const maxReasonLen = 1024
 
-// Limit is an operator's cap on the holders of a lock or of every lock
-// under a prefix.
+// Limit is an operator's cap on the holders of a lock, or of every lock
+// whose name starts with a prefix, also locks that do not exist yet: the
+// kill switch (fence limit, fence freeze, fence thaw). Max 0 is a freeze,
+// Max 1 safe serial processing. Where several limits cover a lock, the
+// smallest Max binds (the lock's own first, then the longest prefix, on a
+// tie). A limit persists until it is cleared; the coordinator checks it
+// atomically with every grant (Coordinator.SetLimit). Holders above a new
+// limit keep their leases; waiters keep their place in the queue and
+// proceed, in order, when it allows.
 type Limit struct {
 	// Name is the lock's name, or the prefix when Prefix is set.
 	Name string `json:"name"`

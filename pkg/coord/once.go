@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -12,11 +11,6 @@ const DefaultKeep = 30 * 24 * time.Hour
 
 // maxKeep is the longest retention of a completion record (10 years).
 const maxKeep = 10 * 366 * 24 * time.Hour
-
-// ErrCompleted: the job already ran to success for its key (a completion
-// record exists). It is the expected outcome of a `fence run --once` that
-// another host got to first, not a failure.
-var ErrCompleted = errors.New("already completed")
 
 // Completion is the record that a job ran to success for a key of a lock
 // (`fence run LOCK --once KEY`): at most one per (Lock, Key).

@@ -4,17 +4,6 @@ import (
 	"time"
 )
 
-// Slots: a lock taken with AcquireOptions.Slots N > 1 is a semaphore: up to
-// N holders at once, each in a slot (0..N-1, the lowest free one at its
-// grant) and each with its own fencing token, strictly greater than every
-// token issued before for the lock (tokens are per lock, never per slot).
-// Waiters are served first come, first served, as for a lock.
-//
-// The lock records N while it has holders or waiters: an Acquire with
-// another N fails with an error wrapping ErrInvalid and does not queue; an
-// idle lock takes the N of its next caller. An operator limit (SetLimit)
-// caps the holders below N.
-
 // MaxSlots is the largest AcquireOptions.Slots.
 const MaxSlots = 1024
 

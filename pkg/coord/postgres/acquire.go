@@ -60,39 +60,24 @@ func (c *coordinator) grantIdle(ctx context.Context, name string, opts coord.Acq
 	id, rvn, sent := random(), random(), time.Now()
 	var token int64
 	var at time.Time
-	err := c.pool.QueryRow(ctx, c.sql("SELECT g_token, g_at FROM {s}.grant_idle($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
+	err := c.pool.QueryRow(ctx, c.SQL("SELECT g_token, g_at FROM {s}.grant_idle($1, $2, $3, $4, $5, $6, $7, $8, $9)"),
 		name, opts.Holder, coordkit.SlotsOf(opts.Slots), opts.TTL.Milliseconds(), id, rvn, processJSON(opts), c.chLock(name), c.chWatch).Scan(&token, &at)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, c.mapErr(ctx, "acquire", err)
+		return nil, c.MapErr(ctx, "acquire", err)
 	}
 	return &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(token), ID: formatID(id),
 		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent}, nil
 }
 
-// tryStep is what try does with a lock as it read it.
-type tryStep uint8
-
-const (
-	// tryGrant: the lock has room and no waiter is ahead: grant a lease.
-	tryGrant tryStep = iota
-	// tryWait: no room, or a waiter ahead, and the caller is in the queue
-	// already (or has no place in it: a try-lock): nothing to write.
-	tryWait
-	// tryJoin: no room, or a waiter ahead: the caller joins the queue.
-	tryJoin
-	// trySlots: the lock is in use with other slots than the caller's.
-	trySlots
-	// tryCeiling: the lock has issued its last token.
-	tryCeiling
-)
-
 // decide is try's decision on st for the caller at place me in the queue
-// (0: none) asking for slots; room is how many may hold the lock now, and
-// queued whether me is in the queue.
-func decide(st *state, me int64, slots int) (step tryStep, room int, queued bool) {
+// (0: none) asking for slots: grant when the lock has room and no waiter is
+// ahead, else wait (queued says whether me is in the queue already), or an
+// error when the lock is in use with other slots than the caller's or has
+// issued its last token. It sets st.room, how many may hold the lock now.
+func decide(st *state, me int64, slots int) (grant, queued bool, err error) {
 	ahead, others := 0, 0
 	for _, w := range st.waiters {
 		switch {
@@ -105,27 +90,26 @@ func decide(st *state, me int64, slots int) (step tryStep, room int, queued bool
 			others++
 		}
 	}
-	room = slots
+	st.room = slots
 	if lim := coordkit.EffectiveLimit(st.limits, st.name); lim != nil {
-		room = min(room, lim.Max)
+		st.room = min(st.room, lim.Max)
 	}
 	switch {
 	case (len(st.holders) > 0 || others > 0) && st.slots != slots:
-		return trySlots, room, queued
-	case len(st.holders) >= room || ahead > 0: // the head first: tokens in queue order
-		if me == 0 || queued {
-			return tryWait, room, queued
-		}
-		return tryJoin, room, queued
+		return false, queued, &coordkit.SlotsError{Lock: st.name, Have: st.slots, Want: slots}
+	case len(st.holders) >= st.room || ahead > 0: // the head first: tokens in queue order
+		return false, queued, nil
 	case st.last >= coord.MaxToken:
-		return tryCeiling, room, queued
+		return false, queued, fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
+			coord.ErrUnavailable, st.name, st.last)
 	}
-	return tryGrant, room, queued
+	return true, queued, nil
 }
 
 // try grants a lease when the lock has room for it and no waiter is ahead
-// (me is the caller's place in the queue, 0 when it has none). A queued
-// caller that is not granted is (again) in the queue when try returns.
+// (me is the caller's place in the queue, 0 when it has none). A caller
+// with a place that is not granted is in the queue when try returns (it
+// joins it if need be).
 func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coord.AcquireOptions, me int64) (*coord.Lease, *state, error) {
 	var l *coord.Lease
 	var st *state
@@ -133,25 +117,21 @@ func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coo
 	err := c.tx(ctx, q, "acquire", func(tx pgx.Tx) error {
 		l = nil
 		var err error
-		if st, err = c.load(ctx, tx, name, me, true); err != nil {
+		if st, err = c.load(ctx, tx, name, me); err != nil {
 			return err
 		}
 		slots := coordkit.SlotsOf(opts.Slots)
-		step, room, queued := decide(st, me, slots)
-		st.room = room
-		switch step {
-		case trySlots:
-			return &coordkit.SlotsError{Lock: name, Have: st.slots, Want: slots}
-		case tryCeiling:
-			return fmt.Errorf("%w: lock %q has issued its last fencing token (%d, the largest a signed 64-bit integer holds); tokens never wrap: use another lock name",
-				coord.ErrUnavailable, name, st.last)
-		case tryWait:
-			return nil
-		case tryJoin:
+		grant, queued, err := decide(st, me, slots)
+		switch {
+		case err != nil:
+			return err
+		case grant:
+			l, err = c.grant(ctx, tx, st, opts, me, queued, sent)
+			return err
+		case me != 0 && !queued:
 			return c.join(ctx, tx, st, opts.Holder, me, slots)
 		}
-		l, err = c.grant(ctx, tx, st, opts, me, queued, sent)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, nil, err
@@ -161,40 +141,37 @@ func (c *coordinator) try(ctx context.Context, q beginner, name string, opts coo
 
 // join puts the caller, at place me, in the queue of st's lock.
 func (c *coordinator) join(ctx context.Context, tx pgx.Tx, st *state, holder string, me int64, slots int) error {
-	if _, err := tx.Exec(ctx, c.sql("INSERT INTO {s}.waiters (seq, name, holder, slots) VALUES ($1, $2, $3, $4)"), me, st.name, holder, slots); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET slots = $2 WHERE name = $1"), st.name, slots); err != nil {
+	if _, err := tx.Exec(ctx, c.SQL(`WITH w AS (INSERT INTO {s}.waiters (seq, name, holder, slots) VALUES ($1, $2, $3, $4))
+		UPDATE {s}.locks SET slots = $4 WHERE name = $2`), me, st.name, holder, slots); err != nil {
 		return err
 	}
 	st.waiters = append(st.waiters, waiter{seq: me, holder: holder, slots: slots, since: time.Now()})
-	return c.notify(ctx, tx, st.name, 0, "", "j")
+	_, err := c.notify(ctx, tx, st.name, "j", "")
+	return err
 }
 
-// grant writes the lease of the caller (at place me, queued or not) with
-// the lock's next token, in its first free slot.
+// grant writes, in one statement, the lease of the caller (at place me,
+// queued or not: it leaves the queue) with the lock's next token, in its
+// first free slot, and announces it (notify).
 func (c *coordinator) grant(ctx context.Context, tx pgx.Tx, st *state, opts coord.AcquireOptions, me int64, queued bool, sent time.Time) (*coord.Lease, error) {
-	name, token, slot := st.name, st.last+1, freeSlot(st.holders)
-	id, rvn := random(), random()
-	var at time.Time
-	if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.locks SET last_token = $2, slots = $3 WHERE name = $1"), name, token, coordkit.SlotsOf(opts.Slots)); err != nil {
-		return nil, err
-	}
-	if err := tx.QueryRow(ctx, c.sql(`INSERT INTO {s}.leases (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING acquired_at`),
-		id, name, opts.Holder, token, slot, opts.TTL.Milliseconds(), rvn, opts.Process != nil, processJSON(opts)).Scan(&at); err != nil {
-		return nil, err
-	}
+	name, token, slot, id := st.name, st.last+1, freeSlot(st.holders), random()
 	note := "c"
 	if queued {
-		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.waiters WHERE seq = $1"), me); err != nil {
-			return nil, err
-		}
 		note = fmt.Sprintf("g %d", me)
 	}
-	l := &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(token), ID: formatID(id),
-		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}
-	return l, c.notify(ctx, tx, name, token, opts.Holder, note)
+	var at time.Time
+	err := tx.QueryRow(ctx, c.SQL(`WITH k AS (UPDATE {s}.locks SET last_token = $4, slots = $10 WHERE name = $2),
+		w AS (DELETE FROM {s}.waiters WHERE seq = $11),
+		l AS (INSERT INTO {s}.leases (id, name, holder, token, slot, ttl_ms, rvn, supervised, process)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING acquired_at)
+		SELECT acquired_at, pg_notify($12, $13), pg_notify($14, $15) FROM l`),
+		id, name, opts.Holder, token, slot, opts.TTL.Milliseconds(), random(), opts.Process != nil, processJSON(opts),
+		coordkit.SlotsOf(opts.Slots), me, c.chLock(name), note, c.chWatch, watchPayload(name, token, opts.Holder)).Scan(&at, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &coord.Lease{Name: name, Holder: opts.Holder, Token: uint64(token), ID: formatID(id),
+		TTL: opts.TTL.Truncate(time.Millisecond), AcquiredAt: at, Sent: sent, Slot: slot}, nil
 }
 
 // freeSlot is the first slot no holder has.
@@ -234,7 +211,7 @@ func (c *coordinator) wait(ctx context.Context, name string, opts coord.AcquireO
 			return l, err
 		}
 		if !deadline.IsZero() && !time.Now().Add(reconnectPause).Before(deadline) {
-			return nil, c.mapErr(ctx, fmt.Sprintf("acquire %q (after waiting %v)", name, opts.Wait), lost.error)
+			return nil, c.MapErr(ctx, fmt.Sprintf("acquire %q (after waiting %v)", name, opts.Wait), lost.error)
 		}
 		select {
 		case <-ctx.Done():
@@ -313,13 +290,13 @@ func (c *coordinator) enqueue(ctx context.Context, name string, deadline time.Ti
 	conn, err := c.listen(cctx, c.chLock(name), c.chLimit)
 	if err != nil {
 		if ctx.Err() != nil || c.check() != nil {
-			return nil, 0, c.mapErr(ctx, "acquire "+name, err)
+			return nil, 0, c.MapErr(ctx, "acquire "+name, err)
 		}
 		return nil, 0, lostError{err}
 	}
 	var me int64
-	if err := conn.QueryRow(ctx, c.sql("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
-		err = lostConn(conn, c.mapErr(ctx, "acquire "+name, err))
+	if err := conn.QueryRow(ctx, c.SQL("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
+		err = lostConn(conn, c.MapErr(ctx, "acquire "+name, err))
 		conn.Close(context.Background())
 		return nil, 0, err
 	}
@@ -338,7 +315,7 @@ func (c *coordinator) await(ctx context.Context, conn *pgx.Conn, st *state, me i
 			return fmt.Errorf("acquire %q: %w", st.name, ctx.Err())
 		}
 		if err != nil {
-			return lostConn(conn, c.mapErr(ctx, "acquire "+st.name, err))
+			return lostConn(conn, c.MapErr(ctx, "acquire "+st.name, err))
 		}
 		nt, now := parseNote(n, chl, pid), time.Now()
 		switch t.on(nt, now) {
@@ -361,13 +338,7 @@ func (c *coordinator) await(ctx context.Context, conn *pgx.Conn, st *state, me i
 func (c *coordinator) leave(conn *pgx.Conn, name string, me int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.waiters WHERE seq = $1"), me)
-		if err != nil || tag.RowsAffected() == 0 {
-			return err
-		}
-		return c.notify(ctx, tx, name, 0, "", fmt.Sprintf("l %d", me))
-	})
+	_, _ = c.notify(ctx, conn, name, fmt.Sprintf("l %d", me), "DELETE FROM {s}.waiters WHERE seq = $1", me)
 }
 
 // listen is a connection of its own that listens on chans: the spare one
@@ -447,12 +418,6 @@ func waitNote(ctx context.Context, conn *pgx.Conn, until time.Time) (*pgconn.Not
 // bound is ctx, also ended when the coordinator is closed.
 func (c *coordinator) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-c.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	stop := context.AfterFunc(c.closed, cancel)
+	return ctx, func() { stop(); cancel() }
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,12 +27,12 @@ func args(name, leaseID string) (int64, error) {
 // is another lock's, else lost (nil for a release).
 func (c *coordinator) gone(ctx context.Context, name string, id int64, lost error) error {
 	var other string
-	err := c.pool.QueryRow(ctx, c.sql("SELECT name FROM {s}.leases WHERE id = $1"), id).Scan(&other)
+	err := c.pool.QueryRow(ctx, c.SQL("SELECT name FROM {s}.leases WHERE id = $1"), id).Scan(&other)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return lost
 	case err != nil:
-		return c.mapErr(ctx, "lease "+formatID(id), err)
+		return c.MapErr(ctx, "lease "+formatID(id), err)
 	}
 	return fmt.Errorf("%w: lease %s belongs to lock %q, not %q", coord.ErrInvalid, formatID(id), other, name)
 }
@@ -47,13 +48,13 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	}
 	rvn, sent := random(), time.Now()
 	var ms int64
-	err = c.pool.QueryRow(ctx, c.sql(`WITH u AS (UPDATE {s}.leases SET rvn = $3, renewed_at = now() WHERE id = $1 AND name = $2 RETURNING ttl_ms)
+	err = c.pool.QueryRow(ctx, c.SQL(`WITH u AS (UPDATE {s}.leases SET rvn = $3, renewed_at = now() WHERE id = $1 AND name = $2 RETURNING ttl_ms)
 		SELECT ttl_ms, pg_notify($4, $5)::text FROM u`), id, name, rvn, c.chLock(name), fmt.Sprintf("r %d %d", id, rvn)).Scan(&ms, nil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return coord.Renewal{}, c.gone(ctx, name, id, fmt.Errorf("%w: lease %s on %q", coord.ErrLeaseLost, leaseID, name))
 	}
 	if err != nil {
-		return coord.Renewal{}, c.mapErr(ctx, "renew "+name, err)
+		return coord.Renewal{}, c.MapErr(ctx, "renew "+name, err)
 	}
 	return coord.Renewal{Sent: sent, TTL: time.Duration(ms) * time.Millisecond}, nil
 }
@@ -68,10 +69,9 @@ func (c *coordinator) Release(ctx context.Context, name, leaseID string) error {
 		return err
 	}
 	// One statement: the delete and its notifications commit together.
-	tag, err := c.pool.Exec(ctx, c.sql(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND name = $2 RETURNING name)
-		SELECT pg_notify($3, 'f'), pg_notify($4, $5) FROM d`), id, name, c.chLock(name), c.chWatch, watchPayload(name, 0, ""))
-	if err != nil || tag.RowsAffected() == 1 {
-		return c.mapErr(ctx, "release "+name, err)
+	ended, err := c.notify(ctx, c.pool, name, "f", "DELETE FROM {s}.leases WHERE id = $1 AND name = $2", id, name)
+	if err != nil || ended {
+		return c.MapErr(ctx, "release "+name, err)
 	}
 	return c.gone(ctx, name, id, nil)
 }
@@ -86,9 +86,9 @@ func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p
 		return err
 	}
 	b, _ := json.Marshal(p)
-	tag, err := c.pool.Exec(ctx, c.sql("UPDATE {s}.leases SET process = $3, supervised = true WHERE id = $1 AND name = $2"), id, name, b)
+	tag, err := c.pool.Exec(ctx, c.SQL("UPDATE {s}.leases SET process = $3, supervised = true WHERE id = $1 AND name = $2"), id, name, b)
 	if err != nil {
-		return c.mapErr(ctx, "attach "+name, err)
+		return c.MapErr(ctx, "attach "+name, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return c.gone(ctx, name, id, fmt.Errorf("%w: lease %s on %q", coord.ErrLeaseLost, leaseID, name))
@@ -101,32 +101,27 @@ func (c *coordinator) Revoke(ctx context.Context, name string) (coord.LockInfo, 
 	return c.RevokeToken(ctx, name, 0)
 }
 
-// holderOf picks the holder with token (0: the only one) of st.
+// holderOf picks the holder with token (0: the only one) of st, with the
+// LockInfo of the lock held by it alone.
 func (c *coordinator) holderOf(st *state, token uint64) (lease, coord.LockInfo, error) {
 	info := c.info(st)
+	k := slices.IndexFunc(st.holders, func(h lease) bool { return token == 0 || uint64(h.token) == token })
 	switch {
 	case len(st.holders) == 0:
 		return lease{}, info, fmt.Errorf("%w: %q", coord.ErrNotHeld, st.name)
 	case token == 0 && len(st.holders) > 1:
 		return lease{}, info, coordkit.ManyHolders(info)
-	case token == 0:
-		return st.holders[0], one(st.name, st.holders[0]), nil
+	case k < 0:
+		return lease{}, info, fmt.Errorf("%w: lock %q is held by %s (token %d), not token %d", coord.ErrOtherToken, st.name, info.Holder, info.Token, token)
 	}
-	for _, h := range st.holders {
-		if uint64(h.token) == token {
-			return h, one(st.name, h), nil
-		}
-	}
-	return lease{}, info, fmt.Errorf("%w: lock %q is held by %s (token %d), not token %d", coord.ErrOtherToken, st.name, info.Holder, info.Token, token)
+	h := st.holders[k]
+	return h, c.info(&state{name: st.name, slots: 1, holders: []lease{h}, dbNow: st.dbNow}), nil
 }
 
 // RevokeToken ends the lease of the holder with token (0: the only one).
 func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	info, _, err := c.onHolder(ctx, "revoke", name, token, func(tx pgx.Tx, h lease) (bool, error) {
-		if _, err := tx.Exec(ctx, c.sql("DELETE FROM {s}.leases WHERE id = $1"), h.id); err != nil {
-			return false, err
-		}
-		return true, c.notify(ctx, tx, name, 0, "", "f")
+		return c.notify(ctx, tx, name, "f", "DELETE FROM {s}.leases WHERE id = $1", h.id)
 	})
 	return info, err
 }
@@ -137,10 +132,7 @@ func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64
 		if !h.supervised {
 			return false, nil
 		}
-		if _, err := tx.Exec(ctx, c.sql("UPDATE {s}.leases SET stop_asked = true WHERE id = $1"), h.id); err != nil {
-			return false, err
-		}
-		return true, c.notify(ctx, tx, name, 0, "", "c")
+		return c.notify(ctx, tx, name, "c", "UPDATE {s}.leases SET stop_asked = true WHERE id = $1", h.id)
 	})
 }
 
@@ -151,7 +143,7 @@ func (c *coordinator) onHolder(ctx context.Context, op, name string, token uint6
 		return coord.LockInfo{}, false, err
 	}
 	err = c.tx(ctx, c.pool, op+" "+name, func(tx pgx.Tx) error {
-		st, err := c.load(ctx, tx, name, 0, false)
+		st, err := c.one(ctx, tx, name)
 		if err != nil {
 			return err
 		}
@@ -177,29 +169,23 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 	defer cancel()
 	conn, err := c.listen(ctx, c.chLock(name))
 	if err != nil {
-		return c.mapErr(ctx, "wait "+name, err)
+		return c.MapErr(ctx, "wait "+name, err)
 	}
 	defer conn.Close(context.Background())
 	for {
-		var until time.Time
-		held := false
-		err := c.tx(ctx, conn, "wait "+name, func(tx pgx.Tx) error {
-			st, err := c.load(ctx, tx, name, 0, false)
-			if err != nil {
-				return err
-			}
-			for _, h := range st.holders {
-				if uint64(h.token) == token {
-					held, until = true, h.end
-				}
-			}
-			return nil
-		})
-		if err != nil || !held {
+		if err := c.check(); err != nil {
 			return err
 		}
-		if _, err := waitNote(ctx, conn, until); err != nil {
-			return c.mapErr(ctx, "wait "+name, err)
+		st, err := c.one(ctx, conn, name)
+		if err != nil {
+			return c.MapErr(ctx, "wait "+name, err)
+		}
+		k := slices.IndexFunc(st.holders, func(h lease) bool { return uint64(h.token) == token })
+		if k < 0 {
+			return nil
+		}
+		if _, err := waitNote(ctx, conn, st.holders[k].end); err != nil {
+			return c.MapErr(ctx, "wait "+name, err)
 		}
 	}
 }
@@ -228,7 +214,7 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		defer conn.Close(context.Background())
 		for {
 			var stop bool
-			err := conn.QueryRow(ctx, c.sql("SELECT stop_asked FROM {s}.leases WHERE id = $1 AND name = $2"), id, name).Scan(&stop)
+			err := conn.QueryRow(ctx, c.SQL("SELECT stop_asked FROM {s}.leases WHERE id = $1 AND name = $2"), id, name).Scan(&stop)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				ch <- fmt.Errorf("%w: lease %s no longer holds %q", coord.ErrLeaseLost, leaseID, name)

@@ -112,7 +112,8 @@ type coordinator struct {
 	spare   *pgx.Conn     // a waiter's connection kept for the next (listen)
 	spareAt time.Time
 
-	done      chan struct{}
+	closed    context.Context // ended by Close
+	end       context.CancelFunc
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -155,8 +156,8 @@ func Open(ctx context.Context, url string, opts ...Option) (coord.Coordinator, e
 		chLimit: "fence_l_" + hex.EncodeToString(h[:8]),
 		where:   fmt.Sprintf("postgres %s/%s schema %s", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), pc.ConnConfig.Database, cfg.schema),
 		seen:    map[int64]obs{},
-		done:    make(chan struct{}),
 	}
+	c.closed, c.end = context.WithCancel(context.Background())
 	if c.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		return nil, fmt.Errorf("%w: %v", coord.ErrUnavailable, oneLine(err))
 	}
@@ -190,7 +191,7 @@ func (c *coordinator) Describe() string { return c.where }
 // Close closes the connections (not the leases).
 func (c *coordinator) Close() error {
 	c.closeOnce.Do(func() {
-		close(c.done)
+		c.end()
 		c.wg.Wait()
 		c.mu.Lock()
 		if c.spare != nil {
@@ -204,23 +205,18 @@ func (c *coordinator) Close() error {
 }
 
 func (c *coordinator) check() error {
-	select {
-	case <-c.done:
+	if c.closed.Err() != nil {
 		return fmt.Errorf("%w: coordinator closed", coord.ErrUnavailable)
-	default:
-		return nil
 	}
+	return nil
 }
-
-// sql puts the schema into a statement: {s} is the schema.
-func (c *coordinator) sql(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
 
 // The stores that keep fence's history and guard values in the same schema
 // (pkg/history/pgstore, pkg/guard/pgstore) share the coordinator's pool and
 // its error classes through these.
 
 // SQL is q with {s} replaced by the schema (quoted).
-func (c *coordinator) SQL(q string) string { return c.sql(q) }
+func (c *coordinator) SQL(q string) string { return strings.ReplaceAll(q, "{s}", c.schema) }
 
 // Schema is the name of the schema (unquoted).
 func (c *coordinator) Schema() string { return c.name }
@@ -234,19 +230,15 @@ func (c *coordinator) Tx(ctx context.Context, op string, f func(pgx.Tx) error) e
 	return c.tx(ctx, c.pool, op, f)
 }
 
-// MapErr is the error class of err, as Tx returns it.
-func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
-	return c.mapErr(ctx, op, err)
-}
-
 // chLock is the channel of one lock.
 func (c *coordinator) chLock(name string) string {
 	h := sha256.Sum256([]byte(c.schema + "\x00" + name))
 	return "fence_" + hex.EncodeToString(h[:16])
 }
 
-// mapErr turns a database error into coord's classes.
-func (c *coordinator) mapErr(ctx context.Context, op string, err error) error {
+// MapErr turns a database error into coord's classes (as Tx returns it),
+// named by op.
+func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -267,7 +259,7 @@ func (c *coordinator) tx(ctx context.Context, q beginner, op string, f func(pgx.
 	if err := c.check(); err != nil {
 		return err
 	}
-	return c.mapErr(ctx, op, pgx.BeginFunc(ctx, q, f))
+	return c.MapErr(ctx, op, pgx.BeginFunc(ctx, q, f))
 }
 
 type beginner interface {
@@ -278,11 +270,10 @@ type beginner interface {
 func formatID(id int64) string { return fmt.Sprintf("%016x", id) }
 
 func parseID(s string) (int64, error) {
-	var id uint64
-	if len(s) != 16 || strings.Trim(s, "0123456789abcdef") != "" {
+	id, err := strconv.ParseUint(s, 16, 64)
+	if len(s) != 16 || strings.ToLower(s) != s || err != nil {
 		return 0, fmt.Errorf("%w: lease id %q is not one of this coordinator's (16 hex digits)", coord.ErrInvalid, s)
 	}
-	fmt.Sscanf(s, "%x", &id)
 	if id == 0 || id > coord.MaxToken {
 		return 0, fmt.Errorf("%w: lease id %q is out of range", coord.ErrInvalid, s)
 	}
@@ -327,14 +318,21 @@ func (c *coordinator) forget(name string, keep map[int64]bool) {
 	}
 }
 
-// notify is the statement that announces a change of lock name: the grant
-// of token to holder, or (token 0) another change. note is the payload on
-// the lock's channel, for its waiters: "j" a waiter joined the queue, "g
-// SEQ" waiter SEQ was granted, "l SEQ" it left, "f" a lease ended, "r ID
-// RVN" a renewal (Renew), "c" any other change.
-func (c *coordinator) notify(ctx context.Context, tx pgx.Tx, name string, token int64, holder, note string) error {
-	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $4), pg_notify($2, $3)", c.chLock(name), c.chWatch, watchPayload(name, token, holder), note)
-	return err
+// notify announces a change of lock name other than a grant (grant and
+// grant_idle announce theirs). note is the payload on the lock's channel,
+// for its waiters: "j" a waiter joined the queue, "g SEQ" waiter SEQ was
+// granted, "l SEQ" it left, "f" a lease ended, "r ID RVN" a renewal (Renew),
+// "c" any other change. With stmt, a data-modifying statement of args,
+// notify runs it and announces, in the same statement, only when it changed
+// a row; changed says whether it did.
+func (c *coordinator) notify(ctx context.Context, q querier, name, note, stmt string, args ...any) (changed bool, err error) {
+	n := len(args)
+	sql := fmt.Sprintf("SELECT pg_notify($%d, $%d), pg_notify($%d, $%d)", n+1, n+2, n+3, n+4)
+	if stmt != "" {
+		sql = fmt.Sprintf("WITH d AS (%s RETURNING 1) %s FROM (SELECT FROM d LIMIT 1) x", stmt, sql)
+	}
+	tag, err := q.Exec(ctx, c.SQL(sql), append(args, c.chLock(name), note, c.chWatch, watchPayload(name, 0, ""))...)
+	return tag.RowsAffected() > 0, err
 }
 
 // watchPayload is the payload of a change of lock name on chWatch (names

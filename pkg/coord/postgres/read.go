@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -18,42 +17,28 @@ func (c *coordinator) Inspect(ctx context.Context, name string) (coord.LockInfo,
 	if err := coord.ValidateName(name); err != nil {
 		return coord.LockInfo{}, err
 	}
-	return c.inspect(ctx, name)
-}
-
-func (c *coordinator) inspect(ctx context.Context, name string) (coord.LockInfo, error) {
-	var info coord.LockInfo
-	err := c.tx(ctx, c.pool, "inspect "+name, func(tx pgx.Tx) error {
-		st, err := c.load(ctx, tx, name, 0, false)
-		if err == nil {
-			info = c.info(st)
-		}
-		return err
-	})
-	return info, err
+	if err := c.check(); err != nil {
+		return coord.LockInfo{}, err
+	}
+	st, err := c.one(ctx, c.pool, name)
+	if err != nil {
+		return coord.LockInfo{}, c.MapErr(ctx, "inspect "+name, err)
+	}
+	return c.info(st), nil
 }
 
 // List reads the locks under prefix that have holders or waiters, and those
-// with a limit of their own, in one query (listSQL).
+// with a limit of their own, in one query (readSQL).
 func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	rows, err := c.pool.Query(ctx, c.sql(listSQL), prefix, c.class)
+	sts, limits, err := c.read(ctx, c.pool, prefix, true)
 	if err != nil {
-		return nil, c.mapErr(ctx, "list", err)
-	}
-	names, byName, limits, err := readList(rows)
-	if err != nil {
-		return nil, c.mapErr(ctx, "list", err)
+		return nil, c.MapErr(ctx, "list", err)
 	}
 	var infos []coord.LockInfo
-	for _, name := range names {
-		st := byName[name]
-		if st.holders, err = c.expire(ctx, c.pool, name, st.holders); err != nil {
-			return nil, c.mapErr(ctx, "list", err)
-		}
-		st.limits = limits
+	for _, st := range sts {
 		if i := c.info(st); i.Held || i.Waiters > 0 {
 			infos = append(infos, i)
 		}
@@ -61,53 +46,6 @@ func (c *coordinator) List(ctx context.Context, prefix string) ([]coord.LockInfo
 	infos = coordkit.WithLimited(infos, limits, prefix)
 	slices.SortFunc(infos, func(a, b coord.LockInfo) int { return strings.Compare(a.Name, b.Name) })
 	return infos, nil
-}
-
-// listSQL reads every lease and live waiter under $1, and every limit, as
-// rows of kind, name, last_token and slots of the lock, then leaseCols
-// (waiters: seq, holder, 0, slots, ..., since; limits: max as last_token,
-// prefix as slots, set_by as holder, reason as process).
-const listSQL = `SELECT 'h', l.name, k.last_token, k.slots, l.` + "id, l.holder, l.token, l.slot, l.ttl_ms, l.rvn, l.acquired_at, l.renewed_at, l.supervised, l.process, l.stop_asked, now()" + `
-	FROM {s}.leases l JOIN {s}.locks k ON k.name = l.name WHERE starts_with(l.name, $1)
-UNION ALL SELECT 'w', w.name, k.last_token, k.slots, w.seq, w.holder, 0, w.slots, 0, 0, w.since, w.since, false, NULL, false, now()
-	FROM {s}.waiters w JOIN {s}.locks k ON k.name = w.name
-	WHERE CASE WHEN starts_with(w.name, $1) THEN NOT pg_try_advisory_xact_lock($2, (w.seq % 2147483647)::int) ELSE false END
-UNION ALL SELECT 'l', name, max, prefix::int, 0, set_by, 0, 0, 0, 0, set_at, set_at, false, to_jsonb(reason), false, now() FROM {s}.limits
-ORDER BY 1, 2, 7, 5`
-
-// readList reads the rows of listSQL: the locks by name, in the order
-// read, and the limits.
-func readList(rows pgx.Rows) (names []string, byName map[string]*state, limits []coord.Limit, err error) {
-	defer rows.Close()
-	byName = map[string]*state{}
-	for rows.Next() {
-		var kind, name string
-		var last int64
-		var slots int
-		var now time.Time
-		l, err := scanLease(rows, &now, &kind, &name, &last, &slots)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if kind == "l" {
-			lim := coord.Limit{Name: name, Max: int(last), Prefix: slots == 1, By: l.holder, At: l.acquiredAt}
-			_ = json.Unmarshal(l.raw, &lim.Reason)
-			limits = append(limits, lim)
-			continue
-		}
-		st := byName[name]
-		if st == nil {
-			st = &state{name: name, last: last, slots: slots, dbNow: now}
-			byName[name] = st
-			names = append(names, name)
-		}
-		if kind == "h" {
-			st.holders = append(st.holders, l)
-		} else {
-			st.waiters = append(st.waiters, waiter{seq: l.id, holder: l.holder, slots: l.slot, since: l.acquiredAt})
-		}
-	}
-	return names, byName, limits, rows.Err()
 }
 
 // Watch sends the state of each lock under prefix when it changes, as
@@ -131,14 +69,11 @@ func (c *coordinator) Watch(ctx context.Context, prefix string) (<-chan coord.Ev
 		for {
 			w.follow(ctx)
 			w.conn.Close(context.Background())
-			for w.conn = nil; w.conn == nil; {
+			for w.conn = nil; w.conn == nil; _ = w.resync(ctx) { // resync sets conn
 				select {
 				case <-ctx.Done():
 					return
 				case <-time.After(reconnectPause):
-				}
-				if w.resync(ctx) != nil {
-					w.conn = nil
 				}
 			}
 			if !w.send(ctx, coord.Event{Type: coord.EventReset}) {
@@ -162,7 +97,7 @@ type watch struct {
 func (w *watch) resync(ctx context.Context) error {
 	conn, err := w.c.listen(ctx, w.c.chWatch, w.c.chLimit)
 	if err != nil {
-		return w.c.mapErr(ctx, "watch", err)
+		return w.c.MapErr(ctx, "watch", err)
 	}
 	infos, err := w.c.List(ctx, w.prefix)
 	if err != nil {
@@ -232,7 +167,7 @@ func (w *watch) follow(ctx context.Context) {
 			}
 		}
 		for _, name := range names {
-			i, err := w.c.inspect(ctx, name)
+			i, err := w.c.Inspect(ctx, name)
 			if err != nil {
 				return
 			}

@@ -115,38 +115,30 @@ func SchemaSQL(schema string) string {
 func (c *coordinator) prepare(ctx context.Context) error {
 	var standby bool
 	if err := c.pool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil {
-		return c.mapErr(ctx, "connect", err)
+		return c.MapErr(ctx, "connect", err)
 	}
 	if standby {
 		return fmt.Errorf("%w: %s is a read-only standby (pg_is_in_recovery()): point fence at the primary", coord.ErrInvalid, c.where)
 	}
-	v, err := c.version(ctx)
-	if err == nil && v == schemaVersion {
-		return nil
+	var v *int // nil: no version, or no table yet (an error)
+	if c.pool.QueryRow(ctx, c.SQL("SELECT max(version) FROM {s}.schema_version")).Scan(&v) == nil && v != nil {
+		if *v > schemaVersion {
+			return fmt.Errorf("%w: schema %s is at version %d, newer than this fence knows (%d): upgrade fence", coord.ErrInvalid, c.schema, *v, schemaVersion)
+		}
+		if *v == schemaVersion {
+			return nil
+		}
 	}
-	if err == nil && v > schemaVersion {
-		return fmt.Errorf("%w: schema %s is at version %d, newer than this fence knows (%d): upgrade fence", coord.ErrInvalid, c.schema, v, schemaVersion)
-	}
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", c.class); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, c.sql(schemaSQL))
+		_, err := tx.Exec(ctx, c.SQL(schemaSQL))
 		return err
 	})
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "25006") {
 		return fmt.Errorf("%w: %s: the role may not create fence's tables (%s): have an administrator run the SQL that `fence postgres schema` prints", coord.ErrInvalid, c.where, pe.Message)
 	}
-	return c.mapErr(ctx, "create schema", err)
-}
-
-// version reads the schema's version.
-func (c *coordinator) version(ctx context.Context) (int, error) {
-	var v *int
-	err := c.pool.QueryRow(ctx, c.sql("SELECT max(version) FROM {s}.schema_version")).Scan(&v)
-	if err != nil || v == nil {
-		return 0, errors.Join(err, errors.New("no version"))
-	}
-	return *v, nil
+	return c.MapErr(ctx, "create schema", err)
 }

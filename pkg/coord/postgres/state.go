@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,83 +44,134 @@ type state struct {
 	room    int // holders the lock may have now (try)
 }
 
-// load reads lock name in tx, ends the leases this client has seen
-// unrenewed for their TTL (conditionally on their rvn) and drops the waiters
-// whose sessions are gone (their advisory lock is free), except me. With
-// lock, the lock's row is created if need be and locked.
-func (c *coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64, lock bool) (*state, error) {
-	st := &state{name: name, slots: 1}
-	q := "SELECT last_token, slots FROM {s}.locks WHERE name = $1"
-	if lock {
-		q = "INSERT INTO {s}.locks (name) VALUES ($1) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name RETURNING last_token, slots"
-	}
+// load reads lock name in tx for a try by the caller at place me in the
+// queue (0: none): it creates the lock's row if need be and locks it, drops
+// the waiters whose sessions are gone (their advisory lock is free), except
+// me, and reads the lock (readSQL, expire).
+func (c *coordinator) load(ctx context.Context, tx pgx.Tx, name string, me int64) (*state, error) {
+	var sts []*state
+	var limits []coord.Limit
+	var dropped bool
 	// One round trip: the statements run in order, each (READ COMMITTED)
 	// seeing what committed before it, so all after the lock's row is locked.
 	b := &pgx.Batch{}
-	b.Queue(c.sql(q), name)
-	b.Queue(c.sql("SELECT "+leaseCols+" FROM {s}.leases WHERE name = $1 ORDER BY token"), name)
+	b.Queue(c.SQL("INSERT INTO {s}.locks (name) VALUES ($1) ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name"), name)
 	// CASE keeps the advisory lock test to this lock's waiters.
-	b.Queue(c.sql(`DELETE FROM {s}.waiters WHERE name = $1 AND seq <> $2 AND
-		CASE WHEN name = $1 AND seq <> $2 THEN pg_try_advisory_xact_lock($3, (seq % 2147483647)::int) ELSE false END`), name, me, c.class)
-	b.Queue(c.sql("SELECT seq, holder, slots, since FROM {s}.waiters WHERE name = $1 ORDER BY seq"), name)
-	b.Queue(c.sql(limitsSQL+"WHERE (NOT prefix AND name = $1) OR (prefix AND starts_with($1, name))"+limitsOrder), name)
-	br := tx.SendBatch(ctx, b)
-	hs, changed, err := c.readBatch(br, st)
-	if err := errors.Join(err, br.Close()); err != nil {
+	b.Queue(c.SQL(`DELETE FROM {s}.waiters WHERE name = $1 AND seq <> $2 AND
+		CASE WHEN name = $1 AND seq <> $2 THEN pg_try_advisory_xact_lock($3, (seq % 2147483647)::int) ELSE false END`), name, me, c.class).
+		Exec(func(tag pgconn.CommandTag) error { dropped = tag.RowsAffected() > 0; return nil })
+	b.Queue(c.readSQL(false), name, c.class, me).Query(func(rows pgx.Rows) (err error) { sts, limits, err = readRows(rows); return err })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	if st.holders, err = c.expire(ctx, tx, name, hs); err != nil {
-		return nil, err
+	st := find(sts, limits, name)
+	err := c.expire(ctx, tx, st)
+	if err == nil && dropped {
+		_, err = c.notify(ctx, tx, name, "c", "")
 	}
-	if changed {
-		if err := c.notify(ctx, tx, name, 0, "", "c"); err != nil {
-			return nil, err
+	return st, err
+}
+
+// read reads the locks whose names start with name, or with one the lock
+// name, and ends the leases this client has seen unrenewed for their TTL
+// (expire). It returns them in the order read, and every limit.
+func (c *coordinator) read(ctx context.Context, q querier, name string, prefix bool) ([]*state, []coord.Limit, error) {
+	rows, err := q.Query(ctx, c.readSQL(prefix), name, c.class, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	sts, limits, err := readRows(rows)
+	for _, st := range sts {
+		if err == nil {
+			err = c.expire(ctx, q, st)
 		}
 	}
-	return st, nil
+	return sts, limits, err
 }
 
-// readBatch reads the results of load's batch into st: the leases, and
-// whether dead waiters were dropped.
-func (c *coordinator) readBatch(br pgx.BatchResults, st *state) ([]lease, bool, error) {
-	if err := br.QueryRow().Scan(&st.last, &st.slots); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, false, err
-	}
-	hs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease, error) { return scanLease(r, &st.dbNow) })
-	if err != nil {
-		return nil, false, err
-	}
-	tag, err := br.Exec()
-	if err != nil {
-		return nil, false, err
-	}
-	rows, err = br.Query()
-	if err != nil {
-		return nil, false, err
-	}
-	if st.waiters, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (waiter, error) {
-		var w waiter
-		err := r.Scan(&w.seq, &w.holder, &w.slots, &w.since)
-		return w, err
-	}); err != nil {
-		return nil, false, err
-	}
-	rows, err = br.Query()
-	if err != nil {
-		return nil, false, err
-	}
-	st.limits, err = pgx.CollectRows(rows, scanLimit)
-	return hs, tag.RowsAffected() > 0, err
+// one reads lock name (read).
+func (c *coordinator) one(ctx context.Context, q querier, name string) (*state, error) {
+	sts, limits, err := c.read(ctx, q, name, false)
+	return find(sts, limits, name), err
 }
 
-// leaseCols are the columns scanLease reads, after its first ones.
-const leaseCols = "id, holder, token, slot, ttl_ms, rvn, acquired_at, renewed_at, supervised, process, stop_asked, now()"
+// find is the state of lock name in sts, a free lock's when it has none.
+func find(sts []*state, limits []coord.Limit, name string) *state {
+	for _, st := range sts {
+		if st.name == name {
+			return st
+		}
+	}
+	return &state{name: name, slots: 1, limits: limits}
+}
 
-// scanLease reads a row of leaseCols, after the columns of first.
+// readSQL reads, in one statement, every lease and live waiter (or the
+// caller's own place, $3) of the locks whose names start with $1 (prefix)
+// or are $1, the row of lock $1, and every limit, as rows of kind, name,
+// last_token and slots of the lock, then leaseCols (waiters: seq, holder, 0,
+// slots, ..., since; limits: max as last_token, prefix as slots, set_by as
+// holder, reason as process). $2 is the class of the waiters' advisory
+// locks; CASE keeps their test to the locks read.
+func (c *coordinator) readSQL(prefix bool) string {
+	m := func(col string) string {
+		if prefix {
+			return "starts_with(" + col + ", $1)"
+		}
+		return col + " = $1"
+	}
+	return c.SQL(`SELECT 'h', l.name, k.last_token, k.slots, l.id, l.holder, l.token, l.slot, l.ttl_ms, l.rvn,
+	l.acquired_at, l.renewed_at, l.supervised, l.process, l.stop_asked, now()
+	FROM {s}.leases l JOIN {s}.locks k ON k.name = l.name WHERE ` + m("l.name") + `
+UNION ALL SELECT 'w', w.name, k.last_token, k.slots, w.seq, w.holder, 0, w.slots, 0, 0, w.since, w.since, false, NULL, false, now()
+	FROM {s}.waiters w JOIN {s}.locks k ON k.name = w.name
+	WHERE CASE WHEN ` + m("w.name") + ` THEN w.seq = $3 OR NOT pg_try_advisory_xact_lock($2, (w.seq % 2147483647)::int) ELSE false END
+UNION ALL SELECT 'k', name, last_token, slots, 0, '', 0, 0, 0, 0, now(), now(), false, NULL, false, now() FROM {s}.locks WHERE name = $1
+UNION ALL SELECT 'l', name, max, prefix::int, 0, set_by, 0, 0, 0, 0, set_at, set_at, false, to_jsonb(reason), false, now() FROM {s}.limits
+ORDER BY 1, 2, 7, 5`)
+}
+
+// readRows reads the rows of readSQL: the locks in the order read, each
+// with every limit, and the limits.
+func readRows(rows pgx.Rows) ([]*state, []coord.Limit, error) {
+	defer rows.Close()
+	var sts []*state
+	var limits []coord.Limit
+	byName := map[string]*state{}
+	for rows.Next() {
+		var kind, name string
+		var last int64
+		var slots int
+		var now time.Time
+		l, err := scanLease(rows, &now, &kind, &name, &last, &slots)
+		if err != nil {
+			return nil, nil, err
+		}
+		if kind == "l" {
+			lim := coord.Limit{Name: name, Max: int(last), Prefix: slots == 1, By: l.holder, At: l.acquiredAt}
+			_ = json.Unmarshal(l.raw, &lim.Reason)
+			limits = append(limits, lim)
+			continue
+		}
+		st := byName[name]
+		if st == nil {
+			st = &state{name: name, last: last, slots: slots, dbNow: now}
+			byName[name] = st
+			sts = append(sts, st)
+		}
+		switch kind {
+		case "h":
+			st.holders = append(st.holders, l)
+		case "w":
+			st.waiters = append(st.waiters, waiter{seq: l.id, holder: l.holder, slots: l.slot, since: l.acquiredAt})
+		}
+	}
+	for _, st := range sts {
+		st.limits = limits
+	}
+	return sts, limits, rows.Err()
+}
+
+// scanLease reads a lease's row of readSQL, after the columns of first.
 func scanLease(rows pgx.Row, dbNow *time.Time, first ...any) (lease, error) {
 	var l lease
 	var ms int64
@@ -134,26 +184,27 @@ func scanLease(rows pgx.Row, dbNow *time.Time, first ...any) (lease, error) {
 	return l, err
 }
 
-type execer interface {
+// querier is the pool, a connection or a transaction.
+type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// expire ends the leases of lock name (hs: all of them) this client has
-// seen unrenewed for their TTL, conditionally on their rvn, and returns the
-// others, each with when this client may take it over.
-func (c *coordinator) expire(ctx context.Context, q execer, name string, hs []lease) ([]lease, error) {
+// expire ends the leases of st this client has seen unrenewed for their
+// TTL, conditionally on their rvn, and keeps the others, each with when
+// this client may take it over.
+func (c *coordinator) expire(ctx context.Context, q querier, st *state) error {
 	now := time.Now() // the rows came back: every rvn read was written before now
 	var kept []lease
 	keep := map[int64]bool{}
-	for _, l := range hs {
-		expired, end := c.observe(name, l.id, l.rvn, l.ttl, now)
+	for _, l := range st.holders {
+		expired, end := c.observe(st.name, l.id, l.rvn, l.ttl, now)
 		if expired {
-			tag, err := q.Exec(ctx, c.sql(`WITH d AS (DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2 RETURNING name)
-				SELECT pg_notify($3, 'c'), pg_notify($4, $5) FROM d`), l.id, l.rvn, c.chLock(name), c.chWatch, watchPayload(name, 0, ""))
+			ended, err := c.notify(ctx, q, st.name, "c", "DELETE FROM {s}.leases WHERE id = $1 AND rvn = $2", l.id, l.rvn)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if tag.RowsAffected() == 1 {
+			if ended {
 				continue
 			}
 		}
@@ -161,8 +212,9 @@ func (c *coordinator) expire(ctx context.Context, q execer, name string, hs []le
 		keep[l.id] = true
 		kept = append(kept, l)
 	}
-	c.forget(name, keep)
-	return kept, nil
+	c.forget(st.name, keep)
+	st.holders = kept
+	return nil
 }
 
 // info is what readers see of st.
@@ -174,46 +226,15 @@ func (c *coordinator) info(st *state) coord.LockInfo {
 	now := time.Now()
 	hs := make([]coord.HolderInfo, 0, len(st.holders))
 	for _, l := range st.holders {
-		hs = append(hs, holderInfo(l, now, st.dbNow))
+		// Left: until this client would take it over, or the database
+		// clock's estimate when smaller (for display only).
+		left := min(l.ttl, l.end.Sub(now))
+		if est := l.ttl - st.dbNow.Sub(l.renewedAt); est > 0 && est < left {
+			left = est
+		}
+		hs = append(hs, coord.HolderInfo{Slot: l.slot, Holder: l.holder, Token: uint64(l.token), LeaseID: formatID(l.id),
+			TTL: l.ttl, TTLLeft: max(left, time.Millisecond), AcquiredAt: l.acquiredAt, Process: l.process})
 	}
 	coordkit.SetHolders(&i, st.slots, hs)
 	return i
-}
-
-func holderInfo(l lease, now, dbNow time.Time) coord.HolderInfo {
-	// Left: until this client would take it over, or the database clock's
-	// estimate when smaller (for display only).
-	left := min(l.ttl, l.end.Sub(now))
-	if est := l.ttl - dbNow.Sub(l.renewedAt); est > 0 && est < left {
-		left = est
-	}
-	return coord.HolderInfo{Slot: l.slot, Holder: l.holder, Token: uint64(l.token), LeaseID: formatID(l.id),
-		TTL: l.ttl, TTLLeft: max(left, time.Millisecond), AcquiredAt: l.acquiredAt, Process: l.process}
-}
-
-// one is the LockInfo of lock name held by l alone.
-func one(name string, l lease) coord.LockInfo {
-	i := coord.LockInfo{Name: name}
-	coordkit.SetHolders(&i, 1, []coord.HolderInfo{holderInfo(l, time.Now(), time.Now())})
-	return i
-}
-
-const (
-	limitsSQL   = "SELECT name, prefix, max, reason, set_by, set_at FROM {s}.limits "
-	limitsOrder = " ORDER BY prefix, name"
-)
-
-// limits reads the limits a WHERE clause selects.
-func (c *coordinator) limits(ctx context.Context, tx pgx.Tx, where string, args ...any) ([]coord.Limit, error) {
-	rows, err := tx.Query(ctx, c.sql(limitsSQL+where+limitsOrder), args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, scanLimit)
-}
-
-func scanLimit(r pgx.CollectableRow) (coord.Limit, error) {
-	var l coord.Limit
-	err := r.Scan(&l.Name, &l.Prefix, &l.Max, &l.Reason, &l.By, &l.At)
-	return l, err
 }

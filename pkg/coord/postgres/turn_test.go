@@ -1,13 +1,16 @@
 package postgres
 
 import (
+	"errors"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
 func TestDecide(t *testing.T) {
@@ -20,12 +23,22 @@ func TestDecide(t *testing.T) {
 		return ws
 	}
 	limit := []coord.Limit{{Name: "l", Max: 1}}
+	// step is what try does on decide's answer: grant, wait (in the queue
+	// or as a try-lock), join the queue, or the error of other slots or of
+	// the last token.
+	const (
+		tryGrant   = "grant"
+		tryWait    = "wait"
+		tryJoin    = "join"
+		trySlots   = "slots"
+		tryCeiling = "ceiling"
+	)
 	cases := []struct {
 		name   string
 		st     state
 		me     int64
 		slots  int
-		step   tryStep
+		step   string
 		room   int
 		queued bool
 	}{
@@ -48,17 +61,33 @@ func TestDecide(t *testing.T) {
 		{"last token, held: join first", state{slots: 1, last: coord.MaxToken, holders: holders(1)}, 2, 1, tryJoin, 1, false},
 		{"below the last token: grant", state{slots: 1, last: coord.MaxToken - 1}, 0, 1, tryGrant, 1, false},
 	}
-	seen := map[tryStep]bool{}
+	seen := map[string]bool{}
 	for _, c := range cases {
-		step, room, queued := decide(&c.st, c.me, c.slots)
-		if step != c.step || room != c.room || queued != c.queued {
-			t.Errorf("%s: decide = %v, %d, %v; want %v, %d, %v", c.name, step, room, queued, c.step, c.room, c.queued)
+		grant, queued, err := decide(&c.st, c.me, c.slots)
+		var step string
+		var se *coordkit.SlotsError
+		switch {
+		case errors.As(err, &se) && errors.Is(err, coord.ErrInvalid):
+			step = trySlots
+		case errors.Is(err, coord.ErrUnavailable) && strings.Contains(err.Error(), "never wrap"):
+			step = tryCeiling
+		case err != nil:
+			step = err.Error()
+		case grant:
+			step = tryGrant
+		case c.me != 0 && !queued: // try's rule
+			step = tryJoin
+		default:
+			step = tryWait
+		}
+		if step != c.step || c.st.room != c.room || queued != c.queued {
+			t.Errorf("%s: decide = %v, %d, %v; want %v, %d, %v", c.name, step, c.st.room, queued, c.step, c.room, c.queued)
 		}
 		seen[step] = true
 	}
-	for s := tryGrant; s <= tryCeiling; s++ {
+	for _, s := range []string{tryGrant, tryWait, tryJoin, trySlots, tryCeiling} {
 		if !seen[s] {
-			t.Errorf("no case decides step %d", s)
+			t.Errorf("no case decides step %s", s)
 		}
 	}
 }

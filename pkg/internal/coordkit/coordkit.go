@@ -18,15 +18,11 @@ import (
 // AcquireOptions.TTL: fence run's default --ttl.
 const defaultTTL = 15 * time.Second
 
-// CheckAcquire checks the arguments of an Acquire and returns the options
-// with their defaults: a zero TTL is 15s, an empty Holder
-// coord.DefaultHolder(). Every backend calls it first, so that they refuse
-// the same input, each with an error wrapping coord.ErrInvalid: a bad name
-// (coord.ValidateName), a TTL that is negative or above 7 days, a
-// negative Wait other than coord.WaitForever, a bad holder
-// (coord.ValidateHolder), a Process with a PID that is not positive or a
-// process group that is negative or init's, and Slots outside
-// 0..coord.MaxSlots.
+// CheckAcquire checks the arguments of an Acquire by the rules of
+// coord.AcquireOptions, each refusal an error wrapping coord.ErrInvalid, and
+// returns the options with their defaults: a zero TTL is 15s, an empty
+// Holder coord.DefaultHolder(). Every backend calls it first, so that they
+// refuse the same input.
 func CheckAcquire(name string, o coord.AcquireOptions) (coord.AcquireOptions, error) {
 	if err := coord.ValidateName(name); err != nil {
 		return o, err
