@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -76,12 +77,9 @@ answered a read within the last second or answers one within 2s, else 503 with
 the reason. Runs until SIGINT or SIGTERM. See docs/observability.md for the
 metrics and example alerts.`,
 		Example: `  fence exporter --listen 127.0.0.1:9477`,
-		Args:    maxArgs(1),
+		Args:    prefixArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			prefix := ""
-			if len(args) == 1 {
-				prefix = args[0]
-			}
+			prefix := strings.Join(args, "")
 			logger, err := f.Logger()
 			if err != nil {
 				return err
