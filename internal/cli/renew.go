@@ -211,14 +211,13 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 	}
 	start := time.Now()
 	var info coord.LockInfo
+	var asked bool
 	ended := "revoked" // "released" when the holder released the lease when asked
-	asked := false
 	if !o.force {
-		i, a, err := c.RequestStop(ctx, o.lock, token)
-		if err != nil {
-			return no(i, err)
+		var err error
+		if info, asked, err = c.RequestStop(ctx, o.lock, token); err != nil {
+			return no(info, err)
 		}
-		info, asked = i, a
 	}
 	if asked {
 		timeout := o.timeout

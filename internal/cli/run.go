@@ -225,12 +225,10 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	if err := checkOrder(ctx, c, cfg, "run", locks, o.anyOrder); err != nil { // only for a nested run
-		f.flushVersions(nil)
-		_ = c.Close()
-		return err
+	code, err := exitcode.Failure, checkOrder(ctx, c, cfg, "run", locks, o.anyOrder) // only for a nested run
+	if err == nil {
+		code, err = r.Run(ctx, c)
 	}
-	code, err := r.Run(ctx, c)
 	f.flushVersions(nil) // when they came after the lease, or it was not acquired
 	closeAfterRun(c, code)
 	return commandExit(code, err, command, o.shell)
