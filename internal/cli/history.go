@@ -22,7 +22,7 @@ import (
 func newCmdHistory(f *Factory) *cobra.Command {
 	var format output.Format
 	var limit int
-	cmd := &cobra.Command{
+	cmd := lockCmd(f, &cobra.Command{
 		Use:   "history LOCK [-o text|json] [--limit N]",
 		Short: "Print a lock's recorded events, oldest first",
 		Long: `Print the events the coordinator keeps for LOCK, oldest first: acquired (token,
@@ -35,24 +35,20 @@ than 7 days.
 On a terminal the table is aligned and has a header; piped, each event is one
 line of tab-separated fields (TIME, EVENT, HOLDER, TOKEN, DETAIL) with no
 header. Times are UTC, as 2030-01-02T03:00:00Z.`,
-		Args:              lockArg,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if limit < 0 {
-				return usageErrorf("--limit must not be negative, got %d", limit)
-			}
-			ctx := cmd.Context()
-			return f.withCoordinator(ctx, func(c history.Recorder) error {
-				events, err := c.History(ctx, args[0], limit)
-				if err != nil {
-					return fmt.Errorf("history %s: %w", output.Clean(args[0]), err)
-				}
-				return f.write(format, viewsOf(events, newEventView), func(w io.Writer) error {
-					return output.WriteTable(w, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
-				})
-			})
-		},
-	}
+	}, func() error {
+		if limit < 0 {
+			return usageErrorf("--limit must not be negative, got %d", limit)
+		}
+		return nil
+	}, func(ctx context.Context, c history.Recorder, lock string) error {
+		events, err := c.History(ctx, lock, limit)
+		if err != nil {
+			return fmt.Errorf("history %s: %w", output.Clean(lock), err)
+		}
+		return f.write(format, viewsOf(events, newEventView), func(w io.Writer) error {
+			return output.WriteTable(w, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
+		})
+	})
 	formatFlag(cmd, &format, output.Text, output.JSON)
 	cmd.Flags().IntVar(&limit, "limit", 0, "print only the last N events (0: all that are kept)")
 	return cmd

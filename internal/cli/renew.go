@@ -128,14 +128,15 @@ in), every one even when one fails.`,
 type revokeOptions struct {
 	lock    string
 	format  output.Format
-	token   string
 	force   bool
 	timeout time.Duration
 }
 
 func newCmdRevoke(f *Factory) *cobra.Command {
 	o := &revokeOptions{}
-	cmd := &cobra.Command{
+	var arg string
+	var token uint64
+	cmd := lockCmd(f, &cobra.Command{
 		Use:   "revoke LOCK [--token N] [--force] [--timeout D] [-o text|json]",
 		Short: "End the current holder's lease, after asking its fence run to stop",
 		Long: `End the current holder's lease on LOCK: an operator's tool.
@@ -157,15 +158,22 @@ is free or, with --token, held under another token.`,
 		Example: `  fence revoke nightly-backup
   fence revoke nightly-backup --token 42 --timeout 30s
   fence revoke nightly-backup --force`,
-		Args:              lockArg,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.lock = args[0]
-			return runRevoke(cmd.Context(), f, o)
-		},
-	}
+	}, func() (err error) {
+		if arg != "" {
+			if token, err = ParseToken(arg); err != nil {
+				return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
+			}
+		}
+		if o.timeout != 0 && o.force {
+			return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
+		}
+		return nil
+	}, func(ctx context.Context, c history.Recorder, lock string) error {
+		o.lock = lock
+		return revokeWith(ctx, f, c, o, token)
+	})
 	formatFlag(cmd, &o.format, output.Text, output.JSON)
-	cmd.Flags().StringVar(&o.token, "token", "", "revoke only the holder with this fencing token")
+	cmd.Flags().StringVar(&arg, "token", "", "revoke only the holder with this fencing token")
 	cmd.Flags().BoolVar(&o.force, "force", false, "end the lease at once, without asking its fence run to stop first")
 	DurationVarP(cmd.Flags(), &o.timeout, "timeout", "", 0, false, "how long to wait for the holder to stop and release before ending its lease (default: the lease's TTL)")
 	return cmd
@@ -173,23 +181,6 @@ is free or, with --token, held under another token.`,
 
 // defaultRevokeTimeout is --timeout when the lease's TTL is not known.
 const defaultRevokeTimeout = 15 * time.Second
-
-func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
-	// Bad input is refused before the coordinator is opened.
-	var token uint64
-	if o.token != "" {
-		var err error
-		if token, err = ParseToken(o.token); err != nil {
-			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
-		}
-	}
-	if o.timeout != 0 && o.force {
-		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
-	}
-	return f.withCoordinator(ctx, func(c history.Recorder) error {
-		return revokeWith(ctx, f, c, o, token)
-	})
-}
 
 // revokeWith is revoke of the holder with token (0: the holder) on the
 // open coordinator c (also fence freeze --revoke); o.timeout 0 is the
