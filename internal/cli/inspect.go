@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fence-dev/fence/internal/contention"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
@@ -147,9 +148,9 @@ func runShow(ctx context.Context, f *Factory, c history.Recorder, lock string, f
 	// The last 5 finished, newest first.
 	slices.SortFunc(done, func(a, b coord.Completion) int { return b.Finished.Compare(a.Finished) })
 	done = done[:min(5, len(done))]
-	now, warning := f.Now(), f.coordinatorWarning()
+	now, warning, sum := f.Now(), f.coordinatorWarning(), contention.Of(events)
 	v := showView{Lock: newLockView(info, now), Completions: viewsOf(done, newCompletionView),
-		Contention: ptr(newContention(events)), Events: viewsOf(events, newEventView)}
+		Contention: newContention(sum), Events: viewsOf(events, newEventView)}
 	v.Lock.CoordinatorWarning = warning
 	tty := f.IO.IsStdoutTTY()
 	return f.write(format, v, func(out io.Writer) error {
@@ -173,7 +174,7 @@ func runShow(ctx context.Context, f *Factory, c history.Recorder, lock string, f
 			_, err := fmt.Fprintln(out, "\nevents: none")
 			return err
 		}
-		if lines := contentionLines(*v.Contention); len(lines) > 0 {
+		if lines := contentionLines(sum); len(lines) > 0 {
 			fmt.Fprintln(out, "\nwait and hold (the events below):")
 			fmt.Fprintln(out, strings.Join(lines, "\n"))
 		}
