@@ -155,14 +155,10 @@ func runLimit(ctx context.Context, f *Factory, o *limitOptions, n int) error {
 	thaw := n < 0
 	l := coord.Limit{Name: o.name, Prefix: o.isPrefix, Max: n, Reason: o.reason, By: config.DefaultSetter()}
 	scope := output.Clean(l.Scope())
-	res := limitResult{Action: "limited", Scope: scopeWord(l.Prefix), Name: l.Name}
-	what, kind, text := "limit "+scope, history.Limited, fmt.Sprintf("limited %s to %d holder(s)", scope, n) // what: for errors
-	switch {
-	case thaw:
-		res.Action, what, kind, text = "thawed", "thaw "+scope, history.Thawed, "thawed "+scope
-	case n == 0:
-		res.Action, what, kind, text = "frozen", "freeze "+scope, history.Frozen, "froze "+scope
-	}
+	res := limitResult{Scope: scopeWord(l.Prefix), Name: l.Name}
+	var what, text string // what: for errors
+	var kind history.Kind
+	res.Action, what, kind, text = limitWords(n, scope)
 	if !thaw {
 		if err := coord.ValidateLimit(l); err != nil {
 			return err
@@ -195,25 +191,11 @@ func runLimit(ctx context.Context, f *Factory, o *limitOptions, n int) error {
 			if thaw && i.Limit != nil { // another scope's limit (or, for a lock, the one it has)
 				res.StillLimited = append(res.StillLimited, i.Name)
 			}
-			if !o.revoke {
-				continue
-			}
-			// The holders above the limit, newest first (a lock has one
-			// holder, a semaphore up to its slots), each named by its
-			// token.
-			hs := slices.Clone(i.AllHolders())
-			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
-			revoked := false
-			for _, h := range hs[:max(0, len(hs)-n)] {
-				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name, format: o.format}, h.Token); exitcode.Code(err) == exitcode.No {
-					continue // gone by now
-				} else if err != nil {
-					return fmt.Errorf("%s: the limit is set; revoking the holder of %s (token %d): %w", what, output.Clean(i.Name), h.Token, err)
-				}
-				revoked = true
-			}
-			if revoked {
-				res.Revoked = append(res.Revoked, i.Name)
+		}
+		if o.revoke {
+			res.Revoked, err = revokeAbove(ctx, f, c, infos, n, o.format)
+			if err != nil {
+				return fmt.Errorf("%s: the limit is set; %w", what, err)
 			}
 		}
 		return nil
@@ -231,6 +213,42 @@ func runLimit(ctx context.Context, f *Factory, o *limitOptions, n int) error {
 		f.logLine(slog.LevelInfo, fmt.Sprintf("thaw: another limit still holds back %s (see 'fence status')", output.Clean(strings.Join(res.StillLimited, ", "))))
 	}
 	return nil
+}
+
+// limitWords name the change of a limit to n (thaw: n < 0) on scope: its
+// JSON action, its name in errors, its history event and its text.
+func limitWords(n int, scope string) (action, what string, kind history.Kind, text string) {
+	switch {
+	case n < 0:
+		return "thawed", "thaw " + scope, history.Thawed, "thawed " + scope
+	case n == 0:
+		return "frozen", "freeze " + scope, history.Frozen, "froze " + scope
+	}
+	return "limited", "limit " + scope, history.Limited, fmt.Sprintf("limited %s to %d holder(s)", scope, n)
+}
+
+// revokeAbove revokes the holders of infos above the limit n, newest
+// first (a lock has one holder, a semaphore up to its slots), each named
+// by its token, and returns the locks whose holders it ended.
+func revokeAbove(ctx context.Context, f *Factory, c coord.Coordinator, infos []coord.LockInfo, n int, format output.Format) ([]string, error) {
+	var locks []string
+	for _, i := range infos {
+		hs := slices.Clone(i.AllHolders())
+		slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
+		revoked := false
+		for _, h := range hs[:max(0, len(hs)-n)] {
+			if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name, format: format}, h.Token); exitcode.Code(err) == exitcode.No {
+				continue // gone by now
+			} else if err != nil {
+				return nil, fmt.Errorf("revoking the holder of %s (token %d): %w", output.Clean(i.Name), h.Token, err)
+			}
+			revoked = true
+		}
+		if revoked {
+			locks = append(locks, i.Name)
+		}
+	}
+	return locks, nil
 }
 
 // covered lists the locks a limit of the scope (name, prefix) covers that
