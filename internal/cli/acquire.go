@@ -240,12 +240,3 @@ func requestsEnv(args []string) bool {
 	}
 	return false
 }
-
-// writeEnvFailure prints what a failed -o env leaves on stdout for eval: a
-// subshell that exits with fence's exit code. eval then fails with that code
-// in every POSIX shell (sh, dash, bash, ksh, zsh), which stops a script
-// under set -e or '|| exit $?'; being a subshell, it never exits an
-// interactive shell, and it assigns no variable.
-func writeEnvFailure(w io.Writer, code int) {
-	fmt.Fprintf(w, "(exit %d)\n", code)
-}

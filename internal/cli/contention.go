@@ -2,9 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"time"
-
-	"github.com/fence-dev/fence/pkg/history"
 
 	"github.com/fence-dev/fence/internal/contention"
 	"github.com/fence-dev/fence/internal/output"
@@ -18,7 +15,6 @@ import (
 type contentionView struct {
 	Wait durationsView `json:"wait" yaml:"wait"`
 	Hold durationsView `json:"hold" yaml:"hold"`
-	sum  contention.Summary
 }
 
 // durationsView sums up durations, in seconds (null when there are none).
@@ -43,28 +39,25 @@ func newDurationsView(d contention.Durations) durationsView {
 	return v
 }
 
-func newContention(events []history.Event) contentionView {
-	s := contention.Of(events)
-	return contentionView{Wait: newDurationsView(s.Wait), Hold: newDurationsView(s.Hold), sum: s}
+func newContention(s contention.Summary) *contentionView {
+	return &contentionView{Wait: newDurationsView(s.Wait), Hold: newDurationsView(s.Hold)}
 }
 
 // contentionLines is the text form: waits and holds side by side, with
 // sparklines of the recent ones on one scale, and what they mean.
-func contentionLines(c contentionView) []string {
-	s := c.sum
+func contentionLines(s contention.Summary) []string {
 	if s.Empty() {
 		return nil
 	}
 	top := s.Top()
-	row := func(name string, d contention.Durations, v durationsView) string {
+	row := func(name string, d contention.Durations) string {
 		if d.Count == 0 {
 			return fmt.Sprintf("%-5s none", name)
 		}
 		return fmt.Sprintf("%-5s n=%-3d median %-8s max %-8s total %-8s %s", name, d.Count,
-			output.Duration(d.Median), output.Duration(d.Max), output.Duration(time.Duration(v.TotalSeconds*float64(time.Second))),
-			contention.Sparkline(d.Recent, top))
+			output.Duration(d.Median), output.Duration(d.Max), output.Duration(d.Total), contention.Sparkline(d.Recent, top))
 	}
-	lines := []string{row("wait", s.Wait, c.Wait), row("hold", s.Hold, c.Hold)}
+	lines := []string{row("wait", s.Wait), row("hold", s.Hold)}
 	if s.Bottleneck() {
 		lines = append(lines, "waits exceed holds: the lock is the bottleneck")
 	}

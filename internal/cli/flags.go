@@ -161,14 +161,18 @@ func lockArg(cmd *cobra.Command, args []string) error {
 	return locksArgs(cmd, args)
 }
 
-// maxArgs allows at most n positional arguments.
-func maxArgs(n int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) > n {
-			return usageErrorf("%s takes at most %d argument(s), got %d (usage: %s)", cmd.CommandPath(), n, len(args), cmd.UseLine())
-		}
+// prefixArg allows one PREFIX argument or none, and checks it: a prefix
+// of some valid lock name. The command reads it as strings.Join(args, "").
+func prefixArg(cmd *cobra.Command, args []string) error {
+	switch {
+	case len(args) > 1:
+		return usageErrorf("%s takes at most 1 argument(s), got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
+	case len(args) == 0 || args[0] == "":
 		return nil
+	case len(args[0]) > coord.MaxNameLen:
+		return fmt.Errorf("%w: prefix is %d bytes, longer than any lock name", coord.ErrInvalid, len(args[0]))
 	}
+	return coord.ValidateName(args[0])
 }
 
 // completionTimeout bounds completing a LOCK argument, connection

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 func newCmdHistory(f *Factory) *cobra.Command {
 	var format output.Format
 	var limit int
-	cmd := &cobra.Command{
+	cmd := lockCmd(f, &cobra.Command{
 		Use:   "history LOCK [-o text|json] [--limit N]",
 		Short: "Print a lock's recorded events, oldest first",
 		Long: `Print the events the coordinator keeps for LOCK, oldest first: acquired (token,
@@ -34,24 +35,20 @@ than 7 days.
 On a terminal the table is aligned and has a header; piped, each event is one
 line of tab-separated fields (TIME, EVENT, HOLDER, TOKEN, DETAIL) with no
 header. Times are UTC, as 2030-01-02T03:00:00Z.`,
-		Args:              lockArg,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if limit < 0 {
-				return usageErrorf("--limit must not be negative, got %d", limit)
-			}
-			ctx := cmd.Context()
-			return f.withCoordinator(ctx, func(c history.Recorder) error {
-				events, err := c.History(ctx, args[0], limit)
-				if err != nil {
-					return fmt.Errorf("history %s: %w", output.Clean(args[0]), err)
-				}
-				return f.write(format, viewsOf(events, newEventView), func(w io.Writer) error {
-					return output.WriteTable(w, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
-				})
-			})
-		},
-	}
+	}, func() error {
+		if limit < 0 {
+			return usageErrorf("--limit must not be negative, got %d", limit)
+		}
+		return nil
+	}, func(ctx context.Context, c history.Recorder, lock string) error {
+		events, err := c.History(ctx, lock, limit)
+		if err != nil {
+			return fmt.Errorf("history %s: %w", output.Clean(lock), err)
+		}
+		return f.write(format, viewsOf(events, newEventView), func(w io.Writer) error {
+			return output.WriteTable(w, f.IO.IsStdoutTTY(), eventHeader, viewsOf(events, eventRow))
+		})
+	})
 	formatFlag(cmd, &format, output.Text, output.JSON)
 	cmd.Flags().IntVar(&limit, "limit", 0, "print only the last N events (0: all that are kept)")
 	return cmd
@@ -76,12 +73,9 @@ answered a read within the last second or answers one within 2s, else 503 with
 the reason. Runs until SIGINT or SIGTERM. See docs/observability.md for the
 metrics and example alerts.`,
 		Example: `  fence exporter --listen 127.0.0.1:9477`,
-		Args:    maxArgs(1),
+		Args:    prefixArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			prefix := ""
-			if len(args) == 1 {
-				prefix = args[0]
-			}
+			prefix := strings.Join(args, "")
 			logger, err := f.Logger()
 			if err != nil {
 				return err

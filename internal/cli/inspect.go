@@ -11,15 +11,33 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fence-dev/fence/internal/contention"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
+// lockCmd is cmd, a command of one LOCK (checked by lockArg, completed
+// with the coordinator's locks), that runs fn with the coordinator open.
+// check (nil: none) refuses bad input before the coordinator is opened.
+func lockCmd(f *Factory, cmd *cobra.Command, check func() error, fn func(ctx context.Context, c history.Recorder, lock string) error) *cobra.Command {
+	cmd.Args, cmd.ValidArgsFunction = lockArg, completeLocks(f)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if check != nil {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		return f.withCoordinator(cmd.Context(), func(c history.Recorder) error { return fn(cmd.Context(), c, args[0]) })
+	}
+	return cmd
+}
+
 func newCmdCheck(f *Factory) *cobra.Command {
-	var token string
-	cmd := &cobra.Command{
+	var arg string
+	var token uint64
+	cmd := lockCmd(f, &cobra.Command{
 		Use:   "check LOCK --token N",
 		Short: "Tell whether N is the token of the live holder",
 		Long: `Exit 0 when N is the fencing token of LOCK's live holder (of any of its
@@ -28,24 +46,13 @@ Prints nothing on success.
 
 The answer may be out of date as soon as it is given: storage that must refuse
 stale writers compares tokens itself (see 'fence guard').`,
-		Example:           `  fence check nightly-backup --token "$FENCE_TOKEN" || exit`,
-		Args:              lockArg,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runCheck(cmd.Context(), f, args[0], token)
-		},
-	}
-	cmd.Flags().StringVar(&token, "token", "", "fencing token (required)")
-	_ = cmd.MarkFlagRequired("token")
-	return cmd
-}
-
-func runCheck(ctx context.Context, f *Factory, lock, tokenArg string) error {
-	token, err := ParseToken(tokenArg)
-	if err != nil {
-		return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
-	}
-	return f.withCoordinator(ctx, func(c history.Recorder) error {
+		Example: `  fence check nightly-backup --token "$FENCE_TOKEN" || exit`,
+	}, func() (err error) {
+		if token, err = ParseToken(arg); err != nil {
+			return fmt.Errorf("%w: %v", coord.ErrInvalid, err)
+		}
+		return nil
+	}, func(ctx context.Context, c history.Recorder, lock string) error {
 		info, err := inspect(ctx, c, "check", lock)
 		if err != nil {
 			return err
@@ -61,37 +68,35 @@ func runCheck(ctx context.Context, f *Factory, lock, tokenArg string) error {
 		}
 		return nil
 	})
+	cmd.Flags().StringVar(&arg, "token", "", "fencing token (required)")
+	_ = cmd.MarkFlagRequired("token")
+	return cmd
 }
 
 func newCmdStatus(f *Factory) *cobra.Command {
 	var format output.Format
-	cmd := &cobra.Command{
+	cmd := lockCmd(f, &cobra.Command{
 		Use:   "status LOCK [-o text|json]",
 		Short: "Show a lock's holder, token and TTL left; exit 1 when free",
 		Long: `Show LOCK's state: holder, token, lease id, TTL and time left, how long it has
 been held and how many wait for it. Exits 0 when the lock is held and 1 when it
 is free (the state is printed either way).`,
-		Args:              lockArg,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
-				info, err := inspect(cmd.Context(), c, "status", args[0])
-				if err != nil {
-					return err
-				}
-				now, warning := f.Now(), f.coordinatorWarning()
-				v := newLockView(info, now)
-				v.CoordinatorWarning = warning
-				err = f.write(format, v, func(w io.Writer) error {
-					return output.WriteFields(w, withWarning(lockFields(info, now), warning))
-				})
-				if err == nil && !info.Held {
-					return exitcode.Silent(exitcode.No)
-				}
-				return err
-			})
-		},
-	}
+	}, nil, func(ctx context.Context, c history.Recorder, lock string) error {
+		info, err := inspect(ctx, c, "status", lock)
+		if err != nil {
+			return err
+		}
+		now, warning := f.Now(), f.coordinatorWarning()
+		v := newLockView(info, now)
+		v.CoordinatorWarning = warning
+		err = f.write(format, v, func(w io.Writer) error {
+			return output.WriteFields(w, withWarning(lockFields(info, now), warning))
+		})
+		if err == nil && !info.Held {
+			return exitcode.Silent(exitcode.No)
+		}
+		return err
+	})
 	formatFlag(cmd, &format, output.Text, output.JSON)
 	return cmd
 }
@@ -99,7 +104,7 @@ is free (the state is printed either way).`,
 func newCmdShow(f *Factory) *cobra.Command {
 	var format output.Format
 	var events int
-	cmd := &cobra.Command{
+	cmd := lockCmd(f, &cobra.Command{
 		Use:   "show LOCK [-o text|json]",
 		Short: "Show a lock's status and its recent events",
 		Long: `Show LOCK's status (as 'fence status'), who waits for it (first served
@@ -112,17 +117,14 @@ Above the events, their waits (how long each holder waited for the lock) and
 holds (how long it held it) side by side: count, median, max, total and a
 sparkline of the recent ones on one scale; when waits exceed holds, the lock is
 the bottleneck. Exits 0 whether the lock is held or free.`,
-		Args:              lockArg,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if events < 0 {
-				return usageErrorf("--events must not be negative, got %d", events)
-			}
-			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
-				return runShow(cmd.Context(), f, c, args[0], format, events)
-			})
-		},
-	}
+	}, func() error {
+		if events < 0 {
+			return usageErrorf("--events must not be negative, got %d", events)
+		}
+		return nil
+	}, func(ctx context.Context, c history.Recorder, lock string) error {
+		return runShow(ctx, f, c, lock, format, events)
+	})
 	formatFlag(cmd, &format, output.Text, output.JSON)
 	cmd.Flags().IntVar(&events, "events", 20, "how many recent events to show (0: all that are kept)")
 	return cmd
@@ -146,9 +148,9 @@ func runShow(ctx context.Context, f *Factory, c history.Recorder, lock string, f
 	// The last 5 finished, newest first.
 	slices.SortFunc(done, func(a, b coord.Completion) int { return b.Finished.Compare(a.Finished) })
 	done = done[:min(5, len(done))]
-	now, warning := f.Now(), f.coordinatorWarning()
+	now, warning, sum := f.Now(), f.coordinatorWarning(), contention.Of(events)
 	v := showView{Lock: newLockView(info, now), Completions: viewsOf(done, newCompletionView),
-		Contention: ptr(newContention(events)), Events: viewsOf(events, newEventView)}
+		Contention: newContention(sum), Events: viewsOf(events, newEventView)}
 	v.Lock.CoordinatorWarning = warning
 	tty := f.IO.IsStdoutTTY()
 	return f.write(format, v, func(out io.Writer) error {
@@ -172,7 +174,7 @@ func runShow(ctx context.Context, f *Factory, c history.Recorder, lock string, f
 			_, err := fmt.Fprintln(out, "\nevents: none")
 			return err
 		}
-		if lines := contentionLines(*v.Contention); len(lines) > 0 {
+		if lines := contentionLines(sum); len(lines) > 0 {
 			fmt.Fprintln(out, "\nwait and hold (the events below):")
 			fmt.Fprintln(out, strings.Join(lines, "\n"))
 		}

@@ -93,7 +93,7 @@ in status, list, show, top, the history and the exporter's metrics.`,
 		if err != nil || n < 0 || n > coord.MaxLimit {
 			return usageErrorf("limit N must be a whole number from 0 to %d, got %q", coord.MaxLimit, rest[0])
 		}
-		return runSetLimit(ctx, f, o, n)
+		return runLimit(ctx, f, o, n)
 	})
 }
 
@@ -113,7 +113,7 @@ in status ("frozen"), list, show, top, the history and the metrics.`,
 		Example: `  fence freeze --under backups/ --reason "INC-4711: storage degraded"
   fence freeze nightly-backup --revoke`,
 	}, "fence freeze LOCK | fence freeze --under P", 0, true, func(ctx context.Context, o *limitOptions, _ []string) error {
-		return runSetLimit(ctx, f, o, 0)
+		return runLimit(ctx, f, o, 0)
 	})
 }
 
@@ -129,7 +129,7 @@ such limit.`,
 		Example: `  fence thaw --under backups/
   fence thaw nightly-backup`,
 	}, "fence thaw LOCK | fence thaw --under P", 0, false, func(ctx context.Context, o *limitOptions, _ []string) error {
-		return runThaw(ctx, f, o)
+		return runLimit(ctx, f, o, -1) // thaw
 	})
 }
 
@@ -148,85 +148,54 @@ type limitResult struct {
 	Revoked []string `json:"revoked,omitempty"`
 }
 
-func runSetLimit(ctx context.Context, f *Factory, o *limitOptions, n int) error {
+// runLimit sets the limit n on o's scope (limit, freeze) or, with n < 0,
+// removes it (thaw); records that in the history of every lock the scope
+// covers; and prints what it did.
+func runLimit(ctx context.Context, f *Factory, o *limitOptions, n int) error {
+	thaw := n < 0
 	l := coord.Limit{Name: o.name, Prefix: o.isPrefix, Max: n, Reason: o.reason, By: config.DefaultSetter()}
-	if err := coord.ValidateLimit(l); err != nil {
-		return err
-	}
 	scope := output.Clean(l.Scope())
-	res := limitResult{Action: "limited", Scope: scopeWord(l.Prefix), Name: l.Name, Limit: newLimitView(&l)}
-	what, kind, text := "limit "+scope, history.Limited, fmt.Sprintf("limited %s to %d holder(s)", scope, n) // what: for errors
-	if n == 0 {
-		res.Action, what, kind, text = "frozen", "freeze "+scope, history.Frozen, "froze "+scope
-	}
-	if l.Reason != "" {
-		text += ": " + output.Clean(l.Reason)
+	res := limitResult{Scope: scopeWord(l.Prefix), Name: l.Name}
+	var what, text string // what: for errors
+	var kind history.Kind
+	res.Action, what, kind, text = limitWords(n, scope)
+	if !thaw {
+		if err := coord.ValidateLimit(l); err != nil {
+			return err
+		}
+		res.Limit = newLimitView(&l)
+		if l.Reason != "" {
+			text += ": " + output.Clean(l.Reason)
+		}
 	}
 	err := f.withCoordinator(ctx, func(c history.Recorder) error {
-		if err := c.SetLimit(ctx, l); err != nil {
+		changed, done := true, "set"
+		if thaw {
+			old, ok, err := c.ClearLimit(ctx, l.Name, l.Prefix)
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			// The thaw's event names the limit it removed.
+			res.Removed, changed, done, l.Reason = &ok, ok, "removed", old.Describe()
+		} else if err := c.SetLimit(ctx, l); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		infos, err := covered(ctx, c, l.Name, l.Prefix)
 		if err != nil {
-			return fmt.Errorf("%s: the limit is set, but the locks it covers cannot be listed: %w", what, err)
+			return fmt.Errorf("%s: the limit is %s, but the locks it covers cannot be listed: %w", what, done, err)
 		}
-		recordLimit(ctx, c, infos, kind, l)
-		if !o.revoke {
-			return nil
-		}
-		for _, i := range infos {
-			// The holders above the limit, newest first (a lock has one
-			// holder, a semaphore up to its slots), each named by its
-			// token.
-			hs := slices.Clone(i.AllHolders())
-			slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
-			revoked := false
-			for _, h := range hs[:max(0, len(hs)-n)] {
-				if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name, format: o.format}, h.Token); exitcode.Code(err) == exitcode.No {
-					continue // gone by now
-				} else if err != nil {
-					return fmt.Errorf("%s: the limit is set; revoking the holder of %s (token %d): %w", what, output.Clean(i.Name), h.Token, err)
-				}
-				revoked = true
-			}
-			if revoked {
-				res.Revoked = append(res.Revoked, i.Name)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return f.write(o.format, res, textLine(text))
-}
-
-func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
-	name, prefix := o.name, o.isPrefix
-	scope := output.Clean(coord.Limit{Name: name, Prefix: prefix}.Scope())
-	res := limitResult{Action: "thawed", Scope: scopeWord(prefix), Name: name}
-	err := f.withCoordinator(ctx, func(c history.Recorder) error {
-		old, ok, err := c.ClearLimit(ctx, name, prefix)
-		if err != nil {
-			return fmt.Errorf("thaw %s: %w", scope, err)
-		}
-		res.Removed = &ok
-		infos, err := covered(ctx, c, name, prefix)
-		if err != nil {
-			return fmt.Errorf("thaw: the limit is removed, but the locks it covered cannot be listed: %w", err)
-		}
-		if ok {
-			recordLimit(ctx, c, infos, history.Thawed, coord.Limit{Name: name, Prefix: prefix, By: config.DefaultSetter(), Reason: old.Describe()})
+		if changed {
+			recordLimit(ctx, c, infos, kind, l)
 		}
 		for _, i := range infos {
-			if i.Limit != nil {
+			if thaw && i.Limit != nil { // another scope's limit (or, for a lock, the one it has)
 				res.StillLimited = append(res.StillLimited, i.Name)
 			}
 		}
-		if !prefix && len(res.StillLimited) == 0 {
-			// A lock not used yet is not listed: ask it.
-			if info, err := c.Inspect(ctx, name); err == nil && info.Limit != nil {
-				res.StillLimited = []string{name}
+		if o.revoke {
+			res.Revoked, err = revokeAbove(ctx, f, c, infos, n, o.format)
+			if err != nil {
+				return fmt.Errorf("%s: the limit is set; %w", what, err)
 			}
 		}
 		return nil
@@ -234,8 +203,7 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 	if err != nil {
 		return err
 	}
-	text := "thawed " + scope
-	if !*res.Removed {
+	if thaw && !*res.Removed {
 		text = scope + " had no limit of its own: nothing removed"
 	}
 	if err := f.write(o.format, res, textLine(text)); err != nil {
@@ -245,6 +213,42 @@ func runThaw(ctx context.Context, f *Factory, o *limitOptions) error {
 		f.logLine(slog.LevelInfo, fmt.Sprintf("thaw: another limit still holds back %s (see 'fence status')", output.Clean(strings.Join(res.StillLimited, ", "))))
 	}
 	return nil
+}
+
+// limitWords name the change of a limit to n (thaw: n < 0) on scope: its
+// JSON action, its name in errors, its history event and its text.
+func limitWords(n int, scope string) (action, what string, kind history.Kind, text string) {
+	switch {
+	case n < 0:
+		return "thawed", "thaw " + scope, history.Thawed, "thawed " + scope
+	case n == 0:
+		return "frozen", "freeze " + scope, history.Frozen, "froze " + scope
+	}
+	return "limited", "limit " + scope, history.Limited, fmt.Sprintf("limited %s to %d holder(s)", scope, n)
+}
+
+// revokeAbove revokes the holders of infos above the limit n, newest
+// first (a lock has one holder, a semaphore up to its slots), each named
+// by its token, and returns the locks whose holders it ended.
+func revokeAbove(ctx context.Context, f *Factory, c coord.Coordinator, infos []coord.LockInfo, n int, format output.Format) ([]string, error) {
+	var locks []string
+	for _, i := range infos {
+		hs := slices.Clone(i.AllHolders())
+		slices.SortFunc(hs, func(a, b coord.HolderInfo) int { return cmp.Compare(b.Token, a.Token) })
+		revoked := false
+		for _, h := range hs[:max(0, len(hs)-n)] {
+			if err := revokeWith(ctx, f, c, &revokeOptions{lock: i.Name, format: format}, h.Token); exitcode.Code(err) == exitcode.No {
+				continue // gone by now
+			} else if err != nil {
+				return nil, fmt.Errorf("revoking the holder of %s (token %d): %w", output.Clean(i.Name), h.Token, err)
+			}
+			revoked = true
+		}
+		if revoked {
+			locks = append(locks, i.Name)
+		}
+	}
+	return locks, nil
 }
 
 // covered lists the locks a limit of the scope (name, prefix) covers that

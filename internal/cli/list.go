@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,15 +46,10 @@ one line (JSON Lines); with -o yaml each is a YAML document.`,
   fence list deploy/ -o json | jq -r '.[] | select(.held) | .holder'
   fence list --held
   fence list --watch`,
-		Args:              maxArgs(1),
+		Args:              prefixArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 {
-				if err := checkPrefix(args[0]); err != nil {
-					return err
-				}
-				o.prefix = args[0]
-			}
+			o.prefix = strings.Join(args, "")
 			return runList(cmd.Context(), f, o)
 		},
 	}

@@ -48,7 +48,12 @@ func Run(ctx context.Context, args []string, ios *IOStreams) (code int) {
 			code = exitcode.Failure
 		}
 		if code != exitcode.OK && requestsEnv(args) {
-			writeEnvFailure(ios.Out, code)
+			// A subshell that exits with fence's exit code: eval then
+			// fails with that code in every POSIX shell (sh, dash, bash,
+			// ksh, zsh), which stops a script under set -e or '|| exit
+			// $?'; being a subshell, it never exits an interactive shell,
+			// and it assigns no variable.
+			fmt.Fprintf(ios.Out, "(exit %d)\n", code)
 		}
 	}()
 	f := NewFactory(ios)

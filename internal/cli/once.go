@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -54,30 +55,25 @@ var onceHeader = []string{"KEY", "HOLDER", "TOKEN", "FINISHED", "DURATION"}
 
 func newCmdOnceList(f *Factory) *cobra.Command {
 	var format output.Format
-	cmd := &cobra.Command{
+	cmd := lockCmd(f, &cobra.Command{
 		Use:   "list LOCK [-o table|json|yaml]",
 		Short: "List a lock's completion records: key, holder, token, finished, duration",
 		Long: `List the completion records of LOCK, sorted by key. With -o json each record
 has key, holder, token, started, finished, duration (seconds) and expires; a
 record marked by hand has token 0.`,
-		Example:           `  fence once list billing -o json | jq -r '.[].key'`,
-		Args:              lockArg,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.withCoordinator(cmd.Context(), func(k history.Recorder) error {
-				recs, err := k.Completions(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				return f.write(format, viewsOf(recs, newCompletionView), func(w io.Writer) error {
-					if len(recs) == 0 && f.IO.IsStdoutTTY() {
-						return textLine("no completion records")(w)
-					}
-					return output.WriteTable(w, f.IO.IsStdoutTTY(), onceHeader, viewsOf(recs, completionRow))
-				})
-			})
-		},
-	}
+		Example: `  fence once list billing -o json | jq -r '.[].key'`,
+	}, nil, func(ctx context.Context, c history.Recorder, lock string) error {
+		recs, err := c.Completions(ctx, lock)
+		if err != nil {
+			return err
+		}
+		return f.write(format, viewsOf(recs, newCompletionView), func(w io.Writer) error {
+			if len(recs) == 0 && f.IO.IsStdoutTTY() {
+				return textLine("no completion records")(w)
+			}
+			return output.WriteTable(w, f.IO.IsStdoutTTY(), onceHeader, viewsOf(recs, completionRow))
+		})
+	})
 	formatFlag(cmd, &format, output.Table, output.JSON, output.YAML)
 	return cmd
 }

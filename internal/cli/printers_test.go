@@ -9,6 +9,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/history"
 
+	"github.com/fence-dev/fence/internal/contention"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -184,8 +185,9 @@ func TestContention(t *testing.T) {
 		{Kind: history.Acquired, Wait: 1000 * ms},
 		{Kind: history.RenewalFailed, Count: 1},
 	}
-	c := newContention(evs)
-	got := strings.Join(contentionLines(c), "\n")
+	sum := contention.Of(evs)
+	c := newContention(sum)
+	got := strings.Join(contentionLines(sum), "\n")
 	want := "" +
 		"wait  n=3   median 500ms    max 1s       total 1.5s     ▁▄█\n" +
 		"hold  n=2   median 500ms    max 500ms    total 1s       ▄▄\n" +
@@ -197,7 +199,7 @@ func TestContention(t *testing.T) {
 	if w := `{"wait":{"count":3,"median_seconds":0.5,"max_seconds":1,"total_seconds":1.5,"recent_seconds":[0,0.5,1]},"hold":{"count":2,"median_seconds":0.5,"max_seconds":0.5,"total_seconds":1,"recent_seconds":[0.5,0.5]}}`; string(b) != w {
 		t.Fatalf("contention JSON\n%s\nwant\n%s", b, w)
 	}
-	if lines := contentionLines(newContention(nil)); lines != nil {
+	if lines := contentionLines(contention.Of(nil)); lines != nil {
 		t.Errorf("no events: %q, want nothing", lines)
 	}
 }

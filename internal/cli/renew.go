@@ -17,25 +17,34 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 )
 
-type leaseOptions struct {
-	locks    []string
-	leaseIDs []string // as given: --lease repeated, or comma-separated
-}
-
-func leaseFlag(cmd *cobra.Command, p *[]string) {
-	cmd.Flags().StringArrayVar(p, "lease", nil, "lease id, as printed by acquire (required); with several locks, one per lock in the same order (repeated, or comma-separated)")
+// newLeasesCmd is renew or release (cmd): LOCK... and --lease, one id per
+// lock, checked before the coordinator is opened; each gets the open
+// coordinator, the locks and their ids.
+func newLeasesCmd(f *Factory, cmd *cobra.Command, each func(ctx context.Context, c coord.Coordinator, locks, ids []string) error) *cobra.Command {
+	var given []string // as given: --lease repeated, or comma-separated
+	cmd.Args, cmd.ValidArgsFunction = locksArgs, completeLocks(f)
+	cmd.RunE = func(cmd *cobra.Command, locks []string) error {
+		ids, err := leaseIDs(locks, given)
+		if err != nil {
+			return err
+		}
+		return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
+			return each(cmd.Context(), c, locks, ids)
+		})
+	}
+	cmd.Flags().StringArrayVar(&given, "lease", nil, "lease id, as printed by acquire (required); with several locks, one per lock in the same order (repeated, or comma-separated)")
 	_ = cmd.MarkFlagRequired("lease")
+	return cmd
 }
 
-// ids are the lease ids of o.locks, in their order. One lock takes one
+// leaseIDs are the lease ids of locks, in their order. One lock takes one
 // --lease, as given; several take one id each, from repeated or
 // comma-separated --lease values.
-func (o *leaseOptions) ids() ([]string, error) {
-	var ids []string
-	if len(o.locks) == 1 && len(o.leaseIDs) == 1 {
-		ids = o.leaseIDs
-	} else {
-		for _, v := range o.leaseIDs {
+func leaseIDs(locks, given []string) ([]string, error) {
+	ids := given
+	if len(locks) > 1 || len(given) > 1 {
+		ids = nil
+		for _, v := range given {
 			ids = append(ids, strings.Split(v, ",")...)
 		}
 	}
@@ -47,15 +56,14 @@ func (o *leaseOptions) ids() ([]string, error) {
 			return nil, fmt.Errorf("%w: invalid lease id %s", coord.ErrInvalid, output.Clean(id))
 		}
 	}
-	if len(ids) != len(o.locks) {
-		return nil, usageErrorf("%d lock(s) and %d lease id(s): give one --lease per lock, in the same order", len(o.locks), len(ids))
+	if len(ids) != len(locks) {
+		return nil, usageErrorf("%d lock(s) and %d lease id(s): give one --lease per lock, in the same order", len(locks), len(ids))
 	}
 	return ids, nil
 }
 
 func newCmdRenew(f *Factory) *cobra.Command {
-	o := &leaseOptions{}
-	cmd := &cobra.Command{
+	return newLeasesCmd(f, &cobra.Command{
 		Use:   "renew LOCK... --lease ID[,ID...]",
 		Short: "Extend a lease by its TTL",
 		Long: `Extend the lease ID on LOCK by its TTL. Prints nothing; exits 0 when renewed,
@@ -68,32 +76,16 @@ the same order: --lease ID1,ID2,ID3 or --lease repeated. Every lease is
 renewed; the exit is 76 when any of them is gone (naming it).`,
 		Example: `  fence renew nightly-backup --lease "$FENCE_LEASE_ID" || exit
   fence renew db/orders db/invoices --lease "$FENCE_LEASE_ID_1,$FENCE_LEASE_ID_2" || exit`,
-		Args:              locksArgs,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.locks = args
-			return runRenew(cmd.Context(), f, o)
-		},
-	}
-	leaseFlag(cmd, &o.leaseIDs)
-	return cmd
-}
-
-func runRenew(ctx context.Context, f *Factory, o *leaseOptions) error {
-	ids, err := o.ids()
-	if err != nil {
-		return err
-	}
-	return f.withCoordinator(ctx, func(c history.Recorder) error {
+	}, func(ctx context.Context, c coord.Coordinator, locks, ids []string) error {
 		var gone error
-		for i, lock := range o.locks {
+		for i, lock := range locks {
 			r, err := c.Renew(ctx, lock, ids[i])
 			if errors.Is(err, coord.ErrLeaseLost) {
 				err = exitcode.New(exitcode.LeaseLost, fmt.Errorf("renew %s: lease %s is gone (expired, revoked or released)", output.Clean(lock), output.Clean(ids[i])))
 				if gone == nil {
 					gone = err
 				}
-				if len(o.locks) > 1 {
+				if len(locks) > 1 {
 					f.verbosef("%v", err)
 				}
 				continue
@@ -108,8 +100,7 @@ func runRenew(ctx context.Context, f *Factory, o *leaseOptions) error {
 }
 
 func newCmdRelease(f *Factory) *cobra.Command {
-	o := &leaseOptions{}
-	cmd := &cobra.Command{
+	return newLeasesCmd(f, &cobra.Command{
 		Use:   "release LOCK... --lease ID[,ID...]",
 		Short: "End a lease",
 		Long: `End the lease ID on LOCK. Prints nothing; exits 0, also when the lease is
@@ -122,45 +113,30 @@ reverse byte order of their names (the reverse of the order acquire took them
 in), every one even when one fails.`,
 		Example: `  fence release nightly-backup --lease "$FENCE_LEASE_ID"
   fence release db/orders db/invoices --lease "$FENCE_LEASE_ID_1,$FENCE_LEASE_ID_2"`,
-		Args:              locksArgs,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.locks = args
-			ids, err := o.ids()
-			if err != nil {
-				return err
+	}, func(ctx context.Context, c coord.Coordinator, locks, ids []string) error {
+		var first error
+		for _, lock := range slices.Backward(slices.Sorted(slices.Values(locks))) {
+			i := slices.Index(locks, lock) // locks are distinct (locksArgs)
+			if err := c.Release(ctx, lock, ids[i]); err != nil && first == nil {
+				first = fmt.Errorf("release %s: %w", output.Clean(lock), err)
 			}
-			order := make([]int, len(o.locks))
-			for i := range order {
-				order[i] = i
-			}
-			slices.SortFunc(order, func(a, b int) int { return strings.Compare(o.locks[b], o.locks[a]) })
-			return f.withCoordinator(cmd.Context(), func(c history.Recorder) error {
-				var first error
-				for _, i := range order {
-					if err := c.Release(cmd.Context(), o.locks[i], ids[i]); err != nil && first == nil {
-						first = fmt.Errorf("release %s: %w", output.Clean(o.locks[i]), err)
-					}
-				}
-				return first
-			})
-		},
-	}
-	leaseFlag(cmd, &o.leaseIDs)
-	return cmd
+		}
+		return first
+	})
 }
 
 type revokeOptions struct {
 	lock    string
 	format  output.Format
-	token   string
 	force   bool
 	timeout time.Duration
 }
 
 func newCmdRevoke(f *Factory) *cobra.Command {
 	o := &revokeOptions{}
-	cmd := &cobra.Command{
+	var arg string
+	var token uint64
+	cmd := lockCmd(f, &cobra.Command{
 		Use:   "revoke LOCK [--token N] [--force] [--timeout D] [-o text|json]",
 		Short: "End the current holder's lease, after asking its fence run to stop",
 		Long: `End the current holder's lease on LOCK: an operator's tool.
@@ -182,15 +158,22 @@ is free or, with --token, held under another token.`,
 		Example: `  fence revoke nightly-backup
   fence revoke nightly-backup --token 42 --timeout 30s
   fence revoke nightly-backup --force`,
-		Args:              lockArg,
-		ValidArgsFunction: completeLocks(f),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.lock = args[0]
-			return runRevoke(cmd.Context(), f, o)
-		},
-	}
+	}, func() (err error) {
+		if arg != "" {
+			if token, err = ParseToken(arg); err != nil {
+				return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
+			}
+		}
+		if o.timeout != 0 && o.force {
+			return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
+		}
+		return nil
+	}, func(ctx context.Context, c history.Recorder, lock string) error {
+		o.lock = lock
+		return revokeWith(ctx, f, c, o, token)
+	})
 	formatFlag(cmd, &o.format, output.Text, output.JSON)
-	cmd.Flags().StringVar(&o.token, "token", "", "revoke only the holder with this fencing token")
+	cmd.Flags().StringVar(&arg, "token", "", "revoke only the holder with this fencing token")
 	cmd.Flags().BoolVar(&o.force, "force", false, "end the lease at once, without asking its fence run to stop first")
 	DurationVarP(cmd.Flags(), &o.timeout, "timeout", "", 0, false, "how long to wait for the holder to stop and release before ending its lease (default: the lease's TTL)")
 	return cmd
@@ -198,23 +181,6 @@ is free or, with --token, held under another token.`,
 
 // defaultRevokeTimeout is --timeout when the lease's TTL is not known.
 const defaultRevokeTimeout = 15 * time.Second
-
-func runRevoke(ctx context.Context, f *Factory, o *revokeOptions) error {
-	// Bad input is refused before the coordinator is opened.
-	var token uint64
-	if o.token != "" {
-		var err error
-		if token, err = ParseToken(o.token); err != nil {
-			return fmt.Errorf("%w: --token: %v", coord.ErrInvalid, err)
-		}
-	}
-	if o.timeout != 0 && o.force {
-		return usageErrorf("--timeout and --force do not go together: --force ends the lease at once")
-	}
-	return f.withCoordinator(ctx, func(c history.Recorder) error {
-		return revokeWith(ctx, f, c, o, token)
-	})
-}
 
 // revokeWith is revoke of the holder with token (0: the holder) on the
 // open coordinator c (also fence freeze --revoke); o.timeout 0 is the
@@ -236,14 +202,13 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 	}
 	start := time.Now()
 	var info coord.LockInfo
+	var asked bool
 	ended := "revoked" // "released" when the holder released the lease when asked
-	asked := false
 	if !o.force {
-		i, a, err := c.RequestStop(ctx, o.lock, token)
-		if err != nil {
-			return no(i, err)
+		var err error
+		if info, asked, err = c.RequestStop(ctx, o.lock, token); err != nil {
+			return no(info, err)
 		}
-		info, asked = i, a
 	}
 	if asked {
 		timeout := o.timeout

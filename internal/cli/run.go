@@ -106,7 +106,9 @@ deadlock. Take the locks in one run, or nest them in byte order;
   fence run migrate --once "schema-v42" -- ./migrate up
   fence run backups --slots 3 --shell -- 'backup --target "pool-$FENCE_SLOT" --token "$FENCE_TOKEN"'
   fence run db/orders db/invoices --wait 1m --shell -- './compute-and-store.sh "$FENCE_TOKEN_1" "$FENCE_TOKEN_2"'`,
-		Args:              runArgs,
+		Args: commandArgs("run", "lock", "[flags]", func(locks []string) error {
+			return checkLocks("run", locks)
+		}),
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dash := cmd.ArgsLenAtDash()
@@ -136,26 +138,35 @@ deadlock. Take the locks in one run, or nest them in byte order;
 // its word, and one of 1ns or 1ms is a slip of the unit.
 const MinDeadline = 100 * time.Millisecond
 
-// runArgs wants LOCK, "--" and a command after it. The "--" is required:
-// without it, flags meant for the command (`fence run L rsync -n ...`) would
-// be taken as fence's own, silently.
-func runArgs(cmd *cobra.Command, args []string) error {
-	dash := cmd.ArgsLenAtDash()
-	if len(args) == 0 || dash == 0 {
-		return usageErrorf("run needs a LOCK and a command: fence run LOCK [flags] -- COMMAND [ARG...]")
+// commandArgs wants NAME (run's LOCK..., shards run's GROUP), "--" and a
+// command after it; check checks the names before "--" (after the first
+// was checked alone). The "--" is required: without it, flags meant for the
+// command (`fence run L rsync -n ...`) would be taken as fence's own,
+// silently. use is the command ("run"), noun its name ("lock"), flags what
+// its usage line puts before "--".
+func commandArgs(use, noun, flags string, check func([]string) error) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		dash, name := cmd.ArgsLenAtDash(), strings.ToUpper(noun)
+		if len(args) == 0 || dash == 0 {
+			return usageErrorf("%s needs a %s and a command: fence %s %s %s -- COMMAND [ARG...]", use, name, use, name, flags)
+		}
+		if err := check(args[:1]); err != nil {
+			return err
+		}
+		switch {
+		case len(args) == 1:
+			return usageErrorf("%s needs a command after the %s: fence %s %s -- COMMAND [ARG...]", use, noun, use, args[0])
+		case dash < 0:
+			return usageErrorf("%s needs \"--\" before the command (so that its flags are not taken as fence's): fence %s %s %s -- %s", use, use, args[0], flags, strings.Join(args[1:], " "))
+		}
+		if err := check(args[:dash]); err != nil {
+			return err
+		}
+		if dash == len(args) {
+			return usageErrorf("%s needs a command after the %ss: fence %s %s -- COMMAND [ARG...]", use, noun, use, strings.Join(args[:dash], " "))
+		}
+		return nil
 	}
-	if err := coord.ValidateName(args[0]); err != nil {
-		return err
-	}
-	switch {
-	case len(args) == 1:
-		return usageErrorf("run needs a command after the lock: fence run %s -- COMMAND [ARG...]", args[0])
-	case dash < 0:
-		return usageErrorf("run needs \"--\" before the command (so that its flags are not taken as fence's): fence run %s [flags] -- %s", args[0], strings.Join(args[1:], " "))
-	case dash == len(args):
-		return usageErrorf("run needs a command after the locks: fence run %s -- COMMAND [ARG...]", strings.Join(args[:dash], " "))
-	}
-	return checkLocks("run", args[:dash])
 }
 
 func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []string) error {
@@ -214,12 +225,10 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	if err := checkOrder(ctx, c, cfg, "run", locks, o.anyOrder); err != nil { // only for a nested run
-		f.flushVersions(nil)
-		_ = c.Close()
-		return err
+	code, err := exitcode.Failure, checkOrder(ctx, c, cfg, "run", locks, o.anyOrder) // only for a nested run
+	if err == nil {
+		code, err = r.Run(ctx, c)
 	}
-	code, err := r.Run(ctx, c)
 	f.flushVersions(nil) // when they came after the lease, or it was not acquired
 	closeAfterRun(c, code)
 	return commandExit(code, err, command, o.shell)

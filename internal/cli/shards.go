@@ -72,24 +72,12 @@ the shard up (its owner then takes it again under a new token); fence revoke
 GROUP/members/ID makes the member leave the group (exit 76). fence exits with
 COMMAND's code when it ends on its own.`,
 		Example: `  fence shards run billing --shards 64 -- ./worker   # reads $FENCE_SHARDS, $FENCE_SHARD_TOKENS`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			dash := cmd.ArgsLenAtDash()
-			if len(args) == 0 || dash == 0 {
-				return usageErrorf("shards run needs a GROUP and a command: fence shards run GROUP --shards N -- COMMAND [ARG...]")
+		Args: commandArgs("shards run", "group", "--shards N", func(groups []string) error {
+			if len(groups) > 1 {
+				return usageErrorf("shards run takes one GROUP before \"--\", got %d arguments: %q", len(groups), groups)
 			}
-			if err := shards.ValidateGroup(args[0]); err != nil {
-				return err
-			}
-			switch {
-			case len(args) == 1:
-				return usageErrorf("shards run needs a command after the group: fence shards run %s --shards N -- COMMAND", args[0])
-			case dash < 0:
-				return usageErrorf("shards run needs \"--\" before the command: fence shards run %s --shards N -- %s", args[0], strings.Join(args[1:], " "))
-			case dash > 1:
-				return usageErrorf("shards run takes one GROUP before \"--\", got %d arguments: %q", dash, args[:dash])
-			}
-			return nil
-		},
+			return shards.ValidateGroup(groups[0])
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runShardsRun(cmd, f, o, args[0], args[1:])
 		},

@@ -13,7 +13,7 @@ import (
 
 // interruptible returns a context cancelled by SIGINT, SIGTERM or SIGHUP, and
 // a function that returns, once one came, the error of the command it
-// stopped (exit 128+signal, interruptedError), else nil. Commands that wait
+// stopped (exit 128+signal), else nil. Commands that wait
 // (acquire, list --watch) use it; stop releases the signal handlers.
 func interruptible(parent context.Context) (ctx context.Context, interrupted func() error, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
@@ -22,7 +22,11 @@ func interruptible(parent context.Context) (ctx context.Context, interrupted fun
 	go func() {
 		select {
 		case s := <-ch:
-			cancel(interruptedError(s))
+			n := 2
+			if s, ok := s.(syscall.Signal); ok {
+				n = int(s)
+			}
+			cancel(exitcode.New(128+n, fmt.Errorf("interrupted by %v", s)))
 		case <-ctx.Done():
 		}
 	}()
@@ -38,13 +42,4 @@ func interruptible(parent context.Context) (ctx context.Context, interrupted fun
 		cancel(nil)
 	}
 	return ctx, interrupted, stop
-}
-
-// interruptedError is the error of a command stopped by sig.
-func interruptedError(sig os.Signal) error {
-	n := 2
-	if s, ok := sig.(syscall.Signal); ok {
-		n = int(s)
-	}
-	return exitcode.New(128+n, fmt.Errorf("interrupted by %v", sig))
 }

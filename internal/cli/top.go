@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 
 	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
-	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/tui"
 )
@@ -23,7 +23,6 @@ import (
 const topDialTimeout = 2 * time.Second
 
 func newCmdTop(f *Factory) *cobra.Command {
-	var prefix string
 	var refresh time.Duration
 	cmd := &cobra.Command{
 		Use:   "top [PREFIX] [--refresh D]",
@@ -58,31 +57,14 @@ end it like q.`,
 		Example: `  fence top
   fence top deploy/
   FENCE_ENDPOINTS=etcd-1:2379 fence top --refresh 2s`,
-		Args:              maxArgs(1),
+		Args:              prefixArg,
 		ValidArgsFunction: completeLocks(f),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 {
-				if err := checkPrefix(args[0]); err != nil {
-					return err
-				}
-				prefix = args[0]
-			}
-			return runTop(cmd.Context(), f, prefix, refresh)
+			return runTop(cmd.Context(), f, strings.Join(args, ""), refresh)
 		},
 	}
 	DurationVarP(cmd.Flags(), &refresh, "refresh", "", tui.DefaultRefresh, false, "list every lock again this often, besides following the watch")
 	return cmd
-}
-
-// checkPrefix checks a PREFIX argument: a prefix of some valid lock name.
-func checkPrefix(p string) error {
-	if len(p) > coord.MaxNameLen {
-		return fmt.Errorf("%w: prefix is %d bytes, longer than any lock name", coord.ErrInvalid, len(p))
-	}
-	if p == "" {
-		return nil
-	}
-	return coord.ValidateName(p)
 }
 
 func runTop(ctx context.Context, f *Factory, prefix string, refresh time.Duration) error {
