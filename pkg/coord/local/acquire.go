@@ -418,11 +418,11 @@ func (a *acquirer) kill(v verdict) error {
 // does what nextAct decides and sleeps on what napOf decides, or until the
 // state changes.
 func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, error) {
-	var deadline <-chan time.Time
+	wctx := ctx // also ends when Wait has passed
 	if a.o.Wait > 0 {
-		t := time.NewTimer(time.Until(a.start.Add(a.o.Wait)))
-		defer t.Stop()
-		deadline = t.C
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, a.start.Add(a.o.Wait))
+		defer cancel()
 	}
 	for {
 		t, v, follow, err := a.look()
@@ -445,13 +445,13 @@ func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, e
 			stall = a.c.stallCheck
 		}
 		n := napOf(t, follow, v.waitOn, untilWake(v.until), stall)
-		switch sleep(ctx, a.c.closed, sub, n.deps, n.wake, deadline) {
-		case wokeDeadline:
-			return a.lastLook(ctx)
-		case wokeCtx:
+		switch _, err := a.c.sleep(wctx, sub, n.deps, n.wake); {
+		case err == errClosed:
+			return nil, err
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case wokeClosed:
-			return nil, errClosed
+		case err != nil:
+			return a.lastLook(ctx) // Wait has passed
 		}
 	}
 }
