@@ -418,17 +418,23 @@ func (a *acquirer) kill(v verdict) error {
 // does what nextAct decides and sleeps on what napOf decides, or until the
 // state changes.
 func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, error) {
-	var deadline <-chan time.Time
+	wctx := ctx // also ends when Wait has passed
 	if a.o.Wait > 0 {
-		t := time.NewTimer(time.Until(a.start.Add(a.o.Wait)))
-		defer t.Stop()
-		deadline = t.C
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithDeadline(ctx, a.start.Add(a.o.Wait))
+		defer cancel()
 	}
 	for {
-		t, v, follow, err := a.look()
+		// A fresh read of the lock, without its flock.
+		st, err := load(a.f)
 		if err != nil {
 			return nil, err
 		}
+		t, w, lim, err := a.turnOf(st, clock.Now())
+		if err != nil {
+			return nil, err
+		}
+		v := w.v
 		var stall time.Duration
 		switch nextAct(t) {
 		case actTry:
@@ -444,33 +450,21 @@ func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, e
 		case actStall:
 			stall = a.c.stallCheck
 		}
-		n := napOf(t, follow, v.waitOn, untilWake(v.until), stall)
-		switch sleep(ctx, a.c.closed, sub, n.deps, n.wake, deadline) {
-		case wokeDeadline:
-			return a.lastLook(ctx)
-		case wokeCtx:
+		// A lock held back by an operator limit is not free for anyone: its
+		// waiters keep their places and wait for a change of the state (a
+		// thaw rewrites it) or the waiter ahead of them; under a limit above
+		// 0 the first ones also follow the holders (one that ends makes
+		// room).
+		n := napOf(t, !t.limited || lim.Max != 0, v.waitOn, untilWake(v.until), stall)
+		switch _, err := a.c.sleep(wctx, sub, n.deps, n.wake); {
+		case err == errClosed:
+			return nil, err
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case wokeClosed:
-			return nil, errClosed
+		case err != nil:
+			return a.lastLook(ctx) // Wait has passed
 		}
 	}
-}
-
-// look reads and judges the lock without its flock for a round of the
-// wait. A lock held back by an operator limit is not free for anyone: its
-// waiters keep their places and wait for a change of the state (a thaw
-// rewrites it) or the waiter ahead of them; under a limit above 0 the
-// first ones also follow the holders (follow: one that ends makes room).
-func (a *acquirer) look() (t turn, v verdict, follow bool, err error) {
-	st, err := load(a.f)
-	if err != nil {
-		return turn{}, verdict{}, false, err
-	}
-	t, w, lim, err := a.turnOf(st, clock.Now())
-	if err != nil {
-		return turn{}, verdict{}, false, err
-	}
-	return t, w.v, !t.limited || lim.Max != 0, nil
 }
 
 // turnOf judges st at now for this acquirer: its turn, the lock's view and

@@ -1023,20 +1023,48 @@ func TestCrashSafety(t *testing.T) {
 	}
 }
 
-// TestNoInotify: without inotify, waiters still get the lock (by looking
-// again every 200ms).
+// TestNoInotify: without inotify, waiters still get the lock, a Watch sees
+// the grant and a lease watch the revoke (by looking again every 200ms).
 func TestNoInotify(t *testing.T) {
 	old := newWatcher
 	newWatcher = failingWatcher
 	defer func() { newWatcher = old }()
 	dir := newDir(t)
 	c := openTB(t, dir)
+	events, err := c.Watch(tctx(t), "n")
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := acquire(t, c, "n", coord.AcquireOptions{})
-	ch := goAcquire(tctx(t), openTB(t, dir), "n", coord.AcquireOptions{Wait: coord.WaitForever})
+	ch := goAcquire(tctx(t), openTB(t, dir), "n", coord.AcquireOptions{Wait: coord.WaitForever, Holder: "waiter"})
 	notYet(t, ch, "waiter")
 	release(t, c, l)
-	if r := await(t, ch, "waiter"); r.err != nil {
+	r := await(t, ch, "waiter")
+	if r.err != nil {
 		t.Fatal(r.err)
+	}
+	for seen := false; !seen; {
+		select {
+		case ev := <-events:
+			seen = ev.Type == coord.EventAcquired && ev.Info.Holder == "waiter"
+		case <-time.After(guard):
+			t.Fatal("the watch saw no grant to the waiter")
+		}
+	}
+	lw, err := c.WatchLease(tctx(t), "n", r.l.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(tctx(t), "n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-lw:
+		if !errors.Is(err, coord.ErrLeaseLost) {
+			t.Fatalf("lease watch: %v", err)
+		}
+	case <-time.After(guard):
+		t.Fatal("the lease watch saw no revoke")
 	}
 }
 

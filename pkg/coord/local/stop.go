@@ -139,11 +139,8 @@ func (c *coordinator) WaitEnded(ctx context.Context, name string, token uint64) 
 		if !v.live {
 			return nil
 		}
-		switch sleep(ctx, c.closed, sub, v.waitOn, untilWake(v.until), nil) {
-		case wokeCtx:
-			return ctx.Err()
-		case wokeClosed:
-			return errClosed
+		if _, err := c.sleep(ctx, sub, v.waitOn, untilWake(v.until)); err != nil {
+			return err
 		}
 	}
 }
@@ -188,8 +185,7 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 				ch <- fmt.Errorf("%w: lease %s on lock %q (token %d): a stop was requested", coord.ErrStopRequested, leaseID, f.name, h.Token)
 				return
 			}
-			switch sleep(ctx, c.closed, sub, nil, -1, nil) {
-			case wokeCtx, wokeClosed:
+			if _, err := c.sleep(ctx, sub, nil, -1); err != nil {
 				return
 			}
 		}

@@ -34,6 +34,11 @@ const fallbackPoll = 200 * time.Millisecond
 //   - a lock's lock file, its own inotify watch, which Revoke and
 //     RequestStop write to (see stop.go) and the holder's lease watch
 //     follows: no other change of the directory wakes it.
+//
+// Once a watch could not be had (no inotify, or the per-user limit of
+// watches is reached) the hub polls: its loop wakes every subscriber every
+// fallbackPoll as if events had been lost, and each looks at everything
+// again.
 type hub struct {
 	dir  string            // the locks/ directory
 	w    *fsnotify.Watcher // nil: no inotify, every subscriber polls
@@ -42,7 +47,10 @@ type hub struct {
 	mu      sync.Mutex
 	subs    map[*subscription]struct{}
 	watches map[string]int // inotify watches by path: their subscribers
+	polling bool           // a watch could not be had
+	tick    *time.Ticker   // runs once polling
 
+	stop chan struct{} // closed by the last release
 	done chan struct{} // closed when run has returned
 }
 
@@ -62,11 +70,10 @@ func acquireHub(dir string) *hub {
 		return h
 	}
 	h := &hub{dir: dir, refs: 1, subs: map[*subscription]struct{}{}, watches: map[string]int{},
-		done: make(chan struct{})}
-	if w, err := newWatcher(); err == nil {
-		h.w = w
-		go h.run()
-	}
+		tick: time.NewTicker(fallbackPoll), stop: make(chan struct{}), done: make(chan struct{})}
+	h.tick.Stop()
+	h.w, _ = newWatcher()
+	go h.run()
 	hubs.m[dir] = h
 	return h
 }
@@ -79,20 +86,29 @@ func (h *hub) release() {
 		delete(hubs.m, h.dir)
 	}
 	hubs.Unlock()
-	if last && h.w != nil {
-		h.w.Close() // closes its channels: run returns
+	if last {
+		close(h.stop)
 		<-h.done
+		if h.w != nil {
+			h.w.Close()
+		}
 	}
 }
 
+// run wakes the subscribers of each inotify event, and every subscriber
+// when events were lost (overflow, or worse) and at every tick.
 func (h *hub) run() {
 	defer close(h.done)
+	var (
+		events <-chan fsnotify.Event
+		errs   <-chan error
+	)
+	if h.w != nil {
+		events, errs = h.w.Events, h.w.Errors
+	}
 	for {
 		select {
-		case ev, ok := <-h.w.Events:
-			if !ok {
-				return
-			}
+		case ev := <-events:
 			base, changed := "", ev.Name == filepath.Join(filepath.Dir(h.dir), "limits.json")
 			if changed {
 				base = limitsBase
@@ -105,15 +121,12 @@ func (h *hub) run() {
 				}
 				return s.path == ev.Name || s.path == "" && changed
 			})
-		case _, ok := <-h.w.Errors:
-			if !ok {
-				return
-			}
-			// Overflow (or worse): events were lost, everyone looks again.
-			h.notify(func(s *subscription) bool {
-				s.all = true
-				return true
-			})
+		case <-errs:
+			h.notify(eventsLost)
+		case <-h.tick.C:
+			h.notify(eventsLost)
+		case <-h.stop:
+			return
 		}
 	}
 }
@@ -122,6 +135,12 @@ func (h *hub) run() {
 // limits.json changed: no state file has it (bases are escapes of names,
 // which never hold a NUL).
 const limitsBase = "\x00limits"
+
+// eventsLost tells s that events were lost: it looks at everything again.
+func eventsLost(s *subscription) bool {
+	s.all = true
+	return true
+}
 
 // notify wakes the subscribers for which wake, called under h.mu, returns
 // true.
@@ -137,17 +156,15 @@ func (h *hub) notify(wake func(s *subscription) bool) {
 
 // subscription receives a wake-up (coalesced) on c after changes to the
 // file at path (to every state file and limits.json when path is "": take
-// says which). When poll is set an inotify watch it needs could not be
-// had: the subscriber looks again every fallbackPoll instead.
+// says which).
 type subscription struct {
 	h       *hub
 	path    string
 	watches []string // the inotify watches it holds
-	poll    bool
 	c       chan struct{}
 
 	dirty map[string]struct{} // guarded by h.mu
-	all   bool
+	all   bool                // events may have been lost; guarded by h.mu
 }
 
 func (s *subscription) poke() {
@@ -166,7 +183,10 @@ func (h *hub) subscribe(path string, watch ...string) *subscription {
 	defer h.mu.Unlock()
 	for _, p := range watch {
 		if h.watches[p] == 0 && (h.w == nil || h.w.Add(p) != nil) {
-			s.poll = true
+			if !h.polling {
+				h.polling = true
+				h.tick.Reset(fallbackPoll)
+			}
 			continue
 		}
 		h.watches[p]++
@@ -201,21 +221,10 @@ func (s *subscription) take() (bases []string, all bool) {
 	return bases, all
 }
 
-type wakeReason int
-
-const (
-	wokeChange   wakeReason = iota // notified on the subscription
-	wokeRecheck                    // a time passed or a process exited
-	wokePoll                       // no inotify: time to look at everything again
-	wokeDeadline                   // the Wait deadline passed
-	wokeCtx                        // ctx ended
-	wokeClosed                     // the coordinator was closed
-)
-
-// sleep waits for one wake-up: a change notified on sub, the exit of one of
-// deps, wake passing (when >= 0), the poll interval of a subscription
-// without inotify, deadline, ctx or closed.
-func sleep(ctx context.Context, closed <-chan struct{}, sub *subscription, deps []proc.ID, wake time.Duration, deadline <-chan time.Time) wakeReason {
+// sleep waits for one wake-up: a change notified on sub (changed), the
+// exit of one of deps, or wake passing (when >= 0). It returns ctx's error
+// when ctx ends first, and errClosed when the coordinator is closed.
+func (c *coordinator) sleep(ctx context.Context, sub *subscription, deps []proc.ID, wake time.Duration) (changed bool, err error) {
 	var (
 		wg     sync.WaitGroup
 		exited chan struct{}
@@ -238,28 +247,17 @@ func sleep(ctx context.Context, closed <-chan struct{}, sub *subscription, deps 
 		defer t.Stop()
 		timer = t.C
 	}
-	var poll <-chan time.Time
-	if sub.poll {
-		t := time.NewTimer(fallbackPoll)
-		defer t.Stop()
-		poll = t.C
-	}
 	select {
 	case <-sub.c:
-		return wokeChange
+		return true, nil
 	case <-exited:
-		return wokeRecheck
 	case <-timer:
-		return wokeRecheck
-	case <-poll:
-		return wokePoll
-	case <-deadline:
-		return wokeDeadline
 	case <-ctx.Done():
-		return wokeCtx
-	case <-closed:
-		return wokeClosed
+		return false, ctx.Err()
+	case <-c.closed:
+		return false, errClosed
 	}
+	return false, nil
 }
 
 // untilWake converts a boot-clock instant into a timer duration (-1: none).
@@ -337,8 +335,8 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 	}
 	for {
 		deps, next := w.followed()
-		r := sleep(ctx, w.c.closed, w.sub, deps, untilWake(next), nil)
-		if r == wokeCtx || r == wokeClosed || !w.scan(w.toScan(r), emit) {
+		changed, err := w.c.sleep(ctx, w.sub, deps, untilWake(next))
+		if err != nil || !w.scan(w.toScan(changed), emit) {
 			return
 		}
 	}
@@ -357,13 +355,13 @@ func (w *watcher) followed() (deps []proc.ID, next clock.Boot) {
 	return deps, next
 }
 
-// toScan returns the locks to read again after a wake-up for reason r: the
-// changed ones (and, when limits.json changed, the limits with the locks
-// withLimits adds); every lock (and the limits) when events were lost or
-// there is no inotify; the known ones when a time passed or a process
-// exited.
-func (w *watcher) toScan(r wakeReason) []lockFiles {
-	if r != wokeChange && r != wokePoll {
+// toScan returns the locks to read again after a wake-up: after a change,
+// the changed ones (and, when limits.json changed, the limits with the
+// locks withLimits adds), or every lock (and the limits) when events were
+// lost or the hub polls; the known ones when a time passed or a
+// process exited.
+func (w *watcher) toScan(changed bool) []lockFiles {
+	if !changed {
 		return w.known()
 	}
 	bases, all := w.sub.take()
@@ -376,7 +374,7 @@ func (w *watcher) toScan(r wakeReason) []lockFiles {
 			fs = append(fs, f)
 		}
 	}
-	if all || r == wokePoll {
+	if all {
 		fs, _ = w.c.listLocks(stateSuffix, w.prefix)
 		fs, limits = append(fs, w.known()...), true
 	}
