@@ -69,14 +69,6 @@ type spool struct {
 	log *slog.Logger
 }
 
-// spooled is the stored form of an event (Event leaves its durations out of
-// JSON).
-type spooled struct {
-	Event
-	WaitNS    int64 `json:"wait_ns,omitempty"`
-	HeldForNS int64 `json:"held_for_ns,omitempty"`
-}
-
 // share checks the spool directory and its parent (the state directory
 // that decides how it is shared), creating them when missing.
 func (s *spool) share() (m sharedir.Mode, err error) {
@@ -293,7 +285,7 @@ func byLockOrder(evs []Event) {
 func encodeSpooled(evs []Event) ([][]byte, error) {
 	var lines [][]byte
 	for _, ev := range evs {
-		b, err := json.Marshal(spooled{Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
+		b, err := json.Marshal(ev)
 		if err != nil {
 			return nil, err
 		}
@@ -317,15 +309,14 @@ func readSpoolFile(m sharedir.Mode, path string) ([]Event, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
 	for line := 1; sc.Scan(); line++ {
-		var sp spooled
-		if err := json.Unmarshal(sc.Bytes(), &sp); err != nil {
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
-		if sp.Time.IsZero() || sp.WaitNS < 0 || sp.HeldForNS < 0 {
-			return nil, fmt.Errorf("line %d: no time, or a negative duration", line)
+		if ev.Time.IsZero() {
+			return nil, fmt.Errorf("line %d: no time", line)
 		}
-		ev := sp.Event
-		ev.Wait, ev.HeldFor = time.Duration(sp.WaitNS), time.Duration(sp.HeldForNS)
+		// Normalize refuses a negative duration.
 		if ev, err = Normalize(ev, time.Time{}); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
