@@ -509,12 +509,7 @@ func (r *recorder) lastLeaseEvent(ctx context.Context, lock string) (Event, bool
 		r.log.Debug("history: could not read the lock's last events", "lock", lock, "err", err)
 		return Event{}, false
 	}
-	for i := len(evs) - 1; i >= 0; i-- {
-		if hopts.OfLease(string(evs[i].Kind)) {
-			return evs[i], true
-		}
-	}
-	return Event{}, false
+	return hopts.LastLease(evs, func(e Event) string { return string(e.Kind) })
 }
 
 // leaseReader is a Store that finds the last lease event of a lock's last n
