@@ -32,7 +32,7 @@ import (
 //
 // Recording never fails a lease operation: a write that fails is logged
 // (slog, at warn level) and kept in memory, to be written before the next
-// event once the store can be written again (see Pending), and kept in the
+// event once the store can be written again (see pendingEvents), and kept in the
 // spool at Close when they still cannot (WithSpool). The other events
 // (renewal_failed, lease_lost, deadline_exceeded, stale_refused) are the
 // caller's to Record.
@@ -57,8 +57,6 @@ type Recorder interface {
 	// written by one. A damaged spool file is set aside with a warning.
 	// Without a spool it does nothing.
 	FlushSpool(ctx context.Context) (int, error)
-	// Pending returns the number of events not yet written.
-	Pending() int
 	// Store returns the store the events are written to.
 	Store() Store
 	// Unwrap returns the decorated coordinator (to reach a backend's own
@@ -470,9 +468,6 @@ func (r *recorder) Append(ctx context.Context, evs []Event) error {
 	}
 	return r.pending.appendEvents(ctx, evs)
 }
-
-// Pending implements Recorder.
-func (r *recorder) Pending() int { return r.pending.count() }
 
 // write records events on the Recorder's own behalf: failures are logged,
 // and the events kept for later.
