@@ -435,16 +435,14 @@ func (m *Member) notify() {
 func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord.LockInfo) {
 	defer close(m.done)
 	defer stopWatch()
-	l := &memberLoop{m: m, view: newView(m.group, m.id, m.opts.Shards),
-		acquiring: map[int]bool{}, heldBack: map[int]bool{}, timer: time.NewTimer(time.Hour)}
-	l.timer.Stop()
-	defer l.timer.Stop()
+	l := newLoop(m)
+	defer l.settling.Stop()
+	defer l.retrying.Stop()
 	l.view.reset(infos)
 	l.arm()
 	selfDone := m.self.Context().Done()
 	for {
 		l.claim() // what happened may have made shards this member's to ask for
-		l.rearm()
 		select {
 		case <-m.ctx.Done():
 			m.finish(context.Cause(m.ctx))
@@ -461,9 +459,10 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 				continue
 			}
 			l.watched(ev)
-		case <-l.timer.C:
-			l.timerAt = time.Time{}
-			l.woke(time.Now())
+		case <-l.settling.C:
+			l.apply()
+		case <-l.retrying.C:
+			l.retry()
 		case e := <-m.ev:
 			l.handle(e)
 		}
@@ -478,44 +477,34 @@ type memberLoop struct {
 	acquiring map[int]bool // in flight, by shard: true once its lock was seen freed meanwhile
 	heldBack  map[int]bool // refused by an operator limit: see at the retry
 	reads     reads
-	wake      wake
-	applied   applied     // what the map in force was computed from
-	timer     *time.Timer // fires at timerAt, wake's next time
-	timerAt   time.Time
+	applied   applied // what the map in force was computed from
+	// The member acts without an event when one of these fires (each is
+	// stopped until armed): settling at the end of the settle time after
+	// the last change (arm), to recompute the map; retrying retryAfter
+	// after the last failure (armRetry), to try again what failed
+	// (acquisitions, a settings read) and list the shard locks again.
+	settling, retrying *time.Timer
 }
 
-// rearm points the timer at wake's next time.
-func (l *memberLoop) rearm() {
-	at := l.wake.next()
-	if at.Equal(l.timerAt) {
-		return
-	}
-	l.timerAt = at
-	if at.IsZero() {
-		l.timer.Stop()
-		return
-	}
-	l.timer.Reset(time.Until(at))
+func newLoop(m *Member) *memberLoop {
+	l := &memberLoop{m: m, view: newView(m.group, m.id, m.opts.Shards), acquiring: map[int]bool{}, heldBack: map[int]bool{},
+		settling: time.NewTimer(time.Hour), retrying: time.NewTimer(time.Hour)}
+	l.settling.Stop()
+	l.retrying.Stop()
+	return l
 }
 
-// woke acts on the times that have come at now.
-func (l *memberLoop) woke(now time.Time) {
-	settle, retry := l.wake.due(now)
-	if settle {
-		l.apply()
-	}
-	if retry {
-		l.retry()
-	}
-}
-
-// arm starts the settle time: a change waits for it.
+// arm (re)starts the settle time: a change waits for it. A negative settle
+// is none: the map is recomputed at once.
 func (l *memberLoop) arm() {
 	l.m.mu.Lock()
 	l.m.pending = true
 	l.m.mu.Unlock()
-	l.wake.armSettle(time.Now(), l.m.opts.Settle)
+	l.settling.Reset(max(l.m.opts.Settle, 0))
 }
+
+// armRetry (re)starts the retry: another failure pushes it back.
+func (l *memberLoop) armRetry() { l.retrying.Reset(retryAfter) }
 
 // watched takes in an event of the group's watch.
 func (l *memberLoop) watched(ev coord.Event) {
@@ -588,7 +577,7 @@ func (l *memberLoop) settingsRead(e settingsRead) {
 		m.mu.Unlock()
 		l.arm()
 	} else if failed {
-		l.wake.armRetry(time.Now()) // read them again then
+		l.armRetry() // read them again then
 	}
 	if l.reads.done(failed) {
 		l.startRead()
@@ -629,7 +618,7 @@ func (l *memberLoop) recheckLimits() {
 		}
 	}
 	if len(l.heldBack) > 0 {
-		l.wake.armRetry(time.Now())
+		l.armRetry()
 	}
 }
 
@@ -702,14 +691,14 @@ func (l *memberLoop) acquired(e acquired) {
 	case heldBack:
 		l.heldBack[e.n] = true
 		l.view.owner[e.n] = "?" // a thaw sends no event: see at the retry
-		l.wake.armRetry(time.Now())
+		l.armRetry()
 	case waitFree:
 		if l.view.free(e.n) {
 			l.view.owner[e.n] = "?" // held by someone: wait for its release
 		}
 	case retryLater:
 		l.view.owner[e.n] = "?" // not before the retry lists it again
-		l.wake.armRetry(time.Now())
+		l.armRetry()
 	case dropped:
 	}
 }

@@ -16,7 +16,7 @@ import (
 // this file and performs what they decide: what it sees of the group
 // (view), which shards to ask for (claims), what an acquisition's answer
 // means (acquireOutcome), the settings reads (reads), the map and why it
-// changed (plan, awayFrom), and when to act without an event (wake).
+// changed (plan, awayFrom).
 
 // retryAfter is how long a failed acquisition or settings read waits
 // before it is tried again.
@@ -207,48 +207,6 @@ func (r *reads) retry() bool {
 	}
 	r.failed = false
 	return r.ask()
-}
-
-// wake is when the member must act without an event; zero times are not
-// armed.
-type wake struct {
-	// settle: the settle time after the last change ends: the map is
-	// recomputed.
-	settle time.Time
-	// retry: what failed (acquisitions, a settings read) is tried again,
-	// and the shard locks are listed again.
-	retry time.Time
-}
-
-// armSettle starts the settle time at now (again: a change restarts it).
-// A negative settle is none: the map is recomputed at once.
-func (w *wake) armSettle(now time.Time, settle time.Duration) {
-	w.settle = now.Add(max(settle, 0))
-}
-
-// armRetry (re)starts the retry at now.
-func (w *wake) armRetry(now time.Time) { w.retry = now.Add(retryAfter) }
-
-// next is the first armed time (zero: none).
-func (w *wake) next() time.Time {
-	switch {
-	case w.settle.IsZero():
-		return w.retry
-	case w.retry.IsZero() || w.settle.Before(w.retry):
-		return w.settle
-	}
-	return w.retry
-}
-
-// due says which of the times have come at now, and disarms them.
-func (w *wake) due(now time.Time) (settle, retry bool) {
-	if !w.settle.IsZero() && !now.Before(w.settle) {
-		settle, w.settle = true, time.Time{}
-	}
-	if !w.retry.IsZero() && !now.Before(w.retry) {
-		retry, w.retry = true, time.Time{}
-	}
-	return settle, retry
 }
 
 // applied is what the map in force was computed from.
