@@ -232,14 +232,13 @@ func (r *recorder) stillHolds(ctx context.Context, name string, token uint64, sl
 	return ok
 }
 
-// holderWith returns the holder of info with leaseID (a semaphore's any
+// holderOf returns the holder of info that is picks (a semaphore's any
 // holder), as the LockInfo of a lock held by it alone.
-func holderWith(info coord.LockInfo, leaseID string) (coord.LockInfo, bool) {
+func holderOf(info coord.LockInfo, is func(coord.HolderInfo) bool) (coord.LockInfo, bool) {
 	for _, h := range info.AllHolders() {
-		if h.LeaseID == leaseID {
-			one := info
+		if is(h) {
+			one := coord.LockInfo{Name: info.Name}
 			coordkit.SetHolders(&one, 0, []coord.HolderInfo{h})
-			one.Slots, one.Holders = 0, nil
 			return one, true
 		}
 	}
@@ -263,7 +262,7 @@ func (r *recorder) Release(ctx context.Context, name, leaseID string) error {
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	now := r.opts.Now()
-	if h, ok := holderWith(info, leaseID); ierr == nil && ok {
+	if h, ok := holderOf(info, func(h coord.HolderInfo) bool { return h.LeaseID == leaseID }); ierr == nil && ok {
 		info = h // of a semaphore: the holder releasing
 	}
 	switch {
@@ -343,9 +342,8 @@ func (r *recorder) revoke(ctx context.Context, name string, token uint64, end fu
 	info, ierr := r.Coordinator.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
-	if h, ok := coordkit.HeldBy(info, token); ierr == nil && token != 0 && ok {
-		info = coord.LockInfo{Name: name}
-		coordkit.SetHolders(&info, 0, []coord.HolderInfo{h}) // of a semaphore: the holder named
+	if h, ok := holderOf(info, func(h coord.HolderInfo) bool { return h.Token == token }); ierr == nil && token != 0 && ok {
+		info = h // of a semaphore: the holder named
 	}
 	// A semaphore's holders are named by token: with none named, the end
 	// fails (coordkit.ManyHolders) and there is nothing to record yet.
