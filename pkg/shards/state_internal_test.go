@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
@@ -161,9 +162,18 @@ func TestStillHeldBack(t *testing.T) {
 
 // TestReads: one read at a time; asked for during one, one more follows
 // (however often it was asked); a failed one is made again at the retry,
-// once.
+// once. A read starts when the settings reader calls the guard's Get;
+// "ok" and "fail" answer the running one, and the loop takes in the answer.
 func TestReads(t *testing.T) {
-	var r reads
+	g := &heldGet{started: make(chan struct{}), answer: make(chan error)}
+	m := &Member{group: "g", opts: options{Guard: g, Settle: time.Hour}, ev: make(chan any, 1), done: make(chan struct{})}
+	m.ctx, m.cancel = context.WithCancelCause(context.Background())
+	defer m.cancel(nil)
+	defer close(m.done)
+	l := newLoop(m)
+	defer l.settling.Stop()
+	defer l.retrying.Stop()
+	go m.reader(l.reads)
 	type op struct {
 		do   string // ask, ok, fail, retry
 		want bool   // a read starts
@@ -184,21 +194,49 @@ func TestReads(t *testing.T) {
 		{"retry", true},
 		{"ok", false},
 	} {
-		var got bool
 		switch o.do {
 		case "ask":
-			got = r.ask()
-		case "ok":
-			got = r.done(false)
-		case "fail":
-			got = r.done(true)
+			l.readSettings()
+		case "ok", "fail":
+			var err error
+			if o.do == "fail" {
+				err = errors.New("unreachable")
+			}
+			g.answer <- err
+			l.handle(<-m.ev)
 		case "retry":
-			got = r.retry()
+			l.retryRead()
+		}
+		wait := 100 * time.Millisecond // a read that should not start: enough to see it start
+		if o.want {
+			wait = 5 * time.Second
+		}
+		var got bool
+		select {
+		case <-g.started:
+			got = true
+		case <-time.After(wait):
 		}
 		if got != o.want {
-			t.Fatalf("op %d (%s): start %v, want %v (state %+v)", i, o.do, got, o.want, r)
+			t.Fatalf("op %d (%s): start %v, want %v", i, o.do, got, o.want)
 		}
 	}
+}
+
+// heldGet is a guard whose Get tells that it started and returns what it
+// is given (no value, or the error).
+type heldGet struct {
+	guard.Guard
+	started chan struct{}
+	answer  chan error
+}
+
+func (g *heldGet) Get(ctx context.Context, key string) (guard.Value, error) {
+	g.started <- struct{}{}
+	if err := <-g.answer; err != nil {
+		return guard.Value{}, err
+	}
+	return guard.Value{}, guard.ErrNotFound
 }
 
 // TestWake: the settle time restarts at each change; a negative settle
