@@ -32,15 +32,16 @@ const (
 	Thawed  Kind = "thawed"  // fence thaw: the limit was removed
 )
 
-// Event is one entry of a lock's persistent history.
+// Event is one entry of a lock's persistent history. Its JSON form, the
+// durations in nanoseconds, is the one the stores and the spool keep.
 type Event struct {
 	Time          time.Time     `json:"time"`
 	Lock          string        `json:"lock"`
 	Kind          Kind          `json:"kind"`
 	Holder        string        `json:"holder,omitempty"`
 	Token         uint64        `json:"token,omitempty"`
-	Wait          time.Duration `json:"-"`
-	HeldFor       time.Duration `json:"-"`
+	Wait          time.Duration `json:"wait_ns,omitempty"`
+	HeldFor       time.Duration `json:"held_for_ns,omitempty"`
 	Count         int           `json:"count,omitempty"`
 	Error         string        `json:"error,omitempty"`
 	Key           string        `json:"key,omitempty"`

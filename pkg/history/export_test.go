@@ -28,11 +28,8 @@ func (p Pending) Append(ctx context.Context, evs []Event) error { return p.p.app
 func (p Pending) Flush(ctx context.Context) error               { return p.p.flush(ctx) }
 func (p Pending) Len() int                                      { return p.p.count() }
 
-func (p Pending) Dropped() int {
-	p.p.mu.Lock()
-	defer p.p.mu.Unlock()
-	return p.p.dropped
-}
+// PendingOf is the number of events r has not written yet.
+func PendingOf(r Recorder) int { return r.(*recorder).pending.count() }
 
 func WithMaxPending(n int) Option { return hopts.WithMaxPending(n) }
 

@@ -24,7 +24,7 @@
 // releases, revocations and expiries itself and implements Store;
 // package auto picks the store that belongs to a coordinator. Recording is
 // best effort: a failed write never fails the lease operation, it is logged
-// and retried with the next write (see Pending); with WithSpool, what is
+// and retried with the next write; with WithSpool, what is
 // still unwritten when the Recorder closes is kept in files on the host and
 // written by a later Recorder's FlushSpool.
 package history

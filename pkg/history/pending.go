@@ -13,7 +13,7 @@ import (
 // not write (the coordinator was unreachable), to write them before the next
 // event once a write succeeds again. The order of events is kept: an event
 // is never written before an older one that is still pending. Beyond max
-// pending events, the oldest are dropped and counted.
+// pending events, the oldest are dropped.
 //
 // fence run records renewal failures through a Recorder, so that the ones
 // seen while the coordinator could not be reached are written when it comes
@@ -23,9 +23,8 @@ type pendingEvents struct {
 	h   Store
 	max int
 
-	mu      sync.Mutex
-	evs     []Event
-	dropped int // events dropped because more than max were pending
+	mu  sync.Mutex
+	evs []Event
 }
 
 // appendEvents writes the pending events, then evs. When that fails, evs
@@ -107,7 +106,6 @@ func (p *pendingEvents) whenEmpty(fn func()) {
 
 func (p *pendingEvents) trimLocked() {
 	if n := len(p.evs) - p.max; n > 0 {
-		p.dropped += n
 		p.evs = append(p.evs[:0:0], p.evs[n:]...)
 	}
 }

@@ -32,7 +32,7 @@ import (
 //
 // Recording never fails a lease operation: a write that fails is logged
 // (slog, at warn level) and kept in memory, to be written before the next
-// event once the store can be written again (see Pending), and kept in the
+// event once the store can be written again (see pendingEvents), and kept in the
 // spool at Close when they still cannot (WithSpool). The other events
 // (renewal_failed, lease_lost, deadline_exceeded, stale_refused) are the
 // caller's to Record.
@@ -57,8 +57,6 @@ type Recorder interface {
 	// written by one. A damaged spool file is set aside with a warning.
 	// Without a spool it does nothing.
 	FlushSpool(ctx context.Context) (int, error)
-	// Pending returns the number of events not yet written.
-	Pending() int
 	// Store returns the store the events are written to.
 	Store() Store
 	// Unwrap returns the decorated coordinator (to reach a backend's own
@@ -234,14 +232,13 @@ func (r *recorder) stillHolds(ctx context.Context, name string, token uint64, sl
 	return ok
 }
 
-// holderWith returns the holder of info with leaseID (a semaphore's any
+// holderOf returns the holder of info that is picks (a semaphore's any
 // holder), as the LockInfo of a lock held by it alone.
-func holderWith(info coord.LockInfo, leaseID string) (coord.LockInfo, bool) {
+func holderOf(info coord.LockInfo, is func(coord.HolderInfo) bool) (coord.LockInfo, bool) {
 	for _, h := range info.AllHolders() {
-		if h.LeaseID == leaseID {
-			one := info
+		if is(h) {
+			one := coord.LockInfo{Name: info.Name}
 			coordkit.SetHolders(&one, 0, []coord.HolderInfo{h})
-			one.Slots, one.Holders = 0, nil
 			return one, true
 		}
 	}
@@ -265,7 +262,7 @@ func (r *recorder) Release(ctx context.Context, name, leaseID string) error {
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	now := r.opts.Now()
-	if h, ok := holderWith(info, leaseID); ierr == nil && ok {
+	if h, ok := holderOf(info, func(h coord.HolderInfo) bool { return h.LeaseID == leaseID }); ierr == nil && ok {
 		info = h // of a semaphore: the holder releasing
 	}
 	switch {
@@ -345,9 +342,8 @@ func (r *recorder) revoke(ctx context.Context, name string, token uint64, end fu
 	info, ierr := r.Coordinator.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
-	if h, ok := coordkit.HeldBy(info, token); ierr == nil && token != 0 && ok {
-		info = coord.LockInfo{Name: name}
-		coordkit.SetHolders(&info, 0, []coord.HolderInfo{h}) // of a semaphore: the holder named
+	if h, ok := holderOf(info, func(h coord.HolderInfo) bool { return h.Token == token }); ierr == nil && token != 0 && ok {
+		info = h // of a semaphore: the holder named
 	}
 	// A semaphore's holders are named by token: with none named, the end
 	// fails (coordkit.ManyHolders) and there is nothing to record yet.
@@ -471,9 +467,6 @@ func (r *recorder) Append(ctx context.Context, evs []Event) error {
 	return r.pending.appendEvents(ctx, evs)
 }
 
-// Pending implements Recorder.
-func (r *recorder) Pending() int { return r.pending.count() }
-
 // write records events on the Recorder's own behalf: failures are logged,
 // and the events kept for later.
 func (r *recorder) write(ctx context.Context, evs ...Event) {
@@ -509,12 +502,7 @@ func (r *recorder) lastLeaseEvent(ctx context.Context, lock string) (Event, bool
 		r.log.Debug("history: could not read the lock's last events", "lock", lock, "err", err)
 		return Event{}, false
 	}
-	for i := len(evs) - 1; i >= 0; i-- {
-		if hopts.OfLease(string(evs[i].Kind)) {
-			return evs[i], true
-		}
-	}
-	return Event{}, false
+	return hopts.LastLease(evs, func(e Event) string { return string(e.Kind) })
 }
 
 // leaseReader is a Store that finds the last lease event of a lock's last n

@@ -174,8 +174,8 @@ func testAcquireRelease(t *testing.T, b backend) {
 	if evs[0].Wait < 0 || evs[0].Wait > time.Minute {
 		t.Errorf("acquired: wait %v", evs[0].Wait)
 	}
-	if r.Pending() != 0 {
-		t.Errorf("%d events pending", r.Pending())
+	if history.PendingOf(r) != 0 {
+		t.Errorf("%d events pending", history.PendingOf(r))
 	}
 }
 
@@ -353,8 +353,8 @@ func testRecordByOthers(t *testing.T, b backend) {
 	if err := r.Record(ctxT(t), history.Event{Lock: "ro", Kind: "nonsense"}); !errors.Is(err, coord.ErrInvalid) {
 		t.Fatalf("Record(bad kind) = %v", err)
 	}
-	if r.Pending() != 0 {
-		t.Fatalf("an invalid event was kept: %d pending", r.Pending())
+	if history.PendingOf(r) != 0 {
+		t.Fatalf("an invalid event was kept: %d pending", history.PendingOf(r))
 	}
 	want := fmt.Sprintf("acquired:runner:%d renewal_failed:runner:%d lease_lost:runner:%d stale_refused::%d",
 		l.Token, l.Token, l.Token, l.Token-1)
@@ -496,8 +496,8 @@ func TestRecorderStoreDown(t *testing.T) {
 	if err == nil {
 		t.Fatal("Record with the history down succeeded")
 	}
-	if r.Pending() != 3 {
-		t.Fatalf("%d events pending, want 3", r.Pending())
+	if history.PendingOf(r) != 3 {
+		t.Fatalf("%d events pending, want 3", history.PendingOf(r))
 	}
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "could not record") {
 		t.Errorf("no warning logged:\n%s", logs.String())
@@ -512,8 +512,8 @@ func TestRecorderStoreDown(t *testing.T) {
 	if got := kinds(t, store, "down"); got != want {
 		t.Fatalf("history %s, want %s", got, want)
 	}
-	if r.Pending() != 0 {
-		t.Fatalf("%d events still pending", r.Pending())
+	if history.PendingOf(r) != 0 {
+		t.Fatalf("%d events still pending", history.PendingOf(r))
 	}
 }
 
@@ -538,8 +538,9 @@ func TestPending(t *testing.T) {
 			t.Fatalf("Record(%d) with the store down succeeded", i)
 		}
 	}
-	if p.Len() != 3 || p.Dropped() != 2 {
-		t.Fatalf("Len %d, Dropped %d; want 3 and 2", p.Len(), p.Dropped())
+	// Which two were dropped (2 and 3) is checked once they are written.
+	if p.Len() != 3 {
+		t.Fatalf("Len %d, want 3 (2 dropped)", p.Len())
 	}
 	srv.Restart(t)
 	if err := p.Flush(ctxT(t)); err != nil {

@@ -69,14 +69,6 @@ type spool struct {
 	log *slog.Logger
 }
 
-// spooled is the stored form of an event (Event leaves its durations out of
-// JSON).
-type spooled struct {
-	Event
-	WaitNS    int64 `json:"wait_ns,omitempty"`
-	HeldForNS int64 `json:"held_for_ns,omitempty"`
-}
-
 // share checks the spool directory and its parent (the state directory
 // that decides how it is shared), creating them when missing.
 func (s *spool) share() (m sharedir.Mode, err error) {
@@ -176,7 +168,7 @@ func (s *spool) files() []string {
 // flush writes the spooled events to st, file by file, oldest first, and
 // removes each file once its events are written. It returns the number of
 // events written. A damaged file is set aside (renamed *.bad) with a
-// warning; a write that fails leaves what it did not write in the spool.
+// warning; a write that fails leaves the file in the spool.
 func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 	// The common case, on the way of every command: nothing kept.
 	if entries, err := os.ReadDir(s.dir); errors.Is(err, fs.ErrNotExist) || err == nil && len(entries) == 0 {
@@ -201,18 +193,13 @@ func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 			}
 			continue
 		}
-		n, err := appendByLock(ctx, st, evs)
-		written += n
-		if err != nil {
-			if n == 0 {
-				_ = os.Rename(claimed, path)
-			} else if lines, _ := encodeSpooled(evs[n:]); lines != nil {
-				if _, werr := atomicfile.WritePerm(path, bytes.Join(lines, nil), true, m.FilePerm()); werr == nil {
-					_ = os.Remove(claimed)
-				}
-			}
+		if err := writeSpooled(ctx, st, evs); err != nil {
+			// The file goes back whole: what was written of it is not
+			// written again (see recentKeys).
+			_ = os.Rename(claimed, path)
 			return written, err
 		}
+		written += len(evs)
 		_ = os.Remove(claimed)
 	}
 	if written > 0 {
@@ -221,79 +208,63 @@ func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 	return written, nil
 }
 
-// appendByLock writes evs to st, one lock's events at a time (one step
-// each where the store can), in order of their first event, and returns
-// how many of evs, reordered so (see byLockOrder), were written.
-func appendByLock(ctx context.Context, st Store, evs []Event) (int, error) {
-	byLockOrder(evs)
-	written := 0
-	for i := 0; i < len(evs); {
-		j := i + 1
-		for j < len(evs) && evs[j].Lock == evs[i].Lock {
-			j++
+// writeSpooled writes to st, in one Append, the events of evs that their
+// lock's recent history does not hold already (see recentKeys).
+func writeSpooled(ctx context.Context, st Store, evs []Event) error {
+	byLock := map[string]map[Event]bool{}
+	var todo []Event
+	for _, ev := range evs {
+		seen, ok := byLock[ev.Lock]
+		if !ok {
+			seen = recentKeys(ctx, st, ev.Lock)
+			byLock[ev.Lock] = seen
 		}
-		if todo := unwritten(ctx, st, evs[i:j]); len(todo) > 0 {
-			if err := st.Append(ctx, todo); err != nil && !errors.Is(err, coord.ErrInvalid) {
-				return written, err
-			}
+		if !seen[sameKey(ev)] {
+			todo = append(todo, ev)
 		}
-		// Written, or refused for good (checked on reading, so not expected).
-		written, i = j, j
 	}
-	return written, nil
+	if len(todo) == 0 {
+		return nil
+	}
+	err := st.Append(ctx, todo)
+	if errors.Is(err, coord.ErrInvalid) {
+		return nil // refused for good (checked on reading, so not expected)
+	}
+	return err
 }
 
 // recentWindow is how many of a lock's newest events a flush compares its
 // events with.
 const recentWindow = 256
 
-// unwritten returns the events of evs (all of one lock) that the lock's
-// recent history does not hold already. A write whose answer was lost (the
-// coordinator stalled after it had taken the write) was spooled though it
-// was written; without this look the flush would write it twice. When the
-// history cannot be read, every event is written: a duplicate, not a loss.
-func unwritten(ctx context.Context, st Store, evs []Event) []Event {
-	have, err := st.History(ctx, evs[0].Lock, recentWindow)
-	if err != nil || len(have) == 0 {
-		return evs
-	}
+// recentKeys returns the events of lock's recent history, as sameKey
+// compares them: a flush writes only events not among them. A write whose
+// answer was lost (the coordinator stalled after it had taken the write)
+// was spooled though it was written, and a flush that failed part way
+// leaves its file whole; without this look the flush would write them
+// twice. When the history cannot be read, none is: every event is written,
+// a duplicate, not a loss.
+func recentKeys(ctx context.Context, st Store, lock string) map[Event]bool {
 	seen := map[Event]bool{}
+	have, _ := st.History(ctx, lock, recentWindow)
 	for _, ev := range have {
 		seen[sameKey(ev)] = true
 	}
-	out := evs[:0:0]
-	for _, ev := range evs {
-		if !seen[sameKey(ev)] {
-			out = append(out, ev)
-		}
-	}
-	return out
+	return seen
 }
 
-// sameKey is ev as compared by unwritten: its time to the millisecond (as
+// sameKey is ev as compared by a flush (recentKeys): its time to the millisecond (as
 // stores keep it), in UTC.
 func sameKey(ev Event) Event {
 	ev.Time = time.UnixMilli(ev.Time.UnixMilli()).UTC()
 	return ev
 }
 
-// byLockOrder sorts evs so that the events of each lock are together, in
-// their order, the locks in the order of their first event.
-func byLockOrder(evs []Event) {
-	first := map[string]int{}
-	for i, ev := range evs {
-		if _, ok := first[ev.Lock]; !ok {
-			first[ev.Lock] = i
-		}
-	}
-	slices.SortStableFunc(evs, func(a, b Event) int { return first[a.Lock] - first[b.Lock] })
-}
-
 // encodeSpooled returns the lines of a spool file holding evs.
 func encodeSpooled(evs []Event) ([][]byte, error) {
 	var lines [][]byte
 	for _, ev := range evs {
-		b, err := json.Marshal(spooled{Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
+		b, err := json.Marshal(ev)
 		if err != nil {
 			return nil, err
 		}
@@ -317,15 +288,14 @@ func readSpoolFile(m sharedir.Mode, path string) ([]Event, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 4096), maxLine)
 	for line := 1; sc.Scan(); line++ {
-		var sp spooled
-		if err := json.Unmarshal(sc.Bytes(), &sp); err != nil {
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
-		if sp.Time.IsZero() || sp.WaitNS < 0 || sp.HeldForNS < 0 {
-			return nil, fmt.Errorf("line %d: no time, or a negative duration", line)
+		if ev.Time.IsZero() {
+			return nil, fmt.Errorf("line %d: no time", line)
 		}
-		ev := sp.Event
-		ev.Wait, ev.HeldFor = time.Duration(sp.WaitNS), time.Duration(sp.HeldForNS)
+		// Normalize refuses a negative duration.
 		if ev, err = Normalize(ev, time.Time{}); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}

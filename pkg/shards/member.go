@@ -22,11 +22,11 @@
 // Each member has one goroutine of its own (Member.loop), the only one that
 // changes the map in force and the set of held shards, and the only one
 // that reads or writes its state (memberLoop: the view of the group, the
-// acquisitions in flight, the settings reads, its timer) and
+// acquisitions in flight, its timers) and
 // Shard.lostSeen. It decides with the pure functions of state.go. The
 // others reach it through its event channel (Member.send): an acquisition
-// goroutine per shard asked for (acquired), at most one settings read at a
-// time (settingsRead), the member's and each held shard's lease watch and
+// goroutine per shard asked for (acquired), the settings reader, one read
+// at a time (settingsRead), the member's and each held shard's lease watch and
 // the AfterFunc of a shard's loss (revoked, lost), and Shard.Release from any goroutine
 // (released). send gives up once the member's goroutine has ended, so
 // none of them blocks on a member that left; an acquisition answered then
@@ -435,16 +435,17 @@ func (m *Member) notify() {
 func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord.LockInfo) {
 	defer close(m.done)
 	defer stopWatch()
-	l := &memberLoop{m: m, view: newView(m.group, m.id, m.opts.Shards),
-		acquiring: map[int]bool{}, heldBack: map[int]bool{}, timer: time.NewTimer(time.Hour)}
-	l.timer.Stop()
-	defer l.timer.Stop()
+	l := newLoop(m)
+	defer l.settling.Stop()
+	defer l.retrying.Stop()
+	if m.opts.Guard != nil {
+		go m.reader(l.reads)
+	}
 	l.view.reset(infos)
 	l.arm()
 	selfDone := m.self.Context().Done()
 	for {
 		l.claim() // what happened may have made shards this member's to ask for
-		l.rearm()
 		select {
 		case <-m.ctx.Done():
 			m.finish(context.Cause(m.ctx))
@@ -461,9 +462,10 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 				continue
 			}
 			l.watched(ev)
-		case <-l.timer.C:
-			l.timerAt = time.Time{}
-			l.woke(time.Now())
+		case <-l.settling.C:
+			l.apply()
+		case <-l.retrying.C:
+			l.retry()
 		case e := <-m.ev:
 			l.handle(e)
 		}
@@ -477,45 +479,43 @@ type memberLoop struct {
 	view      view
 	acquiring map[int]bool // in flight, by shard: true once its lock was seen freed meanwhile
 	heldBack  map[int]bool // refused by an operator limit: see at the retry
-	reads     reads
-	wake      wake
-	applied   applied     // what the map in force was computed from
-	timer     *time.Timer // fires at timerAt, wake's next time
-	timerAt   time.Time
+	// reads asks the settings reader (Member.reader) for a read: one slot,
+	// so that one asked for while another runs follows it, however often
+	// it was asked (nil without a guard). readFailed: the last read
+	// failed, and is made again at the retry.
+	reads      chan struct{}
+	readFailed bool
+	applied    applied // what the map in force was computed from
+	// The member acts without an event when one of these fires (each is
+	// stopped until armed): settling at the end of the settle time after
+	// the last change (arm), to recompute the map; retrying retryAfter
+	// after the last failure (armRetry), to try again what failed
+	// (acquisitions, a settings read) and list the shard locks again.
+	settling, retrying *time.Timer
 }
 
-// rearm points the timer at wake's next time.
-func (l *memberLoop) rearm() {
-	at := l.wake.next()
-	if at.Equal(l.timerAt) {
-		return
+func newLoop(m *Member) *memberLoop {
+	l := &memberLoop{m: m, view: newView(m.group, m.id, m.opts.Shards), acquiring: map[int]bool{}, heldBack: map[int]bool{},
+		settling: time.NewTimer(time.Hour), retrying: time.NewTimer(time.Hour)}
+	l.settling.Stop()
+	l.retrying.Stop()
+	if m.opts.Guard != nil {
+		l.reads = make(chan struct{}, 1)
 	}
-	l.timerAt = at
-	if at.IsZero() {
-		l.timer.Stop()
-		return
-	}
-	l.timer.Reset(time.Until(at))
+	return l
 }
 
-// woke acts on the times that have come at now.
-func (l *memberLoop) woke(now time.Time) {
-	settle, retry := l.wake.due(now)
-	if settle {
-		l.apply()
-	}
-	if retry {
-		l.retry()
-	}
-}
-
-// arm starts the settle time: a change waits for it.
+// arm (re)starts the settle time: a change waits for it. A negative settle
+// is none: the map is recomputed at once.
 func (l *memberLoop) arm() {
 	l.m.mu.Lock()
 	l.m.pending = true
 	l.m.mu.Unlock()
-	l.wake.armSettle(time.Now(), l.m.opts.Settle)
+	l.settling.Reset(max(l.m.opts.Settle, 0))
 }
+
+// armRetry (re)starts the retry: another failure pushes it back.
+func (l *memberLoop) armRetry() { l.retrying.Reset(retryAfter) }
 
 // watched takes in an event of the group's watch.
 func (l *memberLoop) watched(ev coord.Event) {
@@ -559,48 +559,57 @@ func (l *memberLoop) handle(e any) {
 	}
 }
 
-// readSettings asks for a read of the settings: it starts unless one
-// runs (then another follows it).
+// readSettings asks for a read of the settings.
 func (l *memberLoop) readSettings() {
-	if l.m.opts.Guard != nil && l.reads.ask() {
-		l.startRead()
+	select {
+	case l.reads <- struct{}{}:
+	default: // one is asked for already
 	}
 }
 
-// startRead reads the settings on a goroutine that reports them
-// (settingsRead).
-func (l *memberLoop) startRead() {
-	m := l.m
-	go func() {
+// reader reads the settings once per request and reports them
+// (settingsRead), until the member's goroutine ends.
+func (m *Member) reader(reads <-chan struct{}) {
+	for {
+		select {
+		case <-reads:
+		case <-m.done:
+			return
+		}
 		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
-		defer cancel()
 		st, err := LoadSettings(ctx, m.opts.Guard, m.group)
-		m.send(settingsRead{st, err})
-	}()
+		cancel()
+		if !m.send(settingsRead{st, err}) {
+			return
+		}
+	}
 }
 
 func (l *memberLoop) settingsRead(e settingsRead) {
 	m := l.m
-	failed := e.err != nil && m.ctx.Err() == nil
 	if e.err == nil {
 		m.mu.Lock()
 		m.settings = e.st
 		m.mu.Unlock()
 		l.arm()
-	} else if failed {
-		l.wake.armRetry(time.Now()) // read them again then
+	} else if m.ctx.Err() == nil {
+		l.readFailed = true
+		l.armRetry() // read them again then
 	}
-	if l.reads.done(failed) {
-		l.startRead()
+}
+
+// retryRead asks again for a read that failed, at the retry (once).
+func (l *memberLoop) retryRead() {
+	if l.readFailed {
+		l.readFailed = false
+		l.readSettings()
 	}
 }
 
 // retry tries again what failed: a settings read, and (the loop's claim)
 // every shard whose lock is free in a fresh listing.
 func (l *memberLoop) retry() {
-	if l.reads.retry() {
-		l.startRead()
-	}
+	l.retryRead()
 	clear(l.view.owner) // listed again below: what was busy may be free
 	if infos, err := l.m.c.List(l.m.ctx, l.m.group+"/"); err == nil {
 		l.view.relist(infos)
@@ -629,7 +638,7 @@ func (l *memberLoop) recheckLimits() {
 		}
 	}
 	if len(l.heldBack) > 0 {
-		l.wake.armRetry(time.Now())
+		l.armRetry()
 	}
 }
 
@@ -702,14 +711,14 @@ func (l *memberLoop) acquired(e acquired) {
 	case heldBack:
 		l.heldBack[e.n] = true
 		l.view.owner[e.n] = "?" // a thaw sends no event: see at the retry
-		l.wake.armRetry(time.Now())
+		l.armRetry()
 	case waitFree:
 		if l.view.free(e.n) {
 			l.view.owner[e.n] = "?" // held by someone: wait for its release
 		}
 	case retryLater:
 		l.view.owner[e.n] = "?" // not before the retry lists it again
-		l.wake.armRetry(time.Now())
+		l.armRetry()
 	case dropped:
 	}
 }

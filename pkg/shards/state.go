@@ -15,8 +15,7 @@ import (
 // The member's goroutine (Member.loop) decides with the pure functions of
 // this file and performs what they decide: what it sees of the group
 // (view), which shards to ask for (claims), what an acquisition's answer
-// means (acquireOutcome), the settings reads (reads), the map and why it
-// changed (plan, awayFrom), and when to act without an event (wake).
+// means (acquireOutcome), the map and why it changed (plan, awayFrom).
 
 // retryAfter is how long a failed acquisition or settings read waits
 // before it is tried again.
@@ -164,91 +163,6 @@ func stillHeldBack(heldBack map[int]bool, target []string, self string, held map
 		}
 	}
 	return out
-}
-
-// reads is the state of the settings reads: one at a time; one asked for
-// while another runs follows it; one that failed is made again at the
-// retry.
-type reads struct {
-	reading bool // a read runs
-	again   bool // asked for while one ran
-	failed  bool // the last one failed: again at the retry
-}
-
-// ask asks for a read: true when one must start now.
-func (r *reads) ask() bool {
-	if r.reading {
-		r.again = true
-		return false
-	}
-	r.reading = true
-	return true
-}
-
-// done records the end of the running read: true when another must start
-// now (one was asked for meanwhile).
-func (r *reads) done(failed bool) bool {
-	r.reading = false
-	if failed {
-		r.failed = true
-	}
-	if r.again {
-		r.again = false
-		return r.ask()
-	}
-	return false
-}
-
-// retry is the retry's time: true when a read must start now (the last
-// one failed).
-func (r *reads) retry() bool {
-	if !r.failed {
-		return false
-	}
-	r.failed = false
-	return r.ask()
-}
-
-// wake is when the member must act without an event; zero times are not
-// armed.
-type wake struct {
-	// settle: the settle time after the last change ends: the map is
-	// recomputed.
-	settle time.Time
-	// retry: what failed (acquisitions, a settings read) is tried again,
-	// and the shard locks are listed again.
-	retry time.Time
-}
-
-// armSettle starts the settle time at now (again: a change restarts it).
-// A negative settle is none: the map is recomputed at once.
-func (w *wake) armSettle(now time.Time, settle time.Duration) {
-	w.settle = now.Add(max(settle, 0))
-}
-
-// armRetry (re)starts the retry at now.
-func (w *wake) armRetry(now time.Time) { w.retry = now.Add(retryAfter) }
-
-// next is the first armed time (zero: none).
-func (w *wake) next() time.Time {
-	switch {
-	case w.settle.IsZero():
-		return w.retry
-	case w.retry.IsZero() || w.settle.Before(w.retry):
-		return w.settle
-	}
-	return w.retry
-}
-
-// due says which of the times have come at now, and disarms them.
-func (w *wake) due(now time.Time) (settle, retry bool) {
-	if !w.settle.IsZero() && !now.Before(w.settle) {
-		settle, w.settle = true, time.Time{}
-	}
-	if !w.retry.IsZero() && !now.Before(w.retry) {
-		retry, w.retry = true, time.Time{}
-	}
-	return settle, retry
 }
 
 // applied is what the map in force was computed from.

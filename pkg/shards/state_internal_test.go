@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/guard"
 	"github.com/fence-dev/fence/pkg/internal/coordkit"
 )
 
@@ -161,9 +162,18 @@ func TestStillHeldBack(t *testing.T) {
 
 // TestReads: one read at a time; asked for during one, one more follows
 // (however often it was asked); a failed one is made again at the retry,
-// once.
+// once. A read starts when the settings reader calls the guard's Get;
+// "ok" and "fail" answer the running one, and the loop takes in the answer.
 func TestReads(t *testing.T) {
-	var r reads
+	g := &heldGet{started: make(chan struct{}), answer: make(chan error)}
+	m := &Member{group: "g", opts: options{Guard: g, Settle: time.Hour}, ev: make(chan any, 1), done: make(chan struct{})}
+	m.ctx, m.cancel = context.WithCancelCause(context.Background())
+	defer m.cancel(nil)
+	defer close(m.done)
+	l := newLoop(m)
+	defer l.settling.Stop()
+	defer l.retrying.Stop()
+	go m.reader(l.reads)
 	type op struct {
 		do   string // ask, ok, fail, retry
 		want bool   // a read starts
@@ -184,64 +194,104 @@ func TestReads(t *testing.T) {
 		{"retry", true},
 		{"ok", false},
 	} {
-		var got bool
 		switch o.do {
 		case "ask":
-			got = r.ask()
-		case "ok":
-			got = r.done(false)
-		case "fail":
-			got = r.done(true)
+			l.readSettings()
+		case "ok", "fail":
+			var err error
+			if o.do == "fail" {
+				err = errors.New("unreachable")
+			}
+			g.answer <- err
+			l.handle(<-m.ev)
 		case "retry":
-			got = r.retry()
+			l.retryRead()
+		}
+		wait := 100 * time.Millisecond // a read that should not start: enough to see it start
+		if o.want {
+			wait = 5 * time.Second
+		}
+		var got bool
+		select {
+		case <-g.started:
+			got = true
+		case <-time.After(wait):
 		}
 		if got != o.want {
-			t.Fatalf("op %d (%s): start %v, want %v (state %+v)", i, o.do, got, o.want, r)
+			t.Fatalf("op %d (%s): start %v, want %v", i, o.do, got, o.want)
 		}
 	}
 }
 
+// heldGet is a guard whose Get tells that it started and returns what it
+// is given (no value, or the error).
+type heldGet struct {
+	guard.Guard
+	started chan struct{}
+	answer  chan error
+}
+
+func (g *heldGet) Get(ctx context.Context, key string) (guard.Value, error) {
+	g.started <- struct{}{}
+	if err := <-g.answer; err != nil {
+		return guard.Value{}, err
+	}
+	return guard.Value{}, guard.ErrNotFound
+}
+
 // TestWake: the settle time restarts at each change; a negative settle
-// is at once; next is the first armed time; due disarms what came.
+// is at once; the first armed time comes first; what came is disarmed;
+// another failure pushes the retry back. (On real timers: the lower bounds
+// are exact, a timer never fires early; the upper ones are loose.)
 func TestWake(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	sec := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	var w wake
-	if !w.next().IsZero() {
-		t.Fatalf("nothing armed: next %v", w.next())
+	const settle = 200 * time.Millisecond
+	l := newLoop(&Member{opts: options{Settle: settle}})
+	defer l.settling.Stop()
+	defer l.retrying.Stop()
+	fired := func(within time.Duration) string {
+		select {
+		case <-l.settling.C:
+			return "settle"
+		case <-l.retrying.C:
+			return "retry"
+		case <-time.After(within):
+			return ""
+		}
 	}
-	w.armSettle(sec(0), 200*time.Millisecond)
-	w.armSettle(sec(0.1), 200*time.Millisecond) // a change restarts it
-	if w.next() != sec(0.3) {
-		t.Errorf("settle restarted at 0.1 s: next %v", w.next().Sub(t0))
+	if f := fired(100 * time.Millisecond); f != "" {
+		t.Fatalf("nothing armed: %s fired", f)
 	}
-	w.armRetry(sec(0))
-	if w.next() != sec(0.3) {
-		t.Errorf("settle at 0.3 s, retry at 1 s: next %v", w.next().Sub(t0))
+	l.arm()
+	time.Sleep(100 * time.Millisecond)
+	changed := time.Now()
+	l.arm() // a change restarts it
+	l.armRetry()
+	if f := fired(5 * time.Second); f != "settle" || time.Since(changed) < settle {
+		t.Errorf("settle restarted, retry after it: %q fired %v after the change", f, time.Since(changed))
 	}
-	if s, r := w.due(sec(0.29)); s || r {
-		t.Errorf("at 0.29 s: due settle %v, retry %v", s, r)
+	if f := fired(5 * time.Second); f != "retry" || time.Since(changed) < retryAfter {
+		t.Errorf("after the settle: %q fired %v after the retry was armed, want the retry at %v", f, time.Since(changed), retryAfter)
 	}
-	if s, r := w.due(sec(0.3)); !s || r {
-		t.Errorf("at 0.3 s: due settle %v, retry %v", s, r)
+	if f := fired(100 * time.Millisecond); f != "" {
+		t.Errorf("all came: %s fired again", f)
 	}
-	if w.next() != sec(1) {
-		t.Errorf("after the settle: next %v, want the retry at 1 s", w.next().Sub(t0))
+	l.m.opts.Settle = -1
+	l.arm()
+	if f := fired(time.Second); f != "settle" {
+		t.Errorf("negative settle: %q fired, want the settle at once", f)
 	}
-	w.armSettle(sec(0.5), -1)
-	if w.next() != sec(0.5) {
-		t.Errorf("negative settle: next %v, want at once", w.next().Sub(t0))
+	l.arm()
+	l.armRetry()
+	time.Sleep(retryAfter + 100*time.Millisecond)
+	if a, b := fired(time.Second), fired(time.Second); a == b || a == "" || b == "" {
+		t.Errorf("both due: %q and %q fired, want each once", a, b)
 	}
-	if s, r := w.due(sec(2)); !s || !r {
-		t.Errorf("at 2 s: due settle %v, retry %v; want both", s, r)
-	}
-	if !w.next().IsZero() {
-		t.Errorf("all came: next %v", w.next())
-	}
-	w.armRetry(sec(2))
-	w.armRetry(sec(2.5)) // another failure pushes it back
-	if w.next() != sec(3.5) {
-		t.Errorf("retry re-armed at 2.5 s: next %v", w.next().Sub(t0))
+	l.armRetry()
+	time.Sleep(500 * time.Millisecond)
+	again := time.Now()
+	l.armRetry() // another failure pushes it back
+	if f := fired(5 * time.Second); f != "retry" || time.Since(again) < retryAfter {
+		t.Errorf("retry re-armed: %q fired %v after, want %v", f, time.Since(again), retryAfter)
 	}
 }
 

@@ -523,12 +523,8 @@ func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Even
 	if err != nil {
 		return history.Event{}, false, err
 	}
-	for i := len(evs) - 1; i >= 0; i-- {
-		if hopts.OfLease(string(evs[i].Kind)) {
-			return evs[i], true, nil
-		}
-	}
-	return history.Event{}, false, nil
+	ev, ok := hopts.LastLease(evs, func(e history.Event) string { return string(e.Kind) })
+	return ev, ok, nil
 }
 
 // Since implements history.Store.

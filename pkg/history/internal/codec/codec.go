@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/fence-dev/fence/pkg/history"
 
@@ -23,17 +22,15 @@ import (
 // smaller (names and keys are at most 256 bytes, free text 1 KiB).
 const MaxLen = 16 << 10
 
-// wire is the stored form: the event's JSON fields and its durations.
+// wire is the stored form: the event's JSON form and its seq.
 type wire struct {
 	Seq uint64 `json:"seq,omitempty"`
 	history.Event
-	WaitNS    int64 `json:"wait_ns,omitempty"`
-	HeldForNS int64 `json:"held_for_ns,omitempty"`
 }
 
 // Encode returns the stored form of ev, with seq when it is not 0.
 func Encode(seq uint64, ev history.Event) ([]byte, error) {
-	b, err := json.Marshal(wire{Seq: seq, Event: ev, WaitNS: int64(ev.Wait), HeldForNS: int64(ev.HeldFor)})
+	b, err := json.Marshal(wire{Seq: seq, Event: ev})
 	if err != nil {
 		return nil, err
 	}
@@ -61,9 +58,8 @@ func Decode(b []byte) (uint64, history.Event, error) {
 		return 0, history.Event{}, fmt.Errorf("event has an invalid lock name %q", w.Lock)
 	case w.Kind == "":
 		return 0, history.Event{}, errors.New("event has no kind")
-	case w.WaitNS < 0 || w.HeldForNS < 0 || w.Count < 0:
+	case w.Wait < 0 || w.HeldFor < 0 || w.Count < 0:
 		return 0, history.Event{}, errors.New("event has a negative duration or count")
 	}
-	w.Wait, w.HeldFor = time.Duration(w.WaitNS), time.Duration(w.HeldForNS)
 	return w.Seq, w.Event, nil
 }

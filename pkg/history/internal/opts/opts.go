@@ -71,6 +71,20 @@ func OfLease(kind string) bool {
 	return false
 }
 
+// LastLease returns the newest of evs (oldest first) whose kind, as kind
+// reads it, is a lease event's (OfLease): the scan of a lock's latest
+// events for the end of its last lease, shared by the Recorder and the
+// stores.
+func LastLease[E any](evs []E, kind func(E) string) (E, bool) {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if OfLease(kind(evs[i])) {
+			return evs[i], true
+		}
+	}
+	var none E
+	return none, false
+}
+
 // WithMaxPending bounds the events kept in memory while the store is down
 // (tests).
 func WithMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
