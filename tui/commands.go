@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/history"
-
 	tea "github.com/charmbracelet/bubbletea"
 
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // Every read of the coordinator happens in a tea.Cmd below, on its own
@@ -21,20 +21,9 @@ import (
 const maxBatch = 4096
 
 type (
-	watchStartedMsg struct {
-		gen    int
-		ch     <-chan coord.Event
-		cancel context.CancelFunc
-		err    error
-	}
-
-	eventsMsg struct {
-		gen    int
-		events []coord.Event
-		closed bool // the watch channel is closed
-	}
-
-	restartWatchMsg struct{ gen int }
+	// eventsMsg carries the watch's events (package follow's, with its
+	// news of the watch itself).
+	eventsMsg struct{ events []follow.Event }
 
 	listMsg struct {
 		infos   []coord.LockInfo
@@ -137,47 +126,21 @@ type revokeTarget struct {
 	token  uint64
 }
 
-// watchCmd starts a watch of the prefix under its own context.
-func (m *Model) watchCmd(gen int) tea.Cmd {
-	c, parent, prefix := m.c, m.ctx, m.opts.Prefix
+// nextEventsCmd waits for the next events of the watch: one, then
+// whatever else is already queued, up to maxBatch. The channel closes when
+// the dashboard ends.
+func (m *Model) nextEventsCmd() tea.Cmd {
+	ch := m.events
 	return func() tea.Msg {
-		ctx, cancel := context.WithCancel(parent)
-		ch, err := c.Watch(ctx, prefix)
-		if err != nil {
-			cancel()
-			return watchStartedMsg{gen: gen, err: err}
-		}
-		return watchStartedMsg{gen: gen, ch: ch, cancel: cancel}
-	}
-}
-
-// nextEventsCmd waits for the next events of a watch: one, then whatever
-// else is already queued, up to maxBatch.
-func (m *Model) nextEventsCmd(gen int, ch <-chan coord.Event) tea.Cmd {
-	ctx := m.ctx
-	return func() tea.Msg {
-		var evs []coord.Event
-		select {
-		case <-ctx.Done():
+		ev, ok := <-ch
+		if !ok {
 			return nil
-		case ev, ok := <-ch:
-			if !ok {
-				return eventsMsg{gen: gen, closed: true}
-			}
-			evs = append(evs, ev)
 		}
-		for len(evs) < maxBatch {
-			select {
-			case ev, ok := <-ch:
-				if !ok {
-					return eventsMsg{gen: gen, events: evs, closed: true}
-				}
-				evs = append(evs, ev)
-			default:
-				return eventsMsg{gen: gen, events: evs}
-			}
+		evs := []follow.Event{ev}
+		for len(evs) < maxBatch && len(ch) > 0 {
+			evs = append(evs, <-ch)
 		}
-		return eventsMsg{gen: gen, events: evs}
+		return eventsMsg{events: evs}
 	}
 }
 

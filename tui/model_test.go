@@ -14,6 +14,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"pgregory.net/rapid"
 
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -167,7 +168,7 @@ func TestEventsDuringAListAreNotLost(t *testing.T) {
 		t.Fatal("not listing")
 	}
 	ev := held("a", "new:2", 2, 15*time.Second, 15*time.Second, 0)
-	h.m.Update(eventsMsg{gen: h.m.watchGen, events: []coord.Event{{Type: coord.EventAcquired, Info: ev}}})
+	h.m.Update(eventsMsg{events: []follow.Event{{Event: coord.Event{Type: coord.EventAcquired, Info: ev}}}})
 	h.m.Update(listMsg{infos: stale})
 	if got := h.m.store.Get("a").Info; got.Token != 2 || got.Holder != "new:2" {
 		t.Fatalf("after the list: token %d holder %s, want the event's 2 new:2", got.Token, got.Holder)

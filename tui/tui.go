@@ -2,8 +2,8 @@
 // with which fencing token, how much of the lease is left, and how often
 // renewals failed and stale tokens were refused.
 //
-// The dashboard reads only through the pkg/coord API: Watch keeps the table
-// live, List loads it (and again on coord.EventReset and every refresh
+// The dashboard reads only through the pkg/coord API: Watch (kept running
+// by package follow) keeps the table live, List loads it (and again on coord.EventReset and every refresh
 // period), Inspect and, when the coordinator implements history.Store,
 // History fill the details and the counters; an Inspect of one key every
 // tick is the health probe (a stall shows within two seconds). Every read
@@ -30,6 +30,7 @@ import (
 	"github.com/muesli/termenv"
 
 	"github.com/fence-dev/fence/internal/config"
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/tui/components/details"
@@ -147,13 +148,10 @@ type Model struct {
 	backend string
 	totals  store.Totals // counted after each change, not in each frame
 
-	// The watch.
-	watchGen    int
-	watchCh     <-chan coord.Event
-	watchCancel context.CancelFunc
-	watchErr    error
-	watching    bool
-	retry       time.Duration
+	// The watch (package follow starts it again when it fails).
+	events   <-chan follow.Event
+	watchErr error
+	watching bool
 
 	// The full list.
 	listing   bool
@@ -219,7 +217,6 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		now:        opts.Now(),
 		backend:    c.Describe(),
 		listEvery:  opts.Refresh,
-		retry:      minRetry,
 		inspecting: make(map[string]bool),
 	}
 	m.hist, _ = c.(history.Store)
@@ -242,8 +239,6 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 }
 
 const (
-	minRetry = 500 * time.Millisecond
-	maxRetry = 10 * time.Second
 	// sweepBatch is how many locks' histories one command reads.
 	sweepBatch = 256
 	// maxPending bounds the events kept while a list is on its way.
@@ -255,6 +250,6 @@ const (
 
 // Init starts the reads: the watch (then the list), and the clock.
 func (m *Model) Init() tea.Cmd {
-	m.watchGen++
-	return tea.Batch(m.watchCmd(m.watchGen), m.after(m.tick, tickMsg{}))
+	m.events = follow.Watch(m.ctx, m.c, m.opts.Prefix)
+	return tea.Batch(m.nextEventsCmd(), m.after(m.tick, tickMsg{}))
 }

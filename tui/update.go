@@ -11,9 +11,6 @@ import (
 	"github.com/fence-dev/fence/tui/internal/store"
 )
 
-// errWatchEnded is the watch's health detail when its channel closed.
-var errWatchEnded = errors.New("watch ended")
-
 // Update applies one message. It never reads the coordinator: reads are the
 // commands it returns.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -24,17 +21,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tea.KeyMsg:
 		return m, m.onKey(msg)
-	case watchStartedMsg:
-		return m, m.onWatchStarted(msg)
 	case eventsMsg:
 		return m, m.onEvents(msg)
-	case restartWatchMsg:
-		if msg.gen != m.watchGen || m.ctx.Err() != nil {
-			return m, nil
-		}
-		m.cancelWatch()
-		m.watchGen++
-		return m, m.watchCmd(m.watchGen)
 	case listMsg:
 		return m, m.onList(msg)
 	case inspectMsg:
@@ -123,42 +111,6 @@ func (m *Model) unanswered() (time.Time, bool) {
 	return start, !start.IsZero()
 }
 
-func (m *Model) cancelWatch() {
-	if m.watchCancel != nil {
-		m.watchCancel()
-		m.watchCancel = nil
-	}
-	m.watchCh = nil
-	m.watching = false
-}
-
-func (m *Model) onWatchStarted(msg watchStartedMsg) tea.Cmd {
-	if msg.gen != m.watchGen {
-		if msg.cancel != nil {
-			msg.cancel()
-		}
-		return nil
-	}
-	if msg.err != nil {
-		m.watchErr = msg.err
-		m.watching = false
-		// List anyway: the table is still worth showing.
-		return tea.Batch(m.restartWatchLater(), m.startList())
-	}
-	m.watchCh, m.watchCancel = msg.ch, msg.cancel
-	m.watching, m.watchErr, m.retry = true, nil, minRetry
-	// Events from now on are not missed; the list fills in the rest.
-	return tea.Batch(m.nextEventsCmd(m.watchGen, m.watchCh), m.startList())
-}
-
-// restartWatchLater starts the watch again after the retry delay, which
-// doubles up to maxRetry.
-func (m *Model) restartWatchLater() tea.Cmd {
-	d := m.retry
-	m.retry = min(m.retry*2, maxRetry)
-	return m.after(d, restartWatchMsg{gen: m.watchGen})
-}
-
 // startList lists every lock, or asks for another list when one is on its
 // way. Events arriving meanwhile are kept and applied after the list, so a
 // list read before an event never overwrites it.
@@ -174,22 +126,23 @@ func (m *Model) startList() tea.Cmd {
 }
 
 func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
-	if msg.gen != m.watchGen {
-		return nil
-	}
-	var cmds []tea.Cmd
+	cmds := []tea.Cmd{m.nextEventsCmd()}
 	touched := false
 	for _, ev := range msg.events {
 		switch {
-		case ev.Type == coord.EventReset:
-			// The events after it go to pending: the list will have
-			// what the watch lost.
+		case ev.Err != nil:
+			// The watch is started again; list meanwhile: the table is
+			// still worth showing.
+			m.watching, m.watchErr = false, ev.Err
 			cmds = append(cmds, m.startList())
-			continue
+		case ev.Type == coord.EventReset:
+			// The watch started, or lost track. The events after it go to
+			// pending: the list will have what the watch missed.
+			m.watching, m.watchErr = true, nil
+			cmds = append(cmds, m.startList())
 		case ev.Info.Name == "":
-			continue
 		case !m.listing:
-			m.store.Apply(m.now, ev)
+			m.store.Apply(m.now, ev.Event)
 		case len(m.pending) >= maxPending:
 			// Too many to keep: the list after this one will have
 			// them all.
@@ -197,22 +150,13 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 			m.relist = true
 			fallthrough
 		default:
-			m.pending = append(m.pending, ev)
+			m.pending = append(m.pending, ev.Event)
 		}
 		touched = touched || m.mode == modeDetails && ev.Info.Name == m.details.Name()
 	}
 	m.changed()
 	if touched {
 		cmds = append(cmds, m.fetchDetails())
-	}
-	if msg.closed {
-		m.cancelWatch()
-		if m.ctx.Err() == nil {
-			m.watchErr = errWatchEnded
-			cmds = append(cmds, m.restartWatchLater())
-		}
-	} else {
-		cmds = append(cmds, m.nextEventsCmd(m.watchGen, m.watchCh))
 	}
 	return tea.Batch(cmds...)
 }

@@ -16,9 +16,9 @@
 //
 // # How it is fed
 //
-// The state comes from one Watch of the coordinator, started after an
-// initial List; a watch that fails or resets is started again, and followed
-// by a List. Each scrape also Lists the locks (within scrapeTimeout)
+// The state comes from one Watch of the coordinator, followed by a List;
+// a watch that fails is started again (package follow), and a start or a
+// reset of the watch is followed by a List. Each scrape also Lists the locks (within scrapeTimeout)
 // to refresh the time left on leases (etcd renewals are not visible to a
 // watch) and to catch what a watch restart missed. Holder changes are taken
 // in order: tokens only grow, so a state with a smaller token than one
@@ -51,6 +51,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fence-dev/fence/internal/etcdbugs"
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/internal/history/auto"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
@@ -306,9 +307,9 @@ var allKinds = []history.Kind{
 	history.Completed, history.Skipped,
 }
 
-// NewCollector reads the coordinator's locks and history once (an error of
-// the coordinator is returned; one of the history is logged), and follows
-// the coordinator's watch until ctx ends.
+// NewCollector starts the coordinator's watch and reads its locks and
+// history once (an error of the coordinator is returned; one of the
+// history is logged), and follows the watch until ctx ends.
 func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Collector, error) {
 	opts.fill()
 	col := &Collector{
@@ -332,58 +333,45 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 			Buckets: waitBuckets,
 		}, []string{"lock"})
 	}
+	wctx, stop := context.WithCancel(ctx)
+	evs := follow.Watch(wctx, c, opts.Prefix)
+	if ev := <-evs; ev.Err != nil {
+		stop()
+		return nil, fmt.Errorf("exporter: %w", ev.Err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
 	if err := col.list(rctx, false); err != nil {
-		return nil, fmt.Errorf("exporter: %w", err)
-	}
-	ch, err := c.Watch(ctx, opts.Prefix)
-	if err != nil {
+		stop()
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
 	col.watching = true
 	if col.hist != nil {
 		col.readHistory(rctx)
 	}
-	go col.follow(ctx, ch)
+	go func() {
+		defer stop()
+		col.run(wctx, evs)
+	}()
 	return col, nil
 }
 
-// follow applies the watch's events, and starts the watch again when it
-// ends before ctx.
-func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
-	for {
-		for ev := range ch {
-			if ev.Type == coord.EventReset {
-				col.relist(ctx)
-				continue
-			}
-			if ev.Info.Name == "" || !strings.HasPrefix(ev.Info.Name, col.opts.Prefix) {
-				continue
-			}
+// run applies the watch's events (package follow starts it again when it
+// fails) until ctx ends.
+func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
+	for ev := range evs {
+		switch {
+		case ev.Err != nil:
+			col.setWatching(false)
+			col.opts.Logger.Warn("exporter: the coordinator's watch failed; starting it again", "coordinator", col.c.Describe(), "err", ev.Err)
+		case ev.Type == coord.EventReset:
+			col.setWatching(true)
+			col.relist(ctx)
+		case ev.Info.Name != "" && strings.HasPrefix(ev.Info.Name, col.opts.Prefix):
 			col.mu.Lock()
 			col.apply(ev.Info, true)
 			col.mu.Unlock()
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		col.setWatching(false)
-		col.opts.Logger.Warn("exporter: the coordinator's watch ended; starting it again", "coordinator", col.c.Describe())
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			var err error
-			if ch, err = col.c.Watch(ctx, col.opts.Prefix); err == nil {
-				break
-			}
-			col.opts.Logger.Debug("exporter: watch", "err", err)
-		}
-		col.setWatching(true)
-		col.relist(ctx)
 	}
 }
 
