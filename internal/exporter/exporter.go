@@ -53,6 +53,7 @@ import (
 	"github.com/fence-dev/fence/internal/etcdbugs"
 	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/internal/history/auto"
+	"github.com/fence-dev/fence/internal/lockkind"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
@@ -289,15 +290,13 @@ var (
 // shards` group: a shard's moves (GROUP/shard/N) and a member's restarts of
 // its command (GROUP/members/ID).
 func groupKinds(name string) []history.Kind {
-	if i := strings.LastIndex(name, "/shard/"); i > 0 {
-		if k, err := strconv.Atoi(name[i+len("/shard/"):]); err == nil && k >= 0 {
-			return []history.Kind{history.ShardTaken, history.ShardGivenUp, history.ShardLost}
-		}
-	}
-	if i := strings.LastIndex(name, "/members/"); i > 0 && !strings.Contains(name[i+len("/members/"):], "/") {
+	switch _, member, _, ok := lockkind.Group(name); {
+	case !ok:
+		return nil
+	case member != "":
 		return []history.Kind{history.Restarted}
 	}
-	return nil
+	return []history.Kind{history.ShardTaken, history.ShardGivenUp, history.ShardLost}
 }
 
 // allKinds are the history event kinds exported for every lock.
