@@ -170,10 +170,8 @@ type Model struct {
 	probeStart time.Time // since when
 
 	// History counters: one batch at a time.
-	histBusy   bool
-	sweep      []string // names still to read in the current sweep
-	sweepStart time.Time
-	lastBatch  time.Duration
+	histBusy  bool
+	lastBatch time.Duration
 
 	inspecting map[string]bool
 

@@ -182,59 +182,52 @@ func (m *Model) onList(msg listMsg) tea.Cmd {
 }
 
 // historyBatch reads the history counters of the rows on screen that are
-// older than the refresh period, then of the next locks of the background
-// sweep that covers every lock once per period, so that sorting by a
-// counter sees them all. One batch at a time.
+// older than the refresh period or, when there are none, of the next
+// sweepBatch other locks older than the list period, so that sorting by a
+// counter sees them all. One batch at a time; the others wait as long as
+// the last batch took, so that the sweep reads at most half of the time.
 func (m *Model) historyBatch() tea.Cmd {
 	if m.hist == nil || m.histBusy {
 		return nil
 	}
-	names := make([]string, 0, sweepBatch)
-	seen := make(map[string]bool)
+	var names []string
 	for _, r := range m.table.Visible(m.store) {
 		if r.HistAt.IsZero() || m.now.Sub(r.HistAt) >= m.opts.Refresh {
 			names = append(names, r.Info.Name)
-			seen[r.Info.Name] = true
 		}
 	}
-	visible := len(names) > 0
-	if len(m.sweep) == 0 && m.store.Len() > 0 && (m.sweepStart.IsZero() || m.now.Sub(m.sweepStart) >= m.listEvery) {
-		m.sweepStart = m.now
+	var delay time.Duration
+	if len(names) == 0 {
+		delay = m.lastBatch
 		for _, r := range m.store.All() {
-			m.sweep = append(m.sweep, r.Info.Name)
-		}
-	}
-	for len(names) < sweepBatch && len(m.sweep) > 0 {
-		name := m.sweep[0]
-		m.sweep = m.sweep[1:]
-		if r := m.store.Get(name); r != nil && !seen[name] && (r.HistAt.IsZero() || m.now.Sub(r.HistAt) >= m.opts.Refresh) {
-			names = append(names, name)
+			if len(names) == sweepBatch {
+				break
+			}
+			if r.HistAt.IsZero() || m.now.Sub(r.HistAt) >= m.listEvery {
+				names = append(names, r.Info.Name)
+			}
 		}
 	}
 	if len(names) == 0 {
 		return nil
 	}
 	m.histBusy = true
-	var delay time.Duration
-	if !visible {
-		delay = m.lastBatch // the sweep reads at most half of the time
-	}
 	return m.historyCmd(names, delay)
 }
 
+// onHistory takes a batch's counters (a lock whose read failed is tried
+// again a period later) and reads the next batch.
 func (m *Model) onHistory(msg historyMsg) tea.Cmd {
 	m.histBusy = false
 	m.lastBatch = msg.elapsed
 	for _, c := range msg.counts {
-		if c.err == nil {
-			m.store.SetCounts(c.name, c.failures, c.stale, m.now)
+		if r := m.store.Get(c.name); c.err != nil && r != nil {
+			c.failures, c.stale = r.Failures, r.Stale
 		}
+		m.store.SetCounts(c.name, c.failures, c.stale, m.now)
 	}
 	m.changed()
-	if len(m.sweep) > 0 {
-		return m.historyBatch()
-	}
-	return nil
+	return m.historyBatch()
 }
 
 func (m *Model) fetchDetails() tea.Cmd {
