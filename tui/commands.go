@@ -182,7 +182,7 @@ func (m *Model) listCmd() tea.Cmd {
 const probeName = "fence-top-probe"
 
 // inspectCmd reads one lock. Every tick it reads probeName, so that a
-// coordinator that stops answering shows within stallAfter of a tick,
+// coordinator that stops answering shows within probeStall of a tick,
 // whatever the refresh period (a list may be seconds away).
 func (m *Model) inspectCmd(name string) tea.Cmd {
 	c, ctx, now := m.c, m.ctx, m.opts.Now

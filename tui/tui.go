@@ -165,7 +165,6 @@ type Model struct {
 	latency    time.Duration
 	read       bool
 	lastOK     time.Time // the last read that was answered
-	listStart  time.Time // when the list on its way was asked for
 	probing    bool      // an inspect of probeName is on its way
 	probeStart time.Time // since when
 

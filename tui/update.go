@@ -81,34 +81,25 @@ func (m *Model) noteRead(err error, latency time.Duration) {
 	}
 }
 
-// stallAfter is how long a list may be on its way, and probeStall how
-// long the probe of every tick, before the coordinator counts as not
-// answering, when no other read was answered meanwhile (a frozen etcd does
-// not fail a read: it never answers it). With a probe every tick (a
-// second), a stall shows within two seconds.
-const (
-	stallAfter = 2 * time.Second
-	probeStall = time.Second
-)
+// probeStall is how long the probe of every tick may be on its way, with
+// no other read answered meanwhile, before the coordinator counts as not
+// answering (a frozen etcd does not fail a read: it never answers it).
+// With a probe every tick (a second), a stall shows within two seconds.
+const probeStall = time.Second
 
 // unanswered reports whether the coordinator is not answering, and since
-// when: the last read failed, or a list (the probe) has been on its way
-// for stallAfter (probeStall) with no read answered since it was asked.
+// when: the last read failed, or the probe has been on its way for
+// probeStall with no read answered since it was asked.
 func (m *Model) unanswered() (time.Time, bool) {
-	waited := func(on bool, start time.Time, d time.Duration) bool {
-		return on && m.now.Sub(start) >= d && !m.lastOK.After(start)
-	}
-	if m.readErr == nil && !waited(m.listing, m.listStart, stallAfter) && !waited(m.probing, m.probeStart, probeStall) {
+	stalled := m.probing && m.now.Sub(m.probeStart) >= probeStall && !m.lastOK.After(m.probeStart)
+	if m.readErr == nil && !stalled {
 		return time.Time{}, false
 	}
-	if !m.lastOK.IsZero() {
-		return m.lastOK, true
+	since := m.lastOK
+	if since.IsZero() {
+		since = m.probeStart
 	}
-	start := m.listStart
-	if m.probing && (start.IsZero() || m.probeStart.Before(start)) {
-		start = m.probeStart
-	}
-	return start, !start.IsZero()
+	return since, !since.IsZero()
 }
 
 // startList lists every lock, or asks for another list when one is on its
@@ -120,7 +111,6 @@ func (m *Model) startList() tea.Cmd {
 		return nil
 	}
 	m.listing = true
-	m.listStart = m.now
 	m.pending = m.pending[:0]
 	return m.listCmd()
 }
@@ -280,7 +270,7 @@ func (m *Model) onTick() tea.Cmd {
 	if !m.listing && !m.lastList.IsZero() && m.now.Sub(m.lastList) >= m.listEvery {
 		cmds = append(cmds, m.startList())
 	}
-	if !m.probing && !m.lastList.IsZero() { // after the first list
+	if !m.probing {
 		m.probing, m.probeStart = true, m.now
 		cmds = append(cmds, m.inspectCmd(probeName))
 	}
