@@ -5,39 +5,11 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 )
 
-// A key goes through two decisions, both pure functions of the model's
-// state: who reads it (keyReaderOf), and, for a screen, which of its
-// bindings it matches (keyAction). onKey then runs that binding's step.
-
-// keyReader is who reads a key.
-type keyReader uint8
-
-const (
-	// readerInterrupt: ctrl+c quits from anywhere, also while typing a
-	// filter or answering a question.
-	readerInterrupt keyReader = iota
-	// readerAnswer: a revoke, a freeze or a thaw asked first; y does it,
-	// any other key cancels it.
-	readerAnswer
-	// readerFilter: the filter input takes every key while it is typed.
-	readerFilter
-	// readerScreen: the screen in view (table, details, help) does.
-	readerScreen
-)
-
-// keyReaderOf is who reads a key: interrupt says it is the interrupt key,
-// the others what the model is doing.
-func keyReaderOf(interrupt, asking, filtering bool) keyReader {
-	switch {
-	case interrupt:
-		return readerInterrupt
-	case asking:
-		return readerAnswer
-	case filtering:
-		return readerFilter
-	}
-	return readerScreen
-}
+// A key goes to the first of these that is there: ctrl+c, which quits
+// from anywhere; a question (a revoke, a freeze or a thaw asked first: y
+// does it, any other key cancels it); the filter input while it is typed;
+// the screen in view (table, details, help), whose bindings say what the
+// key does (keyAction).
 
 // binding is one key of a screen, what it does (act, for the tests and
 // the reader) and the step that does it.
@@ -116,12 +88,12 @@ func none(f func(*Model)) func(*Model) tea.Cmd {
 }
 
 func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
-	switch keyReaderOf(key.Matches(msg, m.keys.Interrupt), m.asking != nil, m.filtering) {
-	case readerInterrupt:
+	switch {
+	case key.Matches(msg, m.keys.Interrupt):
 		return m.quit()
-	case readerAnswer:
+	case m.asking != nil:
 		return m.answer(key.Matches(msg, m.keys.Yes))
-	case readerFilter:
+	case m.filtering:
 		return m.filterKey(msg)
 	}
 	m.flash = ""
