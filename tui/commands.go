@@ -44,13 +44,12 @@ type (
 		elapsed time.Duration
 	}
 
+	// detailsMsg is an inspect of the lock in the details, and its
+	// history.
 	detailsMsg struct {
-		name    string
-		info    coord.LockInfo
-		infoErr error
+		inspectMsg
 		events  []history.Event
 		histErr error
-		latency time.Duration
 	}
 
 	// doneMsg ends a revoke, a freeze or a thaw: what the bottom line
@@ -240,7 +239,7 @@ func (m *Model) detailsCmd(name string) tea.Cmd {
 	return func() tea.Msg {
 		start := now()
 		info, err := c.Inspect(ctx, name)
-		msg := detailsMsg{name: name, info: info, infoErr: err, latency: now().Sub(start)}
+		msg := detailsMsg{inspectMsg: inspectMsg{name: name, info: info, err: err, latency: now().Sub(start)}}
 		if h != nil {
 			msg.events, msg.histErr = h.History(ctx, name, 0)
 		}

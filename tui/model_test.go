@@ -625,7 +625,7 @@ func TestEveryFrameFits(t *testing.T) {
 						Kind: rapid.SampledFrom([]history.Kind{history.Acquired, history.Released, history.Frozen, history.Thawed}).Draw(rt, "kind"),
 						Wait: time.Duration(rapid.Int64Range(0, 1e13).Draw(rt, "wait")), HeldFor: time.Duration(rapid.Int64Range(0, 1e13).Draw(rt, "held"))})
 				}
-				m.Update(detailsMsg{name: m.details.Name(), events: evs})
+				m.Update(detailsMsg{inspectMsg: inspectMsg{name: m.details.Name()}, events: evs})
 			}
 			checkFrame(rt, m.View(), w, hgt)
 		}

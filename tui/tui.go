@@ -165,14 +165,13 @@ type Model struct {
 	latency    time.Duration
 	read       bool
 	lastOK     time.Time // the last read that was answered
-	probing    bool      // an inspect of probeName is on its way
-	probeStart time.Time // since when
+	probeStart time.Time // when the inspect of probeName on its way was asked
 
 	// History counters: one batch at a time.
 	histBusy  bool
 	lastBatch time.Duration
 
-	inspecting map[string]bool
+	inspecting map[string]bool // the locks an inspect is on its way for
 
 	detailsBusy  bool
 	detailsDirty bool
@@ -240,8 +239,9 @@ const (
 	sweepBatch = 256
 	// maxPending bounds the events kept while a list is on its way.
 	maxPending = 100_000
-	// maxInspect bounds the expiring rows re-read at once.
-	maxInspect = 8
+	// maxInspect bounds the inspects on their way: the probe and the
+	// expiring rows re-read.
+	maxInspect = 9
 	flashFor   = 5 * time.Second
 )
 

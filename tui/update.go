@@ -27,12 +27,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.onList(msg)
 	case inspectMsg:
 		delete(m.inspecting, msg.name)
-		m.probing = m.probing && msg.name != probeName
-		m.noteRead(msg.err, msg.latency)
-		if msg.err == nil && m.store.Get(msg.name) != nil {
-			m.store.Apply(m.now, coord.Event{Info: msg.info})
-			m.changed()
-		}
+		m.onRead(msg)
 		return m, nil
 	case historyMsg:
 		return m, m.onHistory(msg)
@@ -70,6 +65,7 @@ func (m *Model) changed() {
 	}
 }
 
+// noteRead notes how a read went, for the status line.
 func (m *Model) noteRead(err error, latency time.Duration) {
 	if errors.Is(err, coord.ErrNotHeld) {
 		err = nil
@@ -79,6 +75,16 @@ func (m *Model) noteRead(err error, latency time.Duration) {
 		m.latency, m.read = latency, true
 		m.lastOK = m.now
 	}
+}
+
+// onRead takes in an inspect of a lock: how it went, and the lock when the
+// dashboard lists it.
+func (m *Model) onRead(msg inspectMsg) {
+	m.noteRead(msg.err, msg.latency)
+	if msg.err == nil && m.store.Get(msg.name) != nil {
+		m.store.Apply(m.now, coord.Event{Info: msg.info})
+	}
+	m.changed()
 }
 
 // probeStall is how long the probe of every tick may be on its way, with
@@ -91,7 +97,7 @@ const probeStall = time.Second
 // when: the last read failed, or the probe has been on its way for
 // probeStall with no read answered since it was asked.
 func (m *Model) unanswered() (time.Time, bool) {
-	stalled := m.probing && m.now.Sub(m.probeStart) >= probeStall && !m.lastOK.After(m.probeStart)
+	stalled := m.inspecting[probeName] && m.now.Sub(m.probeStart) >= probeStall && !m.lastOK.After(m.probeStart)
 	if m.readErr == nil && !stalled {
 		return time.Time{}, false
 	}
@@ -235,15 +241,11 @@ func (m *Model) fetchDetails() tea.Cmd {
 
 func (m *Model) onDetails(msg detailsMsg) tea.Cmd {
 	m.detailsBusy = false
-	m.noteRead(msg.infoErr, msg.latency)
-	if msg.infoErr == nil && m.store.Get(msg.name) != nil {
-		m.store.Apply(m.now, coord.Event{Info: msg.info})
-	}
 	if m.hist != nil && msg.histErr == nil {
 		f, s := countHistory(msg.events)
 		m.store.SetCounts(msg.name, f, s, m.now)
 	}
-	m.changed()
+	m.onRead(msg.inspectMsg)
 	if m.mode != modeDetails || msg.name != m.details.Name() {
 		return nil
 	}
@@ -270,8 +272,8 @@ func (m *Model) onTick() tea.Cmd {
 	if !m.listing && !m.lastList.IsZero() && m.now.Sub(m.lastList) >= m.listEvery {
 		cmds = append(cmds, m.startList())
 	}
-	if !m.probing {
-		m.probing, m.probeStart = true, m.now
+	if !m.inspecting[probeName] {
+		m.inspecting[probeName], m.probeStart = true, m.now
 		cmds = append(cmds, m.inspectCmd(probeName))
 	}
 	cmds = append(cmds, m.historyBatch())
