@@ -111,17 +111,12 @@ func (o *Options) fill() {
 // shuts the server down and returns nil. A failure to listen, or of the
 // coordinator's first read, is returned at once.
 func Serve(ctx context.Context, addr string, c coord.Coordinator, opts Options) error {
+	opts.fill()
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("exporter: %w", err)
 	}
-	return ServeListener(ctx, ln, c, opts)
-}
-
-// ServeListener is Serve on a listener the caller made; it closes ln.
-func ServeListener(ctx context.Context, ln net.Listener, c coord.Coordinator, opts Options) error {
-	opts.fill()
 	h, err := Handler(ctx, c, opts)
 	if err != nil {
 		ln.Close()
