@@ -55,7 +55,6 @@ type (
 	// doneMsg ends a revoke, a freeze or a thaw: what the bottom line
 	// says, and the lock as read afterwards (read: a freeze or a thaw).
 	doneMsg struct {
-		revoke bool // else a freeze or a thaw
 		flash  string
 		isErr  bool
 		info   coord.LockInfo
@@ -69,28 +68,8 @@ type (
 type limitTarget struct {
 	name   string      // the selected lock
 	freeze bool        // freeze the lock; else thaw
-	limit  coord.Limit // a thaw: the limit that binds the lock (its scope is cleared)
-}
-
-// scope is what the change applies to: `lock "a"`, `prefix "jobs/"`.
-func (t limitTarget) scope() string {
-	if t.freeze {
-		return coord.Limit{Name: t.name}.Scope()
-	}
-	return t.limit.Scope()
-}
-
-// verb is "freeze" or "thaw" with suffix ("ing", "ed"): frozen, thawed.
-func (t limitTarget) verb(suffix string) string {
-	switch {
-	case t.freeze && suffix == "ed":
-		return "froze"
-	case t.freeze && suffix == "ing":
-		return "freezing"
-	case t.freeze:
-		return "freeze"
-	}
-	return "thaw" + suffix
+	limit  coord.Limit // what changes: the lock's own limit (a freeze), the one that binds the lock (a thaw)
+	verbs  [3]string   // "freeze", "freezing", "froze", or a thaw's
 }
 
 // question is the confirmation asked before the change.
@@ -261,18 +240,18 @@ func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
 		case !cur.Held:
 			err = coord.ErrNotHeld
 		case cur.Token != t.token:
-			return doneMsg{revoke: true, isErr: true,
+			return doneMsg{isErr: true,
 				flash: fmt.Sprintf("not revoked: %s changed hands (now token %d of %s)", t.name, cur.Token, cur.Holder)}
 		default:
 			ended, err = c.Revoke(ctx, t.name)
 		}
 		switch {
 		case errors.Is(err, coord.ErrNotHeld):
-			return doneMsg{revoke: true, flash: fmt.Sprintf("not revoked: %s is free already", t.name)}
+			return doneMsg{flash: fmt.Sprintf("not revoked: %s is free already", t.name)}
 		case err != nil:
-			return doneMsg{revoke: true, isErr: true, flash: fmt.Sprintf("revoke %s: %v", t.name, err)}
+			return doneMsg{isErr: true, flash: fmt.Sprintf("revoke %s: %v", t.name, err)}
 		}
-		return doneMsg{revoke: true, flash: fmt.Sprintf("revoked %s: token %d of %s", t.name, ended.Token, ended.Holder)}
+		return doneMsg{flash: fmt.Sprintf("revoked %s: token %d of %s", t.name, ended.Token, ended.Holder)}
 	}
 }
 
@@ -283,17 +262,16 @@ func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 	c, h, ctx, by := m.c, m.hist, m.ctx, m.opts.Operator
 	return func() tea.Msg {
 		fail := func(err error) tea.Msg {
-			return doneMsg{isErr: true, flash: fmt.Sprintf("%s %s: %v", t.verb(""), t.scope(), err)}
+			return doneMsg{isErr: true, flash: fmt.Sprintf("%s %s: %v", t.verbs[0], t.limit.Scope(), err)}
 		}
 		now := time.Now()
 		ev := history.Event{Kind: history.Frozen, Holder: by, Reason: "from fence top by " + by, Time: now}
-		scope, removed := coord.Limit{Name: t.name}, true
+		scope, removed := t.limit, true
 		if t.freeze {
 			if err := c.SetLimit(ctx, coord.Limit{Name: t.name, By: by, Reason: ev.Reason, At: now}); err != nil {
 				return fail(err)
 			}
 		} else {
-			scope = t.limit
 			old, ok, err := c.ClearLimit(ctx, scope.Name, scope.Prefix)
 			if err != nil {
 				return fail(err)
@@ -320,12 +298,12 @@ func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 			}
 		}
 		info, err := c.Inspect(ctx, t.name)
-		msg := doneMsg{info: info, read: err == nil, flash: fmt.Sprintf("%s %s", t.verb("ed"), t.scope())}
+		msg := doneMsg{info: info, read: err == nil, flash: fmt.Sprintf("%s %s", t.verbs[2], scope.Scope())}
 		switch {
 		case !removed:
-			msg.flash = fmt.Sprintf("not thawed: %s had no limit by now", t.scope())
+			msg.flash = fmt.Sprintf("not thawed: %s had no limit by now", scope.Scope())
 		case err == nil && info.Limit != nil && !t.freeze:
-			msg.flash = fmt.Sprintf("thawed %s; %s is still %s", t.scope(), t.name, info.Limit.Describe())
+			msg.flash = fmt.Sprintf("thawed %s; %s is still %s", scope.Scope(), t.name, info.Limit.Describe())
 		}
 		return msg
 	}

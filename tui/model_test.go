@@ -475,7 +475,7 @@ func TestRevokeAsksFirst(t *testing.T) {
 		t.Fatalf("n: revoked %v, line %q", f.revoked, h.screen()[23])
 	}
 	h.key("r", "y")
-	h.until("the revoke", func() bool { return !h.m.revoking })
+	h.until("the revoke", func() bool { return !h.m.changing })
 	f.mu.Lock()
 	revoked := slices.Clone(f.revoked)
 	f.mu.Unlock()
@@ -503,7 +503,7 @@ func TestRevokeRefusesANewHolder(t *testing.T) {
 	f.locks["deploy/prod"] = held("deploy/prod", "ci-runner-4:1", 58, 30*time.Second, 30*time.Second, 0)
 	f.mu.Unlock()
 	h.key("y")
-	h.until("the revoke", func() bool { return !h.m.revoking })
+	h.until("the revoke", func() bool { return !h.m.changing })
 	if len(f.revoked) != 0 {
 		t.Fatalf("revoked %v", f.revoked)
 	}

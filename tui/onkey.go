@@ -122,6 +122,7 @@ func (m *Model) answer(yes bool) tea.Cmd {
 		return nil
 	}
 	m.setFlash(q.doing, false)
+	m.changing = true
 	return q.do()
 }
 

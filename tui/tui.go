@@ -139,8 +139,7 @@ type Model struct {
 	prevDetails   bool      // the help was opened from the details
 	filtering     bool      // typing a filter
 	asking        *question // before a revoke, a freeze or a thaw
-	revoking      bool
-	limiting      bool
+	changing      bool      // a revoke, a freeze or a thaw is on its way
 	flash         string
 	flashErr      bool
 	flashUntil    time.Time

@@ -308,8 +308,8 @@ func (m *Model) askRevoke(name string) {
 	switch {
 	case r == nil:
 		return
-	case m.revoking:
-		m.setFlash("a revoke is on its way", false)
+	case m.changing:
+		m.setFlash("a revoke, a freeze or a thaw is on its way", false)
 	case !r.Info.Held:
 		m.setFlash(name+" is free: nothing to revoke", false)
 	default:
@@ -317,7 +317,7 @@ func (m *Model) askRevoke(name string) {
 		m.asking = &question{
 			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, t.holder, t.token),
 			what: "revoke", doing: fmt.Sprintf("revoking %s…", name),
-			do: func() tea.Cmd { m.revoking = true; return m.revokeCmd(t) },
+			do: func() tea.Cmd { return m.revokeCmd(t) },
 		}
 	}
 }
@@ -331,31 +331,27 @@ func (m *Model) askLimit(name string, freeze bool) {
 	switch {
 	case r == nil:
 		return
-	case m.limiting:
-		m.setFlash("a freeze or thaw is on its way", false)
+	case m.changing:
+		m.setFlash("a revoke, a freeze or a thaw is on its way", false)
 	case freeze && r.Info.Limit != nil && r.Info.Limit.Max == 0:
 		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, r.Info.Limit.Scope()), false)
 	case !freeze && r.Info.Limit == nil:
 		m.setFlash(name+" has no limit: nothing to thaw", false)
 	default:
-		t := limitTarget{name: name, freeze: freeze}
+		t := limitTarget{name: name, freeze: true, limit: coord.Limit{Name: name}, verbs: [3]string{"freeze", "freezing", "froze"}}
 		if !freeze {
-			t.limit = *r.Info.Limit
+			t = limitTarget{name: name, limit: *r.Info.Limit, verbs: [3]string{"thaw", "thawing", "thawed"}}
 		}
 		m.asking = &question{
-			text: t.question(), what: t.verb(""), doing: fmt.Sprintf("%s %s…", t.verb("ing"), t.scope()),
-			do: func() tea.Cmd { m.limiting = true; return m.limitCmd(t) },
+			text: t.question(), what: t.verbs[0], doing: fmt.Sprintf("%s %s…", t.verbs[1], t.limit.Scope()),
+			do: func() tea.Cmd { return m.limitCmd(t) },
 		}
 	}
 }
 
 // onDone ends a revoke, a freeze or a thaw.
 func (m *Model) onDone(msg doneMsg) {
-	if msg.revoke {
-		m.revoking = false
-	} else {
-		m.limiting = false
-	}
+	m.changing = false
 	m.setFlash(msg.flash, msg.isErr)
 	if msg.read && m.store.Get(msg.info.Name) != nil {
 		m.store.Apply(m.now, coord.Event{Info: msg.info})
