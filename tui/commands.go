@@ -1,7 +1,6 @@
 package tui
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -127,22 +126,10 @@ func (m *Model) nextEventsCmd() tea.Cmd {
 func (m *Model) after(d time.Duration, msg tea.Msg) tea.Cmd {
 	ctx := m.ctx
 	return func() tea.Msg {
-		if !sleep(ctx, d) {
+		if !follow.Sleep(ctx, d) {
 			return nil
 		}
 		return msg
-	}
-}
-
-// sleep waits for d, or until ctx ends: false then.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -180,7 +167,7 @@ func (m *Model) inspectCmd(name string) tea.Cmd {
 func (m *Model) historyCmd(names []string, delay time.Duration) tea.Cmd {
 	h, ctx, now := m.hist, m.ctx, m.opts.Now
 	return func() tea.Msg {
-		if delay > 0 && !sleep(ctx, delay) {
+		if delay > 0 && !follow.Sleep(ctx, delay) {
 			return nil
 		}
 		start := now()

@@ -59,7 +59,7 @@ func Watch(ctx context.Context, c coord.Coordinator, prefix string) <-chan Event
 				}
 			}
 			cancel()
-			if ctx.Err() != nil || !send(Event{Err: err}) || !sleep(ctx, retry) {
+			if ctx.Err() != nil || !send(Event{Err: err}) || !Sleep(ctx, retry) {
 				return
 			}
 			retry = min(2*retry, maxRetry)
@@ -68,8 +68,8 @@ func Watch(ctx context.Context, c coord.Coordinator, prefix string) <-chan Event
 	return out
 }
 
-// sleep waits for d, or until ctx ends: false then.
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits for d, or until ctx ends: false then.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
