@@ -54,10 +54,10 @@ type (
 	// doneMsg ends a revoke, a freeze or a thaw: what the bottom line
 	// says, and the lock as read afterwards (read: a freeze or a thaw).
 	doneMsg struct {
-		flash  string
-		isErr  bool
-		info   coord.LockInfo
-		read   bool
+		flash string
+		isErr bool
+		info  coord.LockInfo
+		read  bool
 	}
 
 	tickMsg struct{}

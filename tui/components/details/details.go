@@ -358,11 +358,6 @@ func (m *Model) rest(v string) string { return format.Fit(v, max(m.width-2-label
 
 var indent = strings.Repeat(" ", 2+labelW)
 
-// andMore is the line that counts the n items not named.
-func (m *Model) andMore(n int) string {
-	return indent + m.styles.Dim.Render(m.rest(fmt.Sprintf("and %d more", n)))
-}
-
 // values are the header's values for row r (nil: not listed) at now, by
 // label, the TTL bar fitting a half line; a value not known is not there.
 func (m *Model) values(r *store.Row, now time.Time, half int) map[string]string {
@@ -451,12 +446,8 @@ func (m *Model) limitText(l coord.Limit) string {
 // holderLines name a semaphore's holders, oldest first (the fields above
 // are the oldest's): slot, holder, token, time left, held for.
 func (m *Model) holderLines(i coord.LockInfo, now time.Time) []string {
-	lines := []string{m.field("slots", fmt.Sprintf("%d of %d held", len(i.Holders), i.Slots))}
-	for n, h := range i.Holders {
-		if n == maxQueue {
-			lines = append(lines, m.andMore(len(i.Holders)-maxQueue))
-			break
-		}
+	var vs []string
+	for _, h := range i.Holders[:min(len(i.Holders), maxQueue)] {
 		v := fmt.Sprintf("slot %d: %s, token %d", h.Slot, h.Holder, h.Token)
 		if h.TTL > 0 {
 			v += ", " + format.Duration(format.Ceil(max(h.TTLLeft, 0))) + " of " + format.Duration(h.TTL) + " left"
@@ -464,20 +455,16 @@ func (m *Model) holderLines(i coord.LockInfo, now time.Time) []string {
 		if !h.AcquiredAt.IsZero() {
 			v += ", held " + format.Duration(max(now.Sub(h.AcquiredAt), 0))
 		}
-		lines = append(lines, indent+m.rest(v))
+		vs = append(vs, v)
 	}
-	return lines
+	return append([]string{m.field("slots", fmt.Sprintf("%d of %d held", len(i.Holders), i.Slots))}, m.listLines("", vs, len(i.Holders))...)
 }
 
 // queueLines names who waits, first served first: place, holder, how long
 // and since when, and its lease (etcd) or process (local).
 func (m *Model) queueLines(q []coord.Waiter, now time.Time) []string {
-	var lines []string
-	for i, wt := range q {
-		if i == maxQueue {
-			lines = append(lines, m.andMore(len(q)-maxQueue))
-			break
-		}
+	var vs []string
+	for i, wt := range q[:min(len(q), maxQueue)] {
 		v := fmt.Sprintf("%d. %s", i+1, wt.Holder)
 		if !wt.Since.IsZero() {
 			v += fmt.Sprintf(", waiting %s (since %s)", format.Duration(max(now.Sub(wt.Since), 0)), wt.Since.In(m.loc).Format("15:04:05"))
@@ -488,11 +475,21 @@ func (m *Model) queueLines(q []coord.Waiter, now time.Time) []string {
 		case wt.PID != 0:
 			v += fmt.Sprintf(", pid %d", wt.PID)
 		}
-		label := ""
-		if i == 0 {
-			label = "queue"
-		}
+		vs = append(vs, v)
+	}
+	return m.listLines("queue", vs, len(q))
+}
+
+// listLines is a field of a value a line, the first of n values (vs) on
+// the label's line, and the count of those not named.
+func (m *Model) listLines(label string, vs []string, n int) []string {
+	var lines []string
+	for _, v := range vs {
 		lines = append(lines, m.field(label, v))
+		label = ""
+	}
+	if n > len(vs) {
+		lines = append(lines, indent+m.styles.Dim.Render(m.rest(fmt.Sprintf("and %d more", n-len(vs)))))
 	}
 	return lines
 }
