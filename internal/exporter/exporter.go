@@ -157,9 +157,11 @@ func Handler(ctx context.Context, c coord.Coordinator, opts Options) (http.Handl
 	reg.MustRegister(col,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	errLog := slog.NewLogLogger(col.opts.Logger.Handler(), slog.LevelWarn)
+	errLog.SetPrefix("exporter: ")
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      slogPrinter{col.opts.Logger},
+		ErrorLog:      errLog,
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -176,12 +178,6 @@ func Handler(ctx context.Context, c coord.Coordinator, opts Options) (http.Handl
 		fmt.Fprintf(w, "fence exporter for %s\nmetrics: /metrics\nhealth: /healthz\n", c.Describe())
 	})
 	return mux, nil
-}
-
-type slogPrinter struct{ l *slog.Logger }
-
-func (p slogPrinter) Println(v ...any) {
-	p.l.Warn("exporter: " + strings.TrimSpace(fmt.Sprintln(v...)))
 }
 
 // Collector is the exporter's prometheus.Collector, for programs that
