@@ -161,10 +161,9 @@ type Model struct {
 
 	// Health of the reads.
 	readErr    error
-	latency    time.Duration
-	read       bool
-	lastOK     time.Time // the last read that was answered
-	probeStart time.Time // when the inspect of probeName on its way was asked
+	latency    time.Duration // of the last read answered
+	lastOK     time.Time     // when it was answered
+	probeStart time.Time     // when the inspect of probeName on its way was asked
 
 	// History counters: one batch at a time.
 	histBusy  bool

@@ -72,8 +72,7 @@ func (m *Model) noteRead(err error, latency time.Duration) {
 	}
 	m.readErr = err
 	if err == nil {
-		m.latency, m.read = latency, true
-		m.lastOK = m.now
+		m.latency, m.lastOK = latency, m.now
 	}
 }
 
