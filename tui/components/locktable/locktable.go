@@ -447,30 +447,18 @@ func counterText(n int, noHistory bool) (string, bool) {
 // joinCells is the row's line: the cursor mark, the cells of the columns
 // shown one space apart, padded to width.
 func joinCells(cells []string, w [numCols]int, width int, selected bool) string {
-	var line strings.Builder
+	mark := "  "
 	if selected {
-		line.WriteString("> ")
-	} else {
-		line.WriteString("  ")
+		mark = "> "
 	}
-	used := gutter
-	first := true
-	for i := range cells {
-		if w[i] == 0 {
-			continue
+	var on []string
+	used := gutter - 1 // the name is always on
+	for i, c := range cells {
+		if w[i] > 0 {
+			on, used = append(on, c), used+1+w[i]
 		}
-		if !first {
-			line.WriteByte(' ')
-			used++
-		}
-		first = false
-		line.WriteString(cells[i])
-		used += w[i]
 	}
-	if used < width {
-		line.WriteString(strings.Repeat(" ", width-used))
-	}
-	return line.String()
+	return mark + strings.Join(on, " ") + strings.Repeat(" ", max(width-used, 0))
 }
 
 // tokenText is the TOKEN cell: the holder's token, "(N)" for the last
