@@ -329,21 +329,18 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 	b.WriteString(line)
 }
 
-// cellRow is what the cells of one row are drawn from.
+// cellRow is what the cells of one row are drawn from: the table (its
+// styles, and whether the TTLs and the counters are known) and the row.
 type cellRow struct {
-	r     *store.Row
-	now   time.Time
-	state store.State // as shown: held while the TTLs are not known
-	// unknown: the coordinator is not answering, the TTL is not known.
-	unknown   bool
-	noHistory bool
-	styles    *styles.Styles
-	selected  bool // its cells are not styled (see row)
+	*Model
+	r        *store.Row
+	now      time.Time
+	state    store.State // as shown: held while the TTLs are not known
+	selected bool        // its cells are not styled (see row)
 }
 
 func (m *Model) rowOf(r *store.Row, now time.Time, selected bool) *cellRow {
-	x := &cellRow{r: r, now: now, state: r.State(now), unknown: m.Unconfirmed, noHistory: m.NoHistory,
-		styles: m.styles, selected: selected}
+	x := &cellRow{Model: m, r: r, now: now, state: r.State(now), selected: selected}
 	if m.Unconfirmed && r.Info.Held {
 		x.state = store.Held
 	}
@@ -354,7 +351,7 @@ func (m *Model) rowOf(r *store.Row, now time.Time, selected bool) *cellRow {
 // the column's side, in its style (none on the selected row). A held
 // lock's TTL, when known, is a bar (ttlBar).
 func (x *cellRow) draw(i, width int) string {
-	if i == colTTL && x.r.Info.Held && !x.unknown {
+	if i == colTTL && x.r.Info.Held && !x.Unconfirmed {
 		return x.ttlBar(width)
 	}
 	v, st := x.cell(i)
@@ -424,7 +421,7 @@ func (x *cellRow) counter(i int) (string, *lipgloss.Style) {
 	if i == colStale {
 		n = x.r.Stale
 	}
-	v, alert := counterText(n, x.noHistory)
+	v, alert := counterText(n, x.NoHistory)
 	if alert {
 		return v, &x.styles.Bad
 	}
