@@ -329,14 +329,14 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		stop()
 		return nil, fmt.Errorf("exporter: %w", ev.Err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
-	defer cancel()
-	if err := col.list(rctx, false); err != nil {
+	if err := col.list(ctx, false); err != nil {
 		stop()
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
 	col.watching = true
 	if col.hist != nil {
+		rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+		defer cancel()
 		col.readHistory(rctx)
 	}
 	go func() {
@@ -356,7 +356,7 @@ func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
 			col.opts.Logger.Warn("exporter: the coordinator's watch failed; starting it again", "coordinator", col.c.Describe(), "err", ev.Err)
 		case ev.Type == coord.EventReset:
 			col.setWatching(true)
-			col.relist(ctx)
+			col.list(ctx, true)
 		case ev.Info.Name != "" && strings.HasPrefix(ev.Info.Name, col.opts.Prefix):
 			col.mu.Lock()
 			col.apply(ev.Info, true)
@@ -365,25 +365,21 @@ func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
 	}
 }
 
-// relist reads every lock after the watch lost track.
-func (col *Collector) relist(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
-	defer cancel()
-	if err := col.list(rctx, true); err != nil {
-		col.opts.Logger.Warn("exporter: list", "err", err)
-	}
-}
-
-// list reads every lock and applies them. After a relist (unconfirm),
-// events the watch sends next may be older than this List: until the
-// watch reports a holder itself, its "released" is not trusted.
+// list reads every lock (within scrapeTimeout) and applies them; a
+// failure is logged and returned. After the watch started again or lost
+// track (unconfirm), events the watch sends next may be older than this
+// List: until the watch reports a holder itself, its "released" is not
+// trusted.
 func (col *Collector) list(ctx context.Context, unconfirm bool) error {
+	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+	defer cancel()
 	infos, err := col.c.List(ctx, col.opts.Prefix)
 	col.noteRead(err)
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.listOK = err == nil
 	if err != nil {
+		col.opts.Logger.Warn("exporter: list", "err", err)
 		return err
 	}
 	col.applyListLocked(infos)
@@ -638,9 +634,7 @@ func (col *Collector) refresh() {
 	defer col.scrape.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	if err := col.list(ctx, false); err != nil {
-		col.opts.Logger.Warn("exporter: list", "err", err)
-	}
+	col.list(ctx, false)
 	if col.hist != nil {
 		col.readHistory(ctx)
 	}
