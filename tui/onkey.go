@@ -27,13 +27,14 @@ func screenKeys(k keyMap, md mode) []binding {
 	quit := binding{k.Quit, "quit", (*Model).quit}
 	switch md {
 	case modeHelp:
-		return []binding{quit, {k.Help, "close help", none((*Model).closeHelp)}, {k.Back, "close help", none((*Model).closeHelp)}}
+		closeHelp := none(func(m *Model) { m.mode = m.helpFrom }) // back to where it was opened from
+		return []binding{quit, {k.Help, "close help", closeHelp}, {k.Back, "close help", closeHelp}}
 	case modeDetails:
 		return []binding{
 			quit,
-			{k.Back, "close details", none(func(m *Model) { m.mode, m.prevDetails = modeTable, false })},
-			{k.Details, "close details", none(func(m *Model) { m.mode, m.prevDetails = modeTable, false })},
-			{k.Help, "help from details", none(func(m *Model) { m.mode, m.prevDetails = modeHelp, true })},
+			{k.Back, "close details", none(func(m *Model) { m.mode = modeTable })},
+			{k.Details, "close details", none(func(m *Model) { m.mode = modeTable })},
+			{k.Help, "help from details", none(func(m *Model) { m.helpFrom, m.mode = modeDetails, modeHelp })},
 			{k.Up, "scroll up", none(func(m *Model) { m.details.ScrollDown(-1) })},
 			{k.Down, "scroll down", none(func(m *Model) { m.details.ScrollDown(1) })},
 			{k.PageUp, "scroll page up", none(func(m *Model) { m.details.PageDown(-1) })},
@@ -61,7 +62,7 @@ func screenKeys(k keyMap, md mode) []binding {
 		{k.Revoke, "revoke", batched(func(m *Model) { m.askRevoke(m.table.Selected()) })},
 		{k.Freeze, "freeze", batched(func(m *Model) { m.askLimit(m.table.Selected(), true) })},
 		{k.Thaw, "thaw", batched(func(m *Model) { m.askLimit(m.table.Selected(), false) })},
-		{k.Help, "help", batched(func(m *Model) { m.mode, m.prevDetails = modeHelp, false })},
+		{k.Help, "help", batched(func(m *Model) { m.helpFrom, m.mode = modeTable, modeHelp })},
 	}
 }
 
@@ -190,12 +191,4 @@ func (m *Model) sortBy(next bool) {
 	m.store.SetSort(k, rev, m.now)
 	m.table.Top(m.store)
 	m.changed()
-}
-
-// closeHelp goes back to where the help was opened from.
-func (m *Model) closeHelp() {
-	m.mode = modeTable
-	if m.details.Name() != "" && m.prevDetails {
-		m.mode = modeDetails
-	}
 }

@@ -136,7 +136,7 @@ type Model struct {
 	width, height int
 	now           time.Time
 	mode          mode
-	prevDetails   bool      // the help was opened from the details
+	helpFrom      mode      // the screen the help was opened from
 	filtering     bool      // typing a filter
 	asking        *question // before a revoke, a freeze or a thaw
 	changing      bool      // a revoke, a freeze or a thaw is on its way

@@ -172,9 +172,6 @@ func New() *Store {
 	return &Store{rows: make(map[string]*Row)}
 }
 
-// Len is the number of rows, filtered or not.
-func (s *Store) Len() int { return len(s.rows) }
-
 // Rows is the filtered rows in order. The slice belongs to the store and is
 // valid until the next change.
 func (s *Store) Rows() []*Row {
