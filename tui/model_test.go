@@ -414,7 +414,7 @@ func TestDetails(t *testing.T) {
 	h := newHarness(t, f, Options{})
 	h.settle()
 	h.key("down", "down", "enter")
-	h.until("the timeline", func() bool { return h.m.details.Loaded() })
+	h.until("the timeline", func() bool { return !h.m.detailsBusy })
 	checkFrame(t, h.m.View(), 80, 24)
 	h.send(tea.WindowSizeMsg{Width: 120, Height: 30})
 	view := h.m.View()

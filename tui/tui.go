@@ -123,7 +123,6 @@ type Model struct {
 	c      coord.Coordinator
 	hist   history.Store // nil when the coordinator keeps no history
 	opts   Options
-	tick   time.Duration
 	styles *styles.Styles
 	keys   keyMap
 
@@ -202,7 +201,6 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		stop:       cancel,
 		c:          c,
 		opts:       opts,
-		tick:       time.Second,
 		styles:     st,
 		keys:       defaultKeys(),
 		table:      locktable.New(st),
@@ -241,10 +239,13 @@ const (
 	// expiring rows re-read.
 	maxInspect = 9
 	flashFor   = 5 * time.Second
+	// tickEvery is how often the clock ticks: TTLs count down, the probe
+	// is sent.
+	tickEvery = time.Second
 )
 
 // Init starts the reads: the watch (then the list), and the clock.
 func (m *Model) Init() tea.Cmd {
 	m.events = follow.Watch(m.ctx, m.c, m.opts.Prefix)
-	return tea.Batch(m.nextEventsCmd(), m.after(m.tick, tickMsg{}))
+	return tea.Batch(m.nextEventsCmd(), m.after(tickEvery, tickMsg{}))
 }

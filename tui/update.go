@@ -263,7 +263,7 @@ func (m *Model) setFlash(s string, isErr bool) {
 }
 
 func (m *Model) onTick() tea.Cmd {
-	cmds := []tea.Cmd{m.after(m.tick, tickMsg{})}
+	cmds := []tea.Cmd{m.after(tickEvery, tickMsg{})}
 	m.store.Tick(m.now)
 	if m.flash != "" && !m.now.Before(m.flashUntil) {
 		m.flash = ""

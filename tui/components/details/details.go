@@ -66,9 +66,6 @@ func (m *Model) Open(name string) {
 	m.vp.GotoTop()
 }
 
-// Loaded says the timeline has been read (or failed to be).
-func (m *Model) Loaded() bool { return m.loaded }
-
 // Name is the lock shown.
 func (m *Model) Name() string { return m.name }
 
