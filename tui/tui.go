@@ -84,8 +84,7 @@ func Run(ctx context.Context, c coord.Coordinator, opts Options) error {
 	if c == nil {
 		return errors.New("fence top: no coordinator")
 	}
-	var popts []tea.ProgramOption
-	popts = append(popts, tea.WithAltScreen())
+	popts := []tea.ProgramOption{tea.WithAltScreen()}
 	if opts.Input != nil {
 		popts = append(popts, tea.WithInput(opts.Input))
 	}

@@ -66,12 +66,8 @@ func (m *Model) Sync(st *store.Store) {
 
 // Move moves the selection by delta rows (negative: up).
 func (m *Model) Move(st *store.Store, delta int) {
-	m.cursor += delta
-	m.clamp(len(st.Rows()))
-	rows := st.Rows()
-	if len(rows) > 0 {
-		m.selected = rows[m.cursor].Info.Name
-	}
+	m.cursor, m.selected = m.cursor+delta, ""
+	m.Sync(st)
 }
 
 // Page moves the selection by pages (negative: up).
