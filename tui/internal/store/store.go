@@ -141,12 +141,10 @@ func (k SortKey) Next() SortKey { return (k + 1) % numSortKeys }
 
 // Totals counts the rows.
 type Totals struct {
-	Locks, Held, Expiring, Free, Waiters int
+	Locks, Held, Expiring, Waiters int
 	// Frozen and Limited count the locks an operator limit binds (frozen,
 	// or limited to N holders).
 	Frozen, Limited int
-	// Failures and Stale add up the known counters.
-	Failures, Stale int
 }
 
 // Store is the set of rows, sorted by a key and filtered by a string. A
@@ -282,11 +280,8 @@ func (s *Store) Totals() Totals {
 		} else if l != nil {
 			t.Limited++
 		}
-		t.Failures += max(r.Failures, 0)
-		t.Stale += max(r.Stale, 0)
 	}
 	t.Locks = len(s.rows)
-	t.Free = t.Locks - t.Held
 	return t
 }
 
