@@ -97,12 +97,6 @@ type lockCounts struct {
 	err             error
 }
 
-type revokeTarget struct {
-	name   string
-	holder string
-	token  uint64
-}
-
 // nextEventsCmd waits for the next events of the watch: one, then
 // whatever else is already queued, up to maxBatch. The channel closes when
 // the dashboard ends.
@@ -213,32 +207,32 @@ func (m *Model) detailsCmd(name string) tea.Cmd {
 	}
 }
 
-// revokeCmd revokes the lease the operator confirmed, and only that one: it
-// reads the lock first and refuses when another lease holds it by now. (A
+// revokeCmd revokes the lease the operator confirmed (token's on lock
+// name), and only that one: it reads the lock first and refuses when another lease holds it by now. (A
 // holder change between that read and the revoke is not caught: Revoke ends
 // whatever lease holds the lock.)
-func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
+func (m *Model) revokeCmd(name string, token uint64) tea.Cmd {
 	c, ctx := m.c, m.ctx
 	return func() tea.Msg {
-		cur, err := c.Inspect(ctx, t.name)
+		cur, err := c.Inspect(ctx, name)
 		var ended coord.LockInfo
 		switch {
 		case err != nil:
 		case !cur.Held:
 			err = coord.ErrNotHeld
-		case cur.Token != t.token:
+		case cur.Token != token:
 			return doneMsg{isErr: true,
-				flash: fmt.Sprintf("not revoked: %s changed hands (now token %d of %s)", t.name, cur.Token, cur.Holder)}
+				flash: fmt.Sprintf("not revoked: %s changed hands (now token %d of %s)", name, cur.Token, cur.Holder)}
 		default:
-			ended, err = c.Revoke(ctx, t.name)
+			ended, err = c.Revoke(ctx, name)
 		}
 		switch {
 		case errors.Is(err, coord.ErrNotHeld):
-			return doneMsg{flash: fmt.Sprintf("not revoked: %s is free already", t.name)}
+			return doneMsg{flash: fmt.Sprintf("not revoked: %s is free already", name)}
 		case err != nil:
-			return doneMsg{isErr: true, flash: fmt.Sprintf("revoke %s: %v", t.name, err)}
+			return doneMsg{isErr: true, flash: fmt.Sprintf("revoke %s: %v", name, err)}
 		}
-		return doneMsg{flash: fmt.Sprintf("revoked %s: token %d of %s", t.name, ended.Token, ended.Holder)}
+		return doneMsg{flash: fmt.Sprintf("revoked %s: token %d of %s", name, ended.Token, ended.Holder)}
 	}
 }
 

@@ -312,11 +312,11 @@ func (m *Model) askRevoke(name string) {
 	case !r.Info.Held:
 		m.setFlash(name+" is free: nothing to revoke", false)
 	default:
-		t := revokeTarget{name: name, holder: r.Info.Holder, token: r.Info.Token}
+		token := r.Info.Token
 		m.asking = &question{
-			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, t.holder, t.token),
+			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, r.Info.Holder, token),
 			what: "revoke", doing: fmt.Sprintf("revoking %s…", name),
-			do: func() tea.Cmd { return m.revokeCmd(t) },
+			do: func() tea.Cmd { return m.revokeCmd(name, token) },
 		}
 	}
 }
