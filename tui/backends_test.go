@@ -138,7 +138,7 @@ func dashboardScenario(t *testing.T, c coord.Coordinator, backend string, renewA
 		t.Fatalf("no question for batch/x: %q", h.screen()[23])
 	}
 	h.key("y")
-	h.until("the revoke", func() bool { return !h.m.revoking })
+	h.until("the revoke", func() bool { return !h.m.changing })
 	if s := h.screen()[23]; !strings.Contains(s, "revoked batch/x") {
 		t.Fatalf("message %q", s)
 	}
@@ -210,7 +210,7 @@ func limitsScenario(t *testing.T, c coord.Coordinator) {
 	}
 
 	h.key("g", "f", "y") // jobs/a
-	h.until("jobs/a frozen", func() bool { return !h.m.limiting && state("jobs/a") == "frozen" })
+	h.until("jobs/a frozen", func() bool { return !h.m.changing && state("jobs/a") == "frozen" })
 	if err := lim.SetLimit(ctx, coord.Limit{Name: "reports/", Prefix: true, Max: 1, By: "cli@ops"}); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func limitsScenario(t *testing.T, c coord.Coordinator) {
 		return strings.Contains(v, "queue     1. next:3, waiting") && strings.Contains(v, "limit     frozen (this lock) by ops@console")
 	})
 	h.key("t", "y")
-	h.until("the thaw", func() bool { return !h.m.limiting })
+	h.until("the thaw", func() bool { return !h.m.changing })
 	third := <-got
 	if third == nil || third.Token <= l.Token {
 		t.Fatalf("the waiter after the thaw: %+v (first token %d)", third, l.Token)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -86,7 +87,7 @@ func BenchmarkEventFrame10k(b *testing.B) {
 			continue
 		}
 		info.TTLLeft = time.Duration(i%15) * time.Second
-		m.Update(eventsMsg{gen: m.watchGen, events: []coord.Event{{Type: coord.EventRenewed, Info: info}}})
+		m.Update(eventsMsg{events: []follow.Event{{Event: coord.Event{Type: coord.EventRenewed, Info: info}}}})
 		_ = m.View()
 	}
 }

@@ -1,16 +1,15 @@
 package tui
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/fence-dev/fence/pkg/history"
-
 	tea "github.com/charmbracelet/bubbletea"
 
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/history"
 )
 
 // Every read of the coordinator happens in a tea.Cmd below, on its own
@@ -21,20 +20,9 @@ import (
 const maxBatch = 4096
 
 type (
-	watchStartedMsg struct {
-		gen    int
-		ch     <-chan coord.Event
-		cancel context.CancelFunc
-		err    error
-	}
-
-	eventsMsg struct {
-		gen    int
-		events []coord.Event
-		closed bool // the watch channel is closed
-	}
-
-	restartWatchMsg struct{ gen int }
+	// eventsMsg carries the watch's events (package follow's, with its
+	// news of the watch itself).
+	eventsMsg struct{ events []follow.Event }
 
 	listMsg struct {
 		infos   []coord.LockInfo
@@ -55,23 +43,21 @@ type (
 		elapsed time.Duration
 	}
 
+	// detailsMsg is an inspect of the lock in the details, and its
+	// history.
 	detailsMsg struct {
-		name    string
-		info    coord.LockInfo
-		infoErr error
+		inspectMsg
 		events  []history.Event
 		histErr error
-		latency time.Duration
 	}
 
 	// doneMsg ends a revoke, a freeze or a thaw: what the bottom line
 	// says, and the lock as read afterwards (read: a freeze or a thaw).
 	doneMsg struct {
-		revoke bool // else a freeze or a thaw
-		flash  string
-		isErr  bool
-		info   coord.LockInfo
-		read   bool
+		flash string
+		isErr bool
+		info  coord.LockInfo
+		read  bool
 	}
 
 	tickMsg struct{}
@@ -81,28 +67,8 @@ type (
 type limitTarget struct {
 	name   string      // the selected lock
 	freeze bool        // freeze the lock; else thaw
-	limit  coord.Limit // a thaw: the limit that binds the lock (its scope is cleared)
-}
-
-// scope is what the change applies to: `lock "a"`, `prefix "jobs/"`.
-func (t limitTarget) scope() string {
-	if t.freeze {
-		return coord.Limit{Name: t.name}.Scope()
-	}
-	return t.limit.Scope()
-}
-
-// verb is "freeze" or "thaw" with suffix ("ing", "ed"): frozen, thawed.
-func (t limitTarget) verb(suffix string) string {
-	switch {
-	case t.freeze && suffix == "ed":
-		return "froze"
-	case t.freeze && suffix == "ing":
-		return "freezing"
-	case t.freeze:
-		return "freeze"
-	}
-	return "thaw" + suffix
+	limit  coord.Limit // what changes: the lock's own limit (a freeze), the one that binds the lock (a thaw)
+	verbs  [3]string   // "freeze", "freezing", "froze", or a thaw's
 }
 
 // question is the confirmation asked before the change.
@@ -131,53 +97,21 @@ type lockCounts struct {
 	err             error
 }
 
-type revokeTarget struct {
-	name   string
-	holder string
-	token  uint64
-}
-
-// watchCmd starts a watch of the prefix under its own context.
-func (m *Model) watchCmd(gen int) tea.Cmd {
-	c, parent, prefix := m.c, m.ctx, m.opts.Prefix
+// nextEventsCmd waits for the next events of the watch: one, then
+// whatever else is already queued, up to maxBatch. The channel closes when
+// the dashboard ends.
+func (m *Model) nextEventsCmd() tea.Cmd {
+	ch := m.events
 	return func() tea.Msg {
-		ctx, cancel := context.WithCancel(parent)
-		ch, err := c.Watch(ctx, prefix)
-		if err != nil {
-			cancel()
-			return watchStartedMsg{gen: gen, err: err}
-		}
-		return watchStartedMsg{gen: gen, ch: ch, cancel: cancel}
-	}
-}
-
-// nextEventsCmd waits for the next events of a watch: one, then whatever
-// else is already queued, up to maxBatch.
-func (m *Model) nextEventsCmd(gen int, ch <-chan coord.Event) tea.Cmd {
-	ctx := m.ctx
-	return func() tea.Msg {
-		var evs []coord.Event
-		select {
-		case <-ctx.Done():
+		ev, ok := <-ch
+		if !ok {
 			return nil
-		case ev, ok := <-ch:
-			if !ok {
-				return eventsMsg{gen: gen, closed: true}
-			}
-			evs = append(evs, ev)
 		}
-		for len(evs) < maxBatch {
-			select {
-			case ev, ok := <-ch:
-				if !ok {
-					return eventsMsg{gen: gen, events: evs, closed: true}
-				}
-				evs = append(evs, ev)
-			default:
-				return eventsMsg{gen: gen, events: evs}
-			}
+		evs := []follow.Event{ev}
+		for len(evs) < maxBatch && len(ch) > 0 {
+			evs = append(evs, <-ch)
 		}
-		return eventsMsg{gen: gen, events: evs}
+		return eventsMsg{events: evs}
 	}
 }
 
@@ -186,22 +120,10 @@ func (m *Model) nextEventsCmd(gen int, ch <-chan coord.Event) tea.Cmd {
 func (m *Model) after(d time.Duration, msg tea.Msg) tea.Cmd {
 	ctx := m.ctx
 	return func() tea.Msg {
-		if !sleep(ctx, d) {
+		if !follow.Sleep(ctx, d) {
 			return nil
 		}
 		return msg
-	}
-}
-
-// sleep waits for d, or until ctx ends: false then.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -219,7 +141,7 @@ func (m *Model) listCmd() tea.Cmd {
 const probeName = "fence-top-probe"
 
 // inspectCmd reads one lock. Every tick it reads probeName, so that a
-// coordinator that stops answering shows within stallAfter of a tick,
+// coordinator that stops answering shows within probeStall of a tick,
 // whatever the refresh period (a list may be seconds away).
 func (m *Model) inspectCmd(name string) tea.Cmd {
 	c, ctx, now := m.c, m.ctx, m.opts.Now
@@ -239,7 +161,7 @@ func (m *Model) inspectCmd(name string) tea.Cmd {
 func (m *Model) historyCmd(names []string, delay time.Duration) tea.Cmd {
 	h, ctx, now := m.hist, m.ctx, m.opts.Now
 	return func() tea.Msg {
-		if delay > 0 && !sleep(ctx, delay) {
+		if delay > 0 && !follow.Sleep(ctx, delay) {
 			return nil
 		}
 		start := now()
@@ -277,7 +199,7 @@ func (m *Model) detailsCmd(name string) tea.Cmd {
 	return func() tea.Msg {
 		start := now()
 		info, err := c.Inspect(ctx, name)
-		msg := detailsMsg{name: name, info: info, infoErr: err, latency: now().Sub(start)}
+		msg := detailsMsg{inspectMsg: inspectMsg{name: name, info: info, err: err, latency: now().Sub(start)}}
 		if h != nil {
 			msg.events, msg.histErr = h.History(ctx, name, 0)
 		}
@@ -285,32 +207,32 @@ func (m *Model) detailsCmd(name string) tea.Cmd {
 	}
 }
 
-// revokeCmd revokes the lease the operator confirmed, and only that one: it
-// reads the lock first and refuses when another lease holds it by now. (A
+// revokeCmd revokes the lease the operator confirmed (token's on lock
+// name), and only that one: it reads the lock first and refuses when another lease holds it by now. (A
 // holder change between that read and the revoke is not caught: Revoke ends
 // whatever lease holds the lock.)
-func (m *Model) revokeCmd(t revokeTarget) tea.Cmd {
+func (m *Model) revokeCmd(name string, token uint64) tea.Cmd {
 	c, ctx := m.c, m.ctx
 	return func() tea.Msg {
-		cur, err := c.Inspect(ctx, t.name)
+		cur, err := c.Inspect(ctx, name)
 		var ended coord.LockInfo
 		switch {
 		case err != nil:
 		case !cur.Held:
 			err = coord.ErrNotHeld
-		case cur.Token != t.token:
-			return doneMsg{revoke: true, isErr: true,
-				flash: fmt.Sprintf("not revoked: %s changed hands (now token %d of %s)", t.name, cur.Token, cur.Holder)}
+		case cur.Token != token:
+			return doneMsg{isErr: true,
+				flash: fmt.Sprintf("not revoked: %s changed hands (now token %d of %s)", name, cur.Token, cur.Holder)}
 		default:
-			ended, err = c.Revoke(ctx, t.name)
+			ended, err = c.Revoke(ctx, name)
 		}
 		switch {
 		case errors.Is(err, coord.ErrNotHeld):
-			return doneMsg{revoke: true, flash: fmt.Sprintf("not revoked: %s is free already", t.name)}
+			return doneMsg{flash: fmt.Sprintf("not revoked: %s is free already", name)}
 		case err != nil:
-			return doneMsg{revoke: true, isErr: true, flash: fmt.Sprintf("revoke %s: %v", t.name, err)}
+			return doneMsg{isErr: true, flash: fmt.Sprintf("revoke %s: %v", name, err)}
 		}
-		return doneMsg{revoke: true, flash: fmt.Sprintf("revoked %s: token %d of %s", t.name, ended.Token, ended.Holder)}
+		return doneMsg{flash: fmt.Sprintf("revoked %s: token %d of %s", name, ended.Token, ended.Holder)}
 	}
 }
 
@@ -321,17 +243,16 @@ func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 	c, h, ctx, by := m.c, m.hist, m.ctx, m.opts.Operator
 	return func() tea.Msg {
 		fail := func(err error) tea.Msg {
-			return doneMsg{isErr: true, flash: fmt.Sprintf("%s %s: %v", t.verb(""), t.scope(), err)}
+			return doneMsg{isErr: true, flash: fmt.Sprintf("%s %s: %v", t.verbs[0], t.limit.Scope(), err)}
 		}
 		now := time.Now()
 		ev := history.Event{Kind: history.Frozen, Holder: by, Reason: "from fence top by " + by, Time: now}
-		scope, removed := coord.Limit{Name: t.name}, true
+		scope, removed := t.limit, true
 		if t.freeze {
 			if err := c.SetLimit(ctx, coord.Limit{Name: t.name, By: by, Reason: ev.Reason, At: now}); err != nil {
 				return fail(err)
 			}
 		} else {
-			scope = t.limit
 			old, ok, err := c.ClearLimit(ctx, scope.Name, scope.Prefix)
 			if err != nil {
 				return fail(err)
@@ -358,12 +279,12 @@ func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 			}
 		}
 		info, err := c.Inspect(ctx, t.name)
-		msg := doneMsg{info: info, read: err == nil, flash: fmt.Sprintf("%s %s", t.verb("ed"), t.scope())}
+		msg := doneMsg{info: info, read: err == nil, flash: fmt.Sprintf("%s %s", t.verbs[2], scope.Scope())}
 		switch {
 		case !removed:
-			msg.flash = fmt.Sprintf("not thawed: %s had no limit by now", t.scope())
+			msg.flash = fmt.Sprintf("not thawed: %s had no limit by now", scope.Scope())
 		case err == nil && info.Limit != nil && !t.freeze:
-			msg.flash = fmt.Sprintf("thawed %s; %s is still %s", t.scope(), t.name, info.Limit.Describe())
+			msg.flash = fmt.Sprintf("thawed %s; %s is still %s", scope.Scope(), t.name, info.Limit.Describe())
 		}
 		return msg
 	}

@@ -3,37 +3,18 @@ package tui
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
+	"github.com/fence-dev/fence/internal/lockkind"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/tui/internal/store"
 )
-
-// groupOf says which `fence shards` group a lock belongs to: name is
-// GROUP/members/ID (a member) or GROUP/shard/N (a shard).
-func groupOf(name string) (group, member string, shard int, ok bool) {
-	if i := strings.LastIndex(name, "/members/"); i > 0 {
-		id := name[i+len("/members/"):]
-		if id != "" && !strings.Contains(id, "/") {
-			return name[:i], id, -1, true
-		}
-	}
-	if i := strings.LastIndex(name, "/shard/"); i > 0 {
-		s := name[i+len("/shard/"):]
-		if n, err := strconv.Atoi(s); err == nil && n >= 0 && strconv.Itoa(n) == s {
-			return name[:i], "", n, true
-		}
-	}
-	return "", "", 0, false
-}
 
 // groupSummary is the details view's word on a lock of a group, from the
 // rows the dashboard lists: for a member, the shards it owns of those held
 // (its part of the map) and the live members; for a shard, its owner.
 // "" for another lock.
 func groupSummary(rows []*store.Row, name string) string {
-	group, member, shard, ok := groupOf(name)
+	group, member, shard, ok := lockkind.Group(name)
 	if !ok {
 		return ""
 	}
@@ -41,7 +22,7 @@ func groupSummary(rows []*store.Row, name string) string {
 	var owner string
 	var mine []int
 	for _, r := range rows {
-		g, id, n, ok := groupOf(r.Info.Name)
+		g, id, n, ok := lockkind.Group(r.Info.Name)
 		if !ok || g != group || !r.Info.Held {
 			continue
 		}

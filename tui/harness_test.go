@@ -115,7 +115,7 @@ func (h *harness) until(what string, cond func() bool) {
 // on screen are in.
 func (h *harness) settle() {
 	h.t.Helper()
-	h.until("the first list", func() bool { return h.m.read && h.m.watching && h.m.backend != "" && !h.m.listing })
+	h.until("the first list", func() bool { return !h.m.lastOK.IsZero() && h.m.watching && h.m.backend != "" && !h.m.listing })
 	h.until("the history counters", func() bool {
 		if h.m.hist == nil {
 			return true

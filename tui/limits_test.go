@@ -98,7 +98,7 @@ func TestFreezeAndThawAskFirst(t *testing.T) {
 		t.Fatalf("n: limits %v, line %q", f.limits, h.screen()[23])
 	}
 	h.key("f", "y")
-	h.until("the freeze", func() bool { return !h.m.limiting })
+	h.until("the freeze", func() bool { return !h.m.changing })
 	lims, _ := f.Limits(t.Context())
 	if len(lims) != 1 || lims[0].Name != "deploy/prod" || lims[0].Prefix || lims[0].Max != 0 ||
 		lims[0].By != "ops@console" || lims[0].Reason != "from fence top by ops@console" {
@@ -122,7 +122,7 @@ func TestFreezeAndThawAskFirst(t *testing.T) {
 		t.Fatalf("thaw question %q", s)
 	}
 	h.key("y")
-	h.until("the thaw", func() bool { return !h.m.limiting })
+	h.until("the thaw", func() bool { return !h.m.changing })
 	if lims, _ := f.Limits(t.Context()); len(lims) != 0 {
 		t.Fatalf("limits after t y: %+v", lims)
 	}
@@ -141,7 +141,7 @@ func TestFreezeAndThawAskFirst(t *testing.T) {
 		t.Fatalf("prefix thaw question %q", s)
 	}
 	h.key("y")
-	h.until("the prefix thaw", func() bool { return !h.m.limiting })
+	h.until("the prefix thaw", func() bool { return !h.m.changing })
 	if lims, _ := f.Limits(t.Context()); len(lims) != 0 {
 		t.Fatalf("limits after the prefix thaw: %+v", lims)
 	}
@@ -173,7 +173,7 @@ func TestDetailsNameTheLimitAndTheQueue(t *testing.T) {
 	h := newHarness(t, f, Options{})
 	h.settle()
 	h.key("enter")
-	h.until("the timeline", func() bool { return h.m.details.Loaded() })
+	h.until("the timeline", func() bool { return !h.m.detailsBusy })
 	h.send(teaSize(120, 30))
 	view := h.m.View()
 	checkFrame(t, view, 120, 30)

@@ -14,6 +14,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"pgregory.net/rapid"
 
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/pkg/coord"
 )
 
@@ -167,7 +168,7 @@ func TestEventsDuringAListAreNotLost(t *testing.T) {
 		t.Fatal("not listing")
 	}
 	ev := held("a", "new:2", 2, 15*time.Second, 15*time.Second, 0)
-	h.m.Update(eventsMsg{gen: h.m.watchGen, events: []coord.Event{{Type: coord.EventAcquired, Info: ev}}})
+	h.m.Update(eventsMsg{events: []follow.Event{{Event: coord.Event{Type: coord.EventAcquired, Info: ev}}}})
 	h.m.Update(listMsg{infos: stale})
 	if got := h.m.store.Get("a").Info; got.Token != 2 || got.Holder != "new:2" {
 		t.Fatalf("after the list: token %d holder %s, want the event's 2 new:2", got.Token, got.Holder)
@@ -413,7 +414,7 @@ func TestDetails(t *testing.T) {
 	h := newHarness(t, f, Options{})
 	h.settle()
 	h.key("down", "down", "enter")
-	h.until("the timeline", func() bool { return h.m.details.Loaded() })
+	h.until("the timeline", func() bool { return !h.m.detailsBusy })
 	checkFrame(t, h.m.View(), 80, 24)
 	h.send(tea.WindowSizeMsg{Width: 120, Height: 30})
 	view := h.m.View()
@@ -474,7 +475,7 @@ func TestRevokeAsksFirst(t *testing.T) {
 		t.Fatalf("n: revoked %v, line %q", f.revoked, h.screen()[23])
 	}
 	h.key("r", "y")
-	h.until("the revoke", func() bool { return !h.m.revoking })
+	h.until("the revoke", func() bool { return !h.m.changing })
 	f.mu.Lock()
 	revoked := slices.Clone(f.revoked)
 	f.mu.Unlock()
@@ -502,7 +503,7 @@ func TestRevokeRefusesANewHolder(t *testing.T) {
 	f.locks["deploy/prod"] = held("deploy/prod", "ci-runner-4:1", 58, 30*time.Second, 30*time.Second, 0)
 	f.mu.Unlock()
 	h.key("y")
-	h.until("the revoke", func() bool { return !h.m.revoking })
+	h.until("the revoke", func() bool { return !h.m.changing })
 	if len(f.revoked) != 0 {
 		t.Fatalf("revoked %v", f.revoked)
 	}
@@ -624,7 +625,7 @@ func TestEveryFrameFits(t *testing.T) {
 						Kind: rapid.SampledFrom([]history.Kind{history.Acquired, history.Released, history.Frozen, history.Thawed}).Draw(rt, "kind"),
 						Wait: time.Duration(rapid.Int64Range(0, 1e13).Draw(rt, "wait")), HeldFor: time.Duration(rapid.Int64Range(0, 1e13).Draw(rt, "held"))})
 				}
-				m.Update(detailsMsg{name: m.details.Name(), events: evs})
+				m.Update(detailsMsg{inspectMsg: inspectMsg{name: m.details.Name()}, events: evs})
 			}
 			checkFrame(rt, m.View(), w, hgt)
 		}

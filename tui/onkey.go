@@ -5,39 +5,11 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 )
 
-// A key goes through two decisions, both pure functions of the model's
-// state: who reads it (keyReaderOf), and, for a screen, which of its
-// bindings it matches (keyAction). onKey then runs that binding's step.
-
-// keyReader is who reads a key.
-type keyReader uint8
-
-const (
-	// readerInterrupt: ctrl+c quits from anywhere, also while typing a
-	// filter or answering a question.
-	readerInterrupt keyReader = iota
-	// readerAnswer: a revoke, a freeze or a thaw asked first; y does it,
-	// any other key cancels it.
-	readerAnswer
-	// readerFilter: the filter input takes every key while it is typed.
-	readerFilter
-	// readerScreen: the screen in view (table, details, help) does.
-	readerScreen
-)
-
-// keyReaderOf is who reads a key: interrupt says it is the interrupt key,
-// the others what the model is doing.
-func keyReaderOf(interrupt, asking, filtering bool) keyReader {
-	switch {
-	case interrupt:
-		return readerInterrupt
-	case asking:
-		return readerAnswer
-	case filtering:
-		return readerFilter
-	}
-	return readerScreen
-}
+// A key goes to the first of these that is there: ctrl+c, which quits
+// from anywhere; a question (a revoke, a freeze or a thaw asked first: y
+// does it, any other key cancels it); the filter input while it is typed;
+// the screen in view (table, details, help), whose bindings say what the
+// key does (keyAction).
 
 // binding is one key of a screen, what it does (act, for the tests and
 // the reader) and the step that does it.
@@ -55,13 +27,14 @@ func screenKeys(k keyMap, md mode) []binding {
 	quit := binding{k.Quit, "quit", (*Model).quit}
 	switch md {
 	case modeHelp:
-		return []binding{quit, {k.Help, "close help", none((*Model).closeHelp)}, {k.Back, "close help", none((*Model).closeHelp)}}
+		closeHelp := none(func(m *Model) { m.mode = m.helpFrom }) // back to where it was opened from
+		return []binding{quit, {k.Help, "close help", closeHelp}, {k.Back, "close help", closeHelp}}
 	case modeDetails:
 		return []binding{
 			quit,
-			{k.Back, "close details", none(func(m *Model) { m.mode, m.prevDetails = modeTable, false })},
-			{k.Details, "close details", none(func(m *Model) { m.mode, m.prevDetails = modeTable, false })},
-			{k.Help, "help from details", none(func(m *Model) { m.mode, m.prevDetails = modeHelp, true })},
+			{k.Back, "close details", none(func(m *Model) { m.mode = modeTable })},
+			{k.Details, "close details", none(func(m *Model) { m.mode = modeTable })},
+			{k.Help, "help from details", none(func(m *Model) { m.helpFrom, m.mode = modeDetails, modeHelp })},
 			{k.Up, "scroll up", none(func(m *Model) { m.details.ScrollDown(-1) })},
 			{k.Down, "scroll down", none(func(m *Model) { m.details.ScrollDown(1) })},
 			{k.PageUp, "scroll page up", none(func(m *Model) { m.details.PageDown(-1) })},
@@ -89,7 +62,7 @@ func screenKeys(k keyMap, md mode) []binding {
 		{k.Revoke, "revoke", batched(func(m *Model) { m.askRevoke(m.table.Selected()) })},
 		{k.Freeze, "freeze", batched(func(m *Model) { m.askLimit(m.table.Selected(), true) })},
 		{k.Thaw, "thaw", batched(func(m *Model) { m.askLimit(m.table.Selected(), false) })},
-		{k.Help, "help", batched(func(m *Model) { m.mode, m.prevDetails = modeHelp, false })},
+		{k.Help, "help", batched(func(m *Model) { m.helpFrom, m.mode = modeTable, modeHelp })},
 	}
 }
 
@@ -116,12 +89,12 @@ func none(f func(*Model)) func(*Model) tea.Cmd {
 }
 
 func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
-	switch keyReaderOf(key.Matches(msg, m.keys.Interrupt), m.asking != nil, m.filtering) {
-	case readerInterrupt:
+	switch {
+	case key.Matches(msg, m.keys.Interrupt):
 		return m.quit()
-	case readerAnswer:
+	case m.asking != nil:
 		return m.answer(key.Matches(msg, m.keys.Yes))
-	case readerFilter:
+	case m.filtering:
 		return m.filterKey(msg)
 	}
 	m.flash = ""
@@ -150,6 +123,7 @@ func (m *Model) answer(yes bool) tea.Cmd {
 		return nil
 	}
 	m.setFlash(q.doing, false)
+	m.changing = true
 	return q.do()
 }
 
@@ -217,12 +191,4 @@ func (m *Model) sortBy(next bool) {
 	m.store.SetSort(k, rev, m.now)
 	m.table.Top(m.store)
 	m.changed()
-}
-
-// closeHelp goes back to where the help was opened from.
-func (m *Model) closeHelp() {
-	m.mode = modeTable
-	if m.details.Name() != "" && m.prevDetails {
-		m.mode = modeDetails
-	}
 }

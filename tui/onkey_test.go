@@ -2,27 +2,51 @@ package tui
 
 import (
 	"testing"
+
+	tea "github.com/charmbracelet/bubbletea"
 )
 
-// TestKeyReaderOf: ctrl+c goes before everything, an open question before
-// the filter input, the filter input before the screen.
-func TestKeyReaderOf(t *testing.T) {
+// TestWhoReadsAKey: ctrl+c goes before everything, an open question
+// before the filter input, the filter input before the screen (onKey; was
+// TestKeyReaderOf, with the same cases).
+func TestWhoReadsAKey(t *testing.T) {
 	for _, c := range []struct {
 		interrupt, revoke, limit, filtering bool
-		want                                keyReader // readerAnswer: a revoke or a limit asked
+		want                                string // answer: a revoke or a limit asked
 	}{
-		{false, false, false, false, readerScreen},
-		{true, false, false, false, readerInterrupt},
-		{true, true, true, true, readerInterrupt},
-		{false, true, false, false, readerAnswer},
-		{false, true, true, true, readerAnswer},
-		{false, false, true, false, readerAnswer},
-		{false, false, true, true, readerAnswer},
-		{false, false, false, true, readerFilter},
+		{false, false, false, false, "screen"},
+		{true, false, false, false, "interrupt"},
+		{true, true, true, true, "interrupt"},
+		{false, true, false, false, "answer"},
+		{false, true, true, true, "answer"},
+		{false, false, true, false, "answer"},
+		{false, false, true, true, "answer"},
+		{false, false, false, true, "filter"},
 	} {
-		if got := keyReaderOf(c.interrupt, c.revoke || c.limit, c.filtering); got != c.want {
-			t.Errorf("keyReaderOf(interrupt %v, revoke %v, limit %v, filtering %v) = %d, want %d",
-				c.interrupt, c.revoke, c.limit, c.filtering, got, c.want)
+		m := New(t.Context(), newFake(sampleLocks()...), Options{Now: fixedClock})
+		if c.revoke || c.limit {
+			m.asking = &question{what: "revoke", do: func() tea.Cmd { return nil }}
+		}
+		if c.filtering {
+			m.startFilter()
+		}
+		k := "x"
+		if c.interrupt {
+			k = "ctrl+c"
+		}
+		m.onKey(keyMsg(k))
+		got := "screen"
+		switch {
+		case m.ctx.Err() != nil:
+			got = "interrupt"
+		case (c.revoke || c.limit) && m.asking == nil && m.flash == "revoke cancelled":
+			got = "answer"
+		case m.filter.Value() == "x":
+			got = "filter"
+		}
+		if got != c.want {
+			t.Errorf("key %q (revoke %v, limit %v, filtering %v) read by the %s, want the %s",
+				k, c.revoke, c.limit, c.filtering, got, c.want)
 		}
 	}
 }

@@ -38,7 +38,7 @@ func TestSemaphoreDetails(t *testing.T) {
 	h := newHarness(t, newFake(sem), Options{})
 	h.settle()
 	h.key("enter")
-	h.until("the timeline", func() bool { return h.m.details.Loaded() })
+	h.until("the timeline", func() bool { return !h.m.detailsBusy })
 	h.send(teaSize(120, 30))
 	view := h.m.View()
 	checkFrame(t, view, 120, 30)

@@ -2,8 +2,8 @@
 // with which fencing token, how much of the lease is left, and how often
 // renewals failed and stale tokens were refused.
 //
-// The dashboard reads only through the pkg/coord API: Watch keeps the table
-// live, List loads it (and again on coord.EventReset and every refresh
+// The dashboard reads only through the pkg/coord API: Watch (kept running
+// by package follow) keeps the table live, List loads it (and again on coord.EventReset and every refresh
 // period), Inspect and, when the coordinator implements history.Store,
 // History fill the details and the counters; an Inspect of one key every
 // tick is the health probe (a stall shows within two seconds). Every read
@@ -30,6 +30,7 @@ import (
 	"github.com/muesli/termenv"
 
 	"github.com/fence-dev/fence/internal/config"
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/tui/components/details"
@@ -83,8 +84,7 @@ func Run(ctx context.Context, c coord.Coordinator, opts Options) error {
 	if c == nil {
 		return errors.New("fence top: no coordinator")
 	}
-	var popts []tea.ProgramOption
-	popts = append(popts, tea.WithAltScreen())
+	popts := []tea.ProgramOption{tea.WithAltScreen()}
 	if opts.Input != nil {
 		popts = append(popts, tea.WithInput(opts.Input))
 	}
@@ -122,7 +122,6 @@ type Model struct {
 	c      coord.Coordinator
 	hist   history.Store // nil when the coordinator keeps no history
 	opts   Options
-	tick   time.Duration
 	styles *styles.Styles
 	keys   keyMap
 
@@ -135,11 +134,10 @@ type Model struct {
 	width, height int
 	now           time.Time
 	mode          mode
-	prevDetails   bool      // the help was opened from the details
+	helpFrom      mode      // the screen the help was opened from
 	filtering     bool      // typing a filter
 	asking        *question // before a revoke, a freeze or a thaw
-	revoking      bool
-	limiting      bool
+	changing      bool      // a revoke, a freeze or a thaw is on its way
 	flash         string
 	flashErr      bool
 	flashUntil    time.Time
@@ -147,13 +145,10 @@ type Model struct {
 	backend string
 	totals  store.Totals // counted after each change, not in each frame
 
-	// The watch.
-	watchGen    int
-	watchCh     <-chan coord.Event
-	watchCancel context.CancelFunc
-	watchErr    error
-	watching    bool
-	retry       time.Duration
+	// The watch (package follow starts it again when it fails).
+	events   <-chan follow.Event
+	watchErr error
+	watching bool
 
 	// The full list.
 	listing   bool
@@ -164,20 +159,15 @@ type Model struct {
 
 	// Health of the reads.
 	readErr    error
-	latency    time.Duration
-	read       bool
-	lastOK     time.Time // the last read that was answered
-	listStart  time.Time // when the list on its way was asked for
-	probing    bool      // an inspect of probeName is on its way
-	probeStart time.Time // since when
+	latency    time.Duration // of the last read answered
+	lastOK     time.Time     // when it was answered
+	probeStart time.Time     // when the inspect of probeName on its way was asked
 
 	// History counters: one batch at a time.
-	histBusy   bool
-	sweep      []string // names still to read in the current sweep
-	sweepStart time.Time
-	lastBatch  time.Duration
+	histBusy  bool
+	lastBatch time.Duration
 
-	inspecting map[string]bool
+	inspecting map[string]bool // the locks an inspect is on its way for
 
 	detailsBusy  bool
 	detailsDirty bool
@@ -210,7 +200,6 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		stop:       cancel,
 		c:          c,
 		opts:       opts,
-		tick:       time.Second,
 		styles:     st,
 		keys:       defaultKeys(),
 		table:      locktable.New(st),
@@ -219,7 +208,6 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 		now:        opts.Now(),
 		backend:    c.Describe(),
 		listEvery:  opts.Refresh,
-		retry:      minRetry,
 		inspecting: make(map[string]bool),
 	}
 	m.hist, _ = c.(history.Store)
@@ -242,19 +230,21 @@ func New(ctx context.Context, c coord.Coordinator, opts Options) *Model {
 }
 
 const (
-	minRetry = 500 * time.Millisecond
-	maxRetry = 10 * time.Second
 	// sweepBatch is how many locks' histories one command reads.
 	sweepBatch = 256
 	// maxPending bounds the events kept while a list is on its way.
 	maxPending = 100_000
-	// maxInspect bounds the expiring rows re-read at once.
-	maxInspect = 8
+	// maxInspect bounds the inspects on their way: the probe and the
+	// expiring rows re-read.
+	maxInspect = 9
 	flashFor   = 5 * time.Second
+	// tickEvery is how often the clock ticks: TTLs count down, the probe
+	// is sent.
+	tickEvery = time.Second
 )
 
 // Init starts the reads: the watch (then the list), and the clock.
 func (m *Model) Init() tea.Cmd {
-	m.watchGen++
-	return tea.Batch(m.watchCmd(m.watchGen), m.after(m.tick, tickMsg{}))
+	m.events = follow.Watch(m.ctx, m.c, m.opts.Prefix)
+	return tea.Batch(m.nextEventsCmd(), m.after(tickEvery, tickMsg{}))
 }

@@ -11,9 +11,6 @@ import (
 	"github.com/fence-dev/fence/tui/internal/store"
 )
 
-// errWatchEnded is the watch's health detail when its channel closed.
-var errWatchEnded = errors.New("watch ended")
-
 // Update applies one message. It never reads the coordinator: reads are the
 // commands it returns.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -24,27 +21,13 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tea.KeyMsg:
 		return m, m.onKey(msg)
-	case watchStartedMsg:
-		return m, m.onWatchStarted(msg)
 	case eventsMsg:
 		return m, m.onEvents(msg)
-	case restartWatchMsg:
-		if msg.gen != m.watchGen || m.ctx.Err() != nil {
-			return m, nil
-		}
-		m.cancelWatch()
-		m.watchGen++
-		return m, m.watchCmd(m.watchGen)
 	case listMsg:
 		return m, m.onList(msg)
 	case inspectMsg:
 		delete(m.inspecting, msg.name)
-		m.probing = m.probing && msg.name != probeName
-		m.noteRead(msg.err, msg.latency)
-		if msg.err == nil && m.store.Get(msg.name) != nil {
-			m.store.Apply(m.now, coord.Event{Info: msg.info})
-			m.changed()
-		}
+		m.onRead(msg)
 		return m, nil
 	case historyMsg:
 		return m, m.onHistory(msg)
@@ -82,81 +65,46 @@ func (m *Model) changed() {
 	}
 }
 
+// noteRead notes how a read went, for the status line.
 func (m *Model) noteRead(err error, latency time.Duration) {
 	if errors.Is(err, coord.ErrNotHeld) {
 		err = nil
 	}
 	m.readErr = err
 	if err == nil {
-		m.latency, m.read = latency, true
-		m.lastOK = m.now
+		m.latency, m.lastOK = latency, m.now
 	}
 }
 
-// stallAfter is how long a list may be on its way, and probeStall how
-// long the probe of every tick, before the coordinator counts as not
-// answering, when no other read was answered meanwhile (a frozen etcd does
-// not fail a read: it never answers it). With a probe every tick (a
-// second), a stall shows within two seconds.
-const (
-	stallAfter = 2 * time.Second
-	probeStall = time.Second
-)
+// onRead takes in an inspect of a lock: how it went, and the lock when the
+// dashboard lists it.
+func (m *Model) onRead(msg inspectMsg) {
+	m.noteRead(msg.err, msg.latency)
+	if msg.err == nil && m.store.Get(msg.name) != nil {
+		m.store.Apply(m.now, coord.Event{Info: msg.info})
+	}
+	m.changed()
+}
+
+// probeStall is how long the probe of every tick may be on its way, with
+// no other read answered meanwhile, before the coordinator counts as not
+// answering (a frozen etcd does not fail a read: it never answers it).
+// With a probe every tick (a second), a stall shows within two seconds.
+const probeStall = time.Second
 
 // unanswered reports whether the coordinator is not answering, and since
-// when: the last read failed, or a list (the probe) has been on its way
-// for stallAfter (probeStall) with no read answered since it was asked.
+// when: the last read failed, or the probe has been on its way for
+// probeStall with no read answered since it was asked.
 func (m *Model) unanswered() (time.Time, bool) {
-	waited := func(on bool, start time.Time, d time.Duration) bool {
-		return on && m.now.Sub(start) >= d && !m.lastOK.After(start)
-	}
-	if m.readErr == nil && !waited(m.listing, m.listStart, stallAfter) && !waited(m.probing, m.probeStart, probeStall) {
+	stalled := m.inspecting[probeName] && m.now.Sub(m.probeStart) >= probeStall && !m.lastOK.After(m.probeStart)
+	if m.readErr == nil && !stalled {
 		return time.Time{}, false
 	}
-	if !m.lastOK.IsZero() {
-		return m.lastOK, true
+	since := m.lastOK
+	if since.IsZero() {
+		since = m.probeStart
 	}
-	start := m.listStart
-	if m.probing && (start.IsZero() || m.probeStart.Before(start)) {
-		start = m.probeStart
-	}
-	return start, !start.IsZero()
-}
-
-func (m *Model) cancelWatch() {
-	if m.watchCancel != nil {
-		m.watchCancel()
-		m.watchCancel = nil
-	}
-	m.watchCh = nil
-	m.watching = false
-}
-
-func (m *Model) onWatchStarted(msg watchStartedMsg) tea.Cmd {
-	if msg.gen != m.watchGen {
-		if msg.cancel != nil {
-			msg.cancel()
-		}
-		return nil
-	}
-	if msg.err != nil {
-		m.watchErr = msg.err
-		m.watching = false
-		// List anyway: the table is still worth showing.
-		return tea.Batch(m.restartWatchLater(), m.startList())
-	}
-	m.watchCh, m.watchCancel = msg.ch, msg.cancel
-	m.watching, m.watchErr, m.retry = true, nil, minRetry
-	// Events from now on are not missed; the list fills in the rest.
-	return tea.Batch(m.nextEventsCmd(m.watchGen, m.watchCh), m.startList())
-}
-
-// restartWatchLater starts the watch again after the retry delay, which
-// doubles up to maxRetry.
-func (m *Model) restartWatchLater() tea.Cmd {
-	d := m.retry
-	m.retry = min(m.retry*2, maxRetry)
-	return m.after(d, restartWatchMsg{gen: m.watchGen})
+	return since, !since.IsZero()
 }
 
 // startList lists every lock, or asks for another list when one is on its
@@ -168,28 +116,28 @@ func (m *Model) startList() tea.Cmd {
 		return nil
 	}
 	m.listing = true
-	m.listStart = m.now
 	m.pending = m.pending[:0]
 	return m.listCmd()
 }
 
 func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
-	if msg.gen != m.watchGen {
-		return nil
-	}
-	var cmds []tea.Cmd
+	cmds := []tea.Cmd{m.nextEventsCmd()}
 	touched := false
 	for _, ev := range msg.events {
 		switch {
-		case ev.Type == coord.EventReset:
-			// The events after it go to pending: the list will have
-			// what the watch lost.
+		case ev.Err != nil:
+			// The watch is started again; list meanwhile: the table is
+			// still worth showing.
+			m.watching, m.watchErr = false, ev.Err
 			cmds = append(cmds, m.startList())
-			continue
+		case ev.Type == coord.EventReset:
+			// The watch started, or lost track. The events after it go to
+			// pending: the list will have what the watch missed.
+			m.watching, m.watchErr = true, nil
+			cmds = append(cmds, m.startList())
 		case ev.Info.Name == "":
-			continue
 		case !m.listing:
-			m.store.Apply(m.now, ev)
+			m.store.Apply(m.now, ev.Event)
 		case len(m.pending) >= maxPending:
 			// Too many to keep: the list after this one will have
 			// them all.
@@ -197,22 +145,13 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 			m.relist = true
 			fallthrough
 		default:
-			m.pending = append(m.pending, ev)
+			m.pending = append(m.pending, ev.Event)
 		}
 		touched = touched || m.mode == modeDetails && ev.Info.Name == m.details.Name()
 	}
 	m.changed()
 	if touched {
 		cmds = append(cmds, m.fetchDetails())
-	}
-	if msg.closed {
-		m.cancelWatch()
-		if m.ctx.Err() == nil {
-			m.watchErr = errWatchEnded
-			cmds = append(cmds, m.restartWatchLater())
-		}
-	} else {
-		cmds = append(cmds, m.nextEventsCmd(m.watchGen, m.watchCh))
 	}
 	return tea.Batch(cmds...)
 }
@@ -238,59 +177,52 @@ func (m *Model) onList(msg listMsg) tea.Cmd {
 }
 
 // historyBatch reads the history counters of the rows on screen that are
-// older than the refresh period, then of the next locks of the background
-// sweep that covers every lock once per period, so that sorting by a
-// counter sees them all. One batch at a time.
+// older than the refresh period or, when there are none, of the next
+// sweepBatch other locks older than the list period, so that sorting by a
+// counter sees them all. One batch at a time; the others wait as long as
+// the last batch took, so that the sweep reads at most half of the time.
 func (m *Model) historyBatch() tea.Cmd {
 	if m.hist == nil || m.histBusy {
 		return nil
 	}
-	names := make([]string, 0, sweepBatch)
-	seen := make(map[string]bool)
+	var names []string
 	for _, r := range m.table.Visible(m.store) {
 		if r.HistAt.IsZero() || m.now.Sub(r.HistAt) >= m.opts.Refresh {
 			names = append(names, r.Info.Name)
-			seen[r.Info.Name] = true
 		}
 	}
-	visible := len(names) > 0
-	if len(m.sweep) == 0 && m.store.Len() > 0 && (m.sweepStart.IsZero() || m.now.Sub(m.sweepStart) >= m.listEvery) {
-		m.sweepStart = m.now
+	var delay time.Duration
+	if len(names) == 0 {
+		delay = m.lastBatch
 		for _, r := range m.store.All() {
-			m.sweep = append(m.sweep, r.Info.Name)
-		}
-	}
-	for len(names) < sweepBatch && len(m.sweep) > 0 {
-		name := m.sweep[0]
-		m.sweep = m.sweep[1:]
-		if r := m.store.Get(name); r != nil && !seen[name] && (r.HistAt.IsZero() || m.now.Sub(r.HistAt) >= m.opts.Refresh) {
-			names = append(names, name)
+			if len(names) == sweepBatch {
+				break
+			}
+			if r.HistAt.IsZero() || m.now.Sub(r.HistAt) >= m.listEvery {
+				names = append(names, r.Info.Name)
+			}
 		}
 	}
 	if len(names) == 0 {
 		return nil
 	}
 	m.histBusy = true
-	var delay time.Duration
-	if !visible {
-		delay = m.lastBatch // the sweep reads at most half of the time
-	}
 	return m.historyCmd(names, delay)
 }
 
+// onHistory takes a batch's counters (a lock whose read failed is tried
+// again a period later) and reads the next batch.
 func (m *Model) onHistory(msg historyMsg) tea.Cmd {
 	m.histBusy = false
 	m.lastBatch = msg.elapsed
 	for _, c := range msg.counts {
-		if c.err == nil {
-			m.store.SetCounts(c.name, c.failures, c.stale, m.now)
+		if r := m.store.Get(c.name); c.err != nil && r != nil {
+			c.failures, c.stale = r.Failures, r.Stale
 		}
+		m.store.SetCounts(c.name, c.failures, c.stale, m.now)
 	}
 	m.changed()
-	if len(m.sweep) > 0 {
-		return m.historyBatch()
-	}
-	return nil
+	return m.historyBatch()
 }
 
 func (m *Model) fetchDetails() tea.Cmd {
@@ -308,15 +240,11 @@ func (m *Model) fetchDetails() tea.Cmd {
 
 func (m *Model) onDetails(msg detailsMsg) tea.Cmd {
 	m.detailsBusy = false
-	m.noteRead(msg.infoErr, msg.latency)
-	if msg.infoErr == nil && m.store.Get(msg.name) != nil {
-		m.store.Apply(m.now, coord.Event{Info: msg.info})
-	}
 	if m.hist != nil && msg.histErr == nil {
 		f, s := countHistory(msg.events)
 		m.store.SetCounts(msg.name, f, s, m.now)
 	}
-	m.changed()
+	m.onRead(msg.inspectMsg)
 	if m.mode != modeDetails || msg.name != m.details.Name() {
 		return nil
 	}
@@ -335,7 +263,7 @@ func (m *Model) setFlash(s string, isErr bool) {
 }
 
 func (m *Model) onTick() tea.Cmd {
-	cmds := []tea.Cmd{m.after(m.tick, tickMsg{})}
+	cmds := []tea.Cmd{m.after(tickEvery, tickMsg{})}
 	m.store.Tick(m.now)
 	if m.flash != "" && !m.now.Before(m.flashUntil) {
 		m.flash = ""
@@ -343,8 +271,8 @@ func (m *Model) onTick() tea.Cmd {
 	if !m.listing && !m.lastList.IsZero() && m.now.Sub(m.lastList) >= m.listEvery {
 		cmds = append(cmds, m.startList())
 	}
-	if !m.probing && !m.lastList.IsZero() { // after the first list
-		m.probing, m.probeStart = true, m.now
+	if !m.inspecting[probeName] {
+		m.inspecting[probeName], m.probeStart = true, m.now
 		cmds = append(cmds, m.inspectCmd(probeName))
 	}
 	cmds = append(cmds, m.historyBatch())
@@ -379,16 +307,16 @@ func (m *Model) askRevoke(name string) {
 	switch {
 	case r == nil:
 		return
-	case m.revoking:
-		m.setFlash("a revoke is on its way", false)
+	case m.changing:
+		m.setFlash("a revoke, a freeze or a thaw is on its way", false)
 	case !r.Info.Held:
 		m.setFlash(name+" is free: nothing to revoke", false)
 	default:
-		t := revokeTarget{name: name, holder: r.Info.Holder, token: r.Info.Token}
+		token := r.Info.Token
 		m.asking = &question{
-			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, t.holder, t.token),
+			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, r.Info.Holder, token),
 			what: "revoke", doing: fmt.Sprintf("revoking %s…", name),
-			do: func() tea.Cmd { m.revoking = true; return m.revokeCmd(t) },
+			do: func() tea.Cmd { return m.revokeCmd(name, token) },
 		}
 	}
 }
@@ -402,31 +330,27 @@ func (m *Model) askLimit(name string, freeze bool) {
 	switch {
 	case r == nil:
 		return
-	case m.limiting:
-		m.setFlash("a freeze or thaw is on its way", false)
+	case m.changing:
+		m.setFlash("a revoke, a freeze or a thaw is on its way", false)
 	case freeze && r.Info.Limit != nil && r.Info.Limit.Max == 0:
 		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, r.Info.Limit.Scope()), false)
 	case !freeze && r.Info.Limit == nil:
 		m.setFlash(name+" has no limit: nothing to thaw", false)
 	default:
-		t := limitTarget{name: name, freeze: freeze}
+		t := limitTarget{name: name, freeze: true, limit: coord.Limit{Name: name}, verbs: [3]string{"freeze", "freezing", "froze"}}
 		if !freeze {
-			t.limit = *r.Info.Limit
+			t = limitTarget{name: name, limit: *r.Info.Limit, verbs: [3]string{"thaw", "thawing", "thawed"}}
 		}
 		m.asking = &question{
-			text: t.question(), what: t.verb(""), doing: fmt.Sprintf("%s %s…", t.verb("ing"), t.scope()),
-			do: func() tea.Cmd { m.limiting = true; return m.limitCmd(t) },
+			text: t.question(), what: t.verbs[0], doing: fmt.Sprintf("%s %s…", t.verbs[1], t.limit.Scope()),
+			do: func() tea.Cmd { return m.limitCmd(t) },
 		}
 	}
 }
 
 // onDone ends a revoke, a freeze or a thaw.
 func (m *Model) onDone(msg doneMsg) {
-	if msg.revoke {
-		m.revoking = false
-	} else {
-		m.limiting = false
-	}
+	m.changing = false
 	m.setFlash(msg.flash, msg.isErr)
 	if msg.read && m.store.Get(msg.info.Name) != nil {
 		m.store.Apply(m.now, coord.Event{Info: msg.info})

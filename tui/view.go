@@ -47,7 +47,7 @@ func (m *Model) statusView() string {
 	d := statusbar.Data{
 		Backend: m.backend,
 		Latency: m.latency,
-		Read:    m.read,
+		Read:    !m.lastOK.IsZero(),
 		Totals:  m.totals,
 		Shown:   len(m.store.Rows()),
 		Filter:  m.store.Filter(),
@@ -66,7 +66,7 @@ func (m *Model) statusView() string {
 		d.Health, d.Detail = statusbar.Unavailable, "unavailable: "+m.readErr.Error()
 	case m.watchErr != nil:
 		d.Health, d.Detail = statusbar.Degraded, m.watchErr.Error()+", retrying"
-	case m.watching && m.read:
+	case m.watching && !m.lastOK.IsZero():
 		d.Health = statusbar.OK
 		d.Warning = m.opts.Warning
 	}

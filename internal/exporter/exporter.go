@@ -16,9 +16,9 @@
 //
 // # How it is fed
 //
-// The state comes from one Watch of the coordinator, started after an
-// initial List; a watch that fails or resets is started again, and followed
-// by a List. Each scrape also Lists the locks (within scrapeTimeout)
+// The state comes from one Watch of the coordinator, followed by a List;
+// a watch that fails is started again (package follow), and a start or a
+// reset of the watch is followed by a List. Each scrape also Lists the locks (within scrapeTimeout)
 // to refresh the time left on leases (etcd renewals are not visible to a
 // watch) and to catch what a watch restart missed. Holder changes are taken
 // in order: tokens only grow, so a state with a smaller token than one
@@ -51,7 +51,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fence-dev/fence/internal/etcdbugs"
+	"github.com/fence-dev/fence/internal/follow"
 	"github.com/fence-dev/fence/internal/history/auto"
+	"github.com/fence-dev/fence/internal/lockkind"
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
@@ -109,17 +111,12 @@ func (o *Options) fill() {
 // shuts the server down and returns nil. A failure to listen, or of the
 // coordinator's first read, is returned at once.
 func Serve(ctx context.Context, addr string, c coord.Coordinator, opts Options) error {
+	opts.fill()
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("exporter: %w", err)
 	}
-	return ServeListener(ctx, ln, c, opts)
-}
-
-// ServeListener is Serve on a listener the caller made; it closes ln.
-func ServeListener(ctx context.Context, ln net.Listener, c coord.Coordinator, opts Options) error {
-	opts.fill()
 	h, err := Handler(ctx, c, opts)
 	if err != nil {
 		ln.Close()
@@ -160,9 +157,11 @@ func Handler(ctx context.Context, c coord.Coordinator, opts Options) (http.Handl
 	reg.MustRegister(col,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	errLog := slog.NewLogLogger(col.opts.Logger.Handler(), slog.LevelWarn)
+	errLog.SetPrefix("exporter: ")
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      slogPrinter{col.opts.Logger},
+		ErrorLog:      errLog,
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -179,12 +178,6 @@ func Handler(ctx context.Context, c coord.Coordinator, opts Options) (http.Handl
 		fmt.Fprintf(w, "fence exporter for %s\nmetrics: /metrics\nhealth: /healthz\n", c.Describe())
 	})
 	return mux, nil
-}
-
-type slogPrinter struct{ l *slog.Logger }
-
-func (p slogPrinter) Println(v ...any) {
-	p.l.Warn("exporter: " + strings.TrimSpace(fmt.Sprintln(v...)))
 }
 
 // Collector is the exporter's prometheus.Collector, for programs that
@@ -288,15 +281,13 @@ var (
 // shards` group: a shard's moves (GROUP/shard/N) and a member's restarts of
 // its command (GROUP/members/ID).
 func groupKinds(name string) []history.Kind {
-	if i := strings.LastIndex(name, "/shard/"); i > 0 {
-		if k, err := strconv.Atoi(name[i+len("/shard/"):]); err == nil && k >= 0 {
-			return []history.Kind{history.ShardTaken, history.ShardGivenUp, history.ShardLost}
-		}
-	}
-	if i := strings.LastIndex(name, "/members/"); i > 0 && !strings.Contains(name[i+len("/members/"):], "/") {
+	switch _, member, _, ok := lockkind.Group(name); {
+	case !ok:
+		return nil
+	case member != "":
 		return []history.Kind{history.Restarted}
 	}
-	return nil
+	return []history.Kind{history.ShardTaken, history.ShardGivenUp, history.ShardLost}
 }
 
 // allKinds are the history event kinds exported for every lock.
@@ -306,9 +297,9 @@ var allKinds = []history.Kind{
 	history.Completed, history.Skipped,
 }
 
-// NewCollector reads the coordinator's locks and history once (an error of
-// the coordinator is returned; one of the history is logged), and follows
-// the coordinator's watch until ctx ends.
+// NewCollector starts the coordinator's watch and reads its locks and
+// history once (an error of the coordinator is returned; one of the
+// history is logged), and follows the watch until ctx ends.
 func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Collector, error) {
 	opts.fill()
 	col := &Collector{
@@ -332,80 +323,63 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 			Buckets: waitBuckets,
 		}, []string{"lock"})
 	}
-	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
-	defer cancel()
-	if err := col.list(rctx, false); err != nil {
-		return nil, fmt.Errorf("exporter: %w", err)
+	wctx, stop := context.WithCancel(ctx)
+	evs := follow.Watch(wctx, c, opts.Prefix)
+	if ev := <-evs; ev.Err != nil {
+		stop()
+		return nil, fmt.Errorf("exporter: %w", ev.Err)
 	}
-	ch, err := c.Watch(ctx, opts.Prefix)
-	if err != nil {
+	if err := col.list(ctx, false); err != nil {
+		stop()
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
 	col.watching = true
 	if col.hist != nil {
+		rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+		defer cancel()
 		col.readHistory(rctx)
 	}
-	go col.follow(ctx, ch)
+	go func() {
+		defer stop()
+		col.run(wctx, evs)
+	}()
 	return col, nil
 }
 
-// follow applies the watch's events, and starts the watch again when it
-// ends before ctx.
-func (col *Collector) follow(ctx context.Context, ch <-chan coord.Event) {
-	for {
-		for ev := range ch {
-			if ev.Type == coord.EventReset {
-				col.relist(ctx)
-				continue
-			}
-			if ev.Info.Name == "" || !strings.HasPrefix(ev.Info.Name, col.opts.Prefix) {
-				continue
-			}
+// run applies the watch's events (package follow starts it again when it
+// fails) until ctx ends.
+func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
+	for ev := range evs {
+		switch {
+		case ev.Err != nil:
+			col.setWatching(false)
+			col.opts.Logger.Warn("exporter: the coordinator's watch failed; starting it again", "coordinator", col.c.Describe(), "err", ev.Err)
+		case ev.Type == coord.EventReset:
+			col.setWatching(true)
+			col.list(ctx, true)
+		case ev.Info.Name != "" && strings.HasPrefix(ev.Info.Name, col.opts.Prefix):
 			col.mu.Lock()
 			col.apply(ev.Info, true)
 			col.mu.Unlock()
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		col.setWatching(false)
-		col.opts.Logger.Warn("exporter: the coordinator's watch ended; starting it again", "coordinator", col.c.Describe())
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			var err error
-			if ch, err = col.c.Watch(ctx, col.opts.Prefix); err == nil {
-				break
-			}
-			col.opts.Logger.Debug("exporter: watch", "err", err)
-		}
-		col.setWatching(true)
-		col.relist(ctx)
 	}
 }
 
-// relist reads every lock after the watch lost track.
-func (col *Collector) relist(ctx context.Context) {
-	rctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
-	defer cancel()
-	if err := col.list(rctx, true); err != nil {
-		col.opts.Logger.Warn("exporter: list", "err", err)
-	}
-}
-
-// list reads every lock and applies them. After a relist (unconfirm),
-// events the watch sends next may be older than this List: until the
-// watch reports a holder itself, its "released" is not trusted.
+// list reads every lock (within scrapeTimeout) and applies them; a
+// failure is logged and returned. After the watch started again or lost
+// track (unconfirm), events the watch sends next may be older than this
+// List: until the watch reports a holder itself, its "released" is not
+// trusted.
 func (col *Collector) list(ctx context.Context, unconfirm bool) error {
+	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
+	defer cancel()
 	infos, err := col.c.List(ctx, col.opts.Prefix)
 	col.noteRead(err)
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.listOK = err == nil
 	if err != nil {
+		col.opts.Logger.Warn("exporter: list", "err", err)
 		return err
 	}
 	col.applyListLocked(infos)
@@ -660,9 +634,7 @@ func (col *Collector) refresh() {
 	defer col.scrape.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	if err := col.list(ctx, false); err != nil {
-		col.opts.Logger.Warn("exporter: list", "err", err)
-	}
+	col.list(ctx, false)
 	if col.hist != nil {
 		col.readHistory(ctx)
 	}

@@ -82,28 +82,25 @@ func ctxT(t *testing.T) context.Context {
 // returns its base URL.
 func serve(t *testing.T, c coord.Coordinator, opts exporter.Options) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	opts.Logger = quiet
-	ready := make(chan struct{})
-	opts.OnListen = func(net.Addr) { close(ready) }
-	go func() { done <- exporter.ServeListener(ctx, ln, c, opts) }()
+	ready := make(chan net.Addr, 1)
+	opts.OnListen = func(a net.Addr) { ready <- a }
+	go func() { done <- exporter.Serve(ctx, "127.0.0.1:0", c, opts) }()
+	var addr net.Addr
 	select {
-	case <-ready:
+	case addr = <-ready:
 	case err := <-done:
-		t.Fatalf("ServeListener: %v", err)
+		t.Fatalf("Serve: %v", err)
 	}
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("ServeListener returned %v after the context ended", err)
+			t.Errorf("Serve returned %v after the context ended", err)
 		}
 	})
-	return "http://" + ln.Addr().String()
+	return "http://" + addr.String()
 }
 
 // scrape fetches /metrics with a real HTTP client and parses it with the

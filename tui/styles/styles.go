@@ -24,12 +24,11 @@ type Styles struct {
 	BarEmpty lipgloss.Style // the empty part of a TTL bar
 
 	// The status bar.
-	Status   lipgloss.Style
-	OK       lipgloss.Style // healthy
-	Warn     lipgloss.Style // degraded (watch lost, retrying)
-	Down     lipgloss.Style // unavailable
-	Help     help.Styles    // the key help (bubbles/help)
-	Renderer *lipgloss.Renderer
+	Status lipgloss.Style
+	OK     lipgloss.Style // healthy
+	Warn   lipgloss.Style // degraded (watch lost, retrying)
+	Down   lipgloss.Style // unavailable
+	Help   help.Styles    // the key help (bubbles/help)
 }
 
 // New builds the styles on renderer r (nil: lipgloss's default renderer).
@@ -55,7 +54,7 @@ func New(r *lipgloss.Renderer) *Styles {
 		selBg  = c("#dde4ff", "#303a5f")
 		statBg = c("#e8e8e8", "#262626")
 	)
-	s := &Styles{Renderer: r}
+	s := &Styles{}
 	s.Accent = r.NewStyle().Bold(true).Foreground(accent)
 	s.Good = r.NewStyle().Foreground(green)
 	s.Caution = r.NewStyle().Bold(true).Foreground(yellow)

@@ -1,6 +1,7 @@
 package details
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
@@ -69,9 +70,10 @@ func TestProcessText(t *testing.T) {
 	}
 }
 
-// TestFieldsOf: the header's values for a lock not listed, a free one and
-// a held one.
-func TestFieldsOf(t *testing.T) {
+// TestValues: the header's values for a lock not listed, a free one and
+// a held one, as shown ("-" for a value not there). Was TestFieldsOf, with
+// the same cases.
+func TestValues(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	st := store.New()
 	st.Apply(now,
@@ -80,19 +82,29 @@ func TestFieldsOf(t *testing.T) {
 		coord.Event{Info: coord.LockInfo{Name: "free", LastToken: 5}})
 	st.SetCounts("held", 1, 2, now)
 	m := New(nil, time.UTC)
-	dash := fields{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+	labels := []string{"holder", "token", "lease", "ttl", "acquired", "held for", "waiters", "renewals", "failures", "stale", "process"}
+	dash := map[string]string{}
+	for _, l := range labels {
+		dash[l] = "-"
+	}
 	for _, c := range []struct {
 		r    *store.Row
-		want fields
+		want map[string]string
 	}{
 		{nil, dash},
-		{st.Get("free"), fields{holder: "-", token: "last 5", lease: "-", ttl: "-", acquired: "-", held: "-", waiters: "0",
-			renewals: "-", failures: "-", stale: "-", process: "-"}},
-		{st.Get("held"), fields{holder: "w", token: "7 (last 9)", lease: "l1", ttl: "██░░ 20s of 30s", acquired: "2026-01-02 03:02:35",
-			held: "1m30s", waiters: "2", renewals: "0", failures: "1", stale: "2", process: "-"}},
+		{st.Get("free"), map[string]string{"holder": "-", "token": "last 5", "lease": "-", "ttl": "-", "acquired": "-", "held for": "-", "waiters": "0",
+			"renewals": "-", "failures": "-", "stale": "-", "process": "-"}},
+		{st.Get("held"), map[string]string{"holder": "w", "token": "7 (last 9)", "lease": "l1", "ttl": "██░░ 20s of 30s", "acquired": "2026-01-02 03:02:35",
+			"held for": "1m30s", "waiters": "2", "renewals": "0", "failures": "1", "stale": "2", "process": "-"}},
 	} {
-		if got := m.fieldsOf(c.r, now, 20); got != c.want {
-			t.Errorf("fieldsOf(%v) = %+v, want %+v", c.r != nil, got, c.want)
+		v := m.values(c.r, now, 20)
+		for _, l := range labels {
+			if got := cmp.Or(v[l], "-"); got != c.want[l] {
+				t.Errorf("values(%v)[%q] = %q, want %q", c.r != nil, l, got, c.want[l])
+			}
+		}
+		if len(v) > len(labels) {
+			t.Errorf("values(%v) = %v: more than the labels", c.r != nil, v)
 		}
 	}
 }

@@ -66,9 +66,6 @@ func (m *Model) Open(name string) {
 	m.vp.GotoTop()
 }
 
-// Loaded says the timeline has been read (or failed to be).
-func (m *Model) Loaded() bool { return m.loaded }
-
 // Name is the lock shown.
 func (m *Model) Name() string { return m.name }
 
@@ -305,19 +302,15 @@ func (m *Model) header(r *store.Row, now time.Time) []string {
 	lines := make([]string, 0, headerLines+maxQueue+4)
 	lines = append(lines, m.titleLine(r, now))
 	half := max((w-2)/2, 1)
-	f := m.fieldsOf(r, now, half)
+	v := m.values(r, now, half)
+	for _, p := range [][2]string{{"holder", "token"}, {"lease", "ttl"}, {"acquired", "held for"}, {"renewals", "waiters"}, {"failures", "stale"}} {
+		lines = append(lines, m.pair(half, p[0], cmp.Or(v[p[0]], "-"), p[1], cmp.Or(v[p[1]], "-")))
+	}
 	group := ""
 	if m.Group != "" {
 		group = "group"
 	}
-	lines = append(lines,
-		m.pair(half, "holder", f.holder, "token", f.token),
-		m.pair(half, "lease", f.lease, "ttl", f.ttl),
-		m.pair(half, "acquired", f.acquired, "held for", f.held),
-		m.pair(half, "renewals", f.renewals, "waiters", f.waiters),
-		m.pair(half, "failures", f.failures, "stale", f.stale),
-		m.pair(half, "process", f.process, group, m.Group),
-	)
+	lines = append(lines, m.pair(half, "process", cmp.Or(v["process"], "-"), group, m.Group))
 	if r != nil {
 		lines = append(lines, m.rowLines(r.Info, now)...)
 	}
@@ -362,59 +355,39 @@ func (m *Model) rest(v string) string { return format.Fit(v, max(m.width-2-label
 
 var indent = strings.Repeat(" ", 2+labelW)
 
-// andMore is the line that counts the n items not named.
-func (m *Model) andMore(n int) string {
-	return indent + m.styles.Dim.Render(m.rest(fmt.Sprintf("and %d more", n)))
-}
-
-// fields is the values of the header's pairs, "-" when not known.
-type fields struct {
-	holder, token, lease, ttl, acquired, held, waiters string
-	renewals, failures, stale, process                 string
-}
-
-// fieldsOf is the header's values for row r (nil: not listed) at now, the
-// TTL bar fitting a half line.
-func (m *Model) fieldsOf(r *store.Row, now time.Time, half int) fields {
-	f := fields{"-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"}
+// values are the header's values for row r (nil: not listed) at now, by
+// label, the TTL bar fitting a half line; a value not known is not there.
+func (m *Model) values(r *store.Row, now time.Time, half int) map[string]string {
 	if r == nil {
-		return f
+		return nil
 	}
 	i := r.Info
+	v := map[string]string{"waiters": strconv.Itoa(i.Waiters)}
 	if i.LastToken > 0 {
-		f.token = fmt.Sprintf("last %d", i.LastToken)
+		v["token"] = fmt.Sprintf("last %d", i.LastToken)
 	}
-	if i.Held {
-		m.heldFields(&f, r, now, half)
-	}
-	f.waiters = strconv.Itoa(i.Waiters)
 	if !m.NoHistory && r.Failures >= 0 {
-		f.failures, f.stale = strconv.Itoa(r.Failures), strconv.Itoa(r.Stale)
+		v["failures"], v["stale"] = strconv.Itoa(r.Failures), strconv.Itoa(r.Stale)
 	}
 	if i.Process != nil {
-		f.process = processText(*i.Process)
+		v["process"] = processText(*i.Process)
 	}
-	return f
-}
-
-// heldFields are the values of a held lock: holder, token, lease, TTL,
-// renewals, and since when it is held.
-func (m *Model) heldFields(f *fields, r *store.Row, now time.Time, half int) {
-	i := r.Info
-	f.holder = i.Holder
-	f.token = strconv.FormatUint(i.Token, 10)
+	if !i.Held {
+		return v
+	}
+	v["holder"], v["lease"], v["renewals"] = i.Holder, i.LeaseID, strconv.Itoa(r.Renewals)
+	v["token"] = strconv.FormatUint(i.Token, 10)
 	if i.LastToken > i.Token {
-		f.token += fmt.Sprintf(" (last %d)", i.LastToken)
+		v["token"] += fmt.Sprintf(" (last %d)", i.LastToken)
 	}
-	f.lease = i.LeaseID
 	left := r.TTLLeft(now)
 	full, empty := format.Bar(left, i.TTL, min(max(half-10-18, 4), 20))
-	f.ttl = full + empty + " " + format.Duration(format.Ceil(left)) + " of " + format.Duration(i.TTL)
-	f.renewals = strconv.Itoa(r.Renewals)
+	v["ttl"] = full + empty + " " + format.Duration(format.Ceil(left)) + " of " + format.Duration(i.TTL)
 	if !i.AcquiredAt.IsZero() {
-		f.acquired = i.AcquiredAt.In(m.loc).Format(acquiredLayout)
-		f.held = format.Duration(i.HeldFor(now))
+		v["acquired"] = i.AcquiredAt.In(m.loc).Format(acquiredLayout)
+		v["held for"] = format.Duration(i.HeldFor(now))
 	}
+	return v
 }
 
 // processText is "pids 1,2, pgid 1".
@@ -470,12 +443,8 @@ func (m *Model) limitText(l coord.Limit) string {
 // holderLines name a semaphore's holders, oldest first (the fields above
 // are the oldest's): slot, holder, token, time left, held for.
 func (m *Model) holderLines(i coord.LockInfo, now time.Time) []string {
-	lines := []string{m.field("slots", fmt.Sprintf("%d of %d held", len(i.Holders), i.Slots))}
-	for n, h := range i.Holders {
-		if n == maxQueue {
-			lines = append(lines, m.andMore(len(i.Holders)-maxQueue))
-			break
-		}
+	var vs []string
+	for _, h := range i.Holders[:min(len(i.Holders), maxQueue)] {
 		v := fmt.Sprintf("slot %d: %s, token %d", h.Slot, h.Holder, h.Token)
 		if h.TTL > 0 {
 			v += ", " + format.Duration(format.Ceil(max(h.TTLLeft, 0))) + " of " + format.Duration(h.TTL) + " left"
@@ -483,20 +452,16 @@ func (m *Model) holderLines(i coord.LockInfo, now time.Time) []string {
 		if !h.AcquiredAt.IsZero() {
 			v += ", held " + format.Duration(max(now.Sub(h.AcquiredAt), 0))
 		}
-		lines = append(lines, indent+m.rest(v))
+		vs = append(vs, v)
 	}
-	return lines
+	return append([]string{m.field("slots", fmt.Sprintf("%d of %d held", len(i.Holders), i.Slots))}, m.listLines("", vs, len(i.Holders))...)
 }
 
 // queueLines names who waits, first served first: place, holder, how long
 // and since when, and its lease (etcd) or process (local).
 func (m *Model) queueLines(q []coord.Waiter, now time.Time) []string {
-	var lines []string
-	for i, wt := range q {
-		if i == maxQueue {
-			lines = append(lines, m.andMore(len(q)-maxQueue))
-			break
-		}
+	var vs []string
+	for i, wt := range q[:min(len(q), maxQueue)] {
 		v := fmt.Sprintf("%d. %s", i+1, wt.Holder)
 		if !wt.Since.IsZero() {
 			v += fmt.Sprintf(", waiting %s (since %s)", format.Duration(max(now.Sub(wt.Since), 0)), wt.Since.In(m.loc).Format("15:04:05"))
@@ -507,11 +472,21 @@ func (m *Model) queueLines(q []coord.Waiter, now time.Time) []string {
 		case wt.PID != 0:
 			v += fmt.Sprintf(", pid %d", wt.PID)
 		}
-		label := ""
-		if i == 0 {
-			label = "queue"
-		}
+		vs = append(vs, v)
+	}
+	return m.listLines("queue", vs, len(q))
+}
+
+// listLines is a field of a value a line, the first of n values (vs) on
+// the label's line, and the count of those not named.
+func (m *Model) listLines(label string, vs []string, n int) []string {
+	var lines []string
+	for _, v := range vs {
 		lines = append(lines, m.field(label, v))
+		label = ""
+	}
+	if n > len(vs) {
+		lines = append(lines, indent+m.styles.Dim.Render(m.rest(fmt.Sprintf("and %d more", n-len(vs)))))
 	}
 	return lines
 }

@@ -66,12 +66,8 @@ func (m *Model) Sync(st *store.Store) {
 
 // Move moves the selection by delta rows (negative: up).
 func (m *Model) Move(st *store.Store, delta int) {
-	m.cursor += delta
-	m.clamp(len(st.Rows()))
-	rows := st.Rows()
-	if len(rows) > 0 {
-		m.selected = rows[m.cursor].Info.Name
-	}
+	m.cursor, m.selected = m.cursor+delta, ""
+	m.Sync(st)
 }
 
 // Page moves the selection by pages (negative: up).
@@ -329,21 +325,18 @@ func (m *Model) row(b *strings.Builder, w [numCols]int, cells []string, r *store
 	b.WriteString(line)
 }
 
-// cellRow is what the cells of one row are drawn from.
+// cellRow is what the cells of one row are drawn from: the table (its
+// styles, and whether the TTLs and the counters are known) and the row.
 type cellRow struct {
-	r     *store.Row
-	now   time.Time
-	state store.State // as shown: held while the TTLs are not known
-	// unknown: the coordinator is not answering, the TTL is not known.
-	unknown   bool
-	noHistory bool
-	styles    *styles.Styles
-	selected  bool // its cells are not styled (see row)
+	*Model
+	r        *store.Row
+	now      time.Time
+	state    store.State // as shown: held while the TTLs are not known
+	selected bool        // its cells are not styled (see row)
 }
 
 func (m *Model) rowOf(r *store.Row, now time.Time, selected bool) *cellRow {
-	x := &cellRow{r: r, now: now, state: r.State(now), unknown: m.Unconfirmed, noHistory: m.NoHistory,
-		styles: m.styles, selected: selected}
+	x := &cellRow{Model: m, r: r, now: now, state: r.State(now), selected: selected}
 	if m.Unconfirmed && r.Info.Held {
 		x.state = store.Held
 	}
@@ -354,7 +347,7 @@ func (m *Model) rowOf(r *store.Row, now time.Time, selected bool) *cellRow {
 // the column's side, in its style (none on the selected row). A held
 // lock's TTL, when known, is a bar (ttlBar).
 func (x *cellRow) draw(i, width int) string {
-	if i == colTTL && x.r.Info.Held && !x.unknown {
+	if i == colTTL && x.r.Info.Held && !x.Unconfirmed {
 		return x.ttlBar(width)
 	}
 	v, st := x.cell(i)
@@ -424,7 +417,7 @@ func (x *cellRow) counter(i int) (string, *lipgloss.Style) {
 	if i == colStale {
 		n = x.r.Stale
 	}
-	v, alert := counterText(n, x.noHistory)
+	v, alert := counterText(n, x.NoHistory)
 	if alert {
 		return v, &x.styles.Bad
 	}
@@ -447,30 +440,18 @@ func counterText(n int, noHistory bool) (string, bool) {
 // joinCells is the row's line: the cursor mark, the cells of the columns
 // shown one space apart, padded to width.
 func joinCells(cells []string, w [numCols]int, width int, selected bool) string {
-	var line strings.Builder
+	mark := "  "
 	if selected {
-		line.WriteString("> ")
-	} else {
-		line.WriteString("  ")
+		mark = "> "
 	}
-	used := gutter
-	first := true
-	for i := range cells {
-		if w[i] == 0 {
-			continue
+	var on []string
+	used := gutter - 1 // the name is always on
+	for i, c := range cells {
+		if w[i] > 0 {
+			on, used = append(on, c), used+1+w[i]
 		}
-		if !first {
-			line.WriteByte(' ')
-			used++
-		}
-		first = false
-		line.WriteString(cells[i])
-		used += w[i]
 	}
-	if used < width {
-		line.WriteString(strings.Repeat(" ", width-used))
-	}
-	return line.String()
+	return mark + strings.Join(on, " ") + strings.Repeat(" ", max(width-used, 0))
 }
 
 // tokenText is the TOKEN cell: the holder's token, "(N)" for the last

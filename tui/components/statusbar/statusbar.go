@@ -53,12 +53,11 @@ func View(s *styles.Styles, width int, d Data) string {
 	}
 	health := healthText(s, width, d)
 	sep := s.Status.Render(" │ ")
-	parts, limits := rightParts(d)
+	parts := rightParts(d)
 	fixed := ansi.StringWidth(health) + ansi.StringWidth(sep)
 	right := joinParts(s, sep, parts)
 	for len(parts) > 0 && fixed+ansi.StringWidth(right)+minBackend > width {
-		parts = dropPart(parts, limits, d.Read)
-		limits = false // the limits are the first to go
+		parts = dropPart(parts)
 		right = joinParts(s, sep, parts)
 	}
 	room := width - fixed - ansi.StringWidth(right)
@@ -86,19 +85,27 @@ func healthText(s *styles.Styles, width int, d Data) string {
 	return s.Status.Render("… connecting")
 }
 
+// part is a part of the right of the line, and its rank: on a narrow
+// screen the lowest goes first.
+type part struct {
+	text string
+	rank int
+}
+
 // rightParts is what the right of the line shows, in order: the latency of
 // the last read (when known), the totals, the locks an operator limit binds
-// (when any), the sort; limits says that the limits are there.
-func rightParts(d Data) (parts []string, limits bool) {
+// (when any), the sort. The limits go first, then the sort (the table
+// header marks it too), then the latency, then the totals.
+func rightParts(d Data) []part {
+	var parts []part
 	if d.Read {
-		parts = append(parts, "read "+format.Latency(d.Latency))
+		parts = append(parts, part{"read " + format.Latency(d.Latency), 2})
 	}
-	parts = append(parts, totalsText(d))
-	l := limitsText(d.Totals)
-	if l != "" {
-		parts = append(parts, l)
+	parts = append(parts, part{totalsText(d), 3})
+	if l := limitsText(d.Totals); l != "" {
+		parts = append(parts, part{l, 0})
 	}
-	return append(parts, sortText(d.Sort.String(), d.Reverse)), l != ""
+	return append(parts, part{sortText(d.Sort.String(), d.Reverse), 1})
 }
 
 // totalsText is "N shown · N locks · N held · N expiring · N waiting"; the
@@ -140,26 +147,21 @@ func sortText(key string, reverse bool) string {
 	return "sort " + key
 }
 
-// dropPart is the right parts without the one that goes first when the
-// line is too narrow: the limits (when there), then the sort (the table
-// header marks it too), then the latency (read: it is there), then the
-// totals.
-func dropPart(parts []string, limits, read bool) []string {
-	switch {
-	case limits:
-		return slices.Delete(slices.Clone(parts), len(parts)-2, len(parts)-1)
-	case len(parts) == 3:
-		return parts[:2]
-	case len(parts) == 2 && read:
-		return parts[1:]
+// dropPart is parts without the one of the lowest rank.
+func dropPart(parts []part) []part {
+	low := 0
+	for i, p := range parts {
+		if p.rank < parts[low].rank {
+			low = i
+		}
 	}
-	return parts[:len(parts)-1]
+	return slices.Delete(slices.Clone(parts), low, low+1)
 }
 
-func joinParts(s *styles.Styles, sep string, parts []string) string {
+func joinParts(s *styles.Styles, sep string, parts []part) string {
 	out := ""
 	for _, p := range parts {
-		out += sep + s.Status.Render(p)
+		out += sep + s.Status.Render(p.text)
 	}
 	return out
 }

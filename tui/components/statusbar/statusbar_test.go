@@ -66,45 +66,50 @@ func TestWarningBesideHealth(t *testing.T) {
 }
 
 // TestDropPart: on a narrow screen the limits go first, then the sort,
-// then the latency, then the totals.
+// then the latency, then the totals (the ranks rightParts gives them).
 func TestDropPart(t *testing.T) {
+	rank := map[string]int{"limits": 0, "sort": 1, "read": 2, "totals": 3}
+	parts := func(names ...string) []part {
+		var ps []part
+		for _, n := range names {
+			ps = append(ps, part{n, rank[n]})
+		}
+		return ps
+	}
 	for _, c := range []struct {
-		parts        []string
-		limits, read bool
-		want         []string
+		parts, want []part
 	}{
-		{[]string{"read", "totals", "limits", "sort"}, true, true, []string{"read", "totals", "sort"}},
-		{[]string{"totals", "limits", "sort"}, true, false, []string{"totals", "sort"}},
-		{[]string{"read", "totals", "sort"}, false, true, []string{"read", "totals"}},
-		{[]string{"read", "totals"}, false, true, []string{"totals"}},
-		{[]string{"totals", "sort"}, false, false, []string{"totals"}},
-		{[]string{"totals"}, false, false, []string{}},
+		{parts("read", "totals", "limits", "sort"), parts("read", "totals", "sort")},
+		{parts("totals", "limits", "sort"), parts("totals", "sort")},
+		{parts("read", "totals", "sort"), parts("read", "totals")},
+		{parts("read", "totals"), parts("totals")},
+		{parts("totals", "sort"), parts("totals")},
+		{parts("totals"), parts()},
 	} {
-		if got := dropPart(c.parts, c.limits, c.read); !slices.Equal(got, c.want) {
-			t.Errorf("dropPart(%q, limits %v, read %v) = %q, want %q", c.parts, c.limits, c.read, got, c.want)
+		if got := dropPart(c.parts); !slices.Equal(got, c.want) {
+			t.Errorf("dropPart(%v) = %v, want %v", c.parts, got, c.want)
 		}
 	}
 }
 
 // TestRightParts: the latency when known, the totals (the shown with a
-// filter, the waiting when some wait), the limits when any, the sort.
+// filter, the waiting when some wait), the limits when any, the sort; the
+// limits are the first to go, then the sort, the latency, the totals.
 func TestRightParts(t *testing.T) {
 	for _, c := range []struct {
-		d      Data
-		want   []string
-		limits bool
+		d    Data
+		want []part
 	}{
-		{Data{Sort: store.ByName}, []string{"0 locks · 0 held · 0 expiring", "sort name"}, false},
+		{Data{Sort: store.ByName}, []part{{"0 locks · 0 held · 0 expiring", 3}, {"sort name", 1}}},
 		{Data{Read: true, Latency: 1500 * time.Microsecond, Sort: store.ByName, Reverse: true},
-			[]string{"read " + format.Latency(1500*time.Microsecond), "0 locks · 0 held · 0 expiring", "sort name (rev)"}, false},
+			[]part{{"read " + format.Latency(1500*time.Microsecond), 2}, {"0 locks · 0 held · 0 expiring", 3}, {"sort name (rev)", 1}}},
 		{Data{Totals: store.Totals{Locks: 3, Held: 2, Expiring: 1, Waiters: 4, Frozen: 1, Limited: 2}, Filter: "w", Shown: 2, Sort: store.ByName},
-			[]string{"2 shown · 3 locks · 2 held · 1 expiring · 4 waiting", "1 frozen · 2 limited", "sort name"}, true},
+			[]part{{"2 shown · 3 locks · 2 held · 1 expiring · 4 waiting", 3}, {"1 frozen · 2 limited", 0}, {"sort name", 1}}},
 		{Data{Totals: store.Totals{Locks: 1, Limited: 1}, Sort: store.ByName},
-			[]string{"1 lock · 0 held · 0 expiring", "1 limited", "sort name"}, true},
+			[]part{{"1 lock · 0 held · 0 expiring", 3}, {"1 limited", 0}, {"sort name", 1}}},
 	} {
-		got, limits := rightParts(c.d)
-		if !slices.Equal(got, c.want) || limits != c.limits {
-			t.Errorf("rightParts(%+v) = %q, %v; want %q, %v", c.d, got, limits, c.want, c.limits)
+		if got := rightParts(c.d); !slices.Equal(got, c.want) {
+			t.Errorf("rightParts(%+v) = %v; want %v", c.d, got, c.want)
 		}
 	}
 }

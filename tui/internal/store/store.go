@@ -141,12 +141,10 @@ func (k SortKey) Next() SortKey { return (k + 1) % numSortKeys }
 
 // Totals counts the rows.
 type Totals struct {
-	Locks, Held, Expiring, Free, Waiters int
+	Locks, Held, Expiring, Waiters int
 	// Frozen and Limited count the locks an operator limit binds (frozen,
 	// or limited to N holders).
 	Frozen, Limited int
-	// Failures and Stale add up the known counters.
-	Failures, Stale int
 }
 
 // Store is the set of rows, sorted by a key and filtered by a string. A
@@ -171,9 +169,6 @@ type Store struct {
 func New() *Store {
 	return &Store{rows: make(map[string]*Row)}
 }
-
-// Len is the number of rows, filtered or not.
-func (s *Store) Len() int { return len(s.rows) }
 
 // Rows is the filtered rows in order. The slice belongs to the store and is
 // valid until the next change.
@@ -285,11 +280,8 @@ func (s *Store) Totals() Totals {
 		} else if l != nil {
 			t.Limited++
 		}
-		t.Failures += max(r.Failures, 0)
-		t.Stale += max(r.Stale, 0)
 	}
 	t.Locks = len(s.rows)
-	t.Free = t.Locks - t.Held
 	return t
 }
 
