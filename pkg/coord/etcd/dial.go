@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,7 +26,7 @@ import (
 // an interceptor), and only when that connection is in TRANSIENT_FAILURE,
 // meaning that no endpoint could be reached, it tries one TCP (or unix
 // socket) connection to each endpoint. When every one is refused (or its
-// host or socket does not exist), abort is called and failed reports why;
+// host or socket does not exist), abort is called and err says why;
 // any other outcome (a connection, a timeout, a TLS problem behind a port
 // that answers) leaves the check to run its course.
 type refusalWatch struct {
@@ -35,12 +34,12 @@ type refusalWatch struct {
 	where     string
 	abort     func()
 
-	done    atomic.Bool // the check is over: the interceptor passes through
-	once    sync.Once
+	once    sync.Once       // starts the watch, or (end) makes sure none starts
 	ctx     context.Context // ends with the check
 	cancel  context.CancelFunc
 	stopped chan struct{}
-	err     atomic.Pointer[error]
+	// err is why the check was aborted, or nil; it is read after end.
+	err error
 }
 
 func newRefusalWatch(endpoints []string, where string, abort func()) *refusalWatch {
@@ -51,9 +50,7 @@ func newRefusalWatch(endpoints []string, where string, abort func()) *refusalWat
 // interceptor is a unary client interceptor that starts the watch on the
 // connection of the first request.
 func (w *refusalWatch) interceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if !w.done.Load() {
-		w.once.Do(func() { go w.watch(cc) })
-	}
+	w.once.Do(func() { go w.watch(cc) })
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
@@ -67,8 +64,7 @@ func (w *refusalWatch) watch(cc *grpc.ClientConn) {
 			return
 		case connectivity.TransientFailure:
 			if err := probeRefused(ctx, w.endpoints); err != nil {
-				err = fmt.Errorf("%w: etcd %s: %s", coord.ErrUnavailable, w.where, err)
-				w.err.Store(&err)
+				w.err = fmt.Errorf("%w: etcd %s: %s", coord.ErrUnavailable, w.where, err)
 				w.abort()
 				return
 			}
@@ -81,18 +77,9 @@ func (w *refusalWatch) watch(cc *grpc.ClientConn) {
 
 // end stops the watch, and waits for it, once the check is over.
 func (w *refusalWatch) end() {
-	w.done.Store(true)
 	w.once.Do(func() { close(w.stopped) }) // no request went out: no watch
 	w.cancel()
 	<-w.stopped
-}
-
-// failed is why the check was aborted, or nil.
-func (w *refusalWatch) failed() error {
-	if p := w.err.Load(); p != nil {
-		return *p
-	}
-	return nil
 }
 
 // probeTimeout bounds each probe connection: a probe that does not end in

@@ -202,8 +202,8 @@ func dial(ctx context.Context, endpoints []string, opts ...Option) (*coordinator
 		detach()
 		rw.end()
 		endLife()
-		if rerr := rw.failed(); rerr != nil {
-			return nil, rerr
+		if rw.err != nil {
+			return nil, rw.err
 		}
 		return nil, c.connectErr(ctx, cfg.dialTimeout, err)
 	}
@@ -237,7 +237,7 @@ func dial(ctx context.Context, endpoints []string, opts ...Option) (*coordinator
 	c.start(cli, ccfg)
 	err = c.ping(pctx)
 	rw.end()
-	if err != nil || !detach() || rw.failed() != nil { // also: ctx ended, or refused, just as the answer came
+	if err != nil || !detach() || rw.err != nil { // also: ctx ended, or refused, just as the answer came
 		// What start made: the lanes' clients (hedged requests dial them), the client.
 		c.ka.close()
 		c.stop()

@@ -138,80 +138,6 @@ type attemptResult struct {
 	err   error
 }
 
-func (c *coordinator) interceptUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
-	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	h := c.health
-	_, persists := ctx.Value(persistKey{}).(bool)
-	silent := h.silent() && !persists
-	_, single := ctx.Value(onceKey{}).(bool)
-	multi := hedgeable(method) && !single && c.ka != nil && c.ka.multi()
-	if !multi && !silent {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		if answered(err) {
-			h.answer()
-		}
-		return err
-	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	hc := &hedgedCall{c: c, ctx: ctx, actx: actx, method: method, req: req, typ: reflect.TypeOf(reply).Elem(), multi: multi,
-		// No copy gets the options that write into the caller's variables
-		// (the client's grpc.Peer, read once this returns): a copy may
-		// still run after its answer was not waited for.
-		opts: hedgeOnly(opts)}
-	lanes := 0
-	if multi {
-		lanes = len(c.ka.lanes)
-	}
-	hc.results = make(chan attemptResult, 1+lanes) // every copy can answer without a reader
-	hc.launch(func(r any) error { return invoker(actx, method, req, r, cc, hc.opts...) })
-	r := hc.wait(silent)
-	if r.err == nil {
-		reflect.ValueOf(reply).Elem().Set(reflect.ValueOf(r.reply).Elem())
-	}
-	return r.err
-}
-
-// hedgedCall is a unary request sent through the client and, when it is
-// hedged, through every lane.
-type hedgedCall struct {
-	c              *coordinator
-	ctx, actx      context.Context // the caller's; the copies' (ends when the call returns)
-	method         string
-	req            any
-	typ            reflect.Type // of the reply
-	opts           []grpc.CallOption
-	multi, hedged  bool
-	results        chan attemptResult
-	launched, done int
-	failedCmp      *attemptResult // a transaction whose compare failed, held for the others
-}
-
-func (hc *hedgedCall) launch(f func(r any) error) {
-	hc.launched++
-	go func() {
-		r := reflect.New(hc.typ).Interface()
-		hc.results <- attemptResult{r, f(r)}
-	}()
-}
-
-// hedge sends the request through every lane, once.
-func (hc *hedgedCall) hedge() {
-	if hc.hedged || !hc.multi || hc.ctx.Err() != nil {
-		return
-	}
-	hc.hedged = true
-	for _, l := range hc.c.ka.lanes {
-		hc.launch(func(r any) error {
-			cli, err := l.client()
-			if err != nil {
-				return err
-			}
-			return cli.ActiveConnection().Invoke(hc.actx, hc.method, hc.req, r, hc.opts...)
-		})
-	}
-}
-
 // resultStep is what an answer of one copy leads to.
 type resultStep int
 
@@ -223,94 +149,137 @@ const (
 )
 
 // afterResult decides: answered (a member answered), failedCmp (a
-// transaction whose compare failed), done of launched copies ended.
-func afterResult(answered, failedCmp bool, done, launched int) resultStep {
+// transaction whose compare failed), pending copies still out.
+func afterResult(answered, failedCmp bool, pending int) resultStep {
 	switch {
-	case answered && failedCmp && done < launched:
+	case answered && failedCmp && pending > 0:
 		return resultHold
 	case answered:
 		return resultReturn
-	case done < launched:
+	case pending > 0:
 		return resultWait
 	}
 	return resultLast
 }
 
-// held is the answer to return when the call ends without a better one:
-// the failed compare held, else err.
-func (hc *hedgedCall) held(err error) attemptResult {
-	if hc.failedCmp != nil {
-		return *hc.failedCmp
+// interceptUnary sends the request through the client and, when it is
+// hedged, through every lane (see health); the first copy that a member
+// answered wins.
+func (c *coordinator) interceptUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn,
+	invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	h := c.health
+	_, persists := ctx.Value(persistKey{}).(bool)
+	silent := h.silent() && !persists
+	_, single := ctx.Value(onceKey{}).(bool)
+	var lanes []*lane // not yet hedged to (nil: not hedged)
+	if hedgeable(method) && !single && c.ka != nil && c.ka.multi() {
+		lanes = c.ka.lanes
 	}
-	return attemptResult{err: err}
+	if lanes == nil && !silent {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if answered(err) {
+			h.answer()
+		}
+		return err
+	}
+	actx, cancel := context.WithCancel(ctx) // the copies' context: ends when the call returns
+	defer cancel()
+	// No copy gets the options that write into the caller's variables (the
+	// client's grpc.Peer, read once this returns): a copy may still run
+	// after its answer was not waited for.
+	opts = hedgeOnly(opts)
+	results := make(chan attemptResult, 1+len(lanes)) // every copy can answer without a reader
+	launch := func(f func(r any) error) {
+		go func() {
+			r := reflect.New(reflect.TypeOf(reply).Elem()).Interface()
+			results <- attemptResult{r, f(r)}
+		}()
+	}
+	// hedge sends the request through every lane, once, and tells how
+	// many copies it sent.
+	hedge := func() int {
+		if ctx.Err() != nil {
+			return 0
+		}
+		n := len(lanes)
+		for _, l := range lanes {
+			launch(func(r any) error {
+				cli, err := l.client()
+				if err != nil {
+					return err
+				}
+				return cli.ActiveConnection().Invoke(actx, method, req, r, opts...)
+			})
+		}
+		lanes = nil
+		return n
+	}
+	launch(func(r any) error { return invoker(actx, method, req, r, cc, opts...) })
+	r := hedgedWait(ctx, h, silent, results, hedge)
+	if r.err == nil {
+		reflect.ValueOf(reply).Elem().Set(reflect.ValueOf(r.reply).Elem())
+	}
+	return r.err
 }
 
-// wait returns the answer of the call: the first copy's that a member
-// answered (see health for silent).
-func (hc *hedgedCall) wait(silent bool) attemptResult {
-	h := hc.c.health
+// hedgedWait returns the answer of a call whose first copy was sent and
+// whose copies answer on results: the first copy's that a member answered
+// (see health for silent).
+func hedgedWait(ctx context.Context, h *health, silent bool, results <-chan attemptResult, hedge func() int) attemptResult {
 	start := h.now()
+	pending := 1
+	var giveUp <-chan time.Time
 	if silent {
-		hc.hedge()
+		pending += hedge()
+		t := time.NewTimer(silentBound)
+		defer t.Stop()
+		giveUp = t.C
 	}
 	hedgeT := time.NewTimer(hedgeAfter)
 	defer hedgeT.Stop()
 	boundT := time.NewTimer(answerBound)
 	defer boundT.Stop()
-	var giveUp <-chan time.Time
-	if silent {
-		t := time.NewTimer(silentBound)
-		defer t.Stop()
-		giveUp = t.C
+	var holdT <-chan time.Time
+	var failedCmp *attemptResult // a transaction whose compare failed, held for the others
+	held := func(err error) attemptResult {
+		if failedCmp != nil {
+			return *failedCmp
+		}
+		return attemptResult{err: err}
 	}
-	holdT := time.NewTimer(time.Hour)
-	holdT.Stop()
-	defer holdT.Stop()
 	for {
 		select {
-		case r := <-hc.results:
-			if res, end := hc.onResult(r, holdT); end {
-				return res
+		case r := <-results:
+			pending--
+			ok := answered(r.err)
+			if ok {
+				h.answer()
 			}
-		case <-holdT.C:
-			return *hc.failedCmp
+			tr, isTxn := r.reply.(*pb.TxnResponse)
+			switch afterResult(ok, isTxn && r.err == nil && !tr.Succeeded, pending) {
+			case resultReturn:
+				return r
+			case resultHold:
+				if failedCmp == nil {
+					failedCmp = &r
+					holdT = time.After(hedgeAfter)
+				}
+			case resultLast:
+				return held(r.err)
+			}
+		case <-holdT:
+			return *failedCmp
 		case <-hedgeT.C:
-			hc.hedge()
+			pending += hedge()
 		case <-boundT.C:
-			hc.hedge()
+			pending += hedge()
 			h.noAnswerSince(start)
 		case <-giveUp:
-			return hc.held(errSilent(time.Duration(h.now() - h.answered.Load())))
-		case <-hc.ctx.Done():
-			return hc.held(status.FromContextError(hc.ctx.Err()).Err())
+			return held(errSilent(time.Duration(h.now() - h.answered.Load())))
+		case <-ctx.Done():
+			return held(status.FromContextError(ctx.Err()).Err())
 		}
 	}
-}
-
-// onResult takes one copy's answer; end tells the call to return res.
-func (hc *hedgedCall) onResult(r attemptResult, holdT *time.Timer) (res attemptResult, end bool) {
-	hc.done++
-	ok := answered(r.err)
-	if ok {
-		hc.c.health.answer()
-	}
-	tr, isTxn := r.reply.(*pb.TxnResponse)
-	switch afterResult(ok, isTxn && r.err == nil && !tr.Succeeded, hc.done, hc.launched) {
-	case resultReturn:
-		return r, true
-	case resultHold:
-		if hc.failedCmp == nil {
-			hc.failedCmp = &r
-			holdT.Reset(hedgeAfter)
-		}
-		return r, false
-	case resultWait:
-		if !hc.hedged && hc.ctx.Err() == nil {
-			hc.hedge() // the first copy failed at once (its member is gone): the others now
-		}
-		return r, false
-	}
-	return hc.held(r.err), true
 }
 
 // multi reports whether the keeper has a lane per member.

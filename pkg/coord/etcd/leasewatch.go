@@ -86,35 +86,31 @@ func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
 	backoff := leaseWatchMinBackoff
 	for {
 		if rev == 0 {
-			ended, asked, cr, r, err := w.look(ctx)
+			kv, r, err := w.look(ctx)
 			if w.looked != nil {
 				w.looked()
 			}
 			switch {
 			case errors.Is(err, errGiveUp):
 				return nil
+			case errors.Is(err, coord.ErrLeaseLost):
+				return err // lost
 			case err != nil:
 				// Retried below, after the back-off.
-			case ended:
-				return w.lost()
-			case create != 0 && cr != create:
+			case create != 0 && kv.CreateRevision != create:
 				return nil // the key was put again: not the hold we follow
-			case asked:
+			case decodeMeta(kv.Value).StopRequestedAt != nil:
 				return w.asked()
 			default:
-				create, rev = cr, r
+				create, rev = kv.CreateRevision, r
 				backoff = leaseWatchMinBackoff
 			}
 		}
 		if rev != 0 {
 			start := time.Now()
-			var ended, asked bool
-			ended, asked, rev = w.follow(ctx, create, rev)
-			if ended {
-				return w.lost()
-			}
-			if asked {
-				return w.asked()
+			var err error
+			if rev, err = w.follow(ctx, create, rev); err != nil {
+				return err
 			}
 			if time.Since(start) > leaseWatchMaxBackoff {
 				backoff = leaseWatchMinBackoff // it had worked for a while
@@ -130,44 +126,42 @@ func (w *leaseWatch) run(ctx context.Context, create, rev int64) error {
 // errGiveUp: the watch cannot tell for certain whether the hold ended.
 var errGiveUp = errors.New("lease watch: no certain answer")
 
-// look reads the key. ended is true when the key is gone and etcd no longer
-// has the lease; otherwise create is the key's create revision, rev the
-// revision of the read, and asked whether its value carries a stop request.
-// errGiveUp: the key is gone but its lease lives.
-func (w *leaseWatch) look(ctx context.Context) (ended, asked bool, create, rev int64, err error) {
+// look reads the key: it returns the key and the revision of the read,
+// or lost when the key is gone and etcd no longer has the lease, or
+// errGiveUp when the key is gone but its lease lives.
+func (w *leaseWatch) look(ctx context.Context) (*mvccpb.KeyValue, int64, error) {
 	resp, err := w.c.cli.Get(ctx, w.key)
 	if err != nil {
-		return false, false, 0, 0, err
+		return nil, 0, err
 	}
 	if len(resp.Kvs) > 0 {
-		kv := resp.Kvs[0]
-		return false, decodeMeta(kv.Value).StopRequestedAt != nil, kv.CreateRevision, resp.Header.Revision, nil
+		return resp.Kvs[0], resp.Header.Revision, nil
 	}
 	ttl, err := w.c.cli.TimeToLive(ctx, w.id)
-	if err != nil {
-		return false, false, 0, 0, err
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case ttl.TTL == -1: // etcd's answer for a lease it does not have
+		return nil, 0, w.lost()
 	}
-	if ttl.TTL == -1 { // etcd's answer for a lease it does not have
-		return true, false, 0, 0, nil
-	}
-	return false, false, 0, 0, errGiveUp
+	return nil, 0, errGiveUp
 }
 
 // follow watches the key from rev+1 on: its deletion, and puts of it (the
-// only ones after the holder's claim are stop requests). It returns ended
+// only ones after the holder's claim are stop requests). It returns lost
 // when the deletion came, asked when a put of the key with the create
 // revision create carries a stop request; otherwise, when the watch ended,
 // the revision to go on from: the last one seen, or 0 when the key must be
 // read again (the revision was compacted).
-func (w *leaseWatch) follow(ctx context.Context, create, rev int64) (ended, asked bool, next int64) {
+func (w *leaseWatch) follow(ctx context.Context, create, rev int64) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range w.c.cli.Watch(wctx, w.key, clientv3.WithRev(rev+1)) {
 		if wr.CompactRevision != 0 {
-			return false, false, 0
+			return 0, nil
 		}
 		if wr.Canceled || wr.Err() != nil {
-			return false, false, rev
+			return rev, nil
 		}
 		for _, ev := range wr.Events {
 			if string(ev.Kv.Key) != w.key {
@@ -175,14 +169,14 @@ func (w *leaseWatch) follow(ctx context.Context, create, rev int64) (ended, aske
 			}
 			switch {
 			case ev.Type == mvccpb.DELETE:
-				return true, false, rev
+				return rev, w.lost()
 			case ev.Kv.CreateRevision == create && decodeMeta(ev.Kv.Value).StopRequestedAt != nil:
-				return false, true, rev
+				return rev, w.asked()
 			}
 			rev = max(rev, ev.Kv.ModRevision)
 		}
 	}
-	return false, false, rev
+	return rev, nil
 }
 
 // asked is the error reported for a stop request.

@@ -209,19 +209,18 @@ func TestNewsOf(t *testing.T) {
 func TestAfterResult(t *testing.T) {
 	bools(2, func(b []bool) {
 		answered, failedCmp := b[0], b[1]
-		for _, done := range []int{1, 2, 3} {
-			launched := 3
+		for _, pending := range []int{2, 1, 0} {
 			want := resultLast
 			switch {
-			case answered && failedCmp && done < launched:
+			case answered && failedCmp && pending > 0:
 				want = resultHold
 			case answered:
 				want = resultReturn
-			case done < launched:
+			case pending > 0:
 				want = resultWait
 			}
-			if got := afterResult(answered, failedCmp, done, launched); got != want {
-				t.Errorf("afterResult(%v, %v, %d of %d) = %v, want %v", answered, failedCmp, done, launched, got, want)
+			if got := afterResult(answered, failedCmp, pending); got != want {
+				t.Errorf("afterResult(%v, %v, %d pending) = %v, want %v", answered, failedCmp, pending, got, want)
 			}
 		}
 	})
