@@ -22,11 +22,13 @@ import (
 // downStore is a store that refuses every write while down is set: a
 // coordinator that does not answer; while unanswered is set it writes and
 // then fails: a coordinator that took the write and stalled before its
-// answer.
+// answer; while partial is set it writes the events of the first lock in a
+// call and then fails: a coordinator lost part way through a write.
 type downStore struct {
 	history.Store
 	down       atomic.Bool
 	unanswered atomic.Bool
+	partial    atomic.Bool
 }
 
 var errDown = errors.New("injected: coordinator does not answer")
@@ -37,6 +39,16 @@ func (s *downStore) Record(ctx context.Context, ev history.Event) error {
 
 func (s *downStore) Append(ctx context.Context, evs []history.Event) error {
 	if s.down.Load() {
+		return errDown
+	}
+	if s.partial.Load() {
+		n := 1
+		for n < len(evs) && evs[n].Lock == evs[0].Lock {
+			n++
+		}
+		if err := s.Store.Append(ctx, evs[:n]); err != nil {
+			return err
+		}
 		return errDown
 	}
 	if s.unanswered.Load() {
@@ -325,5 +337,44 @@ func TestSpoolWrittenButUnanswered(t *testing.T) {
 	}
 	if want := []history.Event{counted("a", 2), lost}; fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
 		t.Errorf("history of a:\n got %+v\nwant %+v (each once)", got, want)
+	}
+}
+
+// TestSpoolFlushFailsPartWay: a flush whose write fails after the store
+// took one lock's events and before the other's keeps the spool file; the
+// next flush writes the rest and not the part already written: each event
+// once, none lost.
+func TestSpoolFlushFailsPartWay(t *testing.T) {
+	g := newSpoolRig(t)
+	lost := history.Event{Time: spoolT0.Add(time.Second), Lock: "a", Kind: history.LeaseLost, Holder: "h", Token: 7, Error: "not renewed"}
+	rel := history.Event{Time: spoolT0.Add(2 * time.Second), Lock: "b", Kind: history.Released, Holder: "h", Token: 3, HeldFor: 90 * time.Second}
+	g.fail(counted("a", 2), lost, rel)
+
+	g.store.partial.Store(true)
+	if _, err := g.flush(); !errors.Is(err, errDown) {
+		t.Fatalf("FlushSpool failing part way = %v, want its error", err)
+	}
+	g.store.partial.Store(false)
+	if got := g.files("*.jsonl"); len(got) != 1 {
+		t.Fatalf("after a flush that failed part way the spool holds %v, want its file", got)
+	}
+	if a, err := g.store.History(ctxT(t), "a", 0); err != nil || len(a) != 2 {
+		t.Fatalf("the failed flush wrote %+v, %v of a; want its 2 events", a, err)
+	}
+
+	if _, err := g.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if left := g.files("*"); len(left) != 0 {
+		t.Errorf("spool not empty after the flush: %v", left)
+	}
+	for lock, want := range map[string][]history.Event{"a": {counted("a", 2), lost}, "b": {rel}} {
+		got, err := g.store.History(ctxT(t), lock, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+			t.Errorf("history of %s:\n got %+v\nwant %+v (each once)", lock, got, want)
+		}
 	}
 }
