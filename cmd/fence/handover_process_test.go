@@ -229,3 +229,31 @@ func TestShardsKilledHandsOver(t *testing.T) {
 		})
 	}
 }
+
+// TestRunKilledCannotEnd: fence is killed while its etcd is frozen. The
+// watchdog still stops the command, cannot end the lease (its reads wait
+// out the end's bound), and says so on stderr, naming the lock: otherwise
+// an operator sees a next holder wait out the TTL with nothing to say why.
+func TestRunKilledCannotEnd(t *testing.T) {
+	srv := etcdproc.Start(t)
+	dir := t.TempDir()
+	env := append(st.Env(dir), "D="+dir)
+	holder, errFile := startFence(t, env, "--endpoints", srv.Addr(), "run", "job", "--ttl", "15s", "--shell", "--",
+		`echo $$ > "$D/pid"; exec sleep 600`)
+	pid := waitFor(t, filepath.Join(dir, "pid"), "")
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Thaw() }()
+	killed := killHolder(t, holder)
+	line := waitFor(t, errFile, "could not end the lease")
+	d := time.Since(killed)
+	t.Logf("%v after fence's SIGKILL: %s", d.Round(time.Millisecond), line)
+	if !strings.HasPrefix(line, "fence: fence died and its watchdog could not end the lease of job: ") ||
+		!strings.HasSuffix(line, "; it ends at its TTL") {
+		t.Errorf("stderr line %q: want it to name the lock and say the lease ends at its TTL", line)
+	}
+	if _, err := os.Stat("/proc/" + strings.TrimSpace(pid)); err == nil {
+		t.Errorf("the command (pid %s) is still alive", strings.TrimSpace(pid))
+	}
+}

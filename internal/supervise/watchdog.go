@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -534,7 +535,9 @@ func (w *watchdog) finish() error {
 
 // endLeases ends the leases of the start order's Handover with end, within
 // endTimeout. Called only once nothing of the command's tree is left, and
-// only when fence is gone: a failure leaves them to expire at their TTL.
+// only when fence is gone: a failure leaves them to expire at their TTL,
+// and says so on stderr (fence's, which the command shares), since the next
+// holder then waits out the TTL.
 func (w *watchdog) endLeases() {
 	e := w.sp.End
 	if w.end == nil || e == nil || len(e.Leases) == 0 {
@@ -542,5 +545,12 @@ func (w *watchdog) endLeases() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 	defer cancel()
-	_ = w.end(ctx, e.Coordinator, e.Leases)
+	if err := w.end(ctx, e.Coordinator, e.Leases); err != nil {
+		names := make([]string, len(e.Leases))
+		for i, l := range e.Leases {
+			names[i] = l.Name
+		}
+		fmt.Fprintf(os.Stderr, "fence: fence died and its watchdog could not end the lease of %s: %v; it ends at its TTL\n",
+			strings.Join(names, ", "), strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
 }
