@@ -14,10 +14,17 @@ import (
 // each text (which names the members and their versions). A marker file
 // per text, in the user's cache directory, remembers by its modification
 // time when it was printed last. It is only a memory: when it cannot be
-// read or written the warning is printed, and the command goes on.
+// read or written the warning is printed, and the command goes on. Each
+// time one is written, the markers of texts not printed for warnForget
+// (a member upgraded, a cluster gone) and the single marker of older
+// fences (warned) are removed.
 
-// warnEvery is how often the same coordinator warning is printed.
-const warnEvery = 24 * time.Hour
+const (
+	// warnEvery is how often the same coordinator warning is printed.
+	warnEvery = 24 * time.Hour
+	// warnForget is how long the marker of a text no longer printed stays.
+	warnForget = 7 * warnEvery
+)
 
 // warnDue reports whether warning is to be printed now, and when it is,
 // records that it was in $XDG_CACHE_HOME/fence/warned-KEY
@@ -38,6 +45,19 @@ func warnDue(warning string, now time.Time) bool {
 	}
 	if os.MkdirAll(filepath.Dir(path), 0o700) == nil && os.WriteFile(path, nil, 0o600) == nil {
 		_ = os.Chtimes(path, now, now)
+		pruneWarned(filepath.Dir(path), now)
 	}
 	return true
+}
+
+// pruneWarned removes from dir the markers last written before now less
+// warnForget, and the marker file of older fences.
+func pruneWarned(dir string, now time.Time) {
+	_ = os.Remove(filepath.Join(dir, "warned"))
+	old, _ := filepath.Glob(filepath.Join(dir, "warned-*"))
+	for _, p := range old {
+		if fi, err := os.Lstat(p); err == nil && now.Sub(fi.ModTime()) > warnForget {
+			_ = os.Remove(p)
+		}
+	}
 }
