@@ -63,34 +63,6 @@ type (
 	tickMsg struct{}
 )
 
-// limitTarget is a freeze or a thaw the operator is asked to confirm.
-type limitTarget struct {
-	name   string      // the selected lock
-	freeze bool        // freeze the lock; else thaw
-	limit  coord.Limit // what changes: the lock's own limit (a freeze), the one that binds the lock (a thaw)
-	verbs  [3]string   // "freeze", "freezing", "froze", or a thaw's
-}
-
-// question is the confirmation asked before the change.
-func (t limitTarget) question() string {
-	if t.freeze {
-		return fmt.Sprintf("Freeze %s (no new holder until thawed; a holder runs on)? [y/N]", t.name)
-	}
-	// What the limit does and who set it; the details say when and why.
-	l := t.limit
-	brief := "frozen"
-	if l.Max != 0 {
-		brief = fmt.Sprintf("limit %d", l.Max)
-	}
-	if l.By != "" {
-		brief += " by " + l.By
-	}
-	if l.Prefix {
-		return fmt.Sprintf("Thaw prefix %q (%s), every lock under it? [y/N]", l.Name, brief)
-	}
-	return fmt.Sprintf("Thaw %s (%s)? [y/N]", t.name, brief)
-}
-
 type lockCounts struct {
 	name            string
 	failures, stale int
@@ -236,20 +208,25 @@ func (m *Model) revokeCmd(name string, token uint64) tea.Cmd {
 	}
 }
 
-// limitCmd makes the freeze or the thaw the operator confirmed, records it
-// in the history of the locks it covers (best effort, as fence freeze and
-// fence thaw do), and reads the lock again.
-func (m *Model) limitCmd(t limitTarget) tea.Cmd {
+// limitCmd makes the freeze (of lock name) or the thaw (of scope, the limit
+// that binds lock name) the operator confirmed, records it in the history
+// of the locks it covers (best effort, as fence freeze and fence thaw do),
+// and reads the lock again.
+func (m *Model) limitCmd(name string, freeze bool, scope coord.Limit) tea.Cmd {
 	c, h, ctx, by := m.c, m.hist, m.ctx, m.opts.Operator
+	verb, done := "thaw", "thawed"
+	if freeze {
+		verb, done = "freeze", "froze"
+	}
 	return func() tea.Msg {
 		fail := func(err error) tea.Msg {
-			return doneMsg{isErr: true, flash: fmt.Sprintf("%s %s: %v", t.verbs[0], t.limit.Scope(), err)}
+			return doneMsg{isErr: true, flash: fmt.Sprintf("%s %s: %v", verb, scope.Scope(), err)}
 		}
 		now := time.Now()
 		ev := history.Event{Kind: history.Frozen, Holder: by, Reason: "from fence top by " + by, Time: now}
-		scope, removed := t.limit, true
-		if t.freeze {
-			if err := c.SetLimit(ctx, coord.Limit{Name: t.name, By: by, Reason: ev.Reason, At: now}); err != nil {
+		removed := true
+		if freeze {
+			if err := c.SetLimit(ctx, coord.Limit{Name: name, By: by, Reason: ev.Reason, At: now}); err != nil {
 				return fail(err)
 			}
 		} else {
@@ -264,7 +241,7 @@ func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 			}
 		}
 		if h != nil && removed {
-			names := []string{t.name}
+			names := []string{name}
 			if scope.Prefix {
 				if infos, err := c.List(ctx, scope.Name); err == nil {
 					names = names[:0]
@@ -278,13 +255,13 @@ func (m *Model) limitCmd(t limitTarget) tea.Cmd {
 				_ = h.Record(ctx, ev)
 			}
 		}
-		info, err := c.Inspect(ctx, t.name)
-		msg := doneMsg{info: info, read: err == nil, flash: fmt.Sprintf("%s %s", t.verbs[2], scope.Scope())}
+		info, err := c.Inspect(ctx, name)
+		msg := doneMsg{info: info, read: err == nil, flash: fmt.Sprintf("%s %s", done, scope.Scope())}
 		switch {
 		case !removed:
 			msg.flash = fmt.Sprintf("not thawed: %s had no limit by now", scope.Scope())
-		case err == nil && info.Limit != nil && !t.freeze:
-			msg.flash = fmt.Sprintf("thawed %s; %s is still %s", scope.Scope(), t.name, info.Limit.Describe())
+		case err == nil && info.Limit != nil && !freeze:
+			msg.flash = fmt.Sprintf("thawed %s; %s is still %s", scope.Scope(), name, info.Limit.Describe())
 		}
 		return msg
 	}

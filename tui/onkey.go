@@ -41,9 +41,9 @@ func screenKeys(k keyMap, md mode) []binding {
 			{k.PageDown, "scroll page down", none(func(m *Model) { m.details.PageDown(1) })},
 			{k.Top, "scroll top", none(func(m *Model) { m.details.Top() })},
 			{k.Bottom, "scroll bottom", none(func(m *Model) { m.details.Bottom() })},
-			{k.Revoke, "revoke", none(func(m *Model) { m.askRevoke(m.details.Name()) })},
-			{k.Freeze, "freeze", none(func(m *Model) { m.askLimit(m.details.Name(), true) })},
-			{k.Thaw, "thaw", none(func(m *Model) { m.askLimit(m.details.Name(), false) })},
+			{k.Revoke, "revoke", none(func(m *Model) { m.ask(m.details.Name(), "revoke") })},
+			{k.Freeze, "freeze", none(func(m *Model) { m.ask(m.details.Name(), "freeze") })},
+			{k.Thaw, "thaw", none(func(m *Model) { m.ask(m.details.Name(), "thaw") })},
 		}
 	}
 	return []binding{
@@ -59,9 +59,9 @@ func screenKeys(k keyMap, md mode) []binding {
 		{k.Back, "clear filter", batched((*Model).clearFilter)},
 		{k.Sort, "sort", batched(func(m *Model) { m.sortBy(true) })},
 		{k.Reverse, "reverse", batched(func(m *Model) { m.sortBy(false) })},
-		{k.Revoke, "revoke", batched(func(m *Model) { m.askRevoke(m.table.Selected()) })},
-		{k.Freeze, "freeze", batched(func(m *Model) { m.askLimit(m.table.Selected(), true) })},
-		{k.Thaw, "thaw", batched(func(m *Model) { m.askLimit(m.table.Selected(), false) })},
+		{k.Revoke, "revoke", batched(func(m *Model) { m.ask(m.table.Selected(), "revoke") })},
+		{k.Freeze, "freeze", batched(func(m *Model) { m.ask(m.table.Selected(), "freeze") })},
+		{k.Thaw, "thaw", batched(func(m *Model) { m.ask(m.table.Selected(), "thaw") })},
 		{k.Help, "help", batched(func(m *Model) { m.helpFrom, m.mode = modeTable, modeHelp })},
 	}
 }
@@ -111,7 +111,7 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 // thaw: yes runs do, and shows doing meanwhile; no shows "what cancelled".
 type question struct {
 	text, what, doing string
-	do                func() tea.Cmd
+	do                tea.Cmd
 }
 
 // answer ends the question: yes does it.
@@ -124,7 +124,7 @@ func (m *Model) answer(yes bool) tea.Cmd {
 	}
 	m.setFlash(q.doing, false)
 	m.changing = true
-	return q.do()
+	return q.do
 }
 
 // filterKey is a key typed in the filter input: enter keeps the filter,

@@ -1,10 +1,6 @@
 package tui
 
-import (
-	"testing"
-
-	tea "github.com/charmbracelet/bubbletea"
-)
+import "testing"
 
 // TestWhoReadsAKey: ctrl+c goes before everything, an open question
 // before the filter input, the filter input before the screen (onKey; was
@@ -25,7 +21,7 @@ func TestWhoReadsAKey(t *testing.T) {
 	} {
 		m := New(t.Context(), newFake(sampleLocks()...), Options{Now: fixedClock})
 		if c.revoke || c.limit {
-			m.asking = &question{what: "revoke", do: func() tea.Cmd { return nil }}
+			m.asking = &question{what: "revoke"}
 		}
 		if c.filtering {
 			m.startFilter()

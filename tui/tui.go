@@ -11,7 +11,7 @@
 // on screen.
 //
 // Layout after gh-dash: components in tui/components, the one Styles struct
-// in tui/styles, the key map in keys.go.
+// in tui/styles, the key map in keys.go, the status line in status.go.
 package tui
 
 import (

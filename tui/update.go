@@ -302,49 +302,47 @@ func (m *Model) quit() tea.Cmd {
 	return tea.Quit
 }
 
-func (m *Model) askRevoke(name string) {
+// ask asks before a revoke, a freeze or a thaw (what) of lock name, or
+// says why there is nothing to do; one change is on its way at a time. A
+// freeze is a lock-scope freeze, as `fence freeze NAME` makes; a thaw
+// removes the limit that binds the lock, whatever its scope (the lock's
+// own, or a prefix's: the question says which).
+func (m *Model) ask(name, what string) {
 	r := m.store.Get(name)
-	switch {
-	case r == nil:
+	if r == nil {
 		return
-	case m.changing:
-		m.setFlash("a revoke, a freeze or a thaw is on its way", false)
-	case !r.Info.Held:
-		m.setFlash(name+" is free: nothing to revoke", false)
-	default:
-		token := r.Info.Token
-		m.asking = &question{
-			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, r.Info.Holder, token),
-			what: "revoke", doing: fmt.Sprintf("revoking %s…", name),
-			do: func() tea.Cmd { return m.revokeCmd(name, token) },
-		}
 	}
-}
-
-// askLimit asks before freezing lock name (a lock-scope freeze, as `fence
-// freeze NAME` makes) or, for a thaw, before removing the limit that binds
-// it, whatever its scope (the lock's own, or a prefix's: the question says
-// which).
-func (m *Model) askLimit(name string, freeze bool) {
-	r := m.store.Get(name)
+	i, l := r.Info, r.Info.Limit
 	switch {
-	case r == nil:
-		return
 	case m.changing:
 		m.setFlash("a revoke, a freeze or a thaw is on its way", false)
-	case freeze && r.Info.Limit != nil && r.Info.Limit.Max == 0:
-		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, r.Info.Limit.Scope()), false)
-	case !freeze && r.Info.Limit == nil:
+	case what == "revoke" && !i.Held:
+		m.setFlash(name+" is free: nothing to revoke", false)
+	case what == "freeze" && l != nil && l.Max == 0:
+		m.setFlash(fmt.Sprintf("%s is frozen already (%s)", name, l.Scope()), false)
+	case what == "thaw" && l == nil:
 		m.setFlash(name+" has no limit: nothing to thaw", false)
+	case what == "revoke":
+		m.asking = &question{what: what, doing: fmt.Sprintf("revoking %s…", name), do: m.revokeCmd(name, i.Token),
+			text: fmt.Sprintf("Revoke the lease on %s (holder %s, token %d)? [y/N]", name, i.Holder, i.Token)}
+	case what == "freeze":
+		scope := coord.Limit{Name: name}
+		m.asking = &question{what: what, doing: fmt.Sprintf("freezing %s…", scope.Scope()), do: m.limitCmd(name, true, scope),
+			text: fmt.Sprintf("Freeze %s (no new holder until thawed; a holder runs on)? [y/N]", name)}
 	default:
-		t := limitTarget{name: name, freeze: true, limit: coord.Limit{Name: name}, verbs: [3]string{"freeze", "freezing", "froze"}}
-		if !freeze {
-			t = limitTarget{name: name, limit: *r.Info.Limit, verbs: [3]string{"thaw", "thawing", "thawed"}}
+		// What the limit does and who set it; the details say when and why.
+		brief := "frozen"
+		if l.Max != 0 {
+			brief = fmt.Sprintf("limit %d", l.Max)
 		}
-		m.asking = &question{
-			text: t.question(), what: t.verbs[0], doing: fmt.Sprintf("%s %s…", t.verbs[1], t.limit.Scope()),
-			do: func() tea.Cmd { return m.limitCmd(t) },
+		if l.By != "" {
+			brief += " by " + l.By
 		}
+		text := fmt.Sprintf("Thaw %s (%s)? [y/N]", name, brief)
+		if l.Prefix {
+			text = fmt.Sprintf("Thaw prefix %q (%s), every lock under it? [y/N]", l.Name, brief)
+		}
+		m.asking = &question{what: what, doing: fmt.Sprintf("thawing %s…", l.Scope()), do: m.limitCmd(name, false, *l), text: text}
 	}
 }
 

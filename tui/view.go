@@ -3,12 +3,10 @@ package tui
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/charmbracelet/bubbles/key"
 	"github.com/charmbracelet/x/ansi"
 
-	"github.com/fence-dev/fence/tui/components/statusbar"
 	"github.com/fence-dev/fence/tui/internal/format"
 )
 
@@ -41,36 +39,6 @@ func (m *Model) View() string {
 	b.WriteByte('\n')
 	b.WriteString(m.bottomView())
 	return b.String()
-}
-
-func (m *Model) statusView() string {
-	d := statusbar.Data{
-		Backend: m.backend,
-		Latency: m.latency,
-		Read:    !m.lastOK.IsZero(),
-		Totals:  m.totals,
-		Shown:   len(m.store.Rows()),
-		Filter:  m.store.Filter(),
-	}
-	d.Sort, d.Reverse = m.store.Sort()
-	since, silent := m.unanswered()
-	switch {
-	case silent && (m.readErr == nil || m.now.Sub(since) >= time.Second):
-		d.Health = statusbar.Unavailable
-		d.Detail = fmt.Sprintf("no answer for %s (since %s)", format.Duration(m.now.Sub(since).Truncate(time.Second)),
-			since.In(m.opts.Location).Format("15:04:05"))
-		if m.readErr != nil {
-			d.Detail += ": " + m.readErr.Error()
-		}
-	case m.readErr != nil:
-		d.Health, d.Detail = statusbar.Unavailable, "unavailable: "+m.readErr.Error()
-	case m.watchErr != nil:
-		d.Health, d.Detail = statusbar.Degraded, m.watchErr.Error()+", retrying"
-	case m.watching && !m.lastOK.IsZero():
-		d.Health = statusbar.OK
-		d.Warning = m.opts.Warning
-	}
-	return statusbar.View(m.styles, m.width, d)
 }
 
 // bottomView is the last line: the revoke question, the filter being

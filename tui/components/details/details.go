@@ -154,51 +154,44 @@ func (m *Model) eventLine(ev history.Event) string {
 }
 
 // Describe says what an event means, after its kind: who (token and
-// holder), and what each kind adds (describers); an event of another kind
-// says who, and its error.
+// holder), and what each kind adds; an event of another kind says who,
+// and its error.
 func Describe(ev history.Event) string {
 	who := fmt.Sprintf("token %d", ev.Token)
 	if ev.Holder != "" {
 		who += " by " + ev.Holder
 	}
-	if say := describers[ev.Kind]; say != nil {
-		return say(ev, who)
+	switch ev.Kind {
+	case history.Acquired:
+		if ev.Wait > 0 {
+			return fmt.Sprintf("%s, waited %s", who, roundDur(ev.Wait))
+		}
+		return who
+	case history.Released:
+		return fmt.Sprintf("%s, held %s", who, roundDur(ev.HeldFor))
+	case history.RenewalFailed:
+		return describeRenewalFailed(ev, who)
+	case history.LeaseLost:
+		return who + ": lease lost, command stopped"
+	case history.DeadlineExceeded:
+		return who + ": deadline reached, command stopped"
+	case history.Expired:
+		return who + ": expired, taken over"
+	case history.Revoked:
+		return who + ": revoked"
+	case history.Completed:
+		return fmt.Sprintf("key %s: ran to success, %s", strconv.Quote(ev.Key), who)
+	case history.Skipped:
+		return describeSkipped(ev)
+	case history.Frozen, history.Limited, history.Thawed:
+		return describeLimit(ev)
+	case history.StaleRefused:
+		return describeStaleRefused(ev)
 	}
 	if ev.Error != "" {
 		return who + ": " + ev.Error
 	}
 	return who
-}
-
-// describers says what an event of each kind means, given who.
-var describers = map[history.Kind]func(ev history.Event, who string) string{
-	history.Acquired: func(ev history.Event, who string) string {
-		if ev.Wait > 0 {
-			return fmt.Sprintf("%s, waited %s", who, roundDur(ev.Wait))
-		}
-		return who
-	},
-	history.Released: func(ev history.Event, who string) string {
-		return fmt.Sprintf("%s, held %s", who, roundDur(ev.HeldFor))
-	},
-	history.RenewalFailed:    describeRenewalFailed,
-	history.LeaseLost:        whoThen(": lease lost, command stopped"),
-	history.DeadlineExceeded: whoThen(": deadline reached, command stopped"),
-	history.Expired:          whoThen(": expired, taken over"),
-	history.Revoked:          whoThen(": revoked"),
-	history.Completed: func(ev history.Event, who string) string {
-		return fmt.Sprintf("key %s: ran to success, %s", strconv.Quote(ev.Key), who)
-	},
-	history.Skipped:      describeSkipped,
-	history.Frozen:       describeLimit,
-	history.Limited:      describeLimit,
-	history.Thawed:       describeLimit,
-	history.StaleRefused: describeStaleRefused,
-}
-
-// whoThen says who, then what happened to it.
-func whoThen(what string) func(history.Event, string) string {
-	return func(_ history.Event, who string) string { return who + what }
 }
 
 // describeRenewalFailed: how many renewals failed, and the last error.
@@ -215,7 +208,7 @@ func describeRenewalFailed(ev history.Event, who string) string {
 }
 
 // describeSkipped: a --once key found done, under which token, by whom.
-func describeSkipped(ev history.Event, _ string) string {
+func describeSkipped(ev history.Event) string {
 	msg := fmt.Sprintf("key %s: done already, nothing run", strconv.Quote(ev.Key))
 	if ev.AcceptedToken > 0 {
 		msg += fmt.Sprintf(" (done under token %d)", ev.AcceptedToken)
@@ -228,7 +221,7 @@ func describeSkipped(ev history.Event, _ string) string {
 
 // describeLimit: a freeze, a limit (Count is its N) or a thaw; Holder is
 // who set or removed it.
-func describeLimit(ev history.Event, _ string) string {
+func describeLimit(ev history.Event) string {
 	msg := string(ev.Kind)
 	if ev.Kind == history.Limited {
 		msg = fmt.Sprintf("limited to %d", ev.Count)
@@ -244,7 +237,7 @@ func describeLimit(ev history.Event, _ string) string {
 
 // describeStaleRefused: the token refused and the one accepted, and for
 // which --once key.
-func describeStaleRefused(ev history.Event, _ string) string {
+func describeStaleRefused(ev history.Event) string {
 	msg := fmt.Sprintf("token %d refused, %d accepted", ev.Token, ev.AcceptedToken)
 	if ev.Key != "" {
 		msg = "key " + strconv.Quote(ev.Key) + ": " + msg

@@ -109,14 +109,9 @@ func BarCells(left, total time.Duration, width int) int {
 	return n
 }
 
-// Bar characters: filled and empty cells of a TTL bar.
-const (
-	BarFilled = "█"
-	BarEmpty  = "░"
-)
-
-// Bar draws a TTL bar of width cells, without style.
+// Bar draws a TTL bar of width cells, without style: its filled and its
+// empty cells.
 func Bar(left, total time.Duration, width int) (filled, empty string) {
 	n := BarCells(left, total, width)
-	return strings.Repeat(BarFilled, n), strings.Repeat(BarEmpty, width-n)
+	return strings.Repeat("█", n), strings.Repeat("░", width-n)
 }

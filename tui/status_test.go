@@ -1,29 +1,36 @@
-package statusbar
+package tui
 
 import (
-	"io"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
-
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/tui/internal/format"
 	"github.com/fence-dev/fence/tui/internal/store"
-	"github.com/fence-dev/fence/tui/styles"
 )
+
+// statusModel is a dashboard width cells wide whose reads are answered
+// and whose watch runs (its health is ok), counting totals.
+func statusModel(t *testing.T, width int, totals store.Totals) *Model {
+	m := New(t.Context(), newFake(), Options{Now: fixedClock})
+	m.setSize(width, 24)
+	m.watching, m.lastOK, m.totals = true, epoch, totals
+	return m
+}
 
 // TestTotalsCountLocks: the totals say "1 lock" and "N locks".
 func TestTotalsCountLocks(t *testing.T) {
-	s := styles.New(lipgloss.NewRenderer(io.Discard))
 	for _, c := range []struct {
 		locks int
 		want  string
 	}{{0, "0 locks · "}, {1, "1 lock · "}, {2, "2 locks · "}, {10000, "10000 locks · "}} {
-		line := ansi.Strip(View(s, 200, Data{Backend: "fake", Health: OK, Totals: store.Totals{Locks: c.locks, Held: c.locks}}))
+		m := statusModel(t, 200, store.Totals{Locks: c.locks, Held: c.locks})
+		m.backend = "fake"
+		line := ansi.Strip(m.statusView())
 		if !strings.Contains(line, c.want) {
 			t.Errorf("%d locks: status line %q does not contain %q", c.locks, line, c.want)
 		}
@@ -38,9 +45,6 @@ func TestTotalsCountLocks(t *testing.T) {
 // or the sort off the line: it gets what the backend can spare, at the
 // least its mark.
 func TestWarningBesideHealth(t *testing.T) {
-	s := styles.New(lipgloss.NewRenderer(io.Discard))
-	d := Data{Backend: "etcd 127.0.0.1:2379", Health: OK, Warning: "lease bug etcd#15247 (residual) in etcd 3.7.3",
-		Read: true, Totals: store.Totals{Locks: 2, Held: 2, Waiters: 1}}
 	for _, c := range []struct {
 		width int
 		want  string
@@ -49,7 +53,9 @@ func TestWarningBesideHealth(t *testing.T) {
 		{120, "● ok ▲ lease bug etcd#15247"},
 		{100, "● ok ▲"},
 	} {
-		line := ansi.Strip(View(s, c.width, d))
+		m := statusModel(t, c.width, store.Totals{Locks: 2, Held: 2, Waiters: 1})
+		m.backend, m.opts.Warning = "etcd 127.0.0.1:2379", "lease bug etcd#15247 (residual) in etcd 3.7.3"
+		line := ansi.Strip(m.statusView())
 		if !strings.Contains(line, c.want) {
 			t.Errorf("width %d: status line %q does not contain %q", c.width, line, c.want)
 		}
@@ -96,20 +102,32 @@ func TestDropPart(t *testing.T) {
 // filter, the waiting when some wait), the limits when any, the sort; the
 // limits are the first to go, then the sort, the latency, the totals.
 func TestRightParts(t *testing.T) {
-	for _, c := range []struct {
-		d    Data
-		want []part
+	for i, c := range []struct {
+		read    bool
+		latency time.Duration
+		reverse bool
+		totals  store.Totals
+		filter  string // the store lists web/a, web/b and db
+		want    []part
 	}{
-		{Data{Sort: store.ByName}, []part{{"0 locks · 0 held · 0 expiring", 3}, {"sort name", 1}}},
-		{Data{Read: true, Latency: 1500 * time.Microsecond, Sort: store.ByName, Reverse: true},
-			[]part{{"read " + format.Latency(1500*time.Microsecond), 2}, {"0 locks · 0 held · 0 expiring", 3}, {"sort name (rev)", 1}}},
-		{Data{Totals: store.Totals{Locks: 3, Held: 2, Expiring: 1, Waiters: 4, Frozen: 1, Limited: 2}, Filter: "w", Shown: 2, Sort: store.ByName},
-			[]part{{"2 shown · 3 locks · 2 held · 1 expiring · 4 waiting", 3}, {"1 frozen · 2 limited", 0}, {"sort name", 1}}},
-		{Data{Totals: store.Totals{Locks: 1, Limited: 1}, Sort: store.ByName},
-			[]part{{"1 lock · 0 held · 0 expiring", 3}, {"1 limited", 0}, {"sort name", 1}}},
+		{want: []part{{"0 locks · 0 held · 0 expiring", 3}, {"sort name", 1}}},
+		{read: true, latency: 1500 * time.Microsecond, reverse: true,
+			want: []part{{"read " + format.Latency(1500*time.Microsecond), 2}, {"0 locks · 0 held · 0 expiring", 3}, {"sort name (rev)", 1}}},
+		{totals: store.Totals{Locks: 3, Held: 2, Expiring: 1, Waiters: 4, Frozen: 1, Limited: 2}, filter: "w",
+			want: []part{{"2 shown · 3 locks · 2 held · 1 expiring · 4 waiting", 3}, {"1 frozen · 2 limited", 0}, {"sort name", 1}}},
+		{totals: store.Totals{Locks: 1, Limited: 1},
+			want: []part{{"1 lock · 0 held · 0 expiring", 3}, {"1 limited", 0}, {"sort name", 1}}},
 	} {
-		if got := rightParts(c.d); !slices.Equal(got, c.want) {
-			t.Errorf("rightParts(%+v) = %v; want %v", c.d, got, c.want)
+		m := statusModel(t, 200, c.totals)
+		m.store.Replace(epoch, []coord.LockInfo{free("web/a", 0), free("web/b", 0), free("db", 0)})
+		m.store.SetFilter(c.filter)
+		m.store.SetSort(store.ByName, c.reverse, epoch)
+		m.latency = c.latency
+		if !c.read {
+			m.lastOK = time.Time{}
+		}
+		if got := m.rightParts(); !slices.Equal(got, c.want) {
+			t.Errorf("case %d: rightParts() = %v; want %v", i, got, c.want)
 		}
 	}
 }
