@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -364,6 +365,46 @@ func TestWatchSeesEverySection(t *testing.T) {
 		}
 		if n > cycles || time.Now().After(deadline) {
 			t.Fatalf("%d critical sections observed, want %d", n, cycles)
+		}
+	}
+}
+
+// holdInList is a coordinator whose first List lets hold run before it
+// reads the locks.
+type holdInList struct {
+	coord.Coordinator
+	once sync.Once
+	hold func()
+}
+
+func (c *holdInList) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	c.once.Do(c.hold)
+	return c.Coordinator.List(ctx, prefix)
+}
+
+// TestWatchBeforeFirstList: the exporter starts its watch before its first
+// List, so a section that begins and ends while that List runs (etcd: its
+// lock is then free, so no List shows it) is counted by the watch.
+func TestWatchBeforeFirstList(t *testing.T) {
+	b := backends(t)[1]
+	drv := b.open(t)
+	c := &holdInList{Coordinator: b.open(t), hold: func() {
+		l, err := drv.Acquire(ctxT(t), "between", coord.AcquireOptions{TTL: 30 * time.Second})
+		if err == nil {
+			err = drv.Release(ctxT(t), "between", l.ID)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}}
+	url := serve(t, c, exporter.Options{})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, _ := histogram(t, scrape(t, url), "between")
+		if n == 1 {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d critical sections observed of a hold during the first List, want 1", n)
 		}
 	}
 }
