@@ -16,20 +16,24 @@
 //
 // # How it is fed
 //
-// The state comes from one Watch of the coordinator, followed by a List;
-// a watch that fails is started again (package follow), and a start or a
-// reset of the watch is followed by a List. Each scrape also Lists the locks (within scrapeTimeout)
-// to refresh the time left on leases (etcd renewals are not visible to a
-// watch) and to catch what a watch restart missed. Holder changes are taken
-// in order: tokens only grow, so a state with a smaller token than one
-// already seen is stale and dropped; a lease's end is taken from the watch
-// when the watch also reported its start, otherwise from a List, which is
-// never older than what was applied before it began. The histogram observes
-// a holder's time from its acquired_at to the moment its end was seen, so
-// sections that end between two scrapes are all counted when the watch
-// sees them. History counters are read at each scrape, from each lock's
-// sequence number on (history.Store), and start from the history kept when
-// the exporter starts.
+// The state comes from one Watch of the coordinator, started before a
+// first List; a watch that fails is started again (package follow), and
+// each start or reset of the watch is followed by a List. Each scrape also
+// Lists the locks (within scrapeTimeout) to refresh the time left on leases
+// (etcd renewals are not visible to a watch) and the limits, and to catch
+// what the watch missed while it was down. A lock the watch has reported
+// since it started takes its holders from the watch alone, which reports
+// its changes in order (a List may be older than what the watch applied
+// meanwhile); any other lock from the Lists, the watch's reports of it
+// being judged by their tokens, which only grow (see apply). The histogram
+// observes a holder's time from its acquired_at to the moment its end was
+// seen, so sections that end between two scrapes are all counted when the
+// watch sees them. It does not come from the history, which has no end of
+// a lease that expired with no later holder (the next one records
+// expired) and nothing of a lock taken without recording. History counters
+// are read at each scrape, from each lock's sequence number on
+// (history.Store), and start from the history kept when the exporter
+// starts.
 package exporter
 
 import (
@@ -228,7 +232,7 @@ type lockState struct {
 	limit     *coord.Limit // as of the last List (a watch does not say)
 	seen      time.Time    // when info was read (monotonic), for the TTL left
 	maxToken  uint64       // the largest token seen held
-	confirmed bool         // the holder was reported by the watch, which will report its end in order
+	confirmed bool         // the watch reported the lock since it started: it reports its changes in order
 	goneSince time.Time    // since when the lock is not listed (zero while it is)
 
 	cursor          uint64 // history sequence number read up to
@@ -329,7 +333,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		stop()
 		return nil, fmt.Errorf("exporter: %w", ev.Err)
 	}
-	if err := col.list(ctx, false); err != nil {
+	if err := col.list(ctx); err != nil {
 		stop()
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
@@ -356,7 +360,7 @@ func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
 			col.opts.Logger.Warn("exporter: the coordinator's watch failed; starting it again", "coordinator", col.c.Describe(), "err", ev.Err)
 		case ev.Type == coord.EventReset:
 			col.setWatching(true)
-			col.list(ctx, true)
+			col.list(ctx)
 		case ev.Info.Name != "" && strings.HasPrefix(ev.Info.Name, col.opts.Prefix):
 			col.mu.Lock()
 			col.apply(ev.Info, true)
@@ -366,11 +370,8 @@ func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
 }
 
 // list reads every lock (within scrapeTimeout) and applies them; a
-// failure is logged and returned. After the watch started again or lost
-// track (unconfirm), events the watch sends next may be older than this
-// List: until the watch reports a holder itself, its "released" is not
-// trusted.
-func (col *Collector) list(ctx context.Context, unconfirm bool) error {
+// failure is logged and returned.
+func (col *Collector) list(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
 	infos, err := col.c.List(ctx, col.opts.Prefix)
@@ -383,16 +384,18 @@ func (col *Collector) list(ctx context.Context, unconfirm bool) error {
 		return err
 	}
 	col.applyListLocked(infos)
-	for _, st := range col.locks {
-		st.confirmed = st.confirmed && !unconfirm
-	}
 	return nil
 }
 
+// setWatching notes that the watch started or failed: either way it may
+// have missed changes, so no lock is confirmed any more.
 func (col *Collector) setWatching(on bool) {
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	col.watching = on
+	for _, st := range col.locks {
+		st.confirmed = false
+	}
 }
 
 // applyListLocked applies a List: the locks it shows, and the known locks it
@@ -434,39 +437,46 @@ func (col *Collector) forget(name string, st *lockState) {
 	}
 }
 
-// apply takes in a lock's state, from the watch (ordered) or from a List
-// (fresh, but possibly newer than watch events still in flight).
+// apply takes in a lock's state, from the watch or from a List. Once the
+// watch has reported a lock since it started (confirmed), it reports the
+// lock's changes in order, so a List, which may be older than what the
+// watch applied meanwhile, only refreshes the time left when it shows the
+// same holders. Before that, a report of the watch may be older than a
+// List: one with a holder older than one seen (tokens only grow), or whose
+// end was seen, is stale; a free lock may be the end of an older lease (the
+// next List tells).
 func (col *Collector) apply(info coord.LockInfo, fromWatch bool) {
 	st := col.state(info.Name)
 	now := time.Now()
-	// A semaphore's state is as new as its newest holder.
-	top := info.Token
-	for _, h := range info.Holders {
-		top = max(top, h.Token)
-	}
+	ts := tokens(info)
+	top := slices.Max(append(ts, 0)) // a semaphore's state is as new as its newest holder
 	switch {
-	case info.Held && top < st.maxToken:
-		return // an older holder: stale
-	case info.Held && top == st.maxToken && st.maxToken != 0:
-		if !st.info.Held {
-			return // its end was seen already: stale
+	case !fromWatch && st.confirmed:
+		if slices.Equal(tokens(st.info), ts) {
+			st.info, st.seen = info, now // the time left, the waiters
 		}
-		col.endSection(st, info, now) // a semaphore's other holders may have left
-		st.info, st.seen = info, now  // same holder: renewed, waiters changed
-		if fromWatch {
-			st.confirmed = true
-		}
-	case info.Held:
-		col.endSection(st, info, now)
-		st.info, st.seen, st.maxToken, st.confirmed = info, now, top, fromWatch
-		st.goneSince = time.Time{}
-	default: // free
-		if st.info.Held && fromWatch && !st.confirmed {
-			return // may be the end of an older lease; the next List tells
-		}
-		col.endSection(st, info, now)
-		st.info, st.seen, st.confirmed = info, now, false
+		return
+	case st.confirmed: // the watch's next report
+	case info.Held && (top < st.maxToken || top == st.maxToken && !st.info.Held):
+		return // an older holder, or one whose end was seen: stale
+	case !info.Held && st.info.Held && fromWatch:
+		return // may be the end of an older lease; the next List tells
 	}
+	col.endSection(st, info, now)
+	st.info, st.seen, st.maxToken = info, now, max(st.maxToken, top)
+	st.confirmed = st.confirmed || fromWatch
+	if info.Held {
+		st.goneSince = time.Time{}
+	}
+}
+
+// tokens are the tokens of the holders of info.
+func tokens(info coord.LockInfo) []uint64 {
+	var ts []uint64
+	for _, h := range info.AllHolders() {
+		ts = append(ts, h.Token)
+	}
+	return ts
 }
 
 // endSection observes the critical section of each holder in st that next,
@@ -634,7 +644,7 @@ func (col *Collector) refresh() {
 	defer col.scrape.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	col.list(ctx, false)
+	col.list(ctx)
 	if col.hist != nil {
 		col.readHistory(ctx)
 	}

@@ -369,17 +369,29 @@ func TestWatchSeesEverySection(t *testing.T) {
 	}
 }
 
-// holdInList is a coordinator whose first List lets hold run before it
-// reads the locks.
-type holdInList struct {
+// hookedList is a coordinator whose next List runs before (if set) before
+// it reads the locks and after (if set) once it read them, before it
+// answers: each once.
+type hookedList struct {
 	coord.Coordinator
-	once sync.Once
-	hold func()
+	mu            sync.Mutex
+	before, after func()
 }
 
-func (c *holdInList) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
-	c.once.Do(c.hold)
-	return c.Coordinator.List(ctx, prefix)
+func (c *hookedList) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	take := func(f *func()) {
+		c.mu.Lock()
+		g := *f
+		*f = nil
+		c.mu.Unlock()
+		if g != nil {
+			g()
+		}
+	}
+	take(&c.before)
+	infos, err := c.Coordinator.List(ctx, prefix)
+	take(&c.after)
+	return infos, err
 }
 
 // TestWatchBeforeFirstList: the exporter starts its watch before its first
@@ -388,7 +400,7 @@ func (c *holdInList) List(ctx context.Context, prefix string) ([]coord.LockInfo,
 func TestWatchBeforeFirstList(t *testing.T) {
 	b := backends(t)[1]
 	drv := b.open(t)
-	c := &holdInList{Coordinator: b.open(t), hold: func() {
+	c := &hookedList{Coordinator: b.open(t), before: func() {
 		l, err := drv.Acquire(ctxT(t), "between", coord.AcquireOptions{TTL: 30 * time.Second})
 		if err == nil {
 			err = drv.Release(ctxT(t), "between", l.ID)
@@ -405,6 +417,51 @@ func TestWatchBeforeFirstList(t *testing.T) {
 		}
 		if n > 1 || time.Now().After(deadline) {
 			t.Fatalf("%d critical sections observed of a hold during the first List, want 1", n)
+		}
+	}
+}
+
+// TestListOlderThanWatch: a scrape's List that read the locks before an
+// acquisition the watch then reported does not end that holder: the lock
+// stays held (in that scrape and the next), no section is observed until
+// its release, and then one.
+func TestListOlderThanWatch(t *testing.T) {
+	b := backends(t)[1]
+	drv := b.open(t)
+	c := &hookedList{Coordinator: b.open(t)}
+	url := serve(t, c, exporter.Options{})
+	var l *coord.Lease
+	c.mu.Lock()
+	c.after = func() {
+		var err error
+		if l, err = drv.Acquire(ctxT(t), "late", coord.AcquireOptions{TTL: 30 * time.Second}); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(500 * time.Millisecond) // the watch reports it
+	}
+	c.mu.Unlock()
+	for i := range 2 {
+		fams := scrape(t, url)
+		if v := value(t, fams, "fence_lock_held", "lock", "late"); v != 1 {
+			t.Errorf("scrape %d: held %v while held", i, v)
+		}
+		if n, _ := histogram(t, fams, "late"); n != 0 {
+			t.Errorf("scrape %d: %d sections observed while held", i, n)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if err := drv.Release(ctxT(t), "late", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, _ := histogram(t, scrape(t, url), "late")
+		if n == 1 {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d sections observed after the release, want 1", n)
 		}
 	}
 }
