@@ -229,11 +229,10 @@ type versioner interface {
 // lockState is what the exporter knows of one lock.
 type lockState struct {
 	info      coord.LockInfo
-	limit     *coord.Limit // as of the last List (a watch does not say)
-	seen      time.Time    // when info was read (monotonic), for the TTL left
-	maxToken  uint64       // the largest token seen held
-	confirmed bool         // the watch reported the lock since it started: it reports its changes in order
-	goneSince time.Time    // since when the lock is not listed (zero while it is)
+	seen      time.Time // when info was read (monotonic), for the TTL left
+	maxToken  uint64    // the largest token seen held
+	confirmed bool      // the watch reported the lock since it started: it reports its changes in order
+	goneSince time.Time // since when the lock is not listed (zero while it is)
 
 	cursor          uint64 // history sequence number read up to
 	renewalFailures float64
@@ -408,8 +407,7 @@ func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 		}
 		listed[info.Name] = true
 		col.apply(info, false)
-		st := col.state(info.Name)
-		st.limit, st.goneSince = info.Limit, time.Time{}
+		col.state(info.Name).goneSince = time.Time{}
 	}
 	now := time.Now()
 	for name, st := range col.locks {
@@ -417,7 +415,6 @@ func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 			continue
 		}
 		col.apply(coord.LockInfo{Name: name}, false)
-		st.limit = nil
 		if st.goneSince.IsZero() {
 			st.goneSince = now
 		}
@@ -606,9 +603,10 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTTL, ttl, n)
 		gauge(descHeldFor, st.info.HeldFor(now).Seconds(), n)
 		gauge(descWaiters, float64(st.info.Waiters), n)
-		gauge(descFrozen, b2f(st.limit != nil && st.limit.Max == 0), n)
-		if st.limit != nil {
-			gauge(descLimit, float64(st.limit.Max), n)
+		lim := st.info.Limit
+		gauge(descFrozen, b2f(lim != nil && lim.Max == 0), n)
+		if lim != nil {
+			gauge(descLimit, float64(lim.Max), n)
 		}
 		if col.hist != nil {
 			counter(descRenewalFailures, st.renewalFailures, n)

@@ -818,3 +818,60 @@ func TestSemaphoreHolders(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitFollowed: a freeze and a thaw after the exporter started show in
+// fence_lock_frozen and fence_lock_limit, on a held lock and on a free one.
+func TestLimitFollowed(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			drv := b.open(t)
+			l, err := drv.Acquire(ctx, "lim/held", coord.AcquireOptions{TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer drv.Release(ctx, l.Name, l.ID)
+			url := serve(t, b.open(t), exporter.Options{})
+			scrape(t, url)
+			// until waits for want (-1: no fence_lock_limit) on both locks.
+			until := func(want float64) {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					fams := scrape(t, url)
+					ok := true
+					for _, n := range []string{"lim/held", "lim/free"} {
+						m, has := metric(fams, "fence_lock_limit", map[string]string{"lock": n})
+						frozen, _ := metric(fams, "fence_lock_frozen", map[string]string{"lock": n})
+						ok = ok && has == (want >= 0) && (!has || m.GetGauge().GetValue() == want) &&
+							frozen.GetGauge().GetValue() == b2f(want == 0)
+					}
+					if ok {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("fence_lock_limit never %v on both locks", want)
+					}
+				}
+			}
+			for _, n := range []string{"lim/held", "lim/free"} {
+				if err := drv.SetLimit(ctx, coord.Limit{Name: n, Max: 0, Reason: "test"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			until(0)
+			for _, n := range []string{"lim/held", "lim/free"} {
+				if _, _, err := drv.ClearLimit(ctx, n, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			until(-1)
+		})
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
