@@ -200,10 +200,10 @@ type Collector struct {
 	histUp   bool
 	sections *prometheus.HistogramVec
 	waits    *prometheus.HistogramVec // nil without a history
-	// gone are the history cursors of the locks no longer exported (past
-	// Options.Retention): a lock comes back when used again, counting
-	// from there.
-	gone map[string]uint64
+	// cursors are the history sequence numbers read up to, by lock, also
+	// of the locks no longer exported (past Options.Retention): a lock
+	// comes back when used again, counting from there.
+	cursors map[string]uint64
 
 	lastOK time.Time // the last read the coordinator answered
 
@@ -234,7 +234,6 @@ type lockState struct {
 	confirmed bool      // the watch reported the lock since it started: it reports its changes in order
 	goneSince time.Time // since when the lock is not listed (zero while it is)
 
-	cursor          uint64 // history sequence number read up to
 	renewalFailures float64
 	events          map[history.Kind]float64
 	lastCompletion  time.Time // of the last completed --once run in the history
@@ -308,7 +307,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 	col := &Collector{
 		c: c, opts: opts,
 		locks:     map[string]*lockState{},
-		gone:      map[string]uint64{},
+		cursors:   map[string]uint64{},
 		memberVer: map[string]string{},
 		sections: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_critical_section_seconds",
@@ -419,15 +418,14 @@ func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 			st.goneSince = now
 		}
 		if now.Sub(st.goneSince) >= col.opts.Retention && !st.info.Held {
-			col.forget(name, st)
+			col.forget(name)
 		}
 	}
 }
 
 // forget stops exporting a lock that has been gone for the retention.
-func (col *Collector) forget(name string, st *lockState) {
+func (col *Collector) forget(name string) {
 	delete(col.locks, name)
-	col.gone[name] = st.cursor
 	col.sections.DeleteLabelValues(name)
 	if col.waits != nil {
 		col.waits.DeleteLabelValues(name)
@@ -492,11 +490,8 @@ func (col *Collector) endSection(st *lockState, next coord.LockInfo, now time.Ti
 func (col *Collector) state(name string) *lockState {
 	st := col.locks[name]
 	if st == nil {
-		// Not listed until a List says so; a lock forgotten before counts
-		// its history on from where it was.
+		// Not listed until a List says so.
 		st = &lockState{info: coord.LockInfo{Name: name}, events: map[history.Kind]float64{}, goneSince: time.Now()}
-		st.cursor = col.gone[name]
-		delete(col.gone, name)
 		col.locks[name] = st
 	}
 	return st
@@ -514,15 +509,10 @@ func (col *Collector) readHistory(ctx context.Context) {
 			continue
 		}
 		col.mu.Lock()
-		if c, ok := col.gone[h.Lock]; ok && c == h.Seq {
-			col.mu.Unlock()
-			continue // forgotten, and not used since
-		}
-		st := col.state(h.Lock)
-		cursor := st.cursor
+		cursor := col.cursors[h.Lock]
 		col.mu.Unlock()
 		if h.Seq == cursor {
-			continue
+			continue // nothing new (a forgotten lock stays so)
 		}
 		if h.Seq < cursor {
 			cursor = 0 // the history was removed and started again
@@ -534,9 +524,10 @@ func (col *Collector) readHistory(ctx context.Context) {
 			continue
 		}
 		col.mu.Lock()
-		st.cursor = h.Seq
+		st := col.state(h.Lock)
+		col.cursors[h.Lock] = h.Seq
 		for _, e := range ents {
-			st.cursor = max(st.cursor, e.Seq)
+			col.cursors[h.Lock] = max(col.cursors[h.Lock], e.Seq)
 			st.events[e.Event.Kind]++
 			switch e.Event.Kind {
 			case history.RenewalFailed:
