@@ -20,14 +20,14 @@
 // first List; a watch that fails is started again (package follow), and
 // each start or reset of the watch is followed by a List. Each scrape also
 // Lists the locks (within scrapeTimeout) to refresh the time left on leases
-// (etcd renewals are not visible to a watch) and the limits, and to catch
-// what the watch missed while it was down. A lock the watch has reported
-// since it started takes its holders from the watch alone, which reports
-// its changes in order (a List may be older than what the watch applied
-// meanwhile); any other lock from the Lists, the watch's reports of it
-// being judged by their tokens, which only grow (see apply). The histogram
-// observes a holder's time from its acquired_at to the moment its end was
-// seen, so sections that end between two scrapes are all counted when the
+// (etcd renewals are not visible to a watch) and to catch what a watch
+// restart missed. Holder changes are taken in order: tokens only grow, so a
+// state with a smaller token than one already seen is stale and dropped; a
+// lease's end is taken from the watch when the watch also reported its
+// start, otherwise from a List; a List does not change a lock the watch
+// changed while it read (the List may be older). The histogram observes a
+// holder's time from its acquired_at to the moment its end was seen, so
+// sections that end between two scrapes are all counted when the
 // watch sees them. It does not come from the history, which has no end of
 // a lease that expired with no later holder (the next one records
 // expired) and nothing of a lock taken without recording. History counters
@@ -231,7 +231,8 @@ type lockState struct {
 	info      coord.LockInfo
 	seen      time.Time // when info was read (monotonic), for the TTL left
 	maxToken  uint64    // the largest token seen held
-	confirmed bool      // the watch reported the lock since it started: it reports its changes in order
+	confirmed bool      // the holder was reported by the watch, which will report its end in order
+	watched   time.Time // when the watch last changed info (monotonic)
 	goneSince time.Time // since when the lock is not listed (zero while it is)
 
 	renewalFailures float64
@@ -367,11 +368,14 @@ func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
 	}
 }
 
-// list reads every lock (within scrapeTimeout) and applies them; a
-// failure is logged and returned.
+// list reads every lock (within scrapeTimeout) and applies them: the locks
+// it shows, and the known locks it does not show (etcd lists no free lock)
+// as free, but not a lock the watch changed while it read (the List may be
+// older). A failure is logged and returned.
 func (col *Collector) list(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
+	began := time.Now()
 	infos, err := col.c.List(ctx, col.opts.Prefix)
 	col.noteRead(err)
 	col.mu.Lock()
@@ -381,36 +385,21 @@ func (col *Collector) list(ctx context.Context) error {
 		col.opts.Logger.Warn("exporter: list", "err", err)
 		return err
 	}
-	col.applyListLocked(infos)
-	return nil
-}
-
-// setWatching notes that the watch started or failed: either way it may
-// have missed changes, so no lock is confirmed any more.
-func (col *Collector) setWatching(on bool) {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	col.watching = on
-	for _, st := range col.locks {
-		st.confirmed = false
-	}
-}
-
-// applyListLocked applies a List: the locks it shows, and the known locks it
-// does not show (etcd lists no free lock) as free.
-func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 	listed := make(map[string]bool, len(infos))
 	for _, info := range infos {
 		if !strings.HasPrefix(info.Name, col.opts.Prefix) {
 			continue
 		}
 		listed[info.Name] = true
-		col.apply(info, false)
-		col.state(info.Name).goneSince = time.Time{}
+		st := col.state(info.Name)
+		if !st.watched.After(began) {
+			col.apply(info, false)
+		}
+		st.goneSince = time.Time{}
 	}
 	now := time.Now()
 	for name, st := range col.locks {
-		if listed[name] {
+		if listed[name] || st.watched.After(began) {
 			continue
 		}
 		col.apply(coord.LockInfo{Name: name}, false)
@@ -420,6 +409,18 @@ func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 		if now.Sub(st.goneSince) >= col.opts.Retention && !st.info.Held {
 			col.forget(name)
 		}
+	}
+	return nil
+}
+
+// setWatching notes that the watch started or failed: either way it may
+// have missed changes, so no holder is confirmed any more.
+func (col *Collector) setWatching(on bool) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.watching = on
+	for _, st := range col.locks {
+		st.confirmed = false
 	}
 }
 
@@ -432,34 +433,25 @@ func (col *Collector) forget(name string) {
 	}
 }
 
-// apply takes in a lock's state, from the watch or from a List. Once the
-// watch has reported a lock since it started (confirmed), it reports the
-// lock's changes in order, so a List, which may be older than what the
-// watch applied meanwhile, only refreshes the time left when it shows the
-// same holders. Before that, a report of the watch may be older than a
-// List: one with a holder older than one seen (tokens only grow), or whose
-// end was seen, is stale; a free lock may be the end of an older lease (the
-// next List tells).
+// apply takes in a lock's state, from the watch (ordered) or from a List
+// (fresh, but possibly older than watch events still in flight).
 func (col *Collector) apply(info coord.LockInfo, fromWatch bool) {
 	st := col.state(info.Name)
 	now := time.Now()
-	ts := tokens(info)
-	top := slices.Max(append(ts, 0)) // a semaphore's state is as new as its newest holder
+	top := slices.Max(append(tokens(info), 0)) // a semaphore's state is as new as its newest holder
 	switch {
-	case !fromWatch && st.confirmed:
-		if slices.Equal(tokens(st.info), ts) {
-			st.info, st.seen = info, now // the time left, the waiters
-		}
-		return
-	case st.confirmed: // the watch's next report
 	case info.Held && (top < st.maxToken || top == st.maxToken && !st.info.Held):
 		return // an older holder, or one whose end was seen: stale
-	case !info.Held && st.info.Held && fromWatch:
+	case !info.Held && st.info.Held && fromWatch && !st.confirmed:
 		return // may be the end of an older lease; the next List tells
 	}
 	col.endSection(st, info, now)
+	same := info.Held && top == st.maxToken // renewed, or its waiters changed
+	st.confirmed = info.Held && (fromWatch || same && st.confirmed)
 	st.info, st.seen, st.maxToken = info, now, max(st.maxToken, top)
-	st.confirmed = st.confirmed || fromWatch
+	if fromWatch {
+		st.watched = now
+	}
 	if info.Held {
 		st.goneSince = time.Time{}
 	}

@@ -26,6 +26,8 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
+	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
@@ -874,4 +876,41 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// TestExpiryOnPostgres: a lease that runs out with no later holder ends its
+// section on PostgreSQL too, whose watch does not report an expiry (nothing
+// is written then): from the List of a scrape.
+func TestExpiryOnPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	open := func() coord.Coordinator {
+		c, err := postgres.Open(ctxT(t), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	drv := open()
+	base := serve(t, open(), exporter.Options{})
+	if _, err := drv.Acquire(ctxT(t), "x", coord.AcquireOptions{TTL: 500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the watch reports the holder
+	if v := value(t, scrape(t, base), "fence_lock_held", "lock", "x"); v != 1 {
+		t.Fatalf("held %v", v)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		fams := scrape(t, base)
+		if n, _ := histogram(t, fams, "x"); n == 1 && value(t, fams, "fence_lock_held", "lock", "x") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("x still held, or its section not observed, long after its TTL")
+		}
+	}
 }
