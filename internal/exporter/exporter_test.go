@@ -439,7 +439,7 @@ func TestListOlderThanWatch(t *testing.T) {
 		if l, err = drv.Acquire(ctxT(t), "late", coord.AcquireOptions{TTL: 30 * time.Second}); err != nil {
 			t.Error(err)
 		}
-		time.Sleep(500 * time.Millisecond) // the watch reports it
+		time.Sleep(time.Second) // the watch reports it
 	}
 	c.mu.Unlock()
 	for i := range 2 {
