@@ -16,20 +16,24 @@
 //
 // # How it is fed
 //
-// The state comes from one Watch of the coordinator, followed by a List;
-// a watch that fails is started again (package follow), and a start or a
-// reset of the watch is followed by a List. Each scrape also Lists the locks (within scrapeTimeout)
-// to refresh the time left on leases (etcd renewals are not visible to a
-// watch) and to catch what a watch restart missed. Holder changes are taken
-// in order: tokens only grow, so a state with a smaller token than one
-// already seen is stale and dropped; a lease's end is taken from the watch
-// when the watch also reported its start, otherwise from a List, which is
-// never older than what was applied before it began. The histogram observes
-// a holder's time from its acquired_at to the moment its end was seen, so
-// sections that end between two scrapes are all counted when the watch
-// sees them. History counters are read at each scrape, from each lock's
-// sequence number on (history.Store), and start from the history kept when
-// the exporter starts.
+// The state comes from one Watch of the coordinator, started before a
+// first List; a watch that fails is started again (package follow), and
+// each start or reset of the watch is followed by a List. Each scrape also
+// Lists the locks (within scrapeTimeout) to refresh the time left on leases
+// (etcd renewals are not visible to a watch) and to catch what a watch
+// restart missed. Holder changes are taken in order: tokens only grow, so a
+// state with a smaller token than one already seen is stale and dropped; a
+// lease's end is taken from the watch when the watch also reported its
+// start, otherwise from a List; a List does not change a lock the watch
+// changed while it read (the List may be older). The histogram observes a
+// holder's time from its acquired_at to the moment its end was seen, so
+// sections that end between two scrapes are all counted when the
+// watch sees them. It does not come from the history, which has no end of
+// a lease that expired with no later holder (the next one records
+// expired) and nothing of a lock taken without recording. History counters
+// are read at each scrape, from each lock's sequence number on
+// (history.Store), and start from the history kept when the exporter
+// starts.
 package exporter
 
 import (
@@ -196,10 +200,10 @@ type Collector struct {
 	histUp   bool
 	sections *prometheus.HistogramVec
 	waits    *prometheus.HistogramVec // nil without a history
-	// gone are the history cursors of the locks no longer exported (past
-	// Options.Retention): a lock comes back when used again, counting
-	// from there.
-	gone map[string]uint64
+	// cursors are the history sequence numbers read up to, by lock, also
+	// of the locks no longer exported (past Options.Retention): a lock
+	// comes back when used again, counting from there.
+	cursors map[string]uint64
 
 	lastOK time.Time // the last read the coordinator answered
 
@@ -225,13 +229,12 @@ type versioner interface {
 // lockState is what the exporter knows of one lock.
 type lockState struct {
 	info      coord.LockInfo
-	limit     *coord.Limit // as of the last List (a watch does not say)
-	seen      time.Time    // when info was read (monotonic), for the TTL left
-	maxToken  uint64       // the largest token seen held
-	confirmed bool         // the holder was reported by the watch, which will report its end in order
-	goneSince time.Time    // since when the lock is not listed (zero while it is)
+	seen      time.Time // when info was read (monotonic), for the TTL left
+	maxToken  uint64    // the largest token seen held
+	confirmed bool      // the holder was reported by the watch, which will report its end in order
+	watched   time.Time // when the watch last changed info (monotonic)
+	goneSince time.Time // since when the lock is not listed (zero while it is)
 
-	cursor          uint64 // history sequence number read up to
 	renewalFailures float64
 	events          map[history.Kind]float64
 	lastCompletion  time.Time // of the last completed --once run in the history
@@ -305,7 +308,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 	col := &Collector{
 		c: c, opts: opts,
 		locks:     map[string]*lockState{},
-		gone:      map[string]uint64{},
+		cursors:   map[string]uint64{},
 		memberVer: map[string]string{},
 		sections: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fence_lock_critical_section_seconds",
@@ -329,7 +332,7 @@ func NewCollector(ctx context.Context, c coord.Coordinator, opts Options) (*Coll
 		stop()
 		return nil, fmt.Errorf("exporter: %w", ev.Err)
 	}
-	if err := col.list(ctx, false); err != nil {
+	if err := col.list(ctx); err != nil {
 		stop()
 		return nil, fmt.Errorf("exporter: %w", err)
 	}
@@ -356,7 +359,7 @@ func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
 			col.opts.Logger.Warn("exporter: the coordinator's watch failed; starting it again", "coordinator", col.c.Describe(), "err", ev.Err)
 		case ev.Type == coord.EventReset:
 			col.setWatching(true)
-			col.list(ctx, true)
+			col.list(ctx)
 		case ev.Info.Name != "" && strings.HasPrefix(ev.Info.Name, col.opts.Prefix):
 			col.mu.Lock()
 			col.apply(ev.Info, true)
@@ -365,14 +368,14 @@ func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
 	}
 }
 
-// list reads every lock (within scrapeTimeout) and applies them; a
-// failure is logged and returned. After the watch started again or lost
-// track (unconfirm), events the watch sends next may be older than this
-// List: until the watch reports a holder itself, its "released" is not
-// trusted.
-func (col *Collector) list(ctx context.Context, unconfirm bool) error {
+// list reads every lock (within scrapeTimeout) and applies them: the locks
+// it shows, and the known locks it does not show (etcd lists no free lock)
+// as free, but not a lock the watch changed while it read (the List may be
+// older). A failure is logged and returned.
+func (col *Collector) list(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
+	began := time.Now()
 	infos, err := col.c.List(ctx, col.opts.Prefix)
 	col.noteRead(err)
 	col.mu.Lock()
@@ -382,52 +385,48 @@ func (col *Collector) list(ctx context.Context, unconfirm bool) error {
 		col.opts.Logger.Warn("exporter: list", "err", err)
 		return err
 	}
-	col.applyListLocked(infos)
-	for _, st := range col.locks {
-		st.confirmed = st.confirmed && !unconfirm
-	}
-	return nil
-}
-
-func (col *Collector) setWatching(on bool) {
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	col.watching = on
-}
-
-// applyListLocked applies a List: the locks it shows, and the known locks it
-// does not show (etcd lists no free lock) as free.
-func (col *Collector) applyListLocked(infos []coord.LockInfo) {
 	listed := make(map[string]bool, len(infos))
 	for _, info := range infos {
 		if !strings.HasPrefix(info.Name, col.opts.Prefix) {
 			continue
 		}
 		listed[info.Name] = true
-		col.apply(info, false)
 		st := col.state(info.Name)
-		st.limit, st.goneSince = info.Limit, time.Time{}
+		if !st.watched.After(began) {
+			col.apply(info, false)
+		}
+		st.goneSince = time.Time{}
 	}
 	now := time.Now()
 	for name, st := range col.locks {
-		if listed[name] {
+		if listed[name] || st.watched.After(began) {
 			continue
 		}
 		col.apply(coord.LockInfo{Name: name}, false)
-		st.limit = nil
 		if st.goneSince.IsZero() {
 			st.goneSince = now
 		}
 		if now.Sub(st.goneSince) >= col.opts.Retention && !st.info.Held {
-			col.forget(name, st)
+			col.forget(name)
 		}
+	}
+	return nil
+}
+
+// setWatching notes that the watch started or failed: either way it may
+// have missed changes, so no holder is confirmed any more.
+func (col *Collector) setWatching(on bool) {
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	col.watching = on
+	for _, st := range col.locks {
+		st.confirmed = false
 	}
 }
 
 // forget stops exporting a lock that has been gone for the retention.
-func (col *Collector) forget(name string, st *lockState) {
+func (col *Collector) forget(name string) {
 	delete(col.locks, name)
-	col.gone[name] = st.cursor
 	col.sections.DeleteLabelValues(name)
 	if col.waits != nil {
 		col.waits.DeleteLabelValues(name)
@@ -435,38 +434,36 @@ func (col *Collector) forget(name string, st *lockState) {
 }
 
 // apply takes in a lock's state, from the watch (ordered) or from a List
-// (fresh, but possibly newer than watch events still in flight).
+// (fresh, but possibly older than watch events still in flight).
 func (col *Collector) apply(info coord.LockInfo, fromWatch bool) {
 	st := col.state(info.Name)
 	now := time.Now()
-	// A semaphore's state is as new as its newest holder.
-	top := info.Token
-	for _, h := range info.Holders {
-		top = max(top, h.Token)
-	}
+	top := slices.Max(append(tokens(info), 0)) // a semaphore's state is as new as its newest holder
 	switch {
-	case info.Held && top < st.maxToken:
-		return // an older holder: stale
-	case info.Held && top == st.maxToken && st.maxToken != 0:
-		if !st.info.Held {
-			return // its end was seen already: stale
-		}
-		col.endSection(st, info, now) // a semaphore's other holders may have left
-		st.info, st.seen = info, now  // same holder: renewed, waiters changed
-		if fromWatch {
-			st.confirmed = true
-		}
-	case info.Held:
-		col.endSection(st, info, now)
-		st.info, st.seen, st.maxToken, st.confirmed = info, now, top, fromWatch
-		st.goneSince = time.Time{}
-	default: // free
-		if st.info.Held && fromWatch && !st.confirmed {
-			return // may be the end of an older lease; the next List tells
-		}
-		col.endSection(st, info, now)
-		st.info, st.seen, st.confirmed = info, now, false
+	case info.Held && (top < st.maxToken || top == st.maxToken && !st.info.Held):
+		return // an older holder, or one whose end was seen: stale
+	case !info.Held && st.info.Held && fromWatch && !st.confirmed:
+		return // may be the end of an older lease; the next List tells
 	}
+	col.endSection(st, info, now)
+	same := info.Held && top == st.maxToken // renewed, or its waiters changed
+	st.confirmed = info.Held && (fromWatch || same && st.confirmed)
+	st.info, st.seen, st.maxToken = info, now, max(st.maxToken, top)
+	if fromWatch {
+		st.watched = now
+	}
+	if info.Held {
+		st.goneSince = time.Time{}
+	}
+}
+
+// tokens are the tokens of the holders of info.
+func tokens(info coord.LockInfo) []uint64 {
+	var ts []uint64
+	for _, h := range info.AllHolders() {
+		ts = append(ts, h.Token)
+	}
+	return ts
 }
 
 // endSection observes the critical section of each holder in st that next,
@@ -485,11 +482,8 @@ func (col *Collector) endSection(st *lockState, next coord.LockInfo, now time.Ti
 func (col *Collector) state(name string) *lockState {
 	st := col.locks[name]
 	if st == nil {
-		// Not listed until a List says so; a lock forgotten before counts
-		// its history on from where it was.
+		// Not listed until a List says so.
 		st = &lockState{info: coord.LockInfo{Name: name}, events: map[history.Kind]float64{}, goneSince: time.Now()}
-		st.cursor = col.gone[name]
-		delete(col.gone, name)
 		col.locks[name] = st
 	}
 	return st
@@ -507,15 +501,10 @@ func (col *Collector) readHistory(ctx context.Context) {
 			continue
 		}
 		col.mu.Lock()
-		if c, ok := col.gone[h.Lock]; ok && c == h.Seq {
-			col.mu.Unlock()
-			continue // forgotten, and not used since
-		}
-		st := col.state(h.Lock)
-		cursor := st.cursor
+		cursor := col.cursors[h.Lock]
 		col.mu.Unlock()
 		if h.Seq == cursor {
-			continue
+			continue // nothing new (a forgotten lock stays so)
 		}
 		if h.Seq < cursor {
 			cursor = 0 // the history was removed and started again
@@ -527,9 +516,10 @@ func (col *Collector) readHistory(ctx context.Context) {
 			continue
 		}
 		col.mu.Lock()
-		st.cursor = h.Seq
+		st := col.state(h.Lock)
+		col.cursors[h.Lock] = h.Seq
 		for _, e := range ents {
-			st.cursor = max(st.cursor, e.Seq)
+			col.cursors[h.Lock] = max(col.cursors[h.Lock], e.Seq)
 			st.events[e.Event.Kind]++
 			switch e.Event.Kind {
 			case history.RenewalFailed:
@@ -596,9 +586,10 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTTL, ttl, n)
 		gauge(descHeldFor, st.info.HeldFor(now).Seconds(), n)
 		gauge(descWaiters, float64(st.info.Waiters), n)
-		gauge(descFrozen, b2f(st.limit != nil && st.limit.Max == 0), n)
-		if st.limit != nil {
-			gauge(descLimit, float64(st.limit.Max), n)
+		lim := st.info.Limit
+		gauge(descFrozen, b2f(lim != nil && lim.Max == 0), n)
+		if lim != nil {
+			gauge(descLimit, float64(lim.Max), n)
 		}
 		if col.hist != nil {
 			counter(descRenewalFailures, st.renewalFailures, n)
@@ -634,7 +625,7 @@ func (col *Collector) refresh() {
 	defer col.scrape.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	col.list(ctx, false)
+	col.list(ctx)
 	if col.hist != nil {
 		col.readHistory(ctx)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +26,8 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/coord/local"
+	"github.com/fence-dev/fence/pkg/coord/postgres"
+	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 	"github.com/fence-dev/fence/pkg/history"
 )
 
@@ -364,6 +367,103 @@ func TestWatchSeesEverySection(t *testing.T) {
 		}
 		if n > cycles || time.Now().After(deadline) {
 			t.Fatalf("%d critical sections observed, want %d", n, cycles)
+		}
+	}
+}
+
+// hookedList is a coordinator whose next List runs before (if set) before
+// it reads the locks and after (if set) once it read them, before it
+// answers: each once.
+type hookedList struct {
+	coord.Coordinator
+	mu            sync.Mutex
+	before, after func()
+}
+
+func (c *hookedList) List(ctx context.Context, prefix string) ([]coord.LockInfo, error) {
+	take := func(f *func()) {
+		c.mu.Lock()
+		g := *f
+		*f = nil
+		c.mu.Unlock()
+		if g != nil {
+			g()
+		}
+	}
+	take(&c.before)
+	infos, err := c.Coordinator.List(ctx, prefix)
+	take(&c.after)
+	return infos, err
+}
+
+// TestWatchBeforeFirstList: the exporter starts its watch before its first
+// List, so a section that begins and ends while that List runs (etcd: its
+// lock is then free, so no List shows it) is counted by the watch.
+func TestWatchBeforeFirstList(t *testing.T) {
+	b := backends(t)[1]
+	drv := b.open(t)
+	c := &hookedList{Coordinator: b.open(t), before: func() {
+		l, err := drv.Acquire(ctxT(t), "between", coord.AcquireOptions{TTL: 30 * time.Second})
+		if err == nil {
+			err = drv.Release(ctxT(t), "between", l.ID)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}}
+	url := serve(t, c, exporter.Options{})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, _ := histogram(t, scrape(t, url), "between")
+		if n == 1 {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d critical sections observed of a hold during the first List, want 1", n)
+		}
+	}
+}
+
+// TestListOlderThanWatch: a scrape's List that read the locks before an
+// acquisition the watch then reported does not end that holder: the lock
+// stays held (in that scrape and the next), no section is observed until
+// its release, and then one.
+func TestListOlderThanWatch(t *testing.T) {
+	b := backends(t)[1]
+	drv := b.open(t)
+	c := &hookedList{Coordinator: b.open(t)}
+	url := serve(t, c, exporter.Options{})
+	var l *coord.Lease
+	c.mu.Lock()
+	c.after = func() {
+		var err error
+		if l, err = drv.Acquire(ctxT(t), "late", coord.AcquireOptions{TTL: 30 * time.Second}); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(time.Second) // the watch reports it
+	}
+	c.mu.Unlock()
+	for i := range 2 {
+		fams := scrape(t, url)
+		if v := value(t, fams, "fence_lock_held", "lock", "late"); v != 1 {
+			t.Errorf("scrape %d: held %v while held", i, v)
+		}
+		if n, _ := histogram(t, fams, "late"); n != 0 {
+			t.Errorf("scrape %d: %d sections observed while held", i, n)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	if err := drv.Release(ctxT(t), "late", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, _ := histogram(t, scrape(t, url), "late")
+		if n == 1 {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d sections observed after the release, want 1", n)
 		}
 	}
 }
@@ -718,5 +818,99 @@ func TestSemaphoreHolders(t *testing.T) {
 				_ = c.Release(ctx, l.Name, l.ID)
 			}
 		})
+	}
+}
+
+// TestLimitFollowed: a freeze and a thaw after the exporter started show in
+// fence_lock_frozen and fence_lock_limit, on a held lock and on a free one.
+func TestLimitFollowed(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			drv := b.open(t)
+			l, err := drv.Acquire(ctx, "lim/held", coord.AcquireOptions{TTL: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer drv.Release(ctx, l.Name, l.ID)
+			url := serve(t, b.open(t), exporter.Options{})
+			scrape(t, url)
+			// until waits for want (-1: no fence_lock_limit) on both locks.
+			until := func(want float64) {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					fams := scrape(t, url)
+					ok := true
+					for _, n := range []string{"lim/held", "lim/free"} {
+						m, has := metric(fams, "fence_lock_limit", map[string]string{"lock": n})
+						frozen, _ := metric(fams, "fence_lock_frozen", map[string]string{"lock": n})
+						ok = ok && has == (want >= 0) && (!has || m.GetGauge().GetValue() == want) &&
+							frozen.GetGauge().GetValue() == b2f(want == 0)
+					}
+					if ok {
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("fence_lock_limit never %v on both locks", want)
+					}
+				}
+			}
+			for _, n := range []string{"lim/held", "lim/free"} {
+				if err := drv.SetLimit(ctx, coord.Limit{Name: n, Max: 0, Reason: "test"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			until(0)
+			for _, n := range []string{"lim/held", "lim/free"} {
+				if _, _, err := drv.ClearLimit(ctx, n, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			until(-1)
+		})
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestExpiryOnPostgres: a lease that runs out with no later holder ends its
+// section on PostgreSQL too, whose watch does not report an expiry (nothing
+// is written then): from the List of a scrape.
+func TestExpiryOnPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	srv := pgtest.Start(t)
+	url := srv.URL(srv.CreateDatabase(t))
+	open := func() coord.Coordinator {
+		c, err := postgres.Open(ctxT(t), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	drv := open()
+	base := serve(t, open(), exporter.Options{})
+	if _, err := drv.Acquire(ctxT(t), "x", coord.AcquireOptions{TTL: 500 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the watch reports the holder
+	if v := value(t, scrape(t, base), "fence_lock_held", "lock", "x"); v != 1 {
+		t.Fatalf("held %v", v)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		fams := scrape(t, base)
+		if n, _ := histogram(t, fams, "x"); n == 1 && value(t, fams, "fence_lock_held", "lock", "x") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("x still held, or its section not observed, long after its TTL")
+		}
 	}
 }
