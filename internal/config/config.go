@@ -233,6 +233,9 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 	if err := c.checkPrefix(); err != nil {
 		return nil, err
 	}
+	if err := checkIdentifier(where(KeyPostgresSchema, c.sources[KeyPostgresSchema]), c.PostgresSchema); err != nil {
+		return nil, err
+	}
 	for _, s := range []string{c.StateDir, c.CACert, c.Cert, c.Key, c.pwFile} {
 		if strings.ContainsRune(s, 0) {
 			return nil, configErr("a path contains a NUL byte")
