@@ -108,8 +108,6 @@ type Config struct {
 	CACert, Cert, Key string
 	// User and Password authenticate to etcd.
 	User, Password string
-	// PasswordFile is where Password was read from, if anywhere.
-	PasswordFile string
 	// Postgres, when set, selects the PostgreSQL coordinator: a libpq URL
 	// or DSN (PostgresConn is what fence connects with).
 	Postgres string

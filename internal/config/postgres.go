@@ -303,8 +303,9 @@ func pgRemote(h *pgconn.FallbackConfig) bool {
 	return ip == nil || !ip.IsLoopback()
 }
 
+// passwordWhere names the password's source (readPassword refuses both).
 func passwordWhere(c *Config) string {
-	if c.PasswordFile != "" {
+	if c.pwFile != "" {
 		return "--password-file"
 	}
 	return EnvPassword
