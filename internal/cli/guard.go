@@ -143,13 +143,14 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 				if err != nil && !errors.Is(err, guard.ErrNotFound) {
 					return err
 				}
-				view, fields := guardView{Key: key, Found: err == nil}, []output.Field(nil)
-				if view.Found {
+				view := guardView{Key: key}
+				var fields []output.Field
+				if err == nil {
 					value, encoding := string(v.Data), "utf-8"
 					if !utf8.Valid(v.Data) {
 						value, encoding = base64.StdEncoding.EncodeToString(v.Data), "base64"
 					}
-					view.Token, view.Value, view.Encoding, view.UpdatedAt = &v.Token, &value, &encoding, output.Time(v.UpdatedAt)
+					view = guardView{Key: key, Found: true, Token: &v.Token, Value: &value, Encoding: &encoding, UpdatedAt: output.Time(v.UpdatedAt)}
 					fields = []output.Field{{Key: "key", Value: key}, {Key: "token", Value: fmt.Sprint(v.Token)}}
 					if !v.UpdatedAt.IsZero() {
 						fields = append(fields, output.Field{Key: "updated_at", Value: v.UpdatedAt.UTC().Format(time.RFC3339Nano)})
