@@ -89,10 +89,6 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	if err != nil {
 		return err
 	}
-	cfg, err := f.Config()
-	if err != nil {
-		return err
-	}
 	holder, err := f.holder(parentHolder)
 	if err != nil {
 		return err
@@ -101,7 +97,7 @@ func runAcquire(ctx context.Context, f *Factory, cmd *cobra.Command, o *acquireO
 	defer stop()
 	var leases []coord.Lease
 	err = f.withCoordinator(ctx, func(c history.Recorder) error {
-		if err := checkOrder(ctx, c, cfg, "acquire", o.locks, o.anyOrder); err != nil {
+		if err := checkOrder(ctx, c, "acquire", o.locks, o.anyOrder); err != nil {
 			return err
 		}
 		if len(o.locks) == 1 {

@@ -140,34 +140,32 @@ func newCmdGuardGet(f *Factory) *cobra.Command {
 			}
 			return withGuard(cmd.Context(), f, func(_ history.Recorder, g guard.Guard) error {
 				v, err := g.Get(cmd.Context(), key)
-				if errors.Is(err, guard.ErrNotFound) {
-					if format == output.JSON {
-						if err := output.WriteJSON(f.IO.Out, guardView{Key: key}); err != nil {
-							return err
-						}
-					}
-					return exitcode.New(exitcode.No, fmt.Errorf("no value was written for %s", output.Clean(key)))
-				}
-				if err != nil {
+				if err != nil && !errors.Is(err, guard.ErrNotFound) {
 					return err
 				}
-				value, encoding := string(v.Data), "utf-8"
-				if !utf8.Valid(v.Data) {
-					value, encoding = base64.StdEncoding.EncodeToString(v.Data), "base64"
+				view := guardView{Key: key}
+				var fields []output.Field
+				if err == nil {
+					value, encoding := string(v.Data), "utf-8"
+					if !utf8.Valid(v.Data) {
+						value, encoding = base64.StdEncoding.EncodeToString(v.Data), "base64"
+					}
+					view = guardView{Key: key, Found: true, Token: &v.Token, Value: &value, Encoding: &encoding, UpdatedAt: output.Time(v.UpdatedAt)}
+					fields = []output.Field{{Key: "key", Value: key}, {Key: "token", Value: fmt.Sprint(v.Token)}}
+					if !v.UpdatedAt.IsZero() {
+						fields = append(fields, output.Field{Key: "updated_at", Value: v.UpdatedAt.UTC().Format(time.RFC3339Nano)})
+					}
+					fields = append(fields, output.Field{Key: "value", Value: value})
+					if encoding != "utf-8" {
+						fields = append(fields, output.Field{Key: "encoding", Value: encoding})
+					}
 				}
-				if format == output.JSON {
-					return output.WriteJSON(f.IO.Out, guardView{Key: key, Found: true, Token: &v.Token,
-						Value: &value, Encoding: &encoding, UpdatedAt: output.Time(v.UpdatedAt)})
+				// A key with no value prints its JSON (found false) and no text.
+				err = f.write(format, view, func(w io.Writer) error { return output.WriteFields(w, fields) })
+				if err != nil || view.Found {
+					return err
 				}
-				fields := []output.Field{{Key: "key", Value: key}, {Key: "token", Value: fmt.Sprint(v.Token)}}
-				if !v.UpdatedAt.IsZero() {
-					fields = append(fields, output.Field{Key: "updated_at", Value: v.UpdatedAt.UTC().Format(time.RFC3339Nano)})
-				}
-				fields = append(fields, output.Field{Key: "value", Value: value})
-				if encoding != "utf-8" {
-					fields = append(fields, output.Field{Key: "encoding", Value: encoding})
-				}
-				return output.WriteFields(f.IO.Out, fields)
+				return exitcode.New(exitcode.No, fmt.Errorf("no value was written for %s", output.Clean(key)))
 			})
 		},
 	}

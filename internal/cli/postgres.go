@@ -33,9 +33,6 @@ USAGE on its sequence.`,
 			if err != nil {
 				return err
 			}
-			if cfg.PostgresSchema == "" {
-				return usageErrorf("--postgres-schema must not be empty")
-			}
 			_, err = fmt.Fprint(f.IO.Out, postgres.SchemaSQL(cfg.PostgresSchema))
 			return err
 		},

@@ -244,17 +244,13 @@ func revokeWith(ctx context.Context, f *Factory, c coord.Coordinator, o *revokeO
 		}
 	}
 	waited := output.Seconds(time.Since(start))
-	if o.format == output.JSON {
-		return output.WriteJSON(f.IO.Out, struct {
-			lockView
-			Ended         string  `json:"ended"` // "released" or "revoked"
-			WaitedSeconds float64 `json:"waited_seconds"`
-		}{newLockView(info, f.Now()), ended, waited})
-	}
-	if ended == "released" {
+	if ended == "released" && o.format != output.JSON {
 		f.verbosef("the holder released the lease when asked, after %.3fs", waited)
 	}
-	_, err := fmt.Fprintf(f.IO.Out, "revoked %s: lease %s of %s, token %d\n",
-		output.Clean(info.Name), output.Clean(info.LeaseID), output.Clean(info.Holder), info.Token)
-	return err
+	return f.write(o.format, struct {
+		lockView
+		Ended         string  `json:"ended"` // "released" or "revoked"
+		WaitedSeconds float64 `json:"waited_seconds"`
+	}{newLockView(info, f.Now()), ended, waited}, textLine(fmt.Sprintf("revoked %s: lease %s of %s, token %d",
+		output.Clean(info.Name), output.Clean(info.LeaseID), output.Clean(info.Holder), info.Token)))
 }

@@ -225,7 +225,7 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if err != nil {
 		return err
 	}
-	code, err := exitcode.Failure, checkOrder(ctx, c, cfg, "run", locks, o.anyOrder) // only for a nested run
+	code, err := exitcode.Failure, checkOrder(ctx, c, "run", locks, o.anyOrder) // only for a nested run
 	if err == nil {
 		code, err = r.Run(ctx, c)
 	}

@@ -1,22 +1,18 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/fence-dev/fence/internal/config"
 	"github.com/fence-dev/fence/internal/exitcode"
 	"github.com/fence-dev/fence/internal/output"
 	"github.com/fence-dev/fence/pkg/coord"
-	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
 // Several locks at once (`fence run A B C`, `fence acquire A B C`) and the
@@ -68,47 +64,21 @@ func heldByEnv(getenv func(string) string) []heldLock {
 	return nil
 }
 
-// sameCoordinator reports whether the coordinator location in the
-// environment (FENCE_POSTGRES and FENCE_POSTGRES_SCHEMA, else
-// FENCE_ENDPOINTS and FENCE_PREFIX, else FENCE_STATE_DIR, as
-// fence run gives its command) is the one cfg names.
-func sameCoordinator(cfg *config.Config, getenv func(string) string) bool {
-	if pg := getenv("FENCE_POSTGRES"); pg != "" || cfg.Backend() == "postgres" {
-		schema := cmp.Or(getenv("FENCE_POSTGRES_SCHEMA"), config.DefaultPostgresSchema)
-		return cfg.Backend() == "postgres" && pg == cfg.PostgresLocation() && schema == cfg.PostgresSchema
-	}
-	eps := slices.DeleteFunc(viewsOf(strings.Split(getenv("FENCE_ENDPOINTS"), ","), strings.TrimSpace), func(e string) bool { return e == "" })
-	if len(eps) > 0 {
-		if len(cfg.Endpoints) == 0 {
-			return false
-		}
-		prefix := cmp.Or(getenv("FENCE_PREFIX"), config.DefaultPrefix)
-		here := slices.Clone(cfg.Endpoints)
-		slices.Sort(here)
-		slices.Sort(eps)
-		return slices.Equal(here, eps) && etcd.NormalPrefix(prefix) == etcd.NormalPrefix(cfg.Prefix)
-	}
-	if len(cfg.Endpoints) > 0 {
-		return false
-	}
-	dir := cmp.Or(getenv("FENCE_STATE_DIR"), config.DefaultStateDir())
-	here := cmp.Or(cfg.StateDir, config.DefaultStateDir())
-	return filepath.Clean(dir) == filepath.Clean(here)
-}
-
 // checkOrder is the lock-order check of a nested fence: when the
-// environment shows that this fence runs under locks of the same
-// coordinator (an enclosing fence run), it refuses (exit 125, one line
-// naming both locks and the fix) to take a lock that sorts before one of
-// them. Two programs that nest the same locks in opposite orders deadlock;
-// in byte order they cannot. anyOrder (--any-order) skips it. The
-// environment alone decides whether to look further (nothing is read from
-// c when no lock is held, or none out of order): a refusal needs the lease
-// the environment names to be live on c (so that an inherited or hand-set
-// FENCE_LOCK of a lease long gone refuses nothing).
-func checkOrder(ctx context.Context, c coord.Coordinator, cfg *config.Config, cmdName string, locks []string, anyOrder bool) error {
+// environment shows that this fence runs under locks of c (an enclosing
+// fence run), it refuses (exit 125, one line naming both locks and the
+// fix) to take a lock that sorts before one of them. Two programs that
+// nest the same locks in opposite orders deadlock; in byte order they
+// cannot. anyOrder (--any-order) skips it. The environment alone decides
+// whether to look further (nothing is read from c when no lock is held,
+// or none out of order): a refusal needs the lease the environment names
+// to be live on c, which is how c is known to be the enclosing run's
+// coordinator, whatever its location is called (a lock of another
+// coordinator, or an inherited or hand-set FENCE_LOCK of a lease long
+// gone, refuses nothing).
+func checkOrder(ctx context.Context, c coord.Coordinator, cmdName string, locks []string, anyOrder bool) error {
 	held := heldByEnv(os.Getenv)
-	if anyOrder || len(held) == 0 || !sameCoordinator(cfg, os.Getenv) {
+	if anyOrder || len(held) == 0 {
 		return nil
 	}
 	low := slices.Min(locks)

@@ -50,10 +50,6 @@ type versionQuestion struct {
 	// in etcd 3.4.23" ("" when none).
 	short string
 
-	// asker asks the members (nil: the coordinator's ServerVersions; a
-	// test holds the answer back).
-	asker func(context.Context, versionAsker) []etcd.MemberVersion
-
 	printed atomic.Bool // the warning was up for printing once already
 }
 
@@ -79,11 +75,7 @@ func (q *versionQuestion) ask(ctx context.Context, backend coord.Coordinator, di
 	switch c := backend.(type) {
 	case versionAsker:
 		answer = func(ctx context.Context) {
-			if q.asker != nil {
-				q.versions = q.asker(ctx, c)
-			} else {
-				q.versions = c.ServerVersions(ctx)
-			}
+			q.versions = c.ServerVersions(ctx)
 			q.warn, q.short = etcdbugs.Warning(q.versions), shortBugs(q.versions)
 		}
 	case replicationAsker:

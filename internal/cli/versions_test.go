@@ -13,6 +13,7 @@ import (
 	"github.com/fence-dev/fence/internal/etcdproc"
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/internal/syncbuf"
+	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 )
 
@@ -152,12 +153,14 @@ func TestVersionsAskedOnTheSide(t *testing.T) {
 		if err := f.flags.Parse([]string{"--endpoints", ep}); err != nil {
 			t.Fatal(err)
 		}
-		f.versions.asker = func(ctx context.Context, c versionAsker) []etcd.MemberVersion {
+		// The question is asked once per process: of this member, which
+		// holds its answer back, not of the coordinator's.
+		f.versions.ask(context.Background(), heldAnswer{answer: func(ctx context.Context) []etcd.MemberVersion {
 			if !ask(ctx) {
 				return []etcd.MemberVersion{{Endpoint: ep, Err: ctx.Err()}}
 			}
 			return []etcd.MemberVersion{{Endpoint: ep, Version: "3.4.23"}}
-		}
+		}}, time.Second)
 		c, err := f.Coordinator(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -213,3 +216,12 @@ func TestVersionsAskedOnTheSide(t *testing.T) {
 		t.Fatalf("stderr = %q, want nothing", errOut.String())
 	}
 }
+
+// heldAnswer is an etcd coordinator's question of its members' versions
+// (versionAsker), answered by answer.
+type heldAnswer struct {
+	coord.Coordinator
+	answer func(context.Context) []etcd.MemberVersion
+}
+
+func (h heldAnswer) ServerVersions(ctx context.Context) []etcd.MemberVersion { return h.answer(ctx) }

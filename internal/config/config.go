@@ -108,8 +108,6 @@ type Config struct {
 	CACert, Cert, Key string
 	// User and Password authenticate to etcd.
 	User, Password string
-	// PasswordFile is where Password was read from, if anywhere.
-	PasswordFile string
 	// Postgres, when set, selects the PostgreSQL coordinator: a libpq URL
 	// or DSN (PostgresConn is what fence connects with).
 	Postgres string
@@ -231,6 +229,9 @@ func Load(fs *pflag.FlagSet) (*Config, error) {
 		}
 	}
 	if err := c.checkPrefix(); err != nil {
+		return nil, err
+	}
+	if err := checkIdentifier(where(KeyPostgresSchema, c.sources[KeyPostgresSchema]), c.PostgresSchema); err != nil {
 		return nil, err
 	}
 	for _, s := range []string{c.StateDir, c.CACert, c.Cert, c.Key, c.pwFile} {

@@ -227,9 +227,6 @@ func (c *Config) validatePostgres() error {
 			return configErr("--%s applies to etcd only: for PostgreSQL put %s in the connection string", k, hint)
 		}
 	}
-	if err := checkIdentifier(c.PostgresSchema); err != nil {
-		return err
-	}
 	p, err := parsePostgres(c.Postgres)
 	if err != nil {
 		return configErr("%s: %v", w, err)
@@ -306,17 +303,20 @@ func pgRemote(h *pgconn.FallbackConfig) bool {
 	return ip == nil || !ip.IsLoopback()
 }
 
+// passwordWhere names the password's source (readPassword refuses both).
 func passwordWhere(c *Config) string {
-	if c.PasswordFile != "" {
+	if c.pwFile != "" {
 		return "--password-file"
 	}
 	return EnvPassword
 }
 
-// checkIdentifier checks a schema name as the coordinator will.
-func checkIdentifier(s string) error {
+// checkIdentifier checks a schema name (from w) as the coordinator will,
+// whichever coordinator is used: fence postgres schema prints SQL for it
+// without connecting.
+func checkIdentifier(w, s string) error {
 	if s == "" || len(s) > 63 || strings.ContainsAny(s, "\x00\"") || strings.TrimSpace(s) != s {
-		return configErr("--%s %q: want 1 to 63 bytes without quotes or surrounding white space", KeyPostgresSchema, s)
+		return configErr("%s %q: want 1 to 63 bytes without quotes or surrounding white space", w, s)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,5 +81,23 @@ func TestPostgresLocationWithoutPassword(t *testing.T) {
 				t.Errorf("%q: fence config shows the password in %s: %q", s, e.Key, e.Value)
 			}
 		}
+	}
+}
+
+// TestPostgresSchemaChecked: a schema the coordinator would refuse is
+// refused where it is read, naming its source, whichever coordinator is
+// used (fence postgres schema prints SQL for it without connecting).
+func TestPostgresSchemaChecked(t *testing.T) {
+	cleanEnv(t)
+	if _, err := load(t, "--postgres-schema", ""); err == nil || !errors.Is(err, ErrConfig) || !strings.HasPrefix(err.Error(), `--postgres-schema "": want 1 to 63 bytes`) {
+		t.Errorf("--postgres-schema '': err = %v", err)
+	}
+	t.Setenv("FENCE_POSTGRES_SCHEMA", `a"b`)
+	if _, err := load(t); err == nil || !strings.HasPrefix(err.Error(), `FENCE_POSTGRES_SCHEMA "a\"b": want`) {
+		t.Errorf("FENCE_POSTGRES_SCHEMA a\"b: err = %v", err)
+	}
+	t.Setenv("FENCE_POSTGRES_SCHEMA", "ops")
+	if c := mustLoad(t); c.PostgresSchema != "ops" {
+		t.Errorf("schema = %q, want ops", c.PostgresSchema)
 	}
 }

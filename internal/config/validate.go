@@ -148,7 +148,7 @@ func (c *Config) readPassword() error {
 	if err != nil {
 		return err
 	}
-	c.Password, c.PasswordFile = pw, c.pwFile
+	c.Password = pw
 	c.sources[KeyPassword] = c.sources[KeyPasswordFile]
 	c.fileOf[KeyPassword] = c.fileOf[KeyPasswordFile]
 	return nil
