@@ -17,7 +17,7 @@ type Pending struct{ p *pendingEvents }
 // NewPending returns a Pending that writes to h and keeps at most max events
 // (the Recorder's default when max is 0).
 func NewPending(h Store, max int) Pending {
-	o, _ := hopts.New(hopts.WithMaxPending(max))
+	o, _ := hopts.New(WithMaxPending(max))
 	return Pending{&pendingEvents{h: h, max: o.MaxPending}}
 }
 
@@ -31,10 +31,12 @@ func (p Pending) Len() int                                      { return p.p.cou
 // PendingOf is the number of events r has not written yet.
 func PendingOf(r Recorder) int { return r.(*recorder).pending.count() }
 
-func WithMaxPending(n int) Option { return hopts.WithMaxPending(n) }
+func WithMaxPending(n int) Option { return func(o *hopts.Options) { o.MaxPending = n } }
 
-func WithClock(now func() time.Time) Option { return hopts.WithClock(now) }
+func WithClock(now func() time.Time) Option { return func(o *hopts.Options) { o.Now = now } }
 
 func NewOptions(o ...Option) error { _, err := hopts.New(o...); return err }
 
-func WithRecordTimeout(d time.Duration) Option { return hopts.WithRecordTimeout(d) }
+func WithRecordTimeout(d time.Duration) Option {
+	return func(o *hopts.Options) { o.RecordTimeout = d }
+}

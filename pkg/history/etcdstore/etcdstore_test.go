@@ -19,7 +19,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/historytest"
-	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 const (
@@ -90,7 +89,7 @@ func TestLayout(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	s, err := newStore(cli, "", hopts.WithMaxEvents(3))
+	s, err := newStore(cli, "", historytest.WithMaxEvents(3))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func (st fileState) span() int {
 // Open opens the store under stateDir, creating stateDir (0700) and its
 // history/ directory (0700) when missing. It fails when history/ is a
 // symbolic link, not a directory or owned by another user. Options set the
-// bounds (hopts.WithMaxEvents, hopts.WithMaxAge) and the clock.
+// bounds (the tests' historytest.WithMaxEvents, WithMaxAge) and the clock.
 func Open(stateDir string, opts ...history.Option) (history.Store, error) {
 	o, err := hopts.New(opts...)
 	if err != nil {

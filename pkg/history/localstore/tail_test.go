@@ -14,7 +14,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
-	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
+	"github.com/fence-dev/fence/pkg/history/historytest"
 )
 
 // writeFile writes data to a new file and returns it open for reading.
@@ -187,7 +187,7 @@ func fill(t testing.TB, s *store, lock string, n int, at time.Time) {
 // writing; no write ever changes the damaged line.
 func TestDamageBeyondTheTail(t *testing.T) {
 	const max = 100 // slack 25
-	opts := []history.Option{hopts.WithMaxEvents(max)}
+	opts := []history.Option{historytest.WithMaxEvents(max)}
 	s := open(t, opts...)
 	fill(t, s, "d", 100, time.Time{})
 	path := s.File("d")
@@ -289,7 +289,7 @@ func TestDamageInTheTail(t *testing.T) {
 // TestStaleTemps: Open leaves temporary files alone (it does not list the
 // directory); a compaction removes those older than a minute.
 func TestStaleTemps(t *testing.T) {
-	s := open(t, hopts.WithMaxEvents(4))
+	s := open(t, historytest.WithMaxEvents(4))
 	old := filepath.Join(s.Dir(), tempPrefix+"old")
 	young := filepath.Join(s.Dir(), tempPrefix+"young")
 	for _, p := range []string{old, young} {
@@ -301,7 +301,7 @@ func TestStaleTemps(t *testing.T) {
 	if err := os.Chtimes(old, past, past); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := openStore(filepath.Dir(s.Dir()), hopts.WithMaxEvents(4))
+	s2, err := openStore(filepath.Dir(s.Dir()), historytest.WithMaxEvents(4))
 	if err != nil {
 		t.Fatal(err)
 	}
