@@ -59,31 +59,40 @@ func (p *pendingEvents) count() int {
 }
 
 func (p *pendingEvents) flushLocked(ctx context.Context) error {
-	if len(p.evs) == 0 {
-		return nil
+	var err error
+	p.evs, err = appendValid(ctx, p.h, p.evs)
+	return err
+}
+
+// appendValid appends evs to st, the one write of the Recorder's pending
+// events and of a spool's flush, and returns those it did not write. On an
+// error wrapping coord.ErrInvalid (an event the store refuses for good) it
+// writes them one at a time to find it: a refused event leaves the queue
+// (its error is returned when it was the last), the others are written.
+// On any other error the events from the first unwritten are left.
+func appendValid(ctx context.Context, st Store, evs []Event) ([]Event, error) {
+	if len(evs) == 0 {
+		return evs, nil
 	}
-	err := p.h.Append(ctx, p.evs)
+	err := st.Append(ctx, evs)
 	if err == nil {
-		p.evs = p.evs[:0]
-		return nil
+		return evs[:0], nil
 	}
 	if !errors.Is(err, coord.ErrInvalid) {
-		return err
+		return evs, err
 	}
-	// One event is invalid: fall back to one at a time to find it.
-	for len(p.evs) > 0 {
-		err := p.h.Record(ctx, p.evs[0])
+	for len(evs) > 0 {
+		err := st.Record(ctx, evs[0])
 		if err != nil && !errors.Is(err, coord.ErrInvalid) {
-			return err
+			return evs, err
 		}
 		// Written, or refused for good: either way it leaves the queue.
-		p.evs = p.evs[1:]
-		if err != nil && len(p.evs) == 0 {
-			return err
+		evs = evs[1:]
+		if err != nil && len(evs) == 0 {
+			return nil, err
 		}
 	}
-	p.evs = nil
-	return nil
+	return nil, nil
 }
 
 // take removes the pending events and returns them.

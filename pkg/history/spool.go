@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/sharedir"
-	"github.com/fence-dev/fence/pkg/coord"
 	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
@@ -208,8 +207,9 @@ func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 	return written, nil
 }
 
-// writeSpooled writes to st, in one Append, the events of evs that their
-// lock's recent history does not hold already (see recentKeys).
+// writeSpooled writes to st, as the Recorder writes its pending events
+// (appendValid), the events of evs that their lock's recent history does
+// not hold already (see recentKeys).
 func writeSpooled(ctx context.Context, st Store, evs []Event) error {
 	byLock := map[string]map[Event]bool{}
 	var todo []Event
@@ -223,12 +223,9 @@ func writeSpooled(ctx context.Context, st Store, evs []Event) error {
 			todo = append(todo, ev)
 		}
 	}
-	if len(todo) == 0 {
-		return nil
-	}
-	err := st.Append(ctx, todo)
-	if errors.Is(err, coord.ErrInvalid) {
-		return nil // refused for good (checked on reading, so not expected)
+	rest, err := appendValid(ctx, st, todo)
+	if len(rest) == 0 {
+		return nil // written, but for events refused for good
 	}
 	return err
 }

@@ -378,3 +378,28 @@ func TestSpoolFlushFailsPartWay(t *testing.T) {
 		}
 	}
 }
+
+// TestSpoolRefusedEventAlone: a spooled event the store refuses for good (too
+// large once encoded, which the spool does not check) is dropped alone: the
+// flush writes the other events of its file, of its lock too, and empties
+// the spool.
+func TestSpoolRefusedEventAlone(t *testing.T) {
+	g := newSpoolRig(t)
+	ctrl := strings.Repeat("\x01", 1000) // 6 bytes each in JSON
+	big := history.Event{Time: spoolT0.Add(time.Second), Lock: "a", Kind: history.RenewalFailed,
+		Holder: ctrl, Error: ctrl, Reason: ctrl}
+	g.fail(counted("a", 1), big, counted("a", 3))
+	if _, err := g.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if left := g.files("*"); len(left) != 0 {
+		t.Errorf("spool not empty after the flush: %v", left)
+	}
+	got, err := g.store.History(ctxT(t), "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []history.Event{counted("a", 1), counted("a", 3)}; fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Errorf("history of a:\n got %+v\nwant %+v", got, want)
+	}
+}
