@@ -25,7 +25,7 @@ func (p Pending) Record(ctx context.Context, ev Event) error {
 	return p.p.appendEvents(ctx, []Event{ev})
 }
 func (p Pending) Append(ctx context.Context, evs []Event) error { return p.p.appendEvents(ctx, evs) }
-func (p Pending) Flush(ctx context.Context) error               { return p.p.flush(ctx) }
+func (p Pending) Flush(ctx context.Context) error               { return p.p.appendEvents(ctx, nil) }
 func (p Pending) Len() int                                      { return p.p.count() }
 
 // PendingOf is the number of events r has not written yet.

@@ -27,9 +27,10 @@ type pendingEvents struct {
 	evs []Event
 }
 
-// appendEvents writes the pending events, then evs. When that fails, evs
-// are kept with them and the error is returned. An invalid event (see
-// Normalize) is refused at once with an error wrapping coord.ErrInvalid.
+// appendEvents writes the pending events, then evs (none: a flush). When
+// that fails, evs are kept with them, the oldest dropped beyond max, and the
+// error is returned. An invalid event (see Normalize) is refused at once
+// with an error wrapping coord.ErrInvalid.
 func (p *pendingEvents) appendEvents(ctx context.Context, evs []Event) error {
 	for _, ev := range evs {
 		if _, err := Normalize(ev, time.Time{}); err != nil {
@@ -38,17 +39,12 @@ func (p *pendingEvents) appendEvents(ctx context.Context, evs []Event) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.evs = append(p.evs, evs...)
-	err := p.flushLocked(ctx)
-	p.trimLocked()
+	var err error
+	p.evs, err = appendValid(ctx, p.h, append(p.evs, evs...))
+	if n := len(p.evs) - p.max; n > 0 {
+		p.evs = append(p.evs[:0:0], p.evs[n:]...)
+	}
 	return err
-}
-
-// Flush writes the pending events, if any.
-func (p *pendingEvents) flush(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.flushLocked(ctx)
 }
 
 // count is the number of events waiting to be written.
@@ -56,12 +52,6 @@ func (p *pendingEvents) count() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.evs)
-}
-
-func (p *pendingEvents) flushLocked(ctx context.Context) error {
-	var err error
-	p.evs, err = appendValid(ctx, p.h, p.evs)
-	return err
 }
 
 // appendValid appends evs to st, the one write of the Recorder's pending
@@ -110,11 +100,5 @@ func (p *pendingEvents) whenEmpty(fn func()) {
 	defer p.mu.Unlock()
 	if len(p.evs) == 0 {
 		fn()
-	}
-}
-
-func (p *pendingEvents) trimLocked() {
-	if n := len(p.evs) - p.max; n > 0 {
-		p.evs = append(p.evs[:0:0], p.evs[n:]...)
 	}
 }

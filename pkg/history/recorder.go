@@ -409,7 +409,7 @@ func (r *recorder) CloseContext(ctx context.Context) error {
 	r.syncing.Wait()
 	ctx, cancel := r.recordContext(ctx)
 	defer cancel()
-	if err := r.pending.flush(ctx); err != nil {
+	if err := r.pending.appendEvents(ctx, nil); err != nil {
 		r.keep(err)
 	}
 	return r.Coordinator.Close()
