@@ -226,3 +226,12 @@ func TestPrefixWithoutSlash(t *testing.T) {
 		}
 	}
 }
+
+// newStore is New with the concrete type.
+func newStore(cli *clientv3.Client, prefix string, opts ...history.Option) (*store, error) {
+	s, err := New(cli, prefix, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s.(*store), nil
+}
