@@ -403,3 +403,40 @@ func TestSpoolRefusedEventAlone(t *testing.T) {
 		t.Errorf("history of a:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// TestSpoolByteBound: of one close's events beyond the spool's 1 MiB, the
+// newest that fit are kept (the file within the bound), the others counted
+// as dropped, and the flush writes those kept, oldest first.
+func TestSpoolByteBound(t *testing.T) {
+	g := newSpoolRig(t)
+	const n = 990 // about 1.1 KiB each: some 1.1 MB in all
+	var evs []history.Event
+	for i := 1; i <= n; i++ {
+		ev := counted("bytes", i)
+		ev.Error = strings.Repeat("x", 1000)
+		evs = append(evs, ev)
+	}
+	g.fail(evs...)
+	files := g.files("*.jsonl")
+	if len(files) != 1 {
+		t.Fatalf("spool files %v, want one", files)
+	}
+	fi, err := os.Stat(files[0])
+	if err != nil || fi.Size() > 1<<20 || fi.Size() < 1<<20-2048 {
+		t.Fatalf("spool file: %v, %v; want at most 1 MiB, and no event more fitting", fi.Size(), err)
+	}
+	kept, err := g.flush()
+	if err != nil || kept >= n || kept == 0 {
+		t.Fatalf("FlushSpool = %d, %v; want fewer than %d", kept, err, n)
+	}
+	if !strings.Contains(g.logs.String(), fmt.Sprintf("dropped=%d", n-kept)) {
+		t.Errorf("no warning of the %d events dropped:\n%s", n-kept, g.logs.String())
+	}
+	got, err := g.store.History(ctxT(t), "bytes", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != kept || got[0].Count != n-kept+1 || got[len(got)-1].Count != n {
+		t.Fatalf("history holds %d events, counts %d to %d; want the newest %d", len(got), got[0].Count, got[len(got)-1].Count, kept)
+	}
+}
