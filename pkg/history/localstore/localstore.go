@@ -115,15 +115,6 @@ type fileState struct {
 	firstTime int64  // event time of the first line (Unix ns), for the age bound
 }
 
-// span is the number of sequence numbers from the first line to the last:
-// at least the number of lines.
-func (st fileState) span() int {
-	if st.lastSeq == 0 {
-		return 0
-	}
-	return int(st.lastSeq - st.firstSeq + 1)
-}
-
 // Open opens the store under stateDir, creating stateDir (0700) and its
 // history/ directory (0700) when missing. It fails when history/ is a
 // symbolic link, not a directory or owned by another user. Options set the
@@ -240,34 +231,36 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 	}
 
 	cut := s.opts.Cutoff()
-	var buf bytes.Buffer
-	next := st
-	for _, ev := range evs {
-		b, err := codec.Encode(next.lastSeq+1, ev)
+	add := make([]line, len(evs))
+	for i, ev := range evs {
+		seq := st.lastSeq + 1 + uint64(i)
+		b, err := codec.Encode(seq, ev)
 		if err != nil {
 			return nil, err
 		}
-		buf.Write(b)
-		buf.WriteByte('\n')
-		next.lastSeq++
-		if next.firstSeq == 0 {
-			next.firstSeq, next.firstTime = next.lastSeq, ev.Time.UnixNano()
-		}
+		add[i] = line{raw: b, seq: seq, ev: ev}
+	}
+	// The sequence numbers of the file once written span (at least as many
+	// as its lines) from its first line's, or the first added, to the last
+	// added.
+	first := st.firstSeq
+	if first == 0 {
+		first = add[0].seq
 	}
 	slack := slackOf(s.opts.MaxEvents)
-	compact := next.span() > s.opts.MaxEvents+slack
+	compact := int(add[len(add)-1].seq-first+1) > s.opts.MaxEvents+slack
 	if !compact {
 		if compact, err = agedAtLeast(lock, path, f, st, cut, slack); err != nil {
 			return nil, err
 		}
 	}
 	if compact {
-		if err := s.compact(lock, base, f, st, buf.Bytes()); err != nil {
+		if err := s.compact(lock, base, f, st, add); err != nil {
 			return nil, err
 		}
 		return done, nil // written durably
 	}
-	if _, err := f.Write(buf.Bytes()); err != nil {
+	if _, err := f.Write(joined(add)); err != nil {
 		// A partial write is a torn tail, cut off by the next writer.
 		return nil, unavailable("history of %q: %w", lock, err)
 	}
@@ -288,26 +281,17 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 
 // compact rewrites the history of lock (open in f, of st.size bytes of
 // complete lines) with the events it keeps, read and checked whole,
-// followed by the encoded lines add (which are within the bounds: the
-// result is never empty).
-func (s *store) compact(lock, base string, f *os.File, st fileState, add []byte) error {
+// followed by the lines add, numbered after them (and within the bounds:
+// the result is never empty).
+func (s *store) compact(lock, base string, f *os.File, st fileState, add []line) error {
 	path := filepath.Join(s.dir, base+dataExt)
-	lines, st, _, err := s.readLines(lock, path, base, f, st.size)
+	lines, _, _, err := s.readLines(lock, path, base, f, st.size)
 	if err != nil {
 		return err
 	}
-	more, err := parseAt(lock, path, add, st.lastSeq, st.size)
-	if err != nil {
-		return err
-	}
-	lines = s.kept(append(lines, more...), 0)
-	var out bytes.Buffer
-	for _, l := range lines {
-		out.Write(l.raw)
-		out.WriteByte('\n')
-	}
+	lines = s.kept(append(lines, add...), 0)
 	s.removeStaleTemps()
-	if _, err := atomicfile.WritePerm(path, out.Bytes(), false, s.share.FilePerm()); err != nil {
+	if _, err := atomicfile.WritePerm(path, joined(lines), false, s.share.FilePerm()); err != nil {
 		return unavailable("history of %q: %w", lock, err)
 	}
 	if err := atomicfile.SyncDir(s.dir); err != nil {
@@ -576,6 +560,16 @@ func parseAt(lock, path string, data []byte, after uint64, at int64) ([]line, er
 		out = append(out, line{raw: raw, at: lineAt, seq: seq, ev: ev})
 	}
 	return out, nil
+}
+
+// joined is the lines as a file holds them, each ended by a newline.
+func joined(lines []line) []byte {
+	var b bytes.Buffer
+	for _, l := range lines {
+		b.Write(l.raw)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
 }
 
 // completeLines returns data up to and including its last newline.
