@@ -49,9 +49,9 @@
 // follows it, and that write appends after it (it never writes over it);
 // every full read refuses the file, and so does the next compaction (after
 // at most slack more events), and every write after it. Once a read (History,
-// Since, Latest) or a compaction of a store has refused a file, that store's
-// writes check the whole file again before they write to it, until it is
-// repaired: damage a store has read is never written after.
+// Since, Latest), a write or a compaction of a store has refused a file,
+// that store reads the whole file again, for its reads and its writes,
+// until it is repaired: damage a store has read is never written after.
 //
 // Readers take no lock. Many processes on one host may share a store.
 package localstore
@@ -102,7 +102,7 @@ type store struct {
 	share sharedir.Mode // how the state directory is shared
 
 	mu  sync.Mutex
-	bad map[string]bool // by file base: files a read or compaction found damaged
+	bad map[string]bool // by file base: files this store found damaged
 }
 
 var _ history.Store = (*store)(nil)
@@ -219,7 +219,12 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 			return nil, unavailable("history of %q: %w", lock, err)
 		}
 	}
-	st, torn, err := s.scan(lock, path, f)
+	// The file's tail and first line (see the package doc).
+	fi, err := s.checkFile(lock, path, f)
+	if err != nil {
+		return nil, err
+	}
+	_, st, torn, err := s.readFile(lock, path, base, f, fi.Size(), 1, true)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +290,7 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 // the result is never empty).
 func (s *store) compact(lock, base string, f *os.File, st fileState, add []line) error {
 	path := filepath.Join(s.dir, base+dataExt)
-	lines, _, _, err := s.readLines(lock, path, base, f, st.size)
+	lines, _, _, err := s.readFile(lock, path, base, f, st.size, math.MaxInt, true)
 	if err != nil {
 		return err
 	}
@@ -300,49 +305,26 @@ func (s *store) compact(lock, base string, f *os.File, st fileState, add []line)
 	return nil
 }
 
-// scan checks the history file open in f (under the lock) and returns its
-// state, and whether it ends with an incomplete line. It reads the file's
-// tail and first line (see the package doc); the whole file when a full
-// read of this store found it damaged.
-func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
-	fi, err := s.checkFile(lock, path, f)
-	if err != nil {
-		return fileState{}, false, err
+// readFile reads and checks the history of lock open in f (named base,
+// size bytes) with readEnd: its last want lines (math.MaxInt: every line),
+// or every line when this store found the file damaged before. A file
+// found damaged is marked so until a full read finds it sound (repaired by
+// hand): damage this store has seen is never written after.
+func (s *store) readFile(lock, path, base string, f *os.File, size int64, want int, all bool) ([]line, fileState, bool, error) {
+	s.mu.Lock()
+	if s.bad[base] {
+		want = math.MaxInt
 	}
-	if base := strings.TrimSuffix(filepath.Base(path), dataExt); s.isBad(base) {
-		_, st, torn, err := s.readLines(lock, path, base, f, fi.Size())
-		return st, torn, err
-	}
-	_, st, torn, err := readEnd(lock, path, f, fi.Size(), 1, true)
-	return st, torn, err
-}
-
-// readLines is readEnd reading and checking every line of the history of
-// lock open in f (named base, size bytes). A file found damaged is marked
-// bad, one that checks out (repaired by hand) is no longer.
-func (s *store) readLines(lock, path, base string, f *os.File, size int64) ([]line, fileState, bool, error) {
-	lines, st, torn, err := readEnd(lock, path, f, size, math.MaxInt, true)
-	s.mark(base, err != nil)
-	return lines, st, torn, err
-}
-
-// mark notes whether the history file named base was found damaged: this
-// store reads a damaged file whole, for its writes too, until it is found
-// sound.
-func (s *store) mark(base string, bad bool) {
+	s.mu.Unlock()
+	lines, st, torn, err := readEnd(lock, path, f, size, want, all)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if bad {
+	if err != nil {
 		s.bad[base] = true
-	} else {
+	} else if want == math.MaxInt {
 		delete(s.bad, base)
 	}
-}
-
-func (s *store) isBad(base string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.bad[base]
+	return lines, st, torn, err
 }
 
 // slackOf is how many events beyond maxEvents a history file may hold before
@@ -470,8 +452,8 @@ func (s *store) head(path string) (history.Head, bool, error) {
 }
 
 // read reads and checks the last want lines of the history of lock
-// (math.MaxInt: every line) and its first line, without the lock file. It
-// reads the whole file when a full read of this store found it damaged.
+// (math.MaxInt: every line) and its first line, without the lock file (see
+// readFile).
 func (s *store) read(ctx context.Context, lock string, want int) ([]line, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
@@ -479,24 +461,13 @@ func (s *store) read(ctx context.Context, lock string, want int) ([]line, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	base := fileBase(lock)
-	if s.isBad(base) {
-		want = math.MaxInt
-	}
 	path := s.File(lock)
 	f, fi, err := s.open(lock, path)
 	if f == nil || err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if want == math.MaxInt {
-		lines, _, _, err := s.readLines(lock, path, base, f, fi.Size())
-		return lines, err
-	}
-	lines, _, _, err := readEnd(lock, path, f, fi.Size(), want, false)
-	if err != nil {
-		s.mark(base, true)
-	}
+	lines, _, _, err := s.readFile(lock, path, fileBase(lock), f, fi.Size(), want, false)
 	return lines, err
 }
 
