@@ -246,14 +246,10 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 		add[i] = line{raw: b, seq: seq, ev: ev}
 	}
 	// The sequence numbers of the file once written span (at least as many
-	// as its lines) from its first line's, or the first added, to the last
+	// as its lines) from its first line's (1 for an empty file) to the last
 	// added.
-	first := st.firstSeq
-	if first == 0 {
-		first = add[0].seq
-	}
 	slack := slackOf(s.opts.MaxEvents)
-	compact := int(add[len(add)-1].seq-first+1) > s.opts.MaxEvents+slack
+	compact := int(add[len(add)-1].seq-max(st.firstSeq, 1)+1) > s.opts.MaxEvents+slack
 	if !compact {
 		if compact, err = agedAtLeast(lock, path, f, st, cut, slack); err != nil {
 			return nil, err
