@@ -72,16 +72,11 @@ func (f *inflight) finish(lock string, ch chan struct{}) {
 	close(ch)
 }
 
-// wait returns once the records of the given locks (all locks when none is
-// given) started before the call are written.
-func (f *inflight) wait(locks ...string) {
-	var chs []chan struct{}
+// wait returns once the records of lock started before the call are
+// written. (Close waits for them all through the Recorder's syncing.)
+func (f *inflight) wait(lock string) {
 	f.mu.Lock()
-	for lock, set := range f.byLock {
-		if len(locks) == 0 || slices.Contains(locks, lock) {
-			chs = append(chs, set...)
-		}
-	}
+	chs := slices.Clone(f.byLock[lock])
 	f.mu.Unlock()
 	for _, ch := range chs {
 		<-ch

@@ -42,10 +42,6 @@ import (
 	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
-// maxTextLen bounds the free-text fields of an event (Holder, Error): longer
-// values are cut, at a UTF-8 boundary, when the event is recorded.
-const maxTextLen = hopts.MaxTextLen
-
 // Store keeps the history of every lock. Implementations are safe for
 // concurrent use, and, for the ones in this module, by many processes. A
 // coordinator that keeps a history (a Recorder) is one too: find out with a
@@ -124,11 +120,11 @@ var knownKinds = map[Kind]bool{
 }
 
 // Normalize checks an event before it is stored and fills in what may be
-// left out: a zero Time becomes now (in UTC, as every stored time), Holder
-// and Error are cut to maxTextLen bytes. An event without a valid lock name,
-// with an unknown kind, a bad guard key, a negative duration or count, or a
-// token above coord.MaxToken is refused with an error wrapping
-// coord.ErrInvalid.
+// left out: a zero Time becomes now (in UTC, as every stored time), Holder,
+// Error and Reason are cut to 1 KiB at a UTF-8 boundary (hopts.MaxTextLen).
+// An event without a valid lock name, with an unknown kind, a bad guard
+// key, a negative duration or count, or a token above coord.MaxToken is
+// refused with an error wrapping coord.ErrInvalid.
 func Normalize(ev Event, now time.Time) (Event, error) {
 	if err := coord.ValidateName(ev.Lock); err != nil {
 		return ev, fmt.Errorf("history event: %w", err)
@@ -160,13 +156,13 @@ func Normalize(ev Event, now time.Time) (Event, error) {
 	return ev, nil
 }
 
-// cut shortens s to at most maxTextLen bytes without splitting a rune.
+// cut shortens s to at most hopts.MaxTextLen bytes without splitting a rune.
 func cut(s string) string {
-	if len(s) <= maxTextLen {
+	if len(s) <= hopts.MaxTextLen {
 		return s
 	}
 	const ell = "…"
-	s = s[:maxTextLen-len(ell)]
+	s = s[:hopts.MaxTextLen-len(ell)]
 	for len(s) > 0 && !utf8.ValidString(s) {
 		s = s[:len(s)-1]
 	}

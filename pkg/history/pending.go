@@ -27,9 +27,10 @@ type pendingEvents struct {
 	evs []Event
 }
 
-// appendEvents writes the pending events, then evs. When that fails, evs
-// are kept with them and the error is returned. An invalid event (see
-// Normalize) is refused at once with an error wrapping coord.ErrInvalid.
+// appendEvents writes the pending events, then evs (none: a flush). When
+// that fails, evs are kept with them, the oldest dropped beyond max, and the
+// error is returned. An invalid event (see Normalize) is refused at once
+// with an error wrapping coord.ErrInvalid.
 func (p *pendingEvents) appendEvents(ctx context.Context, evs []Event) error {
 	for _, ev := range evs {
 		if _, err := Normalize(ev, time.Time{}); err != nil {
@@ -38,17 +39,12 @@ func (p *pendingEvents) appendEvents(ctx context.Context, evs []Event) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.evs = append(p.evs, evs...)
-	err := p.flushLocked(ctx)
-	p.trimLocked()
+	var err error
+	p.evs, err = appendValid(ctx, p.h, append(p.evs, evs...))
+	if n := len(p.evs) - p.max; n > 0 {
+		p.evs = append(p.evs[:0:0], p.evs[n:]...)
+	}
 	return err
-}
-
-// Flush writes the pending events, if any.
-func (p *pendingEvents) flush(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.flushLocked(ctx)
 }
 
 // count is the number of events waiting to be written.
@@ -58,32 +54,35 @@ func (p *pendingEvents) count() int {
 	return len(p.evs)
 }
 
-func (p *pendingEvents) flushLocked(ctx context.Context) error {
-	if len(p.evs) == 0 {
-		return nil
+// appendValid appends evs to st, the one write of the Recorder's pending
+// events and of a spool's flush, and returns those it did not write. On an
+// error wrapping coord.ErrInvalid (an event the store refuses for good) it
+// writes them one at a time to find it: a refused event leaves the queue
+// (its error is returned when it was the last), the others are written.
+// On any other error the events from the first unwritten are left.
+func appendValid(ctx context.Context, st Store, evs []Event) ([]Event, error) {
+	if len(evs) == 0 {
+		return evs, nil
 	}
-	err := p.h.Append(ctx, p.evs)
+	err := st.Append(ctx, evs)
 	if err == nil {
-		p.evs = p.evs[:0]
-		return nil
+		return evs[:0], nil
 	}
 	if !errors.Is(err, coord.ErrInvalid) {
-		return err
+		return evs, err
 	}
-	// One event is invalid: fall back to one at a time to find it.
-	for len(p.evs) > 0 {
-		err := p.h.Record(ctx, p.evs[0])
+	for len(evs) > 0 {
+		err := st.Record(ctx, evs[0])
 		if err != nil && !errors.Is(err, coord.ErrInvalid) {
-			return err
+			return evs, err
 		}
 		// Written, or refused for good: either way it leaves the queue.
-		p.evs = p.evs[1:]
-		if err != nil && len(p.evs) == 0 {
-			return err
+		evs = evs[1:]
+		if err != nil && len(evs) == 0 {
+			return nil, err
 		}
 	}
-	p.evs = nil
-	return nil
+	return nil, nil
 }
 
 // take removes the pending events and returns them.
@@ -101,11 +100,5 @@ func (p *pendingEvents) whenEmpty(fn func()) {
 	defer p.mu.Unlock()
 	if len(p.evs) == 0 {
 		fn()
-	}
-}
-
-func (p *pendingEvents) trimLocked() {
-	if n := len(p.evs) - p.max; n > 0 {
-		p.evs = append(p.evs[:0:0], p.evs[n:]...)
 	}
 }

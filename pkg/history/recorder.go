@@ -405,11 +405,10 @@ func (r *recorder) Close() error { return r.CloseContext(context.Background()) }
 
 // CloseContext implements Recorder.
 func (r *recorder) CloseContext(ctx context.Context) error {
-	r.inflight.wait()
-	r.syncing.Wait()
+	r.syncing.Wait() // the deferred records, written and fsynced
 	ctx, cancel := r.recordContext(ctx)
 	defer cancel()
-	if err := r.pending.flush(ctx); err != nil {
+	if err := r.pending.appendEvents(ctx, nil); err != nil {
 		r.keep(err)
 	}
 	return r.Coordinator.Close()

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/fence-dev/fence/internal/sharedir"
-	"github.com/fence-dev/fence/pkg/coord"
 	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
@@ -96,20 +95,20 @@ func (s *spool) keep(evs []Event) (dropped int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	lines, err := encodeSpooled(evs)
-	if err != nil {
-		return 0, err
+	var lines [][]byte // the newest events within the bounds, newest first
+	for i, size := len(evs)-1, 0; i >= 0 && len(lines) < spoolMaxEvents; i-- {
+		b, err := json.Marshal(evs[i])
+		if err != nil {
+			return 0, err
+		}
+		if size += len(b) + 1; size > spoolMaxBytes {
+			break
+		}
+		lines = append(lines, append(b, '\n'))
 	}
-	size := int64(0)
-	for _, l := range lines {
-		size += int64(len(l))
-	}
-	for len(lines) > spoolMaxEvents || size > spoolMaxBytes && len(lines) > 0 {
-		size -= int64(len(lines[0]))
-		lines = lines[1:]
-		dropped++
-	}
+	dropped = len(evs) - len(lines)
 	if len(lines) > 0 {
+		slices.Reverse(lines)
 		var rnd [4]byte
 		_, _ = rand.Read(rnd[:])
 		name := fmt.Sprintf("%020d-%d-%s%s", time.Now().UnixNano(), os.Getpid(), hex.EncodeToString(rnd[:]), spoolExt)
@@ -208,8 +207,9 @@ func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 	return written, nil
 }
 
-// writeSpooled writes to st, in one Append, the events of evs that their
-// lock's recent history does not hold already (see recentKeys).
+// writeSpooled writes to st, as the Recorder writes its pending events
+// (appendValid), the events of evs that their lock's recent history does
+// not hold already (see recentKeys).
 func writeSpooled(ctx context.Context, st Store, evs []Event) error {
 	byLock := map[string]map[Event]bool{}
 	var todo []Event
@@ -223,12 +223,9 @@ func writeSpooled(ctx context.Context, st Store, evs []Event) error {
 			todo = append(todo, ev)
 		}
 	}
-	if len(todo) == 0 {
-		return nil
-	}
-	err := st.Append(ctx, todo)
-	if errors.Is(err, coord.ErrInvalid) {
-		return nil // refused for good (checked on reading, so not expected)
+	rest, err := appendValid(ctx, st, todo)
+	if len(rest) == 0 {
+		return nil // written, but for events refused for good
 	}
 	return err
 }
@@ -258,19 +255,6 @@ func recentKeys(ctx context.Context, st Store, lock string) map[Event]bool {
 func sameKey(ev Event) Event {
 	ev.Time = time.UnixMilli(ev.Time.UnixMilli()).UTC()
 	return ev
-}
-
-// encodeSpooled returns the lines of a spool file holding evs.
-func encodeSpooled(evs []Event) ([][]byte, error) {
-	var lines [][]byte
-	for _, ev := range evs {
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return nil, err
-		}
-		lines = append(lines, append(b, '\n'))
-	}
-	return lines, nil
 }
 
 // readSpoolFile reads the events of a spool file: every line a valid

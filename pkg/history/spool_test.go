@@ -378,3 +378,65 @@ func TestSpoolFlushFailsPartWay(t *testing.T) {
 		}
 	}
 }
+
+// TestSpoolRefusedEventAlone: a spooled event the store refuses for good (too
+// large once encoded, which the spool does not check) is dropped alone: the
+// flush writes the other events of its file, of its lock too, and empties
+// the spool.
+func TestSpoolRefusedEventAlone(t *testing.T) {
+	g := newSpoolRig(t)
+	ctrl := strings.Repeat("\x01", 1000) // 6 bytes each in JSON
+	big := history.Event{Time: spoolT0.Add(time.Second), Lock: "a", Kind: history.RenewalFailed,
+		Holder: ctrl, Error: ctrl, Reason: ctrl}
+	g.fail(counted("a", 1), big, counted("a", 3))
+	if _, err := g.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if left := g.files("*"); len(left) != 0 {
+		t.Errorf("spool not empty after the flush: %v", left)
+	}
+	got, err := g.store.History(ctxT(t), "a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []history.Event{counted("a", 1), counted("a", 3)}; fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Errorf("history of a:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestSpoolByteBound: of one close's events beyond the spool's 1 MiB, the
+// newest that fit are kept (the file within the bound), the others counted
+// as dropped, and the flush writes those kept, oldest first.
+func TestSpoolByteBound(t *testing.T) {
+	g := newSpoolRig(t)
+	const n = 990 // about 1.1 KiB each: some 1.1 MB in all
+	var evs []history.Event
+	for i := 1; i <= n; i++ {
+		ev := counted("bytes", i)
+		ev.Error = strings.Repeat("x", 1000)
+		evs = append(evs, ev)
+	}
+	g.fail(evs...)
+	files := g.files("*.jsonl")
+	if len(files) != 1 {
+		t.Fatalf("spool files %v, want one", files)
+	}
+	fi, err := os.Stat(files[0])
+	if err != nil || fi.Size() > 1<<20 || fi.Size() < 1<<20-2048 {
+		t.Fatalf("spool file: %v, %v; want at most 1 MiB, and no event more fitting", fi.Size(), err)
+	}
+	kept, err := g.flush()
+	if err != nil || kept >= n || kept == 0 {
+		t.Fatalf("FlushSpool = %d, %v; want fewer than %d", kept, err, n)
+	}
+	if !strings.Contains(g.logs.String(), fmt.Sprintf("dropped=%d", n-kept)) {
+		t.Errorf("no warning of the %d events dropped:\n%s", n-kept, g.logs.String())
+	}
+	got, err := g.store.History(ctxT(t), "bytes", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != kept || got[0].Count != n-kept+1 || got[len(got)-1].Count != n {
+		t.Fatalf("history holds %d events, counts %d to %d; want the newest %d", len(got), got[0].Count, got[len(got)-1].Count, kept)
+	}
+}

@@ -100,21 +100,11 @@ var _ history.Store = (*store)(nil)
 // namespace). Options set the bounds and the clock. The store does not own
 // cli: closing it is the caller's business.
 func New(cli *clientv3.Client, prefix string, opts ...history.Option) (history.Store, error) {
-	s, err := newStore(cli, prefix, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// newStore is New with the concrete type.
-func newStore(cli *clientv3.Client, prefix string, opts ...history.Option) (*store, error) {
 	o, err := hopts.New(opts...)
 	if err != nil {
 		return nil, err
 	}
-	prefix = etcd.NormalPrefix(prefix)
-	return &store{cli: cli, prefix: prefix, opts: o, cache: map[string]state{}}, nil
+	return &store{cli: cli, prefix: etcd.NormalPrefix(prefix), opts: o, cache: map[string]state{}}, nil
 }
 
 // Range returns the key prefix of every event of lock.

@@ -19,7 +19,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/historytest"
-	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 const (
@@ -90,7 +89,7 @@ func TestLayout(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
 	ctx := context.Background()
-	s, err := newStore(cli, "", hopts.WithMaxEvents(3))
+	s, err := newStore(cli, "", historytest.WithMaxEvents(3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +225,13 @@ func TestPrefixWithoutSlash(t *testing.T) {
 			t.Errorf("prefix %q: range %q, head %q", p, r, h)
 		}
 	}
+}
+
+// newStore is New with the concrete type.
+func newStore(cli *clientv3.Client, prefix string, opts ...history.Option) (*store, error) {
+	s, err := New(cli, prefix, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s.(*store), nil
 }

@@ -45,8 +45,8 @@ func TestLastLeaseAgreesWithLatest(t *testing.T) {
 		p := newPrefix()
 		clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 		opts := []history.Option{
-			hopts.WithMaxEvents(rapid.IntRange(1, 12).Draw(t, "maxEvents")),
-			hopts.WithMaxAge(time.Hour), hopts.WithClock(clk.Now),
+			historytest.WithMaxEvents(rapid.IntRange(1, 12).Draw(t, "maxEvents")),
+			historytest.WithMaxAge(time.Hour), historytest.WithClock(clk.Now),
 		}
 		mk := func() *store {
 			s, err := newStore(cli, p, opts...)

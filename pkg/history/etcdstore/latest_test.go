@@ -16,7 +16,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord/etcd"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/historytest"
-	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 // countingKV counts the requests made through a client's KV.
@@ -65,7 +64,7 @@ func TestLatest(t *testing.T) {
 	defer cancel()
 	p := newPrefix()
 	clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	opts := []history.Option{hopts.WithMaxEvents(40), hopts.WithMaxAge(time.Hour), hopts.WithClock(clk.Now)}
+	opts := []history.Option{historytest.WithMaxEvents(40), historytest.WithMaxAge(time.Hour), historytest.WithClock(clk.Now)}
 	w, err := newStore(srv.Client(t), p, opts...)
 	if err != nil {
 		t.Fatal(err)

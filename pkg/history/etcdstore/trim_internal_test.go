@@ -12,7 +12,6 @@ import (
 	"github.com/fence-dev/fence/internal/etcdtest"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/historytest"
-	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 // TestTrimFirst: the decisions of a write about the first event it keeps,
@@ -158,7 +157,7 @@ func TestRecordReadsNoDeletedKeys(t *testing.T) {
 	defer cancel()
 	p := newPrefix()
 	clk := historytest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	opts := []history.Option{hopts.WithMaxEvents(10), hopts.WithMaxAge(time.Hour), hopts.WithClock(clk.Now)}
+	opts := []history.Option{historytest.WithMaxEvents(10), historytest.WithMaxAge(time.Hour), historytest.WithClock(clk.Now)}
 	w, err := newStore(srv.Client(t), p, opts...)
 	if err != nil {
 		t.Fatal(err)

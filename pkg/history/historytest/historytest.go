@@ -89,7 +89,7 @@ type latestReader interface {
 // away. A store without Latest skips it.
 func testLatest(t *testing.T, h Harness) {
 	clk := NewClock(epoch)
-	s := h.Storage(t)(hopts.WithMaxEvents(150), hopts.WithMaxAge(time.Hour), hopts.WithClock(clk.Now))
+	s := h.Storage(t)(WithMaxEvents(150), WithMaxAge(time.Hour), WithClock(clk.Now))
 	l, ok := s.(latestReader)
 	if !ok {
 		t.Skip("the store has no Latest")
@@ -208,7 +208,7 @@ func testEmpty(t *testing.T, h Harness) {
 // them back equal, oldest first.
 func testRoundTrip(t *testing.T, h Harness) {
 	clk := NewClock(epoch)
-	s := h.Storage(t)(hopts.WithClock(clk.Now))
+	s := h.Storage(t)(WithClock(clk.Now))
 	const lock = "jobs/nightly backup ✓"
 	local := time.FixedZone("X", 3600)
 	want := []history.Event{
@@ -280,7 +280,7 @@ func testInvalid(t *testing.T, h Harness) {
 		t.Errorf("Since(bad name) = %v", err)
 	}
 	// Bad options.
-	if _, err := hopts.New(hopts.WithMaxEvents(-1)); !errors.Is(err, coord.ErrInvalid) {
+	if _, err := hopts.New(WithMaxEvents(-1)); !errors.Is(err, coord.ErrInvalid) {
 		t.Errorf("negative max events: %v", err)
 	}
 }
@@ -456,7 +456,7 @@ func testAgeBound(t *testing.T, h Harness) {
 	clk := NewClock(epoch)
 	open := h.Storage(t)
 	const maxAge = time.Hour
-	opts := []history.Option{hopts.WithClock(clk.Now), hopts.WithMaxAge(maxAge), hopts.WithMaxEvents(5000)}
+	opts := []history.Option{WithClock(clk.Now), WithMaxAge(maxAge), WithMaxEvents(5000)}
 	s := open(opts...)
 	total := h.Events
 	const step = 3600 * time.Millisecond // 1000 events per hour

@@ -49,9 +49,9 @@
 // follows it, and that write appends after it (it never writes over it);
 // every full read refuses the file, and so does the next compaction (after
 // at most slack more events), and every write after it. Once a read (History,
-// Since, Latest) or a compaction of a store has refused a file, that store's
-// writes check the whole file again before they write to it, until it is
-// repaired: damage a store has read is never written after.
+// Since, Latest), a write or a compaction of a store has refused a file,
+// that store reads the whole file again, for its reads and its writes,
+// until it is repaired: damage a store has read is never written after.
 //
 // Readers take no lock. Many processes on one host may share a store.
 package localstore
@@ -102,7 +102,7 @@ type store struct {
 	share sharedir.Mode // how the state directory is shared
 
 	mu  sync.Mutex
-	bad map[string]bool // by file base: files a read or compaction found damaged
+	bad map[string]bool // by file base: files this store found damaged
 }
 
 var _ history.Store = (*store)(nil)
@@ -115,19 +115,10 @@ type fileState struct {
 	firstTime int64  // event time of the first line (Unix ns), for the age bound
 }
 
-// span is the number of sequence numbers from the first line to the last:
-// at least the number of lines.
-func (st fileState) span() int {
-	if st.lastSeq == 0 {
-		return 0
-	}
-	return int(st.lastSeq - st.firstSeq + 1)
-}
-
 // Open opens the store under stateDir, creating stateDir (0700) and its
 // history/ directory (0700) when missing. It fails when history/ is a
 // symbolic link, not a directory or owned by another user. Options set the
-// bounds (hopts.WithMaxEvents, hopts.WithMaxAge) and the clock.
+// bounds (the tests' historytest.WithMaxEvents, WithMaxAge) and the clock.
 func Open(stateDir string, opts ...history.Option) (history.Store, error) {
 	o, err := hopts.New(opts...)
 	if err != nil {
@@ -228,7 +219,12 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 			return nil, unavailable("history of %q: %w", lock, err)
 		}
 	}
-	st, torn, err := s.scan(lock, path, f)
+	// The file's tail and first line (see the package doc).
+	fi, err := s.checkFile(lock, path, f)
+	if err != nil {
+		return nil, err
+	}
+	_, st, torn, err := s.readFile(lock, path, base, f, fi.Size(), 1, true)
 	if err != nil {
 		return nil, err
 	}
@@ -240,34 +236,32 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 	}
 
 	cut := s.opts.Cutoff()
-	var buf bytes.Buffer
-	next := st
-	for _, ev := range evs {
-		b, err := codec.Encode(next.lastSeq+1, ev)
+	add := make([]line, len(evs))
+	for i, ev := range evs {
+		seq := st.lastSeq + 1 + uint64(i)
+		b, err := codec.Encode(seq, ev)
 		if err != nil {
 			return nil, err
 		}
-		buf.Write(b)
-		buf.WriteByte('\n')
-		next.lastSeq++
-		if next.firstSeq == 0 {
-			next.firstSeq, next.firstTime = next.lastSeq, ev.Time.UnixNano()
-		}
+		add[i] = line{raw: b, seq: seq, ev: ev}
 	}
+	// The sequence numbers of the file once written span (at least as many
+	// as its lines) from its first line's (1 for an empty file) to the last
+	// added.
 	slack := slackOf(s.opts.MaxEvents)
-	compact := next.span() > s.opts.MaxEvents+slack
+	compact := int(add[len(add)-1].seq-max(st.firstSeq, 1)+1) > s.opts.MaxEvents+slack
 	if !compact {
 		if compact, err = agedAtLeast(lock, path, f, st, cut, slack); err != nil {
 			return nil, err
 		}
 	}
 	if compact {
-		if err := s.compact(lock, base, f, st, buf.Bytes()); err != nil {
+		if err := s.compact(lock, base, f, st, add); err != nil {
 			return nil, err
 		}
 		return done, nil // written durably
 	}
-	if _, err := f.Write(buf.Bytes()); err != nil {
+	if _, err := f.Write(joined(add)); err != nil {
 		// A partial write is a torn tail, cut off by the next writer.
 		return nil, unavailable("history of %q: %w", lock, err)
 	}
@@ -288,26 +282,17 @@ func (s *store) appendLater(ctx context.Context, lock string, evs []history.Even
 
 // compact rewrites the history of lock (open in f, of st.size bytes of
 // complete lines) with the events it keeps, read and checked whole,
-// followed by the encoded lines add (which are within the bounds: the
-// result is never empty).
-func (s *store) compact(lock, base string, f *os.File, st fileState, add []byte) error {
+// followed by the lines add, numbered after them (and within the bounds:
+// the result is never empty).
+func (s *store) compact(lock, base string, f *os.File, st fileState, add []line) error {
 	path := filepath.Join(s.dir, base+dataExt)
-	lines, st, _, err := s.readLines(lock, path, base, f, st.size)
+	lines, _, _, err := s.readFile(lock, path, base, f, st.size, math.MaxInt, true)
 	if err != nil {
 		return err
 	}
-	more, err := parseAt(lock, path, add, st.lastSeq, st.size)
-	if err != nil {
-		return err
-	}
-	lines = s.kept(append(lines, more...), 0)
-	var out bytes.Buffer
-	for _, l := range lines {
-		out.Write(l.raw)
-		out.WriteByte('\n')
-	}
+	lines = s.kept(append(lines, add...), 0)
 	s.removeStaleTemps()
-	if _, err := atomicfile.WritePerm(path, out.Bytes(), false, s.share.FilePerm()); err != nil {
+	if _, err := atomicfile.WritePerm(path, joined(lines), false, s.share.FilePerm()); err != nil {
 		return unavailable("history of %q: %w", lock, err)
 	}
 	if err := atomicfile.SyncDir(s.dir); err != nil {
@@ -316,49 +301,26 @@ func (s *store) compact(lock, base string, f *os.File, st fileState, add []byte)
 	return nil
 }
 
-// scan checks the history file open in f (under the lock) and returns its
-// state, and whether it ends with an incomplete line. It reads the file's
-// tail and first line (see the package doc); the whole file when a full
-// read of this store found it damaged.
-func (s *store) scan(lock, path string, f *os.File) (fileState, bool, error) {
-	fi, err := s.checkFile(lock, path, f)
-	if err != nil {
-		return fileState{}, false, err
+// readFile reads and checks the history of lock open in f (named base,
+// size bytes) with readEnd: its last want lines (math.MaxInt: every line),
+// or every line when this store found the file damaged before. A file
+// found damaged is marked so until a full read finds it sound (repaired by
+// hand): damage this store has seen is never written after.
+func (s *store) readFile(lock, path, base string, f *os.File, size int64, want int, all bool) ([]line, fileState, bool, error) {
+	s.mu.Lock()
+	if s.bad[base] {
+		want = math.MaxInt
 	}
-	if base := strings.TrimSuffix(filepath.Base(path), dataExt); s.isBad(base) {
-		_, st, torn, err := s.readLines(lock, path, base, f, fi.Size())
-		return st, torn, err
-	}
-	_, st, torn, err := readEnd(lock, path, f, fi.Size(), 1, true)
-	return st, torn, err
-}
-
-// readLines is readEnd reading and checking every line of the history of
-// lock open in f (named base, size bytes). A file found damaged is marked
-// bad, one that checks out (repaired by hand) is no longer.
-func (s *store) readLines(lock, path, base string, f *os.File, size int64) ([]line, fileState, bool, error) {
-	lines, st, torn, err := readEnd(lock, path, f, size, math.MaxInt, true)
-	s.mark(base, err != nil)
-	return lines, st, torn, err
-}
-
-// mark notes whether the history file named base was found damaged: this
-// store reads a damaged file whole, for its writes too, until it is found
-// sound.
-func (s *store) mark(base string, bad bool) {
+	s.mu.Unlock()
+	lines, st, torn, err := readEnd(lock, path, f, size, want, all)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if bad {
+	if err != nil {
 		s.bad[base] = true
-	} else {
+	} else if want == math.MaxInt {
 		delete(s.bad, base)
 	}
-}
-
-func (s *store) isBad(base string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.bad[base]
+	return lines, st, torn, err
 }
 
 // slackOf is how many events beyond maxEvents a history file may hold before
@@ -486,8 +448,8 @@ func (s *store) head(path string) (history.Head, bool, error) {
 }
 
 // read reads and checks the last want lines of the history of lock
-// (math.MaxInt: every line) and its first line, without the lock file. It
-// reads the whole file when a full read of this store found it damaged.
+// (math.MaxInt: every line) and its first line, without the lock file (see
+// readFile).
 func (s *store) read(ctx context.Context, lock string, want int) ([]line, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return nil, err
@@ -495,24 +457,13 @@ func (s *store) read(ctx context.Context, lock string, want int) ([]line, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	base := fileBase(lock)
-	if s.isBad(base) {
-		want = math.MaxInt
-	}
 	path := s.File(lock)
 	f, fi, err := s.open(lock, path)
 	if f == nil || err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if want == math.MaxInt {
-		lines, _, _, err := s.readLines(lock, path, base, f, fi.Size())
-		return lines, err
-	}
-	lines, _, _, err := readEnd(lock, path, f, fi.Size(), want, false)
-	if err != nil {
-		s.mark(base, true)
-	}
+	lines, _, _, err := s.readFile(lock, path, fileBase(lock), f, fi.Size(), want, false)
 	return lines, err
 }
 
@@ -576,6 +527,16 @@ func parseAt(lock, path string, data []byte, after uint64, at int64) ([]line, er
 		out = append(out, line{raw: raw, at: lineAt, seq: seq, ev: ev})
 	}
 	return out, nil
+}
+
+// joined is the lines as a file holds them, each ended by a newline.
+func joined(lines []line) []byte {
+	var b bytes.Buffer
+	for _, l := range lines {
+		b.Write(l.raw)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
 }
 
 // completeLines returns data up to and including its last newline.

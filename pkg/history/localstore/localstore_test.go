@@ -17,7 +17,6 @@ import (
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
 	"github.com/fence-dev/fence/pkg/history/historytest"
-	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
 )
 
 const envDir = "FENCE_HISTORY_LOCALSTORE_DIR"
@@ -262,11 +261,11 @@ func TestTornTail(t *testing.T) {
 // no temporary file, and a store that had cached the old file notices.
 func TestCompactionKeepsFile(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
-	a, err := openStore(dir, hopts.WithMaxEvents(8))
+	a, err := openStore(dir, historytest.WithMaxEvents(8))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := openStore(dir, hopts.WithMaxEvents(8))
+	b, err := openStore(dir, historytest.WithMaxEvents(8))
 	if err != nil {
 		t.Fatal(err)
 	}

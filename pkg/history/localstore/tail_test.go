@@ -14,7 +14,7 @@ import (
 
 	"github.com/fence-dev/fence/pkg/coord"
 	"github.com/fence-dev/fence/pkg/history"
-	hopts "github.com/fence-dev/fence/pkg/history/internal/opts"
+	"github.com/fence-dev/fence/pkg/history/historytest"
 )
 
 // writeFile writes data to a new file and returns it open for reading.
@@ -187,7 +187,7 @@ func fill(t testing.TB, s *store, lock string, n int, at time.Time) {
 // writing; no write ever changes the damaged line.
 func TestDamageBeyondTheTail(t *testing.T) {
 	const max = 100 // slack 25
-	opts := []history.Option{hopts.WithMaxEvents(max)}
+	opts := []history.Option{historytest.WithMaxEvents(max)}
 	s := open(t, opts...)
 	fill(t, s, "d", 100, time.Time{})
 	path := s.File("d")
@@ -289,7 +289,7 @@ func TestDamageInTheTail(t *testing.T) {
 // TestStaleTemps: Open leaves temporary files alone (it does not list the
 // directory); a compaction removes those older than a minute.
 func TestStaleTemps(t *testing.T) {
-	s := open(t, hopts.WithMaxEvents(4))
+	s := open(t, historytest.WithMaxEvents(4))
 	old := filepath.Join(s.Dir(), tempPrefix+"old")
 	young := filepath.Join(s.Dir(), tempPrefix+"young")
 	for _, p := range []string{old, young} {
@@ -301,7 +301,7 @@ func TestStaleTemps(t *testing.T) {
 	if err := os.Chtimes(old, past, past); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := openStore(filepath.Dir(s.Dir()), hopts.WithMaxEvents(4))
+	s2, err := openStore(filepath.Dir(s.Dir()), historytest.WithMaxEvents(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,11 @@ func BenchmarkReadsAtBound(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, _, err := s.scan("hl", path, f); err != nil {
+		fi, err := s.checkFile("hl", path, f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, _, _, err := s.readFile("hl", path, fileBase("hl"), f, fi.Size(), 1, true); err != nil {
 			b.Fatal(err)
 		}
 		f.Close()
@@ -434,5 +438,43 @@ func TestLatestDamageStopsWrites(t *testing.T) {
 	record(t, s, "d", 102)
 	if evs, err := s.Latest(context.Background(), "d", 80); err != nil || len(evs) != 80 || evs[79].Token != 102 {
 		t.Fatalf("after the repair: %d events, %v", len(evs), err)
+	}
+}
+
+// TestWriteDamageMarks: damage a write finds in its tail read marks the
+// file for that store as a full read's does: once the damage in the tail is
+// repaired by hand, its next write still reads the whole file, and refuses
+// the damage further up that a tail read does not reach; a store that found
+// nothing writes after it (TestDamageBeyondTheTail).
+func TestWriteDamageMarks(t *testing.T) {
+	s := open(t)
+	fill(t, s, "d", 100, time.Time{})
+	path := s.File("d")
+	sound, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insertLine(t, path, 5, "{garbage")
+	withMiddle, _ := os.ReadFile(path)
+	insertLine(t, path, 101, "{garbage at the end")
+	if err := s.Record(context.Background(), history.Event{Lock: "d", Kind: history.Acquired, Token: 200}); !errors.Is(err, coord.ErrUnavailable) {
+		t.Fatalf("write on damage in its tail = %v, want ErrUnavailable", err)
+	}
+	if err := os.WriteFile(path, withMiddle, 0o600); err != nil { // the end repaired
+		t.Fatal(err)
+	}
+	err = s.Record(context.Background(), history.Event{Lock: "d", Kind: history.Acquired, Token: 201})
+	if !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "line 6") {
+		t.Fatalf("write after the end was repaired = %v, want the damage at line 6", err)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, withMiddle) {
+		t.Fatal("the refused write changed the file")
+	}
+	if err := os.WriteFile(path, sound, 0o600); err != nil { // all repaired
+		t.Fatal(err)
+	}
+	record(t, s, "d", 202)
+	if evs, err := s.Latest(context.Background(), "d", 1); err != nil || len(evs) != 1 || evs[0].Token != 202 {
+		t.Fatalf("Latest after the repair = %+v, %v", evs, err)
 	}
 }

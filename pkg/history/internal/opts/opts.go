@@ -46,19 +46,9 @@ type Options struct {
 	SpoolDir string
 }
 
-// Option sets a field of Options.
+// Option sets a field of Options. Those of the tests (the bounds, the
+// clock) are in package historytest and history's export_test.go.
 type Option func(*Options)
-
-// WithClock sets the wall clock used for event times and the age bound
-// (tests).
-func WithClock(now func() time.Time) Option { return func(o *Options) { o.Now = now } }
-
-// WithMaxEvents keeps at most n events per lock (n > 0; default
-// MaxEvents).
-func WithMaxEvents(n int) Option { return func(o *Options) { o.MaxEvents = n } }
-
-// WithMaxAge keeps events for at most d (d > 0; default MaxAge).
-func WithMaxAge(d time.Duration) Option { return func(o *Options) { o.MaxAge = d } }
 
 // OfLease tells whether kind (a history.Kind) begins or ends a lease:
 // acquired, released, revoked, expired (the events by which a Recorder
@@ -84,14 +74,6 @@ func LastLease[E any](evs []E, kind func(E) string) (E, bool) {
 	var none E
 	return none, false
 }
-
-// WithMaxPending bounds the events kept in memory while the store is down
-// (tests).
-func WithMaxPending(n int) Option { return func(o *Options) { o.MaxPending = n } }
-
-// WithRecordTimeout bounds each write the Recorder makes (default 3s;
-// tests).
-func WithRecordTimeout(d time.Duration) Option { return func(o *Options) { o.RecordTimeout = d } }
 
 // New applies opts over the defaults. It fails, wrapping coord.ErrInvalid,
 // on a negative bound.
