@@ -220,11 +220,11 @@ func redactPostgresError(err error, s string) string {
 // validatePostgres checks the PostgreSQL settings and sets pgConn.
 func (c *Config) validatePostgres() error {
 	w := where(KeyPostgres, c.sources[KeyPostgres])
-	for k, hint := range map[string]string{
-		KeyCACert: "sslrootcert=FILE", KeyCert: "sslcert=FILE", KeyKey: "sslkey=FILE", KeyUser: "user=NAME",
+	for _, f := range [...]struct{ key, hint string }{
+		{KeyCACert, "sslrootcert=FILE"}, {KeyCert, "sslcert=FILE"}, {KeyKey, "sslkey=FILE"}, {KeyUser, "user=NAME"},
 	} {
-		if c.sources[k] == SourceFlag {
-			return configErr("--%s applies to etcd only: for PostgreSQL put %s in the connection string", k, hint)
+		if c.sources[f.key] == SourceFlag {
+			return configErr("--%s applies to etcd only: for PostgreSQL put %s in the connection string", f.key, f.hint)
 		}
 	}
 	p, err := parsePostgres(c.Postgres)
