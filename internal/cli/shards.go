@@ -119,7 +119,7 @@ func runShardsRun(cmd *cobra.Command, f *Factory, o *shardsRunOptions, group str
 	}
 	sopts := supervise.Options{
 		Lock: group, Command: command, Shell: o.shell, TTL: o.ttl,
-		Grace: o.grace, Signal: sig, Verbose: cfg.Verbose, LogFormat: cfg.LogFormat,
+		Grace: o.grace, Signal: sig, Verbose: cfg.Verbose, Quiet: cfg.Quiet, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg), Handover: handover(cfg),
 	}
