@@ -48,16 +48,17 @@ var errSetChanged = errors.New("the member's shards changed")
 
 // Run runs opts' command under m's shards until it exits on its own (its
 // exit code), a signal ends fence, or m leaves the group (76). settle is
-// how long the set must stay unchanged before the command is started with
-// it when it is not yet all the map gives the member. Losing a shard's
+// how long the set must stay unchanged before the command is (re)started
+// with it when it is not yet all the map gives the member. Losing a shard's
 // lease stops the command before that lease can expire (as fence run); the
 // command is then started again with the shards left and those taken back.
 //
 // Each start goes through three steps: waiting for a set to run the
-// command with (waitForSet, deciding with shardStartDue), running it under
-// that set's HeldSet while a watcher decides whether the member's set
-// changed enough to restart (runWith, watchSet, shardSetWatch.check), and
-// deciding on its end: restart or return (shardAfter).
+// command with (waitForSet), running it under that set's HeldSet while a
+// watcher decides whether the member's set changed enough to restart
+// (runWith, watchSet), and deciding on its end: restart or return
+// (shardAfter). The first two decide with shardSet.look on one view of the
+// member's live set (w).
 //
 // Goroutines: Run's own, and during each run the Runner's and the
 // watcher's. The watcher is the only reader of the signals (until the
@@ -72,13 +73,13 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 	sigs := make(chan os.Signal, 4)
 	notifyForwarded(sigs)
 	defer signal.Stop(sigs)
-	var w shardWait
+	var w shardSet
 	for {
 		live, code, err := w.waitForSet(ctx, m, sigs, settle)
 		if live == nil {
 			return code, err
 		}
-		end := sr.runWith(ctx, c, m, opts, live, sigs, settle)
+		end := sr.runWith(ctx, c, m, opts, live, &w, sigs, settle)
 		next, reason := shardAfter(end)
 		switch next {
 		case shardReturn:
@@ -102,42 +103,46 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 	}
 }
 
-// shardWait is the waiting step's state, kept from one start to the next:
-// the member's live set as last seen, and since when it is unchanged.
-type shardWait struct {
+// shardSet is the member's live set as the Runner last saw it, and since
+// when it is unchanged: one for the whole of Run, seen by the waiting step
+// and, during each run, by the watcher.
+type shardSet struct {
 	set   []int
 	since time.Time
 }
 
-// see records the live set at now and says for how long it has been
-// unchanged.
-func (w *shardWait) see(set []int, now time.Time) time.Duration {
-	if w.since.IsZero() || !slices.Equal(set, w.set) {
-		w.set, w.since = set, now
+// look decides, at now, on the command running with the set cmd (none:
+// nil) and the member's live set (settled: its whole target, nothing
+// pending): the reason to (re)start it with live (empty: not now), and how
+// long to wait at most before looking again (0: until a change). It
+// restarts at once for shards of cmd given up (why); else once live
+// differs from cmd (no command starts with no shard) and the member is
+// settled or live has been unchanged for settle.
+func (w *shardSet) look(now time.Time, why []string, cmd, live []int, settled bool, settle time.Duration) (reason string, wait time.Duration) {
+	if w.since.IsZero() || !slices.Equal(live, w.set) {
+		w.set, w.since = live, now
 	}
-	return now.Sub(w.since)
-}
-
-// shardStartDue decides, in the waiting step, on a member holding n live
-// shards (settled: its whole target, nothing pending) whose set has been
-// unchanged for unchanged: start the command now, or wait (at most wait,
-// less when a change comes first).
-func shardStartDue(n int, settled bool, unchanged, settle time.Duration) (start bool, wait time.Duration) {
-	if n > 0 && (settled || unchanged >= settle) {
-		return true, 0
+	unchanged := now.Sub(w.since)
+	switch {
+	case len(why) > 0:
+		return strings.Join(why, "; "), 0
+	case slices.Equal(cmd, live):
+		return "", 0
+	case settled || unchanged >= settle:
+		return "set " + ranges(cmd) + " → " + ranges(live), 0
 	}
-	return false, max(settle-unchanged, time.Millisecond)
+	return "", max(settle-unchanged, time.Millisecond)
 }
 
 // waitForSet releases the shards whose context ended and waits for a set
 // to run the command with. Without one (nil) it returns why fence ends:
 // the member left (76), ctx ended, or a signal came while no command ran.
-func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-chan os.Signal, settle time.Duration) (live []*shards.Shard, code int, err error) {
+func (w *shardSet) waitForSet(ctx context.Context, m *shards.Member, sigs <-chan os.Signal, settle time.Duration) (live []*shards.Shard, code int, err error) {
 	for {
 		releaseEnded(ctx, m)
 		live = liveShards(m)
-		start, wait := shardStartDue(len(live), m.Settled(), w.see(numbers(live), time.Now()), settle)
-		if start {
+		reason, wait := w.look(time.Now(), nil, nil, numbers(live), m.Settled(), settle)
+		if reason != "" {
 			select {
 			case s := <-sigs: // came after the last run: no command would get it
 				code, err = interruptedWhile(s.(syscall.Signal), "no command ran")
@@ -146,23 +151,26 @@ func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-cha
 			}
 			return live, 0, nil
 		}
-		t := time.NewTimer(wait)
 		select {
 		case <-m.Changed():
-		case <-t.C:
+		case <-after(wait):
 		case <-m.Done():
-			t.Stop()
 			return nil, exitcode.LeaseLost, m.Err()
 		case <-ctx.Done():
-			t.Stop()
 			return nil, exitcode.Failure, context.Cause(ctx)
 		case s := <-sigs:
-			t.Stop()
 			code, err = interruptedWhile(s.(syscall.Signal), "no command ran")
 			return nil, code, err
 		}
-		t.Stop()
 	}
+}
+
+// after is time.After(d), or never for 0.
+func after(d time.Duration) <-chan time.Time {
+	if d == 0 {
+		return nil
+	}
+	return time.After(d)
 }
 
 // releaseEnded releases the member's shards whose context ended.
@@ -205,7 +213,7 @@ type shardRunEnd struct {
 
 // runWith runs the command once under live's HeldSet, until it ends or
 // the watcher stops it for a change of the set.
-func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shards.Member, opts Options, live []*shards.Shard, sigs <-chan os.Signal, settle time.Duration) shardRunEnd {
+func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shards.Member, opts Options, live []*shards.Shard, w *shardSet, sigs <-chan os.Signal, settle time.Duration) shardRunEnd {
 	helds := make([]*fencing.Held, len(live))
 	for i, s := range live {
 		helds[i] = s.Held()
@@ -220,7 +228,7 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		signalled = watchSet(rctx, cancel, m, live, sigs, settle)
+		signalled = watchSet(rctx, cancel, m, live, w, sigs, settle)
 		// The signals from the end of rctx until the Runner returned: the
 		// last one is late.
 		for {
@@ -258,10 +266,8 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 // watchSet is the watcher of a run until its context ends: it records a
 // signal to fence (the Runner forwards it to the command) and, at each
 // change of the member, cancels rctx (errSetChanged, with the reason) when
-// shardSetWatch.check says the command must restart. It reports whether a
-// signal came.
-func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Member, live []*shards.Shard, sigs <-chan os.Signal, settle time.Duration) (signalled bool) {
-	var w shardSetWatch
+// w.look says the command must restart. It reports whether a signal came.
+func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Member, live []*shards.Shard, w *shardSet, sigs <-chan os.Signal, settle time.Duration) (signalled bool) {
 	var tc <-chan time.Time
 	cmd := numbers(live)
 	for {
@@ -275,14 +281,12 @@ func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Me
 		case <-tc:
 		}
 		why := stopReasons(factsOf(live), m.Context().Err() != nil)
-		reason, arm := w.check(time.Now(), why, cmd, numbers(liveShards(m)), m.Settled(), settle)
-		if arm {
-			tc = time.After(settle)
-		}
+		reason, wait := w.look(time.Now(), why, cmd, numbers(liveShards(m)), m.Settled(), settle)
 		if reason != "" {
 			cancel(fmt.Errorf("%w: %s", errSetChanged, reason))
 			return signalled
 		}
+		tc = after(wait)
 	}
 }
 
@@ -324,35 +328,6 @@ func stopReasons(facts []shardFact, left bool) []string {
 		}
 	}
 	return why
-}
-
-// shardSetWatch is the watcher's state: since when the member's live set
-// differs from the command's.
-type shardSetWatch struct{ since time.Time }
-
-// check decides, at now, whether the command running with the set cmd
-// restarts: at once for shards of its set given up (why), else once the
-// live set differs from cmd and the member is settled or a settle time
-// has passed since it first differed. It returns the reason (empty: keep
-// running) and whether to arm the settle timer (the first difference).
-func (w *shardSetWatch) check(now time.Time, why []string, cmd, live []int, settled bool, settle time.Duration) (reason string, arm bool) {
-	changed := len(why) > 0
-	if !slices.Equal(cmd, live) {
-		if w.since.IsZero() {
-			w.since, arm = now, true
-		}
-		// The rest arrived, or a settle time passed since the first.
-		if settled || now.Sub(w.since) >= settle {
-			changed = true
-		}
-	}
-	switch {
-	case !changed:
-		return "", arm
-	case len(why) == 0:
-		return "set " + ranges(cmd) + " → " + ranges(live), arm
-	}
-	return strings.Join(why, "; "), arm
 }
 
 // shardNext is what follows a run of the command.
