@@ -80,18 +80,11 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 			return code, err
 		}
 		end := sr.runWith(ctx, c, m, opts, live, &w, sigs, settle)
-		next, reason := shardAfter(end)
-		switch next {
-		case shardReturn:
-			return end.code, end.err
-		case shardLeft:
-			// The member left the group (its own lease was revoked or lost):
-			// the command was stopped for that, not to restart.
-			<-m.Done()
-			return exitcode.LeaseLost, m.Err()
-		case shardInterrupted:
-			return interruptedWhile(end.late, "the command was stopped to restart it")
-		case shardRestartLost:
+		reason, code, err := shardAfter(end)
+		if reason == "" {
+			return code, err
+		}
+		if !errors.Is(end.stopped, errSetChanged) { // a lease lost: fence says so
 			if log, lerr := logging.New(cmp.Or[io.Writer](opts.Stderr, os.Stderr), opts.LogFormat, "debug"); lerr == nil {
 				log.Info(fmt.Sprintf("%v; restarting with the shards left", end.err))
 			}
@@ -207,8 +200,8 @@ type shardRunEnd struct {
 	// command was being stopped to restart it) until the Runner returned:
 	// fence ends instead of restarting (0: none).
 	late syscall.Signal
-	// left: the member has left the group.
-	left bool
+	// left: why the member left the group (nil: it has not).
+	left error
 }
 
 // runWith runs the command once under live's HeldSet, until it ends or
@@ -255,12 +248,17 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 		code, err = r.Run(rctx, c) // it ends the watchdog
 	}
 	stopped := context.Cause(rctx)
+	var left error
+	if m.Context().Err() != nil {
+		<-m.Done()
+		left = m.Err()
+	}
 	cancel(nil)
 	close(runDone)
 	<-watchDone
 	hs.Close()
 	sr.cur.Store(nil)
-	return shardRunEnd{code: code, err: err, stopped: stopped, signalled: signalled, late: late, left: m.Context().Err() != nil}
+	return shardRunEnd{code: code, err: err, stopped: stopped, signalled: signalled, late: late, left: left}
 }
 
 // watchSet is the watcher of a run until its context ends: it records a
@@ -330,40 +328,27 @@ func stopReasons(facts []shardFact, left bool) []string {
 	return why
 }
 
-// shardNext is what follows a run of the command.
-type shardNext uint8
-
-const (
-	// shardReturn: fence ends with the command's code and error.
-	shardReturn shardNext = iota
-	// shardLeft: the member left the group: fence ends with 76.
-	shardLeft
-	// shardRestart: the set changed: the command starts again.
-	shardRestart
-	// shardRestartLost: a shard's lease was lost and the command stopped
-	// in time: it starts again with the shards left (and fence says so).
-	shardRestartLost
-	// shardInterrupted: a restart was due, but a signal came while the
-	// command was stopped for it: fence ends with 128+N.
-	shardInterrupted
-)
-
-// shardAfter decides what follows a run that ended as e, and the reason
-// of a restart.
-func shardAfter(e shardRunEnd) (shardNext, string) {
+// shardAfter decides what follows a run that ended as e: the reason to
+// restart the command (the set changed, or a shard's lease was lost and
+// the command stopped in time: it starts again with the shards left), or
+// none: fence ends with code and err. A signal that came while the command
+// ran ends fence with it; the member gone (its own lease revoked or lost),
+// with 76; a signal while the command was stopped for a restart, with
+// 128+N.
+func shardAfter(e shardRunEnd) (reason string, code int, err error) {
 	switch {
 	case e.signalled:
-		return shardReturn, ""
-	case e.left && e.code != 0:
-		return shardLeft, ""
-	case e.late != 0 && (errors.Is(e.stopped, errSetChanged) || e.code == exitcode.LeaseLost && !e.left):
-		return shardInterrupted, ""
+	case e.left != nil && e.code != 0: // stopped for that, not to restart
+		return "", exitcode.LeaseLost, e.left
+	case e.late != 0 && (errors.Is(e.stopped, errSetChanged) || e.code == exitcode.LeaseLost && e.left == nil):
+		code, err = interruptedWhile(e.late, "the command was stopped to restart it")
+		return "", code, err
 	case errors.Is(e.stopped, errSetChanged):
-		return shardRestart, e.stopped.Error()
-	case e.code == exitcode.LeaseLost && !e.left:
-		return shardRestartLost, fmt.Sprintf("lost a lease: %v", e.err)
+		return e.stopped.Error(), 0, nil
+	case e.code == exitcode.LeaseLost && e.left == nil:
+		return fmt.Sprintf("lost a lease: %v", e.err), 0, nil
 	}
-	return shardReturn, ""
+	return "", e.code, e.err
 }
 
 func numbers(ss []*shards.Shard) []int {

@@ -162,35 +162,40 @@ func TestShardSetLookRunning(t *testing.T) {
 	}
 }
 
-// TestShardAfter: what follows each end of a run.
+// TestShardAfter: what follows each end of a run: a restart's reason, or
+// (none) fence's code and error.
 func TestShardAfter(t *testing.T) {
 	changed := fmt.Errorf("%w: set 0-1 → 0-3", errSetChanged)
 	lost := fmt.Errorf("lease of g/shard/1 lost: %w", coord.ErrLeaseLost)
+	left := errors.New(`member "m" of group "g": lease lost`)
+	exit3 := errors.New("exit 3")
+	const stopping = "interrupted by SIGTERM while the command was stopped to restart it"
 	for _, c := range []struct {
 		name   string
 		e      shardRunEnd
-		next   shardNext
 		reason string
+		code   int
+		err    string
 	}{
-		{"exited 0", shardRunEnd{code: 0}, shardReturn, ""},
-		{"exited 3", shardRunEnd{code: 3, err: errors.New("exit 3")}, shardReturn, ""},
-		{"set changed", shardRunEnd{code: 143, stopped: changed}, shardRestart, changed.Error()},
-		{"set changed, exited 0 meanwhile", shardRunEnd{code: 0, stopped: changed}, shardRestart, changed.Error()},
-		{"a shard's lease lost", shardRunEnd{code: exitcode.LeaseLost, err: lost}, shardRestartLost, "lost a lease: " + lost.Error()},
-		{"member left", shardRunEnd{code: exitcode.LeaseLost, err: lost, left: true}, shardLeft, ""},
-		{"member left, command stopped for a change", shardRunEnd{code: 143, stopped: changed, left: true}, shardLeft, ""},
-		{"member left, the command had exited 0", shardRunEnd{code: 0, left: true}, shardReturn, ""},
-		{"signalled", shardRunEnd{code: 143, stopped: changed, signalled: true}, shardReturn, ""},
-		{"signalled, member left", shardRunEnd{code: 143, left: true, signalled: true}, shardReturn, ""},
-		{"a signal while stopped for a change", shardRunEnd{code: 1, stopped: changed, late: 15}, shardInterrupted, ""},
-		{"a signal after a lease was lost", shardRunEnd{code: exitcode.LeaseLost, err: lost, late: 15}, shardInterrupted, ""},
-		{"a signal after it exited on its own", shardRunEnd{code: 0, late: 15}, shardReturn, ""},
-		{"a signal as the member left", shardRunEnd{code: exitcode.LeaseLost, left: true, late: 15}, shardLeft, ""},
-		{"signalled, and again late", shardRunEnd{code: 143, stopped: changed, signalled: true, late: 15}, shardReturn, ""},
+		{"exited 0", shardRunEnd{code: 0}, "", 0, ""},
+		{"exited 3", shardRunEnd{code: 3, err: exit3}, "", 3, "exit 3"},
+		{"set changed", shardRunEnd{code: 143, stopped: changed}, changed.Error(), 0, ""},
+		{"set changed, exited 0 meanwhile", shardRunEnd{code: 0, stopped: changed}, changed.Error(), 0, ""},
+		{"a shard's lease lost", shardRunEnd{code: exitcode.LeaseLost, err: lost}, "lost a lease: " + lost.Error(), 0, ""},
+		{"member left", shardRunEnd{code: exitcode.LeaseLost, err: lost, left: left}, "", exitcode.LeaseLost, left.Error()},
+		{"member left, command stopped for a change", shardRunEnd{code: 143, stopped: changed, left: left}, "", exitcode.LeaseLost, left.Error()},
+		{"member left, the command had exited 0", shardRunEnd{code: 0, left: left}, "", 0, ""},
+		{"signalled", shardRunEnd{code: 143, stopped: changed, signalled: true}, "", 143, ""},
+		{"signalled, member left", shardRunEnd{code: 143, left: left, signalled: true}, "", 143, ""},
+		{"a signal while stopped for a change", shardRunEnd{code: 1, stopped: changed, late: 15}, "", 143, stopping},
+		{"a signal after a lease was lost", shardRunEnd{code: exitcode.LeaseLost, err: lost, late: 15}, "", 143, stopping},
+		{"a signal after it exited on its own", shardRunEnd{code: 0, late: 15}, "", 0, ""},
+		{"a signal as the member left", shardRunEnd{code: exitcode.LeaseLost, left: left, late: 15}, "", exitcode.LeaseLost, left.Error()},
+		{"signalled, and again late", shardRunEnd{code: 143, stopped: changed, signalled: true, late: 15}, "", 143, ""},
 	} {
-		next, reason := shardAfter(c.e)
-		if next != c.next || reason != c.reason {
-			t.Errorf("%s: shardAfter = %v, %q; want %v, %q", c.name, next, reason, c.next, c.reason)
+		reason, code, err := shardAfter(c.e)
+		if got := fmt.Sprint(err); reason != c.reason || code != c.code || (c.err == "") != (err == nil) || err != nil && got != c.err {
+			t.Errorf("%s: shardAfter = %q, %d, %v; want %q, %d, %q", c.name, reason, code, err, c.reason, c.code, c.err)
 		}
 	}
 }
