@@ -29,8 +29,6 @@ import (
 // Give OnRenewal to the member's holds (fencing.OnRenewal).
 type ShardRunner struct {
 	cur atomic.Pointer[HeldSet]
-	// Restarts counts the restarts so far.
-	Restarts atomic.Int64
 	// OnRestart, when set, is called before each restart with the count,
 	// the new set and why.
 	OnRestart func(n int, set []int, reason string)
@@ -74,7 +72,7 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 	notifyForwarded(sigs)
 	defer signal.Stop(sigs)
 	var w shardSet
-	for {
+	for restarts := 1; ; restarts++ {
 		live, code, err := w.waitForSet(ctx, m, sigs, settle)
 		if live == nil {
 			return code, err
@@ -89,9 +87,8 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 				log.Info(fmt.Sprintf("%v; restarting with the shards left", end.err))
 			}
 		}
-		n := int(sr.Restarts.Add(1))
 		if sr.OnRestart != nil {
-			sr.OnRestart(n, nil, reason)
+			sr.OnRestart(restarts, nil, reason)
 		}
 	}
 }
