@@ -275,7 +275,7 @@ func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Me
 		case <-m.Changed():
 		case <-tc:
 		}
-		why := stopReasons(factsOf(live), m.Context().Err() != nil)
+		why := stopReasons(factsOf(live))
 		reason, wait := w.look(time.Now(), why, cmd, numbers(liveShards(m)), m.Settled(), settle)
 		if reason != "" {
 			cancel(fmt.Errorf("%w: %s", errSetChanged, reason))
@@ -287,17 +287,15 @@ func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Me
 
 // shardFact is what the watcher knows of one shard of the command's set.
 type shardFact struct {
-	number int
-	ended  bool   // its context ended
-	lost   bool   // its lease was lost: the Runner stops the command for that
-	cause  string // its context's cause, when ended
+	ended bool   // its context ended
+	lost  bool   // its lease was lost: the Runner stops the command for that
+	cause string // its context's cause, when ended
 }
 
 func factsOf(live []*shards.Shard) []shardFact {
 	out := make([]shardFact, len(live))
 	for i, s := range live {
-		out[i] = shardFact{number: s.Number, ended: s.Context().Err() != nil,
-			lost: errors.Is(context.Cause(s.Held().Context()), coord.ErrLeaseLost)}
+		out[i] = shardFact{ended: s.Context().Err() != nil, lost: errors.Is(context.Cause(s.Held().Context()), coord.ErrLeaseLost)}
 		if out[i].ended {
 			out[i].cause = context.Cause(s.Context()).Error()
 		}
@@ -306,20 +304,14 @@ func factsOf(live []*shards.Shard) []shardFact {
 }
 
 // stopReasons are why the command must restart for shards of its set whose
-// context ended (moved away or revoked; a loss is the Runner's to stop),
-// each once, naming the shard unless the cause does or the member left.
-func stopReasons(facts []shardFact, left bool) []string {
+// context ended (moved away or revoked, each cause naming its shard; the
+// member left, one cause for all; a loss is the Runner's to stop), each
+// once.
+func stopReasons(facts []shardFact) []string {
 	var why []string
 	for _, f := range facts {
-		if !f.ended || f.lost {
-			continue
-		}
-		msg := f.cause
-		if !strings.Contains(msg, fmt.Sprintf("shard %d ", f.number)) && !left {
-			msg = fmt.Sprintf("shard %d: %s", f.number, msg)
-		}
-		if !slices.Contains(why, msg) {
-			why = append(why, msg)
+		if f.ended && !f.lost && !slices.Contains(why, f.cause) {
+			why = append(why, f.cause)
 		}
 	}
 	return why

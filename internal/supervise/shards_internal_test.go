@@ -75,27 +75,26 @@ func TestShardSetSince(t *testing.T) {
 }
 
 // TestStopReasons: shards of the command's set given up (moved away,
-// revoked) restart it, each reason once and naming its shard; a lost
-// lease is the Runner's to stop; a member that left says so alone.
+// revoked) restart it, each reason once (the member's causes name their
+// shard: TestMovedCauseNamesShard in package shards); a lost lease is the
+// Runner's to stop; a member that left says so once for all its shards.
 func TestStopReasons(t *testing.T) {
-	moved := "shard moved to another member"
+	moved := func(n int) string { return fmt.Sprintf(`shard %d of group "g": shard moved to another member`, n) }
 	revoked := `shard 2 of group "g": revoked: stop requested`
 	for _, c := range []struct {
 		name  string
 		facts []shardFact
-		left  bool
 		want  []string
 	}{
-		{"all live", []shardFact{{number: 0}, {number: 1}}, false, nil},
-		{"one moved", []shardFact{{number: 0}, {number: 1, ended: true, cause: moved}}, false, []string{"shard 1: " + moved}},
-		{"two moved", []shardFact{{number: 0, ended: true, cause: moved}, {number: 1, ended: true, cause: moved}}, false,
-			[]string{"shard 0: " + moved, "shard 1: " + moved}},
-		{"revoked names its shard", []shardFact{{number: 2, ended: true, cause: revoked}}, false, []string{revoked}},
-		{"lost", []shardFact{{number: 0, ended: true, lost: true, cause: "lease lost"}}, false, nil},
-		{"left", []shardFact{{number: 0, ended: true, cause: "member left the group"}, {number: 1, ended: true, cause: "member left the group"}}, true,
+		{"all live", []shardFact{{}, {}}, nil},
+		{"one moved", []shardFact{{}, {ended: true, cause: moved(1)}}, []string{moved(1)}},
+		{"two moved", []shardFact{{ended: true, cause: moved(0)}, {ended: true, cause: moved(1)}}, []string{moved(0), moved(1)}},
+		{"revoked names its shard", []shardFact{{ended: true, cause: revoked}}, []string{revoked}},
+		{"lost", []shardFact{{ended: true, lost: true, cause: "lease lost"}}, nil},
+		{"left", []shardFact{{ended: true, cause: "member left the group"}, {ended: true, cause: "member left the group"}},
 			[]string{"member left the group"}},
 	} {
-		if got := stopReasons(c.facts, c.left); !slices.Equal(got, c.want) {
+		if got := stopReasons(c.facts); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}

@@ -63,8 +63,9 @@ import (
 )
 
 var (
-	// ErrMoved is the cause of a shard's context when the group's map gives
-	// it to another member: stop working on it and call Release.
+	// ErrMoved is the cause of a shard's context (wrapped, naming the shard
+	// and the group) when the group's map gives it to another member: stop
+	// working on it and call Release.
 	ErrMoved = errors.New("shard moved to another member")
 	// ErrLeft is the cause of the shards' contexts after Leave.
 	ErrLeft = errors.New("member left the group")
@@ -626,7 +627,7 @@ func (l *memberLoop) apply() {
 	away := awayFrom(t, m.id, m.shards)
 	m.mu.Unlock()
 	for _, s := range away {
-		s.cancel(ErrMoved)
+		s.cancel(fmt.Errorf("shard %d of group %q: %w", s.Number, m.group, ErrMoved))
 		m.move(Move{Shard: s.Number, Kind: "given_up", Token: s.held.Token(), Reason: reason + " (to " + t[s.Number] + ")"})
 	}
 	m.notify()
