@@ -29,8 +29,6 @@ import (
 // Give OnRenewal to the member's holds (fencing.OnRenewal).
 type ShardRunner struct {
 	cur atomic.Pointer[HeldSet]
-	// Restarts counts the restarts so far.
-	Restarts atomic.Int64
 	// OnRestart, when set, is called before each restart with the count,
 	// the new set and why.
 	OnRestart func(n int, set []int, reason string)
@@ -48,16 +46,17 @@ var errSetChanged = errors.New("the member's shards changed")
 
 // Run runs opts' command under m's shards until it exits on its own (its
 // exit code), a signal ends fence, or m leaves the group (76). settle is
-// how long the set must stay unchanged before the command is started with
-// it when it is not yet all the map gives the member. Losing a shard's
+// how long the set must stay unchanged before the command is (re)started
+// with it when it is not yet all the map gives the member. Losing a shard's
 // lease stops the command before that lease can expire (as fence run); the
 // command is then started again with the shards left and those taken back.
 //
 // Each start goes through three steps: waiting for a set to run the
-// command with (waitForSet, deciding with shardStartDue), running it under
-// that set's HeldSet while a watcher decides whether the member's set
-// changed enough to restart (runWith, watchSet, shardSetWatch.check), and
-// deciding on its end: restart or return (shardAfter).
+// command with (waitForSet), running it under that set's HeldSet while a
+// watcher decides whether the member's set changed enough to restart
+// (runWith, watchSet), and deciding on its end: restart or return
+// (shardAfter). The first two decide with shardSet.look on one view of the
+// member's live set (w).
 //
 // Goroutines: Run's own, and during each run the Runner's and the
 // watcher's. The watcher is the only reader of the signals (until the
@@ -72,72 +71,68 @@ func (sr *ShardRunner) Run(ctx context.Context, c coord.Coordinator, m *shards.M
 	sigs := make(chan os.Signal, 4)
 	notifyForwarded(sigs)
 	defer signal.Stop(sigs)
-	var w shardWait
-	for {
+	var w shardSet
+	for restarts := 1; ; restarts++ {
 		live, code, err := w.waitForSet(ctx, m, sigs, settle)
 		if live == nil {
 			return code, err
 		}
-		end := sr.runWith(ctx, c, m, opts, live, sigs, settle)
-		next, reason := shardAfter(end)
-		switch next {
-		case shardReturn:
-			return end.code, end.err
-		case shardLeft:
-			// The member left the group (its own lease was revoked or lost):
-			// the command was stopped for that, not to restart.
-			<-m.Done()
-			return exitcode.LeaseLost, m.Err()
-		case shardInterrupted:
-			return interruptedWhile(end.late, "the command was stopped to restart it")
-		case shardRestartLost:
+		end := sr.runWith(ctx, c, m, opts, live, &w, sigs, settle)
+		reason, code, err := shardAfter(end)
+		if reason == "" {
+			return code, err
+		}
+		if !errors.Is(end.stopped, errSetChanged) { // a lease lost: fence says so
 			if log, lerr := logging.New(cmp.Or[io.Writer](opts.Stderr, os.Stderr), opts.LogFormat, "debug"); lerr == nil {
 				log.Info(fmt.Sprintf("%v; restarting with the shards left", end.err))
 			}
 		}
-		n := int(sr.Restarts.Add(1))
 		if sr.OnRestart != nil {
-			sr.OnRestart(n, nil, reason)
+			sr.OnRestart(restarts, nil, reason)
 		}
 	}
 }
 
-// shardWait is the waiting step's state, kept from one start to the next:
-// the member's live set as last seen, and since when it is unchanged.
-type shardWait struct {
+// shardSet is the member's live set as the Runner last saw it, and since
+// when it is unchanged: one for the whole of Run, seen by the waiting step
+// and, during each run, by the watcher.
+type shardSet struct {
 	set   []int
 	since time.Time
 }
 
-// see records the live set at now and says for how long it has been
-// unchanged.
-func (w *shardWait) see(set []int, now time.Time) time.Duration {
-	if w.since.IsZero() || !slices.Equal(set, w.set) {
-		w.set, w.since = set, now
+// look decides, at now, on the command running with the set cmd (none:
+// nil) and the member's live set (settled: its whole target, nothing
+// pending): the reason to (re)start it with live (empty: not now), and how
+// long to wait at most before looking again (0: until a change). It
+// restarts at once for shards of cmd given up (why); else once live
+// differs from cmd (no command starts with no shard) and the member is
+// settled or live has been unchanged for settle.
+func (w *shardSet) look(now time.Time, why []string, cmd, live []int, settled bool, settle time.Duration) (reason string, wait time.Duration) {
+	if w.since.IsZero() || !slices.Equal(live, w.set) {
+		w.set, w.since = live, now
 	}
-	return now.Sub(w.since)
-}
-
-// shardStartDue decides, in the waiting step, on a member holding n live
-// shards (settled: its whole target, nothing pending) whose set has been
-// unchanged for unchanged: start the command now, or wait (at most wait,
-// less when a change comes first).
-func shardStartDue(n int, settled bool, unchanged, settle time.Duration) (start bool, wait time.Duration) {
-	if n > 0 && (settled || unchanged >= settle) {
-		return true, 0
+	unchanged := now.Sub(w.since)
+	switch {
+	case len(why) > 0:
+		return strings.Join(why, "; "), 0
+	case slices.Equal(cmd, live):
+		return "", 0
+	case settled || unchanged >= settle:
+		return "set " + ranges(cmd) + " → " + ranges(live), 0
 	}
-	return false, max(settle-unchanged, time.Millisecond)
+	return "", max(settle-unchanged, time.Millisecond)
 }
 
 // waitForSet releases the shards whose context ended and waits for a set
 // to run the command with. Without one (nil) it returns why fence ends:
 // the member left (76), ctx ended, or a signal came while no command ran.
-func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-chan os.Signal, settle time.Duration) (live []*shards.Shard, code int, err error) {
+func (w *shardSet) waitForSet(ctx context.Context, m *shards.Member, sigs <-chan os.Signal, settle time.Duration) (live []*shards.Shard, code int, err error) {
 	for {
 		releaseEnded(ctx, m)
 		live = liveShards(m)
-		start, wait := shardStartDue(len(live), m.Settled(), w.see(numbers(live), time.Now()), settle)
-		if start {
+		reason, wait := w.look(time.Now(), nil, nil, numbers(live), m.Settled(), settle)
+		if reason != "" {
 			select {
 			case s := <-sigs: // came after the last run: no command would get it
 				code, err = interruptedWhile(s.(syscall.Signal), "no command ran")
@@ -146,23 +141,26 @@ func (w *shardWait) waitForSet(ctx context.Context, m *shards.Member, sigs <-cha
 			}
 			return live, 0, nil
 		}
-		t := time.NewTimer(wait)
 		select {
 		case <-m.Changed():
-		case <-t.C:
+		case <-after(wait):
 		case <-m.Done():
-			t.Stop()
 			return nil, exitcode.LeaseLost, m.Err()
 		case <-ctx.Done():
-			t.Stop()
 			return nil, exitcode.Failure, context.Cause(ctx)
 		case s := <-sigs:
-			t.Stop()
 			code, err = interruptedWhile(s.(syscall.Signal), "no command ran")
 			return nil, code, err
 		}
-		t.Stop()
 	}
+}
+
+// after is time.After(d), or never for 0.
+func after(d time.Duration) <-chan time.Time {
+	if d == 0 {
+		return nil
+	}
+	return time.After(d)
 }
 
 // releaseEnded releases the member's shards whose context ended.
@@ -199,13 +197,13 @@ type shardRunEnd struct {
 	// command was being stopped to restart it) until the Runner returned:
 	// fence ends instead of restarting (0: none).
 	late syscall.Signal
-	// left: the member has left the group.
-	left bool
+	// left: why the member left the group (nil: it has not).
+	left error
 }
 
 // runWith runs the command once under live's HeldSet, until it ends or
 // the watcher stops it for a change of the set.
-func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shards.Member, opts Options, live []*shards.Shard, sigs <-chan os.Signal, settle time.Duration) shardRunEnd {
+func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shards.Member, opts Options, live []*shards.Shard, w *shardSet, sigs <-chan os.Signal, settle time.Duration) shardRunEnd {
 	helds := make([]*fencing.Held, len(live))
 	for i, s := range live {
 		helds[i] = s.Held()
@@ -220,7 +218,7 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		signalled = watchSet(rctx, cancel, m, live, sigs, settle)
+		signalled = watchSet(rctx, cancel, m, live, w, sigs, settle)
 		// The signals from the end of rctx until the Runner returned: the
 		// last one is late.
 		for {
@@ -247,21 +245,24 @@ func (sr *ShardRunner) runWith(ctx context.Context, c coord.Coordinator, m *shar
 		code, err = r.Run(rctx, c) // it ends the watchdog
 	}
 	stopped := context.Cause(rctx)
+	var left error
+	if m.Context().Err() != nil {
+		<-m.Done()
+		left = m.Err()
+	}
 	cancel(nil)
 	close(runDone)
 	<-watchDone
 	hs.Close()
 	sr.cur.Store(nil)
-	return shardRunEnd{code: code, err: err, stopped: stopped, signalled: signalled, late: late, left: m.Context().Err() != nil}
+	return shardRunEnd{code: code, err: err, stopped: stopped, signalled: signalled, late: late, left: left}
 }
 
 // watchSet is the watcher of a run until its context ends: it records a
 // signal to fence (the Runner forwards it to the command) and, at each
 // change of the member, cancels rctx (errSetChanged, with the reason) when
-// shardSetWatch.check says the command must restart. It reports whether a
-// signal came.
-func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Member, live []*shards.Shard, sigs <-chan os.Signal, settle time.Duration) (signalled bool) {
-	var w shardSetWatch
+// w.look says the command must restart. It reports whether a signal came.
+func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Member, live []*shards.Shard, w *shardSet, sigs <-chan os.Signal, settle time.Duration) (signalled bool) {
 	var tc <-chan time.Time
 	cmd := numbers(live)
 	for {
@@ -274,31 +275,27 @@ func watchSet(rctx context.Context, cancel context.CancelCauseFunc, m *shards.Me
 		case <-m.Changed():
 		case <-tc:
 		}
-		why := stopReasons(factsOf(live), m.Context().Err() != nil)
-		reason, arm := w.check(time.Now(), why, cmd, numbers(liveShards(m)), m.Settled(), settle)
-		if arm {
-			tc = time.After(settle)
-		}
+		why := stopReasons(factsOf(live))
+		reason, wait := w.look(time.Now(), why, cmd, numbers(liveShards(m)), m.Settled(), settle)
 		if reason != "" {
 			cancel(fmt.Errorf("%w: %s", errSetChanged, reason))
 			return signalled
 		}
+		tc = after(wait)
 	}
 }
 
 // shardFact is what the watcher knows of one shard of the command's set.
 type shardFact struct {
-	number int
-	ended  bool   // its context ended
-	lost   bool   // its lease was lost: the Runner stops the command for that
-	cause  string // its context's cause, when ended
+	ended bool   // its context ended
+	lost  bool   // its lease was lost: the Runner stops the command for that
+	cause string // its context's cause, when ended
 }
 
 func factsOf(live []*shards.Shard) []shardFact {
 	out := make([]shardFact, len(live))
 	for i, s := range live {
-		out[i] = shardFact{number: s.Number, ended: s.Context().Err() != nil,
-			lost: errors.Is(context.Cause(s.Held().Context()), coord.ErrLeaseLost)}
+		out[i] = shardFact{ended: s.Context().Err() != nil, lost: errors.Is(context.Cause(s.Held().Context()), coord.ErrLeaseLost)}
 		if out[i].ended {
 			out[i].cause = context.Cause(s.Context()).Error()
 		}
@@ -307,88 +304,40 @@ func factsOf(live []*shards.Shard) []shardFact {
 }
 
 // stopReasons are why the command must restart for shards of its set whose
-// context ended (moved away or revoked; a loss is the Runner's to stop),
-// each once, naming the shard unless the cause does or the member left.
-func stopReasons(facts []shardFact, left bool) []string {
+// context ended (moved away or revoked, each cause naming its shard; the
+// member left, one cause for all; a loss is the Runner's to stop), each
+// once.
+func stopReasons(facts []shardFact) []string {
 	var why []string
 	for _, f := range facts {
-		if !f.ended || f.lost {
-			continue
-		}
-		msg := f.cause
-		if !strings.Contains(msg, fmt.Sprintf("shard %d ", f.number)) && !left {
-			msg = fmt.Sprintf("shard %d: %s", f.number, msg)
-		}
-		if !slices.Contains(why, msg) {
-			why = append(why, msg)
+		if f.ended && !f.lost && !slices.Contains(why, f.cause) {
+			why = append(why, f.cause)
 		}
 	}
 	return why
 }
 
-// shardSetWatch is the watcher's state: since when the member's live set
-// differs from the command's.
-type shardSetWatch struct{ since time.Time }
-
-// check decides, at now, whether the command running with the set cmd
-// restarts: at once for shards of its set given up (why), else once the
-// live set differs from cmd and the member is settled or a settle time
-// has passed since it first differed. It returns the reason (empty: keep
-// running) and whether to arm the settle timer (the first difference).
-func (w *shardSetWatch) check(now time.Time, why []string, cmd, live []int, settled bool, settle time.Duration) (reason string, arm bool) {
-	changed := len(why) > 0
-	if !slices.Equal(cmd, live) {
-		if w.since.IsZero() {
-			w.since, arm = now, true
-		}
-		// The rest arrived, or a settle time passed since the first.
-		if settled || now.Sub(w.since) >= settle {
-			changed = true
-		}
-	}
-	switch {
-	case !changed:
-		return "", arm
-	case len(why) == 0:
-		return "set " + ranges(cmd) + " → " + ranges(live), arm
-	}
-	return strings.Join(why, "; "), arm
-}
-
-// shardNext is what follows a run of the command.
-type shardNext uint8
-
-const (
-	// shardReturn: fence ends with the command's code and error.
-	shardReturn shardNext = iota
-	// shardLeft: the member left the group: fence ends with 76.
-	shardLeft
-	// shardRestart: the set changed: the command starts again.
-	shardRestart
-	// shardRestartLost: a shard's lease was lost and the command stopped
-	// in time: it starts again with the shards left (and fence says so).
-	shardRestartLost
-	// shardInterrupted: a restart was due, but a signal came while the
-	// command was stopped for it: fence ends with 128+N.
-	shardInterrupted
-)
-
-// shardAfter decides what follows a run that ended as e, and the reason
-// of a restart.
-func shardAfter(e shardRunEnd) (shardNext, string) {
+// shardAfter decides what follows a run that ended as e: the reason to
+// restart the command (the set changed, or a shard's lease was lost and
+// the command stopped in time: it starts again with the shards left), or
+// none: fence ends with code and err. A signal that came while the command
+// ran ends fence with it; the member gone (its own lease revoked or lost),
+// with 76; a signal while the command was stopped for a restart, with
+// 128+N.
+func shardAfter(e shardRunEnd) (reason string, code int, err error) {
 	switch {
 	case e.signalled:
-		return shardReturn, ""
-	case e.left && e.code != 0:
-		return shardLeft, ""
-	case e.late != 0 && (errors.Is(e.stopped, errSetChanged) || e.code == exitcode.LeaseLost && !e.left):
-		return shardInterrupted, ""
+	case e.left != nil && e.code != 0: // stopped for that, not to restart
+		return "", exitcode.LeaseLost, e.left
+	case e.late != 0 && (errors.Is(e.stopped, errSetChanged) || e.code == exitcode.LeaseLost && e.left == nil):
+		code, err = interruptedWhile(e.late, "the command was stopped to restart it")
+		return "", code, err
 	case errors.Is(e.stopped, errSetChanged):
-		return shardRestart, e.stopped.Error()
-	case e.code == exitcode.LeaseLost && !e.left:
-		return shardRestartLost, fmt.Sprintf("lost a lease: %v", e.err)
+		return e.stopped.Error(), 0, nil
+	case e.code == exitcode.LeaseLost && e.left == nil:
+		return fmt.Sprintf("lost a lease: %v", e.err), 0, nil
 	}
-	return shardReturn, ""
+	return "", e.code, e.err
 }
 
 func numbers(ss []*shards.Shard) []int {

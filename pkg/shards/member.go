@@ -24,11 +24,13 @@
 // that reads or writes its state (memberLoop: the view of the group, the
 // acquisitions in flight, its timers) and
 // Shard.lostSeen. It decides with the pure functions of state.go. The
-// others reach it through its event channel (Member.send): an acquisition
-// goroutine per shard asked for (acquired), the settings reader, one read
-// at a time (settingsRead), the member's and each held shard's lease watch and
-// the AfterFunc of a shard's loss (revoked, lost), and Shard.Release from any goroutine
-// (released). send gives up once the member's goroutine has ended, so
+// others reach it through its event channel (Member.send), each event a
+// call of one of memberLoop's methods that the goroutine makes: an
+// acquisition goroutine per shard asked for (acquired), the settings
+// reader, one read at a time (settingsRead), the member's and each held
+// shard's lease watch and the AfterFunc of a shard's loss (revoked, lost),
+// and Shard.Release from any goroutine (released). send gives up once the
+// member's goroutine has ended, so
 // none of them blocks on a member that left; an acquisition answered then
 // is released by its own goroutine.
 //
@@ -61,8 +63,9 @@ import (
 )
 
 var (
-	// ErrMoved is the cause of a shard's context when the group's map gives
-	// it to another member: stop working on it and call Release.
+	// ErrMoved is the cause of a shard's context (wrapped, naming the shard
+	// and the group) when the group's map gives it to another member: stop
+	// working on it and call Release.
 	ErrMoved = errors.New("shard moved to another member")
 	// ErrLeft is the cause of the shards' contexts after Leave.
 	ErrLeft = errors.New("member left the group")
@@ -149,7 +152,7 @@ type Member struct {
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
 
-	ev      chan any
+	ev      chan func(*memberLoop) // events: what the member's goroutine is to do
 	changed chan struct{}
 
 	mu       sync.Mutex
@@ -195,7 +198,7 @@ func (s *Shard) Release(ctx context.Context) error {
 		s.cancel(ErrLeft)
 		s.unwatch() // our own release must not read as a revocation
 		err = s.held.Release(ctx)
-		s.m.send(released{s})
+		s.m.send(func(l *memberLoop) { l.released(s) })
 	})
 	return err
 }
@@ -250,25 +253,6 @@ func parseLock(group, name string) (kind string, id string, n int) {
 	return "", "", 0
 }
 
-// events of the member's goroutine
-type (
-	acquired struct {
-		n    int
-		held *fencing.Held
-		err  error
-	}
-	released struct{ s *Shard }
-	lost     struct{ s *Shard }
-	revoked  struct {
-		s   *Shard
-		err error
-	}
-	settingsRead struct {
-		st  Settings
-		err error
-	}
-)
-
 // Join makes this process a member of group on c, a group of the given
 // number of shards (1..MaxShards: every member of a group must give the
 // same number), and returns at once; the member takes its shards in the
@@ -301,7 +285,7 @@ func Join(ctx context.Context, c coord.Coordinator, group string, shards int, wi
 		opts.Settle = defaultSettle
 	}
 	m := &Member{c: c, group: group, id: opts.Member, opts: opts,
-		done: make(chan struct{}), ev: make(chan any, 64), changed: make(chan struct{}, 1),
+		done: make(chan struct{}), ev: make(chan func(*memberLoop), 64), changed: make(chan struct{}, 1),
 		shards: map[int]*Shard{}}
 	m.ctx, m.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 
@@ -412,8 +396,9 @@ func (m *Member) Leave(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// send gives e to the member's goroutine; false when it has ended.
-func (m *Member) send(e any) bool {
+// send gives e to the member's goroutine, which calls it; false when it
+// has ended.
+func (m *Member) send(e func(*memberLoop)) bool {
 	select {
 	case m.ev <- e:
 		return true
@@ -467,7 +452,7 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 		case <-l.retrying.C:
 			l.retry()
 		case e := <-m.ev:
-			l.handle(e)
+			e(l)
 		}
 	}
 }
@@ -543,22 +528,6 @@ func (l *memberLoop) watched(ev coord.Event) {
 	}
 }
 
-// handle takes in an event of the member's own goroutines.
-func (l *memberLoop) handle(e any) {
-	switch e := e.(type) {
-	case acquired:
-		l.acquired(e)
-	case released:
-		l.released(e.s)
-	case lost:
-		l.lost(e.s)
-	case revoked:
-		l.revoked(e.s, e.err)
-	case settingsRead:
-		l.settingsRead(e)
-	}
-}
-
 // readSettings asks for a read of the settings.
 func (l *memberLoop) readSettings() {
 	select {
@@ -579,17 +548,17 @@ func (m *Member) reader(reads <-chan struct{}) {
 		ctx, cancel := context.WithTimeout(m.ctx, 10*time.Second)
 		st, err := LoadSettings(ctx, m.opts.Guard, m.group)
 		cancel()
-		if !m.send(settingsRead{st, err}) {
+		if !m.send(func(l *memberLoop) { l.settingsRead(st, err) }) {
 			return
 		}
 	}
 }
 
-func (l *memberLoop) settingsRead(e settingsRead) {
+func (l *memberLoop) settingsRead(st Settings, err error) {
 	m := l.m
-	if e.err == nil {
+	if err == nil {
 		m.mu.Lock()
-		m.settings = e.st
+		m.settings = st
 		m.mu.Unlock()
 		l.arm()
 	} else if m.ctx.Err() == nil {
@@ -658,7 +627,7 @@ func (l *memberLoop) apply() {
 	away := awayFrom(t, m.id, m.shards)
 	m.mu.Unlock()
 	for _, s := range away {
-		s.cancel(ErrMoved)
+		s.cancel(fmt.Errorf("shard %d of group %q: %w", s.Number, m.group, ErrMoved))
 		m.move(Move{Shard: s.Number, Kind: "given_up", Token: s.held.Token(), Reason: reason + " (to " + t[s.Number] + ")"})
 	}
 	m.notify()
@@ -677,7 +646,7 @@ func (l *memberLoop) claim() {
 		go func(k int) {
 			h, err := fencing.Acquire(m.ctx, m.c, shardLock(m.group, k),
 				coord.AcquireOptions{TTL: m.opts.TTL, Holder: m.id, Wait: 0, Process: m.opts.Process}, m.opts.Hold...)
-			if !m.send(acquired{k, h, err}) && h != nil {
+			if !m.send(func(l *memberLoop) { l.acquired(k, h, err) }) && h != nil {
 				releaseSoon(h) // the member ended meanwhile: nobody will work on it
 			}
 		}(k)
@@ -692,32 +661,32 @@ func releaseSoon(h *fencing.Held) {
 }
 
 // acquired performs acquireOutcome's decision on an acquisition's answer.
-func (l *memberLoop) acquired(e acquired) {
+func (l *memberLoop) acquired(n int, held *fencing.Held, err error) {
 	m := l.m
-	freed := l.acquiring[e.n]
-	delete(l.acquiring, e.n)
+	freed := l.acquiring[n]
+	delete(l.acquiring, n)
 	m.mu.Lock()
-	mine := m.target != nil && m.target[e.n] == m.id
+	mine := m.target != nil && m.target[n] == m.id
 	m.mu.Unlock()
-	next := acquireOutcome(e.err, freed, mine, m.ctx.Err() != nil)
+	next := acquireOutcome(err, freed, mine, m.ctx.Err() != nil)
 	switch next {
 	case keepShard:
-		delete(l.heldBack, e.n)
-		l.hold(e.n, e.held)
+		delete(l.heldBack, n)
+		l.hold(n, held)
 	case giveBack:
-		releaseSoon(e.held)
+		releaseSoon(held)
 	case askAgain:
-		l.view.owner[e.n] = ""
+		l.view.owner[n] = ""
 	case heldBack:
-		l.heldBack[e.n] = true
-		l.view.owner[e.n] = "?" // a thaw sends no event: see at the retry
+		l.heldBack[n] = true
+		l.view.owner[n] = "?" // a thaw sends no event: see at the retry
 		l.armRetry()
 	case waitFree:
-		if l.view.free(e.n) {
-			l.view.owner[e.n] = "?" // held by someone: wait for its release
+		if l.view.free(n) {
+			l.view.owner[n] = "?" // held by someone: wait for its release
 		}
 	case retryLater:
-		l.view.owner[e.n] = "?" // not before the retry lists it again
+		l.view.owner[n] = "?" // not before the retry lists it again
 		l.armRetry()
 	case dropped:
 	}
@@ -732,7 +701,7 @@ func (l *memberLoop) hold(n int, held *fencing.Held) {
 	s.unwatch = m.watchLease(held.Lease(), s)
 	context.AfterFunc(held.Context(), func() {
 		if c := context.Cause(held.Context()); errors.Is(c, coord.ErrLeaseLost) {
-			m.send(lost{s})
+			m.send(func(l *memberLoop) { l.lost(s) })
 		}
 	})
 	l.view.owner[n] = m.id
@@ -834,7 +803,7 @@ func (m *Member) watchLease(l coord.Lease, s *Shard) (stop func()) {
 	}
 	go func() {
 		if err, ok := <-ch; ok && err != nil {
-			m.send(revoked{s, err})
+			m.send(func(l *memberLoop) { l.revoked(s, err) })
 		}
 	}()
 	return func() {

@@ -459,3 +459,34 @@ func TestRevokeShard(t *testing.T) {
 		})
 	}
 }
+
+// TestMovedCauseNamesShard: a shard the map moves away ends with a cause
+// that is ErrMoved and names the shard and the group (fence shards run
+// gives it as the reason of its restart).
+func TestMovedCauseNamesShard(t *testing.T) {
+	b := backends(t)[0]
+	g := &group{t: t, b: b, name: "moved", n: 4, l: newLedger(),
+		members: map[string]*shards.Member{}, stops: map[string]func(){},
+		opts: shards.Options{TTL: 10 * time.Second, Settle: 50 * time.Millisecond}}
+	g.join("m1")
+	g.settle(shards.Settings{})
+	before := g.members["m1"].Shards()
+	g.join("m2")
+	after := g.settle(shards.Settings{})
+	n := 0
+	for _, s := range before {
+		if after[s.Number] != "m2" {
+			continue
+		}
+		n++
+		c := context.Cause(s.Context())
+		if want := fmt.Sprintf("shard %d of group %q: %v", s.Number, g.name, shards.ErrMoved); !errors.Is(c, shards.ErrMoved) || c.Error() != want {
+			t.Errorf("shard %d moved to m2 with cause %q; want %q", s.Number, c, want)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no shard moved to m2: %v", after)
+	}
+	g.leave("m2")
+	g.leave("m1")
+}

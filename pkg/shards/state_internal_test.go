@@ -166,7 +166,7 @@ func TestStillHeldBack(t *testing.T) {
 // "ok" and "fail" answer the running one, and the loop takes in the answer.
 func TestReads(t *testing.T) {
 	g := &heldGet{started: make(chan struct{}), answer: make(chan error)}
-	m := &Member{group: "g", opts: options{Guard: g, Settle: time.Hour}, ev: make(chan any, 1), done: make(chan struct{})}
+	m := &Member{group: "g", opts: options{Guard: g, Settle: time.Hour}, ev: make(chan func(*memberLoop), 1), done: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancelCause(context.Background())
 	defer m.cancel(nil)
 	defer close(m.done)
@@ -203,7 +203,7 @@ func TestReads(t *testing.T) {
 				err = errors.New("unreachable")
 			}
 			g.answer <- err
-			l.handle(<-m.ev)
+			(<-m.ev)(l)
 		case "retry":
 			l.retryRead()
 		}
