@@ -110,21 +110,6 @@ import (
 // forwarded are the signals fence passes on to the command's group.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-// catchSignals starts catching the forwarded signals that are not ignored
-// (Start does, once), on a goroutine of its own: each costs a round trip to
-// the Go runtime's signal thread (the first one starts it), 0.1-0.5 ms in
-// all, which Start overlaps with the watchdog's start and the coordinator's
-// opening. run waits for it (caught) before anything else: a signal never
-// finds the lock acquired with no handler in place.
-func (r *Runner) catchSignals() {
-	r.caught = make(chan struct{})
-	r.sigs = make(chan os.Signal, 4)
-	go func() {
-		defer close(r.caught)
-		r.ignored = notifyForwarded(r.sigs)
-	}()
-}
-
 // notifyForwarded relays to sigs the forwarded signals that are not
 // ignored, and returns those that are.
 func notifyForwarded(sigs chan<- os.Signal) (ignored []int) {
@@ -136,12 +121,6 @@ func notifyForwarded(sigs chan<- os.Signal) (ignored []int) {
 		signal.Notify(sigs, s)
 	}
 	return ignored
-}
-
-// releaseSignals stops catching the forwarded signals.
-func (r *Runner) releaseSignals() {
-	<-r.caught
-	signal.Stop(r.sigs)
 }
 
 // Start checks opts and starts the watchdog process. The error (exit code
@@ -161,9 +140,12 @@ func Start(opts Options) (*Runner, error) {
 	}
 	r := &Runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
 	r.setStreams()
-	r.catchSignals() // beside the watchdog's start and the coordinator's opening
+	// Caught before anything else: a signal never finds the lock acquired
+	// with no handler in place.
+	r.sigs = make(chan os.Signal, 4)
+	r.ignored = notifyForwarded(r.sigs)
 	if err := r.startWatchdog(); err != nil {
-		r.releaseSignals()
+		signal.Stop(r.sigs)
 		return nil, err
 	}
 	return r, nil
@@ -214,7 +196,7 @@ func (r *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 // itself.
 func (r *Runner) Close() {
 	if r.used.CompareAndSwap(false, true) {
-		r.releaseSignals()
+		signal.Stop(r.sigs)
 		r.closeWatchdog()
 	}
 }
@@ -233,9 +215,7 @@ type Runner struct {
 	used atomic.Bool // Run or Close was called
 	p    *plan
 
-	// The signals fence forwards (catchSignals): caught is closed once
-	// sigs receives them, ignored are those found ignored at the start.
-	caught  chan struct{}
+	// The signals fence forwards, and those found ignored at the start.
 	sigs    chan os.Signal
 	ignored []int
 
@@ -316,8 +296,7 @@ func (r *Runner) run(ctx context.Context) (int, error) {
 
 	// Signals: forwarded to the command once it runs; before, they end the
 	// wait for the lock.
-	<-r.caught
-	defer r.releaseSignals()
+	defer signal.Stop(r.sigs)
 
 	if p.Holds != nil {
 		r.useHolds(p.Holds)

@@ -147,27 +147,13 @@ func (w *watchdog) run() error {
 	// sent to it by PID (pkill fence) are caught and dropped: fence forwards
 	// what the command should get. They are caught, not ignored, so that the
 	// command starts with them at default, except those fence itself found
-	// ignored (spec.Ignore).
-	//
-	// Catching a signal costs a round trip to the Go runtime's signal
-	// thread, which the first one starts: for these eight, 0.1-0.5 ms on an
-	// idle machine and about 1 ms while fence and the watchdog start side
-	// by side, which made the watchdog late for the start order of an
-	// uncontended run. So they are caught beside the rest of the
-	// preparation, and that is done before the start order is carried out
-	// (and before spec.Ignore, which must come after it). The window in
-	// which a signal finds no handler yet is the same: from the exec to
-	// the end of these calls.
+	// ignored (spec.Ignore, applied after these calls).
 	sigs := make(chan os.Signal, 8)
 	chld := make(chan os.Signal, 1)
-	caught := make(chan struct{})
-	go func() {
-		defer close(caught)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-			syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
-		signal.Notify(chld, syscall.SIGCHLD)
-	}()
-	if started, err := w.prepareAndStart(caught); !started {
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	signal.Notify(chld, syscall.SIGCHLD)
+	if started, err := w.prepareAndStart(); !started {
 		return err
 	}
 	return w.watch(sigs, chld)
@@ -175,14 +161,13 @@ func (w *watchdog) run() error {
 
 // prepareAndStart gets ready to start the command while fence acquires the
 // lock (become the subreaper of its tree, find where its cgroup goes),
-// waits for the start order (caught: the signals are caught) and starts
-// it. It reports whether the command runs.
-func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
+// waits for the start order and starts it. It reports whether the command
+// runs.
+func (w *watchdog) prepareAndStart() (bool, error) {
 	subreaper := becomeSubreaper()
 	w.cgBase, _ = ownCgroupDir()
 
 	later := w.waitStart()
-	<-caught
 	if w.phase == phaseDone {
 		return false, nil
 	}
