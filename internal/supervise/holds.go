@@ -45,7 +45,8 @@ func NewHeldSet(helds []*fencing.Held, env map[string]string) *HeldSet {
 func (s *HeldSet) Close() { s.cancel(context.Canceled) }
 
 // Context ends when any of the leases can no longer be trusted, with its
-// *fencing.LostError as the cause.
+// *fencing.LostError as the cause, or (a run's own leases) when the
+// coordinator's watch reports one ended or revoked (lostNotice).
 func (s *HeldSet) Context() context.Context { return s.ctx }
 
 // SafeUntil is the earliest safe-until of the leases, on the boot clock.

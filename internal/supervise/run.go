@@ -246,7 +246,7 @@ type Runner struct {
 	// end is what the watchdog reported and fence found, for outcome.
 	end       ending
 	attaching sync.WaitGroup
-	lw        leaseWatch // the coordinator's notice of the lease's end
+	stopWatch func() // ends the coordinator's watch of the leases (watchLease)
 
 	// The supervision loop's state besides the phase: when the stop
 	// sequence must start unless extended (the watchdog was told), the
@@ -624,7 +624,11 @@ func (r *Runner) supervise(ctx context.Context, path string, args, env []string)
 	r.orders.push(order{Op: opStart, Spec: sp})
 	r.phase = r.phase.next(stepStart)
 
-	defer r.lw.stop()
+	defer func() {
+		if r.stopWatch != nil {
+			r.stopWatch()
+		}
+	}()
 	r.heldDone, r.ctxDone = r.hs.Context().Done(), ctx.Done()
 	for {
 		now := clock.Now()
@@ -719,8 +723,8 @@ func (r *Runner) schedule() schedule {
 }
 
 // await sleeps from now until wake, a renewal, a report of the watchdog
-// (or their end), the end of the hold, a notice of the lease watch, the end of
-// ctx or a signal to forward, and takes it in.
+// (or their end), the end of the hold (a lease lost, or the lease watch's
+// notice), the end of ctx or a signal to forward, and takes it in.
 func (r *Runner) await(ctx context.Context, now, wake clock.Boot) {
 	t := time.NewTimer(wake.Sub(now))
 	defer t.Stop()
@@ -735,16 +739,10 @@ func (r *Runner) await(ctx context.Context, now, wake clock.Boot) {
 		r.report(ctx, rep)
 	case <-r.heldDone:
 		r.heldDone = nil
-		cause := context.Cause(r.hs.Context())
-		if errors.Is(cause, coord.ErrLeaseLost) {
+		// A lease lost, or the watch's notice that one ended or that its
+		// holder is asked to stop (not HeldSet.Close).
+		if cause := context.Cause(r.hs.Context()); cause != context.Canceled {
 			r.end.lostErr = cmp.Or(r.end.lostErr, cause)
-			r.startStop(reasonLost, clock.Now())
-		}
-	case err := <-r.lw.ch:
-		r.lw.ch = nil
-		if n, ok := err.(*leaseNotice); ok {
-			r.end.lostErr = cmp.Or(r.end.lostErr, lostNotice(n))
-			r.verbosef("the coordinator reports: %v", err)
 			r.startStop(reasonLost, clock.Now())
 		}
 	case <-r.ctxDone:
