@@ -55,7 +55,6 @@ type spec struct {
 	Path string   `json:"path"`
 	Args []string `json:"args"`
 	Env  []string `json:"env"`
-	Dir  string   `json:"dir,omitempty"`
 	// Signal starts the stop sequence, SIGKILL follows after Grace.
 	Signal int           `json:"signal"`
 	Grace  time.Duration `json:"grace"`

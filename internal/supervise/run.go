@@ -609,7 +609,7 @@ func (r *Runner) supervise(ctx context.Context, path string, args, env []string)
 	}
 	env = setEnv(env, r.commandEnv(r.deadline))
 	sp := &spec{
-		Path: path, Args: args, Env: env, Dir: p.Dir,
+		Path: path, Args: args, Env: env,
 		Signal: int(p.signal), Grace: p.grace,
 		LeaseStop: r.leaseStop, Deadline: r.deadline,
 		Ignore:     r.ignored,
@@ -976,11 +976,7 @@ func resolve(p *plan, env []string) (string, []string, error) {
 	name := p.Command[0]
 	args := append([]string(nil), p.Command...)
 	if strings.Contains(name, "/") {
-		full := name
-		if !filepath.IsAbs(full) && p.Dir != "" {
-			full = filepath.Join(p.Dir, full)
-		}
-		if err := executable(full); err != nil {
+		if err := executable(name); err != nil {
 			return "", nil, fmt.Errorf("%s: %w", name, err)
 		}
 		return name, args, nil
@@ -994,12 +990,8 @@ func resolve(p *plan, env []string) (string, []string, error) {
 	var denied error
 	for _, dir := range filepath.SplitList(pathVar) {
 		full := filepath.Join(cmp.Or(dir, "."), name)
-		if !filepath.IsAbs(full) {
-			base := p.Dir
-			if base == "" {
-				base, _ = os.Getwd()
-			}
-			full = filepath.Join(base, full)
+		if abs, err := filepath.Abs(full); err == nil {
+			full = abs // an empty or relative entry: fence's directory
 		}
 		switch err := executable(full); {
 		case err == nil:

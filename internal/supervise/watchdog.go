@@ -379,7 +379,6 @@ func (w *watchdog) start() error {
 		}
 	}
 	attr := &syscall.ProcAttr{
-		Dir:   sp.Dir,
 		Env:   sp.Env,
 		Files: []uintptr{0, 1, 2},
 		Sys:   sysProcAttr(sp.Foreground, w.cg),
