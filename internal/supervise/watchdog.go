@@ -141,6 +141,9 @@ type watchdog struct {
 	fenceGone bool       // the order pipe ended while the command's tree lived
 }
 
+// run gets ready to start the command while fence acquires the lock
+// (become the subreaper of its tree, find where its cgroup goes), waits for
+// the start order, starts the command and watches it.
 func (w *watchdog) run() error {
 	// The watchdog is in a process group of its own, so signals aimed at
 	// fence's group (a terminal's ^C, ^Z, timeout(1)) do not reach it; those
@@ -153,36 +156,22 @@ func (w *watchdog) run() error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
 	signal.Notify(chld, syscall.SIGCHLD)
-	if started, err := w.prepareAndStart(); !started {
-		return err
-	}
-	return w.watch(sigs, chld)
-}
-
-// prepareAndStart gets ready to start the command while fence acquires the
-// lock (become the subreaper of its tree, find where its cgroup goes),
-// waits for the start order and starts it. It reports whether the command
-// runs.
-func (w *watchdog) prepareAndStart() (bool, error) {
 	subreaper := becomeSubreaper()
 	w.cgBase, _ = ownCgroupDir()
 
 	later := w.waitStart()
 	if w.phase == phaseDone {
-		return false, nil
+		return nil
 	}
 	w.leaseStop = w.sp.LeaseStop
 	for _, s := range w.sp.Ignore {
 		signal.Ignore(syscall.Signal(s))
 	}
 	if subreaper != nil {
-		return false, fmt.Errorf("become a child subreaper: %w", subreaper)
+		return fmt.Errorf("become a child subreaper: %w", subreaper)
 	}
-	if err := w.start(); err != nil {
-		return false, err
-	}
-	if w.leader == 0 {
-		return false, nil // exec failed and was reported
+	if err := w.start(); err != nil || w.leader == 0 {
+		return err // no leader: exec failed and was reported
 	}
 	w.phase = w.phase.next(stepStart)
 	for _, o := range later {
@@ -193,7 +182,7 @@ func (w *watchdog) prepareAndStart() (bool, error) {
 		// rather than on the way to it.
 		sweepCgroups(w.cgBase, w.self)
 	}
-	return true, nil
+	return w.watch(sigs, chld)
 }
 
 // watch supervises the running command until its whole tree is gone:
