@@ -764,15 +764,13 @@ func (r *Runner) report(ctx context.Context, rep report) {
 		r.watchLease(ctx)
 		pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
 		for _, lease := range r.hs.Leases() {
-			r.attaching.Add(1)
-			go func() {
-				defer r.attaching.Done()
+			r.attaching.Go(func() {
 				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				defer cancel()
 				if err := r.c.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
 					r.verbosef("could not record the command's process group with the lease: %v", err)
 				}
-			}()
+			})
 		}
 	case evExecError:
 		r.end.execErr = &rep
