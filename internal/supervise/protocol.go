@@ -192,10 +192,7 @@ func (p *orderPipe) take() (orders []order, ended bool) {
 		p.buf = p.buf[i+1:]
 	}
 	if !p.ended {
-		select {
-		case p.again <- struct{}{}: // the watcher may poll again
-		default:
-		}
+		poke(p.again) // the watcher may poll again
 	}
 	return orders, p.ended
 }

@@ -138,7 +138,7 @@ func Start(opts Options) (*Runner, error) {
 			return nil, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
 		}
 	}
-	r := &Runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
+	r := &Runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}, renewed: make(chan struct{}, 1)}
 	r.setStreams()
 	// Caught before anything else: a signal never finds the lock acquired
 	// with no handler in place.
@@ -224,10 +224,10 @@ type Runner struct {
 	log    *slog.Logger // fence's own lines, on stderr
 	m      metrics
 
-	// hs is the leases the command runs under (hsPtr: for the renewal
-	// goroutine).
-	hs    *HeldSet
-	hsPtr atomic.Pointer[HeldSet]
+	// hs is the leases the command runs under; renewed wakes the loop
+	// when one was renewed (its HeldSet's, for Options.Holds).
+	hs      *HeldSet
+	renewed chan struct{}
 	// hist records renewal failures as they are found to be over (see
 	// failuresBack).
 	hist failureRecorder
@@ -299,7 +299,7 @@ func (r *Runner) run(ctx context.Context) (int, error) {
 	defer signal.Stop(r.sigs)
 
 	if p.Holds != nil {
-		r.useHolds(p.Holds)
+		r.hs, r.renewed = p.Holds, p.Holds.renewed
 		r.verbosef("running under %d leases of %q, safe until the earliest", len(p.Holds.helds), p.Lock)
 		return r.supervise(ctx, path, args, env)
 	}
@@ -401,7 +401,7 @@ func (r *Runner) acquire(ctx context.Context) (release func(context.Context) err
 		releaseBounded(ctx, release)
 		return nil, code, err
 	}
-	r.useHolds(hs)
+	r.hs = hs
 	waited := r.m.wait.Round(time.Millisecond)
 	if len(p.Locks) == 0 {
 		l := hs.helds[0].Lease()
@@ -730,7 +730,7 @@ func (r *Runner) await(ctx context.Context, now, wake clock.Boot) {
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-r.hs.renewed: // act tells the watchdog
+	case <-r.renewed: // act tells the watchdog
 	case rep, ok := <-r.reports:
 		if !ok {
 			r.reports = nil
@@ -923,7 +923,7 @@ func (q *orderQueue) push(o order) {
 		q.pending = append(q.pending, o)
 	}
 	q.mu.Unlock()
-	q.poke()
+	poke(q.wake)
 }
 
 // close writes what is pending, then closes the pipe.
@@ -931,16 +931,8 @@ func (q *orderQueue) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
-	q.poke()
+	poke(q.wake)
 	<-q.done
-}
-
-// poke wakes the writing goroutine.
-func (q *orderQueue) poke() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (q *orderQueue) loop() {
