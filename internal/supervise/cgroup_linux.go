@@ -35,7 +35,7 @@ type cgroup struct {
 }
 
 // sweepCgroups removes the cgroups under base that watchdogs made and left
-// behind, and returns how many it removed. A watchdog removes its cgroup
+// behind. A watchdog removes its cgroup
 // when the command's tree is gone, and fence does when the watchdog dies
 // first; when both are killed at once (kill -9 of both, the OOM killer, a
 // service manager's SIGKILL of everything), nobody does, and the empty
@@ -49,12 +49,9 @@ type cgroup struct {
 // starts without one (start's fallback); the errors of the start-time
 // comparison (clock ticks, a kernel whose start times leave out suspends)
 // all lean to leaving a cgroup.
-func sweepCgroups(base string, self int) int {
-	entries, err := os.ReadDir(base)
-	if err != nil {
-		return 0
-	}
-	removed, now := 0, clock.Now()
+func sweepCgroups(base string, self int) {
+	entries, _ := os.ReadDir(base)
+	now := clock.Now()
 	for _, e := range entries {
 		name := e.Name()
 		rest, ok := strings.CutPrefix(name, cgroupPrefix)
@@ -70,11 +67,8 @@ func sweepCgroups(base string, self int) int {
 		if st, err := proc.ReadStat(pid); err == nil && !st.Gone() && st.Start*uint64(time.Second/ticksPerSecond) <= made {
 			continue // its maker may be alive
 		}
-		if unix.Rmdir(filepath.Join(base, name)) == nil {
-			removed++
-		}
+		_ = unix.Rmdir(filepath.Join(base, name))
 	}
-	return removed
 }
 
 // sweepAge is how old a cgroup must be (by the time in its name) before
@@ -205,13 +199,11 @@ func (c *cgroup) kill() {
 	c.signal(syscall.SIGKILL)
 }
 
-// populated reports whether a live process is left in the cgroup.
+// populated reports whether a live process is left in the cgroup
+// (cgroup.events is there since Linux 4.5; a command gets a cgroup only
+// from 5.7 on, with clone3's CLONE_INTO_CGROUP).
 func (c *cgroup) populated() bool {
-	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
-	if err != nil {
-		pids, err := c.procs()
-		return err == nil && len(pids) > 0
-	}
+	b, _ := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "populated "); ok {
 			return strings.TrimSpace(v) != "0"

@@ -45,7 +45,8 @@ func NewHeldSet(helds []*fencing.Held, env map[string]string) *HeldSet {
 func (s *HeldSet) Close() { s.cancel(context.Canceled) }
 
 // Context ends when any of the leases can no longer be trusted, with its
-// *fencing.LostError as the cause.
+// *fencing.LostError as the cause, or (a run's own leases) when the
+// coordinator's watch reports one ended or revoked (lostNotice).
 func (s *HeldSet) Context() context.Context { return s.ctx }
 
 // SafeUntil is the earliest safe-until of the leases, on the boot clock.
@@ -84,9 +85,12 @@ func (s *HeldSet) Leases() []coord.Lease {
 }
 
 // Renewed is told that one of the holds was renewed. It does not block.
-func (s *HeldSet) Renewed() {
+func (s *HeldSet) Renewed() { poke(s.renewed) }
+
+// poke wakes the reader of ch (of capacity 1) without blocking.
+func poke(ch chan struct{}) {
 	select {
-	case s.renewed <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -111,8 +115,8 @@ func bootSafeUntil(h *fencing.Held) clock.Boot {
 }
 
 // holdOptions are the options of the run's own holds: the renew interval,
-// margin and --no-renew of the plan; every acknowledgment moves the
-// watchdog's stop time (through the HeldSet, once there is one).
+// margin and --no-renew of the plan; every acknowledgment wakes the loop,
+// which moves the watchdog's stop time.
 func (r *Runner) holdOptions() []fencing.Option {
 	p := r.p
 	o := []fencing.Option{fencing.WithRenewInterval(p.interval), fencing.WithMargin(p.margin),
@@ -121,9 +125,7 @@ func (r *Runner) holdOptions() []fencing.Option {
 				r.verbosef("renewal %d failed: %v", h.Stats().Consecutive, err)
 				return
 			}
-			if hs := r.hsPtr.Load(); hs != nil {
-				hs.Renewed()
-			}
+			poke(r.renewed)
 			r.failuresBack(h) // an acknowledgment: the coordinator is reachable
 		})}
 	if p.NoRenew {
@@ -143,11 +145,4 @@ func (r *Runner) commandEnv(deadline clock.Boot) map[string]string {
 		m["FENCE_DEADLINE"] = deadlineVar(deadline)
 	}
 	return m
-}
-
-// useHolds makes hs the leases of the run: each later earliest safe-until
-// moves the watchdog's stop time (act).
-func (r *Runner) useHolds(hs *HeldSet) {
-	r.hs = hs
-	r.hsPtr.Store(hs)
 }

@@ -10,28 +10,22 @@ import (
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
-// leaseWatch is the coordinator's notice that the lease has ended, or that
-// its holder is asked to stop (Coordinator.WatchLease; etcd: a watch on the
-// lease's key; local: on the lock's lock file), so that a revoke stops the
-// command at once rather than at the next renewal. Without it the renewals
-// find a revoked lease out, as they always do; with it they still do,
-// should the watch fail.
-type leaseWatch struct {
-	ch     <-chan error // nil when there is no watch, or once it has spoken
-	all    <-chan error // the watch's channel, drained by stop
-	cancel context.CancelFunc
-}
-
-// watchLease starts the watch of the run's own leases, once the command
-// has started: it adds nothing to the start-up. At most one per run. The
-// first notice of each lease is passed on, naming its hold.
+// watchLease starts the coordinator's watch of the run's own leases
+// (Coordinator.WatchLease; etcd: a watch on the lease's key; local: on the
+// lock's lock file), once the command has started: it adds nothing to the
+// start-up. The first notice that a lease has ended, or that its holder is
+// asked to stop, ends the HeldSet's context with lostNotice's error, as a
+// renewal that found the lease lost does, so that a revoke stops the
+// command at once rather than at the next renewal. Without the watch the
+// renewals find a revoked lease out, as they always do; with it they still
+// do, should the watch fail. At most one per run; r.stopWatch ends it.
 func (r *Runner) watchLease(ctx context.Context) {
-	if r.lw.cancel != nil || r.p.Holds != nil {
+	if r.stopWatch != nil || r.p.Holds != nil {
 		return
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	out := make(chan error, len(r.hs.helds))
 	var wg sync.WaitGroup
+	var first sync.Once
 	for _, h := range r.hs.helds {
 		lease := h.Lease()
 		ch, err := r.c.WatchLease(wctx, lease.Name, lease.ID)
@@ -41,62 +35,38 @@ func (r *Runner) watchLease(ctx context.Context) {
 		}
 		wg.Go(func() {
 			for err := range ch {
-				if err == nil {
-					continue
-				}
-				select {
-				case out <- &leaseNotice{held: h, err: err}:
-				case <-wctx.Done():
+				if err != nil && wctx.Err() == nil {
+					first.Do(func() {
+						r.verbosef("the coordinator reports: lock %q: %v", lease.Name, err)
+						r.hs.cancel(lostNotice(h, err))
+					})
 				}
 			}
 		})
 	}
-	go func() {
+	// The watch ends before the lease is released: fence's own release
+	// must not read as a revocation.
+	r.stopWatch = func() {
+		cancel()
 		wg.Wait()
-		close(out)
-	}()
-	r.lw = leaseWatch{ch: out, all: out, cancel: cancel}
-}
-
-// leaseNotice is the watch's notice about one lease.
-type leaseNotice struct {
-	held *fencing.Held
-	err  error
-}
-
-func (n *leaseNotice) Error() string {
-	return fmt.Sprintf("lock %q: %v", n.held.Lease().Name, n.err)
-}
-
-func (n *leaseNotice) Unwrap() error { return n.err }
-
-// stop ends the watch and waits for it, before the lease is released: fence's
-// own release must not read as a revocation.
-func (w *leaseWatch) stop() {
-	if w.cancel == nil {
-		return
 	}
-	w.cancel()
-	for range w.all {
-	}
-	w.ch = nil
 }
 
-// lostNotice is the error of a lease the watch found ended: the same as a
-// renewal's report of a lost lease. When the hold knows better (fence was
-// paused past its safe-until, which is why the lease expired; or a renewal
-// found the loss first), that is the error.
-func lostNotice(n *leaseNotice) error {
-	h := n.held
+// lostNotice is the error of a lease the watch found ended (err, the
+// watch's notice about h): the same as a renewal's report of a lost lease.
+// When the hold knows better (fence was paused past its safe-until, which
+// is why the lease expired; or a renewal found the loss first), that is
+// the error.
+func lostNotice(h *fencing.Held, err error) error {
 	if herr := h.Check(); errors.Is(herr, coord.ErrLeaseLost) {
 		return herr
 	}
 	lease := h.Lease()
-	if errors.Is(n.err, coord.ErrStopRequested) {
-		return &revokedError{lock: lease.Name, token: lease.Token, err: n.err}
+	if errors.Is(err, coord.ErrStopRequested) {
+		return &revokedError{lock: lease.Name, token: lease.Token, err: err}
 	}
 	return &fencing.LostError{Reason: fencing.Lost, Lock: lease.Name, Token: lease.Token,
-		SafeUntil: h.Stats().SafeUntil, LastErr: n.err}
+		SafeUntil: h.Stats().SafeUntil, LastErr: err}
 }
 
 // revokedError is why a run stopped on a stop request (`fence revoke`

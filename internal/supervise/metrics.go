@@ -4,11 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -40,22 +39,19 @@ const (
 // the exporter usually runs as another user. A run that failed carries over
 // fence_run_last_success_timestamp_seconds from the file it replaces.
 func writeMetrics(path string, m *metrics) error {
-	// The families are built as client_model's protobufs and coded by
-	// expfmt, without client_golang's registry: linking client_golang's
-	// prometheus package would put its initialisation (default collectors,
-	// procfs) into every start of fence.
-	var fams []*dto.MetricFamily
-	add := func(name, help string, typ dto.MetricType, v float64) {
-		metric := &dto.Metric{Label: []*dto.LabelPair{{Name: ptr("lock"), Value: ptr(m.lock)}}}
-		if typ == dto.MetricType_COUNTER {
-			metric.Counter = &dto.Counter{Value: ptr(v)}
-		} else {
-			metric.Gauge = &dto.Gauge{Value: ptr(v)}
-		}
-		fams = append(fams, &dto.MetricFamily{Name: ptr(name), Help: ptr(help), Type: typ.Enum(), Metric: []*dto.Metric{metric}})
+	reg := prometheus.NewRegistry()
+	lock := prometheus.Labels{"lock": m.lock}
+	var err error // the first registration refused
+	gauge := func(name, help string, v float64) {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: lock})
+		g.Set(v)
+		err = cmp.Or(err, reg.Register(g))
 	}
-	gauge := func(name, help string, v float64) { add(name, help, dto.MetricType_GAUGE, v) }
-	counter := func(name, help string, v float64) { add(name, help, dto.MetricType_COUNTER, v) }
+	counter := func(name, help string, v int) {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: lock})
+		c.Add(float64(v))
+		err = cmp.Or(err, reg.Register(c))
+	}
 	b2f := func(b bool) float64 {
 		if b {
 			return 1
@@ -65,8 +61,8 @@ func writeMetrics(path string, m *metrics) error {
 	gauge("fence_run_exit_code", "Exit code of the last fence run.", float64(m.exitCode))
 	gauge("fence_run_duration_seconds", "How long the command ran.", m.duration.Seconds())
 	gauge("fence_lease_acquire_wait_seconds", "How long fence waited for the lock.", m.wait.Seconds())
-	counter("fence_lease_renewals_total", "Acknowledged lease renewals during the run.", float64(m.renewals))
-	counter("fence_lease_renewal_failures_total", "Failed lease renewal attempts during the run.", float64(m.failures))
+	counter("fence_lease_renewals_total", "Acknowledged lease renewals during the run.", m.renewals)
+	counter("fence_lease_renewal_failures_total", "Failed lease renewal attempts during the run.", m.failures)
 	gauge("fence_lease_lost", "1 if the lease was lost or became unsafe and the command was stopped.", b2f(m.lost))
 	gauge("fence_run_deadline_exceeded", "1 if the command was stopped at its deadline.", b2f(m.deadlineExceeded))
 	gauge("fence_lease_token", "Fencing token of the run's lease (0 if none was acquired).", float64(m.token))
@@ -90,31 +86,8 @@ func writeMetrics(path string, m *metrics) error {
 			gauge(lastCompletionName, "Unix time of the last recorded --once completion of the lock known to this file.", lastDone)
 		}
 	}
-
-	sort.Slice(fams, func(i, j int) bool { return fams[i].GetName() < fams[j].GetName() })
-	dir, base := filepath.Split(path)
-	tmp, err := os.CreateTemp(cmp.Or(dir, "."), "."+base+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write metrics file: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename: a no-op
-	enc := expfmt.NewEncoder(tmp, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, f := range fams {
-		if err = enc.Encode(f); err != nil {
-			break
-		}
-	}
 	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
+		err = prometheus.WriteToTextfile(path, reg)
 	}
 	if err != nil {
 		return fmt.Errorf("write metrics file %s: %w", path, err)
@@ -147,5 +120,3 @@ func previousGauge(path, name, lock string) float64 {
 	}
 	return 0
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -88,8 +88,6 @@ type Options struct {
 	// password) and FENCE_POSTGRES_SCHEMA for PostgreSQL. Inherited ones
 	// (locationVars) not named here are removed.
 	Location map[string]string
-	// Dir is the command's working directory ("": fence's).
-	Dir string
 
 	// Margin and RenewInterval tune the lease (0: fencing's defaults,
 	// fencing.DefaultMargin and TTL/3).

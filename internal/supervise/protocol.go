@@ -55,7 +55,6 @@ type spec struct {
 	Path string   `json:"path"`
 	Args []string `json:"args"`
 	Env  []string `json:"env"`
-	Dir  string   `json:"dir,omitempty"`
 	// Signal starts the stop sequence, SIGKILL follows after Grace.
 	Signal int           `json:"signal"`
 	Grace  time.Duration `json:"grace"`
@@ -193,10 +192,7 @@ func (p *orderPipe) take() (orders []order, ended bool) {
 		p.buf = p.buf[i+1:]
 	}
 	if !p.ended {
-		select {
-		case p.again <- struct{}{}: // the watcher may poll again
-		default:
-		}
+		poke(p.again) // the watcher may poll again
 	}
 	return orders, p.ended
 }

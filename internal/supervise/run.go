@@ -110,21 +110,6 @@ import (
 // forwarded are the signals fence passes on to the command's group.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
-// catchSignals starts catching the forwarded signals that are not ignored
-// (Start does, once), on a goroutine of its own: each costs a round trip to
-// the Go runtime's signal thread (the first one starts it), 0.1-0.5 ms in
-// all, which Start overlaps with the watchdog's start and the coordinator's
-// opening. run waits for it (caught) before anything else: a signal never
-// finds the lock acquired with no handler in place.
-func (r *Runner) catchSignals() {
-	r.caught = make(chan struct{})
-	r.sigs = make(chan os.Signal, 4)
-	go func() {
-		defer close(r.caught)
-		r.ignored = notifyForwarded(r.sigs)
-	}()
-}
-
 // notifyForwarded relays to sigs the forwarded signals that are not
 // ignored, and returns those that are.
 func notifyForwarded(sigs chan<- os.Signal) (ignored []int) {
@@ -136,12 +121,6 @@ func notifyForwarded(sigs chan<- os.Signal) (ignored []int) {
 		signal.Notify(sigs, s)
 	}
 	return ignored
-}
-
-// releaseSignals stops catching the forwarded signals.
-func (r *Runner) releaseSignals() {
-	<-r.caught
-	signal.Stop(r.sigs)
 }
 
 // Start checks opts and starts the watchdog process. The error (exit code
@@ -159,11 +138,14 @@ func Start(opts Options) (*Runner, error) {
 			return nil, fmt.Errorf("%w: --metrics-file %s: its directory does not exist", coord.ErrInvalid, p.MetricsFile)
 		}
 	}
-	r := &Runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}}
+	r := &Runner{p: p, m: metrics{lock: p.Lock, once: p.Once != ""}, renewed: make(chan struct{}, 1)}
 	r.setStreams()
-	r.catchSignals() // beside the watchdog's start and the coordinator's opening
+	// Caught before anything else: a signal never finds the lock acquired
+	// with no handler in place.
+	r.sigs = make(chan os.Signal, 4)
+	r.ignored = notifyForwarded(r.sigs)
 	if err := r.startWatchdog(); err != nil {
-		r.releaseSignals()
+		signal.Stop(r.sigs)
 		return nil, err
 	}
 	return r, nil
@@ -214,7 +196,7 @@ func (r *Runner) Run(ctx context.Context, c coord.Coordinator) (int, error) {
 // itself.
 func (r *Runner) Close() {
 	if r.used.CompareAndSwap(false, true) {
-		r.releaseSignals()
+		signal.Stop(r.sigs)
 		r.closeWatchdog()
 	}
 }
@@ -233,9 +215,7 @@ type Runner struct {
 	used atomic.Bool // Run or Close was called
 	p    *plan
 
-	// The signals fence forwards (catchSignals): caught is closed once
-	// sigs receives them, ignored are those found ignored at the start.
-	caught  chan struct{}
+	// The signals fence forwards, and those found ignored at the start.
 	sigs    chan os.Signal
 	ignored []int
 
@@ -244,10 +224,10 @@ type Runner struct {
 	log    *slog.Logger // fence's own lines, on stderr
 	m      metrics
 
-	// hs is the leases the command runs under (hsPtr: for the renewal
-	// goroutine).
-	hs    *HeldSet
-	hsPtr atomic.Pointer[HeldSet]
+	// hs is the leases the command runs under; renewed wakes the loop
+	// when one was renewed (its HeldSet's, for Options.Holds).
+	hs      *HeldSet
+	renewed chan struct{}
 	// hist records renewal failures as they are found to be over (see
 	// failuresBack).
 	hist failureRecorder
@@ -266,7 +246,7 @@ type Runner struct {
 	// end is what the watchdog reported and fence found, for outcome.
 	end       ending
 	attaching sync.WaitGroup
-	lw        leaseWatch // the coordinator's notice of the lease's end
+	stopWatch func() // ends the coordinator's watch of the leases (watchLease)
 
 	// The supervision loop's state besides the phase: when the stop
 	// sequence must start unless extended (the watchdog was told), the
@@ -316,11 +296,10 @@ func (r *Runner) run(ctx context.Context) (int, error) {
 
 	// Signals: forwarded to the command once it runs; before, they end the
 	// wait for the lock.
-	<-r.caught
-	defer r.releaseSignals()
+	defer signal.Stop(r.sigs)
 
 	if p.Holds != nil {
-		r.useHolds(p.Holds)
+		r.hs, r.renewed = p.Holds, p.Holds.renewed
 		r.verbosef("running under %d leases of %q, safe until the earliest", len(p.Holds.helds), p.Lock)
 		return r.supervise(ctx, path, args, env)
 	}
@@ -422,7 +401,7 @@ func (r *Runner) acquire(ctx context.Context) (release func(context.Context) err
 		releaseBounded(ctx, release)
 		return nil, code, err
 	}
-	r.useHolds(hs)
+	r.hs = hs
 	waited := r.m.wait.Round(time.Millisecond)
 	if len(p.Locks) == 0 {
 		l := hs.helds[0].Lease()
@@ -630,7 +609,7 @@ func (r *Runner) supervise(ctx context.Context, path string, args, env []string)
 	}
 	env = setEnv(env, r.commandEnv(r.deadline))
 	sp := &spec{
-		Path: path, Args: args, Env: env, Dir: p.Dir,
+		Path: path, Args: args, Env: env,
 		Signal: int(p.signal), Grace: p.grace,
 		LeaseStop: r.leaseStop, Deadline: r.deadline,
 		Ignore:     r.ignored,
@@ -645,7 +624,11 @@ func (r *Runner) supervise(ctx context.Context, path string, args, env []string)
 	r.orders.push(order{Op: opStart, Spec: sp})
 	r.phase = r.phase.next(stepStart)
 
-	defer r.lw.stop()
+	defer func() {
+		if r.stopWatch != nil {
+			r.stopWatch()
+		}
+	}()
 	r.heldDone, r.ctxDone = r.hs.Context().Done(), ctx.Done()
 	for {
 		now := clock.Now()
@@ -740,14 +723,14 @@ func (r *Runner) schedule() schedule {
 }
 
 // await sleeps from now until wake, a renewal, a report of the watchdog
-// (or their end), the end of the hold, a notice of the lease watch, the end of
-// ctx or a signal to forward, and takes it in.
+// (or their end), the end of the hold (a lease lost, or the lease watch's
+// notice), the end of ctx or a signal to forward, and takes it in.
 func (r *Runner) await(ctx context.Context, now, wake clock.Boot) {
 	t := time.NewTimer(wake.Sub(now))
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-r.hs.renewed: // act tells the watchdog
+	case <-r.renewed: // act tells the watchdog
 	case rep, ok := <-r.reports:
 		if !ok {
 			r.reports = nil
@@ -756,16 +739,10 @@ func (r *Runner) await(ctx context.Context, now, wake clock.Boot) {
 		r.report(ctx, rep)
 	case <-r.heldDone:
 		r.heldDone = nil
-		cause := context.Cause(r.hs.Context())
-		if errors.Is(cause, coord.ErrLeaseLost) {
+		// A lease lost, or the watch's notice that one ended or that its
+		// holder is asked to stop (not HeldSet.Close).
+		if cause := context.Cause(r.hs.Context()); cause != context.Canceled {
 			r.end.lostErr = cmp.Or(r.end.lostErr, cause)
-			r.startStop(reasonLost, clock.Now())
-		}
-	case err := <-r.lw.ch:
-		r.lw.ch = nil
-		if n, ok := err.(*leaseNotice); ok {
-			r.end.lostErr = cmp.Or(r.end.lostErr, lostNotice(n))
-			r.verbosef("the coordinator reports: %v", err)
 			r.startStop(reasonLost, clock.Now())
 		}
 	case <-r.ctxDone:
@@ -787,15 +764,13 @@ func (r *Runner) report(ctx context.Context, rep report) {
 		r.watchLease(ctx)
 		pi := coord.ProcessInfo{PIDs: []int{os.Getpid(), r.wd.Process.Pid}, PGID: rep.PGID}
 		for _, lease := range r.hs.Leases() {
-			r.attaching.Add(1)
-			go func() {
-				defer r.attaching.Done()
+			r.attaching.Go(func() {
 				actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				defer cancel()
 				if err := r.c.AttachProcess(actx, lease.Name, lease.ID, pi); err != nil {
 					r.verbosef("could not record the command's process group with the lease: %v", err)
 				}
-			}()
+			})
 		}
 	case evExecError:
 		r.end.execErr = &rep
@@ -948,7 +923,7 @@ func (q *orderQueue) push(o order) {
 		q.pending = append(q.pending, o)
 	}
 	q.mu.Unlock()
-	q.poke()
+	poke(q.wake)
 }
 
 // close writes what is pending, then closes the pipe.
@@ -956,16 +931,8 @@ func (q *orderQueue) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
-	q.poke()
+	poke(q.wake)
 	<-q.done
-}
-
-// poke wakes the writing goroutine.
-func (q *orderQueue) poke() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (q *orderQueue) loop() {
@@ -999,11 +966,7 @@ func resolve(p *plan, env []string) (string, []string, error) {
 	name := p.Command[0]
 	args := append([]string(nil), p.Command...)
 	if strings.Contains(name, "/") {
-		full := name
-		if !filepath.IsAbs(full) && p.Dir != "" {
-			full = filepath.Join(p.Dir, full)
-		}
-		if err := executable(full); err != nil {
+		if err := executable(name); err != nil {
 			return "", nil, fmt.Errorf("%s: %w", name, err)
 		}
 		return name, args, nil
@@ -1017,12 +980,8 @@ func resolve(p *plan, env []string) (string, []string, error) {
 	var denied error
 	for _, dir := range filepath.SplitList(pathVar) {
 		full := filepath.Join(cmp.Or(dir, "."), name)
-		if !filepath.IsAbs(full) {
-			base := p.Dir
-			if base == "" {
-				base, _ = os.Getwd()
-			}
-			full = filepath.Join(base, full)
+		if abs, err := filepath.Abs(full); err == nil {
+			full = abs // an empty or relative entry: fence's directory
 		}
 		switch err := executable(full); {
 		case err == nil:

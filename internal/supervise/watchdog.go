@@ -142,63 +142,37 @@ type watchdog struct {
 	fenceGone bool       // the order pipe ended while the command's tree lived
 }
 
+// run gets ready to start the command while fence acquires the lock
+// (become the subreaper of its tree, find where its cgroup goes), waits for
+// the start order, starts the command and watches it.
 func (w *watchdog) run() error {
 	// The watchdog is in a process group of its own, so signals aimed at
 	// fence's group (a terminal's ^C, ^Z, timeout(1)) do not reach it; those
 	// sent to it by PID (pkill fence) are caught and dropped: fence forwards
 	// what the command should get. They are caught, not ignored, so that the
 	// command starts with them at default, except those fence itself found
-	// ignored (spec.Ignore).
-	//
-	// Catching a signal costs a round trip to the Go runtime's signal
-	// thread, which the first one starts: for these eight, 0.1-0.5 ms on an
-	// idle machine and about 1 ms while fence and the watchdog start side
-	// by side, which made the watchdog late for the start order of an
-	// uncontended run. So they are caught beside the rest of the
-	// preparation, and that is done before the start order is carried out
-	// (and before spec.Ignore, which must come after it). The window in
-	// which a signal finds no handler yet is the same: from the exec to
-	// the end of these calls.
+	// ignored (spec.Ignore, applied after these calls).
 	sigs := make(chan os.Signal, 8)
 	chld := make(chan os.Signal, 1)
-	caught := make(chan struct{})
-	go func() {
-		defer close(caught)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-			syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
-		signal.Notify(chld, syscall.SIGCHLD)
-	}()
-	if started, err := w.prepareAndStart(caught); !started {
-		return err
-	}
-	return w.watch(sigs, chld)
-}
-
-// prepareAndStart gets ready to start the command while fence acquires the
-// lock (become the subreaper of its tree, find where its cgroup goes),
-// waits for the start order (caught: the signals are caught) and starts
-// it. It reports whether the command runs.
-func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+	signal.Notify(chld, syscall.SIGCHLD)
 	subreaper := becomeSubreaper()
 	w.cgBase, _ = ownCgroupDir()
 
 	later := w.waitStart()
-	<-caught
 	if w.phase == phaseDone {
-		return false, nil
+		return nil
 	}
 	w.leaseStop = w.sp.LeaseStop
 	for _, s := range w.sp.Ignore {
 		signal.Ignore(syscall.Signal(s))
 	}
 	if subreaper != nil {
-		return false, fmt.Errorf("become a child subreaper: %w", subreaper)
+		return fmt.Errorf("become a child subreaper: %w", subreaper)
 	}
-	if err := w.start(); err != nil {
-		return false, err
-	}
-	if w.leader == 0 {
-		return false, nil // exec failed and was reported
+	if err := w.start(); err != nil || w.leader == 0 {
+		return err // no leader: exec failed and was reported
 	}
 	w.phase = w.phase.next(stepStart)
 	for _, o := range later {
@@ -209,7 +183,7 @@ func (w *watchdog) prepareAndStart(caught <-chan struct{}) (bool, error) {
 		// rather than on the way to it.
 		sweepCgroups(w.cgBase, w.self)
 	}
-	return true, nil
+	return w.watch(sigs, chld)
 }
 
 // watch supervises the running command until its whole tree is gone:
@@ -395,7 +369,6 @@ func (w *watchdog) start() error {
 		}
 	}
 	attr := &syscall.ProcAttr{
-		Dir:   sp.Dir,
 		Env:   sp.Env,
 		Files: []uintptr{0, 1, 2},
 		Sys:   sysProcAttr(sp.Foreground, w.cg),
