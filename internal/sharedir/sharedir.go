@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -253,6 +254,36 @@ func (m Mode) EnsureDir(path string, parents bool) (created bool, err error) {
 		return false, err
 	}
 	return created, m.CheckDir(path, fi)
+}
+
+// OfSubdir returns how the state directory around dir (its parent) is
+// shared, creating it (0700) when missing, and checks dir with EnsureDir
+// (a new one is made durable): the opening of a store that keeps its files in one directory of the
+// state directory.
+func OfSubdir(dir string) (Mode, error) {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return Mode{}, err
+	}
+	m, err := OfDir(parent)
+	if err != nil {
+		return m, err
+	}
+	created, err := m.EnsureDir(dir, false)
+	if err == nil && created {
+		err = syncDir(parent) // the new directory's entry is durable
+	}
+	return m, err
+}
+
+// syncDir fsyncs a directory, making its entries durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // CheckFile checks a file of the tree, open as fd (-1: only checked, never
