@@ -39,7 +39,7 @@ import (
 type Mode struct {
 	Group bool // shared by the members of GID
 	GID   int
-	// Dir is the state directory (set by Of), named in the repair
+	// Dir is the state directory (set by OfDir), named in the repair
 	// commands of messages.
 	Dir string
 }
@@ -60,10 +60,14 @@ type refusedError struct{ msg string }
 func (e *refusedError) Error() string        { return e.msg }
 func (e *refusedError) Is(target error) bool { return target == ErrRefused }
 
-// Of decides how the state directory path, described by fi (an Lstat of
-// it), is shared; it refuses a directory the current user may not use. It
-// does not change the directory.
-func Of(path string, fi os.FileInfo) (Mode, error) {
+// OfDir decides how the state directory at path is shared; it refuses a
+// directory the current user may not use, a symbolic link (not followed) and
+// a non-directory. It does not change the directory.
+func OfDir(path string) (Mode, error) {
+	fi, err := lstatDir(path)
+	if err != nil {
+		return Mode{}, err
+	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return Mode{}, nil
@@ -84,16 +88,6 @@ func Of(path string, fi os.FileInfo) (Mode, error) {
 			path, st.Uid, os.Geteuid(), ModeText(mode), SetupHint)
 	}
 	return Mode{Dir: path}, nil
-}
-
-// OfDir is Of on the state directory at path, which must exist (it is not
-// followed when it is a symbolic link).
-func OfDir(path string) (Mode, error) {
-	fi, err := lstatDir(path)
-	if err != nil {
-		return Mode{}, err
-	}
-	return Of(path, fi)
 }
 
 // lstatDir is the Lstat of path, refused when it is a symbolic link or not
@@ -121,7 +115,7 @@ func (m Mode) FilePerm() os.FileMode {
 
 // CheckDir checks a directory of the tree described by fi: one of the
 // current user's is set to the tree's mode (and group); another user's must
-// have them already. (The state directory itself is judged by Of.)
+// have them already. (The state directory itself is judged by OfDir.)
 func (m Mode) CheckDir(path string, fi os.FileInfo) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
