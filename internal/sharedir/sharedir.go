@@ -25,6 +25,7 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +39,7 @@ import (
 type Mode struct {
 	Group bool // shared by the members of GID
 	GID   int
-	// Dir is the state directory (set by Of), named in the repair
+	// Dir is the state directory (set by OfDir), named in the repair
 	// commands of messages.
 	Dir string
 }
@@ -59,10 +60,14 @@ type refusedError struct{ msg string }
 func (e *refusedError) Error() string        { return e.msg }
 func (e *refusedError) Is(target error) bool { return target == ErrRefused }
 
-// Of decides how the state directory path, described by fi (an Lstat of
-// it), is shared; it refuses a directory the current user may not use. It
-// does not change the directory.
-func Of(path string, fi os.FileInfo) (Mode, error) {
+// OfDir decides how the state directory at path is shared; it refuses a
+// directory the current user may not use, a symbolic link (not followed) and
+// a non-directory. It does not change the directory.
+func OfDir(path string) (Mode, error) {
+	fi, err := lstatDir(path)
+	if err != nil {
+		return Mode{}, err
+	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return Mode{}, nil
@@ -83,16 +88,6 @@ func Of(path string, fi os.FileInfo) (Mode, error) {
 			path, st.Uid, os.Geteuid(), ModeText(mode), SetupHint)
 	}
 	return Mode{Dir: path}, nil
-}
-
-// OfDir is Of on the state directory at path, which must exist (it is not
-// followed when it is a symbolic link).
-func OfDir(path string) (Mode, error) {
-	fi, err := lstatDir(path)
-	if err != nil {
-		return Mode{}, err
-	}
-	return Of(path, fi)
 }
 
 // lstatDir is the Lstat of path, refused when it is a symbolic link or not
@@ -120,7 +115,7 @@ func (m Mode) FilePerm() os.FileMode {
 
 // CheckDir checks a directory of the tree described by fi: one of the
 // current user's is set to the tree's mode (and group); another user's must
-// have them already. (The state directory itself is judged by Of.)
+// have them already. (The state directory itself is judged by OfDir.)
 func (m Mode) CheckDir(path string, fi os.FileInfo) error {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
@@ -253,6 +248,36 @@ func (m Mode) EnsureDir(path string, parents bool) (created bool, err error) {
 		return false, err
 	}
 	return created, m.CheckDir(path, fi)
+}
+
+// OfSubdir returns how the state directory around dir (its parent) is
+// shared, creating it (0700) when missing, and checks dir with EnsureDir
+// (a new one is made durable): the opening of a store that keeps its files in one directory of the
+// state directory.
+func OfSubdir(dir string) (Mode, error) {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return Mode{}, err
+	}
+	m, err := OfDir(parent)
+	if err != nil {
+		return m, err
+	}
+	created, err := m.EnsureDir(dir, false)
+	if err == nil && created {
+		err = syncDir(parent) // the new directory's entry is durable
+	}
+	return m, err
+}
+
+// syncDir fsyncs a directory, making its entries durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // CheckFile checks a file of the tree, open as fd (-1: only checked, never

@@ -109,3 +109,40 @@ func TestCheckFileShared(t *testing.T) {
 		}
 	}
 }
+
+// TestOfSubdir: a store's directory and its missing state directory are
+// created 0700 (whatever the umask); in a shared state directory the store's
+// is made 2770, of its group; a symbolic link is refused.
+func TestOfSubdir(t *testing.T) {
+	old := unix.Umask(0o022)
+	defer unix.Umask(old)
+	dir := filepath.Join(t.TempDir(), "state", "store")
+	m, err := OfSubdir(dir)
+	if err != nil || m.Group {
+		t.Fatalf("OfSubdir(new) = %+v, %v; want a private mode", m, err)
+	}
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if fi, err := os.Lstat(d); err != nil || fi.Mode() != os.ModeDir|0o700 {
+			t.Errorf("%s: %v, %v; want a directory 0700", d, fi.Mode(), err)
+		}
+	}
+
+	shared := t.TempDir()
+	if err := os.Chmod(shared, os.ModeSetgid|0o770); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = OfSubdir(filepath.Join(shared, "store")); err != nil || !m.Group {
+		t.Fatalf("OfSubdir(in a shared directory) = %+v, %v; want the group's mode", m, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(shared, "store")); err != nil || fi.Mode() != os.ModeDir|os.ModeSetgid|0o770 {
+		t.Errorf("store in a shared directory: %v, %v; want 2770", fi.Mode(), err)
+	}
+
+	link := filepath.Join(filepath.Dir(dir), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OfSubdir(link); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("OfSubdir(symbolic link) = %v, want a refusal naming the link", err)
+	}
+}

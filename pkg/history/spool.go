@@ -68,30 +68,13 @@ type spool struct {
 	log *slog.Logger
 }
 
-// share checks the spool directory and its parent (the state directory
-// that decides how it is shared), creating them when missing.
-func (s *spool) share() (m sharedir.Mode, err error) {
-	parent := filepath.Dir(s.dir)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return m, err
-	}
-	if m, err = sharedir.OfDir(parent); err != nil {
-		return m, err
-	}
-	created, err := m.EnsureDir(s.dir, false)
-	if err == nil && created {
-		err = atomicfile.SyncDir(parent)
-	}
-	return m, err
-}
-
 // keep writes evs durably into a new spool file, then drops the oldest
 // files beyond the bounds. It returns the number of events dropped.
 func (s *spool) keep(evs []Event) (dropped int, err error) {
 	if len(evs) == 0 {
 		return 0, nil
 	}
-	m, err := s.share()
+	m, err := sharedir.OfSubdir(s.dir)
 	if err != nil {
 		return 0, err
 	}
@@ -173,7 +156,7 @@ func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 	if entries, err := os.ReadDir(s.dir); errors.Is(err, fs.ErrNotExist) || err == nil && len(entries) == 0 {
 		return 0, nil
 	}
-	m, err := s.share()
+	m, err := sharedir.OfSubdir(s.dir)
 	if err != nil {
 		return 0, err
 	}

@@ -164,15 +164,10 @@ func (c *coordinator) Completions(ctx context.Context, lock string) ([]coord.Com
 	return out, nil
 }
 
-// retain sets the record's times (Finished defaults to now, Expires is
-// retention keep from now) and grants the etcd lease that keeps it.
+// retain sets the record's times (coordkit.Stamp) and grants the etcd
+// lease that keeps it.
 func (c *coordinator) retain(ctx context.Context, op string, rec coord.Completion, keep time.Duration) (coord.Completion, clientv3.LeaseID, error) {
-	keep = coordkit.KeepOrDefault(keep)
-	now := time.Now()
-	if rec.Finished.IsZero() {
-		rec.Finished = now
-	}
-	rec.Expires = now.Add(keep)
+	rec, keep = coordkit.Stamp(rec, keep)
 	ret, err := c.cli.Grant(ctx, seconds(keep))
 	if err != nil {
 		return rec, 0, c.mapErr(ctx, op, err)
@@ -196,16 +191,10 @@ func decodeCompletion(lock string, v []byte) (coord.Completion, bool) {
 	return rec, true
 }
 
-// checkOnce checks the arguments of a call on the records of (lock, key),
-// and fails it on a closed coordinator.
+// checkOnce is coordkit.CheckOnce, and fails the call on a closed
+// coordinator.
 func (c *coordinator) checkOnce(lock, key string, keep time.Duration) error {
-	if err := coord.ValidateName(lock); err != nil {
-		return err
-	}
-	if err := coord.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := coord.ValidateKeep(keep); err != nil {
+	if err := coordkit.CheckOnce(lock, key, keep); err != nil {
 		return err
 	}
 	return c.check()

@@ -44,7 +44,7 @@ func (c *coordinator) oncePath(name, key string) string {
 
 // Completion returns the record of (lock, key).
 func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
-	if err := checkOnce(lock, key, 0); err != nil {
+	if err := coordkit.CheckOnce(lock, key, 0); err != nil {
 		return coord.Completion{}, false, err
 	}
 	if err := c.ready(ctx); err != nil {
@@ -63,7 +63,7 @@ func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 // Complete writes rec under the flock of rec.Lock when leaseID is its live
 // holder.
 func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
+	if err := coordkit.CheckOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	return c.update(ctx, c.files(rec.Lock), func(st *state) (stateWrite, error) {
@@ -84,7 +84,7 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 
 // Mark writes rec without a lease, under the lock's flock.
 func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
+	if err := coordkit.CheckOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	return c.update(ctx, c.files(rec.Lock), func(*state) (stateWrite, error) {
@@ -94,7 +94,7 @@ func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 
 // Forget removes the record of (lock, key).
 func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
-	if err := checkOnce(lock, key, 0); err != nil {
+	if err := coordkit.CheckOnce(lock, key, 0); err != nil {
 		return false, err
 	}
 	var removed bool
@@ -187,16 +187,7 @@ func (c *coordinator) prune(lock string) ([]coord.Completion, error) {
 // fsync) and prunes the lock's expired records. The caller holds the lock's
 // flock.
 func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) error {
-	keep = coordkit.KeepOrDefault(keep)
-	if rec.Finished.IsZero() {
-		rec.Finished = time.Now()
-	}
-	rec.Expires = rec.Finished.Add(keep)
-	if rec.Finished.Before(time.Now()) {
-		// Retention counts from now at the latest: a record written late
-		// (marked for a run long past) is still kept for keep.
-		rec.Expires = time.Now().Add(keep)
-	}
+	rec, _ = coordkit.Stamp(rec, keep)
 	dir := c.onceDir(rec.Lock)
 	if err := ensureDirs(c.share, filepath.Dir(dir), dir); err != nil {
 		return err
@@ -230,14 +221,4 @@ func (c *coordinator) readRecord(path, lock string) (coord.Completion, bool, err
 		return coord.Completion{}, false, unavailable("lock %q: completion record %s belongs to lock %q, key %q", lock, path, rec.Lock, rec.Key)
 	}
 	return rec, true, nil
-}
-
-func checkOnce(lock, key string, keep time.Duration) error {
-	if err := coord.ValidateName(lock); err != nil {
-		return err
-	}
-	if err := coord.ValidateKey(key); err != nil {
-		return err
-	}
-	return coord.ValidateKeep(keep)
 }

@@ -84,19 +84,9 @@ func scanCompletion(r pgx.CollectableRow) (coord.Completion, error) {
 	return rec, err
 }
 
-func checkOnce(lock, key string, keep time.Duration) error {
-	if err := coord.ValidateName(lock); err != nil {
-		return err
-	}
-	if err := coord.ValidateKey(key); err != nil {
-		return err
-	}
-	return coord.ValidateKeep(keep)
-}
-
 // Completion reads the record of (lock, key).
 func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.Completion, bool, error) {
-	if err := checkOnce(lock, key, 0); err != nil {
+	if err := coordkit.CheckOnce(lock, key, 0); err != nil {
 		return coord.Completion{}, false, err
 	}
 	recs, err := c.completions(ctx, "SELECT "+completionCols+" FROM {s}.completions WHERE lock = $1 AND key = $2 AND expires > now()", lock, key)
@@ -125,9 +115,7 @@ func (c *coordinator) write(ctx context.Context, tx pgx.Tx, rec coord.Completion
 	if !rec.Started.IsZero() {
 		started = rec.Started.UnixNano()
 	}
-	if rec.Finished.IsZero() {
-		rec.Finished = time.Now()
-	}
+	rec, keep = coordkit.Stamp(rec, keep) // Expires is now() + keep, the server's
 	cond := "WHERE {s}.completions.expires <= now()"
 	if replace {
 		cond = ""
@@ -135,14 +123,14 @@ func (c *coordinator) write(ctx context.Context, tx pgx.Tx, rec coord.Completion
 	_, err := tx.Exec(ctx, c.SQL(`INSERT INTO {s}.completions (`+completionCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, now() + $7 * interval '1 millisecond')
 		ON CONFLICT (lock, key) DO UPDATE SET holder = $3, token = $4, started_ns = $5, finished_ns = $6, expires = EXCLUDED.expires `+cond),
-		rec.Lock, rec.Key, rec.Holder, int64(rec.Token), started, rec.Finished.UnixNano(), coordkit.KeepOrDefault(keep).Milliseconds())
+		rec.Lock, rec.Key, rec.Holder, int64(rec.Token), started, rec.Finished.UnixNano(), keep.Milliseconds())
 	return err
 }
 
 // Complete writes the record in the transaction that checks that the lease
 // still holds the lock (its row, locked against takeover until commit).
 func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
+	if err := coordkit.CheckOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	id, err := parseID(leaseID)
@@ -165,7 +153,7 @@ func (c *coordinator) Complete(ctx context.Context, leaseID string, rec coord.Co
 
 // Mark writes rec without a lease, replacing the record of its key.
 func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.Duration) error {
-	if err := checkOnce(rec.Lock, rec.Key, keep); err != nil {
+	if err := coordkit.CheckOnce(rec.Lock, rec.Key, keep); err != nil {
 		return err
 	}
 	return c.tx(ctx, c.pool, "once", func(tx pgx.Tx) error { return c.write(ctx, tx, rec, keep, true) })
@@ -173,7 +161,7 @@ func (c *coordinator) Mark(ctx context.Context, rec coord.Completion, keep time.
 
 // Forget removes the record of (lock, key).
 func (c *coordinator) Forget(ctx context.Context, lock, key string) (bool, error) {
-	if err := checkOnce(lock, key, 0); err != nil {
+	if err := coordkit.CheckOnce(lock, key, 0); err != nil {
 		return false, err
 	}
 	tag, err := c.pool.Exec(ctx, c.SQL("DELETE FROM {s}.completions WHERE lock = $1 AND key = $2 AND expires > now()"), lock, key)

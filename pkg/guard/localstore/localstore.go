@@ -69,22 +69,10 @@ func openStore(stateDir string) (*store, error) {
 	if stateDir == "" {
 		return nil, fmt.Errorf("%w: empty state directory", coord.ErrInvalid)
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
-	}
-	share, err := sharedir.OfDir(stateDir)
-	if err != nil {
-		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
-	}
 	dir := filepath.Join(stateDir, dirName)
-	created, err := share.EnsureDir(dir, false)
+	share, err := sharedir.OfSubdir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
-	}
-	if created {
-		if err := atomicfile.SyncDir(stateDir); err != nil {
-			return nil, fmt.Errorf("%w: guard store: %w", coord.ErrUnavailable, err)
-		}
 	}
 	return &store{dir: dir, share: share}, nil
 }

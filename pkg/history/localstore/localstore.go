@@ -127,22 +127,10 @@ func Open(stateDir string, opts ...history.Option) (history.Store, error) {
 	if stateDir == "" {
 		return nil, fmt.Errorf("%w: empty state directory", coord.ErrInvalid)
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, unavailable("history store: %w", err)
-	}
-	share, err := sharedir.OfDir(stateDir)
-	if err != nil {
-		return nil, unavailable("history store: %w", err)
-	}
 	dir := filepath.Join(stateDir, dirName)
-	created, err := share.EnsureDir(dir, false)
+	share, err := sharedir.OfSubdir(dir)
 	if err != nil {
 		return nil, unavailable("history store: %w", err)
-	}
-	if created {
-		if err := atomicfile.SyncDir(stateDir); err != nil {
-			return nil, unavailable("history store: %w", err)
-		}
 	}
 	return &store{dir: dir, opts: o, share: share, bad: map[string]bool{}}, nil
 }

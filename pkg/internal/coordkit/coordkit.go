@@ -1,7 +1,8 @@
 // Package coordkit holds what the coordinator backends (pkg/coord/local,
 // pkg/coord/etcd, pkg/coord/postgres) and the packages built on them share
 // beyond the coord API: the check of an Acquire's arguments, the limit
-// that binds a lock, the errors of a limited or mismatched acquisition.
+// that binds a lock, the errors of a limited or mismatched acquisition,
+// the check and the times of a completion record.
 // Nothing of it is part of the library's API.
 package coordkit
 
@@ -68,12 +69,33 @@ func ValidateProcess(p coord.ProcessInfo) error {
 	return nil
 }
 
-// KeepOrDefault is keep, or coord.DefaultKeep when keep is 0.
-func KeepOrDefault(keep time.Duration) time.Duration {
-	if keep == 0 {
-		return coord.DefaultKeep
+// CheckOnce checks the arguments of a call on the completion record of
+// (lock, key) kept for keep (0 where nothing is written), each refusal an
+// error wrapping coord.ErrInvalid.
+func CheckOnce(lock, key string, keep time.Duration) error {
+	if err := coord.ValidateName(lock); err != nil {
+		return err
 	}
-	return keep
+	if err := coord.ValidateKey(key); err != nil {
+		return err
+	}
+	return coord.ValidateKeep(keep)
+}
+
+// Stamp returns rec as written now to be kept for keep (0:
+// coord.DefaultKeep), and that retention: Finished is now when unset, and
+// Expires is keep from now (the retention counts from the write, also for
+// a record marked for a run long past). The backends drop the record then.
+func Stamp(rec coord.Completion, keep time.Duration) (coord.Completion, time.Duration) {
+	if keep == 0 {
+		keep = coord.DefaultKeep
+	}
+	now := time.Now()
+	if rec.Finished.IsZero() {
+		rec.Finished = now
+	}
+	rec.Expires = now.Add(keep)
+	return rec, keep
 }
 
 // SlotsOf is the number of slots a LockInfo or AcquireOptions value n

@@ -37,3 +37,32 @@ func TestCheckAcquire(t *testing.T) {
 		}
 	}
 }
+
+// TestStamp: a record's retention counts from its write, whatever its
+// Finished (unset: now; long past; in the future, as a clock ahead of this
+// one may write); 0 is coord.DefaultKeep.
+func TestStamp(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		name     string
+		finished time.Time
+		keep     time.Duration
+		want     time.Duration
+	}{
+		{"unset", time.Time{}, time.Hour, time.Hour},
+		{"default", now, 0, coord.DefaultKeep},
+		{"past", now.Add(-48 * time.Hour), time.Hour, time.Hour},
+		{"future", now.Add(time.Hour), time.Hour, time.Hour},
+	} {
+		rec, keep := Stamp(coord.Completion{Lock: "l", Key: "k", Finished: c.finished}, c.keep)
+		if keep != c.want {
+			t.Errorf("%s: keep %v, want %v", c.name, keep, c.want)
+		}
+		if d := rec.Expires.Sub(now); d < c.want || d > c.want+time.Minute {
+			t.Errorf("%s: expires %v after the write, want %v", c.name, d, c.want)
+		}
+		if c.finished.IsZero() && rec.Finished.Sub(now) > time.Minute || !c.finished.IsZero() && !rec.Finished.Equal(c.finished) {
+			t.Errorf("%s: finished %v, want %v (now when unset)", c.name, rec.Finished, c.finished)
+		}
+	}
+}
