@@ -365,19 +365,6 @@ func (c *coordinator) store(f lockFiles, st *state, sync bool) error {
 // syncDir fsyncs a directory (a variable for the tests).
 var syncDir = atomicfile.SyncDir
 
-// writeRecord overwrites the lease record of the open state file whose
-// bytes are raw, without fsync. It returns false, writing nothing, when the
-// file has no record at its place (a state of format 1) or volatile writes
-// are not allowed: the caller then replaces the whole state.
-func writeRecord(file *os.File, raw []byte, r record) (bool, error) {
-	if file == nil || !volatileOK() || !hasRecord(raw) {
-		return false, nil
-	}
-	var buf [recordLen]byte
-	_, err := file.WriteAt(r.append(buf[:0]), int64(recordOffset))
-	return err == nil, err
-}
-
 // hasRecord reports whether a state file's bytes have a lease record at
 // recordOffset.
 func hasRecord(raw []byte) bool {
@@ -476,28 +463,19 @@ func (c *coordinator) write(f lockFiles, st *state, raw []byte, file *os.File, t
 	case noChange:
 		return nil
 	case recordOnly:
-		if !volatileOK() {
-			// Without a boot id a state outlives a reboot as it is: a
-			// release must be durable not to bring its holder back.
-			return c.store(f, st, true)
-		}
-		if st.slotted() {
-			return c.store(f, st, false) // no lease record
-		}
+		// Without a boot id a state outlives a reboot as it is: a release
+		// must be durable not to bring its holder back.
 		r := record{token: token, released: true}
 		if h := st.Holder; h != nil {
 			r = recordOf(h)
 		}
-		if r.token != 0 {
-			ok, err := writeRecord(file, raw, r)
-			if err != nil {
-				return unavailable("lock %q: write state: %v", f.name, err)
-			}
-			if ok {
-				return nil
-			}
+		if !volatileOK() || st.slotted() || r.token == 0 || !hasRecord(raw) {
+			return c.store(f, st, !volatileOK())
 		}
-		return c.store(f, st, false)
+		if _, err := file.WriteAt(r.append(nil), int64(recordOffset)); err != nil {
+			return unavailable("lock %q: write state: %v", f.name, err)
+		}
+		return nil
 	}
 	return c.store(f, st, ch == durable)
 }
