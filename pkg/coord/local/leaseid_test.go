@@ -2,6 +2,7 @@ package local
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -50,6 +51,9 @@ func TestLeaseIDs(t *testing.T) {
 		}
 		if err := c.Release(tctx(t), name, "694d8a1b2c3d4e5f"); !errors.Is(err, coord.ErrInvalid) || !strings.Contains(err.Error(), "etcd lease id") {
 			t.Errorf("Release(%q) with an untagged id = %v, want ErrInvalid naming etcd", name, err)
+		}
+		if err := c.AttachProcess(tctx(t), name, "694d8a1b2c3d4e5f", coord.ProcessInfo{PIDs: []int{os.Getpid()}}); !errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrLeaseLost) || !strings.Contains(err.Error(), "etcd lease id") {
+			t.Errorf("AttachProcess(%q) with an untagged id = %v, want ErrInvalid naming etcd", name, err)
 		}
 	}
 	release(t, c, held)
