@@ -380,28 +380,22 @@ func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error
 	if err != nil { // the check gives a new one of ours the tree's mode
 		return nil, err
 	}
-	unlock := func() { file.Close() } // closing the last descriptor drops the flock
-	if unix.Flock(int(file.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-		return unlock, nil // uncontended, the rule: no timer to set
-	}
-	lctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	timer := time.AfterFunc(lockTimeout, func() { cancel(errLockTimeout) })
-	defer timer.Stop()
-	defer context.AfterFunc(c.life, func() { cancel(errClosed) })()
-	if err := flock.Take(lctx, file); err != nil {
-		switch cause := context.Cause(lctx); {
+	lctx, cancel := context.WithTimeoutCause(ctx, lockTimeout, errLockTimeout)
+	defer cancel()
+	defer context.AfterFunc(c.life, cancel)()
+	if err := flock.Take(lctx, file); err != nil { // an uncontended flock is taken at once
+		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case cause == errClosed:
+		case c.life.Err() != nil:
 			return nil, errClosed
-		case cause == errLockTimeout:
+		case context.Cause(lctx) == errLockTimeout:
 			return nil, unavailable("lock %q: lock file %s has been locked for over %v (a process stopped in the middle of an update?)",
 				f.name, f.lock, lockTimeout)
 		}
 		return nil, unavailable("lock %q: %v", f.name, err)
 	}
-	return unlock, nil
+	return func() { file.Close() }, nil // closing the last descriptor drops the flock
 }
 
 var errLockTimeout = errors.New("lock timeout")
