@@ -313,7 +313,7 @@ func (a *acquirer) enqueue(st *state) {
 // to be freed by stopping an ended holder's command) but the live holders
 // are at the limit.
 func heldBack(lim *coord.Limit, w lockView) bool {
-	return !coordkit.Allows(lim, 0) || (w.v.free || w.v.kill) && !coordkit.Allows(lim, len(w.live()))
+	return !coordkit.Allows(lim, 0) || (w.v.free || w.v.kill) && !coordkit.Allows(lim, len(w.live))
 }
 
 // leave removes our ticket after a failed or abandoned wait.

@@ -244,7 +244,7 @@ func info(st *state, w lockView, now clock.Boot, self proc.ID) coord.LockInfo {
 	}
 	li.Waiters = len(li.Queue)
 	var hs []coord.HolderInfo
-	for _, h := range w.live() {
+	for _, h := range w.live {
 		hs = append(hs, holderInfo(h, now))
 	}
 	slots := 0

@@ -94,7 +94,7 @@ func (c *coordinator) ReleaseWith(ctx context.Context, name, leaseID string, tok
 		if err != nil {
 			return false, err
 		}
-		if !slices.Contains(w.live(), h) {
+		if !slices.Contains(w.live, h) {
 			return false, nil
 		}
 		return true, before()

@@ -471,7 +471,7 @@ func (w *watcher) read(f lockFiles) (view, bool) {
 func viewOf(lw lockView, li coord.LockInfo, lim *coord.Limit) view {
 	nv := view{info: li, until: lw.v.until, waitOn: lw.v.waitOn}
 	nv.info.Limit = lim
-	for _, h := range lw.live() {
+	for _, h := range lw.live {
 		nv.expires = max(nv.expires, h.ExpiresAt)
 	}
 	if !nv.info.Held && nv.info.Waiters == 0 {
