@@ -147,10 +147,9 @@ type coordinator struct {
 
 	mu  sync.Mutex
 	hub *hub // started on first use, guarded by mu
-	// life ends when the coordinator is closed (end); closed is its Done.
-	life   context.Context
-	end    context.CancelFunc
-	closed <-chan struct{}
+	// life ends when the coordinator is closed (end).
+	life context.Context
+	end  context.CancelFunc
 }
 
 const (
@@ -198,7 +197,7 @@ func Open(dir string) (coord.Coordinator, error) {
 		return nil, err
 	}
 	life, end := context.WithCancel(context.Background())
-	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, life: life, end: end, closed: life.Done()}, nil
+	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, life: life, end: end}, nil
 }
 
 // Dir returns the state directory.

@@ -429,10 +429,13 @@ func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	st, raw, file, err := readState(f, true)
 	if err != nil {
-		unlock()
 		return err
+	}
+	if file != nil {
+		defer file.Close()
 	}
 	var token uint64
 	if st.Holder != nil {
@@ -440,12 +443,7 @@ func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state
 	}
 	ch, err := fn(st)
 	st.promote()
-	werr := c.write(f, st, raw, file, token, ch)
-	if file != nil {
-		file.Close()
-	}
-	unlock()
-	if werr != nil {
+	if werr := c.write(f, st, raw, file, token, ch); werr != nil {
 		return werr
 	}
 	return err

@@ -254,7 +254,7 @@ func (c *coordinator) sleep(ctx context.Context, sub *subscription, deps []proc.
 	case <-timer:
 	case <-ctx.Done():
 		return false, ctx.Err()
-	case <-c.closed:
+	case <-c.life.Done():
 		return false, errClosed
 	}
 	return false, nil
@@ -329,7 +329,7 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 		case ch <- ev:
 			return true
 		case <-ctx.Done():
-		case <-w.c.closed:
+		case <-w.c.life.Done():
 		}
 		return false
 	}
