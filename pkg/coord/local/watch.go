@@ -463,21 +463,16 @@ func (w *watcher) read(f lockFiles) (view, bool) {
 	if !strings.HasPrefix(li.Name, w.prefix) || li.Name == "" {
 		return view{}, false
 	}
-	return viewOf(lw, li, coordkit.EffectiveLimit(w.limits, li.Name)), true
-}
-
-// viewOf is what a watcher keeps of a lock judged lw, whose info is li:
-// what to follow only while it has a holder or waiters.
-func viewOf(lw lockView, li coord.LockInfo, lim *coord.Limit) view {
+	// What to follow only while it has a holder or waiters.
 	nv := view{info: li, until: lw.v.until, waitOn: lw.v.waitOn}
-	nv.info.Limit = lim
+	nv.info.Limit = coordkit.EffectiveLimit(w.limits, li.Name)
 	for _, h := range lw.live {
 		nv.expires = max(nv.expires, h.ExpiresAt)
 	}
-	if !nv.info.Held && nv.info.Waiters == 0 {
+	if !li.Held && li.Waiters == 0 {
 		nv.until, nv.waitOn = 0, nil
 	}
-	return nv
+	return nv, true
 }
 
 // change says which event, if any, turns old into nu.
