@@ -225,39 +225,30 @@ func (s *subscription) take() (bases []string, all bool) {
 // exit of one of deps, or wake passing (when >= 0). It returns ctx's error
 // when ctx ends first, and errClosed when the coordinator is closed.
 func (c *coordinator) sleep(ctx context.Context, sub *subscription, deps []proc.ID, wake time.Duration) (changed bool, err error) {
-	var (
-		wg     sync.WaitGroup
-		exited chan struct{}
-	)
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel: the wait for deps ends with nap
+	nap, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if wake >= 0 {
+		defer time.AfterFunc(wake, cancel).Stop()
+	}
 	if len(deps) > 0 {
-		wctx, cancel := context.WithCancel(ctx)
-		exited = make(chan struct{}, 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := proc.WaitAny(wctx, deps...); err == nil {
-				exited <- struct{}{}
+			if _, err := proc.WaitAny(nap, deps...); err == nil {
+				cancel()
 			}
 		}()
-		defer func() { cancel(); wg.Wait() }()
-	}
-	var timer <-chan time.Time
-	if wake >= 0 {
-		t := time.NewTimer(wake)
-		defer t.Stop()
-		timer = t.C
 	}
 	select {
 	case <-sub.c:
 		return true, nil
-	case <-exited:
-	case <-timer:
-	case <-ctx.Done():
-		return false, ctx.Err()
+	case <-nap.Done():
+		return false, ctx.Err() // nil: a time passed or a process exited
 	case <-c.life.Done():
 		return false, errClosed
 	}
-	return false, nil
 }
 
 // untilWake converts a boot-clock instant into a timer duration (-1: none).
