@@ -215,11 +215,7 @@ func (c *coordinator) Describe() string { return "local " + c.dir }
 // Watch channels are closed.
 func (c *coordinator) Close() error {
 	c.mu.Lock()
-	if c.life.Err() != nil {
-		c.mu.Unlock()
-		return nil
-	}
-	c.end()
+	c.end() // subscribe refuses to start a hub from now on
 	h := c.hub
 	c.hub = nil
 	c.mu.Unlock()
