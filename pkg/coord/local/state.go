@@ -373,9 +373,12 @@ func hasRecord(raw []byte) bool {
 }
 
 // lockState takes the lock's flock for a read-modify-write, waiting at
-// most lockTimeout, until ctx ends or the coordinator is closed. The
-// returned function releases it.
+// most lockTimeout, until ctx ends or the coordinator is closed (a closed
+// one takes none). The returned function releases it.
 func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
 	file, _, err := openFile(f.share, fmt.Sprintf("lock %q: lock file", f.name), f.lock, unix.O_RDWR|unix.O_CREAT, math.MaxInt64)
 	if err != nil { // the check gives a new one of ours the tree's mode
 		return nil, err
@@ -422,9 +425,6 @@ const (
 // reports. Every write raises an inotify event on locks/, which wakes the
 // lock's waiters (see the package doc, "Waiting").
 func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (stateWrite, error)) error {
-	if err := c.checkOpen(); err != nil {
-		return err
-	}
 	unlock, err := c.lockState(ctx, f)
 	if err != nil {
 		return err
