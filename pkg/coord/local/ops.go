@@ -200,10 +200,10 @@ func (c *coordinator) onHolder(ctx context.Context, name string, token uint64, f
 // command's process group. It returns ErrLeaseLost when the lease is not
 // live, and ErrInvalid for a lease id as Renew does.
 func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
-	pids, group, err := resolveProcess(p)
-	if err != nil {
+	if err := coordkit.ValidateProcess(p); err != nil {
 		return err
 	}
+	pids, group := resolveProcess(p)
 	return c.onLease(ctx, name, leaseID, func(h *holder, _ clock.Boot) (stateWrite, error) {
 		if !h.ours() && h.attached() {
 			return noChange, fmt.Errorf("%w: lease %s on lock %q is attached to processes of another PID namespace", coord.ErrInvalid, leaseID, name)
