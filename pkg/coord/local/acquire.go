@@ -34,10 +34,8 @@ func (c *coordinator) Acquire(ctx context.Context, name string, o coord.AcquireO
 		return nil, err
 	}
 	a := &acquirer{c: c, f: c.files(name), o: o, self: self, start: time.Now()}
-	if o.Process != nil {
-		if a.pids, a.group, err = resolveProcess(*o.Process); err != nil {
-			return nil, err
-		}
+	if o.Process != nil { // checked by CheckAcquire
+		a.pids, a.group = resolveProcess(*o.Process)
 	}
 	return a.run(ctx)
 }
@@ -51,13 +49,10 @@ func selfID() (proc.ID, error) {
 }
 
 // resolveProcess records the start times of the processes a lease is
-// attached to, once p.Validate accepts them. A PID that is already gone is
-// recorded as gone (start 0); a process group whose leader is gone is
-// recorded with start 0 (see proc.GroupMembers).
-func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID, error) {
-	if err := coordkit.ValidateProcess(p); err != nil {
-		return nil, nil, err
-	}
+// attached to (p as coordkit.ValidateProcess accepts it). A PID that is
+// already gone is recorded as gone (start 0); a process group whose leader
+// is gone is recorded with start 0 (see proc.GroupMembers).
+func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID) {
 	var ids []proc.ID
 	for _, pid := range p.PIDs {
 		id, err := proc.Lookup(pid)
@@ -74,7 +69,7 @@ func resolveProcess(p coord.ProcessInfo) ([]proc.ID, *proc.ID, error) {
 		}
 		group = &leader
 	}
-	return ids, group, nil
+	return ids, group
 }
 
 type acquirer struct {
@@ -313,7 +308,7 @@ func (a *acquirer) enqueue(st *state) {
 // to be freed by stopping an ended holder's command) but the live holders
 // are at the limit.
 func heldBack(lim *coord.Limit, w lockView) bool {
-	return !coordkit.Allows(lim, 0) || (w.v.free || w.v.kill) && !coordkit.Allows(lim, len(w.live()))
+	return !coordkit.Allows(lim, 0) || (w.v.free || w.v.kill) && !coordkit.Allows(lim, len(w.live))
 }
 
 // leave removes our ticket after a failed or abandoned wait.

@@ -2,6 +2,7 @@ package local
 
 import (
 	"os"
+	"slices"
 
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
@@ -196,38 +197,34 @@ type queuePos struct {
 
 func position(q []ticket, myID string, self proc.ID) queuePos {
 	p := queuePos{head: -1, mine: -1}
-	for i, t := range q {
-		if t.ID == myID && myID != "" {
-			p.mine = i
+	if myID != "" {
+		p.mine = slices.IndexFunc(q, func(t ticket) bool { return t.ID == myID })
+	}
+	ahead := q
+	if p.mine >= 0 {
+		ahead = q[:p.mine]
+	}
+	for i, t := range ahead {
+		if liveTicket(t, self) != proc.Running {
+			continue
+		}
+		if p.head < 0 {
+			p.head = i
+		}
+		if p.mine < 0 {
+			break
+		}
+		if p.rank++; p.rank == 2 {
 			break
 		}
 	}
-	for i, t := range q {
-		if i == p.mine {
-			if p.head < 0 {
-				p.head = i
-			}
-			break
-		}
-		if liveTicket(t, self) == proc.Running {
-			if p.head < 0 {
-				p.head = i
-				if p.mine < 0 {
-					break
-				}
-			}
-			if p.rank++; p.rank == 2 {
-				break
-			}
-		}
+	if p.head < 0 {
+		p.head = p.mine
 	}
-	if p.mine > 0 {
-		for i := p.mine - 1; i >= 0; i-- {
-			t := q[i]
-			if t.proc() != self && t.PIDNS == proc.PIDNamespace() && proc.Check(t.proc()) != proc.Gone {
-				p.pred = t.proc()
-				break
-			}
+	for i := p.mine - 1; i >= 0; i-- {
+		if t := q[i]; t.proc() != self && t.PIDNS == proc.PIDNamespace() && proc.Check(t.proc()) != proc.Gone {
+			p.pred = t.proc()
+			break
 		}
 	}
 	return p
@@ -244,7 +241,7 @@ func info(st *state, w lockView, now clock.Boot, self proc.ID) coord.LockInfo {
 	}
 	li.Waiters = len(li.Queue)
 	var hs []coord.HolderInfo
-	for _, h := range w.live() {
+	for _, h := range w.live {
 		hs = append(hs, holderInfo(h, now))
 	}
 	slots := 0

@@ -2,6 +2,7 @@ package local
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -44,12 +45,21 @@ func TestLeaseIDs(t *testing.T) {
 	// 16 digits, the form of an etcd lease id, found on no lease: not this
 	// coordinator's (a free lock, a held one, one never used).
 	held := acquire(t, c, "held", coord.AcquireOptions{})
+	const untagged = "694d8a1b2c3d4e5f"
 	for _, name := range []string{"a", "held", "never-used"} {
-		if _, err := c.Renew(tctx(t), name, "694d8a1b2c3d4e5f"); !errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrLeaseLost) || !strings.Contains(err.Error(), "etcd lease id") {
-			t.Errorf("Renew(%q) with an untagged id = %v, want ErrInvalid naming etcd", name, err)
-		}
-		if err := c.Release(tctx(t), name, "694d8a1b2c3d4e5f"); !errors.Is(err, coord.ErrInvalid) || !strings.Contains(err.Error(), "etcd lease id") {
-			t.Errorf("Release(%q) with an untagged id = %v, want ErrInvalid naming etcd", name, err)
+		for op, call := range map[string]func() error{
+			"Renew": func() error {
+				_, err := c.Renew(tctx(t), name, untagged)
+				return err
+			},
+			"Release": func() error { return c.Release(tctx(t), name, untagged) },
+			"AttachProcess": func() error {
+				return c.AttachProcess(tctx(t), name, untagged, coord.ProcessInfo{PIDs: []int{os.Getpid()}})
+			},
+		} {
+			if err := call(); !errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrLeaseLost) || !strings.Contains(err.Error(), "etcd lease id") {
+				t.Errorf("%s(%q) with an untagged id = %v, want ErrInvalid naming etcd", op, name, err)
+			}
 		}
 	}
 	release(t, c, held)

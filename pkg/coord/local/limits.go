@@ -155,9 +155,6 @@ func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) 
 // flock of limits.lock, and returns the one it replaced; then, when
 // something changed, it settles the locks the scope covers.
 func (c *coordinator) putLimit(ctx context.Context, name string, prefix bool, l *coord.Limit) (old coord.Limit, found bool, err error) {
-	if err := c.checkOpen(); err != nil {
-		return old, false, err
-	}
 	lf := c.limitFiles()
 	unlock, err := c.lockState(ctx, lf)
 	if err != nil {

@@ -147,10 +147,9 @@ type coordinator struct {
 
 	mu  sync.Mutex
 	hub *hub // started on first use, guarded by mu
-	// life ends when the coordinator is closed (end); closed is its Done.
-	life   context.Context
-	end    context.CancelFunc
-	closed <-chan struct{}
+	// life ends when the coordinator is closed (end).
+	life context.Context
+	end  context.CancelFunc
 }
 
 const (
@@ -198,7 +197,7 @@ func Open(dir string) (coord.Coordinator, error) {
 		return nil, err
 	}
 	life, end := context.WithCancel(context.Background())
-	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, life: life, end: end, closed: life.Done()}, nil
+	return &coordinator{dir: dir, locksDir: locks, share: share, stallCheck: time.Second, life: life, end: end}, nil
 }
 
 // Dir returns the state directory.
@@ -216,11 +215,7 @@ func (c *coordinator) Describe() string { return "local " + c.dir }
 // Watch channels are closed.
 func (c *coordinator) Close() error {
 	c.mu.Lock()
-	if c.life.Err() != nil {
-		c.mu.Unlock()
-		return nil
-	}
-	c.end()
+	c.end() // subscribe refuses to start a hub from now on
 	h := c.hub
 	c.hub = nil
 	c.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"github.com/fence-dev/fence/internal/proc"
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
+	"github.com/fence-dev/fence/pkg/internal/atomicfile"
 )
 
 func acquire(t testing.TB, c *coordinator, name string, o coord.AcquireOptions) *coord.Lease {
@@ -207,8 +208,8 @@ func TestNamesEscapeAndHash(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"%2", "%zz", "%2f", "a b", ".x"} {
-		if _, ok := unescapeName(bad); ok {
-			t.Errorf("unescapeName(%q) accepted", bad)
+		if _, ok := atomicfile.Unescape(bad); ok {
+			t.Errorf("atomicfile.Unescape(%q) accepted", bad)
 		}
 	}
 	// The longest names work end to end, List reads their real name.

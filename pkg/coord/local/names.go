@@ -60,10 +60,6 @@ func fileBase(name string) string {
 	return atomicfile.FileBase(name, maxFileName-len(stateSuffix), hashPrefix)
 }
 
-// unescapeName reverses the escape of fileBase; ok is false for a string
-// it cannot have produced.
-func unescapeName(s string) (string, bool) { return atomicfile.Unescape(s) }
-
 // stateFileBase returns the base of a state file's name, and whether the
 // name is one of a state file (not a temporary or lock file).
 func stateFileBase(fileName string) (string, bool) {
@@ -77,7 +73,7 @@ func nameFromBase(base string) (string, bool) {
 	if strings.HasPrefix(base, hashPrefix) {
 		return "", false
 	}
-	return unescapeName(base)
+	return atomicfile.Unescape(base) // ok is false for a string fileBase cannot have produced
 }
 
 // isTempName reports whether fileName is one of a temporary file: a lock's

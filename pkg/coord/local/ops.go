@@ -31,12 +31,27 @@ func lost(name, leaseID string, st *state, v verdict) error {
 // to processes that are all gone; ErrInvalid for a malformed lease id or one
 // of another lock.
 func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
-	if err := checkLeaseID(name, leaseID); err != nil {
+	sent := time.Now()
+	var r coord.Renewal
+	err := c.onLease(ctx, name, leaseID, func(h *holder, now clock.Boot) (stateWrite, error) {
+		h.ExpiresAt = now.Add(h.TTL)
+		r = coord.Renewal{Sent: sent, TTL: h.TTL}
+		return recordOnly, nil
+	})
+	if err != nil {
 		return coord.Renewal{}, err
 	}
-	var r coord.Renewal
-	sent := time.Now()
-	err := c.update(ctx, c.files(name), func(st *state) (stateWrite, error) {
+	return r, nil
+}
+
+// onLease runs fn under the lock's flock on the live holder of lease
+// leaseID of lock name (liveLease), and writes what fn reports. An id of
+// 16 digits found on no holder is unknownID's ErrInvalid.
+func (c *coordinator) onLease(ctx context.Context, name, leaseID string, fn func(h *holder, now clock.Boot) (stateWrite, error)) error {
+	if err := checkLeaseID(name, leaseID); err != nil {
+		return err
+	}
+	return c.update(ctx, c.files(name), func(st *state) (stateWrite, error) {
 		if st.lease(leaseID) == nil {
 			if err := unknownID(leaseID); err != nil {
 				return noChange, err
@@ -47,14 +62,8 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 		if err != nil {
 			return noChange, err
 		}
-		h.ExpiresAt = now.Add(h.TTL)
-		r = coord.Renewal{Sent: sent, TTL: h.TTL}
-		return recordOnly, nil
+		return fn(h, now)
 	})
-	if err != nil {
-		return coord.Renewal{}, err
-	}
-	return r, nil
 }
 
 // Release ends the lease; a lease that is already gone is not an error. A
@@ -85,7 +94,7 @@ func (c *coordinator) ReleaseWith(ctx context.Context, name, leaseID string, tok
 		if err != nil {
 			return false, err
 		}
-		if !slices.Contains(w.live(), h) {
+		if !slices.Contains(w.live, h) {
 			return false, nil
 		}
 		return true, before()
@@ -189,20 +198,13 @@ func (c *coordinator) onHolder(ctx context.Context, name string, token uint64, f
 // AttachProcess attaches the live lease (name, leaseID) to processes: PIDs,
 // when given, replace the supervising processes; PGID, when not 0, sets the
 // command's process group. It returns ErrLeaseLost when the lease is not
-// live.
+// live, and ErrInvalid for a lease id as Renew does.
 func (c *coordinator) AttachProcess(ctx context.Context, name, leaseID string, p coord.ProcessInfo) error {
-	if err := checkLeaseID(name, leaseID); err != nil {
+	if err := coordkit.ValidateProcess(p); err != nil {
 		return err
 	}
-	pids, group, err := resolveProcess(p)
-	if err != nil {
-		return err
-	}
-	return c.update(ctx, c.files(name), func(st *state) (stateWrite, error) {
-		h, err := liveLease(name, st, leaseID, clock.Now())
-		if err != nil {
-			return noChange, err
-		}
+	pids, group := resolveProcess(p)
+	return c.onLease(ctx, name, leaseID, func(h *holder, _ clock.Boot) (stateWrite, error) {
 		if !h.ours() && h.attached() {
 			return noChange, fmt.Errorf("%w: lease %s on lock %q is attached to processes of another PID namespace", coord.ErrInvalid, leaseID, name)
 		}

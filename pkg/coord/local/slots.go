@@ -67,27 +67,13 @@ func (st *state) promote() {
 // lockView is the judgement of every holder of a lock at one instant.
 type lockView struct {
 	// v is the lock's verdict, as a lock's holder's is read: free when a
-	// slot is free; otherwise the times and
-	// processes at which that may change, and a holder to stop (kill)
-	// before a slot frees.
+	// slot is free; otherwise the times and processes at which that may
+	// change, and a holder to stop (kill) before a slot frees.
 	v verdict
 	// busy are the holders that occupy a slot (live, or ended with their
-	// command still to stop), oldest first, with their verdicts; ended are
-	// the holders that occupy nothing any more.
-	busy  []*holder
-	vs    []verdict
-	ended []*holder
-}
-
-// live returns the live holders of the view, oldest first.
-func (w lockView) live() []*holder {
-	var out []*holder
-	for i, h := range w.busy {
-		if w.vs[i].live {
-			out = append(out, h)
-		}
-	}
-	return out
+	// command still to stop), oldest first; live those of them that are
+	// live; ended the holders that occupy nothing any more.
+	busy, live, ended []*holder
 }
 
 // judgeAll judges every holder of st at now (a lock's one holder as a
@@ -103,22 +89,24 @@ func judgeAll(st *state, now clock.Boot) (lockView, error) {
 			w.ended = append(w.ended, h)
 			continue
 		}
-		w.busy, w.vs = append(w.busy, h), append(w.vs, v)
-	}
-	if len(w.busy) < coordkit.SlotsOf(st.Slots) {
-		w.v = verdict{free: true, why: "was released"}
-	}
-	// What a waiter follows: every holder's processes and expiry; what
-	// the first waiter must stop when no slot is free: the first holder
-	// whose command outlived its lease.
-	for _, v := range w.vs {
+		w.busy = append(w.busy, h)
+		if v.live {
+			w.live = append(w.live, h)
+		}
+		// What a waiter follows: every holder's processes and expiry; what
+		// the first waiter must stop when no slot is free: the first holder
+		// whose command outlived its lease.
 		w.v.waitOn = append(w.v.waitOn, v.waitOn...)
 		if v.until != 0 && (w.v.until == 0 || v.until < w.v.until) {
 			w.v.until = v.until
 		}
-		if v.kill && !w.v.kill && !w.v.free {
+		if v.kill && !w.v.kill {
 			w.v.kill, w.v.pgid, w.v.group = true, v.pgid, v.group
 		}
+	}
+	if len(w.busy) < coordkit.SlotsOf(st.Slots) {
+		w.v.free, w.v.why = true, "was released"
+		w.v.kill, w.v.pgid, w.v.group = false, 0, nil
 	}
 	return w, nil
 }
@@ -159,7 +147,7 @@ func pick(name string, st *state, token uint64, now clock.Boot, self proc.ID) (*
 		return nil, coord.LockInfo{}, err
 	}
 	li := info(st, w, now, self)
-	live := w.live()
+	live := w.live
 	switch {
 	case len(live) == 0:
 		return nil, li, fmt.Errorf("%w: lock %q", coord.ErrNotHeld, name)

@@ -365,19 +365,6 @@ func (c *coordinator) store(f lockFiles, st *state, sync bool) error {
 // syncDir fsyncs a directory (a variable for the tests).
 var syncDir = atomicfile.SyncDir
 
-// writeRecord overwrites the lease record of the open state file whose
-// bytes are raw, without fsync. It returns false, writing nothing, when the
-// file has no record at its place (a state of format 1) or volatile writes
-// are not allowed: the caller then replaces the whole state.
-func writeRecord(file *os.File, raw []byte, r record) (bool, error) {
-	if file == nil || !volatileOK() || !hasRecord(raw) {
-		return false, nil
-	}
-	var buf [recordLen]byte
-	_, err := file.WriteAt(r.append(buf[:0]), int64(recordOffset))
-	return err == nil, err
-}
-
 // hasRecord reports whether a state file's bytes have a lease record at
 // recordOffset.
 func hasRecord(raw []byte) bool {
@@ -386,35 +373,32 @@ func hasRecord(raw []byte) bool {
 }
 
 // lockState takes the lock's flock for a read-modify-write, waiting at
-// most lockTimeout, until ctx ends or the coordinator is closed. The
-// returned function releases it.
+// most lockTimeout, until ctx ends or the coordinator is closed (a closed
+// one takes none). The returned function releases it.
 func (c *coordinator) lockState(ctx context.Context, f lockFiles) (func(), error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
 	file, _, err := openFile(f.share, fmt.Sprintf("lock %q: lock file", f.name), f.lock, unix.O_RDWR|unix.O_CREAT, math.MaxInt64)
 	if err != nil { // the check gives a new one of ours the tree's mode
 		return nil, err
 	}
-	unlock := func() { file.Close() } // closing the last descriptor drops the flock
-	if unix.Flock(int(file.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-		return unlock, nil // uncontended, the rule: no timer to set
-	}
-	lctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	timer := time.AfterFunc(lockTimeout, func() { cancel(errLockTimeout) })
-	defer timer.Stop()
-	defer context.AfterFunc(c.life, func() { cancel(errClosed) })()
-	if err := flock.Take(lctx, file); err != nil {
-		switch cause := context.Cause(lctx); {
+	lctx, cancel := context.WithTimeoutCause(ctx, lockTimeout, errLockTimeout)
+	defer cancel()
+	defer context.AfterFunc(c.life, cancel)()
+	if err := flock.Take(lctx, file); err != nil { // an uncontended flock is taken at once
+		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
-		case cause == errClosed:
+		case c.life.Err() != nil:
 			return nil, errClosed
-		case cause == errLockTimeout:
+		case context.Cause(lctx) == errLockTimeout:
 			return nil, unavailable("lock %q: lock file %s has been locked for over %v (a process stopped in the middle of an update?)",
 				f.name, f.lock, lockTimeout)
 		}
 		return nil, unavailable("lock %q: %v", f.name, err)
 	}
-	return unlock, nil
+	return func() { file.Close() }, nil // closing the last descriptor drops the flock
 }
 
 var errLockTimeout = errors.New("lock timeout")
@@ -441,17 +425,17 @@ const (
 // reports. Every write raises an inotify event on locks/, which wakes the
 // lock's waiters (see the package doc, "Waiting").
 func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state) (stateWrite, error)) error {
-	if err := c.checkOpen(); err != nil {
-		return err
-	}
 	unlock, err := c.lockState(ctx, f)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	st, raw, file, err := readState(f, true)
 	if err != nil {
-		unlock()
 		return err
+	}
+	if file != nil {
+		defer file.Close()
 	}
 	var token uint64
 	if st.Holder != nil {
@@ -459,12 +443,7 @@ func (c *coordinator) update(ctx context.Context, f lockFiles, fn func(st *state
 	}
 	ch, err := fn(st)
 	st.promote()
-	werr := c.write(f, st, raw, file, token, ch)
-	if file != nil {
-		file.Close()
-	}
-	unlock()
-	if werr != nil {
+	if werr := c.write(f, st, raw, file, token, ch); werr != nil {
 		return werr
 	}
 	return err
@@ -476,28 +455,19 @@ func (c *coordinator) write(f lockFiles, st *state, raw []byte, file *os.File, t
 	case noChange:
 		return nil
 	case recordOnly:
-		if !volatileOK() {
-			// Without a boot id a state outlives a reboot as it is: a
-			// release must be durable not to bring its holder back.
-			return c.store(f, st, true)
-		}
-		if st.slotted() {
-			return c.store(f, st, false) // no lease record
-		}
+		// Without a boot id a state outlives a reboot as it is: a release
+		// must be durable not to bring its holder back.
 		r := record{token: token, released: true}
 		if h := st.Holder; h != nil {
 			r = recordOf(h)
 		}
-		if r.token != 0 {
-			ok, err := writeRecord(file, raw, r)
-			if err != nil {
-				return unavailable("lock %q: write state: %v", f.name, err)
-			}
-			if ok {
-				return nil
-			}
+		if !volatileOK() || st.slotted() || r.token == 0 || !hasRecord(raw) {
+			return c.store(f, st, !volatileOK())
 		}
-		return c.store(f, st, false)
+		if _, err := file.WriteAt(r.append(nil), int64(recordOffset)); err != nil {
+			return unavailable("lock %q: write state: %v", f.name, err)
+		}
+		return nil
 	}
 	return c.store(f, st, ch == durable)
 }

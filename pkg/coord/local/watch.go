@@ -225,39 +225,30 @@ func (s *subscription) take() (bases []string, all bool) {
 // exit of one of deps, or wake passing (when >= 0). It returns ctx's error
 // when ctx ends first, and errClosed when the coordinator is closed.
 func (c *coordinator) sleep(ctx context.Context, sub *subscription, deps []proc.ID, wake time.Duration) (changed bool, err error) {
-	var (
-		wg     sync.WaitGroup
-		exited chan struct{}
-	)
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel: the wait for deps ends with nap
+	nap, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if wake >= 0 {
+		defer time.AfterFunc(wake, cancel).Stop()
+	}
 	if len(deps) > 0 {
-		wctx, cancel := context.WithCancel(ctx)
-		exited = make(chan struct{}, 1)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := proc.WaitAny(wctx, deps...); err == nil {
-				exited <- struct{}{}
+			if _, err := proc.WaitAny(nap, deps...); err == nil {
+				cancel()
 			}
 		}()
-		defer func() { cancel(); wg.Wait() }()
-	}
-	var timer <-chan time.Time
-	if wake >= 0 {
-		t := time.NewTimer(wake)
-		defer t.Stop()
-		timer = t.C
 	}
 	select {
 	case <-sub.c:
 		return true, nil
-	case <-exited:
-	case <-timer:
-	case <-ctx.Done():
-		return false, ctx.Err()
-	case <-c.closed:
+	case <-nap.Done():
+		return false, ctx.Err() // nil: a time passed or a process exited
+	case <-c.life.Done():
 		return false, errClosed
 	}
-	return false, nil
 }
 
 // untilWake converts a boot-clock instant into a timer duration (-1: none).
@@ -329,7 +320,7 @@ func (w *watcher) run(ctx context.Context, ch chan<- coord.Event) {
 		case ch <- ev:
 			return true
 		case <-ctx.Done():
-		case <-w.c.closed:
+		case <-w.c.life.Done():
 		}
 		return false
 	}
@@ -463,21 +454,16 @@ func (w *watcher) read(f lockFiles) (view, bool) {
 	if !strings.HasPrefix(li.Name, w.prefix) || li.Name == "" {
 		return view{}, false
 	}
-	return viewOf(lw, li, coordkit.EffectiveLimit(w.limits, li.Name)), true
-}
-
-// viewOf is what a watcher keeps of a lock judged lw, whose info is li:
-// what to follow only while it has a holder or waiters.
-func viewOf(lw lockView, li coord.LockInfo, lim *coord.Limit) view {
+	// What to follow only while it has a holder or waiters.
 	nv := view{info: li, until: lw.v.until, waitOn: lw.v.waitOn}
-	nv.info.Limit = lim
-	for _, h := range lw.live() {
+	nv.info.Limit = coordkit.EffectiveLimit(w.limits, li.Name)
+	for _, h := range lw.live {
 		nv.expires = max(nv.expires, h.ExpiresAt)
 	}
-	if !nv.info.Held && nv.info.Waiters == 0 {
+	if !li.Held && li.Waiters == 0 {
 		nv.until, nv.waitOn = 0, nil
 	}
-	return nv
+	return nv, true
 }
 
 // change says which event, if any, turns old into nu.
