@@ -237,7 +237,7 @@ func (c *coordinator) chLock(name string) string {
 }
 
 // MapErr turns a database error into coord's classes (as Tx returns it),
-// named by op.
+// named by op; once the coordinator is closed, check's error.
 func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
@@ -247,6 +247,9 @@ func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
 	}
 	if errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrBusy) || errors.Is(err, coord.ErrLeaseLost) ||
 		errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrUnavailable) || errors.Is(err, coord.ErrOtherToken) {
+		return err
+	}
+	if err := c.check(); err != nil { // the pool is closed: no need to check before using it
 		return err
 	}
 	return fmt.Errorf("%s: %w: %s", op, coord.ErrUnavailable, oneLine(err))
