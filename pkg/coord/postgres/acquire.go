@@ -54,9 +54,6 @@ func busy(st *state, opts coord.AcquireOptions) error {
 // lease, no waiter, no limit: see grant_idle in the schema); nil, nil when
 // it is not, and try decides.
 func (c *coordinator) grantIdle(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
 	id, rvn, sent := random(), random(), time.Now()
 	var token int64
 	var at time.Time
@@ -241,13 +238,24 @@ func lostConn(conn *pgx.Conn, err error) error {
 	return err
 }
 
-// queue is one connection's part of wait: it takes a place in the queue and
-// waits there until granted, the deadline, or the connection breaks (then a
-// lostError). opts.OnWait is called once, and then cleared.
+// queue is one connection's part of wait: on a connection of its own that
+// listens on the channels of lock name and holds the advisory lock of a new
+// place me, it takes that place in the queue and waits there until granted,
+// the deadline, or the connection breaks (then a lostError). opts.OnWait is
+// called once, and then cleared.
 func (c *coordinator) queue(ctx context.Context, name string, opts *coord.AcquireOptions, deadline time.Time) (*coord.Lease, error) {
-	conn, me, err := c.enqueue(ctx, name, deadline)
+	cctx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	conn, err := c.listen(cctx, c.chLock(name), c.chLimit)
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil || c.check() != nil {
+			return nil, c.MapErr(ctx, "acquire "+name, err)
+		}
+		return nil, lostError{err}
 	}
 	spare := false // a connection granted its lease is kept for the next wait
 	defer func() {
@@ -255,6 +263,10 @@ func (c *coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 			conn.Close(context.Background())
 		}
 	}()
+	var me int64
+	if err := conn.QueryRow(ctx, c.SQL("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
+		return nil, lostConn(conn, c.MapErr(ctx, "acquire "+name, err))
+	}
 	for {
 		tctx, tcancel := context.WithTimeout(ctx, queryTimeout) // a cut network breaks the connection
 		l, st, err := c.try(tctx, conn, name, *opts, me)
@@ -276,31 +288,6 @@ func (c *coordinator) queue(ctx context.Context, name string, opts *coord.Acquir
 			return l, nil
 		}
 	}
-}
-
-// enqueue is a connection that listens on the channels of lock name and
-// holds the advisory lock of a new place me in the queue (not taken yet).
-func (c *coordinator) enqueue(ctx context.Context, name string, deadline time.Time) (*pgx.Conn, int64, error) {
-	cctx := ctx
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	conn, err := c.listen(cctx, c.chLock(name), c.chLimit)
-	if err != nil {
-		if ctx.Err() != nil || c.check() != nil {
-			return nil, 0, c.MapErr(ctx, "acquire "+name, err)
-		}
-		return nil, 0, lostError{err}
-	}
-	var me int64
-	if err := conn.QueryRow(ctx, c.SQL("SELECT s, pg_advisory_lock($1, (s % 2147483647)::int)::text FROM nextval('{s}.waiter_seq') s"), c.class).Scan(&me, nil); err != nil {
-		err = lostConn(conn, c.MapErr(ctx, "acquire "+name, err))
-		conn.Close(context.Background())
-		return nil, 0, err
-	}
-	return conn, me, nil
 }
 
 // await waits, at place me in the queue of st's lock, for what makes

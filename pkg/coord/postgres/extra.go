@@ -20,9 +20,6 @@ func (c *coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 	if err := coord.ValidateLimit(l); err != nil {
 		return err
 	}
-	if err := c.check(); err != nil {
-		return err
-	}
 	if l.At.IsZero() {
 		l.At = time.Now()
 	}
@@ -36,9 +33,6 @@ func (c *coordinator) SetLimit(ctx context.Context, l coord.Limit) error {
 // same statement.
 func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) (coord.Limit, bool, error) {
 	if err := coord.ValidateLimit(coord.Limit{Name: name, Prefix: prefix}); err != nil {
-		return coord.Limit{}, false, err
-	}
-	if err := c.check(); err != nil {
 		return coord.Limit{}, false, err
 	}
 	var l coord.Limit
@@ -56,9 +50,6 @@ func (c *coordinator) ClearLimit(ctx context.Context, name string, prefix bool) 
 
 // Limits returns every limit, lock limits first, each by name.
 func (c *coordinator) Limits(ctx context.Context) ([]coord.Limit, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
 	_, ls, err := c.read(ctx, c.pool, "", false) // no lock is named ""
 	slices.SortFunc(ls, func(a, b coord.Limit) int {
 		switch {
@@ -98,9 +89,6 @@ func (c *coordinator) Completion(ctx context.Context, lock, key string) (coord.C
 
 // completions reads the records a query selects.
 func (c *coordinator) completions(ctx context.Context, q string, args ...any) ([]coord.Completion, error) {
-	if err := c.check(); err != nil {
-		return nil, err
-	}
 	rows, err := c.pool.Query(ctx, c.SQL(q), args...)
 	if err != nil {
 		return nil, c.MapErr(ctx, "once", err)

@@ -43,9 +43,6 @@ func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Re
 	if err != nil {
 		return coord.Renewal{}, err
 	}
-	if err := c.check(); err != nil {
-		return coord.Renewal{}, err
-	}
 	rvn, sent := random(), time.Now()
 	var ms int64
 	err = c.pool.QueryRow(ctx, c.SQL(`WITH u AS (UPDATE {s}.leases SET rvn = $3, renewed_at = now() WHERE id = $1 AND name = $2 RETURNING ttl_ms)

@@ -78,20 +78,17 @@ import (
 // defaultSchema is the schema of fence's tables when none is named.
 const defaultSchema = "fence"
 
-// Option configures Open.
-type Option func(*options)
-
-type options struct {
-	schema string
-	tracer pgx.QueryTracer
-}
+// Option configures Open: the schema's name, the connections.
+type Option func(schema *string, cc *pgx.ConnConfig)
 
 // WithSchema names the schema of fence's tables ("fence" when not
 // given, or empty).
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+func WithSchema(name string) Option { return func(s *string, _ *pgx.ConnConfig) { *s = name } }
 
 // WithTracer has t see every query (tests and the benchmark count them).
-func WithTracer(t pgx.QueryTracer) Option { return func(o *options) { o.tracer = t } }
+func WithTracer(t pgx.QueryTracer) Option {
+	return func(_ *string, cc *pgx.ConnConfig) { cc.Tracer = t }
+}
 
 // coordinator is a coord.Coordinator on PostgreSQL. Besides coord's methods
 // it offers, for the stores that keep fence's history and guard values in
@@ -128,33 +125,32 @@ type obs struct {
 // Open connects to the database at url (a libpq URL or DSN), refuses a
 // standby and creates the schema when it is missing (see SchemaSQL).
 func Open(ctx context.Context, url string, opts ...Option) (coord.Coordinator, error) {
-	cfg := options{schema: defaultSchema}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.schema == "" {
-		cfg.schema = defaultSchema
-	}
-	if err := checkIdent(cfg.schema); err != nil {
-		return nil, err
-	}
 	pc, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("%w: postgres URL: %v", coord.ErrInvalid, oneLine(err))
 	}
+	schema := ""
+	for _, o := range opts {
+		o(&schema, pc.ConnConfig)
+	}
+	if schema == "" {
+		schema = defaultSchema
+	}
+	if err := checkIdent(schema); err != nil {
+		return nil, err
+	}
 	pc.MaxConns = 4
 	pc.MaxConnIdleTime = time.Minute
-	pc.ConnConfig.Tracer = cfg.tracer
 	pc.ConnConfig.AfterConnect = durable
-	h := sha256.Sum256([]byte(cfg.schema))
+	h := sha256.Sum256([]byte(schema))
 	c := &coordinator{
 		connCfg: pc.ConnConfig.Copy(),
-		schema:  pgx.Identifier{cfg.schema}.Sanitize(),
-		name:    cfg.schema,
+		schema:  pgx.Identifier{schema}.Sanitize(),
+		name:    schema,
 		class:   int32(binary.BigEndian.Uint32(h[:4]) & 0x7fffffff),
 		chWatch: "fence_w_" + hex.EncodeToString(h[:8]),
 		chLimit: "fence_l_" + hex.EncodeToString(h[:8]),
-		where:   fmt.Sprintf("postgres %s/%s schema %s", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), pc.ConnConfig.Database, cfg.schema),
+		where:   fmt.Sprintf("postgres %s/%s schema %s", net.JoinHostPort(pc.ConnConfig.Host, fmt.Sprint(pc.ConnConfig.Port)), pc.ConnConfig.Database, schema),
 		seen:    map[int64]obs{},
 	}
 	c.closed, c.end = context.WithCancel(context.Background())
@@ -237,7 +233,7 @@ func (c *coordinator) chLock(name string) string {
 }
 
 // MapErr turns a database error into coord's classes (as Tx returns it),
-// named by op.
+// named by op; once the coordinator is closed, check's error.
 func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
@@ -247,6 +243,9 @@ func (c *coordinator) MapErr(ctx context.Context, op string, err error) error {
 	}
 	if errors.Is(err, coord.ErrInvalid) || errors.Is(err, coord.ErrBusy) || errors.Is(err, coord.ErrLeaseLost) ||
 		errors.Is(err, coord.ErrNotHeld) || errors.Is(err, coord.ErrUnavailable) || errors.Is(err, coord.ErrOtherToken) {
+		return err
+	}
+	if err := c.check(); err != nil { // the pool is closed: no need to check before using it
 		return err
 	}
 	return fmt.Errorf("%s: %w: %s", op, coord.ErrUnavailable, oneLine(err))

@@ -198,3 +198,38 @@ func TestSuiteCatchesEarlyTakeover(t *testing.T) {
 		}
 	}
 }
+
+// TestClosed: once closed, every call that would use the pool fails with
+// ErrUnavailable saying the coordinator is closed (MapErr; none checks
+// first).
+func TestClosed(t *testing.T) {
+	srv := pgtest.Start(t)
+	c, err := open(srv.URL(srv.CreateDatabase(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "x", coord.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	calls := map[string]func() error{
+		"Acquire":     func() error { _, err := c.Acquire(ctx, "y", coord.AcquireOptions{}); return err },
+		"Renew":       func() error { _, err := c.Renew(ctx, "x", l.ID); return err },
+		"Inspect":     func() error { _, err := c.Inspect(ctx, "x"); return err },
+		"List":        func() error { _, err := c.List(ctx, ""); return err },
+		"SetLimit":    func() error { return c.SetLimit(ctx, coord.Limit{Name: "x", Max: 1}) },
+		"ClearLimit":  func() error { _, _, err := c.ClearLimit(ctx, "x", false); return err },
+		"Limits":      func() error { _, err := c.Limits(ctx); return err },
+		"Completion":  func() error { _, _, err := c.Completion(ctx, "x", "k"); return err },
+		"Completions": func() error { _, err := c.Completions(ctx, "x"); return err },
+		"Forget":      func() error { _, err := c.Forget(ctx, "x", "k"); return err },
+		"Attach":      func() error { return c.AttachProcess(ctx, "x", l.ID, coord.ProcessInfo{PIDs: []int{1}}) },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, coord.ErrUnavailable) || !strings.Contains(err.Error(), "coordinator closed") {
+			t.Errorf("%s after Close = %v; want ErrUnavailable saying the coordinator is closed", name, err)
+		}
+	}
+}

@@ -139,11 +139,12 @@ func readRows(rows pgx.Rows) ([]*state, []coord.Limit, error) {
 	byName := map[string]*state{}
 	for rows.Next() {
 		var kind, name string
-		var last int64
+		var last, ms int64
 		var slots int
 		var now time.Time
-		l, err := scanLease(rows, &now, &kind, &name, &last, &slots)
-		if err != nil {
+		var l lease
+		if err := rows.Scan(&kind, &name, &last, &slots, &l.id, &l.holder, &l.token, &l.slot, &ms, &l.rvn,
+			&l.acquiredAt, &l.renewedAt, &l.supervised, &l.raw, &l.stopAsked, &now); err != nil {
 			return nil, nil, err
 		}
 		if kind == "l" {
@@ -160,6 +161,11 @@ func readRows(rows pgx.Rows) ([]*state, []coord.Limit, error) {
 		}
 		switch kind {
 		case "h":
+			l.ttl = time.Duration(ms) * time.Millisecond
+			if l.raw != nil {
+				l.process = new(coord.ProcessInfo)
+				_ = json.Unmarshal(l.raw, l.process)
+			}
 			st.holders = append(st.holders, l)
 		case "w":
 			st.waiters = append(st.waiters, waiter{seq: l.id, holder: l.holder, slots: l.slot, since: l.acquiredAt})
@@ -169,19 +175,6 @@ func readRows(rows pgx.Rows) ([]*state, []coord.Limit, error) {
 		st.limits = limits
 	}
 	return sts, limits, rows.Err()
-}
-
-// scanLease reads a lease's row of readSQL, after the columns of first.
-func scanLease(rows pgx.Row, dbNow *time.Time, first ...any) (lease, error) {
-	var l lease
-	var ms int64
-	err := rows.Scan(append(first, &l.id, &l.holder, &l.token, &l.slot, &ms, &l.rvn, &l.acquiredAt, &l.renewedAt, &l.supervised, &l.raw, &l.stopAsked, dbNow)...)
-	l.ttl = time.Duration(ms) * time.Millisecond
-	if l.raw != nil {
-		l.process = new(coord.ProcessInfo)
-		_ = json.Unmarshal(l.raw, l.process)
-	}
-	return l, err
 }
 
 // querier is the pool, a connection or a transaction.
