@@ -89,11 +89,12 @@ type kaStream struct {
 // kaReq is one request of a renewal on one lane; its answer (a kaAnswer)
 // or the error of its stream goes to res.
 type kaReq struct {
-	id   int64
-	lane int
-	sent time.Time                // set under on's mu
-	on   atomic.Pointer[kaStream] // the stream it was queued on
-	res  chan<- attemptResult
+	id     int64
+	lane   int
+	queued time.Time
+	sent   time.Time                // set under on's mu
+	on     atomic.Pointer[kaStream] // the stream it is sent on
+	res    chan<- attemptResult
 }
 
 // kaAnswer is the answer to a kaReq.
@@ -139,9 +140,9 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 	var reqs []*kaReq
 	p := int(k.primary.Load())
 	send := func(i int) {
-		r := &kaReq{id: int64(id), lane: i, res: res}
+		r := &kaReq{id: int64(id), lane: i, queued: time.Now(), res: res}
 		reqs = append(reqs, r)
-		k.lanes[i].lastSend.Store(time.Now().UnixNano())
+		k.lanes[i].lastSend.Store(r.queued.UnixNano())
 		go k.lanes[i].send(r)
 	}
 	// hedge sends the renewal on every other lane, all at once, not one
@@ -177,10 +178,10 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Ti
 	return a.ttl, a.sent, nil
 }
 
-// resetStuck ends the stream each of a renewal's requests waits on that
-// has answered nothing since the request was sent. The renewal's requests
-// stay on the streams that answer, so that the answers to the lease's
-// later renewals are still told apart.
+// resetStuck ends the stream each of a renewal's requests is on (or is
+// opened for it) that has answered nothing since the request was queued.
+// The renewal's requests stay on the streams that answer, so that the
+// answers to the lease's later renewals are still told apart.
 func (k *keeper) resetStuck(reqs []*kaReq) {
 	for _, r := range reqs {
 		s := r.on.Load()
@@ -188,10 +189,10 @@ func (k *keeper) resetStuck(reqs []*kaReq) {
 			continue
 		}
 		s.mu.Lock()
-		stuck := s.lastRecv.Before(r.sent)
+		stuck := s.lastRecv.Before(r.queued)
 		s.mu.Unlock()
 		if stuck {
-			s.fail(fmt.Errorf("keep-alive stream: no answer since %v", time.Since(r.sent).Round(time.Millisecond)))
+			s.fail(fmt.Errorf("keep-alive stream: no answer since %v", time.Since(r.queued).Round(time.Millisecond)))
 		}
 	}
 }
@@ -205,6 +206,7 @@ func (l *lane) send(r *kaReq) {
 		if s == nil {
 			break
 		}
+		r.on.Store(s)
 		var queued bool
 		if queued, err = s.send(r); queued {
 			return // answered, or failed with the stream
@@ -237,7 +239,6 @@ func (s *kaStream) send(r *kaReq) (queued bool, err error) {
 	}
 	if err = s.err; err == nil {
 		r.sent = time.Now()
-		r.on.Store(s)
 		s.out = append(s.out, r)
 		queued = true
 		err = s.stream.Send(&pb.LeaseKeepAliveRequest{ID: r.id})
