@@ -135,16 +135,6 @@ func (w *waiter) slotFor() (int, clientv3.Cmp, bool) {
 	return 0, clientv3.Compare(clientv3.CreateRevision(w.c.lockRange(w.name)), ">", w.myRev-1).WithPrefix(), true
 }
 
-// claimOps are the puts of a claim: our key's value as held (and a
-// semaphore's slot key).
-func (w *waiter) claimOps(slot int) []clientv3.Op {
-	ops := []clientv3.Op{clientv3.OpPut(w.key, w.claim(slot), clientv3.WithLease(w.id))}
-	if w.semaphore() {
-		ops = append(ops, clientv3.OpPut(w.c.slotKey(w.name, slot), formatID(w.id), clientv3.WithLease(w.id)))
-	}
-	return ops
-}
-
 // await is a waiter's watch before it reads (or claims) again: the key
 // ahead (its deletion for a lock, any change for a semaphore), a
 // semaphore's holders' deletions (and the limits, under one), or, for a
