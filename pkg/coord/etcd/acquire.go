@@ -95,7 +95,8 @@ type attempt struct {
 	id    clientv3.LeaseID
 	key   string
 	last  ack       // the grant, then the last acknowledged renewal
-	at    time.Time // queued_at, then acquired_at
+	since time.Time // queued_at: when Acquire began the attempt
+	at    time.Time // acquired_at
 }
 
 func (a *attempt) waits() bool     { return a.opts.Wait != 0 }
@@ -108,6 +109,13 @@ func (a *attempt) meta() meta {
 		m.Slots = a.slots
 	}
 	return m
+}
+
+// queuedOp puts our key as queued, held back by a limit or not.
+func (a *attempt) queuedOp(heldBack bool) clientv3.Op {
+	m := a.meta()
+	m.QueuedAt, m.HeldBack = &a.since, heldBack
+	return clientv3.OpPut(a.key, m.encode(), clientv3.WithLease(a.id))
 }
 
 // claimOps are the puts of a claim of slot (0 for a lock), acquired now:
@@ -164,7 +172,7 @@ func afterPut(succeeded, waits, semaphore bool, keys int, allows bool) putStep {
 // attempt is one attempt of Acquire: for a waiter, errRequeue when it
 // must queue again.
 func (c *coordinator) attempt(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	a := &attempt{c: c, name: name, opts: opts, slots: coordkit.SlotsOf(opts.Slots)}
+	a := &attempt{c: c, name: name, opts: opts, slots: coordkit.SlotsOf(opts.Slots), since: time.Now()}
 	sent := time.Now()
 	g, err := c.cli.Grant(ctx, seconds(opts.TTL))
 	if err != nil {
@@ -259,9 +267,7 @@ func (a *attempt) putTxn(ctx context.Context, p *putState) (*clientv3.TxnRespons
 	then := a.claimOps(p.slot)
 	var els []clientv3.Op
 	if a.waits() {
-		q := a.meta()
-		q.QueuedAt = &a.at
-		els = append(els, clientv3.OpPut(a.key, q.encode(), clientv3.WithLease(a.id)))
+		els = append(els, a.queuedOp(false))
 		ctx = once(ctx)
 	}
 	return c.cli.Txn(ctx).If(ifs...).Then(then...).Else(append(els, c.stateReads(a.name, a.semaphore())...)...).Commit()
@@ -320,9 +326,7 @@ func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*c
 	if a.opts.Wait > 0 {
 		wctx, cancel = context.WithTimeout(ctx, a.opts.Wait)
 	}
-	hb := a.meta()
-	hb.QueuedAt, hb.HeldBack = &a.at, true
-	w := &waiter{attempt: a, myRev: myRev, st: p.st, lost: lost, heldBack: hb.encode()}
+	w := &waiter{attempt: a, myRev: myRev, st: p.st, lost: lost}
 	var slot int
 	err := a.c.waiting(wctx, func(ctx context.Context) (err error) {
 		slot, err = w.wait(ctx)

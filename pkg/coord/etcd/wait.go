@@ -21,11 +21,10 @@ import (
 // myRev, and st is the lock as last read.
 type waiter struct {
 	*attempt
-	myRev    int64
-	st       lockState
-	lost     <-chan error // our lease ended
-	heldBack string       // our key's value while a limit holds the lock back
-	marked   bool         // our key says held_back
+	myRev  int64
+	st     lockState
+	lost   <-chan error // our lease ended
+	marked bool         // our key says held_back
 }
 
 // waitStep is where a waiter goes from the lock as read.
@@ -147,7 +146,7 @@ func (w *waiter) await(ctx context.Context, step waitStep, pred *mvccpb.KeyValue
 	case waitHeldBack:
 		if !w.marked {
 			// So that readers and watchers do not take it for the holder.
-			if _, err := w.txn(ctx, nil, clientv3.OpPut(w.key, w.heldBack, clientv3.WithLease(w.id))); err != nil {
+			if _, err := w.txn(ctx, nil, w.queuedOp(true)); err != nil {
 				return err
 			}
 			w.marked = true
