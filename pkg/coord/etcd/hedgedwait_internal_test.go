@@ -13,7 +13,7 @@ import (
 // answer of a member, well before hedgeAfter, sends the other copies at
 // once (a renewal whose lane failed it, a request whose member is gone),
 // and the answer of one of them is returned; a wait with no answer for
-// answerBound calls stuck once.
+// answerBound calls stuck once and marks the cluster silent.
 func TestHedgedWaitHedgesAfterAFailure(t *testing.T) {
 	results := make(chan attemptResult, 3)
 	hedges := 0
@@ -39,8 +39,12 @@ func TestHedgedWaitHedgesAfterAFailure(t *testing.T) {
 	stuck := 0
 	ctx, cancel := context.WithTimeout(context.Background(), answerBound+200*time.Millisecond)
 	defer cancel()
-	r = hedgedWait(ctx, newHealth(), false, results, func() int { return 0 }, func() { stuck++ })
+	h := newHealth()
+	r = hedgedWait(ctx, h, false, results, func() int { return 0 }, func() { stuck++ })
 	if status.Code(r.err) != codes.DeadlineExceeded || stuck != 1 {
 		t.Fatalf("got %v with stuck called %d times, want the deadline with stuck called once", r.err, stuck)
+	}
+	if !h.silent() {
+		t.Error("no answer for answerBound (a renewal's, or a request's) did not mark the cluster silent")
 	}
 }
