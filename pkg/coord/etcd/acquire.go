@@ -95,7 +95,8 @@ type attempt struct {
 	id    clientv3.LeaseID
 	key   string
 	last  ack       // the grant, then the last acknowledged renewal
-	at    time.Time // queued_at, then acquired_at
+	since time.Time // queued_at: when Acquire began the attempt
+	at    time.Time // acquired_at
 }
 
 func (a *attempt) waits() bool     { return a.opts.Wait != 0 }
@@ -110,18 +111,24 @@ func (a *attempt) meta() meta {
 	return m
 }
 
-func (a *attempt) heldMeta() meta {
+// queuedOp puts our key as queued, held back by a limit or not.
+func (a *attempt) queuedOp(heldBack bool) clientv3.Op {
 	m := a.meta()
-	m.AcquiredAt = &a.at
-	return m
+	m.QueuedAt, m.HeldBack = &a.since, heldBack
+	return clientv3.OpPut(a.key, m.encode(), clientv3.WithLease(a.id))
 }
 
-// claim is the value of a waiter's key at its turn (slot for a semaphore).
-func (a *attempt) claim(slot int) string {
+// claimOps are the puts of a claim of slot (0 for a lock), acquired now:
+// our key's value as held (and a semaphore's slot key).
+func (a *attempt) claimOps(slot int) []clientv3.Op {
 	a.at = time.Now()
-	m := a.heldMeta()
-	m.Slot = slot
-	return m.encode()
+	m := a.meta()
+	m.AcquiredAt, m.Slot = &a.at, slot
+	ops := []clientv3.Op{clientv3.OpPut(a.key, m.encode(), clientv3.WithLease(a.id))}
+	if a.semaphore() {
+		ops = append(ops, clientv3.OpPut(a.c.slotKey(a.name, slot), formatID(a.id), clientv3.WithLease(a.id)))
+	}
+	return ops
 }
 
 // putState is what the attempt's transaction answered, and the lock as
@@ -165,7 +172,7 @@ func afterPut(succeeded, waits, semaphore bool, keys int, allows bool) putStep {
 // attempt is one attempt of Acquire: for a waiter, errRequeue when it
 // must queue again.
 func (c *coordinator) attempt(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	a := &attempt{c: c, name: name, opts: opts, slots: coordkit.SlotsOf(opts.Slots), at: time.Now()}
+	a := &attempt{c: c, name: name, opts: opts, slots: coordkit.SlotsOf(opts.Slots), since: time.Now()}
 	sent := time.Now()
 	g, err := c.cli.Grant(ctx, seconds(opts.TTL))
 	if err != nil {
@@ -257,18 +264,10 @@ func (a *attempt) putTxn(ctx context.Context, p *putState) (*clientv3.TxnRespons
 		p.slot, cmp, _ = c.slotChoice(a.name, a.slots, st.kvs, st.slotKVs)
 		ifs = append(ifs, cmp)
 	}
-	m := a.heldMeta()
-	m.Slot = p.slot
-	then := []clientv3.Op{clientv3.OpPut(a.key, m.encode(), clientv3.WithLease(a.id))}
-	if a.semaphore() {
-		// A semaphore's grant also takes a slot key.
-		then = append(then, clientv3.OpPut(c.slotKey(a.name, p.slot), formatID(a.id), clientv3.WithLease(a.id)))
-	}
+	then := a.claimOps(p.slot)
 	var els []clientv3.Op
 	if a.waits() {
-		q := a.meta()
-		q.QueuedAt = &a.at
-		els = append(els, clientv3.OpPut(a.key, q.encode(), clientv3.WithLease(a.id)))
+		els = append(els, a.queuedOp(false))
 		ctx = once(ctx)
 	}
 	return c.cli.Txn(ctx).If(ifs...).Then(then...).Else(append(els, c.stateReads(a.name, a.semaphore())...)...).Commit()
@@ -327,9 +326,7 @@ func (a *attempt) queue(ctx context.Context, p putState, cur coord.LockInfo) (*c
 	if a.opts.Wait > 0 {
 		wctx, cancel = context.WithTimeout(ctx, a.opts.Wait)
 	}
-	hb := a.meta()
-	hb.QueuedAt, hb.HeldBack = &a.at, true
-	w := &waiter{attempt: a, myRev: myRev, st: p.st, lost: lost, heldBack: hb.encode()}
+	w := &waiter{attempt: a, myRev: myRev, st: p.st, lost: lost}
 	var slot int
 	err := a.c.waiting(wctx, func(ctx context.Context) (err error) {
 		slot, err = w.wait(ctx)

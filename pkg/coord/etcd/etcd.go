@@ -173,14 +173,6 @@ type coordinator struct {
 // within the dial timeout (or when ctx ends) with an error wrapping
 // coord.ErrUnavailable; a refused login or a missing permission says so.
 func New(ctx context.Context, endpoints []string, opts ...Option) (coord.Coordinator, error) {
-	c, err := dial(ctx, endpoints, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func dial(ctx context.Context, endpoints []string, opts ...Option) (*coordinator, error) {
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("%w: etcd: no endpoints", coord.ErrInvalid)
 	}
@@ -198,7 +190,7 @@ func dial(ctx context.Context, endpoints []string, opts ...Option) (*coordinator
 	rw := newRefusalWatch(endpoints, c.where, func() { endLife(); cancel() })
 	// ctx bounds the login too, until New returns.
 	detach := context.AfterFunc(ctx, endLife)
-	fail := func(err error) (*coordinator, error) {
+	fail := func(err error) (coord.Coordinator, error) {
 		detach()
 		rw.end()
 		endLife()
@@ -259,14 +251,6 @@ func dial(ctx context.Context, endpoints []string, opts ...Option) (*coordinator
 // read the prefix. Close stops the coordinator's keep-alives and watches
 // but does not close cli.
 func NewFromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (coord.Coordinator, error) {
-	c, err := fromClient(ctx, cli, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func fromClient(ctx context.Context, cli *clientv3.Client, opts ...Option) (*coordinator, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcd: no client", coord.ErrInvalid)
 	}

@@ -1,6 +1,13 @@
 package etcd
 
-import "time"
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fence-dev/fence/pkg/coord"
+)
 
 // Coordinator is the concrete coordinator New and NewFromClient return, for
 // the tests of what it has beyond coord.Coordinator.
@@ -9,8 +16,21 @@ type Coordinator = coordinator
 // Dial and FromClient are New and NewFromClient returning it.
 var (
 	Dial       = dial
-	FromClient = fromClient
+	FromClient = func(ctx context.Context, cli *clientv3.Client, opts ...Option) (*coordinator, error) {
+		return concrete(NewFromClient(ctx, cli, opts...))
+	}
 )
+
+func dial(ctx context.Context, endpoints []string, opts ...Option) (*coordinator, error) {
+	return concrete(New(ctx, endpoints, opts...))
+}
+
+func concrete(c coord.Coordinator, err error) (*coordinator, error) {
+	if err != nil {
+		return nil, err
+	}
+	return c.(*coordinator), nil
+}
 
 // LaneLastSends is when a keep-alive was last queued on each of c's lanes
 // (zero: never), in the order of c's endpoints.

@@ -19,7 +19,8 @@ import (
 // Hedging. The client's balancer sends a request to one member; a member
 // that is frozen or cut off keeps its TCP connection open, and gRPC
 // keepalive (10 s at the least) is the first to notice. A request that has
-// no answer within hedgeAfter is sent again to every member, through the
+// no answer within hedgeAfter, or whose first copy failed with no answer of
+// a member, is sent again to every member, through the
 // keeper's lanes (a connection per member), and the first answer wins: a
 // release, the history record before it and the read that goes with it
 // then cost a frozen member 250 ms, not the time until it resumes. Only
@@ -215,7 +216,7 @@ func (c *coordinator) interceptUnary(ctx context.Context, method string, req, re
 		return n
 	}
 	launch(func(r any) error { return invoker(actx, method, req, r, cc, opts...) })
-	r := hedgedWait(ctx, h, silent, results, hedge)
+	r := hedgedWait(ctx, h, silent, results, hedge, func() {})
 	if r.err == nil {
 		reflect.ValueOf(reply).Elem().Set(reflect.ValueOf(r.reply).Elem())
 	}
@@ -224,8 +225,11 @@ func (c *coordinator) interceptUnary(ctx context.Context, method string, req, re
 
 // hedgedWait returns the answer of a call whose first copy was sent and
 // whose copies answer on results: the first copy's that a member answered
-// (see health for silent).
-func hedgedWait(ctx context.Context, h *health, silent bool, results <-chan attemptResult, hedge func() int) attemptResult {
+// (see health for silent). It hedges (hedge sends the other copies, once,
+// and tells how many) after hedgeAfter, or when a copy failed unanswered;
+// after answerBound with no answer it calls stuck. Both a request of the
+// client (interceptUnary) and a renewal (keeper.renew) are waited for so.
+func hedgedWait(ctx context.Context, h *health, silent bool, results <-chan attemptResult, hedge func() int, stuck func()) attemptResult {
 	start := h.now()
 	pending := 1
 	var giveUp <-chan time.Time
@@ -254,6 +258,8 @@ func hedgedWait(ctx context.Context, h *health, silent bool, results <-chan atte
 			ok := answered(r.err)
 			if ok {
 				h.answer()
+			} else {
+				pending += hedge()
 			}
 			tr, isTxn := r.reply.(*pb.TxnResponse)
 			switch afterResult(ok, isTxn && r.err == nil && !tr.Succeeded, pending) {
@@ -274,6 +280,7 @@ func hedgedWait(ctx context.Context, h *health, silent bool, results <-chan atte
 		case <-boundT.C:
 			pending += hedge()
 			h.noAnswerSince(start)
+			stuck()
 		case <-giveUp:
 			return held(errSilent(time.Duration(h.now() - h.answered.Load())))
 		case <-ctx.Done():

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -31,15 +30,16 @@ import (
 // client of its own on that one member (made when first used) and at most
 // one stream on it. Renewals go to the primary lane. A renewal that has no
 // answer within hedgeAfter, or whose lane failed it, is sent again on
-// every other lane (every other member) at once; the first answer wins and
-// its lane becomes the primary, later answers are dropped. A member that
-// is frozen, partitioned or waiting for a leader that is gone (a follower
-// forwards every renewal to the leader and waits up to etcd's request
-// timeout, about 5 s) then costs a renewal hedgeAfter, not the lease. A
-// renewal that has no answer within stuckAfter, or whose caller gives up,
-// ends every stream it was sent on that has answered nothing since (the
-// next renewal opens a new one); gRPC keepalive (see New) ends a
-// connection that is silent.
+// every other lane (every other member) at once, as the client's requests
+// are (see health and hedgedWait); the first answer wins and its lane
+// becomes the primary, later answers are dropped. A member that is frozen,
+// partitioned or waiting for a leader that is gone (a follower forwards
+// every renewal to the leader and waits up to etcd's request timeout,
+// about 5 s) then costs a renewal hedgeAfter, not the lease. A renewal
+// that has no answer within answerBound, or whose caller gives up, ends
+// every stream it was sent on that has answered nothing since (the next
+// renewal opens a new one); gRPC keepalive (see New) ends a connection
+// that is silent.
 type keeper struct {
 	lanes  []*lane
 	health *health // told of every answer, and of renewals no member answered
@@ -48,7 +48,7 @@ type keeper struct {
 	closed  atomic.Bool
 }
 
-// hedgeAfter and stuckAfter: see keeper. A keep-alive answered by a
+// hedgeAfter and answerBound: see keeper. A keep-alive answered by a
 // healthy member takes 1-3 ms on loopback and tens of ms across a busy
 // network; one forwarded by a follower to a leader that is gone does not
 // come back before etcd's request timeout (5 s + 2 election timeouts). The
@@ -56,15 +56,11 @@ type keeper struct {
 // budget (TTL 3 s: a renewal at 1 s after the last acknowledged one, the
 // stop signal at 2.1 s, so a renewal can go to all three members and be
 // tried again on fresh streams before it).
-var (
-	hedgeAfter = 250 * time.Millisecond
-	stuckAfter = time.Second
-)
+var hedgeAfter = 250 * time.Millisecond
 
 // lane is one member's stream of a keeper.
 type lane struct {
 	k   *keeper
-	idx int
 	cfg *clientv3.Config // nil: the coordinator's own client is used
 
 	cliMu sync.Mutex // held while the lane's client is made
@@ -90,19 +86,22 @@ type kaStream struct {
 	lastRecv time.Time // when the last response arrived (zero: none yet)
 }
 
-// kaReq is one request of a renewal on one stream; its answer (or the
-// stream's end) goes to res.
+// kaReq is one request of a renewal on one lane; its answer (a kaAnswer)
+// or the error of its stream goes to res.
 type kaReq struct {
-	id   int64
-	sent time.Time
-	res  chan<- kaResult
+	id     int64
+	lane   int
+	queued time.Time
+	sent   time.Time                // set under on's mu
+	on     atomic.Pointer[kaStream] // the stream it is sent on
+	res    chan<- attemptResult
 }
 
-type kaResult struct {
+// kaAnswer is the answer to a kaReq.
+type kaAnswer struct {
 	ttl  int64 // <= 0: the lease is not found
 	sent time.Time
 	lane int
-	err  error
 }
 
 // errKeeperClosed ends the streams of a closed keeper.
@@ -116,10 +115,10 @@ func newKeeper(cli *clientv3.Client, cfg clientv3.Config, h *health) *keeper {
 		k.lanes = []*lane{{k: k, cli: cli}}
 		return k
 	}
-	for i, ep := range cfg.Endpoints {
+	for _, ep := range cfg.Endpoints {
 		c := cfg
 		c.Endpoints = []string{ep}
-		k.lanes = append(k.lanes, &lane{k: k, idx: i, cfg: &c})
+		k.lanes = append(k.lanes, &lane{k: k, cfg: &c})
 	}
 	// The processes of a cluster's users spread over its members.
 	k.primary.Store(rand.Int64N(int64(len(k.lanes))))
@@ -128,98 +127,72 @@ func newKeeper(cli *clientv3.Client, cfg clientv3.Config, h *health) *keeper {
 
 // renew sends one keep-alive for id and returns the TTL etcd granted (0
 // when the lease is gone) and the send time of the answered request, or
-// the streams' or ctx's error.
+// the streams' or ctx's error. It is hedged as a request of the client is
+// (hedgedWait): first on the primary lane, then on every other lane at
+// once when the primary does not answer within hedgeAfter or fails it.
 func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, time.Time{}, err
 	}
 	first := k.health.now()
 	n := len(k.lanes)
-	res := make(chan kaResult, n) // every lane answers at most once, reader or not
-	queued := make([]time.Time, n)
+	res := make(chan attemptResult, n) // every lane answers at most once, reader or not
+	var reqs []*kaReq
 	p := int(k.primary.Load())
 	send := func(i int) {
-		queued[i] = time.Now()
-		k.lanes[i].lastSend.Store(queued[i].UnixNano())
-		go k.lanes[i].send(&kaReq{id: int64(id), res: res})
+		r := &kaReq{id: int64(id), lane: i, queued: time.Now(), res: res}
+		reqs = append(reqs, r)
+		k.lanes[i].lastSend.Store(r.queued.UnixNano())
+		go k.lanes[i].send(r)
 	}
 	// hedge sends the renewal on every other lane, all at once, not one
 	// lane after another: while a leader is being elected each member may
 	// hold a renewal for a while (a follower forwards it to a leader that
 	// is gone, or waits an election timeout for one), and the one member
 	// that can answer must not be the last tried.
-	pending, hedged := 1, n == 1
-	hedge := func() {
+	hedged := n == 1
+	hedge := func() int {
 		if hedged {
-			return
+			return 0
 		}
 		hedged = true
 		k.primary.CompareAndSwap(int64(p), int64((p+1)%n))
 		for d := 1; d < n; d++ {
 			send((p + d) % n)
-			pending++
 		}
+		return n - 1
 	}
 	send(p)
-	hedgeT := time.NewTimer(hedgeAfter)
-	defer hedgeT.Stop()
-	stuckT := time.NewTimer(stuckAfter)
-	defer stuckT.Stop()
-	for {
-		select {
-		case r := <-res:
-			pending--
-			if r.err == nil {
-				if hedged {
-					k.primary.Store(int64(r.lane)) // the lane that answers
-				}
-				return r.ttl, r.sent, nil
-			}
-			if errors.Is(r.err, errKeeperClosed) {
-				return 0, time.Time{}, r.err
-			}
-			queued[r.lane] = time.Time{} // not on that lane's stream any more
-			hedge()
-			if pending == 0 {
-				// Every member it was sent to failed it: silent, unless
-				// something answered meanwhile.
-				k.health.noAnswerSince(first)
-				return 0, time.Time{}, r.err
-			}
-		case <-hedgeT.C:
-			hedge()
-		case <-stuckT.C:
-			k.resetStuck(queued)
-		case <-ctx.Done():
-			// Given up on with no answer from any member meanwhile: silent.
-			k.health.noAnswerSince(first)
-			k.resetStuck(queued)
-			return 0, time.Time{}, ctx.Err()
-		}
+	r := hedgedWait(ctx, k.health, false, res, hedge, func() { k.resetStuck(reqs) })
+	if r.err != nil {
+		// Every member it was sent to failed it, or it was given up on:
+		// silent, unless something answered meanwhile.
+		k.health.noAnswerSince(first)
+		k.resetStuck(reqs)
+		return 0, time.Time{}, r.err
 	}
+	a := r.reply.(kaAnswer)
+	if hedged {
+		k.primary.Store(int64(a.lane)) // the lane that answers
+	}
+	return a.ttl, a.sent, nil
 }
 
-// resetStuck ends the stream of each lane a renewal waits on (queued there
-// at queued[i]; zero: not) that has answered nothing since. The
-// renewal's requests stay on the streams that answer, so that the answers
-// to the lease's later renewals are still told apart.
-func (k *keeper) resetStuck(queued []time.Time) {
-	for i, q := range queued {
-		if q.IsZero() {
-			continue
-		}
-		l := k.lanes[i]
-		l.mu.Lock()
-		s := l.cur
-		l.mu.Unlock()
+// resetStuck ends the stream each of a renewal's requests is on (or is
+// opened for it) that has answered nothing since the request was queued.
+// The renewal's requests stay on the streams that answer, so that the
+// answers to the lease's later renewals are still told apart.
+func (k *keeper) resetStuck(reqs []*kaReq) {
+	for _, r := range reqs {
+		s := r.on.Load()
 		if s == nil {
 			continue
 		}
 		s.mu.Lock()
-		stuck := s.lastRecv.Before(q)
+		stuck := s.lastRecv.Before(r.queued)
 		s.mu.Unlock()
 		if stuck {
-			s.fail(fmt.Errorf("keep-alive stream: no answer since %v", time.Since(q).Round(time.Millisecond)))
+			s.fail(fmt.Errorf("keep-alive stream: no answer since %v", time.Since(r.queued).Round(time.Millisecond)))
 		}
 	}
 }
@@ -233,12 +206,13 @@ func (l *lane) send(r *kaReq) {
 		if s == nil {
 			break
 		}
+		r.on.Store(s)
 		var queued bool
 		if queued, err = s.send(r); queued {
 			return // answered, or failed with the stream
 		}
 	}
-	r.res <- kaResult{lane: l.idx, err: err}
+	r.res <- attemptResult{err: err}
 }
 
 // stream returns the lane's stream, making one when it has none (nil when
@@ -337,7 +311,7 @@ func (s *kaStream) recv() {
 		}
 		s.mu.Unlock()
 		if r != nil {
-			r.res <- kaResult{ttl: resp.TTL, sent: r.sent, lane: s.lane.idx}
+			r.res <- attemptResult{reply: kaAnswer{ttl: resp.TTL, sent: r.sent, lane: r.lane}}
 		}
 	}
 }
@@ -361,7 +335,7 @@ func (s *kaStream) fail(err error) {
 	s.out = nil
 	s.mu.Unlock()
 	for _, r := range out {
-		r.res <- kaResult{lane: l.idx, err: err}
+		r.res <- attemptResult{err: err}
 	}
 }
 

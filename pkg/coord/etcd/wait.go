@@ -21,11 +21,10 @@ import (
 // myRev, and st is the lock as last read.
 type waiter struct {
 	*attempt
-	myRev    int64
-	st       lockState
-	lost     <-chan error // our lease ended
-	heldBack string       // our key's value while a limit holds the lock back
-	marked   bool         // our key says held_back
+	myRev  int64
+	st     lockState
+	lost   <-chan error // our lease ended
+	marked bool         // our key says held_back
 }
 
 // waitStep is where a waiter goes from the lock as read.
@@ -135,16 +134,6 @@ func (w *waiter) slotFor() (int, clientv3.Cmp, bool) {
 	return 0, clientv3.Compare(clientv3.CreateRevision(w.c.lockRange(w.name)), ">", w.myRev-1).WithPrefix(), true
 }
 
-// claimOps are the puts of a claim: our key's value as held (and a
-// semaphore's slot key).
-func (w *waiter) claimOps(slot int) []clientv3.Op {
-	ops := []clientv3.Op{clientv3.OpPut(w.key, w.claim(slot), clientv3.WithLease(w.id))}
-	if w.semaphore() {
-		ops = append(ops, clientv3.OpPut(w.c.slotKey(w.name, slot), formatID(w.id), clientv3.WithLease(w.id)))
-	}
-	return ops
-}
-
 // await is a waiter's watch before it reads (or claims) again: the key
 // ahead (its deletion for a lock, any change for a semaphore), a
 // semaphore's holders' deletions (and the limits, under one), or, for a
@@ -157,7 +146,7 @@ func (w *waiter) await(ctx context.Context, step waitStep, pred *mvccpb.KeyValue
 	case waitHeldBack:
 		if !w.marked {
 			// So that readers and watchers do not take it for the holder.
-			if _, err := w.txn(ctx, nil, clientv3.OpPut(w.key, w.heldBack, clientv3.WithLease(w.id))); err != nil {
+			if _, err := w.txn(ctx, nil, w.queuedOp(true)); err != nil {
 				return err
 			}
 			w.marked = true
