@@ -230,20 +230,19 @@ type Stats struct {
 // by the goroutine that receives it (see scheduler).
 //
 // Lock order. A goroutine holding one of these locks takes only those to
-// its right: schedulers.mu → h.cbMu → sched.mu → h.mu.
+// its right: schedulers.mu → h.cbMu → sched.mu.
 //   - schedulers.mu → sched.mu: schedule and exit (a scheduler joins or
 //     leaves the map while its holds are looked at).
-//   - h.cbMu → sched.mu → h.mu: attempt.complete applies an answer (cbMu
-//     for the whole of it and its callbacks, sched.mu for the scheduling
-//     fields, h.mu for Stats).
-//   - scheduler.lose runs under sched.mu and only tries cbMu (TryLock: it
-//     never waits for it); scheduler.remove takes cbMu after releasing
-//     sched.mu, to wait for a callback in progress.
+//   - h.cbMu → sched.mu: attempt.complete applies an answer (cbMu for the
+//     whole of it and its callbacks, sched.mu for the hold's fields).
+//   - scheduler.lose and scheduler.remove take cbMu only after releasing
+//     sched.mu (lose on a goroutine of its own), to wait for a callback in
+//     progress.
 //   - h.cancel is never called with sched.mu held: the context's AfterFunc
 //     (remove) takes sched.mu and cbMu, on a goroutine of its own.
 //
-// The callback (OnRenewal) runs under cbMu only: it may call Stats (h.mu),
-// not Release (which waits for cbMu).
+// The callback (OnRenewal) runs under cbMu only: it may call Stats
+// (sched.mu), not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
 	lease  coord.Lease
@@ -252,22 +251,17 @@ type Held struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu sync.Mutex // guards st
-	st Stats
-
 	// cbMu is held while an answer is applied and the callbacks run.
 	cbMu sync.Mutex
 
-	// Scheduling, guarded by sched.mu.
-	sched       *scheduler
-	index       int           // in sched.holds; -1 when not there
-	wake        clock.Boot    // when the scheduler looks at the hold next
-	next        clock.Boot    // the next renewal's send
-	early       time.Duration // how much earlier than next it may go out
-	su          clock.Boot    // safe-until (st.SafeUntilBoot, as the scheduler reads it)
-	inflight    *attempt      // the renewal in flight
-	removed     bool          // released, lost or ended: no more renewals
-	pendingLoss *LostError    // a loss to report once the callbacks running are done
+	// Guarded by sched.mu once the hold is scheduled.
+	sched    *scheduler
+	st       Stats         // its SafeUntilBoot is the safe-until
+	wake     clock.Boot    // when the scheduler looks at the hold next
+	next     clock.Boot    // the next renewal's send
+	early    time.Duration // how much earlier than next it may go out
+	inflight *attempt      // the renewal in flight
+	removed  bool          // released, lost or ended: no more renewals
 }
 
 // pauseTolerance is how late past its planned wake-up the scheduler may
@@ -330,7 +324,7 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 	if err := opts.check(lease.TTL); err != nil {
 		return nil, err
 	}
-	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
+	h := &Held{c: c, lease: *lease, opts: opts, clk: k}
 	h.opts.fill(lease.TTL)
 
 	sent := h.clk.now() // the send time of the renewal below, for a lease with no Sent
@@ -349,7 +343,6 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 		return nil, h.lostErr(now, su, su)
 	}
 	h.ctx, h.cancel = context.WithCancelCause(ctx)
-	h.su = su
 	h.next = sent.Add(h.opts.RenewInterval)
 	h.early = earlyFor(h.opts.RenewInterval)
 	h.wake = h.plan()
@@ -407,11 +400,17 @@ func (h *Held) Check() error {
 	if err := context.Cause(h.ctx); err != nil {
 		return err
 	}
-	now, su := h.clk.now(), h.safeUntil()
-	if now <= su {
+	var lost *LostError
+	now := h.clk.now()
+	h.sched.mu.Lock()
+	if su := h.st.SafeUntilBoot; now > su {
+		lost = h.lostErr(now, su, su)
+	}
+	h.sched.mu.Unlock()
+	if lost == nil {
 		return nil
 	}
-	h.cancel(h.lostErr(now, su, su))
+	h.cancel(lost)
 	return context.Cause(h.ctx)
 }
 
@@ -422,17 +421,13 @@ func (h *Held) Lease() coord.Lease { return h.lease }
 func (h *Held) Token() uint64 { return h.lease.Token }
 
 // safeUntil is Stats().SafeUntilBoot.
-func (h *Held) safeUntil() clock.Boot {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.st.SafeUntilBoot
-}
+func (h *Held) safeUntil() clock.Boot { return h.Stats().SafeUntilBoot }
 
 // Stats returns a snapshot of the renewals so far.
 func (h *Held) Stats() Stats {
-	h.mu.Lock()
+	h.sched.mu.Lock()
 	st := h.st
-	h.mu.Unlock()
+	h.sched.mu.Unlock()
 	st.SafeUntil = h.clk.toTime(st.SafeUntilBoot)
 	st.Margin, st.RenewInterval = h.opts.Margin, h.opts.RenewInterval
 	return st
@@ -453,10 +448,9 @@ func (h *Held) Release(ctx context.Context) error {
 
 // lostErr builds the error for safe-until su found passed at now; planned
 // is when the scheduler meant to look at the clock (so now-planned is how long
-// the process did not run when it should have).
+// the process did not run when it should have). sched.mu is held, or h is
+// not scheduled yet.
 func (h *Held) lostErr(now, su, planned clock.Boot) *LostError {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	r := Unsafe
 	if now.Sub(max(planned, su)) > pauseTolerance {
 		r = Paused

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -242,6 +243,62 @@ func TestOutcome(t *testing.T) {
 			if got := nextSend(o, c.now, 100, c.abandoned, 300, 50); got != c.next {
 				t.Errorf("%s: next send %d, want %d", c.name, got, c.next)
 			}
+		}
+	}
+}
+
+// renewLog answers every renewal at once and counts them per lock.
+type renewLog struct {
+	coord.Coordinator
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *renewLog) Renew(_ context.Context, name, _ string) (coord.Renewal, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n[name]++
+	return coord.Renewal{}, nil
+}
+
+func (l *renewLog) Release(context.Context, string, string) error { return nil }
+
+func (l *renewLog) count(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n[name]
+}
+
+// TestEarlyRenewalsShareAWake: at the wake of a renewal that is due, every
+// renewal due within its early (RenewInterval/16) goes out too, whatever
+// else falls due in between: here a hold not renewed whose safe-until
+// comes between the two renewals. The clock stands still at a's renewal;
+// b's is due half a second (early: 1s) later.
+func TestEarlyRenewalsShareAWake(t *testing.T) {
+	c := &renewLog{n: map[string]int{}}
+	fc := clockwork.NewFakeClock()
+	t0 := fc.Now()
+	const renew = 16 * time.Second
+	hold := func(name string, sent time.Time, ttl time.Duration, opts HoldOptions) {
+		t.Helper()
+		h, err := HoldOn(context.Background(), c, &coord.Lease{Name: name, ID: name, TTL: ttl, Sent: sent}, opts, fc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Release(context.Background()) })
+	}
+	hold("a", t0, time.Minute, HoldOptions{RenewInterval: renew})
+	hold("b", t0.Add(500*time.Millisecond), time.Minute, HoldOptions{RenewInterval: renew})
+	hold("x", t0, 18*time.Second, HoldOptions{NoRenew: true}) // safe-until t0+16.2s
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := fc.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(renew)
+	for end := time.Now().Add(5 * time.Second); c.count("a") == 0 || c.count("b") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("renewals at a's wake: a %d, b %d; want b's sent with a's", c.count("a"), c.count("b"))
 		}
 	}
 }
