@@ -271,23 +271,20 @@ const pauseTolerance = 100 * time.Millisecond
 
 // Acquire takes a lease with c.Acquire and holds it (see Hold). If Hold
 // refuses the options, the lease is released and the error returned.
-func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts ...Option) (*Held, error) {
-	return acquire(ctx, c, name, acq, configOf(opts))
-}
-
-func acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts holdConfig) (*Held, error) {
+func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, options ...Option) (*Held, error) {
+	opts := configOf(options)
 	acq, err := coordkit.CheckAcquire(name, acq) // the TTL that opts must fit (15s for 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := opts.check(acq.TTL); err != nil {
+	if _, err := opts.resolve(acq.TTL); err != nil {
 		return nil, err
 	}
 	l, err := c.Acquire(ctx, name, acq)
 	if err != nil {
 		return nil, err
 	}
-	h, err := holdOn(ctx, c, l, opts, bootClk{clockwork.NewRealClock()})
+	h, err := holdOn(ctx, c, l, opts, bootClk{})
 	if err != nil {
 		releaseQuietly(ctx, c, l)
 		return nil, err
@@ -313,7 +310,7 @@ func releaseQuietly(ctx context.Context, c coord.Coordinator, l *coord.Lease) {
 // When ctx ends, renewals stop and Context() ends with ctx's cause; the
 // lease then runs out at its TTL unless released.
 func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts ...Option) (*Held, error) {
-	return holdOn(ctx, c, lease, configOf(opts), bootClk{clockwork.NewRealClock()})
+	return holdOn(ctx, c, lease, configOf(opts), bootClk{})
 }
 
 // holdOn is Hold on clock k (a test's fake clock: see export_test.go).
@@ -321,11 +318,11 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 	if lease == nil {
 		return nil, fmt.Errorf("%w: no lease to hold", coord.ErrInvalid)
 	}
-	if err := opts.check(lease.TTL); err != nil {
+	opts, err := opts.resolve(lease.TTL)
+	if err != nil {
 		return nil, err
 	}
 	h := &Held{c: c, lease: *lease, opts: opts, clk: k}
-	h.opts.fill(lease.TTL)
 
 	sent := h.clk.now() // the send time of the renewal below, for a lease with no Sent
 	if !lease.Sent.IsZero() {
@@ -353,26 +350,15 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 	return h, nil
 }
 
-func (o *holdConfig) check(ttl time.Duration) error {
+// resolve is o with the defaults for a lease of ttl filled in, or an error
+// wrapping coord.ErrInvalid when it cannot keep the lease safe.
+func (o holdConfig) resolve(ttl time.Duration) (holdConfig, error) {
 	if ttl <= 0 {
-		return fmt.Errorf("%w: lease TTL must be positive, got %v", coord.ErrInvalid, ttl)
+		return o, fmt.Errorf("%w: lease TTL must be positive, got %v", coord.ErrInvalid, ttl)
 	}
 	if o.RenewInterval < 0 || o.RetryInterval < 0 || o.Margin < 0 {
-		return fmt.Errorf("%w: negative renew interval, retry interval or margin", coord.ErrInvalid)
+		return o, fmt.Errorf("%w: negative renew interval, retry interval or margin", coord.ErrInvalid)
 	}
-	f := *o
-	f.fill(ttl)
-	if f.Margin >= ttl {
-		return fmt.Errorf("%w: margin %v leaves nothing of the TTL %v", coord.ErrInvalid, f.Margin, ttl)
-	}
-	if !f.NoRenew && 2*f.RenewInterval >= ttl-f.Margin {
-		return fmt.Errorf("%w: renew interval %v leaves no room for two renewal attempts before the lease's safe-until (TTL %v - margin %v)",
-			coord.ErrInvalid, f.RenewInterval, ttl, f.Margin)
-	}
-	return nil
-}
-
-func (o *holdConfig) fill(ttl time.Duration) {
 	if o.RenewInterval == 0 {
 		o.RenewInterval = ceilDiv(ttl, 3)
 	}
@@ -382,6 +368,14 @@ func (o *holdConfig) fill(ttl time.Duration) {
 	if o.Margin == 0 {
 		o.Margin = DefaultMargin(ttl)
 	}
+	if o.Margin >= ttl {
+		return o, fmt.Errorf("%w: margin %v leaves nothing of the TTL %v", coord.ErrInvalid, o.Margin, ttl)
+	}
+	if !o.NoRenew && 2*o.RenewInterval >= ttl-o.Margin {
+		return o, fmt.Errorf("%w: renew interval %v leaves no room for two renewal attempts before the lease's safe-until (TTL %v - margin %v)",
+			coord.ErrInvalid, o.RenewInterval, ttl, o.Margin)
+	}
+	return o, nil
 }
 
 // Context is cancelled when the lease can no longer be trusted (cause: a
@@ -419,9 +413,6 @@ func (h *Held) Lease() coord.Lease { return h.lease }
 
 // Token is the lease's fencing token.
 func (h *Held) Token() uint64 { return h.lease.Token }
-
-// safeUntil is Stats().SafeUntilBoot.
-func (h *Held) safeUntil() clock.Boot { return h.Stats().SafeUntilBoot }
 
 // Stats returns a snapshot of the renewals so far.
 func (h *Held) Stats() Stats {
@@ -467,9 +458,11 @@ type clk interface {
 	newTimer(time.Duration) clockwork.Timer
 }
 
-type bootClk struct{ c clockwork.Clock }
+// bootClk is the boot clock. Every bootClk is equal to every other: the
+// holds on it share one scheduler (see schedulers).
+type bootClk struct{}
 
-func (b bootClk) now() clock.Boot                          { return clock.Now() }
-func (b bootClk) toBoot(t time.Time) clock.Boot            { return clock.Now().Add(-time.Since(t)) }
-func (b bootClk) toTime(t clock.Boot) time.Time            { return time.Now().Add(t.Sub(clock.Now())) }
-func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
+func (bootClk) now() clock.Boot                          { return clock.Now() }
+func (bootClk) toBoot(t time.Time) clock.Boot            { return clock.Now().Add(-time.Since(t)) }
+func (bootClk) toTime(t clock.Boot) time.Time            { return time.Now().Add(t.Sub(clock.Now())) }
+func (bootClk) newTimer(d time.Duration) clockwork.Timer { return clockwork.NewRealClock().NewTimer(d) }

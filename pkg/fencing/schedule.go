@@ -31,8 +31,7 @@ import (
 //
 // The goroutine runs while the scheduler has holds and exits with the last.
 type scheduler struct {
-	clk clk
-	key any // in schedulers
+	clk clk // its key in schedulers
 
 	mu      sync.Mutex
 	holds   map[*Held]struct{}
@@ -41,25 +40,24 @@ type scheduler struct {
 	poke    chan struct{} // one slot: a hold's wake moved before armed
 }
 
-// schedulers maps each clock to its scheduler while it has holds.
+// schedulers maps each clock to its scheduler while it has holds: one for
+// the boot clock (every bootClk is equal), one for each fake clock of a test
+// and one for each other clock (a test's own): a hold never joins a
+// scheduler that reads another clock.
 var schedulers = struct {
 	mu sync.Mutex
-	m  map[any]*scheduler
-}{m: map[any]*scheduler{}}
-
-// realClockKey is the key of the boot clock's scheduler.
-type realClockKey struct{}
+	m  map[clk]*scheduler
+}{m: map[clk]*scheduler{}}
 
 // schedule puts h (its scheduling fields set) on the scheduler of its
 // clock, and starts the scheduler's goroutine if it is not running.
 func schedule(h *Held) {
-	key := clockKey(h.clk)
 	schedulers.mu.Lock()
 	defer schedulers.mu.Unlock()
-	s := schedulers.m[key]
+	s := schedulers.m[h.clk]
 	if s == nil {
-		s = &scheduler{clk: h.clk, key: key, holds: map[*Held]struct{}{}, poke: make(chan struct{}, 1)}
-		schedulers.m[key] = s
+		s = &scheduler{clk: h.clk, holds: map[*Held]struct{}{}, poke: make(chan struct{}, 1)}
+		schedulers.m[h.clk] = s
 	}
 	h.sched = s
 	s.mu.Lock()
@@ -75,16 +73,6 @@ func schedule(h *Held) {
 	}
 }
 
-// clockKey is the key of k's scheduler in schedulers: one for the boot
-// clock, one for each fake clock of a test, and one for each other clock
-// (a test's own): a hold never joins a scheduler that reads another clock.
-func clockKey(k clk) any {
-	if _, ok := k.(bootClk); ok {
-		return realClockKey{}
-	}
-	return k // a fakeClk is equal to another on the same fake clock
-}
-
 // exit stops the goroutine when no hold is left: it reports false when a
 // hold was added meanwhile.
 func (s *scheduler) exit() bool {
@@ -96,8 +84,8 @@ func (s *scheduler) exit() bool {
 		return false
 	}
 	s.running = false
-	if schedulers.m[s.key] == s {
-		delete(schedulers.m, s.key)
+	if schedulers.m[s.clk] == s {
+		delete(schedulers.m, s.clk)
 	}
 	return true
 }

@@ -31,7 +31,7 @@ func (s *stub) Release(context.Context, string, string) error { return nil }
 // running reports whether fc has a scheduler whose goroutine runs.
 func running(fc *clockwork.FakeClock) bool {
 	schedulers.mu.Lock()
-	s := schedulers.m[clockKey(fakeClk{fc})]
+	s := schedulers.m[fakeClk{fc}]
 	schedulers.mu.Unlock()
 	if s == nil {
 		return false
@@ -198,11 +198,10 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 // expiry); a TTL of 1ns or 2ns was.
 func TestTinyTTLNeverGetsZeroIntervalOrMargin(t *testing.T) {
 	for ttl := time.Duration(1); ttl <= 2000; ttl++ {
-		o := HoldOptions{}
-		if err := o.check(ttl); err != nil {
+		o, err := HoldOptions{}.resolve(ttl)
+		if err != nil {
 			continue
 		}
-		o.fill(ttl)
 		if o.RenewInterval <= 0 || o.Margin <= 0 || 2*o.RenewInterval >= ttl-o.Margin {
 			t.Fatalf("TTL %v accepted with renew interval %v and margin %v", ttl, o.RenewInterval, o.Margin)
 		}
