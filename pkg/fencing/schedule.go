@@ -24,7 +24,9 @@ import (
 //
 // The scheduler never calls anything that can block: a renewal goes out
 // as a Renew call on a goroutine of its own; abandoning a renewal is
-// cancelling it. The answer is applied to the hold by the goroutine that
+// cancelling it, on a goroutine too (however unlikely it is that
+// cancelling blocks); a hold's end waits for its callbacks on a goroutine
+// (see lose). The answer is applied to the hold by the goroutine that
 // delivers it (complete), which also runs the hold's callbacks. So a
 // renewal that hangs delays nothing but its own hold's next renewal, and
 // every hold's loss is found at its own wake.
@@ -97,14 +99,6 @@ func (s *scheduler) wakeUp() {
 	}
 }
 
-// pass is what one look at the holds decided, done after the lock is
-// released: renewals to send, renewals to abandon, holds that ended.
-type pass struct {
-	starts  []*attempt
-	cancels []func()
-	losses  []func() // each ends a hold's context
-}
-
 // suspendCheck is the longest the scheduler sleeps. A system suspend stops
 // Go's timers (CLOCK_MONOTONIC) but not the boot clock, on which leases are
 // counted: a scheduler asleep until a hold's next renewal could wake long
@@ -116,21 +110,18 @@ func (s *scheduler) run() {
 	t := s.clk.newTimer(time.Hour)
 	stopTimer(t)
 	for {
-		var p pass
 		now := s.clk.now()
 		wake := clock.Boot(math.MaxInt64)
 		s.mu.Lock()
 		for h := range s.holds {
-			if e := h.step(now, &p); e != nil {
-				s.lose(h, e, &p)
+			if e := h.step(now); e != nil {
+				s.lose(h, e)
 			} else {
 				wake = min(wake, h.wake)
 			}
 		}
 		s.armed = wake
 		s.mu.Unlock()
-
-		s.do(&p)
 		if wake == math.MaxInt64 {
 			if s.exit() {
 				return
@@ -146,67 +137,37 @@ func (s *scheduler) run() {
 	}
 }
 
-// do carries out a pass, without the lock: the losses, then the renewals,
-// then the abandonments (on a goroutine, however unlikely it is that
-// cancelling blocks).
-func (s *scheduler) do(p *pass) {
-	for _, end := range p.losses {
-		go end()
-	}
-	for _, a := range p.starts {
-		a.h.send(a)
-	}
-	if len(p.cancels) > 0 {
-		go func() {
-			for _, c := range p.cancels {
-				c()
-			}
-		}()
-	}
-}
-
 // lose ends h with e (s.mu held), once no answer of h is being applied: a
 // goroutine waits for the one in progress (its callbacks may be running),
 // so that what a callback reported is in the Stats seen once the context
 // has ended.
-func (s *scheduler) lose(h *Held, e *LostError, p *pass) {
-	s.drop(h, p)
-	p.losses = append(p.losses, func() {
+func (s *scheduler) lose(h *Held, e *LostError) {
+	s.drop(h)
+	go func() {
 		h.cbMu.Lock()
 		//lint:ignore SA2001 waits for a callback in progress
 		h.cbMu.Unlock()
 		h.cancel(e)
-	})
+	}()
 }
 
-// drop takes h off the scheduler and abandons its renewal in flight, if
-// any (s.mu held). No answer of h is applied after it.
-func (s *scheduler) drop(h *Held, p *pass) {
+// drop takes h off the scheduler (s.mu held): no answer of h is applied
+// after it. Its renewal in flight is abandoned by the end of h's context,
+// which follows in every case.
+func (s *scheduler) drop(h *Held) {
 	h.removed = true
 	delete(s.holds, h)
 	if len(s.holds) == 0 {
 		s.wakeUp() // to exit
 	}
-	if a := h.inflight; a != nil {
-		h.inflight = nil
-		if !a.abandon {
-			p.cancels = append(p.cancels, a.cancel)
-		}
-		a.abandon = true
-	}
 }
 
-// remove takes h off the scheduler (Release, or its context ended) and
-// abandons its renewal in flight. It returns once no callback of h runs,
-// and none will.
+// remove takes h off the scheduler (Release, or its context ended). It
+// returns once no callback of h runs, and none will.
 func (s *scheduler) remove(h *Held) {
-	var p pass
 	s.mu.Lock()
-	s.drop(h, &p)
+	s.drop(h)
 	s.mu.Unlock()
-	for _, c := range p.cancels {
-		c()
-	}
 	h.cbMu.Lock()
 	//lint:ignore SA2001 waits for a callback in progress
 	h.cbMu.Unlock()
@@ -237,18 +198,18 @@ type attempt struct {
 	// as much, on the boot clock only (see complete).
 	sentMono time.Time
 	end      clock.Boot // when it is abandoned
-	// ctx is the request's; cancel abandons it. abandon is set when it was
-	// given up: at its end (its answer, an error mostly, is still applied)
-	// or when its hold ended (its answer is ignored). cancel is called then.
+	// ctx is the request's (it ends with the hold's, and the answer is
+	// then ignored); cancel abandons it. abandon is set when it was given
+	// up at its end (its answer, an error mostly, is still applied).
 	ctx     context.Context
 	cancel  func()
 	abandon bool
 }
 
-// step looks at h at now (s.mu held): it returns the loss found, or adds to
-// p the renewal to send or to abandon, and sets h's next wake (always
+// step looks at h at now (s.mu held): it returns the loss found, or sends
+// or abandons a renewal when it is time, and sets h's next wake (always
 // after now).
-func (h *Held) step(now clock.Boot, p *pass) *LostError {
+func (h *Held) step(now clock.Boot) *LostError {
 	su := h.st.SafeUntilBoot
 	if now > su {
 		return h.lostErr(now, su, h.wake)
@@ -258,13 +219,13 @@ func (h *Held) step(now clock.Boot, p *pass) *LostError {
 		// Never blocks: h.ctx's cancellation takes no s.mu (see Held).
 		a.ctx, a.cancel = context.WithCancel(h.ctx)
 		h.inflight = a
-		p.starts = append(p.starts, a)
+		go a.send()
 	}
 	if a := h.inflight; a != nil && !a.abandon && now >= a.end {
 		// A request that hangs is abandoned; its error comes back to
 		// complete, as a failure.
 		a.abandon = true
-		p.cancels = append(p.cancels, a.cancel)
+		go a.cancel()
 	}
 	h.wake = h.plan()
 	return nil
@@ -283,13 +244,11 @@ func (h *Held) plan() clock.Boot {
 	return wake
 }
 
-// send sends a renewal (without s.mu).
-func (h *Held) send(a *attempt) {
-	go func() {
-		r, err := h.c.Renew(a.ctx, h.lease.Name, h.lease.ID)
-		a.cancel()
-		a.complete(r, err)
-	}()
+// send sends the renewal and applies its answer.
+func (a *attempt) send() {
+	r, err := a.h.c.Renew(a.ctx, a.h.lease.Name, a.h.lease.ID)
+	a.cancel()
+	a.complete(r, err)
 }
 
 // outcome is what the answer to a renewal does to its hold.
@@ -340,9 +299,9 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 	defer h.cbMu.Unlock()
 	now := h.clk.now()
 	s.mu.Lock()
-	if h.inflight != a || h.removed {
+	if h.removed {
 		s.mu.Unlock()
-		return // abandoned before it was sent, or the hold ended
+		return // the hold ended
 	}
 	h.inflight = nil
 	o := outcomeOf(now, h.st.SafeUntilBoot, err)
@@ -352,7 +311,7 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 			lost = &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: h.clk.toTime(h.st.SafeUntilBoot),
 				Failures: h.st.Consecutive, LastErr: err}
 		}
-		s.drop(h, &pass{})
+		s.drop(h)
 		s.mu.Unlock()
 		h.cancel(lost)
 		return
