@@ -35,14 +35,14 @@ import (
 type scheduler struct {
 	clk clk // its key in schedulers
 
-	mu      sync.Mutex
-	holds   map[*Held]struct{}
-	running bool
-	armed   clock.Boot    // the wake the goroutine sleeps until
-	poke    chan struct{} // one slot: a hold's wake moved before armed
+	mu    sync.Mutex
+	holds map[*Held]struct{}
+	armed clock.Boot    // the wake the goroutine sleeps until
+	poke  chan struct{} // one slot: a hold's wake moved before armed
 }
 
-// schedulers maps each clock to its scheduler while it has holds: one for
+// schedulers maps each clock to its scheduler while the scheduler's
+// goroutine runs, which is while it has holds: one for
 // the boot clock (every bootClk is equal), one for each fake clock of a test
 // and one for each other clock (a test's own): a hold never joins a
 // scheduler that reads another clock.
@@ -60,16 +60,12 @@ func schedule(h *Held) {
 	if s == nil {
 		s = &scheduler{clk: h.clk, holds: map[*Held]struct{}{}, poke: make(chan struct{}, 1)}
 		schedulers.m[h.clk] = s
+		go s.run()
 	}
 	h.sched = s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.holds[h] = struct{}{}
-	if !s.running {
-		s.running = true
-		go s.run()
-		return
-	}
 	if h.wake < s.armed {
 		s.wakeUp()
 	}
@@ -85,10 +81,7 @@ func (s *scheduler) exit() bool {
 	if len(s.holds) > 0 {
 		return false
 	}
-	s.running = false
-	if schedulers.m[s.clk] == s {
-		delete(schedulers.m, s.clk)
-	}
+	delete(schedulers.m, s.clk)
 	return true
 }
 

@@ -31,14 +31,8 @@ func (s *stub) Release(context.Context, string, string) error { return nil }
 // running reports whether fc has a scheduler whose goroutine runs.
 func running(fc *clockwork.FakeClock) bool {
 	schedulers.mu.Lock()
-	s := schedulers.m[fakeClk{fc}]
-	schedulers.mu.Unlock()
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.running
+	defer schedulers.mu.Unlock()
+	return schedulers.m[fakeClk{fc}] != nil
 }
 
 func waitStopped(t *testing.T, fc *clockwork.FakeClock) {
