@@ -42,10 +42,10 @@ type scheduler struct {
 }
 
 // schedulers maps each clock to its scheduler while the scheduler's
-// goroutine runs, which is while it has holds: one for
-// the boot clock (every bootClk is equal), one for each fake clock of a test
-// and one for each other clock (a test's own): a hold never joins a
-// scheduler that reads another clock.
+// goroutine runs (while it has holds): one for the boot clock (every
+// bootClk is equal), one for each fake clock of a test and one for each
+// other clock (a test's own): a hold never joins a scheduler that reads
+// another clock.
 var schedulers = struct {
 	mu sync.Mutex
 	m  map[clk]*scheduler

@@ -295,3 +295,62 @@ func TestEarlyRenewalsShareAWake(t *testing.T) {
 		}
 	}
 }
+
+// TestStep is the table of what the scheduler does with a hold when it
+// looks at it (step): end it, send its renewal (due, or due within its
+// early), abandon the renewal in flight, and when it looks at it next.
+// Safe-until 1000, next renewal at 500, early 50, abandonment 100 after
+// the send (RenewInterval 200).
+func TestStep(t *testing.T) {
+	const su, none = clock.Boot(1000), Reason(0)
+	late := su + 1 + clock.Boot(2*pauseTolerance)
+	for _, c := range []struct {
+		name      string
+		now, next clock.Boot
+		noRenew   bool
+		inflight  *attempt
+		lost      Reason
+		start     bool
+		abandon   bool
+		wake      clock.Boot
+	}{
+		{"before its early", 449, 500, false, nil, none, false, false, 500},
+		{"within its early", 460, 500, false, nil, none, true, false, 560},
+		{"due", 500, 500, false, nil, none, true, false, 600},
+		{"due, abandoned at safe-until", 950, 950, false, nil, none, true, false, su},
+		{"not renewed", 500, 500, true, nil, none, false, false, su + 1},
+		{"in flight", 550, 500, false, &attempt{end: 600}, none, false, false, 600},
+		{"in flight at its end", 600, 500, false, &attempt{end: 600}, none, false, true, su + 1},
+		{"abandoned, unanswered", 700, 500, false, &attempt{end: 600, abandon: true}, none, false, true, su + 1},
+		{"at safe-until", su, 2000, false, nil, none, false, false, su + 1},
+		{"past safe-until", su + 1, 2000, false, nil, Unsafe, false, false, 0},
+		{"past safe-until, woke late", late, 2000, false, nil, Paused, false, false, 0},
+	} {
+		h := &Held{c: &stub{}, ctx: context.Background(), clk: fakeClk{clockwork.NewFakeClock()}, sched: &scheduler{},
+			next: c.next, early: 50, inflight: c.inflight, wake: su + 1, removed: true} // removed: the answer is ignored
+		h.opts.RenewInterval, h.opts.NoRenew, h.st.SafeUntilBoot = 200, c.noRenew, su
+		if c.inflight != nil {
+			c.inflight.cancel = func() {}
+		}
+		e := h.step(c.now)
+		var got Reason
+		if e != nil {
+			got = e.Reason
+		}
+		if got != c.lost || e != nil {
+			if got != c.lost {
+				t.Errorf("%s: loss %v, want %v", c.name, got, c.lost)
+			}
+			continue
+		}
+		if started := h.inflight != nil && h.inflight != c.inflight; started != c.start {
+			t.Errorf("%s: renewal sent %v, want %v", c.name, started, c.start)
+		}
+		if c.inflight != nil && c.inflight.abandon != c.abandon {
+			t.Errorf("%s: abandoned %v, want %v", c.name, c.inflight.abandon, c.abandon)
+		}
+		if h.wake != c.wake {
+			t.Errorf("%s: next wake %d, want %d", c.name, h.wake, c.wake)
+		}
+	}
+}
