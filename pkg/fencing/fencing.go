@@ -230,20 +230,19 @@ type Stats struct {
 // by the goroutine that receives it (see scheduler).
 //
 // Lock order. A goroutine holding one of these locks takes only those to
-// its right: schedulers.mu → h.cbMu → sched.mu → h.mu.
+// its right: schedulers.mu → h.cbMu → sched.mu.
 //   - schedulers.mu → sched.mu: schedule and exit (a scheduler joins or
 //     leaves the map while its holds are looked at).
-//   - h.cbMu → sched.mu → h.mu: attempt.complete applies an answer (cbMu
-//     for the whole of it and its callbacks, sched.mu for the scheduling
-//     fields, h.mu for Stats).
-//   - scheduler.lose runs under sched.mu and only tries cbMu (TryLock: it
-//     never waits for it); scheduler.remove takes cbMu after releasing
-//     sched.mu, to wait for a callback in progress.
+//   - h.cbMu → sched.mu: attempt.complete applies an answer (cbMu for the
+//     whole of it and its callbacks, sched.mu for the hold's fields).
+//   - scheduler.lose and scheduler.remove take cbMu only after releasing
+//     sched.mu (lose on a goroutine of its own), to wait for a callback in
+//     progress.
 //   - h.cancel is never called with sched.mu held: the context's AfterFunc
 //     (remove) takes sched.mu and cbMu, on a goroutine of its own.
 //
-// The callback (OnRenewal) runs under cbMu only: it may call Stats (h.mu),
-// not Release (which waits for cbMu).
+// The callback (OnRenewal) runs under cbMu only: it may call Stats
+// (sched.mu), not Release (which waits for cbMu).
 type Held struct {
 	c      coord.Coordinator
 	lease  coord.Lease
@@ -252,22 +251,17 @@ type Held struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu sync.Mutex // guards st
-	st Stats
-
 	// cbMu is held while an answer is applied and the callbacks run.
 	cbMu sync.Mutex
 
-	// Scheduling, guarded by sched.mu.
-	sched       *scheduler
-	index       int           // in sched.holds; -1 when not there
-	wake        clock.Boot    // when the scheduler looks at the hold next
-	next        clock.Boot    // the next renewal's send
-	early       time.Duration // how much earlier than next it may go out
-	su          clock.Boot    // safe-until (st.SafeUntilBoot, as the scheduler reads it)
-	inflight    *attempt      // the renewal in flight
-	removed     bool          // released, lost or ended: no more renewals
-	pendingLoss *LostError    // a loss to report once the callbacks running are done
+	// Guarded by sched.mu once the hold is scheduled.
+	sched    *scheduler
+	st       Stats         // its SafeUntilBoot is the safe-until
+	wake     clock.Boot    // when the scheduler looks at the hold next
+	next     clock.Boot    // the next renewal's send
+	early    time.Duration // how much earlier than next it may go out
+	inflight *attempt      // the renewal in flight
+	removed  bool          // released, lost or ended: no more renewals
 }
 
 // pauseTolerance is how late past its planned wake-up the scheduler may
@@ -277,23 +271,20 @@ const pauseTolerance = 100 * time.Millisecond
 
 // Acquire takes a lease with c.Acquire and holds it (see Hold). If Hold
 // refuses the options, the lease is released and the error returned.
-func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts ...Option) (*Held, error) {
-	return acquire(ctx, c, name, acq, configOf(opts))
-}
-
-func acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, opts holdConfig) (*Held, error) {
+func Acquire(ctx context.Context, c coord.Coordinator, name string, acq coord.AcquireOptions, options ...Option) (*Held, error) {
+	opts := configOf(options)
 	acq, err := coordkit.CheckAcquire(name, acq) // the TTL that opts must fit (15s for 0)
 	if err != nil {
 		return nil, err
 	}
-	if err := opts.check(acq.TTL); err != nil {
+	if _, err := opts.resolve(acq.TTL); err != nil {
 		return nil, err
 	}
 	l, err := c.Acquire(ctx, name, acq)
 	if err != nil {
 		return nil, err
 	}
-	h, err := holdOn(ctx, c, l, opts, bootClk{clockwork.NewRealClock()})
+	h, err := holdOn(ctx, c, l, opts, bootClk{})
 	if err != nil {
 		releaseQuietly(ctx, c, l)
 		return nil, err
@@ -319,7 +310,7 @@ func releaseQuietly(ctx context.Context, c coord.Coordinator, l *coord.Lease) {
 // When ctx ends, renewals stop and Context() ends with ctx's cause; the
 // lease then runs out at its TTL unless released.
 func Hold(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts ...Option) (*Held, error) {
-	return holdOn(ctx, c, lease, configOf(opts), bootClk{clockwork.NewRealClock()})
+	return holdOn(ctx, c, lease, configOf(opts), bootClk{})
 }
 
 // holdOn is Hold on clock k (a test's fake clock: see export_test.go).
@@ -327,11 +318,11 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 	if lease == nil {
 		return nil, fmt.Errorf("%w: no lease to hold", coord.ErrInvalid)
 	}
-	if err := opts.check(lease.TTL); err != nil {
+	opts, err := opts.resolve(lease.TTL)
+	if err != nil {
 		return nil, err
 	}
-	h := &Held{c: c, lease: *lease, opts: opts, clk: k, index: -1}
-	h.opts.fill(lease.TTL)
+	h := &Held{c: c, lease: *lease, opts: opts, clk: k}
 
 	sent := h.clk.now() // the send time of the renewal below, for a lease with no Sent
 	if !lease.Sent.IsZero() {
@@ -349,7 +340,6 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 		return nil, h.lostErr(now, su, su)
 	}
 	h.ctx, h.cancel = context.WithCancelCause(ctx)
-	h.su = su
 	h.next = sent.Add(h.opts.RenewInterval)
 	h.early = earlyFor(h.opts.RenewInterval)
 	h.wake = h.plan()
@@ -360,26 +350,15 @@ func holdOn(ctx context.Context, c coord.Coordinator, lease *coord.Lease, opts h
 	return h, nil
 }
 
-func (o *holdConfig) check(ttl time.Duration) error {
+// resolve is o with the defaults for a lease of ttl filled in, or an error
+// wrapping coord.ErrInvalid when it cannot keep the lease safe.
+func (o holdConfig) resolve(ttl time.Duration) (holdConfig, error) {
 	if ttl <= 0 {
-		return fmt.Errorf("%w: lease TTL must be positive, got %v", coord.ErrInvalid, ttl)
+		return o, fmt.Errorf("%w: lease TTL must be positive, got %v", coord.ErrInvalid, ttl)
 	}
 	if o.RenewInterval < 0 || o.RetryInterval < 0 || o.Margin < 0 {
-		return fmt.Errorf("%w: negative renew interval, retry interval or margin", coord.ErrInvalid)
+		return o, fmt.Errorf("%w: negative renew interval, retry interval or margin", coord.ErrInvalid)
 	}
-	f := *o
-	f.fill(ttl)
-	if f.Margin >= ttl {
-		return fmt.Errorf("%w: margin %v leaves nothing of the TTL %v", coord.ErrInvalid, f.Margin, ttl)
-	}
-	if !f.NoRenew && 2*f.RenewInterval >= ttl-f.Margin {
-		return fmt.Errorf("%w: renew interval %v leaves no room for two renewal attempts before the lease's safe-until (TTL %v - margin %v)",
-			coord.ErrInvalid, f.RenewInterval, ttl, f.Margin)
-	}
-	return nil
-}
-
-func (o *holdConfig) fill(ttl time.Duration) {
 	if o.RenewInterval == 0 {
 		o.RenewInterval = ceilDiv(ttl, 3)
 	}
@@ -389,6 +368,14 @@ func (o *holdConfig) fill(ttl time.Duration) {
 	if o.Margin == 0 {
 		o.Margin = DefaultMargin(ttl)
 	}
+	if o.Margin >= ttl {
+		return o, fmt.Errorf("%w: margin %v leaves nothing of the TTL %v", coord.ErrInvalid, o.Margin, ttl)
+	}
+	if !o.NoRenew && 2*o.RenewInterval >= ttl-o.Margin {
+		return o, fmt.Errorf("%w: renew interval %v leaves no room for two renewal attempts before the lease's safe-until (TTL %v - margin %v)",
+			coord.ErrInvalid, o.RenewInterval, ttl, o.Margin)
+	}
+	return o, nil
 }
 
 // Context is cancelled when the lease can no longer be trusted (cause: a
@@ -407,11 +394,17 @@ func (h *Held) Check() error {
 	if err := context.Cause(h.ctx); err != nil {
 		return err
 	}
-	now, su := h.clk.now(), h.safeUntil()
-	if now <= su {
+	var lost *LostError
+	now := h.clk.now()
+	h.sched.mu.Lock()
+	if su := h.st.SafeUntilBoot; now > su {
+		lost = h.lostErr(now, su, su)
+	}
+	h.sched.mu.Unlock()
+	if lost == nil {
 		return nil
 	}
-	h.cancel(h.lostErr(now, su, su))
+	h.cancel(lost)
 	return context.Cause(h.ctx)
 }
 
@@ -421,18 +414,11 @@ func (h *Held) Lease() coord.Lease { return h.lease }
 // Token is the lease's fencing token.
 func (h *Held) Token() uint64 { return h.lease.Token }
 
-// safeUntil is Stats().SafeUntilBoot.
-func (h *Held) safeUntil() clock.Boot {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.st.SafeUntilBoot
-}
-
 // Stats returns a snapshot of the renewals so far.
 func (h *Held) Stats() Stats {
-	h.mu.Lock()
+	h.sched.mu.Lock()
 	st := h.st
-	h.mu.Unlock()
+	h.sched.mu.Unlock()
 	st.SafeUntil = h.clk.toTime(st.SafeUntilBoot)
 	st.Margin, st.RenewInterval = h.opts.Margin, h.opts.RenewInterval
 	return st
@@ -453,10 +439,9 @@ func (h *Held) Release(ctx context.Context) error {
 
 // lostErr builds the error for safe-until su found passed at now; planned
 // is when the scheduler meant to look at the clock (so now-planned is how long
-// the process did not run when it should have).
+// the process did not run when it should have). sched.mu is held, or h is
+// not scheduled yet.
 func (h *Held) lostErr(now, su, planned clock.Boot) *LostError {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	r := Unsafe
 	if now.Sub(max(planned, su)) > pauseTolerance {
 		r = Paused
@@ -473,9 +458,11 @@ type clk interface {
 	newTimer(time.Duration) clockwork.Timer
 }
 
-type bootClk struct{ c clockwork.Clock }
+// bootClk is the boot clock. Every bootClk is equal to every other: the
+// holds on it share one scheduler (see schedulers).
+type bootClk struct{}
 
-func (b bootClk) now() clock.Boot                          { return clock.Now() }
-func (b bootClk) toBoot(t time.Time) clock.Boot            { return clock.Now().Add(-time.Since(t)) }
-func (b bootClk) toTime(t clock.Boot) time.Time            { return time.Now().Add(t.Sub(clock.Now())) }
-func (b bootClk) newTimer(d time.Duration) clockwork.Timer { return b.c.NewTimer(d) }
+func (bootClk) now() clock.Boot                          { return clock.Now() }
+func (bootClk) toBoot(t time.Time) clock.Boot            { return clock.Now().Add(-time.Since(t)) }
+func (bootClk) toTime(t clock.Boot) time.Time            { return time.Now().Add(t.Sub(clock.Now())) }
+func (bootClk) newTimer(d time.Duration) clockwork.Timer { return clockwork.NewRealClock().NewTimer(d) }

@@ -49,7 +49,7 @@ func Do(ctx context.Context, c coord.Coordinator, name, key string, acq coord.Ac
 	if err := done(); err != nil {
 		return err
 	}
-	h, err := acquire(ctx, c, name, acq, opts)
+	h, err := Acquire(ctx, c, name, acq, options...)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package fencing
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"math"
@@ -16,75 +15,60 @@ import (
 
 // A scheduler looks after every hold of a process that runs on one clock
 // (the boot clock; each fake clock of a test has its own). One goroutine
-// keeps the holds in a heap ordered by the instant each must next be looked
-// at (its wake): its next renewal, the abandonment of a renewal in flight,
-// or the first instant past its safe-until. It sleeps on one timer until the
-// earliest wake, or for suspendCheck at most, and then does
-// for every hold that is due what a hold's own loop used to do: end it if
-// safe-until has passed, send its renewal (with the renewals due soon
-// after: see renewsEarly), abandon a renewal that hangs.
+// sleeps on one timer until the earliest instant one of its holds must be
+// looked at (the hold's wake: its next renewal, the abandonment of a
+// renewal in flight, or the first instant past its safe-until), or for
+// suspendCheck at most, and then steps every hold: it ends the hold if
+// safe-until has passed, sends its renewal when it is due or due within
+// the hold's early (see earlyFor), abandons a renewal that hangs.
 //
 // The scheduler never calls anything that can block: a renewal goes out
 // as a Renew call on a goroutine of its own; abandoning a renewal is
-// cancelling it. The answer is applied to the hold by the goroutine that
+// cancelling it, on a goroutine too (however unlikely it is that
+// cancelling blocks); a hold's end waits for its callbacks on a goroutine
+// (see lose). The answer is applied to the hold by the goroutine that
 // delivers it (complete), which also runs the hold's callbacks. So a
 // renewal that hangs delays nothing but its own hold's next renewal, and
 // every hold's loss is found at its own wake.
 //
 // The goroutine runs while the scheduler has holds and exits with the last.
 type scheduler struct {
-	clk clk
-	key any // in schedulers
+	clk clk // its key in schedulers
 
-	mu      sync.Mutex
-	holds   holdHeap
-	running bool
-	armed   clock.Boot    // the wake the goroutine sleeps until
-	poke    chan struct{} // one slot: a hold's wake moved before armed
+	mu    sync.Mutex
+	holds map[*Held]struct{}
+	armed clock.Boot    // the wake the goroutine sleeps until
+	poke  chan struct{} // one slot: a hold's wake moved before armed
 }
 
-// schedulers maps each clock to its scheduler while it has holds.
+// schedulers maps each clock to its scheduler while the scheduler's
+// goroutine runs (while it has holds): one for the boot clock (every
+// bootClk is equal), one for each fake clock of a test and one for each
+// other clock (a test's own): a hold never joins a scheduler that reads
+// another clock.
 var schedulers = struct {
 	mu sync.Mutex
-	m  map[any]*scheduler
-}{m: map[any]*scheduler{}}
-
-// realClockKey is the key of the boot clock's scheduler.
-type realClockKey struct{}
+	m  map[clk]*scheduler
+}{m: map[clk]*scheduler{}}
 
 // schedule puts h (its scheduling fields set) on the scheduler of its
 // clock, and starts the scheduler's goroutine if it is not running.
 func schedule(h *Held) {
-	key := clockKey(h.clk)
 	schedulers.mu.Lock()
 	defer schedulers.mu.Unlock()
-	s := schedulers.m[key]
+	s := schedulers.m[h.clk]
 	if s == nil {
-		s = &scheduler{clk: h.clk, key: key, poke: make(chan struct{}, 1)}
-		schedulers.m[key] = s
+		s = &scheduler{clk: h.clk, holds: map[*Held]struct{}{}, poke: make(chan struct{}, 1)}
+		schedulers.m[h.clk] = s
+		go s.run()
 	}
 	h.sched = s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	heap.Push(&s.holds, h)
-	if !s.running {
-		s.running = true
-		go s.run()
-		return
-	}
+	s.holds[h] = struct{}{}
 	if h.wake < s.armed {
 		s.wakeUp()
 	}
-}
-
-// clockKey is the key of k's scheduler in schedulers: one for the boot
-// clock, one for each fake clock of a test, and one for each other clock
-// (a test's own): a hold never joins a scheduler that reads another clock.
-func clockKey(k clk) any {
-	if _, ok := k.(bootClk); ok {
-		return realClockKey{}
-	}
-	return k // a fakeClk is equal to another on the same fake clock
 }
 
 // exit stops the goroutine when no hold is left: it reports false when a
@@ -97,10 +81,7 @@ func (s *scheduler) exit() bool {
 	if len(s.holds) > 0 {
 		return false
 	}
-	s.running = false
-	if schedulers.m[s.key] == s {
-		delete(schedulers.m, s.key)
-	}
+	delete(schedulers.m, s.clk)
 	return true
 }
 
@@ -109,14 +90,6 @@ func (s *scheduler) wakeUp() {
 	case s.poke <- struct{}{}:
 	default:
 	}
-}
-
-// pass is what one look at the due holds decided, done after the lock is
-// released: renewals to send, renewals to abandon, holds that ended.
-type pass struct {
-	starts  []*attempt
-	cancels []func()
-	losses  []func() // each ends a hold's context
 }
 
 // suspendCheck is the longest the scheduler sleeps. A system suspend stops
@@ -130,38 +103,22 @@ func (s *scheduler) run() {
 	t := s.clk.newTimer(time.Hour)
 	stopTimer(t)
 	for {
-		var p pass
 		now := s.clk.now()
-		s.mu.Lock()
-		if len(s.holds) == 0 {
-			s.armed = math.MaxInt64
-			s.mu.Unlock()
-			if s.exit() {
-				return
-			}
-			continue
-		}
-		for len(s.holds) > 0 {
-			h := s.holds[0]
-			if h.wake > now && !h.renewsEarly(now) {
-				break
-			}
-			if e := h.step(now, &p); e != nil {
-				heap.Pop(&s.holds)
-				s.lose(h, e, &p)
-				continue
-			}
-			heap.Fix(&s.holds, 0)
-		}
 		wake := clock.Boot(math.MaxInt64)
-		if len(s.holds) > 0 {
-			wake = s.holds[0].wake
+		s.mu.Lock()
+		for h := range s.holds {
+			if e := h.step(now); e != nil {
+				s.lose(h, e)
+			} else {
+				wake = min(wake, h.wake)
+			}
 		}
 		s.armed = wake
 		s.mu.Unlock()
-
-		s.do(&p)
 		if wake == math.MaxInt64 {
+			if s.exit() {
+				return
+			}
 			continue
 		}
 		t.Reset(min(wake.Sub(s.clk.now()), suspendCheck))
@@ -173,73 +130,37 @@ func (s *scheduler) run() {
 	}
 }
 
-// do carries out a pass, without the lock: the losses, then the renewals,
-// then the abandonments (on a goroutine, however unlikely it is that
-// cancelling blocks).
-func (s *scheduler) do(p *pass) {
-	for _, end := range p.losses {
-		end()
-	}
-	for _, a := range p.starts {
-		a.h.send(a)
-	}
-	if len(p.cancels) > 0 {
-		go func() {
-			for _, c := range p.cancels {
-				c()
-			}
-		}()
-	}
-}
-
-// lose ends h, taken out of the heap, with e (s.mu held). When one of h's
-// answers is being applied (its callbacks may be running), that goroutine
-// cancels the context when it is done instead, so that what a callback
-// reported is in the Stats seen once the context has ended.
-func (s *scheduler) lose(h *Held, e *LostError, p *pass) {
-	h.removed = true
-	s.dropAttempt(h, p)
-	if h.cbMu.TryLock() {
+// lose ends h with e (s.mu held), once no answer of h is being applied: a
+// goroutine waits for the one in progress (its callbacks may be running),
+// so that what a callback reported is in the Stats seen once the context
+// has ended.
+func (s *scheduler) lose(h *Held, e *LostError) {
+	s.drop(h)
+	go func() {
+		h.cbMu.Lock()
+		//lint:ignore SA2001 waits for a callback in progress
 		h.cbMu.Unlock()
-		p.losses = append(p.losses, func() { h.cancel(e) })
-		return
-	}
-	h.pendingLoss = e
+		h.cancel(e)
+	}()
 }
 
-// dropAttempt abandons h's renewal in flight, if any (s.mu held).
-func (s *scheduler) dropAttempt(h *Held, p *pass) {
-	a := h.inflight
-	if a == nil {
-		return
+// drop takes h off the scheduler (s.mu held): no answer of h is applied
+// after it. Its renewal in flight is abandoned by the end of h's context,
+// which follows in every case.
+func (s *scheduler) drop(h *Held) {
+	h.removed = true
+	delete(s.holds, h)
+	if len(s.holds) == 0 {
+		s.wakeUp() // to exit
 	}
-	h.inflight = nil
-	if !a.abandon {
-		p.cancels = append(p.cancels, a.cancel)
-	}
-	a.abandon = true
 }
 
-// remove takes h off the scheduler (Release, or its context ended) and
-// abandons its renewal in flight. It returns once no callback of h runs,
-// and none will.
+// remove takes h off the scheduler (Release, or its context ended). It
+// returns once no callback of h runs, and none will.
 func (s *scheduler) remove(h *Held) {
-	var p pass
 	s.mu.Lock()
-	if !h.removed {
-		h.removed = true
-		if h.index >= 0 {
-			heap.Remove(&s.holds, h.index)
-		}
-		s.dropAttempt(h, &p)
-		if len(s.holds) == 0 {
-			s.wakeUp() // to exit
-		}
-	}
+	s.drop(h)
 	s.mu.Unlock()
-	for _, c := range p.cancels {
-		c()
-	}
 	h.cbMu.Lock()
 	//lint:ignore SA2001 waits for a callback in progress
 	h.cbMu.Unlock()
@@ -254,18 +175,12 @@ func (s *scheduler) remove(h *Held) {
 func abandonAfter(renew time.Duration) time.Duration { return renew / 2 }
 
 // earlyFor is how early before it is due a renewal every RenewInterval may
-// go out (see renewsEarly): a sixteenth of the interval.
+// go out: a sixteenth of the interval. Each pass sends the renewals due
+// within their early of now together, so that the renewals of many holds
+// share a wake-up and a write instead of one each. A renewal sent early is
+// one whose safe-until is a little earlier: it never extends a hold
+// further than one sent on time would.
 func earlyFor(renew time.Duration) time.Duration { return renew / 16 }
-
-// renewsEarly tells whether h, the earliest hold but not due yet, waits
-// only for a renewal that may go out now (s.mu held). The scheduler sends
-// the renewals due within a hold's early of now together, so that the
-// renewals of many holds share a wake-up and a write instead of one each.
-// A renewal sent early is one whose safe-until is a little earlier: it
-// never extends a hold further than one sent on time would.
-func (h *Held) renewsEarly(now clock.Boot) bool {
-	return h.inflight == nil && !h.opts.NoRenew && h.wake == h.next && now >= h.next.Add(-h.early)
-}
 
 // attempt is one renewal of a hold.
 type attempt struct {
@@ -276,32 +191,34 @@ type attempt struct {
 	// as much, on the boot clock only (see complete).
 	sentMono time.Time
 	end      clock.Boot // when it is abandoned
-	// ctx is the request's; cancel abandons it. abandon is set when it was
-	// given up: at its end (its answer, an error mostly, is still applied)
-	// or when its hold ended (its answer is ignored). cancel is called then.
+	// ctx is the request's (it ends with the hold's, and the answer is
+	// then ignored); cancel abandons it. abandon is set when it was given
+	// up at its end (its answer, an error mostly, is still applied).
 	ctx     context.Context
 	cancel  func()
 	abandon bool
 }
 
-// step looks at h at now (s.mu held): it returns the loss found, or adds to
-// p the renewal to send or to abandon, and sets h's next wake.
-func (h *Held) step(now clock.Boot, p *pass) *LostError {
-	if now > h.su {
-		return h.lostErr(now, h.su, h.wake)
+// step looks at h at now (s.mu held): it returns the loss found, or sends
+// or abandons a renewal when it is time, and sets h's next wake (always
+// after now).
+func (h *Held) step(now clock.Boot) *LostError {
+	su := h.st.SafeUntilBoot
+	if now > su {
+		return h.lostErr(now, su, h.wake)
 	}
 	if h.inflight == nil && !h.opts.NoRenew && now >= h.next.Add(-h.early) {
-		a := &attempt{h: h, sent: now, sentMono: time.Now(), end: min(now.Add(abandonAfter(h.opts.RenewInterval)), h.su)}
+		a := &attempt{h: h, sent: now, sentMono: time.Now(), end: min(now.Add(abandonAfter(h.opts.RenewInterval)), su)}
 		// Never blocks: h.ctx's cancellation takes no s.mu (see Held).
 		a.ctx, a.cancel = context.WithCancel(h.ctx)
 		h.inflight = a
-		p.starts = append(p.starts, a)
+		go a.send()
 	}
 	if a := h.inflight; a != nil && !a.abandon && now >= a.end {
 		// A request that hangs is abandoned; its error comes back to
 		// complete, as a failure.
 		a.abandon = true
-		p.cancels = append(p.cancels, a.cancel)
+		go a.cancel()
 	}
 	h.wake = h.plan()
 	return nil
@@ -310,7 +227,7 @@ func (h *Held) step(now clock.Boot, p *pass) *LostError {
 // plan is h's next wake (s.mu held): the first instant past safe-until, or
 // before it the next renewal, or the abandonment of the one in flight.
 func (h *Held) plan() clock.Boot {
-	wake := h.su + 1
+	wake := h.st.SafeUntilBoot + 1
 	if h.inflight == nil && !h.opts.NoRenew {
 		wake = min(wake, h.next)
 	}
@@ -320,13 +237,11 @@ func (h *Held) plan() clock.Boot {
 	return wake
 }
 
-// send sends a renewal (without s.mu).
-func (h *Held) send(a *attempt) {
-	go func() {
-		r, err := h.c.Renew(a.ctx, h.lease.Name, h.lease.ID)
-		a.cancel()
-		a.complete(r, err)
-	}()
+// send sends the renewal and applies its answer.
+func (a *attempt) send() {
+	r, err := a.h.c.Renew(a.ctx, a.h.lease.Name, a.h.lease.ID)
+	a.cancel()
+	a.complete(r, err)
 }
 
 // outcome is what the answer to a renewal does to its hold.
@@ -374,76 +289,42 @@ func (a *attempt) complete(r coord.Renewal, err error) {
 	h := a.h
 	s := h.sched
 	h.cbMu.Lock()
-	defer h.reportPendingLoss()
+	defer h.cbMu.Unlock()
 	now := h.clk.now()
 	s.mu.Lock()
-	if h.inflight != a || h.removed {
+	if h.removed {
 		s.mu.Unlock()
-		return // abandoned before it was sent, or the hold ended
+		return // the hold ended
 	}
 	h.inflight = nil
-	o := outcomeOf(now, h.su, err)
-	switch o {
-	case lapsed:
-		h.end(h.lostErr(now, h.su, h.wake))
-		return
-	case gone:
-		h.mu.Lock()
-		lost := &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: h.clk.toTime(h.su),
-			Failures: h.st.Consecutive, LastErr: err}
-		h.mu.Unlock()
-		h.end(lost)
+	o := outcomeOf(now, h.st.SafeUntilBoot, err)
+	if o == lapsed || o == gone {
+		lost := h.lostErr(now, h.st.SafeUntilBoot, h.wake)
+		if o == gone {
+			lost = &LostError{Reason: Lost, Lock: h.lease.Name, Token: h.lease.Token, SafeUntil: h.clk.toTime(h.st.SafeUntilBoot),
+				Failures: h.st.Consecutive, LastErr: err}
+		}
+		s.drop(h)
+		s.mu.Unlock()
+		h.cancel(lost)
 		return
 	}
 	extended := false
 	if o == failed {
-		h.failed(err)
+		h.st.Failures++
+		h.st.Consecutive++
+		h.st.LastError = err
 	} else {
 		extended = h.acknowledged(a, r)
 	}
 	h.next = nextSend(o, now, a.sent, a.abandon, h.opts.RenewInterval, h.opts.RetryInterval)
-	h.replan()
+	if h.wake = h.plan(); h.wake < s.armed {
+		s.wakeUp()
+	}
 	s.mu.Unlock()
 	if f := h.opts.OnRenewal; f != nil && (o == failed || extended) {
 		f(h, err)
 	}
-}
-
-// reportPendingLoss reports a loss the scheduler found while an answer was
-// applied, after the callbacks (see scheduler.lose), and lets go of cbMu.
-func (h *Held) reportPendingLoss() {
-	s := h.sched
-	s.mu.Lock()
-	e := h.pendingLoss
-	h.pendingLoss = nil
-	h.cbMu.Unlock()
-	s.mu.Unlock()
-	if e != nil {
-		h.cancel(e)
-	}
-}
-
-// end takes h out of the scheduler and ends it with lost (s.mu held; it
-// releases it).
-func (h *Held) end(lost *LostError) {
-	s := h.sched
-	h.removed = true
-	heap.Remove(&s.holds, h.index)
-	if len(s.holds) == 0 {
-		s.wakeUp()
-	}
-	s.mu.Unlock()
-	h.cancel(lost)
-}
-
-// failed counts a failed renewal and returns the failures since the last
-// acknowledgment.
-func (h *Held) failed(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.st.Failures++
-	h.st.Consecutive++
-	h.st.LastError = err
 }
 
 // acknowledged applies the acknowledgment r of a (s.mu held): it returns
@@ -463,31 +344,13 @@ func (h *Held) acknowledged(a *attempt, r coord.Renewal) (extended bool) {
 		sent = sent.Add(r.Sent.Sub(a.sentMono))
 	}
 	nsu := sent.Add(ttl - h.opts.Margin)
-	h.mu.Lock()
 	h.st.Renewals++
 	h.st.Consecutive = 0
 	extended = nsu > h.st.SafeUntilBoot
 	if extended {
 		h.st.SafeUntilBoot = nsu
 	}
-	h.mu.Unlock()
-	if extended {
-		h.su = nsu
-	}
 	return extended
-}
-
-// replan moves h in the scheduler's heap to its next wake, and wakes the
-// scheduler when that comes before its timer (s.mu held).
-func (h *Held) replan() {
-	s := h.sched
-	if w := h.plan(); w != h.wake {
-		h.wake = w
-		heap.Fix(&s.holds, h.index)
-	}
-	if h.wake < s.armed {
-		s.wakeUp()
-	}
 }
 
 // stopTimer stops t and drains its channel (a fake timer's channel keeps a
@@ -498,28 +361,4 @@ func stopTimer(t clockwork.Timer) {
 	case <-t.Chan():
 	default:
 	}
-}
-
-// holdHeap orders holds by wake (s.mu held).
-type holdHeap []*Held
-
-func (q holdHeap) Len() int           { return len(q) }
-func (q holdHeap) Less(i, j int) bool { return q[i].wake < q[j].wake }
-func (q holdHeap) Swap(i, j int) {
-	q[i], q[j] = q[j], q[i]
-	q[i].index, q[j].index = i, j
-}
-func (q *holdHeap) Push(x any) {
-	h := x.(*Held)
-	h.index = len(*q)
-	*q = append(*q, h)
-}
-func (q *holdHeap) Pop() any {
-	old := *q
-	n := len(old)
-	h := old[n-1]
-	old[n-1] = nil
-	h.index = -1
-	*q = old[:n-1]
-	return h
 }

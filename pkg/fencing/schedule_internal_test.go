@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,14 +31,8 @@ func (s *stub) Release(context.Context, string, string) error { return nil }
 // running reports whether fc has a scheduler whose goroutine runs.
 func running(fc *clockwork.FakeClock) bool {
 	schedulers.mu.Lock()
-	s := schedulers.m[clockKey(fakeClk{fc})]
-	schedulers.mu.Unlock()
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.running
+	defer schedulers.mu.Unlock()
+	return schedulers.m[fakeClk{fc}] != nil
 }
 
 func waitStopped(t *testing.T, fc *clockwork.FakeClock) {
@@ -197,11 +192,10 @@ func TestSchedulerWakesOnSuspend(t *testing.T) {
 // expiry); a TTL of 1ns or 2ns was.
 func TestTinyTTLNeverGetsZeroIntervalOrMargin(t *testing.T) {
 	for ttl := time.Duration(1); ttl <= 2000; ttl++ {
-		o := HoldOptions{}
-		if err := o.check(ttl); err != nil {
+		o, err := HoldOptions{}.resolve(ttl)
+		if err != nil {
 			continue
 		}
-		o.fill(ttl)
 		if o.RenewInterval <= 0 || o.Margin <= 0 || 2*o.RenewInterval >= ttl-o.Margin {
 			t.Fatalf("TTL %v accepted with renew interval %v and margin %v", ttl, o.RenewInterval, o.Margin)
 		}
@@ -242,6 +236,121 @@ func TestOutcome(t *testing.T) {
 			if got := nextSend(o, c.now, 100, c.abandoned, 300, 50); got != c.next {
 				t.Errorf("%s: next send %d, want %d", c.name, got, c.next)
 			}
+		}
+	}
+}
+
+// renewLog answers every renewal at once and counts them per lock.
+type renewLog struct {
+	coord.Coordinator
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *renewLog) Renew(_ context.Context, name, _ string) (coord.Renewal, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n[name]++
+	return coord.Renewal{}, nil
+}
+
+func (l *renewLog) Release(context.Context, string, string) error { return nil }
+
+func (l *renewLog) count(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n[name]
+}
+
+// TestEarlyRenewalsShareAWake: at the wake of a renewal that is due, every
+// renewal due within its early (RenewInterval/16) goes out too, whatever
+// else falls due in between: here a hold not renewed whose safe-until
+// comes between the two renewals. The clock stands still at a's renewal;
+// b's is due half a second (early: 1s) later.
+func TestEarlyRenewalsShareAWake(t *testing.T) {
+	c := &renewLog{n: map[string]int{}}
+	fc := clockwork.NewFakeClock()
+	t0 := fc.Now()
+	const renew = 16 * time.Second
+	hold := func(name string, sent time.Time, ttl time.Duration, opts HoldOptions) {
+		t.Helper()
+		h, err := HoldOn(context.Background(), c, &coord.Lease{Name: name, ID: name, TTL: ttl, Sent: sent}, opts, fc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Release(context.Background()) })
+	}
+	hold("a", t0, time.Minute, HoldOptions{RenewInterval: renew})
+	hold("b", t0.Add(500*time.Millisecond), time.Minute, HoldOptions{RenewInterval: renew})
+	hold("x", t0, 18*time.Second, HoldOptions{NoRenew: true}) // safe-until t0+16.2s
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := fc.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(renew)
+	for end := time.Now().Add(5 * time.Second); c.count("a") == 0 || c.count("b") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("renewals at a's wake: a %d, b %d; want b's sent with a's", c.count("a"), c.count("b"))
+		}
+	}
+}
+
+// TestStep is the table of what the scheduler does with a hold when it
+// looks at it (step): end it, send its renewal (due, or due within its
+// early), abandon the renewal in flight, and when it looks at it next.
+// Safe-until 1000, next renewal at 500, early 50, abandonment 100 after
+// the send (RenewInterval 200).
+func TestStep(t *testing.T) {
+	const su, none = clock.Boot(1000), Reason(0)
+	late := su + 1 + clock.Boot(2*pauseTolerance)
+	for _, c := range []struct {
+		name      string
+		now, next clock.Boot
+		noRenew   bool
+		inflight  *attempt
+		lost      Reason
+		start     bool
+		abandon   bool
+		wake      clock.Boot
+	}{
+		{"before its early", 449, 500, false, nil, none, false, false, 500},
+		{"within its early", 460, 500, false, nil, none, true, false, 560},
+		{"due", 500, 500, false, nil, none, true, false, 600},
+		{"due, abandoned at safe-until", 950, 950, false, nil, none, true, false, su},
+		{"not renewed", 500, 500, true, nil, none, false, false, su + 1},
+		{"in flight", 550, 500, false, &attempt{end: 600}, none, false, false, 600},
+		{"in flight at its end", 600, 500, false, &attempt{end: 600}, none, false, true, su + 1},
+		{"abandoned, unanswered", 700, 500, false, &attempt{end: 600, abandon: true}, none, false, true, su + 1},
+		{"at safe-until", su, 2000, false, nil, none, false, false, su + 1},
+		{"past safe-until", su + 1, 2000, false, nil, Unsafe, false, false, 0},
+		{"past safe-until, woke late", late, 2000, false, nil, Paused, false, false, 0},
+	} {
+		h := &Held{c: &stub{}, ctx: context.Background(), clk: fakeClk{clockwork.NewFakeClock()}, sched: &scheduler{},
+			next: c.next, early: 50, inflight: c.inflight, wake: su + 1, removed: true} // removed: the answer is ignored
+		h.opts.RenewInterval, h.opts.NoRenew, h.st.SafeUntilBoot = 200, c.noRenew, su
+		if c.inflight != nil {
+			c.inflight.cancel = func() {}
+		}
+		e := h.step(c.now)
+		var got Reason
+		if e != nil {
+			got = e.Reason
+		}
+		if got != c.lost || e != nil {
+			if got != c.lost {
+				t.Errorf("%s: loss %v, want %v", c.name, got, c.lost)
+			}
+			continue
+		}
+		if started := h.inflight != nil && h.inflight != c.inflight; started != c.start {
+			t.Errorf("%s: renewal sent %v, want %v", c.name, started, c.start)
+		}
+		if c.inflight != nil && c.inflight.abandon != c.abandon {
+			t.Errorf("%s: abandoned %v, want %v", c.name, c.inflight.abandon, c.abandon)
+		}
+		if h.wake != c.wake {
+			t.Errorf("%s: next wake %d, want %d", c.name, h.wake, c.wake)
 		}
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
 	"github.com/fence-dev/fence/pkg/clock"
 	"github.com/fence-dev/fence/pkg/coord"
 )
@@ -88,7 +86,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 		}
 		seen[n] = true
 	}
-	if err := opts.check(acq.TTL); err != nil {
+	if _, err := opts.resolve(acq.TTL); err != nil {
 		return nil, err
 	}
 	s := &Set{helds: make([]*Held, len(names)), onRenewal: opts.OnRenewal}
@@ -148,7 +146,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 		if err != nil {
 			return fail(name, err)
 		}
-		h, err := holdOn(ctx, c, l, hopts, bootClk{clockwork.NewRealClock()})
+		h, err := holdOn(ctx, c, l, hopts, bootClk{})
 		if err != nil {
 			releaseQuietly(ctx, c, l)
 			return fail(name, err)
@@ -164,7 +162,7 @@ func AcquireSet(ctx context.Context, c coord.Coordinator, names []string, acq co
 	}
 	s.mu.Lock()
 	s.complete = true
-	s.last = s.earliestLocked().safeUntil()
+	s.last = s.earliestLocked().Stats().SafeUntilBoot
 	s.mu.Unlock()
 	return s, nil
 }
@@ -177,7 +175,7 @@ func (s *Set) renewed() {
 		return
 	}
 	e := s.earliestLocked() // every lease is taken
-	if su := e.safeUntil(); su > s.last {
+	if su := e.Stats().SafeUntilBoot; su > s.last {
 		s.last = su
 		if s.onRenewal != nil {
 			s.onRenewal(e, nil)
@@ -203,7 +201,7 @@ func (s *Set) Helds() []*Held {
 func (s *Set) earliestLocked() *Held {
 	var e *Held
 	for _, h := range s.helds {
-		if h != nil && (e == nil || h.safeUntil() < e.safeUntil()) {
+		if h != nil && (e == nil || h.Stats().SafeUntilBoot < e.Stats().SafeUntilBoot) {
 			e = h
 		}
 	}

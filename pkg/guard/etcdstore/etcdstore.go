@@ -53,12 +53,8 @@ var _ guard.Guard = (*store)(nil)
 // one, as etcd.NormalPrefix says, so "/fence" and "/fence/" are one
 // namespace). The store does not own cli: closing cli is the caller's
 // business.
-func New(cli *clientv3.Client, prefix string) guard.Guard { return newStore(cli, prefix) }
-
-// newStore is New with the concrete type.
-func newStore(cli *clientv3.Client, prefix string) *store {
-	prefix = etcd.NormalPrefix(prefix)
-	return &store{cli: cli, prefix: prefix}
+func New(cli *clientv3.Client, prefix string) guard.Guard {
+	return &store{cli: cli, prefix: etcd.NormalPrefix(prefix)}
 }
 
 // Key returns the etcd key that holds the value of key.

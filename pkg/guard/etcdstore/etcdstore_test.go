@@ -192,3 +192,6 @@ func TestPrefixWithoutSlash(t *testing.T) {
 		t.Errorf("default prefix: key %q", k)
 	}
 }
+
+// newStore is New with the concrete type.
+func newStore(cli *clientv3.Client, prefix string) *store { return New(cli, prefix).(*store) }

@@ -57,15 +57,6 @@ var _ guard.Guard = (*store)(nil)
 // guards/ directory (0700) when missing. It fails when guards/ is a symlink
 // or not a directory.
 func Open(stateDir string) (guard.Guard, error) {
-	s, err := openStore(stateDir)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// openStore is Open with the concrete type.
-func openStore(stateDir string) (*store, error) {
 	if stateDir == "" {
 		return nil, fmt.Errorf("%w: empty state directory", coord.ErrInvalid)
 	}

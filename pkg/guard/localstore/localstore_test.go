@@ -380,3 +380,10 @@ func TestProcessesLinearizable(t *testing.T) {
 
 // Dir returns the store's directory (<state-dir>/guards).
 func (s *store) Dir() string { return s.dir }
+
+// openStore is Open with the concrete type.
+func openStore(stateDir string) (*store, error) {
+	g, err := Open(stateDir)
+	s, _ := g.(*store)
+	return s, err
+}

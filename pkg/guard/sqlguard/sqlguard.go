@@ -190,8 +190,6 @@ func quoteIdent(d Dialect, name string) (string, error) {
 		return "", fmt.Errorf("%w: sqlguard: identifier %q is not valid UTF-8", coord.ErrInvalid, name)
 	case strings.ContainsRune(name, 0):
 		return "", fmt.Errorf("%w: sqlguard: identifier %q contains NUL", coord.ErrInvalid, name)
-	case dialects[d].quote == "":
-		return "", fmt.Errorf("%w: sqlguard: unknown dialect %q", coord.ErrInvalid, d)
 	case d == Postgres && len(name) > 63:
 		return "", fmt.Errorf("%w: sqlguard: identifier %q is longer than PostgreSQL's 63 bytes", coord.ErrInvalid, name)
 	}
