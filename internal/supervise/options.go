@@ -64,9 +64,8 @@ type Options struct {
 	Quiet bool
 	// MetricsFile, when set, receives a Prometheus textfile at exit.
 	MetricsFile string
-	// Verbose reports each step on Stderr; otherwise Stderr stays quiet
-	// unless fence has to say why it did not run the command or stopped it
-	// (that one line is Run's error, for the caller to print).
+	// Verbose reports each step on Stderr (what Run writes without it: see
+	// Run).
 	Verbose bool
 	// LogFormat is the style of fence's own lines on Stderr: "text" (or
 	// "": "fence: warning: ...") or "json" (log/slog's, one object per

@@ -270,9 +270,8 @@ func (r *Runner) setStreams() {
 		r.stderr = &lockedWriter{w: p.Stderr}
 		p.Stderr = r.stderr
 	}
-	// One style for every line of fence's own on stderr: --log-format's
-	// (text is "fence: ...", "fence: warning: ..."; json one object per
-	// line). Checked by the caller; an unknown format is text.
+	// Options.LogFormat's style, checked by the caller; an unknown format
+	// is text.
 	var err error
 	if r.log, err = logging.New(r.stderr, p.LogFormat, "debug"); err != nil {
 		r.log, _ = logging.New(r.stderr, "text", "debug")
