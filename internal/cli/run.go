@@ -197,10 +197,8 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 	if len(locks) == 1 {
 		lock, set = locks[0], nil
 	}
-	// The watchdog process starts before the coordinator is opened: its
-	// start-up (fence started again) overlaps the connection and the
-	// acquisition instead of following them. r.Close ends it when the
-	// coordinator cannot be opened.
+	// Before the coordinator is opened (see supervise.Runner); r.Close
+	// ends the watchdog when the coordinator cannot be opened.
 	r, err := supervise.Start(supervise.Options{
 		Lock: lock, Locks: set, Command: command, Shell: o.shell,
 		TTL: o.ttl, Holder: holder, Wait: wait,
@@ -210,8 +208,6 @@ func runRun(cmd *cobra.Command, f *Factory, o *runOptions, locks, command []stri
 		Verbose: cfg.Verbose, Quiet: cfg.Quiet, LogFormat: cfg.LogFormat,
 		Stdin: f.IO.In, Stdout: f.IO.Out, Stderr: f.IO.ErrOut,
 		Location: location(cfg), Handover: handover(cfg),
-		// The etcd version warnings, asked while the lease is acquired:
-		// printed before the command if they are in, never waited for.
 		OnAcquired: f.peekVersions,
 	})
 	if err != nil {
@@ -251,10 +247,8 @@ func checkRunFlags(o *runOptions, key string, locks []string) error {
 	return nil
 }
 
-// closeAfterRun closes the coordinator after fence run. After a stop of the
-// command (76, 124) the history events still pending get the same short
-// budget as Run gave its release: fence exits within about a second even
-// when the coordinator does not answer.
+// closeAfterRun closes the coordinator after fence run: after a stop of the
+// command (76, 124) within a short budget (see supervise.AfterStop).
 func closeAfterRun(c history.Recorder, code int) {
 	if code != exitcode.LeaseLost && code != exitcode.Deadline {
 		_ = c.Close()

@@ -18,9 +18,8 @@ import (
 
 // The etcd members' versions are asked for their known lease-safety bugs,
 // once per process, on the side: a member that does not answer (stalled or
-// partitioned while the quorum lives) must not hold up the command's work,
-// as the question did for its whole bound (a second) on every command
-// before. The warnings are printed once the answer is in: fence run looks
+// partitioned while the quorum lives) must not hold up the command's work.
+// The warnings are printed once the answer is in: fence run looks
 // when its lease is held (without waiting), and every command looks at its
 // end, before the coordinator is closed, waiting for the answer until
 // warnWait after the question began. An answer later than that warns
@@ -35,10 +34,8 @@ const versionTimeout = time.Second
 const warnWait = 100 * time.Millisecond
 
 // versionQuestion is the question of the etcd members' versions (or of a
-// PostgreSQL server's replication): asked once per process when the
-// coordinator opens (askedAt), never on the way of a lock operation; done
-// is closed once it is answered (or its bound passed). The zero value has
-// asked nothing.
+// PostgreSQL server's replication), asked at askedAt; done is closed once
+// it is answered (or its bound passed). The zero value has asked nothing.
 type versionQuestion struct {
 	once     sync.Once
 	askedAt  time.Time
@@ -169,10 +166,7 @@ func (f *Factory) printVersions(w io.Writer, wait, daily bool) {
 	if w == nil {
 		w = f.IO.ErrOut
 	}
-	// A warning like every other (--log-level error hides it), never under
-	// -q, and at most once a day per host and versions (cron mails every
-	// line): fence config, status, show, top and the exporter show it
-	// always.
+	// A warning like every other: --log-level error and -q hide it.
 	cfg, err := f.Config()
 	if err != nil || cfg.Quiet {
 		return

@@ -13,9 +13,8 @@ import (
 
 // handover lets the watchdog end the leases of a run on cfg's coordinator
 // when fence dies. cfg is read when the command starts: the coordinator
-// was opened then, and the password read from its file. The settings reach
-// the watchdog in the start order over its order pipe, never in its
-// arguments or the command's environment: they may hold the password.
+// was opened then, and the password read from its file (how it reaches the
+// watchdog: see supervise.Handover).
 func handover(cfg *config.Config) *supervise.Handover {
 	return &supervise.Handover{Coordinator: func() ([]byte, error) {
 		c := *cfg

@@ -1,10 +1,8 @@
 // Package exitcode holds fence's exit code table (one table for every
 // command) and the single place that maps an error to an exit code.
 //
-// A command returns an error; the CLI's entry point passes it to Code and
-// exits with the result. Errors choose their code by what they wrap
-// (coord.ErrBusy is 75, coord.ErrLeaseLost is 76, ErrStale is 77, ...) or by
-// carrying one explicitly with New or Silent.
+// A command returns an error; the CLI's entry point passes it to Code (which
+// says how an error chooses its code) and exits with the result.
 package exitcode
 
 import (

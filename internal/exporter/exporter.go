@@ -27,13 +27,12 @@
 // start, otherwise from a List; a List does not change a lock the watch
 // changed while it read (the List may be older). The histogram observes a
 // holder's time from its acquired_at to the moment its end was seen, so
-// sections that end between two scrapes are all counted when the
-// watch sees them. It does not come from the history, which has no end of
-// a lease that expired with no later holder (the next one records
-// expired) and nothing of a lock taken without recording. History counters
-// are read at each scrape, from each lock's sequence number on
-// (history.Store), and start from the history kept when the exporter
-// starts.
+// sections that end between two scrapes are all counted when the watch sees
+// them. It does not come from the history, which has no end of a lease that
+// expired with no later holder (the next one records expired) and nothing
+// of a lock taken without recording. History counters are read at each
+// scrape, from each lock's sequence number on (history.Store), and start
+// from the history kept when the exporter starts.
 package exporter
 
 import (
@@ -369,9 +368,9 @@ func (col *Collector) run(ctx context.Context, evs <-chan follow.Event) {
 }
 
 // list reads every lock (within scrapeTimeout) and applies them: the locks
-// it shows, and the known locks it does not show (etcd lists no free lock)
-// as free, but not a lock the watch changed while it read (the List may be
-// older). A failure is logged and returned.
+// it shows, and the known locks it does not show as free, but not a lock
+// the watch changed while it read (see the package doc). A failure is
+// logged and returned.
 func (col *Collector) list(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()

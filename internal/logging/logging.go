@@ -7,8 +7,8 @@
 // "fence: warning: MSG key=value ..." (values quoted as slog's text format
 // quotes them; "fence: MSG" at info, "fence: debug: ", "fence: error: "),
 // so that one run never mixes two styles on stderr. JSON is slog's, one
-// object per line carrying time, level and msg first. Levels are debug, info, warn (or warning) and
-// error, in any case, optionally with an offset as slog allows ("info+2").
+// object per line carrying time, level and msg first. Levels: see
+// ParseLevel.
 package logging
 
 import (

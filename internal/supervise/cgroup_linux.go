@@ -23,32 +23,27 @@ import (
 // starts stays in it (leaving it takes privileges the command normally does
 // not use), so the whole tree can be signalled and killed at once
 // (cgroup.kill), whatever setsid or double forks it did.
-//
-// It is created under the watchdog's own cgroup on the cgroup2 hierarchy,
-// which exists on unified (v2) and hybrid (v1 + v2 at .../unified) systems.
-// Where there is no cgroup2 mount, or the watchdog may not create a child of
-// its cgroup (an unprivileged user outside a delegated subtree), there is no
-// cgroup and the watchdog falls back to what a child subreaper sees.
+// It is created under the watchdog's own cgroup v2 where the machine allows
+// (see the package doc); elsewhere the watchdog falls back to what a child
+// subreaper sees.
 type cgroup struct {
 	dir string
 	fd  int // O_PATH-like directory fd for clone3(CLONE_INTO_CGROUP)
 }
 
 // sweepCgroups removes the cgroups under base that watchdogs made and left
-// behind. A watchdog removes its cgroup
-// when the command's tree is gone, and fence does when the watchdog dies
-// first; when both are killed at once (kill -9 of both, the OOM killer, a
-// service manager's SIGKILL of everything), nobody does, and the empty
-// directory would stay until the next boot.
+// behind: a watchdog removes its cgroup when the command's tree is gone,
+// and fence does when the watchdog dies first; when both are killed at once
+// (kill -9 of both, the OOM killer), the empty directory would stay until
+// the next boot.
 //
 // A cgroup is left alone while its maker may live: a process with the PID
 // in its name that started no later than the time in its name (and any
-// cgroup younger than sweepAge). Only an
-// empty cgroup can be removed (rmdir fails on one with a process in it), and
-// a mistake could only cost a live watchdog its cgroup, whose command then
-// starts without one (start's fallback); the errors of the start-time
-// comparison (clock ticks, a kernel whose start times leave out suspends)
-// all lean to leaving a cgroup.
+// cgroup younger than sweepAge). Only an empty cgroup can be removed (rmdir
+// fails on one with a process in it), and a mistake could only cost a live
+// watchdog its cgroup, whose command then starts without one (start's
+// fallback); the errors of the start-time comparison (clock ticks, a kernel
+// whose start times leave out suspends) all lean to leaving a cgroup.
 func sweepCgroups(base string, self int) {
 	entries, _ := os.ReadDir(base)
 	now := clock.Now()

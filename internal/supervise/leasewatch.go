@@ -10,15 +10,11 @@ import (
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
-// watchLease starts the coordinator's watch of the run's own leases
-// (Coordinator.WatchLease; etcd: a watch on the lease's key; local: on the
-// lock's lock file), once the command has started: it adds nothing to the
-// start-up. The first notice that a lease has ended, or that its holder is
-// asked to stop, ends the HeldSet's context with lostNotice's error, as a
-// renewal that found the lease lost does, so that a revoke stops the
-// command at once rather than at the next renewal. Without the watch the
-// renewals find a revoked lease out, as they always do; with it they still
-// do, should the watch fail. At most one per run; r.stopWatch ends it.
+// watchLease starts the coordinator's watch of the run's own leases once
+// the command has started, so that it adds nothing to the start-up (what a
+// notice does: see the package doc, Revocation). The first notice ends the
+// HeldSet's context with lostNotice's error. At most one per run;
+// r.stopWatch ends it.
 func (r *Runner) watchLease(ctx context.Context) {
 	if r.stopWatch != nil || r.p.Holds != nil {
 		return

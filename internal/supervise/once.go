@@ -23,7 +23,7 @@ import (
 
 // oncePending checks the key's record. It returns ok when the command is to
 // run; otherwise the exit code and the error (wrapping coord.ErrCompleted
-// when the job is done) to return. holding says whether the lease is held.
+// when the job is done) to return.
 func (r *Runner) oncePending(ctx context.Context) (ok bool, code int, err error) {
 	p := r.p
 	if p.Once == "" {

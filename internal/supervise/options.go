@@ -64,9 +64,8 @@ type Options struct {
 	Quiet bool
 	// MetricsFile, when set, receives a Prometheus textfile at exit.
 	MetricsFile string
-	// Verbose reports each step on Stderr; otherwise Stderr stays quiet
-	// unless fence has to say why it did not run the command or stopped it
-	// (that one line is Run's error, for the caller to print).
+	// Verbose reports each step on Stderr (what Run writes without it: see
+	// Run).
 	Verbose bool
 	// LogFormat is the style of fence's own lines on Stderr: "text" (or
 	// "": "fence: warning: ...") or "json" (log/slog's, one object per
@@ -117,10 +116,9 @@ type Options struct {
 	Holds *HeldSet
 
 	// Handover, when set, lets the watchdog end the command's leases
-	// itself when fence is gone (killed: the order pipe closed), once
-	// nothing of the command's tree is left, so that the next holder does
-	// not wait out the TTL. Without it, or when the watchdog cannot reach
-	// the coordinator within a few seconds, the leases expire at their TTL.
+	// itself when fence is gone (see the package doc). Without it, or when
+	// the watchdog cannot reach the coordinator within a few seconds, the
+	// leases expire at their TTL.
 	Handover *Handover `json:"-"`
 }
 
@@ -144,11 +142,9 @@ type Handover struct {
 // TTL (rounded up), at most 5s.
 func DefaultGrace(ttl time.Duration) time.Duration { return min(ceilDiv(ttl, 5), 5*time.Second) }
 
-// ceilDiv is d/n rounded up (d >= 0, n > 0). The grace, the margin and the
-// renewal interval that check weighs are fractions of the TTL rounded up:
-// rounded down, a TTL of a few nanoseconds got a zero grace, margin and
-// interval, and "two renewals of 0s fit in 1ns" passed the check that
-// refuses every TTL up to 750ms with the default grace.
+// ceilDiv is d/n rounded up (d >= 0, n > 0): the grace, margin and renewal
+// interval that check weighs are never 0 for a TTL of a few nanoseconds
+// ("two renewals of 0s fit in 1ns" would pass checkTiming).
 func ceilDiv(d time.Duration, n int64) time.Duration {
 	q := d / time.Duration(n)
 	if d%time.Duration(n) != 0 {

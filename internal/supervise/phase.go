@@ -119,9 +119,8 @@ type schedule struct {
 }
 
 // nextWake is when a loop in schedule s, at now, must wake: at the first
-// of its times, and at the latest recheck after now (the boot clock is read
-// at least that often, so a suspend does not make a stop late by more).
-// A time that has passed is now: the loop acts at once.
+// of its times, and at the latest recheck after now. A time that has passed
+// is now: the loop acts at once.
 func nextWake(s schedule, now clock.Boot) clock.Boot {
 	wake := now.Add(recheck)
 	at := func(t clock.Boot) {

@@ -207,8 +207,6 @@ func (r *Runner) Close() {
 // connecting to etcd and acquiring a lock: Start it before opening the
 // coordinator, and the two overlap.
 //
-// Run runs the command once; Close ends the watchdog when Run is not called
-// (the coordinator could not be opened) and is a no-op once Run was called.
 // A Runner must be closed or run, or its watchdog lives on until the calling
 // process exits.
 type Runner struct {
@@ -272,9 +270,8 @@ func (r *Runner) setStreams() {
 		r.stderr = &lockedWriter{w: p.Stderr}
 		p.Stderr = r.stderr
 	}
-	// One style for every line of fence's own on stderr: --log-format's
-	// (text is "fence: ...", "fence: warning: ..."; json one object per
-	// line). Checked by the caller; an unknown format is text.
+	// Options.LogFormat's style, checked by the caller; an unknown format
+	// is text.
 	var err error
 	if r.log, err = logging.New(r.stderr, p.LogFormat, "debug"); err != nil {
 		r.log, _ = logging.New(r.stderr, "text", "debug")
@@ -332,10 +329,8 @@ func (r *Runner) run(ctx context.Context) (int, error) {
 	return code, runErr
 }
 
-// acquireOptions are the acquisition's options. The watchdog was started
-// by Start: its PID is recorded with the lease, and its start-up overlaps
-// opening the coordinator and the acquisition. It is waited for after the
-// release.
+// acquireOptions are the acquisition's options; the watchdog's PID is
+// recorded with the lease.
 func (r *Runner) acquireOptions() coord.AcquireOptions {
 	p := r.p
 	holder := cmp.Or(p.Holder, coord.DefaultHolder())
@@ -415,9 +410,8 @@ func (r *Runner) acquire(ctx context.Context) (release func(context.Context) err
 	return release, 0, nil
 }
 
-// holdLock acquires the lock and holds its lease. The hold
-// outlives ctx (see interruptible): when Run's context ends, the command is
-// stopped first, and the lease released after.
+// holdLock acquires the lock and holds its lease. The hold outlives ctx
+// (see interruptible).
 func (r *Runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
 	acquire := r.c.Acquire
 	if d, ok := r.c.(deferredAcquirer); ok {
@@ -546,11 +540,7 @@ func (r *Runner) startWatchdog() error {
 	cmd.Stdout = cmp.Or[io.Writer](p.Stdout, os.Stdout)
 	cmd.Stderr = cmp.Or[io.Writer](p.Stderr, os.Stderr)
 	cmd.ExtraFiles = []*os.File{ordR, repW}
-	// A process group of its own, in fence's session: a signal sent to
-	// fence's whole group (timeout(1), a supervisor's group kill, a shell's
-	// job control: KILL, STOP) does not reach the watchdog, which then
-	// stops the command as when fence alone dies or freezes. It stays in
-	// the session so that it can give the command the terminal.
+	// A process group of its own, in fence's session (see the package doc).
 	cmd.SysProcAttr = watchdogProcAttr()
 	cmd.WaitDelay = time.Second
 	err = cmd.Start()
@@ -683,10 +673,9 @@ func (r *Runner) act(now clock.Boot) {
 			r.startStop(reason, now)
 		}
 	}
-	// fence's own stop does not wait for the watchdog's report of the
-	// command's group: a watchdog frozen before it reported would
-	// otherwise leave the command running. signalAll reaches the command
-	// through the watchdog's descendants in any case.
+	// fence's own stop (ownStop) does not wait for the watchdog's report
+	// of the command's group: signalAll reaches the command through the
+	// watchdog's descendants.
 	if r.phase.stopping() {
 		signal, kill := r.own.due(now, r.wdStopped != "")
 		if signal {
@@ -1037,11 +1026,9 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 }
 
 // afterRun bounds what fence does with the coordinator once its command has
-// ended (history records, the --once record, the release). After a stop of
-// the command (or a lease lost while fence could not stop it) the
-// coordinator may well not answer (that may be why the lease was lost):
-// they then get what is left of a second (AfterStop), so that fence exits
-// soon after its command.
+// ended (history records, the --once record, the release): AfterStop after
+// a stop of the command or a lease lost, when the coordinator may well not
+// answer (that may be why the lease was lost).
 func (r *Runner) afterRun(ctx context.Context, code int) (context.Context, context.CancelFunc) {
 	budget := 10 * time.Second
 	if r.end.stopping != "" || r.wdStopped != "" || r.end.lostErr != nil || code == exitcode.LeaseLost || code == exitcode.Deadline {

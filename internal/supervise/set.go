@@ -9,11 +9,8 @@ import (
 	"github.com/fence-dev/fence/pkg/fencing"
 )
 
-// `fence run A B C -- COMMAND`: Options.Locks. The locks are taken with
-// fencing.AcquireSet (byte order of their names, all or none within one
-// --wait budget), then the command runs under a HeldSet of the set
-// (stopped before the earliest lease can expire, and when any is lost or
-// revoked), and the set is released in reverse order.
+// `fence run A B C -- COMMAND`: Options.Locks (how they are taken, held and
+// released: see there).
 
 // SetLeases are the leases of set, in the order the names were given.
 func SetLeases(set *fencing.Set) []coord.Lease {

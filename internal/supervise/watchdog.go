@@ -57,27 +57,12 @@ const endTimeout = 5 * time.Second
 // opaque to this package) and releases each lease, in order, within ctx.
 type LeaseEnder func(ctx context.Context, coordinator []byte, leases []coord.Lease) error
 
-// WatchdogMain runs the watchdog: the process between fence and the command.
-// args are the arguments after WatchdogArg (a leading WatchdogArg is
-// skipped). end, when not nil, ends the command's leases when fence is gone
-// (see below). It returns the watchdog's exit code: 0 when it did its job
-// (however the command ended), 125 when it could not.
-//
-// The watchdog reads orders from fd 3 and writes reports to fd 4 (see
-// protocol.go). It starts the command in its own process group, stops the
-// group when the stop time passes without extension (the stop signal, then
-// SIGKILL after the grace period), and does the same at once when fd 3
-// reaches its end because fence died. It is a child subreaper, and puts the
-// command in a cgroup of its own where it can, so that descendants that
-// left the process group (setsid) are stopped too. It exits once no process
-// of the command's tree is left.
-//
-// When fence is gone (fd 3 ended before the command's tree was empty) and
-// the start order carried a Handover, the watchdog ends the leases itself
-// with end, once no process of the command's tree is left (the safety
-// point: see the package doc), bounded by endTimeout. A fence that is only
-// frozen keeps fd 3 open: the watchdog then stops the command at the
-// lease's stop time and leaves the leases alone (fence may wake up).
+// WatchdogMain runs the watchdog: the process between fence and the command
+// (what it does, and when it may end the leases with end: see the package
+// doc). args are the arguments after WatchdogArg (a leading WatchdogArg is
+// skipped). It reads orders from fd 3 and writes reports to fd 4 (see
+// protocol.go), and returns its exit code: 0 when it did its job (however
+// the command ended), 125 when it could not.
 func WatchdogMain(args []string, end LeaseEnder) int {
 	if len(args) > 0 && args[0] == WatchdogArg {
 		args = args[1:]
@@ -146,12 +131,10 @@ type watchdog struct {
 // (become the subreaper of its tree, find where its cgroup goes), waits for
 // the start order, starts the command and watches it.
 func (w *watchdog) run() error {
-	// The watchdog is in a process group of its own, so signals aimed at
-	// fence's group (a terminal's ^C, ^Z, timeout(1)) do not reach it; those
-	// sent to it by PID (pkill fence) are caught and dropped: fence forwards
-	// what the command should get. They are caught, not ignored, so that the
-	// command starts with them at default, except those fence itself found
-	// ignored (spec.Ignore, applied after these calls).
+	// Signals sent to the watchdog by PID (pkill fence) are caught and
+	// dropped: fence forwards what the command should get. Caught, not
+	// ignored, so that the command starts with them at default, except
+	// those fence itself found ignored (spec.Ignore, applied below).
 	sigs := make(chan os.Signal, 8)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
@@ -202,9 +185,8 @@ func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 			return err
 		}
 		now := clock.Now()
-		// Every order fence sent before now is taken before the stop time
-		// is judged: after a freeze of the watchdog, the extensions fence
-		// sent meanwhile are waiting in the pipe.
+		// Every order sent before now is taken before the stop time is
+		// judged (see orderPipe).
 		if ready != nil && w.takeOrders() {
 			ready = nil
 		}
@@ -224,10 +206,9 @@ func (w *watchdog) watch(sigs, chld <-chan os.Signal) error {
 	}
 }
 
-// doneIfGone finishes when the command is reaped, every other process of
-// its tree too (orphans come to the watchdog, their subreaper: no child
-// left means none is left anywhere in the tree, not even a zombie), and
-// its cgroup is empty. fence releases the lease on the report.
+// doneIfGone finishes when nothing of the command's tree is left (the
+// package doc's invariant: reaped, childless, cgroup empty). fence releases
+// the lease on the report.
 func (w *watchdog) doneIfGone() (bool, error) {
 	if w.exit == nil || !w.childless || !w.treeEmpty() {
 		return false, nil
@@ -235,8 +216,6 @@ func (w *watchdog) doneIfGone() (bool, error) {
 	w.phase = w.phase.next(stepDone)
 	err := w.finish()
 	if w.fenceGone {
-		// Nobody will release the leases: end them now that nothing of
-		// the command is left.
 		w.endLeases()
 	}
 	return true, err
@@ -507,10 +486,9 @@ func (w *watchdog) finish() error {
 }
 
 // endLeases ends the leases of the start order's Handover with end, within
-// endTimeout. Called only once nothing of the command's tree is left, and
-// only when fence is gone: a failure leaves them to expire at their TTL,
-// and says so on stderr (fence's, which the command shares), since the next
-// holder then waits out the TTL.
+// endTimeout (when: see doneIfGone). A failure leaves them to expire at
+// their TTL, and says so on stderr (fence's, which the command shares),
+// since the next holder then waits out the TTL.
 func (w *watchdog) endLeases() {
 	e := w.sp.End
 	if w.end == nil || e == nil || len(e.Leases) == 0 {

@@ -47,12 +47,12 @@ type pgBackend interface {
 }
 
 // Store opens the history store of c (the Recorder's own when c is a
-// history.Recorder; its backend otherwise). A
-// coordinator of another kind, or invalid options, are refused with an error wrapping coord.ErrInvalid. A local
-// history directory that cannot be opened (a symbolic link, another user's)
-// does not fail Store: it returns a store whose every call fails with that
-// error, so that lease operations go on while reads of the history say what
-// is wrong.
+// history.Recorder; its backend otherwise). A coordinator of another kind,
+// or invalid options, are refused with an error wrapping coord.ErrInvalid.
+// A local history directory that cannot be opened (a symbolic link, another
+// user's) does not fail Store: it returns a store whose every call fails
+// with that error, so that lease operations go on while reads of the
+// history say what is wrong.
 func Store(c coord.Coordinator, opts ...history.Option) (history.Store, error) {
 	if r, ok := c.(history.Recorder); ok {
 		return r.Store(), nil

@@ -39,11 +39,12 @@ var Commands = map[string]func(){
 
 // Params runs the scripts in dir on the local coordinator, with its state in
 // $WORK/state, no FENCE_ variable from outside and no config file outside
-// $WORK (the system one is $WORK/etc/fence/config.yaml). Scripts get the commands expect, start, signal, expectbg and
-// waitfile (background processes: see background.go) and the variables
-// LONG256, LONG257, CTRL, NEWLINE, TAB, ESC, RLO (a right-to-left override,
-// U+202E) and ZWSP (a zero-width space, U+200B): lock names a script cannot
-// write literally, or not visibly.
+// $WORK (the system one is $WORK/etc/fence/config.yaml). Scripts get the
+// commands expect, start, signal, expectbg and waitfile (background
+// processes: see background.go) and the variables LONG256, LONG257, CTRL,
+// NEWLINE, TAB, ESC, RLO (a right-to-left override, U+202E) and ZWSP (a
+// zero-width space, U+200B): lock names a script cannot write literally,
+// or not visibly.
 func Params(dir string) testscript.Params {
 	return testscript.Params{
 		Dir: dir,
