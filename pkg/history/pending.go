@@ -17,8 +17,7 @@ import (
 //
 // fence run records renewal failures through a Recorder, so that the ones
 // seen while the coordinator could not be reached are written when it comes
-// back. It is safe for concurrent use; writes are serialized, and pending
-// events are written with the new ones in one Append.
+// back. It is safe for concurrent use; writes are serialized.
 type pendingEvents struct {
 	h   Store
 	max int
