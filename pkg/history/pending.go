@@ -27,9 +27,9 @@ type pendingEvents struct {
 }
 
 // appendEvents writes the pending events, then evs (none: a flush). When
-// that fails, evs are kept with them, the oldest dropped beyond max, and the
-// error is returned. An invalid event (see Normalize) is refused at once
-// with an error wrapping coord.ErrInvalid.
+// that fails, evs are kept with them and the error is returned. An invalid
+// event (see Normalize) is refused at once with an error wrapping
+// coord.ErrInvalid.
 func (p *pendingEvents) appendEvents(ctx context.Context, evs []Event) error {
 	for _, ev := range evs {
 		if _, err := Normalize(ev, time.Time{}); err != nil {

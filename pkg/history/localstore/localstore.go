@@ -86,8 +86,8 @@ const (
 	tempPrefix = atomicfile.TempPrefix
 )
 
-// maxEscaped is the longest escaped lock name used as a file name; longer
-// escapes use a SHA-256 name (the lock name is in every line either way).
+// maxEscaped is the longest escaped lock name used as a file name (see
+// fileBase).
 const maxEscaped = 200
 
 // store is a history.Store on files under <state-dir>/history/.
@@ -604,11 +604,9 @@ func (s *store) removeStaleTemps() {
 	}
 }
 
-// fileBase names a lock's files: a reversible escape (bytes other than
-// [A-Za-z0-9_.-] as %XX, and a leading '.' as %2E) or, when that would be
-// longer than maxEscaped, "~" and the SHA-256 of the name ('~' never appears
-// in an escape, so the two forms cannot collide). Every line holds the lock
-// name, checked on every read.
+// fileBase names a lock's files (atomicfile.FileBase: its escape, or past
+// maxEscaped "~" and its SHA-256). Every line holds the lock name, checked
+// on every read.
 func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped, "~") }
 
 // AppendRelease is the history Recorder's one-step release (its contract:
