@@ -12,9 +12,6 @@ import (
 	"github.com/fence-dev/fence/pkg/history"
 )
 
-// Every read of the coordinator happens in a tea.Cmd below, on its own
-// goroutine; Update only receives the results as messages.
-
 // maxBatch bounds the events one message carries, so that a burst is drawn
 // once instead of once per event, and a flood cannot starve the keys.
 const maxBatch = 4096
@@ -112,9 +109,7 @@ func (m *Model) listCmd() tea.Cmd {
 // lock's answer is an answer too.
 const probeName = "fence-top-probe"
 
-// inspectCmd reads one lock. Every tick it reads probeName, so that a
-// coordinator that stops answering shows within probeStall of a tick,
-// whatever the refresh period (a list may be seconds away).
+// inspectCmd reads one lock; every tick, probeName (see probeStall).
 func (m *Model) inspectCmd(name string) tea.Cmd {
 	c, ctx, now := m.c, m.ctx, m.opts.Now
 	return func() tea.Msg {
@@ -180,9 +175,9 @@ func (m *Model) detailsCmd(name string) tea.Cmd {
 }
 
 // revokeCmd revokes the lease the operator confirmed (token's on lock
-// name), and only that one: it reads the lock first and refuses when another lease holds it by now. (A
-// holder change between that read and the revoke is not caught: Revoke ends
-// whatever lease holds the lock.)
+// name), and only that one: it reads the lock first and refuses when
+// another lease holds it by now. (A holder change between that read and the
+// revoke is not caught: Revoke ends whatever lease holds the lock.)
 func (m *Model) revokeCmd(name string, token uint64) tea.Cmd {
 	c, ctx := m.c, m.ctx
 	return func() tea.Msg {

@@ -6,8 +6,7 @@ import (
 )
 
 // A key goes to the first of these that is there: ctrl+c, which quits
-// from anywhere; a question (a revoke, a freeze or a thaw asked first: y
-// does it, any other key cancels it); the filter input while it is typed;
+// from anywhere; a question (answer); the filter input while it is typed;
 // the screen in view (table, details, help), whose bindings say what the
 // key does (keyAction).
 
@@ -108,7 +107,8 @@ func (m *Model) onKey(msg tea.KeyMsg) tea.Cmd {
 }
 
 // question is what the bottom line asks before a revoke, a freeze or a
-// thaw: yes runs do, and shows doing meanwhile; no shows "what cancelled".
+// thaw: yes (y) runs do, and shows doing meanwhile; any other key shows
+// "what cancelled".
 type question struct {
 	text, what, doing string
 	do                tea.Cmd

@@ -12,9 +12,6 @@ import (
 	"github.com/fence-dev/fence/tui/internal/format"
 )
 
-// The status line: where the coordinator is, whether it answers, how long
-// its last read took, and the totals.
-
 // minBackend is the least width the backend's name keeps: on a narrow
 // screen the parts on the right go first (dropPart).
 const minBackend = 20

@@ -3,12 +3,12 @@
 // renewals failed and stale tokens were refused.
 //
 // The dashboard reads only through the pkg/coord API: Watch (kept running
-// by package follow) keeps the table live, List loads it (and again on coord.EventReset and every refresh
-// period), Inspect and, when the coordinator implements history.Store,
-// History fill the details and the counters; an Inspect of one key every
-// tick is the health probe (a stall shows within two seconds). Every read
-// runs in a tea.Cmd; Update and View do no I/O. A frame draws only the rows
-// on screen.
+// by package follow) keeps the table live, List loads it (and again on
+// coord.EventReset and every refresh period), Inspect and, when the
+// coordinator implements history.Store, History fill the details and the
+// counters; an Inspect of one key every tick is the health probe (see
+// probeStall). Every read runs in a tea.Cmd (commands.go), on a goroutine
+// of its own; Update and View do no I/O.
 //
 // Layout after gh-dash: components in tui/components, the one Styles struct
 // in tui/styles, the key map in keys.go, the status line in status.go.

@@ -11,8 +11,7 @@ import (
 	"github.com/fence-dev/fence/tui/internal/store"
 )
 
-// Update applies one message. It never reads the coordinator: reads are the
-// commands it returns.
+// Update applies one message; the reads are the commands it returns.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	m.now = m.opts.Now()
 	switch msg := msg.(type) {
@@ -89,7 +88,8 @@ func (m *Model) onRead(msg inspectMsg) {
 // probeStall is how long the probe of every tick may be on its way, with
 // no other read answered meanwhile, before the coordinator counts as not
 // answering (a frozen etcd does not fail a read: it never answers it).
-// With a probe every tick (a second), a stall shows within two seconds.
+// With a probe every tick (a second), a stall shows within two seconds,
+// whatever the refresh period (a list may be seconds away).
 const probeStall = time.Second
 
 // unanswered reports whether the coordinator is not answering, and since

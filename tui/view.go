@@ -17,7 +17,7 @@ const (
 )
 
 // View draws the screen: exactly the terminal's height in lines, none wider
-// than it. It reads only the model.
+// than it.
 func (m *Model) View() string {
 	if m.width < minWidth || m.height < minHeight {
 		return format.Fit(fmt.Sprintf("fence top needs %dx%d, the terminal is %dx%d", minWidth, minHeight, m.width, m.height), max(m.width, 1))

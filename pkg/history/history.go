@@ -4,12 +4,11 @@
 // `fence history`, `fence show`, the dashboard and the exporter read.
 //
 // Import it for the event types (Event and its Kind), for Store, what keeps
-// them (also the optional capability of a coordinator that keeps a
-// history: a type assertion, c.(history.Store)), and for Wrap, a
-// coordinator that records the lease events of the one it decorates.
+// them, and for Wrap, a coordinator that records the lease events of the one
+// it decorates (Recorder).
 //
-// A Store keeps the events. Three implementations sit beside the coordinator
-// backends, sharing their storage but none of their internals:
+// Three Store implementations sit beside the coordinator backends, sharing
+// their storage but none of their internals:
 //
 //   - package localstore: one append-only file per lock under
 //     <state-dir>/history/;
@@ -20,13 +19,9 @@
 // enforced when they are written, so that storage never grows without
 // limit; reads never return an event beyond either bound.
 //
-// Wrap decorates a coord.Coordinator so that it records acquisitions,
-// releases, revocations and expiries itself and implements Store;
-// package auto picks the store that belongs to a coordinator. Recording is
-// best effort: a failed write never fails the lease operation, it is logged
-// and retried with the next write; with WithSpool, what is
-// still unwritten when the Recorder closes is kept in files on the host and
-// written by a later Recorder's FlushSpool.
+// Package auto (internal/history/auto) picks the store that belongs to a
+// coordinator. What a Recorder records, and what it does when a write
+// fails: see Recorder.
 package history
 
 import (
@@ -66,11 +61,11 @@ type Store interface {
 }
 
 // releaseAppender is a Store that can write a released event in one step
-// with the release itself, on a coordinator of its own backend (package
-// etcdstore, on the etcd coordinator whose client it shares): the event is
-// on record before the next holder's turn, and the release costs one round
-// trip instead of a read, a write and the release. The Recorder uses it for
-// the leases it acquired.
+// with the release itself, on a coordinator of its own backend (packages
+// etcdstore and localstore): the event is on record before the next
+// holder's turn, and the release costs no read of the lock beforehand (on
+// etcd, one round trip instead of a read, a write and the release). The
+// Recorder uses it for the leases it acquired.
 type releaseAppender interface {
 	// AppendRelease writes ev, the released event of lease leaseID held
 	// under token on lock ev.Lock, and releases that lease on c, at once

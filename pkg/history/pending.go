@@ -17,8 +17,7 @@ import (
 //
 // fence run records renewal failures through a Recorder, so that the ones
 // seen while the coordinator could not be reached are written when it comes
-// back. It is safe for concurrent use; writes are serialized, and pending
-// events are written with the new ones in one Append.
+// back. It is safe for concurrent use; writes are serialized.
 type pendingEvents struct {
 	h   Store
 	max int
@@ -28,9 +27,9 @@ type pendingEvents struct {
 }
 
 // appendEvents writes the pending events, then evs (none: a flush). When
-// that fails, evs are kept with them, the oldest dropped beyond max, and the
-// error is returned. An invalid event (see Normalize) is refused at once
-// with an error wrapping coord.ErrInvalid.
+// that fails, evs are kept with them and the error is returned. An invalid
+// event (see Normalize) is refused at once with an error wrapping
+// coord.ErrInvalid.
 func (p *pendingEvents) appendEvents(ctx context.Context, evs []Event) error {
 	for _, ev := range evs {
 		if _, err := Normalize(ev, time.Time{}); err != nil {

@@ -159,8 +159,7 @@ func (r *recorder) acquire(ctx context.Context, name string, opts coord.AcquireO
 // holders overlap).
 // Where the store can (laterAppender) and nothing is pending, the events'
 // fsync is put off: it returns once they are written, and fsync, when not
-// nil, makes them durable (a deferred record: a Release waits for the write
-// only, and its own record's fsync covers both).
+// nil, makes them durable (why: see AcquireDeferred).
 func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, later bool) (fsync func()) {
 	// The lease is running: spend at most a quarter of it on the history.
 	timeout := r.opts.RecordTimeout

@@ -32,10 +32,8 @@ import (
 //	<dir>/<name>.jsonl.<unix ns>.flushing  a file claimed by a flush (renamed)
 //	<dir>/<name>.jsonl.bad                 a damaged file, set aside
 //
-// A file is written whole (a temporary file, fsync, rename, fsync of the
-// directory) and claimed by renaming it, so that of two flushes at once
-// only one writes it. The directory is 0700 (files 0600), or 2770 (files
-// 0660) inside a state directory shared by a group (internal/sharedir).
+// A file is written whole (atomicfile.WritePerm) and claimed by renaming
+// it, so that of two flushes at once only one writes it.
 
 // Bounds of a spool directory: beyond them the oldest files are dropped
 // (and counted in a warning).
@@ -57,8 +55,8 @@ const (
 )
 
 // WithSpool keeps the events a Recorder could not write when it is closed
-// in files under dir (created 0700 when missing, inside a state directory:
-// a group's shared one makes it the group's), and lets FlushSpool write
+// in files under dir (created when missing: 0700, files 0600, or 2770 and
+// 0660 inside a state directory a group shares), and lets FlushSpool write
 // them later, with their original times. dir must hold the events of one
 // store only: a flush writes them to its Recorder's.
 func WithSpool(dir string) Option { return func(o *hopts.Options) { o.SpoolDir = dir } }
@@ -147,10 +145,9 @@ func (s *spool) files() []string {
 	return names
 }
 
-// flush writes the spooled events to st, file by file, oldest first, and
-// removes each file once its events are written. It returns the number of
-// events written. A damaged file is set aside (renamed *.bad) with a
-// warning; a write that fails leaves the file in the spool.
+// flush is FlushSpool on st: file by file, oldest first, each removed once
+// its events are written, a damaged one renamed *.bad; a write that fails
+// leaves the file in the spool.
 func (s *spool) flush(ctx context.Context, st Store) (written int, err error) {
 	// The common case, on the way of every command: nothing kept.
 	if entries, err := os.ReadDir(s.dir); errors.Is(err, fs.ErrNotExist) || err == nil && len(entries) == 0 {
@@ -262,7 +259,6 @@ func readSpoolFile(m sharedir.Mode, path string) ([]Event, error) {
 		if ev.Time.IsZero() {
 			return nil, fmt.Errorf("line %d: no time", line)
 		}
-		// Normalize refuses a negative duration.
 		if ev, err = Normalize(ev, time.Time{}); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}

@@ -22,8 +22,8 @@ import (
 // gives its own away; the bound costs a few more moves (a member that
 // fills up earlier than before pushes a shard to its next choice), measured
 // in TestAssignMoves: 1.2 times the least possible with 4 or 10 members,
-// 1.5 times with 7 members of 64 shards. The map is indexed by shard; with no members every
-// entry is "".
+// 1.5 times with 7 members of 64 shards. The map is indexed by shard; with
+// no members every entry is "".
 func assign(n int, members []string) []string {
 	out := make([]string, n)
 	ms := slices.Clone(members)
@@ -96,9 +96,8 @@ func score(shard int, member string) uint64 {
 
 // Target is the map of a group with the given live members and settings:
 // drained members own nothing (unless every member is drained: then
-// nobody does), and in serial mode one member owns every shard: the one
-// Settings.Serial names when it is live and not drained, else the first
-// of the others in byte order.
+// nobody does), and in serial mode one member owns every shard (which:
+// see Settings.Serial).
 func Target(n int, members []string, st Settings) []string {
 	var active []string
 	for _, id := range members {

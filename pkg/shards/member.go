@@ -14,29 +14,28 @@
 // context (cause ErrMoved), stops its work on it and calls Shard.Release.
 //
 // Changes of the membership (and of the settings) are applied only after
-// the settle time (WithSettle) has passed without a further change, which damps churn
-// when members flap.
+// the settle time (WithSettle) has passed without a further change, which
+// damps churn when members flap.
 //
 // # Goroutines and locks
 //
 // Each member has one goroutine of its own (Member.loop), the only one that
 // changes the map in force and the set of held shards, and the only one
 // that reads or writes its state (memberLoop: the view of the group, the
-// acquisitions in flight, its timers) and
-// Shard.lostSeen. It decides with the pure functions of state.go. The
-// others reach it through its event channel (Member.send), each event a
-// call of one of memberLoop's methods that the goroutine makes: an
-// acquisition goroutine per shard asked for (acquired), the settings
-// reader, one read at a time (settingsRead), the member's and each held
-// shard's lease watch and the AfterFunc of a shard's loss (revoked, lost),
-// and Shard.Release from any goroutine (released). send gives up once the
-// member's goroutine has ended, so
-// none of them blocks on a member that left; an acquisition answered then
-// is released by its own goroutine.
+// acquisitions in flight, its timers) and Shard.lostSeen. It decides with
+// the pure functions of state.go. The others reach it through its event
+// channel (Member.send), each event a call of one of memberLoop's methods
+// that the goroutine makes: an acquisition goroutine per shard asked for
+// (acquired), the settings reader, one read at a time (settingsRead), the
+// member's and each held shard's lease watch and the AfterFunc of a
+// shard's loss (revoked, lost), and Shard.Release from any goroutine
+// (released). send gives up once the member's goroutine has ended, so none
+// of them blocks on a member that left; an acquisition answered then is
+// released by its own goroutine.
 //
 // Member.mu guards what the methods share with that goroutine (shards,
-// target, settings, pending, err). It is a leaf: held briefly,
-// never across a coordinator call, a send or OnMove; only the contexts of
+// target, settings, pending, err). It is a leaf: held briefly, never
+// across a coordinator call, a send or OnMove; only the contexts of
 // shards are cancelled under it (finish), which runs no user code
 // (context.AfterFunc callbacks run on goroutines of their own). The
 // member's goroutine itself calls the coordinator for a List at a watch
@@ -108,8 +107,8 @@ func WithMember(id string) Option { return func(o *options) { o.Member = id } }
 func WithTTL(ttl time.Duration) Option { return func(o *options) { o.TTL = ttl } }
 
 // WithSettle sets how long a change of the membership or the settings must
-// stay unchanged before the map is recomputed (default 1s;
-// negative: at once).
+// stay unchanged before the map is recomputed (default 1s; negative: at
+// once).
 func WithSettle(d time.Duration) Option { return func(o *options) { o.Settle = d } }
 
 // WithHold tunes the renewal of the leases (package fencing).
@@ -173,8 +172,7 @@ type Shard struct {
 	cancel context.CancelCauseFunc
 	once   sync.Once
 	// unwatch ends the watch of the shard's lease and waits for it;
-	// lostSeen (the member's goroutine only): its end was
-	// already reported.
+	// lostSeen (the member's goroutine only): its end was already reported.
 	unwatch  func()
 	lostSeen bool
 }
@@ -256,8 +254,9 @@ func parseLock(group, name string) (kind string, id string, n int) {
 // Join makes this process a member of group on c, a group of the given
 // number of shards (1..MaxShards: every member of a group must give the
 // same number), and returns at once; the member takes its shards in the
-// background (Changed, Shards). Leave ends it. The error wraps coord.ErrInvalid for bad options, coord.ErrBusy when
-// the member id is already live in the group.
+// background (Changed, Shards). Leave ends it. The error wraps
+// coord.ErrInvalid for bad options, coord.ErrBusy when the member id is
+// already live in the group.
 func Join(ctx context.Context, c coord.Coordinator, group string, shards int, with ...Option) (*Member, error) {
 	opts := options{Shards: shards}
 	for _, f := range with {
@@ -457,8 +456,8 @@ func (m *Member) loop(events <-chan coord.Event, stopWatch func(), infos []coord
 	}
 }
 
-// memberLoop is the state of the member's goroutine, its own: no other
-// goroutine reads or writes it (the Member's fields under m.mu are shared).
+// memberLoop is the state of the member's goroutine, its own (see the
+// package doc: Goroutines and locks).
 type memberLoop struct {
 	m         *Member
 	view      view
@@ -634,8 +633,7 @@ func (l *memberLoop) apply() {
 }
 
 // claim asks for each shard that claims gives, each on a goroutine of its
-// own that reports the answer (acquired). The loop calls it after every
-// event.
+// own that reports the answer (acquired).
 func (l *memberLoop) claim() {
 	m := l.m
 	m.mu.Lock()

@@ -148,10 +148,11 @@ func acquireOutcome(err error, freedMeanwhile, mine, ended bool) afterAcquire {
 }
 
 // stillHeldBack is the shards of heldBack that are still this member's to
-// take (target gives them to self, it does not hold them) and that the limits ls still hold back (a free lock would get
-// no holder under them). Only those are not asked for at the retry; ls is
-// one read of the limits for all of them, where asking for each would cost
-// a frozen group an acquisition of every shard every second.
+// take (target gives them to self, it does not hold them) and that the
+// limits ls still hold back (a free lock would get no holder under them).
+// Only those are not asked for at the retry; ls is one read of the limits
+// for all of them, where asking for each would cost a frozen group an
+// acquisition of every shard every second.
 func stillHeldBack(heldBack map[int]bool, target []string, self string, held map[int]*Shard, ls []coord.Limit, group string) map[int]bool {
 	out := map[int]bool{}
 	for k := range heldBack {

@@ -17,21 +17,18 @@
 // however long the history is: etcd returns a range's last keys only by
 // reading and sorting the whole range (on a lock with 1,000 events, 1.46
 // against 0.30 ms in BenchmarkLastLease1000, on an idle in-process etcd;
-// about 3 ms more per `fence run` on one etcd 3.4 member). A head without "lease" (older
-// fence versions write it so) sends LastLease the long way until the next
-// write of this version. LastLease reads the head alone: the write after it
-// applies the count bound, and the write after that (the release's, which
-// knows the oldest events from the first) the age bound too.
+// about 3 ms more per `fence run` on one etcd 3.4 member). A head without
+// "lease" (older fence versions write it so) sends LastLease the long way
+// until the next write of this version.
 //
 // A write is one transaction that checks the head is as the writer last saw
 // it, puts the new events and the new head, and deletes, with one range
 // delete, the oldest events beyond the count bound and those, from the
 // oldest on, past the age bound; it also reads the oldest events left, for
-// the store's next write. Both ranges start at the head's first number, not
-// at the start of the lock's range, where etcd's index keeps the key of
-// every deleted event until it is compacted. When another writer came first, the transaction
-// reads the head and the oldest events instead, and the write is tried
-// again on them. The lock's history thus never holds more
+// the store's next write (both ranges start at the head's first number: see
+// writeOps). When another writer came first, the transaction reads the head
+// and the oldest events instead, and the write is tried again on them. The
+// lock's history thus never holds more
 // than the bound (plus nothing: trimming is part of the write), and
 // concurrent writers, in any number of processes, lose no event. Reads are
 // linearizable and never return an event beyond either bound.
@@ -131,12 +128,10 @@ type head struct {
 	// Lease is the lock's newest lease event (opts.OfLease), stored
 	// as an event value with its number, when the head's writer knew it:
 	// every write of this version carries it on from the head it replaces,
-	// or sets it to the newest lease event it writes. LastLease reads it
-	// instead of the lock's newest events, which etcd can only return by
-	// reading and sorting the lock's whole range. A head without it (none
-	// of the lock's events begins or ends a lease yet, or an older fence
-	// wrote the head: it drops what it does not know) sends LastLease the
-	// long way.
+	// or sets it to the newest lease event it writes (why: see the package
+	// doc). It is missing when none of the lock's events begins or ends a
+	// lease yet, or when an older fence wrote the head (it drops what it
+	// does not know).
 	Lease json.RawMessage `json:"lease,omitempty"`
 }
 
@@ -355,7 +350,7 @@ type state struct {
 	oldest []history.Entry
 }
 
-// decodeState reads the responses of readOps.
+// decodeState reads the responses of stateOps.
 func (s *store) decodeState(lock string, resps []*etcdserverpb.ResponseOp) (state, error) {
 	if len(resps) != 2 || resps[0].GetResponseRange() == nil || resps[1].GetResponseRange() == nil {
 		return state{}, fmt.Errorf("%w: history of %q: unexpected transaction response", coord.ErrUnavailable, lock)
@@ -468,7 +463,7 @@ func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event
 // store's next write of lock. It decides from the head's record of that
 // event (see head), its numbers and the age bound: one read of one key,
 // whatever the length of the history. Without a record it reads as Latest
-// does. The Recorder looks for this event before every acquisition.
+// does.
 func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Event, bool, error) {
 	if err := coord.ValidateName(lock); err != nil {
 		return history.Event{}, false, err
@@ -481,11 +476,10 @@ func (s *store) LastLease(ctx context.Context, lock string, n int) (history.Even
 	if err != nil {
 		return history.Event{}, false, err
 	}
-	// The oldest events are not read: from the start of the lock's range,
-	// etcd's index walks past the key of every event deleted since its
-	// last compaction. The next write applies the count bound, and reads
-	// the oldest events it keeps for the write after it (the release's),
-	// which applies the age bound.
+	// The oldest events are not read (from the start of the lock's range:
+	// see writeOps). The next write applies the count bound, and reads the
+	// oldest events it keeps for the write after it (the release's), which
+	// applies the age bound.
 	s.keep(lock, st)
 	h := st.head
 	if !st.exists {
@@ -625,9 +619,7 @@ var errNotHeld = errors.New("the lease no longer holds the lock")
 // AppendRelease is the history Recorder's one-step release (its contract:
 // history.releaseAppender) on the etcd coordinator whose client the store
 // shares (package etcdtxn, the seam between them): ev is written in the
-// transaction that deletes the holder's key, so that the event is on
-// record before the next holder's turn at the cost of one round trip, not
-// of a read, a write and the release. An error with done true is
+// transaction that deletes the holder's key. An error with done true is
 // etcdtxn.Release's.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	ec, ok := c.(interface { // package etcd's coordinator

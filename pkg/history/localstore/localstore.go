@@ -7,22 +7,17 @@
 // read-modify-write only, appends its events in one write(2) and fsyncs the
 // file (and, for a new file, the directory) before it returns: a recorded
 // event is durable. The released event of a lease that `fence run` acquired
-// is written with the release itself (AppendRelease): under the lock's
-// flock, before the release, so that the next holder finds it on record;
-// its fsync follows the release, so that the next holder does not wait for
-// the disk, and still comes before AppendRelease returns (the next holder's
-// own appends to the file are durable only with it). A write reads only the file's first line and its tail
-// (see below), so that its cost does not grow with the history. Once the
+// is written with the release itself (see AppendRelease). A write reads only
+// the file's first line and its tail (see below), so that its cost does not
+// grow with the history. Once the
 // sequence numbers of a file span a quarter more events than the count bound
 // (its lines are at most that many; fewer when a compaction dropped events
 // written out of time order from between others), or its slack-th line is
 // past the age bound (see slackOf), it is compacted: the whole file is read and
-// checked, the events kept are written to a temporary file (0600), fsynced
-// and renamed over it, and the directory is fsynced, so a crash leaves the
-// old or the new file, never a mix. A file thus never holds more than 1.25
-// times the count bound, and reads apply both bounds exactly. A compaction
-// also removes temporary files older than a minute that a crash in the
-// middle of one left in the directory.
+// checked and the events kept replace it atomically (atomicfile.WritePerm:
+// a crash leaves the old or the new file, never a mix). A file thus never
+// holds more than 1.25 times the count bound, and reads apply both bounds
+// exactly.
 //
 // A crash in the middle of an append can leave a last line without its
 // newline: readers ignore it, and the next write cuts it off (the events in it
@@ -91,8 +86,8 @@ const (
 	tempPrefix = atomicfile.TempPrefix
 )
 
-// maxEscaped is the longest escaped lock name used as a file name; longer
-// escapes use a SHA-256 name (the lock name is in every line either way).
+// maxEscaped is the longest escaped lock name used as a file name (see
+// fileBase).
 const maxEscaped = 200
 
 // store is a history.Store on files under <state-dir>/history/.
@@ -173,10 +168,8 @@ func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func
 	}, err
 }
 
-// appendLater writes evs, events of lock within the age bound (at least
-// one), with the fsync put off: when it returns without error they are written (every process sees them at once), and they
-// are durable once the returned func, which the caller must call once, has
-// returned nil. The flock is not held in between.
+// appendLater is AppendLater for evs, events of lock within the age bound
+// (at least one). The flock is not held between the write and the fsync.
 func (s *store) appendLater(ctx context.Context, lock string, evs []history.Event) (sync func() error, err error) {
 	done := func() error { return nil }
 	base := fileBase(lock)
@@ -291,9 +284,8 @@ func (s *store) compact(lock, base string, f *os.File, st fileState, add []line)
 
 // readFile reads and checks the history of lock open in f (named base,
 // size bytes) with readEnd: its last want lines (math.MaxInt: every line),
-// or every line when this store found the file damaged before. A file
-// found damaged is marked so until a full read finds it sound (repaired by
-// hand): damage this store has seen is never written after.
+// or every line when this store found the file damaged before (see the
+// package doc: What is checked when).
 func (s *store) readFile(lock, path, base string, f *os.File, size int64, want int, all bool) ([]line, fileState, bool, error) {
 	s.mu.Lock()
 	if s.bad[base] {
@@ -320,9 +312,8 @@ func slackOf(maxEvents int) int { return max(maxEvents/4, 1) }
 // events (n > 0), reading only the end of the file and checking only the
 // lines it reads (a lock's recent events, on every acquisition, should not
 // cost a read of its whole history). It reads the whole file when the last
-// n events are not all within the age bound, when n is 0, and when a full
-// read of this store found the file damaged. It checks the lines it returns
-// (or would, but for the age bound) and the first line, not the rest.
+// n events are not all within the age bound, when n is 0, and when this
+// store found the file damaged (what it checks: see the package doc).
 func (s *store) Latest(ctx context.Context, lock string, n int) ([]history.Event, error) {
 	want := min(n, s.opts.MaxEvents)
 	if n <= 0 {
@@ -613,11 +604,9 @@ func (s *store) removeStaleTemps() {
 	}
 }
 
-// fileBase names a lock's files: a reversible escape (bytes other than
-// [A-Za-z0-9_.-] as %XX, and a leading '.' as %2E) or, when that would be
-// longer than maxEscaped, "~" and the SHA-256 of the name ('~' never appears
-// in an escape, so the two forms cannot collide). Every line holds the lock
-// name, checked on every read.
+// fileBase names a lock's files (atomicfile.FileBase: its escape, or past
+// maxEscaped "~" and its SHA-256). Every line holds the lock name, checked
+// on every read.
 func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped, "~") }
 
 // AppendRelease is the history Recorder's one-step release (its contract:
@@ -627,8 +616,8 @@ func fileBase(lock string) string { return atomicfile.FileBase(lock, maxEscaped,
 // release is written, so that it precedes the next holder's acquisition
 // without a read of the lock beforehand. Its fsync comes after the release
 // (before AppendRelease returns, whose error it may be): the next holder
-// need not wait for it, and its own records, appended after this one, are
-// durable only with it.
+// need not wait for the disk, and its own records, appended after this one,
+// are durable only with it.
 func (s *store) AppendRelease(ctx context.Context, c coord.Coordinator, leaseID string, token uint64, ev history.Event) (done bool, err error) {
 	lc, ok := c.(interface { // package local's coordinator
 		Dir() string

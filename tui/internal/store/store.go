@@ -1,7 +1,6 @@
-// Package store keeps the dashboard's rows: one per lock, sorted and
-// filtered again on the first read after a change, so that drawing a frame
-// only reads the rows on screen. It does no I/O and is not safe for concurrent use: the Bubble Tea
-// model owns it and changes it in Update.
+// Package store keeps the dashboard's rows, one per lock, sorted and
+// filtered (see Store). It does no I/O and is not safe for concurrent use:
+// the Bubble Tea model owns it and changes it in Update.
 package store
 
 import (
@@ -309,8 +308,7 @@ func (s *Store) update(ev coord.Event, at time.Time) {
 		r.Renewals++
 	case r.Expiry.Sub(oldExpiry) > info.TTL/4:
 		// The expiry moved on by more than clock noise between two
-		// reads: the holder renewed at least once (etcd shows no
-		// renewal events).
+		// reads: the holder renewed at least once (see Renewals).
 		r.Renewals++
 	}
 	if old.Name == "" || old.Holder != info.Holder {

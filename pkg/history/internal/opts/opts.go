@@ -16,8 +16,8 @@ const MaxEvents = 1000
 // MaxAge is how long an event is kept by default.
 const MaxAge = 7 * 24 * time.Hour
 
-// MaxTextLen bounds the free-text fields of an event (Holder, Error): longer
-// values are cut, at a UTF-8 boundary, when the event is recorded.
+// MaxTextLen bounds the free-text fields of an event (see
+// history.Normalize).
 const MaxTextLen = 1024
 
 // Options configure stores and the Recorder. Each reads the fields it
@@ -34,12 +34,11 @@ type Options struct {
 	// write (slog.Default()).
 	Logger *slog.Logger
 	// RecordTimeout bounds each write the Recorder makes on its own behalf
-	// (3s), so that an unreachable store cannot hold up a
-	// lease operation for long.
+	// (3s), so that an unreachable store cannot hold up a lease operation
+	// for long.
 	RecordTimeout time.Duration
 	// MaxPending bounds the events a Recorder keeps in memory while the
-	// store cannot be written (256); beyond it the oldest are
-	// dropped.
+	// store cannot be written (256); beyond it the oldest are dropped.
 	MaxPending int
 	// SpoolDir, when set, is where a Recorder keeps the events it could not
 	// write by its close (history.WithSpool).
