@@ -23,8 +23,8 @@ import (
 // request's send time. etcd answers the requests of one stream in order
 // (its server reads a request, renews, answers, reads the next), so the
 // answer to a lease's renewal is the first response for that lease after
-// the request. Every safety bound fence computes (acknowledged send time +
-// TTL) stays what it was with KeepAliveOnce.
+// the request. So acknowledged send time + TTL stays a lower bound of the
+// expiry.
 //
 // Hedging. With several endpoints the keeper has a lane per endpoint: a
 // client of its own on that one member (made when first used) and at most
