@@ -45,10 +45,6 @@
 // waiter's connection, once granted, is kept for the client's next wait.
 // An idle lock is granted in one statement (grant_idle in the schema).
 //
-// A waiter whose connection breaks (the server restarted, the network cut)
-// connects again every quarter second within its wait and queues again; a
-// Watch does the same and sends coord.EventReset.
-//
 // LISTEN needs a session: a connection pooler in transaction mode (PgBouncer's
 // pool_mode=transaction) drops notifications and advisory locks. Point fence
 // at PostgreSQL directly, or at a pooler in session mode.
