@@ -212,17 +212,10 @@ func (c *coordinator) subscribe(path string, watch ...string) (*subscription, er
 }
 
 // openTop checks (creating it, 0700, when missing) the state directory
-// itself and decides how it is shared. A state directory belongs to one
-// user (mode 0700, files 0600: the default), or to a group whose members
-// share its locks: the directory is group-owned, group-writable and setgid,
-// and not world-writable (install -d -m 2770 -g fence /var/lib/fence). Then
-// every member of the group (and root) may use it: the directories of the
-// tree are 2770 and its files 0660, all of that group. Anything looser, and
-// a directory that is neither the user's own nor shared that way, is
-// refused with one line saying how to set it up (package internal/sharedir,
-// which the guard and history stores share). A directory of the user's own
-// that is open to group or others, and not shared with a group, is
-// tightened to 0700.
+// itself and decides how it is shared: by one user or by a group (the rules
+// are package internal/sharedir's). A directory of the user's own that is
+// open to group or others, and not shared with a group, is tightened to
+// 0700.
 func openTop(path string) (sharedir.Mode, error) {
 	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
