@@ -20,8 +20,7 @@ import (
 
 // Limits (coord.Limiter). Every operator limit of the state directory is in
 // one file, <state-dir>/limits.json (JSON, written atomically and durably:
-// temporary file, fsync, rename, directory fsync), changed under the flock
-// of <state-dir>/limits.lock. A grant reads it under its lock's flock, as
+// writeLimits), changed under the flock of <state-dir>/limits.lock. A grant reads it under its lock's flock, as
 // part of the read-modify-write that issues the token (a missing file is no
 // limit; a file that cannot be trusted fails closed). So that no grant
 // made with the old limits can complete after SetLimit returns, SetLimit,

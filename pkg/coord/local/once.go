@@ -183,8 +183,8 @@ func (c *coordinator) prune(lock string) ([]coord.Completion, error) {
 }
 
 // writeRecord writes rec durably (temporary file .tmp~<base of KEY>, fsync,
-// rename, directory fsync) and prunes the lock's expired records. The caller holds the lock's
-// flock.
+// rename, directory fsync) and prunes the lock's expired records. The
+// caller holds the lock's flock.
 func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) error {
 	rec, _ = coordkit.Stamp(rec, keep)
 	dir := c.onceDir(rec.Lock)
