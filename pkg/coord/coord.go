@@ -104,8 +104,7 @@ type Lease struct {
 	// lease, or last extended it, was sent. The lease is certainly alive on
 	// the coordinator until Sent+TTL (the coordinator starts counting no
 	// earlier than it received the request). It may precede the Acquire
-	// call, by less than TTL/3: a lease granted ahead, or a waiter's last
-	// renewal before its turn.
+	// call, by less than TTL/3.
 	Sent time.Time
 	// Slot is the holder's slot of a semaphore (AcquireOptions.Slots), 0
 	// for a lock.
