@@ -43,8 +43,7 @@ const maxLimitsSize = 4 << 20
 
 // readFile reads a file of the tree that readers read without a flock
 // (limits.json, completion records), named what in messages: nil when it
-// does not exist. One that is a symbolic link, not a regular file with the
-// tree's owner and mode, larger than max bytes, or unreadable fails closed.
+// does not exist. One that openFile refuses, or unreadable, fails closed.
 func (c *coordinator) readFile(what, path string, max int64) ([]byte, error) {
 	f, size, err := openFile(c.share, what, path, unix.O_RDONLY, max)
 	if f == nil || err != nil {

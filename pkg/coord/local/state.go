@@ -327,11 +327,9 @@ func applyRecord(f lockFiles, st *state) error {
 }
 
 // store replaces the state file with st through the lock's temporary file
-// f.temp (atomicfile.WriteViaPerm), fsyncing the directory too when sync is
-// set (see the package doc: Durability). The caller holds the lock's flock,
-// and only the holder of the flock writes f.temp: a file found there is a
-// leftover of a writer that died between creating it and renaming it, and
-// is replaced.
+// f.temp, fsyncing the directory too when sync is set (see the package doc:
+// Durability). The caller holds the lock's flock, which makes it the one
+// writer of f.temp that atomicfile.WriteViaPerm asks for.
 func (c *coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
 	if st.slotted() {
