@@ -417,7 +417,6 @@ func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, e
 		defer cancel()
 	}
 	for {
-		// A fresh read of the lock, without its flock.
 		st, err := load(a.f)
 		if err != nil {
 			return nil, err
