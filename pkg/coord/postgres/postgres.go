@@ -86,10 +86,9 @@ func WithTracer(t pgx.QueryTracer) Option {
 	return func(_ *string, cc *pgx.ConnConfig) { cc.Tracer = t }
 }
 
-// coordinator is a coord.Coordinator on PostgreSQL. Besides coord's methods
-// it offers, for the stores that keep fence's history and guard values in
-// its schema (pkg/history/pgstore, pkg/guard/pgstore) and for the CLI,
-// SQL, Schema, Pool, Tx, MapErr and ReplicationWarning.
+// coordinator is a coord.Coordinator on PostgreSQL. It also offers SQL,
+// Schema, Pool, Tx and MapErr to the stores (see below Close) and
+// ReplicationWarning to the CLI.
 type coordinator struct {
 	pool    *pgxpool.Pool
 	connCfg *pgx.ConnConfig // for the connections that LISTEN
