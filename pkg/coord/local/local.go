@@ -30,8 +30,6 @@
 //   - Queueing and leaving the queue replace the state the same way,
 //     without the directory fsync: a waiter is not worth keeping across a
 //     crash, and the token it carries was made durable by its grant.
-//   - A state file that does not parse (cut short, zeroed, empty) fails
-//     closed: it is never read as a lower token nor as a new lock.
 //   - A state of an older fence may carry a reserved token above its last
 //     (state.Reserved): tokens go on above it.
 //   - The rest of a holder's life (Renew, Release, AttachProcess) changes
@@ -48,8 +46,9 @@
 //     writes replace the state and fsync the directory, and so does every
 //     grant.
 //
-// A state file that cannot be trusted (openFile, parseState) is an error
-// wrapping coord.ErrUnavailable, and is never reset.
+// A state file that cannot be trusted (cut short, zeroed, empty: see
+// openFile, parseState) fails closed, never read as a lower token nor as a
+// new lock: an error wrapping coord.ErrUnavailable, and it is never reset.
 //
 // # Expiry and takeover
 //
