@@ -57,8 +57,7 @@ type AcquireOptions struct {
 	Holder string
 	// Wait is how long to wait for a held lock: 0 fails at once with
 	// ErrBusy, WaitForever waits until acquired (or ctx ends); any other
-	// negative value is refused. Waiters are served first come, first
-	// served.
+	// negative value is refused.
 	Wait time.Duration
 	// Process, when set, attaches the lease to running processes (as fence
 	// run does): the local backend may then hand the lock over before the
@@ -105,8 +104,7 @@ type Lease struct {
 	// lease, or last extended it, was sent. The lease is certainly alive on
 	// the coordinator until Sent+TTL (the coordinator starts counting no
 	// earlier than it received the request). It may precede the Acquire
-	// call, by less than TTL/3: a lease granted ahead, or a waiter's last
-	// renewal before its turn.
+	// call, by less than TTL/3.
 	Sent time.Time
 	// Slot is the holder's slot of a semaphore (AcquireOptions.Slots), 0
 	// for a lock.
@@ -200,8 +198,7 @@ type Event struct {
 }
 
 // Coordinator is a lease coordinator: the contract every backend meets
-// (package local, package etcd, and any third one; the conformance suite in
-// package coordtest checks it). Implementations are safe for concurrent use
+// (the conformance suite in package coordtest checks it). Implementations are safe for concurrent use
 // by many goroutines and, for local, many processes.
 //
 // Every method that takes a lock name refuses a bad one with an error

@@ -19,9 +19,8 @@ const maxReasonLen = 1024
 // kill switch (fence limit, fence freeze, fence thaw). Max 0 is a freeze,
 // Max 1 safe serial processing. Where several limits cover a lock, the
 // smallest Max binds (the lock's own first, then the longest prefix, on a
-// tie). A limit persists until it is cleared; the coordinator checks it
-// atomically with every grant (Coordinator.SetLimit). Holders above a new
-// limit keep their leases; waiters keep their place in the queue and
+// tie). A limit persists until it is cleared and binds every grant (see
+// Coordinator.SetLimit); waiters keep their place in the queue and
 // proceed, in order, when it allows.
 type Limit struct {
 	// Name is the lock's name, or the prefix when Prefix is set.

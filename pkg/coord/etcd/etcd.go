@@ -22,22 +22,16 @@
 // served). Acquire grants a lease (the TTL rounded up to whole seconds; the
 // cluster may grant more, and the lease carries what it granted), then puts
 // its key in one transaction that also tells whether the lock was free (a
-// no-wait attempt on a held lock writes nothing). A waiter watches the
-// deletion of the key just ahead of it, as concurrency.Mutex does: one
-// watch, no polling, and only one waiter wakes per release. While it waits
-// it keeps its own lease alive; once its turn comes it renews the lease
-// (Lease.Sent is that renewal's send time) and records acquired_at. A
-// waiter that times out or is cancelled revokes its lease, which takes its
-// key out of the queue. The fencing token is the create revision of the
-// holder's key: etcd revisions only go up, across restarts too, so tokens
-// are strictly increasing per lock (and across locks) and never reused.
+// no-wait attempt on a held lock writes nothing; see attempt.put); a waiter
+// waits as concurrency.Mutex does (waiter.wait). The fencing token is the create
+// revision of the holder's key: etcd revisions only go up, across restarts
+// too, so tokens are strictly increasing per lock (and across locks) and
+// never reused.
 //
-// Renew is one keep-alive request on a LeaseKeepAlive stream that all the
-// coordinator's leases share; its send time is recorded before the request
-// leaves, and the answer is matched to it (see keeper). A lease whose key
-// this coordinator did not put is read first, to check that the key is on
-// the named lock. Release and Revoke revoke the lease, which deletes its key
-// in the same step. Every read is linearizable.
+// Renew is one keep-alive on a stream all the coordinator's leases share
+// (keeper; a lease it did not put is checked with a read first: leases).
+// Release and Revoke revoke the lease, which deletes its key in the same
+// step. Every read is linearizable.
 //
 // # Access
 //

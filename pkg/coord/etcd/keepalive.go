@@ -23,8 +23,8 @@ import (
 // request's send time. etcd answers the requests of one stream in order
 // (its server reads a request, renews, answers, reads the next), so the
 // answer to a lease's renewal is the first response for that lease after
-// the request. Every safety bound fence computes (acknowledged send time +
-// TTL) stays what it was with KeepAliveOnce.
+// the request. So acknowledged send time + TTL stays a lower bound of the
+// expiry.
 //
 // Hedging. With several endpoints the keeper has a lane per endpoint: a
 // client of its own on that one member (made when first used) and at most
@@ -127,9 +127,7 @@ func newKeeper(cli *clientv3.Client, cfg clientv3.Config, h *health) *keeper {
 
 // renew sends one keep-alive for id and returns the TTL etcd granted (0
 // when the lease is gone) and the send time of the answered request, or
-// the streams' or ctx's error. It is hedged as a request of the client is
-// (hedgedWait): first on the primary lane, then on every other lane at
-// once when the primary does not answer within hedgeAfter or fails it.
+// the streams' or ctx's error, hedged as keeper says (hedgedWait).
 func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, time.Time, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, time.Time{}, err

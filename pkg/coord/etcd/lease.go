@@ -17,9 +17,8 @@ import (
 // request's send time and the TTL granted. A lease id given with the wrong
 // lock name is not renewed: unless this coordinator put the lease's key on
 // lock name itself, a linearizable read checks that the key is there first
-// (see ownsKey: ErrInvalid when the lease lives on another lock). Once the key is known, the only ways it can go are the
-// lease ending (the keep-alive then says so) or a foreign delete; fence
-// itself removes a key only by revoking its lease.
+// (see ownsKey: ErrInvalid when the lease lives on another lock; leases says
+// why one read is enough).
 func (c *coordinator) Renew(ctx context.Context, name, leaseID string) (coord.Renewal, error) {
 	id, err := c.leaseOn(ctx, name, leaseID, "renew")
 	if err != nil {

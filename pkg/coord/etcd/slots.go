@@ -20,7 +20,7 @@ import (
 // holder's lease, <prefix>slots/<escape(name)>/<slot>, whose value is the
 // holder's lease id: the grant takes it in the same transaction, comparing
 // that it is free, so that two grants never share a slot; it goes with the
-// lease (a semaphore's lease is never kept for reuse, see leases).
+// lease.
 //
 // The token is the key's create revision, so grants go in that order: a
 // key may hold only when every key ahead of it holds and there are fewer

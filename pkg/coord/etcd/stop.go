@@ -86,10 +86,7 @@ func (c *coordinator) RequestStop(ctx context.Context, name string, token uint64
 }
 
 // RevokeToken implements coord.Coordinator: Revoke, limited to the holder
-// with token. The lease read with that token is revoked; the read and the
-// revoke are two requests, and a coordinator that acquires the same lock in
-// a loop (keeping its lease, see leases) could hold it again in between
-// under the same lease. fence run never does.
+// with token. The lease read with that token is revoked.
 func (c *coordinator) RevokeToken(ctx context.Context, name string, token uint64) (coord.LockInfo, error) {
 	_, info, err := c.holderKV(ctx, name, token, "revoke", true)
 	if err != nil {

@@ -97,8 +97,7 @@ type attempt struct {
 // A lease id is 24 lower-case hex digits: the tag of its lock's name (the
 // first 4 bytes of its SHA-256) and 8 random bytes. The tag lets Renew and
 // Release tell a lease of another lock from one that is gone without reading
-// any other lock's state. Fences before the tag issued 16 random digits;
-// those are read as ids of no known lock.
+// any other lock's state. Ids of 16 digits are of no known lock (unknownID).
 const (
 	tagLen      = 8
 	leaseIDLen  = tagLen + 16
@@ -203,9 +202,8 @@ func (a *acquirer) decide(st *state, enqueue bool, sent time.Time) (attempt, sta
 		return attempt{}, noChange, exhausted(a.f.name, st.LastToken)
 	}
 	now := clock.Now()
-	// The operator limit is read under the flock: SetLimit takes this flock
-	// after writing it (limits.go), so no grant made with an older limit
-	// completes after SetLimit returns. It caps the busy slots.
+	// The operator limit is read under the flock (why: limits.go). It caps
+	// the busy slots.
 	t, w, lim, err := a.turnOf(st, now)
 	if err != nil {
 		return attempt{}, noChange, err
@@ -221,8 +219,7 @@ func (a *acquirer) decide(st *state, enqueue bool, sent time.Time) (attempt, sta
 	switch nextMove(t, enqueue, a.ticket != "") {
 	case moveGrant:
 		out.lease = a.grant(st, w, t.pos, sent)
-		// The token must survive a crash before it is handed out: the
-		// state and its directory are fsynced.
+		// durable: see the package doc, Durability.
 		return out, durable, nil
 	case moveQueue:
 		a.enqueue(st)
@@ -420,7 +417,6 @@ func (a *acquirer) wait(ctx context.Context, sub *subscription) (*coord.Lease, e
 		defer cancel()
 	}
 	for {
-		// A fresh read of the lock, without its flock.
 		st, err := load(a.f)
 		if err != nil {
 			return nil, err

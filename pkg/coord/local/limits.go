@@ -20,8 +20,7 @@ import (
 
 // Limits (coord.Limiter). Every operator limit of the state directory is in
 // one file, <state-dir>/limits.json (JSON, written atomically and durably:
-// temporary file, fsync, rename, directory fsync), changed under the flock
-// of <state-dir>/limits.lock. A grant reads it under its lock's flock, as
+// writeLimits), changed under the flock of <state-dir>/limits.lock. A grant reads it under its lock's flock, as
 // part of the read-modify-write that issues the token (a missing file is no
 // limit; a file that cannot be trusted fails closed). So that no grant
 // made with the old limits can complete after SetLimit returns, SetLimit,
@@ -44,8 +43,7 @@ const maxLimitsSize = 4 << 20
 
 // readFile reads a file of the tree that readers read without a flock
 // (limits.json, completion records), named what in messages: nil when it
-// does not exist. One that is a symbolic link, not a regular file with the
-// tree's owner and mode, larger than max bytes, or unreadable fails closed.
+// does not exist. One that openFile refuses, or unreadable, fails closed.
 func (c *coordinator) readFile(what, path string, max int64) ([]byte, error) {
 	f, size, err := openFile(c.share, what, path, unix.O_RDONLY, max)
 	if f == nil || err != nil {

@@ -1,30 +1,20 @@
 // Package local is fence's single-host coordinator (the default): leases on
 // named locks shared by many processes of one host through a state directory,
-// with no server.
+// with no server. docs/architecture.md ("Local backend") gives the overview;
+// this doc keeps the rules the code below enforces.
 //
 // # Layout
 //
-// The state directory (0700) holds locks/ (0700). Each lock has a JSON state file (0600) in locks/
-// named by a reversible, filesystem-safe escape of the lock name (bytes
-// outside [A-Za-z0-9._-], and a leading '.', become %XX), or "=<sha256 of
-// the name>" when the escape would not fit in a file name; the real name is
-// stored inside. Beside it, a lock file of the same base name is taken with
-// flock(2) only for the short read-modify-write of the state; nothing is
-// locked while a holder waits or runs its command. Readers (Inspect, List,
-// Watch and waiters deciding whether to act) read the state without the
-// lock. A waiters/ directory left by older fences (their doorbells) is not
-// used.
-//
-// A state file is replaced through its lock's temporary file beside it,
-// ".tmp~<base>" (see Durability). Only the holder of the lock's flock writes
-// that file, so one that the holder finds there was left by a writer that
-// died between creating and renaming it: the lock's next replacement of its
-// state removes it. A listing of locks/ (List, Watch), which reads the whole
-// directory anyway, also removes the temporary files of locks whose flock is
-// free, and those of older fence versions (".tmp-<random>") once they are a
-// minute old. Nothing else lists locks/: Open and the operations on one lock
-// (Acquire, Renew, Release, Inspect) cost the same however many locks the
-// directory holds.
+// The state directory (0700: openTop) holds locks/ (0700). Each lock has a
+// JSON state file (0600: openFile) in locks/, named by fileBase; the real
+// name is stored inside. Beside it, a lock file of the same base name is
+// taken with flock(2) only for the short read-modify-write of the state;
+// nothing is locked while a holder waits or runs its command. Readers
+// (Inspect, List, Watch and waiters deciding whether to act) read the state
+// without the lock. A state is written through the lock's temporary file
+// (store; leftovers: removeStaleTemp). Only listings (List, Watch) read the
+// whole of locks/: Open and the operations on one lock cost the same however
+// many locks the directory holds.
 //
 // # Durability
 //
@@ -33,53 +23,32 @@
 // machine: holders and waiters are stored with the boot id, and a state
 // from another boot has no live lease and no waiter.
 //
-//   - Issuing a token replaces the state: a temporary file, fsynced,
-//     renamed over the old one, and then locks/ is fsynced, all before the
-//     lease is returned. A crash leaves the old state or the new one, never
-//     a mix or a file cut short, and the new one once Acquire has returned.
-//     So tokens never go down and are never issued twice. Tokens stop at
-//     coord.MaxToken: a lock that has issued it refuses every Acquire
-//     (ErrUnavailable).
-//   - Queueing and leaving the queue replace the state the same way (data
-//     fsynced before the rename), without the directory fsync: a waiter is
-//     not worth keeping across a crash, and the token it carries was made
-//     durable by its grant.
-//   - A state file that does not parse (cut short, zeroed, empty) fails
-//     closed: it is never read as a lower token nor as a new lock.
-//   - Fences before this one reserved tokens in blocks ("reserved_token")
-//     and made only the reservation durable; a state they wrote goes on, on
-//     a later boot, above its reserved token. This fence keeps
-//     reserved_token at least the last token, as they check.
-//   - The rest of a holder's life changes only its lease record, a
-//     fixed-length string at a fixed place in the state file ("lease", the
-//     second JSON member; format 2): Renew (the new expiry), Release (the
-//     lease ended), and AttachProcess with the supervising processes as
-//     recorded (the command's process group) overwrite it where it is, with
-//     one pwrite under the flock: no temporary file, no rename, no fsync.
-//     They need none: while the machine runs, every process sees the write
-//     at once (the page cache); after a crash of the machine the boot id has
+//   - Issuing a token replaces the state (store) and then fsyncs locks/,
+//     before the lease is returned. So tokens never go down and are never
+//     issued twice. Tokens stop at coord.MaxToken: a lock that has issued
+//     it refuses every Acquire (ErrUnavailable).
+//   - Queueing and leaving the queue replace the state the same way,
+//     without the directory fsync: a waiter is not worth keeping across a
+//     crash, and the token it carries was made durable by its grant.
+//   - A state of an older fence may carry a reserved token above its last
+//     (state.Reserved): tokens go on above it.
+//   - The rest of a holder's life (Renew, Release, AttachProcess) changes
+//     only its lease record (record), overwritten in place with one pwrite
+//     under the flock: no temporary file, no rename, no fsync. It needs
+//     none: while the machine runs, every process sees the write at once
+//     (the page cache); after a crash of the machine the boot id has
 //     changed and the holder is void whatever its record says (a renewal
 //     that did not reach the disk cannot keep a dead lease alive, a release
 //     that did not reach it cannot bring one back). The bytes around the
 //     record are unchanged, so a torn write can damage only the record,
-//     which is then ignored with its holder. Where the boot id cannot be
-//     read (a state then outlives a reboot as it is), these writes replace
-//     the state and fsync the directory, and so does every grant.
+//     which is then ignored with its holder (readState). Where the boot id
+//     cannot be read (a state then outlives a reboot as it is), these
+//     writes replace the state and fsync the directory, and so does every
+//     grant.
 //
-// The record carries the holder's token and a checksum. A reader without
-// the flock that catches the record in the middle of an overwrite reads it
-// again; under the flock a record that does not check out, or names another
-// token than the holder, makes the state corrupt. A renewal is one open
-// and flock of the lock file, one open, read and write of the state file.
-//
-// A state file that is corrupt, truncated, unreadable, a symbolic link, not
-// a regular file, owned by another user or open to group or others (mode
-// other than 0600) is an error wrapping coord.ErrUnavailable, and is never
-// reset. Open refuses a state directory (or its locks/ directory) that is a
-// symbolic link, not a directory, or owned by another user; one that is open
-// to group or others is tightened to 0700 (its files are checked one by one).
-// A state of format 1 (no lease record) is read as it is and rewritten in
-// format 2 at its first change; a fence of format 1 refuses format 2.
+// A state file that cannot be trusted (cut short, zeroed, empty: see
+// openFile, parseState) fails closed, never read as a lower token nor as a
+// new lock: an error wrapping coord.ErrUnavailable, and it is never reset.
 //
 // # Expiry and takeover
 //
@@ -90,31 +59,23 @@
 // revoke) while its command's process group still has members, the successor
 // kills that group (SIGKILL) first when it may signal it, and waits for it to
 // be gone; when it may not, it waits for the group to end, and the lock counts
-// as busy meanwhile. The decision to kill is taken under the flock. A revoked
-// lease whose supervisors still run is given until its TTL to stop its own
-// command before the successor kills it.
+// as busy meanwhile. The decision to kill is taken under the flock.
 //
 // # Waiting
 //
 // Waiters are served first come, first served: a waiter appends a ticket (its
 // PID and start time) to the lock's queue and takes the lock when it is the
 // first running waiter and the lock is free. Before its ticket is stored it
-// watches locks/ with inotify (through fsnotify; one inotify instance per
-// process and state directory) for the changes of its lock's state file:
-// every change of the state (a grant, a release, a renewal, the queue)
-// wakes the lock's waiters, who read and judge the state and sleep again.
-// The first two running waiters also follow the holder: they sleep until
-// its expiry (a timer) or until one of its processes exits (a pidfd), so a
-// holder's death is noticed at once. Every other waiter also follows the
-// waiter ahead of it (a pidfd): there is no polling loop. Tickets of dead
-// processes are dropped. A stopped waiter (SIGSTOP, Ctrl-Z) keeps its place
-// but is passed over while it is stopped: a second waiter that finds the
-// lock free looks again after a stall check (1s), taking it if the first
-// has been stopped meanwhile. A change of an operator limit (fence limit,
-// freeze, thaw) writes the state of each lock with waiters again, which
-// wakes them. Where inotify cannot be had (the per-user limit of inotify
-// instances or watches is reached), waiters fall back to re-reading the
-// state every 200ms.
+// watches its lock's state file (hub): every change of the state (a grant,
+// a release, a renewal, the queue, a limit) wakes the lock's waiters, who
+// read and judge the state and sleep again. The first two running waiters
+// also follow the holder: they sleep until its expiry (a timer) or until
+// one of its processes exits (a pidfd), so a holder's death is noticed at
+// once. Every other waiter also follows the waiter ahead of it (a pidfd):
+// there is no polling loop. Tickets of dead processes are dropped. A
+// stopped waiter (SIGSTOP, Ctrl-Z) keeps its place but is passed over while
+// it is stopped: a second waiter that finds the lock free looks again after
+// a stall check (1s), taking it if the first has been stopped meanwhile.
 package local
 
 import (
@@ -250,17 +211,10 @@ func (c *coordinator) subscribe(path string, watch ...string) (*subscription, er
 }
 
 // openTop checks (creating it, 0700, when missing) the state directory
-// itself and decides how it is shared. A state directory belongs to one
-// user (mode 0700, files 0600: the default), or to a group whose members
-// share its locks: the directory is group-owned, group-writable and setgid,
-// and not world-writable (install -d -m 2770 -g fence /var/lib/fence). Then
-// every member of the group (and root) may use it: the directories of the
-// tree are 2770 and its files 0660, all of that group. Anything looser, and
-// a directory that is neither the user's own nor shared that way, is
-// refused with one line saying how to set it up (package internal/sharedir,
-// which the guard and history stores share). A directory of the user's own
-// that is open to group or others, and not shared with a group, is
-// tightened to 0700.
+// itself and decides how it is shared: by one user or by a group (the rules
+// are package internal/sharedir's). A directory of the user's own that is
+// open to group or others, and not shared with a group, is tightened to
+// 0700.
 func openTop(path string) (sharedir.Mode, error) {
 	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {

@@ -24,8 +24,7 @@ import (
 // long one; the key is inside): <base of KEY>.json, mode 0600 (0660 in a
 // group-shared state directory). Every write (Complete, Mark, Forget, and
 // the pruning of expired records) is made under the lock's flock, the one
-// that its state's read-modify-writes take, through a temporary file
-// (.tmp~<base of KEY>), fsynced and renamed, with the directory fsynced, so a
+// that its state's read-modify-writes take, and durably (writeRecord), so a
 // record is whole or absent, also after a crash or a kill -9, and is on disk
 // before Complete returns. Complete checks, under that flock, that the lease
 // is still the lock's live holder on the boot clock: a lease that expired,
@@ -183,9 +182,9 @@ func (c *coordinator) prune(lock string) ([]coord.Completion, error) {
 	return out, nil
 }
 
-// writeRecord writes rec durably (temporary file, fsync, rename, directory
-// fsync) and prunes the lock's expired records. The caller holds the lock's
-// flock.
+// writeRecord writes rec durably (temporary file .tmp~<base of KEY>, fsync,
+// rename, directory fsync) and prunes the lock's expired records. The
+// caller holds the lock's flock.
 func (c *coordinator) writeRecord(rec coord.Completion, keep time.Duration) error {
 	rec, _ = coordkit.Stamp(rec, keep)
 	dir := c.onceDir(rec.Lock)

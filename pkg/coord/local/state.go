@@ -326,15 +326,10 @@ func applyRecord(f lockFiles, st *state) error {
 	return nil
 }
 
-// store replaces the state file with st: the data is written to the lock's
-// temporary file f.temp, fsynced, and renamed over the state, so that a
-// crash leaves the old or the new state, never a mix or a file cut short,
-// on any file system. The caller holds the lock's flock, and only the
-// holder of the flock writes f.temp: a file found there is a leftover of a
-// writer that died between creating it and renaming it, and is replaced
-// (atomicfile.WriteViaPerm). The directory is fsynced too when sync is set
-// (a token was issued), so that the token survives a power loss before the
-// lease is returned.
+// store replaces the state file with st through the lock's temporary file
+// f.temp, fsyncing the directory too when sync is set (see the package doc:
+// Durability). The caller holds the lock's flock, which makes it the one
+// writer of f.temp that atomicfile.WriteViaPerm asks for.
 func (c *coordinator) store(f lockFiles, st *state, sync bool) error {
 	st.Version = formatVersion
 	if st.slotted() {

@@ -168,8 +168,6 @@ func (c *coordinator) WatchLease(ctx context.Context, name, leaseID string) (<-c
 		defer close(ch)
 		defer sub.close()
 		for {
-			// A state that cannot be read, or cannot be judged, ends the
-			// watch without a report.
 			st, err := load(f)
 			if err != nil {
 				return

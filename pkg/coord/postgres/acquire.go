@@ -189,9 +189,8 @@ func processJSON(opts coord.AcquireOptions) []byte {
 	return b
 }
 
-// wait queues for name on a connection of its own that LISTENs, and tries
-// again when notified of a change, when a holder's lease has gone a TTL
-// unrenewed, or when the wait ends. A connection that breaks (the database
+// wait queues for name on a connection of its own that LISTENs (see the
+// package doc: Waiting). A connection that breaks (the database
 // restarted, the network cut) does not end the wait: the waiter connects
 // again every quarter second within its budget and queues again.
 func (c *coordinator) wait(ctx context.Context, name string, opts coord.AcquireOptions, start time.Time) (*coord.Lease, error) {

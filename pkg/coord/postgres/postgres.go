@@ -45,10 +45,6 @@
 // waiter's connection, once granted, is kept for the client's next wait.
 // An idle lock is granted in one statement (grant_idle in the schema).
 //
-// A waiter whose connection breaks (the server restarted, the network cut)
-// connects again every quarter second within its wait and queues again; a
-// Watch does the same and sends coord.EventReset.
-//
 // LISTEN needs a session: a connection pooler in transaction mode (PgBouncer's
 // pool_mode=transaction) drops notifications and advisory locks. Point fence
 // at PostgreSQL directly, or at a pooler in session mode.
@@ -90,10 +86,9 @@ func WithTracer(t pgx.QueryTracer) Option {
 	return func(_ *string, cc *pgx.ConnConfig) { cc.Tracer = t }
 }
 
-// coordinator is a coord.Coordinator on PostgreSQL. Besides coord's methods
-// it offers, for the stores that keep fence's history and guard values in
-// its schema (pkg/history/pgstore, pkg/guard/pgstore) and for the CLI,
-// SQL, Schema, Pool, Tx, MapErr and ReplicationWarning.
+// coordinator is a coord.Coordinator on PostgreSQL. It also offers SQL,
+// Schema, Pool, Tx and MapErr to the stores (see below Close) and
+// ReplicationWarning to the CLI.
 type coordinator struct {
 	pool    *pgxpool.Pool
 	connCfg *pgx.ConnConfig // for the connections that LISTEN
