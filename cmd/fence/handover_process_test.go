@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -294,6 +295,11 @@ func TestRunKilledBeforeReport(t *testing.T) {
 				"sh", "-c", `echo $$ > "$0"; exec sleep 600`, started)...)
 			waitFor(t, herr, "waiting for")
 			wd := watchdogOf(t, holder.Process.Pid)
+			// Frozen when fence dies, the watchdog gets SIGHUP (its process
+			// group is orphaned), which kills it until it catches it: let it
+			// finish its start-up (it did long before, as fence opened the
+			// coordinator and found the lock busy) and wait for its orders.
+			time.Sleep(300 * time.Millisecond)
 			if err := syscall.Kill(wd, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
@@ -322,9 +328,9 @@ func TestRunKilledBeforeReport(t *testing.T) {
 			t.Logf("%s: the lock free %v after the watchdog resumed with fence dead (TTL 15s)", be.name, time.Since(resumed).Round(time.Millisecond))
 			// The command starts and is stopped at once, maybe before it
 			// wrote its PID.
-			if b, err := os.ReadFile(started); err == nil {
-				if _, err := os.Stat("/proc/" + strings.TrimSpace(string(b))); err == nil {
-					t.Errorf("the command (pid %s) is still alive", b)
+			if b, _ := os.ReadFile(started); len(bytes.TrimSpace(b)) > 0 {
+				if _, err := os.Stat("/proc/" + string(bytes.TrimSpace(b))); err == nil {
+					t.Errorf("the command (pid %s) is still alive", bytes.TrimSpace(b))
 				}
 			}
 			if out := st.Output(t, env, fence("history", "-q", "job")...); strings.Count(out, "released") != 2 || strings.Contains(out, "expired") {
