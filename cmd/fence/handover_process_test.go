@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,13 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	st "github.com/fence-dev/fence/cmd/fence/internal/scripttest"
 	"github.com/fence-dev/fence/internal/etcdproc"
+	"github.com/fence-dev/fence/internal/proc"
+	"github.com/fence-dev/fence/internal/supervise"
+	"github.com/fence-dev/fence/pkg/guard/sqlguard/pgtest"
 )
 
 // When fence dies (SIGKILL), its watchdog stops the command and, once
 // nothing of the command's tree is left, ends the lease itself: the next
-// holder starts within a second on both backends at any TTL, not when the
+// holder starts within a second on every backend at any TTL, not when the
 // lease expires (on etcd it waited out the TTL: 5.4 s of 6 s, 14 s of 15 s).
 
 // handoverBackend is a coordinator for these tests: the global flags that
@@ -32,7 +39,14 @@ func handoverBackends(t *testing.T, withLocal bool) []handoverBackend {
 		bs = append(bs, handoverBackend{name: "local"})
 	}
 	srv := etcdproc.Start(t)
-	return append(bs, handoverBackend{name: "etcd", global: []string{"--endpoints", srv.Addr()}})
+	bs = append(bs, handoverBackend{name: "etcd", global: []string{"--endpoints", srv.Addr()}})
+	// PostgreSQL where it is installed (pgtest.Start would skip the whole
+	// test, the other backends with it, where it is not; CI requires it).
+	if pgtest.FindBin() != "" || os.Getenv(pgtest.RequireEnv) != "" {
+		pg := pgtest.Start(t)
+		bs = append(bs, handoverBackend{name: "postgres", global: []string{"--postgres", pg.URL(pg.CreateDatabase(t))}})
+	}
+	return bs
 }
 
 // startFence starts fence with env and args; it is killed at cleanup.
@@ -256,4 +270,107 @@ func TestRunKilledCannotEnd(t *testing.T) {
 	if _, err := os.Stat("/proc/" + strings.TrimSpace(pid)); err == nil {
 		t.Errorf("the command (pid %s) is still alive", strings.TrimSpace(pid))
 	}
+}
+
+// TestRunKilledBeforeReport: fence is killed after its start order and
+// before the watchdog reported the command started (here the watchdog is
+// frozen meanwhile; a loaded host can delay it between its fork and its
+// report, long enough for the command to run and fence to be killed). The
+// watchdog must take the start order that came with the pipe's end, start
+// the command, stop it at once, and end the lease, though its report finds
+// no reader. It did neither: it dropped what it read with the end (no
+// command, no lease ended), and exited on the failed report (the command
+// left to its parent-death signal); each time the lease waited out its TTL.
+func TestRunKilledBeforeReport(t *testing.T) {
+	for _, be := range handoverBackends(t, true) {
+		t.Run(be.name, func(t *testing.T) {
+			dir := t.TempDir()
+			env := st.Env(dir)
+			fence := func(args ...string) []string { return append(append([]string{}, be.global...), args...) }
+			other := st.Output(t, env, fence("acquire", "job", "--holder", "other", "--ttl", "1m", "-o", "env")...)
+			_, id, _ := strings.Cut(other, "FENCE_LEASE_ID=")
+			id = strings.Fields(id)[0]
+			started := filepath.Join(dir, "started")
+			holder, herr := startFence(t, env, fence("run", "job", "-v", "--wait", "1m", "--ttl", "15s", "--",
+				"sh", "-c", `echo $$ > "$0"; exec sleep 600`, started)...)
+			waitFor(t, herr, "waiting for")
+			wd := watchdogOf(t, holder.Process.Pid)
+			// Frozen when fence dies, the watchdog gets SIGHUP (its process
+			// group is orphaned), which kills it until it catches it: let it
+			// finish its start-up (it did long before, as fence opened the
+			// coordinator and found the lock busy) and wait for its orders.
+			time.Sleep(300 * time.Millisecond)
+			if err := syscall.Kill(wd, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Kill(wd, syscall.SIGCONT)
+			st.Output(t, env, fence("release", "job", "--lease", id)...)
+			// fence acquires the lock and sends the start order to the
+			// frozen watchdog: it waits in the order pipe (fd 3).
+			waitPipe(t, wd, 3)
+			time.Sleep(100 * time.Millisecond) // the order's write completes
+			killHolder(t, holder)
+			if err := syscall.Kill(wd, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			resumed := time.Now()
+			for {
+				code, _ := st.Run(t, env, fence("status", "job")...)
+				if code == 1 {
+					break
+				}
+				if time.Since(resumed) > 5*time.Second {
+					b, _ := os.ReadFile(herr)
+					t.Fatalf("the lease still holds the lock %v after the watchdog resumed with fence dead (TTL 15s); fence's stderr:\n%s", time.Since(resumed).Round(time.Millisecond), b)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("%s: the lock free %v after the watchdog resumed with fence dead (TTL 15s)", be.name, time.Since(resumed).Round(time.Millisecond))
+			// The command starts and is stopped at once, maybe before it
+			// wrote its PID.
+			if b, _ := os.ReadFile(started); len(bytes.TrimSpace(b)) > 0 {
+				if _, err := os.Stat("/proc/" + string(bytes.TrimSpace(b))); err == nil {
+					t.Errorf("the command (pid %s) is still alive", bytes.TrimSpace(b))
+				}
+			}
+			if out := st.Output(t, env, fence("history", "-q", "job")...); strings.Count(out, "released") != 2 || strings.Contains(out, "expired") {
+				t.Errorf("history of job: want two releases, no expiry:\n%s", out)
+			}
+		})
+	}
+}
+
+// watchdogOf is the PID of fence's watchdog, its child (hang-bounded).
+func watchdogOf(t *testing.T, fence int) int {
+	t.Helper()
+	for deadline := time.Now().Add(st.HangGuard); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ds, _ := proc.Descendants(fence)
+		for _, d := range ds {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", d.PID)); err == nil && d.PPID == fence &&
+				strings.Contains(string(b), supervise.WatchdogArg) {
+				return d.PID
+			}
+		}
+	}
+	t.Fatalf("fence %d started no watchdog", fence)
+	return 0
+}
+
+// waitPipe waits (hang-bounded) until the pipe on fd of process pid holds
+// bytes to read, without reading them.
+func waitPipe(t *testing.T, pid, fd int) {
+	t.Helper()
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for deadline := time.Now().Add(st.HangGuard); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if n, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCINQ); err != nil {
+			t.Fatal(err)
+		} else if n > 0 {
+			return
+		}
+	}
+	t.Fatalf("nothing came in fd %d of %d", fd, pid)
 }

@@ -163,6 +163,7 @@ func (p *orderPipe) take() (orders []order, ended bool) {
 		return nil, true
 	}
 	var chunk [16 << 10]byte
+	eof := false
 	for {
 		n, err := unix.Read(p.fd, chunk[:])
 		if n > 0 {
@@ -172,10 +173,9 @@ func (p *orderPipe) take() (orders []order, ended bool) {
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		if errors.Is(err, unix.EAGAIN) {
-			break
-		}
-		p.end() // n == 0: the end of the pipe; or an error
+		// n == 0: the end of the pipe; or an error. The orders fence wrote
+		// before it died are taken first (its start order among them).
+		eof = !errors.Is(err, unix.EAGAIN)
 		break
 	}
 	for {
@@ -190,6 +190,9 @@ func (p *orderPipe) take() (orders []order, ended bool) {
 		}
 		orders = append(orders, o)
 		p.buf = p.buf[i+1:]
+	}
+	if eof {
+		p.end()
 	}
 	if !p.ended {
 		poke(p.again) // the watcher may poll again

@@ -379,7 +379,13 @@ func (w *watchdog) start() error {
 	if w.cg != nil {
 		r.Cgroup = w.cg.dir
 	}
-	return w.out.Encode(r)
+	// The command runs: a report that cannot be written (fence died since
+	// its start order) must not end the watchdog, which would leave the
+	// command to its parent-death signal (its other descendants to no one)
+	// and the leases to their TTL. The watch loop finds the end of the
+	// order pipe, stops the command and ends the leases.
+	_ = w.out.Encode(r)
+	return nil
 }
 
 // beginStop sends the stop signal to the command's tree and plans SIGKILL
