@@ -134,11 +134,14 @@ func (w *watchdog) run() error {
 	// Signals sent to the watchdog by PID (pkill fence) are caught and
 	// dropped: fence forwards what the command should get. Caught, not
 	// ignored, so that the command starts with them at default, except
-	// those fence itself found ignored (spec.Ignore, applied below).
+	// those fence itself found ignored (spec.Ignore, applied below). SIGPIPE
+	// too: fence's stderr may be a pipe that closed with fence, and the line
+	// saying a lease could not be ended must not kill the watchdog (Go
+	// kills a process writing to a broken fd 1 or 2 unless it is caught).
 	sigs := make(chan os.Signal, 8)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE)
 	signal.Notify(chld, syscall.SIGCHLD)
 	subreaper := becomeSubreaper()
 	w.cgBase, _ = ownCgroupDir()
