@@ -413,13 +413,7 @@ func (r *Runner) acquire(ctx context.Context) (release func(context.Context) err
 // holdLock acquires the lock and holds its lease. The hold outlives ctx
 // (see interruptible).
 func (r *Runner) holdLock(ctx context.Context) (*HeldSet, func(context.Context) error, error) {
-	acquire := r.c.Acquire
-	if d, ok := r.c.(deferredAcquirer); ok {
-		// The history record of the acquisition overlaps the command's
-		// start; the coordinator's Release waits for it.
-		acquire = d.AcquireDeferred
-	}
-	lease, err := acquire(ctx, r.p.Lock, r.acquireOptions())
+	lease, err := r.c.Acquire(ctx, r.p.Lock, r.acquireOptions())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -495,13 +489,6 @@ func acquireFailure(ctx context.Context, cause error, p *plan, err error) (int, 
 // exits within about a second of stopping its command even when the
 // coordinator does not answer.
 const AfterStop = 750 * time.Millisecond
-
-// deferredAcquirer is a coordinator that records an acquisition after it
-// returns the lease (history.Recorder.AcquireDeferred), and makes Release
-// and its history records wait for that record.
-type deferredAcquirer interface {
-	AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error)
-}
 
 type interrupted struct{ sig syscall.Signal }
 

@@ -15,8 +15,7 @@ import (
 // Recorder is a coord.Coordinator that records the lease events it sees in a
 // Store, and reads them back:
 //
-//   - acquired (token, holder, wait) when Acquire (or AcquireDeferred,
-//     which writes it after returning) succeeds, preceded by
+//   - acquired (token, holder, wait) when Acquire succeeds, preceded by
 //     expired for the previous holder when its lease ended without a release
 //     or revoke on record (it expired, or its processes died, and was taken
 //     over);
@@ -41,9 +40,6 @@ import (
 type Recorder interface {
 	coord.Coordinator
 	Store
-	// AcquireDeferred is Acquire with the acquired event written after it
-	// returns (see its implementation's doc in deferred.go).
-	AcquireDeferred(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error)
 	// CloseContext is Close with the writes of what is still pending
 	// bounded by ctx's deadline too (a caller that must exit soon, like
 	// `fence run` after it stopped its command on a coordinator that does
@@ -80,9 +76,6 @@ type recorder struct {
 	mu    sync.Mutex
 	held  map[string]heldLease // by lease id: leases acquired through this Recorder
 	asked map[string]uint64    // by lock: the token a stop was requested of (revoked on record)
-
-	inflight inflight       // acquisitions being recorded (AcquireDeferred)
-	syncing  sync.WaitGroup // their fsyncs put off (recordAcquired)
 }
 
 type heldLease struct {
@@ -131,36 +124,25 @@ func (r *recorder) Unwrap() coord.Coordinator { return r.Coordinator }
 // Store implements Recorder.
 func (r *recorder) Store() Store { return r.store }
 
-// Acquire implements coord.Coordinator and records the acquisition.
+// Acquire implements coord.Coordinator, remembers the lease and records
+// the acquisition before it returns.
 func (r *recorder) Acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, error) {
-	l, wait, err := r.acquire(ctx, name, opts)
-	if err == nil {
-		r.recordAcquired(ctx, name, l, wait, opts.Slots, false)
-	}
-	return l, err
-}
-
-// acquire acquires on the coordinator and remembers the lease; wait is
-// how long it took.
-func (r *recorder) acquire(ctx context.Context, name string, opts coord.AcquireOptions) (*coord.Lease, time.Duration, error) {
 	start := time.Now()
 	l, err := r.Coordinator.Acquire(ctx, name, opts)
 	if err != nil {
-		return l, 0, err
+		return l, err
 	}
 	wait := time.Since(start)
 	r.remember(l.ID, heldLease{token: l.Token, holder: l.Holder, start: start.Add(wait)})
-	return l, wait, nil
+	r.recordAcquired(ctx, name, l, wait, opts.Slots)
+	return l, nil
 }
 
 // recordAcquired records the acquisition of l after wait: acquired,
 // preceded by expired for the previous holder when its end is not on record
 // (of a semaphore, slots above 1, only when it no longer holds a slot: its
 // holders overlap).
-// Where the store can (laterAppender) and nothing is pending, the events'
-// fsync is put off: it returns once they are written, and fsync, when not
-// nil, makes them durable (why: see AcquireDeferred).
-func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int, later bool) (fsync func()) {
+func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lease, wait time.Duration, slots int) {
 	// The lease is running: spend at most a quarter of it on the history.
 	timeout := r.opts.RecordTimeout
 	if q := l.TTL / 4; q > 0 && q < timeout {
@@ -175,44 +157,7 @@ func (r *recorder) recordAcquired(ctx context.Context, name string, l *coord.Lea
 		evs = append(evs, Event{Time: now, Lock: name, Kind: Expired, Holder: last.Holder, Token: last.Token, LeaseID: last.LeaseID})
 	}
 	evs = append(evs, Event{Time: now, Lock: name, Kind: Acquired, Holder: l.Holder, Token: l.Token, Wait: wait, LeaseID: l.ID})
-	if later {
-		if fsync = r.writeLater(rctx, evs); fsync != nil {
-			return fsync
-		}
-	}
 	r.write(rctx, evs...)
-	return nil
-}
-
-// laterAppender is a Store that can put off the fsync of a write (package
-// localstore): AppendLater returns once evs are written (every process
-// sees them), and they are durable once sync has returned nil. sync must be
-// called once, whatever the error.
-type laterAppender interface {
-	AppendLater(ctx context.Context, evs []Event) (sync func() error, err error)
-}
-
-// writeLater writes evs with their fsync put off, when the store can and no
-// event is pending (they go first). nil: nothing was written, and the
-// caller writes them the usual way.
-func (r *recorder) writeLater(ctx context.Context, evs []Event) (fsync func()) {
-	la, ok := r.store.(laterAppender)
-	if !ok {
-		return nil
-	}
-	r.pending.whenEmpty(func() {
-		durable, err := la.AppendLater(ctx, evs)
-		if err != nil {
-			_ = durable()
-			return
-		}
-		fsync = func() {
-			if err := durable(); err != nil {
-				r.log.Warn("history: could not make events durable", "lock", evs[0].Lock, "err", err)
-			}
-		}
-	})
-	return fsync
 }
 
 // stillHolds reports whether the holder with token still holds a slot of
@@ -250,7 +195,6 @@ func holderOf(info coord.LockInfo, is func(coord.HolderInfo) bool) (coord.LockIn
 // lease was acquired through this Recorder, else by its lease id (a release
 // from another process, such as `fence release` after `fence acquire`).
 func (r *recorder) Release(ctx context.Context, name, leaseID string) error {
-	r.inflight.wait(name)
 	known, isKnown := r.forget(leaseID)
 	if isKnown {
 		if done, err := r.releaseRecorded(ctx, name, leaseID, known); done {
@@ -337,7 +281,6 @@ func (r *recorder) Revoke(ctx context.Context, name string) (coord.LockInfo, err
 // revoke records revoked around end, which ends the lease of lock name held
 // under token (0: whoever holds it).
 func (r *recorder) revoke(ctx context.Context, name string, token uint64, end func() (coord.LockInfo, error)) (coord.LockInfo, error) {
-	r.inflight.wait(name)
 	info, ierr := r.Coordinator.Inspect(ctx, name)
 	rctx, cancel := r.recordContext(ctx)
 	defer cancel()
@@ -375,7 +318,6 @@ func (r *recorder) wasAsked(name string, token uint64) bool {
 // RequestStop implements coord.Coordinator. A holder
 // that was asked is on record as revoked: asked to stop, it ends its lease.
 func (r *recorder) RequestStop(ctx context.Context, name string, token uint64) (coord.LockInfo, bool, error) {
-	r.inflight.wait(name)
 	info, asked, err := r.Coordinator.RequestStop(ctx, name, token)
 	if err != nil || !asked || r.wasAsked(name, info.Token) {
 		return info, asked, err
@@ -404,7 +346,6 @@ func (r *recorder) Close() error { return r.CloseContext(context.Background()) }
 
 // CloseContext implements Recorder.
 func (r *recorder) CloseContext(ctx context.Context) error {
-	r.syncing.Wait() // the deferred records, written and fsynced
 	ctx, cancel := r.recordContext(ctx)
 	defer cancel()
 	if err := r.pending.appendEvents(ctx, nil); err != nil {
@@ -458,9 +399,6 @@ func (r *recorder) Append(ctx context.Context, evs []Event) error {
 		if evs[i].Time.IsZero() {
 			evs[i].Time = now
 		}
-	}
-	for _, ev := range evs {
-		r.inflight.wait(ev.Lock)
 	}
 	return r.pending.appendEvents(ctx, evs)
 }

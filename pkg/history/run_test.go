@@ -86,9 +86,8 @@ func TestRunLeavesEvents(t *testing.T) {
 		r := open(t)
 		done := make(chan int, 1)
 		go func() { done <- run(t, r, "revoked", 0, "sleep", "30") }()
-		// Revoke as soon as the run's deferred 'acquired' is on record (a
-		// revoke before it would be recorded first: docs/architecture.md,
-		// History).
+		// Revoke as soon as the run's 'acquired' is on record (a revoke
+		// between the grant and that record would be recorded first).
 		admin := open(t)
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			if evs, err := admin.History(ctxT(t), "revoked", 0); err == nil && len(evs) > 0 {

@@ -141,35 +141,19 @@ func (s *store) Record(ctx context.Context, ev history.Event) error {
 // Append implements history.Store: the events of each lock are written with
 // one write and one fsync.
 func (s *store) Append(ctx context.Context, evs []history.Event) error {
-	sync, err := s.AppendLater(ctx, evs)
-	if serr := sync(); err == nil {
-		err = serr
-	}
-	return err
-}
-
-// AppendLater is Append with the fsync put off (its contract:
-// history.laterAppender).
-func (s *store) AppendLater(ctx context.Context, evs []history.Event) (sync func() error, err error) {
-	var syncs []func() error
-	err = trim.EachLock(ctx, s.opts, evs, func(ctx context.Context, lock string, evs []history.Event) error {
-		sy, err := s.appendLater(ctx, lock, evs)
-		if err == nil {
-			syncs = append(syncs, sy)
+	return trim.EachLock(ctx, s.opts, evs, func(ctx context.Context, lock string, evs []history.Event) error {
+		sync, err := s.appendLater(ctx, lock, evs)
+		if err != nil {
+			return err
 		}
-		return err
+		return sync()
 	})
-	return func() error {
-		var errs error
-		for _, sy := range syncs {
-			errs = errors.Join(errs, sy())
-		}
-		return errs
-	}, err
 }
 
-// appendLater is AppendLater for evs, events of lock within the age bound
-// (at least one). The flock is not held between the write and the fsync.
+// appendLater writes evs, events of lock within the age bound (at least
+// one), and returns before their fsync, which sync does (once, whatever the
+// error): AppendRelease releases in between. The flock is not held between
+// the write and the fsync.
 func (s *store) appendLater(ctx context.Context, lock string, evs []history.Event) (sync func() error, err error) {
 	done := func() error { return nil }
 	base := fileBase(lock)
