@@ -253,8 +253,8 @@ func TestRunKilledCannotEnd(t *testing.T) {
 	dir := t.TempDir()
 	env := append(st.Env(dir), "D="+dir)
 	holder, errFile := startFence(t, env, "--endpoints", srv.Addr(), "run", "job", "--ttl", "15s", "--shell", "--",
-		`echo $$ > "$D/pid"; exec sleep 600`)
-	pid := waitFor(t, filepath.Join(dir, "pid"), "")
+		`echo "pid $$" > "$D/pid"; exec sleep 600`)
+	pid := strings.TrimPrefix(waitFor(t, filepath.Join(dir, "pid"), "pid "), "pid ")
 	if err := srv.Freeze(); err != nil {
 		t.Fatal(err)
 	}
