@@ -290,6 +290,11 @@ func TestLateAcknowledgmentIsRefused(t *testing.T) {
 	if got := h.Stats().SafeUntil; !got.Equal(su) {
 		t.Fatalf("safe-until moved by %v after the late acknowledgment", got.Sub(su))
 	}
+	// The late renewal may still be writing the lock file: let it end
+	// before the state directory is removed.
+	for deadline := time.Now().Add(hang); c.active.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestUnsafeWhenRenewalsFail: every renewal fails (coordinator unreachable);
