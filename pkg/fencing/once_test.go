@@ -61,3 +61,32 @@ func TestDo(t *testing.T) {
 		})
 	}
 }
+
+// TestDoWithKeep: WithKeep sets how long Do's completion record is kept
+// (its Expires is Finished plus the keep); a keep out of range is refused
+// before anything runs.
+func TestDoWithKeep(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			c := b.open(t)
+			ctx, cancel := context.WithTimeout(context.Background(), hang)
+			defer cancel()
+			acq := coord.AcquireOptions{TTL: 3 * time.Second, Holder: "worker", Wait: coord.WaitForever}
+			ran := false
+			job := func(context.Context, *fencing.Held) error { ran = true; return nil }
+			if err := fencing.Do(ctx, c, "report", "k", acq, job, fencing.WithKeep(time.Millisecond)); !errors.Is(err, coord.ErrInvalid) || ran {
+				t.Fatalf("keep 1ms: Do = %v (ran %v), want ErrInvalid and no run", err, ran)
+			}
+			if err := fencing.Do(ctx, c, "report", "k", acq, job, fencing.WithKeep(2*time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+			rec, ok, err := c.Completion(ctx, "report", "k")
+			if err != nil || !ok {
+				t.Fatalf("Completion = %v, %v", ok, err)
+			}
+			if d := rec.Expires.Sub(rec.Finished); d < 2*time.Hour-time.Second || d > 2*time.Hour+time.Second {
+				t.Errorf("record kept %v after it finished, want 2h (WithKeep)", d)
+			}
+		})
+	}
+}
